@@ -1,0 +1,53 @@
+// Exceptions thrown by the C++ API. Messages say what failed and what to do.
+// The Python bindings translate each to a typed Python exception
+// (ncclz.Error, ncclz.InvalidArgumentError, ncclz.CorruptDataError, ...).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ncclz {
+
+/// Base of every ncclz error.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A bad argument from the caller: dtype, shape, bound, option, ...
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Compressed data that does not decode: truncated, corrupt, wrong version.
+class CorruptData : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A peer misbehaved or vanished: timeout, closed connection, mismatched call.
+class RemoteError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A wait ran past its deadline.
+class Timeout : public RemoteError {
+ public:
+  using RemoteError::RemoteError;
+};
+
+/// The communicator was aborted (locally or by a peer).
+class Aborted : public RemoteError {
+ public:
+  using RemoteError::RemoteError;
+};
+
+/// A system call failed (socket, shared memory, ...).
+class SystemError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace ncclz

@@ -1,0 +1,46 @@
+// Slice encoder and decoder: the selector, the predictors and the coders
+// behind one call each. This is what the send and receive loops call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ncclz/codec/format.hpp"
+
+namespace ncclz::codec {
+
+/// What the encoder may do with a slice.
+struct EncodeOptions {
+  /// Force a codec (tests, benchmarks); Auto lets the selector choose.
+  enum class Choice : uint8_t { Auto, Raw, Block, Rans, FloatExp } choice = Choice::Auto;
+  /// Force a predictor for Block/Rans (-1: the selector chooses).
+  int predictor = -1;
+  /// Row length and plane size of the data, if known (0: unknown). They enable
+  /// the Lorenzo2D/3D candidates.
+  uint32_t row = 0, plane = 0;
+  /// The Rans coder is chosen only when its estimated size is below
+  /// (1 - rans_margin) times the best fast codec's: it is several times slower.
+  double rans_margin = 0.05;
+  /// Fraction of blocks the selector samples (1 = every block).
+  uint32_t sample_every = 8;
+};
+
+/// What the selector saw and chose (for stats and tests).
+struct SliceInfo {
+  Codec codec = Codec::Raw;
+  Predictor predictor = Predictor::None;
+  size_t bytes = 0;  ///< header + payload
+};
+
+/// Encodes `count` values of type t at `src` into dst (capacity `cap`, at
+/// least max_slice_bytes(t, count) guarantees success). Returns the slice's
+/// size in bytes, or 0 with Status::NoSpace if it does not fit.
+Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, size_t cap,
+                    const EncodeOptions& opt, SliceInfo* info = nullptr);
+
+/// Decodes one slice from `len` bytes at src into `count` values of type t at
+/// dst. Checks everything: type, count, and every length inside the payload.
+/// On success *consumed (if given) is the slice's size in bytes.
+Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed = nullptr);
+
+}  // namespace ncclz::codec

@@ -1,0 +1,25 @@
+"""ncclz: compression-enabled collective communication for GPUs and CPUs."""
+
+from . import errors
+from .errors import (
+    AbortedError,
+    CorruptDataError,
+    Error,
+    InvalidArgumentError,
+    RemoteError,
+    SystemError,
+    TimeoutError,
+)
+from . import _core
+
+__version__ = "0.1.0"
+
+
+def built_with_cuda() -> bool:
+    """True when the installed package contains the CUDA code."""
+    return bool(_core.built_with_cuda())
+
+
+def cuda_device_count() -> int:
+    """Number of visible CUDA devices (0 on a machine without GPU or driver)."""
+    return int(_core.cuda_device_count())
