@@ -1,10 +1,23 @@
 // rANS entropy coder over integer residuals, and over bytes (float exponents).
-// Payload layout: docs/FORMAT.md, section "Rans".
+// Payload layout: docs/format/rans.md (the "Rans" section of the format).
 // OWNER: entropy-coder helper. Signatures below are the contract with slice.cpp.
+//
+// Symbol mapping of a residual r of a B-bit code type (B = 32 or 64):
+//
+//   z = zigzag(r) = (r << 1) ^ (r >> (B-1))          as a B-bit unsigned
+//   z < 128   ->  symbol z, no extra bits             (the "direct" range)
+//   z >= 128  ->  L = bit length of z (8 <= L <= B)
+//                 symbol = 128 + 2*(L-8) + bit (L-2) of z   (the bit below the top one)
+//                 extra  = the low L-2 bits of z, written raw (L-2 bits)
+//
+// So int32 residuals use symbols 0..177, int64 residuals 0..241, and every
+// value (z up to 2^64-1) is representable. Inverse:
+//   z = ((2 | (j & 1)) << (L-2)) | extra   with j = symbol-128, L = 8 + j/2.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "ncclz/codec/format.hpp"
 
@@ -13,12 +26,68 @@ namespace ncclz::codec {
 /// Symbol alphabet used for integer residuals (bounded, every int64 maps).
 constexpr int kRansAlphabet = 256;
 
+/// Residuals whose zigzag value is below this are coded as the symbol itself.
+constexpr uint32_t kRansDirect = 128;
+
+/// Frequencies are normalized to a total of 2^kRansScaleBits.
+constexpr int kRansScaleBits = 12;
+
+/// Number of interleaved rANS states.
+constexpr int kRansLanes = 8;
+
+/// Largest symbol an integer residual of a B-bit code type maps to.
+NCCLZ_HD constexpr uint32_t rans_max_symbol(int bits) { return kRansDirect + 2 * uint32_t(bits - 8) + 1; }
+
+/// Bit length of a nonzero 64-bit value (host and device).
+NCCLZ_HD int rans_bit_length(uint64_t z) {
+#if defined(__CUDA_ARCH__)
+  return 64 - __clzll((long long)z);
+#else
+  return 64 - __builtin_clzll(z);
+#endif
+}
+
+/// Zigzag of a residual: sign into the lowest bit, as an unsigned of the same width.
+template <class Code>
+NCCLZ_HD std::make_unsigned_t<Code> rans_zigzag(Code r) {
+  using U = std::make_unsigned_t<Code>;
+  constexpr int B = int(sizeof(Code) * 8);
+  const U u = U(r);
+  return U(U(u << 1) ^ U(U(0) - (u >> (B - 1))));
+}
+
+/// Inverse of rans_zigzag.
+template <class Code>
+NCCLZ_HD Code rans_unzigzag(std::make_unsigned_t<Code> z) {
+  using U = std::make_unsigned_t<Code>;
+  return Code(U((z >> 1) ^ U(U(0) - (z & 1))));
+}
+
+/// Maps a zigzag value to its symbol, the number of raw extra bits, and their value.
+NCCLZ_HD void rans_map_zigzag(uint64_t z, uint32_t* sym, uint32_t* extra_bits, uint64_t* extra_value) {
+  if (z < kRansDirect) {
+    *sym = uint32_t(z);
+    *extra_bits = 0;
+    *extra_value = 0;
+    return;
+  }
+  const int L = rans_bit_length(z);
+  *sym = kRansDirect + 2 * uint32_t(L - 8) + uint32_t((z >> (L - 2)) & 1);
+  *extra_bits = uint32_t(L - 2);
+  *extra_value = z & ((uint64_t(1) << (L - 2)) - 1);
+}
+
 /// Maps a residual to its symbol and the number of raw extra bits it carries.
 template <class Code>
-NCCLZ_HD void rans_symbol_of(Code r, uint32_t* sym, uint32_t* extra_bits);
+NCCLZ_HD void rans_symbol_of(Code r, uint32_t* sym, uint32_t* extra_bits) {
+  uint64_t v;
+  rans_map_zigzag(uint64_t(rans_zigzag(r)), sym, extra_bits, &v);
+}
 
 /// Estimated payload bytes for n residuals whose sampled symbol histogram is
 /// hist[kRansAlphabet] (sampled_total symbols, sampled_extra_bits extra bits).
+/// Uses the same frequency normalization as the encoder (cross-entropy of the
+/// sample against its own normalized table) plus the table, lengths and states.
 size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n);
 
 /// Encodes r[0..n); returns payload bytes, or kNoFit (block_coder.hpp) if more than cap.
@@ -32,5 +101,9 @@ Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out);
 /// Byte-alphabet rANS (used by the float coder for exponent streams).
 size_t rans_encode_bytes(const uint8_t* sym, size_t n, uint8_t* dst, size_t cap);
 Status rans_decode_bytes(const uint8_t* src, size_t len, size_t n, uint8_t* out);
+
+/// Normalizes a histogram (total > 0) to frequencies summing to 2^kRansScaleBits,
+/// every symbol with a nonzero count getting at least 1 (the encoder's table).
+void rans_normalize(const uint32_t* hist, uint64_t total, uint32_t* freq);
 
 }  // namespace ncclz::codec

@@ -1,0 +1,75 @@
+// Bootstrap: how ranks find each other before any transport exists.
+//
+// Rank 0 listens on a TCP address (MASTER_ADDR:MASTER_PORT in the torchrun
+// convention, or the address inside a UniqueId that rank 0 created and the
+// launcher shared). Every other rank connects, presents the job's secret
+// token and its rank; connections with a wrong token or a duplicate/invalid
+// rank are refused and logged, and rank 0 keeps waiting for the right peers
+// until the deadline. Once all ranks are in, rank 0 distributes the table of
+// every rank's own listening address and host id. After that the bootstrap
+// offers small collective operations (allgather, barrier) and point-to-point
+// messages that the transports use to exchange connection details.
+// A rank that never arrives gives every waiting rank a Timeout that names the
+// missing ranks.
+//
+// OWNER: transports helper (this header is the contract with the rest).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ncclz {
+
+/// NCCL-style unique id: 128 opaque bytes (address, port, token) made by one
+/// rank and shared with the others out of band (launcher, store, MPI...).
+struct UniqueId {
+  uint8_t bytes[128];
+};
+
+struct BootstrapConfig {
+  int rank = 0;
+  int size = 1;
+  std::string master_addr = "127.0.0.1";  ///< MASTER_ADDR
+  int master_port = 29500;                ///< MASTER_PORT
+  std::string token;                      ///< the job's secret (NCCLZ_TOKEN or from the UniqueId)
+  double timeout_s = 300;                 ///< NCCLZ_TIMEOUT
+  std::string socket_ifname;              ///< NCCLZ_SOCKET_IFNAME: interface whose address ranks advertise
+};
+
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+
+  /// Rendezvous at cfg.master_addr:master_port (rank 0 listens there).
+  static std::unique_ptr<Bootstrap> create(const BootstrapConfig& cfg);
+  /// Creates a unique id: binds a listening socket (kept open in this process
+  /// for rank 0 to use) and draws a random token.
+  static UniqueId make_unique_id(const std::string& addr = "", int port = 0);
+  /// Rendezvous through a UniqueId (the rank that made it must be rank 0 and
+  /// run in the process that made it).
+  static std::unique_ptr<Bootstrap> create(const UniqueId& id, int rank, int size, double timeout_s);
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Opaque id of the host a rank runs on (equal ids: same machine, shared memory works).
+  virtual const std::string& host_id(int rank) const = 0;
+  /// Id of the process a rank runs in (equal ids: same process, in-process transport works).
+  virtual const std::string& process_id(int rank) const = 0;
+  /// The job's unique key (the same string on all ranks), for naming shm segments etc.
+  virtual const std::string& job_key() const = 0;
+
+  /// Collective: every rank contributes `bytes` bytes; all[r*bytes...] gets rank r's.
+  virtual void allgather(const void* mine, size_t bytes, void* all) = 0;
+  virtual void barrier() = 0;
+  /// Point-to-point small messages (tags keep separate streams apart).
+  virtual void send(int peer, int tag, const void* data, size_t bytes) = 0;
+  virtual void recv(int peer, int tag, void* data, size_t bytes) = 0;
+  /// Fails every pending and future bootstrap call with Aborted(reason).
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace ncclz

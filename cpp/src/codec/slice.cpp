@@ -1,0 +1,220 @@
+// Slice encoder/decoder and the codec selector.
+//
+// The selector looks at a sample of the slice (every `sample_every`-th block
+// of 32 values) and, for each predictor that applies, computes two cheap
+// statistics of the sampled residuals: the Block coder's exact cost of those
+// blocks, and the histogram of rANS symbols. From them it estimates the size
+// of every (codec, predictor) candidate for the whole slice, and picks the
+// smallest fast one (Block or Raw); Rans wins only if its estimate is smaller
+// than that by more than `rans_margin`, because it is several times slower.
+// Floats in lossless mode choose between FloatExp and Raw the same way. The
+// encoder falls back to Raw whenever the chosen coder's output would be larger
+// than Raw, so a slice never exceeds max_slice_bytes().
+#include "codec/slice.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "codec/block_coder.hpp"
+#include "codec/float_coder.hpp"
+#include "codec/predictor.hpp"
+#include "codec/rans_coder.hpp"
+
+namespace ncclz::codec {
+namespace {
+
+using Choice = EncodeOptions::Choice;
+
+// Grows a per-thread scratch buffer (the send loops call this per slice).
+uint8_t* scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < bytes) buf.resize(std::max(bytes, buf.size() * 2));
+  return buf.data();
+}
+
+bool predictor_applies(Predictor p, const EncodeOptions& opt, size_t n) {
+  switch (p) {
+    case Predictor::None:
+    case Predictor::Delta1:
+    case Predictor::Delta2: return true;
+    case Predictor::Lorenzo2D: return opt.row > 1 && n > opt.row;
+    case Predictor::Lorenzo3D:
+      return opt.row > 1 && opt.plane > opt.row && opt.plane % opt.row == 0 && n > opt.plane;
+  }
+  return false;
+}
+
+void predictor_args(Predictor p, const EncodeOptions& opt, uint32_t* a0, uint32_t* a1) {
+  *a0 = (p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D) ? opt.row : 0;
+  *a1 = p == Predictor::Lorenzo3D ? opt.plane : 0;
+}
+
+struct Candidate {
+  Codec codec = Codec::Raw;
+  Predictor predictor = Predictor::None;
+  size_t est = 0;
+};
+
+// Chooses codec and predictor for integer codes q[0..n).
+template <class Code>
+Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
+  const size_t raw = n * sizeof(Code);
+  // A forced Block starts from an infinite estimate so that some Block candidate wins.
+  Candidate best_fast = opt.choice == Choice::Block ? Candidate{Codec::Block, Predictor::None, ~size_t(0)}
+                                                    : Candidate{Codec::Raw, Predictor::None, raw};
+  Candidate best_rans{Codec::Rans, Predictor::None, ~size_t(0)};
+  if (n == 0) return Candidate{Codec::Raw, Predictor::None, 0};
+  const size_t nblocks = (n + kBlockLen - 1) / kBlockLen;
+  const size_t every = std::max<uint32_t>(1, opt.sample_every);
+  const bool want_block = opt.choice == Choice::Auto || opt.choice == Choice::Block;
+  const bool want_rans = opt.choice == Choice::Auto || opt.choice == Choice::Rans;
+
+  for (int pi = 0; pi < kNumPredictors; ++pi) {
+    const Predictor p = Predictor(pi);
+    if (opt.predictor >= 0 && opt.predictor != pi) continue;
+    if (!predictor_applies(p, opt, n)) continue;
+    uint32_t a0, a1;
+    predictor_args(p, opt, &a0, &a1);
+    uint64_t block_cost = 0, sampled = 0, extra_bits = 0, sampled_blocks = 0;
+    uint32_t hist[kRansAlphabet] = {};
+    Code r[kBlockLen];
+    for (size_t b = 0; b < nblocks; b += every) {
+      const size_t off = b * kBlockLen;
+      const int m = int(std::min<size_t>(kBlockLen, n - off));
+      predict_range(q, off, size_t(m), p, a0, a1, r);
+      if (want_block) block_cost += block_cost_bytes(r, m);
+      if (want_rans) {
+        for (int k = 0; k < m; ++k) {
+          uint32_t s, e;
+          rans_symbol_of(r[k], &s, &e);
+          ++hist[s];
+          extra_bits += e;
+        }
+      }
+      sampled += size_t(m);
+      ++sampled_blocks;
+    }
+    if (want_block) {
+      const size_t est = size_t(double(block_cost) * double(nblocks) / double(sampled_blocks));
+      if (est < best_fast.est) best_fast = {Codec::Block, p, est};
+    }
+    if (want_rans) {
+      const size_t est = rans_estimate_bytes(hist, sampled, extra_bits, n);
+      if (est < best_rans.est) best_rans = {Codec::Rans, p, est};
+    }
+  }
+  if (opt.choice == Choice::Rans) return best_rans;
+  if (opt.choice == Choice::Block) return best_fast;
+  if (double(best_rans.est) < (1.0 - opt.rans_margin) * double(best_fast.est)) return best_rans;
+  return best_fast;
+}
+
+template <class Code>
+size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOptions& opt, uint8_t* dst,
+                    size_t cap) {
+  uint32_t a0, a1;
+  predictor_args(c.predictor, opt, &a0, &a1);
+  const Code* r = q;
+  if (c.predictor != Predictor::None) {
+    Code* tmp = reinterpret_cast<Code*>(scratch(n * sizeof(Code)));
+    predict(q, n, c.predictor, a0, a1, tmp);
+    r = tmp;
+  }
+  return c.codec == Codec::Block ? block_encode(r, n, dst, cap) : rans_encode(r, n, dst, cap);
+}
+
+Status fail(Status s, SliceInfo* info) {
+  if (info) *info = SliceInfo{};
+  return s;
+}
+
+}  // namespace
+
+Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, size_t cap, const EncodeOptions& opt,
+                    SliceInfo* info) {
+  if (cap < kHeaderBytes) return fail(Status::NoSpace, info);
+  const size_t raw = size_t(count) * elem_size(t);
+  const size_t room = cap - kHeaderBytes;
+  uint8_t* payload = dst + kHeaderBytes;
+
+  Candidate c;  // Raw unless something better applies
+  if (opt.choice == Choice::FloatExp && !codec_accepts(Codec::FloatExp, t, Predictor::None))
+    return fail(Status::Unsupported, info);
+  if ((opt.choice == Choice::Block || opt.choice == Choice::Rans) && !is_code_type(t))
+    return fail(Status::Unsupported, info);
+  if (opt.choice != Choice::Raw && count > 0) {
+    if (t == ElemType::I32) {
+      c = select_for_codes(static_cast<const int32_t*>(src), count, opt);
+    } else if (t == ElemType::I64) {
+      c = select_for_codes(static_cast<const int64_t*>(src), count, opt);
+    } else if (codec_accepts(Codec::FloatExp, t, Predictor::None)) {
+      const size_t est = floatexp_estimate_bytes(src, t, count, std::max<uint32_t>(1, opt.sample_every));
+      if (opt.choice == Choice::FloatExp || est < raw) c = {Codec::FloatExp, Predictor::None, est};
+    }
+  }
+
+  size_t bytes = kNoFit;
+  if (c.codec != Codec::Raw) {
+    // Never let a coder produce more than Raw would: cap its room at the raw size.
+    const size_t coder_cap = std::min(room, raw);
+    if (c.codec == Codec::FloatExp) {
+      bytes = floatexp_encode(src, t, count, payload, coder_cap);
+    } else if (t == ElemType::I32) {
+      bytes = encode_codes(static_cast<const int32_t*>(src), count, c, opt, payload, coder_cap);
+    } else {
+      bytes = encode_codes(static_cast<const int64_t*>(src), count, c, opt, payload, coder_cap);
+    }
+    // A forced codec that does not fit still falls back to Raw: Raw bounds the worst case.
+  }
+  if (bytes == kNoFit) {
+    if (raw > room) return fail(Status::NoSpace, info);
+    c = Candidate{};
+    if (raw) std::memcpy(payload, src, raw);
+    bytes = raw;
+  }
+
+  SliceHeader h;
+  h.codec = c.codec;
+  h.elem_type = t;
+  h.predictor = c.predictor;
+  h.count = count;
+  h.payload_bytes = uint32_t(bytes);
+  predictor_args(c.predictor, opt, &h.pred_arg0, &h.pred_arg1);
+  write_header(dst, h);
+  if (info) *info = SliceInfo{c.codec, c.predictor, kHeaderBytes + bytes};
+  return Status::Ok;
+}
+
+Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed) {
+  SliceHeader h;
+  Status s = read_header(src, len, &h);
+  if (s != Status::Ok) return s;
+  if (h.elem_type != t) return Status::TypeMismatch;
+  if (h.count != count) return Status::CountMismatch;
+  const uint8_t* payload = src + kHeaderBytes;
+  const size_t plen = h.payload_bytes;
+  switch (h.codec) {
+    case Codec::Raw:
+      if (plen != size_t(count) * elem_size(t)) return Status::Corrupt;
+      if (plen) std::memcpy(dst, payload, plen);
+      break;
+    case Codec::Block:
+    case Codec::Rans:
+      if (t == ElemType::I32) {
+        auto* q = static_cast<int32_t*>(dst);
+        s = h.codec == Codec::Block ? block_decode(payload, plen, count, q) : rans_decode(payload, plen, count, q);
+        if (s == Status::Ok) reconstruct(q, count, h.predictor, h.pred_arg0, h.pred_arg1, q);
+      } else {
+        auto* q = static_cast<int64_t*>(dst);
+        s = h.codec == Codec::Block ? block_decode(payload, plen, count, q) : rans_decode(payload, plen, count, q);
+        if (s == Status::Ok) reconstruct(q, count, h.predictor, h.pred_arg0, h.pred_arg1, q);
+      }
+      break;
+    case Codec::FloatExp: s = floatexp_decode(payload, plen, t, count, dst); break;
+  }
+  if (s == Status::Ok && consumed) *consumed = kHeaderBytes + plen;
+  return s;
+}
+
+}  // namespace ncclz::codec

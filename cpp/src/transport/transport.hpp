@@ -1,0 +1,114 @@
+// The transport interface the primitives see (gloo's lesson: algorithms know
+// only pairs of connections and a store, so transports swap freely).
+//
+// A connection from rank A to rank B is a FIFO of K slots of `slot_bytes`
+// each. The sender acquires the next free slot, writes into it (the codec
+// encodes straight into slot memory), and posts it with the number of bytes
+// written; the receiver waits for the next posted slot, reads it in place
+// (the codec decodes straight from slot memory), and releases it. Slots are
+// consumed strictly in order, so a connection behaves like NCCL's head/tail
+// FIFO: tail counts posted slots, head counts released ones, and the sender
+// may run at most K slots ahead of the receiver.
+//
+// Every wait takes a deadline and watches an abort flag: a dead or stuck peer
+// makes the waiting call throw ncclz::Timeout or ncclz::RemoteError (closed
+// connection) instead of hanging, and abort() on the communicator wakes every
+// waiter with ncclz::Aborted.
+//
+// OWNER: transports helper (this header is the contract with the prims).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ncclz {
+
+class Bootstrap;
+
+namespace transport {
+
+using Clock = std::chrono::steady_clock;
+
+/// Shared by all connections of a communicator: set to make every wait throw Aborted.
+struct AbortFlag {
+  std::atomic<bool> aborted{false};
+  std::string reason;  // written before `aborted` is set
+};
+
+/// Sending end of a connection.
+class SendConn {
+ public:
+  virtual ~SendConn() = default;
+  /// Waits (until `deadline`) for a free slot and returns its memory
+  /// (slot_bytes() bytes). Throws Timeout / RemoteError / Aborted.
+  virtual uint8_t* acquire(Clock::time_point deadline) = 0;
+  /// Publishes the slot acquired last, holding `bytes` (<= slot_bytes()) bytes.
+  virtual void post(size_t bytes) = 0;
+  /// Waits until every posted slot has been handed to the peer (the socket
+  /// transport drains through its proxy thread); then buffers may be reused.
+  virtual void flush(Clock::time_point deadline) = 0;
+  virtual size_t slot_bytes() const = 0;
+  virtual int peer() const = 0;
+};
+
+/// A posted slot as the receiver sees it.
+struct SlotView {
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+};
+
+/// Receiving end of a connection.
+class RecvConn {
+ public:
+  virtual ~RecvConn() = default;
+  /// Waits (until `deadline`) for the next posted slot. Throws Timeout /
+  /// RemoteError / Aborted.
+  virtual SlotView wait(Clock::time_point deadline) = 0;
+  /// Frees the slot returned by the last wait() for the sender to reuse.
+  virtual void release() = 0;
+  virtual size_t slot_bytes() const = 0;
+  virtual int peer() const = 0;
+};
+
+/// One send and one receive connection with a peer, on one channel.
+struct PeerLink {
+  std::unique_ptr<SendConn> send;
+  std::unique_ptr<RecvConn> recv;
+};
+
+enum class Kind { InProcess, SharedMemory, Socket };
+
+struct TransportConfig {
+  Kind kind = Kind::Socket;
+  size_t slot_bytes = 1 << 20;  ///< NCCLZ_SLOT_BYTES
+  int nslots = 4;               ///< K, NCCLZ_NSLOTS
+  std::string socket_ifname;    ///< NCCLZ_SOCKET_IFNAME
+  double throttle_gbps = 0;     ///< NCCLZ_SOCKET_THROTTLE_GBPS (root-less link emulation; 0 = off)
+};
+
+/// Creates the connections of this rank: for each (peer, channel) pair asked
+/// for, a PeerLink. Collective over all ranks of the bootstrap (every rank
+/// calls it with the same channel count and a symmetric peer set: if A asks
+/// for B then B asks for A).
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual Kind kind() const = 0;
+  /// links[c][i] connects to peers[i] on channel c.
+  virtual std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
+                                                     Clock::time_point deadline) = 0;
+};
+
+/// Picks the transport for this job (all ranks on one host: SharedMemory,
+/// ranks in one process: InProcess, else Socket; NCCLZ_TRANSPORT=inproc|shm|socket
+/// forces one) and creates it.
+std::unique_ptr<Transport> create_transport(Bootstrap& bootstrap, const TransportConfig& cfg,
+                                            std::shared_ptr<AbortFlag> abort);
+
+}  // namespace transport
+}  // namespace ncclz

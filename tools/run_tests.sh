@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs every test of ncclz: the GoogleTest suite (plain and under
+# AddressSanitizer) through ctest, then the pytest suite against the
+# installed package. Usage: bash tools/run_tests.sh   (from the repo root)
+# Environment: NCCLZ_TEST_ASAN=0 skips the AddressSanitizer build;
+#              NCCLZ_TEST_JOBS sets the build parallelism (default: nproc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="${NCCLZ_TEST_JOBS:-$(nproc)}"
+gen=()
+command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+
+run_ctest() {  # $1: build dir, rest: extra cmake args
+  local dir="$1"; shift
+  cmake -S . -B "$dir" "${gen[@]}" -DNCCLZ_BUILD_TESTS=ON "$@" >"$dir.configure.log" 2>&1 || { cat "$dir.configure.log"; return 1; }
+  cmake --build "$dir" -j "$jobs"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+}
+
+mkdir -p build
+echo "== GoogleTest (release, CUDA code built when nvcc is present) =="
+run_ctest build/tests
+if [ "${NCCLZ_TEST_ASAN:-1}" != "0" ]; then
+  echo "== GoogleTest under AddressSanitizer =="
+  ASAN_OPTIONS=detect_leaks=1 run_ctest build/tests-asan -DNCCLZ_SANITIZE=address -DNCCLZ_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+echo "== pytest =="
+cd tests/python && python -m pytest -q -p no:cacheprovider .
