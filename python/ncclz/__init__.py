@@ -11,6 +11,8 @@ from .errors import (
     TimeoutError,
 )
 from . import _core
+from .spec import Lossless, Lossy
+from . import codec
 
 __version__ = "0.1.0"
 

@@ -55,6 +55,9 @@ struct CallStats {
   double wait_s = 0;         ///< time blocked waiting for slots
   double wall_s = 0;         ///< wall time of the call
   double error_bound = 0;    ///< the bound E promised for this call (0 for exact modes)
+  /// Lossy call that ran exactly instead (non-finite inputs, quantizer outliers,
+  /// a bound below the type's own rounding, or a message under min_bytes).
+  bool exact_fallback = false;
 };
 
 struct CommConfig {

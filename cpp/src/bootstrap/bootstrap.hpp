@@ -70,6 +70,13 @@ class Bootstrap {
   virtual void recv(int peer, int tag, void* data, size_t bytes) = 0;
   /// Fails every pending and future bootstrap call with Aborted(reason).
   virtual void abort(const std::string& reason) = 0;
+
+  /// The IP address this rank advertised to the others (NCCLZ_SOCKET_IFNAME's
+  /// interface, else the local address of its connection to rank 0). The
+  /// socket transport listens there unless NCCLZ_SOCKET_IFNAME says otherwise.
+  virtual std::string advertised_address() const { return "127.0.0.1"; }
+  /// Timeout (seconds) of each bootstrap operation (NCCLZ_TIMEOUT).
+  virtual double timeout_s() const { return 300; }
 };
 
 }  // namespace ncclz

@@ -83,7 +83,8 @@ NCCLZ_HD constexpr size_t block_max_payload() {
 template <class Code>
 NCCLZ_HD std::make_unsigned_t<Code> block_magnitude(Code v) {
   using U = std::make_unsigned_t<Code>;
-  return v < 0 ? U(U(0) - U(v)) : U(v);
+  const U s = U(U(0) - U(v < 0));  // all ones for a negative v; branch-free
+  return U((U(v) ^ s) - s);
 }
 
 /// Number of significant bits of x (0 for x = 0).
@@ -149,12 +150,18 @@ NCCLZ_HD int block_encode_one(const Code* r, int m, uint8_t* dst) {
   // Planes 8k..8k+7 from byte k of the magnitudes, 8 lanes at a time: an
   // 8x8 bit transpose turns (lane, bit) into (bit, lane).
   for (int k = 0; 8 * k < w; ++k) {
-    const int np = w - 8 * k < 8 ? w - 8 * k : 8;
+    uint64_t x[4];
     for (int j = 0; j < 4; ++j) {
-      uint64_t x = 0;
-      for (int i = 0; i < 8; ++i) x |= uint64_t(uint8_t(mag[8 * j + i] >> (8 * k))) << (8 * i);
-      x = block_transpose8x8(x);
-      for (int b = 0; b < np; ++b) planes[4 * (8 * k + b) + j] = uint8_t(x >> (8 * b));
+      uint64_t v = 0;
+      for (int i = 0; i < 8; ++i) v |= uint64_t(uint8_t(mag[8 * j + i] >> (8 * k))) << (8 * i);
+      x[j] = block_transpose8x8(v);  // byte b = plane 8k+b of lanes 8j..8j+7
+    }
+    const int np = w - 8 * k < 8 ? w - 8 * k : 8;
+    for (int b = 0; b < np; ++b) {
+      const int sh = 8 * b;
+      const uint32_t word = uint32_t(uint8_t(x[0] >> sh)) | (uint32_t(uint8_t(x[1] >> sh)) << 8) |
+                            (uint32_t(uint8_t(x[2] >> sh)) << 16) | (uint32_t(uint8_t(x[3] >> sh)) << 24);
+      store_u32(planes + 4 * (8 * k + b), word);
     }
   }
   return w;
@@ -196,14 +203,20 @@ NCCLZ_HD bool block_decode_one(const uint8_t* src, int w, int m, Code* out) {
   for (int i = 0; i < kBlockLen; ++i) mag[i] = 0;
   for (int k = 0; 8 * k < w; ++k) {
     const int np = w - 8 * k < 8 ? w - 8 * k : 8;
+    uint64_t x[4] = {0, 0, 0, 0};  // x[j] byte b = plane 8k+b of lanes 8j..8j+7
+    for (int b = 0; b < np; ++b) {
+      const uint32_t word = load_u32(planes + 4 * (8 * k + b));
+      for (int j = 0; j < 4; ++j) x[j] |= uint64_t(uint8_t(word >> (8 * j))) << (8 * b);
+    }
     for (int j = 0; j < 4; ++j) {
-      uint64_t x = 0;
-      for (int b = 0; b < np; ++b) x |= uint64_t(planes[4 * (8 * k + b) + j]) << (8 * b);
-      x = block_transpose8x8(x);
-      for (int i = 0; i < 8; ++i) mag[8 * j + i] |= U(uint8_t(x >> (8 * i))) << (8 * k);
+      const uint64_t t = block_transpose8x8(x[j]);  // byte i = bits 8k.. of lane 8j+i
+      for (int i = 0; i < 8; ++i) mag[8 * j + i] |= U(uint8_t(t >> (8 * i))) << (8 * k);
     }
   }
-  for (int i = 0; i < m; ++i) out[i] = Code(((sign >> i) & 1u) ? U(U(0) - mag[i]) : mag[i]);
+  for (int i = 0; i < m; ++i) {
+    const U s = U(U(0) - U((sign >> i) & 1u));  // all ones for a negative lane
+    out[i] = Code(U((mag[i] ^ s) - s));
+  }
   return true;
 }
 
@@ -230,3 +243,22 @@ template <class Code>
 Status block_decode_with(BlockImpl impl, const uint8_t* src, size_t len, size_t n, Code* out);
 
 }  // namespace ncclz::codec
+
+// ---------------------------------------------------------------------------
+// Device path: cuda/block_kernels.cu, built only with NCCLZ_CUDA (declared here
+// so that host code can call it without CUDA headers). NOT YET RUN ON A GPU.
+// Both are asynchronous on `stream` (a cudaStream_t) and return a cudaError_t
+// as int (0 = launched). All pointers are device memory.
+namespace ncclz::cuda {
+
+/// Encodes n residuals at d_r into d_dst (cap bytes); writes the payload size,
+/// or codec::kNoFit, to *d_bytes. Same bytes as codec::block_encode.
+template <class Code>
+int block_encode_async(const Code* d_r, size_t n, uint8_t* d_dst, size_t cap, size_t* d_bytes, void* stream);
+
+/// Decodes n residuals from the len-byte payload at d_src into d_out; writes
+/// the codec::Status (as int) to *d_status. Same checks as codec::block_decode.
+template <class Code>
+int block_decode_async(const uint8_t* d_src, size_t len, size_t n, Code* d_out, int* d_status, void* stream);
+
+}  // namespace ncclz::cuda

@@ -1,5 +1,5 @@
 // rANS entropy coder over integer residuals, and over bytes (float exponents).
-// Payload layout: docs/format/rans.md (the "Rans" section of the format).
+// Payload layout: docs/FORMAT.md, section "Rans" (docs/format/rans.md).
 // OWNER: entropy-coder helper. Signatures below are the contract with slice.cpp.
 //
 // Symbol mapping of a residual r of a B-bit code type (B = 32 or 64):

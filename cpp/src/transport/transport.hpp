@@ -45,7 +45,8 @@ class SendConn {
  public:
   virtual ~SendConn() = default;
   /// Waits (until `deadline`) for a free slot and returns its memory
-  /// (slot_bytes() bytes). Throws Timeout / RemoteError / Aborted.
+  /// (slot_bytes() bytes). Throws Timeout / RemoteError / Aborted. Calling it
+  /// again before post() returns the same slot.
   virtual uint8_t* acquire(Clock::time_point deadline) = 0;
   /// Publishes the slot acquired last, holding `bytes` (<= slot_bytes()) bytes.
   virtual void post(size_t bytes) = 0;
@@ -67,7 +68,8 @@ class RecvConn {
  public:
   virtual ~RecvConn() = default;
   /// Waits (until `deadline`) for the next posted slot. Throws Timeout /
-  /// RemoteError / Aborted.
+  /// RemoteError / Aborted. Calling it again before release() returns the
+  /// same slot. Slots posted before the peer closed are still delivered.
   virtual SlotView wait(Clock::time_point deadline) = 0;
   /// Frees the slot returned by the last wait() for the sender to reuse.
   virtual void release() = 0;
@@ -83,8 +85,14 @@ struct PeerLink {
 
 enum class Kind { InProcess, SharedMemory, Socket };
 
+/// "inproc", "shm" or "socket".
+const char* kind_name(Kind k);
+
 struct TransportConfig {
-  Kind kind = Kind::Socket;
+  Kind kind = Kind::Socket;     ///< not read by create_transport (it decides; see `transport`)
+  /// "" = automatic (NCCLZ_TRANSPORT when set), or "inproc", "shm", "socket" to
+  /// force one; must be the same on every rank.
+  std::string transport;
   size_t slot_bytes = 1 << 20;  ///< NCCLZ_SLOT_BYTES
   int nslots = 4;               ///< K, NCCLZ_NSLOTS
   std::string socket_ifname;    ///< NCCLZ_SOCKET_IFNAME
@@ -99,7 +107,9 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual Kind kind() const = 0;
-  /// links[c][i] connects to peers[i] on channel c.
+  /// links[c][i] connects to peers[i] on channel c. Each peer at most once
+  /// (InvalidArgument otherwise); this rank itself is allowed (a loopback
+  /// link). Each call makes new connections; it ends with a bootstrap barrier.
   virtual std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
                                                      Clock::time_point deadline) = 0;
 };

@@ -1,0 +1,114 @@
+// Compressed container ("blob"): a whole array, compressed, self-describing.
+//
+// This is what ncclz.codec.compress() returns: one buffer holding the mode,
+// dtype, shape and error bound, the array's slices coded one by one by the
+// slice codec (encode_slice: the selector picks a codec and predictor per
+// slice), and, in lossy mode, the elements the quantizer could not carry
+// (non-finite values, codes over the limit) stored raw. The byte layout is
+// written down in docs/format/container.md.
+//
+// Guarantees:
+//   - Lossy(abs=E): every finite element of decompress(compress(x)) is within
+//     E of x (checked after rounding to the element type); non-finite
+//     elements come back bit-exact.
+//   - Lossy(rel=r): the same with E = r * (max - min) over the finite
+//     elements. When max == min (all finite values equal c) E would be 0:
+//     the container then uses eb = |c| / 2 (eb = 1 if c == 0), which maps c
+//     exactly onto code +-1 (or 0), so c comes back exact. With no finite
+//     values at all eb = 1 (every element is carried raw).
+//   - Lossless: bit-exact (NaN payloads and -0.0 included).
+//   - decompress() and inspect() check every length, count and index they
+//     read; a truncated or corrupt blob raises ncclz::CorruptData, never an
+//     out-of-bounds access. (There is no checksum: a flipped bit inside a
+//     RAW payload decodes to different values.)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ncclz/codec/format.hpp"
+
+namespace ncclz::codec {
+
+struct EncodeOptions;  // codec/slice.hpp
+
+/// What to promise about the reconstruction.
+struct Spec {
+  enum Mode : uint8_t { Lossless = 0, Lossy = 1 };
+  Mode mode = Lossless;
+  double abs_bound = 0;  ///< Lossy: absolute bound E (> 0), or 0 when rel_bound is used
+  double rel_bound = 0;  ///< Lossy: relative bound r (> 0): E = r * (max - min), or 0
+
+  static Spec lossless() { return Spec{}; }
+  static Spec lossy_abs(double e) { return Spec{Lossy, e, 0}; }
+  static Spec lossy_rel(double r) { return Spec{Lossy, 0, r}; }
+};
+
+/// Number of elements per slice the container aims for. The actual slice
+/// length is a multiple of the row (2-D) or plane (3-D and more) length when
+/// those are at most kMaxAlignedSlice, so that Lorenzo predictors line up.
+constexpr uint32_t kTargetSliceElems = uint32_t(1) << 18;
+constexpr uint32_t kMaxAlignedSlice = uint32_t(1) << 24;
+constexpr int kMaxDims = 32;
+
+/// A decompressed array.
+struct Decoded {
+  ElemType type = ElemType::F32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;  ///< C-contiguous elements
+};
+
+/// What inspect() reports about a blob (read from headers only; payloads are
+/// not decoded).
+struct BlobInfo {
+  Spec::Mode mode = Spec::Lossless;
+  ElemType dtype = ElemType::F32;      ///< type of the original array
+  ElemType code_type = ElemType::F32;  ///< type the slices carry (dtype, or I32/I64 codes)
+  std::vector<int64_t> shape;
+  uint8_t bound_kind = 0;  ///< 0 none (lossless), 1 abs, 2 rel
+  double bound = 0;        ///< the requested bound (E or r)
+  double eb = 0;           ///< the absolute bound used (0 lossless)
+  uint64_t elements = 0;
+  uint32_t slice_elems = 0;
+  uint64_t slices = 0;
+  uint64_t raw_bytes = 0;         ///< elements * element size of dtype
+  uint64_t compressed_bytes = 0;  ///< the blob's size
+  double ratio = 0;               ///< raw / compressed
+  uint64_t outliers = 0;
+  uint64_t outlier_bytes = 0;  ///< size of the outlier section
+  struct Count {
+    uint64_t slices = 0;
+    uint64_t bytes = 0;  ///< headers + payloads
+  };
+  Count by[kNumCodecs][kNumPredictors];  ///< per codec, per predictor
+};
+
+/// Compresses a C-contiguous array of `shape` (any number of dimensions up
+/// to kMaxDims, 0-d included) at x. Lossy needs a float type (F32, F64, F16,
+/// BF16); Lossless takes every ElemType. `opt` may force a codec or predictor
+/// (its row/plane are filled in from the shape). Throws InvalidArgument for a
+/// bad spec, shape, type or a forced codec that cannot carry the data.
+std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
+                              const EncodeOptions& opt);
+/// The same with the selector choosing everything.
+std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec);
+
+/// Decompresses a blob. Throws CorruptData for anything malformed.
+Decoded decompress(const uint8_t* blob, size_t len);
+
+/// Decompresses into caller memory of exactly `out_bytes` bytes (throws
+/// InvalidArgument if that is not the array's size; see inspect()).
+void decompress_into(const uint8_t* blob, size_t len, void* out, size_t out_bytes);
+
+/// Reads a blob's headers (every slice header and the outlier section are
+/// validated). Throws CorruptData for anything malformed.
+BlobInfo inspect(const uint8_t* blob, size_t len);
+
+/// Lower-case names used by the Python API and in messages.
+const char* elem_type_name(ElemType t);     ///< "float32", "bfloat16", "int32", ...
+const char* codec_name(Codec c);            ///< "raw", "block", "rans", "floatexp"
+const char* predictor_name(Predictor p);    ///< "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"
+
+}  // namespace ncclz::codec

@@ -1,0 +1,137 @@
+/* ncclz C API, shaped like nccl.h.
+ *
+ * Every function returns an ncclzResult_t; no C++ exception crosses this
+ * boundary. After a failure, ncclzGetLastError() returns the message of the
+ * last error raised on the calling thread (it says what failed, on which rank,
+ * with which peer, op and size).
+ *
+ * Calls are blocking and host-side (CPU buffers); there is no stream argument.
+ * Compression is an explicit argument of every data call:
+ *
+ *   ncclzCompression_t c = ncclzCompressionLossyAbs(1e-3);
+ *   ncclzAllReduce(send, recv, n, ncclzFloat32, ncclzSum, c, comm);
+ *
+ * Error-bound contract (docs/ALGORITHMS.md, ARCHITECTURE.md): lossy results
+ * are within the bound E of the exact fp64 result for every finite element;
+ * lossless results are bit-identical to ncclzCompressionNone(); outputs are
+ * bit-identical on every rank.
+ */
+#ifndef NCCLZ_H_
+#define NCCLZ_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ncclzSuccess = 0,
+  ncclzInvalidArgument = 1, /* bad argument: type, op, bound, peer, root, ... */
+  ncclzRemoteError = 2,     /* a peer failed or made a mismatched call */
+  ncclzTimeout = 3,         /* a wait ran past NCCLZ_TIMEOUT */
+  ncclzAborted = 4,         /* the communicator was aborted */
+  ncclzCorruptData = 5,     /* compressed data did not decode */
+  ncclzSystemError = 6,     /* a system call or allocation failed */
+  ncclzInternalError = 7,   /* anything else */
+  ncclzNumResults = 8
+} ncclzResult_t;
+
+typedef enum {
+  ncclzFloat32 = 0,
+  ncclzFloat64 = 1,
+  ncclzFloat16 = 2,
+  ncclzBfloat16 = 3,
+  ncclzInt32 = 4,
+  ncclzInt64 = 5,
+  ncclzUint8 = 6,
+  ncclzNumTypes = 7
+} ncclzDataType_t;
+
+/* Same values as nccl.h's ncclRedOp_t. */
+typedef enum { ncclzSum = 0, ncclzProd = 1, ncclzMax = 2, ncclzMin = 3, ncclzAvg = 4, ncclzNumOps = 5 } ncclzRedOp_t;
+
+typedef enum {
+  ncclzCompressNone = 0,     /* the plain collective */
+  ncclzCompressLossless = 1, /* bit-identical to None */
+  ncclzCompressLossyAbs = 2, /* |result - exact| <= bound */
+  ncclzCompressLossyRel = 3  /* |result - exact| <= bound * (global max - global min) */
+} ncclzCompressionMode_t;
+
+typedef struct {
+  ncclzCompressionMode_t mode;
+  double bound;      /* E (LossyAbs) or r (LossyRel); ignored otherwise */
+  const char* codec; /* NULL or "": the selector; else "raw", "block", "rans", "floatexp" */
+  size_t minBytes;   /* messages under this many bytes go uncompressed (0: never) */
+} ncclzCompression_t;
+
+static inline ncclzCompression_t ncclzCompressionNone(void) {
+  ncclzCompression_t c = {ncclzCompressNone, 0.0, NULL, 0};
+  return c;
+}
+static inline ncclzCompression_t ncclzCompressionLossless(void) {
+  ncclzCompression_t c = {ncclzCompressLossless, 0.0, NULL, 0};
+  return c;
+}
+static inline ncclzCompression_t ncclzCompressionLossyAbs(double e) {
+  ncclzCompression_t c = {ncclzCompressLossyAbs, e, NULL, 0};
+  return c;
+}
+static inline ncclzCompression_t ncclzCompressionLossyRel(double r) {
+  ncclzCompression_t c = {ncclzCompressLossyRel, r, NULL, 0};
+  return c;
+}
+
+#define NCCLZ_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[NCCLZ_UNIQUE_ID_BYTES];
+} ncclzUniqueId;
+
+typedef struct ncclzComm* ncclzComm_t;
+
+/* Statistics of the last data call on a communicator. */
+typedef struct {
+  unsigned long long rawBytes;  /* bytes this rank would have sent uncompressed */
+  unsigned long long wireBytes; /* bytes it sent */
+  double ratio;                 /* rawBytes / wireBytes */
+  double encodeSeconds, decodeSeconds, quantizeSeconds, waitSeconds, wallSeconds;
+  double errorBound; /* E promised for the call (0 for exact modes) */
+  int exactFallback; /* lossy call that ran exactly */
+} ncclzCallStats_t;
+
+/* Made by one process (the future rank 0's), shared with the others out of band. */
+ncclzResult_t ncclzGetUniqueId(ncclzUniqueId* uniqueId);
+ncclzResult_t ncclzCommInitRank(ncclzComm_t* comm, int nranks, ncclzUniqueId commId, int rank);
+/* RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and NCCLZ_* from the environment. */
+ncclzResult_t ncclzCommInitFromEnv(ncclzComm_t* comm);
+ncclzResult_t ncclzCommDestroy(ncclzComm_t comm);
+/* Makes pending and future calls on comm fail with ncclzAborted, then frees it. */
+ncclzResult_t ncclzCommAbort(ncclzComm_t comm);
+ncclzResult_t ncclzCommCount(const ncclzComm_t comm, int* count);
+ncclzResult_t ncclzCommUserRank(const ncclzComm_t comm, int* rank);
+
+ncclzResult_t ncclzAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
+                             ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm);
+ncclzResult_t ncclzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype,
+                                 ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm);
+ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype,
+                             ncclzCompression_t compression, ncclzComm_t comm);
+/* The root's sendbuff goes to every rank's recvbuff (sendbuff is read on the root only). */
+ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, int root,
+                             ncclzCompression_t compression, ncclzComm_t comm);
+ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t datatype, int peer,
+                        ncclzCompression_t compression, ncclzComm_t comm);
+ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,
+                        ncclzCompression_t compression, ncclzComm_t comm);
+ncclzResult_t ncclzBarrier(ncclzComm_t comm);
+ncclzResult_t ncclzCommGetLastStats(const ncclzComm_t comm, ncclzCallStats_t* stats);
+
+const char* ncclzGetErrorString(ncclzResult_t result);
+/* The message of the last error on the calling thread ("" if none). comm may be NULL. */
+const char* ncclzGetLastError(ncclzComm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NCCLZ_H_ */

@@ -1,0 +1,47 @@
+// Ring and chain schedules over the primitives (one channel each).
+//
+// Every function here runs one channel: the caller has already cut the user's
+// buffer into per-channel parts and built a Prims over that channel's ring
+// connections (receive from rank-1, send to rank+1, ring order = rank order).
+// All buffers hold wire elements (p.esize() bytes each: the user type, or the
+// integer codes in lossy mode). The schedules are written down in prose in
+// ring.cpp and in docs/ALGORITHMS.md.
+#pragma once
+
+#include <cstddef>
+
+#include "prims/prims.hpp"
+
+namespace ncclz::algorithms {
+
+/// Position of this rank in a ring of `nranks`.
+struct RingPos {
+  int rank = 0;
+  int nranks = 1;
+};
+
+/// Elements one ring chunk may hold per loop: `slices_per_chunk` slices
+/// (half the FIFO depth, at least one). A ring step sends at most this many
+/// slices before it receives, which keeps every ring deadlock-free for any
+/// K >= 1 slots.
+size_t ring_segment_elems(const prims::Prims& p, int nslots);
+
+/// Allreduce of `count` elements: src -> dst (may alias).
+void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t count, size_t seg);
+
+/// Reduce-scatter: block j of src starts at element j*stride (count elements of
+/// it belong to this channel, starting at the block's start); dst gets the
+/// reduction of block `pos.rank`'s part.
+void ring_reduce_scatter(prims::Prims& p, RingPos pos, const void* src, size_t stride, void* dst, size_t count,
+                         size_t seg);
+
+/// Allgather: src (count elements) goes to dst at block pos.rank (block j at
+/// element j*stride); every other block comes from its owner.
+void ring_all_gather(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t stride, size_t count,
+                     size_t seg);
+
+/// Pipelined chain broadcast from `root` along the ring: root sends, the ranks
+/// after it receive-and-forward, the rank before the root only receives.
+void chain_broadcast(prims::Prims& p, RingPos pos, int root, void* buf, size_t count);
+
+}  // namespace ncclz::algorithms

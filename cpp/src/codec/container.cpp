@@ -1,0 +1,551 @@
+// Compressed container: layout in docs/format/container.md.
+//
+//   offset  size      field
+//   0       4         magic 'N' 'C' 'Z' 'B'
+//   4       1         version (1)
+//   5       1         mode: 0 lossless, 1 lossy
+//   6       1         dtype (ElemType of the original array)
+//   7       1         code type (ElemType the slices carry: dtype, or I32/I64)
+//   8       1         ndim (0..32)
+//   9       1         bound kind: 0 none (lossless), 1 abs, 2 rel
+//   10      2         reserved, 0
+//   12      4         slice length L (elements per slice, >= 1)
+//   16      8         requested bound (f64: E or r; 0 lossless)
+//   24      8         eb, the absolute bound used (f64; 0 lossless)
+//   32      8         number of slices S = ceil(n / L)
+//   40      8*ndim    shape (u64 each)
+//   ...               S slices back to back (slice k: elements [kL, min(n, (k+1)L)))
+//   ...     8         outlier count m (0 in lossless mode)
+//           8         index bytes B
+//           B         indices as LEB128 varints of gaps: i0, then i[j] - i[j-1] - 1
+//           m*size    raw values of the outliers (dtype)
+//   end of blob (no trailing bytes)
+//
+// All integers little-endian.
+#include "ncclz/codec/container.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "codec/quantizer.hpp"
+#include "codec/slice.hpp"
+#include "ncclz/error.hpp"
+
+namespace ncclz::codec {
+namespace {
+
+constexpr uint32_t kBlobMagic = 0x425A434Eu;  // 'N','C','Z','B'
+constexpr uint8_t kBlobVersion = 1;
+constexpr size_t kFixedHeader = 40;
+constexpr uint64_t kMaxElements = uint64_t(1) << 62;
+constexpr int64_t kI32Limit = int64_t(1) << 30;
+constexpr int64_t kI64Limit = (int64_t(1) << 51) - 1;
+constexpr double kMaxEb = 0x1p1020;  // keeps step and 1/step finite
+
+[[noreturn]] void corrupt(const std::string& what) {
+  throw CorruptData("ncclz.codec: corrupt blob: " + what);
+}
+[[noreturn]] void invalid(const std::string& what) { throw InvalidArgument("ncclz.codec: " + what); }
+
+bool is_float_type(ElemType t) {
+  return t == ElemType::F32 || t == ElemType::F64 || t == ElemType::F16 || t == ElemType::BF16;
+}
+
+double load_f64(const uint8_t* p) {
+  const uint64_t u = load_u64(p);
+  double d;
+  std::memcpy(&d, &u, 8);
+  return d;
+}
+void store_f64(uint8_t* p, double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, 8);
+  store_u64(p, u);
+}
+
+/// Calls f(T*) with the value type of a float ElemType.
+template <class F>
+auto with_float_type(ElemType t, F&& f) {
+  switch (t) {
+    case ElemType::F32: return f(static_cast<float*>(nullptr));
+    case ElemType::F64: return f(static_cast<double*>(nullptr));
+    case ElemType::F16: return f(static_cast<F16*>(nullptr));
+    case ElemType::BF16: return f(static_cast<Bf16*>(nullptr));
+    default: break;
+  }
+  invalid(std::string("not a float type: ") + elem_type_name(t));
+}
+
+/// Slice length and predictor geometry for a shape (see container.hpp).
+struct Layout {
+  uint32_t slice_elems = kTargetSliceElems;
+  uint32_t row = 0, plane = 0;
+};
+
+Layout layout_for(const std::vector<int64_t>& shape) {
+  Layout l;
+  const size_t nd = shape.size();
+  const uint64_t row = nd >= 2 ? uint64_t(shape[nd - 1]) : 0;
+  const uint64_t plane = nd >= 3 ? row * uint64_t(shape[nd - 2]) : 0;
+  auto aligned = [](uint64_t unit) { return uint32_t(std::max<uint64_t>(1, kTargetSliceElems / unit) * unit); };
+  if (nd >= 3 && row >= 1 && plane >= 1 && plane <= kMaxAlignedSlice) {
+    l.slice_elems = aligned(plane);
+    l.row = uint32_t(row);
+    l.plane = uint32_t(plane);
+  } else if (nd >= 2 && row >= 1 && row <= kMaxAlignedSlice) {
+    l.slice_elems = aligned(row);
+    l.row = uint32_t(row);
+  }
+  return l;
+}
+
+uint64_t element_count(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) invalid("negative dimension in shape");
+    if (d != 0 && n > kMaxElements / uint64_t(d)) invalid("array too large");
+    n *= uint64_t(d);
+  }
+  return n;
+}
+
+void put_varint(std::vector<uint8_t>& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(uint8_t(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(uint8_t(v));
+}
+
+// ---------------------------------------------------------------------------
+// Parsing: everything decompress() and inspect() rely on is checked here,
+// before any output is allocated.
+// ---------------------------------------------------------------------------
+
+struct Parsed {
+  Spec::Mode mode = Spec::Lossless;
+  ElemType dtype = ElemType::F32, code_type = ElemType::F32;
+  uint8_t bound_kind = 0;
+  double bound = 0, eb = 0;
+  std::vector<int64_t> shape;
+  uint64_t n = 0;
+  uint32_t slice_elems = 1;
+  uint64_t slices = 0;
+  std::vector<size_t> slice_offsets;  // offset of each slice in the blob
+  size_t outlier_offset = 0;          // offset of the outlier section
+  uint64_t outliers = 0;
+  size_t index_offset = 0, index_bytes = 0, value_offset = 0;
+};
+
+Parsed parse(const uint8_t* blob, size_t len, bool keep_offsets) {
+  if (blob == nullptr && len != 0) corrupt("null buffer");
+  if (len < kFixedHeader) corrupt("truncated header (" + std::to_string(len) + " bytes)");
+  if (load_u32(blob) != kBlobMagic) corrupt("bad magic (not an ncclz.codec blob)");
+  if (blob[4] != kBlobVersion) corrupt("unsupported version " + std::to_string(blob[4]));
+  Parsed p;
+  if (blob[5] > 1) corrupt("bad mode byte");
+  p.mode = Spec::Mode(blob[5]);
+  if (!is_valid_elem_type(blob[6]) || !is_valid_elem_type(blob[7])) corrupt("bad element type");
+  p.dtype = ElemType(blob[6]);
+  p.code_type = ElemType(blob[7]);
+  const unsigned ndim = blob[8];
+  if (ndim > kMaxDims) corrupt("too many dimensions");
+  p.bound_kind = blob[9];
+  if (blob[10] != 0 || blob[11] != 0) corrupt("reserved bytes not zero");
+  p.slice_elems = load_u32(blob + 12);
+  if (p.slice_elems == 0) corrupt("zero slice length");
+  p.bound = load_f64(blob + 16);
+  p.eb = load_f64(blob + 24);
+  p.slices = load_u64(blob + 32);
+  if (p.mode == Spec::Lossless) {
+    if (p.code_type != p.dtype || p.bound_kind != 0 || p.bound != 0 || p.eb != 0)
+      corrupt("inconsistent lossless header");
+  } else {
+    if (!is_float_type(p.dtype) || !is_code_type(p.code_type)) corrupt("inconsistent lossy types");
+    if (p.bound_kind != 1 && p.bound_kind != 2) corrupt("bad bound kind");
+    if (!(std::isfinite(p.bound) && p.bound > 0 && std::isfinite(p.eb) && p.eb > 0 && p.eb <= kMaxEb))
+      corrupt("bad error bound");
+  }
+  size_t off = kFixedHeader;
+  if (len - off < size_t(8) * ndim) corrupt("truncated shape");
+  p.shape.resize(ndim);
+  p.n = 1;
+  for (unsigned i = 0; i < ndim; ++i, off += 8) {
+    const uint64_t d = load_u64(blob + off);
+    if (d > kMaxElements || (d != 0 && p.n > kMaxElements / d)) corrupt("shape too large");
+    p.shape[i] = int64_t(d);
+    p.n *= d;
+  }
+  if (p.n > kMaxElements / 8) corrupt("shape too large");
+  const uint64_t want_slices = (p.n + p.slice_elems - 1) / p.slice_elems;
+  if (p.slices != want_slices) corrupt("slice count does not match shape");
+  // Every slice is at least a header: this bounds the loop by the blob size.
+  if (p.slices > (len - off) / kHeaderBytes) corrupt("truncated slices");
+  if (keep_offsets) p.slice_offsets.reserve(size_t(p.slices));
+  for (uint64_t k = 0; k < p.slices; ++k) {
+    SliceHeader h;
+    const Status s = read_header(blob + off, len - off, &h);
+    if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
+    if (h.elem_type != p.code_type) corrupt("slice " + std::to_string(k) + ": element type mismatch");
+    const uint64_t want = std::min<uint64_t>(p.slice_elems, p.n - k * p.slice_elems);
+    if (h.count != want) corrupt("slice " + std::to_string(k) + ": element count mismatch");
+    if (keep_offsets) p.slice_offsets.push_back(off);
+    off += kHeaderBytes + h.payload_bytes;
+  }
+  p.outlier_offset = off;
+  if (len - off < 16) corrupt("truncated outlier section");
+  p.outliers = load_u64(blob + off);
+  const uint64_t ib = load_u64(blob + off + 8);
+  off += 16;
+  if (p.mode == Spec::Lossless && (p.outliers != 0 || ib != 0)) corrupt("outliers in a lossless blob");
+  if (p.outliers > p.n) corrupt("more outliers than elements");
+  const size_t rest = len - off;
+  if (ib > rest) corrupt("truncated outlier indices");
+  const size_t esize = elem_size(p.dtype);
+  if (p.outliers > (rest - ib) / esize || (rest - ib) != p.outliers * esize)
+    corrupt("outlier section size does not match its count");
+  if (p.outliers > ib) corrupt("outlier index stream too short");  // >= 1 byte per index
+  p.index_offset = off;
+  p.index_bytes = size_t(ib);
+  p.value_offset = off + size_t(ib);
+  return p;
+}
+
+/// Decodes the outlier indices, checking they are strictly increasing and < n.
+template <class F>
+void for_each_outlier(const uint8_t* blob, const Parsed& p, F&& f) {
+  const uint8_t* s = blob + p.index_offset;
+  const uint8_t* end = s + p.index_bytes;
+  uint64_t prev = 0;
+  for (uint64_t j = 0; j < p.outliers; ++j) {
+    uint64_t v = 0;
+    int shift = 0;
+    for (;;) {
+      if (s == end) corrupt("truncated outlier index");
+      const uint8_t b = *s++;
+      if (shift == 63 && b > 1) corrupt("outlier index overflows");
+      v |= uint64_t(b & 0x7F) << shift;
+      if (!(b & 0x80)) break;
+      shift += 7;
+      if (shift > 63) corrupt("outlier index overflows");
+    }
+    const uint64_t idx = j == 0 ? v : prev + 1 + v;
+    if (idx < prev || idx >= p.n || (j > 0 && v > p.n)) corrupt("outlier index out of range");
+    f(j, idx);
+    prev = idx;
+  }
+  if (s != end) corrupt("outlier index stream has trailing bytes");
+}
+
+void decode_into(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
+  const size_t esize = elem_size(p.dtype);
+  std::vector<uint8_t> codes;
+  if (p.mode == Spec::Lossy) codes.resize(size_t(std::min<uint64_t>(p.n, p.slice_elems)) * elem_size(p.code_type));
+  const QuantGrid g = QuantGrid::from_bound(p.eb);
+  for (uint64_t k = 0; k < p.slices; ++k) {
+    const size_t off = p.slice_offsets[size_t(k)];
+    const uint64_t first = k * p.slice_elems;
+    const uint32_t count = uint32_t(std::min<uint64_t>(p.slice_elems, p.n - first));
+    uint8_t* dst = out + first * esize;
+    void* target = p.mode == Spec::Lossy ? static_cast<void*>(codes.data()) : static_cast<void*>(dst);
+    const Status s = decode_slice(blob + off, len - off, p.code_type, count, target);
+    if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
+    if (p.mode == Spec::Lossy) {
+      with_float_type(p.dtype, [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        T* o = reinterpret_cast<T*>(dst);
+        if (p.code_type == ElemType::I32)
+          dequantize(reinterpret_cast<const int32_t*>(codes.data()), count, g, o);
+        else
+          dequantize(reinterpret_cast<const int64_t*>(codes.data()), count, g, o);
+        return 0;
+      });
+    }
+  }
+  const uint8_t* values = blob + p.value_offset;
+  for_each_outlier(blob, p, [&](uint64_t j, uint64_t idx) {
+    std::memcpy(out + idx * esize, values + j * esize, esize);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Compression.
+// ---------------------------------------------------------------------------
+
+EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_type, const Spec& spec,
+                                     const std::vector<int64_t>& shape, const Layout& l) {
+  using Choice = EncodeOptions::Choice;
+  const char* what = spec.mode == Spec::Lossy ? "lossy mode carries integer codes" : "the data are";
+  const std::string tname = elem_type_name(code_type);
+  switch (opt.choice) {
+    case Choice::Auto:
+    case Choice::Raw: break;
+    case Choice::Block:
+    case Choice::Rans:
+      if (!is_code_type(code_type))
+        invalid(std::string("codec '") + (opt.choice == Choice::Block ? "block" : "rans") +
+                "' codes integers only, and " + what + " " + tname +
+                "; use 'raw', 'floatexp' (float32/float16/bfloat16) or codec=None");
+      break;
+    case Choice::FloatExp:
+      if (!codec_accepts(Codec::FloatExp, code_type, Predictor::None))
+        invalid(std::string("codec 'floatexp' codes float32, float16 and bfloat16 losslessly, and ") + what + " " +
+                tname + (spec.mode == Spec::Lossy ? "; use 'block', 'rans', 'raw' or codec=None"
+                                                  : "; use 'raw' or codec=None"));
+      break;
+  }
+  if (opt.predictor >= 0) {
+    if (opt.predictor >= kNumPredictors) invalid("unknown predictor " + std::to_string(opt.predictor));
+    const Predictor p = Predictor(opt.predictor);
+    if (p != Predictor::None) {
+      if (!is_code_type(code_type))
+        invalid(std::string("predictor '") + predictor_name(p) +
+                "' applies to integer codes only (lossy mode, or int32/int64 data), not to " + tname);
+      if (opt.choice == Choice::Raw || opt.choice == Choice::FloatExp)
+        invalid(std::string("predictor '") + predictor_name(p) + "' needs codec 'block' or 'rans'");
+      if (p == Predictor::Lorenzo2D && !(shape.size() >= 2 && l.row > 1))
+        invalid("predictor 'lorenzo2d' needs an array of at least 2 dimensions with rows longer than 1");
+      if (p == Predictor::Lorenzo3D && !(shape.size() >= 3 && l.plane > l.row && l.row > 1))
+        invalid("predictor 'lorenzo3d' needs an array of at least 3 dimensions (last two longer than 1)");
+    }
+  }
+  return opt.choice;
+}
+
+/// Writes the fixed header and shape.
+void put_header(std::vector<uint8_t>& out, const Spec& spec, ElemType dtype, ElemType code_type,
+                const std::vector<int64_t>& shape, uint32_t slice_elems, double eb, uint64_t slices) {
+  out.resize(kFixedHeader + 8 * shape.size());
+  uint8_t* h = out.data();
+  store_u32(h, kBlobMagic);
+  h[4] = kBlobVersion;
+  h[5] = uint8_t(spec.mode);
+  h[6] = uint8_t(dtype);
+  h[7] = uint8_t(code_type);
+  h[8] = uint8_t(shape.size());
+  h[9] = spec.mode == Spec::Lossless ? 0 : (spec.abs_bound > 0 ? 1 : 2);
+  h[10] = h[11] = 0;
+  store_u32(h + 12, slice_elems);
+  store_f64(h + 16, spec.mode == Spec::Lossless ? 0.0 : (spec.abs_bound > 0 ? spec.abs_bound : spec.rel_bound));
+  store_f64(h + 24, eb);
+  store_u64(h + 32, slices);
+  for (size_t i = 0; i < shape.size(); ++i) store_u64(h + kFixedHeader + 8 * i, uint64_t(shape[i]));
+}
+
+/// Appends one encoded slice of `count` values of type t at src.
+void put_slice(std::vector<uint8_t>& out, const void* src, ElemType t, uint32_t count, const EncodeOptions& opt) {
+  const size_t at = out.size();
+  const size_t cap = max_slice_bytes(t, count);
+  out.resize(at + cap);
+  SliceInfo info;
+  const Status s = encode_slice(src, t, count, out.data() + at, cap, opt, &info);
+  if (s != Status::Ok) throw Error(std::string("ncclz.codec: encoding a slice failed: ") + status_string(s));
+  out.resize(at + info.bytes);
+}
+
+void put_outliers(std::vector<uint8_t>& out, const std::vector<uint64_t>& idx, const uint8_t* x, size_t esize) {
+  std::vector<uint8_t> varints;
+  varints.reserve(idx.size() * 2);
+  for (size_t j = 0; j < idx.size(); ++j) put_varint(varints, j == 0 ? idx[0] : idx[j] - idx[j - 1] - 1);
+  const size_t at = out.size();
+  out.resize(at + 16 + varints.size() + idx.size() * esize);
+  uint8_t* p = out.data() + at;
+  store_u64(p, idx.size());
+  store_u64(p + 8, varints.size());
+  if (!varints.empty()) std::memcpy(p + 16, varints.data(), varints.size());
+  p += 16 + varints.size();
+  for (size_t j = 0; j < idx.size(); ++j) std::memcpy(p + j * esize, x + idx[j] * esize, esize);
+}
+
+/// The absolute bound for a lossy spec (see container.hpp for rel with max == min).
+template <class T>
+double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs) {
+  double lo = 0, hi = 0;
+  const bool any = finite_range(x, n, &lo, &hi);
+  *max_abs = any ? std::max(std::fabs(lo), std::fabs(hi)) : 0.0;
+  double eb;
+  if (spec.abs_bound > 0) {
+    eb = spec.abs_bound;
+  } else if (!any) {
+    eb = 1;
+  } else if (lo == hi) {
+    eb = lo != 0 ? std::fabs(lo) / 2 : 1.0;
+  } else {
+    eb = spec.rel_bound * (hi - lo);
+    if (!std::isfinite(eb)) eb = spec.rel_bound * hi - spec.rel_bound * lo;  // hi - lo overflowed
+    if (!(eb > 0)) eb = std::numeric_limits<double>::denorm_min();         // underflowed: tightest bound
+  }
+  return std::min(eb, kMaxEb);
+}
+
+template <class T, class Code>
+void put_lossy_slices(std::vector<uint8_t>& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g,
+                      int64_t limit, const EncodeOptions& opt, std::vector<uint64_t>* outliers) {
+  std::vector<Code> codes(size_t(std::min<uint64_t>(n, l.slice_elems)));
+  std::vector<uint64_t> local;
+  for (uint64_t first = 0; first < n; first += l.slice_elems) {
+    const uint32_t count = uint32_t(std::min<uint64_t>(l.slice_elems, n - first));
+    local.clear();
+    quantize(x + first, count, g, limit, codes.data(), &local);
+    for (uint64_t i : local) outliers->push_back(first + i);
+    put_slice(out, codes.data(), elem_type_of<Code>(), count, opt);
+  }
+}
+
+}  // namespace
+
+const char* elem_type_name(ElemType t) {
+  switch (t) {
+    case ElemType::I32: return "int32";
+    case ElemType::I64: return "int64";
+    case ElemType::F32: return "float32";
+    case ElemType::F64: return "float64";
+    case ElemType::F16: return "float16";
+    case ElemType::BF16: return "bfloat16";
+    case ElemType::U8: return "uint8";
+  }
+  return "unknown";
+}
+
+const char* codec_name(Codec c) {
+  switch (c) {
+    case Codec::Raw: return "raw";
+    case Codec::Block: return "block";
+    case Codec::Rans: return "rans";
+    case Codec::FloatExp: return "floatexp";
+  }
+  return "unknown";
+}
+
+const char* predictor_name(Predictor p) {
+  switch (p) {
+    case Predictor::None: return "none";
+    case Predictor::Delta1: return "delta1";
+    case Predictor::Delta2: return "delta2";
+    case Predictor::Lorenzo2D: return "lorenzo2d";
+    case Predictor::Lorenzo3D: return "lorenzo3d";
+  }
+  return "unknown";
+}
+
+std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec) {
+  return compress(x, t, shape, spec, EncodeOptions{});
+}
+
+std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
+                              const EncodeOptions& options) {
+  if (!is_valid_elem_type(uint8_t(t))) invalid("unknown element type");
+  if (shape.size() > size_t(kMaxDims)) invalid("at most " + std::to_string(kMaxDims) + " dimensions");
+  const uint64_t n = element_count(shape);
+  if (n > kMaxElements / 8) invalid("array too large");
+  if (n > 0 && x == nullptr) invalid("null data pointer");
+  if (spec.mode == Spec::Lossy) {
+    const bool a = spec.abs_bound != 0, r = spec.rel_bound != 0;
+    if (a == r) invalid("Lossy needs exactly one of abs and rel");
+    const double b = a ? spec.abs_bound : spec.rel_bound;
+    if (!(std::isfinite(b) && b > 0)) invalid("the error bound must be finite and > 0, got " + std::to_string(b));
+    if (!is_float_type(t))
+      invalid(std::string("lossy mode needs float32, float64, float16 or bfloat16 data, not ") + elem_type_name(t) +
+              "; use Lossless() for integer data");
+  } else if (spec.mode != Spec::Lossless) {
+    invalid("unknown mode");
+  }
+
+  const Layout l = layout_for(shape);
+  EncodeOptions opt = options;
+  opt.row = l.row;
+  opt.plane = l.plane;
+  const uint64_t slices = (n + l.slice_elems - 1) / l.slice_elems;
+  std::vector<uint8_t> out;
+
+  if (spec.mode == Spec::Lossless) {
+    checked_choice(opt, t, spec, shape, l);
+    put_header(out, spec, t, t, shape, l.slice_elems, 0.0, slices);
+    out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(t) / 2 + 16);
+    const uint8_t* src = static_cast<const uint8_t*>(x);
+    for (uint64_t first = 0; first < n; first += l.slice_elems) {
+      const uint32_t count = uint32_t(std::min<uint64_t>(l.slice_elems, n - first));
+      put_slice(out, src + first * elem_size(t), t, count, opt);
+    }
+    put_outliers(out, {}, src, elem_size(t));
+    return out;
+  }
+
+  with_float_type(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* xs = static_cast<const T*>(x);
+    double max_abs = 0;
+    const double eb = choose_eb(xs, size_t(n), spec, &max_abs);
+    const QuantGrid g = QuantGrid::from_bound(eb);
+    const bool narrow = max_abs * g.inv_step < double(kI32Limit);
+    const ElemType code_type = narrow ? ElemType::I32 : ElemType::I64;
+    checked_choice(opt, code_type, spec, shape, l);
+    put_header(out, spec, t, code_type, shape, l.slice_elems, eb, slices);
+    out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) + 16);
+    std::vector<uint64_t> outliers;
+    if (narrow)
+      put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers);
+    else
+      put_lossy_slices<T, int64_t>(out, xs, n, l, g, kI64Limit, opt, &outliers);
+    put_outliers(out, outliers, static_cast<const uint8_t*>(x), sizeof(T));
+    return 0;
+  });
+  return out;
+}
+
+Decoded decompress(const uint8_t* blob, size_t len) {
+  const Parsed p = parse(blob, len, true);
+  for_each_outlier(blob, p, [](uint64_t, uint64_t) {});  // validate before allocating
+  Decoded d;
+  d.type = p.dtype;
+  d.shape = p.shape;
+  d.bytes.resize(size_t(p.n) * elem_size(p.dtype));
+  decode_into(blob, p, len, d.bytes.data());
+  return d;
+}
+
+void decompress_into(const uint8_t* blob, size_t len, void* out, size_t out_bytes) {
+  const Parsed p = parse(blob, len, true);
+  const uint64_t need = p.n * elem_size(p.dtype);
+  if (out_bytes != need)
+    throw InvalidArgument("ncclz.codec: output buffer has " + std::to_string(out_bytes) + " bytes, the array needs " +
+                          std::to_string(need));
+  if (need > 0 && out == nullptr) invalid("null output pointer");
+  for_each_outlier(blob, p, [](uint64_t, uint64_t) {});
+  decode_into(blob, p, len, static_cast<uint8_t*>(out));
+}
+
+BlobInfo inspect(const uint8_t* blob, size_t len) {
+  const Parsed p = parse(blob, len, true);
+  for_each_outlier(blob, p, [](uint64_t, uint64_t) {});
+  BlobInfo info;
+  info.mode = p.mode;
+  info.dtype = p.dtype;
+  info.code_type = p.code_type;
+  info.shape = p.shape;
+  info.bound_kind = p.bound_kind;
+  info.bound = p.bound;
+  info.eb = p.eb;
+  info.elements = p.n;
+  info.slice_elems = p.slice_elems;
+  info.slices = p.slices;
+  info.raw_bytes = p.n * elem_size(p.dtype);
+  info.compressed_bytes = len;
+  info.ratio = len ? double(info.raw_bytes) / double(len) : 0.0;
+  info.outliers = p.outliers;
+  info.outlier_bytes = len - p.outlier_offset;
+  for (size_t off : p.slice_offsets) {
+    SliceHeader h;
+    read_header(blob + off, len - off, &h);  // validated by parse()
+    auto& c = info.by[int(h.codec)][int(h.predictor)];
+    ++c.slices;
+    c.bytes += kHeaderBytes + h.payload_bytes;
+  }
+  return info;
+}
+
+}  // namespace ncclz::codec

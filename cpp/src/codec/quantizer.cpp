@@ -1,0 +1,207 @@
+// Quantizer (host). The exact rule is in quantizer.hpp; this file makes the
+// common path fast: a branch-free loop over blocks of kBlock elements computes
+// every code and ORs a "bound violated" flag, and only a block whose flag is
+// set is redone element by element with quantize_one (neighbour codes,
+// outliers). Both paths compute the same thing, so results do not depend on
+// which one ran.
+#include "codec/quantizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ncclz::codec {
+namespace {
+
+constexpr size_t kBlock = 256;
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+// AVX2 and baseline clones of the hot loops, chosen at load time.
+#define NCCLZ_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define NCCLZ_MULTIVERSION
+#endif
+
+/// Largest double <= limit (limit in [0, 2^62]).
+double limit_as_double(int64_t limit) {
+  double d = double(limit);
+  if (int64_t(d) > limit) d = std::nextafter(d, 0.0);
+  return d;
+}
+
+/// The nearest code for each element; flag[i] = 1 where element i needs the
+/// careful path (bound violated after rounding, over the limit, non-finite).
+/// Returns whether any flag is set.
+/// Code from an integral double: for int64 codes with |r| < 2^51, through the
+/// bits of r + 1.5 * 2^52 (AVX2 has no packed double -> int64 conversion).
+template <class Code, bool kSmall>
+__attribute__((always_inline)) inline Code code_from_double(double r) {
+  if constexpr (sizeof(Code) == 8 && kSmall) {
+    return Code(int64_t(bits_of(r + 6755399441055744.0)) - int64_t(0x4338000000000000ull));
+  } else {
+    return Code(r);
+  }
+}
+
+template <class T, class Code, bool kSmall>
+__attribute__((always_inline)) inline bool quantize_block_fast(const T* __restrict x, size_t n, double inv_step,
+                                                                double step, double eb, double limd,
+                                                                Code* __restrict q, uint8_t* __restrict flag) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double xd = to_double(x[i]);
+    const double r = round_to_integer(xd * inv_step);
+    const bool in = abs_le(r, limd);
+    const double rc = double_of(bits_of(r) & (uint64_t(0) - uint64_t(in)));
+    const double back = to_double(from_double<T>(rc * step));
+    const bool ok = in & abs_le(xd - back, eb);
+    q[i] = code_from_double<Code, kSmall>(rc);
+    flag[i] = uint8_t(!ok);
+    bad |= uint32_t(!ok);
+  }
+  return bad != 0;
+}
+
+template <class T, class Code>
+NCCLZ_MULTIVERSION size_t quantize_impl(const T* x, size_t n, const QuantGrid& g, int64_t limit, Code* q,
+                                        std::vector<uint64_t>* outliers) {
+  limit = std::clamp<int64_t>(limit, 0, max_code_limit<Code>());
+  const double limd = limit_as_double(limit);
+  const bool small = limit < (int64_t(1) << 51);
+  size_t count = 0;
+  uint8_t flag[kBlock];
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    const bool any = small ? quantize_block_fast<T, Code, true>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag)
+                           : quantize_block_fast<T, Code, false>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag);
+    if (!any) continue;
+    for (size_t k = 0; k < m; ++k) {
+      if (!flag[k]) continue;
+      if (!quantize_one(x[b + k], g, limit, q + b + k)) {
+        ++count;
+        if (outliers) outliers->push_back(uint64_t(b + k));
+      }
+    }
+  }
+  return count;
+}
+
+template <class T, class Code>
+NCCLZ_MULTIVERSION void dequantize_impl(const Code* __restrict q, size_t n, double step, T* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = from_double<T>(double(q[i]) * step);
+}
+
+// int64 codes: exact conversion to double through bits for |q| < 2^51 (AVX2
+// has no packed int64 -> double conversion); blocks with larger codes (only
+// with a limit above 2^51, or sums of codes) take the plain conversion.
+template <class T>
+NCCLZ_MULTIVERSION void dequantize_i64_impl(const int64_t* __restrict q, size_t n, double step, T* __restrict out) {
+  constexpr int64_t kMax = (int64_t(1) << 51) - 1;
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    int64_t big = 0;
+    for (size_t i = b; i < b + m; ++i) big |= int64_t(q[i] > kMax) | int64_t(q[i] < -kMax);
+    if (big) {
+      for (size_t i = b; i < b + m; ++i) out[i] = from_double<T>(double(q[i]) * step);
+    } else {
+      for (size_t i = b; i < b + m; ++i) {
+        const double d = double_of(uint64_t(q[i] + int64_t(0x4338000000000000ull))) - 6755399441055744.0;
+        out[i] = from_double<T>(d * step);
+      }
+    }
+  }
+}
+
+bool is_finite_bits(float x) { return (bits_of(x) & 0x7F800000u) != 0x7F800000u; }
+bool is_finite_bits(double x) { return (bits_of(x) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull; }
+
+template <class T>
+NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, double* lo, double* hi) {
+  // T is float or double: comparisons in T are exact.
+  T l = T(INFINITY), h = T(-INFINITY);
+  for (size_t i = 0; i < n; ++i) {
+    const T v = x[i];
+    const bool f = is_finite_bits(v);
+    l = (f && v < l) ? v : l;
+    h = (f && v > h) ? v : h;
+  }
+  if (!(l <= h)) return false;
+  *lo = double(l);
+  *hi = double(h);
+  return true;
+}
+
+template <class T>
+bool finite_range_16(const T* x, size_t n, double* lo, double* hi) {
+  float l = INFINITY, h = -INFINITY;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = float(to_double(x[i]));
+    const bool f = is_finite_bits(v);
+    l = (f && v < l) ? v : l;
+    h = (f && v > h) ? v : h;
+  }
+  if (!(l <= h)) return false;
+  *lo = double(l);
+  *hi = double(h);
+  return true;
+}
+
+}  // namespace
+
+template <class T, class Code>
+size_t quantize(const T* x, size_t n, const QuantGrid& g, int64_t limit, Code* q, std::vector<uint64_t>* outliers) {
+  return quantize_impl<T, Code>(x, n, g, limit, q, outliers);
+}
+
+template <class T, class Code>
+void dequantize(const Code* q, size_t n, const QuantGrid& g, T* out) {
+  if constexpr (sizeof(Code) == 8) {
+    dequantize_i64_impl<T>(q, n, g.step, out);
+  } else {
+    dequantize_impl<T, Code>(q, n, g.step, out);
+  }
+}
+
+template <>
+bool finite_range<float>(const float* x, size_t n, double* lo, double* hi) {
+  return finite_range_float(x, n, lo, hi);
+}
+template <>
+bool finite_range<double>(const double* x, size_t n, double* lo, double* hi) {
+  return finite_range_float(x, n, lo, hi);
+}
+template <>
+bool finite_range<Bf16>(const Bf16* x, size_t n, double* lo, double* hi) {
+  return finite_range_16(x, n, lo, hi);
+}
+template <>
+bool finite_range<F16>(const F16* x, size_t n, double* lo, double* hi) {
+  return finite_range_16(x, n, lo, hi);
+}
+
+template <class T>
+double finite_max_abs(const T* x, size_t n) {
+  double lo = 0, hi = 0;
+  if (!finite_range(x, n, &lo, &hi)) return 0;
+  return std::max(std::fabs(lo), std::fabs(hi));
+}
+
+#define NCCLZ_INSTANTIATE_QUANTIZER(T, Code)                                                                 \
+  template size_t quantize<T, Code>(const T*, size_t, const QuantGrid&, int64_t, Code*, std::vector<uint64_t>*); \
+  template void dequantize<T, Code>(const Code*, size_t, const QuantGrid&, T*);
+
+NCCLZ_INSTANTIATE_QUANTIZER(float, int32_t)
+NCCLZ_INSTANTIATE_QUANTIZER(float, int64_t)
+NCCLZ_INSTANTIATE_QUANTIZER(double, int32_t)
+NCCLZ_INSTANTIATE_QUANTIZER(double, int64_t)
+NCCLZ_INSTANTIATE_QUANTIZER(Bf16, int32_t)
+NCCLZ_INSTANTIATE_QUANTIZER(Bf16, int64_t)
+NCCLZ_INSTANTIATE_QUANTIZER(F16, int32_t)
+NCCLZ_INSTANTIATE_QUANTIZER(F16, int64_t)
+#undef NCCLZ_INSTANTIATE_QUANTIZER
+
+template double finite_max_abs<float>(const float*, size_t);
+template double finite_max_abs<double>(const double*, size_t);
+template double finite_max_abs<Bf16>(const Bf16*, size_t);
+template double finite_max_abs<F16>(const F16*, size_t);
+
+}  // namespace ncclz::codec

@@ -1,0 +1,582 @@
+// rANS entropy coder: static per-slice table, 8 interleaved 32-bit states,
+// 16-bit renormalization. Payload layout and the decoder's checks:
+// docs/format/rans.md.
+#include "codec/rans_coder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "codec/block_coder.hpp"
+
+namespace ncclz::codec {
+namespace {
+
+constexpr uint32_t kM = 1u << kRansScaleBits;  // frequency total
+constexpr uint32_t kL = 1u << 16;              // lower bound of a normalized state
+constexpr size_t kBitmapBytes = kRansAlphabet / 8;
+constexpr size_t kFixedBytes = 8 + 4 * size_t(kRansLanes);  // two lengths + the states
+
+// ---------------------------------------------------------------- scratch
+// Per-thread scratch buffers (symbols, extra bits), grown on demand.
+struct Scratch {
+  std::vector<uint8_t> syms;
+  std::vector<uint8_t> bits;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+uint8_t* grow(std::vector<uint8_t>& v, size_t n) {
+  if (v.size() < n) v.resize(std::max(n, v.size() + v.size() / 2));
+  return v.data();
+}
+
+inline void store16(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v);
+  p[1] = uint8_t(v >> 8);
+}
+inline uint32_t load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;  // little-endian host (x86-64, aarch64)
+}
+inline uint64_t load64_raw(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;  // little-endian host (x86-64, aarch64)
+}
+inline void store64_raw(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+
+// ---------------------------------------------------------------- histogram
+uint64_t histogram_bytes(const uint8_t* s, size_t n, uint32_t* hist) {
+  uint32_t h[4][kRansAlphabet] = {};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++h[0][s[i]];
+    ++h[1][s[i + 1]];
+    ++h[2][s[i + 2]];
+    ++h[3][s[i + 3]];
+  }
+  for (; i < n; ++i) ++h[0][s[i]];
+  for (int k = 0; k < kRansAlphabet; ++k) hist[k] = h[0][k] + h[1][k] + h[2][k] + h[3][k];
+  return n;
+}
+
+// ---------------------------------------------------------------- table
+size_t table_bytes(const uint32_t* freq) {
+  size_t b = kBitmapBytes;
+  for (int s = 0; s < kRansAlphabet; ++s)
+    if (freq[s]) b += (freq[s] - 1) < 128 ? 1 : 2;
+  return b;
+}
+
+size_t write_table(const uint32_t* freq, uint8_t* dst) {
+  std::memset(dst, 0, kBitmapBytes);
+  size_t o = kBitmapBytes;
+  for (int s = 0; s < kRansAlphabet; ++s) {
+    if (!freq[s]) continue;
+    dst[s >> 3] |= uint8_t(1u << (s & 7));
+    const uint32_t v = freq[s] - 1;
+    if (v < 128) {
+      dst[o++] = uint8_t(v);
+    } else {
+      dst[o++] = uint8_t(0x80 | (v & 0x7F));
+      dst[o++] = uint8_t(v >> 7);
+    }
+  }
+  return o;
+}
+
+// Reads and validates a table: canonical varints, every symbol <= max_sym,
+// frequencies summing to exactly kM. *used = bytes read.
+bool read_table(const uint8_t* src, size_t len, uint32_t max_sym, uint32_t* freq, size_t* used) {
+  if (len < kBitmapBytes) return false;
+  size_t o = kBitmapBytes;
+  uint32_t sum = 0;
+  for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
+    freq[s] = 0;
+    if (!((src[s >> 3] >> (s & 7)) & 1)) continue;
+    if (s > max_sym || o >= len) return false;
+    uint32_t v = src[o++];
+    if (v & 0x80) {
+      if (o >= len) return false;
+      const uint32_t hi = src[o++];
+      if (hi == 0 || hi > (kM - 1) >> 7) return false;
+      v = (v & 0x7F) | (hi << 7);
+    }
+    freq[s] = v + 1;
+    sum += v + 1;
+    if (sum > kM) return false;
+  }
+  if (sum != kM) return false;
+  *used = o;
+  return true;
+}
+
+// ---------------------------------------------------------------- coder tables
+struct EncSym {
+  uint64_t rcp;   // ceil(2^64 / freq) (freq >= 2), 2^64-1 for freq 1
+  uint64_t xmax;  // renormalize (emit 16 bits) while x >= xmax
+  uint32_t bias;  // cum (freq >= 2), cum + kM - 1 (freq 1)
+  uint32_t cmpl;  // kM - freq
+};
+
+// x' = (x / f) * kM + x % f + cum, computed as x + bias + q * cmpl with
+// q = floor(x * rcp / 2^64) (exact for x < 2^32, f <= 2^12). For f = 1, q = x - 1.
+void build_encoder(const uint32_t* freq, EncSym* es) {
+  uint32_t cum = 0;
+  for (int s = 0; s < kRansAlphabet; ++s) {
+    const uint32_t f = freq[s];
+    EncSym& e = es[s];
+    if (!f) {
+      e = EncSym{0, 0, 0, 0};
+      continue;
+    }
+    e.xmax = (uint64_t(kL >> kRansScaleBits) << 16) * f;
+    e.cmpl = kM - f;
+    if (f == 1) {
+      e.rcp = ~uint64_t(0);
+      e.bias = cum + kM - 1;
+    } else {
+      e.rcp = (~uint64_t(0)) / f + 1;
+      e.bias = cum;
+    }
+    cum += f;
+  }
+}
+
+// Decoder table: for each slot, the symbol and (freq << 16 | slot - cum).
+struct DecTable {
+  uint32_t fb[kM];
+  uint8_t sym[kM];
+};
+void build_decoder(const uint32_t* freq, DecTable* t) {
+  uint32_t cum = 0;
+  for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
+    const uint32_t f = freq[s];
+    for (uint32_t k = 0; k < f; ++k) {
+      t->fb[cum + k] = (f << 16) | k;
+      t->sym[cum + k] = uint8_t(s);
+    }
+    cum += f;
+  }
+}
+
+// ---------------------------------------------------------------- core encode
+// Encodes syms[0..n) backwards, writing 16-bit words downwards from `end`, never
+// below `limit`. Returns the first byte of the stream, or nullptr if it does not fit.
+uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* limit, uint8_t* end,
+                     uint32_t* state) {
+  uint32_t x[kRansLanes];
+  for (int k = 0; k < kRansLanes; ++k) x[k] = kL;
+  uint8_t* p = end;
+  // Checked step: used near the start of the buffer.
+  auto put_checked = [&](uint32_t& xs, const EncSym& e) -> bool {
+    if (xs >= e.xmax) {
+      if (p - limit < 2) return false;
+      p -= 2;
+      store16(p, xs);
+      xs >>= 16;
+    }
+    const uint64_t q = uint64_t((unsigned __int128)xs * e.rcp >> 64);
+    xs = uint32_t(xs + e.bias + uint32_t(q) * e.cmpl);
+    return true;
+  };
+  // Branch-free step: the word is always stored, the pointer moves only on
+  // renormalization (the caller guarantees 2 writable bytes below p).
+  auto put_fast = [&](uint32_t& xs, const EncSym& e) {
+    // Arithmetic select (GCC turns a ternary back into a branch that mispredicts).
+    const uint32_t renorm = uint32_t(uint64_t(xs) >= e.xmax);
+    store16(p - 2, xs);
+    p -= renorm << 1;
+    xs >>= renorm << 4;
+    const uint64_t q = uint64_t((unsigned __int128)xs * e.rcp >> 64);
+    xs = uint32_t(xs + e.bias + uint32_t(q) * e.cmpl);
+  };
+  size_t i = n;
+  while (i % kRansLanes) {
+    --i;
+    if (!put_checked(x[i % kRansLanes], es[syms[i]])) return nullptr;
+  }
+  while (i) {
+    i -= kRansLanes;
+    const uint8_t* s = syms + i;
+    if (p - limit >= 2 * kRansLanes) {
+      put_fast(x[7], es[s[7]]);
+      put_fast(x[6], es[s[6]]);
+      put_fast(x[5], es[s[5]]);
+      put_fast(x[4], es[s[4]]);
+      put_fast(x[3], es[s[3]]);
+      put_fast(x[2], es[s[2]]);
+      put_fast(x[1], es[s[1]]);
+      put_fast(x[0], es[s[0]]);
+    } else {
+      for (int k = kRansLanes - 1; k >= 0; --k)
+        if (!put_checked(x[k], es[s[k]])) return nullptr;
+    }
+  }
+  for (int k = 0; k < kRansLanes; ++k) state[k] = x[k];
+  return p;
+}
+
+// ---------------------------------------------------------------- core decode
+// Decodes n symbols from the word stream [p, end) with the given initial
+// states; requires that the stream is consumed exactly and every state ends at kL.
+bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, const DecTable& dt, size_t n,
+                 uint8_t* out) {
+  uint32_t x[kRansLanes];
+  for (int k = 0; k < kRansLanes; ++k) {
+    if (state[k] < kL) return false;
+    x[k] = state[k];
+  }
+  constexpr uint32_t kMask = kM - 1;
+  size_t i = 0;
+  // Fast path: 8 symbols read at most 8 words (16 bytes).
+  // Branch-free step: the next word is always loaded, consumed only on renormalization.
+  auto step_fast = [&](uint32_t& xs, uint8_t* o) {
+    const uint32_t slot = xs & kMask;
+    const uint32_t e = dt.fb[slot];
+    *o = dt.sym[slot];
+    xs = (e >> 16) * (xs >> kRansScaleBits) + (e & 0xFFFF);
+    // Arithmetic select (GCC turns a ternary back into a branch that mispredicts).
+    const uint32_t renorm = uint32_t(xs < kL);
+    const uint32_t w = load16(p) & (0u - renorm);
+    xs = (xs << (renorm << 4)) | w;
+    p += renorm << 1;
+  };
+  while (i + kRansLanes <= n && end - p >= 2 * kRansLanes) {
+    uint8_t* o = out + i;
+    step_fast(x[0], o + 0);
+    step_fast(x[1], o + 1);
+    step_fast(x[2], o + 2);
+    step_fast(x[3], o + 3);
+    step_fast(x[4], o + 4);
+    step_fast(x[5], o + 5);
+    step_fast(x[6], o + 6);
+    step_fast(x[7], o + 7);
+    i += kRansLanes;
+  }
+  for (; i < n; ++i) {
+    uint32_t& xs = x[i % kRansLanes];
+    const uint32_t slot = xs & kMask;
+    const uint32_t e = dt.fb[slot];
+    out[i] = dt.sym[slot];
+    xs = (e >> 16) * (xs >> kRansScaleBits) + (e & 0xFFFF);
+    if (xs < kL) {
+      if (end - p < 2) return false;
+      xs = (xs << 16) | load16(p);
+      p += 2;
+    }
+  }
+  if (p != end) return false;
+  for (int k = 0; k < kRansLanes; ++k)
+    if (x[k] != kL) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------- framing
+// Writes table, lengths, states, the extra-bit stream and the rANS stream.
+// syms/hist describe the symbols; xb/xbytes the (already packed) extra bits.
+size_t encode_framed(const uint8_t* syms, size_t n, const uint32_t* hist, const uint8_t* xb, size_t xbytes,
+                     uint8_t* dst, size_t cap) {
+  uint32_t freq[kRansAlphabet];
+  rans_normalize(hist, n, freq);
+  const size_t tb = table_bytes(freq);
+  const size_t head = tb + kFixedBytes;
+  if (head > cap || xbytes > cap - head) return kNoFit;
+  write_table(freq, dst);
+  EncSym es[kRansAlphabet];
+  build_encoder(freq, es);
+  uint8_t* const data = dst + head + xbytes;  // start of the rANS stream
+  uint32_t state[kRansLanes];
+  uint8_t* p = encode_core(syms, n, es, data, dst + cap, state);
+  if (!p) return kNoFit;
+  const size_t rbytes = size_t((dst + cap) - p);
+  if (rbytes > 0xFFFFFFFFu || xbytes > 0xFFFFFFFFu) return kNoFit;
+  std::memmove(data, p, rbytes);
+  if (xbytes) std::memcpy(dst + head, xb, xbytes);
+  store_u32(dst + tb, uint32_t(xbytes));
+  store_u32(dst + tb + 4, uint32_t(rbytes));
+  for (int k = 0; k < kRansLanes; ++k) store_u32(dst + tb + 8 + 4 * k, state[k]);
+  return head + xbytes + rbytes;
+}
+
+// Parses the frame and decodes the n symbols into syms. On success the extra-bit
+// stream is [*xb, *xb + *xbytes) and freq holds the table.
+bool decode_framed(const uint8_t* src, size_t len, size_t n, uint32_t max_sym, uint8_t* syms, uint32_t* freq,
+                   const uint8_t** xb, size_t* xbytes) {
+  size_t tb = 0;
+  if (!read_table(src, len, max_sym, freq, &tb)) return false;
+  if (len - tb < kFixedBytes) return false;
+  const uint64_t xlen = load_u32(src + tb);
+  const uint64_t rlen = load_u32(src + tb + 4);
+  const size_t head = tb + kFixedBytes;
+  if (rlen & 1) return false;
+  if (uint64_t(len - head) != xlen + rlen) return false;
+  uint32_t state[kRansLanes];
+  for (int k = 0; k < kRansLanes; ++k) state[k] = load_u32(src + tb + 8 + 4 * k);
+  thread_local DecTable dt;
+  build_decoder(freq, &dt);
+  const uint8_t* r = src + head + xlen;
+  if (!decode_core(r, r + rlen, state, dt, n, syms)) return false;
+  *xb = src + head;
+  *xbytes = size_t(xlen);
+  return true;
+}
+
+// ---------------------------------------------------------------- extra bits
+// LSB-first bit writer into a buffer with at least 8 bytes of slack.
+struct BitWriter {
+  uint8_t* w;
+  uint64_t acc = 0;
+  uint32_t n = 0;  // pending bits in acc, < 8 between calls
+  void put(uint64_t v, uint32_t nb) {  // nb <= 56
+    acc |= v << n;
+    n += nb;
+    store64_raw(w, acc);
+    const uint32_t adv = n >> 3;
+    w += adv;
+    acc >>= adv * 8;  // adv <= 7
+    n &= 7;
+  }
+  void put_any(uint64_t v, uint32_t nb) {  // nb <= 64
+    if (nb > 56) {
+      put(v & 0xFFFFFFFFu, 32);
+      put(v >> 32, nb - 32);
+    } else {
+      put(v, nb);
+    }
+  }
+  uint8_t* finish() {
+    if (n) {
+      *w++ = uint8_t(acc);
+    }
+    return w;
+  }
+};
+
+// LSB-first bit reader that never reads outside [p, end).
+struct BitReader {
+  const uint8_t* begin;
+  const uint8_t* p;
+  const uint8_t* end;
+  uint64_t acc = 0;
+  uint32_t avail = 0;  // valid bits at the bottom of acc
+  bool bad = false;
+  void refill() {
+    if (end - p >= 8) {
+      acc |= load64_raw(p) << avail;
+      p += (63 - avail) >> 3;
+      avail |= 56;
+    } else {
+      while (avail <= 56 && p < end) {
+        acc |= uint64_t(*p++) << avail;
+        avail += 8;
+      }
+    }
+  }
+  uint64_t get(uint32_t nb) {  // nb <= 56
+    refill();
+    if (avail < nb) {
+      bad = true;
+      return 0;
+    }
+    const uint64_t v = acc & ((uint64_t(1) << nb) - 1);
+    acc >>= nb;  // nb <= 56
+    avail -= nb;
+    return v;
+  }
+  uint64_t get_any(uint32_t nb) {  // nb <= 64
+    if (nb > 56) {
+      const uint64_t lo = get(32);
+      return lo | (get(nb - 32) << 32);
+    }
+    return get(nb);
+  }
+  // Everything was read, up to at most 7 zero padding bits.
+  bool finished() const {
+    if (bad || p != end || avail >= 8) return false;
+    return (acc & ((uint64_t(1) << avail) - 1)) == 0;
+  }
+};
+
+template <class Code>
+constexpr uint32_t code_bits() {
+  return uint32_t(sizeof(Code) * 8);
+}
+
+// Branch-free symbol of a zigzag value (see rans_coder.hpp).
+inline void map_fast(uint64_t z, uint32_t* sym, uint32_t* nb) {
+  // For z < 128 the bucket is computed on z | 4 (so that L >= 3) and discarded.
+  const uint64_t zb = z | 4;
+  const int L = rans_bit_length(zb);
+  const uint32_t bucket = kRansDirect + 2 * uint32_t(L - 8) + uint32_t((zb >> (L - 2)) & 1);
+  // Select with a mask: a branch here mispredicts on every mix of direct and bucket values.
+  const uint32_t big = uint32_t(0) - uint32_t(z >= kRansDirect);
+  *sym = (uint32_t(z) & ~big) | (bucket & big);
+  *nb = uint32_t(L - 2) & big;
+}
+
+}  // namespace
+
+// ================================================================ public
+
+void rans_normalize(const uint32_t* hist, uint64_t total, uint32_t* freq) {
+  uint32_t present[kRansAlphabet];
+  uint64_t rem[kRansAlphabet];
+  uint32_t nsym = 0;
+  uint64_t sum_h = 0;
+  for (int s = 0; s < kRansAlphabet; ++s) {
+    freq[s] = 0;
+    if (hist[s]) {
+      present[nsym++] = uint32_t(s);
+      sum_h += hist[s];
+    }
+  }
+  (void)total;  // the histogram's own sum is authoritative
+  if (nsym == 0) return;
+  if (nsym == 1) {
+    freq[present[0]] = kM;
+    return;
+  }
+  // Every present symbol gets 1; the other kM - nsym slots are shared in
+  // proportion to the counts (floor), the remainder going to the largest
+  // fractional parts (ties: lower symbol first).
+  const uint64_t avail = kM - nsym;
+  uint32_t sum = 0;
+  for (uint32_t k = 0; k < nsym; ++k) {
+    const uint32_t s = present[k];
+    const uint64_t num = uint64_t(hist[s]) * avail;
+    freq[s] = 1 + uint32_t(num / sum_h);
+    rem[s] = num % sum_h;
+    sum += freq[s];
+  }
+  uint32_t left = kM - sum;
+  if (left) {
+    std::sort(present, present + nsym,
+              [&](uint32_t a, uint32_t b) { return rem[a] != rem[b] ? rem[a] > rem[b] : a < b; });
+    for (uint32_t k = 0; k < left; ++k) ++freq[present[k]];
+  }
+}
+
+size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n) {
+  if (n == 0) return 0;
+  uint64_t sum_h = 0;
+  for (int s = 0; s < kRansAlphabet; ++s) sum_h += hist[s];
+  if (sum_h == 0) return kBitmapBytes + kFixedBytes + n;  // nothing sampled: a guess
+  uint32_t freq[kRansAlphabet];
+  rans_normalize(hist, sum_h, freq);
+  double bits = 0;  // cross-entropy of the sample against its table, in bits
+  for (int s = 0; s < kRansAlphabet; ++s)
+    if (hist[s]) bits += double(hist[s]) * (kRansScaleBits - std::log2(double(freq[s])));
+  const double per_sym = bits / double(sum_h);
+  const double scale = double(n) / double(sampled_total ? sampled_total : sum_h);
+  const double payload = (double(n) * per_sym + double(sampled_extra_bits) * scale) / 8.0;
+  return table_bytes(freq) + kFixedBytes + size_t(payload + 1.0);
+}
+
+template <class Code>
+size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
+  if (n == 0) return 0;
+  Scratch& sc = scratch();
+  uint8_t* syms = grow(sc.syms, n);
+  // One pass: symbols, histogram, and the extra bits (LSB first in element order).
+  uint8_t* xbuf = grow(sc.bits, sizeof(Code) * n + 16);
+  BitWriter bw{xbuf};
+  uint32_t h[4][kRansAlphabet] = {};
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t z = uint64_t(rans_zigzag(r[i]));
+    uint32_t s, nb;
+    map_fast(z, &s, &nb);
+    syms[i] = uint8_t(s);
+    ++h[i & 3][s];
+    const uint64_t v = z & ((uint64_t(1) << nb) - 1);
+    if (code_bits<Code>() > 56 + 2)
+      bw.put_any(v, nb);
+    else
+      bw.put(v, nb);
+  }
+  const size_t xbytes = size_t(bw.finish() - xbuf);
+  uint32_t hist[kRansAlphabet];
+  for (int k = 0; k < kRansAlphabet; ++k) hist[k] = h[0][k] + h[1][k] + h[2][k] + h[3][k];
+  const uint8_t* xb = xbytes ? xbuf : nullptr;
+  return encode_framed(syms, n, hist, xb, xbytes, dst, cap);
+}
+
+template <class Code>
+Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
+  using U = std::make_unsigned_t<Code>;
+  if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
+  if (!src || !out) return Status::Corrupt;
+  Scratch& sc = scratch();
+  uint8_t* syms = grow(sc.syms, n);
+  uint32_t freq[kRansAlphabet];
+  const uint8_t* xb = nullptr;
+  size_t xbytes = 0;
+  if (!decode_framed(src, len, n, rans_max_symbol(int(code_bits<Code>())), syms, freq, &xb, &xbytes))
+    return Status::Corrupt;
+  bool any_bucket = false;
+  for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) any_bucket |= freq[s] != 0;
+  if (!any_bucket) {
+    if (xbytes != 0) return Status::Corrupt;
+    for (size_t i = 0; i < n; ++i) out[i] = rans_unzigzag<Code>(U(syms[i]));
+    return Status::Ok;
+  }
+  // Per-symbol base value and extra-bit count.
+  uint64_t base[kRansAlphabet];
+  uint8_t nbits[kRansAlphabet];
+  for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
+    if (s < kRansDirect) {
+      base[s] = s;
+      nbits[s] = 0;
+    } else {
+      const uint32_t j = s - kRansDirect, L = 8 + j / 2;
+      if (L > 64) {
+        base[s] = 0;
+        nbits[s] = 0;  // never present (rejected by the table check)
+      } else {
+        base[s] = uint64_t(2 | (j & 1)) << (L - 2);
+        nbits[s] = uint8_t(L - 2);
+      }
+    }
+  }
+  BitReader br{xb, xb, xb + xbytes};
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t s = syms[i];
+    uint64_t z;
+    if (code_bits<Code>() > 56 + 2)
+      z = base[s] | br.get_any(nbits[s]);
+    else
+      z = base[s] | br.get(nbits[s]);
+    out[i] = rans_unzigzag<Code>(U(z));
+  }
+  if (!br.finished()) return Status::Corrupt;
+  return Status::Ok;
+}
+
+size_t rans_encode_bytes(const uint8_t* sym, size_t n, uint8_t* dst, size_t cap) {
+  if (n == 0) return 0;
+  uint32_t hist[kRansAlphabet];
+  histogram_bytes(sym, n, hist);
+  return encode_framed(sym, n, hist, nullptr, 0, dst, cap);
+}
+
+Status rans_decode_bytes(const uint8_t* src, size_t len, size_t n, uint8_t* out) {
+  if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
+  if (!src || !out) return Status::Corrupt;
+  uint32_t freq[kRansAlphabet];
+  const uint8_t* xb = nullptr;
+  size_t xbytes = 0;
+  if (!decode_framed(src, len, n, kRansAlphabet - 1, out, freq, &xb, &xbytes)) return Status::Corrupt;
+  if (xbytes != 0) return Status::Corrupt;
+  return Status::Ok;
+}
+
+template size_t rans_encode<int32_t>(const int32_t*, size_t, uint8_t*, size_t);
+template size_t rans_encode<int64_t>(const int64_t*, size_t, uint8_t*, size_t);
+template Status rans_decode<int32_t>(const uint8_t*, size_t, size_t, int32_t*);
+template Status rans_decode<int64_t>(const uint8_t*, size_t, size_t, int64_t*);
+
+}  // namespace ncclz::codec

@@ -1,0 +1,279 @@
+// The C API (ncclz.h) over the C++ Communicator: argument translation and
+// exception-to-result-code mapping. Nothing here throws.
+#include "ncclz/ncclz.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "bootstrap/bootstrap.hpp"
+#include "ncclz/communicator.hpp"
+#include "ncclz/error.hpp"
+
+struct ncclzComm {
+  std::unique_ptr<ncclz::Communicator> impl;
+  ncclz::CallStats last;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+ncclzResult_t fail(ncclzResult_t r, const char* what) {
+  g_last_error = what ? what : "";
+  return r;
+}
+
+// Runs fn, mapping every exception to a result code (and the message).
+template <class Fn>
+ncclzResult_t guarded(Fn&& fn) {
+  try {
+    fn();
+    return ncclzSuccess;
+  } catch (const ncclz::InvalidArgument& e) {
+    return fail(ncclzInvalidArgument, e.what());
+  } catch (const ncclz::Aborted& e) {
+    return fail(ncclzAborted, e.what());
+  } catch (const ncclz::Timeout& e) {
+    return fail(ncclzTimeout, e.what());
+  } catch (const ncclz::RemoteError& e) {
+    return fail(ncclzRemoteError, e.what());
+  } catch (const ncclz::CorruptData& e) {
+    return fail(ncclzCorruptData, e.what());
+  } catch (const ncclz::SystemError& e) {
+    return fail(ncclzSystemError, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(ncclzSystemError, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(ncclzInternalError, e.what());
+  } catch (...) {
+    return fail(ncclzInternalError, "unknown error");
+  }
+}
+
+bool to_dtype(ncclzDataType_t t, ncclz::DataType* out) {
+  switch (t) {
+    case ncclzFloat32: *out = ncclz::DataType::F32; return true;
+    case ncclzFloat64: *out = ncclz::DataType::F64; return true;
+    case ncclzFloat16: *out = ncclz::DataType::F16; return true;
+    case ncclzBfloat16: *out = ncclz::DataType::BF16; return true;
+    case ncclzInt32: *out = ncclz::DataType::I32; return true;
+    case ncclzInt64: *out = ncclz::DataType::I64; return true;
+    case ncclzUint8: *out = ncclz::DataType::U8; return true;
+    default: return false;
+  }
+}
+
+bool to_op(ncclzRedOp_t o, ncclz::RedOp* out) {
+  switch (o) {
+    case ncclzSum: *out = ncclz::RedOp::Sum; return true;
+    case ncclzProd: *out = ncclz::RedOp::Prod; return true;
+    case ncclzMax: *out = ncclz::RedOp::Max; return true;
+    case ncclzMin: *out = ncclz::RedOp::Min; return true;
+    case ncclzAvg: *out = ncclz::RedOp::Avg; return true;
+    default: return false;
+  }
+}
+
+ncclz::Compression to_compression(const ncclzCompression_t& c) {
+  ncclz::Compression r;
+  switch (c.mode) {
+    case ncclzCompressNone: r.mode = ncclz::Compression::Mode::None; break;
+    case ncclzCompressLossless: r.mode = ncclz::Compression::Mode::Lossless; break;
+    case ncclzCompressLossyAbs: r.mode = ncclz::Compression::Mode::LossyAbs; break;
+    case ncclzCompressLossyRel: r.mode = ncclz::Compression::Mode::LossyRel; break;
+    default: throw ncclz::InvalidArgument("ncclz: unknown compression mode " + std::to_string(int(c.mode)));
+  }
+  r.bound = c.bound;
+  r.codec = c.codec ? c.codec : "";
+  r.min_bytes = c.minBytes;
+  return r;
+}
+
+ncclz::DataType dtype_or_throw(ncclzDataType_t t) {
+  ncclz::DataType d;
+  if (!to_dtype(t, &d)) throw ncclz::InvalidArgument("ncclz: unknown data type " + std::to_string(int(t)));
+  return d;
+}
+
+ncclz::RedOp op_or_throw(ncclzRedOp_t o) {
+  ncclz::RedOp r;
+  if (!to_op(o, &r)) throw ncclz::InvalidArgument("ncclz: unknown reduction op " + std::to_string(int(o)));
+  return r;
+}
+
+ncclz::Communicator& comm_or_throw(ncclzComm_t comm) {
+  if (!comm || !comm->impl) throw ncclz::InvalidArgument("ncclz: null or destroyed communicator");
+  return *comm->impl;
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclzResult_t ncclzGetUniqueId(ncclzUniqueId* uniqueId) {
+  return guarded([&] {
+    if (!uniqueId) throw ncclz::InvalidArgument("ncclzGetUniqueId: null uniqueId");
+    static_assert(sizeof(ncclz::UniqueId) == sizeof(ncclzUniqueId), "unique id sizes agree");
+    const ncclz::UniqueId id = ncclz::Bootstrap::make_unique_id();
+    std::memcpy(uniqueId->internal, id.bytes, sizeof id.bytes);
+  });
+}
+
+ncclzResult_t ncclzCommInitRank(ncclzComm_t* comm, int nranks, ncclzUniqueId commId, int rank) {
+  return guarded([&] {
+    if (!comm) throw ncclz::InvalidArgument("ncclzCommInitRank: null comm");
+    *comm = nullptr;
+    if (nranks < 1 || rank < 0 || rank >= nranks) {
+      throw ncclz::InvalidArgument("ncclzCommInitRank: rank " + std::to_string(rank) + " is not in [0, " +
+                                   std::to_string(nranks) + ")");
+    }
+    ncclz::UniqueId id;
+    std::memcpy(id.bytes, commId.internal, sizeof id.bytes);
+    auto c = std::make_unique<ncclzComm>();
+    c->impl = ncclz::Communicator::create(id, rank, nranks, ncclz::CommConfig::from_env());
+    *comm = c.release();
+  });
+}
+
+ncclzResult_t ncclzCommInitFromEnv(ncclzComm_t* comm) {
+  return guarded([&] {
+    if (!comm) throw ncclz::InvalidArgument("ncclzCommInitFromEnv: null comm");
+    *comm = nullptr;
+    auto c = std::make_unique<ncclzComm>();
+    c->impl = ncclz::Communicator::create(ncclz::CommConfig::from_env());
+    *comm = c.release();
+  });
+}
+
+ncclzResult_t ncclzCommDestroy(ncclzComm_t comm) {
+  return guarded([&] { delete comm; });
+}
+
+ncclzResult_t ncclzCommAbort(ncclzComm_t comm) {
+  return guarded([&] {
+    if (comm && comm->impl) comm->impl->abort("aborted by ncclzCommAbort");
+    delete comm;
+  });
+}
+
+ncclzResult_t ncclzCommCount(const ncclzComm_t comm, int* count) {
+  return guarded([&] {
+    if (!count) throw ncclz::InvalidArgument("ncclzCommCount: null count");
+    *count = comm_or_throw(comm).size();
+  });
+}
+
+ncclzResult_t ncclzCommUserRank(const ncclzComm_t comm, int* rank) {
+  return guarded([&] {
+    if (!rank) throw ncclz::InvalidArgument("ncclzCommUserRank: null rank");
+    *rank = comm_or_throw(comm).rank();
+  });
+}
+
+ncclzResult_t ncclzAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
+                             ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).all_reduce(sendbuff, recvbuff, count, dtype_or_throw(datatype), op_or_throw(op),
+                                   to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype,
+                                 ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_or_throw(datatype), op_or_throw(op),
+                                       to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype,
+                             ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype),
+                                   to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, int root,
+                             ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const ncclz::DataType t = dtype_or_throw(datatype);
+    if (c.rank() == root && sendbuff && recvbuff && sendbuff != recvbuff && count) {
+      size_t es = 0;
+      switch (t) {
+        case ncclz::DataType::F64:
+        case ncclz::DataType::I64: es = 8; break;
+        case ncclz::DataType::F32:
+        case ncclz::DataType::I32: es = 4; break;
+        case ncclz::DataType::F16:
+        case ncclz::DataType::BF16: es = 2; break;
+        case ncclz::DataType::U8: es = 1; break;
+      }
+      std::memmove(recvbuff, sendbuff, count * es);
+    }
+    c.broadcast(recvbuff, count, t, root, to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t datatype, int peer,
+                        ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).send(sendbuff, count, dtype_or_throw(datatype), peer, to_compression(compression),
+                             &comm->last);
+  });
+}
+
+ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,
+                        ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).recv(recvbuff, count, dtype_or_throw(datatype), peer, to_compression(compression),
+                             &comm->last);
+  });
+}
+
+ncclzResult_t ncclzBarrier(ncclzComm_t comm) {
+  return guarded([&] { comm_or_throw(comm).barrier(); });
+}
+
+ncclzResult_t ncclzCommGetLastStats(const ncclzComm_t comm, ncclzCallStats_t* stats) {
+  return guarded([&] {
+    comm_or_throw(comm);
+    if (!stats) throw ncclz::InvalidArgument("ncclzCommGetLastStats: null stats");
+    const ncclz::CallStats& s = comm->last;
+    stats->rawBytes = s.raw_bytes;
+    stats->wireBytes = s.wire_bytes;
+    stats->ratio = s.ratio;
+    stats->encodeSeconds = s.encode_s;
+    stats->decodeSeconds = s.decode_s;
+    stats->quantizeSeconds = s.quantize_s;
+    stats->waitSeconds = s.wait_s;
+    stats->wallSeconds = s.wall_s;
+    stats->errorBound = s.error_bound;
+    stats->exactFallback = s.exact_fallback ? 1 : 0;
+  });
+}
+
+const char* ncclzGetErrorString(ncclzResult_t result) {
+  switch (result) {
+    case ncclzSuccess: return "no error";
+    case ncclzInvalidArgument: return "invalid argument";
+    case ncclzRemoteError: return "remote process error or mismatched call";
+    case ncclzTimeout: return "timeout";
+    case ncclzAborted: return "communicator aborted";
+    case ncclzCorruptData: return "corrupt compressed data";
+    case ncclzSystemError: return "system error";
+    case ncclzInternalError: return "internal error";
+    default: return "unknown result code";
+  }
+}
+
+const char* ncclzGetLastError(ncclzComm_t comm) {
+  (void)comm;
+  return g_last_error.c_str();
+}
+
+}  // extern "C"

@@ -1,0 +1,61 @@
+// The call descriptor: what a rank is about to do, exchanged before each call.
+//
+// Before every collective the ranks allgather one fixed-size CallDesc around
+// the ring on channel 0 (one raw slot per hop). Each rank then compares all N
+// descriptors itself, so a mismatch (another collective, count, type, op, root,
+// compression, or a skipped call: the sequence number) raises RemoteError on
+// every rank with the same message, before any data moved and without hanging.
+// A rank whose own arguments are invalid still takes part in the exchange with
+// the kInvalid flag set: it throws InvalidArgument and the others RemoteError.
+// Lossy calls carry their data statistics in the same record (min, max, max|x|,
+// non-finite flag), so the exchange doubles as the small pre-reduction that
+// fixes eb and the code width; a second, smaller round reports quantizer
+// outliers. Send/recv exchange descriptors pairwise on their own link
+// (sender's first, then the receiver's answer).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace ncclz::core {
+
+enum class Coll : uint8_t {
+  AllReduce = 1,
+  ReduceScatter = 2,
+  AllGather = 3,
+  Broadcast = 4,
+  Send = 5,
+  Recv = 6,
+  Barrier = 7,
+  Outliers = 8,  ///< second round of a lossy call
+};
+
+enum DescFlags : uint8_t {
+  kInvalid = 1,    ///< this rank's arguments are invalid (it throws InvalidArgument)
+  kAnyFinite = 2,  ///< lo/hi/maxabs are meaningful
+  kNonFinite = 4,  ///< some input is NaN or +-Inf
+  kOutliers = 8,   ///< the quantizer reported outliers (second round)
+  kCompress = 16,  ///< send/recv: the sender's data travels as codes with eb
+  kWide = 32,      ///< send/recv: int64 codes
+};
+
+struct CallDesc {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  double bound = 0;   ///< E (abs) or r (rel)
+  double lo = 0;      ///< lossy statistics of this rank's input
+  double hi = 0;
+  double maxabs = 0;
+  double eb = 0;      ///< send/recv lossy: the sender's quantizer bound
+  double E = 0;       ///< send/recv lossy: the sender's resolved bound
+  int32_t root = -1;  ///< broadcast root; send: the sender; recv: the expected sender
+  int32_t peer = -1;  ///< send: the destination; recv: the receiver
+  uint8_t coll = 0, dtype = 0, op = 0, mode = 0;
+  uint8_t flags = 0;
+  uint8_t pad[3] = {0, 0, 0};
+  char codec[16] = {};  ///< forced codec name ("" = selector)
+};
+static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");
+
+}  // namespace ncclz::core

@@ -1,0 +1,185 @@
+// The generic step routine behind every primitive (see prims.hpp).
+#include "prims/prims.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "ncclz/error.hpp"
+
+namespace ncclz::prims {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+size_t slice_elems_for(size_t slot_bytes, size_t esize) {
+  if (esize == 0 || slot_bytes <= codec::kHeaderBytes + esize) return 1;
+  size_t n = (slot_bytes - codec::kHeaderBytes) / esize;
+  if (n > 0xFFFFFFFFu) n = 0xFFFFFFFFu;  // the slice header counts in 32 bits
+  return n;
+}
+
+Prims::Prims(transport::SendConn* send, transport::RecvConn* recv, const PrimsArgs& args, ChannelStats* stats,
+             void* scratch)
+    : send_(send), recv_(recv), a_(args), st_(stats), scratch_(static_cast<uint8_t*>(scratch)) {
+  esize_ = codec::elem_size(a_.type);
+  slot_bytes_ = send_ ? send_->slot_bytes() : (recv_ ? recv_->slot_bytes() : 0);
+  slice_ = slice_elems_for(slot_bytes_, esize_);
+}
+
+transport::SlotView Prims::wait_in() {
+  const auto t0 = Clock::now();
+  transport::SlotView v = recv_->wait(a_.deadline);
+  st_->wait_s += seconds_since(t0);
+  return v;
+}
+
+uint8_t* Prims::acquire_out() {
+  const auto t0 = Clock::now();
+  uint8_t* p = send_->acquire(a_.deadline);
+  st_->wait_s += seconds_since(t0);
+  return p;
+}
+
+void Prims::post_out(size_t bytes, size_t n) {
+  send_->post(bytes);
+  st_->wire_bytes += bytes;
+  st_->raw_bytes += uint64_t(n) * a_.raw_esize;
+}
+
+void Prims::decode(const transport::SlotView& in, void* dst, size_t n) {
+  if (a_.mode == WireMode::Raw) {
+    std::memcpy(dst, raw_in(in, n), n * esize_);
+    return;
+  }
+  const auto t0 = Clock::now();
+  size_t used = 0;
+  const codec::Status s = codec::decode_slice(in.data, in.bytes, a_.type, uint32_t(n), dst, &used);
+  st_->decode_s += seconds_since(t0);
+  if (s != codec::Status::Ok || used != in.bytes) {
+    throw CorruptData("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
+                      ": the slice received from rank " + std::to_string(recv_->peer()) + " (" +
+                      std::to_string(in.bytes) + " bytes, expected " + std::to_string(n) + " elements of " +
+                      std::to_string(esize_) + " bytes) does not decode: " +
+                      (s != codec::Status::Ok ? codec::status_string(s) : "trailing bytes after the slice") +
+                      ". The peers disagree on the call or the data was corrupted in transit.");
+  }
+}
+
+const uint8_t* Prims::raw_in(const transport::SlotView& in, size_t n) {
+  if (in.bytes != n * esize_) {
+    throw CorruptData("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
+                      ": received " + std::to_string(in.bytes) + " bytes from rank " + std::to_string(recv_->peer()) +
+                      " where " + std::to_string(n * esize_) + " were expected (uncompressed slice)");
+  }
+  // Typed reductions read the slot in place when it is aligned for the type.
+  if (reinterpret_cast<uintptr_t>(in.data) % esize_ != 0) {
+    std::memcpy(scratch_, in.data, in.bytes);
+    return scratch_;
+  }
+  return in.data;
+}
+
+size_t Prims::encode(const void* src, size_t n, uint8_t* out) {
+  if (a_.mode == WireMode::Raw) {
+    std::memcpy(out, src, n * esize_);
+    return n * esize_;
+  }
+  const auto t0 = Clock::now();
+  codec::SliceInfo info;
+  const codec::Status s = codec::encode_slice(src, a_.type, uint32_t(n), out, slot_bytes_, a_.enc, &info);
+  st_->encode_s += seconds_since(t0);
+  if (s != codec::Status::Ok) {
+    throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
+                ": encoding a slice of " + std::to_string(n) + " elements for rank " + std::to_string(send_->peer()) +
+                " failed: " + codec::status_string(s) +
+                " (a forced codec that does not accept this element type?)");
+  }
+  return info.bytes;
+}
+
+template <unsigned F>
+void Prims::step(const uint8_t* src, uint8_t* dst, size_t n) {
+  constexpr bool kR = F & kRecv, kRed = F & kReduce, kC = F & kCopy, kS = F & kSend, kFwd = F & kForward;
+  const size_t bytes = n * esize_;
+
+  if constexpr (kFwd) {
+    // recvCopySend: forward the received bytes unchanged, decode once.
+    const transport::SlotView in = wait_in();
+    if (in.bytes > slot_bytes_) throw CorruptData("ncclz: oversized slot from rank " + std::to_string(recv_->peer()));
+    uint8_t* out = acquire_out();
+    std::memcpy(out, in.data, in.bytes);
+    post_out(in.bytes, n);
+    decode(in, dst, n);
+    recv_->release();
+  } else if constexpr (!kR) {
+    // send / copySend: the local input goes out.
+    if constexpr (kC) {
+      if (dst != src) std::memcpy(dst, src, bytes);
+    }
+    uint8_t* out = acquire_out();
+    const size_t w = encode(src, n, out);
+    post_out(w, n);
+  } else if constexpr (!kRed) {
+    // recv (COPY only: the prims never need a plain recvSend).
+    static_assert(!kS, "recvSend without FORWARD is not a verb");
+    const transport::SlotView in = wait_in();
+    decode(in, dst, n);
+    recv_->release();
+  } else {
+    const transport::SlotView in = wait_in();
+    if (a_.mode == WireMode::Raw) {
+      const uint8_t* inc = raw_in(in, n);
+      if constexpr (kS) {
+        // Reduce straight into the outgoing slot, copy to the output from there.
+        uint8_t* out = acquire_out();
+        a_.reduce(out, inc, src, n);
+        if constexpr (kC) std::memcpy(dst, out, bytes);
+        post_out(bytes, n);
+      } else {
+        a_.reduce(dst, inc, src, n);
+      }
+      recv_->release();
+      return;
+    }
+    // Coded: decode into scratch, free the slot, reduce, encode.
+    decode(in, scratch_, n);
+    recv_->release();
+    uint8_t* acc = kC ? dst : scratch_;
+    a_.reduce(acc, scratch_, src, n);
+    if constexpr (kS) {
+      uint8_t* out = acquire_out();
+      const size_t w = encode(acc, n, out);
+      post_out(w, n);
+    }
+    return;
+  }
+}
+
+template <unsigned F>
+void Prims::run(const void* src, void* dst, size_t n) {
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  for (size_t off = 0; off < n; off += slice_) {
+    const size_t k = n - off < slice_ ? n - off : slice_;
+    step<F>(s ? s + off * esize_ : nullptr, d ? d + off * esize_ : nullptr, k);
+  }
+}
+
+void Prims::send(const void* src, size_t n) { run<kSend>(src, nullptr, n); }
+void Prims::copySend(const void* src, void* dst, size_t n) { run<kCopy | kSend>(src, dst, n); }
+void Prims::recv(void* dst, size_t n) { run<kRecv | kCopy>(nullptr, dst, n); }
+void Prims::recvReduceSend(const void* src, size_t n) { run<kRecv | kReduce | kSend>(src, nullptr, n); }
+void Prims::recvReduceCopy(const void* src, void* dst, size_t n) { run<kRecv | kReduce | kCopy>(src, dst, n); }
+void Prims::recvReduceCopySend(const void* src, void* dst, size_t n) {
+  run<kRecv | kReduce | kCopy | kSend>(src, dst, n);
+}
+void Prims::recvCopySend(void* dst, size_t n) { run<kRecv | kCopy | kSend | kForward>(nullptr, dst, n); }
+
+}  // namespace ncclz::prims

@@ -1,0 +1,130 @@
+// Primitives: the send/receive loops with the codec inside them.
+//
+// A Prims object drives one rank's side of one channel: a receive connection
+// from the previous rank and a send connection to the next one (either may be
+// absent). Every verb is a one-line use of a single generic step routine,
+// step<Flags>, which handles one slice (at most slice_elems() elements):
+//
+//   1. RECV:    wait for the next incoming slot;
+//   2. decode:  the slot's slice, straight from slot memory (Coded), or use the
+//               slot's bytes in place (Raw);
+//   3. REDUCE:  combine it with the local input (incoming op local);
+//   4. COPY:    store the result into the output buffer;
+//   5. SEND:    acquire the next outgoing slot, encode the result straight into
+//               it (capacity slot_bytes >= max_slice_bytes, so the encoder's RAW
+//               fallback always fits), post it with its size;
+//   6. release the incoming slot.
+// FORWARD (recvCopySend) skips 2-5: the received slot's bytes are copied into
+// the outgoing slot unchanged (no re-encoding, the allgather phase's rule) and
+// the slice is decoded once into the output.
+//
+//   verb                 flags                     used by
+//   send                 SEND                      first step of every ring
+//   copySend             COPY|SEND                 allgather: own chunk
+//   recv                 RECV|COPY                 last step of every ring
+//   recvReduceSend       RECV|REDUCE|SEND          reduce-scatter middle steps
+//   recvReduceCopy       RECV|REDUCE|COPY          reduce-scatter last step
+//   recvReduceCopySend   RECV|REDUCE|COPY|SEND     allreduce: owner's final chunk
+//   recvCopySend         RECV|COPY|SEND|FORWARD    allgather phase, broadcast relay
+//
+// Wire modes:
+//  - Raw:   a slot holds the slice's raw elements, no header (mode "none":
+//           memcpy speed; reductions read the slot in place and write the
+//           outgoing slot directly).
+//  - Coded: a slot holds exactly one slice in the slice format
+//           (docs/FORMAT.md), produced by codec::encode_slice (the selector
+//           picks the codec) and checked by codec::decode_slice.
+//
+// Buffers passed to the verbs hold wire elements (the integer codes in lossy
+// mode). A verb of n elements runs ceil(n / slice_elems()) steps; the two ends
+// of a connection compute the same slicing from the same n. Overlap comes from
+// the FIFO: while slice k sits in a slot being drained (socket proxy) or read
+// (peer), slice k+1 is already being encoded into the next slot.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/slice.hpp"
+#include "prims/reduce.hpp"
+#include "transport/transport.hpp"
+
+namespace ncclz::prims {
+
+enum class WireMode : uint8_t { Raw, Coded };
+
+/// Per-channel counters, summed into CallStats by the communicator.
+struct ChannelStats {
+  double encode_s = 0;      ///< in encode_slice
+  double decode_s = 0;      ///< in decode_slice
+  double wait_s = 0;        ///< blocked in acquire() / wait()
+  uint64_t raw_bytes = 0;   ///< elements sent * user element size
+  uint64_t wire_bytes = 0;  ///< bytes posted
+  void add(const ChannelStats& o) {
+    encode_s += o.encode_s;
+    decode_s += o.decode_s;
+    wait_s += o.wait_s;
+    raw_bytes += o.raw_bytes;
+    wire_bytes += o.wire_bytes;
+  }
+};
+
+struct PrimsArgs {
+  codec::ElemType type = codec::ElemType::U8;  ///< wire element type
+  WireMode mode = WireMode::Raw;
+  ReduceFn reduce = nullptr;                   ///< needed by the REDUCE verbs
+  codec::EncodeOptions enc;                    ///< Coded mode
+  size_t raw_esize = 1;                        ///< user element size (for raw_bytes)
+  transport::Clock::time_point deadline;
+  int rank = 0;     ///< for error messages
+  int channel = 0;  ///< for error messages
+};
+
+/// Elements per slice for slots of `slot_bytes` and wire elements of `esize`
+/// bytes: (slot_bytes - kHeaderBytes) / esize, in every mode, so that the
+/// slicing (and so the ring's chunk geometry) does not depend on the mode.
+size_t slice_elems_for(size_t slot_bytes, size_t esize);
+
+class Prims {
+ public:
+  /// `scratch` holds at least slice_elems * esize bytes, 8-byte aligned.
+  Prims(transport::SendConn* send, transport::RecvConn* recv, const PrimsArgs& args, ChannelStats* stats,
+        void* scratch);
+
+  size_t slice_elems() const { return slice_; }
+  size_t esize() const { return esize_; }
+
+  void send(const void* src, size_t n);
+  void copySend(const void* src, void* dst, size_t n);
+  void recv(void* dst, size_t n);
+  void recvReduceSend(const void* src, size_t n);
+  void recvReduceCopy(const void* src, void* dst, size_t n);
+  void recvReduceCopySend(const void* src, void* dst, size_t n);
+  void recvCopySend(void* dst, size_t n);
+
+ private:
+  static constexpr unsigned kRecv = 1, kReduce = 2, kCopy = 4, kSend = 8, kForward = 16;
+
+  template <unsigned F>
+  void run(const void* src, void* dst, size_t n);
+  template <unsigned F>
+  void step(const uint8_t* src, uint8_t* dst, size_t n);
+
+  transport::SlotView wait_in();
+  uint8_t* acquire_out();
+  void post_out(size_t bytes, size_t n);
+  void decode(const transport::SlotView& in, void* dst, size_t n);
+  size_t encode(const void* src, size_t n, uint8_t* out);
+  const uint8_t* raw_in(const transport::SlotView& in, size_t n);
+
+  transport::SendConn* send_;
+  transport::RecvConn* recv_;
+  PrimsArgs a_;
+  ChannelStats* st_;
+  uint8_t* scratch_;
+  size_t esize_;
+  size_t slot_bytes_;
+  size_t slice_;
+};
+
+}  // namespace ncclz::prims

@@ -1,0 +1,128 @@
+// Element-wise reductions (see reduce.hpp). Plain loops over restrict-free
+// pointers (out may alias an input); the compiler vectorizes the 32/64-bit ones.
+#include "prims/reduce.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "codec/quantizer.hpp"
+
+namespace ncclz::prims {
+namespace {
+
+using codec::Bf16;
+using codec::ElemType;
+using codec::F16;
+
+struct OpSum {};
+struct OpProd {};
+struct OpMax {};
+struct OpMin {};
+
+// Integer arithmetic through the unsigned type: wraps instead of overflowing.
+template <class T, class Op>
+inline T apply_int(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  if constexpr (std::is_same_v<Op, OpSum>) return T(U(a) + U(b));
+  if constexpr (std::is_same_v<Op, OpProd>) return T(U(uint64_t(U(a)) * uint64_t(U(b))));
+  if constexpr (std::is_same_v<Op, OpMax>) return a > b ? a : b;
+  if constexpr (std::is_same_v<Op, OpMin>) return a < b ? a : b;
+}
+
+// Float arithmetic; max/min return a NaN operand if there is one.
+template <class T, class Op>
+inline T apply_float(T a, T b) {
+  if constexpr (std::is_same_v<Op, OpSum>) return a + b;
+  if constexpr (std::is_same_v<Op, OpProd>) return a * b;
+  if constexpr (std::is_same_v<Op, OpMax>) return (a > b || a != a) ? a : b;
+  if constexpr (std::is_same_v<Op, OpMin>) return (a < b || a != a) ? a : b;
+}
+
+template <class T, class Op>
+void reduce_loop(void* out, const void* a, const void* b, size_t n) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  if constexpr (std::is_floating_point_v<T>) {
+    for (size_t i = 0; i < n; ++i) o[i] = apply_float<T, Op>(x[i], y[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) o[i] = apply_int<T, Op>(x[i], y[i]);
+  }
+}
+
+// 16-bit floats: widen exactly, combine in float, round once.
+template <class H, class Op>
+void reduce_loop16(void* out, const void* a, const void* b, size_t n) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<H, F16>) {
+      o[i] = codec::float_to_f16(apply_float<float, Op>(codec::f16_to_float(x[i]), codec::f16_to_float(y[i])));
+    } else {
+      o[i] = codec::float_to_bf16(apply_float<float, Op>(codec::bf16_to_float(x[i]), codec::bf16_to_float(y[i])));
+    }
+  }
+}
+
+template <class Op>
+ReduceFn for_type(ElemType t) {
+  switch (t) {
+    case ElemType::F32: return &reduce_loop<float, Op>;
+    case ElemType::F64: return &reduce_loop<double, Op>;
+    case ElemType::F16: return &reduce_loop16<F16, Op>;
+    case ElemType::BF16: return &reduce_loop16<Bf16, Op>;
+    case ElemType::I32: return &reduce_loop<int32_t, Op>;
+    case ElemType::I64: return &reduce_loop<int64_t, Op>;
+    case ElemType::U8: return &reduce_loop<uint8_t, Op>;
+  }
+  return nullptr;
+}
+
+template <class T>
+void divide_loop(void* buf, size_t count, int n) {
+  T* p = static_cast<T*>(buf);
+  if constexpr (std::is_floating_point_v<T>) {
+    const T d = T(n);
+    for (size_t i = 0; i < count; ++i) p[i] = p[i] / d;
+  } else {
+    const T d = T(n);
+    for (size_t i = 0; i < count; ++i) p[i] = T(p[i] / d);
+  }
+}
+
+}  // namespace
+
+ReduceFn reduce_fn(ElemType t, RedOp op) {
+  switch (op) {
+    case RedOp::Sum:
+    case RedOp::Avg: return for_type<OpSum>(t);
+    case RedOp::Prod: return for_type<OpProd>(t);
+    case RedOp::Max: return for_type<OpMax>(t);
+    case RedOp::Min: return for_type<OpMin>(t);
+  }
+  return nullptr;
+}
+
+void divide_in_place(ElemType t, void* buf, size_t count, int n) {
+  switch (t) {
+    case ElemType::F32: return divide_loop<float>(buf, count, n);
+    case ElemType::F64: return divide_loop<double>(buf, count, n);
+    case ElemType::I32: return divide_loop<int32_t>(buf, count, n);
+    case ElemType::I64: return divide_loop<int64_t>(buf, count, n);
+    case ElemType::U8: return divide_loop<uint8_t>(buf, count, n);
+    case ElemType::F16: {
+      uint16_t* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] = codec::float_to_f16(codec::f16_to_float(p[i]) / float(n));
+      return;
+    }
+    case ElemType::BF16: {
+      uint16_t* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] = codec::float_to_bf16(codec::bf16_to_float(p[i]) / float(n));
+      return;
+    }
+  }
+}
+
+}  // namespace ncclz::prims

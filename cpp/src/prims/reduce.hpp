@@ -1,0 +1,36 @@
+// Element-wise reductions the primitives apply to slices: out[i] = a[i] op b[i].
+//
+// The wire element type decides the arithmetic:
+//  - F32/F64: native IEEE arithmetic; max/min propagate NaN (a NaN on any rank
+//    gives NaN, as an overflow detector needs).
+//  - F16/BF16: each operand is widened to float exactly, combined in float and
+//    rounded once back to the 16-bit type (the "uncompressed float reduction"
+//    of these types; lossless mode runs the very same code, so it is
+//    bit-identical to no compression).
+//  - I32/I64/U8 (user integers and the lossy mode's integer codes): wrapping
+//    two's-complement arithmetic (no undefined behaviour on overflow; the
+//    lossy mode chooses its code width so that sums never wrap).
+// `a` is the incoming (received) operand and `b` the local one; the order is
+// the same in every mode so that lossless stays bit-identical to none.
+#pragma once
+
+#include <cstddef>
+
+#include "ncclz/codec/format.hpp"
+#include "ncclz/communicator.hpp"
+
+namespace ncclz::prims {
+
+/// out[i] = a[i] op b[i] for i < n. out may alias a or b (element-wise).
+using ReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
+
+/// The reduction for wire type t and op (Avg reduces as Sum; the division is
+/// applied by the caller once at the end). Returns nullptr for Avg/Prod
+/// combinations that do not exist (none do today: all are defined).
+ReduceFn reduce_fn(codec::ElemType t, RedOp op);
+
+/// buf[i] = buf[i] / n in type t (the Avg post-op: floats divide in their own
+/// arithmetic, 16-bit floats through float, integers truncate toward zero).
+void divide_in_place(codec::ElemType t, void* buf, size_t count, int n);
+
+}  // namespace ncclz::prims

@@ -1,0 +1,600 @@
+// Socket transport: ranks on different hosts, over TCP.
+//
+// Connections. Every rank listens on one TCP port, on the address of
+// NCCLZ_SOCKET_IFNAME's interface if set, else on the address it advertised
+// to the bootstrap; create_transport allgathers these endpoints. In connect()
+// each (peer, channel) pair gets ONE full-duplex TCP connection (TCP_NODELAY;
+// 4 MiB SO_SNDBUF/SO_RCVBUF when net.core.{w,r}mem_max allow it, else the
+// kernel's autotuning): the lower rank connects, the higher one accepts. The
+// connector's hello carries the transport key (job key + rank 0's nonce, known
+// only to ranks that passed the bootstrap's token check), the connect() call
+// number, both ranks and the channel; anything else is refused with a warning
+// and the accepting rank keeps waiting until the deadline. A bootstrap barrier
+// ends connect().
+//
+// Data path. Both directions of a connection are slot rings in ordinary
+// memory (slot_ring.hpp), so the prims only ever touch slot memory exactly as
+// with the other transports. One PROXY THREAD PER connect() CALL (i.e. per
+// communicator) serves all of that call's connections with one poll() loop:
+//   - send ring: it is the consumer. For each posted slot it writes a 16-byte
+//     frame header {u32 'NZSF', u32 slot counter, u64 bytes} followed by the
+//     slot's bytes (sendmsg, non-blocking, partial writes resumed), then
+//     advances head, which frees the slot for the sender; flush() waits for
+//     head == tail, i.e. every posted slot is in the kernel's socket buffer.
+//   - receive ring: it is the producer. When a slot is free it reads the next
+//     frame header, checks magic, counter and length (a bad frame fails the
+//     connection), reads the payload straight into the slot, stores the byte
+//     count and advances tail.
+// The prims wake the proxy through an eventfd, only when it sleeps in poll()
+// (a seq_cst flag, as for the futex waiters); the proxy wakes prims waiters
+// through the ring futexes.
+//
+// Throttle (NCCLZ_SOCKET_THROTTLE_GBPS > 0): a token bucket paces the bytes
+// the proxy writes (all its connections together) to emulate a slower link
+// on one host, without root or tc. It is emulation only: no added latency,
+// no loss, and the receiving side is not limited.
+//
+// Errors. EOF, a reset, or a corrupt frame marks the connection failed: both
+// rings are closed with the reason, so a pending or later wait throws
+// RemoteError naming the peer and channel (after consuming what did arrive).
+// Shutdown: when both local ends of a connection are destroyed its socket is
+// shut down and closed; the proxy thread is stopped and joined when the last
+// end goes away, after at most kDrainGrace spent writing still-posted slots.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "core/log.hpp"
+#include "ncclz/error.hpp"
+#include "transport/socket_util.hpp"
+#include "transport/transport_impl.hpp"
+
+namespace ncclz::transport {
+namespace {
+
+constexpr uint32_t kFrameMagic = 0x46535a4e;  // "NZSF"
+constexpr uint32_t kHelloMagic = 0x48535a4e;  // "NZSH"
+constexpr uint32_t kHelloVersion = 1;
+constexpr int kSocketBuffer = 4 << 20;
+constexpr auto kDrainGrace = std::chrono::seconds(1);
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+constexpr int kIdlePollMs = 100;
+
+struct FrameHeader {
+  uint32_t magic;
+  uint32_t seq;
+  uint64_t bytes;
+};
+static_assert(sizeof(FrameHeader) == 16, "frame header is 16 bytes");
+
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  char key[64];
+  int32_t gen;
+  int32_t src;
+  int32_t dst;
+  int32_t channel;
+};
+
+struct EndpointMsg {
+  char host[64];
+  int32_t port;
+};
+
+// SO_SNDBUF/SO_RCVBUF only when the kernel lets us have the full size: a
+// clamped explicit size would be worse than autotuning.
+int socket_buffer_bytes() {
+  auto read_max = [](const char* path) -> long {
+    FILE* f = std::fopen(path, "re");
+    if (!f) return 0;
+    long v = 0;
+    if (std::fscanf(f, "%ld", &v) != 1) v = 0;
+    std::fclose(f);
+    return v;
+  };
+  long w = read_max("/proc/sys/net/core/wmem_max"), r = read_max("/proc/sys/net/core/rmem_max");
+  return (w >= kSocketBuffer && r >= kSocketBuffer) ? kSocketBuffer : 0;
+}
+
+// ---- the proxy ---------------------------------------------------------------
+
+class SocketProxy {
+ public:
+  struct Conn {
+    int peer = 0, channel = 0;
+    ConnLabel label;
+    net::Fd fd;
+    std::shared_ptr<void> send_mem, recv_mem;
+    RingView send, recv;  // proxy: consumer of `send`, producer of `recv`
+    // Send progress: slots fully written, bytes of the current frame written.
+    uint32_t send_done = 0;
+    size_t send_off = 0;
+    FrameHeader send_hdr{};
+    // Receive progress: slots filled, bytes of the current frame read.
+    uint32_t recv_done = 0;
+    size_t recv_off = 0;
+    FrameHeader recv_hdr{};
+    bool finished = false;           // socket closed (failed or both ends gone)
+    std::atomic<bool> failed{false};
+    std::string error;               // written before `failed`
+  };
+
+  SocketProxy(std::vector<std::unique_ptr<Conn>> conns, double throttle_gbps, int rank)
+      : conns_(std::move(conns)), rank_(rank) {
+    int e = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (e < 0) throw SystemError("socket transport: " + net::errno_text("eventfd", errno));
+    efd_.reset(e);
+    if (throttle_gbps > 0) {
+      rate_ = throttle_gbps * 1e9 / 8;  // bytes per second
+      burst_ = std::max(256.0 * 1024, rate_ * 0.002);
+      tokens_ = burst_;
+      last_refill_ = Clock::now();
+    }
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~SocketProxy() {
+    stop_deadline_ = Clock::now() + kDrainGrace;
+    stop_.store(true);
+    poke();
+    thread_.join();
+    for (auto& c : conns_) {
+      if (c->fd) ::shutdown(c->fd.get(), SHUT_RDWR);
+    }
+  }
+
+  Conn* conn(size_t i) { return conns_[i].get(); }
+
+  /// Wakes the proxy if it sleeps in poll() (called after posts and releases).
+  void wake() {
+    if (sleeping_.load(std::memory_order_seq_cst)) poke();
+  }
+
+ private:
+  void poke() {
+    uint64_t one = 1;
+    ssize_t w = ::write(efd_.get(), &one, sizeof one);
+    (void)w;
+  }
+
+  void fail(Conn& c, const std::string& why) {
+    if (c.failed.load()) return;
+    c.error = "socket connection to peer rank " + std::to_string(c.peer) + " (channel " + std::to_string(c.channel) +
+              ") failed: " + why;
+    c.failed.store(true, std::memory_order_seq_cst);
+    bool local_gone = c.send.hdr->producer_closed.load() && c.recv.hdr->consumer_closed.load();
+    if (!local_gone) NCCLZ_INFO(rank_, "%s", c.error.c_str());
+    c.send.hdr->consumer_closed.store(1, std::memory_order_seq_cst);
+    c.recv.hdr->producer_closed.store(1, std::memory_order_seq_cst);
+    futex_wake(&c.send.hdr->head);
+    futex_wake(&c.recv.hdr->tail);
+    finish(c);
+  }
+
+  void finish(Conn& c) {
+    c.finished = true;
+    if (c.fd) {
+      ::shutdown(c.fd.get(), SHUT_RDWR);
+      c.fd.reset();
+    }
+  }
+
+  bool send_pending(const Conn& c) const {
+    return !c.finished && c.send.hdr->tail.load(std::memory_order_seq_cst) != c.send_done;
+  }
+  bool recv_room(const Conn& c) const {
+    return !c.finished && c.recv_done - c.recv.hdr->head.load(std::memory_order_seq_cst) < c.recv.nslots;
+  }
+
+  void refill() {
+    auto now = Clock::now();
+    tokens_ = std::min(burst_, tokens_ + rate_ * std::chrono::duration<double>(now - last_refill_).count());
+    last_refill_ = now;
+  }
+
+  // Bytes the throttle must have before a write of `left` more bytes (no
+  // dribbling of tiny writes).
+  static double throttle_need(size_t left) { return static_cast<double>(std::min<size_t>(left, 64 << 10)); }
+
+  // Writes as much of the posted slots as the socket (and throttle) take; at
+  // most one ring's worth per call, so one busy connection cannot starve others.
+  bool progress_send(Conn& c) {
+    bool progressed = false;
+    for (uint32_t round = 0; round < c.send.nslots && send_pending(c); ++round) {
+      const uint32_t idx = c.send_done;
+      const uint64_t n = c.send.sizes[idx % c.send.nslots];
+      if (n > c.send.slot_bytes) {
+        fail(c, "the local sender posted " + std::to_string(n) + " bytes into a slot of " +
+                    std::to_string(c.send.slot_bytes));
+        return true;
+      }
+      if (c.send_off == 0) c.send_hdr = FrameHeader{kFrameMagic, idx, n};
+      const size_t total = sizeof(FrameHeader) + n;
+      size_t allowed = total - c.send_off;
+      if (rate_ > 0) {
+        refill();
+        if (tokens_ < throttle_need(allowed)) {
+          throttle_wait_ = throttle_need(allowed) - tokens_;
+          return progressed;
+        }
+        allowed = std::min(allowed, static_cast<size_t>(tokens_));
+      }
+      iovec iov[2];
+      int cnt = 0;
+      size_t left = allowed;
+      if (c.send_off < sizeof(FrameHeader)) {
+        size_t h = std::min(left, sizeof(FrameHeader) - c.send_off);
+        iov[cnt++] = {reinterpret_cast<uint8_t*>(&c.send_hdr) + c.send_off, h};
+        left -= h;
+      }
+      if (left > 0) {
+        size_t off = c.send_off > sizeof(FrameHeader) ? c.send_off - sizeof(FrameHeader) : 0;
+        iov[cnt++] = {c.send.slot(idx) + off, left};
+      }
+      msghdr mh{};
+      mh.msg_iov = iov;
+      mh.msg_iovlen = static_cast<size_t>(cnt);
+      ssize_t w = ::sendmsg(c.fd.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return progressed;
+        fail(c, errno == EPIPE || errno == ECONNRESET
+                    ? "the peer closed the connection (" + net::errno_text("send", errno) + "); it exited or failed"
+                    : net::errno_text("send", errno));
+        return true;
+      }
+      progressed = true;
+      c.send_off += static_cast<size_t>(w);
+      if (rate_ > 0) tokens_ -= static_cast<double>(w);
+      if (c.send_off == total) {
+        c.send_off = 0;
+        c.send_done = idx + 1;
+        c.send.hdr->head.store(c.send_done, std::memory_order_seq_cst);
+        if (c.send.hdr->producer_waiting.load(std::memory_order_seq_cst)) futex_wake(&c.send.hdr->head);
+      }
+    }
+    return progressed;
+  }
+
+  // Reads frames into free receive slots.
+  bool progress_recv(Conn& c) {
+    bool progressed = false;
+    while (recv_room(c)) {
+      const uint32_t idx = c.recv_done;
+      uint8_t* dst;
+      size_t want;
+      if (c.recv_off < sizeof(FrameHeader)) {
+        dst = reinterpret_cast<uint8_t*>(&c.recv_hdr) + c.recv_off;
+        want = sizeof(FrameHeader) - c.recv_off;
+      } else {
+        size_t off = c.recv_off - sizeof(FrameHeader);
+        dst = c.recv.slot(idx) + off;
+        want = c.recv_hdr.bytes - off;
+      }
+      ssize_t r = want ? ::recv(c.fd.get(), dst, want, MSG_DONTWAIT) : 0;
+      if (want && r == 0) {
+        fail(c, c.recv_off == 0 ? "the peer closed the connection (it exited or destroyed its communicator)"
+                                : "the peer closed the connection in the middle of a frame");
+        return true;
+      }
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return progressed;
+        fail(c, errno == ECONNRESET ? "the connection was reset by the peer (it exited or failed)"
+                                    : net::errno_text("recv", errno));
+        return true;
+      }
+      progressed = true;
+      const size_t before = c.recv_off;
+      c.recv_off += static_cast<size_t>(r);
+      if (before < sizeof(FrameHeader) && c.recv_off == sizeof(FrameHeader)) {
+        // Header just completed: check it before trusting its length.
+        if (c.recv_hdr.magic != kFrameMagic || c.recv_hdr.seq != idx || c.recv_hdr.bytes > c.recv.slot_bytes) {
+          fail(c, "corrupt frame (magic " + std::to_string(c.recv_hdr.magic) + ", slot " +
+                      std::to_string(c.recv_hdr.seq) + " expected " + std::to_string(idx) + ", " +
+                      std::to_string(c.recv_hdr.bytes) + " bytes for slots of " + std::to_string(c.recv.slot_bytes) +
+                      "): mismatched ncclz versions or slot sizes?");
+          return true;
+        }
+      }
+      if (c.recv_off >= sizeof(FrameHeader) && c.recv_off == sizeof(FrameHeader) + c.recv_hdr.bytes) {
+        c.recv.sizes[idx % c.recv.nslots] = c.recv_hdr.bytes;
+        c.recv_off = 0;
+        c.recv_done = idx + 1;
+        c.recv.hdr->tail.store(c.recv_done, std::memory_order_seq_cst);
+        if (c.recv.hdr->consumer_waiting.load(std::memory_order_seq_cst)) futex_wake(&c.recv.hdr->tail);
+      }
+    }
+    return progressed;
+  }
+
+  void run() {
+    std::vector<pollfd> pfds;
+    std::vector<Conn*> pconn;
+    for (;;) {
+      bool progressed = false;
+      bool pending = false;
+      throttle_wait_ = 0;
+      for (auto& cp : conns_) {
+        Conn& c = *cp;
+        if (c.finished) continue;
+        progressed |= progress_send(c);
+        progressed |= progress_recv(c);
+        if (c.finished) continue;
+        // Both local ends gone and nothing left to write: close the socket.
+        bool local_gone = c.send.hdr->producer_closed.load() && c.recv.hdr->consumer_closed.load();
+        if (local_gone && !send_pending(c)) {
+          finish(c);
+          continue;
+        }
+        pending |= send_pending(c);
+      }
+      if (stop_.load() && (!pending || Clock::now() >= stop_deadline_)) return;
+      if (progressed) continue;
+
+      // Sleep in poll(): announce it first, then look at the rings again, so
+      // that a post racing with us either is seen here or pokes the eventfd.
+      sleeping_.store(1, std::memory_order_seq_cst);
+      pfds.clear();
+      pconn.clear();
+      pfds.push_back({efd_.get(), POLLIN, 0});
+      pconn.push_back(nullptr);
+      int timeout = kIdlePollMs;
+      for (auto& cp : conns_) {
+        Conn& c = *cp;
+        if (c.finished) continue;
+        short ev = 0;
+        if (send_pending(c)) {
+          if (rate_ > 0 && throttle_wait_ > 0) {
+            timeout = std::min(timeout, std::max(1, static_cast<int>(throttle_wait_ / rate_ * 1e3) + 1));
+          } else {
+            ev |= POLLOUT;
+          }
+        }
+        if (recv_room(c)) ev |= POLLIN;
+        pfds.push_back({c.fd.get(), ev, 0});
+        pconn.push_back(&c);
+      }
+      if (stop_.load()) timeout = std::min(timeout, 10);
+      int rc = ::poll(pfds.data(), pfds.size(), timeout);
+      sleeping_.store(0, std::memory_order_relaxed);
+      if (rc > 0 && (pfds[0].revents & POLLIN)) {
+        uint64_t v;
+        ssize_t r = ::read(efd_.get(), &v, sizeof v);
+        (void)r;
+      }
+      for (size_t i = 1; rc > 0 && i < pfds.size(); ++i) {
+        short re = pfds[i].revents;
+        if ((re & (POLLERR | POLLHUP | POLLNVAL)) && !(re & POLLIN)) {
+          Conn& c = *pconn[i];
+          int err = 0;
+          socklen_t len = sizeof err;
+          getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+          fail(c, err ? net::errno_text("socket", err) : "the peer closed the connection (hang-up)");
+        }
+      }
+    }
+  }
+
+  std::vector<std::unique_ptr<Conn>> conns_;
+  int rank_;
+  net::Fd efd_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  Clock::time_point stop_deadline_{};
+  std::atomic<uint32_t> sleeping_{0};
+  // Throttle (token bucket, bytes).
+  double rate_ = 0, burst_ = 0, tokens_ = 0;
+  double throttle_wait_ = 0;  // tokens still missing for the next write (0: none)
+  Clock::time_point last_refill_{};
+};
+
+class SocketHooks final : public RingHooks {
+ public:
+  SocketHooks(std::shared_ptr<SocketProxy> proxy, SocketProxy::Conn* conn, bool send)
+      : proxy_(std::move(proxy)), conn_(conn), send_(send) {}
+  void notify() override { proxy_->wake(); }
+  std::string closed_reason() override { return conn_->failed.load() ? conn_->error : std::string(); }
+  bool flush_waits_for_drain() const override { return send_; }
+
+ private:
+  std::shared_ptr<SocketProxy> proxy_;
+  SocketProxy::Conn* conn_;
+  bool send_;
+};
+
+// ---- the transport -------------------------------------------------------------
+
+class SocketTransport final : public Transport {
+ public:
+  explicit SocketTransport(TransportContext ctx) : ctx_(std::move(ctx)) {
+    const int me = ctx_.bootstrap->rank();
+    bufbytes_ = socket_buffer_bytes();
+    std::string host;
+    if (!ctx_.cfg.socket_ifname.empty()) {
+      auto a = net::interface_address(ctx_.cfg.socket_ifname);
+      if (!a) {
+        throw InvalidArgument("socket transport rank " + std::to_string(me) + ": NCCLZ_SOCKET_IFNAME='" +
+                              ctx_.cfg.socket_ifname + "' matches no interface with an address on this host");
+      }
+      host = *a;
+    } else {
+      host = ctx_.bootstrap->advertised_address();
+    }
+    listen_ = net::listen_tcp(host, 0, bufbytes_);
+    EndpointMsg mine{};
+    net::Endpoint ep = net::local_endpoint(listen_.get());
+    std::strncpy(mine.host, ep.host.c_str(), sizeof mine.host - 1);
+    mine.port = ep.port;
+    std::vector<EndpointMsg> all(static_cast<size_t>(ctx_.bootstrap->size()));
+    ctx_.bootstrap->allgather(&mine, sizeof mine, all.data());
+    for (auto& a : all) {
+      a.host[sizeof a.host - 1] = '\0';
+      endpoints_.push_back(net::Endpoint{a.host, a.port});
+    }
+    NCCLZ_INFO(me, "socket transport: listening at %s%s", ep.str().c_str(),
+               bufbytes_ ? ", 4 MiB socket buffers" : ", kernel-tuned socket buffers");
+  }
+
+  Kind kind() const override { return Kind::Socket; }
+
+  std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
+                                             Clock::time_point deadline) override {
+    check_connect_args(ctx_, peers, nchannels);
+    const int me = ctx_.bootstrap->rank();
+    const int gen = gen_++;
+    const size_t np = peers.size();
+    // fds[c][i]: the socket to peers[i] on channel c.
+    std::vector<std::vector<net::Fd>> fds(static_cast<size_t>(nchannels));
+    for (auto& v : fds) v.resize(np);
+    auto abort_check = [this] {
+      if (ctx_.abort->aborted.load()) {
+        throw Aborted("socket transport rank " + std::to_string(ctx_.bootstrap->rank()) +
+                      ": aborted while connecting: " + ctx_.abort->reason);
+      }
+    };
+    // 1. Connect to higher ranks and say hello.
+    int expected = 0;
+    for (int c = 0; c < nchannels; ++c) {
+      for (size_t i = 0; i < np; ++i) {
+        int p = peers[i];
+        if (p == me) continue;
+        if (p < me) {
+          ++expected;
+          continue;
+        }
+        std::string who = "socket transport rank " + std::to_string(me) + " -> rank " + std::to_string(p) +
+                          " (channel " + std::to_string(c) + ")";
+        net::Fd fd = net::connect_tcp(endpoints_[p], deadline, abort_check, /*retry_refused=*/true, who, bufbytes_);
+        Hello h{};
+        h.magic = kHelloMagic;
+        h.version = kHelloVersion;
+        std::strncpy(h.key, ctx_.key.c_str(), sizeof h.key - 1);
+        h.gen = gen;
+        h.src = me;
+        h.dst = p;
+        h.channel = c;
+        net::send_all(fd.get(), &h, sizeof h, deadline, abort_check, who);
+        fds[c][i] = std::move(fd);
+      }
+    }
+    // 2. Accept the lower ranks' connections.
+    while (expected > 0) {
+      net::Fd fd = net::accept_tcp(listen_.get(), deadline, abort_check);
+      if (!fd) {
+        std::string missing;
+        for (int c = 0; c < nchannels; ++c) {
+          for (size_t i = 0; i < np; ++i) {
+            if (peers[i] < me && !fds[c][i]) {
+              missing += (missing.empty() ? "" : ", ") + std::string("rank ") + std::to_string(peers[i]) +
+                         " channel " + std::to_string(c);
+            }
+          }
+        }
+        throw Timeout("socket transport rank " + std::to_string(me) + ": timed out waiting for connections from " +
+                      missing + " at " + net::local_endpoint(listen_.get()).str() +
+                      " (are they running? can they reach this address? check NCCLZ_SOCKET_IFNAME and firewalls)");
+      }
+      net::Endpoint from = net::peer_endpoint(fd.get());
+      auto refuse = [&](const std::string& why) {
+        NCCLZ_WARN(me, "socket transport: refused connection from %s: %s", from.str().c_str(), why.c_str());
+      };
+      Hello h{};
+      try {
+        net::recv_all(fd.get(), &h, sizeof h, std::min(deadline, Clock::now() + kHelloTimeout), abort_check,
+                      "socket transport hello from " + from.str());
+      } catch (const Aborted&) {
+        throw;
+      } catch (const Error& e) {
+        refuse(e.what());
+        continue;
+      }
+      h.key[sizeof h.key - 1] = '\0';
+      if (h.magic != kHelloMagic || h.version != kHelloVersion) {
+        refuse("bad magic or version");
+        continue;
+      }
+      if (!net::equal_ct(h.key, std::strlen(h.key), ctx_.key.data(), ctx_.key.size())) {
+        refuse("wrong key (not a rank of this job)");
+        continue;
+      }
+      int idx = -1;
+      for (size_t i = 0; i < np; ++i) {
+        if (peers[i] == h.src) idx = static_cast<int>(i);
+      }
+      if (h.gen != gen || h.dst != me || idx < 0 || h.src >= me || h.channel < 0 || h.channel >= nchannels ||
+          fds[h.channel][idx]) {
+        refuse("unexpected connection (rank " + std::to_string(h.src) + ", channel " + std::to_string(h.channel) +
+               ", connect call " + std::to_string(h.gen) + ")");
+        continue;
+      }
+      fds[h.channel][idx] = std::move(fd);
+      --expected;
+    }
+
+    // 3. Rings, one proxy for all of them, and the links.
+    std::vector<std::unique_ptr<SocketProxy::Conn>> conns;
+    std::vector<std::vector<int>> conn_index(static_cast<size_t>(nchannels), std::vector<int>(np, -1));
+    for (int c = 0; c < nchannels; ++c) {
+      for (size_t i = 0; i < np; ++i) {
+        if (peers[i] == me) continue;
+        auto cn = std::make_unique<SocketProxy::Conn>();
+        cn->peer = peers[i];
+        cn->channel = c;
+        cn->label = ConnLabel{"socket", me, peers[i], c};
+        cn->fd = std::move(fds[c][i]);
+        net::set_nodelay(cn->fd.get());
+        cn->send_mem = make_heap_ring(ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
+        cn->recv_mem = make_heap_ring(ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
+        cn->send = RingView(cn->send_mem.get());
+        cn->recv = RingView(cn->recv_mem.get());
+        conn_index[c][i] = static_cast<int>(conns.size());
+        conns.push_back(std::move(cn));
+      }
+    }
+    std::shared_ptr<SocketProxy> proxy;
+    if (!conns.empty()) proxy = std::make_shared<SocketProxy>(std::move(conns), ctx_.cfg.throttle_gbps, me);
+    std::vector<std::vector<PeerLink>> links(static_cast<size_t>(nchannels));
+    for (int c = 0; c < nchannels; ++c) {
+      for (size_t i = 0; i < np; ++i) {
+        if (peers[i] == me) {
+          links[c].push_back(make_self_link(ctx_, c, "socket"));
+          continue;
+        }
+        SocketProxy::Conn* cn = proxy->conn(static_cast<size_t>(conn_index[c][i]));
+        PeerLink link;
+        link.send = std::make_unique<RingSendConn>(cn->send_mem, cn->send_mem.get(), cn->label, ctx_.abort,
+                                                   std::make_unique<SocketHooks>(proxy, cn, true));
+        link.recv = std::make_unique<RingRecvConn>(cn->recv_mem, cn->recv_mem.get(), cn->label, ctx_.abort,
+                                                   std::make_unique<SocketHooks>(proxy, cn, false));
+        links[c].push_back(std::move(link));
+      }
+    }
+    ctx_.bootstrap->barrier();
+    return links;
+  }
+
+ private:
+  TransportContext ctx_;
+  int bufbytes_ = 0;
+  net::Fd listen_;
+  std::vector<net::Endpoint> endpoints_;
+  int gen_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_socket_transport(TransportContext ctx) {
+  return std::make_unique<SocketTransport>(std::move(ctx));
+}
+
+}  // namespace ncclz::transport

@@ -1,0 +1,469 @@
+// Bindings of the collective runtime (ncclz::Communicator, UniqueId) into the
+// submodule ncclz._core.comm. Thin on purpose: python/ncclz/comm.py wraps
+// these raw classes in the Pythonic ncclz.Communicator.
+//
+// Buffers arrive as nb::ndarray with .noconvert(), so nanobind never makes a
+// hidden converted copy (an in-place collective into a temporary would lose
+// its result). Everything nanobind would otherwise check for us (device,
+// dtype, C-contiguity, element counts, overlap) is checked here, with
+// messages that say what to do, and raised as ncclz.InvalidArgumentError.
+// The GIL is released for every call that may block (rendezvous and every
+// collective), only after the array views have been read, and abort() is
+// callable from another thread while a collective is waiting.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "bootstrap/bootstrap.hpp"
+#include "ncclz/communicator.hpp"
+#include "ncclz/error.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using ncclz::CallStats;
+using ncclz::CommConfig;
+using ncclz::Communicator;
+using ncclz::Compression;
+using ncclz::DataType;
+using ncclz::RedOp;
+using ncclz::UniqueId;
+
+/// Input buffers: read-only or writable arrays of any dtype/device (checked below).
+using InArray = nb::ndarray<nb::ro>;
+/// Output buffers: writable arrays of any dtype/device (checked below).
+using OutArray = nb::ndarray<>;
+
+const char* dtype_name(DataType t) {
+  switch (t) {
+    case DataType::F32: return "float32";
+    case DataType::F64: return "float64";
+    case DataType::F16: return "float16";
+    case DataType::BF16: return "bfloat16";
+    case DataType::I32: return "int32";
+    case DataType::I64: return "int64";
+    case DataType::U8: return "uint8";
+  }
+  return "?";
+}
+
+size_t dtype_size(DataType t) {
+  switch (t) {
+    case DataType::F64:
+    case DataType::I64: return 8;
+    case DataType::F32:
+    case DataType::I32: return 4;
+    case DataType::F16:
+    case DataType::BF16: return 2;
+    case DataType::U8: return 1;
+  }
+  return 0;
+}
+
+std::string describe_dlpack_dtype(const nb::dlpack::dtype& d) {
+  const char* code = "?";
+  switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+    case nb::dlpack::dtype_code::Int: code = "int"; break;
+    case nb::dlpack::dtype_code::UInt: code = "uint"; break;
+    case nb::dlpack::dtype_code::Float: code = "float"; break;
+    case nb::dlpack::dtype_code::Bfloat: code = "bfloat"; break;
+    case nb::dlpack::dtype_code::Complex: code = "complex"; break;
+    case nb::dlpack::dtype_code::Bool: code = "bool"; break;
+    default: break;
+  }
+  std::ostringstream s;
+  s << code << int(d.bits);
+  if (d.lanes != 1) s << "x" << d.lanes;
+  return s.str();
+}
+
+/// A view of one user buffer after all checks: pointer, element count, type.
+struct Buffer {
+  void* data = nullptr;
+  size_t count = 0;
+  DataType type = DataType::F32;
+  size_t bytes() const { return count * dtype_size(type); }
+};
+
+/// `as_dtype` is "" (type from the array's DLPack dtype) or "bfloat16": the
+/// array holds bfloat16 bits as uint16 (NumPy arrays of ml_dtypes.bfloat16
+/// cannot be exported through DLPack, so the Python layer passes a view).
+template <typename Array>
+Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtype) {
+  const int dev = a.device_type();
+  if (dev != nb::device::cpu::value && dev != nb::device::cuda_host::value) {
+    std::ostringstream s;
+    s << what << " is on a GPU or other device (DLPack device type " << dev << ", id " << a.device_id()
+      << "); the Python API takes CPU arrays only for now: copy it to the host (e.g. tensor.cpu())";
+    throw ncclz::InvalidArgument(s.str());
+  }
+  const nb::dlpack::dtype d = a.dtype();
+  Buffer b;
+  bool ok = d.lanes == 1;
+  if (ok && !as_dtype.empty()) {
+    if (as_dtype != "bfloat16" || d.code != uint8_t(nb::dlpack::dtype_code::UInt) || d.bits != 16)
+      throw ncclz::InvalidArgument(std::string(what) + ": dtype override '" + as_dtype +
+                                   "' needs a uint16 view of bfloat16 data, got " + describe_dlpack_dtype(d));
+    b.type = DataType::BF16;
+  } else if (ok) {
+    switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
+      case nb::dlpack::dtype_code::Float:
+        if (d.bits == 32) b.type = DataType::F32;
+        else if (d.bits == 64) b.type = DataType::F64;
+        else if (d.bits == 16) b.type = DataType::F16;
+        else ok = false;
+        break;
+      case nb::dlpack::dtype_code::Bfloat:
+        ok = d.bits == 16;
+        b.type = DataType::BF16;
+        break;
+      case nb::dlpack::dtype_code::Int:
+        if (d.bits == 32) b.type = DataType::I32;
+        else if (d.bits == 64) b.type = DataType::I64;
+        else ok = false;
+        break;
+      case nb::dlpack::dtype_code::UInt:
+        ok = d.bits == 8;
+        b.type = DataType::U8;
+        break;
+      default: ok = false;
+    }
+  }
+  if (!ok)
+    throw ncclz::InvalidArgument(std::string(what) + " has dtype " + describe_dlpack_dtype(d) +
+                                 "; supported: float32, float64, float16, bfloat16, int32, int64, uint8");
+  // C-contiguity (strides count elements; dimensions of extent 1 may have any stride).
+  size_t count = 1;
+  for (size_t i = 0; i < a.ndim(); ++i) count *= a.shape(i);
+  if (a.stride_ptr() != nullptr && count > 0) {
+    int64_t expect = 1;
+    for (size_t k = a.ndim(); k-- > 0;) {
+      if (a.shape(k) != 1 && a.stride(k) != expect) {
+        std::ostringstream s;
+        s << what << " is not C-contiguous (dimension " << k << " has stride " << a.stride(k)
+          << " elements, expected " << expect
+          << "); make it contiguous first (numpy.ascontiguousarray(x), tensor.contiguous())";
+        throw ncclz::InvalidArgument(s.str());
+      }
+      expect *= int64_t(a.shape(k));
+    }
+  }
+  b.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  b.count = count;
+  return b;
+}
+
+void require_same_type(const Buffer& in, const Buffer& out, const char* op) {
+  if (in.type != out.type)
+    throw ncclz::InvalidArgument(std::string(op) + ": input dtype " + dtype_name(in.type) +
+                                 " differs from output dtype " + dtype_name(out.type));
+}
+
+void require_count(size_t got, size_t want, const char* op, const char* what) {
+  if (got != want) {
+    std::ostringstream s;
+    s << op << ": " << what << " has " << got << " elements, expected " << want;
+    throw ncclz::InvalidArgument(s.str());
+  }
+}
+
+/// Partial overlap of input and output is never meaningful; exact aliasing
+/// only where the runtime documents in-place use (all_reduce).
+void require_no_overlap(const Buffer& in, const Buffer& out, const char* op, bool allow_same) {
+  auto a = reinterpret_cast<uintptr_t>(in.data), b = reinterpret_cast<uintptr_t>(out.data);
+  const bool overlap = in.bytes() > 0 && out.bytes() > 0 && a < b + out.bytes() && b < a + in.bytes();
+  if (!overlap) return;
+  if (allow_same && a == b && in.bytes() == out.bytes()) return;
+  throw ncclz::InvalidArgument(std::string(op) + ": input and output buffers overlap; use separate arrays" +
+                               (allow_same ? " (or exactly the same array, in place)" : ""));
+}
+
+RedOp parse_op(const std::string& op) {
+  if (op == "sum") return RedOp::Sum;
+  if (op == "avg") return RedOp::Avg;
+  if (op == "max") return RedOp::Max;
+  if (op == "min") return RedOp::Min;
+  if (op == "prod") return RedOp::Prod;
+  throw ncclz::InvalidArgument("unknown reduction op '" + op + "'; use one of sum, avg, max, min, prod");
+}
+
+const char* mode_name(Compression::Mode m) {
+  switch (m) {
+    case Compression::Mode::None: return "none";
+    case Compression::Mode::Lossless: return "lossless";
+    case Compression::Mode::LossyAbs: return "lossy_abs";
+    case Compression::Mode::LossyRel: return "lossy_rel";
+  }
+  return "?";
+}
+
+Compression::Mode parse_mode(const std::string& m) {
+  if (m == "none") return Compression::Mode::None;
+  if (m == "lossless") return Compression::Mode::Lossless;
+  if (m == "lossy_abs") return Compression::Mode::LossyAbs;
+  if (m == "lossy_rel") return Compression::Mode::LossyRel;
+  throw ncclz::InvalidArgument("unknown compression mode '" + m + "'; use none, lossless, lossy_abs, lossy_rel");
+}
+
+/// Owns the C++ communicator. Calls hold a shared_ptr copy, so close() from
+/// one thread never frees the object under a call running in another.
+class CommHandle {
+ public:
+  explicit CommHandle(std::unique_ptr<Communicator> c) : comm_(std::move(c)) {
+    rank_ = comm_->rank();
+    size_ = comm_->size();
+  }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return comm_ == nullptr;
+  }
+
+  std::shared_ptr<Communicator> get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_)
+      throw ncclz::InvalidArgument("communicator (rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                                   ") is closed");
+    return comm_;
+  }
+
+  void close() {
+    std::shared_ptr<Communicator> c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      c.swap(comm_);
+    }
+    // The last reference (ours, or a running call's) destroys it without the GIL.
+  }
+
+  void abort(const std::string& reason) {
+    std::shared_ptr<Communicator> c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      c = comm_;
+    }
+    if (c) c->abort(reason);
+  }
+
+  CallStats all_reduce(const InArray& send, const OutArray& recv, const std::string& op, const Compression& c,
+                       const std::string& as_dtype) {
+    Buffer in = check_buffer(send, "all_reduce input", as_dtype);
+    Buffer out = check_buffer(recv, "all_reduce output", as_dtype);
+    require_same_type(in, out, "all_reduce");
+    require_count(out.count, in.count, "all_reduce", "output");
+    require_no_overlap(in, out, "all_reduce", true);
+    const RedOp r = parse_op(op);
+    auto comm = get();
+    CallStats st;
+    nb::gil_scoped_release nogil;
+    comm->all_reduce(in.data, out.data, in.count, in.type, r, c, &st);
+    return st;
+  }
+
+  CallStats reduce_scatter(const InArray& send, const OutArray& recv, const std::string& op, const Compression& c,
+                           const std::string& as_dtype) {
+    Buffer in = check_buffer(send, "reduce_scatter input", as_dtype);
+    Buffer out = check_buffer(recv, "reduce_scatter output", as_dtype);
+    require_same_type(in, out, "reduce_scatter");
+    require_count(in.count, out.count * size_t(size_), "reduce_scatter", "input (world_size * output count)");
+    require_no_overlap(in, out, "reduce_scatter", false);
+    const RedOp r = parse_op(op);
+    auto comm = get();
+    CallStats st;
+    nb::gil_scoped_release nogil;
+    comm->reduce_scatter(in.data, out.data, out.count, in.type, r, c, &st);
+    return st;
+  }
+
+  CallStats all_gather(const InArray& send, const OutArray& recv, const Compression& c, const std::string& as_dtype) {
+    Buffer in = check_buffer(send, "all_gather input", as_dtype);
+    Buffer out = check_buffer(recv, "all_gather output", as_dtype);
+    require_same_type(in, out, "all_gather");
+    require_count(out.count, in.count * size_t(size_), "all_gather", "output (world_size * input count)");
+    require_no_overlap(in, out, "all_gather", false);
+    auto comm = get();
+    CallStats st;
+    nb::gil_scoped_release nogil;
+    comm->all_gather(in.data, out.data, in.count, in.type, c, &st);
+    return st;
+  }
+
+  CallStats broadcast(const OutArray& buf, int root, const Compression& c, const std::string& as_dtype) {
+    Buffer b = check_buffer(buf, "broadcast buffer", as_dtype);
+    check_rank(root, "broadcast", "root");
+    auto comm = get();
+    CallStats st;
+    nb::gil_scoped_release nogil;
+    comm->broadcast(b.data, b.count, b.type, root, c, &st);
+    return st;
+  }
+
+  CallStats send(const InArray& buf, int peer, const Compression& c, const std::string& as_dtype) {
+    Buffer b = check_buffer(buf, "send buffer", as_dtype);
+    check_rank(peer, "send", "peer");
+    auto comm = get();
+    CallStats st;
+    nb::gil_scoped_release nogil;
+    comm->send(b.data, b.count, b.type, peer, c, &st);
+    return st;
+  }
+
+  CallStats recv(const OutArray& buf, int peer, const Compression& c, const std::string& as_dtype) {
+    Buffer b = check_buffer(buf, "recv buffer", as_dtype);
+    check_rank(peer, "recv", "peer");
+    auto comm = get();
+    CallStats st;
+    nb::gil_scoped_release nogil;
+    comm->recv(b.data, b.count, b.type, peer, c, &st);
+    return st;
+  }
+
+  void barrier() {
+    auto comm = get();
+    nb::gil_scoped_release nogil;
+    comm->barrier();
+  }
+
+ private:
+  void check_rank(int r, const char* op, const char* what) const {
+    if (r < 0 || r >= size_) {
+      std::ostringstream s;
+      s << op << ": " << what << " " << r << " is not a rank of this communicator (world size " << size_ << ")";
+      throw ncclz::InvalidArgument(s.str());
+    }
+  }
+
+  mutable std::mutex mu_;
+  std::shared_ptr<Communicator> comm_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+UniqueId unique_id_from_bytes(const nb::bytes& b) {
+  UniqueId id;
+  if (b.size() != sizeof(id.bytes))
+    throw ncclz::InvalidArgument("a UniqueId is " + std::to_string(sizeof(id.bytes)) + " bytes, got " +
+                                 std::to_string(b.size()));
+  std::memcpy(id.bytes, b.c_str(), sizeof(id.bytes));
+  return id;
+}
+
+}  // namespace
+
+void register_comm(nb::module_& m) {
+  nb::module_ c = m.def_submodule("comm", "Raw collective runtime bindings (use ncclz.Communicator)");
+
+  nb::class_<UniqueId>(c, "UniqueId", "128 opaque bytes that let ranks find each other (NCCL-style)")
+      .def(nb::new_([](const nb::bytes& b) { return unique_id_from_bytes(b); }), "data"_a)
+      .def_static(
+          "make",
+          [](const std::string& addr, int port) {
+            nb::gil_scoped_release nogil;
+            return ncclz::Bootstrap::make_unique_id(addr, port);
+          },
+          "addr"_a = "", "port"_a = 0,
+          "Makes an id: binds the listening socket rank 0 will use (keep this process as rank 0)")
+      .def_prop_ro("bytes", [](const UniqueId& id) { return nb::bytes(reinterpret_cast<const char*>(id.bytes), sizeof(id.bytes)); })
+      .def("__repr__", [](const UniqueId&) { return std::string("<ncclz UniqueId (128 bytes)>"); });
+
+  nb::class_<CommConfig>(c, "CommConfig", "Communicator settings (see ncclz/communicator.hpp)")
+      .def(nb::init<>())
+      .def_static("from_env", &CommConfig::from_env, "Settings from RANK, WORLD_SIZE, MASTER_*, NCCLZ_*")
+      .def_rw("rank", &CommConfig::rank)
+      .def_rw("size", &CommConfig::size)
+      .def_rw("master_addr", &CommConfig::master_addr)
+      .def_rw("master_port", &CommConfig::master_port)
+      .def_rw("token", &CommConfig::token)
+      .def_rw("timeout_s", &CommConfig::timeout_s)
+      .def_rw("transport", &CommConfig::transport)
+      .def_rw("nchannels", &CommConfig::nchannels)
+      .def_rw("slot_bytes", &CommConfig::slot_bytes)
+      .def_rw("nslots", &CommConfig::nslots)
+      .def_rw("throttle_gbps", &CommConfig::throttle_gbps)
+      .def_rw("socket_ifname", &CommConfig::socket_ifname);
+
+  nb::class_<Compression>(c, "Compression", "Compression of one call: mode none|lossless|lossy_abs|lossy_rel")
+      .def(nb::new_([](const std::string& mode, double bound, const std::string& codec, size_t min_bytes) {
+             Compression x;
+             x.mode = parse_mode(mode);
+             x.bound = bound;
+             x.codec = codec;
+             x.min_bytes = min_bytes;
+             return x;
+           }),
+           "mode"_a = "none", "bound"_a = 0.0, "codec"_a = "", "min_bytes"_a = 0)
+      .def_prop_ro("mode", [](const Compression& x) { return std::string(mode_name(x.mode)); })
+      .def_ro("bound", &Compression::bound)
+      .def_ro("codec", &Compression::codec)
+      .def_ro("min_bytes", &Compression::min_bytes)
+      .def("__repr__", [](const Compression& x) {
+        std::ostringstream s;
+        s << "Compression(mode='" << mode_name(x.mode) << "', bound=" << x.bound << ", codec='" << x.codec
+          << "', min_bytes=" << x.min_bytes << ")";
+        return s.str();
+      });
+
+  nb::class_<CallStats>(c, "CallStats", "Per-call statistics")
+      .def(nb::init<>())
+      .def_ro("raw_bytes", &CallStats::raw_bytes)
+      .def_ro("wire_bytes", &CallStats::wire_bytes)
+      .def_ro("ratio", &CallStats::ratio)
+      .def_ro("encode_s", &CallStats::encode_s)
+      .def_ro("decode_s", &CallStats::decode_s)
+      .def_ro("quantize_s", &CallStats::quantize_s)
+      .def_ro("wait_s", &CallStats::wait_s)
+      .def_ro("wall_s", &CallStats::wall_s)
+      .def_ro("error_bound", &CallStats::error_bound)
+      .def_ro("exact_fallback", &CallStats::exact_fallback);
+
+  nb::class_<CommHandle>(c, "Communicator", "Raw communicator; ncclz.Communicator wraps it")
+      .def_static(
+          "create",
+          [](const CommConfig& cfg) {
+            std::unique_ptr<Communicator> p;
+            {
+              nb::gil_scoped_release nogil;
+              p = Communicator::create(cfg);
+            }
+            return std::make_shared<CommHandle>(std::move(p));
+          },
+          "config"_a, "Rendezvous at config.master_addr:master_port (blocks until all ranks arrive or timeout)")
+      .def_static(
+          "create_from_id",
+          [](const UniqueId& id, int rank, int size, const CommConfig& base) {
+            std::unique_ptr<Communicator> p;
+            {
+              nb::gil_scoped_release nogil;
+              p = Communicator::create(id, rank, size, base);
+            }
+            return std::make_shared<CommHandle>(std::move(p));
+          },
+          "id"_a, "rank"_a, "size"_a, "config"_a, "Rendezvous through a UniqueId (made by rank 0's process)")
+      .def_prop_ro("rank", &CommHandle::rank)
+      .def_prop_ro("size", &CommHandle::size)
+      .def_prop_ro("closed", &CommHandle::closed)
+      .def("all_reduce", &CommHandle::all_reduce, "send"_a.noconvert(), "recv"_a.noconvert(), "op"_a,
+           "compression"_a, "as_dtype"_a = "")
+      .def("reduce_scatter", &CommHandle::reduce_scatter, "send"_a.noconvert(), "recv"_a.noconvert(), "op"_a,
+           "compression"_a, "as_dtype"_a = "")
+      .def("all_gather", &CommHandle::all_gather, "send"_a.noconvert(), "recv"_a.noconvert(), "compression"_a,
+           "as_dtype"_a = "")
+      .def("broadcast", &CommHandle::broadcast, "buf"_a.noconvert(), "root"_a, "compression"_a, "as_dtype"_a = "")
+      .def("send", &CommHandle::send, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
+      .def("recv", &CommHandle::recv, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
+      .def("barrier", &CommHandle::barrier)
+      .def("abort", &CommHandle::abort, "reason"_a = "aborted by user", nb::call_guard<nb::gil_scoped_release>())
+      .def("close", &CommHandle::close, nb::call_guard<nb::gil_scoped_release>());
+}

@@ -1,0 +1,143 @@
+"""Compress and decompress whole arrays with ncclz's codec (the same slice coders the
+collectives use on the wire).
+
+>>> import numpy as np, ncclz
+>>> x = np.random.default_rng(0).normal(size=(256, 256)).astype(np.float32)
+>>> blob = ncclz.codec.compress(x, ncclz.Lossy(abs=1e-3))
+>>> y = ncclz.codec.decompress(blob)
+>>> bool(np.abs(y - x).max() <= 1e-3)
+True
+
+The blob layout is documented in docs/format/container.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import ml_dtypes
+import numpy as np
+
+from . import _core
+from .errors import InvalidArgumentError
+from .spec import Lossless, Lossy
+
+__all__ = ["compress", "decompress", "inspect", "CODECS", "PREDICTORS", "SUPPORTED_DTYPES"]
+
+#: Codec names accepted by ``compress(codec=...)`` (None or "auto": the selector chooses per slice).
+CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4}
+#: Predictor names accepted by ``compress(predictor=...)`` (None or "auto": the selector chooses).
+PREDICTORS = {"auto": -1, "none": 0, "delta1": 1, "delta2": 2, "lorenzo2d": 3, "lorenzo3d": 4}
+#: Element types the codec carries (lossy mode: the float ones).
+SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_NUMPY_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "float16": np.dtype(np.float16),
+    "bfloat16": _BF16,
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "uint8": np.dtype(np.uint8),
+}
+_KDLCPU = 1
+
+
+def _lookup(table: Dict[str, int], value: Optional[str], what: str) -> int:
+    if value is None:
+        return table["auto"]
+    if not isinstance(value, str) or value.lower() not in table:
+        names = ", ".join(repr(k) for k in table)
+        raise InvalidArgumentError(f"unknown {what} {value!r}; choose one of None, {names}")
+    return table[value.lower()]
+
+
+def _host_array(x: Any):
+    """Returns (array for the binding, is_bfloat16_viewed_as_uint16)."""
+    if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
+        x = x.detach()  # torch refuses to export tensors that require grad
+    if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
+        device = getattr(x, "__dlpack_device__", None)
+        if device is not None and int(device()[0]) != _KDLCPU:
+            raise InvalidArgumentError(
+                "GPU arrays are not yet supported by ncclz.codec; copy to the host first "
+                "(e.g. x.cpu(), cupy.asnumpy(x) or np.asarray(x))"
+            )
+        if getattr(x, "is_conj", None) is not None and x.is_conj():
+            x = x.resolve_conj()
+        return x, False
+    arr = x if isinstance(x, np.ndarray) else np.asarray(x)
+    dt = arr.dtype
+    if dt == _BF16:
+        return arr.view(np.uint16), True
+    if not dt.isnative:
+        arr = arr.astype(dt.newbyteorder("="))
+        dt = arr.dtype
+    if dt not in _NUMPY_DTYPES.values():
+        raise InvalidArgumentError(
+            f"unsupported dtype {dt}; supported: {', '.join(SUPPORTED_DTYPES)}"
+        )
+    return arr, False
+
+
+def compress(x: Any, spec, codec: Optional[str] = None, *, predictor: Optional[str] = None) -> np.ndarray:
+    """Compresses an array into a self-describing blob (a NumPy uint8 array).
+
+    Args:
+        x: a C-contiguous CPU array: NumPy, PyTorch, JAX, anything with ``__dlpack__``, or
+            anything ``np.asarray`` accepts. dtype float32, float64, float16, bfloat16
+            (``ml_dtypes.bfloat16`` or ``torch.bfloat16``), int32, int64 or uint8 (lossless only).
+        spec: ``ncclz.Lossy(abs=E)``, ``ncclz.Lossy(rel=r)`` or ``ncclz.Lossless()``.
+        codec: None or ``"auto"`` (the selector picks per slice), or force one of ``"raw"``,
+            ``"block"``, ``"rans"``, ``"floatexp"`` (lossless float32/float16/bfloat16 only).
+        predictor: None/``"auto"``, or force ``"none"``, ``"delta1"``, ``"delta2"``,
+            ``"lorenzo2d"`` (>= 2-D) or ``"lorenzo3d"`` (>= 3-D) for the integer coders.
+
+    Raises:
+        ncclz.InvalidArgumentError: bad spec, dtype, device, layout or codec choice.
+    """
+    if isinstance(spec, Lossy):
+        lossy, abs_bound, rel_bound = True, spec.abs or 0.0, spec.rel or 0.0
+    elif isinstance(spec, Lossless):
+        lossy, abs_bound, rel_bound = False, 0.0, 0.0
+    else:
+        raise InvalidArgumentError(
+            f"spec must be ncclz.Lossy(abs=...), ncclz.Lossy(rel=...) or ncclz.Lossless(), got {spec!r}"
+        )
+    codec_id = _lookup(CODECS, codec, "codec")
+    predictor_id = _lookup(PREDICTORS, predictor, "predictor")
+    arr, as_bf16 = _host_array(x)
+    try:
+        return _core.codec_compress(arr, lossy, abs_bound, rel_bound, codec_id, predictor_id, as_bf16)
+    except TypeError as e:  # nanobind could not import the array at all
+        raise InvalidArgumentError(
+            f"cannot read the input as a CPU array ({type(x).__name__}): {e}; "
+            f"supported dtypes: {', '.join(SUPPORTED_DTYPES)}"
+        ) from None
+
+
+def _blob_bytes(blob: Any) -> np.ndarray:
+    if isinstance(blob, (bytes, bytearray, memoryview)):
+        return np.frombuffer(blob, dtype=np.uint8)
+    arr = np.asarray(blob)
+    if arr.dtype != np.uint8:
+        raise InvalidArgumentError(f"a blob is a uint8 array or bytes, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr.reshape(-1))
+
+
+def decompress(blob: Any) -> np.ndarray:
+    """Decompresses a blob from :func:`compress` into a NumPy array of the original shape and
+    dtype (bfloat16 as ``ml_dtypes.bfloat16``).
+
+    Raises:
+        ncclz.CorruptDataError: the blob is truncated, corrupt or of another format version.
+    """
+    data, dtype_name, shape = _core.codec_decompress(_blob_bytes(blob))
+    return data.view(_NUMPY_DTYPES[dtype_name]).reshape(shape)
+
+
+def inspect(blob: Any) -> Dict[str, Any]:
+    """Describes a blob without decoding it: mode, dtype, shape, bound, sizes, ratio, outlier
+    count and, under ``"codecs"``, slices and bytes per codec (``"block+delta1"``, ...)."""
+    return _core.codec_inspect(_blob_bytes(blob))

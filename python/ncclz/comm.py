@@ -1,0 +1,455 @@
+"""The collective runtime from Python: :class:`Communicator` and :func:`init`.
+
+A communicator joins ``world_size`` processes (ranks). Rank 0 listens at
+``master_addr:master_port`` and every rank presents the job's secret token
+(the torchrun convention, as set by ``ncclz-run`` and torchrun), or the ranks
+meet through a store (``store=``, a ``torch.distributed`` Store). Then the
+collectives move data between them, optionally compressed::
+
+    import ncclz, numpy as np
+    comm = ncclz.init()                       # RANK, WORLD_SIZE, MASTER_ADDR, ...
+    x = np.random.rand(1 << 20).astype(np.float32)
+    comm.all_reduce(x, compression=ncclz.Lossy(rel=1e-3))   # in place
+    print(comm.last_stats.ratio)
+
+Arrays are CPU arrays of NumPy, PyTorch, JAX or any DLPack producer
+(see :mod:`ncclz._dlpack`). Every call blocks until this rank's part is done
+and releases the GIL while it communicates. Errors raise ncclz exceptions:
+InvalidArgumentError for bad calls (raised before any communication),
+RemoteError / TimeoutError / AbortedError when a peer fails or a call does
+not match across ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+from typing import Any
+
+from . import _core, _dlpack
+from . import store as _store
+from .errors import InvalidArgumentError
+
+_native = _core.comm
+
+#: Reduction ops accepted by the collectives.
+OPS = ("sum", "avg", "max", "min", "prod")
+
+
+@dataclasses.dataclass(frozen=True)
+class CallStats:
+    """Statistics of the last call on this rank (``comm.last_stats``).
+
+    raw_bytes: bytes this rank would have sent uncompressed.
+    wire_bytes: bytes it actually sent, headers included.
+    ratio: raw_bytes / wire_bytes.
+    encode_s, decode_s: time in the wire coders (all channels summed; they
+        overlap with communication, so they may add up to more than wall_s).
+    quantize_s: time quantizing / dequantizing at the API layer.
+    wait_s: time blocked waiting for slots (peers, the network).
+    wall_s: wall time of the call.
+    error_bound: the bound E promised for this call (0 for exact modes).
+    exact_fallback: a lossy call that ran exactly instead (non-finite inputs,
+        outliers, a bound below the dtype's own rounding, a small message).
+    """
+
+    op: str
+    compression: str
+    raw_bytes: int
+    wire_bytes: int
+    ratio: float
+    encode_s: float
+    decode_s: float
+    quantize_s: float
+    wait_s: float
+    wall_s: float
+    error_bound: float
+    exact_fallback: bool = False
+
+    @property
+    def codec_s(self) -> float:
+        """Total codec work: encode + decode + quantize."""
+        return self.encode_s + self.decode_s + self.quantize_s
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _env(name: str, default: Any = None) -> str | None:
+    v = os.environ.get(name)
+    return default if v is None or v == "" else v
+
+
+def _env_int(names: tuple, what: str) -> int | None:
+    for n in names:
+        v = _env(n)
+        if v is not None:
+            try:
+                return int(v)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"environment variable {n}={v!r} is not an integer ({what})"
+                ) from None
+    return None
+
+
+def _env_float(name: str) -> float | None:
+    v = _env(name)
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise InvalidArgumentError(f"environment variable {name}={v!r} is not a number") from None
+
+
+def _compression(spec: Any) -> Any:
+    """Converts None / ncclz.Lossless() / ncclz.Lossy(abs=|rel=) to the native Compression."""
+    if spec is None:
+        return _native.Compression("none")
+    if isinstance(spec, _native.Compression):
+        return spec
+    if isinstance(spec, str) and spec in ("none", "lossless"):
+        return _native.Compression(spec)
+    name = type(spec).__name__
+    codec = getattr(spec, "codec", None) or ""
+    min_bytes = int(getattr(spec, "min_bytes", 0) or 0)
+    if not isinstance(codec, str):
+        codec = str(getattr(codec, "value", codec))
+    if name == "Lossless":
+        return _native.Compression("lossless", 0.0, codec, min_bytes)
+    if name == "Lossy":
+        abs_, rel = getattr(spec, "abs", None), getattr(spec, "rel", None)
+        if (abs_ is None) == (rel is None):
+            raise InvalidArgumentError("Lossy needs exactly one of abs= or rel=")
+        bound = float(abs_ if abs_ is not None else rel)
+        if not (math.isfinite(bound) and bound > 0):
+            raise InvalidArgumentError(f"Lossy bound must be a finite number > 0, got {bound}")
+        return _native.Compression("lossy_abs" if abs_ is not None else "lossy_rel", bound, codec, min_bytes)
+    raise InvalidArgumentError(
+        f"compression must be None, ncclz.Lossless() or ncclz.Lossy(abs=...|rel=...), got {spec!r}"
+    )
+
+
+def _name_rank(method):
+    """Prefixes InvalidArgumentError messages with the rank (messages say where things failed)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except InvalidArgumentError as e:
+            msg = str(e)
+            if msg.startswith("rank "):
+                raise
+            raise InvalidArgumentError(f"rank {self._rank}: {msg}") from None
+
+    return wrapper
+
+
+def _describe_compression(c: Any) -> str:
+    if c.mode in ("lossy_abs", "lossy_rel"):
+        return f"{c.mode}({c.bound:g})"
+    return c.mode
+
+
+class Communicator:
+    """A group of ``world_size`` ranks that run collectives together.
+
+    Arguments left as None come from the environment: RANK, WORLD_SIZE,
+    MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), NCCLZ_TOKEN,
+    NCCLZ_TIMEOUT (seconds, default 300), NCCLZ_TRANSPORT (shm | socket |
+    inproc; default: automatic), NCCLZ_NCHANNELS. OMPI_COMM_WORLD_* and
+    PMI_* are read when RANK / WORLD_SIZE are absent.
+
+    store: a ``torch.distributed`` Store (TCPStore, FileStore, ...) shared by
+        all ranks. Rank 0 makes the bootstrap id and puts it in the store; the
+        others take it from there (within ``timeout``). master_addr/port and
+        token are then not used. Under torchrun, init() uses torchrun's store
+        automatically.
+    unique_id: bytes from :func:`make_unique_id` on rank 0, shared by any
+        other means (mpi4py, a file); the alternative to a store.
+
+    Use it as a context manager, or call close(); abort() makes pending calls
+    fail (from any thread).
+    """
+
+    def __init__(
+        self,
+        rank: int | None = None,
+        world_size: int | None = None,
+        master_addr: str | None = None,
+        master_port: int | None = None,
+        token: str | None = None,
+        timeout: float | None = None,
+        transport: str | None = None,
+        store: Any = None,
+        *,
+        nchannels: int | None = None,
+        unique_id: bytes | None = None,
+    ):
+        if rank is None:
+            rank = _env_int(("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "rank")
+        if world_size is None:
+            world_size = _env_int(("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"), "world size")
+        if rank is None or world_size is None:
+            raise InvalidArgumentError(
+                "rank and world_size are needed: pass them, or set RANK and WORLD_SIZE (ncclz-run and torchrun do)"
+            )
+        rank, world_size = int(rank), int(world_size)
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise InvalidArgumentError(f"rank {rank} is not in [0, world_size={world_size})")
+        if timeout is None:
+            timeout = _env_float("NCCLZ_TIMEOUT")
+        timeout = 300.0 if timeout is None else float(timeout)
+        if not timeout > 0:
+            raise InvalidArgumentError(f"timeout must be > 0 seconds, got {timeout}")
+
+        cfg = self._base_config()
+        cfg.rank, cfg.size, cfg.timeout_s = rank, world_size, timeout
+        cfg.master_addr = master_addr if master_addr is not None else _env("MASTER_ADDR", "127.0.0.1")
+        port = master_port if master_port is not None else _env_int(("MASTER_PORT",), "master port")
+        cfg.master_port = 29500 if port is None else int(port)
+        cfg.token = token if token is not None else _env("NCCLZ_TOKEN", "")
+        if transport is None:
+            transport = _env("NCCLZ_TRANSPORT", "")
+        transport = (transport or "").lower()
+        if transport in ("auto",):
+            transport = ""
+        if transport not in ("", "shm", "socket", "inproc"):
+            raise InvalidArgumentError(f"transport must be shm, socket, inproc or auto, got {transport!r}")
+        cfg.transport = transport
+        if nchannels is None:
+            nchannels = _env_int(("NCCLZ_NCHANNELS",), "channels")
+        if nchannels is not None:
+            cfg.nchannels = int(nchannels)
+
+        if store is None and unique_id is None and master_port is None and _store.under_torchrun():
+            store = _store.store_from_env(timeout)
+        if store is not None or unique_id is not None:
+            if unique_id is None:
+                key = _store.next_key()
+                if rank == 0:
+                    uid = _native.UniqueId.make(_env("NCCLZ_BOOTSTRAP_ADDR", ""), 0)
+                    _store.publish(store, key, uid.bytes)
+                else:
+                    uid = _native.UniqueId(_store.fetch(store, key, timeout, rank))
+            else:
+                uid = _native.UniqueId(bytes(unique_id))
+            self._native = _native.Communicator.create_from_id(uid, rank, world_size, cfg)
+        else:
+            self._native = _native.Communicator.create(cfg)
+        self._rank, self._world_size = rank, world_size
+        self._transport = transport or "auto"
+        self._last_stats: CallStats | None = None
+
+    @staticmethod
+    def _base_config() -> Any:
+        try:
+            return _native.CommConfig.from_env()
+        except Exception:  # noqa: BLE001 - a partial environment; every field is set below anyway
+            return _native.CommConfig()
+
+    # ---- properties -------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def last_stats(self) -> CallStats | None:
+        """Statistics of this rank's last completed call (None before the first)."""
+        return self._last_stats
+
+    @property
+    def closed(self) -> bool:
+        return self._native.closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self._transport
+        return f"<ncclz.Communicator rank {self._rank} of {self._world_size} ({state})>"
+
+    # ---- helpers ----------------------------------------------------------
+    def _prepare(self, x: Any, what: str, op: str | None, compression: Any) -> tuple:
+        b = _dlpack.as_buffer(x, what)
+        c = _compression(compression)
+        if op is not None:
+            if not isinstance(op, str) or op.lower() not in OPS:
+                raise InvalidArgumentError(f"{what}: unknown op {op!r}; use one of {', '.join(OPS)}")
+            op = op.lower()
+        if c.mode in ("lossy_abs", "lossy_rel"):
+            if not b.is_float:
+                raise InvalidArgumentError(
+                    f"{what}: lossy compression needs a floating-point array, got {b.dtype}; "
+                    "use compression=ncclz.Lossless() or None for integers"
+                )
+            if op == "prod":
+                raise InvalidArgumentError(
+                    f"{what}: op 'prod' is not offered with lossy compression "
+                    "(the error would not be bounded); use Lossless() or None"
+                )
+        return b, c, op
+
+    def _record(self, name: str, c: Any, st: Any) -> None:
+        self._last_stats = CallStats(
+            op=name,
+            compression=_describe_compression(c),
+            raw_bytes=int(st.raw_bytes),
+            wire_bytes=int(st.wire_bytes),
+            ratio=float(st.ratio),
+            encode_s=float(st.encode_s),
+            decode_s=float(st.decode_s),
+            quantize_s=float(st.quantize_s),
+            wait_s=float(st.wait_s),
+            wall_s=float(st.wall_s),
+            error_bound=float(st.error_bound),
+            exact_fallback=bool(getattr(st, "exact_fallback", False)),
+        )
+
+    def _check_rank(self, r: Any, what: str) -> int:
+        if isinstance(r, bool) or not isinstance(r, int) and not hasattr(r, "__index__"):
+            raise InvalidArgumentError(f"{what} must be an integer rank, got {r!r}")
+        r = int(r)
+        if not 0 <= r < self._world_size:
+            raise InvalidArgumentError(
+                f"{what} {r} is not a rank of this communicator (world size {self._world_size})"
+            )
+        return r
+
+    # ---- collectives ------------------------------------------------------
+    @_name_rank
+    def all_reduce(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None) -> Any:
+        """Reduces ``x`` over all ranks; every rank gets the result.
+
+        In place by default (returns ``x``). With ``out=`` the result goes
+        there; read-only inputs (JAX arrays, read-only NumPy) get a new array.
+        """
+        b, c, op = self._prepare(x, "all_reduce input", op, compression)
+        if out is not None:
+            o = _dlpack.check_output(out, b, b.shape, "all_reduce out")
+        elif b.writable:
+            o = b
+        else:
+            o = _dlpack.empty(b, b.shape)
+        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype)
+        self._record("all_reduce", c, st)
+        if o is b:
+            return x
+        return out if out is not None else _dlpack.to_user(o)
+
+    @_name_rank
+    def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None) -> Any:
+        """Reduces ``x`` over all ranks; rank r gets block r of the result.
+
+        ``x.shape[0]`` must be divisible by world_size (result shape
+        ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element
+        count (result: 1-D of ``x.size // world_size``).
+        """
+        b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
+        w = self._world_size
+        if len(b.shape) >= 1 and b.shape[0] % w == 0:
+            shape = (b.shape[0] // w, *b.shape[1:])
+        elif b.size % w == 0:
+            shape = (b.size // w,)
+        else:
+            raise InvalidArgumentError(
+                f"reduce_scatter input {_dlpack.describe(b)}: neither the first dimension nor the element "
+                f"count ({b.size}) is divisible by the world size {w}"
+            )
+        o = (
+            _dlpack.check_output(out, b, shape, "reduce_scatter out")
+            if out is not None
+            else _dlpack.empty(b, shape)
+        )
+        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype)
+        self._record("reduce_scatter", c, st)
+        return out if out is not None else _dlpack.to_user(o)
+
+    @_name_rank
+    def all_gather(self, x: Any, compression: Any = None, out: Any = None) -> Any:
+        """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r]."""
+        b, c, _ = self._prepare(x, "all_gather input", None, compression)
+        shape = (self._world_size, *b.shape)
+        o = (
+            _dlpack.check_output(out, b, shape, "all_gather out")
+            if out is not None
+            else _dlpack.empty(b, shape)
+        )
+        st = self._native.all_gather(b.native, o.native, c, b.as_dtype)
+        self._record("all_gather", c, st)
+        return out if out is not None else _dlpack.to_user(o)
+
+    @_name_rank
+    def broadcast(self, x: Any, root: int = 0, compression: Any = None) -> Any:
+        """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only)."""
+        root = self._check_rank(root, "broadcast root")
+        b, c, _ = self._prepare(x, "broadcast buffer", None, compression)
+        o = b
+        if not b.writable:
+            o = _dlpack.empty(b, b.shape)
+            _dlpack.copy_into(o, b)
+        st = self._native.broadcast(o.native, root, c, o.as_dtype)
+        self._record("broadcast", c, st)
+        return x if o is b else _dlpack.to_user(o)
+
+    @_name_rank
+    def send(self, x: Any, peer: int, compression: Any = None) -> None:
+        """Sends ``x`` to ``peer`` (which must call recv with the same count, dtype and compression)."""
+        peer = self._check_rank(peer, "send peer")
+        b, c, _ = self._prepare(x, "send buffer", None, compression)
+        st = self._native.send(b.native, peer, c, b.as_dtype)
+        self._record("send", c, st)
+
+    @_name_rank
+    def recv(self, x: Any, peer: int, compression: Any = None) -> Any:
+        """Receives from ``peer`` into ``x`` (writable); returns ``x``."""
+        peer = self._check_rank(peer, "recv peer")
+        b, c, _ = self._prepare(x, "recv buffer", None, compression)
+        if not b.writable:
+            raise InvalidArgumentError(
+                f"recv buffer {_dlpack.describe(b)} is read-only; pass a writable array"
+            )
+        st = self._native.recv(b.native, peer, c, b.as_dtype)
+        self._record("recv", c, st)
+        return x
+
+    @_name_rank
+    def barrier(self) -> None:
+        """Returns when every rank has called barrier()."""
+        self._native.barrier()
+
+    # ---- lifetime -----------------------------------------------------------
+    def abort(self, reason: str = "aborted by user") -> None:
+        """Makes pending and future calls fail with AbortedError (here and, where reachable, on peers)."""
+        self._native.abort(str(reason))
+
+    def close(self) -> None:
+        """Releases the connections. Further calls raise InvalidArgumentError."""
+        self._native.close()
+
+    def __enter__(self) -> Communicator:  # noqa: PYI034 - Self needs Python 3.11
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and not self.closed:
+            self.abort(f"exception on rank {self._rank}: {exc_type.__name__}")
+        self.close()
+
+
+def init(**kwargs: Any) -> Communicator:
+    """A communicator from the environment (ncclz-run, torchrun, mpirun, or variables you set).
+
+    Keyword arguments override the environment (see :class:`Communicator`).
+    """
+    return Communicator(**kwargs)
+
+
+def make_unique_id(addr: str = "", port: int = 0) -> bytes:
+    """On rank 0: a bootstrap id (128 bytes) to share with the other ranks, who pass it as
+    ``Communicator(unique_id=...)``. This process must then be rank 0."""
+    return _native.UniqueId.make(addr, int(port)).bytes

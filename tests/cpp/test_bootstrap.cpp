@@ -1,0 +1,357 @@
+// Bootstrap tests: ranks are threads of this process (each with its own
+// TcpBootstrap over loopback), rendezvous through a UniqueId made with port 0
+// (no fixed ports, no collisions). See cpp/src/bootstrap/tcp_bootstrap.cpp for
+// the protocol these tests exercise.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "ncclz/error.hpp"
+
+using namespace ncclz;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs fn(rank) on n threads; rethrows the first exception (after joining all).
+void run_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> ts;
+  std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errs[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (auto& e : errs) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+// Port and host of a UniqueId (layout in tcp_bootstrap.cpp).
+int uid_port(const UniqueId& id) { return (id.bytes[6] << 8) | id.bytes[7]; }
+
+// A free TCP port on loopback (bind port 0, read it, close).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Item {
+  int32_t rank;
+  int32_t square;
+  char text[24];
+};
+
+void exercise(Bootstrap& b) {
+  const int me = b.rank(), n = b.size();
+  // allgather
+  Item mine{me, me * me, {}};
+  std::snprintf(mine.text, sizeof mine.text, "rank-%d", me);
+  std::vector<Item> all(static_cast<size_t>(n));
+  b.allgather(&mine, sizeof mine, all.data());
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(all[r].rank, r);
+    EXPECT_EQ(all[r].square, r * r);
+    EXPECT_EQ(std::string(all[r].text), "rank-" + std::to_string(r));
+  }
+  // Tables: every rank is in this process on this host.
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(b.host_id(r), b.host_id(0));
+    EXPECT_EQ(b.process_id(r), b.process_id(0));
+  }
+  EXPECT_FALSE(b.job_key().empty());
+  b.barrier();
+  // Point to point around the ring, two tags sent in one order and received in
+  // the other (tags keep streams apart), plus a message to itself.
+  int next = (me + 1) % n, prev = (me + n - 1) % n;
+  std::vector<uint8_t> big(100000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 7 + static_cast<size_t>(me));
+  int32_t a = 1000 + me, c = 2000 + me;
+  b.send(next, /*tag=*/2, &c, sizeof c);
+  b.send(next, /*tag=*/1, &a, sizeof a);
+  b.send(next, /*tag=*/3, big.data(), big.size());
+  int32_t ra = 0, rc = 0;
+  b.recv(prev, 1, &ra, sizeof ra);
+  b.recv(prev, 2, &rc, sizeof rc);
+  EXPECT_EQ(ra, 1000 + prev);
+  EXPECT_EQ(rc, 2000 + prev);
+  std::vector<uint8_t> rbig(big.size());
+  b.recv(prev, 3, rbig.data(), rbig.size());
+  for (size_t i = 0; i < rbig.size(); i += 997) EXPECT_EQ(rbig[i], static_cast<uint8_t>(i * 7 + static_cast<size_t>(prev)));
+  int32_t self = 77 + me, rself = 0;
+  b.send(me, 9, &self, sizeof self);
+  b.recv(me, 9, &rself, sizeof rself);
+  EXPECT_EQ(rself, 77 + me);
+  b.barrier();
+  // The job key is the same everywhere.
+  char key[64] = {0};
+  std::strncpy(key, b.job_key().c_str(), sizeof key - 1);
+  std::vector<char> keys(64 * static_cast<size_t>(n));
+  b.allgather(key, sizeof key, keys.data());
+  for (int r = 0; r < n; ++r) EXPECT_EQ(std::string(&keys[64 * static_cast<size_t>(r)]), b.job_key());
+}
+
+class BootstrapSizes : public ::testing::TestWithParam<int> {};
+
+}  // namespace
+
+TEST_P(BootstrapSizes, AllgatherBarrierP2p) {
+  const int n = GetParam();
+  UniqueId id = Bootstrap::make_unique_id();
+  run_threads(n, [&](int r) {
+    auto b = Bootstrap::create(id, r, n, 10.0);
+    EXPECT_EQ(b->rank(), r);
+    EXPECT_EQ(b->size(), n);
+    exercise(*b);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Bootstrap, BootstrapSizes, ::testing::Values(1, 2, 3, 8));
+
+TEST(Bootstrap, MasterPortAndLateRoot) {
+  // Config-based rendezvous (MASTER_ADDR/MASTER_PORT style); rank 0 starts
+  // 300 ms after the others, who keep retrying.
+  const int n = 3;
+  const int port = free_port();
+  run_threads(n, [&](int r) {
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    BootstrapConfig cfg;
+    cfg.rank = r;
+    cfg.size = n;
+    cfg.master_addr = "127.0.0.1";
+    cfg.master_port = port;
+    cfg.token = "secret";
+    cfg.timeout_s = 10;
+    auto b = Bootstrap::create(cfg);
+    exercise(*b);
+  });
+}
+
+TEST(Bootstrap, WrongTokenRefusedOthersSucceed) {
+  const int n = 3;
+  UniqueId id = Bootstrap::make_unique_id();
+  const int port = uid_port(id);
+  std::atomic<bool> intruder_refused{false}, garbage_done{false}, size_refused{false};
+  std::string intruder_msg;
+  std::thread intruder([&] {
+    BootstrapConfig cfg;
+    cfg.rank = 1;
+    cfg.size = n;
+    cfg.master_port = port;
+    cfg.token = "not-the-token";
+    cfg.timeout_s = 5;
+    try {
+      auto b = Bootstrap::create(cfg);
+    } catch (const Timeout&) {
+    } catch (const RemoteError& e) {
+      intruder_msg = e.what();
+      intruder_refused = true;
+    }
+  });
+  std::thread garbage([&] {
+    // Something that is not an ncclz peer at all.
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+      const char* req = "GET / HTTP/1.0\r\n\r\n";
+      ssize_t w = write(fd, req, std::strlen(req));
+      (void)w;
+      char buf[16];
+      ssize_t r = read(fd, buf, sizeof buf);  // the server closes on us
+      EXPECT_LE(r, 0);
+    }
+    close(fd);
+    garbage_done = true;
+  });
+  std::thread wrong_size([&] {
+    // Right token, wrong world size: refused with a reason.
+    UniqueId copy = id;
+    try {
+      auto b = Bootstrap::create(copy, 1, n + 5, 5.0);
+    } catch (const RemoteError& e) {
+      size_refused = std::string(e.what()).find("ranks") != std::string::npos;
+    }
+  });
+  // Let the bad peers reach rank 0's backlog first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  run_threads(n, [&](int r) {
+    auto b = Bootstrap::create(id, r, n, 10.0);
+    exercise(*b);
+  });
+  intruder.join();
+  garbage.join();
+  wrong_size.join();
+  EXPECT_TRUE(intruder_refused) << intruder_msg;
+  EXPECT_TRUE(garbage_done);
+  EXPECT_TRUE(size_refused);
+}
+
+TEST(Bootstrap, DuplicateRankRefused) {
+  // Two processes claim rank 1 (right token): one is taken, the other refused
+  // with a RemoteError (never a hang or a Timeout), and the job proceeds.
+  const int n = 3;
+  UniqueId id = Bootstrap::make_unique_id();
+  std::atomic<int> joined{0}, refused{0};
+  std::vector<std::string> msgs(2);
+  std::vector<std::thread> claimants;
+  for (int k = 0; k < 2; ++k) {
+    claimants.emplace_back([&, k] {
+      try {
+        auto b = Bootstrap::create(id, 1, n, 10.0);
+        ++joined;
+        exercise(*b);
+      } catch (const Timeout& e) {
+        msgs[k] = std::string("Timeout: ") + e.what();
+      } catch (const RemoteError& e) {
+        ++refused;
+        msgs[k] = e.what();
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::thread r0([&] {
+    auto b = Bootstrap::create(id, 0, n, 10.0);
+    exercise(*b);
+  });
+  std::thread r2([&] {
+    auto b = Bootstrap::create(id, 2, n, 10.0);
+    exercise(*b);
+  });
+  r0.join();
+  r2.join();
+  for (auto& t : claimants) t.join();
+  EXPECT_EQ(joined.load(), 1);
+  EXPECT_EQ(refused.load(), 1) << msgs[0] << " | " << msgs[1];
+}
+
+TEST(Bootstrap, MissingRankTimesOutNamingIt) {
+  const int n = 4;
+  UniqueId id = Bootstrap::make_unique_id();
+  std::vector<std::string> msgs(n);
+  std::vector<int> timeouts(n, 0);
+  auto t0 = Clock::now();
+  run_threads(n, [&](int r) {
+    if (r == 2) return;  // never arrives
+    try {
+      auto b = Bootstrap::create(id, r, n, 0.6);
+    } catch (const Timeout& e) {
+      timeouts[r] = 1;
+      msgs[r] = e.what();
+    }
+  });
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(secs, 4.0);
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(timeouts[r], 1) << "rank " << r;
+    EXPECT_NE(msgs[r].find("missing ranks: 2"), std::string::npos) << msgs[r];
+  }
+}
+
+TEST(Bootstrap, AbortWakesPendingRecv) {
+  UniqueId id = Bootstrap::make_unique_id();
+  std::vector<std::unique_ptr<Bootstrap>> bs(2);
+  run_threads(2, [&](int r) { bs[r] = Bootstrap::create(id, r, 2, 10.0); });
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    bs[0]->abort("test abort");
+  });
+  auto t0 = Clock::now();
+  int32_t x;
+  try {
+    bs[0]->recv(1, 5, &x, sizeof x);
+    ADD_FAILURE() << "recv returned";
+  } catch (const Aborted& e) {
+    EXPECT_NE(std::string(e.what()).find("test abort"), std::string::npos);
+  }
+  aborter.join();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+  EXPECT_THROW(bs[0]->barrier(), Aborted);
+}
+
+TEST(Bootstrap, PeerGoneGivesRemoteError) {
+  UniqueId id = Bootstrap::make_unique_id();
+  std::vector<std::unique_ptr<Bootstrap>> bs(3);
+  run_threads(3, [&](int r) { bs[r] = Bootstrap::create(id, r, 3, 10.0); });
+  // Rank 2 sends one message to rank 0, then exits.
+  int32_t v = 5;
+  bs[2]->send(0, 1, &v, sizeof v);
+  bs[2].reset();
+  auto t0 = Clock::now();
+  int32_t got = 0;
+  bs[0]->recv(2, 1, &got, sizeof got);  // already sent: still delivered
+  EXPECT_EQ(got, 5);
+  try {
+    bs[0]->recv(2, 1, &got, sizeof got);
+    ADD_FAILURE() << "recv from a gone peer returned";
+  } catch (const Timeout&) {
+    ADD_FAILURE() << "expected RemoteError, got Timeout";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
+  // A collective with a missing member fails naming it.
+  std::thread t1([&] {
+    try {
+      bs[1]->barrier();
+    } catch (const RemoteError&) {
+    }
+  });
+  try {
+    bs[0]->barrier();
+    ADD_FAILURE() << "barrier returned";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+  }
+  bs[0].reset();  // unblocks rank 1
+  t1.join();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);
+}
+
+TEST(Bootstrap, SingleRankJobsShareAPort) {
+  BootstrapConfig cfg;
+  cfg.master_port = free_port();
+  cfg.timeout_s = 2;
+  auto a = Bootstrap::create(cfg);
+  auto b = Bootstrap::create(cfg);  // no "address in use": a job of one does not listen there
+  exercise(*a);
+  exercise(*b);
+  EXPECT_NE(a->job_key(), b->job_key());
+}
+
+TEST(Bootstrap, InvalidArguments) {
+  UniqueId bad{};
+  EXPECT_THROW(Bootstrap::create(bad, 0, 2, 1.0), InvalidArgument);
+  UniqueId id = Bootstrap::make_unique_id();
+  EXPECT_THROW(Bootstrap::create(id, 2, 2, 1.0), InvalidArgument);
+  EXPECT_THROW(Bootstrap::create(id, -1, 2, 1.0), InvalidArgument);
+  auto b = Bootstrap::create(id, 0, 1, 1.0);
+  int32_t x = 0;
+  EXPECT_THROW(b->send(1, 0, &x, sizeof x), InvalidArgument);
+}

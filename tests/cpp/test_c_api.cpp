@@ -1,0 +1,150 @@
+// The C API (ncclz.h): ranks as threads, unique id from ncclzGetUniqueId,
+// result codes instead of exceptions, the error strings.
+#include "ncclz/ncclz.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct CWorld {
+  int n;
+  std::vector<ncclzComm_t> comms;
+  explicit CWorld(int nranks) : n(nranks), comms(static_cast<size_t>(nranks), nullptr) {
+    ncclzUniqueId id;
+    EXPECT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
+    std::vector<std::thread> th;
+    std::vector<ncclzResult_t> res(static_cast<size_t>(n), ncclzInternalError);
+    for (int r = 0; r < n; ++r) {
+      th.emplace_back([&, r] { res[size_t(r)] = ncclzCommInitRank(&comms[size_t(r)], n, id, r); });
+    }
+    for (auto& t : th) t.join();
+    for (int r = 0; r < n; ++r) EXPECT_EQ(res[size_t(r)], ncclzSuccess) << ncclzGetLastError(nullptr);
+  }
+  ~CWorld() {
+    for (auto c : comms) ncclzCommDestroy(c);
+  }
+  void run(const std::function<void(int, ncclzComm_t)>& fn) {
+    std::vector<std::thread> th;
+    for (int r = 0; r < n; ++r) th.emplace_back([&, r] { fn(r, comms[size_t(r)]); });
+    for (auto& t : th) t.join();
+  }
+};
+
+TEST(CApi, CollectivesAndStats) {
+  CWorld w(3);
+  const size_t n = 10001;
+  w.run([&](int r, ncclzComm_t comm) {
+    int count = 0, rank = -1;
+    ASSERT_EQ(ncclzCommCount(comm, &count), ncclzSuccess);
+    ASSERT_EQ(ncclzCommUserRank(comm, &rank), ncclzSuccess);
+    EXPECT_EQ(count, 3);
+    EXPECT_EQ(rank, r);
+
+    // allreduce, lossy: within E of the exact sum.
+    std::vector<float> x(n), y(n);
+    for (size_t i = 0; i < n; ++i) x[i] = float(std::sin(0.001 * double(i) * (r + 1)));
+    const double E = 1e-3;
+    ASSERT_EQ(ncclzAllReduce(x.data(), y.data(), n, ncclzFloat32, ncclzSum, ncclzCompressionLossyAbs(E), comm),
+              ncclzSuccess)
+        << ncclzGetLastError(comm);
+    for (size_t i = 0; i < n; ++i) {
+      double ref = 0;
+      for (int k = 0; k < 3; ++k) ref += double(float(std::sin(0.001 * double(i) * (k + 1))));
+      ASSERT_LE(std::fabs(double(y[i]) - ref), E);
+    }
+    ncclzCallStats_t st;
+    ASSERT_EQ(ncclzCommGetLastStats(comm, &st), ncclzSuccess);
+    EXPECT_EQ(st.errorBound, E);
+    EXPECT_GT(st.wireBytes, 0u);
+    EXPECT_EQ(st.exactFallback, 0);
+
+    // allreduce, lossless: bit-identical to none.
+    std::vector<float> a(n), b(n);
+    ASSERT_EQ(ncclzAllReduce(x.data(), a.data(), n, ncclzFloat32, ncclzSum, ncclzCompressionNone(), comm),
+              ncclzSuccess);
+    ASSERT_EQ(ncclzAllReduce(x.data(), b.data(), n, ncclzFloat32, ncclzSum, ncclzCompressionLossless(), comm),
+              ncclzSuccess);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * 4));
+
+    // broadcast from rank 2, separate send/recv buffers.
+    std::vector<int32_t> src(100), dst(100, -1);
+    for (int i = 0; i < 100; ++i) src[size_t(i)] = r == 2 ? i * 3 : -7;
+    ASSERT_EQ(ncclzBroadcast(src.data(), dst.data(), 100, ncclzInt32, 2, ncclzCompressionLossless(), comm),
+              ncclzSuccess);
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(dst[size_t(i)], i * 3);
+
+    // allgather and reduce-scatter.
+    std::vector<double> mine(5, double(r)), all(15);
+    ASSERT_EQ(ncclzAllGather(mine.data(), all.data(), 5, ncclzFloat64, ncclzCompressionNone(), comm), ncclzSuccess);
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(all[size_t(k) * 5 + 4], double(k));
+    std::vector<double> part(5);
+    ASSERT_EQ(ncclzReduceScatter(all.data(), part.data(), 5, ncclzFloat64, ncclzMax, ncclzCompressionNone(), comm),
+              ncclzSuccess);
+    EXPECT_EQ(part[0], double(r));
+
+    // send/recv around the ring (even ranks send first).
+    std::vector<float> out(50, float(r)), in(50);
+    const int next = (r + 1) % 3, prev = (r + 2) % 3;
+    if (r % 2 == 0) {
+      ASSERT_EQ(ncclzSend(out.data(), 50, ncclzFloat32, next, ncclzCompressionNone(), comm), ncclzSuccess);
+      ASSERT_EQ(ncclzRecv(in.data(), 50, ncclzFloat32, prev, ncclzCompressionNone(), comm), ncclzSuccess);
+    } else {
+      ASSERT_EQ(ncclzRecv(in.data(), 50, ncclzFloat32, prev, ncclzCompressionNone(), comm), ncclzSuccess);
+      ASSERT_EQ(ncclzSend(out.data(), 50, ncclzFloat32, next, ncclzCompressionNone(), comm), ncclzSuccess);
+    }
+    EXPECT_EQ(in[7], float(prev));
+    ASSERT_EQ(ncclzBarrier(comm), ncclzSuccess);
+  });
+}
+
+TEST(CApi, ErrorsAreResultCodes) {
+  CWorld w(2);
+  w.run([&](int r, ncclzComm_t comm) {
+    std::vector<int32_t> a(8), b(8);
+    EXPECT_EQ(ncclzAllReduce(a.data(), b.data(), 8, ncclzInt32, ncclzSum, ncclzCompressionLossyAbs(1), comm),
+              ncclzInvalidArgument);
+    EXPECT_NE(std::string(ncclzGetLastError(comm)).find("floating-point"), std::string::npos)
+        << ncclzGetLastError(comm);
+    EXPECT_EQ(ncclzAllReduce(a.data(), b.data(), 8, ncclzFloat32, ncclzProd, ncclzCompressionLossyAbs(1), comm),
+              ncclzInvalidArgument);
+    EXPECT_EQ(ncclzAllReduce(a.data(), b.data(), 8, ncclzDataType_t(99), ncclzSum, ncclzCompressionNone(), comm),
+              ncclzInvalidArgument);
+    EXPECT_EQ(ncclzBroadcast(a.data(), b.data(), 8, ncclzInt32, 5, ncclzCompressionNone(), comm),
+              ncclzInvalidArgument);
+    EXPECT_EQ(ncclzSend(a.data(), 8, ncclzInt32, r, ncclzCompressionNone(), comm), ncclzInvalidArgument);
+    // Mismatched counts: a remote error on both ranks.
+    EXPECT_EQ(ncclzAllReduce(a.data(), b.data(), r == 0 ? 8 : 7, ncclzInt32, ncclzSum, ncclzCompressionNone(), comm),
+              ncclzRemoteError);
+    EXPECT_EQ(ncclzAllReduce(a.data(), b.data(), 8, ncclzInt32, ncclzSum, ncclzCompressionNone(), comm), ncclzSuccess);
+  });
+  EXPECT_EQ(ncclzAllReduce(nullptr, nullptr, 0, ncclzFloat32, ncclzSum, ncclzCompressionNone(), nullptr),
+            ncclzInvalidArgument);
+  int count = 0;
+  EXPECT_EQ(ncclzCommCount(nullptr, &count), ncclzInvalidArgument);
+  EXPECT_STREQ(ncclzGetErrorString(ncclzSuccess), "no error");
+  EXPECT_STRNE(ncclzGetErrorString(ncclzAborted), "");
+}
+
+TEST(CApi, AbortWakesABlockedCall) {
+  CWorld w(2);
+  ncclzResult_t res = ncclzSuccess;
+  std::thread blocked([&] {
+    std::vector<float> a(16), b(16);
+    // Rank 1 never joins.
+    res = ncclzAllReduce(a.data(), b.data(), 16, ncclzFloat32, ncclzSum, ncclzCompressionNone(), w.comms[0]);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(ncclzCommAbort(w.comms[0]), ncclzSuccess);  // aborts, waits for the call to leave, frees
+  blocked.join();
+  w.comms[0] = nullptr;
+  EXPECT_EQ(res, ncclzAborted);
+}
+
+}  // namespace

@@ -1,0 +1,843 @@
+// Collectives over the in-process transport, ranks as threads: the schedules of
+// docs/ALGORITHMS.md and the error-bound contract of ARCHITECTURE.md.
+//
+// Every check compares against a reference computed from all ranks' inputs
+// (long double for float sums): lossy results within the promised bound E on
+// every finite element, lossless bit-identical to none, outputs bit-identical
+// across ranks, integer results exact (wrapping like the library).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "codec/quantizer.hpp"
+#include "ncclz/communicator.hpp"
+#include "ncclz/error.hpp"
+
+using namespace ncclz;
+
+namespace {
+
+// ---- a world of ranks as threads --------------------------------------------------
+
+struct World {
+  int n = 0;
+  std::vector<std::unique_ptr<Communicator>> comms;
+
+  World(int nranks, size_t slot_bytes, int nslots = 4, int nchannels = 2) : n(nranks) {
+    const UniqueId id = Bootstrap::make_unique_id("127.0.0.1", 0);
+    comms.resize(static_cast<size_t>(n));
+    std::vector<std::thread> th;
+    std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      th.emplace_back([&, r] {
+        try {
+          CommConfig cfg;
+          cfg.transport = "inproc";
+          cfg.nchannels = nchannels;
+          cfg.slot_bytes = slot_bytes;
+          cfg.nslots = nslots;
+          cfg.timeout_s = 60;
+          comms[size_t(r)] = Communicator::create(id, r, n, cfg);
+        } catch (...) {
+          errs[size_t(r)] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : th) t.join();
+    for (auto& e : errs) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+
+  /// Runs fn(rank, comm) on every rank concurrently; rethrows the first failure.
+  void run(const std::function<void(int, Communicator&)>& fn) {
+    std::vector<std::thread> th;
+    std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      th.emplace_back([&, r] {
+        try {
+          fn(r, *comms[size_t(r)]);
+        } catch (...) {
+          errs[size_t(r)] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : th) t.join();
+    for (auto& e : errs) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+};
+
+/// Worlds shared by the sweeps (small slots so that slicing and ring loops happen).
+World& world(int n) {
+  static std::map<int, std::unique_ptr<World>> worlds;
+  auto& w = worlds[n];
+  if (!w) w = std::make_unique<World>(n, 1024);
+  return *w;
+}
+
+/// NCCLZ_TEST_CODEC=raw|block|... forces the wire codec of the sweeps (to tell a
+/// codec problem from a schedule problem); unset: the selector.
+Compression with_test_codec(Compression c) {
+  if (const char* e = std::getenv("NCCLZ_TEST_CODEC")) {
+    if (c.mode != Compression::Mode::None) c.codec = e;
+  }
+  return c;
+}
+Compression lossy_abs(double e) { return with_test_codec(Compression::lossy_abs(e)); }
+Compression lossy_rel(double r) { return with_test_codec(Compression::lossy_rel(r)); }
+Compression lossless() { return with_test_codec(Compression::lossless()); }
+
+// ---- typed values -------------------------------------------------------------------
+
+size_t dsize(DataType t) {
+  switch (t) {
+    case DataType::F64:
+    case DataType::I64: return 8;
+    case DataType::F32:
+    case DataType::I32: return 4;
+    case DataType::F16:
+    case DataType::BF16: return 2;
+    case DataType::U8: return 1;
+  }
+  return 0;
+}
+bool is_float(DataType t) { return dsize(t) && t != DataType::I32 && t != DataType::I64 && t != DataType::U8; }
+const char* name(DataType t) {
+  static const char* n[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+  return n[int(t)];
+}
+const char* name(RedOp o) {
+  static const char* n[] = {"sum", "avg", "max", "min", "prod"};
+  return n[int(o)];
+}
+
+double get(DataType t, const std::vector<uint8_t>& b, size_t i) {
+  const uint8_t* p = b.data() + i * dsize(t);
+  switch (t) {
+    case DataType::F32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::F64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DataType::F16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return codec::f16_to_float(v);
+    }
+    case DataType::BF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return codec::bf16_to_float(v);
+    }
+    case DataType::I32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::I64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return double(v);
+    }
+    case DataType::U8: return p[0];
+  }
+  return 0;
+}
+
+int64_t get_int(DataType t, const std::vector<uint8_t>& b, size_t i) {
+  const uint8_t* p = b.data() + i * dsize(t);
+  if (t == DataType::I32) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  if (t == DataType::I64) {
+    int64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  return p[0];
+}
+
+void set(DataType t, std::vector<uint8_t>& b, size_t i, double v) {
+  uint8_t* p = b.data() + i * dsize(t);
+  switch (t) {
+    case DataType::F32: {
+      float f = float(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    case DataType::F64: std::memcpy(p, &v, 8); return;
+    case DataType::F16: {
+      uint16_t h = codec::float_to_f16(float(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case DataType::BF16: {
+      uint16_t h = codec::float_to_bf16(float(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case DataType::I32: {
+      int32_t x = int32_t(v);
+      std::memcpy(p, &x, 4);
+      return;
+    }
+    case DataType::I64: {
+      int64_t x = int64_t(v);
+      std::memcpy(p, &x, 8);
+      return;
+    }
+    case DataType::U8: p[0] = uint8_t(int(v)); return;
+  }
+}
+
+/// Deterministic inputs of rank r: floats in [-1, 1] (a smooth part plus noise,
+/// so that codecs have something to find), integers small (prod stays in range
+/// only modulo 2^k, which the reference reproduces).
+std::vector<uint8_t> make_input(DataType t, size_t n, int r, uint64_t salt = 0) {
+  std::vector<uint8_t> b(n * dsize(t) + 1);
+  std::mt19937_64 rng(uint64_t(r) * 7919 + n * 31 + uint64_t(t) * 1000003 + salt);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::uniform_int_distribution<int> ui(-50, 50);
+  for (size_t i = 0; i < n; ++i) {
+    if (is_float(t)) {
+      set(t, b, i, 0.7 * std::sin(0.01 * double(i) + r) + 0.3 * u(rng));
+    } else if (t == DataType::U8) {
+      set(t, b, i, double(ui(rng) + 50));
+    } else {
+      set(t, b, i, double(ui(rng)));
+    }
+  }
+  return b;
+}
+
+double unit_roundoff(DataType t) {
+  switch (t) {
+    case DataType::F32: return std::ldexp(1.0, -24);
+    case DataType::F64: return std::ldexp(1.0, -53);
+    case DataType::F16: return std::ldexp(1.0, -11);
+    case DataType::BF16: return std::ldexp(1.0, -8);
+    default: return 0;
+  }
+}
+
+/// A bound E that the lossy path can honour for inputs in [-1, 1] on up to 8 ranks.
+double lossy_bound(DataType t) {
+  switch (t) {
+    case DataType::F32: return 1e-3;
+    case DataType::F64: return 1e-6;
+    case DataType::F16: return 0.05;
+    case DataType::BF16: return 0.3;
+    default: return 0;
+  }
+}
+
+/// Integer reduction with the library's wrapping semantics.
+int64_t int_reduce(DataType t, RedOp op, int64_t a, int64_t b) {
+  auto wrap = [&](uint64_t v) -> int64_t {
+    if (t == DataType::I32) return int64_t(int32_t(uint32_t(v)));
+    if (t == DataType::U8) return int64_t(uint8_t(v));
+    return int64_t(v);
+  };
+  switch (op) {
+    case RedOp::Sum:
+    case RedOp::Avg: return wrap(uint64_t(a) + uint64_t(b));
+    case RedOp::Prod: return wrap(uint64_t(a) * uint64_t(b));
+    case RedOp::Max: return a > b ? a : b;
+    case RedOp::Min: return a < b ? a : b;
+  }
+  return 0;
+}
+
+/// Checks element i of `out` against the reduction of inputs[k][off + i].
+/// mode: 0 none/lossless (float tolerance of the plain float reduction), 1 lossy (bound E).
+void check_reduced(DataType t, RedOp op, int N, const std::vector<std::vector<uint8_t>>& in, size_t off,
+                   const std::vector<uint8_t>& out, size_t count, bool lossy, double E, const std::string& what) {
+  for (size_t i = 0; i < count; ++i) {
+    const double got = get(t, out, i);
+    if (!is_float(t)) {
+      int64_t acc = get_int(t, in[0], off + i);
+      for (int k = 1; k < N; ++k) acc = int_reduce(t, op, acc, get_int(t, in[size_t(k)], off + i));
+      if (op == RedOp::Avg) acc = int64_t(acc / N);
+      ASSERT_EQ(get_int(t, out, i), acc) << what << " element " << i;
+      continue;
+    }
+    long double ref = get(t, in[0], off + i), sumabs = std::fabs(ref);
+    for (int k = 1; k < N; ++k) {
+      const long double v = get(t, in[size_t(k)], off + i);
+      sumabs += std::fabs(v);
+      switch (op) {
+        case RedOp::Sum:
+        case RedOp::Avg: ref += v; break;
+        case RedOp::Prod: ref *= v; break;
+        case RedOp::Max: ref = std::max(ref, v); break;
+        case RedOp::Min: ref = std::min(ref, v); break;
+      }
+    }
+    if (op == RedOp::Avg) {
+      ref /= N;
+      sumabs /= N;
+    }
+    const double err = double(std::fabs((long double)got - ref));
+    if (lossy) {
+      ASSERT_LE(err, E) << what << " element " << i << " got " << got << " exact " << double(ref);
+    } else {
+      const double u = unit_roundoff(t);
+      const double tiny = t == DataType::F16 ? std::ldexp(1.0, -24) : t == DataType::BF16 ? std::ldexp(1.0, -133) : 1e-300;
+      const double tol = (op == RedOp::Prod ? double(std::fabs(ref)) : double(sumabs)) * u * (N + 2) + N * tiny;
+      ASSERT_LE(err, tol) << what << " element " << i << " got " << got << " exact " << double(ref);
+    }
+  }
+}
+
+void expect_same_bytes(const std::vector<std::vector<uint8_t>>& outs, size_t bytes, const std::string& what) {
+  for (size_t r = 1; r < outs.size(); ++r) {
+    ASSERT_EQ(0, std::memcmp(outs[0].data(), outs[r].data(), bytes)) << what << ": rank " << r << " differs from rank 0";
+  }
+}
+
+const DataType kTypes[] = {DataType::F32, DataType::F64, DataType::F16, DataType::BF16,
+                           DataType::I32, DataType::I64, DataType::U8};
+const RedOp kOps[] = {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Min, RedOp::Prod};
+const int kWorlds[] = {1, 2, 3, 4, 7, 8};
+const size_t kCounts[] = {0, 1, 31, 33, 1001};
+
+// ---- allreduce ------------------------------------------------------------------------
+
+/// Runs one allreduce on every rank; returns every rank's output.
+std::vector<std::vector<uint8_t>> run_all_reduce(World& w, DataType t, RedOp op, size_t count, const Compression& c,
+                                                 const std::vector<std::vector<uint8_t>>& in,
+                                                 std::vector<CallStats>* stats = nullptr, bool in_place = false) {
+  std::vector<std::vector<uint8_t>> out(size_t(w.n), std::vector<uint8_t>(count * dsize(t) + 1, 0xAB));
+  std::vector<CallStats> st(size_t(w.n));
+  w.run([&](int r, Communicator& comm) {
+    if (in_place) {
+      out[size_t(r)] = in[size_t(r)];
+      comm.all_reduce(out[size_t(r)].data(), out[size_t(r)].data(), count, t, op, c, &st[size_t(r)]);
+    } else {
+      comm.all_reduce(in[size_t(r)].data(), out[size_t(r)].data(), count, t, op, c, &st[size_t(r)]);
+    }
+  });
+  if (stats) *stats = st;
+  return out;
+}
+
+class CollectiveAllReduce : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveAllReduce, EveryTypeOpModeAndCount) {
+  const int N = GetParam();
+  World& w = world(N);
+  for (size_t count : kCounts) {
+    for (DataType t : kTypes) {
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) in.push_back(make_input(t, count, r));
+      for (RedOp op : kOps) {
+        const std::string what = "N=" + std::to_string(N) + " count=" + std::to_string(count) + " " + name(t) + " " +
+                                 name(op);
+        const auto none = run_all_reduce(w, t, op, count, Compression::none(), in);
+        check_reduced(t, op, N, in, 0, none[0], count, false, 0, what + " none");
+        expect_same_bytes(none, count * dsize(t), what + " none");
+        const auto ll = run_all_reduce(w, t, op, count, lossless(), in, nullptr, count == 33);
+        for (int r = 0; r < N; ++r) {
+          ASSERT_EQ(0, std::memcmp(none[0].data(), ll[size_t(r)].data(), count * dsize(t)))
+              << what << " lossless differs from none on rank " << r;
+        }
+        if (is_float(t) && op != RedOp::Prod) {
+          const double E = lossy_bound(t);
+          std::vector<CallStats> st;
+          const auto lossy = run_all_reduce(w, t, op, count, lossy_abs(E), in, &st, count == 31);
+          check_reduced(t, op, N, in, 0, lossy[0], count, true, E, what + " lossy");
+          expect_same_bytes(lossy, count * dsize(t), what + " lossy");
+          EXPECT_EQ(st[0].error_bound, E);
+          EXPECT_FALSE(st[0].exact_fallback) << what;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CollectiveWorlds, CollectiveAllReduce, ::testing::ValuesIn(kWorlds));
+
+TEST(CollectiveAllReduceBig, MillionPlusOddEveryMode) {
+  // 2 channels, 64 KiB slots: many slices per chunk, several ring loops.
+  for (int N : {3, 4}) {
+    World w(N, 64 << 10);
+    const size_t count = (size_t(1) << 20) + 7;
+    const DataType t = DataType::F32;
+    std::vector<std::vector<uint8_t>> in;
+    for (int r = 0; r < N; ++r) in.push_back(make_input(t, count, r));
+    std::vector<CallStats> st;
+    const auto none = run_all_reduce(w, t, RedOp::Sum, count, Compression::none(), in, &st);
+    check_reduced(t, RedOp::Sum, N, in, 0, none[0], count, false, 0, "big none");
+    EXPECT_EQ(st[0].raw_bytes, st[0].wire_bytes);
+    const double expect_raw = 2.0 * (N - 1) / N * double(count) * 4;
+    EXPECT_NEAR(double(st[0].raw_bytes), expect_raw, expect_raw * 0.01);
+    const auto ll = run_all_reduce(w, t, RedOp::Sum, count, lossless(), in, &st);
+    for (int r = 0; r < N; ++r) ASSERT_EQ(0, std::memcmp(none[0].data(), ll[size_t(r)].data(), count * 4));
+    const double E = 1e-4;
+    const auto lossy = run_all_reduce(w, t, RedOp::Sum, count, lossy_abs(E), in, &st);
+    check_reduced(t, RedOp::Sum, N, in, 0, lossy[0], count, true, E, "big lossy");
+    expect_same_bytes(lossy, count * 4, "big lossy");
+    EXPECT_FALSE(st[0].exact_fallback);
+    if (!std::getenv("NCCLZ_TEST_CODEC")) EXPECT_GT(st[0].ratio, 1.2) << "lossy codes of smooth data should compress";
+    std::printf("[ info ] N=%d allreduce %zu f32 lossy(1e-4): ratio %.2f wall %.3fs encode %.3fs decode %.3fs "
+                "quantize %.3fs wait %.3fs\n",
+                N, count, st[0].ratio, st[0].wall_s, st[0].encode_s, st[0].decode_s, st[0].quantize_s, st[0].wait_s);
+  }
+}
+
+TEST(CollectiveAllReduce, TwoSlotsPerConnection) {
+  // K = 2, the smallest FIFO: chunks of one slice; forwarding holds its
+  // incoming slot while it acquires the outgoing one, which needs K >= 2.
+  World w(3, 1024, 2, 2);
+  const size_t count = 5000;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < 3; ++r) in.push_back(make_input(DataType::F32, count, r));
+  const auto out = run_all_reduce(w, DataType::F32, RedOp::Sum, count, lossy_abs(1e-3), in);
+  check_reduced(DataType::F32, RedOp::Sum, 3, in, 0, out[0], count, true, 1e-3, "K=2");
+  const auto out2 = run_all_reduce(w, DataType::F32, RedOp::Max, count, Compression::none(), in);
+  check_reduced(DataType::F32, RedOp::Max, 3, in, 0, out2[0], count, false, 0, "K=2 none");
+}
+
+TEST(CollectiveAllReduce, OneSlotIsRejected) { EXPECT_THROW(World(2, 1024, 1, 1), InvalidArgument); }
+
+TEST(CollectiveAllReduce, RelativeBound) {
+  for (int N : {2, 5}) {
+    World& w = N == 2 ? world(2) : *new World(5, 2048);  // the 5-rank world lives for the process
+    for (DataType t : {DataType::F32, DataType::F64, DataType::F16}) {
+      const size_t count = 777;
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) {
+        in.push_back(make_input(t, count, r, 99));
+        for (size_t i = 0; i < count; ++i) set(t, in.back(), i, get(t, in.back(), i) * 10 + (t == DataType::F16 ? 0 : 3));
+      }
+      double lo = 1e300, hi = -1e300;
+      for (auto& b : in) {
+        for (size_t i = 0; i < count; ++i) {
+          lo = std::min(lo, get(t, b, i));
+          hi = std::max(hi, get(t, b, i));
+        }
+      }
+      const double rel = t == DataType::F16 ? 1e-2 : 1e-4;
+      const double E = rel * (hi - lo);
+      for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
+        std::vector<CallStats> st;
+        const auto out = run_all_reduce(w, t, op, count, lossy_rel(rel), in, &st);
+        EXPECT_NEAR(st[0].error_bound, E, E * 1e-12);
+        check_reduced(t, op, N, in, 0, out[0], count, true, E, std::string("rel ") + name(t) + " " + name(op));
+        expect_same_bytes(out, count * dsize(t), "rel");
+      }
+    }
+  }
+}
+
+TEST(CollectiveAllReduce, NonFiniteInputsComeOutLikeTheFloatReduction) {
+  World& w = world(4);
+  const size_t count = 100;
+  for (DataType t : {DataType::F32, DataType::F16, DataType::BF16}) {
+    std::vector<std::vector<uint8_t>> in;
+    for (int r = 0; r < 4; ++r) in.push_back(make_input(t, count, r, 5));
+    const double inf = std::numeric_limits<double>::infinity();
+    set(t, in[1], 10, std::nan(""));  // NaN anywhere -> NaN
+    set(t, in[2], 20, inf);           // +inf + finite -> +inf
+    set(t, in[0], 30, inf);           // +inf + -inf -> NaN
+    set(t, in[3], 30, -inf);
+    set(t, in[2], 40, -inf);
+    for (RedOp op : {RedOp::Sum, RedOp::Max, RedOp::Min, RedOp::Avg}) {
+      const std::string what = std::string("nonfinite ") + name(t) + " " + name(op);
+      const auto none = run_all_reduce(w, t, op, count, Compression::none(), in);
+      std::vector<CallStats> st;
+      const double E = lossy_bound(t);
+      const auto lossy = run_all_reduce(w, t, op, count, lossy_abs(E), in, &st);
+      expect_same_bytes(lossy, count * dsize(t), what);
+      for (size_t i : {size_t(10), size_t(20), size_t(30), size_t(40)}) {
+        const double a = get(t, none[0], i), b = get(t, lossy[0], i);
+        EXPECT_TRUE((std::isnan(a) && std::isnan(b)) || a == b) << what << " element " << i << ": " << a << " vs " << b;
+      }
+      // Everything else stays within E.
+      for (size_t i = 0; i < count; ++i) {
+        if (i == 10 || i == 20 || i == 30 || i == 40) continue;
+        const std::vector<uint8_t> one(lossy[0].begin() + long(i * dsize(t)), lossy[0].end());
+        check_reduced(t, op, 4, in, i, one, 1, true, E, what);
+      }
+      EXPECT_TRUE(st[0].exact_fallback);
+    }
+  }
+}
+
+TEST(CollectiveAllReduce, BoundBelowTheTypesRoundingRunsExactly) {
+  // E far below half an ulp of the f16 result: no method can promise it; the
+  // call runs exactly (fp64 accumulation, one rounding) and says so.
+  World& w = world(3);
+  const size_t count = 64;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < 3; ++r) in.push_back(make_input(DataType::F16, count, r));
+  std::vector<CallStats> st;
+  const auto out = run_all_reduce(w, DataType::F16, RedOp::Sum, count, lossy_abs(1e-6), in, &st);
+  EXPECT_TRUE(st[0].exact_fallback);
+  for (size_t i = 0; i < count; ++i) {
+    long double ref = 0;
+    for (int r = 0; r < 3; ++r) ref += get(DataType::F16, in[size_t(r)], i);
+    const double got = get(DataType::F16, out[0], i);
+    EXPECT_LE(std::fabs(double(got - ref)), std::fabs(double(ref)) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25));
+  }
+}
+
+TEST(CollectiveAllReduce, LargeMagnitudesUseWideCodes) {
+  // max|x| / eb beyond int32 for a sum: int64 codes, bound still met.
+  World& w = world(4);
+  const size_t count = 300;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < 4; ++r) {
+    in.push_back(make_input(DataType::F64, count, r));
+    for (size_t i = 0; i < count; ++i) set(DataType::F64, in.back(), i, get(DataType::F64, in.back(), i) * 1e6);
+  }
+  const double E = 1e-5;
+  std::vector<CallStats> st;
+  const auto out = run_all_reduce(w, DataType::F64, RedOp::Sum, count, lossy_abs(E), in, &st);
+  EXPECT_FALSE(st[0].exact_fallback);
+  check_reduced(DataType::F64, RedOp::Sum, 4, in, 0, out[0], count, true, E, "wide codes");
+}
+
+// ---- reduce-scatter -----------------------------------------------------------------
+
+TEST(CollectiveReduceScatter, TypesOpsModesWorlds) {
+  for (int N : kWorlds) {
+    World& w = world(N);
+    for (size_t rc : {size_t(0), size_t(1), size_t(33), size_t(700)}) {
+      for (DataType t : {DataType::F32, DataType::F16, DataType::BF16, DataType::F64, DataType::I32, DataType::U8}) {
+        std::vector<std::vector<uint8_t>> in;
+        for (int r = 0; r < N; ++r) in.push_back(make_input(t, rc * size_t(N), r));
+        for (RedOp op : kOps) {
+          const std::string what = "RS N=" + std::to_string(N) + " rc=" + std::to_string(rc) + " " + name(t) + " " +
+                                   name(op);
+          std::vector<Compression> modes = {Compression::none(), lossless()};
+          if (is_float(t) && op != RedOp::Prod) modes.push_back(lossy_abs(lossy_bound(t)));
+          std::vector<std::vector<uint8_t>> first;
+          for (const Compression& c : modes) {
+            std::vector<std::vector<uint8_t>> out(static_cast<size_t>(N), std::vector<uint8_t>(rc * dsize(t) + 1));
+            std::vector<CallStats> st(static_cast<size_t>(N));
+            w.run([&](int r, Communicator& comm) {
+              comm.reduce_scatter(in[size_t(r)].data(), out[size_t(r)].data(), rc, t, op, c, &st[size_t(r)]);
+            });
+            const bool lossy = c.mode == Compression::Mode::LossyAbs;
+            for (int r = 0; r < N; ++r) {
+              check_reduced(t, op, N, in, size_t(r) * rc, out[size_t(r)], rc, lossy, c.bound,
+                            what + " rank " + std::to_string(r));
+            }
+            if (c.mode == Compression::Mode::None) first = out;
+            if (c.mode == Compression::Mode::Lossless) {
+              for (int r = 0; r < N; ++r) {
+                ASSERT_EQ(0, std::memcmp(first[size_t(r)].data(), out[size_t(r)].data(), rc * dsize(t))) << what;
+              }
+            }
+            if (lossy) EXPECT_FALSE(st[0].exact_fallback) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- allgather ------------------------------------------------------------------------
+
+TEST(CollectiveAllGather, TypesModesWorlds) {
+  for (int N : kWorlds) {
+    World& w = world(N);
+    for (size_t sc : {size_t(0), size_t(1), size_t(31), size_t(900)}) {
+      for (DataType t : kTypes) {
+        std::vector<std::vector<uint8_t>> in;
+        for (int r = 0; r < N; ++r) in.push_back(make_input(t, sc, r));
+        std::vector<Compression> modes = {Compression::none(), lossless()};
+        if (is_float(t)) modes.push_back(lossy_abs(lossy_bound(t) / 8));
+        for (const Compression& c : modes) {
+          const std::string what = "AG N=" + std::to_string(N) + " sc=" + std::to_string(sc) + " " + name(t) +
+                                   " mode " + std::to_string(int(c.mode));
+          std::vector<std::vector<uint8_t>> out(static_cast<size_t>(N), std::vector<uint8_t>(sc * size_t(N) * dsize(t) + 1));
+          w.run([&](int r, Communicator& comm) {
+            comm.all_gather(in[size_t(r)].data(), out[size_t(r)].data(), sc, t, c);
+          });
+          expect_same_bytes(out, sc * size_t(N) * dsize(t), what);
+          for (int k = 0; k < N; ++k) {
+            for (size_t i = 0; i < sc; ++i) {
+              const double want = get(t, in[size_t(k)], i), got = get(t, out[0], size_t(k) * sc + i);
+              if (c.mode == Compression::Mode::LossyAbs) {
+                ASSERT_LE(std::fabs(got - want), c.bound) << what;
+              } else {
+                ASSERT_EQ(0, std::memcmp(in[size_t(k)].data() + i * dsize(t),
+                                         out[0].data() + (size_t(k) * sc + i) * dsize(t), dsize(t)))
+                    << what;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- broadcast ------------------------------------------------------------------------
+
+TEST(CollectiveBroadcast, RootsTypesModesWorlds) {
+  for (int N : kWorlds) {
+    World& w = world(N);
+    for (size_t count : {size_t(0), size_t(1), size_t(33), size_t(3001)}) {
+      for (DataType t : {DataType::F32, DataType::BF16, DataType::F64, DataType::I64, DataType::U8}) {
+        for (int root : {0, N - 1, N / 2}) {
+          const auto src = make_input(t, count, 100 + root);
+          std::vector<Compression> modes = {Compression::none(), lossless()};
+          if (is_float(t)) modes.push_back(lossy_rel(1e-3));
+          for (const Compression& c : modes) {
+            const std::string what = "BC N=" + std::to_string(N) + " count=" + std::to_string(count) + " " + name(t) +
+                                     " root " + std::to_string(root) + " mode " + std::to_string(int(c.mode));
+            std::vector<std::vector<uint8_t>> buf(static_cast<size_t>(N));
+            for (int r = 0; r < N; ++r) buf[size_t(r)] = r == root ? src : make_input(t, count, 555 + r);
+            std::vector<CallStats> st(static_cast<size_t>(N));
+            w.run([&](int r, Communicator& comm) {
+              comm.broadcast(buf[size_t(r)].data(), count, t, root, c, &st[size_t(r)]);
+            });
+            expect_same_bytes(buf, count * dsize(t), what);
+            if (c.mode == Compression::Mode::LossyRel) {
+              for (size_t i = 0; i < count; ++i) {
+                ASSERT_LE(std::fabs(get(t, buf[0], i) - get(t, src, i)), st[size_t(root)].error_bound) << what;
+              }
+            } else {
+              ASSERT_EQ(0, std::memcmp(buf[0].data(), src.data(), count * dsize(t))) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- send / recv ----------------------------------------------------------------------
+
+TEST(CollectiveSendRecv, AllPairsAndModes) {
+  for (int N : {2, 3, 4}) {
+    World& w = world(N);
+    for (size_t count : {size_t(0), size_t(1), size_t(4097)}) {
+      for (const Compression& c : {Compression::none(), lossless(), lossy_abs(1e-3)}) {
+        // Rank 0 sends to everyone (in rank order); everyone sends back.
+        std::vector<std::vector<uint8_t>> got(static_cast<size_t>(N));
+        std::vector<uint8_t> back0;
+        const DataType t = DataType::F32;
+        w.run([&](int r, Communicator& comm) {
+          if (r == 0) {
+            for (int p = 1; p < N; ++p) {
+              const auto data = make_input(t, count, 10 * p);
+              comm.send(data.data(), count, t, p, c);
+            }
+            for (int p = 1; p < N; ++p) {
+              std::vector<uint8_t> b(count * 4 + 1);
+              comm.recv(b.data(), count, t, p, c);
+              const auto want = make_input(t, count, 20 * p);
+              for (size_t i = 0; i < count; ++i) {
+                ASSERT_LE(std::fabs(get(t, b, i) - get(t, want, i)), c.mode == Compression::Mode::LossyAbs ? c.bound : 0);
+              }
+            }
+          } else {
+            std::vector<uint8_t> b(count * 4 + 1);
+            comm.recv(b.data(), count, t, 0, c);
+            const auto want = make_input(t, count, 10 * r);
+            for (size_t i = 0; i < count; ++i) {
+              ASSERT_LE(std::fabs(get(t, b, i) - get(t, want, i)), c.mode == Compression::Mode::LossyAbs ? c.bound : 0);
+            }
+            const auto data = make_input(t, count, 20 * r);
+            comm.send(data.data(), count, t, 0, c);
+          }
+        });
+      }
+    }
+  }
+}
+
+TEST(CollectiveSendRecv, BadPeerIsInvalidArgument) {
+  World& w = world(2);
+  float x = 1;
+  w.run([&](int r, Communicator& comm) {
+    EXPECT_THROW(comm.send(&x, 1, DataType::F32, r, Compression::none()), InvalidArgument);
+    EXPECT_THROW(comm.send(&x, 1, DataType::F32, 2, Compression::none()), InvalidArgument);
+    EXPECT_THROW(comm.recv(&x, 1, DataType::F32, -1, Compression::none()), InvalidArgument);
+  });
+}
+
+TEST(CollectiveSendRecv, MismatchedCountsFailOnBothSides) {
+  World& w = world(2);
+  std::vector<float> b(100, 1.0f);
+  std::atomic<int> remote{0};
+  w.run([&](int r, Communicator& comm) {
+    try {
+      if (r == 0) {
+        comm.send(b.data(), 100, DataType::F32, 1, Compression::none());
+      } else {
+        comm.recv(b.data(), 99, DataType::F32, 0, Compression::none());
+      }
+    } catch (const RemoteError& e) {
+      ++remote;
+      EXPECT_NE(std::string(e.what()).find("count"), std::string::npos) << e.what();
+    }
+  });
+  EXPECT_EQ(remote.load(), 2);
+  // The link is still in step.
+  w.run([&](int r, Communicator& comm) {
+    if (r == 0) comm.send(b.data(), 100, DataType::F32, 1, Compression::none());
+    if (r == 1) comm.recv(b.data(), 100, DataType::F32, 0, Compression::none());
+  });
+}
+
+// ---- barrier, mismatches, bad arguments, abort ---------------------------------------
+
+TEST(CollectiveBarrier, Works) {
+  for (int N : {1, 3, 8}) {
+    World& w = world(N);
+    std::atomic<int> arrived{0};
+    w.run([&](int r, Communicator& comm) {
+      if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ++arrived;
+      comm.barrier();
+      EXPECT_EQ(arrived.load(), N);
+    });
+  }
+}
+
+TEST(CollectiveMismatch, DetectedOnEveryRankWithoutHanging) {
+  World& w = world(3);
+  std::vector<float> a(64, 1.0f), b(64);
+  std::vector<std::string> msgs(3);
+  w.run([&](int r, Communicator& comm) {
+    try {
+      if (r == 2) {
+        comm.all_reduce(a.data(), b.data(), 60, DataType::F32, RedOp::Sum, Compression::none());
+      } else {
+        comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+      }
+      ADD_FAILURE() << "rank " << r << " did not detect the mismatch";
+    } catch (const RemoteError& e) {
+      msgs[size_t(r)] = e.what();
+    }
+  });
+  for (auto& m : msgs) {
+    EXPECT_NE(m.find("rank 0 called"), std::string::npos) << m;
+    EXPECT_NE(m.find("all_reduce(count=64, float32, sum, none)"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 2 called"), std::string::npos) << m;
+    EXPECT_NE(m.find("count=60"), std::string::npos) << m;
+  }
+  // Different collectives.
+  w.run([&](int r, Communicator& comm) {
+    if (r == 1) {
+      EXPECT_THROW(comm.broadcast(a.data(), 64, DataType::F32, 0, Compression::none()), RemoteError);
+    } else {
+      EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none()),
+                   RemoteError);
+    }
+  });
+  // Different compression.
+  w.run([&](int r, Communicator& comm) {
+    const Compression c = r == 0 ? lossy_abs(1e-3) : lossless();
+    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, c), RemoteError);
+  });
+  // The communicator is still usable.
+  w.run([&](int, Communicator& comm) {
+    comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+    EXPECT_EQ(b[5], 3.0f);
+  });
+}
+
+TEST(CollectiveArguments, InvalidOnEveryRankOrRemoteOnTheOthers) {
+  World& w = world(3);
+  std::vector<uint8_t> a(256), b(256);
+  w.run([&](int, Communicator& comm) {
+    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::I32, RedOp::Sum, lossy_abs(1)),
+                 InvalidArgument);
+    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::F32, RedOp::Prod, lossy_abs(1)),
+                 InvalidArgument);
+    EXPECT_THROW(comm.reduce_scatter(a.data(), b.data(), 8, DataType::U8, RedOp::Sum, lossy_rel(0.1)),
+                 InvalidArgument);
+    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::F32, RedOp::Sum, lossy_abs(-1)),
+                 InvalidArgument);
+    EXPECT_THROW(comm.broadcast(a.data(), 8, DataType::F32, 3, Compression::none()), InvalidArgument);
+    EXPECT_THROW(comm.broadcast(a.data(), 8, DataType::F32, -1, Compression::none()), InvalidArgument);
+    Compression bad = lossless();
+    bad.codec = "zstd";
+    EXPECT_THROW(comm.all_gather(a.data(), b.data(), 8, DataType::F32, bad), InvalidArgument);
+    EXPECT_THROW(comm.all_reduce(nullptr, b.data(), 8, DataType::F32, RedOp::Sum, Compression::none()),
+                 InvalidArgument);
+  });
+  // Only rank 1's arguments are bad: it gets InvalidArgument, the others RemoteError.
+  w.run([&](int r, Communicator& comm) {
+    const int root = r == 1 ? 7 : 0;
+    if (r == 1) {
+      EXPECT_THROW(comm.broadcast(a.data(), 8, DataType::F32, root, Compression::none()), InvalidArgument);
+    } else {
+      EXPECT_THROW(comm.broadcast(a.data(), 8, DataType::F32, root, Compression::none()), RemoteError);
+    }
+  });
+  w.run([&](int, Communicator& comm) { comm.barrier(); });
+}
+
+TEST(CollectiveAbort, WakesBlockedCallsAndSticks) {
+  World w(3, 4096);
+  std::vector<float> a(1000, 1.0f), b(1000);
+  std::atomic<int> aborted{0};
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    w.comms[1]->abort("test abort");
+    w.comms[2]->abort("test abort");
+  });
+  // Ranks 1 and 2 enter an allreduce that rank 0 never joins.
+  w.run([&](int r, Communicator& comm) {
+    if (r == 0) return;
+    try {
+      comm.all_reduce(a.data(), b.data(), 1000, DataType::F32, RedOp::Sum, Compression::none());
+    } catch (const Aborted&) {
+      ++aborted;
+    }
+  });
+  killer.join();
+  EXPECT_EQ(aborted.load(), 2);
+  EXPECT_THROW(w.comms[1]->barrier(), Aborted);
+}
+
+TEST(CollectiveStats, CountBytesAndTime) {
+  World& w = world(2);
+  const size_t count = 10000;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < 2; ++r) {
+    in.push_back(std::vector<uint8_t>(count * 4, 0));  // zeros: very compressible
+  }
+  std::vector<CallStats> st;
+  run_all_reduce(w, DataType::F32, RedOp::Sum, count, Compression::none(), in, &st);
+  EXPECT_EQ(st[0].raw_bytes, st[0].wire_bytes);
+  EXPECT_EQ(st[0].raw_bytes, uint64_t(count * 4));  // 2(N-1)/N of the buffer with N = 2
+  EXPECT_GT(st[0].wall_s, 0);
+  run_all_reduce(w, DataType::F32, RedOp::Sum, count, lossy_abs(1e-3), in, &st);
+  EXPECT_EQ(st[0].raw_bytes, uint64_t(count * 4));
+  if (!std::getenv("NCCLZ_TEST_CODEC")) EXPECT_GT(st[0].ratio, 5);
+  EXPECT_GT(st[0].encode_s, 0);
+  EXPECT_GT(st[0].decode_s, 0);
+  EXPECT_GT(st[0].quantize_s, 0);
+}
+
+}  // namespace

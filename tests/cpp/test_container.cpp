@@ -1,0 +1,463 @@
+// Compressed container: docs/format/container.md.
+//   - round trips: lossless bit-exact (NaN payloads, -0.0), lossy within the
+//     bound on every finite element, non-finite bit-exact; every dtype, shapes
+//     from 0-d to 3-D, several slices, forced codecs and predictors,
+//   - inspect() reports what is in the blob,
+//   - corrupt blobs (every truncation, random bit flips, trailing bytes) throw
+//     CorruptData or decode to something; they never crash (run under ASan).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/quantizer.hpp"
+#include "codec/slice.hpp"
+#include "ncclz/codec/container.hpp"
+#include "ncclz/error.hpp"
+
+using namespace ncclz::codec;
+using Choice = EncodeOptions::Choice;
+
+namespace {
+
+size_t numel(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= size_t(d);
+  return n;
+}
+
+/// Bytes of n elements of type t: a smooth field with noise, plus (if asked)
+/// NaN with payloads, +-inf and -0.0 sprinkled in.
+std::vector<uint8_t> make_bytes(ElemType t, size_t n, uint32_t seed, bool specials) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0, 0.01);
+  std::vector<uint8_t> out(n * elem_size(t));
+  for (size_t i = 0; i < n; ++i) {
+    double v = 10 * std::sin(double(i) * 0.003) + std::cos(double(i) * 0.05) + noise(rng);
+    uint8_t* p = out.data() + i * elem_size(t);
+    const uint64_t r = rng() % 64;
+    switch (t) {
+      case ElemType::F32: {
+        float f = float(v);
+        if (specials && r == 0) f = float_of(0x7FC00000u | uint32_t(rng() % 0x3FFFFF));  // NaN payload
+        if (specials && r == 1) f = float_of(0xFF800001u);                                // signalling NaN
+        if (specials && r == 2) f = -std::numeric_limits<float>::infinity();
+        if (specials && r == 3) f = -0.0f;
+        std::memcpy(p, &f, 4);
+        break;
+      }
+      case ElemType::F64: {
+        double d = v;
+        if (specials && r == 0) d = double_of(0x7FF8000000000000ull | (rng() >> 14));
+        if (specials && r == 1) d = std::numeric_limits<double>::infinity();
+        if (specials && r == 3) d = -0.0;
+        std::memcpy(p, &d, 8);
+        break;
+      }
+      case ElemType::F16: {
+        uint16_t h = double_to_f16(v);
+        if (specials && r == 0) h = uint16_t(0x7C01 | (rng() % 0x3FF));
+        if (specials && r == 1) h = 0xFC00;
+        if (specials && r == 3) h = 0x8000;
+        std::memcpy(p, &h, 2);
+        break;
+      }
+      case ElemType::BF16: {
+        uint16_t b = double_to_bf16(v);
+        if (specials && r == 0) b = uint16_t(0xFF81 | (rng() % 0x7F));
+        if (specials && r == 1) b = 0x7F80;
+        if (specials && r == 3) b = 0x8000;
+        std::memcpy(p, &b, 2);
+        break;
+      }
+      case ElemType::I32: {
+        const int32_t q = int32_t(uint32_t(int32_t(v * 1000)) + (r == 0 ? 0x80000000u : 0u));
+        std::memcpy(p, &q, 4);
+        break;
+      }
+      case ElemType::I64: {
+        const int64_t q = int64_t(uint64_t(int64_t(v * 1e6)) + (r == 0 ? 0x7FFFFFFFFFFFFFFFull : 0ull));
+        std::memcpy(p, &q, 8);
+        break;
+      }
+      case ElemType::U8: *p = uint8_t(int(v * 10) & 0xFF); break;
+    }
+  }
+  return out;
+}
+
+double value_at(ElemType t, const uint8_t* bytes, size_t i) {
+  const uint8_t* p = bytes + i * elem_size(t);
+  switch (t) {
+    case ElemType::F32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    case ElemType::F64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case ElemType::F16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return f16_to_float(h);
+    }
+    case ElemType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      return bf16_to_float(b);
+    }
+    default: return 0;
+  }
+}
+
+const ElemType kFloatTypes[] = {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16};
+const ElemType kAllTypes[] = {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16,
+                              ElemType::I32, ElemType::I64, ElemType::U8};
+const std::vector<std::vector<int64_t>> kShapes = {
+    {}, {0}, {1}, {7}, {1000}, {3, 5, 7}, {0, 4}, {300001}, {513, 1025}, {40, 70, 101}, {2, 3, 4, 5, 6},
+};
+
+void expect_lossy_ok(ElemType t, const std::vector<uint8_t>& x, const Decoded& d, double eb, const std::string& what) {
+  const size_t n = x.size() / elem_size(t), es = elem_size(t);
+  ASSERT_EQ(d.bytes.size(), x.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < n && bad < 5; ++i) {
+    const double a = value_at(t, x.data(), i), b = value_at(t, d.bytes.data(), i);
+    if (!std::isfinite(a)) {
+      if (std::memcmp(x.data() + i * es, d.bytes.data() + i * es, es) != 0) {
+        ADD_FAILURE() << what << ": non-finite element " << i << " not bit-exact";
+        ++bad;
+      }
+    } else if (!(std::fabs((long double)a - (long double)b) <= (long double)eb)) {
+      ADD_FAILURE() << what << ": element " << i << " x=" << a << " y=" << b << " eb=" << eb;
+      ++bad;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Container, LosslessRoundTripEveryTypeAndShape) {
+  uint32_t seed = 1;
+  for (ElemType t : kAllTypes) {
+    for (const auto& shape : kShapes) {
+      const auto x = make_bytes(t, numel(shape), seed++, true);
+      const auto blob = compress(x.data(), t, shape, Spec::lossless());
+      const Decoded d = decompress(blob.data(), blob.size());
+      const std::string what = std::string(elem_type_name(t)) + " ndim " + std::to_string(shape.size());
+      EXPECT_EQ(d.type, t) << what;
+      EXPECT_EQ(d.shape, shape) << what;
+      ASSERT_EQ(d.bytes, x) << what;  // bit-exact
+      std::vector<uint8_t> into(x.size());
+      decompress_into(blob.data(), blob.size(), into.data(), into.size());
+      EXPECT_EQ(into, x) << what;
+      const BlobInfo info = inspect(blob.data(), blob.size());
+      EXPECT_EQ(info.mode, Spec::Lossless);
+      EXPECT_EQ(info.elements, numel(shape));
+      EXPECT_EQ(info.compressed_bytes, blob.size());
+      EXPECT_EQ(info.outliers, 0u);
+    }
+  }
+}
+
+TEST(Container, LossyAbsBoundEveryFloatType) {
+  uint32_t seed = 100;
+  for (ElemType t : kFloatTypes) {
+    for (double eb : {1e-1, 1e-3, 1e-5}) {
+      for (const auto& shape : kShapes) {
+        const auto x = make_bytes(t, numel(shape), seed++, true);
+        const auto blob = compress(x.data(), t, shape, Spec::lossy_abs(eb));
+        const Decoded d = decompress(blob.data(), blob.size());
+        const std::string what = std::string(elem_type_name(t)) + " eb " + std::to_string(eb) + " ndim " +
+                                 std::to_string(shape.size());
+        EXPECT_EQ(d.type, t);
+        EXPECT_EQ(d.shape, shape);
+        expect_lossy_ok(t, x, d, eb, what);
+        const BlobInfo info = inspect(blob.data(), blob.size());
+        EXPECT_EQ(info.eb, eb);
+        EXPECT_EQ(info.bound_kind, 1);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(Container, LossyRelBound) {
+  for (ElemType t : kFloatTypes) {
+    const std::vector<int64_t> shape = {100, 300};
+    const auto x = make_bytes(t, numel(shape), 7, true);
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t i = 0; i < numel(shape); ++i) {
+      const double v = value_at(t, x.data(), i);
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
+    const double r = 1e-3;
+    const auto blob = compress(x.data(), t, shape, Spec::lossy_rel(r));
+    const BlobInfo info = inspect(blob.data(), blob.size());
+    EXPECT_EQ(info.eb, r * (hi - lo));
+    EXPECT_EQ(info.bound_kind, 2);
+    EXPECT_EQ(info.bound, r);
+    EXPECT_GT(info.ratio, 1.5) << elem_type_name(t);
+    expect_lossy_ok(t, x, decompress(blob.data(), blob.size()), r * (hi - lo), elem_type_name(t));
+  }
+}
+
+TEST(Container, RelBoundConstantAndNonFiniteArrays) {
+  // max == min: the promise r * 0 = 0 means exact.
+  for (float c : {0.f, -0.f, 3.25f, -1e-30f, 1e38f}) {
+    std::vector<float> x(1000, c);
+    const auto blob = compress(x.data(), ElemType::F32, {1000}, Spec::lossy_rel(1e-2));
+    const Decoded d = decompress(blob.data(), blob.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      float y;
+      std::memcpy(&y, d.bytes.data() + 4 * i, 4);
+      ASSERT_EQ(y, c);
+    }
+  }
+  // No finite values at all: all carried exactly.
+  std::vector<float> x = {NAN, INFINITY, -INFINITY, float_of(0x7FA00001u)};
+  const auto blob = compress(x.data(), ElemType::F32, {4}, Spec::lossy_rel(1e-2));
+  const Decoded d = decompress(blob.data(), blob.size());
+  EXPECT_EQ(std::memcmp(d.bytes.data(), x.data(), 16), 0);
+  EXPECT_EQ(inspect(blob.data(), blob.size()).outliers, 4u);
+}
+
+TEST(Container, LossyHugeValuesUseInt64CodesOrOutliers) {
+  // max|x| / step beyond 2^30: int64 codes; beyond 2^51: outliers (exact).
+  std::vector<double> x = {1e12, -3e12, 0.5, 1e20, -1e300, 42.0};
+  const double eb = 1e-3;
+  const auto blob = compress(x.data(), ElemType::F64, {int64_t(x.size())}, Spec::lossy_abs(eb));
+  const BlobInfo info = inspect(blob.data(), blob.size());
+  EXPECT_EQ(info.code_type, ElemType::I64);
+  EXPECT_EQ(info.outliers, 2u);
+  const Decoded d = decompress(blob.data(), blob.size());
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_LE(std::fabs(value_at(ElemType::F64, d.bytes.data(), i) - x[i]), eb);
+  EXPECT_EQ(value_at(ElemType::F64, d.bytes.data(), 4), -1e300);
+  // float32 near FLT_MAX with a large bound: all within the bound.
+  std::vector<float> f = {3.4e38f, -3.4e38f, 1.f, 0.f};
+  const auto b2 = compress(f.data(), ElemType::F32, {4}, Spec::lossy_abs(1e30));
+  expect_lossy_ok(ElemType::F32, std::vector<uint8_t>((uint8_t*)f.data(), (uint8_t*)f.data() + 16),
+                  decompress(b2.data(), b2.size()), 1e30, "near FLT_MAX");
+  // A bound larger than any finite double is clamped to a usable one.
+  const auto b3 = compress(f.data(), ElemType::F32, {4}, Spec::lossy_abs(1e308));
+  expect_lossy_ok(ElemType::F32, std::vector<uint8_t>((uint8_t*)f.data(), (uint8_t*)f.data() + 16),
+                  decompress(b3.data(), b3.size()), 1e308, "huge bound");
+}
+
+TEST(Container, ForcedCodecsAndPredictors) {
+  const std::vector<int64_t> shape = {20, 30, 40};
+  const auto x = make_bytes(ElemType::F32, numel(shape), 3, false);
+  struct Force {
+    Choice c;
+    int p;
+  };
+  const Force forces[] = {{Choice::Raw, -1},   {Choice::Block, -1}, {Choice::Rans, -1}, {Choice::Block, 1},
+                          {Choice::Rans, 2},   {Choice::Block, 3},  {Choice::Rans, 4},  {Choice::Auto, 4},
+                          {Choice::Block, 0}};
+  for (const Force& f : forces) {
+    EncodeOptions opt;
+    opt.choice = f.c;
+    opt.predictor = f.p;
+    const auto blob = compress(x.data(), ElemType::F32, shape, Spec::lossy_abs(1e-3), opt);
+    const BlobInfo info = inspect(blob.data(), blob.size());
+    const std::string what = "choice " + std::to_string(int(f.c)) + " predictor " + std::to_string(f.p);
+    expect_lossy_ok(ElemType::F32, x, decompress(blob.data(), blob.size()), 1e-3, what);
+    uint64_t slices = 0;
+    for (int c = 0; c < kNumCodecs; ++c)
+      for (int p = 0; p < kNumPredictors; ++p) {
+        slices += info.by[c][p].slices;
+        if (info.by[c][p].slices == 0) continue;
+        if (f.c == Choice::Raw) {
+          EXPECT_EQ(c, int(Codec::Raw)) << what;
+        }
+        if (f.c == Choice::Block) {
+          EXPECT_TRUE(c == int(Codec::Block) || c == int(Codec::Raw)) << what;
+        }
+        if (f.c == Choice::Rans) {
+          EXPECT_TRUE(c == int(Codec::Rans) || c == int(Codec::Raw)) << what;
+        }
+        if (f.p >= 0 && c != int(Codec::Raw)) {
+          EXPECT_EQ(p, f.p) << what;
+        }
+      }
+    EXPECT_EQ(slices, info.slices);
+  }
+  // Lossless floats with FloatExp and Raw.
+  for (Choice c : {Choice::FloatExp, Choice::Raw}) {
+    EncodeOptions opt;
+    opt.choice = c;
+    const auto blob = compress(x.data(), ElemType::F32, shape, Spec::lossless(), opt);
+    EXPECT_EQ(decompress(blob.data(), blob.size()).bytes, x);
+  }
+  // Lossless integers with Block and Rans and predictors.
+  const auto xi = make_bytes(ElemType::I32, numel(shape), 4, false);
+  for (Choice c : {Choice::Block, Choice::Rans}) {
+    for (int p = 0; p < kNumPredictors; ++p) {
+      EncodeOptions opt;
+      opt.choice = c;
+      opt.predictor = p;
+      const auto blob = compress(xi.data(), ElemType::I32, shape, Spec::lossless(), opt);
+      EXPECT_EQ(decompress(blob.data(), blob.size()).bytes, xi);
+    }
+  }
+}
+
+TEST(Container, SmoothFieldCompresses) {
+  const std::vector<int64_t> shape = {64, 64, 64};
+  std::vector<float> x(numel(shape));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double a = double(i % 64), b = double((i / 64) % 64), c = double(i / 4096);
+    x[i] = float(std::sin(a * 0.1) * std::cos(b * 0.07) + 0.01 * c);
+  }
+  const auto blob = compress(x.data(), ElemType::F32, shape, Spec::lossy_rel(1e-3));
+  const BlobInfo info = inspect(blob.data(), blob.size());
+  EXPECT_GT(info.ratio, 4.0);
+  EXPECT_EQ(info.slice_elems % 4096, 0u);  // slices hold whole planes
+}
+
+TEST(Container, InvalidArguments) {
+  std::vector<float> x(10, 1.f);
+  std::vector<int32_t> xi(10, 1);
+  auto expect_invalid = [](auto&& f, const char* what) {
+    try {
+      f();
+      ADD_FAILURE() << what << ": no exception";
+    } catch (const ncclz::InvalidArgument&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << what << ": wrong exception " << e.what();
+    }
+  };
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_abs(0)); }, "abs 0");
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_abs(-1)); }, "abs < 0");
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_abs(NAN)); }, "abs nan");
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_rel(INFINITY)); }, "rel inf");
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec{Spec::Lossy, 1, 1}); }, "both");
+  expect_invalid([&] { compress(xi.data(), ElemType::I32, {10}, Spec::lossy_abs(1)); }, "lossy int");
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {-1}, Spec::lossless()); }, "negative dim");
+  EncodeOptions opt;
+  opt.choice = Choice::FloatExp;
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_abs(1), opt); }, "floatexp lossy");
+  expect_invalid([&] { compress(xi.data(), ElemType::I32, {10}, Spec::lossless(), opt); }, "floatexp int");
+  opt.choice = Choice::Block;
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossless(), opt); }, "block float");
+  opt.choice = Choice::Auto;
+  opt.predictor = 3;
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_abs(1), opt); }, "lorenzo2d 1-D");
+  opt.predictor = 4;
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {2, 5}, Spec::lossy_abs(1), opt); }, "lorenzo3d 2-D");
+  opt.predictor = 1;
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossless(), opt); }, "predictor on floats");
+  opt.choice = Choice::Raw;
+  expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_abs(1), opt); }, "predictor + raw");
+  const auto blob = compress(x.data(), ElemType::F32, {10}, Spec::lossless());
+  std::vector<uint8_t> small(39);
+  expect_invalid([&] { decompress_into(blob.data(), blob.size(), small.data(), small.size()); }, "into size");
+}
+
+namespace {
+
+/// Decodes a possibly corrupt blob: must either throw CorruptData or return
+/// (with any contents). Anything else fails the test.
+void poke(const std::vector<uint8_t>& blob, const std::string& what) {
+  try {
+    const Decoded d = decompress(blob.data(), blob.size());
+    (void)d;
+    (void)inspect(blob.data(), blob.size());
+  } catch (const ncclz::CorruptData&) {
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": unexpected exception: " << e.what();
+  }
+}
+
+std::vector<std::vector<uint8_t>> small_blobs() {
+  std::vector<std::vector<uint8_t>> blobs;
+  const std::vector<int64_t> shape = {5, 13};
+  const auto xf = make_bytes(ElemType::F32, 65, 11, true);
+  blobs.push_back(compress(xf.data(), ElemType::F32, shape, Spec::lossless()));
+  blobs.push_back(compress(xf.data(), ElemType::F32, shape, Spec::lossy_abs(1e-2)));
+  const auto xb = make_bytes(ElemType::BF16, 65, 12, true);
+  blobs.push_back(compress(xb.data(), ElemType::BF16, shape, Spec::lossy_rel(1e-3)));
+  const auto xi = make_bytes(ElemType::I64, 65, 13, false);
+  for (Choice c : {Choice::Block, Choice::Rans}) {
+    EncodeOptions opt;
+    opt.choice = c;
+    blobs.push_back(compress(xi.data(), ElemType::I64, shape, Spec::lossless(), opt));
+    blobs.push_back(compress(xf.data(), ElemType::F32, shape, Spec::lossy_abs(1e-3), opt));
+  }
+  EncodeOptions fe;
+  fe.choice = Choice::FloatExp;
+  blobs.push_back(compress(xb.data(), ElemType::BF16, shape, Spec::lossless(), fe));
+  return blobs;
+}
+
+}  // namespace
+
+TEST(Container, EveryTruncationIsCorrupt) {
+  for (const auto& blob : small_blobs()) {
+    for (size_t len = 0; len < blob.size(); ++len) {
+      std::vector<uint8_t> cut(blob.begin(), blob.begin() + ptrdiff_t(len));
+      EXPECT_THROW(decompress(cut.data(), cut.size()), ncclz::CorruptData) << "length " << len;
+      EXPECT_THROW(inspect(cut.data(), cut.size()), ncclz::CorruptData) << "length " << len;
+    }
+    std::vector<uint8_t> longer = blob;
+    longer.push_back(0);
+    EXPECT_THROW(decompress(longer.data(), longer.size()), ncclz::CorruptData);
+  }
+}
+
+TEST(Container, RandomBitFlipsNeverCrash) {
+  std::mt19937_64 rng(2024);
+  for (const auto& blob : small_blobs()) {
+    for (int trial = 0; trial < 3000; ++trial) {
+      std::vector<uint8_t> b = blob;
+      const int flips = 1 + int(rng() % 3);
+      for (int k = 0; k < flips; ++k) b[rng() % b.size()] ^= uint8_t(1u << (rng() % 8));
+      poke(b, "trial " + std::to_string(trial));
+    }
+    // Every single bit of the headers.
+    for (size_t i = 0; i < std::min<size_t>(blob.size(), 200) * 8; ++i) {
+      std::vector<uint8_t> b = blob;
+      b[i / 8] ^= uint8_t(1u << (i % 8));
+      poke(b, "bit " + std::to_string(i));
+    }
+  }
+  // Garbage of every small length.
+  for (size_t len = 0; len < 300; ++len) {
+    std::vector<uint8_t> g(len);
+    for (auto& c : g) c = uint8_t(rng());
+    if (len >= 4) std::memcpy(g.data(), "NCZB", 4);
+    poke(g, "garbage");
+  }
+}
+
+TEST(Container, HeaderFieldsAreChecked) {
+  std::vector<float> x(100, 2.f);
+  const auto blob = compress(x.data(), ElemType::F32, {100}, Spec::lossless());
+  auto mutate = [&](size_t off, uint8_t v) {
+    std::vector<uint8_t> b = blob;
+    b[off] = v;
+    return b;
+  };
+  auto expect_corrupt = [](const std::vector<uint8_t>& b, const char* what) {
+    EXPECT_THROW(decompress(b.data(), b.size()), ncclz::CorruptData) << what;
+  };
+  expect_corrupt(mutate(0, 'X'), "magic");
+  expect_corrupt(mutate(4, 2), "version");
+  expect_corrupt(mutate(5, 7), "mode");
+  expect_corrupt(mutate(6, 0), "dtype");
+  expect_corrupt(mutate(7, uint8_t(ElemType::I32)), "code type");
+  expect_corrupt(mutate(8, 33), "ndim");
+  expect_corrupt(mutate(10, 1), "reserved");
+  expect_corrupt(mutate(40, 101), "shape");
+  expect_corrupt(mutate(47, 0x40), "huge shape");
+  std::vector<uint8_t> zero_slice = blob;
+  store_u32(zero_slice.data() + 12, 0);
+  expect_corrupt(zero_slice, "slice length 0");
+}

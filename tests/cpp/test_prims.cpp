@@ -1,0 +1,244 @@
+// The primitives (prims.hpp) over a tiny test-only FIFO connection: slicing,
+// the raw and coded slot formats, the reduction verbs, forwarding compressed
+// slices unchanged, and corrupt-slice detection.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "algorithms/ring.hpp"
+#include "codec/slice.hpp"
+#include "ncclz/error.hpp"
+#include "prims/prims.hpp"
+#include "prims/reduce.hpp"
+
+using namespace ncclz;
+using codec::ElemType;
+using transport::Clock;
+
+namespace {
+
+/// A K-slot FIFO in memory; both ends are driven by (possibly different) threads.
+struct Fifo {
+  size_t slot_bytes;
+  int nslots;
+  std::vector<std::vector<uint8_t>> slots;
+  std::vector<size_t> sizes;
+  uint64_t head = 0, tail = 0;  // released / posted
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::vector<uint8_t>> log;  // every posted slot's bytes, in order
+  Fifo(size_t sb, int k) : slot_bytes(sb), nslots(k), slots(size_t(k), std::vector<uint8_t>(sb)), sizes(size_t(k)) {}
+};
+
+class FakeSend : public transport::SendConn {
+ public:
+  explicit FakeSend(Fifo* f) : f_(f) {}
+  uint8_t* acquire(Clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lk(f_->mu);
+    if (!f_->cv.wait_until(lk, deadline, [&] { return f_->tail - f_->head < uint64_t(f_->nslots); })) {
+      throw Timeout("fake acquire timed out");
+    }
+    return f_->slots[f_->tail % uint64_t(f_->nslots)].data();
+  }
+  void post(size_t bytes) override {
+    std::lock_guard<std::mutex> lk(f_->mu);
+    const size_t s = f_->tail % uint64_t(f_->nslots);
+    f_->sizes[s] = bytes;
+    f_->log.emplace_back(f_->slots[s].begin(), f_->slots[s].begin() + long(bytes));
+    ++f_->tail;
+    f_->cv.notify_all();
+  }
+  void flush(Clock::time_point) override {}
+  size_t slot_bytes() const override { return f_->slot_bytes; }
+  int peer() const override { return 1; }
+
+ private:
+  Fifo* f_;
+};
+
+class FakeRecv : public transport::RecvConn {
+ public:
+  explicit FakeRecv(Fifo* f) : f_(f) {}
+  transport::SlotView wait(Clock::time_point deadline) override {
+    std::unique_lock<std::mutex> lk(f_->mu);
+    if (!f_->cv.wait_until(lk, deadline, [&] { return f_->tail > f_->head; })) throw Timeout("fake wait timed out");
+    const size_t s = f_->head % uint64_t(f_->nslots);
+    return {f_->slots[s].data(), f_->sizes[s]};
+  }
+  void release() override {
+    std::lock_guard<std::mutex> lk(f_->mu);
+    ++f_->head;
+    f_->cv.notify_all();
+  }
+  size_t slot_bytes() const override { return f_->slot_bytes; }
+  int peer() const override { return 0; }
+
+ private:
+  Fifo* f_;
+};
+
+prims::PrimsArgs args(ElemType t, prims::WireMode m, RedOp op = RedOp::Sum) {
+  prims::PrimsArgs a;
+  a.type = t;
+  a.mode = m;
+  a.reduce = prims::reduce_fn(t, op);
+  a.raw_esize = codec::elem_size(t);
+  a.deadline = Clock::now() + std::chrono::seconds(30);
+  return a;
+}
+
+std::vector<int32_t> codes(size_t n, int salt) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = int32_t((i * 7 + size_t(salt)) % 50) - 25;
+  return v;
+}
+
+TEST(PrimsSliceElems, HeaderRoomInEveryMode) {
+  EXPECT_EQ(prims::slice_elems_for(1024, 4), (1024 - codec::kHeaderBytes) / 4);
+  EXPECT_GE(prims::slice_elems_for(1024, 4) * 4 + codec::kHeaderBytes, size_t(1000));
+  EXPECT_LE(codec::max_slice_bytes(ElemType::I64, prims::slice_elems_for(4096, 8)), size_t(4096));
+}
+
+class PrimsModes : public ::testing::TestWithParam<prims::WireMode> {};
+
+TEST_P(PrimsModes, SendRecvManySlices) {
+  // 256-byte slots: 58 int32 per slice; 1000 elements take 18 slices through 2 slots.
+  Fifo f(256, 2);
+  FakeSend s(&f);
+  FakeRecv r(&f);
+  const auto in = codes(1000, 3);
+  std::vector<int32_t> out(1000, 77);
+  prims::ChannelStats st_s, st_r;
+  std::vector<uint64_t> scr_s(64), scr_r(64);
+  std::thread tx([&] {
+    prims::Prims p(&s, nullptr, args(ElemType::I32, GetParam()), &st_s, scr_s.data());
+    p.send(in.data(), in.size());
+  });
+  prims::Prims p(nullptr, &r, args(ElemType::I32, GetParam()), &st_r, scr_r.data());
+  p.recv(out.data(), out.size());
+  tx.join();
+  EXPECT_EQ(in, out);
+  EXPECT_EQ(f.log.size(), (1000 + 57) / 58);
+  EXPECT_EQ(st_s.raw_bytes, 4000u);
+  if (GetParam() == prims::WireMode::Raw) EXPECT_EQ(st_s.wire_bytes, 4000u);
+}
+
+TEST_P(PrimsModes, ReduceVerbsAndForwarding) {
+  // A chain a -> b -> c: a sends x; b recvReduceSends (x + y); c recvReduceCopies
+  // ((x + y) + z) into its output. Then the same chain with recvCopySend at b:
+  // b's outgoing slots must equal its incoming ones byte for byte.
+  Fifo ab(512, 3), bc(512, 3);
+  FakeSend a_s(&ab), b_s(&bc);
+  FakeRecv b_r(&ab), c_r(&bc);
+  const size_t n = 700;
+  const auto x = codes(n, 1), y = codes(n, 2), z = codes(n, 3);
+  std::vector<int32_t> out(n), fwd_b(n), fwd_c(n);
+  prims::ChannelStats st[3];
+  std::vector<uint64_t> scr[3] = {std::vector<uint64_t>(128), std::vector<uint64_t>(128), std::vector<uint64_t>(128)};
+  const auto m = GetParam();
+  std::thread ta([&] {
+    prims::Prims p(&a_s, nullptr, args(ElemType::I32, m), &st[0], scr[0].data());
+    p.send(x.data(), n);
+    p.send(x.data(), n);
+  });
+  std::thread tb([&] {
+    prims::Prims p(&b_s, &b_r, args(ElemType::I32, m), &st[1], scr[1].data());
+    p.recvReduceSend(y.data(), n);
+    p.recvCopySend(fwd_b.data(), n);
+  });
+  prims::Prims p(nullptr, &c_r, args(ElemType::I32, m), &st[2], scr[2].data());
+  p.recvReduceCopy(z.data(), out.data(), n);
+  p.recv(fwd_c.data(), n);
+  ta.join();
+  tb.join();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], x[i] + y[i] + z[i]);
+  EXPECT_EQ(fwd_b, x);
+  EXPECT_EQ(fwd_c, x);
+  // The second half of each log is the forwarded message: identical bytes.
+  const size_t k = ab.log.size() / 2;
+  ASSERT_EQ(bc.log.size(), ab.log.size());
+  for (size_t i = 0; i < k; ++i) EXPECT_EQ(ab.log[k + i], bc.log[k + i]);
+}
+
+TEST_P(PrimsModes, RecvReduceCopySendInPlace) {
+  Fifo ab(1024, 2), bc(1024, 2);
+  FakeSend a_s(&ab), b_s(&bc);
+  FakeRecv b_r(&ab), c_r(&bc);
+  const size_t n = 999;
+  std::vector<float> x(n), y(n), got(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = float(i) * 0.5f;
+    y[i] = 1.0f - float(i);
+  }
+  auto y_inplace = y;
+  prims::ChannelStats st[3];
+  std::vector<uint64_t> scr[3] = {std::vector<uint64_t>(256), std::vector<uint64_t>(256), std::vector<uint64_t>(256)};
+  const auto m = GetParam();
+  std::thread ta([&] {
+    prims::Prims p(&a_s, nullptr, args(ElemType::F32, m, RedOp::Max), &st[0], scr[0].data());
+    p.send(x.data(), n);
+  });
+  std::thread tb([&] {
+    prims::Prims p(&b_s, &b_r, args(ElemType::F32, m, RedOp::Max), &st[1], scr[1].data());
+    p.recvReduceCopySend(y_inplace.data(), y_inplace.data(), n);
+  });
+  prims::Prims p(nullptr, &c_r, args(ElemType::F32, m, RedOp::Max), &st[2], scr[2].data());
+  p.recv(got.data(), n);
+  ta.join();
+  tb.join();
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(y_inplace[i], std::max(x[i], y[i]));
+    ASSERT_EQ(got[i], y_inplace[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PrimsWire, PrimsModes, ::testing::Values(prims::WireMode::Raw, prims::WireMode::Coded));
+
+TEST(PrimsErrors, CorruptSliceIsCorruptData) {
+  Fifo f(256, 2);
+  FakeSend s(&f);
+  FakeRecv r(&f);
+  uint8_t* slot = s.acquire(Clock::now() + std::chrono::seconds(1));
+  std::memset(slot, 0x5A, 100);
+  s.post(100);
+  std::vector<int32_t> out(10);
+  prims::ChannelStats st;
+  std::vector<uint64_t> scr(64);
+  prims::Prims p(nullptr, &r, args(ElemType::I32, prims::WireMode::Coded), &st, scr.data());
+  EXPECT_THROW(p.recv(out.data(), 10), CorruptData);
+}
+
+TEST(PrimsErrors, WrongRawSizeIsCorruptData) {
+  Fifo f(256, 2);
+  FakeSend s(&f);
+  FakeRecv r(&f);
+  s.acquire(Clock::now() + std::chrono::seconds(1));
+  s.post(12);
+  std::vector<int32_t> out(10);
+  prims::ChannelStats st;
+  std::vector<uint64_t> scr(64);
+  prims::Prims p(nullptr, &r, args(ElemType::I32, prims::WireMode::Raw), &st, scr.data());
+  EXPECT_THROW(p.recv(out.data(), 10), CorruptData);
+}
+
+TEST(PrimsReduce, FloatMaxPropagatesNaNAndIntsWrap) {
+  float a[3] = {1, std::nanf(""), 3}, b[3] = {std::nanf(""), 2, 1}, o[3];
+  prims::reduce_fn(ElemType::F32, RedOp::Max)(o, a, b, 3);
+  EXPECT_TRUE(std::isnan(o[0]));
+  EXPECT_TRUE(std::isnan(o[1]));
+  EXPECT_EQ(o[2], 3);
+  int32_t x = INT32_MAX, y = 1, z;
+  prims::reduce_fn(ElemType::I32, RedOp::Sum)(&z, &x, &y, 1);
+  EXPECT_EQ(z, INT32_MIN);
+  uint8_t p = 200, q = 100, s;
+  prims::reduce_fn(ElemType::U8, RedOp::Sum)(&s, &p, &q, 1);
+  EXPECT_EQ(s, 44);
+}
+
+}  // namespace

@@ -1,0 +1,554 @@
+// Transport tests. Ranks are threads of this process (each with its own TCP
+// bootstrap); the shared-memory and socket transports are forced with
+// TransportConfig::transport so they run between threads too. Death of a
+// peer process is tested with fork(): the child is rank 1 and leaves with
+// _exit() without any cleanup, as a crash would.
+//
+// The FIFO contract under test is in cpp/src/transport/transport.hpp and the
+// ring layout in cpp/src/transport/slot_ring.hpp.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "ncclz/error.hpp"
+#include "transport/transport.hpp"
+
+using namespace ncclz;
+using namespace ncclz::transport;
+
+namespace {
+
+void run_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> ts;
+  std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errs[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (auto& e : errs) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+Clock::time_point in_s(double s) {
+  return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
+}
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+struct Rank {
+  std::shared_ptr<AbortFlag> abort = std::make_shared<AbortFlag>();
+  std::unique_ptr<Bootstrap> boot;
+  std::unique_ptr<Transport> transport;
+  std::vector<int> peers;
+  std::vector<std::vector<PeerLink>> links;  // [channel][peer index]
+};
+
+struct JobSpec {
+  int n = 2;
+  std::string kind = "inproc";
+  int nchannels = 1;
+  int nslots = 4;
+  size_t slot_bytes = 4096;
+  bool full_mesh = true;  // else ring neighbours
+};
+
+std::vector<Rank> make_ranks(const JobSpec& s) {
+  UniqueId id = Bootstrap::make_unique_id();
+  std::vector<Rank> ranks(static_cast<size_t>(s.n));
+  run_threads(s.n, [&](int r) {
+    Rank& me = ranks[r];
+    me.boot = Bootstrap::create(id, r, s.n, 10.0);
+    TransportConfig cfg;
+    cfg.transport = s.kind;
+    cfg.nslots = s.nslots;
+    cfg.slot_bytes = s.slot_bytes;
+    me.transport = create_transport(*me.boot, cfg, me.abort);
+    for (int p = 0; p < s.n; ++p) {
+      if (p == r) continue;
+      if (s.full_mesh || p == (r + 1) % s.n || p == (r + s.n - 1) % s.n) me.peers.push_back(p);
+    }
+    me.links = me.transport->connect(me.peers, s.nchannels, in_s(10));
+  });
+  return ranks;
+}
+
+int index_of(const Rank& r, int peer) {
+  for (size_t i = 0; i < r.peers.size(); ++i) {
+    if (r.peers[i] == peer) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+uint8_t pattern(int src, int dst, int ch, int slot, size_t j) {
+  return static_cast<uint8_t>(src * 31 + dst * 17 + ch * 7 + slot * 13 + static_cast<int>(j * 101));
+}
+
+size_t slot_size(int src, int dst, int ch, int slot, size_t max) {
+  std::mt19937 g(static_cast<uint32_t>(src * 1000003 + dst * 10007 + ch * 101 + slot));
+  int kind = slot % 7;
+  if (kind == 0) return 0;
+  if (kind == 1) return max;
+  return std::uniform_int_distribution<size_t>(1, max)(g);
+}
+
+class TransportKinds : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+// Many slots with random sizes (0 and full included) through a K-slot ring,
+// both directions, several channels, all pairs of 3 ranks at once.
+TEST_P(TransportKinds, OrderedDeliveryRandomSizes) {
+  JobSpec s;
+  s.n = 3;
+  s.kind = GetParam();
+  s.nchannels = 2;
+  s.nslots = 4;
+  s.slot_bytes = 8192;
+  auto ranks = make_ranks(s);
+  EXPECT_EQ(kind_name(ranks[0].transport->kind()), s.kind);
+  const int nmsg = 300;
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors;
+  std::mutex mu;
+  auto fail = [&](const std::string& e) {
+    std::lock_guard<std::mutex> lk(mu);
+    errors.push_back(e);
+  };
+  for (int r = 0; r < s.n; ++r) {
+    for (int c = 0; c < s.nchannels; ++c) {
+      for (size_t i = 0; i < ranks[r].peers.size(); ++i) {
+        int p = ranks[r].peers[i];
+        SendConn* snd = ranks[r].links[c][i].send.get();
+        RecvConn* rcv = ranks[r].links[c][i].recv.get();
+        ASSERT_EQ(snd->peer(), p);
+        ASSERT_EQ(rcv->peer(), p);
+        ASSERT_EQ(snd->slot_bytes(), s.slot_bytes);
+        ts.emplace_back([&, r, c, p, snd] {
+          try {
+            for (int k = 0; k < nmsg; ++k) {
+              uint8_t* d = snd->acquire(in_s(10));
+              size_t n = slot_size(r, p, c, k, s.slot_bytes);
+              for (size_t j = 0; j < n; ++j) d[j] = pattern(r, p, c, k, j);
+              snd->post(n);
+            }
+            snd->flush(in_s(10));
+          } catch (const std::exception& e) {
+            fail(e.what());
+          }
+        });
+        ts.emplace_back([&, r, c, p, rcv] {
+          try {
+            for (int k = 0; k < nmsg; ++k) {
+              SlotView v = rcv->wait(in_s(10));
+              size_t n = slot_size(p, r, c, k, s.slot_bytes);
+              if (v.bytes != n) {
+                fail("slot " + std::to_string(k) + " from " + std::to_string(p) + ": size " + std::to_string(v.bytes) +
+                     " != " + std::to_string(n));
+                return;
+              }
+              for (size_t j = 0; j < n; ++j) {
+                if (v.data[j] != pattern(p, r, c, k, j)) {
+                  fail("slot " + std::to_string(k) + " byte " + std::to_string(j) + " differs");
+                  return;
+                }
+              }
+              rcv->release();
+            }
+          } catch (const std::exception& e) {
+            fail(e.what());
+          }
+        });
+      }
+    }
+  }
+  for (auto& t : ts) t.join();
+  for (auto& e : errors) ADD_FAILURE() << e;
+}
+
+// The sender can run only a bounded number of slots ahead of the receiver:
+// exactly K for the memory transports; for sockets the proxy also fills the
+// receiver's ring and the kernel buffers, so the bound is larger.
+TEST_P(TransportKinds, FlowControlBlocksSender) {
+  JobSpec s;
+  s.kind = GetParam();
+  s.nslots = 3;
+  s.slot_bytes = 1 << 20;
+  auto ranks = make_ranks(s);
+  SendConn* snd = ranks[0].links[0][0].send.get();
+  RecvConn* rcv = ranks[1].links[0][0].recv.get();
+  int posted = 0;
+  const int limit = s.kind == "socket" ? 64 : s.nslots;
+  for (;;) {
+    try {
+      uint8_t* d = snd->acquire(in_s(s.kind == "socket" ? 0.3 : 0.05));
+      d[0] = static_cast<uint8_t>(posted);
+      snd->post(snd->slot_bytes());
+      ++posted;
+      ASSERT_LE(posted, limit) << "sender never blocked";
+    } catch (const Timeout&) {
+      break;
+    }
+  }
+  if (s.kind == "socket") {
+    EXPECT_GE(posted, 2 * s.nslots);
+  } else {
+    EXPECT_EQ(posted, s.nslots);
+  }
+  // One release frees one slot (eventually, through the proxy for sockets).
+  SlotView v = rcv->wait(in_s(5));
+  EXPECT_EQ(v.bytes, s.slot_bytes);
+  EXPECT_EQ(v.data[0], 0);
+  rcv->release();
+  uint8_t* d = snd->acquire(in_s(5));
+  d[0] = static_cast<uint8_t>(posted);
+  snd->post(100);
+  ++posted;
+  for (int k = 1; k < posted; ++k) {
+    SlotView w = rcv->wait(in_s(5));
+    EXPECT_EQ(w.data[0], static_cast<uint8_t>(k));
+    rcv->release();
+  }
+}
+
+TEST_P(TransportKinds, TimeoutWhenPeerNeverPosts) {
+  JobSpec s;
+  s.kind = GetParam();
+  auto ranks = make_ranks(s);
+  auto t0 = Clock::now();
+  try {
+    ranks[0].links[0][0].recv->wait(in_s(0.2));
+    ADD_FAILURE() << "wait returned";
+  } catch (const Timeout& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("peer rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0"), std::string::npos) << m;
+  }
+  double t = since(t0);
+  EXPECT_GE(t, 0.19);
+  EXPECT_LT(t, 1.0);
+}
+
+TEST_P(TransportKinds, AbortWakesWaiters) {
+  JobSpec s;
+  s.kind = GetParam();
+  s.nslots = 1;
+  auto ranks = make_ranks(s);
+  // A receiver waiting for data and a sender waiting for a slot.
+  SendConn* snd = ranks[0].links[0][0].send.get();
+  snd->acquire(in_s(1));
+  snd->post(1);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ranks[0].abort->reason = "test abort";
+    ranks[0].abort->aborted = true;
+  });
+  auto t0 = Clock::now();
+  bool recv_aborted = false, send_aborted = false;
+  std::thread waiter([&] {
+    try {
+      ranks[0].links[0][0].recv->wait(in_s(20));
+    } catch (const Aborted& e) {
+      recv_aborted = std::string(e.what()).find("test abort") != std::string::npos;
+    }
+  });
+  try {
+    // With one slot the second acquire blocks (socket: once the pipe is full).
+    for (int i = 0; i < 100000; ++i) {
+      snd->acquire(in_s(20));
+      snd->post(snd->slot_bytes());
+    }
+  } catch (const Aborted&) {
+    send_aborted = true;
+  }
+  waiter.join();
+  aborter.join();
+  EXPECT_TRUE(recv_aborted);
+  EXPECT_TRUE(send_aborted);
+  EXPECT_LT(since(t0), 2.0);
+}
+
+TEST_P(TransportKinds, ClosedPeerGivesRemoteError) {
+  JobSpec s;
+  s.kind = GetParam();
+  auto ranks = make_ranks(s);
+  // Rank 1 posts one slot and goes away (links and transport destroyed).
+  ranks[1].links[0][0].send->acquire(in_s(1))[0] = 42;
+  ranks[1].links[0][0].send->post(1);
+  ranks[1].links[0][0].send->flush(in_s(5));
+  ranks[1].links.clear();
+  ranks[1].transport.reset();
+  auto t0 = Clock::now();
+  RecvConn* rcv = ranks[0].links[0][0].recv.get();
+  SlotView v = rcv->wait(in_s(5));  // what was posted still arrives
+  ASSERT_EQ(v.bytes, 1u);
+  EXPECT_EQ(v.data[0], 42);
+  rcv->release();
+  try {
+    rcv->wait(in_s(10));
+    ADD_FAILURE() << "wait returned";
+  } catch (const Timeout& e) {
+    ADD_FAILURE() << "Timeout instead of RemoteError: " << e.what();
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("peer rank 1"), std::string::npos) << e.what();
+  }
+  // Sending to it fails too (socket: once the kernel notices).
+  try {
+    for (int i = 0; i < 100000; ++i) {
+      ranks[0].links[0][0].send->acquire(in_s(10));
+      ranks[0].links[0][0].send->post(16);
+    }
+    ADD_FAILURE() << "sends to a closed peer never failed";
+  } catch (const Timeout& e) {
+    ADD_FAILURE() << "Timeout instead of RemoteError: " << e.what();
+  } catch (const RemoteError&) {
+  }
+  EXPECT_LT(since(t0), 3.0);
+}
+
+TEST_P(TransportKinds, RingNeighboursSelfAndReconnect) {
+  // Four ranks in a ring (prev/next), then a second connect() on the same
+  // transport (new rings), plus a link to itself.
+  JobSpec s;
+  s.n = 4;
+  s.kind = GetParam();
+  s.full_mesh = false;
+  auto ranks = make_ranks(s);
+  run_threads(s.n, [&](int r) {
+    Rank& me = ranks[r];
+    int next = (r + 1) % s.n, prev = (r + s.n - 1) % s.n;
+    auto again = me.transport->connect({r, next, prev}, 1, in_s(10));
+    for (auto* links : {&me.links, &again}) {
+      int in = links == &me.links ? index_of(me, next) : 1;
+      int ip = links == &me.links ? index_of(me, prev) : 2;
+      SendConn* snd = (*links)[0][in].send.get();
+      uint8_t* d = snd->acquire(in_s(5));
+      std::memcpy(d, &r, sizeof r);
+      snd->post(sizeof r);
+      SlotView v = (*links)[0][ip].recv->wait(in_s(5));
+      int got;
+      std::memcpy(&got, v.data, sizeof got);
+      EXPECT_EQ(got, prev);
+      (*links)[0][ip].recv->release();
+    }
+    // Self link.
+    again[0][0].send->acquire(in_s(1))[0] = 9;
+    again[0][0].send->post(1);
+    EXPECT_EQ(again[0][0].recv->wait(in_s(1)).data[0], 9);
+    again[0][0].recv->release();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, TransportKinds, ::testing::Values("inproc", "shm", "socket"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(Transport, AutomaticSelectionAndValidation) {
+  // Threads of one process: InProcess unless forced.
+  {
+    JobSpec s;
+    s.kind = "";
+    auto ranks = make_ranks(s);
+    EXPECT_EQ(ranks[0].transport->kind(), Kind::InProcess);
+  }
+  UniqueId id = Bootstrap::make_unique_id();
+  std::vector<std::string> errs(2);
+  run_threads(2, [&](int r) {
+    auto b = Bootstrap::create(id, r, 2, 10.0);
+    TransportConfig cfg;
+    cfg.transport = r == 0 ? "shm" : "socket";  // ranks disagree
+    try {
+      create_transport(*b, cfg, nullptr);
+    } catch (const InvalidArgument& e) {
+      errs[r] = e.what();
+    }
+    TransportConfig bad;
+    bad.transport = "carrier-pigeon";
+    EXPECT_THROW(create_transport(*b, bad, nullptr), InvalidArgument);
+    TransportConfig inproc;
+    inproc.transport = "inproc";
+    auto t = create_transport(*b, inproc, nullptr);
+    EXPECT_THROW(t->connect({r, r}, 1, in_s(1)), InvalidArgument);
+    EXPECT_THROW(t->connect({5}, 1, in_s(1)), InvalidArgument);
+  });
+  for (auto& e : errs) EXPECT_NE(e.find("NCCLZ_TRANSPORT"), std::string::npos) << e;
+}
+
+TEST(Transport, SocketThrottlePacesAndIfname) {
+  // 0.08 Gb/s = 10 MB/s: 4 MiB take >= ~0.35 s (the bucket starts full).
+  UniqueId id = Bootstrap::make_unique_id();
+  double secs = 0;
+  run_threads(2, [&](int r) {
+    auto b = Bootstrap::create(id, r, 2, 10.0);
+    TransportConfig cfg;
+    cfg.transport = "socket";
+    cfg.slot_bytes = 256 << 10;
+    cfg.throttle_gbps = 0.08;
+    cfg.socket_ifname = "lo";
+    auto t = create_transport(*b, cfg, nullptr);
+    auto links = t->connect({1 - r}, 1, in_s(10));
+    b->barrier();
+    auto t0 = Clock::now();
+    for (int k = 0; k < 16; ++k) {
+      if (r == 0) {
+        links[0][0].send->acquire(in_s(10));
+        links[0][0].send->post(cfg.slot_bytes);
+      } else {
+        EXPECT_EQ(links[0][0].recv->wait(in_s(10)).bytes, cfg.slot_bytes);
+        links[0][0].recv->release();
+      }
+    }
+    if (r == 0) links[0][0].send->flush(in_s(10));
+    if (r == 1) secs = since(t0);
+  });
+  EXPECT_GE(secs, 0.3);
+  EXPECT_LT(secs, 3.0);
+}
+
+// ---- separate processes ------------------------------------------------------
+
+namespace {
+
+// Rank 1 in a forked child: sets up `kind`, runs `child`, and leaves with
+// _exit(code from child). Rank 0 runs `parent` in this process. Returns the
+// child's exit status.
+int fork_pair(const std::string& kind, const std::function<int(Rank&)>& child,
+              const std::function<void(Rank&)>& parent, bool expect_setup_error = false) {
+  UniqueId id = Bootstrap::make_unique_id();
+  pid_t pid = fork();
+  if (pid == 0) {
+    int code = 0;
+    try {
+      Rank me;
+      me.boot = Bootstrap::create(id, 1, 2, 10.0);
+      TransportConfig cfg;
+      cfg.transport = kind;
+      me.transport = create_transport(*me.boot, cfg, me.abort);
+      me.peers = {0};
+      me.links = me.transport->connect(me.peers, 1, in_s(10));
+      code = child(me);
+    } catch (const InvalidArgument&) {
+      code = expect_setup_error ? 0 : 3;
+    } catch (...) {
+      code = 4;
+    }
+    _exit(code);
+  }
+  EXPECT_GT(pid, 0);
+  try {
+    Rank me;
+    me.boot = Bootstrap::create(id, 0, 2, 10.0);
+    TransportConfig cfg;
+    cfg.transport = kind;
+    me.transport = create_transport(*me.boot, cfg, me.abort);
+    me.peers = {1};
+    me.links = me.transport->connect(me.peers, 1, in_s(10));
+    EXPECT_FALSE(expect_setup_error) << "setup succeeded";
+    parent(me);
+  } catch (const InvalidArgument& e) {
+    EXPECT_TRUE(expect_setup_error) << e.what();
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+class TransportProcesses : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(TransportProcesses, DataAcrossProcesses) {
+  int rc = fork_pair(
+      GetParam(),
+      [](Rank& me) {
+        for (int k = 0; k < 200; ++k) {
+          uint8_t* d = me.links[0][0].send->acquire(in_s(5));
+          std::memset(d, k & 0xff, 1000);
+          me.links[0][0].send->post(1000);
+          SlotView v = me.links[0][0].recv->wait(in_s(5));
+          if (v.bytes != 500 || v.data[499] != static_cast<uint8_t>(k + 1)) return 1;
+          me.links[0][0].recv->release();
+        }
+        me.links[0][0].send->flush(in_s(5));
+        me.boot->barrier();
+        return 0;
+      },
+      [](Rank& me) {
+        EXPECT_EQ(kind_name(me.transport->kind()), GetParam());
+        for (int k = 0; k < 200; ++k) {
+          SlotView v = me.links[0][0].recv->wait(in_s(5));
+          ASSERT_EQ(v.bytes, 1000u);
+          ASSERT_EQ(v.data[999], static_cast<uint8_t>(k));
+          me.links[0][0].recv->release();
+          uint8_t* d = me.links[0][0].send->acquire(in_s(5));
+          std::memset(d, (k + 1) & 0xff, 500);
+          me.links[0][0].send->post(500);
+        }
+        me.boot->barrier();
+      });
+  EXPECT_EQ(rc, 0);
+}
+
+// The child dies (no destructors, as in a crash) while rank 0 waits.
+TEST_P(TransportProcesses, DeadPeerGivesRemoteErrorQuickly) {
+  double waited = -1;
+  std::string msg;
+  int rc = fork_pair(
+      GetParam(),
+      [](Rank& me) {
+        me.boot->barrier();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        _exit(0);
+        return 0;
+      },
+      [&](Rank& me) {
+        me.boot->barrier();
+        auto t0 = Clock::now();
+        try {
+          me.links[0][0].recv->wait(in_s(20));
+          ADD_FAILURE() << "wait returned";
+        } catch (const Timeout& e) {
+          ADD_FAILURE() << "Timeout instead of RemoteError: " << e.what();
+        } catch (const RemoteError& e) {
+          msg = e.what();
+        }
+        waited = since(t0);
+      });
+  EXPECT_EQ(rc, 0);
+  EXPECT_GE(waited, 0.0);
+  EXPECT_LT(waited, 2.0);
+  EXPECT_NE(msg.find("peer rank 1"), std::string::npos) << msg;
+  if (GetParam() == "shm") {
+    EXPECT_NE(msg.find("died"), std::string::npos) << msg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transport, TransportProcesses, ::testing::Values("shm", "socket"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(Transport, ForcedInprocAcrossProcessesIsInvalid) {
+  int rc = fork_pair("inproc", [](Rank&) { return 0; }, [](Rank&) {}, /*expect_setup_error=*/true);
+  EXPECT_EQ(rc, 0);
+}
+
+TEST(Transport, AutomaticAcrossProcessesIsSharedMemory) {
+  int rc = fork_pair(
+      "", [](Rank& me) { return me.transport->kind() == Kind::SharedMemory ? 0 : 1; },
+      [](Rank& me) { EXPECT_EQ(me.transport->kind(), Kind::SharedMemory); });
+  EXPECT_EQ(rc, 0);
+}

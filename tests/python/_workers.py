@@ -1,0 +1,603 @@
+"""Rank programs for the multi-process tests (tests/python/test_comm.py, test_launcher.py).
+
+Run as ``python _workers.py SCENARIO OUTDIR [ARGS...]`` in every rank, with RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NCCLZ_TOKEN (and NCCLZ_TRANSPORT,
+NCCLZ_TIMEOUT) set by the test or by a launcher. Each rank checks what it can
+check alone (every element against the fp64 reference and the promised bound)
+and writes OUTDIR/rank<R>.json with hashes of its outputs, so the test can
+check that all ranks got identical results. A failed check raises, which exits
+non-zero with the traceback on stderr.
+
+Every rank generates every rank's input from a seed, so each can compute the
+exact reference (fp64) by itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def np_dtype(name):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def rank_input(rank, count, dtype, seed=0, shape=None):
+    """A smooth field plus noise (floats), or small integers, for rank ``rank``."""
+    rng = np.random.default_rng(1000 * seed + rank)
+    if dtype in FLOAT_DTYPES:
+        t = np.linspace(0, 6 * np.pi, count)
+        v = 10 * np.sin(t + rank) + rng.normal(0, 0.5, count) + rank
+    elif dtype == "uint8":
+        v = rng.integers(0, 60, count)
+    else:
+        v = rng.integers(-1000, 1000, count)
+    a = v.astype(np_dtype(dtype))
+    return a.reshape(shape) if shape is not None else a
+
+
+def as_f64(a):
+    return np.asarray(a).astype(np.float64)
+
+
+def reference(inputs, op):
+    """Exact reduction in fp64 of the (already type-rounded) inputs."""
+    x = np.stack([as_f64(a) for a in inputs])
+    if op == "sum":
+        return x.sum(0)
+    if op == "avg":
+        return x.sum(0) / len(inputs)
+    if op == "max":
+        return x.max(0)
+    if op == "min":
+        return x.min(0)
+    if op == "prod":
+        return x.prod(0)
+    raise ValueError(op)
+
+
+def digest(a) -> str:
+    if hasattr(a, "detach"):  # torch
+        import torch
+
+        t = a.detach().contiguous()
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
+        a = t.numpy()
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16]
+
+
+def bits(a) -> bytes:
+    return np.ascontiguousarray(np.asarray(a)).tobytes()
+
+
+def modes(ncclz, dtype):
+    """(name, compression) pairs valid for dtype."""
+    out = [("none", None), ("lossless", ncclz.Lossless())]
+    if dtype in FLOAT_DTYPES:
+        rel = 1e-2 if dtype in ("float16", "bfloat16") else 1e-3
+        absb = 0.25 if dtype in ("float16", "bfloat16") else 1e-2
+        out += [(f"rel{rel:g}", ncclz.Lossy(rel=rel)), (f"abs{absb:g}", ncclz.Lossy(abs=absb))]
+    return out
+
+
+def bound_of(comp, inputs):
+    """The promised absolute bound E (None for exact modes)."""
+    if comp is None or type(comp).__name__ == "Lossless":
+        return None
+    if getattr(comp, "abs", None) is not None:
+        return float(comp.abs)
+    x = np.stack([as_f64(a) for a in inputs])
+    return float(comp.rel) * float(x.max() - x.min())
+
+
+def plain_tolerance(dtype, ref, inputs, op):
+    """How far an uncompressed float reduction may be from the fp64 reference."""
+    if dtype not in FLOAT_DTYPES:
+        return 0.0
+    eps = {"float32": 2.0**-23, "float64": 2.0**-52, "float16": 2.0**-10, "bfloat16": 2.0**-7}[dtype]
+    if op in ("max", "min"):
+        return 0.0
+    mag = np.sum(np.abs(np.stack([as_f64(a) for a in inputs])), axis=0)
+    if op == "avg":
+        mag = mag / len(inputs)
+    return (len(inputs) + 1) * eps * mag + np.abs(ref) * eps
+
+
+class Checker:
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank, self.world = comm.rank, comm.world_size
+        self.hashes = {}
+        self.checks = 0
+        self.max_err_ratio = {}
+        self.soft = bool(os.environ.get("NCCLZ_TEST_SOFT"))  # collect failures instead of stopping
+        self.failures = []
+
+    def check_close(self, name, out, ref, tol, comp, dtype):
+        got = as_f64(out).reshape(ref.shape)
+        finite = np.isfinite(ref)
+        err = np.abs(got - ref)[finite]
+        worst = float(err.max()) if err.size else 0.0
+        if np.any(err > tol if np.isscalar(tol) else err > np.asarray(tol)[finite]):
+            i = int(np.argmax(err - (tol if np.isscalar(tol) else np.asarray(tol)[finite])))
+            return self.fail(
+                f"rank {self.rank}: {name}: element {i} off by {err[i]:.6g} > allowed "
+                f"{tol if np.isscalar(tol) else np.asarray(tol)[finite][i]:.6g} (compression {comp}, {dtype})"
+            )
+        if np.isscalar(tol) and tol > 0:
+            self.max_err_ratio[name] = worst / tol
+        self.checks += 1
+
+    def require(self, cond, msg):
+        if not cond:
+            self.fail(f"rank {self.rank}: {msg}" if not str(msg).startswith("rank") else str(msg))
+
+    def fail(self, msg):
+        if self.soft:
+            self.failures.append(msg)
+        else:
+            raise AssertionError(msg)
+
+    def record(self, name, out):
+        self.hashes[name] = digest(out)
+
+
+def scenario_collectives(ncclz, comm, args):
+    """Every collective, every mode, several dtypes and ops, NumPy inputs (torch if asked)."""
+    use_torch = "torch" in args
+    if use_torch:
+        import torch
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    sizes = [int(a.split("=")[1]) for a in args if a.startswith("count=")] or [12347]
+    dtypes = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
+    if use_torch:
+        dtypes = ["float32", "bfloat16", "int64"]
+
+    def wrap(a):
+        if not use_torch:
+            return a
+        if a.dtype == np_dtype("bfloat16"):
+            return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+        t = torch.from_numpy(a.copy())
+        return t.requires_grad_(True) if t.is_floating_point() else t
+
+    def unwrap(t):
+        if not use_torch:
+            return t
+        t = t.detach()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np_dtype("bfloat16"))
+        return t.numpy()
+
+    seed = 0
+    for count in sizes:
+        for dtype in dtypes:
+            ops = ["sum", "max"] if dtype in ("uint8",) else ["sum", "avg", "max", "min"]
+            if dtype in ("float16", "bfloat16", "int64") or use_torch:
+                ops = ["sum", "max"]
+            for op in ops:
+                seed += 1
+                inputs = [rank_input(k, count, dtype, seed) for k in range(W)]
+                ref = reference(inputs, op)
+                none_out = None
+                for mname, comp in modes(ncclz, dtype):
+                    x = wrap(inputs[r].copy())
+                    y = comm.all_reduce(x, op=op, compression=comp)
+                    ck.require(y is x, "all_reduce must work in place by default")
+                    got = unwrap(y)
+                    name = f"all_reduce/{count}/{dtype}/{op}/{mname}"
+                    ck.record(name, got)
+                    E = bound_of(comp, inputs)
+                    if E is None:
+                        if dtype in FLOAT_DTYPES:
+                            ck.check_close(
+                                name, got, ref, plain_tolerance(dtype, ref, inputs, op), mname, dtype
+                            )
+                        else:
+                            ref_int = ref.astype(np.float64)
+                            if dtype == "uint8":  # wraps modulo 256 like any uint8 sum
+                                ref_int = np.mod(ref_int, 256) if op == "sum" else ref_int
+                            if op == "avg":
+                                ck.check_close(name, got, ref, 1.0, mname, dtype)
+                            else:
+                                ck.require(
+                                    np.array_equal(as_f64(got), ref_int),
+                                    f"rank {r}: {name}: wrong integer result",
+                                )
+                        if mname == "none":
+                            none_out = bits(got)
+                        else:
+                            ck.require(
+                                bits(got) == none_out, f"rank {r}: {name}: lossless differs from uncompressed"
+                            )
+                    else:
+                        st = comm.last_stats
+                        ck.require(
+                            st is not None and st.op == "all_reduce",
+                            'check failed: st is not None and st.op == "all_reduce"',
+                        )
+                        ck.require(
+                            abs(st.error_bound - E) <= 1e-9 * E + 1e-300 or st.error_bound <= E,
+                            f"rank {r}: {name}: stats promise {st.error_bound} but the contract says {E}",
+                        )
+                        ck.check_close(name, got, ref, E, mname, dtype)
+                        ck.require(
+                            st.raw_bytes > 0 and st.wire_bytes > 0 and st.ratio > 0,
+                            "check failed: st.raw_bytes > 0 and st.wire_bytes > 0 and st.ratio > 0",
+                        )
+
+        # out= and a read-only input: result in a new array, input untouched
+        inputs = [rank_input(k, count, "float32", 99) for k in range(W)]
+        ro = inputs[r].copy()
+        ro.flags.writeable = False
+        y = comm.all_reduce(ro, compression=ncclz.Lossy(rel=1e-3))
+        ck.require(
+            y is not ro and np.array_equal(ro, inputs[r]),
+            "check failed: y is not ro and np.array_equal(ro, inputs[r])",
+        )
+        ck.check_close(
+            "all_reduce/readonly",
+            y,
+            reference(inputs, "sum"),
+            bound_of(ncclz.Lossy(rel=1e-3), inputs),
+            "rel",
+            "float32",
+        )
+        out = np.empty_like(ro)
+        ck.require(comm.all_reduce(ro, out=out) is out, "check failed: comm.all_reduce(ro, out=out) is out")
+
+        # reduce_scatter: first dim divisible by W, then flat count divisible
+        for dtype in ["float32", "bfloat16"] if use_torch else ["float32", "float64", "int32"]:
+            for shape in [(W * 3, 7, count // 97 + 1), (W * (count // W + 1),)]:
+                seed += 1
+                n = int(np.prod(shape))
+                inputs = [rank_input(k, n, dtype, seed, shape) for k in range(W)]
+                ref = reference(inputs, "sum")
+                blk = shape[0] // W
+                ref_mine = ref[r * blk : (r + 1) * blk]
+                none_out = None
+                for mname, comp in modes(ncclz, dtype):
+                    y = unwrap(comm.reduce_scatter(wrap(inputs[r].copy()), op="sum", compression=comp))
+                    name = f"reduce_scatter/{shape}/{dtype}/{mname}"
+                    ck.require(tuple(y.shape) == (blk, *shape[1:]), f"{name}: shape {y.shape}")
+                    E = bound_of(comp, inputs)
+                    if E is None:
+                        if dtype in FLOAT_DTYPES:
+                            tol = plain_tolerance(dtype, ref, inputs, "sum")[r * blk : (r + 1) * blk]
+                            ck.check_close(name, y, ref_mine, tol, mname, dtype)
+                        else:
+                            ck.require(np.array_equal(as_f64(y), ref_mine), name)
+                        if mname == "none":
+                            none_out = bits(y)
+                        else:
+                            ck.require(
+                                bits(y) == none_out, f"rank {r}: {name}: lossless differs from uncompressed"
+                            )
+                    else:
+                        ck.check_close(name, y, ref_mine, E, mname, dtype)
+
+        # all_gather, broadcast
+        for dtype in ["float32", "bfloat16"] if use_torch else ["float32", "float16", "int64", "uint8"]:
+            seed += 1
+            shape = (count // 10 + 3, 10)
+            n = int(np.prod(shape))
+            inputs = [rank_input(k, n, dtype, seed, shape) for k in range(W)]
+            exact = np.stack([as_f64(a) for a in inputs])
+            for mname, comp in modes(ncclz, dtype):
+                E = bound_of(comp, inputs)
+                y = unwrap(comm.all_gather(wrap(inputs[r].copy()), compression=comp))
+                name = f"all_gather/{dtype}/{mname}"
+                ck.require(tuple(y.shape) == (W, *shape), f"{name}: shape {y.shape}")
+                ck.record(name, y)
+                if E is None:
+                    ck.require(bits(y) == bits(np.stack(inputs)), f"rank {r}: {name}: not exact")
+                else:
+                    ck.check_close(name, y, exact, E, mname, dtype)
+                for root in sorted({0, W - 1}):
+                    E = bound_of(comp, [inputs[root]])  # rel: the range of root's data
+                    x = wrap(inputs[r].copy())
+                    y = unwrap(comm.broadcast(x, root=root, compression=comp))
+                    name = f"broadcast/{root}/{dtype}/{mname}"
+                    ck.record(name, y)
+                    if E is None:
+                        ck.require(bits(y) == bits(inputs[root]), f"rank {r}: {name}: not exact")
+                    else:
+                        ck.check_close(name, y, as_f64(inputs[root]), E, mname, dtype)
+                    if r == root and E is None:
+                        ck.require(
+                            bits(y) == bits(inputs[root]), "check failed: bits(y) == bits(inputs[root])"
+                        )
+
+        # send/recv around a ring (even ranks send first, odd ranks receive first)
+        if W > 1:
+            for dtype in ["float32", "int32"]:
+                seed += 1
+                inputs = [rank_input(k, count, dtype, seed) for k in range(W)]
+                nxt, prv = (r + 1) % W, (r - 1) % W
+                for mname, comp in modes(ncclz, dtype):
+                    E = bound_of(comp, [inputs[prv]])  # rel: the range of the sender's data
+                    buf = wrap(np.zeros(count, np_dtype(dtype)))
+                    send = wrap(inputs[r].copy())
+                    if r % 2 == 0:
+                        comm.send(send, nxt, compression=comp)
+                        comm.recv(buf, prv, compression=comp)
+                    else:
+                        comm.recv(buf, prv, compression=comp)
+                        comm.send(send, nxt, compression=comp)
+                    got = unwrap(buf)
+                    name = f"sendrecv/{dtype}/{mname}"
+                    if E is None:
+                        ck.require(bits(got) == bits(inputs[prv]), f"rank {r}: {name}: not exact")
+                    else:
+                        ck.check_close(name, got, as_f64(inputs[prv]), E, mname, dtype)
+        comm.barrier()
+    if ck.failures:
+        raise AssertionError(f"{len(ck.failures)} failed checks:\n" + "\n".join(ck.failures))
+    return {"hashes": ck.hashes, "checks": ck.checks, "max_err_ratio": ck.max_err_ratio}
+
+
+def scenario_kill(ncclz, comm, args):
+    """Rank VICTIM dies after one good call; the others must raise quickly."""
+    victim = comm.world_size - 1
+    x = np.ones(1 << 16, np.float32)
+    comm.all_reduce(x)
+    if comm.rank == victim:
+        os.kill(os.getpid(), 9)
+    t0 = time.monotonic()
+    try:
+        for _ in range(100000):
+            comm.all_reduce(np.ones(1 << 16, np.float32))
+    except ncclz.RemoteError as e:  # TimeoutError and AbortedError derive from it
+        return {"error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - t0}
+    raise AssertionError("all_reduce kept working after a rank died")
+
+
+def scenario_abort(ncclz, comm, args):
+    """abort() from another thread wakes a call that waits for a peer that never comes."""
+    import threading
+
+    if comm.rank == 0:
+        t = threading.Timer(1.0, comm.abort, args=("test abort",))
+        t.start()
+        t0 = time.monotonic()
+        try:
+            comm.recv(np.empty(10, np.float32), 1)
+        except ncclz.RemoteError as e:
+            return {"error": type(e).__name__, "elapsed": time.monotonic() - t0}
+        raise AssertionError("recv returned without a sender")
+    time.sleep(3.0)
+    return {"error": None}
+
+
+def scenario_mismatch(ncclz, comm, args):
+    """Ranks disagree about the call; every rank must raise (not hang, not corrupt memory)."""
+    what = args[0]
+    r = comm.rank
+    if what == "count":
+        x = np.ones(1000 + 100 * r, np.float32)
+    elif what == "dtype":
+        x = np.ones(1000, np.float32 if r == 0 else np.float64)
+    elif what == "compression":
+        x = np.ones(1000, np.float32)
+    else:
+        raise ValueError(what)
+    comp = ncclz.Lossy(rel=1e-3) if (what == "compression" and r == 0) else None
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(x, compression=comp)
+    except ncclz.Error as e:
+        return {"error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - t0}
+    raise AssertionError(f"mismatched all_reduce ({what}) returned normally on rank {r}")
+
+
+def scenario_badinput(ncclz, comm, args):
+    """Bad arguments raise InvalidArgumentError before any communication; the communicator stays usable."""
+    errs = {}
+
+    def expect(name, fn, exc=None):
+        exc = exc or ncclz.InvalidArgumentError
+        try:
+            fn()
+        except exc as e:
+            errs[name] = str(e)
+            return
+        raise AssertionError(f"{name}: no {exc.__name__}")
+
+    a = np.ones((8, 8), np.float32)
+    expect("noncontig", lambda: comm.all_reduce(a[:, ::2]))
+    expect("noncontig_T", lambda: comm.all_reduce(a.T))
+    expect("bad_dtype", lambda: comm.all_reduce(np.ones(4, np.int16)))
+    expect("complex", lambda: comm.all_reduce(np.ones(4, np.complex64)))
+    expect("lossy_int", lambda: comm.all_reduce(np.ones(4, np.int32), compression=ncclz.Lossy(abs=1.0)))
+    expect(
+        "lossy_prod",
+        lambda: comm.all_reduce(np.ones(4, np.float32), op="prod", compression=ncclz.Lossy(rel=1e-3)),
+    )
+    expect("bad_op", lambda: comm.all_reduce(np.ones(4, np.float32), op="xor"))
+    expect("bad_root", lambda: comm.broadcast(np.ones(4, np.float32), root=comm.world_size))
+    expect("neg_root", lambda: comm.broadcast(np.ones(4, np.float32), root=-1))
+    expect("bad_peer", lambda: comm.send(np.ones(4, np.float32), peer=comm.world_size + 3))
+    if comm.world_size > 1:
+        expect("rs_indivisible", lambda: comm.reduce_scatter(np.ones(comm.world_size * 5 + 1, np.float32)))
+    expect("bad_out", lambda: comm.all_gather(np.ones(4, np.float32), out=np.empty(3, np.float32)))
+    expect("bad_compression", lambda: comm.all_reduce(np.ones(4, np.float32), compression="zstd"))
+    expect("not_array", lambda: comm.all_reduce([1.0, 2.0]), TypeError)
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    expect("recv_readonly", lambda: comm.recv(ro, 0))
+    try:
+        import torch
+
+        t = torch.ones(4, 4)
+        expect("torch_noncontig", lambda: comm.all_reduce(t.t()))
+        expect("torch_bool", lambda: comm.all_reduce(torch.ones(4, dtype=torch.bool)))
+
+        class FakeGpu:  # a DLPack producer that says it lives on CUDA
+            def __dlpack_device__(self):
+                return (2, 0)
+
+            def __dlpack__(self, **kw):
+                raise BufferError("not here")
+
+        expect("gpu", lambda: comm.all_reduce(FakeGpu()))
+        expect("meta", lambda: comm.all_reduce(torch.ones(4, device="meta")))
+    except ImportError:
+        pass
+    # Still usable, and every rank agrees.
+    x = np.full(100, comm.rank + 1, np.float32)
+    comm.all_reduce(x)
+    assert np.all(x == sum(range(1, comm.world_size + 1)))
+    return {"errors": errs}
+
+
+def scenario_store(ncclz, comm_unused, args):
+    raise RuntimeError("handled in main")
+
+
+def scenario_torchrun(ncclz, comm, args):
+    import torch
+
+    if args and args[0] == "pg":  # torch.distributed was initialized before ncclz.init()
+        import torch.distributed as dist
+
+        assert dist.is_initialized()
+        dist.barrier()
+
+    t = torch.full((1000,), float(comm.rank + 1))
+    comm.all_reduce(t, compression=ncclz.Lossless())
+    assert torch.all(t == sum(range(1, comm.world_size + 1))), t[:4]
+    comm.all_reduce(t, op="avg", compression=ncclz.Lossy(abs=1e-3))
+    return {"value": float(t[0]), "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}}
+
+
+def scenario_launcher(ncclz, comm, args):
+    """Used by test_launcher: an all_reduce, then optionally fail on one rank."""
+    x = np.full(4096, comm.rank, np.float64)
+    comm.all_reduce(x)
+    print(f"sum={x[0]:g} rank={comm.rank}", flush=True)
+    if args and args[0] == "fail" and comm.rank == int(args[1]):
+        sys.exit(int(args[2]))
+    if args and args[0] == "fail":
+        # The healthy ranks go on talking; the dead rank makes them raise.
+        try:
+            for _ in range(1000):
+                comm.all_reduce(np.ones(1 << 14, np.float32))
+                time.sleep(0.01)
+        except ncclz.RemoteError as e:
+            print(f"rank {comm.rank} saw {type(e).__name__}", flush=True)
+            sys.exit(3)
+    return {"sum": float(x[0])}
+
+
+def run_threads(ncclz, outdir, n, scenario, args):
+    """n ranks as threads of this process (in-process transport): also proves the GIL is released."""
+    import threading
+
+    errors = []
+
+    def one(rank):
+        t0 = time.monotonic()
+        try:
+            with ncclz.Communicator(rank=rank, world_size=n, transport="inproc") as comm:
+                result = SCENARIOS[scenario](ncclz, comm, args) or {}
+        except BaseException as e:  # noqa: BLE001 - reported per thread below
+            errors.append((rank, traceback.format_exc()))
+            result = {"error": type(e).__name__, "message": str(e)}
+        result["rank"] = rank
+        result["wall"] = time.monotonic() - t0
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump(result, f)
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for r, tb in errors:
+            sys.stderr.write(f"--- thread rank {r} ---\n{tb}")
+        raise SystemExit(1)
+
+
+SCENARIOS = {name[len("scenario_") :]: fn for name, fn in globals().items() if name.startswith("scenario_")}
+
+
+def main():
+    name, outdir, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    import ncclz
+
+    if name == "threads":
+        run_threads(ncclz, outdir, int(args[0]), args[1], args[2:])
+        return
+    rank = int(os.environ["RANK"])
+    result = {}
+    t0 = time.monotonic()
+    if name == "store":
+        import datetime
+
+        import torch.distributed as dist
+
+        kind = args[0]
+        world = int(os.environ["WORLD_SIZE"])
+        if kind == "file":
+            store = dist.FileStore(os.path.join(outdir, "filestore"), world)
+        else:
+            store = dist.TCPStore(
+                "127.0.0.1",
+                int(os.environ["MASTER_PORT"]),
+                world,
+                rank == 0,
+                timeout=datetime.timedelta(seconds=30),
+            )
+        with ncclz.Communicator(rank=rank, world_size=world, store=store) as comm:
+            x = np.full(1000, rank + 1.0, np.float32)
+            comm.all_reduce(x)
+            assert np.all(x == world * (world + 1) / 2)
+            # a second communicator through the same store gets its own key
+            with ncclz.Communicator(rank=rank, world_size=world, store=store) as comm2:
+                y = comm2.all_gather(np.array([rank], np.int64))
+                assert y.ravel().tolist() == list(range(world))
+        result = {"ok": True}
+    else:
+        if name == "torchrun" and args and args[0] == "pg":
+            import torch.distributed as dist
+
+            dist.init_process_group("gloo")
+        try:
+            comm = ncclz.init()
+        except ncclz.Error as e:
+            result = {"init_error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - t0}
+            comm = None
+        if comm is not None:
+            with comm:
+                result = SCENARIOS[name](ncclz, comm, args) or {}
+    result["rank"] = rank
+    result["wall"] = time.monotonic() - t0
+    if outdir != "-":
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump(result, f)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except SystemExit:
+        raise
+    except BaseException:  # noqa: BLE001 - any failure: traceback, exit 1
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

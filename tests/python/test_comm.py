@@ -1,0 +1,330 @@
+"""Multi-process tests of ncclz.Communicator: real ranks (processes), shared memory and sockets.
+
+Each test starts N processes running tests/python/_workers.py SCENARIO, which
+check every element against the fp64 reference and the promised bound
+themselves and write their output hashes to rank<R>.json; here we check
+exit codes, that all ranks agree, and that failures surface quickly. Every
+test is bounded by subprocess timeouts (a hang fails the test, never the run).
+
+To add a case: add a scenario_<name>(ncclz, comm, args) function to
+_workers.py returning a JSON-able dict, and a test here that calls
+run_ranks("<name>", ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ncclz
+import pytest
+
+WORKERS = Path(__file__).with_name("_workers.py")
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(ncclz._core, "comm"), reason="ncclz._core was built without the collective runtime bindings"
+)
+
+TRANSPORTS = ["shm", "socket"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Ranks:
+    """Outcome of one multi-process run."""
+
+    def __init__(self, codes, results, stderr):
+        self.codes, self.results, self.stderr = codes, results, stderr
+
+    def log(self) -> str:
+        return "\n".join(
+            f"--- rank {r} (exit {c}) ---\n{e[-4000:]}"
+            for r, (c, e) in enumerate(zip(self.codes, self.stderr))
+        )
+
+    def assert_ok(self):
+        assert all(c == 0 for c in self.codes), self.log()
+        assert all(r is not None for r in self.results), self.log()
+        errs = [
+            (r, res["init_error"], res["message"])
+            for r, res in enumerate(self.results)
+            if "init_error" in res
+        ]
+        assert not errs, f"communicator creation failed: {errs}"
+
+
+def run_ranks(
+    tmp_path, scenario, n, transport, args=(), timeout=120.0, nccl_timeout=20.0, rank_env=None, env=None
+) -> Ranks:
+    """Runs _workers.py SCENARIO in n processes; kills them all and fails the test after `timeout` s."""
+    out = tmp_path / f"{scenario}-{transport}-{n}"
+    out.mkdir(exist_ok=True)
+    port, token = free_port(), secrets.token_hex(8)
+    procs, errs = [], []
+    for r in range(n):
+        e = dict(os.environ)
+        e.update(
+            RANK=str(r),
+            WORLD_SIZE=str(n),
+            LOCAL_RANK=str(r),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            NCCLZ_TOKEN=token,
+            NCCLZ_TRANSPORT=transport,
+            NCCLZ_TIMEOUT=str(nccl_timeout),
+            PYTHONUNBUFFERED="1",
+        )
+        for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"):
+            e.pop(k, None)
+        e.update(env or {})
+        e.update((rank_env or {}).get(r, {}))
+        err = open(out / f"stderr{r}.txt", "w+")  # noqa: SIM115 - closed after the ranks exit
+        errs.append(err)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKERS), scenario, str(out), *args],
+                env=e,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=subprocess.STDOUT,
+            )
+        )
+    deadline = time.monotonic() + timeout
+    hung = False
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            hung = True
+    if hung:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+    stderr = []
+    for f in errs:
+        f.seek(0)
+        stderr.append(f.read())
+        f.close()
+    results = []
+    for r in range(n):
+        f = out / f"rank{r}.json"
+        results.append(json.loads(f.read_text()) if f.exists() else None)
+    ranks = Ranks([p.returncode for p in procs], results, stderr)
+    if hung:
+        pytest.fail(f"{scenario} ({transport}, {n} ranks) did not finish in {timeout:g} s\n{ranks.log()}")
+    return ranks
+
+
+def assert_same_on_all_ranks(results, prefixes=("all_reduce", "all_gather", "broadcast")):
+    ref = results[0]["hashes"]
+    keys = [k for k in ref if k.startswith(prefixes)]
+    assert keys
+    for r, res in enumerate(results[1:], 1):
+        diff = [k for k in keys if res["hashes"].get(k) != ref[k]]
+        assert not diff, f"rank {r} differs from rank 0 in {diff[:5]}"
+
+
+# ---- correctness ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("transport,n", [("shm", 2), ("shm", 4), ("socket", 2), ("socket", 3)])
+def test_collectives_numpy(tmp_path, transport, n):
+    """all_reduce / reduce_scatter / all_gather / broadcast / send-recv, every mode, NumPy dtypes."""
+    ranks = run_ranks(tmp_path, "collectives", n, transport, timeout=240)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] > 50
+    assert_same_on_all_ranks(ranks.results)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_collectives_large_messages(tmp_path, transport):
+    """Messages of many slices (1M elements): pipelining and channels."""
+    ranks = run_ranks(tmp_path, "collectives", 3, transport, args=["count=1000003"], timeout=300)
+    ranks.assert_ok()
+    assert_same_on_all_ranks(ranks.results)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_collectives_torch(tmp_path, transport):
+    pytest.importorskip("torch")
+    ranks = run_ranks(tmp_path, "collectives", 2, transport, args=["torch"], timeout=240)
+    ranks.assert_ok()
+    assert_same_on_all_ranks(ranks.results)
+
+
+def test_ranks_as_threads_release_the_gil(tmp_path):
+    """3 ranks as threads of one process (in-process transport): a collective that held the GIL would hang."""
+    out = tmp_path / "threads"
+    out.mkdir()
+    env = dict(os.environ, MASTER_PORT=str(free_port()), NCCLZ_TOKEN="threads", NCCLZ_TIMEOUT="20")
+    p = subprocess.run(
+        [sys.executable, str(WORKERS), "threads", str(out), "3", "collectives"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-6000:]
+    results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(3)]
+    assert_same_on_all_ranks(results)
+
+
+# ---- failures ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_killed_rank_makes_others_raise(tmp_path, transport):
+    timeout = 5.0
+    ranks = run_ranks(tmp_path, "kill", 3, transport, nccl_timeout=timeout, timeout=60)
+    assert ranks.codes[2] == -signal.SIGKILL, ranks.log()
+    for r in (0, 1):
+        assert ranks.codes[r] == 0, ranks.log()
+        res = ranks.results[r]
+        assert res["error"] in ("RemoteError", "TimeoutError", "AbortedError"), res
+        assert res["elapsed"] < timeout + 5, res
+
+
+def test_abort_wakes_a_waiting_call(tmp_path):
+    ranks = run_ranks(tmp_path, "abort", 2, "shm", nccl_timeout=30, timeout=60)
+    ranks.assert_ok()
+    assert ranks.results[0]["error"] in ("AbortedError", "RemoteError"), ranks.results[0]
+    assert ranks.results[0]["elapsed"] < 10
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_wrong_token_is_refused(tmp_path, transport):
+    ranks = run_ranks(
+        tmp_path,
+        "collectives",
+        2,
+        transport,
+        nccl_timeout=4,
+        timeout=60,
+        rank_env={1: {"NCCLZ_TOKEN": "not-the-job-token"}},
+    )
+    # Nobody gets a working communicator: the impostor is refused, rank 0 times out waiting for rank 1.
+    for r in (0, 1):
+        assert ranks.codes[r] == 0, ranks.log()
+        res = ranks.results[r]
+        assert "init_error" in res, f"rank {r} got a communicator with a wrong token: {res}"
+        assert res["init_error"] in ("RemoteError", "TimeoutError", "AbortedError"), res
+        assert res["elapsed"] < 20, res
+
+
+@pytest.mark.parametrize("what", ["count", "dtype", "compression"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_mismatched_calls_raise_everywhere(tmp_path, transport, what):
+    ranks = run_ranks(tmp_path, "mismatch", 3, transport, args=[what], nccl_timeout=10, timeout=60)
+    ranks.assert_ok()
+    for res in ranks.results:
+        assert res["error"] in ("RemoteError", "TimeoutError", "AbortedError", "InvalidArgumentError"), res
+
+
+def test_bad_inputs(tmp_path):
+    ranks = run_ranks(tmp_path, "badinput", 2, "shm", timeout=90)
+    ranks.assert_ok()
+    errs = ranks.results[0]["errors"]
+    assert "contiguous" in errs["noncontig"]
+    assert "int16" in errs["bad_dtype"]
+    assert "floating-point" in errs["lossy_int"]
+    assert "xor" in errs["bad_op"]
+    assert "root" in errs["bad_root"]
+    assert "CPU" in errs.get("gpu", "CPU")
+    assert all(m.startswith("rank 0") for k, m in errs.items() if k != "not_array")
+
+
+# ---- rendezvous ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["file", "tcp"])
+def test_torch_store_rendezvous(tmp_path, kind):
+    pytest.importorskip("torch.distributed")
+    ranks = run_ranks(
+        tmp_path,
+        "store",
+        2,
+        "shm",
+        args=[kind],
+        timeout=90,
+        env={"NCCLZ_TOKEN": "", "MASTER_PORT": str(free_port())},
+    )
+    ranks.assert_ok()
+
+
+def _torchrun_works() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch.distributed.run") is not None
+    except ImportError:
+        return False
+
+
+@pytest.mark.skipif(not _torchrun_works(), reason="torch.distributed.run is not importable")
+@pytest.mark.parametrize("mode", ["plain", "pg"])
+def test_torchrun(tmp_path, mode):
+    """ncclz.init() under torchrun: through torchrun's agent store, or the default group's store ("pg")."""
+    out = tmp_path / "torchrun"
+    out.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "NCCLZ_TOKEN"))
+    }
+    env["NCCLZ_TIMEOUT"] = "30"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        str(WORKERS),
+        "torchrun",
+        str(out),
+    ] + (["pg"] if mode == "pg" else [])
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-5000:]
+    res = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["env"]["RANK"] for r in res] == ["0", "1"]
+    assert abs(res[0]["value"] - 3.0) <= 1e-3  # sum 1+2, then the avg of equal values
+
+
+# ---- single-process API checks (no peers needed) ------------------------------------------------------
+def test_single_rank_communicator():
+    with ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="t", timeout=10) as comm:
+        import numpy as np
+
+        x = np.arange(10, dtype=np.float32)
+        assert comm.all_reduce(x) is x
+        assert np.array_equal(x, np.arange(10, dtype=np.float32))
+        assert comm.all_gather(x).shape == (1, 10)
+        st = comm.last_stats
+        assert st.op == "all_gather" and st.raw_bytes >= 0
+        assert comm.rank == 0 and comm.world_size == 1
+    assert comm.closed
+    with pytest.raises(ncclz.InvalidArgumentError):
+        comm.barrier()
+
+
+def test_missing_rank_env(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(ncclz.InvalidArgumentError, match="RANK"):
+        ncclz.init()
+
+
+def test_public_api_exports():
+    for name in ("Communicator", "init", "CallStats", "Lossy", "Lossless"):
+        assert hasattr(ncclz, name), f"ncclz.{name} is not exported by python/ncclz/__init__.py"
+    assert ncclz.init is ncclz.comm.init
