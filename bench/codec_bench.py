@@ -22,6 +22,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLOSC_
 
 import argparse
 import datetime as _dt
+import hashlib
 import json
 import platform
 import shlex
@@ -35,7 +36,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import data as bench_data  # noqa: E402
+import data as bench_data
 
 DEFAULT_BOUNDS = (1e-2, 1e-3, 1e-4)
 ALL_DATASETS = tuple(bench_data.DATASETS)
@@ -90,14 +91,30 @@ def time_median(fn, reps: int):
     return statistics.median(ts), ts, out
 
 
+def loadavg1() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except Exception:
+        return float("nan")
+
+
+def sched_desc() -> str:
+    try:
+        pol = os.sched_getscheduler(0)
+        names = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_RR: "SCHED_RR"}
+        return f"{names.get(pol, pol)} priority {os.sched_getparam(0).sched_priority}, nice {os.nice(0)}"
+    except Exception:
+        return "unknown"
+
+
 def lscpu_model() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
             if line.startswith("Model name:"):
                 return line.split(":", 1)[1].strip()
-    except Exception:
-        pass
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor() or "unknown"
     return platform.processor() or "unknown"
 
 
@@ -220,7 +237,7 @@ def make_baselines(blosc_levels=(1, 5)):
     return codecs
 
 
-def make_ncclz():
+def make_ncclz(variants=()):
     """ncclz lossy (selector default) and lossless codecs, or [] with the reason."""
     try:
         import ncclz
@@ -239,7 +256,11 @@ def make_ncclz():
             return f"inspect failed: {e}"
         c = info.get("codecs") if isinstance(info, dict) else None
         if isinstance(c, dict):
-            return ",".join(f"{k}:{v}" for k, v in c.items())
+            parts = []
+            for k, v in c.items():
+                n = v.get("slices") if isinstance(v, dict) else v
+                parts.append(f"{k}x{n}")
+            return ",".join(parts)
         if c is not None:
             return str(c)
         return str(info)[:80]
@@ -249,6 +270,23 @@ def make_ncclz():
             return nc.inspect(blob)
         except Exception as e:
             return {"error": str(e)}
+
+    def variant(cd, pred):
+        c = Codec(
+            f"ncclz[{cd}{'+' + pred if pred else ''}]",
+            True,
+            lambda x, eb, rel: nc.compress(x, Lossy(rel=rel), codec=cd, predictor=pred),
+            lambda blob, x: nc.decompress(blob),
+            describe,
+            note=f"ncclz forced codec={cd!r} predictor={pred!r}",
+        )
+        c.inspect_full = inspect_full
+        return c
+
+    extra = []
+    for v in variants or ():
+        cd, _, pred = v.partition("+")
+        extra.append(variant(cd, pred or None))
 
     codecs = [
         Codec(
@@ -272,7 +310,7 @@ def make_ncclz():
         )
         c.inspect_full = inspect_full
         codecs.append(c)
-    return codecs, ""
+    return codecs + extra, ""
 
 
 # =========================================================================== running
@@ -322,6 +360,9 @@ def run_one(codec: Codec, x: np.ndarray, rel, eb, reps: int, dataset: str, input
         row["dec_s_all"] = ts_dec
         row["enc_gbps"] = x.nbytes / t_enc / 1e9
         row["dec_gbps"] = x.nbytes / t_dec / 1e9
+        row["enc_gbps_best"] = x.nbytes / min(ts_enc) / 1e9
+        row["dec_gbps_best"] = x.nbytes / min(ts_dec) / 1e9
+        row["loadavg1"] = loadavg1()
     except Exception as e:
         row["error"] = f"{type(e).__name__}: {e}"
         row["ok"] = False
@@ -354,6 +395,11 @@ HEADER = (
 
 
 def run(args) -> dict:
+    if args.rt:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except (AttributeError, OSError) as e:
+            print(f"# WARNING: --rt: could not switch to SCHED_FIFO: {e}", file=sys.stderr)
     try:
         os.sched_setaffinity(0, {args.core})
     except (AttributeError, OSError) as e:
@@ -366,7 +412,7 @@ def run(args) -> dict:
         pass
 
     codecs = make_baselines()
-    ncclz_codecs, ncclz_reason = ([], "disabled by --no-ncclz") if args.no_ncclz else make_ncclz()
+    ncclz_codecs, ncclz_reason = ([], "disabled by --no-ncclz") if args.no_ncclz else make_ncclz(args.ncclz_variants)
     if not ncclz_codecs:
         print(f"# ncclz not benchmarked: {ncclz_reason}", file=sys.stderr)
     codecs = ncclz_codecs + codecs
@@ -392,6 +438,7 @@ def run(args) -> dict:
             max=xmax,
             std=float(x.std(dtype=np.float64)),
             desc=bench_data.DATASETS[name]["desc"],
+            sha256_16=hashlib.sha256(x.tobytes()).hexdigest()[:16],
             load_s=time.perf_counter() - t0,
         )
         for rel in args.bounds:
@@ -425,16 +472,17 @@ def find(rows, dataset, codec, rel, dtype="float32"):
     return None
 
 
-def targets(res: dict, quick: bool) -> list:
+def targets(res: dict, quick: bool, codec: str = "ncclz") -> list:
+    """Targets for `codec` (the official ones use "ncclz", the selector's default)."""
     rows = res["rows"]
     out = []
     full_gauss = res["datasets"].get("gaussian", {}).get("bytes") == 32 * 1024 * 1024
     note_size = "" if full_gauss else " (NOT the 32 MiB size: quick run)"
 
     def add(name, value, threshold, met, detail):
-        out.append(dict(target=name, value=value, threshold=threshold, met=met, detail=detail))
+        out.append(dict(target=name, codec=codec, value=value, threshold=threshold, met=met, detail=detail))
 
-    g = find(rows, "gaussian", "ncclz", 1e-3)
+    g = find(rows, "gaussian", codec, 1e-3)
     if g is None:
         add("encode >= 2 GB/s, Gaussian 32 MiB, rel 1e-3", None, T_ENC_GBPS, None, "not measured")
         add("decode >= 4 GB/s, Gaussian 32 MiB, rel 1e-3", None, T_DEC_GBPS, None, "not measured")
@@ -450,7 +498,7 @@ def targets(res: dict, quick: bool) -> list:
     ):
         rel_list = rels if rels is not None else sorted({r["rel"] for r in rows if r["dataset"] == ds and r["rel"]}, reverse=True)
         for rel in rel_list:
-            n = find(rows, ds, "ncclz", rel)
+            n = find(rows, ds, codec, rel)
             s = find(rows, ds, "SZ3", rel)
             tname = f"ratio {ds} rel {rel:.0e} >= {int(frac * 100)}% of SZ3"
             if n is None or s is None:
@@ -459,7 +507,7 @@ def targets(res: dict, quick: bool) -> list:
             q = n["ratio"] / s["ratio"]
             ok_err = n.get("ok", False)
             add(tname, q, frac, bool(q >= frac and ok_err),
-                f"ncclz {n['ratio']:.3f} / SZ3 {s['ratio']:.3f} = {q:.3f}" + ("" if ok_err else " (error bound VIOLATED)"))
+                f"{codec} {n['ratio']:.3f} / SZ3 {s['ratio']:.3f} = {q:.3f}" + ("" if ok_err else " (error bound VIOLATED)"))
     return out
 
 
@@ -469,23 +517,28 @@ def plot(res: dict, path: Path, bounds):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     rows = res["rows"]
     dsets = list(res["datasets"])
     fig = plt.figure(figsize=(4.2 * max(len(dsets), 2), 8.5))
     gs = fig.add_gridspec(2, max(len(dsets), 2), height_ratios=[1, 1.1])
-    styles = {"ncclz": ("C3", "o"), "SZ3": ("C0", "s"), "ZFP": ("C2", "^")}
+    styles = {"ncclz": ("C3", "o", "-"), "SZ3": ("C0", "s", "-"), "ZFP": ("C2", "^", "-")}
+    for k, v in enumerate(sorted({r["codec"] for r in rows if r["codec"].startswith("ncclz[")})):
+        styles[v] = (f"C{5 + k % 5}", "o", "--")
     for i, ds in enumerate(dsets):
         ax = fig.add_subplot(gs[0, i])
-        for cname, (col, mk) in styles.items():
+        for cname, (col, mk, ls) in styles.items():
             pts = sorted((r["rel"], r["ratio"]) for r in rows if r["dataset"] == ds and r["codec"] == cname and r.get("ratio"))
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=mk, color=col, label=cname)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=mk, ls=ls, color=col, label=cname)
         ll = [r for r in rows if r["dataset"] == ds and r["codec"] in ("ncclz-lossless", "blosc2-zstd1") and r["dtype"] == "float32" and r.get("ratio")]
         for r, ls in zip(ll, (":", "--")):
             ax.axhline(r["ratio"], ls=ls, color="gray", lw=1, label=f"{r['codec']} (lossless)")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}" if str(f"{v:g}")[0] in "25" else ""))
         ax.invert_xaxis()
         ax.set_xlabel("relative error bound")
         if i == 0:
@@ -524,19 +577,19 @@ def plot(res: dict, path: Path, bounds):
 
 def md_table(rows) -> str:
     lines = [
-        "| dataset | input | shape | rel | codec | ratio | enc GB/s | dec GB/s | maxerr/eb | ok | ncclz choice |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---|---|",
+        "| dataset | input | shape | rel | codec | ratio | enc GB/s | dec GB/s | enc best | dec best | maxerr/eb | ok | ncclz choice |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         rel = f"{r['rel']:.0e}" if r["rel"] is not None else "–"
         shape = "×".join(map(str, r["shape"]))
         if "error" in r:
-            lines.append(f"| {r['dataset']} | {r['input']} | {shape} | {rel} | {r['codec']} | ERROR: {r['error']} | | | | NO | |")
+            lines.append(f"| {r['dataset']} | {r['input']} | {shape} | {rel} | {r['codec']} | ERROR: {r['error']} | | | | | | NO | |")
             continue
         eo = f"{r['err_over_eb']:.4f}" if r.get("err_over_eb") is not None else ("bit-exact" if r.get("bit_exact") else "NOT exact")
         lines.append(
             f"| {r['dataset']} | {r['input']} | {shape} | {rel} | {r['codec']} | {r['ratio']:.3f} | {r['enc_gbps']:.3f} | "
-            f"{r['dec_gbps']:.3f} | {eo} | {'yes' if r['ok'] else '**NO**'} | {r.get('choice', '')} |"
+            f"{r['dec_gbps']:.3f} | {r['enc_gbps_best']:.3f} | {r['dec_gbps_best']:.3f} | {eo} | {'yes' if r['ok'] else '**NO**'} | {r.get('choice', '')} |"
         )
     return "\n".join(lines)
 
@@ -553,7 +606,16 @@ def write_md(res: dict, path: Path, png_name: str, json_name: str):
     L.append(f"- Command: `{m['command']}`")
     L.append(f"- Mode: {'QUICK (small sizes, few reps: not for reporting)' if m['quick'] else 'full'}; "
              f"median of {m['reps']} timed repetitions after one untimed warm-up")
+    L.append(f"- Scheduling: {m.get('scheduler', '?')}"
+             + (" (`--rt`: other processes on this shared VM are kept off the measured core; "
+                "they still share memory bandwidth and the last-level cache)" if "FIFO" in m.get("scheduler", "") else ""))
+    L.append(f"- 1-min load average: {m['loadavg1_start']:.2f} at start, {m['loadavg1_end']:.2f} at end, "
+             f"max {m['loadavg1_max_rows']:.2f} after any row (the benchmark itself contributes ~1)")
     L.append(f"- Raw numbers: [{json_name}]({json_name}); plot: [{png_name}]({png_name})\n")
+    if max(m["loadavg1_start"], m["loadavg1_end"], m["loadavg1_max_rows"]) > 1.6 and "FIFO" not in m.get("scheduler", ""):
+        L.append("**WARNING: other processes were running during this run (load average above 1.6 on this "
+                 "2-CPU machine); throughputs may be understated. The `best` columns (fastest repetition) are "
+                 "less sensitive to this than the medians.**\n")
     if res.get("ncclz_reason"):
         L.append(f"**ncclz was not benchmarked in this run: {res['ncclz_reason']}**\n")
 
@@ -565,15 +627,16 @@ def write_md(res: dict, path: Path, png_name: str, json_name: str):
     L.append("- GB/s = raw input bytes / median wall time / 10^9 (bf16 rows: bytes of the bf16 input). The whole call is "
              "timed, including allocation of the output (first-touch page faults) and any size read-back. "
              "`memcpy` = `np.copyto` into a preallocated, already-touched buffer; `alloc+copy` = `np.array(x, copy=True)` "
-             "(fresh output, page faults included) — both are for scale.")
+             "(fresh output, page faults included) — both are for scale. `enc best`/`dec best`: fastest repetition.")
     L.append("- maxerr/eb = max|x − x̂| / eb in float64; `ok` = maxerr/eb ≤ 1 (lossy) or bit-exact (lossless).")
     L.append("- blosc2: shuffle + zstd, clevel 1 and 5, nthreads 1, single `compress2` call.\n")
 
     L.append("## Data sets\n")
-    L.append("| dataset | shape | bytes | range | std | source |")
-    L.append("|---|---|---:|---|---:|---|")
+    L.append("| dataset | shape | bytes | range | std | source | sha256 (16) |")
+    L.append("|---|---|---:|---|---:|---|---|")
     for k, d in res["datasets"].items():
-        L.append(f"| {k} | {'×'.join(map(str, d['shape']))} | {d['bytes']:,} | [{d['min']:.6g}, {d['max']:.6g}] | {d['std']:.4g} | {d['desc']} |")
+        L.append(f"| {k} | {'×'.join(map(str, d['shape']))} | {d['bytes']:,} | [{d['min']:.6g}, {d['max']:.6g}] | "
+                 f"{d['std']:.4g} | {d['desc']} | `{d.get('sha256_16', '')}` |")
     L.append("\nSee `bench/data.py` for the exact formulas, seeds and the training recipe. The reanalysis field is small "
              "(361 KiB): its ratios are meaningful, its throughputs are dominated by per-call overheads and caches.\n")
 
@@ -584,6 +647,18 @@ def write_md(res: dict, path: Path, png_name: str, json_name: str):
         met = "not measured" if t["met"] is None else ("**yes**" if t["met"] else "**NO**")
         L.append(f"| {t['target']} | {t['detail']} | {met} |")
     L.append("")
+    if res.get("targets_variants"):
+        L.append("For information, the same targets for ncclz with a forced codec (not the selector's choice):\n")
+        L.append("| target | " + " | ".join(res["targets_variants"]) + " |")
+        L.append("|---|" + "---|" * len(res["targets_variants"]))
+        for i, t in enumerate(res["targets"]):
+            cells = []
+            for tl in res["targets_variants"].values():
+                tv = tl[i]
+                met = "n/a" if tv["met"] is None else ("yes" if tv["met"] else "NO")
+                cells.append(f"{tv['detail']} → {met}")
+            L.append(f"| {t['target']} | " + " | ".join(cells) + " |")
+        L.append("")
 
     L.append("## Results\n")
     L.append(md_table(res["rows"]))
@@ -607,9 +682,13 @@ def write_md(res: dict, path: Path, png_name: str, json_name: str):
 
 def write_baselines_md(res: dict, path: Path):
     m = res["meta"]
-    L = ["# SZ3 / ZFP / Blosc2 baseline numbers (for tuning the ncclz codec)\n",
-         f"Generated by `{m['command']}` on {m['date']}, {m['cpu']}, one core. eb = rel × (max − min); "
-         "SZ3 = pysz ABS mode, default algorithm. Ratio = raw bytes / compressed bytes.\n"]
+    L = [
+        "# SZ3 / ZFP / Blosc2 baseline numbers (for tuning the ncclz codec)\n",
+        (
+            f"Generated by `{m['command']}` on {m['date']}, {m['cpu']}, one core. eb = rel × (max − min); "
+            "SZ3 = pysz ABS mode, default algorithm. Ratio = raw bytes / compressed bytes.\n"
+        ),
+    ]
     if 1e-3 in m["bounds"]:
         heads = []
         for ds in res["datasets"]:
@@ -659,6 +738,11 @@ def parse_args(argv=None):
     p.add_argument("--bf16-datasets", default="gaussian,gradients", help="data sets also run lossless as bfloat16")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions (default 7, quick 3)")
     p.add_argument("--core", type=int, default=0, help="CPU core to pin to")
+    p.add_argument("--ncclz-variants", default="",
+                   help="extra ncclz lossy rows with forced codec[+predictor], e.g. block,rans+lorenzo3d")
+    p.add_argument("--rt", action="store_true",
+                   help="run as SCHED_FIFO priority 1 (needs root): keeps other processes off the measured core "
+                        "on a busy shared machine (the kernel still leaves them 5%%)")
     p.add_argument("--no-ncclz", action="store_true", help="baselines only")
     p.add_argument("--out", default=None, help="output prefix (default bench/results/codec, quick: bench/results/codec_quick)")
     p.add_argument("--baselines-md", default=None, help="also write a baseline summary markdown here")
@@ -668,6 +752,7 @@ def parse_args(argv=None):
         if d not in ALL_DATASETS:
             p.error(f"unknown data set {d!r}")
     a.bounds = [float(b) for b in a.bounds.split(",") if b]
+    a.ncclz_variants = [v for v in a.ncclz_variants.split(",") if v]
     a.bf16_datasets = [d for d in a.bf16_datasets.split(",") if d]
     if a.reps is None:
         a.reps = 3 if a.quick else 7
@@ -680,8 +765,12 @@ def main(argv=None):
     args = parse_args(argv)
     cmd = "python bench/codec_bench.py" + ("" if not (argv or sys.argv[1:]) else " " + shlex.join(argv if argv is not None else sys.argv[1:]))
     t_start = time.perf_counter()
+    load_start = loadavg1()
     res = run(args)
+    load_end = loadavg1()
     res["targets"] = targets(res, args.quick)
+    variants = sorted({r["codec"] for r in res["rows"] if r["codec"].startswith("ncclz[")})
+    res["targets_variants"] = {v: targets(res, args.quick, v) for v in variants}
     try:
         import ncclz
 
@@ -707,11 +796,20 @@ def main(argv=None):
         reps=args.reps,
         bounds=args.bounds,
         wall_s=time.perf_counter() - t_start,
+        scheduler=sched_desc(),
+        loadavg1_start=load_start,
+        loadavg1_end=load_end,
+        loadavg1_max_rows=max((r.get("loadavg1", 0.0) for r in res["rows"]), default=float("nan")),
     )
     print("\n# targets")
     for t in res["targets"]:
         met = "n/a" if t["met"] is None else ("MET" if t["met"] else "MISSED")
         print(f"#   {t['target']:<48s} {t['detail']:<45s} {met}")
+    for v, tl in res["targets_variants"].items():
+        print(f"# targets for {v} (information only)")
+        for t in tl:
+            met = "n/a" if t["met"] is None else ("MET" if t["met"] else "MISSED")
+            print(f"#   {t['target']:<48s} {t['detail']:<45s} {met}")
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -258,4 +258,4 @@ if __name__ == "__main__":
         )
     print("gradients meta:", gradients_meta())
     for k, v in gradients_per_layer().items():
-        print(f"  {k:10s} {str(v.shape):18s} std={v.std():.3g} absmax={np.abs(v).max():.3g}")
+        print(f"  {k:10s} {v.shape!s:18s} std={v.std():.3g} absmax={np.abs(v).max():.3g}")

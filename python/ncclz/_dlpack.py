@@ -15,7 +15,6 @@ to do.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,23 +42,32 @@ _DL_DEVICE_NAMES = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
 class Buffer:
-    """A checked CPU array.
+    """A checked CPU array (a plain slotted class: it is made on every call).
 
     native: the object the native layer receives (NumPy array or torch tensor;
         a ``uint16`` view for NumPy bfloat16, see ``as_dtype``).
     user: the caller's original object.
-    as_dtype: "" or "bfloat16" (native holds bfloat16 bits as uint16).
+    dtype: canonical dtype name; shape, size: of the array.
+    framework: "numpy" | "torch" | "jax" | "other".
+    writable: whether collectives may write into it (never for borrowed JAX memory).
     """
 
-    native: Any
-    user: Any
-    dtype: str
-    shape: tuple
-    size: int
-    framework: str  # "numpy" | "torch" | "jax" | "other"
-    writable: bool
+    __slots__ = ("dtype", "framework", "native", "shape", "size", "user", "writable")
+
+    def __init__(
+        self, native: Any, user: Any, dtype: str, shape: tuple, size: int, framework: str, writable: bool
+    ):
+        self.native, self.user, self.dtype, self.shape = native, user, dtype, shape
+        self.size, self.framework, self.writable = size, framework, writable
+
+    def replace(self, **changes: Any) -> Buffer:
+        fields = {k: getattr(self, k) for k in self.__slots__}
+        fields.update(changes)
+        return Buffer(**fields)
+
+    def __repr__(self) -> str:
+        return f"Buffer({describe(self)}, writable={self.writable})"
 
     @property
     def as_dtype(self) -> str:
@@ -96,16 +104,34 @@ def _framework_of(x: Any) -> str:
     return "other"
 
 
+def _numpy_dtypes() -> dict:
+    table = {np.dtype(n): n for n in SUPPORTED_DTYPES if n != "bfloat16"}
+    try:
+        import ml_dtypes
+
+        table[np.dtype(ml_dtypes.bfloat16)] = "bfloat16"
+    except ImportError:
+        pass
+    return table
+
+
+_NUMPY_DTYPES = _numpy_dtypes()  # dtype -> canonical name (a dict lookup per call)
+
+
 def _numpy_dtype_name(dt: np.dtype) -> str | None:
-    name = dt.name
-    if name in SUPPORTED_DTYPES:
-        return name
-    return None
+    return _NUMPY_DTYPES.get(dt)
+
+
+_TORCH_DTYPES: dict = {}
 
 
 def _torch_dtype_name(dt: Any) -> str | None:
-    name = str(dt).replace("torch.", "")
-    return name if name in SUPPORTED_DTYPES else None
+    try:
+        return _TORCH_DTYPES[dt]
+    except KeyError:
+        name = str(dt).replace("torch.", "")
+        _TORCH_DTYPES[dt] = name = name if name in SUPPORTED_DTYPES else None
+        return name
 
 
 def _unsupported_dtype(what: str, got: Any) -> InvalidArgumentError:
@@ -161,9 +187,7 @@ def as_buffer(x: Any, what: str = "input") -> Buffer:
             raise _device_error(what, str(t.device))
         if t.requires_grad:
             t = t.detach()
-        if t.is_conj():
-            t = t.resolve_conj()
-        name = _torch_dtype_name(t.dtype)
+        name = _torch_dtype_name(t.dtype)  # complex (and so conj views) are refused here
         if name is None:
             raise _unsupported_dtype(what, t.dtype)
         if not t.is_contiguous():
@@ -204,7 +228,7 @@ def as_buffer(x: Any, what: str = "input") -> Buffer:
     buf = _numpy_buffer(arr, x, what, framework)
     if framework != "numpy":
         # Never write into memory we only borrowed from an immutable framework (JAX).
-        buf = dataclasses.replace(buf, writable=False)
+        buf = buf.replace(writable=False)
     return buf
 
 
@@ -231,7 +255,7 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
     else:
         arr = np.empty(shape, dtype=like.dtype)
     b = _numpy_buffer(arr, arr, "output", "numpy")
-    return dataclasses.replace(b, framework=like.framework if like.framework in ("jax",) else "numpy")
+    return b.replace(framework=like.framework if like.framework in ("jax",) else "numpy")
 
 
 def copy_into(dst: Buffer, src: Buffer) -> None:

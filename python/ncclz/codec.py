@@ -13,7 +13,7 @@ The blob layout is documented in docs/format/container.md.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -22,7 +22,7 @@ from . import _core
 from .errors import InvalidArgumentError
 from .spec import Lossless, Lossy
 
-__all__ = ["compress", "decompress", "inspect", "CODECS", "PREDICTORS", "SUPPORTED_DTYPES"]
+__all__ = ["CODECS", "PREDICTORS", "SUPPORTED_DTYPES", "compress", "decompress", "inspect"]
 
 #: Codec names accepted by ``compress(codec=...)`` (None or "auto": the selector chooses per slice).
 CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4}
@@ -44,7 +44,7 @@ _NUMPY_DTYPES = {
 _KDLCPU = 1
 
 
-def _lookup(table: Dict[str, int], value: Optional[str], what: str) -> int:
+def _lookup(table: dict[str, int], value: str | None, what: str) -> int:
     if value is None:
         return table["auto"]
     if not isinstance(value, str) or value.lower() not in table:
@@ -75,13 +75,11 @@ def _host_array(x: Any):
         arr = arr.astype(dt.newbyteorder("="))
         dt = arr.dtype
     if dt not in _NUMPY_DTYPES.values():
-        raise InvalidArgumentError(
-            f"unsupported dtype {dt}; supported: {', '.join(SUPPORTED_DTYPES)}"
-        )
+        raise InvalidArgumentError(f"unsupported dtype {dt}; supported: {', '.join(SUPPORTED_DTYPES)}")
     return arr, False
 
 
-def compress(x: Any, spec, codec: Optional[str] = None, *, predictor: Optional[str] = None) -> np.ndarray:
+def compress(x: Any, spec, codec: str | None = None, *, predictor: str | None = None) -> np.ndarray:
     """Compresses an array into a self-describing blob (a NumPy uint8 array).
 
     Args:
@@ -137,7 +135,7 @@ def decompress(blob: Any) -> np.ndarray:
     return data.view(_NUMPY_DTYPES[dtype_name]).reshape(shape)
 
 
-def inspect(blob: Any) -> Dict[str, Any]:
+def inspect(blob: Any) -> dict[str, Any]:
     """Describes a blob without decoding it: mode, dtype, shape, bound, sizes, ratio, outlier
     count and, under ``"codecs"``, slices and bytes per codec (``"block+delta1"``, ...)."""
     return _core.codec_inspect(_blob_bytes(blob))

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 from typing import Any
 
 from . import _core, _dlpack
 from . import store as _store
 from .errors import InvalidArgumentError
+from .spec import Lossless, Lossy
 
 _native = _core.comm
 
@@ -105,29 +105,37 @@ def _env_float(name: str) -> float | None:
         raise InvalidArgumentError(f"environment variable {name}={v!r} is not a number") from None
 
 
+_NO_COMPRESSION = _native.Compression("none")
+_converted: dict = {}  # spec -> native Compression (specs are frozen and hashable)
+
+
 def _compression(spec: Any) -> Any:
     """Converts None / ncclz.Lossless() / ncclz.Lossy(abs=|rel=) to the native Compression."""
     if spec is None:
-        return _native.Compression("none")
+        return _NO_COMPRESSION
     if isinstance(spec, _native.Compression):
         return spec
-    if isinstance(spec, str) and spec in ("none", "lossless"):
-        return _native.Compression(spec)
-    name = type(spec).__name__
-    codec = getattr(spec, "codec", None) or ""
+    try:
+        return _converted[spec]
+    except (KeyError, TypeError):
+        pass
+    c = _convert(spec)
+    if len(_converted) < 1024:
+        try:
+            _converted[spec] = c
+        except TypeError:  # an unhashable spec-like object
+            pass
+    return c
+
+
+def _convert(spec: Any) -> Any:
+    codec = getattr(spec, "codec", None) or ""  # optional test/benchmark knobs, if a spec carries them
     min_bytes = int(getattr(spec, "min_bytes", 0) or 0)
-    if not isinstance(codec, str):
-        codec = str(getattr(codec, "value", codec))
-    if name == "Lossless":
-        return _native.Compression("lossless", 0.0, codec, min_bytes)
-    if name == "Lossy":
-        abs_, rel = getattr(spec, "abs", None), getattr(spec, "rel", None)
-        if (abs_ is None) == (rel is None):
-            raise InvalidArgumentError("Lossy needs exactly one of abs= or rel=")
-        bound = float(abs_ if abs_ is not None else rel)
-        if not (math.isfinite(bound) and bound > 0):
-            raise InvalidArgumentError(f"Lossy bound must be a finite number > 0, got {bound}")
-        return _native.Compression("lossy_abs" if abs_ is not None else "lossy_rel", bound, codec, min_bytes)
+    if isinstance(spec, Lossless):
+        return _native.Compression("lossless", 0.0, str(codec), min_bytes)
+    if isinstance(spec, Lossy):  # the spec validated its bound already
+        mode = "lossy_abs" if spec.abs is not None else "lossy_rel"
+        return _native.Compression(mode, float(spec.bound), str(codec), min_bytes)
     raise InvalidArgumentError(
         f"compression must be None, ncclz.Lossless() or ncclz.Lossy(abs=...|rel=...), got {spec!r}"
     )
@@ -142,7 +150,7 @@ def _name_rank(method):
             return method(self, *args, **kwargs)
         except InvalidArgumentError as e:
             msg = str(e)
-            if msg.startswith("rank "):
+            if msg.startswith(("rank ", "ncclz rank ")):
                 raise
             raise InvalidArgumentError(f"rank {self._rank}: {msg}") from None
 
@@ -244,6 +252,7 @@ class Communicator:
         self._rank, self._world_size = rank, world_size
         self._transport = transport or "auto"
         self._last_stats: CallStats | None = None
+        self._last_raw: tuple | None = None
 
     @staticmethod
     def _base_config() -> Any:
@@ -264,6 +273,8 @@ class Communicator:
     @property
     def last_stats(self) -> CallStats | None:
         """Statistics of this rank's last completed call (None before the first)."""
+        if self._last_stats is None and self._last_raw is not None:
+            self._last_stats = self._build_stats()
         return self._last_stats
 
     @property
@@ -296,7 +307,15 @@ class Communicator:
         return b, c, op
 
     def _record(self, name: str, c: Any, st: Any) -> None:
-        self._last_stats = CallStats(
+        # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
+        self._last_raw = (name, c, st)
+        self._last_stats = None
+
+    def _build_stats(self) -> CallStats | None:
+        if self._last_raw is None:
+            return None
+        name, c, st = self._last_raw
+        return CallStats(
             op=name,
             compression=_describe_compression(c),
             raw_bytes=int(st.raw_bytes),

@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Union
 
 from .errors import InvalidArgumentError
 
-__all__ = ["Lossy", "Lossless", "Spec"]
+__all__ = ["Lossless", "Lossy", "Spec"]
 
 
 def _check_bound(name: str, value) -> float:
@@ -36,8 +36,8 @@ class Lossy:
     ``rel``: relative bound r, ``E = r * (max - min)`` of the finite input values.
     """
 
-    abs: Optional[float] = None
-    rel: Optional[float] = None
+    abs: float | None = None
+    rel: float | None = None
 
     def __post_init__(self):
         if (self.abs is None) == (self.rel is None):

@@ -102,7 +102,9 @@ void exercise(Bootstrap& b) {
   EXPECT_EQ(rc, 2000 + prev);
   std::vector<uint8_t> rbig(big.size());
   b.recv(prev, 3, rbig.data(), rbig.size());
-  for (size_t i = 0; i < rbig.size(); i += 997) EXPECT_EQ(rbig[i], static_cast<uint8_t>(i * 7 + static_cast<size_t>(prev)));
+  for (size_t i = 0; i < rbig.size(); i += 997) {
+    EXPECT_EQ(rbig[i], static_cast<uint8_t>(i * 7 + static_cast<size_t>(prev)));
+  }
   int32_t self = 77 + me, rself = 0;
   b.send(me, 9, &self, sizeof self);
   b.recv(me, 9, &rself, sizeof rself);

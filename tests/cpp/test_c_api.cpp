@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -145,6 +147,28 @@ TEST(CApi, AbortWakesABlockedCall) {
   blocked.join();
   w.comms[0] = nullptr;
   EXPECT_EQ(res, ncclzAborted);
+}
+
+TEST(CApi, InitFromEnvSingleRank) {
+  // One rank: RANK/WORLD_SIZE/MASTER_* from the environment (restored after).
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", "0", 1);
+  ncclzComm_t comm = nullptr;
+  const ncclzResult_t r = ncclzCommInitFromEnv(&comm);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+  ASSERT_EQ(r, ncclzSuccess) << ncclzGetLastError(nullptr);
+  int n = 0;
+  ASSERT_EQ(ncclzCommCount(comm, &n), ncclzSuccess);
+  EXPECT_EQ(n, 1);
+  float x[3] = {1, 2, 3}, y[3] = {0, 0, 0};
+  ASSERT_EQ(ncclzAllReduce(x, y, 3, ncclzFloat32, ncclzAvg, ncclzCompressionLossyRel(1e-3), comm), ncclzSuccess);
+  EXPECT_NEAR(y[2], 3.0f, 2e-3);
+  EXPECT_EQ(ncclzCommDestroy(comm), ncclzSuccess);
 }
 
 }  // namespace

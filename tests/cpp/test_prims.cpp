@@ -126,7 +126,9 @@ TEST_P(PrimsModes, SendRecvManySlices) {
   EXPECT_EQ(in, out);
   EXPECT_EQ(f.log.size(), (1000 + 57) / 58);
   EXPECT_EQ(st_s.raw_bytes, 4000u);
-  if (GetParam() == prims::WireMode::Raw) EXPECT_EQ(st_s.wire_bytes, 4000u);
+  if (GetParam() == prims::WireMode::Raw) {
+    EXPECT_EQ(st_s.wire_bytes, 4000u);
+  }
 }
 
 TEST_P(PrimsModes, ReduceVerbsAndForwarding) {

@@ -351,18 +351,29 @@ def scenario_collectives(ncclz, comm, args):
 
 
 def scenario_kill(ncclz, comm, args):
-    """Rank VICTIM dies after one good call; the others must raise quickly."""
+    """Rank VICTIM dies (SIGKILL) right after its first call returns; the others must raise quickly.
+
+    The survivors may already fail that first call: the victim's call can return while its
+    last bytes are still on their way (socket proxy), and they die with it.
+    """
     victim = comm.world_size - 1
-    x = np.ones(1 << 16, np.float32)
-    comm.all_reduce(x)
-    if comm.rank == victim:
-        os.kill(os.getpid(), 9)
     t0 = time.monotonic()
+    calls = 0
     try:
+        comm.all_reduce(np.ones(1 << 16, np.float32))
+        calls += 1
+        if comm.rank == victim:
+            os.kill(os.getpid(), 9)
         for _ in range(100000):
             comm.all_reduce(np.ones(1 << 16, np.float32))
+            calls += 1
     except ncclz.RemoteError as e:  # TimeoutError and AbortedError derive from it
-        return {"error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - t0}
+        return {
+            "error": type(e).__name__,
+            "message": str(e),
+            "elapsed": time.monotonic() - t0,
+            "calls": calls,
+        }
     raise AssertionError("all_reduce kept working after a rank died")
 
 
@@ -484,13 +495,36 @@ def scenario_torchrun(ncclz, comm, args):
     return {"value": float(t[0]), "env": {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}}
 
 
+def scenario_jax(ncclz, comm, args):
+    """JAX arrays are immutable: every call returns a new JAX array and leaves the input alone."""
+    import jax.numpy as jnp
+
+    W, r = comm.world_size, comm.rank
+    inputs = [rank_input(k, 5000, "float32", 7) for k in range(W)]
+    x = jnp.asarray(inputs[r])
+    y = comm.all_reduce(x, compression=ncclz.Lossy(rel=1e-3))
+    assert type(y).__module__.startswith("jax") and y is not x, type(y)
+    assert np.array_equal(np.asarray(x), inputs[r]), "the JAX input was modified"
+    E = bound_of(ncclz.Lossy(rel=1e-3), inputs)
+    assert np.max(np.abs(np.asarray(y, np.float64) - reference(inputs, "sum"))) <= E
+    b = jnp.asarray(inputs[r]).astype(jnp.bfloat16)
+    g = comm.all_gather(b, compression=ncclz.Lossless())
+    assert g.dtype == jnp.bfloat16 and g.shape == (W, 5000)
+    assert np.array_equal(np.asarray(g[r]), np.asarray(b))
+    z = comm.broadcast(jnp.full(10, float(r)), root=W - 1)
+    assert np.all(np.asarray(z) == W - 1)
+    rs = comm.reduce_scatter(jnp.ones((2 * W, 3), jnp.int32))
+    assert rs.shape == (2, 3) and np.all(np.asarray(rs) == W)
+    return {"hashes": {"all_reduce/jax": digest(np.asarray(y)), "all_gather/jax": digest(np.asarray(g))}}
+
+
 def scenario_launcher(ncclz, comm, args):
     """Used by test_launcher: an all_reduce, then optionally fail on one rank."""
     x = np.full(4096, comm.rank, np.float64)
     comm.all_reduce(x)
     print(f"sum={x[0]:g} rank={comm.rank}", flush=True)
     if args and args[0] == "fail" and comm.rank == int(args[1]):
-        sys.exit(int(args[2]))
+        os._exit(int(args[2]))  # a crash: no teardown, no abort message to the peers
     if args and args[0] == "fail":
         # The healthy ranks go on talking; the dead rank makes them raise.
         try:

@@ -162,6 +162,13 @@ def test_collectives_torch(tmp_path, transport):
     assert_same_on_all_ranks(ranks.results)
 
 
+def test_collectives_jax(tmp_path):
+    pytest.importorskip("jax")
+    ranks = run_ranks(tmp_path, "jax", 2, "shm", timeout=120)
+    ranks.assert_ok()
+    assert_same_on_all_ranks(ranks.results)
+
+
 def test_ranks_as_threads_release_the_gil(tmp_path):
     """3 ranks as threads of one process (in-process transport): a collective that held the GIL would hang."""
     out = tmp_path / "threads"

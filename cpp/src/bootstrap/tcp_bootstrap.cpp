@@ -9,7 +9,7 @@
 //            body = i32 rank | i32 size | str token | str host | u32 port |
 //                   str host_id | str process_id          (str = u32 len + bytes)
 //   rank 0 -> rank r
-//     Reply  u32 'NCZR' | u32 status (0 ok, 1 error) | u32 body_len | body
+//     Reply  u32 'NCZR' | u32 status (0 ok, 1 refused, 2 timed out) | u32 body_len | body
 //            ok:    str job_key | u32 n | n x (str host | u32 port | str host_id | str process_id)
 //            error: str message (only sent to peers whose token was right)
 //   star collectives (same connection, in call order)
@@ -56,6 +56,7 @@ constexpr uint32_t kVersion = 1;
 constexpr uint32_t kMaxHelloBody = 64 * 1024;
 constexpr uint64_t kMaxMessage = uint64_t(1) << 32;  // sanity bound for bootstrap payloads
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
+constexpr uint32_t kStatusOk = 0, kStatusRefused = 1, kStatusTimeout = 2;  // Reply status
 
 // ---- little serialization helpers ------------------------------------------
 
@@ -440,7 +441,7 @@ class TcpBootstrap final : public Bootstrap {
     if (tell) {
       Writer body;
       body.str("rank 0 refused this rank: " + reason);
-      send_reply(p.fd.get(), 1, body, Clock::now() + std::chrono::milliseconds(200), "refusal");
+      send_reply(p.fd.get(), kStatusRefused, body, Clock::now() + std::chrono::milliseconds(200), "refusal");
     }
     p.fd.reset();
   }
@@ -457,7 +458,7 @@ class TcpBootstrap final : public Bootstrap {
     } catch (const Aborted&) {
       throw;
     } catch (const Error& e) {
-      if (status == 0) throw;  // a failed table send is fatal; a failed error report is not
+      if (status == kStatusOk) throw;  // a failed table send is fatal; a failed error report is not
     }
   }
 
@@ -478,7 +479,9 @@ class TcpBootstrap final : public Bootstrap {
       return "rank " + std::to_string(r) + " says the job has " + std::to_string(size) + " ranks, rank 0 says " +
              std::to_string(cfg_.size);
     }
-    if (r <= 0 || r >= cfg_.size) return "rank " + std::to_string(r) + " out of range [1, " + std::to_string(cfg_.size) + ")";
+    if (r <= 0 || r >= cfg_.size) {
+      return "rank " + std::to_string(r) + " out of range [1, " + std::to_string(cfg_.size) + ")";
+    }
     if (star_[r]) return "duplicate rank " + std::to_string(r) + " (already connected)";
     if (in.port <= 0 || in.port > 65535) return "invalid listening port";
     *rank = r;
@@ -510,7 +513,10 @@ class TcpBootstrap final : public Bootstrap {
         Writer body;
         body.str(msg);
         for (int r = 1; r < cfg_.size; ++r) {
-          if (star_[r]) send_reply(star_[r].get(), 1, body, Clock::now() + std::chrono::milliseconds(200), "timeout report");
+          if (star_[r]) {
+            send_reply(star_[r].get(), kStatusTimeout, body, Clock::now() + std::chrono::milliseconds(200),
+                       "timeout report");
+          }
         }
         throw Timeout(msg);
       }
@@ -602,7 +608,7 @@ class TcpBootstrap final : public Bootstrap {
     body.u32(static_cast<uint32_t>(cfg_.size));
     for (auto& r : table_) put_info(body, r);
     for (int r = 1; r < cfg_.size; ++r) {
-      send_reply(star_[r].get(), 0, body, deadline + grace(), who("rendezvous", r, "->"));
+      send_reply(star_[r].get(), kStatusOk, body, deadline + grace(), who("rendezvous", r, "->"));
     }
   }
 
@@ -650,9 +656,11 @@ class TcpBootstrap final : public Bootstrap {
     std::vector<uint8_t> rb(hdr[2]);
     net::recv_all(fd.get(), rb.data(), rb.size(), deadline + grace(), abort_fn(), wr);
     Reader rd{rb.data(), rb.size()};
-    if (hdr[1] != 0) {
+    if (hdr[1] != kStatusOk) {
       std::string msg = rd.str();
-      if (msg.find("timed out") != std::string::npos) throw Timeout(msg + " (reported to rank " + std::to_string(cfg_.rank) + ")");
+      if (hdr[1] == kStatusTimeout) {
+        throw Timeout(msg + " (reported by rank 0 to rank " + std::to_string(cfg_.rank) + ")");
+      }
       throw RemoteError("bootstrap rank " + std::to_string(cfg_.rank) + ": " + msg);
     }
     job_key_ = rd.str();
@@ -869,7 +877,16 @@ std::unique_ptr<Bootstrap> Bootstrap::create(const UniqueId& id, int rank, int s
       listen = std::move(it->second);
       uid_registry().erase(it);
     }
-    // Not found: made by another process (or used twice); listen afresh below.
+    // Not found: made by another process (or used twice); listen afresh.
+    if (!listen && size > 1) {
+      try {
+        listen = net::listen_tcp(p.host, p.port);
+      } catch (const SystemError& e) {
+        throw SystemError(std::string(e.what()) +
+                          ". Rank 0 must run in the process that called make_unique_id() (which keeps that "
+                          "port open), or that process must have exited");
+      }
+    }
   }
   return std::make_unique<TcpBootstrap>(cfg, std::move(listen));
 }

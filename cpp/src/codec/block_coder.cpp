@@ -11,11 +11,14 @@
 //
 // AVX2, int32, one block of 32 residuals = 4 registers of 8 lanes:
 //  encode: abs + OR-reduce -> w; the sign word is movemask of the residuals
-//          packed to bytes (signed saturation keeps the sign); for each byte
-//          k of the magnitudes, pack byte k of the 32 lanes into one register
-//          (lane order restored by a dword permute) and take plane 8k+j as
-//          movemask_epi8 of that register shifted so that bit j is each
-//          byte's top bit (byte-wise doubling, no carries across bytes).
+//          packed to bytes (signed saturation keeps the sign). For each byte
+//          k of the magnitudes (k < ceil(w/8)): pack byte k of the 32 lanes
+//          into one register in lane order; an 8x8 bit transpose in each
+//          qword (lanes 8j..8j+7) turns it into bytes "plane b of 8 lanes",
+//          and a dword permute + byte shuffle gather plane words 8k..8k+7,
+//          stored with one 32-byte store. Planes at or above w are zero and
+//          lie past the block: the next block overwrites them, and the caller
+//          guarantees room (a worst-case block) for the spill.
 //  decode: for planes 8k..8k+7, one masked load of up to 8 plane words, a
 //          byte shuffle so that qword j holds byte j of each plane (= lanes
 //          8j..8j+7), then an 8x8 bit transpose in each qword gives byte k of

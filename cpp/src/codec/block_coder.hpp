@@ -47,6 +47,8 @@ template <class Code>
 size_t block_encoded_bytes(const Code* r, size_t n);
 
 /// Encodes r[0..n) into dst; returns payload bytes, or kNoFit if more than cap.
+/// Writes only inside dst[0..cap), but may leave scratch bytes in
+/// dst[len..cap) (the SIMD path stores whole groups of 8 planes).
 template <class Code>
 size_t block_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 

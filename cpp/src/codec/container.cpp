@@ -361,6 +361,12 @@ void put_outliers(std::vector<uint8_t>& out, const std::vector<uint64_t>& idx, c
   for (size_t j = 0; j < idx.size(); ++j) std::memcpy(p + j * esize, x + idx[j] * esize, esize);
 }
 
+/// The encoder reserves the worst case up front (untouched pages cost no
+/// memory); give back what a well-compressed blob left unused.
+void release_slack(std::vector<uint8_t>& out) {
+  if (out.capacity() > out.size() + out.size() / 4 + 4096) out.shrink_to_fit();
+}
+
 /// The absolute bound for a lossy spec (see container.hpp for rel with max == min).
 template <class T>
 double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs) {
@@ -465,13 +471,14 @@ std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64
   if (spec.mode == Spec::Lossless) {
     checked_choice(opt, t, spec, shape, l);
     put_header(out, spec, t, t, shape, l.slice_elems, 0.0, slices);
-    out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(t) / 2 + 16);
+    out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(t) + 16);
     const uint8_t* src = static_cast<const uint8_t*>(x);
     for (uint64_t first = 0; first < n; first += l.slice_elems) {
       const uint32_t count = uint32_t(std::min<uint64_t>(l.slice_elems, n - first));
       put_slice(out, src + first * elem_size(t), t, count, opt);
     }
     put_outliers(out, {}, src, elem_size(t));
+    release_slack(out);
     return out;
   }
 
@@ -485,7 +492,7 @@ std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64
     const ElemType code_type = narrow ? ElemType::I32 : ElemType::I64;
     checked_choice(opt, code_type, spec, shape, l);
     put_header(out, spec, t, code_type, shape, l.slice_elems, eb, slices);
-    out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) + 16);
+    out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(code_type) + 16);
     std::vector<uint64_t> outliers;
     if (narrow)
       put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers);
@@ -494,6 +501,7 @@ std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64
     put_outliers(out, outliers, static_cast<const uint8_t*>(x), sizeof(T));
     return 0;
   });
+  release_slack(out);
   return out;
 }
 

@@ -7,6 +7,10 @@
 #include "codec/block_coder.hpp"
 #include "codec/rans_coder.hpp"
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ncclz codecs load and store little-endian words with memcpy: little-endian hosts only"
+#endif
+
 namespace ncclz::codec {
 namespace {
 

@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__FAST_MATH__)
+#error "quantizer.cpp relies on IEEE rounding (round_to_integer, the bound check): no -ffast-math"
+#endif
+
 namespace ncclz::codec {
 namespace {
 

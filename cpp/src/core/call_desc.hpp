@@ -58,4 +58,15 @@ struct CallDesc {
 };
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");
 
+const char* dtype_name(uint8_t t);
+const char* op_name(uint8_t o);
+const char* coll_name(Coll c);
+std::string mode_string(uint8_t mode, double bound, const char* codec);
+/// "all_reduce(count=64, float32, sum, lossy_abs(0.001))"
+std::string describe(const CallDesc& d);
+/// Whether two ranks' descriptors describe the same collective call.
+bool same_call(const CallDesc& a, const CallDesc& b);
+/// Why a send (s) and a recv (r) descriptor do not match ("" if they do).
+std::string p2p_mismatch(const CallDesc& s, const CallDesc& r);
+
 }  // namespace ncclz::core

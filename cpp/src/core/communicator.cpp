@@ -16,6 +16,17 @@
 // every chunk boundary depend only on the call's count and user type, never on
 // the compression mode, which is what keeps lossless bit-identical to none.
 //
+// A call. Check the arguments locally; exchange the call descriptor around
+// channel 0's ring (core/call_desc.hpp: mismatch detection, and for lossy calls
+// the input statistics); then
+//  - none / lossless: run the schedule on the user's buffers (raw slots, or
+//    slices through the selector); avg divides at the end;
+//  - lossy: plan eb and the code width from the global statistics
+//    (core/lossy_plan.hpp), quantize into the code buffer, agree in a second
+//    small round that no rank had outliers, run the schedule on the codes,
+//    dequantize once. Anything unusual (non-finite inputs, outliers, a bound
+//    the type cannot honour) takes the exact path instead (docs/ALGORITHMS.md).
+//
 // Errors. Argument errors and mismatched calls are found before data moves and
 // leave the communicator usable. A failure while data moves (timeout, corrupt
 // slice, a vanished peer) leaves the slot FIFOs out of step, so it aborts the
@@ -39,7 +50,9 @@
 #include "core/call_desc.hpp"
 #include "core/env.hpp"
 #include "core/log.hpp"
+#include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
+#include "core/types.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "prims/prims.hpp"
@@ -77,90 +90,11 @@ CommConfig CommConfig::from_env() {
 
 namespace {
 
-using codec::ElemType;
-using core::CallDesc;
-using core::Coll;
+using namespace core;  // NOLINT: the communicator is the core's front door
 using Clock = transport::Clock;
 using Mode = Compression::Mode;
 
-// ---- names and types ----------------------------------------------------------
-
-ElemType elem_of(DataType t) {
-  switch (t) {
-    case DataType::F32: return ElemType::F32;
-    case DataType::F64: return ElemType::F64;
-    case DataType::F16: return ElemType::F16;
-    case DataType::BF16: return ElemType::BF16;
-    case DataType::I32: return ElemType::I32;
-    case DataType::I64: return ElemType::I64;
-    case DataType::U8: return ElemType::U8;
-  }
-  throw InvalidArgument("ncclz: unknown data type " + std::to_string(int(t)));
-}
-
-bool valid_dtype(uint8_t t) { return t <= uint8_t(DataType::U8); }
-bool valid_op(uint8_t o) { return o <= uint8_t(RedOp::Prod); }
-bool is_float(DataType t) {
-  return t == DataType::F32 || t == DataType::F64 || t == DataType::F16 || t == DataType::BF16;
-}
-size_t dsize(DataType t) { return valid_dtype(uint8_t(t)) ? codec::elem_size(elem_of(t)) : 0; }
-bool is_lossy(Mode m) { return m == Mode::LossyAbs || m == Mode::LossyRel; }
-
-const char* dtype_name(uint8_t t) {
-  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"};
-  return valid_dtype(t) ? names[t] : "?";
-}
-const char* op_name(uint8_t o) {
-  static const char* names[] = {"sum", "avg", "max", "min", "prod"};
-  return valid_op(o) ? names[o] : "?";
-}
-const char* coll_name(Coll c) {
-  switch (c) {
-    case Coll::AllReduce: return "all_reduce";
-    case Coll::ReduceScatter: return "reduce_scatter";
-    case Coll::AllGather: return "all_gather";
-    case Coll::Broadcast: return "broadcast";
-    case Coll::Send: return "send";
-    case Coll::Recv: return "recv";
-    case Coll::Barrier: return "barrier";
-    case Coll::Outliers: return "(lossy outlier round)";
-  }
-  return "?";
-}
-
-std::string mode_string(uint8_t mode, double bound, const char* codec) {
-  std::ostringstream s;
-  switch (Mode(mode)) {
-    case Mode::None: s << "none"; break;
-    case Mode::Lossless: s << "lossless"; break;
-    case Mode::LossyAbs: s << "lossy_abs(" << bound << ")"; break;
-    case Mode::LossyRel: s << "lossy_rel(" << bound << ")"; break;
-    default: s << "mode " << int(mode);
-  }
-  if (codec && codec[0]) s << ", codec=" << std::string(codec, strnlen(codec, 16));
-  return s.str();
-}
-
-std::string describe(const CallDesc& d) {
-  std::ostringstream s;
-  const Coll c = Coll(d.coll);
-  s << coll_name(c) << "(";
-  if (c == Coll::Barrier) return s.str() + ")";
-  s << (c == Coll::ReduceScatter ? "recv_count=" : c == Coll::AllGather ? "send_count=" : "count=") << d.count << ", "
-    << dtype_name(d.dtype);
-  if (c == Coll::AllReduce || c == Coll::ReduceScatter) s << ", " << op_name(d.op);
-  if (c == Coll::Broadcast) s << ", root=" << d.root;
-  if (c == Coll::Send) s << ", peer=" << d.peer;
-  if (c == Coll::Recv) s << ", peer=" << d.root;
-  s << ", " << mode_string(d.mode, d.bound, d.codec) << ")";
-  return s.str();
-}
-
-bool same_call(const CallDesc& a, const CallDesc& b) {
-  return a.seq == b.seq && a.coll == b.coll && a.count == b.count && a.dtype == b.dtype && a.op == b.op &&
-         a.root == b.root && a.mode == b.mode && std::memcmp(&a.bound, &b.bound, sizeof(double)) == 0 &&
-         std::memcmp(a.codec, b.codec, sizeof a.codec) == 0;
-}
+// ---- codec names ------------------------------------------------------------------
 
 codec::EncodeOptions::Choice parse_codec(const std::string& s, bool* ok) {
   using C = codec::EncodeOptions::Choice;
@@ -184,157 +118,6 @@ bool choice_accepts(codec::EncodeOptions::Choice ch, ElemType t) {
     case C::FloatExp: return codec::codec_accepts(codec::Codec::FloatExp, t, codec::Predictor::None);
   }
   return false;
-}
-
-// ---- typed helpers for the lossy path -------------------------------------------
-
-template <class Fn>
-void with_float_type(DataType t, Fn&& fn) {
-  switch (t) {
-    case DataType::F32: fn(float{}); return;
-    case DataType::F64: fn(double{}); return;
-    case DataType::F16: fn(codec::F16{}); return;
-    case DataType::BF16: fn(codec::Bf16{}); return;
-    default: throw InvalidArgument("ncclz: lossy compression needs a floating-point type");
-  }
-}
-
-template <class Fn>
-void with_code_type(bool wide, Fn&& fn) {
-  if (wide) {
-    fn(int64_t{});
-  } else {
-    fn(int32_t{});
-  }
-}
-
-/// One pass: finite min/max/max|x| and whether any element is non-finite.
-template <class T>
-core::DataStats scan_typed(const T* x, size_t n) {
-  core::DataStats s;
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  bool bad = false;
-  constexpr size_t kBlock = 1024;
-  for (size_t b = 0; b < n; b += kBlock) {
-    const size_t m = std::min(kBlock, n - b);
-    double l = lo, h = hi;
-    bool nf = false;
-    for (size_t i = 0; i < m; ++i) {
-      const double v = codec::to_double(x[b + i]);
-      const bool fin = codec::abs_le(v, std::numeric_limits<double>::max());
-      nf |= !fin;
-      l = (fin && v < l) ? v : l;
-      h = (fin && v > h) ? v : h;
-    }
-    lo = l;
-    hi = h;
-    bad |= nf;
-  }
-  s.nonfinite = bad;
-  s.any_finite = lo <= hi;
-  if (s.any_finite) {
-    s.lo = lo;
-    s.hi = hi;
-    s.maxabs = std::max(std::fabs(lo), std::fabs(hi));
-  }
-  return s;
-}
-
-core::DataStats scan(DataType t, const void* x, size_t n) {
-  core::DataStats s;
-  with_float_type(t, [&](auto tag) { s = scan_typed(static_cast<const decltype(tag)*>(x), n); });
-  return s;
-}
-
-void put_stats(CallDesc& d, const core::DataStats& s) {
-  if (s.any_finite) d.flags |= core::kAnyFinite;
-  if (s.nonfinite) d.flags |= core::kNonFinite;
-  d.lo = s.lo;
-  d.hi = s.hi;
-  d.maxabs = s.maxabs;
-}
-
-core::DataStats merge_stats(const std::vector<CallDesc>& all) {
-  core::DataStats g;
-  for (const CallDesc& d : all) {
-    if (d.flags & core::kNonFinite) g.nonfinite = true;
-    if (!(d.flags & core::kAnyFinite)) continue;
-    if (!g.any_finite) {
-      g.lo = d.lo;
-      g.hi = d.hi;
-      g.maxabs = d.maxabs;
-      g.any_finite = true;
-    } else {
-      g.lo = std::min(g.lo, d.lo);
-      g.hi = std::max(g.hi, d.hi);
-      g.maxabs = std::max(g.maxabs, d.maxabs);
-    }
-  }
-  return g;
-}
-
-/// Lossy messages under min_bytes run exactly (the plan says so).
-void apply_min_bytes(core::LossyPlan& p, const Compression& c, size_t bytes) {
-  if (p.compress && c.min_bytes && bytes < c.min_bytes) {
-    p.compress = false;
-    p.why_not = "message smaller than min_bytes";
-  }
-}
-
-double resolve_bound(const Compression& c, const core::DataStats& g) {
-  if (c.mode == Mode::LossyAbs) return c.bound;
-  return g.any_finite ? c.bound * (g.hi - g.lo) : 0.0;
-}
-
-size_t quantize_buf(DataType t, const core::LossyPlan& p, const void* x, size_t n, void* q) {
-  size_t out = 0;
-  codec::QuantGrid g = codec::QuantGrid::from_bound(p.eb);
-  g.eb = p.check_eb;  // the grid is 2*eb; the check allows for T's rounding (lossy_plan.hpp)
-  std::vector<uint64_t> idx;
-  with_float_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    with_code_type(p.wide, [&](auto ctag) {
-      using Code = decltype(ctag);
-      out = codec::quantize<T, Code>(static_cast<const T*>(x), n, g, p.limit, static_cast<Code*>(q), &idx);
-    });
-  });
-  return out;
-}
-
-/// out[i] = T(q[i] * step) (step = 2*eb, or 2*eb/N for avg).
-void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out) {
-  codec::QuantGrid g;
-  g.step = step;
-  g.eb = step / 2;
-  g.inv_step = 1 / step;
-  with_float_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    with_code_type(wide, [&](auto ctag) {
-      using Code = decltype(ctag);
-      codec::dequantize<T, Code>(static_cast<const Code*>(q), n, g, static_cast<T*>(out));
-    });
-  });
-}
-
-void to_f64(DataType t, const void* x, size_t n, double* out) {
-  with_float_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    const T* p = static_cast<const T*>(x);
-    for (size_t i = 0; i < n; ++i) out[i] = codec::to_double(p[i]);
-  });
-}
-
-/// out[i] = T(in[i] / div), one rounding.
-void from_f64(DataType t, const double* in, size_t n, double div, void* out) {
-  with_float_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    T* p = static_cast<T*>(out);
-    if (div == 1) {
-      for (size_t i = 0; i < n; ++i) p[i] = codec::from_double<T>(in[i]);
-    } else {
-      for (size_t i = 0; i < n; ++i) p[i] = codec::from_double<T>(in[i] / div);
-    }
-  });
 }
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -462,6 +245,7 @@ class CommunicatorImpl final : public Communicator {
   std::vector<std::vector<transport::PeerLink>> ring_links_, p2p_links_;
   std::vector<Channel> ch_;
   std::vector<transport::PeerLink*> p2p_;  // by peer rank
+  bool p2p_enabled_ = true;                // NCCLZ_P2P
   Buffer p2p_scratch_;
   Buffer work_[2];
   uint64_t seq_ = 0;
@@ -488,15 +272,21 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   if (slot_bytes_ < 1024) {
     throw InvalidArgument("ncclz: slot_bytes must be at least 1024, got " + std::to_string(slot_bytes_));
   }
-  // Every rank must run the same number of rings.
-  std::vector<int32_t> all(static_cast<size_t>(size_), 0);
-  const int32_t mine = nch_;
-  boot_->allgather(&mine, sizeof mine, all.data());
+  p2p_enabled_ = env::get_bool("NCCLZ_P2P", true);
+  // Every rank must run the same number of rings and agree on point-to-point links.
+  std::vector<int32_t> all(static_cast<size_t>(size_) * 2, 0);
+  const int32_t mine[2] = {nch_, p2p_enabled_ ? 1 : 0};
+  boot_->allgather(mine, sizeof mine, all.data());
   for (int r = 0; r < size_; ++r) {
-    if (all[r] != all[0]) {
+    if (all[2 * size_t(r)] != all[0]) {
       throw InvalidArgument("ncclz: rank 0 uses " + std::to_string(all[0]) + " channels but rank " +
-                            std::to_string(r) + " uses " + std::to_string(all[r]) +
+                            std::to_string(r) + " uses " + std::to_string(all[2 * size_t(r)]) +
                             "; set NCCLZ_NCHANNELS the same way on every rank");
+    }
+    if (all[2 * size_t(r) + 1] != all[1]) {
+      throw InvalidArgument("ncclz: ranks disagree on NCCLZ_P2P (rank 0: " + std::to_string(all[1]) + ", rank " +
+                            std::to_string(r) + ": " + std::to_string(all[2 * size_t(r) + 1]) +
+                            "); set it the same way on every rank");
     }
   }
 
@@ -525,12 +315,14 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
       ch_[size_t(c)].recv = links[ip].recv.get();
       ch_[size_t(c)].send = links[in].send.get();
     }
-    std::vector<int> others;
-    for (int r = 0; r < size_; ++r) {
-      if (r != rank_) others.push_back(r);
+    if (p2p_enabled_) {
+      std::vector<int> others;
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) others.push_back(r);
+      }
+      p2p_links_ = transport_->connect(others, 1, deadline);
+      for (size_t i = 0; i < others.size(); ++i) p2p_[size_t(others[i])] = &p2p_links_[0][i];
     }
-    p2p_links_ = transport_->connect(others, 1, deadline);
-    for (size_t i = 0; i < others.size(); ++i) p2p_[size_t(others[i])] = &p2p_links_[0][i];
   }
   for (auto& c : ch_) c.scratch.get(slot_bytes_ + 64);
   p2p_scratch_.get(slot_bytes_ + 64);
@@ -863,6 +655,7 @@ void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, Da
   std::lock_guard<std::mutex> lk(call_mu_);
   Call call = begin(stats);
   const Mode m = effective_mode(c, count * dsize(t));
+  const int nch = pick_channels(count * dsize(t));
   std::string err = check_compression(t, m, c);
   if (err.empty()) err = check_reduce_op(t, op, m);
   if (err.empty()) err = check_buffers(send, recv, count);
@@ -870,11 +663,10 @@ void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, Da
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, count));
+  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, count, nch));
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
-  const int nch = pick_channels(count * dsize(t));
 
   if (!is_lossy(m)) {
     exec_all_reduce(send, recv, count, native_wire(t, m, op, c), nch, call);
@@ -892,7 +684,7 @@ void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, Da
   if (plan.compress) {
     const auto t1 = Clock::now();
     codes = work_[0].get(count * (plan.wide ? 8 : 4));
-    const size_t outliers = quantize_buf(t, plan, send, count, codes);
+    const size_t outliers = quantize_buf(t, plan, send, count, codes, nch);
     call.quantize_s += seconds(t1, Clock::now());
     if (any_outliers(d.seq, outliers, call)) {
       plan.compress = false;
@@ -907,12 +699,12 @@ void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, Da
       exec_all_reduce(send, recv, count, native_wire(t, Mode::None, op, c), nch, call);
     } else {
       double* dd = static_cast<double*>(work_[1].get(count * 8));
-      to_f64(t, send, count, dd);
+      to_f64(t, send, count, dd, nch);
       Wire w;
       w.type = ElemType::F64;
       w.raw_esize = dsize(t);
       exec_all_reduce(dd, dd, count, w, nch, call);
-      from_f64(t, dd, count, op == RedOp::Avg ? double(size_) : 1.0, recv);
+      from_f64(t, dd, count, op == RedOp::Avg ? double(size_) : 1.0, recv, nch);
     }
     call.finish();
     return;
@@ -920,7 +712,7 @@ void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, Da
   exec_all_reduce(codes, codes, count, code_wire(t, plan.wide, op, c), nch, call);
   const auto t2 = Clock::now();
   const double step = 2 * plan.eb;
-  dequantize_buf(t, plan.wide, codes, count, op == RedOp::Avg ? step / double(size_) : step, recv);
+  dequantize_buf(t, plan.wide, codes, count, op == RedOp::Avg ? step / double(size_) : step, recv, nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }
@@ -931,6 +723,7 @@ void CommunicatorImpl::reduce_scatter(const void* send, void* recv, size_t rc, D
   Call call = begin(stats);
   const size_t total = rc * size_t(size_);
   const Mode m = effective_mode(c, total * dsize(t));
+  const int nch = pick_channels(total * dsize(t));
   std::string err = check_compression(t, m, c);
   if (err.empty()) err = check_reduce_op(t, op, m);
   if (err.empty()) err = check_buffers(send, recv, rc);
@@ -938,11 +731,10 @@ void CommunicatorImpl::reduce_scatter(const void* send, void* recv, size_t rc, D
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, total));
+  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, total, nch));
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
-  const int nch = pick_channels(total * dsize(t));
 
   if (!is_lossy(m)) {
     exec_reduce_scatter(send, recv, rc, native_wire(t, m, op, c), nch, call);
@@ -962,7 +754,7 @@ void CommunicatorImpl::reduce_scatter(const void* send, void* recv, size_t rc, D
     const size_t cs = plan.wide ? 8 : 4;
     codes = work_[0].get(total * cs);
     out_codes = work_[1].get(rc * cs);
-    const size_t outliers = quantize_buf(t, plan, send, total, codes);
+    const size_t outliers = quantize_buf(t, plan, send, total, codes, nch);
     call.quantize_s += seconds(t1, Clock::now());
     if (any_outliers(d.seq, outliers, call)) {
       plan.compress = false;
@@ -976,12 +768,12 @@ void CommunicatorImpl::reduce_scatter(const void* send, void* recv, size_t rc, D
     } else {
       double* din = static_cast<double*>(work_[0].get(total * 8));
       double* dout = static_cast<double*>(work_[1].get(rc * 8));
-      to_f64(t, send, total, din);
+      to_f64(t, send, total, din, nch);
       Wire w;
       w.type = ElemType::F64;
       w.raw_esize = dsize(t);
       exec_reduce_scatter(din, dout, rc, w, nch, call);
-      from_f64(t, dout, rc, op == RedOp::Avg ? double(size_) : 1.0, recv);
+      from_f64(t, dout, rc, op == RedOp::Avg ? double(size_) : 1.0, recv, nch);
     }
     call.finish();
     return;
@@ -989,7 +781,7 @@ void CommunicatorImpl::reduce_scatter(const void* send, void* recv, size_t rc, D
   exec_reduce_scatter(codes, out_codes, rc, code_wire(t, plan.wide, op, c), nch, call);
   const auto t2 = Clock::now();
   const double step = 2 * plan.eb;
-  dequantize_buf(t, plan.wide, out_codes, rc, op == RedOp::Avg ? step / double(size_) : step, recv);
+  dequantize_buf(t, plan.wide, out_codes, rc, op == RedOp::Avg ? step / double(size_) : step, recv, nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }
@@ -1000,17 +792,17 @@ void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataT
   Call call = begin(stats);
   const size_t total = sc * size_t(size_);
   const Mode m = effective_mode(c, total * dsize(t));
+  const int nch = pick_channels(total * dsize(t));
   std::string err = check_compression(t, m, c);
   if (err.empty()) err = check_buffers(send, recv, sc);
   CallDesc d = make_desc(Coll::AllGather, sc, t, RedOp::Sum, -1, m, c);
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, sc));
+  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, sc, nch));
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
-  const int nch = pick_channels(total * dsize(t));
 
   core::LossyPlan plan;
   if (is_lossy(m)) {
@@ -1027,7 +819,7 @@ void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataT
     const size_t cs = plan.wide ? 8 : 4;
     own = work_[0].get(sc * cs);
     codes = work_[1].get(total * cs);
-    const size_t outliers = quantize_buf(t, plan, send, sc, own);
+    const size_t outliers = quantize_buf(t, plan, send, sc, own, nch);
     call.quantize_s += seconds(t1, Clock::now());
     if (any_outliers(d.seq, outliers, call)) plan.compress = false;
   }
@@ -1039,7 +831,7 @@ void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataT
   }
   exec_all_gather(own, codes, sc, code_wire(t, plan.wide, RedOp::Sum, c), nch, call);
   const auto t2 = Clock::now();
-  dequantize_buf(t, plan.wide, codes, total, 2 * plan.eb, recv);
+  dequantize_buf(t, plan.wide, codes, total, 2 * plan.eb, recv, nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }
@@ -1049,6 +841,7 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
   std::lock_guard<std::mutex> lk(call_mu_);
   Call call = begin(stats);
   const Mode m = effective_mode(c, count * dsize(t));
+  const int nch = pick_channels(count * dsize(t));
   std::string err;
   if (root < 0 || root >= size_) {
     err = "root " + std::to_string(root) + " is not a rank of this communicator (size " + std::to_string(size_) + ")";
@@ -1059,11 +852,10 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty() && rank_ == root) put_stats(d, scan(t, buf, count));
+  if (is_lossy(m) && err.empty() && rank_ == root) put_stats(d, scan(t, buf, count, nch));
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
-  const int nch = pick_channels(count * dsize(t));
 
   core::LossyPlan plan;
   if (is_lossy(m)) {
@@ -1078,7 +870,7 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
     const auto t1 = Clock::now();
     codes = work_[0].get(count * (plan.wide ? 8 : 4));
     size_t outliers = 0;
-    if (rank_ == root) outliers = quantize_buf(t, plan, buf, count, codes);
+    if (rank_ == root) outliers = quantize_buf(t, plan, buf, count, codes, nch);
     call.quantize_s += seconds(t1, Clock::now());
     if (any_outliers(d.seq, outliers, call)) plan.compress = false;
   }
@@ -1091,7 +883,7 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
   exec_broadcast(codes, count, root, code_wire(t, plan.wide, RedOp::Sum, c), nch, call);
   const auto t2 = Clock::now();
   // The root too takes the dequantized values: every rank ends bit-identical.
-  dequantize_buf(t, plan.wide, codes, count, 2 * plan.eb, buf);
+  dequantize_buf(t, plan.wide, codes, count, 2 * plan.eb, buf, nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }
@@ -1110,20 +902,6 @@ void CommunicatorImpl::barrier() {
 // link, the receiver answers with its own; each side checks the pair and both
 // throw on a mismatch before any data moves. Then the data follows on the same
 // link: the user type (none: raw slots; lossless: coded) or the sender's codes.
-namespace {
-
-std::string p2p_mismatch(const CallDesc& s, const CallDesc& r) {
-  if (s.seq != r.seq) return "they are at different send/recv counts between the two ranks";
-  if (s.count != r.count) return "the counts differ";
-  if (s.dtype != r.dtype) return "the data types differ";
-  if (s.mode != r.mode || std::memcmp(&s.bound, &r.bound, sizeof(double)) != 0 ||
-      std::memcmp(s.codec, r.codec, sizeof s.codec) != 0) {
-    return "the compression settings differ";
-  }
-  return "";
-}
-
-}  // namespace
 
 void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer, const Compression& c,
                             CallStats* stats) {
@@ -1131,10 +909,15 @@ void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer,
   Call call = begin(stats);
   const std::string me = "ncclz rank " + std::to_string(rank_) + ": ";
   if (peer < 0 || peer >= size_ || peer == rank_) {
-    throw InvalidArgument(me + "send: peer " + std::to_string(peer) + " must be another rank of this communicator (0.." +
-                          std::to_string(size_ - 1) + ", not " + std::to_string(rank_) + ")");
+    throw InvalidArgument(me + "send: peer " + std::to_string(peer) +
+                          " must be another rank of this communicator (0.." + std::to_string(size_ - 1) +
+                          ", not " + std::to_string(rank_) + ")");
+  }
+  if (!p2p_enabled_) {
+    throw InvalidArgument(me + "send: point-to-point links are off (NCCLZ_P2P=0 at communicator creation)");
   }
   const Mode m = effective_mode(c, count * dsize(t));
+  const int nch = pick_channels(count * dsize(t));  // threads for the API-layer passes
   std::string err = check_compression(t, m, c);
   if (err.empty()) err = check_buffers(buf, buf, count);
   CallDesc d = make_desc(Coll::Send, count, t, RedOp::Sum, rank_, m, c);
@@ -1146,14 +929,14 @@ void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer,
   void* codes = nullptr;
   if (is_lossy(m) && err.empty()) {
     const auto t1 = Clock::now();
-    const core::DataStats s = scan(t, buf, count);
+    const core::DataStats s = scan(t, buf, count, nch);
     const double E = resolve_bound(c, s);
     plan = core::plan_lossy(elem_of(t), core::Combine::Select, 1, E, s);
     apply_min_bytes(plan, c, count * dsize(t));
     call.bound = E;
     if (plan.compress) {
       codes = work_[0].get(count * (plan.wide ? 8 : 4));
-      if (quantize_buf(t, plan, buf, count, codes) > 0) plan.compress = false;
+      if (quantize_buf(t, plan, buf, count, codes, nch) > 0) plan.compress = false;
     }
     call.fallback = !plan.compress;
     if (plan.compress) {
@@ -1226,10 +1009,15 @@ void CommunicatorImpl::recv(void* buf, size_t count, DataType t, int peer, const
   Call call = begin(stats);
   const std::string me = "ncclz rank " + std::to_string(rank_) + ": ";
   if (peer < 0 || peer >= size_ || peer == rank_) {
-    throw InvalidArgument(me + "recv: peer " + std::to_string(peer) + " must be another rank of this communicator (0.." +
-                          std::to_string(size_ - 1) + ", not " + std::to_string(rank_) + ")");
+    throw InvalidArgument(me + "recv: peer " + std::to_string(peer) +
+                          " must be another rank of this communicator (0.." + std::to_string(size_ - 1) +
+                          ", not " + std::to_string(rank_) + ")");
+  }
+  if (!p2p_enabled_) {
+    throw InvalidArgument(me + "recv: point-to-point links are off (NCCLZ_P2P=0 at communicator creation)");
   }
   const Mode m = effective_mode(c, count * dsize(t));
+  const int nch = pick_channels(count * dsize(t));  // threads for the API-layer passes
   std::string err = check_compression(t, m, c);
   if (err.empty()) err = check_buffers(buf, buf, count);
   CallDesc d = make_desc(Coll::Recv, count, t, RedOp::Sum, peer, m, c);
@@ -1296,7 +1084,7 @@ void CommunicatorImpl::recv(void* buf, size_t count, DataType t, int peer, const
   }
   if (compressed) {
     const auto t2 = Clock::now();
-    dequantize_buf(t, wide, target, count, 2 * snd.eb, buf);
+    dequantize_buf(t, wide, target, count, 2 * snd.eb, buf, nch);
     call.quantize_s += seconds(t2, Clock::now());
   }
   call.finish();

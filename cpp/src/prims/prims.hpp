@@ -13,7 +13,8 @@
 //   5. SEND:    acquire the next outgoing slot, encode the result straight into
 //               it (capacity slot_bytes >= max_slice_bytes, so the encoder's RAW
 //               fallback always fits), post it with its size;
-//   6. release the incoming slot.
+//   6. release the incoming slot (Coded mode frees it right after decoding;
+//      Raw mode reads it in place until the result is written).
 // FORWARD (recvCopySend) skips 2-5: the received slot's bytes are copied into
 // the outgoing slot unchanged (no re-encoding, the allgather phase's rule) and
 // the slice is decoded once into the output.
@@ -40,6 +41,10 @@
 // of a connection compute the same slicing from the same n. Overlap comes from
 // the FIFO: while slice k sits in a slot being drained (socket proxy) or read
 // (peer), slice k+1 is already being encoded into the next slot.
+//
+// FORWARD and the Raw reductions hold their incoming slot while acquiring the
+// outgoing one, so rings need K >= 2 slots (docs/ALGORITHMS.md, "Deadlock
+// freedom").
 #pragma once
 
 #include <cstddef>

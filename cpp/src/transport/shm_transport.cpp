@@ -117,8 +117,9 @@ class ShmTransport final : public Transport {
     const size_t nb = ring_bytes(ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
     const size_t np = peers.size();
     // recv_seg[c][i]: the ring peers[i] sends into on channel c.
-    std::vector<std::vector<std::shared_ptr<ShmSegment>>> recv_seg(nchannels, std::vector<std::shared_ptr<ShmSegment>>(np));
-    std::vector<std::vector<std::shared_ptr<ShmSegment>>> send_seg(nchannels, std::vector<std::shared_ptr<ShmSegment>>(np));
+    using Segments = std::vector<std::vector<std::shared_ptr<ShmSegment>>>;
+    Segments recv_seg(nchannels, std::vector<std::shared_ptr<ShmSegment>>(np));
+    Segments send_seg(nchannels, std::vector<std::shared_ptr<ShmSegment>>(np));
 
     // 1. Create my receive rings; 2. tell each sender how it went.
     std::string failure;

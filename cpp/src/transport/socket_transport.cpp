@@ -141,7 +141,13 @@ class SocketProxy {
       tokens_ = burst_;
       last_refill_ = Clock::now();
     }
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      try {
+        run();
+      } catch (const std::exception& e) {  // never terminate the process from the proxy
+        for (auto& c : conns_) fail(*c, std::string("proxy thread error: ") + e.what());
+      }
+    });
   }
 
   ~SocketProxy() {

@@ -150,7 +150,7 @@ std::unique_ptr<Transport> create_transport(Bootstrap& bootstrap, const Transpor
   }
   cfg.kind = kind;
   NCCLZ_INFO(me, "transport: %s (%s), %d slots x %zu bytes%s", kind_name(kind),
-             forced >= 0 ? "forced by NCCLZ_TRANSPORT" : "automatic", cfg.nslots, cfg.slot_bytes,
+             forced >= 0 ? "forced by NCCLZ_TRANSPORT or the config" : "automatic", cfg.nslots, cfg.slot_bytes,
              cfg.throttle_gbps > 0 && kind == Kind::Socket ? ", throttled" : "");
   switch (kind) {
     case Kind::InProcess: return make_inprocess_transport(std::move(ctx));

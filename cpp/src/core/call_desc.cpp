@@ -1,0 +1,78 @@
+// Call descriptors: how they are printed and compared (see call_desc.hpp).
+#include "core/call_desc.hpp"
+
+#include <cstring>
+#include <sstream>
+
+#include "core/types.hpp"
+
+namespace ncclz::core {
+
+const char* dtype_name(uint8_t t) {
+  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"};
+  return valid_dtype(t) ? names[t] : "?";
+}
+const char* op_name(uint8_t o) {
+  static const char* names[] = {"sum", "avg", "max", "min", "prod"};
+  return valid_op(o) ? names[o] : "?";
+}
+const char* coll_name(Coll c) {
+  switch (c) {
+    case Coll::AllReduce: return "all_reduce";
+    case Coll::ReduceScatter: return "reduce_scatter";
+    case Coll::AllGather: return "all_gather";
+    case Coll::Broadcast: return "broadcast";
+    case Coll::Send: return "send";
+    case Coll::Recv: return "recv";
+    case Coll::Barrier: return "barrier";
+    case Coll::Outliers: return "(lossy outlier round)";
+  }
+  return "?";
+}
+
+std::string mode_string(uint8_t mode, double bound, const char* codec) {
+  std::ostringstream s;
+  switch (Mode(mode)) {
+    case Mode::None: s << "none"; break;
+    case Mode::Lossless: s << "lossless"; break;
+    case Mode::LossyAbs: s << "lossy_abs(" << bound << ")"; break;
+    case Mode::LossyRel: s << "lossy_rel(" << bound << ")"; break;
+    default: s << "mode " << int(mode);
+  }
+  if (codec && codec[0]) s << ", codec=" << std::string(codec, strnlen(codec, 16));
+  return s.str();
+}
+
+std::string describe(const CallDesc& d) {
+  std::ostringstream s;
+  const Coll c = Coll(d.coll);
+  s << coll_name(c) << "(";
+  if (c == Coll::Barrier) return s.str() + ")";
+  s << (c == Coll::ReduceScatter ? "recv_count=" : c == Coll::AllGather ? "send_count=" : "count=") << d.count << ", "
+    << dtype_name(d.dtype);
+  if (c == Coll::AllReduce || c == Coll::ReduceScatter) s << ", " << op_name(d.op);
+  if (c == Coll::Broadcast) s << ", root=" << d.root;
+  if (c == Coll::Send) s << ", peer=" << d.peer;
+  if (c == Coll::Recv) s << ", peer=" << d.root;
+  s << ", " << mode_string(d.mode, d.bound, d.codec) << ")";
+  return s.str();
+}
+
+bool same_call(const CallDesc& a, const CallDesc& b) {
+  return a.seq == b.seq && a.coll == b.coll && a.count == b.count && a.dtype == b.dtype && a.op == b.op &&
+         a.root == b.root && a.mode == b.mode && std::memcmp(&a.bound, &b.bound, sizeof(double)) == 0 &&
+         std::memcmp(a.codec, b.codec, sizeof a.codec) == 0;
+}
+
+std::string p2p_mismatch(const CallDesc& s, const CallDesc& r) {
+  if (s.seq != r.seq) return "they are at different send/recv counts between the two ranks";
+  if (s.count != r.count) return "the counts differ";
+  if (s.dtype != r.dtype) return "the data types differ";
+  if (s.mode != r.mode || std::memcmp(&s.bound, &r.bound, sizeof(double)) != 0 ||
+      std::memcmp(s.codec, r.codec, sizeof s.codec) != 0) {
+    return "the compression settings differ";
+  }
+  return "";
+}
+
+}  // namespace ncclz::core

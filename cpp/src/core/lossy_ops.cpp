@@ -1,0 +1,217 @@
+// The API layer's element-wise work for lossy calls (see lossy_ops.hpp).
+#include "core/lossy_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "codec/quantizer.hpp"
+#include "core/types.hpp"
+
+namespace ncclz::core {
+namespace {
+
+template <class Fn>
+void with_float_type(DataType t, Fn&& fn) {
+  switch (t) {
+    case DataType::F32: fn(float{}); return;
+    case DataType::F64: fn(double{}); return;
+    case DataType::F16: fn(codec::F16{}); return;
+    case DataType::BF16: fn(codec::Bf16{}); return;
+    default: throw InvalidArgument("ncclz: lossy compression needs a floating-point type");
+  }
+}
+
+template <class Fn>
+void with_code_type(bool wide, Fn&& fn) {
+  if (wide) {
+    fn(int64_t{});
+  } else {
+    fn(int32_t{});
+  }
+}
+
+/// One pass: finite min/max/max|x| and whether any element is non-finite.
+template <class T>
+DataStats scan_typed(const T* x, size_t n) {
+  DataStats s;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  bool bad = false;
+  constexpr size_t kBlock = 1024;
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    double l = lo, h = hi;
+    bool nf = false;
+    for (size_t i = 0; i < m; ++i) {
+      const double v = codec::to_double(x[b + i]);
+      const bool fin = codec::abs_le(v, std::numeric_limits<double>::max());
+      nf |= !fin;
+      l = (fin && v < l) ? v : l;
+      h = (fin && v > h) ? v : h;
+    }
+    lo = l;
+    hi = h;
+    bad |= nf;
+  }
+  s.nonfinite = bad;
+  s.any_finite = lo <= hi;
+  if (s.any_finite) {
+    s.lo = lo;
+    s.hi = hi;
+    s.maxabs = std::max(std::fabs(lo), std::fabs(hi));
+  }
+  return s;
+}
+
+/// Runs fn(begin, end, part) over `parts` contiguous parts of [0, n), one
+/// thread each (the caller's thread runs part 0). Small n: one part.
+template <class Fn>
+void parallel_for(int parts, size_t n, Fn&& fn) {
+  constexpr size_t kMinPerPart = size_t(1) << 17;
+  if (parts < 1) parts = 1;
+  if (n / kMinPerPart < size_t(parts)) parts = int(std::max<size_t>(1, n / kMinPerPart));
+  if (parts == 1) {
+    fn(size_t(0), n, 0);
+    return;
+  }
+  std::vector<std::thread> th;
+  for (int i = 1; i < parts; ++i) {
+    th.emplace_back([&, i] { fn(n * size_t(i) / size_t(parts), n * size_t(i + 1) / size_t(parts), i); });
+  }
+  fn(size_t(0), n / size_t(parts), 0);
+  for (auto& t : th) t.join();
+}
+
+}  // namespace
+
+DataStats scan(DataType t, const void* x, size_t n, int nthreads) {
+  std::vector<DataStats> part(size_t(std::max(1, nthreads)));
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    parallel_for(nthreads, n, [&](size_t b, size_t e, int i) {
+      part[size_t(i)] = scan_typed(static_cast<const T*>(x) + b, e - b);
+    });
+  });
+  DataStats s = part[0];
+  for (size_t i = 1; i < part.size(); ++i) {
+    const DataStats& o = part[i];
+    s.nonfinite |= o.nonfinite;
+    if (!o.any_finite) continue;
+    if (!s.any_finite) {
+      const bool nf = s.nonfinite;
+      s = o;
+      s.nonfinite = nf;
+      continue;
+    }
+    s.lo = std::min(s.lo, o.lo);
+    s.hi = std::max(s.hi, o.hi);
+    s.maxabs = std::max(s.maxabs, o.maxabs);
+  }
+  return s;
+}
+
+void put_stats(CallDesc& d, const DataStats& s) {
+  if (s.any_finite) d.flags |= kAnyFinite;
+  if (s.nonfinite) d.flags |= kNonFinite;
+  d.lo = s.lo;
+  d.hi = s.hi;
+  d.maxabs = s.maxabs;
+}
+
+DataStats merge_stats(const std::vector<CallDesc>& all) {
+  DataStats g;
+  for (const CallDesc& d : all) {
+    if (d.flags & kNonFinite) g.nonfinite = true;
+    if (!(d.flags & kAnyFinite)) continue;
+    if (!g.any_finite) {
+      g.lo = d.lo;
+      g.hi = d.hi;
+      g.maxabs = d.maxabs;
+      g.any_finite = true;
+    } else {
+      g.lo = std::min(g.lo, d.lo);
+      g.hi = std::max(g.hi, d.hi);
+      g.maxabs = std::max(g.maxabs, d.maxabs);
+    }
+  }
+  return g;
+}
+
+/// Lossy messages under min_bytes run exactly (the plan says so).
+void apply_min_bytes(LossyPlan& p, const Compression& c, size_t bytes) {
+  if (p.compress && c.min_bytes && bytes < c.min_bytes) {
+    p.compress = false;
+    p.why_not = "message smaller than min_bytes";
+  }
+}
+
+double resolve_bound(const Compression& c, const DataStats& g) {
+  if (c.mode == Mode::LossyAbs) return c.bound;
+  return g.any_finite ? c.bound * (g.hi - g.lo) : 0.0;
+}
+
+size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, int nthreads) {
+  codec::QuantGrid g = codec::QuantGrid::from_bound(p.eb);
+  g.eb = p.check_eb;  // the grid is 2*eb; the check allows for T's rounding (lossy_plan.hpp)
+  std::vector<size_t> outliers(size_t(std::max(1, nthreads)), 0);
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    with_code_type(p.wide, [&](auto ctag) {
+      using Code = decltype(ctag);
+      parallel_for(nthreads, n, [&](size_t b, size_t e, int i) {
+        std::vector<uint64_t> idx;
+        outliers[size_t(i)] = codec::quantize<T, Code>(static_cast<const T*>(x) + b, e - b, g, p.limit,
+                                                       static_cast<Code*>(q) + b, &idx);
+      });
+    });
+  });
+  size_t total = 0;
+  for (size_t o : outliers) total += o;
+  return total;
+}
+
+/// out[i] = T(q[i] * step) (step = 2*eb, or 2*eb/N for avg).
+void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out, int nthreads) {
+  codec::QuantGrid g;
+  g.step = step;
+  g.eb = step / 2;
+  g.inv_step = 1 / step;
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    with_code_type(wide, [&](auto ctag) {
+      using Code = decltype(ctag);
+      parallel_for(nthreads, n, [&](size_t b, size_t e, int) {
+        codec::dequantize<T, Code>(static_cast<const Code*>(q) + b, e - b, g, static_cast<T*>(out) + b);
+      });
+    });
+  });
+}
+
+void to_f64(DataType t, const void* x, size_t n, double* out, int nthreads) {
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x);
+    parallel_for(nthreads, n, [&](size_t b, size_t e, int) {
+      for (size_t i = b; i < e; ++i) out[i] = codec::to_double(p[i]);
+    });
+  });
+}
+
+/// out[i] = T(in[i] / div), one rounding.
+void from_f64(DataType t, const double* in, size_t n, double div, void* out, int nthreads) {
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out);
+    parallel_for(nthreads, n, [&](size_t b, size_t e, int) {
+      if (div == 1) {
+        for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(in[i]);
+      } else {
+        for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(in[i] / div);
+      }
+    });
+  });
+}
+
+}  // namespace ncclz::core

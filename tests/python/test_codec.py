@@ -1,0 +1,348 @@
+"""ncclz.codec: compress / decompress / inspect, and the Lossy / Lossless specs.
+
+Properties checked (docs/format/container.md):
+- Lossless is bit-exact (NaN payloads, -0.0) for every dtype and shape.
+- Lossy(abs=E): every finite element within E; Lossy(rel=r): within r * (max - min);
+  non-finite elements bit-exact.
+- Bad input raises ncclz.InvalidArgumentError, corrupt blobs ncclz.CorruptDataError.
+"""
+
+import dataclasses
+import math
+
+import ml_dtypes
+import ncclz
+import numpy as np
+import pytest
+from ncclz import codec
+
+try:
+    import torch
+except ImportError:  # the torch tests skip; everything else runs
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT_DTYPES = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16]
+INT_DTYPES = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.uint8)]
+SHAPES = [(), (0,), (1,), (7,), (1001,), (3, 5, 7), (0, 4), (33, 65), (9, 10, 11, 3), (300_001,)]
+
+
+def bits(a: np.ndarray) -> np.ndarray:
+    """The bit patterns of an array (compares NaN payloads and -0.0)."""
+    return np.ascontiguousarray(a).view(np.dtype(f"u{a.dtype.itemsize}"))
+
+
+def make(dtype, shape, rng, specials=True):
+    n = int(np.prod(shape, dtype=np.int64))
+    i = np.arange(n, dtype=np.float64)
+    v = 10 * np.sin(i * 0.003) + np.cos(i * 0.05) + rng.normal(0, 0.01, n)
+    if dtype.kind == "f" or dtype == BF16:
+        x = v.astype(dtype)
+        if specials and n > 8:
+            u = bits(x)
+            width = dtype.itemsize * 8
+            if dtype == np.float32:
+                u[1] = 0x7FC00123  # NaN with payload
+                u[2] = 0xFF800001  # signalling NaN, negative
+            elif dtype == np.float64:
+                u[1] = 0x7FF8000000ABCDEF
+            elif dtype == np.float16:
+                u[1] = 0x7E01
+            else:
+                u[1] = 0xFFC1
+            x[3] = np.inf
+            x[4] = -np.inf
+            x[5] = -0.0
+            assert width in (16, 32, 64)
+        return x.reshape(shape)
+    if dtype == np.uint8:
+        return (v * 10).astype(np.int64).astype(np.uint8).reshape(shape)
+    x = (v * 1000).astype(dtype)
+    if n > 2:
+        x[0] = np.iinfo(dtype).min
+        x[1] = np.iinfo(dtype).max
+    return x.reshape(shape)
+
+
+def assert_within(x: np.ndarray, y: np.ndarray, eb: float):
+    assert y.dtype == x.dtype and y.shape == x.shape
+    with np.errstate(invalid="ignore"):  # signalling NaNs
+        xf = x.astype(np.float64)
+        yf = y.astype(np.float64)
+    finite = np.isfinite(xf)
+    # every finite element within the bound (exact in float64 for these types)
+    err = np.abs(xf[finite] - yf[finite])
+    assert err.size == 0 or err.max() <= eb, f"max error {err.max()} > {eb}"
+    # non-finite elements bit-exact
+    assert np.array_equal(bits(x)[~finite], bits(y)[~finite])
+
+
+# ---- specs ------------------------------------------------------------------
+
+
+def test_specs_validate_and_repr():
+    assert repr(ncclz.Lossy(abs=1e-3)) == "Lossy(abs=0.001)"
+    assert repr(ncclz.Lossy(rel=0.5)) == "Lossy(rel=0.5)"
+    assert repr(ncclz.Lossless()) == "Lossless()"
+    assert ncclz.Lossy(abs=1) == ncclz.Lossy(abs=1.0)
+    assert ncclz.Lossy(abs=np.float32(0.5)).abs == 0.5
+    bads = [{}, {"abs": 1, "rel": 1}, {"abs": 0}, {"abs": -1}, {"rel": math.inf}, {"abs": math.nan}]
+    for bad in [*bads, {"abs": "1"}, {"abs": True}]:
+        with pytest.raises(ncclz.InvalidArgumentError):
+            ncclz.Lossy(**bad)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ncclz.Lossy(abs=1).abs = 2
+
+
+# ---- round trips ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + INT_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_lossless_bit_exact(dtype, shape, rng):
+    x = make(dtype, shape, rng)
+    blob = codec.compress(x, ncclz.Lossless())
+    assert isinstance(blob, np.ndarray) and blob.dtype == np.uint8 and blob.ndim == 1
+    y = codec.decompress(blob)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert np.array_equal(bits(x), bits(y))
+    info = codec.inspect(blob)
+    assert info["mode"] == "lossless"
+    assert info["dtype"] == ("bfloat16" if dtype == BF16 else str(dtype))
+    assert info["shape"] == shape
+    assert info["compressed_bytes"] == blob.size
+    assert info["raw_bytes"] == x.nbytes
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("eb", [1e-1, 1e-3])
+def test_lossy_abs_bound_on_every_element(dtype, shape, eb, rng):
+    x = make(dtype, shape, rng)
+    blob = codec.compress(x, ncclz.Lossy(abs=eb))
+    y = codec.decompress(blob)
+    assert_within(x, y, eb)
+    info = codec.inspect(blob)
+    assert info["mode"] == "lossy" and info["bound_kind"] == "abs" and info["eb"] == eb
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("r", [1e-2, 1e-4])
+def test_lossy_rel_bound(dtype, r, rng):
+    x = make(dtype, (50, 80), rng)
+    with np.errstate(invalid="ignore"):
+        xf = x.astype(np.float64)
+    fin = xf[np.isfinite(xf)]
+    eb = r * (fin.max() - fin.min())
+    blob = codec.compress(x, ncclz.Lossy(rel=r))
+    info = codec.inspect(blob)
+    assert info["bound_kind"] == "rel" and info["bound"] == r
+    assert info["eb"] == pytest.approx(eb, rel=1e-12)
+    assert_within(x, codec.decompress(blob), info["eb"])
+    assert info["eb"] <= eb
+
+
+def test_lossy_rel_constant_array_is_exact():
+    for c in [0.0, 3.25, -7e-20, 1e30]:
+        x = np.full((10, 10), c, dtype=np.float32)
+        y = codec.decompress(codec.compress(x, ncclz.Lossy(rel=1e-3)))
+        assert np.array_equal(x, y)
+
+
+def test_lossy_compresses_smooth_data(rng):
+    z, yy, xx = np.meshgrid(np.arange(48), np.arange(64), np.arange(80), indexing="ij")
+    x = (np.sin(xx * 0.1) * np.cos(yy * 0.07) + 0.01 * z).astype(np.float32)
+    blob = codec.compress(x, ncclz.Lossy(rel=1e-3))
+    assert codec.inspect(blob)["ratio"] > 4
+    assert_within(x, codec.decompress(blob), codec.inspect(blob)["eb"])
+
+
+def test_huge_values_and_outliers():
+    x = np.array([1e12, -3e12, 0.5, 1e20, -1e300, 42.0, np.nan], dtype=np.float64)
+    blob = codec.compress(x, ncclz.Lossy(abs=1e-3))
+    info = codec.inspect(blob)
+    assert info["code_dtype"] == "int64"
+    assert info["outliers"] == 3  # 1e20 and -1e300 (codes past the limit), NaN
+    assert_within(x, codec.decompress(blob), 1e-3)
+    f = np.array([3.4e38, -3.4e38, 1.0, 0.0], dtype=np.float32)
+    assert_within(f, codec.decompress(codec.compress(f, ncclz.Lossy(abs=1e30))), 1e30)
+
+
+# ---- forced codecs ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [None, "auto", "raw", "block", "rans"])
+@pytest.mark.parametrize("predictor", [None, "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"])
+def test_forced_codecs_lossy(name, predictor, rng):
+    if predictor not in (None, "none") and name == "raw":
+        pytest.skip("raw takes no predictor (tested below)")
+    x = make(np.dtype(np.float32), (20, 30, 40), rng, specials=False)
+    blob = codec.compress(x, ncclz.Lossy(abs=1e-3), codec=name, predictor=predictor)
+    assert_within(x, codec.decompress(blob), 1e-3)
+    used = codec.inspect(blob)["codecs"]
+    for key in used:
+        c, _, p = key.partition("+")
+        if name not in (None, "auto"):
+            assert c in (name, "raw")
+        if predictor not in (None, "none") and c != "raw":
+            assert p == predictor
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16), BF16], ids=str)
+@pytest.mark.parametrize("name", ["floatexp", "raw"])
+def test_forced_lossless_float_codecs(dtype, name, rng):
+    x = make(dtype, (1000,), rng)
+    y = codec.decompress(codec.compress(x, ncclz.Lossless(), codec=name))
+    assert np.array_equal(bits(x), bits(y))
+
+
+@pytest.mark.parametrize("name", ["block", "rans"])
+@pytest.mark.parametrize("predictor", ["none", "delta1", "delta2", "lorenzo2d"])
+def test_forced_lossless_int_codecs(name, predictor, rng):
+    x = make(np.dtype(np.int64), (40, 50), rng)
+    y = codec.decompress(codec.compress(x, ncclz.Lossless(), codec=name, predictor=predictor))
+    assert np.array_equal(x, y)
+
+
+def test_codec_that_cannot_carry_the_data():
+    x = np.ones(10, np.float32)
+    with pytest.raises(ncclz.InvalidArgumentError, match="floatexp"):
+        codec.compress(x, ncclz.Lossy(abs=1e-3), codec="floatexp")
+    with pytest.raises(ncclz.InvalidArgumentError, match="floatexp"):
+        codec.compress(x.astype(np.float64), ncclz.Lossless(), codec="floatexp")
+    with pytest.raises(ncclz.InvalidArgumentError, match="block"):
+        codec.compress(x, ncclz.Lossless(), codec="block")
+    with pytest.raises(ncclz.InvalidArgumentError, match="rans"):
+        codec.compress(x.astype(np.uint8), ncclz.Lossless(), codec="rans")
+    with pytest.raises(ncclz.InvalidArgumentError, match="lorenzo2d"):
+        codec.compress(x, ncclz.Lossy(abs=1e-3), predictor="lorenzo2d")
+    with pytest.raises(ncclz.InvalidArgumentError, match="lorenzo3d"):
+        codec.compress(x.reshape(2, 5), ncclz.Lossy(abs=1e-3), predictor="lorenzo3d")
+    with pytest.raises(ncclz.InvalidArgumentError, match="integer codes"):
+        codec.compress(x, ncclz.Lossless(), predictor="delta1")
+    with pytest.raises(ncclz.InvalidArgumentError):
+        codec.compress(x, ncclz.Lossy(abs=1e-3), codec="raw", predictor="delta1")
+    with pytest.raises(ncclz.InvalidArgumentError, match="unknown codec"):
+        codec.compress(x, ncclz.Lossless(), codec="zstd")
+    with pytest.raises(ncclz.InvalidArgumentError, match="unknown predictor"):
+        codec.compress(x, ncclz.Lossless(), predictor="lorenzo4d")
+
+
+# ---- inputs from other frameworks ---------------------------------------------------
+
+
+@needs_torch
+@pytest.mark.parametrize("tname", ["float32", "float64", "float16", "bfloat16"])
+def test_torch_tensors(tname):
+    tdtype = getattr(torch, tname)
+    g = torch.Generator().manual_seed(0)
+    t = torch.randn(17, 33, generator=g).to(tdtype)
+    y = codec.decompress(codec.compress(t, ncclz.Lossy(abs=1e-2)))
+    assert y.shape == (17, 33)
+    expect = BF16 if tdtype == torch.bfloat16 else np.dtype(str(tdtype).replace("torch.", ""))
+    assert y.dtype == expect
+    ref = t.double().numpy()
+    assert np.abs(y.astype(np.float64) - ref).max() <= 1e-2
+    z = codec.decompress(codec.compress(t, ncclz.Lossless()))
+    assert np.array_equal(
+        bits(z),
+        t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+        .numpy()
+        .view(bits(z).dtype),
+    )
+
+
+@needs_torch
+def test_torch_requires_grad_and_ints():
+    t = torch.randn(100, requires_grad=True)
+    y = codec.decompress(codec.compress(t, ncclz.Lossy(rel=1e-3)))
+    assert y.shape == (100,)
+    ti = torch.arange(-50, 50, dtype=torch.int32)
+    assert np.array_equal(codec.decompress(codec.compress(ti, ncclz.Lossless())), ti.numpy())
+
+
+@needs_torch
+def test_torch_non_contiguous():
+    t = torch.randn(8, 8).t()
+    with pytest.raises(ncclz.InvalidArgumentError, match="contiguous"):
+        codec.compress(t, ncclz.Lossless())
+    codec.compress(t.contiguous(), ncclz.Lossless())
+
+
+def test_numpy_like_inputs():
+    y = codec.decompress(codec.compress([[1.5, 2.5], [3.5, 4.5]], ncclz.Lossless()))
+    assert y.dtype == np.float64 and y.tolist() == [[1.5, 2.5], [3.5, 4.5]]
+    y = codec.decompress(codec.compress(np.float32(2.5), ncclz.Lossless()))
+    assert y.shape == () and y.dtype == np.float32 and float(y) == 2.5
+    x = np.arange(10, dtype=">f4")  # big-endian: converted
+    assert np.array_equal(codec.decompress(codec.compress(x, ncclz.Lossless())), x)
+    ro = np.arange(10, dtype=np.float32)
+    ro.setflags(write=False)
+    assert np.array_equal(codec.decompress(codec.compress(ro, ncclz.Lossless())), ro)
+    blob = codec.compress(ro, ncclz.Lossless())
+    assert np.array_equal(codec.decompress(bytes(blob)), ro)  # blobs as bytes
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+
+def test_bad_inputs():
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    with pytest.raises(ncclz.InvalidArgumentError, match="np.ascontiguousarray"):
+        codec.compress(x[:, ::2], ncclz.Lossless())
+    with pytest.raises(ncclz.InvalidArgumentError, match="int16.*supported"):
+        codec.compress(x.astype(np.int16), ncclz.Lossless())
+    with pytest.raises(ncclz.InvalidArgumentError, match="complex"):
+        codec.compress(x.astype(np.complex64), ncclz.Lossless())
+    if torch is not None:
+        with pytest.raises(ncclz.InvalidArgumentError, match="int16"):
+            codec.compress(torch.zeros(3, dtype=torch.int16), ncclz.Lossless())
+    with pytest.raises(ncclz.InvalidArgumentError, match="lossy mode needs"):
+        codec.compress(x.astype(np.int32), ncclz.Lossy(abs=1))
+    with pytest.raises(ncclz.InvalidArgumentError, match="spec"):
+        codec.compress(x, None)
+    with pytest.raises(ncclz.InvalidArgumentError, match="spec"):
+        codec.compress(x, 1e-3)
+
+
+def test_gpu_arrays_are_refused():
+    class FakeCuda:  # looks like a CUDA DLPack producer
+        def __dlpack__(self, **kw):
+            raise AssertionError("must not be exported")
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(ncclz.InvalidArgumentError, match="GPU"):
+        codec.compress(FakeCuda(), ncclz.Lossless())
+
+
+# ---- corrupt blobs ----------------------------------------------------------------------------
+
+
+def test_corrupt_blobs(rng):
+    x = make(np.dtype(np.float32), (6, 11), rng)
+    for spec in [ncclz.Lossless(), ncclz.Lossy(abs=1e-2)]:
+        blob = codec.compress(x, spec)
+        for n in range(blob.size):
+            with pytest.raises(ncclz.CorruptDataError):
+                codec.decompress(blob[:n])
+        with pytest.raises(ncclz.CorruptDataError):
+            codec.inspect(blob[:-1])
+        with pytest.raises(ncclz.CorruptDataError):
+            codec.decompress(np.concatenate([blob, np.zeros(1, np.uint8)]))
+        for _ in range(2000):
+            b = blob.copy()
+            i = rng.integers(b.size)
+            b[i] ^= np.uint8(1 << int(rng.integers(8)))
+            try:
+                y = codec.decompress(b)
+                assert y.size == x.size
+            except ncclz.CorruptDataError:
+                pass
+    with pytest.raises(ncclz.CorruptDataError, match="magic"):
+        codec.decompress(np.zeros(100, np.uint8))
+    with pytest.raises(ncclz.InvalidArgumentError):
+        codec.decompress(np.zeros(10, np.float32))
