@@ -8,7 +8,7 @@ collectives use on the wire).
 >>> bool(np.abs(y - x).max() <= 1e-3)
 True
 
-The blob layout is documented in docs/format/container.md.
+The blob layout is documented in docs/FORMAT.md, "Container (blob)".
 """
 
 from __future__ import annotations

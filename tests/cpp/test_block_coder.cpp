@@ -1,4 +1,4 @@
-// Block coder: docs/FORMAT.md, "Block" (docs/format/block.md).
+// Block coder: docs/FORMAT.md, "Block".
 //
 // Every encoding is checked against a bit-by-bit oracle written here from the
 // format text, for every available implementation (scalar, AVX2), and every

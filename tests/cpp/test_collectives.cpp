@@ -561,7 +561,9 @@ TEST(CollectiveAllReduce, TightBoundsOnWideRangesStayWithinE) {
         check_reduced(t, op, 7, in, 0, out[0], count, true, E,
                       std::string("tight ") + name(t) + " " + name(op) + " k=" + std::to_string(k));
         expect_same_bytes(out, count * dsize(t), "tight");
-        if (k == 64.0) EXPECT_FALSE(st[0].exact_fallback) << name(t) << " " << name(op);
+        if (k == 64.0) {
+          EXPECT_FALSE(st[0].exact_fallback) << name(t) << " " << name(op);
+        }
       }
     }
   }

@@ -1,4 +1,4 @@
-// Compressed container: docs/format/container.md.
+// Compressed container: docs/FORMAT.md, "Container (blob)".
 //   - round trips: lossless bit-exact (NaN payloads, -0.0), lossy within the
 //     bound on every finite element, non-finite bit-exact; every dtype, shapes
 //     from 0-d to 3-D, several slices, forced codecs and predictors,

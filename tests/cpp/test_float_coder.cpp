@@ -1,4 +1,4 @@
-// Lossless float coder (FloatExp): docs/format/floatexp.md.
+// Lossless float coder (FloatExp): docs/FORMAT.md, "FloatExp".
 #include <gtest/gtest.h>
 
 #include <ctime>

@@ -1,4 +1,4 @@
-// rANS coder over integer residuals and bytes: docs/format/rans.md.
+// rANS coder over integer residuals and bytes: docs/FORMAT.md, "Rans".
 #include <gtest/gtest.h>
 
 #include <ctime>

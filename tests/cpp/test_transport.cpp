@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -109,6 +110,26 @@ size_t slot_size(int src, int dst, int ch, int slot, size_t max) {
 }
 
 class TransportKinds : public ::testing::TestWithParam<std::string> {};
+
+// Clears NCCLZ_TRANSPORT for a test about automatic selection (the suite may
+// run with it set, to push other tests through one transport).
+class NoForcedTransport {
+ public:
+  NoForcedTransport() {
+    if (const char* v = std::getenv("NCCLZ_TRANSPORT")) {
+      saved_ = v;
+      had_ = true;
+    }
+    unsetenv("NCCLZ_TRANSPORT");
+  }
+  ~NoForcedTransport() {
+    if (had_) setenv("NCCLZ_TRANSPORT", saved_.c_str(), 1);
+  }
+
+ private:
+  std::string saved_;
+  bool had_ = false;
+};
 
 }  // namespace
 
@@ -359,6 +380,7 @@ INSTANTIATE_TEST_SUITE_P(Transport, TransportKinds, ::testing::Values("inproc", 
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST(Transport, AutomaticSelectionAndValidation) {
+  NoForcedTransport no_env;
   // Threads of one process: InProcess unless forced.
   {
     JobSpec s;
@@ -547,6 +569,7 @@ TEST(Transport, ForcedInprocAcrossProcessesIsInvalid) {
 }
 
 TEST(Transport, AutomaticAcrossProcessesIsSharedMemory) {
+  NoForcedTransport no_env;
   int rc = fork_pair(
       "", [](Rank& me) { return me.transport->kind() == Kind::SharedMemory ? 0 : 1; },
       [](Rank& me) { EXPECT_EQ(me.transport->kind(), Kind::SharedMemory); });

@@ -1,6 +1,6 @@
 """ncclz.codec: compress / decompress / inspect, and the Lossy / Lossless specs.
 
-Properties checked (docs/format/container.md):
+Properties checked (docs/FORMAT.md, "Container (blob)"):
 - Lossless is bit-exact (NaN payloads, -0.0) for every dtype and shape.
 - Lossy(abs=E): every finite element within E; Lossy(rel=r): within r * (max - min);
   non-finite elements bit-exact.

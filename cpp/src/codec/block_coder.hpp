@@ -1,5 +1,5 @@
 // Block coder: fixed-length blocks of 32 integer residuals (cuSZp's family).
-// Payload layout: docs/FORMAT.md, section "Block" (docs/format/block.md).
+// Payload layout: docs/FORMAT.md, section "Block".
 // OWNER: block-coder helper. The four contract signatures below (block_cost_bytes,
 // block_encoded_bytes, block_encode, block_decode) are the contract with slice.cpp.
 //

@@ -1,4 +1,4 @@
-// Compressed container: layout in docs/format/container.md.
+// Compressed container: layout in docs/FORMAT.md, "Container (blob)".
 //
 //   offset  size      field
 //   0       4         magic 'N' 'C' 'Z' 'B'

@@ -1,4 +1,4 @@
-// Lossless float coder (FloatExp). Layout: docs/format/floatexp.md.
+// Lossless float coder (FloatExp). Layout: docs/FORMAT.md, "FloatExp".
 #include "codec/float_coder.hpp"
 
 #include <cstring>

@@ -1,5 +1,5 @@
 // Lossless float coder (F32, F16, BF16): exponents rANS-coded, sign and mantissa raw.
-// Payload layout: docs/FORMAT.md, section "FloatExp" (docs/format/floatexp.md).
+// Payload layout: docs/FORMAT.md, section "FloatExp".
 // OWNER: entropy-coder helper. Signatures below are the contract with slice.cpp.
 //
 //   type  exponent bits  sign+mantissa plane

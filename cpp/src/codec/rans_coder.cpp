@@ -1,6 +1,6 @@
 // rANS entropy coder: static per-slice table, 8 interleaved 32-bit states,
 // 16-bit renormalization. Payload layout and the decoder's checks:
-// docs/format/rans.md.
+// docs/FORMAT.md, "Rans".
 #include "codec/rans_coder.hpp"
 
 #include <algorithm>

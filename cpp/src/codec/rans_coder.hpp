@@ -1,5 +1,5 @@
 // rANS entropy coder over integer residuals, and over bytes (float exponents).
-// Payload layout: docs/FORMAT.md, section "Rans" (docs/format/rans.md).
+// Payload layout: docs/FORMAT.md, section "Rans".
 // OWNER: entropy-coder helper. Signatures below are the contract with slice.cpp.
 //
 // Symbol mapping of a residual r of a B-bit code type (B = 32 or 64):

@@ -53,6 +53,7 @@
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
 #include "core/types.hpp"
+#include "core/worker_pool.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "prims/prims.hpp"
@@ -233,6 +234,9 @@ class CommunicatorImpl final : public Communicator {
   void exec_reduce_scatter(const void* src, void* dst, size_t rc, const Wire& w, int nch, Call& call);
   void exec_all_gather(const void* src, void* dst, size_t sc, const Wire& w, int nch, Call& call);
   void exec_broadcast(void* buf, size_t count, int root, const Wire& w, int nch, Call& call);
+  template <class Exec>
+  void reduce_call(Coll coll, const void* send, void* recv, size_t desc_count, size_t in_count, size_t out_count,
+                   DataType t, RedOp op, const Compression& c, CallStats* stats, Exec&& exec);
 
   CommConfig cfg_;
   int rank_ = 0, size_ = 1;
@@ -245,6 +249,7 @@ class CommunicatorImpl final : public Communicator {
   std::vector<std::vector<transport::PeerLink>> ring_links_, p2p_links_;
   std::vector<Channel> ch_;
   std::vector<transport::PeerLink*> p2p_;  // by peer rank
+  std::unique_ptr<core::WorkerPool> pool_;  // channels 1.. and the API-layer passes
   bool p2p_enabled_ = true;                // NCCLZ_P2P
   Buffer p2p_scratch_;
   Buffer work_[2];
@@ -326,6 +331,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   }
   for (auto& c : ch_) c.scratch.get(slot_bytes_ + 64);
   p2p_scratch_.get(slot_bytes_ + 64);
+  pool_ = std::make_unique<core::WorkerPool>(nch_ - 1);
   NCCLZ_INFO(rank_, "communicator: %d ranks, %d channels, %d slots x %zu bytes", size_, nch_, nslots_, slot_bytes_);
 }
 
@@ -560,15 +566,7 @@ void CommunicatorImpl::run_channels(int nch, Call& call, Fn&& fn) {
       fail("channel " + std::to_string(c) + ": " + what);
     }
   };
-  if (nch == 1) {
-    guarded(0);
-  } else {
-    std::vector<std::thread> threads;
-    threads.reserve(size_t(nch - 1));
-    for (int c = 1; c < nch; ++c) threads.emplace_back(guarded, c);
-    guarded(0);
-    for (auto& t : threads) t.join();
-  }
+  pool_->run(nch, guarded);
   std::exception_ptr first;
   for (auto& e : errs) {
     if (e && !is_aborted_error(e)) {
@@ -650,27 +648,33 @@ core::Combine combine_of(RedOp op) {
   return op == RedOp::Sum ? core::Combine::Sum : op == RedOp::Avg ? core::Combine::Mean : core::Combine::Select;
 }
 
-void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
-                                  const Compression& c, CallStats* stats) {
+// all_reduce and reduce_scatter share one body: `in_count` input elements,
+// `out_count` output elements (equal for allreduce, which then works in place
+// on its code buffer), and `exec` runs the schedule on wire buffers.
+template <class Exec>
+void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size_t desc_count, size_t in_count,
+                                   size_t out_count, DataType t, RedOp op, const Compression& c, CallStats* stats,
+                                   Exec&& exec) {
   std::lock_guard<std::mutex> lk(call_mu_);
   Call call = begin(stats);
-  const Mode m = effective_mode(c, count * dsize(t));
-  const int nch = pick_channels(count * dsize(t));
+  const Mode m = effective_mode(c, in_count * dsize(t));
+  const int nch = pick_channels(in_count * dsize(t));
+  const bool in_place_codes = coll == Coll::AllReduce;
   std::string err = check_compression(t, m, c);
   if (err.empty()) err = check_reduce_op(t, op, m);
-  if (err.empty()) err = check_buffers(send, recv, count);
-  CallDesc d = make_desc(Coll::AllReduce, count, t, op, -1, m, c);
+  if (err.empty()) err = check_buffers(send, recv, desc_count);
+  CallDesc d = make_desc(coll, desc_count, t, op, -1, m, c);
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, count, nch));
+  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, in_count, pool_.get(), nch));
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
 
   if (!is_lossy(m)) {
-    exec_all_reduce(send, recv, count, native_wire(t, m, op, c), nch, call);
-    if (op == RedOp::Avg) prims::divide_in_place(elem_of(t), recv, count, size_);
+    exec(send, recv, native_wire(t, m, op, c), nch, call);
+    if (op == RedOp::Avg) prims::divide_in_place(elem_of(t), recv, out_count, size_);
     call.finish();
     return;
   }
@@ -678,13 +682,16 @@ void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, Da
   const core::DataStats g = merge_stats(all);
   const double E = resolve_bound(c, g);
   core::LossyPlan plan = core::plan_lossy(elem_of(t), combine_of(op), size_, E, g);
-  apply_min_bytes(plan, c, count * dsize(t));
+  apply_min_bytes(plan, c, in_count * dsize(t));
   call.bound = E;
   void* codes = nullptr;
+  void* out_codes = nullptr;
   if (plan.compress) {
     const auto t1 = Clock::now();
-    codes = work_[0].get(count * (plan.wide ? 8 : 4));
-    const size_t outliers = quantize_buf(t, plan, send, count, codes, nch);
+    const size_t cs = plan.wide ? 8 : 4;
+    codes = work_[0].get(in_count * cs);
+    out_codes = in_place_codes ? codes : work_[1].get(out_count * cs);
+    const size_t outliers = quantize_buf(t, plan, send, in_count, codes, pool_.get(), nch);
     call.quantize_s += seconds(t1, Clock::now());
     if (any_outliers(d.seq, outliers, call)) {
       plan.compress = false;
@@ -694,96 +701,46 @@ void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, Da
   if (!plan.compress) {
     // Exact path: sum/avg accumulate in double and round once; max/min are exact in T.
     call.fallback = true;
-    NCCLZ_TRACE(rank_, "all_reduce: lossy call #%llu runs exactly: %s", (unsigned long long)d.seq, plan.why_not);
+    NCCLZ_TRACE(rank_, "%s: lossy call #%llu runs exactly: %s", coll_name(coll), (unsigned long long)d.seq,
+                plan.why_not);
     if (op == RedOp::Max || op == RedOp::Min) {
-      exec_all_reduce(send, recv, count, native_wire(t, Mode::None, op, c), nch, call);
+      exec(send, recv, native_wire(t, Mode::None, op, c), nch, call);
     } else {
-      double* dd = static_cast<double*>(work_[1].get(count * 8));
-      to_f64(t, send, count, dd, nch);
+      double* din = static_cast<double*>(work_[0].get(in_count * 8));
+      double* dout = in_place_codes ? din : static_cast<double*>(work_[1].get(out_count * 8));
+      to_f64(t, send, in_count, din, pool_.get(), nch);
       Wire w;
       w.type = ElemType::F64;
       w.raw_esize = dsize(t);
-      exec_all_reduce(dd, dd, count, w, nch, call);
-      from_f64(t, dd, count, op == RedOp::Avg ? double(size_) : 1.0, recv, nch);
+      exec(din, dout, w, nch, call);
+      from_f64(t, dout, out_count, op == RedOp::Avg ? double(size_) : 1.0, recv, pool_.get(), nch);
     }
     call.finish();
     return;
   }
-  exec_all_reduce(codes, codes, count, code_wire(t, plan.wide, op, c), nch, call);
+  exec(codes, out_codes, code_wire(t, plan.wide, op, c), nch, call);
   const auto t2 = Clock::now();
   const double step = 2 * plan.eb;
-  dequantize_buf(t, plan.wide, codes, count, op == RedOp::Avg ? step / double(size_) : step, recv, nch);
+  dequantize_buf(t, plan.wide, out_codes, out_count, op == RedOp::Avg ? step / double(size_) : step, recv,
+                 pool_.get(), nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }
 
+void CommunicatorImpl::all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
+                                  const Compression& c, CallStats* stats) {
+  reduce_call(Coll::AllReduce, send, recv, count, count, count, t, op, c, stats,
+              [&](const void* src, void* dst, const Wire& w, int nch, Call& call) {
+                exec_all_reduce(src, dst, count, w, nch, call);
+              });
+}
+
 void CommunicatorImpl::reduce_scatter(const void* send, void* recv, size_t rc, DataType t, RedOp op,
                                       const Compression& c, CallStats* stats) {
-  std::lock_guard<std::mutex> lk(call_mu_);
-  Call call = begin(stats);
-  const size_t total = rc * size_t(size_);
-  const Mode m = effective_mode(c, total * dsize(t));
-  const int nch = pick_channels(total * dsize(t));
-  std::string err = check_compression(t, m, c);
-  if (err.empty()) err = check_reduce_op(t, op, m);
-  if (err.empty()) err = check_buffers(send, recv, rc);
-  CallDesc d = make_desc(Coll::ReduceScatter, rc, t, op, -1, m, c);
-  d.seq = seq_++;
-  if (!err.empty()) d.flags |= core::kInvalid;
-  const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, total, nch));
-  call.quantize_s += seconds(tq, Clock::now());
-  const auto all = exchange(d, call);
-  check_all(all, err);
-
-  if (!is_lossy(m)) {
-    exec_reduce_scatter(send, recv, rc, native_wire(t, m, op, c), nch, call);
-    if (op == RedOp::Avg) prims::divide_in_place(elem_of(t), recv, rc, size_);
-    call.finish();
-    return;
-  }
-  const core::DataStats g = merge_stats(all);
-  const double E = resolve_bound(c, g);
-  core::LossyPlan plan = core::plan_lossy(elem_of(t), combine_of(op), size_, E, g);
-  apply_min_bytes(plan, c, total * dsize(t));
-  call.bound = E;
-  void* codes = nullptr;
-  void* out_codes = nullptr;
-  if (plan.compress) {
-    const auto t1 = Clock::now();
-    const size_t cs = plan.wide ? 8 : 4;
-    codes = work_[0].get(total * cs);
-    out_codes = work_[1].get(rc * cs);
-    const size_t outliers = quantize_buf(t, plan, send, total, codes, nch);
-    call.quantize_s += seconds(t1, Clock::now());
-    if (any_outliers(d.seq, outliers, call)) {
-      plan.compress = false;
-      plan.why_not = "quantizer outliers";
-    }
-  }
-  if (!plan.compress) {
-    call.fallback = true;
-    if (op == RedOp::Max || op == RedOp::Min) {
-      exec_reduce_scatter(send, recv, rc, native_wire(t, Mode::None, op, c), nch, call);
-    } else {
-      double* din = static_cast<double*>(work_[0].get(total * 8));
-      double* dout = static_cast<double*>(work_[1].get(rc * 8));
-      to_f64(t, send, total, din, nch);
-      Wire w;
-      w.type = ElemType::F64;
-      w.raw_esize = dsize(t);
-      exec_reduce_scatter(din, dout, rc, w, nch, call);
-      from_f64(t, dout, rc, op == RedOp::Avg ? double(size_) : 1.0, recv, nch);
-    }
-    call.finish();
-    return;
-  }
-  exec_reduce_scatter(codes, out_codes, rc, code_wire(t, plan.wide, op, c), nch, call);
-  const auto t2 = Clock::now();
-  const double step = 2 * plan.eb;
-  dequantize_buf(t, plan.wide, out_codes, rc, op == RedOp::Avg ? step / double(size_) : step, recv, nch);
-  call.quantize_s += seconds(t2, Clock::now());
-  call.finish();
+  reduce_call(Coll::ReduceScatter, send, recv, rc, rc * size_t(size_), rc, t, op, c, stats,
+              [&](const void* src, void* dst, const Wire& w, int nch, Call& call) {
+                exec_reduce_scatter(src, dst, rc, w, nch, call);
+              });
 }
 
 void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataType t, const Compression& c,
@@ -799,7 +756,7 @@ void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataT
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, sc, nch));
+  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, sc, pool_.get(), nch));
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
@@ -819,7 +776,7 @@ void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataT
     const size_t cs = plan.wide ? 8 : 4;
     own = work_[0].get(sc * cs);
     codes = work_[1].get(total * cs);
-    const size_t outliers = quantize_buf(t, plan, send, sc, own, nch);
+    const size_t outliers = quantize_buf(t, plan, send, sc, own, pool_.get(), nch);
     call.quantize_s += seconds(t1, Clock::now());
     if (any_outliers(d.seq, outliers, call)) plan.compress = false;
   }
@@ -831,7 +788,7 @@ void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataT
   }
   exec_all_gather(own, codes, sc, code_wire(t, plan.wide, RedOp::Sum, c), nch, call);
   const auto t2 = Clock::now();
-  dequantize_buf(t, plan.wide, codes, total, 2 * plan.eb, recv, nch);
+  dequantize_buf(t, plan.wide, codes, total, 2 * plan.eb, recv, pool_.get(), nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }
@@ -852,7 +809,7 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty() && rank_ == root) put_stats(d, scan(t, buf, count, nch));
+  if (is_lossy(m) && err.empty() && rank_ == root) put_stats(d, scan(t, buf, count, pool_.get(), nch));
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
@@ -870,7 +827,7 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
     const auto t1 = Clock::now();
     codes = work_[0].get(count * (plan.wide ? 8 : 4));
     size_t outliers = 0;
-    if (rank_ == root) outliers = quantize_buf(t, plan, buf, count, codes, nch);
+    if (rank_ == root) outliers = quantize_buf(t, plan, buf, count, codes, pool_.get(), nch);
     call.quantize_s += seconds(t1, Clock::now());
     if (any_outliers(d.seq, outliers, call)) plan.compress = false;
   }
@@ -883,7 +840,7 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
   exec_broadcast(codes, count, root, code_wire(t, plan.wide, RedOp::Sum, c), nch, call);
   const auto t2 = Clock::now();
   // The root too takes the dequantized values: every rank ends bit-identical.
-  dequantize_buf(t, plan.wide, codes, count, 2 * plan.eb, buf, nch);
+  dequantize_buf(t, plan.wide, codes, count, 2 * plan.eb, buf, pool_.get(), nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }
@@ -929,14 +886,14 @@ void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer,
   void* codes = nullptr;
   if (is_lossy(m) && err.empty()) {
     const auto t1 = Clock::now();
-    const core::DataStats s = scan(t, buf, count, nch);
+    const core::DataStats s = scan(t, buf, count, pool_.get(), nch);
     const double E = resolve_bound(c, s);
     plan = core::plan_lossy(elem_of(t), core::Combine::Select, 1, E, s);
     apply_min_bytes(plan, c, count * dsize(t));
     call.bound = E;
     if (plan.compress) {
       codes = work_[0].get(count * (plan.wide ? 8 : 4));
-      if (quantize_buf(t, plan, buf, count, codes, nch) > 0) plan.compress = false;
+      if (quantize_buf(t, plan, buf, count, codes, pool_.get(), nch) > 0) plan.compress = false;
     }
     call.fallback = !plan.compress;
     if (plan.compress) {
@@ -1084,7 +1041,7 @@ void CommunicatorImpl::recv(void* buf, size_t count, DataType t, int peer, const
   }
   if (compressed) {
     const auto t2 = Clock::now();
-    dequantize_buf(t, wide, target, count, 2 * snd.eb, buf, nch);
+    dequantize_buf(t, wide, target, count, 2 * snd.eb, buf, pool_.get(), nch);
     call.quantize_s += seconds(t2, Clock::now());
   }
   call.finish();

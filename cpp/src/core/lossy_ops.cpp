@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "codec/quantizer.hpp"
 #include "core/types.hpp"
+#include "core/worker_pool.hpp"
 
 namespace ncclz::core {
 namespace {
@@ -65,32 +65,13 @@ DataStats scan_typed(const T* x, size_t n) {
   return s;
 }
 
-/// Runs fn(begin, end, part) over `parts` contiguous parts of [0, n), one
-/// thread each (the caller's thread runs part 0). Small n: one part.
-template <class Fn>
-void parallel_for(int parts, size_t n, Fn&& fn) {
-  constexpr size_t kMinPerPart = size_t(1) << 17;
-  if (parts < 1) parts = 1;
-  if (n / kMinPerPart < size_t(parts)) parts = int(std::max<size_t>(1, n / kMinPerPart));
-  if (parts == 1) {
-    fn(size_t(0), n, 0);
-    return;
-  }
-  std::vector<std::thread> th;
-  for (int i = 1; i < parts; ++i) {
-    th.emplace_back([&, i] { fn(n * size_t(i) / size_t(parts), n * size_t(i + 1) / size_t(parts), i); });
-  }
-  fn(size_t(0), n / size_t(parts), 0);
-  for (auto& t : th) t.join();
-}
-
 }  // namespace
 
-DataStats scan(DataType t, const void* x, size_t n, int nthreads) {
-  std::vector<DataStats> part(size_t(std::max(1, nthreads)));
+DataStats scan(DataType t, const void* x, size_t n, WorkerPool* pool, int parts) {
+  std::vector<DataStats> part(size_t(std::max(1, parts)));
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
-    parallel_for(nthreads, n, [&](size_t b, size_t e, int i) {
+    parallel_for(pool, parts, n, [&](size_t b, size_t e, int i) {
       part[size_t(i)] = scan_typed(static_cast<const T*>(x) + b, e - b);
     });
   });
@@ -152,15 +133,15 @@ double resolve_bound(const Compression& c, const DataStats& g) {
   return g.any_finite ? c.bound * (g.hi - g.lo) : 0.0;
 }
 
-size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, int nthreads) {
+size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, WorkerPool* pool, int parts) {
   codec::QuantGrid g = codec::QuantGrid::from_bound(p.eb);
   g.eb = p.check_eb;  // the grid is 2*eb; the check allows for T's rounding (lossy_plan.hpp)
-  std::vector<size_t> outliers(size_t(std::max(1, nthreads)), 0);
+  std::vector<size_t> outliers(size_t(std::max(1, parts)), 0);
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
     with_code_type(p.wide, [&](auto ctag) {
       using Code = decltype(ctag);
-      parallel_for(nthreads, n, [&](size_t b, size_t e, int i) {
+      parallel_for(pool, parts, n, [&](size_t b, size_t e, int i) {
         std::vector<uint64_t> idx;
         outliers[size_t(i)] = codec::quantize<T, Code>(static_cast<const T*>(x) + b, e - b, g, p.limit,
                                                        static_cast<Code*>(q) + b, &idx);
@@ -173,7 +154,8 @@ size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, voi
 }
 
 /// out[i] = T(q[i] * step) (step = 2*eb, or 2*eb/N for avg).
-void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out, int nthreads) {
+void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out, WorkerPool* pool,
+                    int parts) {
   codec::QuantGrid g;
   g.step = step;
   g.eb = step / 2;
@@ -182,29 +164,29 @@ void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step,
     using T = decltype(tag);
     with_code_type(wide, [&](auto ctag) {
       using Code = decltype(ctag);
-      parallel_for(nthreads, n, [&](size_t b, size_t e, int) {
+      parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
         codec::dequantize<T, Code>(static_cast<const Code*>(q) + b, e - b, g, static_cast<T*>(out) + b);
       });
     });
   });
 }
 
-void to_f64(DataType t, const void* x, size_t n, double* out, int nthreads) {
+void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, int parts) {
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(x);
-    parallel_for(nthreads, n, [&](size_t b, size_t e, int) {
+    parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
       for (size_t i = b; i < e; ++i) out[i] = codec::to_double(p[i]);
     });
   });
 }
 
 /// out[i] = T(in[i] / div), one rounding.
-void from_f64(DataType t, const double* in, size_t n, double div, void* out, int nthreads) {
+void from_f64(DataType t, const double* in, size_t n, double div, void* out, WorkerPool* pool, int parts) {
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
-    parallel_for(nthreads, n, [&](size_t b, size_t e, int) {
+    parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
       if (div == 1) {
         for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(in[i]);
       } else {

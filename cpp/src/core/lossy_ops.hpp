@@ -1,8 +1,8 @@
 // The API layer's element-wise work for lossy calls: input statistics, the
 // resolved bound, quantization into int32/int64 codes and back, and the
 // conversions of the exact path. The error budget itself is lossy_plan.hpp.
-// Each pass runs on up to `nthreads` threads (the call's channel count) over
-// contiguous parts, for large buffers; the results do not depend on it.
+// Each pass runs in up to `parts` contiguous parts on the communicator's worker
+// pool (the call's channel count), for large buffers; results do not depend on it.
 #pragma once
 
 #include <cstddef>
@@ -14,8 +14,10 @@
 
 namespace ncclz::core {
 
+class WorkerPool;
+
 /// Finite min/max/max|x| of x[0..n) and whether any element is non-finite.
-DataStats scan(DataType t, const void* x, size_t n, int nthreads = 1);
+DataStats scan(DataType t, const void* x, size_t n, WorkerPool* pool = nullptr, int parts = 1);
 /// Stores s in a descriptor / combines every rank's descriptor statistics.
 void put_stats(CallDesc& d, const DataStats& s);
 DataStats merge_stats(const std::vector<CallDesc>& all);
@@ -27,12 +29,14 @@ void apply_min_bytes(LossyPlan& p, const Compression& c, size_t bytes);
 
 /// Quantizes x into q (int32, or int64 when p.wide) on p's grid, checking
 /// p.check_eb; returns the number of outliers (their codes are 0).
-size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, int nthreads = 1);
+size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, WorkerPool* pool = nullptr,
+                    int parts = 1);
 /// out[i] = T(q[i] * step).
-void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out, int nthreads = 1);
+void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out,
+                    WorkerPool* pool = nullptr, int parts = 1);
 
 /// Exact path: x -> double, and double / div -> T with one rounding.
-void to_f64(DataType t, const void* x, size_t n, double* out, int nthreads = 1);
-void from_f64(DataType t, const double* in, size_t n, double div, void* out, int nthreads = 1);
+void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool = nullptr, int parts = 1);
+void from_f64(DataType t, const double* in, size_t n, double div, void* out, WorkerPool* pool = nullptr, int parts = 1);
 
 }  // namespace ncclz::core

@@ -5,7 +5,7 @@
 // slice codec (encode_slice: the selector picks a codec and predictor per
 // slice), and, in lossy mode, the elements the quantizer could not carry
 // (non-finite values, codes over the limit) stored raw. The byte layout is
-// written down in docs/format/container.md.
+// written down in docs/FORMAT.md, "Container (blob)".
 //
 // Guarantees:
 //   - Lossy(abs=E): every finite element of decompress(compress(x)) is within
