@@ -594,7 +594,7 @@ def md_table(rows) -> str:
     return "\n".join(lines)
 
 
-def write_md(res: dict, path: Path, png_name: str, json_name: str):
+def write_md(res: dict, path: Path, png_name: str, json_name: str, notes: str = ""):
     m = res["meta"]
     L = []
     L.append("# ncclz codec benchmark (CPU, one core)\n")
@@ -677,6 +677,9 @@ def write_md(res: dict, path: Path, png_name: str, json_name: str):
             L.append(f"| {ds} | " + " | ".join(cells) + " |")
         L.append("")
     L.append(f"![codec benchmark]({png_name})\n")
+    if notes:
+        L.append("## Observations (hand-written, see the file named below; re-check them against the numbers above)\n")
+        L.append(notes.strip() + "\n")
     path.write_text("\n".join(L))
 
 
@@ -745,6 +748,7 @@ def parse_args(argv=None):
                         "on a busy shared machine (the kernel still leaves them 5%%)")
     p.add_argument("--no-ncclz", action="store_true", help="baselines only")
     p.add_argument("--out", default=None, help="output prefix (default bench/results/codec, quick: bench/results/codec_quick)")
+    p.add_argument("--notes", default=None, help="markdown file with hand-written observations to append to <prefix>.md")
     p.add_argument("--baselines-md", default=None, help="also write a baseline summary markdown here")
     a = p.parse_args(argv)
     a.datasets = [d for d in a.datasets.split(",") if d]
@@ -819,7 +823,10 @@ def main(argv=None):
         plot(res, ppath, args.bounds)
     except Exception as e:
         print(f"# plot failed: {type(e).__name__}: {e}", file=sys.stderr)
-    write_md(res, mpath, ppath.name, jpath.name)
+    notes = ""
+    if args.notes:
+        notes = f"_From `{args.notes}`._\n\n" + Path(args.notes).read_text()
+    write_md(res, mpath, ppath.name, jpath.name, notes)
     if args.baselines_md:
         write_baselines_md(res, Path(args.baselines_md))
     print(f"# wrote {mpath}, {jpath}, {ppath} ({res['meta']['wall_s']:.0f} s)")

@@ -7,6 +7,7 @@ namespace nb = nanobind;
 
 void register_errors(nb::module_& m);
 void register_codec(nb::module_& m);
+void register_comm(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "ncclz native core (thin bindings; use the ncclz package)";
@@ -14,4 +15,5 @@ NB_MODULE(_core, m) {
   m.def("cuda_device_count", &ncclz::cuda::device_count, "Visible CUDA devices (0 without GPU or driver)");
   register_errors(m);
   register_codec(m);
+  register_comm(m);
 }

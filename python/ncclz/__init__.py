@@ -13,8 +13,30 @@ from .errors import (
 from . import _core
 from .spec import Lossless, Lossy
 from . import codec
+from . import comm
+from .comm import CallStats, Communicator, init
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AbortedError",
+    "CallStats",
+    "Communicator",
+    "CorruptDataError",
+    "Error",
+    "InvalidArgumentError",
+    "Lossless",
+    "Lossy",
+    "RemoteError",
+    "SystemError",
+    "TimeoutError",
+    "built_with_cuda",
+    "codec",
+    "comm",
+    "cuda_device_count",
+    "errors",
+    "init",
+]
 
 
 def built_with_cuda() -> bool:

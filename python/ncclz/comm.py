@@ -29,7 +29,7 @@ from typing import Any
 
 from . import _core, _dlpack
 from . import store as _store
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, RemoteError
 from .spec import Lossless, Lossy
 
 _native = _core.comm
@@ -141,13 +141,28 @@ def _convert(spec: Any) -> Any:
     )
 
 
+def _mark_peer_error() -> None:
+    """Under ncclz-run: records that this rank failed because of a peer (see ncclz.run.launch)."""
+    d = os.environ.get("NCCLZ_RUN_STATE_DIR")
+    if d:
+        try:
+            with open(os.path.join(d, f"rank{os.environ.get('RANK', '')}.peer_error"), "w"):
+                pass
+        except OSError:
+            pass
+
+
 def _name_rank(method):
-    """Prefixes InvalidArgumentError messages with the rank (messages say where things failed)."""
+    """Prefixes InvalidArgumentError messages with the rank (messages say where things failed);
+    notes RemoteErrors for the launcher."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
+        except RemoteError:
+            _mark_peer_error()
+            raise
         except InvalidArgumentError as e:
             msg = str(e)
             if msg.startswith(("rank ", "ncclz rank ")):
@@ -234,6 +249,18 @@ class Communicator:
         if nchannels is not None:
             cfg.nchannels = int(nchannels)
 
+        try:
+            self._connect(cfg, rank, world_size, timeout, store, unique_id, master_port)
+        except RemoteError:
+            _mark_peer_error()
+            raise
+        self._rank, self._world_size = rank, world_size
+        self._transport = transport or "auto"
+        self._last_stats: CallStats | None = None
+        self._last_raw: tuple | None = None
+
+    def _connect(self, cfg, rank, world_size, timeout, store, unique_id, master_port) -> None:
+        """Rendezvous: torchrun's store, a given store or unique id, or MASTER_ADDR:MASTER_PORT."""
         if store is None and unique_id is None and master_port is None and _store.under_torchrun():
             store = _store.store_from_env(timeout)
         if store is not None or unique_id is not None:
@@ -249,10 +276,6 @@ class Communicator:
             self._native = _native.Communicator.create_from_id(uid, rank, world_size, cfg)
         else:
             self._native = _native.Communicator.create(cfg)
-        self._rank, self._world_size = rank, world_size
-        self._transport = transport or "auto"
-        self._last_stats: CallStats | None = None
-        self._last_raw: tuple | None = None
 
     @staticmethod
     def _base_config() -> Any:

@@ -10,7 +10,8 @@ are prefixed with the rank (``[rank 2] ...``). SIGINT/SIGTERM/SIGHUP are
 forwarded to every rank. When a rank fails (non-zero exit or killed by a
 signal) the others get ``--grace`` seconds to notice on their own (ncclz
 raises RemoteError in them), then are terminated; ncclz-run exits with the
-failing rank's code and says which rank failed.
+failing rank's code and says which rank failed (the first that failed on its own: ranks
+whose ncclz calls raised RemoteError mark themselves in NCCLZ_RUN_STATE_DIR as followers).
 
 :func:`launch` is the same machinery as a function (used by ncclz-demo and the tests).
 """
@@ -20,10 +21,12 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -47,6 +50,7 @@ def rank_env(
     token: str,
     timeout: float | None = None,
     base: dict | None = None,
+    state_dir: str | None = None,
 ) -> dict:
     """The environment of one rank."""
     env = dict(os.environ if base is None else base)
@@ -66,6 +70,8 @@ def rank_env(
         env.pop(k, None)
     if timeout is not None:
         env["NCCLZ_TIMEOUT"] = f"{timeout:g}"
+    if state_dir is not None:
+        env["NCCLZ_RUN_STATE_DIR"] = state_dir
     return env
 
 
@@ -106,10 +112,13 @@ def launch(
     deadline: float | None = None,
     out: IO[str] | None = None,
     err: IO[str] | None = None,
+    settle: float = 0.5,
 ) -> int:
     """Runs ``cmd`` as ``nproc`` local ranks; returns the exit status (0 if every rank succeeded).
 
     deadline: give up after this many seconds (ranks terminated, status 124).
+    settle: after the first failure, how long to collect other failures before blaming one
+        (a rank that raised ncclz.RemoteError only saw a peer fail and is blamed last).
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
@@ -122,6 +131,9 @@ def launch(
     err = err or sys.stderr
     port = master_port or free_port(master_addr)
     token = secrets.token_hex(16)
+    # ncclz marks here which ranks failed because of a peer (RemoteError and subclasses),
+    # so that the launcher blames the rank that failed first for its own reasons.
+    state_dir = tempfile.mkdtemp(prefix="ncclz-run-")
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
@@ -152,7 +164,7 @@ def launch(
             old_handlers[s] = signal.signal(s, on_signal)
     try:
         for r in range(nproc):
-            e = rank_env(r, nproc, master_addr, port, token, timeout, env)
+            e = rank_env(r, nproc, master_addr, port, token, timeout, env, state_dir)
             p = subprocess.Popen(
                 cmd,
                 env=e,
@@ -181,8 +193,16 @@ def launch(
         for r, p in enumerate(procs):
             threading.Thread(target=watch, args=(r, p), daemon=True).start()
 
+        def after_peer_error(r: int) -> bool:
+            return os.path.exists(os.path.join(state_dir, f"rank{r}.peer_error"))
+
+        def culprit(failed: list[int]) -> int:
+            # A rank that failed on its own beats one that only saw a peer fail; then the earliest.
+            return min(failed, key=lambda r: (after_peer_error(r), exit_times[r]))
+
         status = 0
-        failed_at: float | None = None
+        decided = False
+        failed_at: float | None = None  # when the first failure was seen
         terminated = killed = False
         start = time.monotonic()
         while True:
@@ -192,22 +212,22 @@ def launch(
             if len(done) == nproc:
                 break
             now = time.monotonic()
-            if failed_at is None:
-                failed = sorted((exit_times[r], r) for r in done if procs[r].returncode != 0)
-                if failed:
-                    r = failed[0][1]
-                    c = procs[r].returncode
-                    failed_at = now
-                    status = _exit_status(c)
-                    others = [i for i in range(nproc) if exit_times[i] is None]
-                    note(
-                        f"rank {r} (pid {procs[r].pid}) {_describe_exit(c)}; "
-                        f"stopping ranks {others} in {grace:g} s unless they exit first"
-                    )
-                elif deadline is not None and now - start > deadline:
-                    note(f"deadline of {deadline:g} s passed; terminating all ranks")
-                    failed_at, status, grace = now, 124, 0.0
-            if failed_at is not None:
+            failed = [r for r in done if procs[r].returncode != 0]
+            if failed_at is None and failed:
+                failed_at = now
+            if not decided and failed_at is not None and now - failed_at >= min(settle, grace):
+                decided = True
+                r = culprit(failed)
+                status = _exit_status(procs[r].returncode)
+                others = [i for i in range(nproc) if exit_times[i] is None]
+                note(
+                    f"rank {r} (pid {procs[r].pid}) {_describe_exit(procs[r].returncode)}; "
+                    f"stopping ranks {others} in {grace:g} s unless they exit first"
+                )
+            if failed_at is None and deadline is not None and now - start > deadline:
+                note(f"deadline of {deadline:g} s passed; terminating all ranks")
+                failed_at, status, grace, decided = now, 124, 0.0, True
+            if decided:
                 if not terminated and now - failed_at >= grace:
                     signal_all(signal.SIGTERM)
                     terminated = True
@@ -215,10 +235,10 @@ def launch(
                     signal_all(signal.SIGKILL)
                     killed = True
         codes = [p.returncode for p in procs]
-        if status == 0:
-            failed = sorted((exit_times[r], r) for r in range(nproc) if codes[r] != 0)
+        if not decided:
+            failed = [r for r in range(nproc) if codes[r] != 0]
             if failed:
-                r = failed[0][1]
+                r = culprit(failed)
                 status = _exit_status(codes[r])
                 if not received:
                     note(f"rank {r} (pid {procs[r].pid}) {_describe_exit(codes[r])}")
@@ -240,6 +260,7 @@ def launch(
                 p.wait()
         for s, h in old_handlers.items():
             signal.signal(s, h)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -62,6 +62,21 @@ def test_failing_rank_propagates_and_others_are_stopped():
     assert time.monotonic() - t0 < 15
 
 
+def test_blames_the_rank_that_failed_on_its_own():
+    """A rank that only saw a peer fail (ncclz marks it) is not blamed, even if it exited first."""
+    code = (
+        "import os, sys, time\n"
+        "r = int(os.environ['RANK'])\n"
+        "if r == 1:\n"
+        "    open(os.path.join(os.environ['NCCLZ_RUN_STATE_DIR'], 'rank1.peer_error'), 'w').close()\n"
+        "    sys.exit(3)\n"
+        "time.sleep(0.2); sys.exit(5)\n"
+    )
+    p = launch(["-n", "2", sys.executable, "-c", code], timeout=30)
+    assert p.returncode == 5, p.stderr
+    assert "rank 0" in p.stderr.splitlines()[0], p.stderr
+
+
 def test_rank_killed_by_signal():
     code = "import os, signal\nif os.environ['RANK'] == '0': os.kill(os.getpid(), signal.SIGKILL)\n"
     p = launch(["-n", "2", sys.executable, "-c", code], timeout=30)

@@ -12,7 +12,8 @@
 //
 // Channels. A call with enough data runs nchannels rings in parallel, each over
 // a contiguous part of the buffer, each on its own thread (channel 0 on the
-// caller's thread): parallel codec throughput. The number of channels used and
+// caller's thread, the others on a persistent worker pool that also splits the
+// API layer's element-wise passes): parallel codec throughput. The number of channels used and
 // every chunk boundary depend only on the call's count and user type, never on
 // the compression mode, which is what keeps lossless bit-identical to none.
 //

@@ -1,0 +1,236 @@
+"""When (not) to compress: a cost model for one collective call.
+
+The question: given the message size, the collective, the number of ranks, the link rate and
+how fast the codec runs on this machine, which of ``none``, ``lossless`` and ``lossy`` (the
+caller's bound; never looser) finishes first? Compression must never make a call much slower
+than sending it raw, so the model only picks a compressed mode when it predicts a clear win
+(``margin``, default 15%), and falls back to ``none`` for small messages and unknown links.
+
+Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in bytes)::
+
+    wire  W = f_wire * S                        f_wire: all_reduce 2(n-1)/n, reduce_scatter and
+                                                all_gather (n-1)/n, broadcast 1
+    T_none = steps * alpha + W / B              B = link bytes/s * goodput (0.95, TCP/IP headers)
+    T_mode = steps * alpha + max(t_net, t_cpu) + (1 - overlap) * min(t_net, t_cpu) + t_fixed
+        t_net = W / (ratio * B)
+        t_cpu = (f_enc * S / enc_Bps + f_dec * S / dec_Bps) / cores_per_rank
+        f_enc, f_dec: bytes each rank encodes / decodes (all_reduce 1 and 2(n-1)/n,
+                      reduce_scatter (n-1)/n and (n-1)/n, all_gather 1/n and (n-1)/n,
+                      broadcast 1 (root) and 1)
+        t_fixed = S / quant_Bps for lossy (the quantize / dequantize passes), 0 otherwise
+
+ratio, enc_Bps and dec_Bps come from a calibration: ``ncclz.codec.compress``/``decompress`` of
+a sample of the caller's data (<= 4 MiB by default) with the caller's spec, timed on this
+machine, cached per (dtype, spec). The link rate B comes from ``NCCLZ_LINK_GBPS``, or
+``NCCLZ_SOCKET_THROTTLE_GBPS``, or :meth:`Policy.observe` of uncompressed calls
+(``wire_bytes / wall_s`` of ``comm.last_stats``, an exponential average). cores_per_rank:
+``NCCLZ_CORES_PER_RANK``, else os.cpu_count() / LOCAL_WORLD_SIZE (capped at the channel count).
+
+Use::
+
+    from ncclz.tools.policy import Policy
+    pol = Policy(world_size=comm.world_size)               # link from NCCLZ_LINK_GBPS
+    choice = pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3))
+    comm.all_reduce(x, compression=choice.compression)
+    print(choice)                                          # the prediction for every mode
+
+``choose(..., requested=ncclz.Lossless())`` only considers none and lossless, and
+``requested=None`` always returns none. The decision never weakens the caller's guarantee:
+none and lossless are exact, so they satisfy any lossy bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+WIRE_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+# (bytes encoded, bytes decoded) per rank as a multiple of S
+CODEC_FACTOR = {
+    "all_reduce": lambda n: (1.0, 2.0 * (n - 1) / n),
+    "reduce_scatter": lambda n: ((n - 1) / n, (n - 1) / n),
+    "all_gather": lambda n: (1.0 / n, (n - 1) / n),
+    "broadcast": lambda n: (1.0, 1.0),
+}
+STEPS = {
+    "all_reduce": lambda n: 2 * (n - 1),
+    "reduce_scatter": lambda n: n - 1,
+    "all_gather": lambda n: n - 1,
+    "broadcast": lambda n: n - 1,
+}
+
+
+@dataclasses.dataclass
+class Calibration:
+    """Codec speed and ratio on a sample: bytes/s of the single-threaded coder."""
+
+    mode: str
+    ratio: float
+    enc_Bps: float
+    dec_Bps: float
+    sample_bytes: int
+    seconds: float
+
+
+@dataclasses.dataclass
+class Choice:
+    mode: str  # "none" | "lossless" | "lossy"
+    compression: Any  # None, ncclz.Lossless(), or the caller's ncclz.Lossy
+    predicted_s: dict  # mode -> predicted seconds
+    reason: str
+
+    def __str__(self) -> str:
+        p = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.predicted_s.items())
+        return f"{self.mode} ({self.reason}; predicted {p})"
+
+
+def _env_float(*names: str) -> float | None:
+    for n in names:
+        v = os.environ.get(n)
+        if v:
+            try:
+                return float(v)
+            except ValueError:
+                pass
+    return None
+
+
+def _spec_label(spec) -> str:
+    if spec is None:
+        return "none"
+    name = type(spec).__name__
+    if name == "Lossless":
+        return "lossless"
+    return f"lossy:{spec.kind}={spec.bound:g}"
+
+
+class Policy:
+    """Chooses none / lossless / lossy per call from the cost model above."""
+
+    def __init__(self, world_size: int, link_gbps: float | None = None, cores_per_rank: float | None = None,
+                 alpha_s: float = 50e-6, goodput: float = 0.95, overlap: float = 0.5, margin: float = 0.15,
+                 min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9):
+        self.n = int(world_size)
+        self.link_gbps = link_gbps if link_gbps else _env_float("NCCLZ_LINK_GBPS", "NCCLZ_SOCKET_THROTTLE_GBPS")
+        if cores_per_rank is None:
+            cores_per_rank = _env_float("NCCLZ_CORES_PER_RANK")
+        if cores_per_rank is None:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+            cores_per_rank = (os.cpu_count() or 1) / max(1, local)
+        self.cores = max(0.1, min(float(cores_per_rank), float(os.environ.get("NCCLZ_NCHANNELS", 4) or 4)))
+        self.alpha, self.goodput, self.overlap, self.margin = alpha_s, goodput, overlap, margin
+        self.min_bytes, self.sample_bytes, self.quant_Bps = min_bytes, sample_bytes, quant_Bps
+        self.cal: dict = {}
+
+    # ------------------------------------------------------------------ inputs
+    def observe(self, stats) -> None:
+        """Learns the link rate from an uncompressed call's comm.last_stats (wire_bytes / wall_s)."""
+        if stats is None or getattr(stats, "compression", "none") not in ("none", None):
+            return
+        wb, ws = float(getattr(stats, "wire_bytes", 0)), float(getattr(stats, "wall_s", 0))
+        if wb < (1 << 20) or ws <= 0:
+            return  # too small to say anything about bandwidth
+        g = wb * 8 / ws / 1e9 / self.goodput
+        self.link_gbps = g if not self.link_gbps else 0.7 * self.link_gbps + 0.3 * g
+
+    def calibrate(self, x, spec) -> Calibration:
+        """Times ncclz.codec on a sample of x with spec (cached per dtype and spec)."""
+        import ncclz
+
+        arr = np.ascontiguousarray(np.asarray(x)).reshape(-1)
+        key = (str(arr.dtype), _spec_label(spec))
+        if key in self.cal:
+            return self.cal[key]
+        k = max(1, min(arr.size, self.sample_bytes // max(1, arr.dtype.itemsize)))
+        sample = np.ascontiguousarray(arr[:k])
+        t0 = time.perf_counter()
+        blob = ncclz.codec.compress(sample, spec)
+        t1 = time.perf_counter()
+        ncclz.codec.decompress(blob)
+        t2 = time.perf_counter()
+        c = Calibration(mode=key[1], ratio=sample.nbytes / max(1, blob.size), enc_Bps=sample.nbytes / max(t1 - t0, 1e-9),
+                        dec_Bps=sample.nbytes / max(t2 - t1, 1e-9), sample_bytes=sample.nbytes, seconds=t2 - t0)
+        self.cal[key] = c
+        return c
+
+    # ------------------------------------------------------------------ model
+    def predict(self, coll: str, nbytes: int, cal: Calibration | None, lossy: bool = False) -> float:
+        n = self.n
+        if n <= 1:
+            return 0.0
+        B = (self.link_gbps or 1e9) * 1e9 / 8 * self.goodput
+        W = WIRE_FACTOR[coll](n) * nbytes
+        lat = STEPS[coll](n) * self.alpha
+        if cal is None:
+            return lat + W / B
+        fe, fd = CODEC_FACTOR[coll](n)
+        t_net = W / (max(cal.ratio, 1e-3) * B)
+        t_cpu = (fe * nbytes / cal.enc_Bps + fd * nbytes / cal.dec_Bps) / self.cores
+        t_fix = nbytes / self.quant_Bps / self.cores if lossy else 0.0
+        return lat + max(t_net, t_cpu) + (1 - self.overlap) * min(t_net, t_cpu) + t_fix
+
+    def choose(self, coll: str, x, requested, nbytes: int | None = None) -> Choice:
+        """The mode to use for collective `coll` on array `x` when the caller asked for `requested`."""
+        import ncclz
+
+        arr = np.asarray(x)
+        if nbytes is None:
+            nbytes = arr.nbytes * (self.n if coll == "all_gather" else 1)
+        pred = {"none": self.predict(coll, nbytes, None)}
+        if requested is None:
+            return Choice("none", None, pred, "no compression requested")
+        if self.link_gbps is None:
+            return Choice("none", None, pred, "link rate unknown (set NCCLZ_LINK_GBPS or observe() a raw call)")
+        if nbytes < self.min_bytes:
+            return Choice("none", None, pred, f"message < {self.min_bytes} B: latency-bound")
+        cands = {"lossless": ncclz.Lossless()}
+        if type(requested).__name__ == "Lossy":
+            cands["lossy"] = requested
+        for name, spec in cands.items():
+            try:
+                cal = self.calibrate(arr, spec)
+            except Exception:
+                continue
+            pred[name] = self.predict(coll, nbytes, cal, lossy=(name == "lossy"))
+        best = min(pred, key=pred.get)
+        if best != "none" and pred[best] * (1 + self.margin) >= pred["none"]:
+            return Choice("none", None, pred, f"{best} predicted < {self.margin:.0%} faster than none")
+        comp = None if best == "none" else cands[best]
+        return Choice(best, comp, pred, "fastest predicted")
+
+
+def main(argv=None) -> int:
+    """`python -m ncclz.tools.policy --gbps 0.5 --size 64M --data smooth`: print the decision table."""
+    import argparse
+
+    import ncclz
+    from ncclz.tools import bench as B
+
+    ap = argparse.ArgumentParser(description="print the policy's predictions over sizes and link rates")
+    ap.add_argument("-n", type=int, default=4)
+    ap.add_argument("--gbps", default="0.1,0.5,1,2,5,10,25")
+    ap.add_argument("--size", default="64M")
+    ap.add_argument("--data", default="smooth")
+    ap.add_argument("--rel", type=float, default=1e-3)
+    ap.add_argument("--cores-per-rank", type=float, default=None)
+    a = ap.parse_args(argv)
+    S = B.parse_size(a.size)
+    x = B.rank_input(a.data, 0, S // 4)
+    for g in [float(v) for v in a.gbps.split(",")]:
+        p = Policy(a.n, link_gbps=g, cores_per_rank=a.cores_per_rank)
+        c = p.choose("all_reduce", x, ncclz.Lossy(rel=a.rel))
+        print(f"{g:6.2f} Gbit/s  {a.size}  {a.data}: {c}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
