@@ -15,6 +15,7 @@ Phases (all 4 hosts, one rank per host namespace, tbf-shaped NICs):
   rates  64 MiB all_reduce at 0.1 .. 10 Gbit/s; smooth, gaussian; ncclz none / rel=1e-3 /
          auto:rel=1e-3, gloo
   sizes  0.5 Gbit/s, all_reduce 64 KiB .. 64 MiB, smooth: none / rel=1e-3 / auto:rel=1e-3
+  twohost  the main all_reduce on 2 hosts only (2 ranks on 2 cores: a core per rank)
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def log(msg):
 TAG = ""
 
 
-def run_bench(lab, name, args, port, timeout):
+def run_bench(lab, name, args, port, timeout, nranks=None):
     if "-s" in args and not args[args.index("-s") + 1]:
         log(f"{name}: no system to run")
         return 0
@@ -55,9 +56,9 @@ def run_bench(lab, name, args, port, timeout):
     cmd = BENCH + args + ["--json", out]
     log(f"{name}: rate {lab.gbps} Gbit/s: ncclz-bench {' '.join(args)}")
     t = time.time()
-    rc, _ = lab.exec_ranks(cmd, port=port, timeout=timeout, capture=True,
+    rc, _ = lab.exec_ranks(cmd, nranks=nranks, port=port, timeout=timeout, capture=True,
                            extra_env={"NCCLZ_BENCH_DIR": os.path.join(REPO, "bench"),
-                                      "NCCLZ_CORES_PER_RANK": str((os.cpu_count() or 1) / lab.n)})
+                                      "NCCLZ_CORES_PER_RANK": str((os.cpu_count() or 1) / (nranks or lab.n))})
     log(f"{name}: exit {rc} after {time.time() - t:.0f}s")
     return rc
 
@@ -94,7 +95,7 @@ def ncclz_runtime_available() -> bool:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phases", default="main,bf16,colls,rates,sizes")
+    ap.add_argument("--phases", default="main,bf16,colls,rates,sizes,twohost")
     ap.add_argument("-n", "--hosts", type=int, default=4)
     ap.add_argument("--rate", type=float, default=0.5, help="Gbit/s of the main/bf16/colls/sizes phases")
     ap.add_argument("--rates", default="0.1,0.25,0.5,1,2,5,10")
@@ -177,6 +178,13 @@ def main(argv=None) -> int:
                 status[f"rate_{r:g}"] = run_bench(lab, f"rate_{r:g}", common + [
                     "-c", "all_reduce", "-d", "smooth,gaussian", "-s", S("ncclz", "gloo"),
                     "-m", "none,rel=1e-3,auto:rel=1e-3", "--max-iters", "5"], nextport(), a.timeout)
+        if "twohost" in phases:
+            # 2 ranks on the 2 cores (a core per rank, as real hosts have): how much of the 4-rank
+            # result is the shared CPU
+            lab.set_rate(a.rate)
+            status["twohost"] = run_bench(lab, "twohost", common + ["-c", "all_reduce", "-d", "smooth,real,gaussian,grad",
+                                                                    "-s", S("ncclz"), "-m", "none,rel=1e-3"],
+                                          nextport(), a.timeout, nranks=2)
         if "sizes" in phases:
             lab.set_rate(a.rate)
             status["sizes"] = run_bench(lab, "sizes", ["-b", "64K", "-e", a.size, "-f", "4", "--budget", "1",

@@ -555,6 +555,10 @@ void CommunicatorImpl::run_channels(int nch, Call& call, Fn&& fn) {
   auto guarded = [&](int c) {
     try {
       fn(c);
+      // The call is complete only when its last slots have left this process
+      // (the socket proxy may still be writing them): a rank may exit right
+      // after the call returns, and its peers must still get every byte.
+      if (ch_[size_t(c)].send) ch_[size_t(c)].send->flush(call.deadline);
     } catch (...) {
       errs[size_t(c)] = std::current_exception();
       std::string what = "failed";
@@ -953,6 +957,7 @@ void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer,
     a.channel = -1;
     prims::Prims p(link.send.get(), link.recv.get(), a, &call.ch[0], p2p_scratch_.get(slot_bytes_ + 64));
     p.send((d.flags & core::kCompress) ? codes : buf, count);
+    link.send->flush(call.deadline);  // complete only once the bytes have left this process
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {
