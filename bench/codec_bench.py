@@ -749,6 +749,8 @@ def parse_args(argv=None):
     p.add_argument("--no-ncclz", action="store_true", help="baselines only")
     p.add_argument("--out", default=None, help="output prefix (default bench/results/codec, quick: bench/results/codec_quick)")
     p.add_argument("--notes", default=None, help="markdown file with hand-written observations to append to <prefix>.md")
+    p.add_argument("--render-only", action="store_true",
+                   help="measure nothing: rewrite <prefix>.md/.png from <prefix>.json (with --notes, --baselines-md)")
     p.add_argument("--baselines-md", default=None, help="also write a baseline summary markdown here")
     a = p.parse_args(argv)
     a.datasets = [d for d in a.datasets.split(",") if d]
@@ -765,8 +767,26 @@ def parse_args(argv=None):
     return a
 
 
+def render_only(args) -> int:
+    """Rewrites <prefix>.md/.png (and --baselines-md) from an existing <prefix>.json, e.g. to add --notes."""
+    out = Path(args.out)
+    jpath, mpath, ppath = out.with_suffix(".json"), out.with_suffix(".md"), out.with_suffix(".png")
+    res = json.loads(jpath.read_text())
+    plot(res, ppath, res["meta"]["bounds"])
+    notes = ""
+    if args.notes:
+        notes = f"_From `{args.notes}`._\n\n" + Path(args.notes).read_text()
+    write_md(res, mpath, ppath.name, jpath.name, notes)
+    if args.baselines_md:
+        write_baselines_md(res, Path(args.baselines_md))
+    print(f"# re-rendered {mpath}, {ppath} from {jpath} (measured by: {res['meta']['command']})")
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.render_only:
+        return render_only(args)
     cmd = "python bench/codec_bench.py" + ("" if not (argv or sys.argv[1:]) else " " + shlex.join(argv if argv is not None else sys.argv[1:]))
     t_start = time.perf_counter()
     load_start = loadavg1()

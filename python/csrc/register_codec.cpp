@@ -108,10 +108,10 @@ cz::EncodeOptions::Choice choice_of(int codec) {
 }
 
 /// A NumPy uint8 array that takes over `v` (no copy).
-Bytes to_numpy(std::vector<uint8_t>&& v) {
+Bytes to_numpy(cz::ByteBuffer&& v) {
   if (v.capacity() == 0) v.reserve(1);  // a non-null data pointer, also when empty
-  auto* owned = new std::vector<uint8_t>(std::move(v));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+  auto* owned = new cz::ByteBuffer(std::move(v));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<cz::ByteBuffer*>(p); });
   return Bytes(owned->data(), {owned->size()}, owner);
 }
 
@@ -170,7 +170,7 @@ void register_codec(nb::module_& m) {
         cz::EncodeOptions opt;
         opt.choice = choice_of(codec);
         opt.predictor = predictor;
-        std::vector<uint8_t> blob;
+        cz::ByteBuffer blob;
         {
           nb::gil_scoped_release release;
           blob = cz::compress(x.data(), t, shape, spec, opt);

@@ -32,10 +32,10 @@ size_t numel(const std::vector<int64_t>& shape) {
 
 /// Bytes of n elements of type t: a smooth field with noise, plus (if asked)
 /// NaN with payloads, +-inf and -0.0 sprinkled in.
-std::vector<uint8_t> make_bytes(ElemType t, size_t n, uint32_t seed, bool specials) {
+ByteBuffer make_bytes(ElemType t, size_t n, uint32_t seed, bool specials) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> noise(0, 0.01);
-  std::vector<uint8_t> out(n * elem_size(t));
+  ByteBuffer out(n * elem_size(t));
   for (size_t i = 0; i < n; ++i) {
     double v = 10 * std::sin(double(i) * 0.003) + std::cos(double(i) * 0.05) + noise(rng);
     uint8_t* p = out.data() + i * elem_size(t);
@@ -124,7 +124,7 @@ const std::vector<std::vector<int64_t>> kShapes = {
     {}, {0}, {1}, {7}, {1000}, {3, 5, 7}, {0, 4}, {300001}, {513, 1025}, {40, 70, 101}, {2, 3, 4, 5, 6},
 };
 
-void expect_lossy_ok(ElemType t, const std::vector<uint8_t>& x, const Decoded& d, double eb, const std::string& what) {
+void expect_lossy_ok(ElemType t, const ByteBuffer& x, const Decoded& d, double eb, const std::string& what) {
   const size_t n = x.size() / elem_size(t), es = elem_size(t);
   ASSERT_EQ(d.bytes.size(), x.size()) << what;
   size_t bad = 0;
@@ -155,7 +155,7 @@ TEST(Container, LosslessRoundTripEveryTypeAndShape) {
       EXPECT_EQ(d.type, t) << what;
       EXPECT_EQ(d.shape, shape) << what;
       ASSERT_EQ(d.bytes, x) << what;  // bit-exact
-      std::vector<uint8_t> into(x.size());
+      ByteBuffer into(x.size());
       decompress_into(blob.data(), blob.size(), into.data(), into.size());
       EXPECT_EQ(into, x) << what;
       const BlobInfo info = inspect(blob.data(), blob.size());
@@ -243,11 +243,11 @@ TEST(Container, LossyHugeValuesUseInt64CodesOrOutliers) {
   // float32 near FLT_MAX with a large bound: all within the bound.
   std::vector<float> f = {3.4e38f, -3.4e38f, 1.f, 0.f};
   const auto b2 = compress(f.data(), ElemType::F32, {4}, Spec::lossy_abs(1e30));
-  expect_lossy_ok(ElemType::F32, std::vector<uint8_t>((uint8_t*)f.data(), (uint8_t*)f.data() + 16),
+  expect_lossy_ok(ElemType::F32, ByteBuffer((uint8_t*)f.data(), (uint8_t*)f.data() + 16),
                   decompress(b2.data(), b2.size()), 1e30, "near FLT_MAX");
   // A bound larger than any finite double is clamped to a usable one.
   const auto b3 = compress(f.data(), ElemType::F32, {4}, Spec::lossy_abs(1e308));
-  expect_lossy_ok(ElemType::F32, std::vector<uint8_t>((uint8_t*)f.data(), (uint8_t*)f.data() + 16),
+  expect_lossy_ok(ElemType::F32, ByteBuffer((uint8_t*)f.data(), (uint8_t*)f.data() + 16),
                   decompress(b3.data(), b3.size()), 1e308, "huge bound");
 }
 
@@ -357,7 +357,7 @@ TEST(Container, InvalidArguments) {
   opt.choice = Choice::Raw;
   expect_invalid([&] { compress(x.data(), ElemType::F32, {10}, Spec::lossy_abs(1), opt); }, "predictor + raw");
   const auto blob = compress(x.data(), ElemType::F32, {10}, Spec::lossless());
-  std::vector<uint8_t> small(39);
+  ByteBuffer small(39);
   expect_invalid([&] { decompress_into(blob.data(), blob.size(), small.data(), small.size()); }, "into size");
 }
 
@@ -365,7 +365,7 @@ namespace {
 
 /// Decodes a possibly corrupt blob: must either throw CorruptData or return
 /// (with any contents). Anything else fails the test.
-void poke(const std::vector<uint8_t>& blob, const std::string& what) {
+void poke(const ByteBuffer& blob, const std::string& what) {
   try {
     const Decoded d = decompress(blob.data(), blob.size());
     (void)d;
@@ -376,8 +376,8 @@ void poke(const std::vector<uint8_t>& blob, const std::string& what) {
   }
 }
 
-std::vector<std::vector<uint8_t>> small_blobs() {
-  std::vector<std::vector<uint8_t>> blobs;
+std::vector<ByteBuffer> small_blobs() {
+  std::vector<ByteBuffer> blobs;
   const std::vector<int64_t> shape = {5, 13};
   const auto xf = make_bytes(ElemType::F32, 65, 11, true);
   blobs.push_back(compress(xf.data(), ElemType::F32, shape, Spec::lossless()));
@@ -402,11 +402,11 @@ std::vector<std::vector<uint8_t>> small_blobs() {
 TEST(Container, EveryTruncationIsCorrupt) {
   for (const auto& blob : small_blobs()) {
     for (size_t len = 0; len < blob.size(); ++len) {
-      std::vector<uint8_t> cut(blob.begin(), blob.begin() + ptrdiff_t(len));
+      ByteBuffer cut(blob.begin(), blob.begin() + ptrdiff_t(len));
       EXPECT_THROW(decompress(cut.data(), cut.size()), ncclz::CorruptData) << "length " << len;
       EXPECT_THROW(inspect(cut.data(), cut.size()), ncclz::CorruptData) << "length " << len;
     }
-    std::vector<uint8_t> longer = blob;
+    ByteBuffer longer = blob;
     longer.push_back(0);
     EXPECT_THROW(decompress(longer.data(), longer.size()), ncclz::CorruptData);
   }
@@ -416,21 +416,21 @@ TEST(Container, RandomBitFlipsNeverCrash) {
   std::mt19937_64 rng(2024);
   for (const auto& blob : small_blobs()) {
     for (int trial = 0; trial < 3000; ++trial) {
-      std::vector<uint8_t> b = blob;
+      ByteBuffer b = blob;
       const int flips = 1 + int(rng() % 3);
       for (int k = 0; k < flips; ++k) b[rng() % b.size()] ^= uint8_t(1u << (rng() % 8));
       poke(b, "trial " + std::to_string(trial));
     }
     // Every single bit of the headers.
     for (size_t i = 0; i < std::min<size_t>(blob.size(), 200) * 8; ++i) {
-      std::vector<uint8_t> b = blob;
+      ByteBuffer b = blob;
       b[i / 8] ^= uint8_t(1u << (i % 8));
       poke(b, "bit " + std::to_string(i));
     }
   }
   // Garbage of every small length.
   for (size_t len = 0; len < 300; ++len) {
-    std::vector<uint8_t> g(len);
+    ByteBuffer g(len);
     for (auto& c : g) c = uint8_t(rng());
     if (len >= 4) std::memcpy(g.data(), "NCZB", 4);
     poke(g, "garbage");
@@ -441,11 +441,11 @@ TEST(Container, HeaderFieldsAreChecked) {
   std::vector<float> x(100, 2.f);
   const auto blob = compress(x.data(), ElemType::F32, {100}, Spec::lossless());
   auto mutate = [&](size_t off, uint8_t v) {
-    std::vector<uint8_t> b = blob;
+    ByteBuffer b = blob;
     b[off] = v;
     return b;
   };
-  auto expect_corrupt = [](const std::vector<uint8_t>& b, const char* what) {
+  auto expect_corrupt = [](const ByteBuffer& b, const char* what) {
     EXPECT_THROW(decompress(b.data(), b.size()), ncclz::CorruptData) << what;
   };
   expect_corrupt(mutate(0, 'X'), "magic");
@@ -457,7 +457,7 @@ TEST(Container, HeaderFieldsAreChecked) {
   expect_corrupt(mutate(10, 1), "reserved");
   expect_corrupt(mutate(40, 101), "shape");
   expect_corrupt(mutate(47, 0x40), "huge shape");
-  std::vector<uint8_t> zero_slice = blob;
+  ByteBuffer zero_slice = blob;
   store_u32(zero_slice.data() + 12, 0);
   expect_corrupt(zero_slice, "slice length 0");
 }

@@ -317,7 +317,7 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
 }
 
 /// Writes the fixed header and shape.
-void put_header(std::vector<uint8_t>& out, const Spec& spec, ElemType dtype, ElemType code_type,
+void put_header(ByteBuffer& out, const Spec& spec, ElemType dtype, ElemType code_type,
                 const std::vector<int64_t>& shape, uint32_t slice_elems, double eb, uint64_t slices) {
   out.resize(kFixedHeader + 8 * shape.size());
   uint8_t* h = out.data();
@@ -337,7 +337,7 @@ void put_header(std::vector<uint8_t>& out, const Spec& spec, ElemType dtype, Ele
 }
 
 /// Appends one encoded slice of `count` values of type t at src.
-void put_slice(std::vector<uint8_t>& out, const void* src, ElemType t, uint32_t count, const EncodeOptions& opt) {
+void put_slice(ByteBuffer& out, const void* src, ElemType t, uint32_t count, const EncodeOptions& opt) {
   const size_t at = out.size();
   const size_t cap = max_slice_bytes(t, count);
   out.resize(at + cap);
@@ -347,7 +347,7 @@ void put_slice(std::vector<uint8_t>& out, const void* src, ElemType t, uint32_t 
   out.resize(at + info.bytes);
 }
 
-void put_outliers(std::vector<uint8_t>& out, const std::vector<uint64_t>& idx, const uint8_t* x, size_t esize) {
+void put_outliers(ByteBuffer& out, const std::vector<uint64_t>& idx, const uint8_t* x, size_t esize) {
   std::vector<uint8_t> varints;
   varints.reserve(idx.size() * 2);
   for (size_t j = 0; j < idx.size(); ++j) put_varint(varints, j == 0 ? idx[0] : idx[j] - idx[j - 1] - 1);
@@ -363,7 +363,7 @@ void put_outliers(std::vector<uint8_t>& out, const std::vector<uint64_t>& idx, c
 
 /// The encoder reserves the worst case up front (untouched pages cost no
 /// memory); give back what a well-compressed blob left unused.
-void release_slack(std::vector<uint8_t>& out) {
+void release_slack(ByteBuffer& out) {
   if (out.capacity() > out.size() + out.size() / 4 + 4096) out.shrink_to_fit();
 }
 
@@ -389,7 +389,7 @@ double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs) {
 }
 
 template <class T, class Code>
-void put_lossy_slices(std::vector<uint8_t>& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g,
+void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g,
                       int64_t limit, const EncodeOptions& opt, std::vector<uint64_t>* outliers) {
   std::vector<Code> codes(size_t(std::min<uint64_t>(n, l.slice_elems)));
   std::vector<uint64_t> local;
@@ -438,11 +438,11 @@ const char* predictor_name(Predictor p) {
   return "unknown";
 }
 
-std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec) {
+ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec) {
   return compress(x, t, shape, spec, EncodeOptions{});
 }
 
-std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
+ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
                               const EncodeOptions& options) {
   if (!is_valid_elem_type(uint8_t(t))) invalid("unknown element type");
   if (shape.size() > size_t(kMaxDims)) invalid("at most " + std::to_string(kMaxDims) + " dimensions");
@@ -466,7 +466,7 @@ std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64
   opt.row = l.row;
   opt.plane = l.plane;
   const uint64_t slices = (n + l.slice_elems - 1) / l.slice_elems;
-  std::vector<uint8_t> out;
+  ByteBuffer out;
 
   if (spec.mode == Spec::Lossless) {
     checked_choice(opt, t, spec, shape, l);

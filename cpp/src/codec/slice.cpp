@@ -56,6 +56,29 @@ struct Candidate {
   size_t est = 0;
 };
 
+// Residuals of one sampled block (off, m) for predictor p. The common
+// predictors get straight loops; the Lorenzo ones use the generic form.
+template <class Code>
+void sample_residuals(const Code* q, size_t off, int m, Predictor p, uint32_t a0, uint32_t a1, Code* r) {
+  using U = UCode<Code>;
+  if (off < 2 || (p != Predictor::None && p != Predictor::Delta1 && p != Predictor::Delta2)) {
+    predict_range(q, off, size_t(m), p, a0, a1, r);
+    return;
+  }
+  const Code* x = q + off;
+  switch (p) {
+    case Predictor::None:
+      for (int k = 0; k < m; ++k) r[k] = x[k];
+      break;
+    case Predictor::Delta1:
+      for (int k = 0; k < m; ++k) r[k] = Code(U(x[k]) - U(x[k - 1]));
+      break;
+    default:
+      for (int k = 0; k < m; ++k) r[k] = Code(U(x[k]) - U(2) * U(x[k - 1]) + U(x[k - 2]));
+      break;
+  }
+}
+
 // Chooses codec and predictor for integer codes q[0..n).
 template <class Code>
 Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
@@ -65,10 +88,22 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
                                                     : Candidate{Codec::Raw, Predictor::None, raw};
   Candidate best_rans{Codec::Rans, Predictor::None, ~size_t(0)};
   if (n == 0) return Candidate{Codec::Raw, Predictor::None, 0};
-  const size_t nblocks = (n + kBlockLen - 1) / kBlockLen;
-  const size_t every = std::max<uint32_t>(1, opt.sample_every);
   const bool want_block = opt.choice == Choice::Auto || opt.choice == Choice::Block;
   const bool want_rans = opt.choice == Choice::Auto || opt.choice == Choice::Rans;
+  int candidates = 0;
+  for (int pi = 0; pi < kNumPredictors; ++pi)
+    candidates += (opt.predictor < 0 || opt.predictor == pi) && predictor_applies(Predictor(pi), opt, n);
+  // Nothing to choose: skip the statistics.
+  if (candidates == 1 && opt.choice != Choice::Auto) {
+    for (int pi = 0; pi < kNumPredictors; ++pi)
+      if ((opt.predictor < 0 || opt.predictor == pi) && predictor_applies(Predictor(pi), opt, n))
+        return Candidate{opt.choice == Choice::Block ? Codec::Block : Codec::Rans, Predictor(pi), 0};
+  }
+  // Sample blocks spread evenly over the slice: every `sample_every`-th, and
+  // at most `max_sample_blocks` of them.
+  const size_t nblocks = (n + kBlockLen - 1) / kBlockLen;
+  size_t every = std::max<size_t>(1, opt.sample_every);
+  if (opt.max_sample_blocks > 0) every = std::max(every, (nblocks + opt.max_sample_blocks - 1) / opt.max_sample_blocks);
 
   for (int pi = 0; pi < kNumPredictors; ++pi) {
     const Predictor p = Predictor(pi);
@@ -82,7 +117,7 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
     for (size_t b = 0; b < nblocks; b += every) {
       const size_t off = b * kBlockLen;
       const int m = int(std::min<size_t>(kBlockLen, n - off));
-      predict_range(q, off, size_t(m), p, a0, a1, r);
+      sample_residuals(q, off, m, p, a0, a1, r);
       if (want_block) block_cost += block_cost_bytes(r, m);
       if (want_rans) {
         for (int k = 0; k < m; ++k) {

@@ -782,6 +782,8 @@ def rank_main(a) -> int:
                 print(f"# SKIPPED {system} {coll} {ds} {mode} {s}: {e}", flush=True)
             continue
         row.update(env)
+        row["loadavg1"] = os.getloadavg()[0]
+        row["nchannels_env"] = os.environ.get("NCCLZ_NCHANNELS", "")
         rows.append(row)
         if rank == 0:
             title = group_title(row)

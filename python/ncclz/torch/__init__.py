@@ -61,12 +61,15 @@ def communicator(process_group: Any = None, *, prefix: str = "ncclz", **kwargs: 
             "ncclz.torch.communicator() needs torch.distributed initialized "
             "(dist.init_process_group('gloo', ...)); or build ncclz.Communicator / ncclz.init() directly"
         )
-    if process_group is not None and process_group is not dist.group.WORLD:
-        if dist.get_world_size(process_group) != dist.get_world_size():
-            raise InvalidArgumentError(
-                "ncclz.torch.communicator() supports only the default (whole-world) process group; "
-                "for sub-groups create ncclz.Communicator(rank=, world_size=, store=) yourself"
-            )
+    if (
+        process_group is not None
+        and process_group is not dist.group.WORLD
+        and dist.get_world_size(process_group) != dist.get_world_size()
+    ):
+        raise InvalidArgumentError(
+            "ncclz.torch.communicator() supports only the default (whole-world) process group; "
+            "for sub-groups create ncclz.Communicator(rank=, world_size=, store=) yourself"
+        )
     from torch.distributed.distributed_c10d import _get_default_store
 
     store = dist.PrefixStore(prefix, _get_default_store())

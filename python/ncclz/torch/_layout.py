@@ -13,8 +13,9 @@ collectives stay matched.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..spec import Lossless, Lossy

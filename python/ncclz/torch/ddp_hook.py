@@ -22,8 +22,10 @@ What one bucket does (``ddp_hook``):
    With ``Lossless()`` or ``None`` the whole bucket is one call (results are
    bit-identical either way).
 3. The averaged buffer is returned in a completed ``torch.futures.Future``
-   (the hook is synchronous: ncclz releases the GIL while it communicates, but
-   the hook returns when the bucket is done).
+   (the hook returns when the bucket is done), or, with ``overlap=True``, in a
+   Future that a background thread completes while backward goes on (buckets
+   are averaged one at a time, in the order DDP hands them over, which is the
+   same on every rank).
 
 Error bound: with ``Lossy(abs=E)`` every lossy element of the averaged gradient
 is within E of the exact average; with ``Lossy(rel=r)``, E = r * (max - min)
@@ -44,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -93,6 +95,12 @@ class HookState:
     exact_compression: spec for the exact ranges, ``None`` (default) or
         ``ncclz.Lossless()`` (bit-identical, fewer bytes on smooth data).
     keep_history: number of :class:`StepStats` kept in ``state.history``.
+    overlap: run the collectives on one background thread (in bucket order)
+        and return pending Futures, so backward keeps computing the next
+        buckets' gradients while ncclz communicates (it releases the GIL).
+        DDP waits for every Future before ``backward()`` returns. Default False
+        (the hook returns when its bucket is averaged). ``state.close()`` stops
+        the thread.
 
     ``state.enabled = False`` or ``with state.disable():`` makes the hook
     average exactly (``compression=None``) through the same communicator.
@@ -107,6 +115,7 @@ class HookState:
         error_feedback: bool = False,
         exact_compression: Any = None,
         keep_history: int = 10_000,
+        overlap: bool = False,
     ):
         if not (callable(getattr(comm, "all_reduce", None)) and hasattr(comm, "world_size")):
             raise InvalidArgumentError(
@@ -133,7 +142,11 @@ class HookState:
                 "exact modes leave no residual"
             )
         self.error_feedback = bool(error_feedback)
-        if isinstance(keep_history, bool) or not isinstance(keep_history, numbers.Integral) or keep_history < 0:
+        if (
+            isinstance(keep_history, bool)
+            or not isinstance(keep_history, numbers.Integral)
+            or keep_history < 0
+        ):
             raise InvalidArgumentError(f"keep_history must be an integer >= 0, got {keep_history!r}")
         self.keep_history = int(keep_history)
         self.enabled = True
@@ -144,6 +157,18 @@ class HookState:
         self._current = StepStats(step=0)
         self._layouts: dict = {}
         self._lock = threading.Lock()
+        self.overlap = bool(overlap)
+        self._executor = None
+        if self.overlap:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncclz-ddp-hook")
+
+    def close(self) -> None:
+        """Stops the background thread of ``overlap=True`` (waits for pending buckets)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     # ---- control -----------------------------------------------------------
     @contextlib.contextmanager
@@ -224,9 +249,7 @@ def _bucket_runs(state: HookState, bucket: Any, buf: torch.Tensor) -> list:
     grads = list(bucket.gradients())
     spans = []
     base = buf.storage_offset()
-    same_storage = all(
-        g.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr() for g in grads
-    )
+    same_storage = all(g.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr() for g in grads)
     pos = 0
     for i, g in enumerate(grads):
         n = int(g.numel())
@@ -283,7 +306,8 @@ def ddp_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[
     """Averages one DDP gradient bucket through ``state.comm`` (see the module docstring).
 
     Register with ``ddp_model.register_comm_hook(state, ncclz.torch.ddp_hook)``.
-    Returns a completed Future holding ``bucket.buffer()``, averaged in place.
+    Returns a Future holding ``bucket.buffer()``, averaged in place: completed,
+    or with ``HookState(overlap=True)`` completed by the background thread.
     """
     if not isinstance(state, HookState):
         raise InvalidArgumentError(
@@ -303,12 +327,40 @@ def ddp_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[
             f"ddp_hook: bucket {bucket.index()} holds {buf.dtype}; lossy compression {spec!r} needs "
             "float32, float64, float16 or bfloat16 gradients; use compression=ncclz.Lossless() or None"
         )
-    exact_spec = state.exact_compression if state.enabled else None
+    runs = _bucket_runs(state, bucket, buf) if lossy and buf.numel() else None
+    job = (
+        buf,
+        int(bucket.index()),
+        bool(bucket.is_last()),
+        spec,
+        state.exact_compression if state.enabled else None,
+        runs,
+    )
+    fut: torch.futures.Future = torch.futures.Future()
+    if state._executor is None:
+        _average_bucket(state, *job)
+        fut.set_result(buf)
+        return fut
+
+    def run():
+        try:
+            _average_bucket(state, *job)
+        except BaseException as e:  # noqa: BLE001 - handed to DDP through the Future
+            fut.set_exception(e)
+        else:
+            fut.set_result(buf)
+
+    state._executor.submit(run)
+    return fut
+
+
+def _average_bucket(state: HookState, buf, index, is_last, spec, exact_spec, runs) -> None:
+    """Averages ``buf`` in place (called in the hook, or on the overlap thread in bucket order)."""
     n = buf.numel()
     with state._lock:
         if n == 0:
             pass
-        elif not lossy:
+        elif runs is None:
             # Lossless or None: one call on the whole bucket, bit-identical either way.
             whole = spec if isinstance(spec, Lossless) else exact_spec
             if n < state.min_elements and whole is not None:
@@ -316,12 +368,11 @@ def ddp_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[
             state.comm.all_reduce(buf, op="avg", compression=whole)
             state._note(n, False)
         else:
-            runs = _bucket_runs(state, bucket, buf)
             lossy_runs = [r for r in runs if r.lossy]
             exact_runs = [r for r in runs if not r.lossy]
             if lossy_runs:
                 x = _gather(buf, lossy_runs)
-                _lossy_average(state, int(bucket.index()), x, spec)
+                _lossy_average(state, index, x, spec)
                 state._note(x.numel(), True)
                 _scatter(buf, lossy_runs, x)
             if exact_runs:
@@ -329,11 +380,8 @@ def ddp_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[
                 state.comm.all_reduce(x, op="avg", compression=exact_spec)
                 state._note(x.numel(), False)
                 _scatter(buf, exact_runs, x)
-        if bucket.is_last():
+        if is_last:
             state._end_step()
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
 
 
 # DDP compares the annotations as objects (not strings) in register_comm_hook.

@@ -39,7 +39,8 @@ default, copies rank 0's).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Iterable
+from typing import Any, Callable
 
 import torch
 
@@ -180,7 +181,9 @@ class ShardedOptimizer:
                     pos += n
 
         lossy_params = [
-            p for p in params if _layout.compressible(tuple(p.shape), p.numel(), self.min_elements, self.compress_1d)
+            p
+            for p in params
+            if _layout.compressible(tuple(p.shape), p.numel(), self.min_elements, self.compress_1d)
         ]
         lossy_ids = {id(p) for p in lossy_params}
         exact_params = [p for p in params if id(p) not in lossy_ids]
@@ -252,10 +255,10 @@ class ShardedOptimizer:
                 spec = None  # small and 1-D parameters stay exact
             shard = g.master.detach().to(g.dtype)
             gathered = self.comm.all_gather(shard, compression=spec)
-            self._count(g)
+            self._count("param")
             g.unflatten_into(gathered.reshape(-1))
 
-    def _count(self, g: _Group) -> None:
+    def _count(self, kind: str) -> None:
         st = self.comm.last_stats
         if st is None:
             return
@@ -263,10 +266,16 @@ class ShardedOptimizer:
         s["calls"] = s.get("calls", 0) + 1
         s["raw_bytes"] = s.get("raw_bytes", 0) + st.raw_bytes
         s["wire_bytes"] = s.get("wire_bytes", 0) + st.wire_bytes
+        s[f"{kind}_raw_bytes"] = s.get(f"{kind}_raw_bytes", 0) + st.raw_bytes
+        s[f"{kind}_wire_bytes"] = s.get(f"{kind}_wire_bytes", 0) + st.wire_bytes
         s["max_error_bound"] = max(s.get("max_error_bound", 0.0), st.error_bound)
 
     def step(self, closure: Callable[[], Any] | None = None, compress: bool = True) -> Any:
         """Reduce-scatters the gradients, steps this rank's shards, all-gathers the parameters.
+
+        ``self.last_step`` then holds this rank's traffic: ``calls``, ``raw_bytes``,
+        ``wire_bytes``, ``ratio``, ``max_error_bound``, and the same bytes split into
+        ``grad_*`` (reduce-scatter) and ``param_*`` (all-gather).
 
         ``compress=False`` runs this step exactly (a per-call opt-out).
         Parameters without a gradient count as zero gradients (all ranks must agree).
@@ -281,7 +290,7 @@ class ShardedOptimizer:
             flat = g.flatten(grads)
             spec = self._spec(g, compress)
             shard = self.comm.reduce_scatter(flat, op="avg", compression=spec)
-            self._count(g)
+            self._count("grad")
             g.master.grad = shard.to(self.master_dtype)
         self.optimizer.step()
         if self.param_compression is not None and not compress:
@@ -298,7 +307,9 @@ class ShardedOptimizer:
         return loss
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{'lossy' if g.lossy else 'exact'} {g.total} -> shard {g.shard}" for g in self.groups)
+        sizes = ", ".join(
+            f"{'lossy' if g.lossy else 'exact'} {g.total} -> shard {g.shard}" for g in self.groups
+        )
         return (
             f"<ncclz.torch.ShardedOptimizer rank {self.rank}/{self.world_size} "
             f"{type(self.optimizer).__name__} compression={self.compression!r} ({sizes})>"

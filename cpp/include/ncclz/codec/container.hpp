@@ -26,11 +26,38 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "ncclz/codec/format.hpp"
 
 namespace ncclz::codec {
+
+/// Allocator that leaves new bytes uninitialised (resize() does not zero-fill),
+/// so building a blob or a decoded array costs no extra pass over memory.
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <class U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+/// Bytes of a blob or of a decoded array.
+using ByteBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
+
 
 struct EncodeOptions;  // codec/slice.hpp
 
@@ -57,7 +84,7 @@ constexpr int kMaxDims = 32;
 struct Decoded {
   ElemType type = ElemType::F32;
   std::vector<int64_t> shape;
-  std::vector<uint8_t> bytes;  ///< C-contiguous elements
+  ByteBuffer bytes;  ///< C-contiguous elements
 };
 
 /// What inspect() reports about a blob (read from headers only; payloads are
@@ -90,10 +117,10 @@ struct BlobInfo {
 /// BF16); Lossless takes every ElemType. `opt` may force a codec or predictor
 /// (its row/plane are filled in from the shape). Throws InvalidArgument for a
 /// bad spec, shape, type or a forced codec that cannot carry the data.
-std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
+ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
                               const EncodeOptions& opt);
 /// The same with the selector choosing everything.
-std::vector<uint8_t> compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec);
+ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec);
 
 /// Decompresses a blob. Throws CorruptData for anything malformed.
 Decoded decompress(const uint8_t* blob, size_t len);
