@@ -197,6 +197,16 @@ void register_codec(nb::module_& m) {
       "Decompresses a blob: (uint8 bytes, dtype name, shape). Use ncclz.codec.decompress.");
 
   m.def(
+      "codec_decompress_into",
+      [](const nb::ndarray<nb::ro, uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>& blob,
+         const nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>& out) {
+        nb::gil_scoped_release release;
+        cz::decompress_into(blob_data(blob), blob.size(), out.data(), out.size());
+      },
+      "blob"_a.noconvert(), "out"_a.noconvert(),
+      "Decompresses a blob into a preallocated byte view of the output. Use ncclz.codec.decompress(out=).");
+
+  m.def(
       "codec_inspect",
       [](const nb::ndarray<nb::ro, uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>& blob) {
         cz::BlobInfo info;

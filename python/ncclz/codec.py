@@ -124,15 +124,34 @@ def _blob_bytes(blob: Any) -> np.ndarray:
     return np.ascontiguousarray(arr.reshape(-1))
 
 
-def decompress(blob: Any) -> np.ndarray:
+def decompress(blob: Any, out: np.ndarray | None = None) -> np.ndarray:
     """Decompresses a blob from :func:`compress` into a NumPy array of the original shape and
     dtype (bfloat16 as ``ml_dtypes.bfloat16``).
 
+    With ``out`` (a writable, C-contiguous NumPy array of the blob's shape and dtype) the
+    values are written there and ``out`` is returned: reusing one output avoids the cost of
+    touching fresh memory, which on many machines is slower than decoding itself.
+
     Raises:
         ncclz.CorruptDataError: the blob is truncated, corrupt or of another format version.
+        ncclz.InvalidArgumentError: ``out`` has the wrong shape, dtype or layout.
     """
-    data, dtype_name, shape = _core.codec_decompress(_blob_bytes(blob))
-    return data.view(_NUMPY_DTYPES[dtype_name]).reshape(shape)
+    b = _blob_bytes(blob)
+    if out is None:
+        data, dtype_name, shape = _core.codec_decompress(b)
+        return data.view(_NUMPY_DTYPES[dtype_name]).reshape(shape)
+    info = _core.codec_inspect(b)
+    want_dtype, want_shape = _NUMPY_DTYPES[info["dtype"]], tuple(info["shape"])
+    if not isinstance(out, np.ndarray):
+        raise InvalidArgumentError(f"out must be a NumPy array, got {type(out).__name__}")
+    if out.dtype != want_dtype or tuple(out.shape) != want_shape:
+        raise InvalidArgumentError(
+            f"out is {out.dtype}{list(out.shape)} but the blob holds {want_dtype}{list(want_shape)}"
+        )
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise InvalidArgumentError("out must be writable and C-contiguous (e.g. np.empty(shape, dtype))")
+    _core.codec_decompress_into(b, out.reshape(-1).view(np.uint8))
+    return out
 
 
 def inspect(blob: Any) -> dict[str, Any]:

@@ -346,3 +346,19 @@ def test_corrupt_blobs(rng):
         codec.decompress(np.zeros(100, np.uint8))
     with pytest.raises(ncclz.InvalidArgumentError):
         codec.decompress(np.zeros(10, np.float32))
+
+
+def test_decompress_into_preallocated_output(rng):
+    x = rng.normal(size=(37, 129)).astype(np.float32)
+    blob = ncclz.codec.compress(x, ncclz.Lossy(abs=1e-3))
+    out = np.full_like(x, np.nan)
+    y = ncclz.codec.decompress(blob, out=out)
+    assert y is out
+    np.testing.assert_array_equal(out, ncclz.codec.decompress(blob))
+    assert np.abs(out.astype(np.float64) - x).max() <= 1e-3
+    with pytest.raises(ncclz.InvalidArgumentError, match="holds"):
+        ncclz.codec.decompress(blob, out=np.empty((37, 128), np.float32))
+    with pytest.raises(ncclz.InvalidArgumentError, match="holds"):
+        ncclz.codec.decompress(blob, out=np.empty((37, 129), np.float64))
+    with pytest.raises(ncclz.InvalidArgumentError, match="C-contiguous"):
+        ncclz.codec.decompress(blob, out=np.empty((129, 37), np.float32).T)

@@ -120,13 +120,34 @@ bool is_finite_bits(double x) { return (bits_of(x) & 0x7FF0000000000000ull) != 0
 
 template <class T>
 NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, double* lo, double* hi) {
-  // T is float or double: comparisons in T are exact.
+  // T is float or double: comparisons in T are exact. kLanes independent
+  // running minima/maxima (no loop-carried chain across lanes) let the
+  // compiler keep them in vector registers.
+  constexpr int kLanes = 64 / sizeof(T);
+  T lv[kLanes], hv[kLanes];
+  for (int k = 0; k < kLanes; ++k) {
+    lv[k] = T(INFINITY);
+    hv[k] = T(-INFINITY);
+  }
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const T v = x[i + k];
+      const bool f = is_finite_bits(v);
+      lv[k] = (f && v < lv[k]) ? v : lv[k];
+      hv[k] = (f && v > hv[k]) ? v : hv[k];
+    }
+  }
   T l = T(INFINITY), h = T(-INFINITY);
-  for (size_t i = 0; i < n; ++i) {
+  for (; i < n; ++i) {
     const T v = x[i];
     const bool f = is_finite_bits(v);
     l = (f && v < l) ? v : l;
     h = (f && v > h) ? v : h;
+  }
+  for (int k = 0; k < kLanes; ++k) {
+    l = lv[k] < l ? lv[k] : l;
+    h = hv[k] > h ? hv[k] : h;
   }
   if (!(l <= h)) return false;
   *lo = double(l);
