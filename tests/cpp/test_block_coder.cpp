@@ -35,9 +35,10 @@ template <class Code>
 std::vector<uint8_t> oracle_encode(const std::vector<Code>& r) {
   using U = std::make_unsigned_t<Code>;
   const size_t n = r.size(), nb = (n + 31) / 32;
-  std::vector<uint8_t> out(nb);
+  std::vector<uint8_t> out((nb + 1) / 2, 0);  // width nibbles
+  std::vector<uint8_t> esc, body;             // escape bytes, block payloads
   auto put32 = [&](uint32_t v) {
-    for (int i = 0; i < 4; ++i) out.push_back(uint8_t(v >> (8 * i)));
+    for (int i = 0; i < 4; ++i) body.push_back(uint8_t(v >> (8 * i)));
   };
   for (size_t b = 0; b < nb; ++b) {
     U mag[32] = {};
@@ -53,7 +54,8 @@ std::vector<uint8_t> oracle_encode(const std::vector<Code>& r) {
     }
     int w = 0;
     while (w < int(sizeof(Code) * 8) && (all >> w) != 0) ++w;
-    out[b] = uint8_t(w);
+    out[b / 2] |= uint8_t((w < 15 ? w : 15) << (b % 2 ? 4 : 0));
+    if (w >= 15) esc.push_back(uint8_t(w));
     if (!w) continue;
     put32(sign);
     for (int p = 0; p < w; ++p) {
@@ -62,6 +64,8 @@ std::vector<uint8_t> oracle_encode(const std::vector<Code>& r) {
       put32(word);
     }
   }
+  out.insert(out.end(), esc.begin(), esc.end());
+  out.insert(out.end(), body.begin(), body.end());
   return out;
 }
 
@@ -74,7 +78,9 @@ std::unique_ptr<uint8_t[]> heap_copy(const uint8_t* p, size_t len) {
 
 template <class Code>
 std::vector<uint8_t> encode_with(BlockImpl impl, const std::vector<Code>& r) {
-  std::vector<uint8_t> buf(block_count(r.size()) * (1 + block_max_payload<Code>()));
+  // Worst case: every block escaped at full width, plus the nibbles.
+  std::vector<uint8_t> buf(block_nibble_bytes(block_count(r.size())) +
+                           block_count(r.size()) * (1 + block_max_payload<Code>()));
   const size_t len = block_encode_with(impl, r.data(), r.size(), buf.data(), buf.size());
   EXPECT_NE(len, kNoFit);
   buf.resize(len == kNoFit ? 0 : len);
@@ -178,24 +184,51 @@ TEST(BlockCoder, RoundTripInt32) { round_trip_all<int32_t>(); }
 TEST(BlockCoder, RoundTripInt64) { round_trip_all<int64_t>(); }
 
 TEST(BlockCoder, ExactSizeFormula) {
-  // One block of each width: cost 1 + 4*(w+1), zero block 1 byte.
+  // One block of each width: half a byte for the nibble, one escape byte if
+  // w >= 15, 4*(w+1) payload bytes if w > 0; a one-block slice rounds the
+  // nibble up to a byte.
+  auto half = [](int w) { return size_t(1 + (w >= 15 ? 2 : 0) + (w ? 8 * (w + 1) : 0)); };
+  auto one = [](int w) { return size_t(1 + (w >= 15 ? 1 : 0) + (w ? 4 * (w + 1) : 0)); };
   for (int w = 0; w <= 32; ++w) {
     std::vector<int32_t> r(32, 0);
     if (w) r[5] = int32_t(w == 32 ? std::numeric_limits<int32_t>::min() : int32_t((1u << (w - 1))));
-    EXPECT_EQ(block_cost_bytes(r.data(), 32), w ? size_t(1 + 4 * (w + 1)) : size_t(1)) << w;
+    EXPECT_EQ(block_cost_halfbytes(r.data(), 32), half(w)) << w;
+    EXPECT_EQ(block_cost_bytes(r.data(), 32), one(w)) << w;
     EXPECT_EQ(block_width(r.data(), 32), w);
-    for (BlockImpl impl : impls()) EXPECT_EQ(block_encoded_bytes_with(impl, r.data(), r.size()), block_cost_from_width(w));
+    for (BlockImpl impl : impls()) EXPECT_EQ(block_encoded_bytes_with(impl, r.data(), r.size()), one(w));
+    // Two blocks of width w: one nibble byte.
+    std::vector<int32_t> r2(r);
+    r2.insert(r2.end(), r.begin(), r.end());
+    for (BlockImpl impl : impls()) EXPECT_EQ(block_encoded_bytes_with(impl, r2.data(), r2.size()), 2 * one(w) - 1);
   }
   for (int w = 0; w <= 64; ++w) {
     std::vector<int64_t> r(32, 0);
     if (w) r[31] = w == 64 ? std::numeric_limits<int64_t>::min() : -int64_t(1ull << (w - 1));
-    EXPECT_EQ(block_cost_bytes(r.data(), 32), w ? size_t(1 + 4 * (w + 1)) : size_t(1)) << w;
-    for (BlockImpl impl : impls()) EXPECT_EQ(block_encoded_bytes_with(impl, r.data(), r.size()), block_cost_from_width(w));
+    EXPECT_EQ(block_cost_halfbytes(r.data(), 32), half(w)) << w;
+    EXPECT_EQ(block_cost_bytes(r.data(), 32), one(w)) << w;
+    for (BlockImpl impl : impls()) EXPECT_EQ(block_encoded_bytes_with(impl, r.data(), r.size()), one(w));
   }
-  // 1000 zeros: 32 blocks, 1 byte each.
+  // Zeros: 1000 -> 32 blocks, 16 nibble bytes; 33 -> 2 blocks, 1 byte; 65 -> 3 blocks, 2 bytes.
   std::vector<int32_t> z(1000, 0);
-  EXPECT_EQ(block_encoded_bytes(z.data(), z.size()), 32u);
+  EXPECT_EQ(block_encoded_bytes(z.data(), z.size()), 16u);
+  EXPECT_EQ(block_encoded_bytes(z.data(), 33), 1u);
+  EXPECT_EQ(block_encoded_bytes(z.data(), 65), 2u);
+  EXPECT_EQ(block_encoded_bytes(z.data(), 1), 1u);
   EXPECT_EQ(block_encoded_bytes(z.data(), 0), 0u);
+  // The general formula: ceil(nb/2) + (escaped blocks) + sum of 4*(w+1).
+  std::mt19937_64 rng(3);
+  for (int it = 0; it < 50; ++it) {
+    const size_t n = rng() % 3000;
+    std::vector<int64_t> r(n);
+    size_t want = (block_count(n) + 1) / 2;
+    for (size_t b = 0; b < n; b += 32) {
+      const int w = int(rng() % 65);
+      for (size_t i = b; i < std::min(n, b + 32); ++i) r[i] = 0;
+      if (w) r[b] = w == 64 ? std::numeric_limits<int64_t>::min() : int64_t(1ull << (w - 1));
+      want += (w >= 15) + (w ? 4 * (w + 1) : 0);
+    }
+    for (BlockImpl impl : impls()) EXPECT_EQ(block_encoded_bytes_with(impl, r.data(), n), want);
+  }
 }
 
 TEST(BlockCoder, HandMadeLayout) {
@@ -204,9 +237,11 @@ TEST(BlockCoder, HandMadeLayout) {
   r[0] = 3;
   r[1] = -1;
   r[31] = 5;
-  // Width bytes: 3, 0. Block 0: sign = bit 1; magnitudes 3 (lane 0), 1 (lane 1), 5 (lane 31).
+  // Width nibbles 3 (low), 0 (high): byte 0x03; no escapes. Block 0: sign = bit 1;
+  // magnitudes 3 (lane 0), 1 (lane 1), 5 (lane 31).
   // plane 0: lanes 0, 1, 31 -> 0x80000003; plane 1: lane 0 -> 0x00000001; plane 2: lane 31 -> 0x80000000.
-  const std::vector<uint8_t> want = {3,    0,                    //
+  const std::vector<uint8_t> want = {0x03,                       // nibbles
+
                                      0x02, 0x00, 0x00, 0x00,     // sign
                                      0x03, 0x00, 0x00, 0x80,     // plane 0
                                      0x01, 0x00, 0x00, 0x00,     // plane 1
@@ -218,18 +253,41 @@ TEST(BlockCoder, HandMadeLayout) {
     EXPECT_EQ(decode_with(impl, want.data(), want.size(), r.size(), &back), Status::Ok);
     EXPECT_EQ(back, r);
   }
-  // INT_MIN: magnitude 2^31, w = 32, only plane 31 set.
+  // INT_MIN: magnitude 2^31, w = 32 (escaped: nibble 15, escape byte 32), only plane 31 set.
   std::vector<int32_t> m(1, std::numeric_limits<int32_t>::min());
-  const std::vector<uint8_t> got = encode_with(BlockImpl::Scalar, m);
-  ASSERT_EQ(got.size(), 1u + 4 * 33);
-  EXPECT_EQ(got[0], 32);
-  EXPECT_EQ(load_u32(&got[1]), 1u);       // sign
-  for (int b = 0; b < 31; ++b) EXPECT_EQ(load_u32(&got[5 + 4 * b]), 0u);
-  EXPECT_EQ(load_u32(&got[5 + 4 * 31]), 1u);
+  for (BlockImpl impl : impls()) {
+    const std::vector<uint8_t> got = encode_with(impl, m);
+    ASSERT_EQ(got.size(), 2u + 4 * 33);
+    EXPECT_EQ(got[0], 0x0F);
+    EXPECT_EQ(got[1], 32);
+    EXPECT_EQ(load_u32(&got[2]), 1u);  // sign
+    for (int b = 0; b < 31; ++b) EXPECT_EQ(load_u32(&got[6 + 4 * b]), 0u);
+    EXPECT_EQ(load_u32(&got[6 + 4 * 31]), 1u);
+  }
   // int64: -2 in lane 0 of a one-element slice: w = 2, sign 1, planes 0 and 1.
   std::vector<int64_t> s(1, -2);
-  const std::vector<uint8_t> want64 = {2, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+  const std::vector<uint8_t> want64 = {0x02, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
   for (BlockImpl impl : impls()) EXPECT_EQ(encode_with(impl, s), want64);
+  // Escapes in block order: widths 16, 2, 20, 0, 14 -> nibbles 0x2F, 0x0F, 0x0E; escapes 16, 20.
+  std::vector<int32_t> e(5 * 32, 0);
+  e[0] = 1 << 15;          // w = 16
+  e[32 + 7] = -3;          // w = 2
+  e[64 + 31] = -(1 << 19);  // w = 20
+  e[128 + 1] = 1 << 13;    // w = 14
+  const std::vector<uint8_t> head = {0x2F, 0x0F, 0x0E, 16, 20};
+  const size_t esize = 3 + 2 + 4 * (17 + 3 + 21 + 15);
+  for (BlockImpl impl : impls()) {
+    const std::vector<uint8_t> got = encode_with(impl, e);
+    ASSERT_EQ(got.size(), esize) << impl_name(impl);
+    EXPECT_TRUE(std::equal(head.begin(), head.end(), got.begin())) << impl_name(impl);
+    EXPECT_EQ(load_u32(&got[5]), 0u);                  // block 0 sign
+    EXPECT_EQ(load_u32(&got[5 + 4 + 4 * 15]), 1u);    // block 0 plane 15: lane 0
+    EXPECT_EQ(load_u32(&got[5 + 4 * 17]), 1u << 7);   // block 1 sign: lane 7
+    EXPECT_EQ(got, oracle_encode(e));
+    std::vector<int32_t> back;
+    EXPECT_EQ(decode_with(impl, got.data(), got.size(), e.size(), &back), Status::Ok);
+    EXPECT_EQ(back, e);
+  }
 }
 
 TEST(BlockCoder, CapacityIsRespected) {
@@ -293,11 +351,16 @@ void malformed_suite() {
         std::vector<Code> back;
         EXPECT_EQ(decode_with(impl, longer.data(), longer.size(), n, &back), Status::Corrupt);
       }
-      // Wrong n.
-      for (BlockImpl impl : impls()) {
-        std::vector<Code> back;
-        EXPECT_EQ(decode_with(impl, good.data(), good.size(), n + 32, &back), Status::Corrupt);
-      }
+      // Wrong n. One more block can be valid when nb is odd: the unused
+      // nibble 0 then reads as a zero block (a canonical encoding of r plus
+      // 32 zeros); otherwise the lengths disagree.
+      expect_corrupt_or_canonical<Code>(good, n + 32);
+      expect_corrupt_or_canonical<Code>(good, n + 64);
+      if (block_count(n) % 2 == 0)
+        for (BlockImpl impl : impls()) {
+          std::vector<Code> back;
+          EXPECT_EQ(decode_with(impl, good.data(), good.size(), n + 32, &back), Status::Corrupt);
+        }
       // Every single-bit flip.
       for (size_t bit = 0; bit < good.size() * 8; ++bit) {
         auto f = good;
@@ -311,12 +374,16 @@ void malformed_suite() {
   for (int it = 0; it < 3000; ++it) {
     const size_t n = rng() % 100;
     const size_t nb = block_count(n);
-    std::vector<uint8_t> p(nb);
-    size_t total = nb;
-    for (auto& w : p) {
-      w = uint8_t(rng() % 4 == 0 ? rng() % 256 : rng() % (sizeof(Code) * 8 + 1));
-      total += block_payload_bytes(std::min<int>(w, 64));
+    std::vector<uint8_t> p((nb + 1) / 2, 0), esc;
+    size_t total = p.size();
+    for (size_t b = 0; b < nb; ++b) {
+      const int w = int(rng() % 4 == 0 ? rng() % 256 : rng() % (sizeof(Code) * 8 + 1));
+      p[b / 2] |= uint8_t((w < 15 ? w : 15) << (b % 2 ? 4 : 0));
+      if (w >= 15) esc.push_back(uint8_t(rng() % 8 == 0 ? rng() % 15 : w));  // sometimes a bad escape
+      total += (w >= 15) + block_payload_bytes(std::min<int>(w, 64));
     }
+    if ((nb & 1) && rng() % 8 == 0) p.back() |= uint8_t(1 + rng() % 15) << 4;  // unused nibble
+    p.insert(p.end(), esc.begin(), esc.end());
     if (rng() % 3 == 0) total = total + 4 >= 8 ? total + rng() % 9 - 4 : total + rng() % 5;
     while (p.size() < total) p.push_back(uint8_t(rng() % 3 ? 0 : rng()));
     p.resize(total);
@@ -350,7 +417,8 @@ TEST(BlockCoder, HandMadeInconsistencies) {
     return last;
   };
   auto block = [](uint8_t w, uint32_t sign, std::vector<uint32_t> planes) {
-    std::vector<uint8_t> p{w};
+    std::vector<uint8_t> p{uint8_t(w < 15 ? w : 15)};
+    if (w >= 15) p.push_back(w);
     auto put = [&](uint32_t v) {
       for (int i = 0; i < 4; ++i) p.push_back(uint8_t(v >> (8 * i)));
     };
@@ -380,9 +448,48 @@ TEST(BlockCoder, HandMadeInconsistencies) {
   // Zero-length slice: only an empty payload.
   EXPECT_EQ(dec({}, 0), Status::Ok);
   EXPECT_EQ(dec({0}, 0), Status::Corrupt);
-  // Width byte too large for int64 too.
-  std::vector<uint8_t> p65(1 + 4 * 66, 0);
-  p65[0] = 65;
+  // Unused high nibble (nb odd) must be zero.
+  EXPECT_EQ(dec({0x00}, 32), Status::Ok);
+  EXPECT_EQ(dec({0x10}, 32), Status::Corrupt);
+  EXPECT_EQ(dec({0x00}, 33), Status::Ok);  // two zero blocks: both nibbles used
+  auto b1 = block(1, 0, {1});
+  EXPECT_EQ(dec(b1, 5), Status::Ok);
+  auto b2 = b1;  // high nibble 2 for a block that does not exist (length matching it)
+  b2[0] |= 0x20;
+  b2.resize(b2.size() + 12, 0);
+  b2[b2.size() - 4] = 1;  // its top plane: lane 0
+  EXPECT_EQ(dec(b2, 5), Status::Corrupt);
+  EXPECT_EQ(dec(b2, 33), Status::Ok);  // with two blocks it is valid
+  auto b3 = b1;  // high nibble 15 with an escape byte where none can be
+  b3[0] |= 0xF0;
+  b3.insert(b3.begin() + 1, 15);
+  b3.resize(b3.size() + 4 * 16, 0);
+  b3[b3.size() - 4] = 1;
+  EXPECT_EQ(dec(b3, 5), Status::Corrupt);
+  EXPECT_EQ(dec(b3, 33), Status::Ok);
+  // Escape below 15 (with a matching length): not canonical.
+  for (int w : {0, 1, 14}) {
+    std::vector<uint8_t> p{0x0F, uint8_t(w)};
+    p.resize(2 + (w ? 4 * (w + 1) : 0), 0);
+    if (w) p[2 + 4 * w] = 1;  // top plane set: a valid block otherwise
+    EXPECT_EQ(dec(p, 32), Status::Corrupt) << w;
+  }
+  {  // The same block with nibble 14 is valid; with escape 15 its length is wrong.
+    std::vector<uint32_t> pl14(14, 0);
+    pl14[13] = 1;
+    EXPECT_EQ(dec(block(14, 0, pl14), 32), Status::Ok);
+    std::vector<uint32_t> pl15(15, 0);
+    pl15[14] = 1;
+    EXPECT_EQ(dec(block(15, 0, pl15), 32), Status::Ok);
+  }
+  // Truncated escape stream: nibbles say 2 escapes, 0 or 1 present.
+  EXPECT_EQ(dec({0xFF}, 64), Status::Corrupt);
+  EXPECT_EQ(dec({0xFF, 15}, 64), Status::Corrupt);
+  EXPECT_EQ(dec({0x0F}, 32), Status::Corrupt);
+  // Escape byte too large for int64 too (nibble 15, escape 65).
+  std::vector<uint8_t> p65(2 + 4 * 66, 0);
+  p65[0] = 0x0F;
+  p65[1] = 65;
   std::vector<int64_t> back;
   for (BlockImpl impl : impls()) EXPECT_EQ(decode_with(impl, p65.data(), p65.size(), 1, &back), Status::Corrupt);
 }

@@ -2,12 +2,16 @@
 // block_coder.hpp) and an AVX2 path for x86-64, chosen at run time. Both
 // write the same bytes (tests/cpp/test_block_coder.cpp checks it).
 //
-// Encoder: one pass. Width bytes go to dst[0..nb), payloads are appended from
-// dst+nb. A block is written straight to dst while at least a worst-case
-// block payload of room is left, else through a small buffer and a check.
-// Decoder: a first pass over the width bytes checks every width and that the
-// total length is exactly len; the block pass then stays inside src+len by
-// construction and checks each block's planes.
+// Encoder: one pass. Width nibbles go to dst[0..ceil(nb/2)), payloads are
+// appended from dst+ceil(nb/2). A block is written straight to dst while at
+// least a worst-case block payload of room is left, else through a small
+// buffer and a check. Escape bytes (w >= 15) are collected aside; if there
+// are any, the payloads are moved up at the end to make room for them (a
+// memmove, only for slices with wide blocks; a width pre-pass instead would
+// re-read the whole input and cost ~35% of encode speed on narrow data).
+// Decoder: a first pass over the nibbles and escape bytes checks every width
+// and that the total length is exactly len; the block pass then stays inside
+// src+len by construction and checks each block's planes.
 //
 // AVX2, int32, one block of 32 residuals = 4 registers of 8 lanes:
 //  encode: abs + OR-reduce -> w; the sign word is movemask of the residuals
@@ -28,6 +32,7 @@
 #include "codec/block_coder.hpp"
 
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -39,76 +44,150 @@
 namespace ncclz::codec {
 namespace {
 
+// ---- shared: widths -------------------------------------------------------
+
+// Encoder: block k's nibble goes to dst[k/2] as soon as its width is known
+// (an odd k ORs its high nibble into the byte its even neighbour wrote, so an
+// unused last high nibble stays 0); escape bytes (w >= 15) are collected aside.
+inline void put_nibble(uint8_t* dst, size_t blk, int w, std::vector<uint8_t>* esc) {
+  const uint8_t v = uint8_t(block_nibble_of(w));
+  if (blk & 1) {
+    dst[blk >> 1] = uint8_t(dst[blk >> 1] | (v << 4));
+  } else {
+    dst[blk >> 1] = v;
+  }
+  if (w >= kBlockEscape) esc->push_back(uint8_t(w));
+}
+
+// The payloads were written to dst[nib..pos) before the number of escape
+// bytes was known: move them up to make room for the escape bytes and put
+// those in. Returns the total size, or kNoFit if it exceeds cap. Costs
+// nothing when no block is escaped (the common case: w <= 14).
+inline size_t put_escapes(uint8_t* dst, size_t nib, size_t pos, size_t cap, const std::vector<uint8_t>& esc) {
+  if (esc.empty()) return pos;
+  if (esc.size() > cap - pos) return kNoFit;
+  std::memmove(dst + nib + esc.size(), dst + nib, pos - nib);
+  std::memcpy(dst + nib, esc.data(), esc.size());
+  return pos + esc.size();
+}
+
+// Half-bytes to bytes: an odd count has one unused high nibble.
+inline size_t halfbytes_to_bytes(size_t half) { return half / 2 + (half & 1); }
+
+// Payload bytes of the block whose nibble is v, for v != 15 (0 for v = 15).
+constexpr unsigned nibble_payload(unsigned v) { return v - 1u < 14u ? 4 * (v + 1) : 0; }
+
+// For each nibble byte: payload bytes of its non-escaped blocks (<= 120) and
+// its number of escaped blocks (0..2).
+struct NibbleTable {
+  uint8_t pay[256];
+  uint8_t esc[256];
+};
+constexpr NibbleTable make_nibble_table() {
+  NibbleTable t{};
+  for (unsigned b = 0; b < 256; ++b) {
+    t.pay[b] = uint8_t(nibble_payload(b & 15u) + nibble_payload(b >> 4));
+    t.esc[b] = uint8_t(((b & 15u) == 15u) + ((b >> 4) == 15u));
+  }
+  return t;
+}
+constexpr NibbleTable kNibbleTable = make_nibble_table();
+
+// Decoder pass 1: checks the width nibbles (an unused one must be 0), the
+// escape bytes (15..bits each, all inside len) and that the payload is exactly
+// len bytes; sets *base to where the block payloads start.
+template <class Code>
+bool check_widths(const uint8_t* src, size_t len, size_t nb, size_t* base) {
+  const size_t nib = block_nibble_bytes(nb);
+  if (len < nib) return false;
+  size_t nesc = 0, total = 0;
+  for (size_t i = 0; i < nib; ++i) {
+    nesc += kNibbleTable.esc[src[i]];
+    total += kNibbleTable.pay[src[i]];
+  }
+  if ((nb & 1) && (src[nib - 1] >> 4) != 0) return false;  // unused nibble
+  if (nesc > len - nib) return false;                       // escape stream truncated
+  unsigned bad = 0;
+  for (size_t e = 0; e < nesc; ++e) {
+    const unsigned w = src[nib + e];
+    bad |= unsigned(w < unsigned(kBlockEscape)) | unsigned(w > unsigned(block_max_width<Code>()));
+    total += block_payload_bytes(int(w));
+  }
+  *base = nib + nesc;
+  return !bad && total == len - *base;
+}
+
+// Reads the widths of a checked payload in block order.
+struct WidthReader {
+  const uint8_t* nib;
+  const uint8_t* esc;
+  WidthReader(const uint8_t* src, size_t nb) : nib(src), esc(src + block_nibble_bytes(nb)) {}
+  int next(size_t blk) {
+    const unsigned v = (unsigned(nib[blk >> 1]) >> (4 * (blk & 1))) & 15u;
+    return v == unsigned(kBlockEscape) ? int(*esc++) : int(v);
+  }
+};
+
 // ---- scalar ---------------------------------------------------------------
 
 template <class Code>
 size_t encoded_bytes_scalar(const Code* r, size_t n) {
-  size_t total = 0;
+  size_t half = 0;
   for (size_t i = 0; i < n; i += kBlockLen) {
     const int m = n - i < size_t(kBlockLen) ? int(n - i) : kBlockLen;
-    total += block_cost_bytes(r + i, m);
+    half += block_cost_halfbytes(r + i, m);
   }
-  return total;
+  return halfbytes_to_bytes(half);
 }
 
-// Encodes one block at dst+pos (payload), its width at *wb; returns the new
-// pos or kNoFit. `enc(block, m, out) -> w` encodes into a buffer of at least
+// Encodes one block's payload at dst+pos and sets *w; returns the new pos or
+// kNoFit. `enc(block, m, out) -> w` encodes into a buffer of at least
 // block_max_payload<Code>() bytes.
 template <class Code, class EncodeFn>
-inline size_t put_block(const Code* r, int m, uint8_t* wb, uint8_t* dst, size_t pos, size_t cap, EncodeFn enc) {
+inline size_t put_block(const Code* r, int m, uint8_t* dst, size_t pos, size_t cap, int* w, EncodeFn enc) {
   constexpr size_t kMax = block_max_payload<Code>();
   if (cap - pos >= kMax) {
-    const int w = enc(r, m, dst + pos);
-    *wb = uint8_t(w);
-    return pos + block_payload_bytes(w);
+    *w = enc(r, m, dst + pos);
+    return pos + block_payload_bytes(*w);
   }
   uint8_t tmp[kMax];
-  const int w = enc(r, m, tmp);
-  const size_t pb = block_payload_bytes(w);
+  *w = enc(r, m, tmp);
+  const size_t pb = block_payload_bytes(*w);
   if (pb > cap - pos) return kNoFit;
   std::memcpy(dst + pos, tmp, pb);
-  *wb = uint8_t(w);
   return pos + pb;
 }
 
 template <class Code>
 size_t encode_scalar(const Code* r, size_t n, uint8_t* dst, size_t cap) {
   const size_t nb = block_count(n);
-  if (nb > cap) return kNoFit;
-  size_t pos = nb;
+  const size_t nib = block_nibble_bytes(nb);
+  if (nib > cap) return kNoFit;
+  std::vector<uint8_t> esc;
+  size_t pos = nib;
   auto enc = [](const Code* b, int m, uint8_t* out) { return block_encode_one(b, m, out); };
   for (size_t blk = 0; blk < nb; ++blk) {
     const size_t i = blk * kBlockLen;
     const int m = n - i < size_t(kBlockLen) ? int(n - i) : kBlockLen;
-    pos = put_block(r + i, m, dst + blk, dst, pos, cap, enc);
+    int w = 0;
+    pos = put_block(r + i, m, dst, pos, cap, &w, enc);
     if (pos == kNoFit) return kNoFit;
+    put_nibble(dst, blk, w, &esc);
   }
-  return pos;
-}
-
-// Checks every width byte and that the payload is exactly len bytes.
-template <class Code>
-bool check_widths(const uint8_t* src, size_t len, size_t nb) {
-  if (len < nb) return false;
-  size_t total = nb;
-  unsigned bad = 0;
-  for (size_t b = 0; b < nb; ++b) {
-    const unsigned w = src[b];
-    bad |= unsigned(w > unsigned(block_max_width<Code>()));
-    total += block_payload_bytes(int(w));
-  }
-  return !bad && total == len;
+  return put_escapes(dst, nib, pos, cap, esc);
 }
 
 template <class Code>
 Status decode_scalar(const uint8_t* src, size_t len, size_t n, Code* out) {
   const size_t nb = block_count(n);
-  if (!check_widths<Code>(src, len, nb)) return Status::Corrupt;
-  const uint8_t* p = src + nb;
+  size_t base = 0;
+  if (!check_widths<Code>(src, len, nb, &base)) return Status::Corrupt;
+  WidthReader wr(src, nb);
+  const uint8_t* p = src + base;
   for (size_t blk = 0; blk < nb; ++blk) {
     const size_t i = blk * kBlockLen;
     const int m = n - i < size_t(kBlockLen) ? int(n - i) : kBlockLen;
-    const int w = src[blk];
+    const int w = wr.next(blk);
     if (!block_decode_one(p, w, m, out + i)) return Status::Corrupt;
     p += block_payload_bytes(w);
   }
@@ -308,42 +387,43 @@ struct EncBlockAvx2 {
   }
 };
 
+// Width of the full block at r (32 residuals).
+template <class Code>
+NCCLZ_AVX2_INLINE int width_full_avx2(const Code* r) {
+  const __m256i* p = reinterpret_cast<const __m256i*>(r);
+  if constexpr (sizeof(Code) == 4) {
+    const __m256i a = _mm256_or_si256(_mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p)),
+                                                      _mm256_abs_epi32(_mm256_loadu_si256(p + 1))),
+                                      _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p + 2)),
+                                                      _mm256_abs_epi32(_mm256_loadu_si256(p + 3))));
+    return block_bit_width(hor_or(a));
+  } else {
+    __m256i acc = _mm256_setzero_si256();
+    for (int t = 0; t < 8; ++t) acc = _mm256_or_si256(acc, abs64(_mm256_loadu_si256(p + t)));
+    __m128i x = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    x = _mm_or_si128(x, _mm_unpackhi_epi64(x, x));
+    return block_bit_width(uint64_t(_mm_cvtsi128_si64(x)));
+  }
+}
+
 template <class Code>
 NCCLZ_AVX2 size_t encoded_bytes_avx2(const Code* r, size_t n) {
   const size_t full = n / kBlockLen;
-  size_t total = 0;
-  if constexpr (sizeof(Code) == 4) {
-    for (size_t blk = 0; blk < full; ++blk) {
-      const __m256i* p = reinterpret_cast<const __m256i*>(r + blk * kBlockLen);
-      const __m256i a = _mm256_or_si256(_mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p)),
-                                                        _mm256_abs_epi32(_mm256_loadu_si256(p + 1))),
-                                        _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p + 2)),
-                                                        _mm256_abs_epi32(_mm256_loadu_si256(p + 3))));
-      const uint32_t acc = hor_or(a);
-      total += block_cost_from_width(block_bit_width(acc));
-    }
-  } else {
-    for (size_t blk = 0; blk < full; ++blk) {
-      const __m256i* p = reinterpret_cast<const __m256i*>(r + blk * kBlockLen);
-      __m256i acc = _mm256_setzero_si256();
-      for (int t = 0; t < 8; ++t) acc = _mm256_or_si256(acc, abs64(_mm256_loadu_si256(p + t)));
-      __m128i x = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-      x = _mm_or_si128(x, _mm_unpackhi_epi64(x, x));
-      const uint64_t a = uint64_t(_mm_cvtsi128_si64(x));
-      total += block_cost_from_width(block_bit_width(a));
-    }
-  }
-  if (n % kBlockLen) total += block_cost_bytes(r + full * kBlockLen, int(n % kBlockLen));
-  return total;
+  size_t half = 0;
+  for (size_t blk = 0; blk < full; ++blk) half += block_cost_halfbytes_from_width(width_full_avx2(r + blk * kBlockLen));
+  if (n % kBlockLen) half += block_cost_halfbytes(r + full * kBlockLen, int(n % kBlockLen));
+  return halfbytes_to_bytes(half);
 }
 
 template <class Code>
 NCCLZ_AVX2 size_t encode_avx2(const Code* r, size_t n, uint8_t* dst, size_t cap) {
   const size_t nb = block_count(n);
-  if (nb > cap) return kNoFit;
+  const size_t nib = block_nibble_bytes(nb);
+  if (nib > cap) return kNoFit;
+  std::vector<uint8_t> esc;
+  size_t pos = nib;
   constexpr size_t kMax = block_max_payload<Code>();
   const size_t full = n / kBlockLen;
-  size_t pos = nb;
   size_t blk = 0;
   // Fast loop: room for a worst-case block.
   for (; blk < full && cap - pos >= kMax; ++blk) {
@@ -353,27 +433,31 @@ NCCLZ_AVX2 size_t encode_avx2(const Code* r, size_t n, uint8_t* dst, size_t cap)
     } else {
       w = enc_block_i64_avx2(r + blk * kBlockLen, dst + pos);
     }
-    dst[blk] = uint8_t(w);
     pos += block_payload_bytes(w);
+    put_nibble(dst, blk, w, &esc);
   }
   const EncBlockAvx2<Code> enc;
   for (; blk < nb; ++blk) {
     const size_t i = blk * kBlockLen;
     const int m = n - i < size_t(kBlockLen) ? int(n - i) : kBlockLen;
-    pos = put_block(r + i, m, dst + blk, dst, pos, cap, enc);
+    int w = 0;
+    pos = put_block(r + i, m, dst, pos, cap, &w, enc);
     if (pos == kNoFit) return kNoFit;
+    put_nibble(dst, blk, w, &esc);
   }
-  return pos;
+  return put_escapes(dst, nib, pos, cap, esc);
 }
 
 template <class Code>
 NCCLZ_AVX2 Status decode_avx2(const uint8_t* src, size_t len, size_t n, Code* out) {
   const size_t nb = block_count(n);
-  if (!check_widths<Code>(src, len, nb)) return Status::Corrupt;
+  size_t base = 0;
+  if (!check_widths<Code>(src, len, nb, &base)) return Status::Corrupt;
+  WidthReader wr(src, nb);
   const size_t full = n / kBlockLen;
-  const uint8_t* p = src + nb;
+  const uint8_t* p = src + base;
   for (size_t blk = 0; blk < full; ++blk) {
-    const int w = src[blk];
+    const int w = wr.next(blk);
     Code* o = out + blk * kBlockLen;
     __m256i* op = reinterpret_cast<__m256i*>(o);
     if (w == 0) {
@@ -399,7 +483,7 @@ NCCLZ_AVX2 Status decode_avx2(const uint8_t* src, size_t len, size_t n, Code* ou
     p += block_payload_bytes(w);
   }
   if (full < nb) {
-    const int w = src[full];
+    const int w = wr.next(full);
     if (!block_decode_one(p, w, int(n - full * kBlockLen), out + full * kBlockLen)) return Status::Corrupt;
   }
   return Status::Ok;

@@ -5,22 +5,30 @@
 //
 // Payload of n residuals of type Code (int32_t or int64_t), nb = ceil(n/32):
 //
-//   nb width bytes      w = bit width of the block's largest magnitude |r|
-//                       (0..32 for int32, 0..64 for int64; w = 0: all zero)
+//   ceil(nb/2) bytes    width nibbles: block k's nibble is byte k/2, low
+//                       nibble for even k, high for odd k; an unused high
+//                       nibble (nb odd) is 0. Nibble v = 0..14: width w = v;
+//                       v = 15: escaped, w is the block's escape byte.
+//   one byte per        escape bytes, in block order: w = 15..bits
+//   escaped block
 //   per block, w > 0:   u32 sign word (bit i = residual i < 0)
 //                       w u32 bit-planes, plane b holds bit b of the 32
 //                       magnitudes (bit i = bit b of |r_i|), b = 0 first
 //
-// All words little-endian; the last block is padded with zero residuals. A
-// block costs 1 + (w ? 4*(w+1) : 0) bytes. The bit planes are exactly what a
-// GPU warp makes with __ballot_sync, so CPU and GPU slices are byte-identical.
+// w = bit width of the block's largest magnitude |r| (0..32 for int32, 0..64
+// for int64; w = 0: all zero). All words little-endian; the last block is
+// padded with zero residuals. A block costs half a byte, plus one escape
+// byte if w >= 15, plus (w ? 4*(w+1) : 0) bytes. The bit planes are exactly
+// what a GPU warp makes with __ballot_sync, so CPU and GPU slices are
+// byte-identical.
 //
 // Every valid payload has exactly one decoding and every residual array
 // exactly one encoding: the decoder rejects (Status::Corrupt) a total length
-// other than the computed one, w above the type's bits, a top plane of zero
-// (w not minimal), a sign bit on a zero magnitude, nonzero padding lanes, and
-// (w = bits only) a magnitude with the top bit set that is not exactly
-// 2^(bits-1) with its sign bit set (the only such value is INT_MIN).
+// other than the computed one, w above the type's bits, an escape byte
+// below 15 (widths < 15 must use the nibble), a nonzero unused nibble, a top
+// plane of zero (w not minimal), a sign bit on a zero magnitude, nonzero
+// padding lanes, and (w = bits only) a magnitude with the top bit set that is
+// not exactly 2^(bits-1) with its sign bit set (the only such value is INT_MIN).
 //
 // The per-block functions (block_width, block_cost_bytes, block_encode_one,
 // block_decode_one, block_check_planes) are NCCLZ_HD templates: the CPU scalar
@@ -38,9 +46,15 @@ namespace ncclz::codec {
 constexpr size_t kNoFit = ~size_t(0);
 constexpr int kBlockLen = 32;
 
-/// Payload bytes one block of m <= 32 residuals costs (host and device).
+/// Bytes one block of m <= 32 residuals costs, rounded up (its width nibble
+/// counts as a whole byte); block_cost_halfbytes is exact.
 template <class Code>
 NCCLZ_HD size_t block_cost_bytes(const Code* r, int m);
+
+/// Half-bytes one block of m <= 32 residuals costs (host and device): the
+/// payload of n residuals is ceil(sum over blocks / 2) bytes.
+template <class Code>
+NCCLZ_HD size_t block_cost_halfbytes(const Code* r, int m);
 
 /// Exact payload size for r[0..n).
 template <class Code>
@@ -69,11 +83,24 @@ NCCLZ_HD constexpr int block_max_width() {
 /// Number of blocks of n residuals: ceil(n / 32), without overflow.
 NCCLZ_HD constexpr size_t block_count(size_t n) { return n / kBlockLen + (n % kBlockLen != 0); }
 
-/// Bytes after the width byte of a block of width w: 0 or 4*(w+1).
+/// Nibble value meaning "the width is in the escape stream"; widths below it
+/// are stored in the nibble itself.
+constexpr int kBlockEscape = 15;
+
+/// Bytes of the width nibbles of nb blocks: ceil(nb / 2).
+NCCLZ_HD constexpr size_t block_nibble_bytes(size_t nb) { return nb / 2 + (nb & 1); }
+
+/// The nibble that stores width w (0..14 as is, 15 for an escaped width).
+NCCLZ_HD constexpr unsigned block_nibble_of(int w) { return w < kBlockEscape ? unsigned(w) : unsigned(kBlockEscape); }
+
+/// Sign word and planes of a block of width w: 0 or 4*(w+1) bytes.
 NCCLZ_HD constexpr size_t block_payload_bytes(int w) { return w ? size_t(4) * size_t(w + 1) : 0; }
 
-/// Bytes a block of width w costs in total (width byte included).
-NCCLZ_HD constexpr size_t block_cost_from_width(int w) { return 1 + block_payload_bytes(w); }
+/// Half-bytes a block of width w costs in total: its nibble, its escape byte
+/// (w >= 15) and its payload.
+NCCLZ_HD constexpr size_t block_cost_halfbytes_from_width(int w) {
+  return 1 + (w >= kBlockEscape ? 2 : 0) + 2 * block_payload_bytes(w);
+}
 
 /// Largest payload (sign word + planes) of one block of this type.
 template <class Code>
@@ -114,8 +141,13 @@ NCCLZ_HD int block_width(const Code* r, int m) {
 }
 
 template <class Code>
+NCCLZ_HD size_t block_cost_halfbytes(const Code* r, int m) {
+  return block_cost_halfbytes_from_width(block_width(r, m));
+}
+
+template <class Code>
 NCCLZ_HD size_t block_cost_bytes(const Code* r, int m) {
-  return block_cost_from_width(block_width(r, m));
+  return (block_cost_halfbytes(r, m) + 1) / 2;
 }
 
 /// Transposes an 8x8 bit matrix held in a u64 (bit 8*row + col <-> bit 8*col + row).
@@ -132,7 +164,7 @@ NCCLZ_HD uint64_t block_transpose8x8(uint64_t x) {
 
 /// Encodes the block r[0..m) (m <= 32, missing lanes are zero residuals):
 /// writes its sign word and planes (block_payload_bytes(w) bytes, nothing for
-/// a zero block) to dst and returns w, the value of the block's width byte.
+/// a zero block) to dst and returns w, the block's width.
 template <class Code>
 NCCLZ_HD int block_encode_one(const Code* r, int m, uint8_t* dst) {
   using U = std::make_unsigned_t<Code>;

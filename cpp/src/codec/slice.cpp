@@ -118,7 +118,7 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
       const size_t off = b * kBlockLen;
       const int m = int(std::min<size_t>(kBlockLen, n - off));
       sample_residuals(q, off, m, p, a0, a1, r);
-      if (want_block) block_cost += block_cost_bytes(r, m);
+      if (want_block) block_cost += block_cost_halfbytes(r, m);
       if (want_rans) {
         for (int k = 0; k < m; ++k) {
           uint32_t s, e;
@@ -131,7 +131,7 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
       ++sampled_blocks;
     }
     if (want_block) {
-      const size_t est = size_t(double(block_cost) * double(nblocks) / double(sampled_blocks));
+      const size_t est = size_t(double(block_cost) * double(nblocks) / double(sampled_blocks) / 2.0);
       if (est < best_fast.est) best_fast = {Codec::Block, p, est};
     }
     if (want_rans) {
