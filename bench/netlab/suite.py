@@ -16,6 +16,8 @@ Phases (all 4 hosts, one rank per host namespace, tbf-shaped NICs):
          auto:rel=1e-3, gloo
   sizes  0.5 Gbit/s, all_reduce 64 KiB .. 64 MiB, smooth: none / rel=1e-3 / auto:rel=1e-3
   twohost  the main all_reduce on 2 hosts only (2 ranks on 2 cores: a core per rank)
+  rootless after the lab is gone: smooth/gaussian all_reduce on loopback with
+           NCCLZ_SOCKET_THROTTLE_GBPS = the main rate (the no-root emulation), for comparison
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def ncclz_runtime_available() -> bool:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phases", default="main,bf16,colls,rates,sizes,twohost")
+    ap.add_argument("--phases", default="main,bf16,colls,rates,sizes,twohost,rootless")
     ap.add_argument("-n", "--hosts", type=int, default=4)
     ap.add_argument("--rate", type=float, default=0.5, help="Gbit/s of the main/bf16/colls/sizes phases")
     ap.add_argument("--rates", default="0.1,0.25,0.5,1,2,5,10")
@@ -138,14 +140,16 @@ def main(argv=None) -> int:
     port = 29600
     with netlab.Lab(a.hosts, a.rate, a.prefix) as lab:
         log(lab.describe())
-        json.dump(dict(hosts=a.hosts, prefix=a.prefix, tbf={str(r): netlab.tbf_args(float(r)) for r in
-                                                              [a.rate] + [float(x) for x in a.rates.split(",")]},
-                       started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), argv=sys.argv),
-                  open(os.path.join(RAW, "lab.json"), "w"), indent=1)
-        # measured goodput of one link at the main rate (the tbf check)
-        got = netlab.iperf(lab, 32 << 20)
-        log(f"iperf h1->h0 at {a.rate} Gbit/s: {got:.3f} Gbit/s")
-        json.dump(dict(rate=a.rate, measured_gbps=got), open(os.path.join(RAW, "iperf.json"), "w"))
+        if [ph for ph in phases if ph != "rootless"]:
+            tbf = {str(r): netlab.tbf_args(float(r)) for r in [a.rate] + [float(x) for x in a.rates.split(",")]}
+            with open(os.path.join(RAW, "lab.json"), "w") as f:
+                json.dump(dict(hosts=a.hosts, prefix=a.prefix, tbf=tbf, argv=sys.argv,
+                               started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), f, indent=1)
+            # measured goodput of one link at the main rate (the tbf check)
+            got = netlab.iperf(lab, 32 << 20)
+            log(f"iperf h1->h0 at {a.rate} Gbit/s: {got:.3f} Gbit/s")
+            with open(os.path.join(RAW, "iperf.json"), "w") as f:
+                json.dump(dict(rate=a.rate, measured_gbps=got), f)
 
         def nextport():
             nonlocal port
@@ -190,6 +194,16 @@ def main(argv=None) -> int:
             status["sizes"] = run_bench(lab, "sizes", ["-b", "64K", "-e", a.size, "-f", "4", "--budget", "1",
                                                        "-c", "all_reduce", "-d", "smooth", "-s", S("ncclz"),
                                                        "-m", "none,rel=1e-3,auto:rel=1e-3"], nextport(), a.timeout)
+    if "rootless" in phases and "ncclz" in systems:
+        # the root-less emulation on loopback: the ncclz socket transport paces itself
+        out = os.path.join(RAW, f"rootless{TAG}.json")
+        cmd = BENCH + ["-n", str(a.hosts), "--throttle-gbps", str(a.rate), "-c", "all_reduce", "-d", "smooth,gaussian",
+                       "-m", "none,rel=1e-3", "-b", a.size, "-e", a.size, "--budget", str(a.budget), "--json", out]
+        log(f"rootless: NCCLZ_SOCKET_THROTTLE_GBPS={a.rate} on loopback: {' '.join(cmd[2:])}")
+        r = subprocess.run(cmd, env=dict(os.environ, NCCLZ_BENCH_DIR=os.path.join(REPO, "bench"),
+                                         NCCLZ_CORES_PER_RANK=str((os.cpu_count() or 1) / a.hosts)),
+                           timeout=a.timeout)
+        status["rootless"] = r.returncode
     json.dump(status, open(os.path.join(RAW, "status.json"), "w"), indent=1)
     log(f"done: {status}; namespaces left: {netlab.list_namespaces(a.prefix)}")
     return 0 if all(v == 0 for v in status.values()) else 1

@@ -1,0 +1,1 @@
+"""Command-line tools shipped with ncclz (ncclz-bench, the codec demo, the compression policy)."""
