@@ -367,12 +367,31 @@ void release_slack(ByteBuffer& out) {
   if (out.capacity() > out.size() + out.size() / 4 + 4096) out.shrink_to_fit();
 }
 
+/// Half an ulp of T at magnitude v (at least half the smallest subnormal).
+template <class T>
+double half_ulp_of(double v) {
+  int mant = 24;  // significand bits of T
+  double tiny = std::numeric_limits<float>::denorm_min();
+  if constexpr (std::is_same_v<T, double>) {
+    mant = 53;
+    tiny = std::numeric_limits<double>::denorm_min();
+  } else if constexpr (std::is_same_v<T, Bf16>) {
+    mant = 8;
+    tiny = 9.183549615799121e-41;  // smallest bfloat16 subnormal, 2^-133
+  } else if constexpr (std::is_same_v<T, F16>) {
+    mant = 11;
+    tiny = 5.960464477539063e-08;  // smallest float16 subnormal, 2^-24
+  }
+  return std::max(std::ldexp(std::fabs(v), -mant), tiny / 2);
+}
+
 /// The absolute bound for a lossy spec (see container.hpp for rel with max == min).
 template <class T>
-double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs) {
+double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs, bool* constant) {
   double lo = 0, hi = 0;
   const bool any = finite_range(x, n, &lo, &hi);
   *max_abs = any ? std::max(std::fabs(lo), std::fabs(hi)) : 0.0;
+  *constant = any && lo == hi;
   double eb;
   if (spec.abs_bound > 0) {
     eb = spec.abs_bound;
@@ -486,12 +505,24 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* xs = static_cast<const T*>(x);
     double max_abs = 0;
-    const double eb = choose_eb(xs, size_t(n), spec, &max_abs);
-    const QuantGrid g = QuantGrid::from_bound(eb);
+    bool constant = false;
+    const double eb = choose_eb(xs, size_t(n), spec, &max_abs, &constant);
+    // The grid's half step is the bound less half an ulp of T at the largest
+    // magnitude a value or its code can have, so that rounding a grid point to
+    // T never pushes an element past the bound (elements exactly between two
+    // grid points would otherwise become outliers). Where that slack is more
+    // than 1/8 of the bound (16-bit types at bounds near their precision) a
+    // finer grid would cost more than the few outliers, and a constant array
+    // keeps the grid that reproduces it exactly. The quantizer always checks
+    // the user's bound; the blob records the grid's half step.
+    const double slack = half_ulp_of<T>(max_abs + eb);
+    const double grid_eb = (!constant && slack <= 0.125 * eb) ? eb - slack : eb;
+    QuantGrid g = QuantGrid::from_bound(grid_eb);
+    g.eb = eb;
     const bool narrow = max_abs * g.inv_step < double(kI32Limit);
     const ElemType code_type = narrow ? ElemType::I32 : ElemType::I64;
     checked_choice(opt, code_type, spec, shape, l);
-    put_header(out, spec, t, code_type, shape, l.slice_elems, eb, slices);
+    put_header(out, spec, t, code_type, shape, l.slice_elems, grid_eb, slices);
     out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(code_type) + 16);
     std::vector<uint64_t> outliers;
     if (narrow)
