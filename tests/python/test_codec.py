@@ -363,3 +363,11 @@ def test_decompress_into_preallocated_output(rng):
         ncclz.codec.decompress(blob, out=np.empty((37, 129), np.float64))
     with pytest.raises(ncclz.InvalidArgumentError, match="C-contiguous"):
         ncclz.codec.decompress(blob, out=np.empty((129, 37), np.float32).T)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_codec_demo_keeps_every_promise(seed, capsys):
+    from ncclz.tools import codec_demo
+
+    assert codec_demo.main(["--elements", str(1 << 16), "--seed", str(seed)]) == 0
+    assert "broke" not in capsys.readouterr().out
