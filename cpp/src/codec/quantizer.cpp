@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #if defined(__FAST_MATH__)
 #error "quantizer.cpp relies on IEEE rounding (round_to_integer, the bound check): no -ffast-math"
@@ -119,15 +120,19 @@ bool is_finite_bits(float x) { return (bits_of(x) & 0x7F800000u) != 0x7F800000u;
 bool is_finite_bits(double x) { return (bits_of(x) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull; }
 
 template <class T>
-NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, double* lo, double* hi) {
+NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, double* lo, double* hi, bool* nonfinite) {
   // T is float or double: comparisons in T are exact. kLanes independent
   // running minima/maxima (no loop-carried chain across lanes) let the
   // compiler keep them in vector registers.
   constexpr int kLanes = 64 / sizeof(T);
+  // Non-finite flags as integers of T's width, so they share T's vector lanes.
+  using Flag = std::conditional_t<sizeof(T) == 8, int64_t, int32_t>;
   T lv[kLanes], hv[kLanes];
+  Flag nf[kLanes];
   for (int k = 0; k < kLanes; ++k) {
     lv[k] = T(INFINITY);
     hv[k] = T(-INFINITY);
+    nf[k] = 0;
   }
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -136,19 +141,24 @@ NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, doub
       const bool f = is_finite_bits(v);
       lv[k] = (f && v < lv[k]) ? v : lv[k];
       hv[k] = (f && v > hv[k]) ? v : hv[k];
+      nf[k] |= Flag(!f);
     }
   }
   T l = T(INFINITY), h = T(-INFINITY);
+  bool bad = false;
   for (; i < n; ++i) {
     const T v = x[i];
     const bool f = is_finite_bits(v);
     l = (f && v < l) ? v : l;
     h = (f && v > h) ? v : h;
+    bad |= !f;
   }
   for (int k = 0; k < kLanes; ++k) {
     l = lv[k] < l ? lv[k] : l;
     h = hv[k] > h ? hv[k] : h;
+    bad |= nf[k] != 0;
   }
+  if (nonfinite) *nonfinite = bad;
   if (!(l <= h)) return false;
   *lo = double(l);
   *hi = double(h);
@@ -156,14 +166,17 @@ NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, doub
 }
 
 template <class T>
-bool finite_range_16(const T* x, size_t n, double* lo, double* hi) {
+bool finite_range_16(const T* x, size_t n, double* lo, double* hi, bool* nonfinite) {
   float l = INFINITY, h = -INFINITY;
+  bool bad = false;
   for (size_t i = 0; i < n; ++i) {
     const float v = float(to_double(x[i]));
     const bool f = is_finite_bits(v);
     l = (f && v < l) ? v : l;
     h = (f && v > h) ? v : h;
+    bad |= !f;
   }
+  if (nonfinite) *nonfinite = bad;
   if (!(l <= h)) return false;
   *lo = double(l);
   *hi = double(h);
@@ -187,21 +200,30 @@ void dequantize(const Code* q, size_t n, const QuantGrid& g, T* out) {
 }
 
 template <>
-bool finite_range<float>(const float* x, size_t n, double* lo, double* hi) {
-  return finite_range_float(x, n, lo, hi);
+bool finite_stats<float>(const float* x, size_t n, double* lo, double* hi, bool* nonfinite) {
+  return finite_range_float(x, n, lo, hi, nonfinite);
 }
 template <>
-bool finite_range<double>(const double* x, size_t n, double* lo, double* hi) {
-  return finite_range_float(x, n, lo, hi);
+bool finite_stats<double>(const double* x, size_t n, double* lo, double* hi, bool* nonfinite) {
+  return finite_range_float(x, n, lo, hi, nonfinite);
 }
 template <>
-bool finite_range<Bf16>(const Bf16* x, size_t n, double* lo, double* hi) {
-  return finite_range_16(x, n, lo, hi);
+bool finite_stats<Bf16>(const Bf16* x, size_t n, double* lo, double* hi, bool* nonfinite) {
+  return finite_range_16(x, n, lo, hi, nonfinite);
 }
 template <>
-bool finite_range<F16>(const F16* x, size_t n, double* lo, double* hi) {
-  return finite_range_16(x, n, lo, hi);
+bool finite_stats<F16>(const F16* x, size_t n, double* lo, double* hi, bool* nonfinite) {
+  return finite_range_16(x, n, lo, hi, nonfinite);
 }
+
+template <class T>
+bool finite_range(const T* x, size_t n, double* lo, double* hi) {
+  return finite_stats(x, n, lo, hi, nullptr);
+}
+template bool finite_range<float>(const float*, size_t, double*, double*);
+template bool finite_range<double>(const double*, size_t, double*, double*);
+template bool finite_range<Bf16>(const Bf16*, size_t, double*, double*);
+template bool finite_range<F16>(const F16*, size_t, double*, double*);
 
 template <class T>
 double finite_max_abs(const T* x, size_t n) {

@@ -81,6 +81,10 @@ void dequantize(const Code* q, size_t n, const QuantGrid& g, T* out);
 template <class T>
 bool finite_range(const T* x, size_t n, double* lo, double* hi);
 
+/// finite_range, and whether any element is non-finite (*nonfinite, when given).
+template <class T>
+bool finite_stats(const T* x, size_t n, double* lo, double* hi, bool* nonfinite);
+
 /// Largest |x| over finite elements (0 if none).
 template <class T>
 double finite_max_abs(const T* x, size_t n);

@@ -37,26 +37,10 @@ void with_code_type(bool wide, Fn&& fn) {
 template <class T>
 DataStats scan_typed(const T* x, size_t n) {
   DataStats s;
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  bool bad = false;
-  constexpr size_t kBlock = 1024;
-  for (size_t b = 0; b < n; b += kBlock) {
-    const size_t m = std::min(kBlock, n - b);
-    double l = lo, h = hi;
-    bool nf = false;
-    for (size_t i = 0; i < m; ++i) {
-      const double v = codec::to_double(x[b + i]);
-      const bool fin = codec::abs_le(v, std::numeric_limits<double>::max());
-      nf |= !fin;
-      l = (fin && v < l) ? v : l;
-      h = (fin && v > h) ? v : h;
-    }
-    lo = l;
-    hi = h;
-    bad |= nf;
-  }
-  s.nonfinite = bad;
-  s.any_finite = lo <= hi;
+  double lo = 0, hi = 0;
+  bool nonfinite = false;
+  s.any_finite = codec::finite_stats(x, n, &lo, &hi, &nonfinite);
+  s.nonfinite = nonfinite;
   if (s.any_finite) {
     s.lo = lo;
     s.hi = hi;
