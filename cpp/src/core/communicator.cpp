@@ -227,6 +227,22 @@ class CommunicatorImpl final : public Communicator {
   Wire native_wire(DataType t, Mode m, RedOp op, const Compression& c) const;
   Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c) const;
   prims::Prims make_prims(int c, const Wire& w, Call& call);
+
+  // -- point to point
+  /// What send() and recv() settle before the handshake.
+  struct P2PCall {
+    std::string me;   ///< "ncclz rank R: " prefix for errors
+    Mode m;           ///< effective mode
+    int nch;          ///< threads for the API-layer passes
+    std::string err;  ///< this rank's argument error ("" if none)
+    CallDesc d;       ///< this rank's call descriptor
+  };
+  P2PCall p2p_begin(Coll coll, const void* buf, size_t count, DataType t, int peer, const Compression& c);
+  /// Prims on the p2p link to a peer; w = Wire{} moves raw bytes (the handshake).
+  prims::Prims p2p_prims(transport::PeerLink& link, const Wire& w, Call& call, prims::ChannelStats* st);
+  /// Runs fn; a failure other than Aborted aborts the communicator ("<what> failed: ...") and rethrows.
+  template <class Fn>
+  void p2p_step(const char* what, Fn&& fn);
   template <class Fn>
   void run_channels(int nch, Call& call, Fn&& fn);
 
@@ -865,27 +881,66 @@ void CommunicatorImpl::barrier() {
 // throw on a mismatch before any data moves. Then the data follows on the same
 // link: the user type (none: raw slots; lossless: coded) or the sender's codes.
 
-void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer, const Compression& c,
-                            CallStats* stats) {
-  std::lock_guard<std::mutex> lk(call_mu_);
-  Call call = begin(stats);
-  const std::string me = "ncclz rank " + std::to_string(rank_) + ": ";
+CommunicatorImpl::P2PCall CommunicatorImpl::p2p_begin(Coll coll, const void* buf, size_t count, DataType t,
+                                                      int peer, const Compression& c) {
+  const bool sending = coll == Coll::Send;
+  const char* verb = sending ? "send" : "recv";
+  P2PCall p;
+  p.me = "ncclz rank " + std::to_string(rank_) + ": ";
   if (peer < 0 || peer >= size_ || peer == rank_) {
-    throw InvalidArgument(me + "send: peer " + std::to_string(peer) +
+    throw InvalidArgument(p.me + verb + ": peer " + std::to_string(peer) +
                           " must be another rank of this communicator (0.." + std::to_string(size_ - 1) +
                           ", not " + std::to_string(rank_) + ")");
   }
   if (!p2p_enabled_) {
-    throw InvalidArgument(me + "send: point-to-point links are off (NCCLZ_P2P=0 at communicator creation)");
+    throw InvalidArgument(p.me + verb + ": point-to-point links are off (NCCLZ_P2P=0 at communicator creation)");
   }
-  const Mode m = effective_mode(c, count * dsize(t));
-  const int nch = pick_channels(count * dsize(t));  // threads for the API-layer passes
-  std::string err = check_compression(t, m, c);
-  if (err.empty()) err = check_buffers(buf, buf, count);
-  CallDesc d = make_desc(Coll::Send, count, t, RedOp::Sum, rank_, m, c);
-  d.peer = peer;
-  d.seq = send_seq_[size_t(peer)]++;
-  if (!err.empty()) d.flags |= core::kInvalid;
+  p.m = effective_mode(c, count * dsize(t));
+  p.nch = pick_channels(count * dsize(t));
+  p.err = check_compression(t, p.m, c);
+  if (p.err.empty()) p.err = check_buffers(buf, buf, count);
+  p.d = make_desc(coll, count, t, RedOp::Sum, sending ? rank_ : peer, p.m, c);
+  p.d.peer = sending ? peer : rank_;
+  p.d.seq = (sending ? send_seq_ : recv_seq_)[size_t(peer)]++;
+  if (!p.err.empty()) p.d.flags |= core::kInvalid;
+  return p;
+}
+
+prims::Prims CommunicatorImpl::p2p_prims(transport::PeerLink& link, const Wire& w, Call& call,
+                                         prims::ChannelStats* st) {
+  prims::PrimsArgs a;
+  a.type = w.type;
+  a.mode = w.mode;
+  a.enc = w.enc;
+  a.raw_esize = w.raw_esize;
+  a.deadline = call.deadline;
+  a.rank = rank_;
+  a.channel = -1;
+  return prims::Prims(link.send.get(), link.recv.get(), a, st, p2p_scratch_.get(slot_bytes_ + 64));
+}
+
+template <class Fn>
+void CommunicatorImpl::p2p_step(const char* what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(std::string(what) + " failed: " + e.what());
+    throw;
+  }
+}
+
+void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer, const Compression& c,
+                            CallStats* stats) {
+  std::lock_guard<std::mutex> lk(call_mu_);
+  Call call = begin(stats);
+  P2PCall pc = p2p_begin(Coll::Send, buf, count, t, peer, c);
+  const std::string& me = pc.me;
+  const Mode m = pc.m;
+  const int nch = pc.nch;
+  const std::string& err = pc.err;
+  CallDesc& d = pc.d;
 
   core::LossyPlan plan;
   void* codes = nullptr;
@@ -913,25 +968,12 @@ void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer,
   transport::PeerLink& link = *p2p_[size_t(peer)];
   CallDesc ans;
   call.ch.assign(1, prims::ChannelStats{});
-  auto raw_prims = [&](prims::ChannelStats* st) {
-    prims::PrimsArgs a;
-    a.type = ElemType::U8;
-    a.deadline = call.deadline;
-    a.rank = rank_;
-    a.channel = -1;
-    return prims::Prims(link.send.get(), link.recv.get(), a, st, p2p_scratch_.get(slot_bytes_ + 64));
-  };
-  try {
+  p2p_step("send handshake", [&] {
     prims::ChannelStats ctl;
-    prims::Prims p = raw_prims(&ctl);
+    prims::Prims p = p2p_prims(link, Wire{}, call, &ctl);
     p.send(&d, sizeof d);
     p.recv(&ans, sizeof ans);
-  } catch (const Aborted&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(std::string("send handshake failed: ") + e.what());
-    throw;
-  }
+  });
   if (!err.empty()) throw InvalidArgument(me + describe(d) + ": " + err);
   if (ans.flags & core::kInvalid) {
     throw RemoteError(me + describe(d) + ": the receiving rank " + std::to_string(peer) + " called " +
@@ -946,67 +988,33 @@ void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer,
   }
   Wire w = (d.flags & core::kCompress) ? code_wire(t, plan.wide, RedOp::Sum, c)
                                        : native_wire(t, is_lossy(m) ? Mode::None : m, RedOp::Sum, c);
-  try {
-    prims::PrimsArgs a;
-    a.type = w.type;
-    a.mode = w.mode;
-    a.enc = w.enc;
-    a.raw_esize = w.raw_esize;
-    a.deadline = call.deadline;
-    a.rank = rank_;
-    a.channel = -1;
-    prims::Prims p(link.send.get(), link.recv.get(), a, &call.ch[0], p2p_scratch_.get(slot_bytes_ + 64));
+  p2p_step("send", [&] {
+    prims::Prims p = p2p_prims(link, w, call, &call.ch[0]);
     p.send((d.flags & core::kCompress) ? codes : buf, count);
     link.send->flush(call.deadline);  // complete only once the bytes have left this process
-  } catch (const Aborted&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(std::string("send failed: ") + e.what());
-    throw;
-  }
+  });
   call.finish();
 }
 
 void CommunicatorImpl::recv(void* buf, size_t count, DataType t, int peer, const Compression& c, CallStats* stats) {
   std::lock_guard<std::mutex> lk(call_mu_);
   Call call = begin(stats);
-  const std::string me = "ncclz rank " + std::to_string(rank_) + ": ";
-  if (peer < 0 || peer >= size_ || peer == rank_) {
-    throw InvalidArgument(me + "recv: peer " + std::to_string(peer) +
-                          " must be another rank of this communicator (0.." + std::to_string(size_ - 1) +
-                          ", not " + std::to_string(rank_) + ")");
-  }
-  if (!p2p_enabled_) {
-    throw InvalidArgument(me + "recv: point-to-point links are off (NCCLZ_P2P=0 at communicator creation)");
-  }
-  const Mode m = effective_mode(c, count * dsize(t));
-  const int nch = pick_channels(count * dsize(t));  // threads for the API-layer passes
-  std::string err = check_compression(t, m, c);
-  if (err.empty()) err = check_buffers(buf, buf, count);
-  CallDesc d = make_desc(Coll::Recv, count, t, RedOp::Sum, peer, m, c);
-  d.peer = rank_;
-  d.seq = recv_seq_[size_t(peer)]++;
-  if (!err.empty()) d.flags |= core::kInvalid;
+  P2PCall pc = p2p_begin(Coll::Recv, buf, count, t, peer, c);
+  const std::string& me = pc.me;
+  const Mode m = pc.m;
+  const int nch = pc.nch;
+  const std::string& err = pc.err;
+  CallDesc& d = pc.d;
 
   transport::PeerLink& link = *p2p_[size_t(peer)];
   CallDesc snd;
   call.ch.assign(1, prims::ChannelStats{});
-  try {
+  p2p_step("recv handshake", [&] {
     prims::ChannelStats ctl;
-    prims::PrimsArgs a;
-    a.type = ElemType::U8;
-    a.deadline = call.deadline;
-    a.rank = rank_;
-    a.channel = -1;
-    prims::Prims p(link.send.get(), link.recv.get(), a, &ctl, p2p_scratch_.get(slot_bytes_ + 64));
+    prims::Prims p = p2p_prims(link, Wire{}, call, &ctl);
     p.recv(&snd, sizeof snd);
     p.send(&d, sizeof d);
-  } catch (const Aborted&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(std::string("recv handshake failed: ") + e.what());
-    throw;
-  }
+  });
   if (!err.empty()) throw InvalidArgument(me + describe(d) + ": " + err);
   if (snd.flags & core::kInvalid) {
     throw RemoteError(me + describe(d) + ": the sending rank " + std::to_string(peer) + " called " + describe(snd) +
@@ -1028,23 +1036,10 @@ void CommunicatorImpl::recv(void* buf, size_t count, DataType t, int peer, const
   Wire w = compressed ? code_wire(t, wide, RedOp::Sum, c)
                       : native_wire(t, is_lossy(m) ? Mode::None : m, RedOp::Sum, c);
   void* target = compressed ? work_[0].get(count * (wide ? 8 : 4)) : buf;
-  try {
-    prims::PrimsArgs a;
-    a.type = w.type;
-    a.mode = w.mode;
-    a.enc = w.enc;
-    a.raw_esize = w.raw_esize;
-    a.deadline = call.deadline;
-    a.rank = rank_;
-    a.channel = -1;
-    prims::Prims p(link.send.get(), link.recv.get(), a, &call.ch[0], p2p_scratch_.get(slot_bytes_ + 64));
+  p2p_step("recv", [&] {
+    prims::Prims p = p2p_prims(link, w, call, &call.ch[0]);
     p.recv(target, count);
-  } catch (const Aborted&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(std::string("recv failed: ") + e.what());
-    throw;
-  }
+  });
   if (compressed) {
     const auto t2 = Clock::now();
     dequantize_buf(t, wide, target, count, 2 * snd.eb, buf, pool_.get(), nch);
