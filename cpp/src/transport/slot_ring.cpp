@@ -135,7 +135,16 @@ static void ring_wait(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waitin
       if (!why.empty()) throw RemoteError(label.prefix() + ": " + why + " while this rank waited for " + what);
       throw RemoteError(label.prefix() + ": " + closed_msg + " while this rank waited for " + what);
     }
-    if (hooks) hooks->check_peer();
+    if (hooks) {
+      // A peer that posted what we wait for and then exited has done its
+      // part: deliver what it left before reporting it dead.
+      try {
+        hooks->check_peer();
+      } catch (const RemoteError&) {
+        if (ready(word->load(std::memory_order_acquire))) return;
+        throw;
+      }
+    }
     auto now = Clock::now();
     if (now >= deadline) {
       throw Timeout(label.prefix() + ": timed out after " +
