@@ -4,6 +4,8 @@
 // the protocol these tests exercise.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+
+#include "test_threads.hpp"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,24 +28,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs fn(rank) on n threads; rethrows the first exception (after joining all).
-void run_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> ts;
-  std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errs[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
-  for (auto& e : errs) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using ncclz_test::run_threads;
 
 // Port and host of a UniqueId (layout in tcp_bootstrap.cpp).
 int uid_port(const UniqueId& id) { return (id.bytes[6] << 8) | id.bytes[7]; }

@@ -7,6 +7,8 @@
 // The FIFO contract under test is in cpp/src/transport/transport.hpp and the
 // ring layout in cpp/src/transport/slot_ring.hpp.
 #include <gtest/gtest.h>
+
+#include "test_threads.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,23 +32,7 @@ using namespace ncclz::transport;
 
 namespace {
 
-void run_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::thread> ts;
-  std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    ts.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errs[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
-  for (auto& e : errs) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using ncclz_test::run_threads;
 
 Clock::time_point in_s(double s) {
   return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
