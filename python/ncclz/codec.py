@@ -137,11 +137,15 @@ def decompress(blob: Any, out: np.ndarray | None = None) -> np.ndarray:
         ncclz.InvalidArgumentError: ``out`` has the wrong shape, dtype or layout.
     """
     b = _blob_bytes(blob)
-    if out is None:
-        data, dtype_name, shape = _core.codec_decompress(b)
-        return data.view(_NUMPY_DTYPES[dtype_name]).reshape(shape)
     info = _core.codec_inspect(b)
     want_dtype, want_shape = _NUMPY_DTYPES[info["dtype"]], tuple(info["shape"])
+    if out is None:
+        # NumPy's allocator asks the kernel for huge pages on large arrays, so touching a
+        # fresh output costs far less than with a plain malloc'ed buffer (measured 6.3 vs
+        # 2.3 GB/s for 32 MiB on the 2-core CI-class VM).
+        out = np.empty(want_shape, dtype=want_dtype)
+        _core.codec_decompress_into(b, out.reshape(-1).view(np.uint8))
+        return out
     if not isinstance(out, np.ndarray):
         raise InvalidArgumentError(f"out must be a NumPy array, got {type(out).__name__}")
     if out.dtype != want_dtype or tuple(out.shape) != want_shape:
