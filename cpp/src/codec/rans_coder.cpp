@@ -21,6 +21,7 @@ constexpr uint32_t kM = 1u << kRansScaleBits;  // frequency total
 constexpr uint32_t kL = 1u << 16;              // lower bound of a normalized state
 constexpr size_t kBitmapBytes = kRansAlphabet / 8;
 constexpr size_t kFixedBytes = 8 + 4 * size_t(kRansLanes);  // two lengths + the states
+constexpr int kHistTables = 8;  // histogram sub-tables (no store-to-load chain on repeated symbols)
 
 // ---------------------------------------------------------------- scratch
 // Per-thread scratch buffers (symbols, extra bits), grown on demand.
@@ -495,22 +496,47 @@ size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
   // One pass: symbols, histogram, and the extra bits (LSB first in element order).
   uint8_t* xbuf = grow(sc.bits, sizeof(Code) * n + 16);
   BitWriter bw{xbuf};
-  uint32_t h[4][kRansAlphabet] = {};
-  for (size_t i = 0; i < n; ++i) {
+  uint32_t h[kHistTables][kRansAlphabet] = {};
+  auto one = [&](size_t i, uint32_t* hk) {
     const uint64_t z = uint64_t(rans_zigzag(r[i]));
     uint32_t s, nb;
     map_fast(z, &s, &nb);
     syms[i] = uint8_t(s);
-    ++h[i & 3][s];
+    ++hk[s];
     const uint64_t v = z & ((uint64_t(1) << nb) - 1);
     if (code_bits<Code>() > 56 + 2)
       bw.put_any(v, nb);
     else
       bw.put(v, nb);
+  };
+  size_t i = 0;
+  for (; i + kHistTables <= n; i += kHistTables) {
+    // Groups of 8: when all are direct (z < 128) there are no extra bits and
+    // the symbol is z itself (smooth fields: nearly every group).
+    using U = std::make_unsigned_t<Code>;
+    U z[kHistTables];
+    U any = 0;
+    for (int k = 0; k < kHistTables; ++k) {
+      z[k] = rans_zigzag(r[i + k]);
+      any |= z[k];
+    }
+    if (any < kRansDirect) {
+      for (int k = 0; k < kHistTables; ++k) {
+        syms[i + k] = uint8_t(z[k]);
+        ++h[k][z[k]];
+      }
+    } else {
+      for (int k = 0; k < kHistTables; ++k) one(i + k, h[k]);
+    }
   }
+  for (; i < n; ++i) one(i, h[0]);
   const size_t xbytes = size_t(bw.finish() - xbuf);
   uint32_t hist[kRansAlphabet];
-  for (int k = 0; k < kRansAlphabet; ++k) hist[k] = h[0][k] + h[1][k] + h[2][k] + h[3][k];
+  for (int k = 0; k < kRansAlphabet; ++k) {
+    uint32_t t = 0;
+    for (int j = 0; j < kHistTables; ++j) t += h[j][k];
+    hist[k] = t;
+  }
   const uint8_t* xb = xbytes ? xbuf : nullptr;
   return encode_framed(syms, n, hist, xb, xbytes, dst, cap);
 }
@@ -553,7 +579,7 @@ Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
     }
   }
   BitReader br{xb, xb, xb + xbytes};
-  for (size_t i = 0; i < n; ++i) {
+  auto one = [&](size_t i) {
     const uint32_t s = syms[i];
     uint64_t z;
     if (code_bits<Code>() > 56 + 2)
@@ -561,7 +587,17 @@ Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
     else
       z = base[s] | br.get(nbits[s]);
     out[i] = rans_unzigzag<Code>(U(z));
+  };
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // A group of 8 direct symbols (no bit 7 set) has no extra bits.
+    if ((load64_raw(syms + i) & 0x8080808080808080ull) == 0) {
+      for (int k = 0; k < 8; ++k) out[i + k] = rans_unzigzag<Code>(U(syms[i + k]));
+    } else {
+      for (int k = 0; k < 8; ++k) one(i + k);
+    }
   }
+  for (; i < n; ++i) one(i);
   if (!br.finished()) return Status::Corrupt;
   return Status::Ok;
 }
