@@ -152,17 +152,41 @@ void build_encoder(const uint32_t* freq, EncSym* es) {
   }
 }
 
-// Decoder table: for each slot, the symbol and (freq << 16 | slot - cum).
+// Decoder table: for each slot, the symbol, its freq and slot - cum.
+struct DecEntry {
+  uint16_t freq;  // 1..4096
+  uint16_t bias;  // slot - cum(s)
+};
 struct DecTable {
-  uint32_t fb[kM];
+  DecEntry e[kM];
   uint8_t sym[kM];
 };
+
+// If x < lo: x = t and returns 1, else returns 0; branch-free (a cmov on
+// x86-64: compilers turn a plain ternary here into a branch that mispredicts).
+inline size_t renorm_select(uint32_t* x, uint32_t t, uint32_t lo) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  size_t c;
+  asm("cmpl %[lo], %[x]\n\t"
+      "cmovb %[t], %[x]\n\t"
+      "sbb %[c], %[c]"
+      : [x] "+r"(*x), [c] "=r"(c)
+      : [t] "r"(t), [lo] "ir"(lo)
+      : "cc");
+  return c & 1;
+#else
+  const uint32_t below = uint32_t(*x < lo);
+  const uint32_t m = 0u - below;
+  *x = (t & m) | (*x & ~m);
+  return below;
+#endif
+}
 void build_decoder(const uint32_t* freq, DecTable* t) {
   uint32_t cum = 0;
   for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
     const uint32_t f = freq[s];
     for (uint32_t k = 0; k < f; ++k) {
-      t->fb[cum + k] = (f << 16) | k;
+      t->e[cum + k] = DecEntry{uint16_t(f), uint16_t(k)};
       t->sym[cum + k] = uint8_t(s);
     }
     cum += f;
@@ -242,14 +266,10 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
   // Branch-free step: the next word is always loaded, consumed only on renormalization.
   auto step_fast = [&](uint32_t& xs, uint8_t* o) {
     const uint32_t slot = xs & kMask;
-    const uint32_t e = dt.fb[slot];
+    const DecEntry e = dt.e[slot];
     *o = dt.sym[slot];
-    xs = (e >> 16) * (xs >> kRansScaleBits) + (e & 0xFFFF);
-    // Arithmetic select (GCC turns a ternary back into a branch that mispredicts).
-    const uint32_t renorm = uint32_t(xs < kL);
-    const uint32_t w = load16(p) & (0u - renorm);
-    xs = (xs << (renorm << 4)) | w;
-    p += renorm << 1;
+    xs = uint32_t(e.freq) * (xs >> kRansScaleBits) + e.bias;
+    p += renorm_select(&xs, (xs << 16) | load16(p), kL) << 1;
   };
   while (i + kRansLanes <= n && end - p >= 2 * kRansLanes) {
     uint8_t* o = out + i;
@@ -266,9 +286,9 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
   for (; i < n; ++i) {
     uint32_t& xs = x[i % kRansLanes];
     const uint32_t slot = xs & kMask;
-    const uint32_t e = dt.fb[slot];
+    const DecEntry e = dt.e[slot];
     out[i] = dt.sym[slot];
-    xs = (e >> 16) * (xs >> kRansScaleBits) + (e & 0xFFFF);
+    xs = uint32_t(e.freq) * (xs >> kRansScaleBits) + e.bias;
     if (xs < kL) {
       if (end - p < 2) return false;
       xs = (xs << 16) | load16(p);
