@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -106,6 +107,8 @@ std::vector<uint8_t> ref_encode(const std::vector<Code>& r) {
   return ref_frame(syms, xv, xn);
 }
 
+const RansImpl kImpls[] = {RansImpl::Scalar, RansImpl::Avx2};
+
 // Residual generators: `kind` picks the mixture.
 template <class Code>
 std::vector<Code> residuals(size_t n, int kind, std::mt19937_64& g) {
@@ -141,11 +144,24 @@ void check_kind(int kind) {
     for (int rep = 0; rep < (n < 100 ? 6 : 2); ++rep) {
       const auto r = residuals<Code>(n, kind, g);
       const auto want = ref_encode(r);
+      for (RansImpl impl : kImpls) {  // every implementation: the reference's bytes
+        if (!rans_impl_available(impl)) continue;
+        std::vector<uint8_t> b(want.size() + 64 + n * 10);
+        const size_t nb = rans_encode_with(impl, r.data(), n, b.data(), b.size());
+        ASSERT_NE(nb, kNoFit);
+        b.resize(nb);
+        ASSERT_EQ(b, want) << "impl " << int(impl) << " kind " << kind << " n " << n << " rep " << rep << " bytes "
+                           << sizeof(Code);
+        // Capacity one byte short of the payload: kNoFit, never a write past cap.
+        std::vector<uint8_t> tight(nb + 16, 0xEE);
+        EXPECT_EQ(rans_encode_with(impl, r.data(), n, tight.data(), nb - 1), kNoFit);
+        for (size_t k = nb - 1; k < tight.size(); ++k) ASSERT_EQ(tight[k], 0xEE) << k;
+      }
       std::vector<uint8_t> buf(want.size() + 64 + n * 10);
       const size_t bytes = rans_encode(r.data(), n, buf.data(), buf.size());
       ASSERT_NE(bytes, kNoFit);
       buf.resize(bytes);
-      ASSERT_EQ(buf, want) << "kind " << kind << " n " << n << " rep " << rep << " bytes " << sizeof(Code);
+      ASSERT_EQ(buf, want);
       std::vector<uint8_t> exact(buf);  // exact-size block: ASan catches overreads
       std::vector<Code> out(n + 1, Code(0x5A));
       ASSERT_EQ(rans_decode(exact.data(), exact.size(), n, out.data()), Status::Ok);
@@ -158,10 +174,6 @@ void check_kind(int kind) {
       std::vector<uint8_t> longer(buf);
       longer.push_back(0);
       EXPECT_EQ(rans_decode(longer.data(), longer.size(), n, out.data()), Status::Corrupt);
-      // Capacity one byte short of the payload: kNoFit, never a write past cap.
-      std::vector<uint8_t> tight(bytes + 16, 0xEE);
-      EXPECT_EQ(rans_encode(r.data(), n, tight.data(), bytes - 1), kNoFit);
-      for (size_t k = bytes - 1; k < tight.size(); ++k) ASSERT_EQ(tight[k], 0xEE) << k;
     }
 }
 
@@ -173,6 +185,39 @@ TEST(RansReference, Int32MatchesReference) {
 
 TEST(RansReference, Int64MatchesReference) {
   for (int kind = 0; kind < 8; ++kind) check_kind<int64_t>(kind);
+}
+
+TEST(RansReference, Avx2IsAvailableOnThisMachine) {
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2 on this CPU";
+  EXPECT_TRUE(rans_impl_available(RansImpl::Avx2));  // else the comparisons above test only the scalar path
+  EXPECT_EQ(rans_best_impl(), RansImpl::Avx2);
+#else
+  GTEST_SKIP() << "not x86-64";
+#endif
+}
+
+// Many random lengths and capacities around the exact size, both paths.
+TEST(RansReference, CapacitySweepSameBytes) {
+  std::mt19937_64 g(77);
+  for (int t = 0; t < 300; ++t) {
+    const size_t n = 1 + g() % 3000;
+    const auto r = residuals<int32_t>(n, int(g() % 8), g);
+    const auto want = ref_encode(r);
+    const size_t cap = want.size() - std::min<size_t>(want.size(), g() % 40) + g() % 40;
+    for (RansImpl impl : kImpls) {
+      if (!rans_impl_available(impl)) continue;
+      std::vector<uint8_t> b(cap + 32, 0xEE);
+      const size_t nb = rans_encode_with(impl, r.data(), n, b.data(), cap);
+      for (size_t k = cap; k < b.size(); ++k) ASSERT_EQ(b[k], 0xEE);
+      if (cap < want.size()) {
+        ASSERT_EQ(nb, kNoFit) << "cap " << cap << " need " << want.size();
+      } else {
+        ASSERT_EQ(nb, want.size());
+        ASSERT_TRUE(std::equal(want.begin(), want.end(), b.begin()));
+      }
+    }
+  }
 }
 
 TEST(RansReference, BytesMatchReference) {
@@ -188,6 +233,14 @@ TEST(RansReference, BytesMatchReference) {
       ASSERT_NE(bytes, kNoFit);
       buf.resize(bytes);
       ASSERT_EQ(buf, want) << "n " << n << " kind " << kind;
+      for (RansImpl impl : kImpls) {
+        if (!rans_impl_available(impl)) continue;
+        std::vector<uint8_t> b(want.size() + 64 + 2 * n);
+        const size_t nb = rans_encode_bytes_with(impl, s.data(), n, b.data(), b.size());
+        ASSERT_NE(nb, kNoFit);
+        b.resize(nb);
+        ASSERT_EQ(b, want) << "impl " << int(impl) << " n " << n << " kind " << kind;
+      }
       std::vector<uint8_t> out(n);
       ASSERT_EQ(rans_decode_bytes(buf.data(), buf.size(), n, out.data()), Status::Ok);
       ASSERT_EQ(out, s);
