@@ -677,7 +677,26 @@ size_t rans_encode_with(RansImpl impl, const Code* r, size_t n, uint8_t* dst, si
         ++h[k][z[k]];
       }
     } else {
-      for (int k = 0; k < kHistTables; ++k) one(i + k, h[k]);
+      // Direct values first, then only the others (in element order, so the
+      // extra bits keep theirs) through the mapping and the bit writer.
+      unsigned big = 0;
+      for (int k = 0; k < kHistTables; ++k) {
+        syms[i + k] = uint8_t(z[k]);
+        big |= unsigned(z[k] >= kRansDirect) << k;
+      }
+      do {
+        const int k = __builtin_ctz(big);
+        big &= big - 1;
+        uint32_t sy, nb;
+        map_fast(z[k], &sy, &nb);
+        syms[i + k] = uint8_t(sy);
+        const uint64_t v = uint64_t(z[k]) & ((uint64_t(1) << nb) - 1);
+        if (code_bits<Code>() > 56 + 2)
+          bw.put_any(v, nb);
+        else
+          bw.put(v, nb);
+      } while (big);
+      for (int k = 0; k < kHistTables; ++k) ++h[k][syms[i + k]];
     }
   }
   for (; i < n; ++i) one(i, h[0]);
@@ -742,10 +761,11 @@ Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     // A group of 8 direct symbols (no bit 7 set) has no extra bits.
-    if ((load64_raw(syms + i) & 0x8080808080808080ull) == 0) {
-      for (int k = 0; k < 8; ++k) out[i + k] = rans_unzigzag<Code>(U(syms[i + k]));
-    } else {
-      for (int k = 0; k < 8; ++k) one(i + k);
+    uint64_t big = load64_raw(syms + i) & 0x8080808080808080ull;
+    for (int k = 0; k < 8; ++k) out[i + k] = rans_unzigzag<Code>(U(syms[i + k]));  // right for direct ones
+    while (big) {  // the others, in element order (their extra bits are in that order)
+      one(i + size_t(__builtin_ctzll(big) >> 3));
+      big &= big - 1;
     }
   }
   for (; i < n; ++i) one(i);
