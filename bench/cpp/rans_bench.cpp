@@ -6,7 +6,7 @@
 //
 //   build: cmake -S bench/cpp -B build-bench -G Ninja && cmake --build build-bench
 //   run:   build-bench/rans_bench [runs=9] [--wall] [--best] FILE.npy[:rel[:choice]] ...
-//          choice: auto (default), rans, rans+lorenzo2d, rans+lorenzo3d, rans+delta1, block, ...
+//          choice: auto (default), lossless (FloatExp), rans, rans+lorenzo2d, rans+lorenzo3d, rans+delta1, block, ...
 // The .npy files are float32, C order (bench/data/*.npy, written by bench/data.py).
 // Uses only the public codec API plus predict/reconstruct/rans_encode/rans_decode,
 // so the same source builds against older trees (before/after comparisons).
@@ -92,7 +92,7 @@ bool parse_choice(const std::string& s, EncodeOptions* opt) {
   const size_t plus = s.find('+');
   const std::string c = s.substr(0, plus), p = plus == std::string::npos ? "" : s.substr(plus + 1);
   using C = EncodeOptions::Choice;
-  if (c == "auto") opt->choice = C::Auto;
+  if (c == "auto" || c == "lossless") opt->choice = C::Auto;
   else if (c == "rans") opt->choice = C::Rans;
   else if (c == "block") opt->choice = C::Block;
   else return false;
@@ -128,7 +128,8 @@ void run_one(const std::string& spec, int runs) {
     return;
   }
   const size_t n = x.size(), fbytes = n * 4;
-  const Spec sp = Spec::lossy_rel(rel);
+  const bool lossless = choice == "lossless";
+  const Spec sp = lossless ? Spec::lossless() : Spec::lossy_rel(rel);
   ByteBuffer blob;
   const double te = median_seconds(runs, [&] { blob = compress(x.data(), ElemType::F32, shape, sp, opt); });
   std::vector<float> back(n);
@@ -144,9 +145,10 @@ void run_one(const std::string& spec, int runs) {
   double maxerr = 0;
   for (size_t i = 0; i < n; ++i) maxerr = std::max(maxerr, std::fabs(double(x[i]) - double(back[i])));
   const char* base = std::strrchr(path.c_str(), '/');
-  std::printf("%-28s rel %.0e %-15s ratio %8.4f  whole: enc %6.3f dec %6.3f GB/s  maxerr/eb %.4f  [%s]\n",
-              base ? base + 1 : path.c_str(), rel, choice.c_str(), double(fbytes) / double(blob.size()),
-              double(fbytes) / te * 1e-9, double(fbytes) / td * 1e-9, maxerr / info.eb, picked.c_str());
+  std::printf("%-28s rel %.0e %-15s ratio %8.4f  whole: enc %6.3f dec %6.3f GB/s  %s %.4f  [%s]\n",
+              base ? base + 1 : path.c_str(), lossless ? 0.0 : rel, choice.c_str(), double(fbytes) / double(blob.size()),
+              double(fbytes) / te * 1e-9, double(fbytes) / td * 1e-9, lossless ? "maxerr" : "maxerr/eb",
+              lossless ? maxerr : maxerr / info.eb, picked.c_str());
 
   // Pieces on int32 codes, per slice of info.slice_elems elements, with the
   // predictor the selector used most (or None).
@@ -154,7 +156,7 @@ void run_one(const std::string& spec, int runs) {
   uint64_t best_s = 0;
   for (int p = 0; p < kNumPredictors; ++p)
     if (info.by[int(Codec::Rans)][p].slices > best_s) best_s = info.by[int(Codec::Rans)][p].slices, best_p = p;
-  if (!best_s) return;  // no Rans slice: no breakdown
+  if (!best_s || lossless) return;  // no Rans slice: no breakdown
   const QuantGrid g = QuantGrid::from_bound(info.eb);
   std::vector<int32_t> q(n), r(n), q2(n);
   std::vector<uint64_t> outl;
