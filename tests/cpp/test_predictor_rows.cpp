@@ -73,10 +73,3 @@ void sweep() {
 
 TEST(PredictorRows, MatchesGenericInt32) { sweep<int32_t>(); }
 TEST(PredictorRows, MatchesGenericInt64) { sweep<int64_t>(); }
-
-// Arguments the row loops do not take (P not a multiple of W) still give the
-// generic form's residuals and round-trip.
-TEST(PredictorRows, OddPlaneFallsBackToGeneric) {
-  check<int32_t>(500, Predictor::Lorenzo3D, 7, 30, 0, 99);
-  check<int64_t>(500, Predictor::Lorenzo3D, 7, 30, 1, 98);
-}
