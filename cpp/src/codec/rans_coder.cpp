@@ -190,6 +190,20 @@ inline size_t renorm_select(uint32_t* x, uint32_t t, uint32_t lo) {
   return below;
 #endif
 }
+// If x < kL: x = t and ++*q (the next word is consumed); branch-free.
+inline void renorm_advance(uint32_t* x, uint32_t t, size_t* q) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  asm("cmpl %[lo], %[x]\n\t"
+      "cmovb %[t], %[x]\n\t"
+      "adcq $0, %[q]"
+      : [x] "+r"(*x), [q] "+r"(*q)
+      : [t] "r"(t), [lo] "i"(kL)
+      : "cc");
+#else
+  *q += renorm_select(x, t, kL);
+#endif
+}
+
 void build_decoder(const uint32_t* freq, DecTable* t) {
   uint32_t cum = 0;
   for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
@@ -373,14 +387,19 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
   size_t i = 0;
   // Fast path: 8 symbols read at most 8 words (16 bytes).
   // Branch-free step: the next word is always loaded, consumed only on renormalization.
+  // The read position as a word index q from `base`, so that the step can
+  // advance it with the carry of the comparison.
+  const uint8_t* const base = p;
+  size_t q = 0;
   auto step_fast = [&](uint32_t& xs, uint8_t* o) {
     const uint32_t slot = xs & kMask;
     const DecEntry e = dt.e[slot];
     *o = dt.sym[slot];
     xs = uint32_t(e.freq) * (xs >> kRansScaleBits) + e.bias;
-    p += renorm_select(&xs, (xs << 16) | load16(p), kL) << 1;
+    renorm_advance(&xs, (xs << 16) | load16(base + 2 * q), &q);
   };
-  while (i + kRansLanes <= n && end - p >= 2 * kRansLanes) {
+  const size_t q_last = size_t(end - base) / 2;  // words in the stream
+  while (i + kRansLanes <= n && q + kRansLanes <= q_last) {
     uint8_t* o = out + i;
     step_fast(x[0], o + 0);
     step_fast(x[1], o + 1);
@@ -392,6 +411,7 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
     step_fast(x[7], o + 7);
     i += kRansLanes;
   }
+  p = base + 2 * q;
   for (; i < n; ++i) {
     uint32_t& xs = x[i % kRansLanes];
     const uint32_t slot = xs & kMask;
