@@ -1,4 +1,5 @@
-// predict() / reconstruct() (row loops for Lorenzo2D/3D, straight loops for
+// predict() / reconstruct() / reconstruct_portable() (row loops for
+// Lorenzo2D/3D, AVX2 row kernels for int32 reconstruction, straight loops for
 // Delta1/2) against the generic per-element definition predict_at(), over
 // many shapes (partial rows and planes, W = 1, P = W), both code types, wide
 // values that wrap, in place and out of place.
@@ -41,6 +42,9 @@ void check(size_t n, Predictor p, uint32_t W, uint32_t P, int kind, uint64_t see
   ASSERT_EQ(r, want) << "predict p=" << int(p) << " n=" << n << " W=" << W << " P=" << P << " kind=" << kind;
   reconstruct(r.data(), n, p, W, P, back.data());  // out of place
   ASSERT_EQ(back, q) << "reconstruct p=" << int(p) << " n=" << n << " W=" << W << " P=" << P;
+  std::vector<Code> port(n, Code(0x11));
+  reconstruct_portable(r.data(), n, p, W, P, port.data());  // without the AVX2 row kernels
+  ASSERT_EQ(port, q) << "reconstruct_portable p=" << int(p) << " n=" << n << " W=" << W << " P=" << P;
   reconstruct(r.data(), n, p, W, P, r.data());  // in place
   ASSERT_EQ(r, q) << "reconstruct in place p=" << int(p) << " n=" << n << " W=" << W << " P=" << P;
 }
@@ -48,7 +52,7 @@ void check(size_t n, Predictor p, uint32_t W, uint32_t P, int kind, uint64_t see
 template <class Code>
 void sweep() {
   uint64_t seed = 1;
-  const uint32_t Ws[] = {1, 2, 3, 7, 8, 9, 31, 64, 100};
+  const uint32_t Ws[] = {1, 2, 3, 7, 8, 9, 10, 16, 17, 31, 64, 100};  // rows shorter and longer than a vector
   const size_t extra[] = {0, 1, 5};
   for (int kind = 0; kind < 4; ++kind) {
     for (size_t n : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(17), size_t(1000)}) {

@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 namespace ncclz::codec {
 namespace {
 
@@ -103,6 +107,77 @@ NCCLZ_PRED_MULTIVERSION void lorenzo3d_reconstruct(U* q, size_t n, size_t W, siz
   }
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define NCCLZ_PRED_X86 1
+#define NCCLZ_PRED_AVX2 __attribute__((target("avx2")))
+#define NCCLZ_PRED_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
+
+// Inclusive running sum of the 8 lanes.
+NCCLZ_PRED_AVX2_INLINE __m256i scan8(__m256i v) {
+  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 4));
+  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 8));  // running sums within each 128-bit half
+  const __m256i top = _mm256_shuffle_epi32(v, 0xFF);   // each half's last sum, broadcast in the half
+  return _mm256_add_epi32(v, _mm256_permute2x128_si256(top, top, 0x08));  // low half's last into the high half
+}
+
+NCCLZ_PRED_AVX2_INLINE __m256i ld(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// One row of a uint32 reconstruction (the int32 kernels of unrow_l2 / unrow_l3
+// / prefix_row, same results): K = 0 no rows above, 1 the row u, 3 the rows
+// u, b and bu. t[j] in vectors of 8, then their running sum plus the carry.
+template <int K>
+NCCLZ_PRED_AVX2_INLINE void unrow_avx2(uint32_t* d, const uint32_t* u, const uint32_t* b, const uint32_t* bu,
+                                       size_t m) {
+  uint32_t acc = d[0];
+  if (K >= 1) acc += u[0];
+  if (K == 3) acc += b[0] - bu[0];
+  d[0] = acc;
+  __m256i carry = _mm256_set1_epi32(int(acc));
+  const __m256i last = _mm256_set1_epi32(7);
+  size_t j = 1;
+  for (; j + 8 <= m; j += 8) {
+    __m256i t = ld(d + j);
+    if (K >= 1) t = _mm256_add_epi32(t, _mm256_sub_epi32(ld(u + j), ld(u + j - 1)));
+    if (K == 3) {
+      t = _mm256_add_epi32(t, _mm256_sub_epi32(ld(b + j), ld(b + j - 1)));
+      t = _mm256_sub_epi32(t, _mm256_sub_epi32(ld(bu + j), ld(bu + j - 1)));
+    }
+    t = _mm256_add_epi32(scan8(t), carry);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + j), t);
+    carry = _mm256_permutevar8x32_epi32(t, last);
+  }
+  if (j > 1) acc = d[j - 1];
+  for (; j < m; ++j) {
+    uint32_t t = d[j];
+    if (K >= 1) t += u[j] - u[j - 1];
+    if (K == 3) t += b[j] - b[j - 1] - bu[j] + bu[j - 1];
+    acc += t;
+    d[j] = acc;
+  }
+}
+
+// lorenzo2d_reconstruct (P = 0) and lorenzo3d_reconstruct for uint32 codes.
+NCCLZ_PRED_AVX2 void lorenzo_reconstruct_avx2(uint32_t* q, size_t n, size_t W, size_t P) {
+  if (!n) return;
+  const size_t first = P ? std::min(P, n) : n;  // the first plane (2D: everything)
+  unrow_avx2<0>(q, nullptr, nullptr, nullptr, std::min(W, n));
+  for (size_t o = W; o < first; o += W) unrow_avx2<1>(q + o, q + o - W, nullptr, nullptr, std::min(W, n - o));
+  if (!P) return;
+  for (size_t po = P; po < n; po += P) {
+    unrow_avx2<1>(q + po, q + po - P, nullptr, nullptr, std::min(W, n - po));
+    for (size_t o = po + W; o < std::min(po + P, n); o += W)
+      unrow_avx2<3>(q + o, q + o - W, q + o - P, q + o - P - W, std::min(W, n - o));
+  }
+}
+
+bool pred_cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#else
+#define NCCLZ_PRED_X86 0
+#endif
+
 // The row kernels need W >= 1 and P a multiple of W (what read_header and the
 // selector guarantee); anything else takes the generic per-element form.
 bool rows_ok(Predictor p, uint32_t W, uint32_t P) {
@@ -142,7 +217,7 @@ void predict(const Code* q, size_t n, Predictor p, uint32_t W, uint32_t P, Code*
 }
 
 template <class Code>
-void reconstruct(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, Code* q) {
+void reconstruct_impl(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, Code* q, bool simd) {
   using U = UCode<Code>;
   switch (p) {
     case Predictor::None:
@@ -178,6 +253,15 @@ void reconstruct(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, C
     case Predictor::Lorenzo3D:
       if (!rows_ok(p, W, P)) break;
       if (q != r && n) std::memcpy(q, r, n * sizeof(Code));
+#if NCCLZ_PRED_X86
+      if constexpr (sizeof(Code) == 4) {
+        if (simd && pred_cpu_has_avx2()) {
+          lorenzo_reconstruct_avx2(reinterpret_cast<uint32_t*>(q), n, W, p == Predictor::Lorenzo3D ? P : 0);
+          return;
+        }
+      }
+#endif
+      (void)simd;
       if (p == Predictor::Lorenzo2D)
         lorenzo2d_reconstruct(reinterpret_cast<U*>(q), n, W);
       else
@@ -189,9 +273,21 @@ void reconstruct(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, C
   for (size_t i = 0; i < n; ++i) q[i] = Code(U(r[i]) + predict_at(q, i, p, W, P));
 }
 
+template <class Code>
+void reconstruct(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, Code* q) {
+  reconstruct_impl(r, n, p, W, P, q, true);
+}
+
+template <class Code>
+void reconstruct_portable(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, Code* q) {
+  reconstruct_impl(r, n, p, W, P, q, false);
+}
+
 template void predict<int32_t>(const int32_t*, size_t, Predictor, uint32_t, uint32_t, int32_t*);
 template void predict<int64_t>(const int64_t*, size_t, Predictor, uint32_t, uint32_t, int64_t*);
 template void reconstruct<int32_t>(const int32_t*, size_t, Predictor, uint32_t, uint32_t, int32_t*);
 template void reconstruct<int64_t>(const int64_t*, size_t, Predictor, uint32_t, uint32_t, int64_t*);
+template void reconstruct_portable<int32_t>(const int32_t*, size_t, Predictor, uint32_t, uint32_t, int32_t*);
+template void reconstruct_portable<int64_t>(const int64_t*, size_t, Predictor, uint32_t, uint32_t, int64_t*);
 
 }  // namespace ncclz::codec
