@@ -177,6 +177,15 @@ void run_one(const std::string& spec, int runs) {
   const double tre = median_seconds(runs, [&] {
     each([&](size_t s, size_t o, size_t m) { len[s] = rans_encode(r.data() + o, m, enc[s].data(), enc[s].size()); });
   });
+  double tre_scalar = 0;
+#if NCCLZ_BENCH_HAS_RANS_IMPL
+  {  // the portable encoder, for comparison (the same bytes)
+    std::vector<uint8_t> tmp(S * 8 + 1024);
+    tre_scalar = median_seconds(runs, [&] {
+      each([&](size_t, size_t o, size_t m) { rans_encode_with(RansImpl::Scalar, r.data() + o, m, tmp.data(), tmp.size()); });
+    });
+  }
+#endif
   bool ok = true;
   const double trd = median_seconds(runs, [&] {
     each([&](size_t s, size_t o, size_t m) { ok &= rans_decode(enc[s].data(), len[s], m, q2.data() + o) == Status::Ok; });
@@ -196,6 +205,7 @@ void run_one(const std::string& spec, int runs) {
               "  rans bytes %zu %s\n",
               "", pn[best_p][0] ? pn[best_p] + 1 : "none", ns, double(fbytes) / tp * 1e-9, double(fbytes) / tre * 1e-9,
               double(fbytes) / trd * 1e-9, double(fbytes) / trc * 1e-9, total, ok ? "ok" : "MISMATCH");
+  if (tre_scalar > 0) std::printf("%-28s   rans_enc with RansImpl::Scalar %6.3f GB/s\n", "", double(fbytes) / tre_scalar * 1e-9);
 }
 
 }  // namespace
