@@ -1,6 +1,6 @@
 // predict() / reconstruct() / reconstruct_portable() (row loops for
-// Lorenzo2D/3D, AVX2 row kernels for int32 reconstruction, straight loops for
-// Delta1/2) against the generic per-element definition predict_at(), over
+// Lorenzo2D/3D, straight loops for Delta1/2, AVX2 running sums for int32
+// reconstruction) against the generic per-element definition predict_at(), over
 // many shapes (partial rows and planes, W = 1, P = W), both code types, wide
 // values that wrap, in place and out of place.
 #include <gtest/gtest.h>

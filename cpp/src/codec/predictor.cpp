@@ -170,6 +170,34 @@ NCCLZ_PRED_AVX2 void lorenzo_reconstruct_avx2(uint32_t* q, size_t n, size_t W, s
   }
 }
 
+// Delta1 (order 1) and Delta2 (order 2) reconstruction of uint32 codes in
+// place: one or two running sums (Delta2: e[i] = q[i] - q[i-1] is the running
+// sum of r[1..i], q the running sum of e after q[0]).
+template <int Order>
+NCCLZ_PRED_AVX2 void delta_reconstruct_avx2(uint32_t* q, size_t n) {
+  if (n < 2) return;  // q[0] = r[0]
+  const __m256i last = _mm256_set1_epi32(7);
+  __m256i ce = _mm256_setzero_si256();                  // Delta2: e[i-1]
+  __m256i cq = _mm256_set1_epi32(int(q[0]));            // q[i-1]
+  size_t i = 1;
+  for (; i + 8 <= n; i += 8) {
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
+    if (Order == 2) {
+      v = _mm256_add_epi32(scan8(v), ce);
+      ce = _mm256_permutevar8x32_epi32(v, last);
+    }
+    v = _mm256_add_epi32(scan8(v), cq);
+    cq = _mm256_permutevar8x32_epi32(v, last);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), v);
+  }
+  uint32_t e = uint32_t(_mm256_cvtsi256_si32(ce)), a = uint32_t(_mm256_cvtsi256_si32(cq));
+  for (; i < n; ++i) {
+    uint32_t d = q[i];
+    if (Order == 2) d = e = e + d;
+    q[i] = a = a + d;
+  }
+}
+
 bool pred_cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2");
   return has;
@@ -225,6 +253,15 @@ void reconstruct_impl(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t
         for (size_t i = 0; i < n; ++i) q[i] = r[i];
       return;
     case Predictor::Delta1: {
+#if NCCLZ_PRED_X86
+      if constexpr (sizeof(Code) == 4) {
+        if (simd && pred_cpu_has_avx2()) {
+          if (q != r && n) std::memcpy(q, r, n * sizeof(Code));
+          delta_reconstruct_avx2<1>(reinterpret_cast<uint32_t*>(q), n);
+          return;
+        }
+      }
+#endif
       U acc = 0;
       for (size_t i = 0; i < n; ++i) {
         acc += U(r[i]);
@@ -233,6 +270,15 @@ void reconstruct_impl(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t
       return;
     }
     case Predictor::Delta2: {
+#if NCCLZ_PRED_X86
+      if constexpr (sizeof(Code) == 4) {
+        if (simd && pred_cpu_has_avx2()) {
+          if (q != r && n) std::memcpy(q, r, n * sizeof(Code));
+          delta_reconstruct_avx2<2>(reinterpret_cast<uint32_t*>(q), n);
+          return;
+        }
+      }
+#endif
       U a = 0, b = 0;  // q[i-1], q[i-2]
       size_t i = 0;
       for (; i < n && i < 2; ++i) {  // r[0] = q[0], r[1] = q[1] - q[0]
