@@ -8,6 +8,9 @@
 //   run:   build-bench/rans_bench [runs=9] [--wall] [--best] FILE.npy[:rel[:choice]] ...
 //          choice: auto (default), lossless (FloatExp), rans, rans+lorenzo2d, rans+lorenzo3d, rans+delta1, block, ...
 // The .npy files are float32, C order (bench/data/*.npy, written by bench/data.py).
+// (bench/data.py caches gaussian and smooth3d as .npy; for the reanalysis field:
+//  python -c "import sys; sys.path.insert(0, 'bench'); import data, numpy as np;
+//             np.save('bench/data/reanalysis_65x29x49.npy', data.load('reanalysis'))")
 // Uses only the public codec API plus predict/reconstruct/rans_encode/rans_decode,
 // so the same source builds against older trees (before/after comparisons).
 #include <algorithm>
