@@ -84,4 +84,8 @@ void predict(const Code* q, size_t n, Predictor p, uint32_t W, uint32_t P, Code*
 template <class Code>
 void reconstruct(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, Code* q);
 
+/// reconstruct() without its AVX2 row kernels (tests compare the two).
+template <class Code>
+void reconstruct_portable(const Code* r, size_t n, Predictor p, uint32_t W, uint32_t P, Code* q);
+
 }  // namespace ncclz::codec

@@ -10,6 +10,13 @@
 
 #include "codec/block_coder.hpp"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define NCCLZ_RANS_X86 1
+#else
+#define NCCLZ_RANS_X86 0
+#endif
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ncclz codecs load and store little-endian words with memcpy: little-endian hosts only"
 #endif
@@ -21,6 +28,7 @@ constexpr uint32_t kM = 1u << kRansScaleBits;  // frequency total
 constexpr uint32_t kL = 1u << 16;              // lower bound of a normalized state
 constexpr size_t kBitmapBytes = kRansAlphabet / 8;
 constexpr size_t kFixedBytes = 8 + 4 * size_t(kRansLanes);  // two lengths + the states
+constexpr int kHistTables = 8;  // histogram sub-tables (no store-to-load chain on repeated symbols)
 
 // ---------------------------------------------------------------- scratch
 // Per-thread scratch buffers (symbols, extra bits), grown on demand.
@@ -38,8 +46,8 @@ uint8_t* grow(std::vector<uint8_t>& v, size_t n) {
 }
 
 inline void store16(uint8_t* p, uint32_t v) {
-  p[0] = uint8_t(v);
-  p[1] = uint8_t(v >> 8);
+  const uint16_t w = uint16_t(v);
+  std::memcpy(p, &w, 2);  // little-endian host (x86-64, aarch64)
 }
 inline uint32_t load16(const uint8_t* p) {
   uint16_t v;
@@ -122,10 +130,12 @@ bool read_table(const uint8_t* src, size_t len, uint32_t max_sym, uint32_t* freq
 // ---------------------------------------------------------------- coder tables
 struct EncSym {
   uint64_t rcp;   // ceil(2^64 / freq) (freq >= 2), 2^64-1 for freq 1
-  uint64_t xmax;  // renormalize (emit 16 bits) while x >= xmax
-  uint32_t bias;  // cum (freq >= 2), cum + kM - 1 (freq 1)
-  uint32_t cmpl;  // kM - freq
+  uint32_t xmax;  // renormalize (emit 16 bits) when x >= xmax: 2^20 * freq (2^32 - 1 for freq 4096,
+                  // a single-symbol table whose states stay at kL)
+  uint16_t bias;  // cum (freq >= 2), cum + kM - 1 (freq 1): at most 2 * kM
+  uint16_t cmpl;  // kM - freq
 };
+static_assert(sizeof(EncSym) == 16, "one 16-byte entry per symbol");
 
 // x' = (x / f) * kM + x % f + cum, computed as x + bias + q * cmpl with
 // q = floor(x * rcp / 2^64) (exact for x < 2^32, f <= 2^12). For f = 1, q = x - 1.
@@ -138,30 +148,68 @@ void build_encoder(const uint32_t* freq, EncSym* es) {
       e = EncSym{0, 0, 0, 0};
       continue;
     }
-    e.xmax = (uint64_t(kL >> kRansScaleBits) << 16) * f;
-    e.cmpl = kM - f;
+    e.xmax = uint32_t(std::min<uint64_t>((uint64_t(kL >> kRansScaleBits) << 16) * f, 0xFFFFFFFFu));
+    e.cmpl = uint16_t(kM - f);
     if (f == 1) {
       e.rcp = ~uint64_t(0);
-      e.bias = cum + kM - 1;
+      e.bias = uint16_t(cum + kM - 1);
     } else {
       e.rcp = (~uint64_t(0)) / f + 1;
-      e.bias = cum;
+      e.bias = uint16_t(cum);
     }
     cum += f;
   }
 }
 
-// Decoder table: for each slot, the symbol and (freq << 16 | slot - cum).
+// Decoder table: for each slot, the symbol, its freq and slot - cum.
+struct DecEntry {
+  uint16_t freq;  // 1..4096
+  uint16_t bias;  // slot - cum(s)
+};
 struct DecTable {
-  uint32_t fb[kM];
+  DecEntry e[kM];
   uint8_t sym[kM];
 };
+
+// If x < lo: x = t and returns 1, else returns 0; branch-free (a cmov on
+// x86-64: compilers turn a plain ternary here into a branch that mispredicts).
+inline size_t renorm_select(uint32_t* x, uint32_t t, uint32_t lo) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  size_t c;
+  asm("cmpl %[lo], %[x]\n\t"
+      "cmovb %[t], %[x]\n\t"
+      "sbb %[c], %[c]"
+      : [x] "+r"(*x), [c] "=r"(c)
+      : [t] "r"(t), [lo] "ir"(lo)
+      : "cc");
+  return c & 1;
+#else
+  const uint32_t below = uint32_t(*x < lo);
+  const uint32_t m = 0u - below;
+  *x = (t & m) | (*x & ~m);
+  return below;
+#endif
+}
+// If x < kL: x = t and ++*q (the next word is consumed); branch-free.
+inline void renorm_advance(uint32_t* x, uint32_t t, size_t* q) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  asm("cmpl %[lo], %[x]\n\t"
+      "cmovb %[t], %[x]\n\t"
+      "adcq $0, %[q]"
+      : [x] "+r"(*x), [q] "+r"(*q)
+      : [t] "r"(t), [lo] "i"(kL)
+      : "cc");
+#else
+  *q += renorm_select(x, t, kL);
+#endif
+}
+
 void build_decoder(const uint32_t* freq, DecTable* t) {
   uint32_t cum = 0;
   for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
     const uint32_t f = freq[s];
     for (uint32_t k = 0; k < f; ++k) {
-      t->fb[cum + k] = (f << 16) | k;
+      t->e[cum + k] = DecEntry{uint16_t(f), uint16_t(k)};
       t->sym[cum + k] = uint8_t(s);
     }
     cum += f;
@@ -169,6 +217,20 @@ void build_decoder(const uint32_t* freq, DecTable* t) {
 }
 
 // ---------------------------------------------------------------- core encode
+// One symbol with its lane's state x, the word (if any) written below *p, never
+// below limit. False if it does not fit.
+inline bool put_checked(uint32_t& xs, const EncSym& e, uint8_t*& p, const uint8_t* limit) {
+  if (xs >= e.xmax) {
+    if (p - limit < 2) return false;
+    p -= 2;
+    store16(p, xs);
+    xs >>= 16;
+  }
+  const uint64_t q = uint64_t((unsigned __int128)xs * e.rcp >> 64);
+  xs = uint32_t(xs + e.bias + uint32_t(q) * e.cmpl);
+  return true;
+}
+
 // Encodes syms[0..n) backwards, writing 16-bit words downwards from `end`, never
 // below `limit`. Returns the first byte of the stream, or nullptr if it does not fit.
 uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* limit, uint8_t* end,
@@ -176,23 +238,11 @@ uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* l
   uint32_t x[kRansLanes];
   for (int k = 0; k < kRansLanes; ++k) x[k] = kL;
   uint8_t* p = end;
-  // Checked step: used near the start of the buffer.
-  auto put_checked = [&](uint32_t& xs, const EncSym& e) -> bool {
-    if (xs >= e.xmax) {
-      if (p - limit < 2) return false;
-      p -= 2;
-      store16(p, xs);
-      xs >>= 16;
-    }
-    const uint64_t q = uint64_t((unsigned __int128)xs * e.rcp >> 64);
-    xs = uint32_t(xs + e.bias + uint32_t(q) * e.cmpl);
-    return true;
-  };
   // Branch-free step: the word is always stored, the pointer moves only on
   // renormalization (the caller guarantees 2 writable bytes below p).
   auto put_fast = [&](uint32_t& xs, const EncSym& e) {
     // Arithmetic select (GCC turns a ternary back into a branch that mispredicts).
-    const uint32_t renorm = uint32_t(uint64_t(xs) >= e.xmax);
+    const uint32_t renorm = uint32_t(xs >= e.xmax);
     store16(p - 2, xs);
     p -= renorm << 1;
     xs >>= renorm << 4;
@@ -202,7 +252,7 @@ uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* l
   size_t i = n;
   while (i % kRansLanes) {
     --i;
-    if (!put_checked(x[i % kRansLanes], es[syms[i]])) return nullptr;
+    if (!put_checked(x[i % kRansLanes], es[syms[i]], p, limit)) return nullptr;
   }
   while (i) {
     i -= kRansLanes;
@@ -218,12 +268,110 @@ uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* l
       put_fast(x[0], es[s[0]]);
     } else {
       for (int k = kRansLanes - 1; k >= 0; --k)
-        if (!put_checked(x[k], es[s[k]])) return nullptr;
+        if (!put_checked(x[k], es[s[k]], p, limit)) return nullptr;
     }
   }
   for (int k = 0; k < kRansLanes; ++k) state[k] = x[k];
   return p;
 }
+
+#if NCCLZ_RANS_X86
+#define NCCLZ_RANS_AVX2 __attribute__((target("avx2")))
+
+// For each 8-bit mask of renormalizing lanes, a byte shuffle that moves the
+// 16-bit words of those lanes, in lane order, to the top of a 16-byte vector
+// (the encoder stores the vector so that its top ends at the write position).
+struct CompactLut {
+  alignas(16) uint8_t m[256][16];
+  CompactLut() {
+    for (int mask = 0; mask < 256; ++mask) {
+      const int c = __builtin_popcount(unsigned(mask));
+      int o = 16 - 2 * c;
+      for (int b = 0; b < 16; ++b) m[mask][b] = 0x80;
+      for (int k = 0; k < 8; ++k)
+        if (mask & (1 << k)) {
+          m[mask][o++] = uint8_t(2 * k);
+          m[mask][o++] = uint8_t(2 * k + 1);
+        }
+    }
+  }
+};
+const CompactLut& compact_lut() {
+  static const CompactLut lut;
+  return lut;
+}
+
+// The table entries of lanes k and k + 4 in one register.
+__attribute__((target("avx2"), always_inline)) inline __m256i enc_pair(const EncSym* es, const uint8_t* s, int k) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(es + s[k]))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(es + s[k + 4])), 1);
+}
+
+// AVX2 encoder: the 8 states in one register, one group of 8 symbols per step.
+// Same arithmetic as put_fast (q = high half of x * rcp from two 32x32->64
+// products), same words in the same order: byte-identical to encode_core.
+NCCLZ_RANS_AVX2 uint8_t* encode_core_avx2(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* limit,
+                                          uint8_t* end, uint32_t* state) {
+  const CompactLut& lut = compact_lut();
+  uint32_t x[kRansLanes];
+  for (int k = 0; k < kRansLanes; ++k) x[k] = kL;
+  uint8_t* p = end;
+  size_t i = n;
+  while (i % kRansLanes) {
+    --i;
+    if (!put_checked(x[i % kRansLanes], es[syms[i]], p, limit)) return nullptr;
+  }
+  __m256i X = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  while (i) {
+    i -= kRansLanes;
+    const uint8_t* s = syms + i;
+    if (p - limit < 16) {  // near the start of the buffer: checked scalar steps
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(x), X);
+      for (int k = kRansLanes - 1; k >= 0; --k)
+        if (!put_checked(x[k], es[s[k]], p, limit)) return nullptr;
+      X = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+      continue;
+    }
+    // Entries of lanes k and k+4 in one register, then a 4x4 transpose per
+    // 128-bit half: rcp_lo, rcp_hi, xmax, bias | cmpl << 16, lanes 0..7.
+    const __m256i e0 = enc_pair(es, s, 0), e1 = enc_pair(es, s, 1), e2 = enc_pair(es, s, 2), e3 = enc_pair(es, s, 3);
+    const __m256i t0 = _mm256_unpacklo_epi32(e0, e1), t1 = _mm256_unpackhi_epi32(e0, e1);
+    const __m256i t2 = _mm256_unpacklo_epi32(e2, e3), t3 = _mm256_unpackhi_epi32(e2, e3);
+    const __m256i rcp_lo = _mm256_unpacklo_epi64(t0, t2), rcp_hi = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i xmax = _mm256_unpacklo_epi64(t1, t3), bc = _mm256_unpackhi_epi64(t1, t3);
+    // Renormalization: lanes with x >= xmax emit x mod 2^16 and shift.
+    const __m256i ge = _mm256_cmpeq_epi32(_mm256_max_epu32(X, xmax), X);
+    const unsigned mask = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(ge)));
+    const __m256i w32 = _mm256_and_si256(X, lo16);
+    const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(w32, w32), 0x08);  // w0..w7 in the low half
+    const __m128i words = _mm_shuffle_epi8(_mm256_castsi256_si128(w16),
+                                           _mm_load_si128(reinterpret_cast<const __m128i*>(lut.m[mask])));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p - 16), words);
+    p -= 2 * __builtin_popcount(mask);
+    X = _mm256_blendv_epi8(X, _mm256_srli_epi32(X, 16), ge);
+    // q = floor(x * rcp / 2^64) = floor((x * rcp_hi + floor(x * rcp_lo / 2^32)) / 2^32), per lane.
+    const __m256i Xo = _mm256_srli_epi64(X, 32);
+    const __m256i qe = _mm256_srli_epi64(
+        _mm256_add_epi64(_mm256_mul_epu32(X, rcp_hi), _mm256_srli_epi64(_mm256_mul_epu32(X, rcp_lo), 32)), 32);
+    const __m256i qo = _mm256_add_epi64(_mm256_mul_epu32(Xo, _mm256_srli_epi64(rcp_hi, 32)),
+                                        _mm256_srli_epi64(_mm256_mul_epu32(Xo, _mm256_srli_epi64(rcp_lo, 32)), 32));
+    const __m256i q = _mm256_blend_epi32(qe, qo, 0xAA);  // odd lanes: high halves of qo
+    // x' = x + bias + q * cmpl
+    const __m256i bias = _mm256_and_si256(bc, lo16), cmpl = _mm256_srli_epi32(bc, 16);
+    X = _mm256_add_epi32(_mm256_add_epi32(X, bias), _mm256_mullo_epi32(q, cmpl));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(state), X);
+  return p;
+}
+
+bool rans_cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#else
+bool rans_cpu_has_avx2() { return false; }
+#endif  // NCCLZ_RANS_X86
 
 // ---------------------------------------------------------------- core decode
 // Decodes n symbols from the word stream [p, end) with the given initial
@@ -239,18 +387,19 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
   size_t i = 0;
   // Fast path: 8 symbols read at most 8 words (16 bytes).
   // Branch-free step: the next word is always loaded, consumed only on renormalization.
+  // The read position as a word index q from `base`, so that the step can
+  // advance it with the carry of the comparison.
+  const uint8_t* const base = p;
+  size_t q = 0;
   auto step_fast = [&](uint32_t& xs, uint8_t* o) {
     const uint32_t slot = xs & kMask;
-    const uint32_t e = dt.fb[slot];
+    const DecEntry e = dt.e[slot];
     *o = dt.sym[slot];
-    xs = (e >> 16) * (xs >> kRansScaleBits) + (e & 0xFFFF);
-    // Arithmetic select (GCC turns a ternary back into a branch that mispredicts).
-    const uint32_t renorm = uint32_t(xs < kL);
-    const uint32_t w = load16(p) & (0u - renorm);
-    xs = (xs << (renorm << 4)) | w;
-    p += renorm << 1;
+    xs = uint32_t(e.freq) * (xs >> kRansScaleBits) + e.bias;
+    renorm_advance(&xs, (xs << 16) | load16(base + 2 * q), &q);
   };
-  while (i + kRansLanes <= n && end - p >= 2 * kRansLanes) {
+  const size_t q_last = size_t(end - base) / 2;  // words in the stream
+  while (i + kRansLanes <= n && q + kRansLanes <= q_last) {
     uint8_t* o = out + i;
     step_fast(x[0], o + 0);
     step_fast(x[1], o + 1);
@@ -262,12 +411,13 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
     step_fast(x[7], o + 7);
     i += kRansLanes;
   }
+  p = base + 2 * q;
   for (; i < n; ++i) {
     uint32_t& xs = x[i % kRansLanes];
     const uint32_t slot = xs & kMask;
-    const uint32_t e = dt.fb[slot];
+    const DecEntry e = dt.e[slot];
     out[i] = dt.sym[slot];
-    xs = (e >> 16) * (xs >> kRansScaleBits) + (e & 0xFFFF);
+    xs = uint32_t(e.freq) * (xs >> kRansScaleBits) + e.bias;
     if (xs < kL) {
       if (end - p < 2) return false;
       xs = (xs << 16) | load16(p);
@@ -283,8 +433,8 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
 // ---------------------------------------------------------------- framing
 // Writes table, lengths, states, the extra-bit stream and the rANS stream.
 // syms/hist describe the symbols; xb/xbytes the (already packed) extra bits.
-size_t encode_framed(const uint8_t* syms, size_t n, const uint32_t* hist, const uint8_t* xb, size_t xbytes,
-                     uint8_t* dst, size_t cap) {
+size_t encode_framed(RansImpl impl, const uint8_t* syms, size_t n, const uint32_t* hist, const uint8_t* xb,
+                     size_t xbytes, uint8_t* dst, size_t cap) {
   uint32_t freq[kRansAlphabet];
   rans_normalize(hist, n, freq);
   const size_t tb = table_bytes(freq);
@@ -295,7 +445,14 @@ size_t encode_framed(const uint8_t* syms, size_t n, const uint32_t* hist, const 
   build_encoder(freq, es);
   uint8_t* const data = dst + head + xbytes;  // start of the rANS stream
   uint32_t state[kRansLanes];
-  uint8_t* p = encode_core(syms, n, es, data, dst + cap, state);
+  uint8_t* p;
+#if NCCLZ_RANS_X86
+  if (impl == RansImpl::Avx2 && rans_cpu_has_avx2())
+    p = encode_core_avx2(syms, n, es, data, dst + cap, state);
+  else
+#endif
+    p = encode_core(syms, n, es, data, dst + cap, state);
+  (void)impl;
   if (!p) return kNoFit;
   const size_t rbytes = size_t((dst + cap) - p);
   if (rbytes > 0xFFFFFFFFu || xbytes > 0xFFFFFFFFu) return kNoFit;
@@ -423,6 +580,57 @@ inline void map_fast(uint64_t z, uint32_t* sym, uint32_t* nb) {
   *nb = uint32_t(L - 2) & big;
 }
 
+
+// A group of 8 zigzag values of which at least one is not direct: symbols of
+// all 8 into s8, extra bits of the others (in element order) into bw.
+template <class U>
+inline void map_mixed_group(const U* z, uint8_t* s8, BitWriter& bw) {
+  unsigned big = 0;
+  for (int k = 0; k < 8; ++k) {
+    s8[k] = uint8_t(z[k]);  // right for the direct ones
+    big |= unsigned(z[k] >= kRansDirect) << k;
+  }
+  while (big) {
+    const int k = __builtin_ctz(big);
+    big &= big - 1;
+    uint32_t sy, nb;
+    map_fast(z[k], &sy, &nb);
+    s8[k] = uint8_t(sy);
+    const uint64_t v = uint64_t(z[k]) & ((uint64_t(1) << nb) - 1);
+    if (sizeof(U) * 8 > 56 + 2)
+      bw.put_any(v, nb);
+    else
+      bw.put(v, nb);
+  }
+}
+
+#if NCCLZ_RANS_X86
+// The symbol pass for int32 in groups of 8: zigzag, a test for "all direct"
+// and the symbol bytes in a few vector instructions; returns the elements done
+// (a multiple of 8). Same symbols, histogram and extra bits as the scalar loop.
+NCCLZ_RANS_AVX2 size_t map_groups_avx2(const int32_t* r, size_t n, uint8_t* syms, BitWriter& bw,
+                                       uint32_t (*h)[kRansAlphabet]) {
+  const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                             0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m256i gather = _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0);
+  const __m256i not_direct = _mm256_set1_epi32(~int32_t(kRansDirect - 1));
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + i));
+    const __m256i z = _mm256_xor_si256(_mm256_slli_epi32(v, 1), _mm256_srai_epi32(v, 31));
+    const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(z, low_bytes), gather);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(syms + i), _mm256_castsi256_si128(b));
+    if (!_mm256_testz_si256(z, not_direct)) {
+      alignas(32) uint32_t zz[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(zz), z);
+      map_mixed_group(zz, syms + i, bw);
+    }
+    for (int k = 0; k < 8; ++k) ++h[k][syms[i + k]];
+  }
+  return i;
+}
+#endif
+
 }  // namespace
 
 // ================================================================ public
@@ -487,32 +695,77 @@ size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_
   return kBitmapBytes + size_t(1.5 * present) + kFixedBytes + size_t(payload + 1.0);
 }
 
+bool rans_impl_available(RansImpl impl) {
+  switch (impl) {
+    case RansImpl::Scalar: return true;
+    case RansImpl::Avx2: return rans_cpu_has_avx2();
+  }
+  return false;
+}
+
+RansImpl rans_best_impl() { return rans_cpu_has_avx2() ? RansImpl::Avx2 : RansImpl::Scalar; }
+
 template <class Code>
 size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
+  return rans_encode_with(rans_best_impl(), r, n, dst, cap);
+}
+
+template <class Code>
+size_t rans_encode_with(RansImpl impl, const Code* r, size_t n, uint8_t* dst, size_t cap) {
   if (n == 0) return 0;
   Scratch& sc = scratch();
   uint8_t* syms = grow(sc.syms, n);
   // One pass: symbols, histogram, and the extra bits (LSB first in element order).
   uint8_t* xbuf = grow(sc.bits, sizeof(Code) * n + 16);
   BitWriter bw{xbuf};
-  uint32_t h[4][kRansAlphabet] = {};
-  for (size_t i = 0; i < n; ++i) {
+  uint32_t h[kHistTables][kRansAlphabet] = {};
+  auto one = [&](size_t i, uint32_t* hk) {
     const uint64_t z = uint64_t(rans_zigzag(r[i]));
     uint32_t s, nb;
     map_fast(z, &s, &nb);
     syms[i] = uint8_t(s);
-    ++h[i & 3][s];
+    ++hk[s];
     const uint64_t v = z & ((uint64_t(1) << nb) - 1);
     if (code_bits<Code>() > 56 + 2)
       bw.put_any(v, nb);
     else
       bw.put(v, nb);
+  };
+  size_t i = 0;
+#if NCCLZ_RANS_X86
+  if constexpr (sizeof(Code) == 4)
+    if (impl == RansImpl::Avx2 && rans_cpu_has_avx2()) i = map_groups_avx2(r, n, syms, bw, h);
+#endif
+  for (; i + kHistTables <= n; i += kHistTables) {
+    // Groups of 8: when all are direct (z < 128) there are no extra bits and
+    // the symbol is z itself (smooth fields: nearly every group).
+    using U = std::make_unsigned_t<Code>;
+    U z[kHistTables];
+    U any = 0;
+    for (int k = 0; k < kHistTables; ++k) {
+      z[k] = rans_zigzag(r[i + k]);
+      any |= z[k];
+    }
+    if (any < kRansDirect) {
+      for (int k = 0; k < kHistTables; ++k) {
+        syms[i + k] = uint8_t(z[k]);
+        ++h[k][z[k]];
+      }
+    } else {
+      map_mixed_group(z, syms + i, bw);
+      for (int k = 0; k < kHistTables; ++k) ++h[k][syms[i + k]];
+    }
   }
+  for (; i < n; ++i) one(i, h[0]);
   const size_t xbytes = size_t(bw.finish() - xbuf);
   uint32_t hist[kRansAlphabet];
-  for (int k = 0; k < kRansAlphabet; ++k) hist[k] = h[0][k] + h[1][k] + h[2][k] + h[3][k];
+  for (int k = 0; k < kRansAlphabet; ++k) {
+    uint32_t t = 0;
+    for (int j = 0; j < kHistTables; ++j) t += h[j][k];
+    hist[k] = t;
+  }
   const uint8_t* xb = xbytes ? xbuf : nullptr;
-  return encode_framed(syms, n, hist, xb, xbytes, dst, cap);
+  return encode_framed(impl, syms, n, hist, xb, xbytes, dst, cap);
 }
 
 template <class Code>
@@ -553,7 +806,7 @@ Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
     }
   }
   BitReader br{xb, xb, xb + xbytes};
-  for (size_t i = 0; i < n; ++i) {
+  auto one = [&](size_t i) {
     const uint32_t s = syms[i];
     uint64_t z;
     if (code_bits<Code>() > 56 + 2)
@@ -561,16 +814,31 @@ Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
     else
       z = base[s] | br.get(nbits[s]);
     out[i] = rans_unzigzag<Code>(U(z));
+  };
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // A group of 8 direct symbols (no bit 7 set) has no extra bits.
+    uint64_t big = load64_raw(syms + i) & 0x8080808080808080ull;
+    for (int k = 0; k < 8; ++k) out[i + k] = rans_unzigzag<Code>(U(syms[i + k]));  // right for direct ones
+    while (big) {  // the others, in element order (their extra bits are in that order)
+      one(i + size_t(__builtin_ctzll(big) >> 3));
+      big &= big - 1;
+    }
   }
+  for (; i < n; ++i) one(i);
   if (!br.finished()) return Status::Corrupt;
   return Status::Ok;
 }
 
 size_t rans_encode_bytes(const uint8_t* sym, size_t n, uint8_t* dst, size_t cap) {
+  return rans_encode_bytes_with(rans_best_impl(), sym, n, dst, cap);
+}
+
+size_t rans_encode_bytes_with(RansImpl impl, const uint8_t* sym, size_t n, uint8_t* dst, size_t cap) {
   if (n == 0) return 0;
   uint32_t hist[kRansAlphabet];
   histogram_bytes(sym, n, hist);
-  return encode_framed(sym, n, hist, nullptr, 0, dst, cap);
+  return encode_framed(impl, sym, n, hist, nullptr, 0, dst, cap);
 }
 
 Status rans_decode_bytes(const uint8_t* src, size_t len, size_t n, uint8_t* out) {
@@ -586,6 +854,8 @@ Status rans_decode_bytes(const uint8_t* src, size_t len, size_t n, uint8_t* out)
 
 template size_t rans_encode<int32_t>(const int32_t*, size_t, uint8_t*, size_t);
 template size_t rans_encode<int64_t>(const int64_t*, size_t, uint8_t*, size_t);
+template size_t rans_encode_with<int32_t>(RansImpl, const int32_t*, size_t, uint8_t*, size_t);
+template size_t rans_encode_with<int64_t>(RansImpl, const int64_t*, size_t, uint8_t*, size_t);
 template Status rans_decode<int32_t>(const uint8_t*, size_t, size_t, int32_t*);
 template Status rans_decode<int64_t>(const uint8_t*, size_t, size_t, int64_t*);
 

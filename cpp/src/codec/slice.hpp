@@ -20,7 +20,7 @@ struct EncodeOptions {
   uint32_t row = 0, plane = 0;
   /// The Rans coder is chosen only when its estimated size is below
   /// (1 - rans_margin) times the best fast codec's (Block or Raw): it encodes
-  /// about 10x slower than Block, so by default it must save at least 15%.
+  /// several times slower than Block, so by default it must save at least 15%.
   /// 0 picks the smallest estimate; 1 never picks Rans.
   double rans_margin = 0.15;
   /// The selector samples every `sample_every`-th block of 32 values, and at
