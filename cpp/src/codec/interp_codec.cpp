@@ -1,0 +1,173 @@
+#include "codec/interp_codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ncclz::codec {
+namespace {
+
+using U64 = uint64_t;
+
+/// Prediction of the element at i whose coordinate along the pass dimension
+/// is t (n elements along it, hs = h * its stride). See interp_codec.hpp.
+inline int64_t predict(const int64_t* q, size_t i, U64 t, U64 h, U64 n, size_t hs) {
+  const U64 a = U64(q[i - hs]);
+  if (t + h >= n) return int64_t(a);
+  const U64 b = U64(q[i + hs]);
+  const bool has_lo = t >= 3 * h, has_hi = t + 3 * h < n;
+  if (has_lo && has_hi) {
+    const U64 A = U64(q[i - 3 * hs]), D = U64(q[i + 3 * hs]);
+    return int64_t(U64(9) * (a + b) - A - D + 8) >> 4;
+  }
+  if (has_lo) {
+    const U64 A = U64(q[i - 3 * hs]);
+    return int64_t(U64(6) * a + U64(3) * b - A + 4) >> 3;
+  }
+  if (has_hi) {
+    const U64 D = U64(q[i + 3 * hs]);
+    return int64_t(U64(3) * a + U64(6) * b - D + 4) >> 3;
+  }
+  return int64_t(a + b + 1) >> 1;
+}
+
+/// Visits every element once in the interp order; q[i] = op(i, prediction,
+/// coarse) where coarse says the level's stride h is >= 4 (element 0 counts
+/// as coarse).
+template <class Op>
+void traverse(const std::vector<uint64_t>& dims_in, int64_t* q, Op&& op) {
+  std::vector<U64> dims;
+  U64 n = 1;
+  for (U64 d : dims_in) {
+    n *= d;
+    if (d != 1) dims.push_back(d);
+  }
+  if (n == 0) return;
+  q[0] = op(size_t(0), int64_t(0), true);
+  const size_t D = dims.size();
+  if (D == 0) return;
+  std::vector<U64> stride(D);
+  U64 maxd = 0;
+  for (size_t e = D; e-- > 0;) {
+    stride[e] = e + 1 == D ? 1 : stride[e + 1] * dims[e + 1];
+    maxd = std::max(maxd, dims[e]);
+  }
+  int L = 0;
+  while ((U64(1) << L) < maxd) ++L;
+  std::vector<U64> cnt(D), step(D), off0(D), idx(D);
+  for (int l = L - 1; l >= 0; --l) {
+    const U64 h = U64(1) << l;
+    const bool coarse = h >= 4;
+    for (size_t e0 = 0; e0 < D; ++e0) {
+      const U64 n0 = dims[e0];
+      if (h >= n0) continue;
+      for (size_t e = 0; e < D; ++e) {
+        const U64 s = e < e0 ? h : 2 * h;
+        off0[e] = e == e0 ? h * stride[e] : 0;
+        cnt[e] = e == e0 ? (n0 + h - 1) / (2 * h) : (dims[e] + s - 1) / s;
+        step[e] = (e == e0 ? 2 * h : s) * stride[e];
+      }
+      const size_t hs = size_t(h * stride[e0]);
+      const size_t last = D - 1;
+      std::fill(idx.begin(), idx.end(), 0);
+      for (;;) {
+        size_t base = 0;
+        for (size_t e = 0; e < last; ++e) base += size_t(off0[e] + idx[e] * step[e]);
+        base += size_t(off0[last]);
+        const size_t inner = size_t(cnt[last]), istep = size_t(step[last]);
+        if (e0 == last) {
+          U64 t = h;
+          for (size_t j = 0; j < inner; ++j, t += 2 * h) {
+            const size_t i = base + j * istep;
+            q[i] = op(i, predict(q, i, t, h, n0, hs), coarse);
+          }
+        } else {
+          const U64 t = h + 2 * h * idx[e0];
+          for (size_t j = 0; j < inner; ++j) {
+            const size_t i = base + j * istep;
+            q[i] = op(i, predict(q, i, t, h, n0, hs), coarse);
+          }
+        }
+        // Odometer over dims 0..last-1.
+        size_t e = last;
+        while (e > 0) {
+          --e;
+          if (++idx[e] < cnt[e]) break;
+          idx[e] = 0;
+          if (e == 0) goto pass_done;
+        }
+        if (last == 0) break;
+      }
+    pass_done:;
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const QuantGrid& grid, int log2k, double eb,
+                       int64_t limit, int64_t* resid, std::vector<uint64_t>* outliers) {
+  U64 n = 1;
+  for (U64 d : dims) n *= d;
+  std::vector<int64_t> q(static_cast<size_t>(n));
+  const int64_t k = int64_t(1) << log2k;
+  const double d = grid.step / double(k);  // exact: k is a power of two
+  const double inv_d = grid.inv_step * double(k);
+  const double lim = double(limit);
+  size_t pos = 0, count = 0;
+  auto ok = [&](double xv, int64_t c) {
+    return c >= -limit && c <= limit && abs_of(xv - to_double(from_double<T>(double(c) * d))) <= eb;
+  };
+  traverse(dims, q.data(), [&](size_t i, int64_t p, bool coarse) -> int64_t {
+    const int64_t st = (coarse && k >= 2) ? k / 2 : k;
+    const double xv = to_double(x[i]);
+    int64_t c = 0;
+    bool good = false;
+    if (std::isfinite(xv)) {
+      // The code nearest x on the grid of step st*d through the prediction:
+      // zero residual when the prediction is within half that step of x.
+      const double r = std::nearbyint((xv - double(p) * d) * (inv_d / double(st)));
+      const double cd = double(p) + r * double(st);
+      if (std::fabs(cd) <= lim) {
+        c = p + int64_t(r) * st;
+        good = ok(xv, c);
+      }
+      if (!good) {  // float rounding at the edge: the nearest fine-grid codes
+        const double v = std::nearbyint(xv * inv_d);
+        if (std::fabs(v) <= lim + 1) {
+          const int64_t c0 = int64_t(v);
+          for (int64_t cand : {c0, c0 - 1, c0 + 1})
+            if (ok(xv, cand)) {
+              c = cand;
+              good = true;
+              break;
+            }
+        }
+      }
+    }
+    if (!good) {
+      outliers->push_back(i);
+      ++count;
+      c = std::clamp<int64_t>(p, -limit, limit);
+    }
+    resid[pos++] = int64_t(U64(c) - U64(p));
+    return c;
+  });
+  return count;
+}
+
+void interp_reconstruct(const int64_t* resid, const std::vector<uint64_t>& dims, int64_t* q) {
+  size_t pos = 0;
+  traverse(dims, q, [&](size_t, int64_t p, bool) -> int64_t { return int64_t(U64(p) + U64(resid[pos++])); });
+}
+
+template size_t interp_quantize<float>(const float*, const std::vector<uint64_t>&, const QuantGrid&, int, double,
+                                       int64_t, int64_t*, std::vector<uint64_t>*);
+template size_t interp_quantize<double>(const double*, const std::vector<uint64_t>&, const QuantGrid&, int, double,
+                                        int64_t, int64_t*, std::vector<uint64_t>*);
+template size_t interp_quantize<F16>(const F16*, const std::vector<uint64_t>&, const QuantGrid&, int, double, int64_t,
+                                     int64_t*, std::vector<uint64_t>*);
+template size_t interp_quantize<Bf16>(const Bf16*, const std::vector<uint64_t>&, const QuantGrid&, int, double,
+                                      int64_t, int64_t*, std::vector<uint64_t>*);
+
+}  // namespace ncclz::codec

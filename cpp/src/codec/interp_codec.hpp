@@ -1,0 +1,56 @@
+// Multilevel interpolation ("interp") layout of a lossy blob: predictive
+// quantization on a fine grid. Layout and arithmetic: docs/FORMAT.md,
+// "Interp layout".
+//
+// The codes q stand for q * d with d = step / k (step = 2 * eb of the blob,
+// k = 2^log2k). Elements are visited coarse to fine, level by level, and along
+// each dimension within a level (the order below); each is predicted from
+// codes already visited by integer cubic (or, near the edges, quadratic,
+// linear or copy) interpolation, and the stream holds the residual q - pred in
+// visit order. The encoder picks, for each element, a code within the bound of
+// x that is close to the prediction (see interp_quantize), so that smooth data
+// give residuals that are mostly zero; the decoder only inverts the predictor.
+//
+// Visit order for an array of dims n_0..n_{D-1} (C order, size-1 dims
+// removed): element 0 first (predicted by 0); then for h = 2^(L-1), ..., 2, 1
+// (L the smallest integer with 2^L >= max n_e), for each dimension e0 = 0..D-1
+// with h < n_e0: every element whose coordinate along e0 is an odd multiple of
+// h, whose coordinates along dims before e0 are multiples of h and along dims
+// after e0 multiples of 2h, in C order of their coordinates. Its prediction
+// along e0 from a = q[t-h], b = q[t+h], A = q[t-3h], D = q[t+3h] (t its
+// coordinate, n = n_e0), all arithmetic on int64 wrapping modulo 2^64, ">>" an
+// arithmetic shift (floor):
+//   t+h >= n                     : a
+//   t >= 3h and t+3h < n         : (-A + 9a + 9b - D + 8) >> 4
+//   t >= 3h, t+3h >= n           : (-A + 6a + 3b + 4) >> 3
+//   t < 3h,  t+3h < n            : (3a + 6b - D + 4) >> 3
+//   otherwise                    : (a + b + 1) >> 1
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "codec/quantizer.hpp"
+
+namespace ncclz::codec {
+
+/// Largest log2 of the grid factor a blob may carry.
+constexpr int kInterpMaxLog2K = 6;
+
+/// Encoder: codes for x[0..n) (n = product of dims) on the grid d =
+/// grid.step / 2^log2k, written as residuals in visit order to resid[0..n).
+/// `eb` is the bound to keep after rounding to T; |q| <= limit. Elements the
+/// bound cannot be met for (non-finite, over the limit) are appended to
+/// *outliers (element indices, ascending order not guaranteed). Returns the
+/// number of outliers.
+template <class T>
+size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const QuantGrid& grid, int log2k, double eb,
+                       int64_t limit, int64_t* resid, std::vector<uint64_t>* outliers);
+
+/// Decoder: codes q[0..n) in element order from residuals resid[0..n) in
+/// visit order (any values: arithmetic wraps, nothing is read or written
+/// outside the two arrays).
+void interp_reconstruct(const int64_t* resid, const std::vector<uint64_t>& dims, int64_t* q);
+
+}  // namespace ncclz::codec
