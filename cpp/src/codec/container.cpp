@@ -682,6 +682,8 @@ BlobInfo inspect(const uint8_t* blob, size_t len) {
   info.ratio = len ? double(info.raw_bytes) / double(len) : 0.0;
   info.outliers = p.outliers;
   info.outlier_bytes = len - p.outlier_offset;
+  info.interp = p.layout == 1;
+  info.grid_factor = uint32_t(1) << p.log2k;
   for (size_t off : p.slice_offsets) {
     SliceHeader h;
     read_header(blob + off, len - off, &h);  // validated by parse()
