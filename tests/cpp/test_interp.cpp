@@ -100,12 +100,12 @@ void check_direct(const std::vector<int64_t>& shape, Dist dist, int log2k, doubl
   for (size_t i = 0; i < n; ++i) x[i] = to_type<T>(v[i]);
   const std::vector<uint64_t> dims(shape.begin(), shape.end());
   const QuantGrid g = QuantGrid::from_bound(eb);
-  std::vector<int64_t> resid(n, int64_t(0x5A5A5A5A5A5A5A5Aull));
+  std::vector<int32_t> resid(n, int32_t(0x5A5A5A5A));
   std::vector<uint64_t> outliers;
   const int64_t limit = int64_t(1) << 29;
   const size_t m = interp_quantize(x.data(), dims, g, log2k, eb, limit, resid.data(), &outliers);
   ASSERT_EQ(m, outliers.size());
-  std::vector<int64_t> q(n, 0);
+  std::vector<int32_t> q(n, 0);
   interp_reconstruct(resid.data(), dims, q.data());
   std::vector<bool> is_outlier(n, false);
   for (uint64_t i : outliers) {
@@ -157,7 +157,7 @@ TEST(Interp, SmoothDataGivesMostlyZeroResiduals) {
   const std::vector<int64_t> shape = {32, 48, 40};
   const auto v = make_values(shape, Dist::Smooth, 1);
   std::vector<float> x(v.begin(), v.end());
-  std::vector<int64_t> resid(x.size());
+  std::vector<int64_t> resid(x.size());  // int64 codes here (int32 in DirectRoundTrip)
   std::vector<uint64_t> outliers;
   interp_quantize(x.data(), {32, 48, 40}, QuantGrid::from_bound(1e-2), 3, 1e-2, int64_t(1) << 29, resid.data(),
                   &outliers);
@@ -178,6 +178,9 @@ TEST(Interp, ReconstructAcceptsAnyResiduals) {
     std::vector<int64_t> q2(n, 1);
     interp_reconstruct(resid.data(), std::vector<uint64_t>(shape.begin(), shape.end()), q2.data());
     EXPECT_EQ(q, q2);
+    std::vector<int32_t> r32(n), q32(n);
+    for (auto& r : r32) r = int32_t(uint32_t(rng()));
+    interp_reconstruct(r32.data(), std::vector<uint64_t>(shape.begin(), shape.end()), q32.data());
   }
 }
 

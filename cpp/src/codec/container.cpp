@@ -256,21 +256,16 @@ void for_each_outlier(const uint8_t* blob, const Parsed& p, F&& f) {
 
 /// Interp layout: the slices carry the residual stream in visit order
 /// (interp_codec.hpp); codes stand for q * step / 2^log2k.
-void decode_interp(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
+template <class C>
+void decode_interp_codes(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
   const size_t n = size_t(p.n);
-  std::vector<int64_t> resid(n), q(n);
-  std::vector<int32_t> narrow;
-  if (p.code_type == ElemType::I32) narrow.resize(size_t(std::min<uint64_t>(p.n, p.slice_elems)));
+  std::vector<C, DefaultInitAllocator<C>> resid(n), q(n);
   for (uint64_t k = 0; k < p.slices; ++k) {
     const size_t off = p.slice_offsets[size_t(k)];
     const uint64_t first = k * p.slice_elems;
     const uint32_t count = uint32_t(std::min<uint64_t>(p.slice_elems, p.n - first));
-    void* target = p.code_type == ElemType::I32 ? static_cast<void*>(narrow.data())
-                                                : static_cast<void*>(resid.data() + first);
-    const Status s = decode_slice(blob + off, len - off, p.code_type, count, target);
+    const Status s = decode_slice(blob + off, len - off, p.code_type, count, resid.data() + first);
     if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
-    if (p.code_type == ElemType::I32)
-      for (uint32_t i = 0; i < count; ++i) resid[size_t(first) + i] = narrow[i];
   }
   interp_reconstruct(resid.data(), std::vector<uint64_t>(p.shape.begin(), p.shape.end()), q.data());
   const QuantGrid g = QuantGrid::from_bound(std::ldexp(p.eb, -int(p.log2k)));
@@ -279,6 +274,13 @@ void decode_interp(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* ou
     dequantize(q.data(), n, g, reinterpret_cast<T*>(out));
     return 0;
   });
+}
+
+void decode_interp(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
+  if (p.code_type == ElemType::I32)
+    decode_interp_codes<int32_t>(blob, p, len, out);
+  else
+    decode_interp_codes<int64_t>(blob, p, len, out);
 }
 
 void decode_into(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
@@ -471,14 +473,10 @@ void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, 
 }
 
 /// Builds a lossy blob in the interp layout (docs/FORMAT.md, "Interp layout").
-template <class T>
-ByteBuffer interp_blob(const T* x, uint64_t n, const std::vector<int64_t>& shape, const Spec& spec, const QuantGrid& g,
-                       double grid_eb, double max_abs, int log2k, const EncodeOptions& opt) {
-  const double inv_d = g.inv_step * double(int64_t(1) << log2k);
-  const bool narrow = max_abs * inv_d + double(int64_t(1) << log2k) + 2 < double(kInterpI32Limit);
-  const ElemType code_type = narrow ? ElemType::I32 : ElemType::I64;
-  const int64_t limit = narrow ? kInterpI32Limit : kI64Limit;
-  std::vector<int64_t> resid(static_cast<size_t>(n));
+template <class T, class C>
+ByteBuffer interp_blob_codes(const T* x, uint64_t n, const std::vector<int64_t>& shape, const Spec& spec,
+                             const QuantGrid& g, double grid_eb, int64_t limit, int log2k, const EncodeOptions& opt) {
+  std::vector<C, DefaultInitAllocator<C>> resid(static_cast<size_t>(n));
   std::vector<uint64_t> outliers;
   interp_quantize(x, std::vector<uint64_t>(shape.begin(), shape.end()), g, log2k, g.eb, limit, resid.data(),
                   &outliers);
@@ -486,19 +484,20 @@ ByteBuffer interp_blob(const T* x, uint64_t n, const std::vector<int64_t>& shape
   const uint32_t L = kTargetSliceElems;
   const uint64_t slices = (n + L - 1) / L;
   ByteBuffer out;
-  put_header(out, spec, elem_type_of<T>(), code_type, shape, L, grid_eb, slices, log2k);
-  std::vector<int32_t> codes32(narrow ? size_t(std::min<uint64_t>(n, L)) : 0);
-  for (uint64_t first = 0; first < n; first += L) {
-    const uint32_t count = uint32_t(std::min<uint64_t>(L, n - first));
-    if (narrow) {
-      for (uint32_t i = 0; i < count; ++i) codes32[i] = int32_t(resid[size_t(first) + i]);
-      put_slice(out, codes32.data(), code_type, count, opt);
-    } else {
-      put_slice(out, resid.data() + first, code_type, count, opt);
-    }
-  }
+  put_header(out, spec, elem_type_of<T>(), elem_type_of<C>(), shape, L, grid_eb, slices, log2k);
+  for (uint64_t first = 0; first < n; first += L)
+    put_slice(out, resid.data() + first, elem_type_of<C>(), uint32_t(std::min<uint64_t>(L, n - first)), opt);
   put_outliers(out, outliers, reinterpret_cast<const uint8_t*>(x), sizeof(T));
   return out;
+}
+
+template <class T>
+ByteBuffer interp_blob(const T* x, uint64_t n, const std::vector<int64_t>& shape, const Spec& spec, const QuantGrid& g,
+                       double grid_eb, double max_abs, int log2k, const EncodeOptions& opt) {
+  const double inv_d = g.inv_step * double(int64_t(1) << log2k);
+  if (max_abs * inv_d + double(int64_t(1) << log2k) + 2 < double(kInterpI32Limit))
+    return interp_blob_codes<T, int32_t>(x, n, shape, spec, g, grid_eb, kInterpI32Limit, log2k, opt);
+  return interp_blob_codes<T, int64_t>(x, n, shape, spec, g, grid_eb, kI64Limit, log2k, opt);
 }
 
 }  // namespace

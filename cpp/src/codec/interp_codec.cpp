@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ncclz/codec/container.hpp"  // DefaultInitAllocator
+
 namespace ncclz::codec {
 namespace {
 
@@ -10,7 +12,8 @@ using U64 = uint64_t;
 
 /// Prediction of the element at i whose coordinate along the pass dimension
 /// is t (n elements along it, hs = h * its stride). See interp_codec.hpp.
-inline int64_t predict(const int64_t* q, size_t i, U64 t, U64 h, U64 n, size_t hs) {
+template <class C>
+inline int64_t predict(const C* q, size_t i, U64 t, U64 h, U64 n, size_t hs) {
   const U64 a = U64(q[i - hs]);
   if (t + h >= n) return int64_t(a);
   const U64 b = U64(q[i + hs]);
@@ -33,8 +36,8 @@ inline int64_t predict(const int64_t* q, size_t i, U64 t, U64 h, U64 n, size_t h
 /// Visits every element once in the interp order; q[i] = op(i, prediction,
 /// coarse) where coarse says the level's stride h is >= 4 (element 0 counts
 /// as coarse).
-template <class Op>
-void traverse(const std::vector<uint64_t>& dims_in, int64_t* q, Op&& op) {
+template <class C, class Op>
+void traverse(const std::vector<uint64_t>& dims_in, C* q, Op&& op) {
   std::vector<U64> dims;
   U64 n = 1;
   for (U64 d : dims_in) {
@@ -42,7 +45,7 @@ void traverse(const std::vector<uint64_t>& dims_in, int64_t* q, Op&& op) {
     if (d != 1) dims.push_back(d);
   }
   if (n == 0) return;
-  q[0] = op(size_t(0), int64_t(0), true);
+  q[0] = C(op(size_t(0), int64_t(0), true));
   const size_t D = dims.size();
   if (D == 0) return;
   std::vector<U64> stride(D);
@@ -78,13 +81,13 @@ void traverse(const std::vector<uint64_t>& dims_in, int64_t* q, Op&& op) {
           U64 t = h;
           for (size_t j = 0; j < inner; ++j, t += 2 * h) {
             const size_t i = base + j * istep;
-            q[i] = op(i, predict(q, i, t, h, n0, hs), coarse);
+            q[i] = C(op(i, predict(q, i, t, h, n0, hs), coarse));
           }
         } else {
           const U64 t = h + 2 * h * idx[e0];
           for (size_t j = 0; j < inner; ++j) {
             const size_t i = base + j * istep;
-            q[i] = op(i, predict(q, i, t, h, n0, hs), coarse);
+            q[i] = C(op(i, predict(q, i, t, h, n0, hs), coarse));
           }
         }
         // Odometer over dims 0..last-1.
@@ -104,29 +107,31 @@ void traverse(const std::vector<uint64_t>& dims_in, int64_t* q, Op&& op) {
 
 }  // namespace
 
-template <class T>
+template <class T, class C>
 size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const QuantGrid& grid, int log2k, double eb,
-                       int64_t limit, int64_t* resid, std::vector<uint64_t>* outliers) {
+                       int64_t limit, C* resid, std::vector<uint64_t>* outliers) {
   U64 n = 1;
   for (U64 d : dims) n *= d;
-  std::vector<int64_t> q(static_cast<size_t>(n));
+  std::vector<C, DefaultInitAllocator<C>> q(static_cast<size_t>(n));
   const int64_t k = int64_t(1) << log2k;
   const double d = grid.step / double(k);  // exact: k is a power of two
   const double inv_d = grid.inv_step * double(k);
+  const int64_t st_fine = k, st_coarse = k >= 2 ? k / 2 : k;
+  const double inv_fine = inv_d / double(st_fine), inv_coarse = inv_d / double(st_coarse);
   const double lim = double(limit);
   size_t pos = 0, count = 0;
   auto ok = [&](double xv, int64_t c) {
     return c >= -limit && c <= limit && abs_of(xv - to_double(from_double<T>(double(c) * d))) <= eb;
   };
   traverse(dims, q.data(), [&](size_t i, int64_t p, bool coarse) -> int64_t {
-    const int64_t st = (coarse && k >= 2) ? k / 2 : k;
+    const int64_t st = coarse ? st_coarse : st_fine;
     const double xv = to_double(x[i]);
     int64_t c = 0;
     bool good = false;
     if (std::isfinite(xv)) {
       // The code nearest x on the grid of step st*d through the prediction:
       // zero residual when the prediction is within half that step of x.
-      const double r = std::nearbyint((xv - double(p) * d) * (inv_d / double(st)));
+      const double r = std::nearbyint((xv - double(p) * d) * (coarse ? inv_coarse : inv_fine));
       const double cd = double(p) + r * double(st);
       if (std::fabs(cd) <= lim) {
         c = p + int64_t(r) * st;
@@ -150,24 +155,31 @@ size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const Quan
       ++count;
       c = std::clamp<int64_t>(p, -limit, limit);
     }
-    resid[pos++] = int64_t(U64(c) - U64(p));
+    resid[pos++] = C(int64_t(U64(c) - U64(p)));
     return c;
   });
   return count;
 }
 
-void interp_reconstruct(const int64_t* resid, const std::vector<uint64_t>& dims, int64_t* q) {
+template <class C>
+void interp_reconstruct(const C* resid, const std::vector<uint64_t>& dims, C* q) {
   size_t pos = 0;
-  traverse(dims, q, [&](size_t, int64_t p, bool) -> int64_t { return int64_t(U64(p) + U64(resid[pos++])); });
+  traverse(dims, q, [&](size_t, int64_t p, bool) -> int64_t { return int64_t(U64(p) + U64(int64_t(resid[pos++]))); });
 }
 
-template size_t interp_quantize<float>(const float*, const std::vector<uint64_t>&, const QuantGrid&, int, double,
-                                       int64_t, int64_t*, std::vector<uint64_t>*);
-template size_t interp_quantize<double>(const double*, const std::vector<uint64_t>&, const QuantGrid&, int, double,
-                                        int64_t, int64_t*, std::vector<uint64_t>*);
-template size_t interp_quantize<F16>(const F16*, const std::vector<uint64_t>&, const QuantGrid&, int, double, int64_t,
-                                     int64_t*, std::vector<uint64_t>*);
-template size_t interp_quantize<Bf16>(const Bf16*, const std::vector<uint64_t>&, const QuantGrid&, int, double,
-                                      int64_t, int64_t*, std::vector<uint64_t>*);
+#define NCCLZ_INTERP_Q(T, C)                                                                                      \
+  template size_t interp_quantize<T, C>(const T*, const std::vector<uint64_t>&, const QuantGrid&, int, double, \
+                                        int64_t, C*, std::vector<uint64_t>*);
+NCCLZ_INTERP_Q(float, int32_t)
+NCCLZ_INTERP_Q(double, int32_t)
+NCCLZ_INTERP_Q(F16, int32_t)
+NCCLZ_INTERP_Q(Bf16, int32_t)
+NCCLZ_INTERP_Q(float, int64_t)
+NCCLZ_INTERP_Q(double, int64_t)
+NCCLZ_INTERP_Q(F16, int64_t)
+NCCLZ_INTERP_Q(Bf16, int64_t)
+#undef NCCLZ_INTERP_Q
+template void interp_reconstruct<int32_t>(const int32_t*, const std::vector<uint64_t>&, int32_t*);
+template void interp_reconstruct<int64_t>(const int64_t*, const std::vector<uint64_t>&, int64_t*);
 
 }  // namespace ncclz::codec

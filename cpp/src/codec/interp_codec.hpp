@@ -40,17 +40,18 @@ constexpr int kInterpMaxLog2K = 6;
 
 /// Encoder: codes for x[0..n) (n = product of dims) on the grid d =
 /// grid.step / 2^log2k, written as residuals in visit order to resid[0..n).
-/// `eb` is the bound to keep after rounding to T; |q| <= limit. Elements the
-/// bound cannot be met for (non-finite, over the limit) are appended to
-/// *outliers (element indices, ascending order not guaranteed). Returns the
-/// number of outliers.
-template <class T>
+/// `eb` is the bound to keep after rounding to T; |q| <= limit, which must
+/// keep 2.25 * limit + 1 within C (2^29 for int32). Elements the bound cannot
+/// be met for (non-finite, over the limit) are appended to *outliers (element
+/// indices, in visit order). Returns the number of outliers.
+template <class T, class C>
 size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const QuantGrid& grid, int log2k, double eb,
-                       int64_t limit, int64_t* resid, std::vector<uint64_t>* outliers);
+                       int64_t limit, C* resid, std::vector<uint64_t>* outliers);
 
 /// Decoder: codes q[0..n) in element order from residuals resid[0..n) in
-/// visit order (any values: arithmetic wraps, nothing is read or written
-/// outside the two arrays).
-void interp_reconstruct(const int64_t* resid, const std::vector<uint64_t>& dims, int64_t* q);
+/// visit order (any values: arithmetic wraps, the result is truncated to C,
+/// nothing is read or written outside the two arrays).
+template <class C>
+void interp_reconstruct(const C* resid, const std::vector<uint64_t>& dims, C* q);
 
 }  // namespace ncclz::codec
