@@ -143,6 +143,7 @@ struct Parsed {
   uint32_t slice_elems = 1;
   uint64_t slices = 0;
   std::vector<size_t> slice_offsets;  // offset of each slice in the blob
+  std::vector<uint32_t> slice_counts;  // interp layout: elements of each slice
   size_t outlier_offset = 0;          // offset of the outlier section
   uint64_t outliers = 0;
   size_t index_offset = 0, index_bytes = 0, value_offset = 0;
@@ -194,17 +195,22 @@ Parsed parse(const uint8_t* blob, size_t len, bool keep_offsets) {
     p.n *= d;
   }
   if (p.n > kMaxElements / 8) corrupt("shape too large");
-  const uint64_t want_slices = (p.n + p.slice_elems - 1) / p.slice_elems;
-  if (p.slices != want_slices) corrupt("slice count does not match shape");
   // Every slice is at least a header: this bounds the loop by the blob size.
-  if (p.slices > (len - off) / kHeaderBytes) corrupt("truncated slices");
+  const uint64_t max_slices = (len - off) / kHeaderBytes;
+  const uint64_t want_slices =
+      p.layout == 1 ? interp_slices(std::vector<uint64_t>(p.shape.begin(), p.shape.end()), p.slice_elems, max_slices,
+                                    &p.slice_counts)
+                    : (p.n + p.slice_elems - 1) / p.slice_elems;
+  if (p.slices != want_slices) corrupt("slice count does not match shape");
+  if (p.slices > max_slices) corrupt("truncated slices");
   if (keep_offsets) p.slice_offsets.reserve(size_t(p.slices));
   for (uint64_t k = 0; k < p.slices; ++k) {
     SliceHeader h;
     const Status s = read_header(blob + off, len - off, &h);
     if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
     if (h.elem_type != p.code_type) corrupt("slice " + std::to_string(k) + ": element type mismatch");
-    const uint64_t want = std::min<uint64_t>(p.slice_elems, p.n - k * p.slice_elems);
+    const uint64_t want = p.layout == 1 ? uint64_t(p.slice_counts[size_t(k)])
+                                        : std::min<uint64_t>(p.slice_elems, p.n - k * p.slice_elems);
     if (h.count != want) corrupt("slice " + std::to_string(k) + ": element count mismatch");
     if (keep_offsets) p.slice_offsets.push_back(off);
     off += kHeaderBytes + h.payload_bytes;
@@ -260,13 +266,16 @@ template <class C>
 void decode_interp_codes(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
   const size_t n = size_t(p.n);
   std::vector<C, DefaultInitAllocator<C>> resid(n), q(n);
+  size_t first = 0;
   for (uint64_t k = 0; k < p.slices; ++k) {
     const size_t off = p.slice_offsets[size_t(k)];
-    const uint64_t first = k * p.slice_elems;
-    const uint32_t count = uint32_t(std::min<uint64_t>(p.slice_elems, p.n - first));
+    const uint32_t count = p.slice_counts[size_t(k)];
+    if (count > n - first) corrupt("slice lengths exceed the array");  // cannot happen after parse()
     const Status s = decode_slice(blob + off, len - off, p.code_type, count, resid.data() + first);
     if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
+    first += count;
   }
+  if (first != n) corrupt("slice lengths do not cover the array");
   interp_reconstruct(resid.data(), std::vector<uint64_t>(p.shape.begin(), p.shape.end()), q.data());
   const QuantGrid g = QuantGrid::from_bound(std::ldexp(p.eb, -int(p.log2k)));
   with_float_type(p.dtype, [&](auto* tag) {
@@ -482,11 +491,16 @@ ByteBuffer interp_blob_codes(const T* x, uint64_t n, const std::vector<int64_t>&
                   &outliers);
   std::sort(outliers.begin(), outliers.end());
   const uint32_t L = kTargetSliceElems;
-  const uint64_t slices = (n + L - 1) / L;
+  std::vector<uint32_t> counts;
+  const uint64_t slices =
+      interp_slices(std::vector<uint64_t>(shape.begin(), shape.end()), L, ~uint64_t(0), &counts);
   ByteBuffer out;
   put_header(out, spec, elem_type_of<T>(), elem_type_of<C>(), shape, L, grid_eb, slices, log2k);
-  for (uint64_t first = 0; first < n; first += L)
-    put_slice(out, resid.data() + first, elem_type_of<C>(), uint32_t(std::min<uint64_t>(L, n - first)), opt);
+  size_t first = 0;
+  for (uint32_t count : counts) {
+    put_slice(out, resid.data() + first, elem_type_of<C>(), count, opt);
+    first += count;
+  }
   put_outliers(out, outliers, reinterpret_cast<const uint8_t*>(x), sizeof(T));
   return out;
 }

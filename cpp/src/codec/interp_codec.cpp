@@ -107,6 +107,60 @@ void traverse(const std::vector<uint64_t>& dims_in, C* q, Op&& op) {
 
 }  // namespace
 
+uint64_t interp_slices(const std::vector<uint64_t>& dims_in, uint32_t L, uint64_t max_slices,
+                       std::vector<uint32_t>* counts) {
+  std::vector<U64> dims;
+  U64 n = 1;
+  for (U64 d : dims_in) {
+    n = d == 0 ? 0 : n * d;
+    if (d == 0) break;
+    if (d != 1) dims.push_back(d);
+  }
+  if (n == 0 || L == 0) return 0;
+  const U64 lmax = L, lmin = std::max<U64>(1, L >> 6);
+  uint64_t slices = 0;
+  U64 cur = 0;
+  auto emit = [&](U64 len, U64 times) {
+    if (counts && slices + times <= max_slices)
+      for (U64 j = 0; j < times; ++j) counts->push_back(uint32_t(len));
+    slices += times;
+  };
+  auto add_pass = [&](U64 s) {
+    if (cur >= lmin) {
+      emit(cur, 1);
+      cur = 0;
+    }
+    const U64 total = cur + s;
+    if (total > lmax) {
+      const U64 full = (total - 1) / lmax;  // leaves 1..L in the current slice
+      emit(lmax, full);
+      cur = total - full * lmax;
+    } else {
+      cur = total;
+    }
+  };
+  add_pass(1);  // element 0
+  const size_t D = dims.size();
+  U64 maxd = 0;
+  for (U64 d : dims) maxd = std::max(maxd, d);
+  int levels = 0;
+  while ((U64(1) << levels) < maxd) ++levels;
+  for (int l = levels - 1; l >= 0; --l) {
+    const U64 h = U64(1) << l;
+    for (size_t e0 = 0; e0 < D; ++e0) {
+      if (h >= dims[e0]) continue;
+      U64 size = 1;
+      for (size_t e = 0; e < D; ++e) {
+        const U64 s = e < e0 ? h : 2 * h;
+        size *= e == e0 ? (dims[e] + h - 1) / (2 * h) : (dims[e] + s - 1) / s;
+      }
+      add_pass(size);
+    }
+  }
+  if (cur > 0) emit(cur, 1);
+  return slices;
+}
+
 template <class T, class C>
 size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const QuantGrid& grid, int log2k, double eb,
                        int64_t limit, C* resid, std::vector<uint64_t>* outliers) {
