@@ -376,6 +376,37 @@ TEST(Interp, CorruptBlobsNeverCrash) {
   }
 }
 
+TEST(Interp, SlicesFollowPassesAndCoverTheStream) {
+  for (const auto& shape : kShapes) {
+    for (uint32_t L : {1u, 2u, 7u, 64u, 4096u, 1u << 18}) {
+      const std::vector<uint64_t> dims(shape.begin(), shape.end());
+      std::vector<uint32_t> counts;
+      const uint64_t s = interp_slices(dims, L, ~uint64_t(0), &counts);
+      ASSERT_EQ(s, counts.size());
+      uint64_t sum = 0;
+      for (uint32_t c : counts) {
+        EXPECT_GE(c, 1u);
+        EXPECT_LE(c, L);
+        sum += c;
+      }
+      EXPECT_EQ(sum, numel(shape));
+      // Over the cap: the full count, at most the cap appended.
+      std::vector<uint32_t> some;
+      if (s > 0) EXPECT_EQ(interp_slices(dims, L, s - 1, &some), s);
+      EXPECT_LE(some.size(), s > 0 ? s - 1 : 0);
+    }
+  }
+  // Level boundaries: 64x256x256 gets separate slices for the big passes.
+  std::vector<uint32_t> counts;
+  interp_slices({64, 256, 256}, 1u << 18, ~uint64_t(0), &counts);
+  EXPECT_EQ(counts.back(), 1u << 18);
+  EXPECT_GT(counts.size(), size_t(16));  // more than ceil(n / L): passes split slices
+  // A huge corrupt shape: counted without allocating.
+  counts.clear();
+  EXPECT_GT(interp_slices({uint64_t(1) << 40, uint64_t(1) << 20}, 1, 100, &counts), uint64_t(1) << 59);
+  EXPECT_LE(counts.size(), size_t(100));
+}
+
 TEST(Interp, LayoutBytesAreChecked) {
   const auto blob = interp_blobs()[0];
   auto expect_corrupt = [&](size_t off, uint8_t v, const char* what) {

@@ -59,9 +59,10 @@ void interp_reconstruct(const C* resid, const std::vector<uint64_t>& dims, C* q)
 /// end to end; a new slice starts at a pass boundary when the current one
 /// holds at least max(1, L >> 6) residuals, and whenever it is full (L). So
 /// levels with different statistics get their own slices (and entropy
-/// tables), while tiny coarse passes share one. Returns the number of slices;
-/// appends their lengths to *counts (if given) only when that number is at
-/// most max_slices (the caller checks), so a corrupt shape costs no memory.
+/// tables), while tiny coarse passes share one. Returns the number of slices
+/// and appends their lengths to *counts (if given), but never more than
+/// max_slices of them (complete only when the result is <= max_slices, which
+/// the caller checks), so a corrupt shape costs no memory.
 uint64_t interp_slices(const std::vector<uint64_t>& dims, uint32_t L, uint64_t max_slices,
                        std::vector<uint32_t>* counts);
 
