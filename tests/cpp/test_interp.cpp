@@ -301,6 +301,35 @@ TEST(Interp, AutoPicksInterpOnSmoothDataOnly) {
             inspect(fi.data(), fi.size()).slices);
 }
 
+TEST(Interp, AutoProbesLongOneDimensionalArrays) {
+  // Long 1-D arrays are probed on a middle piece first: smooth signals still get the interp layout.
+  const size_t n = size_t(1) << 20;
+  std::vector<float> smooth(n), noise(n);
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> normal(0, 1);
+  for (size_t i = 0; i < n; ++i) {
+    smooth[i] = float(std::sin(double(i) * 2e-5) + 0.5 * std::cos(double(i) * 7e-5));
+    noise[i] = 0.01f * normal(rng) + float(std::sin(double(i) * 1e-5));  // predictable, but noisy
+  }
+  EncodeOptions classic;
+  classic.interp = 0;
+  const auto b = compress(smooth.data(), ElemType::F32, {int64_t(n)}, Spec::lossy_rel(1e-3));
+  const auto b0 = compress(smooth.data(), ElemType::F32, {int64_t(n)}, Spec::lossy_rel(1e-3), classic);
+  EXPECT_TRUE(inspect(b.data(), b.size()).interp);
+  EXPECT_LT(b.size() * 2, b0.size());
+  const Decoded d = decompress(b.data(), b.size());
+  const double E = 1e-3 * 3.0;  // range of the signal is below 3
+  for (size_t i = 0; i < n; ++i) {
+    float y;
+    std::memcpy(&y, d.bytes.data() + 4 * i, 4);
+    ASSERT_LE(std::fabs(double(y) - double(smooth[i])), E);
+  }
+  // Whatever the probe decides, auto is never larger than the classic layout.
+  const auto nb = compress(noise.data(), ElemType::F32, {int64_t(n)}, Spec::lossy_rel(1e-4));
+  const auto nb0 = compress(noise.data(), ElemType::F32, {int64_t(n)}, Spec::lossy_rel(1e-4), classic);
+  EXPECT_LE(nb.size(), nb0.size());
+}
+
 TEST(Interp, InvalidOptions) {
   std::vector<float> x(100, 1.f);
   EncodeOptions opt;

@@ -50,7 +50,8 @@ constexpr double kMaxEb = 0x1p1020;  // keeps step and 1/step finite
 constexpr double kMinInterpEb = 0x1p-960;  // keeps the interp grid's step / 2^6 and its inverse normal
 constexpr int64_t kInterpI32Limit = int64_t(1) << 29;  // |q| and |q - prediction| fit int32
 constexpr uint64_t kInterpMinElems = 4096;  // the selector tries the interp layout from this size
-constexpr double kInterpMaxBitsPerElem = 5.0;  // ... when the classic blob is at most this dense
+constexpr double kInterpMaxBitsPerElem = 10.0;  // ... when the classic blob is at most this dense
+constexpr uint64_t kInterpProbeElems = uint64_t(1) << 16;  // 1-D arrays: first try the interp layout on this much
 
 [[noreturn]] void corrupt(const std::string& what) {
   throw CorruptData("ncclz.codec: corrupt blob: " + what);
@@ -468,7 +469,7 @@ double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs, bool* 
 template <class T, class Code>
 void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g,
                       int64_t limit, const EncodeOptions& opt, std::vector<uint64_t>* outliers,
-                      uint64_t* predicted_bytes) {
+                      uint64_t* predicted_bytes, uint64_t* probe_slice_bytes) {
   std::vector<Code> codes(size_t(std::min<uint64_t>(n, l.slice_elems)));
   std::vector<uint64_t> local;
   for (uint64_t first = 0; first < n; first += l.slice_elems) {
@@ -478,6 +479,7 @@ void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, 
     for (uint64_t i : local) outliers->push_back(first + i);
     const SliceInfo info = put_slice(out, codes.data(), elem_type_of<Code>(), count, opt);
     if (info.predictor != Predictor::None) *predicted_bytes += info.bytes;
+    if (first == (n / l.slice_elems / 2) * l.slice_elems) *probe_slice_bytes = info.bytes;
   }
 }
 
@@ -627,16 +629,19 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     std::vector<uint64_t> outliers;
     const size_t header_bytes = out.size();
     uint64_t predicted_bytes = 0;  // slices the selector coded with a predictor
+    uint64_t probe_slice_bytes = 0;  // the classic middle slice
     if (narrow)
-      put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers, &predicted_bytes);
+      put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers, &predicted_bytes,
+                                    &probe_slice_bytes);
     else
-      put_lossy_slices<T, int64_t>(out, xs, n, l, g, kI64Limit, opt, &outliers, &predicted_bytes);
+      put_lossy_slices<T, int64_t>(out, xs, n, l, g, kI64Limit, opt, &outliers, &predicted_bytes,
+                                    &probe_slice_bytes);
     const size_t slice_bytes = out.size() - header_bytes;
     put_outliers(out, outliers, static_cast<const uint8_t*>(x), sizeof(T));
     // The interp layout (predictive quantization on a finer grid) wins on
     // smooth data. It is tried only where it may: the selector found most of
-    // the codes predictable from their neighbours, and the classic blob is
-    // already dense. Noise (no predictor helps) pays nothing for it.
+    // the codes predictable from their neighbours (noise, where no predictor
+    // helps, pays nothing for it), and the classic blob is not near raw.
     const bool defaults = options.choice == EncodeOptions::Choice::Auto && options.predictor < 0;
     const bool try_interp =
         options.interp > 0 ||
@@ -645,8 +650,23 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     if (try_interp && grid_eb >= kMinInterpEb) {
       EncodeOptions sopt = options;
       sopt.row = sopt.plane = 0;
-      ByteBuffer alt = interp_blob(xs, n, shape, spec, g, grid_eb, max_abs, options.interp_log2k, sopt);
-      if (options.interp > 0 || alt.size() < out.size()) out = std::move(alt);
+      // A long 1-D array (gradients, signals) is probed first: the interp
+      // layout on its middle slice against the classic one, so that rough
+      // 1-D data do not pay a full second encode.
+      bool promising = true;
+      if (options.interp < 0 && shape.size() == 1 && n >= 2 * uint64_t(l.slice_elems)) {
+        // The first kInterpProbeElems of the middle classic slice, against that slice's share.
+        const uint64_t at = (n / l.slice_elems / 2) * l.slice_elems;
+        const uint64_t m = std::min<uint64_t>(kInterpProbeElems, l.slice_elems);
+        const ByteBuffer probe = interp_blob(xs + at, m, {int64_t(m)}, spec, g, grid_eb, max_abs,
+                                             options.interp_log2k, sopt);
+        const double share = double(probe_slice_bytes) * double(m) / double(l.slice_elems);
+        promising = double(probe.size()) < 0.9 * (share + double(kFixedHeader + 8 + 16));  // worth a second encode
+      }
+      if (promising) {
+        ByteBuffer alt = interp_blob(xs, n, shape, spec, g, grid_eb, max_abs, options.interp_log2k, sopt);
+        if (options.interp > 0 || alt.size() < out.size()) out = std::move(alt);
+      }
     }
     return 0;
   });

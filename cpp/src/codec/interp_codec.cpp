@@ -185,14 +185,14 @@ size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const Quan
     if (std::isfinite(xv)) {
       // The code nearest x on the grid of step st*d through the prediction:
       // zero residual when the prediction is within half that step of x.
-      const double r = std::nearbyint((xv - double(p) * d) * (coarse ? inv_coarse : inv_fine));
+      const double r = round_to_integer((xv - double(p) * d) * (coarse ? inv_coarse : inv_fine));
       const double cd = double(p) + r * double(st);
       if (std::fabs(cd) <= lim) {
         c = p + int64_t(r) * st;
         good = ok(xv, c);
       }
       if (!good) {  // float rounding at the edge: the nearest fine-grid codes
-        const double v = std::nearbyint(xv * inv_d);
+        const double v = round_to_integer(xv * inv_d);
         if (std::fabs(v) <= lim + 1) {
           const int64_t c0 = int64_t(v);
           for (int64_t cand : {c0, c0 - 1, c0 + 1})
