@@ -308,7 +308,7 @@ TEST(Interp, AutoProbesLongOneDimensionalArrays) {
   std::mt19937_64 rng(4);
   std::normal_distribution<float> normal(0, 1);
   for (size_t i = 0; i < n; ++i) {
-    smooth[i] = float(std::sin(double(i) * 2e-5) + 0.5 * std::cos(double(i) * 7e-5));
+    smooth[i] = float(std::sin(double(i) * 2e-3) + 0.5 * std::cos(double(i) * 7e-3));
     noise[i] = 0.01f * normal(rng) + float(std::sin(double(i) * 1e-5));  // predictable, but noisy
   }
   EncodeOptions classic;
