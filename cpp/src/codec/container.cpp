@@ -298,29 +298,29 @@ void decode_into(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out)
   if (p.layout == 1) {
     decode_interp(blob, p, len, out);
   } else {
-  std::vector<uint8_t> codes;
-  if (p.mode == Spec::Lossy) codes.resize(size_t(std::min<uint64_t>(p.n, p.slice_elems)) * elem_size(p.code_type));
-  const QuantGrid g = QuantGrid::from_bound(p.eb);
-  for (uint64_t k = 0; k < p.slices; ++k) {
-    const size_t off = p.slice_offsets[size_t(k)];
-    const uint64_t first = k * p.slice_elems;
-    const uint32_t count = uint32_t(std::min<uint64_t>(p.slice_elems, p.n - first));
-    uint8_t* dst = out + first * esize;
-    void* target = p.mode == Spec::Lossy ? static_cast<void*>(codes.data()) : static_cast<void*>(dst);
-    const Status s = decode_slice(blob + off, len - off, p.code_type, count, target);
-    if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
-    if (p.mode == Spec::Lossy) {
-      with_float_type(p.dtype, [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        T* o = reinterpret_cast<T*>(dst);
-        if (p.code_type == ElemType::I32)
-          dequantize(reinterpret_cast<const int32_t*>(codes.data()), count, g, o);
-        else
-          dequantize(reinterpret_cast<const int64_t*>(codes.data()), count, g, o);
-        return 0;
-      });
+    std::vector<uint8_t> codes;
+    if (p.mode == Spec::Lossy) codes.resize(size_t(std::min<uint64_t>(p.n, p.slice_elems)) * elem_size(p.code_type));
+    const QuantGrid g = QuantGrid::from_bound(p.eb);
+    for (uint64_t k = 0; k < p.slices; ++k) {
+      const size_t off = p.slice_offsets[size_t(k)];
+      const uint64_t first = k * p.slice_elems;
+      const uint32_t count = uint32_t(std::min<uint64_t>(p.slice_elems, p.n - first));
+      uint8_t* dst = out + first * esize;
+      void* target = p.mode == Spec::Lossy ? static_cast<void*>(codes.data()) : static_cast<void*>(dst);
+      const Status s = decode_slice(blob + off, len - off, p.code_type, count, target);
+      if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
+      if (p.mode == Spec::Lossy) {
+        with_float_type(p.dtype, [&](auto* tag) {
+          using T = std::remove_pointer_t<decltype(tag)>;
+          T* o = reinterpret_cast<T*>(dst);
+          if (p.code_type == ElemType::I32)
+            dequantize(reinterpret_cast<const int32_t*>(codes.data()), count, g, o);
+          else
+            dequantize(reinterpret_cast<const int64_t*>(codes.data()), count, g, o);
+          return 0;
+        });
+      }
     }
-  }
   }
   const uint8_t* values = blob + p.value_offset;
   for_each_outlier(blob, p, [&](uint64_t j, uint64_t idx) {
