@@ -266,18 +266,22 @@ void for_each_outlier(const uint8_t* blob, const Parsed& p, F&& f) {
 template <class C>
 void decode_interp_codes(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
   const size_t n = size_t(p.n);
-  std::vector<C, DefaultInitAllocator<C>> resid(n), q(n);
+  // The residuals go into the output when they fit there (it is overwritten
+  // only by the final dequantization), else into a buffer of their own.
+  const bool in_out = sizeof(C) <= elem_size(p.dtype) && reinterpret_cast<uintptr_t>(out) % alignof(C) == 0;
+  BigArray<C> own(in_out ? 0 : n), q(n);
+  C* resid = in_out ? reinterpret_cast<C*>(out) : own.data();
   size_t first = 0;
   for (uint64_t k = 0; k < p.slices; ++k) {
     const size_t off = p.slice_offsets[size_t(k)];
     const uint32_t count = p.slice_counts[size_t(k)];
     if (count > n - first) corrupt("slice lengths exceed the array");  // cannot happen after parse()
-    const Status s = decode_slice(blob + off, len - off, p.code_type, count, resid.data() + first);
+    const Status s = decode_slice(blob + off, len - off, p.code_type, count, resid + first);
     if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
     first += count;
   }
   if (first != n) corrupt("slice lengths do not cover the array");
-  interp_reconstruct(resid.data(), std::vector<uint64_t>(p.shape.begin(), p.shape.end()), q.data());
+  interp_reconstruct(resid, std::vector<uint64_t>(p.shape.begin(), p.shape.end()), q.data());
   const QuantGrid g = QuantGrid::from_bound(std::ldexp(p.eb, -int(p.log2k)));
   with_float_type(p.dtype, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -487,7 +491,7 @@ void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, 
 template <class T, class C>
 ByteBuffer interp_blob_codes(const T* x, uint64_t n, const std::vector<int64_t>& shape, const Spec& spec,
                              const QuantGrid& g, double grid_eb, int64_t limit, int log2k, const EncodeOptions& opt) {
-  std::vector<C, DefaultInitAllocator<C>> resid(static_cast<size_t>(n));
+  BigArray<C> resid(static_cast<size_t>(n));
   std::vector<uint64_t> outliers;
   interp_quantize(x, std::vector<uint64_t>(shape.begin(), shape.end()), g, log2k, g.eb, limit, resid.data(),
                   &outliers);

@@ -3,9 +3,34 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ncclz/codec/container.hpp"  // DefaultInitAllocator
+#include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace ncclz::codec {
+
+template <class C>
+void* BigArray<C>::allocate(size_t bytes) {
+  constexpr size_t kHuge = size_t(1) << 21;
+  if (bytes == 0) return nullptr;
+  if (bytes < kHuge) {
+    void* p = std::malloc(bytes);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  return p;
+}
+template class BigArray<int32_t>;
+template class BigArray<int64_t>;
+
 namespace {
 
 using U64 = uint64_t;
@@ -166,7 +191,7 @@ size_t interp_quantize(const T* x, const std::vector<uint64_t>& dims, const Quan
                        int64_t limit, C* resid, std::vector<uint64_t>* outliers) {
   U64 n = 1;
   for (U64 d : dims) n *= d;
-  std::vector<C, DefaultInitAllocator<C>> q(static_cast<size_t>(n));
+  BigArray<C> q(static_cast<size_t>(n));
   const int64_t k = int64_t(1) << log2k;
   const double d = grid.step / double(k);  // exact: k is a power of two
   const double inv_d = grid.inv_step * double(k);

@@ -29,11 +29,32 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #include "codec/quantizer.hpp"
 
 namespace ncclz::codec {
+
+/// An uninitialised array of n values of a trivial type. Large ones are
+/// 2 MiB-aligned and advised to use transparent huge pages, which makes
+/// touching them for the first time several times cheaper (page faults).
+template <class C>
+class BigArray {
+ public:
+  explicit BigArray(size_t n) : n_(n) { p_ = static_cast<C*>(allocate(n * sizeof(C))); }
+  ~BigArray() { std::free(p_); }
+  BigArray(const BigArray&) = delete;
+  BigArray& operator=(const BigArray&) = delete;
+  C* data() { return p_; }
+  const C* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  static void* allocate(size_t bytes);
+  C* p_ = nullptr;
+  size_t n_ = 0;
+};
 
 /// Largest log2 of the grid factor a blob may carry.
 constexpr int kInterpMaxLog2K = 6;
