@@ -51,6 +51,7 @@ constexpr double kMinInterpEb = 0x1p-960;  // keeps the interp grid's step / 2^6
 constexpr int64_t kInterpI32Limit = int64_t(1) << 29;  // |q| and |q - prediction| fit int32
 constexpr uint64_t kInterpMinElems = 4096;  // the selector tries the interp layout from this size
 constexpr double kInterpMaxBitsPerElem = 10.0;  // ... when the classic blob is at most this dense
+constexpr double kInterpMaxBitsPerElem1D = 4.0;  // (1-D arrays: rough data such as gradients are common)
 constexpr uint64_t kInterpProbeElems = uint64_t(1) << 16;  // 1-D arrays: first try the interp layout on this much
 
 [[noreturn]] void corrupt(const std::string& what) {
@@ -650,7 +651,8 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     const bool try_interp =
         options.interp > 0 ||
         (options.interp < 0 && defaults && n >= kInterpMinElems && 2 * predicted_bytes >= slice_bytes &&
-         double(out.size()) * 8.0 <= kInterpMaxBitsPerElem * double(n));
+         double(out.size()) * 8.0 <=
+             (shape.size() == 1 ? kInterpMaxBitsPerElem1D : kInterpMaxBitsPerElem) * double(n));
     if (try_interp && grid_eb >= kMinInterpEb) {
       EncodeOptions sopt = options;
       sopt.row = sopt.plane = 0;
