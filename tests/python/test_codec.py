@@ -160,6 +160,52 @@ def test_lossy_compresses_smooth_data(rng):
     assert_within(x, codec.decompress(blob), codec.inspect(blob)["eb"])
 
 
+def smooth_field(shape, dtype=np.float32):
+    """Low-frequency sinusoids along every axis (like bench/data.py smooth3d, smaller)."""
+    grids = np.meshgrid(*[np.arange(n) / n for n in shape], indexing="ij")
+    rng = np.random.default_rng(3)
+    v = 0
+    for _ in range(4):  # plane waves mixing the axes (a sum of 1-D functions would suit Lorenzo)
+        w = rng.integers(-2, 3, len(shape))
+        v = v + rng.uniform(0.5, 1.5) * np.sin(2 * np.pi * sum(wi * g for wi, g in zip(w, grids)) + rng.uniform(0, 6))
+    v = v + 2 * np.exp(-sum((g - 0.5) ** 2 for g in grids) / 0.08)
+    return np.asarray(v).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(24, 40, 48), (70, 90), (20_000,), (5, 6, 7, 8, 9)], ids=str)
+def test_smooth_fields_bound_and_interp_gain(dtype, shape):
+    x = smooth_field(shape, dtype)
+    x.reshape(-1)[[3, 500, 4000]] = [np.nan, np.inf, -np.inf]  # carried exactly
+    xf = x.astype(np.float64)
+    span = np.nanmax(xf[np.isfinite(xf)]) - np.nanmin(xf[np.isfinite(xf)])
+    for r in (1e-2, 1e-3, 1e-4):
+        blob = codec.compress(x, ncclz.Lossy(rel=r))
+        assert_within(x, codec.decompress(blob), r * span)
+        if dtype == np.float32 and r == 1e-3 and shape in [(70, 90), (20_000,)]:
+            # the interp layout: far smaller than the classic one (a forced codec keeps that)
+            classic = codec.compress(x, ncclz.Lossy(rel=r), codec="rans")
+            assert blob.size * 1.5 < classic.size, (blob.size, classic.size)
+
+
+def test_interp_blob_corruption(rng):
+    x = smooth_field((70, 90))
+    blob = codec.compress(x, ncclz.Lossy(rel=1e-3))
+    assert blob.size * 1.5 < codec.compress(x, ncclz.Lossy(rel=1e-3), codec="rans").size  # interp layout
+    for n in range(blob.size):
+        with pytest.raises(ncclz.CorruptDataError):
+            codec.decompress(blob[:n])
+    for _ in range(2000):
+        b = blob.copy()
+        for _ in range(int(rng.integers(1, 4))):
+            b[rng.integers(b.size)] ^= np.uint8(1 << int(rng.integers(8)))
+        try:
+            y = codec.decompress(b)
+            assert y.size == x.size
+        except ncclz.CorruptDataError:
+            pass
+
+
 def test_huge_values_and_outliers():
     x = np.array([1e12, -3e12, 0.5, 1e20, -1e300, 42.0, np.nan], dtype=np.float64)
     blob = codec.compress(x, ncclz.Lossy(abs=1e-3))

@@ -8,7 +8,8 @@
 //   7       1         code type (ElemType the slices carry: dtype, or I32/I64)
 //   8       1         ndim (0..32)
 //   9       1         bound kind: 0 none (lossless), 1 abs, 2 rel
-//   10      2         reserved, 0
+//   10      1         layout: 0 codes in element order, 1 interp (lossy only)
+//   11      1         interp: log2 of the grid factor k (1..6); 0 otherwise
 //   12      4         slice length L (elements per slice, >= 1)
 //   16      8         requested bound (f64: E or r; 0 lossless)
 //   24      8         eb, the absolute bound used (f64; 0 lossless)
@@ -31,6 +32,7 @@
 #include <string>
 #include <type_traits>
 
+#include "codec/interp_codec.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "ncclz/error.hpp"
@@ -45,6 +47,12 @@ constexpr uint64_t kMaxElements = uint64_t(1) << 62;
 constexpr int64_t kI32Limit = int64_t(1) << 30;
 constexpr int64_t kI64Limit = (int64_t(1) << 51) - 1;
 constexpr double kMaxEb = 0x1p1020;  // keeps step and 1/step finite
+constexpr double kMinInterpEb = 0x1p-960;  // keeps the interp grid's step / 2^6 and its inverse normal
+constexpr int64_t kInterpI32Limit = int64_t(1) << 29;  // |q| and |q - prediction| fit int32
+constexpr uint64_t kInterpMinElems = 4096;  // the selector tries the interp layout from this size
+constexpr double kInterpMaxBitsPerElem = 10.0;  // ... when the classic blob is at most this dense
+constexpr double kInterpMaxBitsPerElem1D = 4.0;  // (1-D arrays: rough data such as gradients are common)
+constexpr uint64_t kInterpProbeElems = uint64_t(1) << 16;  // 1-D arrays: first try the interp layout on this much
 
 [[noreturn]] void corrupt(const std::string& what) {
   throw CorruptData("ncclz.codec: corrupt blob: " + what);
@@ -130,12 +138,14 @@ struct Parsed {
   Spec::Mode mode = Spec::Lossless;
   ElemType dtype = ElemType::F32, code_type = ElemType::F32;
   uint8_t bound_kind = 0;
+  uint8_t layout = 0, log2k = 0;  // 1: interp layout with grid factor 2^log2k
   double bound = 0, eb = 0;
   std::vector<int64_t> shape;
   uint64_t n = 0;
   uint32_t slice_elems = 1;
   uint64_t slices = 0;
   std::vector<size_t> slice_offsets;  // offset of each slice in the blob
+  std::vector<uint32_t> slice_counts;  // interp layout: elements of each slice
   size_t outlier_offset = 0;          // offset of the outlier section
   uint64_t outliers = 0;
   size_t index_offset = 0, index_bytes = 0, value_offset = 0;
@@ -155,7 +165,12 @@ Parsed parse(const uint8_t* blob, size_t len, bool keep_offsets) {
   const unsigned ndim = blob[8];
   if (ndim > kMaxDims) corrupt("too many dimensions");
   p.bound_kind = blob[9];
-  if (blob[10] != 0 || blob[11] != 0) corrupt("reserved bytes not zero");
+  p.layout = blob[10];
+  p.log2k = blob[11];
+  if (p.layout > 1) corrupt("bad layout byte");
+  if (p.layout == 0 && p.log2k != 0) corrupt("grid factor without the interp layout");
+  if (p.layout == 1 && (p.mode != Spec::Lossy || p.log2k < 1 || p.log2k > kInterpMaxLog2K))
+    corrupt("bad interp layout");
   p.slice_elems = load_u32(blob + 12);
   if (p.slice_elems == 0) corrupt("zero slice length");
   p.bound = load_f64(blob + 16);
@@ -170,6 +185,7 @@ Parsed parse(const uint8_t* blob, size_t len, bool keep_offsets) {
     if (!(std::isfinite(p.bound) && p.bound > 0 && std::isfinite(p.eb) && p.eb > 0 && p.eb <= kMaxEb))
       corrupt("bad error bound");
   }
+  if (p.layout == 1 && !(p.eb >= kMinInterpEb)) corrupt("error bound too small for the interp layout");
   size_t off = kFixedHeader;
   if (len - off < size_t(8) * ndim) corrupt("truncated shape");
   p.shape.resize(ndim);
@@ -181,17 +197,22 @@ Parsed parse(const uint8_t* blob, size_t len, bool keep_offsets) {
     p.n *= d;
   }
   if (p.n > kMaxElements / 8) corrupt("shape too large");
-  const uint64_t want_slices = (p.n + p.slice_elems - 1) / p.slice_elems;
-  if (p.slices != want_slices) corrupt("slice count does not match shape");
   // Every slice is at least a header: this bounds the loop by the blob size.
-  if (p.slices > (len - off) / kHeaderBytes) corrupt("truncated slices");
+  const uint64_t max_slices = (len - off) / kHeaderBytes;
+  const uint64_t want_slices =
+      p.layout == 1 ? interp_slices(std::vector<uint64_t>(p.shape.begin(), p.shape.end()), p.slice_elems, max_slices,
+                                    &p.slice_counts)
+                    : (p.n + p.slice_elems - 1) / p.slice_elems;
+  if (p.slices != want_slices) corrupt("slice count does not match shape");
+  if (p.slices > max_slices) corrupt("truncated slices");
   if (keep_offsets) p.slice_offsets.reserve(size_t(p.slices));
   for (uint64_t k = 0; k < p.slices; ++k) {
     SliceHeader h;
     const Status s = read_header(blob + off, len - off, &h);
     if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
     if (h.elem_type != p.code_type) corrupt("slice " + std::to_string(k) + ": element type mismatch");
-    const uint64_t want = std::min<uint64_t>(p.slice_elems, p.n - k * p.slice_elems);
+    const uint64_t want = p.layout == 1 ? uint64_t(p.slice_counts[size_t(k)])
+                                        : std::min<uint64_t>(p.slice_elems, p.n - k * p.slice_elems);
     if (h.count != want) corrupt("slice " + std::to_string(k) + ": element count mismatch");
     if (keep_offsets) p.slice_offsets.push_back(off);
     off += kHeaderBytes + h.payload_bytes;
@@ -241,29 +262,69 @@ void for_each_outlier(const uint8_t* blob, const Parsed& p, F&& f) {
   if (s != end) corrupt("outlier index stream has trailing bytes");
 }
 
-void decode_into(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
-  const size_t esize = elem_size(p.dtype);
-  std::vector<uint8_t> codes;
-  if (p.mode == Spec::Lossy) codes.resize(size_t(std::min<uint64_t>(p.n, p.slice_elems)) * elem_size(p.code_type));
-  const QuantGrid g = QuantGrid::from_bound(p.eb);
+/// Interp layout: the slices carry the residual stream in visit order
+/// (interp_codec.hpp); codes stand for q * step / 2^log2k.
+template <class C>
+void decode_interp_codes(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
+  const size_t n = size_t(p.n);
+  // The residuals go into the output when they fit there (it is overwritten
+  // only by the final dequantization), else into a buffer of their own.
+  const bool in_out = sizeof(C) <= elem_size(p.dtype) && reinterpret_cast<uintptr_t>(out) % alignof(C) == 0;
+  BigArray<C> own(in_out ? 0 : n), q(n);
+  C* resid = in_out ? reinterpret_cast<C*>(out) : own.data();
+  size_t first = 0;
   for (uint64_t k = 0; k < p.slices; ++k) {
     const size_t off = p.slice_offsets[size_t(k)];
-    const uint64_t first = k * p.slice_elems;
-    const uint32_t count = uint32_t(std::min<uint64_t>(p.slice_elems, p.n - first));
-    uint8_t* dst = out + first * esize;
-    void* target = p.mode == Spec::Lossy ? static_cast<void*>(codes.data()) : static_cast<void*>(dst);
-    const Status s = decode_slice(blob + off, len - off, p.code_type, count, target);
+    const uint32_t count = p.slice_counts[size_t(k)];
+    if (count > n - first) corrupt("slice lengths exceed the array");  // cannot happen after parse()
+    const Status s = decode_slice(blob + off, len - off, p.code_type, count, resid + first);
     if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
-    if (p.mode == Spec::Lossy) {
-      with_float_type(p.dtype, [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        T* o = reinterpret_cast<T*>(dst);
-        if (p.code_type == ElemType::I32)
-          dequantize(reinterpret_cast<const int32_t*>(codes.data()), count, g, o);
-        else
-          dequantize(reinterpret_cast<const int64_t*>(codes.data()), count, g, o);
-        return 0;
-      });
+    first += count;
+  }
+  if (first != n) corrupt("slice lengths do not cover the array");
+  interp_reconstruct(resid, std::vector<uint64_t>(p.shape.begin(), p.shape.end()), q.data());
+  const QuantGrid g = QuantGrid::from_bound(std::ldexp(p.eb, -int(p.log2k)));
+  with_float_type(p.dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    dequantize(q.data(), n, g, reinterpret_cast<T*>(out));
+    return 0;
+  });
+}
+
+void decode_interp(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
+  if (p.code_type == ElemType::I32)
+    decode_interp_codes<int32_t>(blob, p, len, out);
+  else
+    decode_interp_codes<int64_t>(blob, p, len, out);
+}
+
+void decode_into(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* out) {
+  const size_t esize = elem_size(p.dtype);
+  if (p.layout == 1) {
+    decode_interp(blob, p, len, out);
+  } else {
+    std::vector<uint8_t> codes;
+    if (p.mode == Spec::Lossy) codes.resize(size_t(std::min<uint64_t>(p.n, p.slice_elems)) * elem_size(p.code_type));
+    const QuantGrid g = QuantGrid::from_bound(p.eb);
+    for (uint64_t k = 0; k < p.slices; ++k) {
+      const size_t off = p.slice_offsets[size_t(k)];
+      const uint64_t first = k * p.slice_elems;
+      const uint32_t count = uint32_t(std::min<uint64_t>(p.slice_elems, p.n - first));
+      uint8_t* dst = out + first * esize;
+      void* target = p.mode == Spec::Lossy ? static_cast<void*>(codes.data()) : static_cast<void*>(dst);
+      const Status s = decode_slice(blob + off, len - off, p.code_type, count, target);
+      if (s != Status::Ok) corrupt("slice " + std::to_string(k) + ": " + status_string(s));
+      if (p.mode == Spec::Lossy) {
+        with_float_type(p.dtype, [&](auto* tag) {
+          using T = std::remove_pointer_t<decltype(tag)>;
+          T* o = reinterpret_cast<T*>(dst);
+          if (p.code_type == ElemType::I32)
+            dequantize(reinterpret_cast<const int32_t*>(codes.data()), count, g, o);
+          else
+            dequantize(reinterpret_cast<const int64_t*>(codes.data()), count, g, o);
+          return 0;
+        });
+      }
     }
   }
   const uint8_t* values = blob + p.value_offset;
@@ -318,7 +379,8 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
 
 /// Writes the fixed header and shape.
 void put_header(ByteBuffer& out, const Spec& spec, ElemType dtype, ElemType code_type,
-                const std::vector<int64_t>& shape, uint32_t slice_elems, double eb, uint64_t slices) {
+                const std::vector<int64_t>& shape, uint32_t slice_elems, double eb, uint64_t slices,
+                int interp_log2k = 0) {
   out.resize(kFixedHeader + 8 * shape.size());
   uint8_t* h = out.data();
   store_u32(h, kBlobMagic);
@@ -328,7 +390,8 @@ void put_header(ByteBuffer& out, const Spec& spec, ElemType dtype, ElemType code
   h[7] = uint8_t(code_type);
   h[8] = uint8_t(shape.size());
   h[9] = spec.mode == Spec::Lossless ? 0 : (spec.abs_bound > 0 ? 1 : 2);
-  h[10] = h[11] = 0;
+  h[10] = interp_log2k > 0 ? 1 : 0;
+  h[11] = uint8_t(interp_log2k);
   store_u32(h + 12, slice_elems);
   store_f64(h + 16, spec.mode == Spec::Lossless ? 0.0 : (spec.abs_bound > 0 ? spec.abs_bound : spec.rel_bound));
   store_f64(h + 24, eb);
@@ -337,7 +400,7 @@ void put_header(ByteBuffer& out, const Spec& spec, ElemType dtype, ElemType code
 }
 
 /// Appends one encoded slice of `count` values of type t at src.
-void put_slice(ByteBuffer& out, const void* src, ElemType t, uint32_t count, const EncodeOptions& opt) {
+SliceInfo put_slice(ByteBuffer& out, const void* src, ElemType t, uint32_t count, const EncodeOptions& opt) {
   const size_t at = out.size();
   const size_t cap = max_slice_bytes(t, count);
   out.resize(at + cap);
@@ -345,6 +408,7 @@ void put_slice(ByteBuffer& out, const void* src, ElemType t, uint32_t count, con
   const Status s = encode_slice(src, t, count, out.data() + at, cap, opt, &info);
   if (s != Status::Ok) throw Error(std::string("ncclz.codec: encoding a slice failed: ") + status_string(s));
   out.resize(at + info.bytes);
+  return info;
 }
 
 void put_outliers(ByteBuffer& out, const std::vector<uint64_t>& idx, const uint8_t* x, size_t esize) {
@@ -409,7 +473,8 @@ double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs, bool* 
 
 template <class T, class Code>
 void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g,
-                      int64_t limit, const EncodeOptions& opt, std::vector<uint64_t>* outliers) {
+                      int64_t limit, const EncodeOptions& opt, std::vector<uint64_t>* outliers,
+                      uint64_t* predicted_bytes, uint64_t* probe_slice_bytes) {
   std::vector<Code> codes(size_t(std::min<uint64_t>(n, l.slice_elems)));
   std::vector<uint64_t> local;
   for (uint64_t first = 0; first < n; first += l.slice_elems) {
@@ -417,8 +482,43 @@ void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, 
     local.clear();
     quantize(x + first, count, g, limit, codes.data(), &local);
     for (uint64_t i : local) outliers->push_back(first + i);
-    put_slice(out, codes.data(), elem_type_of<Code>(), count, opt);
+    const SliceInfo info = put_slice(out, codes.data(), elem_type_of<Code>(), count, opt);
+    if (info.predictor != Predictor::None) *predicted_bytes += info.bytes;
+    if (first == (n / l.slice_elems / 2) * l.slice_elems) *probe_slice_bytes = info.bytes;
   }
+}
+
+/// Builds a lossy blob in the interp layout (docs/FORMAT.md, "Interp layout").
+template <class T, class C>
+ByteBuffer interp_blob_codes(const T* x, uint64_t n, const std::vector<int64_t>& shape, const Spec& spec,
+                             const QuantGrid& g, double grid_eb, int64_t limit, int log2k, const EncodeOptions& opt) {
+  BigArray<C> resid(static_cast<size_t>(n));
+  std::vector<uint64_t> outliers;
+  interp_quantize(x, std::vector<uint64_t>(shape.begin(), shape.end()), g, log2k, g.eb, limit, resid.data(),
+                  &outliers);
+  std::sort(outliers.begin(), outliers.end());
+  const uint32_t L = kTargetSliceElems;
+  std::vector<uint32_t> counts;
+  const uint64_t slices =
+      interp_slices(std::vector<uint64_t>(shape.begin(), shape.end()), L, ~uint64_t(0), &counts);
+  ByteBuffer out;
+  put_header(out, spec, elem_type_of<T>(), elem_type_of<C>(), shape, L, grid_eb, slices, log2k);
+  size_t first = 0;
+  for (uint32_t count : counts) {
+    put_slice(out, resid.data() + first, elem_type_of<C>(), count, opt);
+    first += count;
+  }
+  put_outliers(out, outliers, reinterpret_cast<const uint8_t*>(x), sizeof(T));
+  return out;
+}
+
+template <class T>
+ByteBuffer interp_blob(const T* x, uint64_t n, const std::vector<int64_t>& shape, const Spec& spec, const QuantGrid& g,
+                       double grid_eb, double max_abs, int log2k, const EncodeOptions& opt) {
+  const double inv_d = g.inv_step * double(int64_t(1) << log2k);
+  if (max_abs * inv_d + double(int64_t(1) << log2k) + 2 < double(kInterpI32Limit))
+    return interp_blob_codes<T, int32_t>(x, n, shape, spec, g, grid_eb, kInterpI32Limit, log2k, opt);
+  return interp_blob_codes<T, int64_t>(x, n, shape, spec, g, grid_eb, kI64Limit, log2k, opt);
 }
 
 }  // namespace
@@ -480,6 +580,13 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     invalid("unknown mode");
   }
 
+  if (options.interp > 0) {
+    if (spec.mode != Spec::Lossy) invalid("the interp layout applies to lossy mode only");
+    if (options.predictor > int(Predictor::Delta2))
+      invalid("the interp layout codes a residual stream: predictor must be none, delta1 or delta2");
+  }
+  if (options.interp_log2k < 1 || options.interp_log2k > kInterpMaxLog2K)
+    invalid("interp grid factor must be 2^1 .. 2^" + std::to_string(kInterpMaxLog2K));
   const Layout l = layout_for(shape);
   EncodeOptions opt = options;
   opt.row = l.row;
@@ -525,11 +632,48 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     put_header(out, spec, t, code_type, shape, l.slice_elems, grid_eb, slices);
     out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(code_type) + 16);
     std::vector<uint64_t> outliers;
+    const size_t header_bytes = out.size();
+    uint64_t predicted_bytes = 0;  // slices the selector coded with a predictor
+    uint64_t probe_slice_bytes = 0;  // the classic middle slice
     if (narrow)
-      put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers);
+      put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers, &predicted_bytes,
+                                    &probe_slice_bytes);
     else
-      put_lossy_slices<T, int64_t>(out, xs, n, l, g, kI64Limit, opt, &outliers);
+      put_lossy_slices<T, int64_t>(out, xs, n, l, g, kI64Limit, opt, &outliers, &predicted_bytes,
+                                    &probe_slice_bytes);
+    const size_t slice_bytes = out.size() - header_bytes;
     put_outliers(out, outliers, static_cast<const uint8_t*>(x), sizeof(T));
+    // The interp layout (predictive quantization on a finer grid) wins on
+    // smooth data. It is tried only where it may: the selector found most of
+    // the codes predictable from their neighbours (noise, where no predictor
+    // helps, pays nothing for it), and the classic blob is not near raw.
+    const bool defaults = options.choice == EncodeOptions::Choice::Auto && options.predictor < 0;
+    const bool try_interp =
+        options.interp > 0 ||
+        (options.interp < 0 && defaults && n >= kInterpMinElems && 2 * predicted_bytes >= slice_bytes &&
+         double(out.size()) * 8.0 <=
+             (shape.size() == 1 ? kInterpMaxBitsPerElem1D : kInterpMaxBitsPerElem) * double(n));
+    if (try_interp && grid_eb >= kMinInterpEb) {
+      EncodeOptions sopt = options;
+      sopt.row = sopt.plane = 0;
+      // A long 1-D array (gradients, signals) is probed first: the interp
+      // layout on its middle slice against the classic one, so that rough
+      // 1-D data do not pay a full second encode.
+      bool promising = true;
+      if (options.interp < 0 && shape.size() == 1 && n >= 2 * uint64_t(l.slice_elems)) {
+        // The first kInterpProbeElems of the middle classic slice, against that slice's share.
+        const uint64_t at = (n / l.slice_elems / 2) * l.slice_elems;
+        const uint64_t m = std::min<uint64_t>(kInterpProbeElems, l.slice_elems);
+        const ByteBuffer probe = interp_blob(xs + at, m, {int64_t(m)}, spec, g, grid_eb, max_abs,
+                                             options.interp_log2k, sopt);
+        const double share = double(probe_slice_bytes) * double(m) / double(l.slice_elems);
+        promising = double(probe.size()) < 0.9 * (share + double(kFixedHeader + 8 + 16));  // worth a second encode
+      }
+      if (promising) {
+        ByteBuffer alt = interp_blob(xs, n, shape, spec, g, grid_eb, max_abs, options.interp_log2k, sopt);
+        if (options.interp > 0 || alt.size() < out.size()) out = std::move(alt);
+      }
+    }
     return 0;
   });
   release_slack(out);
@@ -577,6 +721,8 @@ BlobInfo inspect(const uint8_t* blob, size_t len) {
   info.ratio = len ? double(info.raw_bytes) / double(len) : 0.0;
   info.outliers = p.outliers;
   info.outlier_bytes = len - p.outlier_offset;
+  info.interp = p.layout == 1;
+  info.grid_factor = uint32_t(1) << p.log2k;
   for (size_t off : p.slice_offsets) {
     SliceHeader h;
     read_header(blob + off, len - off, &h);  // validated by parse()

@@ -27,6 +27,12 @@ struct EncodeOptions {
   /// most `max_sample_blocks` blocks per slice (0: no cap).
   uint32_t sample_every = 8;
   uint32_t max_sample_blocks = 128;
+  /// Container only (codec::compress, lossy): the interp layout (docs/FORMAT.md).
+  /// -1: tried where it may win and kept if smaller; 0: never; 1: always
+  /// (unless the bound is below 2^-960).
+  int interp = -1;
+  /// log2 of its grid factor k (1..6): codes on a grid k times finer than 2 eb.
+  int interp_log2k = 3;
 };
 
 /// What the selector saw and chose (for stats and tests).

@@ -105,6 +105,8 @@ struct BlobInfo {
   double ratio = 0;               ///< raw / compressed
   uint64_t outliers = 0;
   uint64_t outlier_bytes = 0;  ///< size of the outlier section
+  bool interp = false;         ///< interp layout (slices carry interpolation residuals in visit order)
+  uint32_t grid_factor = 1;    ///< interp: codes on a grid of step 2 eb / grid_factor
   struct Count {
     uint64_t slices = 0;
     uint64_t bytes = 0;  ///< headers + payloads
