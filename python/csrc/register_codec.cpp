@@ -140,6 +140,8 @@ nb::dict info_to_dict(const cz::BlobInfo& info) {
   d["ratio"] = info.ratio;
   d["outliers"] = info.outliers;
   d["outlier_bytes"] = info.outlier_bytes;
+  d["layout"] = info.interp ? "interp" : "classic";
+  d["grid_factor"] = info.grid_factor;
   nb::dict codecs;
   for (int c = 0; c < cz::kNumCodecs; ++c) {
     for (int p = 0; p < cz::kNumPredictors; ++p) {
@@ -163,13 +165,14 @@ void register_codec(nb::module_& m) {
   m.def(
       "codec_compress",
       [](const nb::ndarray<nb::ro>& x, bool lossy, double abs_bound, double rel_bound, int codec, int predictor,
-         bool as_bfloat16) {
+         bool as_bfloat16, int interp) {
         const cz::ElemType t = elem_type_of(x.dtype(), as_bfloat16);
         const std::vector<int64_t> shape = checked_shape(x);
         cz::Spec spec = lossy ? cz::Spec{cz::Spec::Lossy, abs_bound, rel_bound} : cz::Spec::lossless();
         cz::EncodeOptions opt;
         opt.choice = choice_of(codec);
         opt.predictor = predictor;
+        opt.interp = interp;
         cz::ByteBuffer blob;
         {
           nb::gil_scoped_release release;
@@ -177,7 +180,7 @@ void register_codec(nb::module_& m) {
         }
         return to_numpy(std::move(blob));
       },
-      "x"_a.noconvert(), "lossy"_a, "abs_bound"_a, "rel_bound"_a, "codec"_a, "predictor"_a, "as_bfloat16"_a,
+      "x"_a.noconvert(), "lossy"_a, "abs_bound"_a, "rel_bound"_a, "codec"_a, "predictor"_a, "as_bfloat16"_a, "interp"_a = -1,
       "Compresses a CPU, C-contiguous array into a blob (NumPy uint8). Use ncclz.codec.compress.");
 
   m.def(

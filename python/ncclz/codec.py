@@ -28,6 +28,8 @@ __all__ = ["CODECS", "PREDICTORS", "SUPPORTED_DTYPES", "compress", "decompress",
 CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4}
 #: Predictor names accepted by ``compress(predictor=...)`` (None or "auto": the selector chooses).
 PREDICTORS = {"auto": -1, "none": 0, "delta1": 1, "delta2": 2, "lorenzo2d": 3, "lorenzo3d": 4}
+#: Layouts accepted by ``compress(layout=...)`` (None or "auto": classic, interp tried on smooth data).
+LAYOUTS = {"auto": -1, "classic": 0, "interp": 1}
 #: Element types the codec carries (lossy mode: the float ones).
 SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
 
@@ -79,7 +81,9 @@ def _host_array(x: Any):
     return arr, False
 
 
-def compress(x: Any, spec, codec: str | None = None, *, predictor: str | None = None) -> np.ndarray:
+def compress(
+    x: Any, spec, codec: str | None = None, *, predictor: str | None = None, layout: str | None = None
+) -> np.ndarray:
     """Compresses an array into a self-describing blob (a NumPy uint8 array).
 
     Args:
@@ -91,6 +95,11 @@ def compress(x: Any, spec, codec: str | None = None, *, predictor: str | None = 
             ``"block"``, ``"rans"``, ``"floatexp"`` (lossless float32/float16/bfloat16 only).
         predictor: None/``"auto"``, or force ``"none"``, ``"delta1"``, ``"delta2"``,
             ``"lorenzo2d"`` (>= 2-D) or ``"lorenzo3d"`` (>= 3-D) for the integer coders.
+        layout: lossy mode only. None/``"auto"``: the classic layout (slices of codes on the
+            2E grid), plus, for smooth data, a trial of the ``"interp"`` layout (multilevel
+            interpolation over the whole array on a finer grid, docs/FORMAT.md), keeping the
+            smaller blob. ``"classic"`` never tries interp (fastest encode); ``"interp"`` always
+            uses it (predictor then must be None, ``"none"``, ``"delta1"`` or ``"delta2"``).
 
     Raises:
         ncclz.InvalidArgumentError: bad spec, dtype, device, layout or codec choice.
@@ -105,9 +114,12 @@ def compress(x: Any, spec, codec: str | None = None, *, predictor: str | None = 
         )
     codec_id = _lookup(CODECS, codec, "codec")
     predictor_id = _lookup(PREDICTORS, predictor, "predictor")
+    interp = _lookup(LAYOUTS, layout, "layout")
+    if interp > 0 and not lossy:
+        raise InvalidArgumentError("layout='interp' applies to lossy compression only")
     arr, as_bf16 = _host_array(x)
     try:
-        return _core.codec_compress(arr, lossy, abs_bound, rel_bound, codec_id, predictor_id, as_bf16)
+        return _core.codec_compress(arr, lossy, abs_bound, rel_bound, codec_id, predictor_id, as_bf16, interp)
     except TypeError as e:  # nanobind could not import the array at all
         raise InvalidArgumentError(
             f"cannot read the input as a CPU array ({type(x).__name__}): {e}; "

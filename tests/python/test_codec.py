@@ -188,6 +188,31 @@ def test_smooth_fields_bound_and_interp_gain(dtype, shape):
             assert blob.size * 1.5 < classic.size, (blob.size, classic.size)
 
 
+def test_layout_option_and_inspect():
+    x = smooth_field((70, 90))
+    auto = codec.compress(x, ncclz.Lossy(rel=1e-3))
+    classic = codec.compress(x, ncclz.Lossy(rel=1e-3), layout="classic")
+    forced = codec.compress(x, ncclz.Lossy(rel=1e-3), layout="interp")
+    assert codec.inspect(auto)["layout"] == "interp" and codec.inspect(auto)["grid_factor"] > 1
+    assert codec.inspect(classic)["layout"] == "classic" and codec.inspect(classic)["grid_factor"] == 1
+    assert codec.inspect(forced)["layout"] == "interp"
+    assert auto.size * 1.5 < classic.size
+    for b in (auto, classic, forced):
+        assert_within(x, codec.decompress(b), 1e-3 * float(x.max() - x.min()))
+    # Gaussian noise: the auto layout stays classic, the forced one is interp and still in bound
+    g = np.random.default_rng(5).normal(size=(64, 64)).astype(np.float32)
+    assert codec.inspect(codec.compress(g, ncclz.Lossy(abs=1e-2)))["layout"] == "classic"
+    gi = codec.compress(g, ncclz.Lossy(abs=1e-2), layout="interp")
+    assert codec.inspect(gi)["layout"] == "interp"
+    assert_within(g, codec.decompress(gi), 1e-2)
+    with pytest.raises(ncclz.InvalidArgumentError, match="lossy"):
+        codec.compress(x, ncclz.Lossless(), layout="interp")
+    with pytest.raises(ncclz.InvalidArgumentError, match="layout"):
+        codec.compress(x, ncclz.Lossy(rel=1e-3), layout="zigzag")
+    with pytest.raises(ncclz.InvalidArgumentError, match="predictor"):
+        codec.compress(x, ncclz.Lossy(rel=1e-3), layout="interp", predictor="lorenzo2d")
+
+
 def test_interp_blob_corruption(rng):
     x = smooth_field((70, 90))
     blob = codec.compress(x, ncclz.Lossy(rel=1e-3))
