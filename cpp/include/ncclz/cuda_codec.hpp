@@ -19,6 +19,11 @@
 //    codec::Status for arguments rejected on the host before anything was
 //    enqueued (e.g. -int(Status::Unsupported) for a type the call does not take).
 //  - Device statuses are codec::Status values stored as int.
+//  - Temporaries come from the device's current memory pool. With the default
+//    pool's release threshold (0) freed memory goes back to the driver at each
+//    synchronisation; callers that encode repeatedly should raise it
+//    (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, ...)), as
+//    bench/gpu_codec_bench.cu does.
 #pragma once
 
 #include <cstddef>
