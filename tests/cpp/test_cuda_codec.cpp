@@ -231,6 +231,46 @@ TEST(CudaCodec, DeviceCountIsSane) {
   EXPECT_GE(nc::device_count(), 0);
 }
 
+// The two examples of docs/FORMAT.md ("Block", "Example"), encoded on the
+// device: the smallest checks, to run first when something is wrong.
+TEST(CudaCodec, FormatExamplesOnDevice) {
+  SKIP_WITHOUT_GPU();
+  std::vector<int32_t> r(34, 0);
+  r[0] = 3;
+  r[1] = -1;
+  r[31] = 5;
+  const std::vector<uint8_t> want = {0x03, 0x02, 0, 0, 0, 0x03, 0, 0, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0x80};
+  auto dq = to_device(r);
+  DevBuf dst(max_slice_bytes(ElemType::I32, 34)), dsize(8), dstat(4);
+  LAUNCH_OK(nc::encode_slice_async(dq->get(), ElemType::I32, 34, Predictor::None, 0, 0, dst.get<uint8_t>(),
+                                   max_slice_bytes(ElemType::I32, 34), dsize.get<uint64_t>(), dstat.get<int>(),
+                                   nullptr));
+  ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
+  ASSERT_EQ(dsize.download<uint64_t>(1)[0], kHeaderBytes + want.size());
+  const auto got = dst.download<uint8_t>(kHeaderBytes + want.size());
+  EXPECT_EQ(got[4], uint8_t(Codec::Block));
+  EXPECT_EQ(load_u32(got.data() + 8), 34u);
+  EXPECT_EQ(load_u32(got.data() + 12), uint32_t(want.size()));
+  EXPECT_TRUE(std::vector<uint8_t>(got.begin() + kHeaderBytes, got.end()) == want);
+
+  // Widths 16, 2, 20, 0, 14: nibbles 2F 0F 0E, escape bytes 10 14, 229 bytes.
+  std::vector<int32_t> e(160, 0);
+  e[0] = 1 << 15;
+  e[32] = 3;
+  e[64] = -(1 << 19);
+  e[128] = (1 << 13) + 1;
+  auto de = to_device(e);
+  DevBuf dst2(max_slice_bytes(ElemType::I32, 160));
+  LAUNCH_OK(nc::encode_slice_async(de->get(), ElemType::I32, 160, Predictor::None, 0, 0, dst2.get<uint8_t>(),
+                                   max_slice_bytes(ElemType::I32, 160), dsize.get<uint64_t>(), dstat.get<int>(),
+                                   nullptr));
+  ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
+  ASSERT_EQ(dsize.download<uint64_t>(1)[0], kHeaderBytes + 229);
+  const auto got2 = dst2.download<uint8_t>(kHeaderBytes + 5);
+  const std::vector<uint8_t> head = {0x2F, 0x0F, 0x0E, 0x10, 0x14};
+  EXPECT_TRUE(std::vector<uint8_t>(got2.begin() + kHeaderBytes, got2.end()) == head);
+}
+
 TEST(CudaCodec, SlicesMatchCpuSmallI32) {
   SKIP_WITHOUT_GPU();
   slices_match_cpu<int32_t>(false);
