@@ -3,7 +3,8 @@
 # (tools/cuda_emu/include/cuda_emu.hpp) with the CudaCodec GoogleTests, and
 # runs them: the kernels' logic executes without a GPU. Slow (every CUDA
 # thread is a coroutine); not a substitute for tools/gpu_session.sh.
-# Usage: bash tools/cuda_emu/run.sh [gtest filter]   (from the repo root)
+# Usage: bash tools/cuda_emu/run.sh [gtest filter | bench]   (from the repo root)
+#   bench: runs bench/gpu_codec_bench.cu on 1 MiB (its checks; timings are meaningless)
 # Env: EMU_SANITIZE=address adds AddressSanitizer (out-of-bounds accesses of
 # "device" memory become host errors).
 set -euo pipefail
@@ -28,4 +29,12 @@ for s in "${srcs[@]}"; do
 done
 wait
 g++ "${flags[@]}" "${objs[@]}" -lgtest -lgtest_main -pthread -o "$B/emu_tests"
+# The benchmark too (its round-trip checks run; its timings mean nothing here).
+python3 tools/cuda_emu/rewrite.py bench/gpu_codec_bench.cu >"$B/src_bench.cpp"
+g++ "${flags[@]}" "$B/src_bench.cpp" $(printf '%s\n' "${objs[@]}" | grep -E 'src_(slice|quantize|block|codec)_kernels') \
+  -o "$B/emu_bench"
+if [ "${1:-}" = "bench" ]; then
+  "$B/emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md"
+  exit
+fi
 NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK:-1} "$B/emu_tests" --gtest_filter="${1:-CudaCodec.*}"
