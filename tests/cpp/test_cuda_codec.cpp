@@ -95,7 +95,10 @@ constexpr ElemType code_type() {
 
 // NCCLZ_CUDA_TEST_QUICK=1 (set by tools/gpu_session.sh under compute-sanitizer,
 // where every launch is slow): fewer sizes, distributions and mutations.
-bool quick() { return std::getenv("NCCLZ_CUDA_TEST_QUICK") != nullptr; }
+bool quick() {
+  const char* v = std::getenv("NCCLZ_CUDA_TEST_QUICK");
+  return v != nullptr && *v != 0 && std::strcmp(v, "0") != 0;
+}
 
 enum class Dist { Zeros, Constant, SmallGauss, WideGauss, HugeEscapes, FullRange, Extremes, Smooth };
 const char* dist_name(Dist d) {

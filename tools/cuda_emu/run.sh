@@ -9,7 +9,7 @@
 # "device" memory become host errors).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-B=build/emu
+B=build/emu${EMU_SANITIZE:+-$EMU_SANITIZE}  # objects of a sanitized build kept apart
 mkdir -p "$B/src"
 for f in cuda/*.cu; do
   python3 tools/cuda_emu/rewrite.py "$f" >"$B/src/$(basename "$f" .cu).cpp"
@@ -37,4 +37,4 @@ if [ "${1:-}" = "bench" ]; then
   "$B/emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md"
   exit
 fi
-NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK:-1} "$B/emu_tests" --gtest_filter="${1:-CudaCodec.*}"
+NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1} "$B/emu_tests" --gtest_filter="${1:-CudaCodec.*}"
