@@ -117,6 +117,7 @@ gpu_arch() {
 }
 
 phase_build() {
+  BUILD_TRIED=1
   local log=$OUT_DIR/build.log
   local prefix=""
   # GoogleTest: the system's if CMake finds it, else the carried sources (.gtest).
@@ -136,8 +137,9 @@ phase_build() {
   step build "$log" 420 "cmake --build '$BUILD' -j $JOBS -- -k 0"
 }
 
-ensure_built() {
-  if [ ! -x "$TESTBIN" ] || [ ! -x "$BENCHBIN" ]; then phase_build; fi
+BUILD_TRIED=0
+ensure_built() {  # builds once per invocation when a binary is missing
+  if [ "$BUILD_TRIED" = 0 ] && { [ ! -x "$TESTBIN" ] || [ ! -x "$BENCHBIN" ]; }; then phase_build; fi
 }
 
 phase_test() {
