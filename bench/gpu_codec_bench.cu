@@ -1,0 +1,309 @@
+// Throughput of the device codec (cpp/include/ncclz/cuda_codec.hpp) on one
+// GPU: quantize + Block encode and Block decode + dequantize of float32 data,
+// next to a cudaMemcpy device-to-device of the same bytes, in one run.
+//
+//   gpu_codec_bench [--mib 256] [--rel 1e-3] [--reps 10] [--warm 3] [--slice 262144]
+//                   [--json out.json] [--md out.md]
+//
+// Datasets (generated on the device): "gaussian" (N(0,1), hashed Box-Muller)
+// and "smooth" (a sum of slow sines). Bound: abs E = rel * (max - min), grid
+// half step eb = E (the container's small slack is not applied here).
+// Throughput = float32 input bytes / median time (events, after warm-up).
+// memcpy: bytes / time and, in brackets, (read + written) / time.
+// Every round trip is checked (codes equal, every element within eb or an
+// outlier) before anything is timed; a failed check is reported and the
+// program exits non-zero.
+// Built with -DNCCLZ_BUILD_GPU_BENCH=ON (tools/gpu_session.sh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ncclz/cuda_codec.hpp"
+
+using ncclz::codec::ElemType;
+using ncclz::codec::Predictor;
+namespace nc = ncclz::cuda;
+
+#define CK(expr)                                                                                       \
+  do {                                                                                                 \
+    const cudaError_t e_ = (expr);                                                                     \
+    if (e_ != cudaSuccess) {                                                                           \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_));     \
+      std::exit(2);                                                                                    \
+    }                                                                                                  \
+  } while (0)
+#define CL(expr)                                                                    \
+  do {                                                                              \
+    const int r_ = (expr);                                                          \
+    if (r_ != 0) {                                                                  \
+      std::fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #expr, r_); \
+      std::exit(2);                                                                 \
+    }                                                                               \
+  } while (0)
+
+namespace {
+
+__device__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return uint32_t(x);
+}
+
+__global__ void gen_kernel(float* x, size_t n, int kind) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    if (kind == 0) {
+      const float u1 = (hash32(2 * i) + 1.0f) * 2.3283064e-10f;  // (0, 1]
+      const float u2 = hash32(2 * i + 1) * 2.3283064e-10f;
+      x[i] = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    } else {
+      const double t = double(i);
+      x[i] = float(sin(t * 1e-4) + 0.3 * sin(t * 7.3e-3) + 0.05 * cos(t * 0.11));
+    }
+  }
+}
+
+__global__ void minmax_kernel(const float* x, size_t n, unsigned* lo, unsigned* hi) {
+  // Order-preserving integer keys of floats (finite data only).
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const unsigned u = __float_as_uint(x[i]);
+    const unsigned key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    atomicMin(lo, key);
+    atomicMax(hi, key);
+  }
+}
+
+float key_to_float(unsigned key) {
+  const unsigned u = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Timer {
+  cudaEvent_t a, b;
+  Timer() {
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+  }
+  ~Timer() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  // Median milliseconds of `reps` runs of f after `warm` warm-up runs.
+  double median_ms(const std::function<void()>& f, int warm, int reps) {
+    for (int i = 0; i < warm; ++i) f();
+    CK(cudaDeviceSynchronize());
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaEventRecord(a));
+      f();
+      CK(cudaEventRecord(b));
+      CK(cudaEventSynchronize(b));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, a, b));
+      t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+struct Row {
+  std::string data, pred;
+  double ratio = 0, enc_ms = 0, dec_ms = 0, q_ms = 0, e_ms = 0, d_ms = 0, dq_ms = 0;
+  uint64_t outliers = 0, bytes = 0;
+  bool ok = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t mib = 256;
+  double rel = 1e-3;
+  int reps = 10, warm = 3;
+  uint32_t L = 1u << 18;
+  std::string json_path, md_path;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--mib") mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--rel") rel = std::atof(argv[i + 1]);
+    else if (a == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--warm") warm = std::max(0, std::atoi(argv[i + 1]));
+    else if (a == "--slice") L = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
+    else if (a == "--json") json_path = argv[i + 1];
+    else if (a == "--md") md_path = argv[i + 1];
+  }
+  int dev = 0;
+  CK(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, dev));
+  std::printf("device: %s, %d SMs, %.1f GiB, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
+              prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize >> 20);
+
+  // The codec takes its temporaries with cudaMallocAsync: keep freed pool
+  // memory in the pool instead of returning it to the driver at every
+  // synchronisation (the default threshold, 0), which would time allocations.
+  {
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, dev));
+    uint64_t threshold = ~uint64_t(0);
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  }
+
+  const size_t n = mib * (size_t(1) << 20) / 4;
+  const size_t bytes = n * 4;
+  const size_t S = (n + L - 1) / L, slot = nc::slice_slot_bytes(ElemType::I32, L);
+  float *x, *y, *x2;
+  int32_t *q, *q2;
+  uint8_t* slots;
+  uint64_t *sizes, *count, *idx;
+  int* status;
+  unsigned* mm;
+  const size_t idx_cap = n / 64 + 1024;
+  CK(cudaMalloc(&x, bytes));
+  CK(cudaMalloc(&x2, bytes));
+  CK(cudaMalloc(&y, bytes));
+  CK(cudaMalloc(&q, bytes));
+  CK(cudaMalloc(&q2, bytes));
+  CK(cudaMalloc(&slots, S * slot));
+  CK(cudaMalloc(&sizes, S * 8));
+  CK(cudaMalloc(&status, S * 4));
+  CK(cudaMalloc(&count, 8));
+  CK(cudaMalloc(&idx, idx_cap * 8));
+  CK(cudaMalloc(&mm, 8));
+  Timer timer;
+
+  // cudaMemcpy device to device of the same bytes (the reference).
+  const double copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(x2, x, bytes, cudaMemcpyDeviceToDevice)); }, warm,
+                                         reps);
+  const double copy_gbs = bytes / copy_ms / 1e6;
+  std::printf("cudaMemcpy D2D %zu MiB: %.3f ms = %.0f GB/s (read+write %.0f GB/s)\n", mib, copy_ms, copy_gbs,
+              2 * copy_gbs);
+
+  std::vector<Row> rows;
+  bool all_ok = true;
+  for (int kind = 0; kind < 2; ++kind) {
+    gen_kernel<<<4096, 256>>>(x, n, kind);
+    CK(cudaGetLastError());
+    const unsigned init[2] = {0xffffffffu, 0u};
+    CK(cudaMemcpy(mm, init, 8, cudaMemcpyHostToDevice));
+    minmax_kernel<<<4096, 256>>>(x, n, mm, mm + 1);
+    unsigned keys[2];
+    CK(cudaMemcpy(keys, mm, 8, cudaMemcpyDeviceToHost));
+    const double lo = key_to_float(keys[0]), hi = key_to_float(keys[1]);
+    const double eb = rel * (hi - lo);
+    for (Predictor p : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
+      Row r;
+      r.data = kind == 0 ? "gaussian" : "smooth";
+      r.pred = p == Predictor::None ? "none" : p == Predictor::Delta1 ? "delta1" : "delta2";
+      const int64_t limit = int64_t(1) << 20;
+      auto quant = [&] { CL(nc::quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap, nullptr)); };
+      auto enc = [&] {
+        CL(nc::encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots, slot, sizes, status, nullptr));
+      };
+      auto dec = [&] { CL(nc::decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status, nullptr)); };
+      auto deq = [&] {
+        CL(nc::dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32, nullptr));
+        CL(nc::scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y, nullptr));
+      };
+      // Check once, untimed.
+      quant();
+      enc();
+      CK(cudaDeviceSynchronize());
+      std::vector<uint64_t> sz(S);
+      std::vector<int> st(S);
+      CK(cudaMemcpy(sz.data(), sizes, S * 8, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(&r.outliers, count, 8, cudaMemcpyDeviceToHost));
+      bool ok = r.outliers <= idx_cap;
+      for (size_t k = 0; k < S; ++k) {
+        ok &= st[k] == 0;
+        r.bytes += sz[k];
+      }
+      CK(cudaMemset(q2, 0xA5, bytes));
+      dec();
+      deq();
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+      for (size_t k = 0; k < S; ++k) ok &= st[k] == 0;
+      {
+        std::vector<int32_t> a(n), b(n);
+        std::vector<float> xa(n), ya(n);
+        CK(cudaMemcpy(a.data(), q, bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b.data(), q2, bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(xa.data(), x, bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(ya.data(), y, bytes, cudaMemcpyDeviceToHost));
+        ok &= a == b;
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) bad += !(std::fabs(double(xa[i]) - double(ya[i])) <= eb);
+        if (bad) std::printf("  %zu elements outside the bound\n", bad);
+        ok &= bad == 0;
+      }
+      r.ok = ok;
+      all_ok &= ok;
+      r.ratio = double(bytes) / double(r.bytes);
+      r.q_ms = timer.median_ms(quant, warm, reps);
+      r.e_ms = timer.median_ms(enc, warm, reps);
+      r.enc_ms = timer.median_ms([&] { quant(); enc(); }, warm, reps);
+      r.d_ms = timer.median_ms(dec, warm, reps);
+      r.dq_ms = timer.median_ms(deq, warm, reps);
+      r.dec_ms = timer.median_ms([&] { dec(); deq(); }, warm, reps);
+      std::printf("%-8s %-6s ratio %7.2f outliers %llu check %s | quantize+encode %.3f ms = %.0f GB/s "
+                  "(q %.3f, enc %.3f) | decode+dequantize %.3f ms = %.0f GB/s (dec %.3f, deq %.3f)\n",
+                  r.data.c_str(), r.pred.c_str(), r.ratio, (unsigned long long)r.outliers, ok ? "ok" : "FAILED",
+                  r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms,
+                  r.dq_ms);
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+  }
+
+  if (!json_path.empty()) {
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "{\n  \"device\": \"%s\", \"sms\": %d, \"mib\": %zu, \"rel\": %g, \"slice_len\": %u, \"reps\": %d,\n",
+                   prop.name, prop.multiProcessorCount, mib, rel, L, reps);
+      std::fprintf(f, "  \"memcpy_d2d_ms\": %.4f, \"memcpy_d2d_gbs\": %.1f,\n  \"rows\": [\n", copy_ms, copy_gbs);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const Row& r = rows[i];
+        std::fprintf(f,
+                     "    {\"data\": \"%s\", \"predictor\": \"%s\", \"check_ok\": %s, \"ratio\": %.4f, \"outliers\": %llu, "
+                     "\"encode_ms\": %.4f, \"encode_gbs\": %.1f, \"quantize_ms\": %.4f, \"block_encode_ms\": %.4f, "
+                     "\"decode_ms\": %.4f, \"decode_gbs\": %.1f, \"block_decode_ms\": %.4f, \"dequantize_ms\": %.4f}%s\n",
+                     r.data.c_str(), r.pred.c_str(), r.ok ? "true" : "false", r.ratio, (unsigned long long)r.outliers,
+                     r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms,
+                     r.dq_ms, i + 1 < rows.size() ? "," : "");
+      }
+      std::fprintf(f, "  ]\n}\n");
+      std::fclose(f);
+    }
+  }
+  if (!md_path.empty()) {
+    FILE* f = std::fopen(md_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "# Device codec throughput (%s, %zu MiB float32, rel %g, slices of %u)\n\n", prop.name, mib, rel,
+                   L);
+      std::fprintf(f, "cudaMemcpy D2D: %.3f ms, %.0f GB/s (read+write %.0f GB/s). Median of %d after %d warm-ups.\n\n",
+                   copy_ms, copy_gbs, 2 * copy_gbs, reps, warm);
+      std::fprintf(f, "| data | predictor | check | ratio | quantize+encode GB/s | decode+dequantize GB/s | q ms | "
+                      "enc ms | dec ms | deq ms | outliers |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      for (const Row& r : rows)
+        std::fprintf(f, "| %s | %s | %s | %.2f | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %llu |\n", r.data.c_str(),
+                     r.pred.c_str(), r.ok ? "ok" : "FAILED", r.ratio, bytes / r.enc_ms / 1e6, bytes / r.dec_ms / 1e6,
+                     r.q_ms, r.e_ms, r.d_ms, r.dq_ms, (unsigned long long)r.outliers);
+      std::fprintf(f, "\nIssue target (H100): encode >= 1000 GB/s, decode >= 1300 GB/s (input bytes / time).\n");
+      std::fclose(f);
+    }
+  }
+  return all_ok ? 0 : 1;
+}

@@ -1,0 +1,411 @@
+// A tiny CPU emulator of the CUDA subset that cuda/*.cu uses, so that the
+// device codec's kernels can EXECUTE on a machine without a GPU (tests of
+// their logic only: no timing, no memory model, no real concurrency).
+//
+// How: tools/cuda_emu/run.sh rewrites every `k<<<grid, block, shm, s>>>(args)`
+// into `::emu::launch([&] { k(args); }, grid, block, shm, s)` and compiles the
+// .cu files as C++ with this directory first on the include path (fake
+// <cuda_runtime.h> and <cub/...>). Each CUDA thread is a ucontext coroutine;
+// the blocks of a grid run one after the other, the threads of a block
+// round-robin: __syncthreads, __ballot_sync and __reduce_or_sync are
+// barriers (over the threads still running) that switch coroutines, so
+// warp-synchronous code and block scans behave as on a GPU. `__shared__`
+// becomes `static` (one block at a time). Device memory is host memory.
+//
+// What it cannot show: races between blocks or within a warp outside the
+// collectives, performance, the device-only branches of NCCLZ_HD code
+// (__CUDA_ARCH__ is not defined, so the host branches run), nvcc quirks.
+#pragma once
+
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <vector>
+
+// ---- keywords -------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+
+// ---- runtime API ----------------------------------------------------------
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+typedef struct CUstream_st* cudaStream_t;
+
+inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error (emulated)" : "emulated error"; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMalloc(void** p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+template <class T>
+cudaError_t cudaMalloc(T** p, size_t n) {
+  return cudaMalloc(reinterpret_cast<void**>(p), n);
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
+template <class T>
+cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) {
+  return cudaMallocAsync(reinterpret_cast<void**>(p), n, s);
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+  std::memset(p, v, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  if (n) std::memmove(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
+  return cudaMemcpy(d, s, n, k);
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+// Events, device properties and memory pools (for bench/gpu_codec_bench.cu).
+typedef struct CUevent_st* cudaEvent_t;
+struct CUevent_st {
+  double t = 0;
+};
+inline double emu_now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  e->t = emu_now_ms();
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = float(b->t - a->t);
+  return cudaSuccess;
+}
+struct cudaDeviceProp {
+  char name[256] = "CPU emulator (tools/cuda_emu)";
+  int multiProcessorCount = 1;
+  size_t totalGlobalMem = size_t(1) << 30;
+  int l2CacheSize = 0;
+};
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+  *p = cudaDeviceProp{};
+  return cudaSuccess;
+}
+typedef struct CUmemPool_st* cudaMemPool_t;
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* p, int) {
+  *p = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float cospif(float x) { return float(std::cos(3.14159265358979323846 * double(x))); }
+
+// ---- the scheduler --------------------------------------------------------
+namespace emu {
+
+constexpr size_t kStack = 128 * 1024;
+
+struct Fiber {
+  ucontext_t ctx;
+  bool done = false;
+};
+
+struct WarpState {
+  int arrived = 0;
+  unsigned gen = 0;
+  uint64_t acc = 0, result = 0;
+};
+
+struct BlockRun {
+  std::vector<Fiber> fibers;
+  std::vector<std::vector<char>> stacks;
+  ucontext_t main_ctx;
+  int cur = 0, nthreads = 0, live = 0;
+  std::vector<int> warp_live;
+  int bar_arrived = 0;
+  unsigned bar_gen = 0;
+  std::vector<WarpState> warps;
+  const std::function<void()>* body = nullptr;
+};
+
+inline BlockRun& run() {
+  static BlockRun r;
+  return r;
+}
+
+inline void yield() {
+  BlockRun& r = run();
+  swapcontext(&r.fibers[r.cur].ctx, &r.main_ctx);
+}
+
+// Releases a block barrier / warp collective completed by a thread's exit.
+inline void check_release_after_exit(int t) {
+  BlockRun& r = run();
+  if (r.bar_arrived > 0 && r.bar_arrived == r.live) {
+    r.bar_arrived = 0;
+    ++r.bar_gen;
+  }
+  WarpState& w = r.warps[t / 32];
+  if (w.arrived > 0 && w.arrived == r.warp_live[t / 32]) {
+    w.result = w.acc;
+    w.acc = 0;
+    w.arrived = 0;
+    ++w.gen;
+  }
+}
+
+inline void trampoline() {
+  BlockRun& r = run();
+  (*r.body)();
+  const int t = r.cur;
+  r.fibers[t].done = true;
+  --r.live;
+  --r.warp_live[t / 32];
+  check_release_after_exit(t);
+  swapcontext(&r.fibers[t].ctx, &r.main_ctx);
+}
+
+inline void syncthreads() {
+  BlockRun& r = run();
+  const unsigned gen = r.bar_gen;
+  if (++r.bar_arrived == r.live) {
+    r.bar_arrived = 0;
+    ++r.bar_gen;
+    return;
+  }
+  while (r.bar_gen == gen) yield();
+}
+
+// OR of `v` over the live lanes of the caller's warp.
+inline uint64_t warp_or_collective(uint64_t v) {
+  BlockRun& r = run();
+  WarpState& w = r.warps[r.cur / 32];
+  const unsigned gen = w.gen;
+  w.acc |= v;
+  if (++w.arrived == r.warp_live[r.cur / 32]) {
+    w.result = w.acc;
+    w.acc = 0;
+    w.arrived = 0;
+    ++w.gen;
+    return w.result;
+  }
+  while (w.gen == gen) yield();
+  return w.result;
+}
+
+template <class F>
+void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
+  if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
+  const std::function<void()> body = f;
+  BlockRun& r = run();
+  const int nt = int(block.x);
+  r.nthreads = nt;
+  r.fibers.assign(size_t(nt), Fiber{});
+  if (r.stacks.size() < size_t(nt)) r.stacks.resize(size_t(nt));
+  for (auto& s : r.stacks)
+    if (s.empty()) s.resize(kStack);
+  r.body = &body;
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned b = 0; b < grid.x; ++b) {
+    blockIdx.x = b;
+    r.live = nt;
+    r.warp_live.assign(size_t((nt + 31) / 32), 0);
+    for (int t = 0; t < nt; ++t) ++r.warp_live[size_t(t / 32)];
+    r.warps.assign(r.warp_live.size(), WarpState{});
+    r.bar_arrived = 0;
+    for (int t = 0; t < nt; ++t) {
+      Fiber& fb = r.fibers[size_t(t)];
+      fb.done = false;
+      getcontext(&fb.ctx);
+      fb.ctx.uc_stack.ss_sp = r.stacks[size_t(t)].data();
+      fb.ctx.uc_stack.ss_size = kStack;
+      fb.ctx.uc_link = nullptr;
+      makecontext(&fb.ctx, trampoline, 0);
+    }
+    while (r.live > 0) {
+      for (int t = 0; t < nt; ++t) {
+        if (r.fibers[size_t(t)].done) continue;
+        r.cur = t;
+        threadIdx.x = unsigned(t);
+        swapcontext(&r.main_ctx, &r.fibers[size_t(t)].ctx);
+      }
+    }
+  }
+}
+
+}  // namespace emu
+
+inline void __syncthreads() { emu::syncthreads(); }
+inline int __syncthreads_count(int p) {
+  static int total;
+  emu::syncthreads();
+  if (threadIdx.x == 0) total = 0;
+  emu::syncthreads();
+  // Serial in the emulator: every thread adds once between two barriers.
+  total += p != 0;
+  emu::syncthreads();
+  const int r = total;
+  emu::syncthreads();
+  return r;
+}
+inline unsigned __ballot_sync(unsigned, int p) {
+  const unsigned lane = threadIdx.x % 32;
+  return unsigned(emu::warp_or_collective(p ? (uint64_t(1) << lane) : 0));
+}
+inline unsigned __reduce_or_sync(unsigned, unsigned v) { return unsigned(emu::warp_or_collective(v)); }
+inline int atomicExch(int* p, int v) {
+  const int o = *p;
+  *p = v;
+  return o;
+}
+inline unsigned atomicMin(unsigned* p, unsigned v) {
+  const unsigned o = *p;
+  if (v < o) *p = v;
+  return o;
+}
+inline unsigned atomicMax(unsigned* p, unsigned v) {
+  const unsigned o = *p;
+  if (v > o) *p = v;
+  return o;
+}
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  const unsigned long long o = *p;
+  *p += v;
+  return o;
+}
+
+// ---- cub subset -----------------------------------------------------------
+namespace cub {
+
+template <class T, int BLOCK_THREADS>
+class BlockScan {
+ public:
+  struct TempStorage {};
+  explicit BlockScan(TempStorage&) {}
+
+  void ExclusiveSum(T in, T& out, T& aggregate) {
+    static T slots[BLOCK_THREADS];
+    const int t = int(threadIdx.x);
+    slots[t] = in;
+    emu::syncthreads();
+    T e = T(0), a = T(0);
+    for (int i = 0; i < BLOCK_THREADS; ++i) {
+      if (i < t) e = T(e + slots[i]);
+      a = T(a + slots[i]);
+    }
+    emu::syncthreads();
+    out = e;
+    aggregate = a;
+  }
+
+  template <int N, class PrefixOp>
+  void InclusiveSum(T (&in)[N], T (&out)[N], PrefixOp& op) {
+    static T slots[BLOCK_THREADS];
+    static T bcast;
+    const int t = int(threadIdx.x);
+    T local[N];
+    T s = T(0);
+    for (int j = 0; j < N; ++j) {
+      s = T(s + in[j]);
+      local[j] = s;
+    }
+    slots[t] = s;
+    emu::syncthreads();
+    T e = T(0), a = T(0);
+    for (int i = 0; i < BLOCK_THREADS; ++i) {
+      if (i < t) e = T(e + slots[i]);
+      a = T(a + slots[i]);
+    }
+    if (t < 32) {
+      const T p = op(a);  // every lane of warp 0 calls it, as in CUB
+      if (t == 0) bcast = p;
+    }
+    emu::syncthreads();
+    const T prefix = bcast;
+    for (int j = 0; j < N; ++j) out[j] = T(prefix + e + local[j]);
+    emu::syncthreads();
+  }
+};
+
+template <class T, int BLOCK_THREADS>
+class BlockReduce {
+ public:
+  struct TempStorage {};
+  explicit BlockReduce(TempStorage&) {}
+  T Sum(T in) {
+    static T slots[BLOCK_THREADS];
+    const int t = int(threadIdx.x);
+    slots[t] = in;
+    emu::syncthreads();
+    T a = T(0);
+    for (int i = 0; i < BLOCK_THREADS; ++i) a = T(a + slots[i]);
+    emu::syncthreads();
+    return a;
+  }
+};
+
+struct DeviceScan {
+  template <class T>
+  static cudaError_t ExclusiveSum(void* tmp, size_t& bytes, const T* in, T* out, long long n, cudaStream_t = nullptr) {
+    if (tmp == nullptr) {
+      bytes = 16;
+      return cudaSuccess;
+    }
+    T acc = T(0);
+    for (long long i = 0; i < n; ++i) {
+      const T v = in[i];
+      out[i] = acc;
+      acc = T(acc + v);
+    }
+    return cudaSuccess;
+  }
+};
+
+}  // namespace cub
