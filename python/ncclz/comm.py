@@ -467,7 +467,10 @@ class Communicator:
             arr = None
         if arr is None:
             return c, "auto: as requested (no NumPy view of the data to calibrate on)"
-        choice = self._get_policy().choose(coll, arr, spec, nbytes)
+        try:
+            choice = self._get_policy().choose(coll, arr, spec, nbytes)
+        except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
+            return c, f"auto: as requested (the policy failed: {type(e).__name__}: {e})"
         why = f"auto: {choice}"
         if choice.mode in ("none", "lossless") and choice.mode != _mode_class(c.mode):
             c = _with_lighter(c, choice.mode)

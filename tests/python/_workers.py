@@ -543,7 +543,7 @@ def scenario_policy(ncclz, comm, args):
     and reports the mode each call ran with and why, so the test can check all ranks agree.
 
     args: count=N, comp=rel=R|abs=E|lossless, colls=a,b, percall=off (policy="off" on each call),
-    stub=none|lossless (rank 0's policy always proposes that), observe (an uncompressed 8 MiB
+    stub=none|lossless|raise (rank 0's policy always proposes that, or raises), observe (an uncompressed 8 MiB
     all_reduce first, for the policy to measure the link), seed=S."""
     kv = dict(a.split("=", 1) for a in args if "=" in a)
     W, r = comm.world_size, comm.rank
@@ -562,6 +562,8 @@ def scenario_policy(ncclz, comm, args):
 
         class Stub:
             def choose(self, coll, x, requested, nbytes=None):
+                if want == "raise":
+                    raise RuntimeError("stub policy failure")
                 return Choice(want, None if want == "none" else ncclz.Lossless(), {}, "test stub")
 
             def observe(self, stats):

@@ -112,6 +112,12 @@ def test_lighter_proposal_ignored_when_the_plain_sum_could_exceed_the_bound(tmp_
     assert calls[0]["all_gather"]["compression"] == "none"
 
 
+def test_a_failing_policy_on_rank_0_runs_the_requested_mode(tmp_path):
+    calls = _calls(_run(tmp_path, 2, ["count=262144", "comp=rel=1e-3", "colls=all_reduce,broadcast", "stub=raise"]))
+    for c in ("all_reduce", "broadcast"):
+        assert calls[0][c]["compression"] == "lossy_rel(0.001)" and "policy failed" in calls[0][c]["policy"]
+
+
 @pytest.mark.parametrize("how", ["ctor_env", "percall"])
 def test_opt_out(tmp_path, how):
     env = {"NCCLZ_LINK_GBPS": "10000"}
