@@ -229,3 +229,6 @@ def test_policy_observe_lower_bounds():
     assert pol.link_gbps == g  # slower than the estimate: not lowered
     pol.observe(S("lossy_rel(0.001)", 200e6, 1.0))
     assert pol.link_gbps == pytest.approx(1.6 / 0.95)  # the link is at least that fast
+    fixed = Policy(4, link_gbps=2.0, cores_per_rank=1)
+    fixed.observe(S("none", 100e6, 1.0))
+    assert fixed.link_gbps == 2.0  # a configured rate is not overridden by observations

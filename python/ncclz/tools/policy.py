@@ -30,7 +30,7 @@ a sample of the caller's data (<= 4 MiB by default) with the caller's spec, time
 machine (best of 3), cached per (dtype, spec). The link rate B comes from ``NCCLZ_LINK_GBPS``, or
 ``NCCLZ_SOCKET_THROTTLE_GBPS``, or :meth:`Policy.observe` of uncompressed calls
 (``wire_bytes / wall_s`` of ``comm.last_stats``, an exponential average; a compressed call only
-raises the estimate: its wall time includes the codec). cores_per_rank:
+raises the estimate: its wall time includes the codec) when no rate is configured. cores_per_rank:
 ``NCCLZ_CORES_PER_RANK``, else os.cpu_count() / LOCAL_WORLD_SIZE (capped at the channel count).
 
 Use::
@@ -132,6 +132,8 @@ class Policy:
                  min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3):
         self.n = int(world_size)
         self.link_gbps = link_gbps if link_gbps else _env_float("NCCLZ_LINK_GBPS", "NCCLZ_SOCKET_THROTTLE_GBPS")
+        # a configured rate (argument or environment) is used as is; observe() fills in when there is none
+        self.configured = self.link_gbps is not None
         if cores_per_rank is None:
             cores_per_rank = _env_float("NCCLZ_CORES_PER_RANK")
         if cores_per_rank is None:
@@ -150,8 +152,9 @@ class Policy:
         sent bytes over the call's wall time). An uncompressed call measures the link (an
         exponential average); a compressed one only proves the link is at least that fast (its
         wall time includes the codec), so it can raise the estimate but never lower it. Calls
-        under 1 MiB on the wire are ignored (latency-bound)."""
-        if stats is None:
+        under 1 MiB on the wire are ignored (latency-bound). A configured rate (argument,
+        NCCLZ_LINK_GBPS, NCCLZ_SOCKET_THROTTLE_GBPS) is kept as is."""
+        if stats is None or (self.configured and self.link_gbps is not None):
             return
         wb, ws = float(getattr(stats, "wire_bytes", 0)), float(getattr(stats, "wall_s", 0))
         if wb < (1 << 20) or ws <= 0:
