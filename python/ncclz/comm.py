@@ -363,6 +363,7 @@ class Communicator:
         self._transport = transport or "auto"
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
+        self._pending: tuple | None = None
 
     def _connect(self, cfg, rank, world_size, timeout, store, unique_id, master_port) -> None:
         """Rendezvous: torchrun's store, a given store or unique id, or MASTER_ADDR:MASTER_PORT."""
@@ -438,8 +439,17 @@ class Communicator:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
         self._last_raw = (name, c, st, why)
         self._last_stats = None
-        if self._rank == 0 and self._policy_mode == "auto" and st.wire_bytes >= (1 << 20):
-            self._get_policy().observe(_Observed(st.ran_mode, st.wire_bytes, st.wall_s))
+        if self._rank == 0 and self._policy_mode == "auto":
+            pol = self._get_policy()
+            if st.wire_bytes >= (1 << 20):
+                pol.observe(_Observed(st.ran_mode, st.wire_bytes, st.wall_s))
+            pending, self._pending = self._pending, None
+            if pending is not None and pending[0] == name and hasattr(pol, "record"):
+                coll, nbytes, dtype, spec = pending
+                ran = st.ran_mode
+                if st.lightened or ran == "none":
+                    spec = None if ran == "none" else Lossless()
+                pol.record(coll, dtype, nbytes, spec, float(st.wall_s))
 
     def _get_policy(self) -> Any:
         if self._policy is None:
@@ -454,6 +464,10 @@ class Communicator:
         Only rank 0 decides: its proposal (Compression.lighter) travels in the call descriptor and
         every rank runs it; the other ranks' proposals are ignored, so they do not decide at all."""
         mode = self._policy_mode if policy is None else _policy_name(policy, f"{coll}: policy")
+        self._pending = None
+        if self._rank == 0 and self._policy_mode == "auto" and self._world_size > 1:
+            # what _record tells the policy after the call (its time with the mode that ran)
+            self._pending = (coll, nbytes, b.dtype, None if c.mode == "none" else _spec_of(compression, c))
         if c.mode == "none":
             return c, None
         if mode == "off":

@@ -53,13 +53,17 @@ def test_unknown_link_runs_the_requested_mode(tmp_path):
 
 
 def test_fast_link_picks_none_and_keeps_the_bound(tmp_path):
-    calls = _calls(_run(tmp_path, 3, ["count=393216", "comp=rel=1e-3"], env={"NCCLZ_LINK_GBPS": "10000"}))
+    ranks = _run(tmp_path, 3, ["count=393216", "comp=rel=1e-3"], env={"NCCLZ_LINK_GBPS": "10000"})
+    calls = _calls(ranks)
     for c in COLLS:
         assert calls[0][c]["compression"] == "none", calls[0][c]
         assert calls[0][c]["requested"] == "lossy_rel(0.001)"
         assert calls[0][c]["policy"].startswith("auto: none"), calls[0][c]["policy"]
         assert calls[2][c]["policy"] == "auto: rank 0 chose none"
         assert calls[0][c]["error_bound"] > 0  # the promise stands; the workers checked every element
+    # rank 0 recorded each call's time with the mode that ran (none), per collective and size class
+    measured = ranks.results[0]["measured"]
+    assert len(measured) == 4 and all(set(v) == {"none"} for v in measured.values()), measured
 
 
 def test_tiny_message_picks_none(tmp_path):
@@ -232,3 +236,43 @@ def test_policy_observe_lower_bounds():
     fixed = Policy(4, link_gbps=2.0, cores_per_rank=1)
     fixed.observe(S("none", 100e6, 1.0))
     assert fixed.link_gbps == 2.0  # a configured rate is not overridden by observations
+
+
+def test_policy_measurements_override_the_model():
+    # a calibration cached per (dtype, spec) may come from other data: the measured time of the
+    # calls themselves (comm.last_stats.wall_s, recorded per size class) wins over the model
+    from ncclz.tools.policy import Calibration, Policy
+
+    x = np.zeros(16 << 20, np.float32)
+    S = x.nbytes
+    pol = Policy(4, link_gbps=2.5, cores_per_rank=1)
+    cal = {"Lossless": Calibration("lossless", 1.05, 2e9, 2e9, 1, 0.0), "Lossy": Calibration("l", 10, 5e9, 5e9, 1, 0.0)}
+    pol.calibrate = lambda arr, spec: cal[type(spec).__name__]  # the model: a fast codec, 10x
+    spec = ncclz.Lossy(rel=1e-3)
+    assert pol.choose("all_reduce", x, spec).mode == "lossy"
+    pol.record("all_reduce", "float32", S, spec, 0.6)  # but the calls took 600 ms
+    pol.record("all_reduce", "float32", S, None, 0.34)  # and uncompressed ones 340 ms
+    ch = pol.choose("all_reduce", x, spec)
+    assert ch.mode == "none" and set(ch.measured) == {"none", "lossy"}, str(ch)
+    assert "(measured)" in str(ch)
+    # other size classes and dtypes are not affected
+    assert pol.choose("all_reduce", np.zeros(1 << 20, np.float32), spec).mode == "lossy"
+    assert pol.choose("all_reduce", np.zeros(8 << 20, np.float64), spec).mode == "lossy"
+    # the requested mode is re-measured every probe_every-th lighter decision
+    pol.probe_every = 4
+    modes = [pol.choose("all_reduce", x, spec).mode for _ in range(8)]
+    assert modes.count("lossy") == 2 and modes.count("none") == 6, modes
+    # a faster measurement brings compression back
+    for _ in range(4):
+        pol.record("all_reduce", "float32", S, spec, 0.1)
+    assert pol.choose("all_reduce", x, spec).mode == "lossy"
+
+
+def test_measured_calls_flip_the_decision_across_ranks(tmp_path):
+    # rank 0 learns from its own calls: after slow compressed calls on a link the model thinks is
+    # slow enough for compression, it runs none -- and so do the other ranks
+    ranks = _run(tmp_path, 3, ["count=393216", "comp=rel=1e-3", "colls=all_reduce", "measure"],
+                 env={"NCCLZ_LINK_GBPS": "0.5"})
+    calls = _calls(ranks)
+    assert calls[0]["all_reduce"]["compression"] == "none", calls[0]["all_reduce"]
+    assert "(measured)" in calls[0]["all_reduce"]["policy"]

@@ -92,11 +92,13 @@ class Calibration:
 class Choice:
     mode: str  # "none" | "lossless" | "lossy"
     compression: Any  # None, ncclz.Lossless(), or the caller's ncclz.Lossy
-    predicted_s: dict  # mode -> predicted seconds
+    predicted_s: dict  # mode -> predicted (or measured) seconds
     reason: str
+    measured: tuple = ()  # the modes whose time in predicted_s was measured on earlier calls
 
     def __str__(self) -> str:
-        p = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.predicted_s.items())
+        p = ", ".join(f"{k} {v * 1e3:.1f} ms{' (measured)' if k in self.measured else ''}"
+                      for k, v in self.predicted_s.items())
         return f"{self.mode} ({self.reason}; predicted {p})"
 
 
@@ -145,6 +147,10 @@ class Policy:
         self.reps = max(1, int(reps))
         self.cal: dict = {}
         self.observed = 0  # calls observe() learned from
+        # measured wall time per (collective, dtype, size class) and mode label: see record()
+        self.meas: dict = {}
+        self.probe_every = 64
+        self._lighter_run: dict = {}
 
     # ------------------------------------------------------------------ inputs
     def observe(self, stats) -> None:
@@ -165,6 +171,29 @@ class Policy:
             self.link_gbps = g if not self.link_gbps else 0.7 * self.link_gbps + 0.3 * g
         elif self.link_gbps is not None and g > self.link_gbps:
             self.link_gbps = g
+
+    @staticmethod
+    def _class(coll: str, dtype: str, nbytes: int) -> tuple:
+        return (coll, dtype, max(0, int(nbytes)).bit_length())  # size classes: powers of two
+
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float) -> None:
+        """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
+        ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class), an
+        exponential average (weight 1/2). choose() uses these measurements instead of the model
+        where it has them: they capture what the model does not (this data's ratio on the wire,
+        the machine's load), and a calibration cached per (dtype, spec) may come from other data."""
+        if not (wall_s > 0) or nbytes <= 0:
+            return
+        d = self.meas.setdefault(self._class(coll, dtype, nbytes), {})
+        key = _spec_label(spec)
+        t = wall_s * (1 << (int(nbytes).bit_length() - 1)) / nbytes  # normalised to the class size
+        d[key] = t if key not in d else 0.5 * d[key] + 0.5 * t
+
+    def _measured(self, coll: str, dtype: str, nbytes: int, spec) -> float | None:
+        d = self.meas.get(self._class(coll, dtype, nbytes))
+        if not d or _spec_label(spec) not in d:
+            return None
+        return d[_spec_label(spec)] * nbytes / (1 << (int(nbytes).bit_length() - 1))
 
     def calibrate(self, x, spec) -> Calibration:
         """Times ncclz.codec on a sample of x with spec (cached per dtype and spec)."""
@@ -247,12 +276,29 @@ class Policy:
                     return Choice(req, requested, pred, f"as requested: no calibration ({type(e).__name__}: {e})")
                 continue
             pred[name] = self.predict(coll, nbytes, cal, lossy=(name == "lossy"))
+        # measurements of earlier calls of this size class replace the model where present
+        dt = str(arr.dtype)
+        measured = []
+        for name, spec in (("none", None), *cands.items()):
+            m = self._measured(coll, dt, nbytes, spec)
+            if m is not None:
+                pred[name] = m
+                measured.append(name)
+        measured = tuple(measured)
         lighter = [m for m in ("none", "lossless") if m in pred and m != req]
         best = min(lighter, key=pred.get)
         if pred[req] * (1 + self.margin) <= pred[best]:
-            return Choice(req, requested, pred, f"{req} predicted >= {self.margin:.0%} faster than {best}")
+            return Choice(req, requested, pred, f"{req} predicted >= {self.margin:.0%} faster than {best}", measured)
+        # a lighter mode: now and then run the requested one again when its time is a measurement,
+        # so a stale measurement (the data changed) cannot keep compression off for good
+        k = self._class(coll, dt, nbytes) + (_spec_label(requested),)
+        n = self._lighter_run.get(k, 0) + 1
+        self._lighter_run[k] = n
+        if req in measured and self.probe_every and n % self.probe_every == 0:
+            return Choice(req, requested, pred, f"re-measuring {req} (every {self.probe_every}th call it is not "
+                                                f"predicted faster)", measured)
         comp = None if best == "none" else cands[best]
-        return Choice(best, comp, pred, f"{req} not predicted >= {self.margin:.0%} faster than {best}")
+        return Choice(best, comp, pred, f"{req} not predicted >= {self.margin:.0%} faster than {best}", measured)
 
 
 def main(argv=None) -> int:
