@@ -25,6 +25,12 @@ Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in
         overlap = 0.25: how much of the shorter of network and codec time hides under the longer;
         conservative (the netlab runs on a shared 2-core VM measured 0.1 .. 0.6)
 
+Measured times win over the model: ``record()`` (the Communicator calls it on rank 0 after every
+call) keeps an exponential average of the wall time per (collective, dtype, power-of-two size
+class) and mode that ran; ``choose()`` uses it instead of the prediction where present, and when a
+measurement keeps the requested mode off it re-runs the requested mode every ``probe_every``-th
+(64) call to refresh it.
+
 ratio, enc_Bps and dec_Bps come from a calibration: ``ncclz.codec.compress``/``decompress`` of
 a sample of the caller's data (<= 4 MiB by default) with the caller's spec, timed on this
 machine (best of 3), cached per (dtype, spec). The link rate B comes from ``NCCLZ_LINK_GBPS``, or
