@@ -26,8 +26,8 @@ Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in
         conservative (the netlab runs on a shared 2-core VM measured 0.1 .. 0.6)
 
 Measured times win over the model: ``record()`` (the Communicator calls it on rank 0 after every
-call) keeps an exponential average of the wall time per (collective, dtype, power-of-two size
-class) and mode that ran; ``choose()`` uses it instead of the prediction where present, and when a
+call) keeps the fastest of the last 4 wall times (the first call skipped: cold) per (collective,
+dtype, power-of-two size class) and mode that ran; ``choose()`` uses it instead of the prediction where present, and when a
 measurement keeps the requested mode off it re-runs the requested mode every ``probe_every``-th
 (64) call to refresh it.
 
@@ -156,6 +156,8 @@ class Policy:
         # measured wall time per (collective, dtype, size class) and mode label: see record()
         self.meas: dict = {}
         self.probe_every = 64
+        self.window = 4
+        self._samples: dict = {}  # (class, mode) -> [first (ignored), last `window` times]
         self._lighter_run: dict = {}
 
     # ------------------------------------------------------------------ inputs
@@ -184,16 +186,22 @@ class Policy:
 
     def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float) -> None:
         """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
-        ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class), an
-        exponential average (weight 1/2). choose() uses these measurements instead of the model
-        where it has them: they capture what the model does not (this data's ratio on the wire,
-        the machine's load), and a calibration cached per (dtype, spec) may come from other data."""
+        ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class):
+        the fastest of the last `window` (4) calls, skipping the first call of each (class, mode)
+        (cold buffers and threads). The minimum, because other load only ever slows a call down.
+        choose() uses these measurements instead of the model where it has them: they capture
+        what the model does not (this data's ratio on the wire, the machine), and a calibration
+        cached per (dtype, spec) may come from other data."""
         if not (wall_s > 0) or nbytes <= 0:
             return
-        d = self.meas.setdefault(self._class(coll, dtype, nbytes), {})
-        key = _spec_label(spec)
+        cls, key = self._class(coll, dtype, nbytes), _spec_label(spec)
         t = wall_s * (1 << (int(nbytes).bit_length() - 1)) / nbytes  # normalised to the class size
-        d[key] = t if key not in d else 0.5 * d[key] + 0.5 * t
+        lst = self._samples.setdefault((cls, key), [])
+        lst.append(t)
+        if len(lst) == 1:
+            return  # the first call of this class and mode: cold
+        del lst[1:-self.window]
+        self.meas.setdefault(cls, {})[key] = min(lst[1:])
 
     def _measured(self, coll: str, dtype: str, nbytes: int, spec) -> float | None:
         d = self.meas.get(self._class(coll, dtype, nbytes))
