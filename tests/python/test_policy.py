@@ -262,6 +262,18 @@ def test_policy_measurements_override_the_model():
     ch = pol.choose("all_reduce", x, spec)
     assert ch.mode == "none" and set(ch.measured) == {"none", "lossy"}, str(ch)
     assert "(measured)" in str(ch)
+    # with only the plain call measured, the compressed modes' model is scaled by the same factor:
+    # a machine 4x slower than the model for plain calls is not assumed fast for compressed ones
+    fresh = Policy(4, link_gbps=2.5, cores_per_rank=1)
+    fresh.calibrate = pol.calibrate
+    assert fresh.choose("all_reduce", x, spec).mode == "lossy"
+    model_lossy = fresh.choose("all_reduce", x, spec).predicted_s["lossy"]
+    none_model = fresh.predict("all_reduce", S, None)
+    for _ in range(2):
+        fresh.record("all_reduce", "float32", S, None, 4 * none_model)
+    ch = fresh.choose("all_reduce", x, spec)
+    assert ch.measured == ("none",) and ch.predicted_s["lossy"] == pytest.approx(4 * model_lossy), str(ch)
+    assert ch.mode == "lossy"
     # other size classes and dtypes are not affected
     assert pol.choose("all_reduce", np.zeros(1 << 20, np.float32), spec).mode == "lossy"
     assert pol.choose("all_reduce", np.zeros(8 << 20, np.float64), spec).mode == "lossy"

@@ -27,7 +27,8 @@ Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in
 
 Measured times win over the model: ``record()`` (the Communicator calls it on rank 0 after every
 call) keeps the fastest of the last 4 wall times (the first call skipped: cold) per (collective,
-dtype, power-of-two size class) and mode that ran; ``choose()`` uses it instead of the prediction where present, and when a
+dtype, power-of-two size class) and mode that ran (modes not measured get the model scaled by how
+far off it was for the measured ones); ``choose()`` uses it instead of the prediction where present, and when a
 measurement keeps the requested mode off it re-runs the requested mode every ``probe_every``-th
 (64) call to refresh it.
 
@@ -291,6 +292,7 @@ class Policy:
                 continue
             pred[name] = self.predict(coll, nbytes, cal, lossy=(name == "lossy"))
         # measurements of earlier calls of this size class replace the model where present
+        model = dict(pred)
         dt = str(arr.dtype)
         measured = []
         for name, spec in (("none", None), *cands.items()):
@@ -299,6 +301,14 @@ class Policy:
                 pred[name] = m
                 measured.append(name)
         measured = tuple(measured)
+        # modes without a measurement: scale the model by how far it was off for the measured ones
+        # (e.g. a plain call that is CPU-bound on this machine, not link-bound); comparing a
+        # measured time with a raw prediction would be biased towards the unmeasured mode
+        if measured and len(measured) < len(pred):
+            f = float(np.exp(np.mean([np.log(pred[m] / model[m]) for m in measured if model[m] > 0])))
+            for name in pred:
+                if name not in measured:
+                    pred[name] *= f
         lighter = [m for m in ("none", "lossless") if m in pred and m != req]
         best = min(lighter, key=pred.get)
         if pred[req] * (1 + self.margin) <= pred[best]:
