@@ -222,6 +222,9 @@ class Lab:
             "NETLAB_ADDRS": ",".join(self.addr(k) for k in range(nranks)),
         })
         env.pop("NCCLZ_SOCKET_THROTTLE_GBPS", None)  # the network shapes, not the transport
+        # the compression policy's CPU share: the emulated hosts share this machine's cores
+        # (LOCAL_WORLD_SIZE=1 above would make it assume all cores per rank)
+        env.setdefault("NCCLZ_CORES_PER_RANK", f"{(os.cpu_count() or 1) / nranks:g}")
         if self.gbps:
             env["NCCLZ_LINK_GBPS"] = str(self.gbps)
             env["NETLAB_GBPS"] = str(self.gbps)

@@ -13,7 +13,7 @@ Phases (all 4 hosts, one rank per host namespace, tbf-shaped NICs):
   colls  0.5 Gbit/s, 64 MiB all_gather, broadcast, reduce_scatter; smooth, gaussian;
          ncclz none / rel=1e-3, gloo, SZ3, MPI
   rates  64 MiB all_reduce at 0.1 .. 10 Gbit/s; smooth, gaussian; ncclz none / rel=1e-3 /
-         auto:rel=1e-3, gloo
+         auto:rel=1e-3 (rel=1e-3 under the Communicator's default policy), gloo
   sizes  0.5 Gbit/s, all_reduce 64 KiB .. 64 MiB, smooth: none / rel=1e-3 / auto:rel=1e-3
   twohost  the main all_reduce on 2 hosts only (2 ranks on 2 cores: a core per rank)
   rootless after the lab is gone: smooth/gaussian all_reduce on loopback with
@@ -108,12 +108,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-mpi", action="store_true")
     ap.add_argument("--systems", default="ncclz,gloo,sz3", help="drop ncclz automatically if its runtime is missing")
     ap.add_argument("--tag", default="", help="suffix of the raw JSON names")
+    ap.add_argument("--raw", default=None, help="directory of the raw JSON (default bench/results/netlab_raw)")
     ap.add_argument("--prefix", default=netlab.DEFAULT_PREFIX)
     ap.add_argument("--timeout", type=float, default=1800)
     a = ap.parse_args(argv)
     netlab.require_root()
-    global TAG
+    global TAG, RAW
     TAG = a.tag
+    if a.raw:
+        RAW = os.path.abspath(a.raw)
     if a.quick:
         a.size, a.budget, a.rates = "16M", 1.0, "0.5,2,10"
     os.makedirs(RAW, exist_ok=True)

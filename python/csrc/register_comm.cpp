@@ -395,19 +395,32 @@ void register_comm(nb::module_& m) {
       .def_rw("socket_ifname", &CommConfig::socket_ifname);
 
   nb::class_<Compression>(c, "Compression", "Compression of one call: mode none|lossless|lossy_abs|lossy_rel")
-      .def(nb::new_([](const std::string& mode, double bound, const std::string& codec, size_t min_bytes) {
+      .def(nb::new_([](const std::string& mode, double bound, const std::string& codec, size_t min_bytes,
+                       const std::string& lighter) {
              Compression x;
              x.mode = parse_mode(mode);
              x.bound = bound;
              x.codec = codec;
              x.min_bytes = min_bytes;
+             if (lighter == "none") {
+               x.lighter = int(Compression::Mode::None);
+             } else if (lighter == "lossless") {
+               x.lighter = int(Compression::Mode::Lossless);
+             } else if (!lighter.empty()) {
+               throw ncclz::InvalidArgument("lighter must be '', 'none' or 'lossless', got '" + lighter + "'");
+             }
              return x;
            }),
-           "mode"_a = "none", "bound"_a = 0.0, "codec"_a = "", "min_bytes"_a = 0)
+           "mode"_a = "none", "bound"_a = 0.0, "codec"_a = "", "min_bytes"_a = 0, "lighter"_a = "",
+           "lighter: the policy's proposal (none | lossless; '' = run mode). Only rank 0's counts.")
       .def_prop_ro("mode", [](const Compression& x) { return std::string(mode_name(x.mode)); })
       .def_ro("bound", &Compression::bound)
       .def_ro("codec", &Compression::codec)
       .def_ro("min_bytes", &Compression::min_bytes)
+      .def_prop_ro("lighter",
+                   [](const Compression& x) {
+                     return x.lighter < 0 ? std::string() : std::string(mode_name(Compression::Mode(x.lighter)));
+                   })
       .def("__repr__", [](const Compression& x) {
         std::ostringstream s;
         s << "Compression(mode='" << mode_name(x.mode) << "', bound=" << x.bound << ", codec='" << x.codec
@@ -426,7 +439,9 @@ void register_comm(nb::module_& m) {
       .def_ro("wait_s", &CallStats::wait_s)
       .def_ro("wall_s", &CallStats::wall_s)
       .def_ro("error_bound", &CallStats::error_bound)
-      .def_ro("exact_fallback", &CallStats::exact_fallback);
+      .def_ro("exact_fallback", &CallStats::exact_fallback)
+      .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(mode_name(x.ran_mode)); })
+      .def_ro("lightened", &CallStats::lightened);
 
   nb::class_<CommHandle>(c, "Communicator", "Raw communicator; ncclz.Communicator wraps it")
       .def_static(

@@ -12,6 +12,17 @@ collectives move data between them, optionally compressed::
     comm.all_reduce(x, compression=ncclz.Lossy(rel=1e-3))   # in place
     print(comm.last_stats.ratio)
 
+Compression is a request with a guarantee: by default (``policy="auto"``) the
+communicator may run a requested call with a lighter mode (none or lossless
+instead of lossy, none instead of lossless) when its cost model predicts that
+compressing would not pay on this link (see :mod:`ncclz.tools.policy`). Such a
+result is exact, so it keeps any requested bound. Rank 0 decides and its
+decision travels in the call descriptor every call exchanges anyway, so all
+ranks run the same mode with no extra message. With no evidence about the link
+(no NCCLZ_LINK_GBPS / NCCLZ_SOCKET_THROTTLE_GBPS, no uncompressed call of
+>= 1 MiB observed yet) the requested mode runs. ``policy="off"`` (or
+NCCLZ_POLICY=off) turns it off; ``policy="off"`` on one call forces the mode.
+
 Arrays are CPU arrays of NumPy, PyTorch, JAX or any DLPack producer
 (see :mod:`ncclz._dlpack`). Every call blocks until this rank's part is done
 and releases the GIL while it communicates. Errors raise ncclz exceptions:
@@ -24,7 +35,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
+import sys
 from typing import Any
 
 from . import _core, _dlpack
@@ -36,6 +49,11 @@ _native = _core.comm
 
 #: Reduction ops accepted by the collectives.
 OPS = ("sum", "avg", "max", "min", "prod")
+
+#: Values of ``Communicator(policy=...)``, the per-call ``policy=`` and NCCLZ_POLICY.
+POLICIES = ("auto", "off")
+
+_log = logging.getLogger("ncclz.policy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +71,11 @@ class CallStats:
     error_bound: the bound E promised for this call (0 for exact modes).
     exact_fallback: a lossy call that ran exactly instead (non-finite inputs,
         outliers, a bound below the dtype's own rounding, a small message).
+    requested: the compression the caller asked for.
+    policy: what the compression policy did and why, e.g. ``"auto: none
+        (lossy not predicted >= 20% faster than none; predicted ...)"``,
+        ``"off"``, or on ranks other than 0 ``"auto: rank 0 chose none"``.
+        ``compression`` is the mode that ran.
     """
 
     op: str
@@ -67,6 +90,8 @@ class CallStats:
     wall_s: float
     error_bound: float
     exact_fallback: bool = False
+    requested: str = ""
+    policy: str = ""
 
     @property
     def codec_s(self) -> float:
@@ -178,6 +203,79 @@ def _describe_compression(c: Any) -> str:
     return c.mode
 
 
+_DEBUG = (os.environ.get("NCCLZ_DEBUG") or "").upper() in ("INFO", "TRACE")
+
+
+def _debug(rank: int, msg: str) -> None:
+    _log.debug("rank %d: %s", rank, msg)
+    if _DEBUG:
+        print(f"ncclz rank {rank}: INFO {msg}", file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass
+class _Observed:
+    """What Policy.observe reads from a call (the mode that ran, wire bytes, wall time)."""
+
+    compression: str
+    wire_bytes: int
+    wall_s: float
+
+
+def _policy_name(v: Any, what: str) -> str:
+    if not isinstance(v, str) or v.strip().lower() not in POLICIES:
+        raise InvalidArgumentError(f"{what} must be one of {', '.join(POLICIES)}, got {v!r}")
+    return v.strip().lower()
+
+
+def _resolve_policy(policy: Any) -> tuple:
+    """(mode, Policy instance or None) from Communicator(policy=...) or NCCLZ_POLICY; checks the
+    environment the policy reads, so bad values fail at construction on every rank."""
+    inst = None
+    if policy is None:
+        env = _env("NCCLZ_POLICY")
+        mode = "auto" if env is None else _policy_name(env, "environment variable NCCLZ_POLICY")
+    elif isinstance(policy, str):
+        mode = _policy_name(policy, "Communicator policy")
+    elif hasattr(policy, "choose") and hasattr(policy, "observe"):
+        mode, inst = "auto", policy
+    else:
+        raise InvalidArgumentError(
+            f"Communicator policy must be one of {', '.join(POLICIES)} or an ncclz.tools.policy.Policy, got {policy!r}"
+        )
+    if mode == "auto":
+        for name in ("NCCLZ_LINK_GBPS", "NCCLZ_CORES_PER_RANK"):
+            v = _env_float(name)
+            if v is not None and not (v > 0 and v < float("inf")):
+                raise InvalidArgumentError(f"environment variable {name}={_env(name)!r} must be a number > 0")
+    return mode, inst
+
+
+def _mode_class(mode: str) -> str:
+    return "lossy" if mode.startswith("lossy") else mode
+
+
+def _spec_of(compression: Any, c: Any) -> Any:
+    """The ncclz.Lossy / Lossless spec the policy calibrates with."""
+    if isinstance(compression, (Lossy, Lossless)):
+        return compression
+    if c.mode == "lossless":
+        return Lossless()
+    return Lossy(abs=c.bound) if c.mode == "lossy_abs" else Lossy(rel=c.bound)
+
+
+_lightened: dict = {}  # (native Compression id, lighter) -> native Compression with the proposal
+
+
+def _with_lighter(c: Any, lighter: str) -> Any:
+    key = (c.mode, c.bound, c.codec, c.min_bytes, lighter)
+    r = _lightened.get(key)
+    if r is None:
+        r = _native.Compression(c.mode, c.bound, c.codec, c.min_bytes, lighter)
+        if len(_lightened) < 1024:
+            _lightened[key] = r
+    return r
+
+
 class Communicator:
     """A group of ``world_size`` ranks that run collectives together.
 
@@ -194,6 +292,11 @@ class Communicator:
         automatically.
     unique_id: bytes from :func:`make_unique_id` on rank 0, shared by any
         other means (mpi4py, a file); the alternative to a store.
+    policy: "auto" (default; NCCLZ_POLICY) lets the compression policy run a
+        requested call with a lighter mode where compressing would not pay;
+        "off" always runs the requested mode. A
+        :class:`ncclz.tools.policy.Policy` instance means "auto" with that
+        model (its margin, link rate, ...). Only rank 0's policy decides.
 
     Use it as a context manager, or call close(); abort() makes pending calls
     fail (from any thread).
@@ -212,6 +315,7 @@ class Communicator:
         *,
         nchannels: int | None = None,
         unique_id: bytes | None = None,
+        policy: Any = None,
     ):
         if rank is None:
             rank = _env_int(("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "rank")
@@ -248,6 +352,7 @@ class Communicator:
             nchannels = _env_int(("NCCLZ_NCHANNELS",), "channels")
         if nchannels is not None:
             cfg.nchannels = int(nchannels)
+        self._policy_mode, self._policy = _resolve_policy(policy)
 
         try:
             self._connect(cfg, rank, world_size, timeout, store, unique_id, master_port)
@@ -258,6 +363,7 @@ class Communicator:
         self._transport = transport or "auto"
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
+        self._pending: tuple | None = None
 
     def _connect(self, cfg, rank, world_size, timeout, store, unique_id, master_port) -> None:
         """Rendezvous: torchrun's store, a given store or unique id, or MASTER_ADDR:MASTER_PORT."""
@@ -329,18 +435,76 @@ class Communicator:
                 )
         return b, c, op
 
-    def _record(self, name: str, c: Any, st: Any) -> None:
+    def _record(self, name: str, c: Any, st: Any, why: Any = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
-        self._last_raw = (name, c, st)
+        self._last_raw = (name, c, st, why)
         self._last_stats = None
+        if self._rank == 0 and self._policy_mode == "auto":
+            pol = self._get_policy()
+            if st.wire_bytes >= (1 << 20):
+                pol.observe(_Observed(st.ran_mode, st.wire_bytes, st.wall_s))
+            pending, self._pending = self._pending, None
+            if pending is not None and pending[0] == name and hasattr(pol, "record"):
+                coll, nbytes, dtype, spec = pending
+                ran = st.ran_mode
+                if st.lightened or ran == "none":
+                    spec = None if ran == "none" else Lossless()
+                pol.record(coll, dtype, nbytes, spec, float(st.wall_s))
+
+    def _get_policy(self) -> Any:
+        if self._policy is None:
+            from .tools.policy import Policy
+
+            self._policy = Policy(world_size=self._world_size)
+        return self._policy
+
+    def _choose(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any) -> tuple:
+        """The policy step of a call: (the native Compression to pass, the reason to record).
+
+        Only rank 0 decides: its proposal (Compression.lighter) travels in the call descriptor and
+        every rank runs it; the other ranks' proposals are ignored, so they do not decide at all."""
+        mode = self._policy_mode if policy is None else _policy_name(policy, f"{coll}: policy")
+        self._pending = None
+        if self._rank == 0 and self._policy_mode == "auto" and self._world_size > 1:
+            # what _record tells the policy after the call (its time with the mode that ran)
+            self._pending = (coll, nbytes, b.dtype, None if c.mode == "none" else _spec_of(compression, c))
+        if c.mode == "none":
+            return c, None
+        if mode == "off":
+            return c, "off"
+        if self._rank != 0 or self._world_size == 1:
+            return c, "auto"
+        spec = _spec_of(compression, c)
+        try:
+            arr = _dlpack.to_numpy(b)
+        except Exception:  # noqa: BLE001 - no NumPy view (e.g. bfloat16 without ml_dtypes): nothing to calibrate
+            arr = None
+        if arr is None:
+            return c, "auto: as requested (no NumPy view of the data to calibrate on)"
+        try:
+            choice = self._get_policy().choose(coll, arr, spec, nbytes)
+        except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
+            return c, f"auto: as requested (the policy failed: {type(e).__name__}: {e})"
+        why = f"auto: {choice}"
+        if choice.mode in ("none", "lossless") and choice.mode != _mode_class(c.mode):
+            c = _with_lighter(c, choice.mode)
+        if _log.isEnabledFor(logging.DEBUG) or _DEBUG:
+            _debug(self._rank, f"policy: {coll} {nbytes} B, requested {_describe_compression(c)}: {why}")
+        return c, why
 
     def _build_stats(self) -> CallStats | None:
         if self._last_raw is None:
             return None
-        name, c, st = self._last_raw
+        name, c, st, why = self._last_raw
+        requested = _describe_compression(c)
+        ran = st.ran_mode
+        if why == "auto":  # not rank 0: say what rank 0's decision did here
+            why = f"auto: rank 0 chose {ran}" if st.lightened else "auto: rank 0 kept the requested mode"
+        elif why and why.startswith("auto") and c.lighter and not st.lightened:
+            why += f"; not taken: the exact {c.lighter} sum in the element type could exceed the bound"
         return CallStats(
             op=name,
-            compression=_describe_compression(c),
+            compression=ran if st.lightened else requested,
             raw_bytes=int(st.raw_bytes),
             wire_bytes=int(st.wire_bytes),
             ratio=float(st.ratio),
@@ -351,6 +515,8 @@ class Communicator:
             wall_s=float(st.wall_s),
             error_bound=float(st.error_bound),
             exact_fallback=bool(getattr(st, "exact_fallback", False)),
+            requested=requested,
+            policy=why or "",
         )
 
     def _check_rank(self, r: Any, what: str) -> int:
@@ -365,13 +531,17 @@ class Communicator:
 
     # ---- collectives ------------------------------------------------------
     @_name_rank
-    def all_reduce(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None) -> Any:
+    def all_reduce(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
+                   policy: str | None = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets the result.
 
         In place by default (returns ``x``). With ``out=`` the result goes
         there; read-only inputs (JAX arrays, read-only NumPy) get a new array.
+        ``policy="off"`` runs exactly the requested compression for this call
+        (see the module doc); None: the communicator's setting.
         """
         b, c, op = self._prepare(x, "all_reduce input", op, compression)
+        c, why = self._choose("all_reduce", b, c, compression, b.nbytes, policy)
         if out is not None:
             o = _dlpack.check_output(out, b, b.shape, "all_reduce out")
         elif b.writable:
@@ -379,20 +549,22 @@ class Communicator:
         else:
             o = _dlpack.empty(b, b.shape)
         st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype)
-        self._record("all_reduce", c, st)
+        self._record("all_reduce", c, st, why)
         if o is b:
             return x
         return out if out is not None else _dlpack.to_user(o)
 
     @_name_rank
-    def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None) -> Any:
+    def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
+                       policy: str | None = None) -> Any:
         """Reduces ``x`` over all ranks; rank r gets block r of the result.
 
         ``x.shape[0]`` must be divisible by world_size (result shape
         ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element
-        count (result: 1-D of ``x.size // world_size``).
+        count (result: 1-D of ``x.size // world_size``). ``policy``: as in all_reduce.
         """
         b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
+        c, why = self._choose("reduce_scatter", b, c, compression, b.nbytes, policy)
         w = self._world_size
         if len(b.shape) >= 1 and b.shape[0] % w == 0:
             shape = (b.shape[0] // w, *b.shape[1:])
@@ -409,13 +581,15 @@ class Communicator:
             else _dlpack.empty(b, shape)
         )
         st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype)
-        self._record("reduce_scatter", c, st)
+        self._record("reduce_scatter", c, st, why)
         return out if out is not None else _dlpack.to_user(o)
 
     @_name_rank
-    def all_gather(self, x: Any, compression: Any = None, out: Any = None) -> Any:
-        """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r]."""
+    def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None) -> Any:
+        """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
+        ``policy``: as in all_reduce."""
         b, c, _ = self._prepare(x, "all_gather input", None, compression)
+        c, why = self._choose("all_gather", b, c, compression, b.nbytes * self._world_size, policy)
         shape = (self._world_size, *b.shape)
         o = (
             _dlpack.check_output(out, b, shape, "all_gather out")
@@ -423,20 +597,22 @@ class Communicator:
             else _dlpack.empty(b, shape)
         )
         st = self._native.all_gather(b.native, o.native, c, b.as_dtype)
-        self._record("all_gather", c, st)
+        self._record("all_gather", c, st, why)
         return out if out is not None else _dlpack.to_user(o)
 
     @_name_rank
-    def broadcast(self, x: Any, root: int = 0, compression: Any = None) -> Any:
-        """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only)."""
+    def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None) -> Any:
+        """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only).
+        ``policy``: as in all_reduce (rank 0 decides even when another rank is the root)."""
         root = self._check_rank(root, "broadcast root")
         b, c, _ = self._prepare(x, "broadcast buffer", None, compression)
+        c, why = self._choose("broadcast", b, c, compression, b.nbytes, policy)
         o = b
         if not b.writable:
             o = _dlpack.empty(b, b.shape)
             _dlpack.copy_into(o, b)
         st = self._native.broadcast(o.native, root, c, o.as_dtype)
-        self._record("broadcast", c, st)
+        self._record("broadcast", c, st, why)
         return x if o is b else _dlpack.to_user(o)
 
     @_name_rank

@@ -537,6 +537,93 @@ def scenario_launcher(ncclz, comm, args):
     return {"sum": float(x[0])}
 
 
+def scenario_policy(ncclz, comm, args):
+    """The compression policy (tests/python/test_policy.py): requested-compression calls on every
+    collective; checks every element against the requested bound (or bit-identity for lossless),
+    and reports the mode each call ran with and why, so the test can check all ranks agree.
+
+    args: count=N, comp=rel=R|abs=E|lossless, colls=a,b, percall=off (policy="off" on each call),
+    stub=none|lossless|raise (rank 0's policy always proposes that, or raises), observe (an uncompressed 8 MiB
+    all_reduce first, for the policy to measure the link), measure (rank 0's policy starts with
+    measured times for all_reduce: compressed 10 s, uncompressed 10 ms), seed=S."""
+    kv = dict(a.split("=", 1) for a in args if "=" in a)
+    W, r = comm.world_size, comm.rank
+    count = int(kv.get("count", 1 << 20))
+    seed = int(kv.get("seed", 7))
+    comp_s = kv.get("comp", "rel=1e-3")
+    comp = ncclz.Lossless() if comp_s == "lossless" else ncclz.Lossy(**{comp_s.split("=")[0]: float(comp_s.split("=")[1])})
+    colls = kv.get("colls", "all_reduce,reduce_scatter,all_gather,broadcast").split(",")
+    percall = kv.get("percall")
+    ck = Checker(comm)
+    out = {"calls": {}}
+    if "stub" in kv and r == 0:
+        from ncclz.tools.policy import Choice
+
+        want = kv["stub"]
+
+        class Stub:
+            def choose(self, coll, x, requested, nbytes=None):
+                if want == "raise":
+                    raise RuntimeError("stub policy failure")
+                return Choice(want, None if want == "none" else ncclz.Lossless(), {}, "test stub")
+
+            def observe(self, stats):
+                pass
+
+        comm._policy = Stub()
+    if "measure" in args and r == 0:  # as if earlier calls had measured: compressed 10 s, plain 10 ms
+        pol = comm._get_policy()
+        for _ in range(2):  # (the first of each is ignored: cold)
+            pol.record("all_reduce", "float32", count * 4, comp, 10.0)
+            pol.record("all_reduce", "float32", count * 4, None, 0.01)
+    if "observe" in args:
+        big = np.ones(2 << 20, np.float32)
+        comm.all_reduce(big)
+        out["link_gbps"] = getattr(comm._policy, "link_gbps", None) if r == 0 else None
+    # rank-local data differs (every rank's input is different, rank 0's is noisier)
+    inputs = [rank_input(k, count, "float32", seed + (100 if k == 0 else 0)) for k in range(W)]
+    if W > 1:
+        inputs[0] = inputs[0] + np.random.default_rng(seed).normal(0, 3, count).astype(np.float32)
+    E = bound_of(comp, inputs)
+    for coll in colls:
+        kw = {} if percall is None else {"policy": percall}
+        x = inputs[r].copy()
+        if coll == "all_reduce":
+            got = comm.all_reduce(x, compression=comp, **kw)
+            ref = reference(inputs, "sum")
+        elif coll == "reduce_scatter":
+            got = comm.reduce_scatter(x, compression=comp, **kw)
+            ref = reference(inputs, "sum").reshape(W, -1)[r]
+        elif coll == "all_gather":
+            got = comm.all_gather(x, compression=comp, **kw)
+            ref = np.stack([as_f64(a) for a in inputs])
+        else:
+            got = comm.broadcast(x, root=W - 1, compression=comp, **kw)
+            ref = as_f64(inputs[W - 1])
+        st = comm.last_stats
+        out["calls"][coll] = dict(compression=st.compression, requested=st.requested, policy=st.policy,
+                                  error_bound=st.error_bound, hash=digest(got))
+        if E is not None:
+            ck.require(st.error_bound <= E * (1 + 1e-9), f"{coll}: stats promise {st.error_bound} > {E}")
+            ck.check_close(f"{coll}", got, ref, E, comp_s, "float32")
+        else:  # lossless requested: bit-identical to the uncompressed call whatever mode ran
+            y = inputs[r].copy()
+            if coll == "all_reduce":
+                plain = comm.all_reduce(y, policy="off")
+            elif coll == "reduce_scatter":
+                plain = comm.reduce_scatter(y, policy="off")
+            elif coll == "all_gather":
+                plain = comm.all_gather(y, policy="off")
+            else:
+                plain = comm.broadcast(y, root=W - 1, policy="off")
+            ck.require(bits(got) == bits(plain), f"{coll}: lossless result differs from uncompressed")
+    out["checks"] = ck.checks
+    if r == 0:  # what rank 0's policy learned from the calls (size classes with a measured time)
+        out["measured"] = {str(k): v for k, v in getattr(comm._policy, "meas", {}).items()}
+        out["samples"] = [[str(k[0]), k[1], len(v)] for k, v in getattr(comm._policy, "_samples", {}).items()]
+    return out
+
+
 def run_threads(ncclz, outdir, n, scenario, args):
     """n ranks as threads of this process (in-process transport): also proves the GIL is released."""
     import threading

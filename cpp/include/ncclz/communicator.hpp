@@ -38,6 +38,14 @@ struct Compression {
   std::string codec;
   /// Messages smaller than this many bytes go uncompressed (0: never skip).
   size_t min_bytes = 0;
+  /// The compression policy's proposal: run this call with a lighter mode
+  /// (int(Mode::None) or int(Mode::Lossless); -1: no proposal, run `mode`).
+  /// Only rank 0's proposal counts: it travels in the call descriptor that
+  /// every call exchanges anyway, so all ranks run the same mode with no extra
+  /// message. Lighter means None < Lossless < lossy; an exact mode keeps any
+  /// lossy bound. A lossy call ignores the proposal when the plain sum in the
+  /// element type could exceed the bound (tiny bounds, non-finite inputs).
+  int lighter = -1;
   static Compression none() { return {}; }
   static Compression lossless() { return {Mode::Lossless, 0, "", 0}; }
   static Compression lossy_abs(double e) { return {Mode::LossyAbs, e, "", 0}; }
@@ -58,6 +66,10 @@ struct CallStats {
   /// Lossy call that ran exactly instead (non-finite inputs, quantizer outliers,
   /// a bound below the type's own rounding, or a message under min_bytes).
   bool exact_fallback = false;
+  /// The mode the call ran with: the requested one, or rank 0's lighter proposal.
+  Compression::Mode ran_mode = Compression::Mode::None;
+  /// The call ran with rank 0's lighter proposal instead of the requested mode.
+  bool lightened = false;
 };
 
 struct CommConfig {

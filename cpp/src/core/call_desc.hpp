@@ -10,7 +10,9 @@
 // Lossy calls carry their data statistics in the same record (min, max, max|x|,
 // non-finite flag), so the exchange doubles as the small pre-reduction that
 // fixes eb and the code width; a second, smaller round reports quantizer
-// outliers. Send/recv exchange descriptors pairwise on their own link
+// outliers. The same record carries the compression policy's proposal (a
+// lighter mode); every rank adopts rank 0's, so the policy's decision costs no
+// extra message. Send/recv exchange descriptors pairwise on their own link
 // (sender's first, then the receiver's answer).
 #pragma once
 
@@ -53,7 +55,11 @@ struct CallDesc {
   int32_t peer = -1;  ///< send: the destination; recv: the receiver
   uint8_t coll = 0, dtype = 0, op = 0, mode = 0;
   uint8_t flags = 0;
-  uint8_t pad[3] = {0, 0, 0};
+  /// The compression policy's proposal (Compression::lighter + 1; 0: none).
+  /// Only rank 0's is used: every rank runs the call with all[0].lighter.
+  /// Not part of the match (ranks may propose differently).
+  uint8_t lighter = 0;
+  uint8_t pad[2] = {0, 0};
   char codec[16] = {};  ///< forced codec name ("" = selector)
 };
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");

@@ -193,6 +193,8 @@ class CommunicatorImpl final : public Communicator {
     double quantize_s = 0;
     double bound = 0;
     bool fallback = false;
+    Mode ran = Mode::None;   ///< the mode the call ran with
+    bool lightened = false;  ///< rank 0's lighter proposal was taken
     CallStats* out = nullptr;
     void finish() {
       if (!out) return;
@@ -209,6 +211,8 @@ class CommunicatorImpl final : public Communicator {
       r.wall_s = seconds(t0, Clock::now());
       r.error_bound = bound;
       r.exact_fallback = fallback;
+      r.ran_mode = ran;
+      r.lightened = lightened;
       *out = r;
     }
   };
@@ -221,6 +225,11 @@ class CommunicatorImpl final : public Communicator {
   std::string check_compression(DataType t, Mode m, const Compression& c) const;
   CallDesc make_desc(Coll coll, size_t count, DataType t, RedOp op, int root, Mode m, const Compression& c) const;
   std::vector<CallDesc> exchange(const CallDesc& mine, Call& call);
+  /// The mode every rank runs the call with: rank 0's lighter proposal, else m.
+  /// For a lossy m the proposal is taken only if the exact run in the element
+  /// type keeps the bound E (exact_keeps_bound); `call` records the outcome.
+  Mode run_mode(const std::vector<CallDesc>& all, Mode m, DataType t, core::Combine how, const Compression& c,
+                Call& call) const;
   void check_all(const std::vector<CallDesc>& all, const std::string& my_err) const;
   bool any_outliers(uint64_t seq, size_t mine, Call& call);
   int pick_channels(size_t bytes) const;
@@ -428,6 +437,10 @@ std::string CommunicatorImpl::check_compression(DataType t, Mode m, const Compre
       return s.str();
     }
   }
+  if (c.lighter < -1 || c.lighter > int(Mode::Lossless)) {
+    return "the policy's lighter mode must be -1 (none proposed), 0 (none) or 1 (lossless), got " +
+           std::to_string(c.lighter);
+  }
   if (c.codec.size() >= sizeof(CallDesc::codec)) return "codec name '" + c.codec + "' is too long";
   bool ok = false;
   const auto ch = parse_codec(c.codec, &ok);
@@ -452,7 +465,61 @@ CallDesc CommunicatorImpl::make_desc(Coll coll, size_t count, DataType t, RedOp 
   d.mode = uint8_t(m);
   d.bound = (is_lossy(m) ? c.bound : 0.0);
   if (m != Mode::None) std::memcpy(d.codec, c.codec.data(), std::min(c.codec.size(), sizeof d.codec - 1));
+  // Only a strictly lighter proposal is carried (None < Lossless < lossy).
+  if (c.lighter >= 0 && c.lighter < std::min(int(m), int(Mode::Lossless) + 1)) d.lighter = uint8_t(c.lighter + 1);
   return d;
+}
+
+namespace {
+
+double largest_of(DataType t) {
+  switch (t) {
+    case DataType::F32: return double(std::numeric_limits<float>::max());
+    case DataType::F64: return std::numeric_limits<double>::max();
+    case DataType::F16: return 65504.0;
+    case DataType::BF16: return 3.3895313892515355e38;
+    default: return 0;
+  }
+}
+
+// Whether the plain collective in the element type keeps |out - exact| <= E.
+// Max/min and data movement return one rank's value exactly. A ring sum adds
+// N-1 times in T, each partial sum bounded by N*A (A = max |x|), so it is off
+// by at most (N-1) half-ulps of N*A; avg adds one rounding of the division.
+// The policy's proposal is taken when that is at most half of E.
+bool exact_keeps_bound(DataType t, core::Combine how, int nranks, double E, const core::DataStats& g) {
+  if (how == core::Combine::Select) return true;
+  if (g.nonfinite || !(E > 0) || !std::isfinite(E)) return false;
+  const double N = double(nranks);
+  const double R = N * g.maxabs * (1 + std::ldexp(1.0, -30));
+  if (!(R < largest_of(t))) return false;
+  double err = (N - 1) * core::half_ulp_bound(elem_of(t), R);
+  if (how == core::Combine::Mean) err = err / N + core::half_ulp_bound(elem_of(t), g.maxabs);
+  return err <= 0.5 * E;
+}
+
+}  // namespace
+
+Mode CommunicatorImpl::run_mode(const std::vector<CallDesc>& all, Mode m, DataType t, core::Combine how,
+                                const Compression& c, Call& call) const {
+  call.ran = m;
+  const int p = int(all[0].lighter) - 1;
+  if (p < 0 || p >= std::min(int(m), int(Mode::Lossless) + 1)) return m;
+  if (is_lossy(m)) {
+    const core::DataStats g = merge_stats(all);
+    const double E = resolve_bound(c, g);
+    if (!exact_keeps_bound(t, how, size_, E, g)) {
+      NCCLZ_TRACE(rank_, "call #%llu: policy proposal %s ignored: the exact sum in the element type may exceed the "
+                  "bound", (unsigned long long)all[0].seq, p == 0 ? "none" : "lossless");
+      return m;
+    }
+    call.bound = E;
+  }
+  call.ran = Mode(p);
+  call.lightened = true;
+  NCCLZ_TRACE(rank_, "call #%llu runs %s instead of %s (rank 0's policy)", (unsigned long long)all[0].seq,
+              p == 0 ? "none" : "lossless", mode_string(uint8_t(m), 0, "").c_str());
+  return call.ran;
 }
 
 std::vector<CallDesc> CommunicatorImpl::exchange(const CallDesc& mine, Call& call) {
@@ -692,9 +759,10 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
+  const Mode run = run_mode(all, m, t, combine_of(op), c, call);
 
-  if (!is_lossy(m)) {
-    exec(send, recv, native_wire(t, m, op, c), nch, call);
+  if (!is_lossy(run)) {
+    exec(send, recv, native_wire(t, run, op, run == m ? c : Compression{}), nch, call);
     if (op == RedOp::Avg) prims::divide_in_place(elem_of(t), recv, out_count, size_);
     call.finish();
     return;
@@ -781,6 +849,12 @@ void CommunicatorImpl::all_gather(const void* send, void* recv, size_t sc, DataT
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
+  const Mode run = run_mode(all, m, t, core::Combine::Select, c, call);
+  if (run != m) {
+    exec_all_gather(send, recv, sc, native_wire(t, run, RedOp::Sum, Compression{}), nch, call);
+    call.finish();
+    return;
+  }
 
   core::LossyPlan plan;
   if (is_lossy(m)) {
@@ -834,6 +908,12 @@ void CommunicatorImpl::broadcast(void* buf, size_t count, DataType t, int root, 
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
+  const Mode run = run_mode(all, m, t, core::Combine::Select, c, call);
+  if (run != m) {
+    exec_broadcast(buf, count, root, native_wire(t, run, RedOp::Sum, Compression{}), nch, call);
+    call.finish();
+    return;
+  }
 
   core::LossyPlan plan;
   if (is_lossy(m)) {
@@ -938,6 +1018,7 @@ void CommunicatorImpl::send(const void* buf, size_t count, DataType t, int peer,
   P2PCall pc = p2p_begin(Coll::Send, buf, count, t, peer, c);
   const std::string& me = pc.me;
   const Mode m = pc.m;
+  call.ran = m;
   const int nch = pc.nch;
   const std::string& err = pc.err;
   CallDesc& d = pc.d;
@@ -1002,6 +1083,7 @@ void CommunicatorImpl::recv(void* buf, size_t count, DataType t, int peer, const
   P2PCall pc = p2p_begin(Coll::Recv, buf, count, t, peer, c);
   const std::string& me = pc.me;
   const Mode m = pc.m;
+  call.ran = m;
   const int nch = pc.nch;
   const std::string& err = pc.err;
   CallDesc& d = pc.d;

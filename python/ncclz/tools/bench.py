@@ -393,17 +393,28 @@ class Ctx:
 
 
 def _ncclz_call(ctx: Ctx, coll, x, out, mode, root):
-    comp = mode_compression(mode)
+    """One call. `auto:<mode>` asks for <mode> under the communicator's compression policy (its
+    default, NCCLZ_POLICY); any other mode runs exactly as named (policy="off")."""
+    policy = None if mode.startswith("auto:") else "off"
+    comp = mode_compression(mode[5:] if mode.startswith("auto:") else mode)
     c = ctx.comm
     if coll == "all_reduce":
-        return c.all_reduce(x, op="sum", compression=comp, out=out)
+        return c.all_reduce(x, op="sum", compression=comp, out=out, policy=policy)
     if coll == "reduce_scatter":
-        return c.reduce_scatter(x, op="sum", compression=comp, out=out)
+        return c.reduce_scatter(x, op="sum", compression=comp, out=out, policy=policy)
     if coll == "all_gather":
-        return c.all_gather(x, compression=comp, out=out)
+        return c.all_gather(x, compression=comp, out=out, policy=policy)
     if coll == "broadcast":
-        return c.broadcast(out, root=root, compression=comp)
+        return c.broadcast(out, root=root, compression=comp, policy=policy)
     raise ValueError(coll)
+
+
+def policy_choice_of(mode: str, stats) -> str:
+    """The bench label of the mode an `auto:<mode>` call ran with (from comm.last_stats)."""
+    ran = getattr(stats, "compression", "")
+    if ran in ("none", "lossless"):
+        return ran
+    return mode[5:] if mode.startswith("auto:") else mode
 
 
 def _torch_dtype(npdt):
@@ -597,8 +608,10 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
         gmin, gmax = -mm[0], mm[1]
 
     # ---- the runner
+    # auto:<mode> on ncclz: the communicator's own policy decides per call (rank 0's decision, in
+    # the call descriptor); other systems have no policy: the tool's model picks once (resolve_auto).
     policy_mode, policy_why = None, ""
-    if mode.startswith("auto:"):
+    if mode.startswith("auto:") and system != "ncclz":
         policy_mode, policy_why = resolve_auto(ctx, coll, x, mode, size_bytes(coll, count, npdt.itemsize, n))
     run_mode = policy_mode or mode
     if system == "ncclz":
@@ -664,7 +677,8 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
 
     # ---- correctness
     res = r.result()
-    E = bound_for(run_mode, gmin, gmax) if (system != "ncclz" or not r.stats) else float(r.stats[-1].error_bound)
+    bare = run_mode[5:] if run_mode.startswith("auto:") else run_mode
+    E = bound_for(bare, gmin, gmax) if (system != "ncclz" or not r.stats) else float(r.stats[-1].error_bound)
     if system == "sz3":
         E = r.E
     if ref is not None:
@@ -681,6 +695,12 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
                times_us=[float(t) * 1e6 for t in tmax])
     row["algbw"] = row["size"] / t_med / 1e9
     row["busbw"] = row["algbw"] * busbw_factor(coll, n)
+    if system == "ncclz" and mode.startswith("auto:") and r.stats:
+        picks = [policy_choice_of(mode, s) for s in r.stats]
+        policy_mode = max(set(picks), key=picks.count)
+        if len(set(picks)) > 1:
+            policy_mode += " (" + ", ".join(f"{k} x{picks.count(k)}" for k in sorted(set(picks))) + ")"
+        policy_why = r.stats[-1].policy
     if policy_mode is not None:
         row["policy_choice"] = policy_mode
         row["policy_why"] = policy_why

@@ -3,8 +3,12 @@
 The question: given the message size, the collective, the number of ranks, the link rate and
 how fast the codec runs on this machine, which of ``none``, ``lossless`` and ``lossy`` (the
 caller's bound; never looser) finishes first? Compression must never make a call much slower
-than sending it raw, so the model only picks a compressed mode when it predicts a clear win
-(``margin``, default 20%), and falls back to ``none`` for small messages and unknown links.
+than sending it raw, so the caller's compressed mode is kept only when it is predicted a clear win
+(``margin``, default 20%) over the lighter modes; otherwise the fastest lighter mode is used, and
+``none`` for small messages. With an unknown link rate the caller's mode is kept (no evidence).
+
+``ncclz.Communicator`` uses this by default (``policy="auto"``): rank 0 decides and its decision
+travels in the call descriptor (see docs/PYTHON_API.md).
 
 Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in bytes)::
 
@@ -21,11 +25,19 @@ Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in
         overlap = 0.25: how much of the shorter of network and codec time hides under the longer;
         conservative (the netlab runs on a shared 2-core VM measured 0.1 .. 0.6)
 
+Measured times win over the model: ``record()`` (the Communicator calls it on rank 0 after every
+call) keeps the fastest of the last 4 wall times (the first call skipped: cold) per (collective,
+dtype, power-of-two size class) and mode that ran (modes not measured get the model scaled by how
+far off it was for the measured ones); ``choose()`` uses it instead of the prediction where present, and when a
+measurement keeps the requested mode off it re-runs the requested mode every ``probe_every``-th
+(64) call to refresh it.
+
 ratio, enc_Bps and dec_Bps come from a calibration: ``ncclz.codec.compress``/``decompress`` of
 a sample of the caller's data (<= 4 MiB by default) with the caller's spec, timed on this
 machine (best of 3), cached per (dtype, spec). The link rate B comes from ``NCCLZ_LINK_GBPS``, or
 ``NCCLZ_SOCKET_THROTTLE_GBPS``, or :meth:`Policy.observe` of uncompressed calls
-(``wire_bytes / wall_s`` of ``comm.last_stats``, an exponential average). cores_per_rank:
+(``wire_bytes / wall_s`` of ``comm.last_stats``, an exponential average; a compressed call only
+raises the estimate: its wall time includes the codec) when no rate is configured. cores_per_rank:
 ``NCCLZ_CORES_PER_RANK``, else os.cpu_count() / LOCAL_WORLD_SIZE (capped at the channel count).
 
 Use::
@@ -37,7 +49,7 @@ Use::
     print(choice)                                          # the prediction for every mode
 
 ``choose(..., requested=ncclz.Lossless())`` only considers none and lossless, and
-``requested=None`` always returns none. The decision never weakens the caller's guarantee:
+``requested=None`` always returns none. With no link rate it returns the requested mode. The decision never weakens the caller's guarantee:
 none and lossless are exact, so they satisfy any lossy bound.
 """
 
@@ -87,22 +99,28 @@ class Calibration:
 class Choice:
     mode: str  # "none" | "lossless" | "lossy"
     compression: Any  # None, ncclz.Lossless(), or the caller's ncclz.Lossy
-    predicted_s: dict  # mode -> predicted seconds
+    predicted_s: dict  # mode -> predicted (or measured) seconds
     reason: str
+    measured: tuple = ()  # the modes whose time in predicted_s was measured on earlier calls
 
     def __str__(self) -> str:
-        p = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.predicted_s.items())
+        p = ", ".join(f"{k} {v * 1e3:.1f} ms{' (measured)' if k in self.measured else ''}"
+                      for k, v in self.predicted_s.items())
         return f"{self.mode} ({self.reason}; predicted {p})"
 
 
 def _env_float(*names: str) -> float | None:
+    """The first of the variables that is set, as a number > 0 (ValueError for anything else)."""
     for n in names:
         v = os.environ.get(n)
         if v:
             try:
-                return float(v)
+                f = float(v)
             except ValueError:
-                pass
+                f = float("nan")
+            if not (0 < f < float("inf")):
+                raise ValueError(f"environment variable {n}={v!r} must be a number > 0")
+            return f
     return None
 
 
@@ -123,6 +141,8 @@ class Policy:
                  min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3):
         self.n = int(world_size)
         self.link_gbps = link_gbps if link_gbps else _env_float("NCCLZ_LINK_GBPS", "NCCLZ_SOCKET_THROTTLE_GBPS")
+        # a configured rate (argument or environment) is used as is; observe() fills in when there is none
+        self.configured = self.link_gbps is not None
         if cores_per_rank is None:
             cores_per_rank = _env_float("NCCLZ_CORES_PER_RANK")
         if cores_per_rank is None:
@@ -133,17 +153,62 @@ class Policy:
         self.min_bytes, self.sample_bytes, self.quant_Bps = min_bytes, sample_bytes, quant_Bps
         self.reps = max(1, int(reps))
         self.cal: dict = {}
+        self.observed = 0  # calls observe() learned from
+        # measured wall time per (collective, dtype, size class) and mode label: see record()
+        self.meas: dict = {}
+        self.probe_every = 64
+        self.window = 4
+        self._samples: dict = {}  # (class, mode) -> [first (ignored), last `window` times]
+        self._lighter_run: dict = {}
 
     # ------------------------------------------------------------------ inputs
     def observe(self, stats) -> None:
-        """Learns the link rate from an uncompressed call's comm.last_stats (wire_bytes / wall_s)."""
-        if stats is None or getattr(stats, "compression", "none") not in ("none", None):
+        """Learns the link rate from a call's comm.last_stats (wire_bytes / wall_s, this rank's
+        sent bytes over the call's wall time). An uncompressed call measures the link (an
+        exponential average); a compressed one only proves the link is at least that fast (its
+        wall time includes the codec), so it can raise the estimate but never lower it. Calls
+        under 1 MiB on the wire are ignored (latency-bound). A configured rate (argument,
+        NCCLZ_LINK_GBPS, NCCLZ_SOCKET_THROTTLE_GBPS) is kept as is."""
+        if stats is None or (self.configured and self.link_gbps is not None):
             return
         wb, ws = float(getattr(stats, "wire_bytes", 0)), float(getattr(stats, "wall_s", 0))
         if wb < (1 << 20) or ws <= 0:
             return  # too small to say anything about bandwidth
         g = wb * 8 / ws / 1e9 / self.goodput
-        self.link_gbps = g if not self.link_gbps else 0.7 * self.link_gbps + 0.3 * g
+        self.observed += 1
+        if getattr(stats, "compression", "none") in ("none", None):
+            self.link_gbps = g if not self.link_gbps else 0.7 * self.link_gbps + 0.3 * g
+        elif self.link_gbps is not None and g > self.link_gbps:
+            self.link_gbps = g
+
+    @staticmethod
+    def _class(coll: str, dtype: str, nbytes: int) -> tuple:
+        return (coll, dtype, max(0, int(nbytes)).bit_length())  # size classes: powers of two
+
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float) -> None:
+        """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
+        ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class):
+        the fastest of the last `window` (4) calls, skipping the first call of each (class, mode)
+        (cold buffers and threads). The minimum, because other load only ever slows a call down.
+        choose() uses these measurements instead of the model where it has them: they capture
+        what the model does not (this data's ratio on the wire, the machine), and a calibration
+        cached per (dtype, spec) may come from other data."""
+        if not (wall_s > 0) or nbytes <= 0:
+            return
+        cls, key = self._class(coll, dtype, nbytes), _spec_label(spec)
+        t = wall_s * (1 << (int(nbytes).bit_length() - 1)) / nbytes  # normalised to the class size
+        lst = self._samples.setdefault((cls, key), [])
+        lst.append(t)
+        if len(lst) == 1:
+            return  # the first call of this class and mode: cold
+        del lst[1:-self.window]
+        self.meas.setdefault(cls, {})[key] = min(lst[1:])
+
+    def _measured(self, coll: str, dtype: str, nbytes: int, spec) -> float | None:
+        d = self.meas.get(self._class(coll, dtype, nbytes))
+        if not d or _spec_label(spec) not in d:
+            return None
+        return d[_spec_label(spec)] * nbytes / (1 << (int(nbytes).bit_length() - 1))
 
     def calibrate(self, x, spec) -> Calibration:
         """Times ncclz.codec on a sample of x with spec (cached per dtype and spec)."""
@@ -152,19 +217,25 @@ class Policy:
         arr = np.ascontiguousarray(np.asarray(x)).reshape(-1)
         key = (str(arr.dtype), _spec_label(spec))
         if key in self.cal:
+            if isinstance(self.cal[key], Exception):
+                raise self.cal[key]
             return self.cal[key]
         k = max(1, min(arr.size, self.sample_bytes // max(1, arr.dtype.itemsize)))
         sample = np.ascontiguousarray(arr[:k])
         # best of `reps` timings: on a shared machine a single timing is often slowed by other jobs
         t_enc = t_dec = float("inf")
         t_start = time.perf_counter()
-        for _ in range(self.reps):
-            t0 = time.perf_counter()
-            blob = ncclz.codec.compress(sample, spec)
-            t1 = time.perf_counter()
-            ncclz.codec.decompress(blob)
-            t2 = time.perf_counter()
-            t_enc, t_dec = min(t_enc, t1 - t0), min(t_dec, t2 - t1)
+        try:
+            for _ in range(self.reps):
+                t0 = time.perf_counter()
+                blob = ncclz.codec.compress(sample, spec)
+                t1 = time.perf_counter()
+                ncclz.codec.decompress(blob)
+                t2 = time.perf_counter()
+                t_enc, t_dec = min(t_enc, t1 - t0), min(t_dec, t2 - t1)
+        except Exception as e:  # noqa: BLE001 - a dtype the standalone codec does not take: no calibration
+            self.cal[key] = e
+            raise
         c = Calibration(mode=key[1], ratio=sample.nbytes / max(1, blob.size), enc_Bps=sample.nbytes / max(t_enc, 1e-9),
                         dec_Bps=sample.nbytes / max(t_dec, 1e-9), sample_bytes=sample.nbytes,
                         seconds=time.perf_counter() - t_start)
@@ -188,7 +259,11 @@ class Policy:
         return lat + max(t_net, t_cpu) + (1 - self.overlap) * min(t_net, t_cpu) + t_fix
 
     def choose(self, coll: str, x, requested, nbytes: int | None = None) -> Choice:
-        """The mode to use for collective `coll` on array `x` when the caller asked for `requested`."""
+        """The mode to use for collective `coll` on array `x` when the caller asked for `requested`.
+
+        Never looser than `requested` (none and lossless are exact). The requested compressed mode
+        is kept when the link rate is unknown, when its calibration fails, or when it is predicted
+        at least `margin` faster than the best lighter mode; otherwise the fastest lighter mode."""
         import ncclz
 
         arr = np.asarray(x)
@@ -197,24 +272,57 @@ class Policy:
         pred = {"none": self.predict(coll, nbytes, None)}
         if requested is None:
             return Choice("none", None, pred, "no compression requested")
+        req = "lossy" if type(requested).__name__ == "Lossy" else "lossless"
+        if self.n <= 1:
+            return Choice(req, requested, pred, "one rank: nothing goes over a link")
         if self.link_gbps is None:
-            return Choice("none", None, pred, "link rate unknown (set NCCLZ_LINK_GBPS or observe() a raw call)")
+            return Choice(req, requested, pred, "link rate unknown: as requested (set NCCLZ_LINK_GBPS, or make an "
+                                                "uncompressed call >= 1 MiB for the policy to observe)")
         if nbytes < self.min_bytes:
-            return Choice("none", None, pred, f"message < {self.min_bytes} B: latency-bound")
-        cands = {"lossless": ncclz.Lossless()}
-        if type(requested).__name__ == "Lossy":
+            return Choice("none", None, pred, f"message {nbytes} B < {self.min_bytes} B: latency-bound")
+        cands = {"lossless": requested if req == "lossless" else ncclz.Lossless()}
+        if req == "lossy":
             cands["lossy"] = requested
         for name, spec in cands.items():
             try:
                 cal = self.calibrate(arr, spec)
-            except Exception:
+            except Exception as e:  # noqa: BLE001
+                if name == req:
+                    return Choice(req, requested, pred, f"as requested: no calibration ({type(e).__name__}: {e})")
                 continue
             pred[name] = self.predict(coll, nbytes, cal, lossy=(name == "lossy"))
-        best = min(pred, key=pred.get)
-        if best != "none" and pred[best] * (1 + self.margin) >= pred["none"]:
-            return Choice("none", None, pred, f"{best} predicted < {self.margin:.0%} faster than none")
+        # measurements of earlier calls of this size class replace the model where present
+        model = dict(pred)
+        dt = str(arr.dtype)
+        measured = []
+        for name, spec in (("none", None), *cands.items()):
+            m = self._measured(coll, dt, nbytes, spec)
+            if m is not None:
+                pred[name] = m
+                measured.append(name)
+        measured = tuple(measured)
+        # modes without a measurement: scale the model by how far it was off for the measured ones
+        # (e.g. a plain call that is CPU-bound on this machine, not link-bound); comparing a
+        # measured time with a raw prediction would be biased towards the unmeasured mode
+        if measured and len(measured) < len(pred):
+            f = float(np.exp(np.mean([np.log(pred[m] / model[m]) for m in measured if model[m] > 0])))
+            for name in pred:
+                if name not in measured:
+                    pred[name] *= f
+        lighter = [m for m in ("none", "lossless") if m in pred and m != req]
+        best = min(lighter, key=pred.get)
+        if pred[req] * (1 + self.margin) <= pred[best]:
+            return Choice(req, requested, pred, f"{req} predicted >= {self.margin:.0%} faster than {best}", measured)
+        # a lighter mode: now and then run the requested one again when its time is a measurement,
+        # so a stale measurement (the data changed) cannot keep compression off for good
+        k = self._class(coll, dt, nbytes) + (_spec_label(requested),)
+        n = self._lighter_run.get(k, 0) + 1
+        self._lighter_run[k] = n
+        if req in measured and self.probe_every and n % self.probe_every == 0:
+            return Choice(req, requested, pred, f"re-measuring {req} (every {self.probe_every}th call it is not "
+                                                f"predicted faster)", measured)
         comp = None if best == "none" else cands[best]
-        return Choice(best, comp, pred, "fastest predicted")
+        return Choice(best, comp, pred, f"{req} not predicted >= {self.margin:.0%} faster than {best}", measured)
 
 
 def main(argv=None) -> int:

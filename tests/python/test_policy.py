@@ -1,0 +1,296 @@
+"""The compression policy as the Communicator's default (ncclz.comm, ncclz.tools.policy).
+
+Real ranks (processes, tests/python/_workers.py scenario_policy): each checks every element of
+every result against the requested bound (bit-identity for lossless) and reports the mode each
+call ran with; here we check which mode ran, that all ranks ran the same one even when their
+local inputs (link rate, data) differ, the opt-outs, and the errors for bad configuration.
+The link rate comes from NCCLZ_LINK_GBPS or the socket throttle, never from timing a test, so
+the decisions asserted here do not depend on machine load.
+"""
+
+from __future__ import annotations
+
+import ncclz
+import numpy as np
+import pytest
+from test_comm import free_port, run_ranks
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(ncclz._core, "comm"), reason="ncclz._core was built without the collective runtime bindings"
+)
+
+COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+CLEAN = {"NCCLZ_LINK_GBPS": "", "NCCLZ_SOCKET_THROTTLE_GBPS": "", "NCCLZ_POLICY": ""}
+
+
+def _calls(ranks):
+    ranks.assert_ok()
+    calls = [res["calls"] for res in ranks.results]
+    # every rank ran every call with the same mode and got the same bits (where results are shared)
+    for c in COLLS:
+        if c not in calls[0]:
+            continue
+        modes = {cl[c]["compression"] for cl in calls}
+        assert len(modes) == 1, f"{c}: ranks ran different modes {modes}"
+        if c != "reduce_scatter":
+            assert len({cl[c]["hash"] for cl in calls}) == 1, f"{c}: ranks got different results"
+    assert all(res["checks"] > 0 for res in ranks.results if "lossless" not in str(res["calls"]))
+    return calls
+
+
+def _run(tmp_path, n, args, env=None, rank_env=None, transport="shm", name="policy"):
+    e = dict(CLEAN)
+    e.update(env or {})
+    return run_ranks(tmp_path, name, n, transport, args=args, env=e, rank_env=rank_env, timeout=180)
+
+
+def test_unknown_link_runs_the_requested_mode(tmp_path):
+    calls = _calls(_run(tmp_path, 3, ["count=393216", "comp=rel=1e-3"]))
+    for c in COLLS:
+        assert calls[0][c]["compression"] == "lossy_rel(0.001)", calls[0][c]
+        assert "unknown" in calls[0][c]["policy"], calls[0][c]["policy"]
+        assert calls[1][c]["policy"] == "auto: rank 0 kept the requested mode"
+
+
+def test_fast_link_picks_none_and_keeps_the_bound(tmp_path):
+    ranks = _run(tmp_path, 3, ["count=393216", "comp=rel=1e-3"], env={"NCCLZ_LINK_GBPS": "10000"})
+    calls = _calls(ranks)
+    for c in COLLS:
+        assert calls[0][c]["compression"] == "none", calls[0][c]
+        assert calls[0][c]["requested"] == "lossy_rel(0.001)"
+        assert calls[0][c]["policy"].startswith("auto: none"), calls[0][c]["policy"]
+        assert calls[2][c]["policy"] == "auto: rank 0 chose none"
+        assert calls[0][c]["error_bound"] > 0  # the promise stands; the workers checked every element
+    # rank 0 recorded each call's time with the mode that ran (none), per collective and size class
+    # rank 0 recorded each call's time with the mode that ran (none), one sample per collective
+    samples = ranks.results[0]["samples"]
+    assert sorted(x[1:] for x in samples) == [["none", 1]] * 4 and len({x[0] for x in samples}) == 4, samples
+    assert ranks.results[0]["measured"] == {}  # the first call of a class is cold: not used yet
+
+
+def test_tiny_message_picks_none(tmp_path):
+    calls = _calls(_run(tmp_path, 2, ["count=1000", "comp=abs=0.01", "colls=all_reduce,broadcast"],
+                        env={"NCCLZ_LINK_GBPS": "0.01"}))
+    for c in ("all_reduce", "broadcast"):
+        assert calls[0][c]["compression"] == "none" and "latency-bound" in calls[0][c]["policy"]
+
+
+def test_slow_link_keeps_lossy(tmp_path):
+    calls = _calls(_run(tmp_path, 3, ["count=393216", "comp=rel=1e-3"], env={"NCCLZ_LINK_GBPS": "0.01"}))
+    for c in COLLS:
+        assert calls[0][c]["compression"] == "lossy_rel(0.001)", calls[0][c]
+        assert "faster than" in calls[0][c]["policy"]
+
+
+def test_socket_throttle_is_link_evidence(tmp_path):
+    # the root-less throttle paces the sockets at 0.05 Gbit/s: a slow link, compression is kept
+    calls = _calls(_run(tmp_path, 2, ["count=262144", "comp=rel=1e-3", "colls=all_reduce"],
+                        env={"NCCLZ_SOCKET_THROTTLE_GBPS": "0.05"}, transport="socket"))
+    assert calls[0]["all_reduce"]["compression"] == "lossy_rel(0.001)"
+    assert "faster than" in calls[0]["all_reduce"]["policy"]
+
+
+def test_lossless_request_on_fast_link_runs_none_bit_identical(tmp_path):
+    calls = _calls(_run(tmp_path, 2, ["count=524288", "comp=lossless"], env={"NCCLZ_LINK_GBPS": "10000"}))
+    for c in COLLS:
+        assert calls[0][c]["compression"] == "none" and calls[0][c]["requested"] == "lossless"
+
+
+@pytest.mark.parametrize("fast_rank0", [True, False])
+def test_all_ranks_follow_rank_0(tmp_path, fast_rank0):
+    # only rank 0 would choose differently: its link rate differs from the other ranks' (and its
+    # data differs too); every rank must run rank 0's choice
+    fast, slow = {"NCCLZ_LINK_GBPS": "10000"}, {"NCCLZ_LINK_GBPS": "0.01"}
+    rank_env = {0: fast if fast_rank0 else slow, 1: slow if fast_rank0 else fast, 2: {}}
+    calls = _calls(_run(tmp_path, 3, ["count=393216", "comp=rel=1e-3"], rank_env=rank_env))
+    want = "none" if fast_rank0 else "lossy_rel(0.001)"
+    for c in COLLS:
+        assert [cl[c]["compression"] for cl in calls] == [want] * 3
+
+
+def test_lighter_proposal_ignored_when_the_plain_sum_could_exceed_the_bound(tmp_path):
+    # abs=1e-5 on values up to ~30: a float32 sum of 3 ranks may round by more than half of that, so the runtime
+    # must not take rank 0's "none"; it runs the lossy request (exactly, in float64) instead
+    calls = _calls(_run(tmp_path, 3, ["count=3000", "comp=abs=1e-5", "colls=all_reduce,all_gather", "stub=none"]))
+    assert calls[0]["all_reduce"]["compression"] == "lossy_abs(1e-05)"
+    assert "not taken" in calls[0]["all_reduce"]["policy"]
+    # data movement is exact in any type: taken
+    assert calls[0]["all_gather"]["compression"] == "none"
+
+
+def test_a_failing_policy_on_rank_0_runs_the_requested_mode(tmp_path):
+    calls = _calls(_run(tmp_path, 2, ["count=262144", "comp=rel=1e-3", "colls=all_reduce,broadcast", "stub=raise"]))
+    for c in ("all_reduce", "broadcast"):
+        assert calls[0][c]["compression"] == "lossy_rel(0.001)" and "policy failed" in calls[0][c]["policy"]
+
+
+@pytest.mark.parametrize("how", ["ctor_env", "percall"])
+def test_opt_out(tmp_path, how):
+    env = {"NCCLZ_LINK_GBPS": "10000"}
+    args = ["count=393216", "comp=rel=1e-3"]
+    if how == "ctor_env":
+        env["NCCLZ_POLICY"] = "off"
+    else:
+        args.append("percall=off")
+    calls = _calls(_run(tmp_path, 3, args, env=env))
+    for c in COLLS:
+        assert calls[0][c]["compression"] == "lossy_rel(0.001)" and calls[0][c]["policy"] == "off"
+
+
+def test_observed_uncompressed_call_gives_the_link_rate(tmp_path):
+    ranks = _run(tmp_path, 2, ["count=262144", "comp=rel=1e-3", "colls=all_reduce", "observe"])
+    calls = _calls(ranks)
+    assert ranks.results[0]["link_gbps"] and ranks.results[0]["link_gbps"] > 0
+    # the decision then depends on how fast this machine's shared memory was; it is an informed one
+    assert "unknown" not in calls[0]["all_reduce"]["policy"]
+
+
+# ---- single process: configuration and errors ------------------------------------------------------------
+def _comm(**kw):
+    return ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="t", timeout=10, **kw)
+
+
+def test_policy_config_errors(monkeypatch):
+    for k in CLEAN:
+        monkeypatch.delenv(k, raising=False)
+    with pytest.raises(ncclz.InvalidArgumentError, match="policy must be one of auto, off"):
+        _comm(policy="sometimes")
+    with pytest.raises(ncclz.InvalidArgumentError, match="policy must be one of"):
+        _comm(policy=3)
+    monkeypatch.setenv("NCCLZ_POLICY", "maybe")
+    with pytest.raises(ncclz.InvalidArgumentError, match="NCCLZ_POLICY"):
+        _comm()
+    monkeypatch.setenv("NCCLZ_POLICY", "OFF")
+    with _comm() as c:
+        assert c._policy_mode == "off"
+    monkeypatch.delenv("NCCLZ_POLICY")
+    for bad in ("fast", "0", "-1", "inf"):
+        monkeypatch.setenv("NCCLZ_LINK_GBPS", bad)
+        with pytest.raises(ncclz.InvalidArgumentError, match="NCCLZ_LINK_GBPS"):
+            _comm()
+    _comm(policy="off").close()  # the link rate is not read with the policy off
+    monkeypatch.delenv("NCCLZ_LINK_GBPS")
+    with _comm() as c:
+        x = np.ones(100, np.float32)
+        with pytest.raises(ncclz.InvalidArgumentError, match="policy must be one of"):
+            c.all_reduce(x, compression=ncclz.Lossless(), policy="never")
+        c.all_reduce(x, compression=ncclz.Lossless(), policy="OFF")
+        assert c.last_stats.policy == "off" and c.last_stats.compression == "lossless"
+        c.all_reduce(x, compression=ncclz.Lossless())
+        assert c.last_stats.compression == "lossless" and c.last_stats.policy.startswith("auto")
+        c.all_reduce(x)
+        assert c.last_stats.policy == "" and c.last_stats.requested == "none"
+
+
+def test_native_lighter_validation():
+    C = ncclz._core.comm.Compression
+    assert C("lossy_rel", 1e-3, "", 0, "none").lighter == "none"
+    assert C("lossless", 0.0, "", 0, "").lighter == ""
+    with pytest.raises(ncclz.InvalidArgumentError, match="lighter"):
+        C("lossy_rel", 1e-3, "", 0, "lossy")
+
+
+def test_policy_choose_rules():
+    from ncclz.tools.policy import Calibration, Policy
+
+    x = np.zeros(16 << 20, np.float32)
+    pol = Policy(4, link_gbps=None, cores_per_rank=1)
+    pol.link_gbps = None
+    assert pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3)).mode == "lossy"  # unknown link: as asked
+    pol.link_gbps = 1.0
+    # a codec that barely compresses is not worth it; one that compresses 10x at 1 GB/s is
+    cal = {"lossless": Calibration("lossless", 1.05, 1e9, 1e9, 1, 0.0), "lossy": Calibration("l", 10, 1e9, 1e9, 1, 0.0)}
+    pol.calibrate = lambda arr, spec: cal["lossless" if type(spec).__name__ == "Lossless" else "lossy"]
+    assert pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3)).mode == "lossy"
+    assert pol.choose("all_reduce", x, ncclz.Lossless()).mode == "none"
+    cal["lossy"] = Calibration("l", 10, 1e7, 1e7, 1, 0.0)  # a codec slower than the link
+    assert pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3)).mode == "none"
+
+    def broken(arr, spec):
+        raise ValueError("dtype not supported")
+
+    pol.calibrate = broken
+    ch = pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3))
+    assert ch.mode == "lossy" and "no calibration" in ch.reason
+
+
+def test_policy_observe_lower_bounds():
+    from ncclz.tools.policy import Policy
+
+    pol = Policy(4, link_gbps=None, cores_per_rank=1)
+    pol.link_gbps = None
+
+    class S:
+        def __init__(self, comp, wb, ws):
+            self.compression, self.wire_bytes, self.wall_s = comp, wb, ws
+
+    pol.observe(S("lossy_rel(0.001)", 100e6, 1.0))
+    assert pol.link_gbps is None  # a compressed call alone says nothing definite
+    pol.observe(S("none", 1000, 1e-6))
+    assert pol.link_gbps is None  # too small
+    pol.observe(S("none", 100e6, 1.0))
+    g = pol.link_gbps
+    assert g == pytest.approx(0.8 / 0.95)
+    pol.observe(S("lossy_rel(0.001)", 10e6, 1.0))
+    assert pol.link_gbps == g  # slower than the estimate: not lowered
+    pol.observe(S("lossy_rel(0.001)", 200e6, 1.0))
+    assert pol.link_gbps == pytest.approx(1.6 / 0.95)  # the link is at least that fast
+    fixed = Policy(4, link_gbps=2.0, cores_per_rank=1)
+    fixed.observe(S("none", 100e6, 1.0))
+    assert fixed.link_gbps == 2.0  # a configured rate is not overridden by observations
+
+
+def test_policy_measurements_override_the_model():
+    # a calibration cached per (dtype, spec) may come from other data: the measured time of the
+    # calls themselves (comm.last_stats.wall_s, recorded per size class) wins over the model
+    from ncclz.tools.policy import Calibration, Policy
+
+    x = np.zeros(16 << 20, np.float32)
+    S = x.nbytes
+    pol = Policy(4, link_gbps=2.5, cores_per_rank=1)
+    cal = {"Lossless": Calibration("lossless", 1.05, 2e9, 2e9, 1, 0.0), "Lossy": Calibration("l", 10, 5e9, 5e9, 1, 0.0)}
+    pol.calibrate = lambda arr, spec: cal[type(spec).__name__]  # the model: a fast codec, 10x
+    spec = ncclz.Lossy(rel=1e-3)
+    assert pol.choose("all_reduce", x, spec).mode == "lossy"
+    pol.record("all_reduce", "float32", S, spec, 0.05)  # the first call of a class and mode: ignored (cold)
+    pol.record("all_reduce", "float32", S, None, 5.0)
+    assert pol.choose("all_reduce", x, spec).measured == ()
+    for t in (0.9, 0.6, 0.7):
+        pol.record("all_reduce", "float32", S, spec, t)  # but the calls took >= 600 ms
+    pol.record("all_reduce", "float32", S, None, 0.34)  # and uncompressed ones 340 ms
+    assert pol.meas[pol._class("all_reduce", "float32", S)]["lossy:rel=0.001"] == pytest.approx(0.6 * (1 << 26) / S)
+    ch = pol.choose("all_reduce", x, spec)
+    assert ch.mode == "none" and set(ch.measured) == {"none", "lossy"}, str(ch)
+    assert "(measured)" in str(ch)
+    # with only the plain call measured, the compressed modes' model is scaled by the same factor:
+    # a machine 4x slower than the model for plain calls is not assumed fast for compressed ones
+    fresh = Policy(4, link_gbps=2.5, cores_per_rank=1)
+    fresh.calibrate = pol.calibrate
+    assert fresh.choose("all_reduce", x, spec).mode == "lossy"
+    model_lossy = fresh.choose("all_reduce", x, spec).predicted_s["lossy"]
+    none_model = fresh.predict("all_reduce", S, None)
+    for _ in range(2):
+        fresh.record("all_reduce", "float32", S, None, 4 * none_model)
+    ch = fresh.choose("all_reduce", x, spec)
+    assert ch.measured == ("none",) and ch.predicted_s["lossy"] == pytest.approx(4 * model_lossy), str(ch)
+    assert ch.mode == "lossy"
+    # other size classes and dtypes are not affected
+    assert pol.choose("all_reduce", np.zeros(1 << 20, np.float32), spec).mode == "lossy"
+    assert pol.choose("all_reduce", np.zeros(8 << 20, np.float64), spec).mode == "lossy"
+    # the requested mode is re-measured every probe_every-th lighter decision
+    pol.probe_every = 4
+    modes = [pol.choose("all_reduce", x, spec).mode for _ in range(8)]
+    assert modes.count("lossy") == 2 and modes.count("none") == 6, modes
+    # a faster measurement brings compression back (the fastest of the last 4 counts)
+    pol.record("all_reduce", "float32", S, spec, 0.1)
+    assert pol.choose("all_reduce", x, spec).mode == "lossy"
+
+
+def test_measured_calls_flip_the_decision_across_ranks(tmp_path):
+    # rank 0 learns from its own calls: after slow compressed calls on a link the model thinks is
+    # slow enough for compression, it runs none -- and so do the other ranks
+    ranks = _run(tmp_path, 3, ["count=393216", "comp=rel=1e-3", "colls=all_reduce", "measure"],
+                 env={"NCCLZ_LINK_GBPS": "0.5"})
+    calls = _calls(ranks)
+    assert calls[0]["all_reduce"]["compression"] == "none", calls[0]["all_reduce"]
+    assert "(measured)" in calls[0]["all_reduce"]["policy"]
