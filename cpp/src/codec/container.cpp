@@ -426,8 +426,15 @@ void put_outliers(ByteBuffer& out, const std::vector<uint64_t>& idx, const uint8
 }
 
 /// The encoder reserves the worst case up front (untouched pages cost no
-/// memory); give back what a well-compressed blob left unused.
+/// memory); give back what a well-compressed blob left unused. Buffers of
+/// kMmapOnly bytes or more are always mapped on their own by the C library
+/// (glibc's mmap threshold never exceeds 32 MiB on 64-bit), so their unused
+/// tail was never touched, holds no memory, and goes back to the kernel with
+/// the buffer: shrinking them would only copy the blob into fresh pages
+/// (measured ~5% of a 32 MiB encode).
 void release_slack(ByteBuffer& out) {
+  constexpr size_t kMmapOnly = size_t(32) << 20;
+  if (out.capacity() >= kMmapOnly) return;
   if (out.capacity() > out.size() + out.size() / 4 + 4096) out.shrink_to_fit();
 }
 
