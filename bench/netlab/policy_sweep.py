@@ -48,7 +48,8 @@ def run(a) -> None:
         rec.update(rc=rc, load_after=loadavg(), end=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
         rec["netns_left"] = [x for x in ns if x.startswith(a.prefix)]
-        meta.append(rec)
+        # a repeat overwrites the raw files of an earlier one with the same number: so its record
+        meta = [m for m in meta if m.get("repeat") != k] + [rec]
         json.dump(meta, open(meta_path, "w"), indent=1)
         if rc != 0:
             print(f"[policy_sweep] repeat {k} failed (exit {rc}); stopping", file=sys.stderr)
