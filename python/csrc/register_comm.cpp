@@ -92,6 +92,7 @@ struct Buffer {
   void* data = nullptr;
   size_t count = 0;
   DataType type = DataType::F32;
+  uint32_t row = 0, plane = 0;  ///< the array's last dimension / last two (0: fewer dimensions)
   size_t bytes() const { return count * dtype_size(type); }
 };
 
@@ -160,7 +161,20 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
   }
   b.data = const_cast<void*>(static_cast<const void*>(a.data()));
   b.count = count;
+  // Shape hint for the wire codec's 2-D/3-D predictors (Compression::row/plane).
+  const size_t nd = a.ndim();
+  if (nd >= 2 && a.shape(nd - 1) <= 0xFFFFFFFFu) b.row = uint32_t(a.shape(nd - 1));
+  if (nd >= 3 && uint64_t(a.shape(nd - 1)) * uint64_t(a.shape(nd - 2)) <= 0xFFFFFFFFu)
+    b.plane = uint32_t(a.shape(nd - 1) * a.shape(nd - 2));
   return b;
+}
+
+/// `c` with the layout hint of the array the call codes.
+Compression with_layout(const Compression& c, const Buffer& b) {
+  Compression x = c;
+  x.row = b.row;
+  x.plane = b.plane;
+  return x;
 }
 
 void require_same_type(const Buffer& in, const Buffer& out, const char* op) {
@@ -268,7 +282,7 @@ class CommHandle {
     auto comm = get();
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->all_reduce(in.data, out.data, in.count, in.type, r, c, &st);
+    comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st);
     return st;
   }
 
@@ -283,7 +297,7 @@ class CommHandle {
     auto comm = get();
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->reduce_scatter(in.data, out.data, out.count, in.type, r, c, &st);
+    comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st);
     return st;
   }
 
@@ -296,7 +310,7 @@ class CommHandle {
     auto comm = get();
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->all_gather(in.data, out.data, in.count, in.type, c, &st);
+    comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st);
     return st;
   }
 
@@ -306,7 +320,7 @@ class CommHandle {
     auto comm = get();
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->broadcast(b.data, b.count, b.type, root, c, &st);
+    comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st);
     return st;
   }
 
@@ -316,7 +330,7 @@ class CommHandle {
     auto comm = get();
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->send(b.data, b.count, b.type, peer, c, &st);
+    comm->send(b.data, b.count, b.type, peer, with_layout(c, b), &st);
     return st;
   }
 

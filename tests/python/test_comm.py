@@ -187,6 +187,20 @@ def test_ranks_as_threads_release_the_gil(tmp_path):
     assert_same_on_all_ranks(results)
 
 
+def test_array_shape_lets_the_wire_codec_use_2d_predictors(tmp_path):
+    """A 2-D array's shape reaches the wire codec (Compression row/plane): a smooth field compresses
+    better shaped than flattened, and both stay within the bound on every element."""
+    ranks = run_ranks(tmp_path, "layout", 3, "shm", timeout=120)
+    ranks.assert_ok()
+    for r in ranks.results:
+        for coll in ("all_reduce", "all_gather"):
+            shaped, flat = r[f"{coll}_shaped"], r[f"{coll}_flat"]
+            for m in (shaped, flat):
+                assert m["err"] <= m["bound"], (coll, m)
+            # measured 16.4 vs 14.8 (all_reduce: summed codes) and 25.3 vs 20.1 (all_gather)
+            assert shaped["ratio"] > 1.05 * flat["ratio"], (coll, shaped, flat)
+
+
 # ---- failures ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_killed_rank_makes_others_raise(tmp_path, transport):

@@ -46,6 +46,11 @@ struct Compression {
   /// lossy bound. A lossy call ignores the proposal when the plain sum in the
   /// element type could exceed the bound (tiny bounds, non-finite inputs).
   int lighter = -1;
+  /// Optional layout hint for the wire codec: the array's last dimension
+  /// (row) and the product of its last two (plane), 0 when it has fewer.
+  /// With them the selector may pick the 2-D/3-D Lorenzo predictors; the
+  /// slice header carries what the encoder used, so ranks need not agree.
+  uint32_t row = 0, plane = 0;
   static Compression none() { return {}; }
   static Compression lossless() { return {Mode::Lossless, 0, "", 0}; }
   static Compression lossy_abs(double e) { return {Mode::LossyAbs, e, "", 0}; }

@@ -603,6 +603,8 @@ Wire CommunicatorImpl::native_wire(DataType t, Mode m, RedOp op, const Compressi
   w.raw_esize = dsize(t);
   bool ok = false;
   w.enc.choice = parse_codec(c.codec, &ok);
+  w.enc.row = c.row;
+  w.enc.plane = c.plane;
   return w;
 }
 
@@ -614,6 +616,8 @@ Wire CommunicatorImpl::code_wire(DataType t, bool wide, RedOp op, const Compress
   w.raw_esize = dsize(t);
   bool ok = false;
   w.enc.choice = parse_codec(c.codec, &ok);
+  w.enc.row = c.row;
+  w.enc.plane = c.plane;
   return w;
 }
 
