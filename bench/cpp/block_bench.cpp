@@ -15,34 +15,18 @@
 #include <random>
 #include <vector>
 
+#include "bench_timing.hpp"
 #include "codec/block_coder.hpp"
 
 using namespace ncclz::codec;
 
 namespace {
 
-// This thread's CPU time: on a shared machine wall time mostly measures the
-// other processes (the median of wall times is printed with --wall).
-bool g_wall = false;
-double now_seconds() {
-  if (g_wall) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-template <class F>
-double median_seconds(int runs, F&& f) {
-  std::vector<double> t;
-  f();  // warm-up
-  for (int i = 0; i < runs; ++i) {
-    const double a = now_seconds();
-    f();
-    t.push_back(now_seconds() - a);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+// Timed in this thread's CPU time: on a shared machine wall time mostly
+// measures the other processes (the median of wall times is printed with --wall).
+using ncclz_bench::g_wall;
+using ncclz_bench::median_seconds;
+using ncclz_bench::now_seconds;
 
 template <class Code>
 std::vector<Code> make(const char* dist, size_t n) {

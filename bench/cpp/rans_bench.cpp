@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.hpp"
 #include "codec/predictor.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/rans_coder.hpp"
@@ -34,27 +35,10 @@ using namespace ncclz::codec;
 
 namespace {
 
-bool g_wall = false;
-bool g_best = false;  // --best: the fastest run instead of the median (a noisy shared machine)
-double now_seconds() {
-  if (g_wall) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-template <class F>
-double median_seconds(int runs, F&& f) {
-  std::vector<double> t;
-  f();  // warm-up
-  for (int i = 0; i < runs; ++i) {
-    const double a = now_seconds();
-    f();
-    t.push_back(now_seconds() - a);
-  }
-  std::sort(t.begin(), t.end());
-  return g_best ? t.front() : t[t.size() / 2];
-}
+using ncclz_bench::g_best;
+using ncclz_bench::g_wall;
+using ncclz_bench::median_seconds;
+using ncclz_bench::now_seconds;
 
 // Minimal .npy reader: float32 ('<f4'), C order.
 bool load_npy(const std::string& path, std::vector<float>* x, std::vector<int64_t>* shape) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "test_corrupt.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "ncclz/codec/container.hpp"
@@ -366,18 +367,6 @@ TEST(Container, InvalidArguments) {
 
 namespace {
 
-/// Decodes a possibly corrupt blob: must either throw CorruptData or return
-/// (with any contents). Anything else fails the test.
-void poke(const ByteBuffer& blob, const std::string& what) {
-  try {
-    const Decoded d = decompress(blob.data(), blob.size());
-    (void)d;
-    (void)inspect(blob.data(), blob.size());
-  } catch (const ncclz::CorruptData&) {
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": unexpected exception: " << e.what();
-  }
-}
 
 std::vector<ByteBuffer> small_blobs() {
   std::vector<ByteBuffer> blobs;

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "test_corrupt.hpp"
 #include "codec/interp_codec.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
@@ -346,16 +347,6 @@ TEST(Interp, InvalidOptions) {
 
 namespace {
 
-void poke(const ByteBuffer& blob, const std::string& what) {
-  try {
-    const Decoded d = decompress(blob.data(), blob.size());
-    (void)d;
-    (void)inspect(blob.data(), blob.size());
-  } catch (const ncclz::CorruptData&) {
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": unexpected exception: " << e.what();
-  }
-}
 
 std::vector<ByteBuffer> interp_blobs() {
   std::vector<ByteBuffer> blobs;
