@@ -657,6 +657,41 @@ def scenario_layout(ncclz, comm, args):
     return out
 
 
+def scenario_pipeline(ncclz, comm, args):
+    """Lossy all_reduce / reduce_scatter over several slices, dtypes and ops, in place and out of place.
+    Every element within the bound; digests of the outputs let the test compare the pipelined quantizer
+    (the default) with the eager one (NCCLZ_PIPELINE_QUANTIZE=0 on rank 0) bit for bit."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    out = {}
+    seed = 0
+    for count in (W * 777, W * 300_001):  # one slice; several slices per channel and a ragged tail
+        for dtype in ("float32", "float64", "float16", "bfloat16"):
+            for op in ("sum", "avg", "max"):
+                seed += 1
+                inputs = [rank_input(k, count, dtype, seed) for k in range(W)]
+                ref = reference(inputs, op)
+                # bounds well above the 16-bit types' own rounding of the sum (else the call runs exactly)
+                spec = ncclz.Lossy(rel={"float16": 5e-2, "bfloat16": 2e-1}.get(dtype, 1e-2))
+                x = inputs[r].copy()
+                comm.all_reduce(x, op=op, compression=spec, policy="off")
+                st = comm.last_stats
+                ck.require(not st.exact_fallback, f"all_reduce {dtype} {op} ran exactly")
+                ck.require(st.error_bound > 0, f"all_reduce {dtype} {op}: no bound")
+                ck.check_close(f"ar-{count}-{dtype}-{op}", x, ref, st.error_bound, spec, dtype)
+                y = np.empty_like(inputs[r])
+                comm.all_reduce(inputs[r], op=op, compression=spec, out=y, policy="off")
+                ck.require(digest(y) == digest(x), f"all_reduce {dtype} {op}: out= differs from in place")
+                z = comm.reduce_scatter(inputs[r], op=op, compression=spec, policy="off")
+                st = comm.last_stats
+                ck.require(not st.exact_fallback, f"reduce_scatter {dtype} {op} ran exactly")
+                ck.check_close(f"rs-{count}-{dtype}-{op}", z, ref.reshape(W, -1)[r], st.error_bound, spec, dtype)
+                out[f"all_reduce-{count}-{dtype}-{op}"] = digest(x)
+                out[f"reduce_scatter-{count}-{dtype}-{op}"] = digest(z)
+    out["checks"] = ck.checks
+    return out
+
+
 def run_threads(ncclz, outdir, n, scenario, args):
     """n ranks as threads of this process (in-process transport): also proves the GIL is released."""
     import threading

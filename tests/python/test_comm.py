@@ -187,6 +187,31 @@ def test_ranks_as_threads_release_the_gil(tmp_path):
     assert_same_on_all_ranks(results)
 
 
+def test_pipelined_quantizer_matches_the_eager_one_bit_for_bit(tmp_path):
+    """Lossy reductions quantize slice by slice inside the ring (default) or all at once first
+    (NCCLZ_PIPELINE_QUANTIZE=0): the same codes, the same sums, so the same bits; rank 0's setting
+    decides for every rank, so mixed environments still agree (no hang, same result)."""
+    envs = {
+        "pipelined": {},
+        "eager": {"env": {"NCCLZ_PIPELINE_QUANTIZE": "0"}},
+        "mixed": {"rank_env": {1: {"NCCLZ_PIPELINE_QUANTIZE": "0"}}},
+    }
+    runs = {}
+    for name, kw in envs.items():
+        (tmp_path / name).mkdir()
+        runs[name] = run_ranks(tmp_path / name, "pipeline", 3, "shm", timeout=180, **kw)
+    digests = {}  # rank -> its outputs' digests (reduce_scatter blocks differ by rank)
+    for name, ranks in runs.items():
+        ranks.assert_ok()
+        for rank, res in enumerate(ranks.results):
+            assert res["checks"] == 2 * 4 * 3 * 2, (name, res["checks"])
+            d = {k: v for k, v in res.items() if k.startswith(("all_reduce", "reduce_scatter"))}
+            assert len(d) == 2 * 4 * 3 * 2
+            assert d == digests.setdefault(rank, d), (name, rank)
+            ar = {k: v for k, v in d.items() if k.startswith("all_reduce")}
+            assert ar == {k: v for k, v in digests[0].items() if k.startswith("all_reduce")}, (name, rank)
+
+
 def test_array_shape_lets_the_wire_codec_use_2d_predictors(tmp_path):
     """A 2-D array's shape reaches the wire codec (Compression row/plane): a smooth field compresses
     better shaped than flattened, and both stay within the bound on every element."""

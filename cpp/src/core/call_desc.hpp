@@ -9,8 +9,10 @@
 // the kInvalid flag set: it throws InvalidArgument and the others RemoteError.
 // Lossy calls carry their data statistics in the same record (min, max, max|x|,
 // non-finite flag), so the exchange doubles as the small pre-reduction that
-// fixes eb and the code width; a second, smaller round reports quantizer
-// outliers. The same record carries the compression policy's proposal (a
+// fixes eb and the code width. The all-reduce and reduce-scatter then quantize
+// slice by slice inside their loops (the plan rules outliers out); only when
+// rank 0 asks for the eager path (kEagerQuantize) do they quantize everything
+// first and hold a second, smaller round that reports quantizer outliers. The same record carries the compression policy's proposal (a
 // lighter mode); every rank adopts rank 0's, so the policy's decision costs no
 // extra message. Send/recv exchange descriptors pairwise on their own link
 // (sender's first, then the receiver's answer).
@@ -40,6 +42,10 @@ enum DescFlags : uint8_t {
   kOutliers = 8,   ///< the quantizer reported outliers (second round)
   kCompress = 16,  ///< send/recv: the sender's data travels as codes with eb
   kWide = 32,      ///< send/recv: int64 codes
+  /// Lossy reductions: quantize the whole input before the transfers and hold
+  /// the outlier round (NCCLZ_PIPELINE_QUANTIZE=0). Only rank 0's flag counts,
+  /// so every rank takes the same path whatever its environment says.
+  kEagerQuantize = 64,
 };
 
 struct CallDesc {

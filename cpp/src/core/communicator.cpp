@@ -156,6 +156,7 @@ struct Wire {
   RedOp op = RedOp::Sum;
   size_t raw_esize = 1;
   codec::EncodeOptions enc;
+  prims::Stage* stage = nullptr;  ///< pipelined quantize/dequantize (lossy reductions)
 };
 
 class CommunicatorImpl final : public Communicator {
@@ -206,7 +207,7 @@ class CommunicatorImpl final : public Communicator {
       r.ratio = s.wire_bytes ? double(s.raw_bytes) / double(s.wire_bytes) : 1.0;
       r.encode_s = s.encode_s;
       r.decode_s = s.decode_s;
-      r.quantize_s = quantize_s;
+      r.quantize_s = quantize_s + s.stage_s;
       r.wait_s = s.wait_s;
       r.wall_s = seconds(t0, Clock::now());
       r.error_bound = bound;
@@ -269,6 +270,7 @@ class CommunicatorImpl final : public Communicator {
   int nch_ = kDefaultChannels;
   size_t slot_bytes_ = kDefaultSlotBytes;
   int nslots_ = kDefaultSlots;
+  bool pipeline_quantize_ = true;  ///< NCCLZ_PIPELINE_QUANTIZE; rank 0's setting decides (kEagerQuantize)
   std::unique_ptr<Bootstrap> boot_;
   std::shared_ptr<transport::AbortFlag> abort_;
   std::unique_ptr<transport::Transport> transport_;
@@ -294,6 +296,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
                                    : size_t(env::get_int("NCCLZ_SLOT_BYTES", int64_t(kDefaultSlotBytes), 1024,
                                                          int64_t(1) << 31));
   nslots_ = cfg.nslots > 0 ? cfg.nslots : int(env::get_int("NCCLZ_NSLOTS", kDefaultSlots, 1, 1024));
+  pipeline_quantize_ = env::get_int("NCCLZ_PIPELINE_QUANTIZE", 1, 0, 1) != 0;
   if (nch_ < 1 || nch_ > 64) throw InvalidArgument("ncclz: nchannels must be in [1, 64], got " + std::to_string(nch_));
   if (nslots_ < 2) {
     // Forwarding holds its incoming slot while it acquires the outgoing one:
@@ -631,6 +634,7 @@ prims::Prims CommunicatorImpl::make_prims(int c, const Wire& w, Call& call) {
   a.deadline = call.deadline;
   a.rank = rank_;
   a.channel = c;
+  a.stage = w.stage;
   Channel& ch = ch_[size_t(c)];
   return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_bytes_ + 64));
 }
@@ -758,6 +762,7 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
   CallDesc d = make_desc(coll, desc_count, t, op, -1, m, c);
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
+  if (!pipeline_quantize_) d.flags |= core::kEagerQuantize;
   const auto tq = Clock::now();
   if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, in_count, pool_.get(), nch));
   call.quantize_s += seconds(tq, Clock::now());
@@ -779,6 +784,22 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
   call.bound = E;
   void* codes = nullptr;
   void* out_codes = nullptr;
+  const double out_step = op == RedOp::Avg ? 2 * plan.eb / double(size_) : 2 * plan.eb;
+  if (plan.compress && size_ > 1 && !(all[0].flags & core::kEagerQuantize)) {
+    // Quantize and dequantize slice by slice inside the ring's loops, so they
+    // overlap the transfers (prims::Stage, core::LossyStage). The plan rules out
+    // outliers for these statistics, so no rank needs to quantize everything
+    // before the first slice leaves.
+    const size_t cs = plan.wide ? 8 : 4;
+    codes = work_[0].get(in_count * cs);
+    out_codes = in_place_codes ? codes : work_[1].get(out_count * cs);
+    core::LossyStage stage(t, plan, send, codes, recv, out_codes, out_step);
+    Wire w = code_wire(t, plan.wide, op, c);
+    w.stage = &stage;
+    exec(codes, out_codes, w, nch, call);
+    call.finish();
+    return;
+  }
   if (plan.compress) {
     const auto t1 = Clock::now();
     const size_t cs = plan.wide ? 8 : 4;
@@ -813,9 +834,7 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
   }
   exec(codes, out_codes, code_wire(t, plan.wide, op, c), nch, call);
   const auto t2 = Clock::now();
-  const double step = 2 * plan.eb;
-  dequantize_buf(t, plan.wide, out_codes, out_count, op == RedOp::Avg ? step / double(size_) : step, recv,
-                 pool_.get(), nch);
+  dequantize_buf(t, plan.wide, out_codes, out_count, out_step, recv, pool_.get(), nch);
   call.quantize_s += seconds(t2, Clock::now());
   call.finish();
 }

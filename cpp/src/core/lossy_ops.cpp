@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "codec/quantizer.hpp"
 #include "core/types.hpp"
 #include "core/worker_pool.hpp"
+#include "ncclz/error.hpp"
 
 namespace ncclz::core {
 namespace {
@@ -153,6 +155,33 @@ void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step,
       });
     });
   });
+}
+
+LossyStage::LossyStage(DataType t, const LossyPlan& p, const void* x, const void* codes, void* out,
+                       const void* out_codes, double out_step)
+    : t_(t),
+      plan_(p),
+      x_(static_cast<const uint8_t*>(x)),
+      codes_(static_cast<const uint8_t*>(codes)),
+      out_(static_cast<uint8_t*>(out)),
+      out_codes_(static_cast<const uint8_t*>(out_codes)),
+      out_step_(out_step),
+      es_(dsize(t)),
+      cs_(p.wide ? 8 : 4) {}
+
+void LossyStage::prepare(const void* src, size_t n) {
+  const size_t off = size_t(static_cast<const uint8_t*>(src) - codes_) / cs_;
+  const size_t bad = quantize_buf(t_, plan_, x_ + off * es_, n, const_cast<uint8_t*>(codes_) + off * cs_);
+  if (bad) {
+    throw Error("ncclz: " + std::to_string(bad) + " input element(s) from offset " + std::to_string(off) +
+                " do not fit the lossy grid although the call's statistics said they would: was the input "
+                "modified during the call?");
+  }
+}
+
+void LossyStage::finish(const void* dst, size_t n) {
+  const size_t off = size_t(static_cast<const uint8_t*>(dst) - out_codes_) / cs_;
+  dequantize_buf(t_, plan_.wide, out_codes_ + off * cs_, n, out_step_, out_ + off * es_);
 }
 
 void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, int parts) {

@@ -11,6 +11,7 @@
 #include "core/call_desc.hpp"
 #include "core/lossy_plan.hpp"
 #include "ncclz/communicator.hpp"
+#include "prims/prims.hpp"
 
 namespace ncclz::core {
 
@@ -34,6 +35,35 @@ size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, voi
 /// out[i] = T(q[i] * step).
 void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out,
                     WorkerPool* pool = nullptr, int parts = 1);
+
+/// The lossy reductions' quantize and dequantize, run slice by slice inside the
+/// send/receive loops (prims::Stage). `codes` (in_count codes) is the wire input
+/// the verbs read and `out_codes` their output; prepare(src, n) quantizes the
+/// user input elements at src's offset in `codes`, finish(dst, n) writes the
+/// output elements at dst's offset in `out_codes` as T(code * out_step).
+///
+/// The plan makes outliers impossible for finite inputs within the scanned
+/// max |x| (lossy_plan.hpp), which is what lets quantization start before every
+/// rank has quantized everything. Should one still occur (an input changed
+/// between the statistics scan and its use, say), prepare throws rather than
+/// send a code that would break the bound.
+class LossyStage final : public prims::Stage {
+ public:
+  LossyStage(DataType t, const LossyPlan& p, const void* x, const void* codes, void* out, const void* out_codes,
+             double out_step);
+  void prepare(const void* src, size_t n) override;
+  void finish(const void* dst, size_t n) override;
+
+ private:
+  DataType t_;
+  LossyPlan plan_;
+  const uint8_t* x_;
+  const uint8_t* codes_;
+  uint8_t* out_;
+  const uint8_t* out_codes_;
+  double out_step_;
+  size_t es_, cs_;
+};
 
 /// Exact path: x -> double, and double / div -> T with one rounding.
 void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool = nullptr, int parts = 1);

@@ -166,9 +166,24 @@ template <unsigned F>
 void Prims::run(const void* src, void* dst, size_t n) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
   uint8_t* d = static_cast<uint8_t*>(dst);
+  // Verbs that read the local input: every one but the receive-only ones.
+  constexpr bool kReadsSrc = (F & kReduce) || !(F & kRecv);
+  constexpr bool kFinal = F & kCopy;
   for (size_t off = 0; off < n; off += slice_) {
     const size_t k = n - off < slice_ ? n - off : slice_;
-    step<F>(s ? s + off * esize_ : nullptr, d ? d + off * esize_ : nullptr, k);
+    const uint8_t* sp = s ? s + off * esize_ : nullptr;
+    uint8_t* dp = d ? d + off * esize_ : nullptr;
+    if (a_.stage && kReadsSrc) {
+      const auto t0 = Clock::now();
+      a_.stage->prepare(sp, k);
+      st_->stage_s += seconds_since(t0);
+    }
+    step<F>(sp, dp, k);
+    if (a_.stage && kFinal) {
+      const auto t0 = Clock::now();
+      a_.stage->finish(dp, k);
+      st_->stage_s += seconds_since(t0);
+    }
   }
 }
 

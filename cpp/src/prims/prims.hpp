@@ -62,16 +62,33 @@ enum class WireMode : uint8_t { Raw, Coded };
 struct ChannelStats {
   double encode_s = 0;      ///< in encode_slice
   double decode_s = 0;      ///< in decode_slice
+  double stage_s = 0;       ///< in Stage::prepare / finish (pipelined quantize / dequantize)
   double wait_s = 0;        ///< blocked in acquire() / wait()
   uint64_t raw_bytes = 0;   ///< elements sent * user element size
   uint64_t wire_bytes = 0;  ///< bytes posted
   void add(const ChannelStats& o) {
     encode_s += o.encode_s;
     decode_s += o.decode_s;
+    stage_s += o.stage_s;
     wait_s += o.wait_s;
     raw_bytes += o.raw_bytes;
     wire_bytes += o.wire_bytes;
   }
+};
+
+/// Optional per-slice work around the wire buffers, run by the verbs inside
+/// their send/receive loops: the lossy reductions quantize each slice of the
+/// local input just before it is first read and dequantize each slice of the
+/// result as soon as it is final, so that this element-wise work overlaps the
+/// transfers instead of preceding and following them. Ranges are in the wire
+/// buffers the verbs were given; a Stage maps them to its own arrays.
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  /// The verb is about to read [src, src + n) of the local input.
+  virtual void prepare(const void* src, size_t n) = 0;
+  /// [dst, dst + n) of the output now holds its final value (COPY verbs).
+  virtual void finish(const void* dst, size_t n) = 0;
 };
 
 struct PrimsArgs {
@@ -83,6 +100,7 @@ struct PrimsArgs {
   transport::Clock::time_point deadline;
   int rank = 0;     ///< for error messages
   int channel = 0;  ///< for error messages
+  Stage* stage = nullptr;  ///< see Stage; nullptr: the buffers are used as they are
 };
 
 /// Elements per slice for slots of `slot_bytes` and wire elements of `esize`

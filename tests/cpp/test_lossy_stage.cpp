@@ -1,0 +1,72 @@
+// core::LossyStage: the lossy reductions' per-slice quantize / dequantize
+// (the collectives' end-to-end checks are in test_collectives.cpp and
+// tests/python/test_comm.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/lossy_ops.hpp"
+#include "core/lossy_plan.hpp"
+#include "ncclz/error.hpp"
+
+namespace {
+
+using ncclz::DataType;
+using ncclz::core::Combine;
+using ncclz::core::DataStats;
+using ncclz::core::LossyStage;
+
+DataStats stats_of(const std::vector<float>& x) {
+  DataStats s;
+  s.any_finite = true;
+  s.lo = s.hi = x[0];
+  for (float v : x) {
+    s.lo = std::fmin(s.lo, v);
+    s.hi = std::fmax(s.hi, v);
+  }
+  s.maxabs = std::fmax(std::fabs(s.lo), std::fabs(s.hi));
+  return s;
+}
+
+TEST(LossyStage, QuantizesAndDequantizesTheRangesItIsGiven) {
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(std::sin(0.01 * double(i)) * 100.0);
+  const auto plan = ncclz::core::plan_lossy(ncclz::codec::ElemType::F32, Combine::Sum, 4, 0.5, stats_of(x));
+  ASSERT_TRUE(plan.compress);
+  ASSERT_FALSE(plan.wide);
+  std::vector<int32_t> codes(x.size(), 12345);
+  std::vector<float> out(x.size(), -1.f);
+  LossyStage st(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb);
+  st.prepare(codes.data() + 100, 50);  // only [100, 150)
+  for (size_t i = 0; i < codes.size(); ++i) {
+    if (i < 100 || i >= 150) {
+      EXPECT_EQ(codes[i], 12345) << i;
+    } else {
+      EXPECT_LE(std::fabs(double(codes[i]) * 2 * plan.eb - double(x[i])), plan.check_eb) << i;
+    }
+  }
+  st.finish(codes.data() + 120, 10);  // only [120, 130)
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i < 120 || i >= 130) {
+      EXPECT_EQ(out[i], -1.f) << i;
+    } else {
+      EXPECT_EQ(out[i], float(double(codes[i]) * 2 * plan.eb)) << i;
+    }
+  }
+}
+
+TEST(LossyStage, AnInputBeyondTheScannedRangeThrowsInsteadOfBreakingTheBound) {
+  std::vector<float> x(64, 1.f);
+  const auto plan = ncclz::core::plan_lossy(ncclz::codec::ElemType::F32, Combine::Sum, 2, 1e-6, stats_of(x));
+  ASSERT_TRUE(plan.compress);
+  x[40] = 1e30f;  // changed after the scan: no int32 code reaches it
+  std::vector<int32_t> codes(x.size());
+  std::vector<float> out(x.size());
+  LossyStage st(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb);
+  EXPECT_NO_THROW(st.prepare(codes.data(), 32));
+  EXPECT_THROW(st.prepare(codes.data() + 32, 32), ncclz::Error);
+}
+
+}  // namespace
