@@ -68,6 +68,10 @@ def rank_env(
     # Not torchrun: keep ncclz.init() from looking for torchrun's store.
     for k in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE"):
         env.pop(k, None)
+    # As torchrun does: ranks sharing this host share its cores, so their OpenMP/BLAS pools
+    # default to a share each (idle OpenBLAS threads otherwise spin on the ranks' cores).
+    if "OMP_NUM_THREADS" not in env:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, nproc)))
     if timeout is not None:
         env["NCCLZ_TIMEOUT"] = f"{timeout:g}"
     if state_dir is not None:

@@ -41,6 +41,17 @@ def test_sets_the_environment_and_prefixes_lines():
     assert len({f[5] for f in fields}) == 1 and len(fields[0][5]) >= 16  # one random token
 
 
+def test_thread_pools_default_to_a_share_of_the_cpus_unless_set():
+    code = "import os; print(os.environ['OMP_NUM_THREADS'])"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    p = launch(["-n", "2", sys.executable, "-c", code], env=env)
+    assert p.returncode == 0, p.stderr
+    want = str(max(1, (os.cpu_count() or 1) // 2))
+    assert [ln.split("] ", 1)[1] for ln in p.stdout.splitlines()] == [want, want]
+    p = launch(["-n", "2", sys.executable, "-c", code], env=dict(env, OMP_NUM_THREADS="3"))
+    assert [ln.split("] ", 1)[1] for ln in p.stdout.splitlines()] == ["3", "3"]
+
+
 def test_fresh_token_and_port_per_job():
     code = "import os; print(os.environ['NCCLZ_TOKEN'], os.environ['MASTER_PORT'])"
     a = launch(["-n", "1", sys.executable, "-c", code]).stdout
