@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     for coll in a.collectives.split(","):
         for ds in a.data.split(","):
             for s in B["sizes_between"](a.min_bytes, a.max_bytes, a.factor):
-                count = B["count_for"](coll, s, npdt.itemsize, n)
+                count = B["count_for"](coll, s, npdt.itemsize, n, ds)
                 x = B["rank_input"](ds, rank, count, a.dtype)
                 ref, _, _ = B["reference"](coll, ds, n, rank, count, a.dtype, 0)
                 if coll == "all_reduce":

@@ -7,7 +7,8 @@ bench/results/netlab_raw/; bench/netlab/report.py turns it into bench/results/ne
     sudo python bench/netlab/suite.py --phases main --quick
 
 Phases (all 4 hosts, one rank per host namespace, tbf-shaped NICs):
-  main   0.5 Gbit/s, 64 MiB float32 all_reduce; data gaussian, smooth, real, grad, sparse;
+  main   0.5 Gbit/s, 64 MiB float32 all_reduce; data gaussian, smooth, real, grad, sparse, and
+         smooth/real passed in their natural shape (smooth-shaped, real-shaped);
          ncclz none / lossless / rel=1e-3 / auto:rel=1e-3 (the policy), gloo, SZ3, MPI
   bf16   0.5 Gbit/s, 64 MiB bfloat16 gradients all_reduce: ncclz none / lossless, gloo
   colls  0.5 Gbit/s, 64 MiB all_gather, broadcast, reduce_scatter; smooth, gaussian;
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=0.5, help="Gbit/s of the main/bf16/colls/sizes phases")
     ap.add_argument("--rates", default="0.1,0.25,0.5,1,2,5,10")
     ap.add_argument("--size", default="64M")
-    ap.add_argument("--data", default="gaussian,smooth,real,grad,sparse")
+    ap.add_argument("--data", default="gaussian,smooth,real,grad,sparse,smooth-shaped,real-shaped")
     ap.add_argument("--budget", type=float, default=3.0, help="seconds per point (>= 1 timed iteration)")
     ap.add_argument("--quick", action="store_true", help="16M messages, budget 1 s, rates 0.5,2,10")
     ap.add_argument("--no-mpi", action="store_true")

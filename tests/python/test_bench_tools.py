@@ -79,6 +79,24 @@ def test_counts_follow_nccl_tests_size_convention():
     assert B.count_for("reduce_scatter", 4 * 10 + 4, 4, n) % n == 0
 
 
+def test_shaped_data_sets_round_to_whole_planes_and_keep_the_values():
+    n = 4
+    assert B.count_for("all_reduce", 64 << 20, 4, n, "real-shaped") == 11807 * 1421  # >= 64 MiB
+    assert B.count_for("all_reduce", 64 << 20, 4, n, "smooth-shaped") == 1 << 24  # already whole planes
+    rs = B.count_for("reduce_scatter", 64 << 20, 4, n, "real-shaped")
+    assert rs % (n * 1421) == 0 and 0 <= rs - (1 << 24) < n * 1421
+    assert B.count_for("all_gather", 64 << 20, 4, n, "smooth-shaped") == (1 << 22)
+    assert B.count_for("all_reduce", 1000, 4, n, "real-shaped") == 250  # under a plane: flat
+    x = B.rank_input("smooth-shaped", 1, 3 * 65536)
+    assert x.shape == (3, 256, 256)
+    assert np.array_equal(x.ravel(), B.rank_input("smooth", 1, 3 * 65536))
+    assert B.rank_input("smooth-shaped", 1, 1000).shape == (1000,)
+    ref, _, _ = B.reference("reduce_scatter", "smooth-shaped", 2, 1, 4 * 65536, "float32")
+    want = (B.rank_input("smooth", 0, 4 * 65536).astype(np.float64)
+            + B.rank_input("smooth", 1, 4 * 65536).astype(np.float64))[2 * 65536:]
+    np.testing.assert_array_equal(ref, want)
+
+
 def test_cli_parsing():
     a = B.parse_args(["-b", "1K", "-e", "4K", "-c", "all_reduce,broadcast", "-m", "none,rel=1e-2",
                       "-d", "gaussian", "-s", "ncclz,gloo,sz3"])
@@ -213,3 +231,26 @@ def test_tiny_two_rank_run_over_shm(tmp_path):
     for row in rows:
         assert row["ok"], row
         assert row["busbw"] == pytest.approx(row["algbw"] * B.busbw_factor(row["collective"], 2))
+
+
+@pytest.mark.skipif(not runtime_available(), reason="ncclz._core was built without the collective runtime")
+def test_shaped_sweep_over_two_sizes_checks_every_element(tmp_path):
+    """A shaped data set through every collective and two sizes: every rank builds the same inputs
+    (the smaller size is a prefix of the field built at the largest), and errors stay within E."""
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "ncclz_bench.py"), "-n", "2", "--transport", "shm",
+                        "-b", "512K", "-e", "1M", "-f", "2", "-c", "all_reduce,reduce_scatter,all_gather,broadcast",
+                        "-m", "none,rel=1e-3", "-d", "smooth-shaped", "-i", "1", "--no-progress",
+                        "--json", str(out)], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import json
+
+    rows = json.load(open(out))["rows"]
+    assert len(rows) == 16
+    for row in rows:
+        assert row["ok"], row
+        assert row["count"] % 65536 == 0
+        if row["mode"] == "none":
+            assert row["max_err"] <= 1e-5 * 2, row  # f32 rounding of a 2-term sum
+        else:
+            assert row["max_err"] <= row["bound"], row

@@ -45,7 +45,11 @@ from pathlib import Path
 import numpy as np
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
-DATASETS = ("gaussian", "smooth", "sparse", "real", "grad")
+DATASETS = ("gaussian", "smooth", "sparse", "real", "grad", "smooth-shaped", "real-shaped")
+# "<name>-shaped": the same values as <name>, handed to the collectives in their natural shape
+# (so ncclz's wire codec can use 2-D/3-D predictors, and SZ3 gets the dimensions); the count is
+# rounded up to whole planes (SHAPE_PLANES) when it is at least one plane.
+SHAPE_PLANES = {"smooth": (256, 256), "real": (29, 49)}
 SYSTEMS = ("ncclz", "gloo", "sz3")
 
 
@@ -165,13 +169,28 @@ def resolve_auto(ctx, coll: str, x, mode: str, nbytes: int) -> tuple[str, str]:
     return ({"none": "none", "lossless": "lossless", "lossy": inner}[chosen], why)
 
 
-def count_for(coll: str, nbytes: int, itemsize: int, n: int) -> int:
-    """Elements of each rank's input for a `nbytes` point (nccl-tests convention)."""
+def shaped_base(dataset: str) -> tuple[str, tuple[int, ...] | None]:
+    """("smooth", (256, 256)) for "smooth-shaped"; (dataset, None) for the flat data sets."""
+    if dataset.endswith("-shaped"):
+        name = dataset[: -len("-shaped")]
+        return name, SHAPE_PLANES[name]
+    return dataset, None
+
+
+def count_for(coll: str, nbytes: int, itemsize: int, n: int, dataset: str = "") -> int:
+    """Elements of each rank's input for a `nbytes` point (nccl-tests convention). Shaped data sets
+    round up to whole planes (and reduce_scatter to n whole planes, so block r is whole planes too)."""
     count = max(1, nbytes // itemsize)
+    plane = shaped_base(dataset)[1]
+    q = int(np.prod(plane)) if plane else 1
     if coll == "reduce_scatter":  # input = n blocks
+        if q > 1 and count >= q * n:
+            return -(-count // (q * n)) * q * n
         count = max(n, count - count % n)
     if coll == "all_gather":  # size = output; input = size / n
         count = max(1, count // n)
+    if q > 1 and count >= q:
+        count = -(-count // q) * q
     return count
 
 
@@ -250,13 +269,16 @@ def prepare_data(a) -> None:
     count = max(1, biggest // np_dtype(a.dtype).itemsize)
     for d in a.data:
         try:
-            _base(d, count)
+            _base(shaped_base(d)[0], count)
         except Exception as e:
             print(f"# data set {d}: {e}", file=sys.stderr)
 
 
 def rank_input(dataset: str, rank: int, count: int, dtype="float32") -> np.ndarray:
     """Rank `rank`'s input: deterministic in (dataset, rank, count), so every rank can rebuild all.
+
+    "<name>-shaped": <name>'s values, shaped (count / plane, *plane) when count is a whole number of
+    planes (SHAPE_PLANES; else flat): smooth (z, 256, 256), real (t, 29, 49).
 
     gaussian: bench/data.gaussian values, rolled by rank * (count // 7 + 1).
     sparse:   the same with 99% of the values zeroed (mask from numpy seed 1000 + rank).
@@ -265,6 +287,11 @@ def rank_input(dataset: str, rank: int, count: int, dtype="float32") -> np.ndarr
     grad:     the flat CNN gradient, rolled by rank * 104729 and tiled to count.
     """
     count = int(count)
+    base, plane = shaped_base(dataset)
+    if plane is not None:
+        x = rank_input(base, rank, count, dtype)
+        q = int(np.prod(plane))
+        return x.reshape(count // q, *plane) if count >= q and count % q == 0 else x
     if dataset in ("gaussian", "sparse"):
         b = _base(dataset, count)[:count]
         x = np.roll(b, rank * (count // 7 + 1)) if rank else b.copy()
@@ -308,7 +335,7 @@ def dtype_label(name: str) -> str:
 
 def reference(coll: str, dataset: str, n: int, rank: int, count: int, dtype: str, root: int = 0):
     """Exact fp64 expected result on `rank`, plus the global (min, max) of all inputs."""
-    ins = [rank_input(dataset, k, count, dtype).astype(np.float64) for k in range(n)]
+    ins = [rank_input(dataset, k, count, dtype).astype(np.float64).ravel() for k in range(n)]
     gmin = min(float(a.min()) for a in ins)
     gmax = max(float(a.max()) for a in ins)
     if coll == "all_reduce":
@@ -588,7 +615,7 @@ STAT_KEYS = ("encode_s", "decode_s", "quantize_s", "wait_s", "wall_s", "wire_byt
 def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nbytes: int, ref_cache: dict):
     a, n, rank = ctx.args, ctx.n, ctx.rank
     npdt = np_dtype(a.dtype)
-    count = count_for(coll, nbytes, npdt.itemsize, n)
+    count = count_for(coll, nbytes, npdt.itemsize, n, dataset)
     root = a.root if coll == "broadcast" else -1
     failed = None
     try:
@@ -618,9 +645,9 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
         if coll == "all_reduce":
             out = np.empty_like(x)
         elif coll == "reduce_scatter":
-            out = np.empty(count // n, x.dtype)
+            out = np.empty((x.shape[0] // n, *x.shape[1:]) if x.ndim > 1 else count // n, x.dtype)
         elif coll == "all_gather":
-            out = np.empty((n, count), x.dtype)
+            out = np.empty((n, *x.shape), x.dtype)
         else:
             out = np.empty_like(x)
 
@@ -761,9 +788,13 @@ def rank_main(a) -> int:
     rank, n = ctx.rank, ctx.n
     sizes = sizes_between(a.min_bytes, a.max_bytes, a.factor)
     # rank 0 builds the cached data files first (bench/data.py caches on disk), then the others load
+    # them: every rank must build its in-memory bases at the same (largest) size, since a smooth
+    # field's prefix depends on the size it was generated at
     if rank == 0:
         prepare_data(a)
     ctx.barrier()
+    if rank != 0:
+        prepare_data(a)
     plan = []
     for coll in a.collectives:
         for ds in a.data:
