@@ -161,7 +161,11 @@ void build_encoder(const uint32_t* freq, EncSym* es) {
   }
 }
 
-// Decoder table: for each slot, the symbol, its freq and slot - cum.
+// Decoder table: for each slot, its symbol's freq and slot - cum, and one byte:
+// the symbol itself (DecBytes::Symbols), or (DecBytes::Values, integer
+// residuals) the residual of a direct symbol as an int8 (-64..63) and s - 64
+// (mod 256) for a symbol s >= 128: bit 7 of (byte + 64) is then set exactly for
+// the symbols that carry extra bits, and byte + 64 (mod 256) gives the symbol back.
 struct DecEntry {
   uint16_t freq;  // 1..4096
   uint16_t bias;  // slot - cum(s)
@@ -170,6 +174,13 @@ struct DecTable {
   DecEntry e[kM];
   uint8_t sym[kM];
 };
+enum class DecBytes { Symbols, Values };
+
+inline uint8_t value_byte(uint32_t s) {
+  return s < kRansDirect ? uint8_t(rans_unzigzag<int32_t>(s)) : uint8_t(s - 64);
+}
+inline bool value_needs_bits(uint8_t b) { return uint8_t(b + 64) >= kRansDirect; }
+inline uint32_t value_symbol(uint8_t b) { return uint8_t(b + 64); }
 
 // If x < lo: x = t and returns 1, else returns 0; branch-free (a cmov on
 // x86-64: compilers turn a plain ternary here into a branch that mispredicts).
@@ -204,14 +215,14 @@ inline void renorm_advance(uint32_t* x, uint32_t t, size_t* q) {
 #endif
 }
 
-void build_decoder(const uint32_t* freq, DecTable* t) {
+void build_decoder(const uint32_t* freq, DecBytes bytes, DecTable* t) {
   uint32_t cum = 0;
   for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
     const uint32_t f = freq[s];
-    for (uint32_t k = 0; k < f; ++k) {
-      t->e[cum + k] = DecEntry{uint16_t(f), uint16_t(k)};
-      t->sym[cum + k] = uint8_t(s);
-    }
+    if (!f) continue;
+    DecEntry* e = t->e + cum;
+    for (uint32_t k = 0; k < f; ++k) e[k] = DecEntry{uint16_t(f), uint16_t(k)};
+    std::memset(t->sym + cum, bytes == DecBytes::Values ? value_byte(s) : uint8_t(s), f);
     cum += f;
   }
 }
@@ -374,47 +385,82 @@ bool rans_cpu_has_avx2() { return false; }
 #endif  // NCCLZ_RANS_X86
 
 // ---------------------------------------------------------------- core decode
-// Decodes n symbols from the word stream [p, end) with the given initial
-// states; requires that the stream is consumed exactly and every state ends at kL.
+// The end of a decoding step, branch-free: x += bias, then if x < kL,
+// x = (x << 16) | (word q) and ++q. The word at q is always read (the caller
+// guarantees that it lies inside the stream).
+inline void add_renorm(uint32_t* x, uint32_t bias, const uint8_t* base, size_t* q) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  // In assembly for two reasons (the step is limited by instructions per
+  // cycle and by the latency of the state chain): the word is read by the
+  // `or` itself, and the add stays a 2-operand add (the compiler's 3-operand
+  // lea took a zero displacement with some base registers, a slower lea).
+  uint32_t t;
+  asm("addl %[b], %[x]\n\t"
+      "movl %[x], %[t]\n\t"
+      "shll $16, %[t]\n\t"
+      "orw %[w], %w[t]\n\t"
+      "cmpl %[lo], %[x]\n\t"
+      "cmovb %[t], %[x]\n\t"
+      "adcq $0, %[q]"
+      : [x] "+r"(*x), [q] "+r"(*q), [t] "=&r"(t)
+      : [b] "r"(bias), [w] "m"(*reinterpret_cast<const uint16_t*>(base + 2 * *q)), [lo] "i"(kL)
+      : "cc");
+#else
+  *x += bias;
+  renorm_advance(x, (*x << 16) | load16(base + 2 * *q), q);
+#endif
+}
+
+// One decoding step of state X, writing the slot's table byte to O.
+#define NCCLZ_RANS_DEC_STEP(X, O)                              \
+  do {                                                         \
+    const uint32_t slot_ = (X) & (kM - 1);                     \
+    const DecEntry e_ = dt.e[slot_];                           \
+    (O) = dt.sym[slot_];                                       \
+    (X) = uint32_t(e_.freq) * ((X) >> kRansScaleBits);         \
+    add_renorm(&(X), e_.bias, base, &q);                       \
+  } while (0)
+
+// Decodes n symbols (their table bytes) from the word stream [p, end) with the
+// given initial states; requires that the stream is consumed exactly and every
+// state ends at kL.
 bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, const DecTable& dt, size_t n,
                  uint8_t* out) {
-  uint32_t x[kRansLanes];
-  for (int k = 0; k < kRansLanes; ++k) {
+  for (int k = 0; k < kRansLanes; ++k)
     if (state[k] < kL) return false;
-    x[k] = state[k];
-  }
-  constexpr uint32_t kMask = kM - 1;
-  size_t i = 0;
-  // Fast path: 8 symbols read at most 8 words (16 bytes).
-  // Branch-free step: the next word is always loaded, consumed only on renormalization.
-  // The read position as a word index q from `base`, so that the step can
-  // advance it with the carry of the comparison.
+  // The 8 states in named locals (an array ends up on the stack).
+  uint32_t x0 = state[0], x1 = state[1], x2 = state[2], x3 = state[3];
+  uint32_t x4 = state[4], x5 = state[5], x6 = state[6], x7 = state[7];
   const uint8_t* const base = p;
-  size_t q = 0;
-  auto step_fast = [&](uint32_t& xs, uint8_t* o) {
-    const uint32_t slot = xs & kMask;
-    const DecEntry e = dt.e[slot];
-    *o = dt.sym[slot];
-    xs = uint32_t(e.freq) * (xs >> kRansScaleBits) + e.bias;
-    renorm_advance(&xs, (xs << 16) | load16(base + 2 * q), &q);
-  };
+  size_t q = 0;                                   // read position, in words from base
   const size_t q_last = size_t(end - base) / 2;  // words in the stream
-  while (i + kRansLanes <= n && q + kRansLanes <= q_last) {
+  size_t i = 0;
+  // Fast path: a group of 8 symbols reads at most 8 words, so g groups with
+  // 8 * g words left need no bounds check.
+  for (;;) {
+    const size_t g = std::min((n - i) / kRansLanes, (q_last - q) / kRansLanes);
+    if (!g) break;
     uint8_t* o = out + i;
-    step_fast(x[0], o + 0);
-    step_fast(x[1], o + 1);
-    step_fast(x[2], o + 2);
-    step_fast(x[3], o + 3);
-    step_fast(x[4], o + 4);
-    step_fast(x[5], o + 5);
-    step_fast(x[6], o + 6);
-    step_fast(x[7], o + 7);
-    i += kRansLanes;
+    uint8_t* const o_end = o + kRansLanes * g;
+    do {
+      NCCLZ_RANS_DEC_STEP(x0, o[0]);
+      NCCLZ_RANS_DEC_STEP(x1, o[1]);
+      NCCLZ_RANS_DEC_STEP(x2, o[2]);
+      NCCLZ_RANS_DEC_STEP(x3, o[3]);
+      NCCLZ_RANS_DEC_STEP(x4, o[4]);
+      NCCLZ_RANS_DEC_STEP(x5, o[5]);
+      NCCLZ_RANS_DEC_STEP(x6, o[6]);
+      NCCLZ_RANS_DEC_STEP(x7, o[7]);
+      o += kRansLanes;
+    } while (o != o_end);
+    i += kRansLanes * g;
   }
+  // The rest, checked symbol by symbol.
+  uint32_t x[kRansLanes] = {x0, x1, x2, x3, x4, x5, x6, x7};
   p = base + 2 * q;
   for (; i < n; ++i) {
     uint32_t& xs = x[i % kRansLanes];
-    const uint32_t slot = xs & kMask;
+    const uint32_t slot = xs & (kM - 1);
     const DecEntry e = dt.e[slot];
     out[i] = dt.sym[slot];
     xs = uint32_t(e.freq) * (xs >> kRansScaleBits) + e.bias;
@@ -429,6 +475,7 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
     if (x[k] != kL) return false;
   return true;
 }
+#undef NCCLZ_RANS_DEC_STEP
 
 // ---------------------------------------------------------------- framing
 // Writes table, lengths, states, the extra-bit stream and the rANS stream.
@@ -464,10 +511,11 @@ size_t encode_framed(RansImpl impl, const uint8_t* syms, size_t n, const uint32_
   return head + xbytes + rbytes;
 }
 
-// Parses the frame and decodes the n symbols into syms. On success the extra-bit
-// stream is [*xb, *xb + *xbytes) and freq holds the table.
-bool decode_framed(const uint8_t* src, size_t len, size_t n, uint32_t max_sym, uint8_t* syms, uint32_t* freq,
-                   const uint8_t** xb, size_t* xbytes) {
+// Parses the frame and decodes the n symbols into syms (their table bytes,
+// see DecBytes). On success the extra-bit stream is [*xb, *xb + *xbytes) and
+// freq holds the table.
+bool decode_framed(const uint8_t* src, size_t len, size_t n, uint32_t max_sym, DecBytes bytes, uint8_t* syms,
+                   uint32_t* freq, const uint8_t** xb, size_t* xbytes) {
   size_t tb = 0;
   if (!read_table(src, len, max_sym, freq, &tb)) return false;
   if (len - tb < kFixedBytes) return false;
@@ -478,13 +526,30 @@ bool decode_framed(const uint8_t* src, size_t len, size_t n, uint32_t max_sym, u
   if (uint64_t(len - head) != xlen + rlen) return false;
   uint32_t state[kRansLanes];
   for (int k = 0; k < kRansLanes; ++k) state[k] = load_u32(src + tb + 8 + 4 * k);
-  thread_local DecTable dt;
-  build_decoder(freq, &dt);
-  const uint8_t* r = src + head + xlen;
-  if (!decode_core(r, r + rlen, state, dt, n, syms)) return false;
   *xb = src + head;
   *xbytes = size_t(xlen);
-  return true;
+  // A single symbol (freq kM) maps every state to itself and never renormalizes:
+  // decode_core would accept exactly the frames with all states kL and no words.
+  for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
+    if (freq[s] == kM) {
+      if (rlen != 0) return false;
+      for (int k = 0; k < kRansLanes; ++k)
+        if (state[k] != kL) return false;
+      std::memset(syms, bytes == DecBytes::Values ? value_byte(s) : uint8_t(s), n);
+      return true;
+    }
+    if (freq[s]) break;  // the first present symbol has freq < kM: not a single-symbol table
+  }
+  thread_local DecTable tls_table;
+  DecTable* dt = &tls_table;
+#if defined(__GNUC__)
+  // An opaque pointer: addressed as the thread_local itself, every table load
+  // in the decode loop took a %fs segment prefix (measured ~8 % slower).
+  asm("" : "+r"(dt));
+#endif
+  build_decoder(freq, bytes, dt);
+  const uint8_t* r = src + head + xlen;
+  return decode_core(r, r + rlen, state, *dt, n, syms);
 }
 
 // ---------------------------------------------------------------- extra bits
@@ -518,35 +583,19 @@ struct BitWriter {
   }
 };
 
-// LSB-first bit reader that never reads outside [p, end).
-struct BitReader {
-  const uint8_t* begin;
+// Reader of the extra-bit stream [p, p + bytes) by bit position (no carried
+// state besides the position, so consecutive reads do not wait on each
+// other's refills); never reads outside the stream: past its end it reads 0
+// bits, and finished() then fails.
+struct ExtraReader {
   const uint8_t* p;
-  const uint8_t* end;
-  uint64_t acc = 0;
-  uint32_t avail = 0;  // valid bits at the bottom of acc
-  bool bad = false;
-  void refill() {
-    if (end - p >= 8) {
-      acc |= load64_raw(p) << avail;
-      p += (63 - avail) >> 3;
-      avail |= 56;
-    } else {
-      while (avail <= 56 && p < end) {
-        acc |= uint64_t(*p++) << avail;
-        avail += 8;
-      }
-    }
-  }
+  size_t bytes;
+  uint64_t pos = 0;  // bits consumed (at most 62 per value: no overflow)
   uint64_t get(uint32_t nb) {  // nb <= 56
-    refill();
-    if (avail < nb) {
-      bad = true;
-      return 0;
-    }
-    const uint64_t v = acc & ((uint64_t(1) << nb) - 1);
-    acc >>= nb;  // nb <= 56
-    avail -= nb;
+    const size_t at = size_t(pos >> 3);
+    const uint64_t w = (bytes >= 8 && at <= bytes - 8) ? load64_raw(p + at) : tail(at);
+    const uint64_t v = (w >> (pos & 7)) & ((uint64_t(1) << nb) - 1);
+    pos += nb;
     return v;
   }
   uint64_t get_any(uint32_t nb) {  // nb <= 64
@@ -556,10 +605,16 @@ struct BitReader {
     }
     return get(nb);
   }
-  // Everything was read, up to at most 7 zero padding bits.
+  uint64_t tail(size_t at) const {  // the bytes [at, at + 8) that exist
+    uint64_t w = 0;
+    for (size_t k = 0; k < 8 && at + k < bytes; ++k) w |= uint64_t(p[at + k]) << (8 * k);
+    return w;
+  }
+  // Every value's bits were there, no whole byte is left over, and the padding bits are 0.
   bool finished() const {
-    if (bad || p != end || avail >= 8) return false;
-    return (acc & ((uint64_t(1) << avail) - 1)) == 0;
+    const uint64_t total = uint64_t(bytes) * 8;
+    if (pos > total || total - pos >= 8) return false;
+    return pos == total || (p[bytes - 1] >> (pos & 7)) == 0;
   }
 };
 
@@ -626,6 +681,107 @@ NCCLZ_RANS_AVX2 size_t map_groups_avx2(const int32_t* r, size_t n, uint8_t* syms
       map_mixed_group(zz, syms + i, bw);
     }
     for (int k = 0; k < 8; ++k) ++h[k][syms[i + k]];
+  }
+  return i;
+}
+#endif
+
+// ---------------------------------------------------------------- residuals from value bytes
+// The decoder's second pass: value bytes (DecBytes::Values) to residuals; the
+// symbols with extra bits get theirs from the stream, in element order.
+template <class Code>
+struct BucketTable {
+  using U = std::make_unsigned_t<Code>;
+  U base[kRansAlphabet] = {};  // z without its extra bits
+  uint8_t nbits[kRansAlphabet] = {};
+  BucketTable() {
+    for (uint32_t s = kRansDirect; s <= rans_max_symbol(int(code_bits<Code>())); ++s) {
+      const uint32_t j = s - kRansDirect, L = 8 + j / 2;
+      base[s] = U(U(2 | (j & 1)) << (L - 2));
+      nbits[s] = uint8_t(L - 2);
+    }
+  }
+};
+template <class Code>
+const BucketTable<Code>& bucket_table() {
+  static const BucketTable<Code> t;
+  return t;
+}
+
+template <class Code>
+inline Code bucket_value(uint8_t b, ExtraReader& xr, const BucketTable<Code>& bt) {
+  using U = std::make_unsigned_t<Code>;
+  const uint32_t s = value_symbol(b);  // <= rans_max_symbol (read_table's check)
+  const uint64_t extra = code_bits<Code>() > 56 + 2 ? xr.get_any(bt.nbits[s]) : xr.get(bt.nbits[s]);
+  return rans_unzigzag<Code>(U(bt.base[s] | U(extra)));
+}
+
+// Value bytes b[i..n) to out[i..n). b may be the last n bytes of out itself
+// (each step reads its bytes before it writes, and writes only below the bytes
+// still unread). any: the table has symbols with extra bits.
+template <class Code>
+void widen_portable(const uint8_t* b, size_t i, size_t n, Code* out, bool any, ExtraReader& xr) {
+  const BucketTable<Code>& bt = bucket_table<Code>();
+  constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full, kHigh = 0x8080808080808080ull, k64 = 0x4040404040404040ull;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t u = load64_raw(b + i);
+    Code v[8];
+    for (int k = 0; k < 8; ++k) v[k] = Code(int8_t(uint8_t(u >> (8 * k))));
+    if (any) {
+      // Bit 7 of each byte of u + 64 (bytewise, no carries between bytes).
+      uint64_t big = (((u & kLow7) + k64) ^ u) & kHigh;
+      while (big) {
+        const int k = __builtin_ctzll(big) >> 3;
+        big &= big - 1;
+        v[k] = bucket_value<Code>(uint8_t(u >> (8 * k)), xr, bt);
+      }
+    }
+    std::memcpy(out + i, v, sizeof(v));
+  }
+  for (; i < n; ++i) {
+    const uint8_t c = b[i];
+    out[i] = any && value_needs_bits(c) ? bucket_value<Code>(c, xr, bt) : Code(int8_t(c));
+  }
+}
+
+#if NCCLZ_RANS_X86
+// widen_portable in blocks of 32 with AVX2; returns the elements done (a multiple of 32).
+template <class Code>
+NCCLZ_RANS_AVX2 size_t widen_avx2(const uint8_t* b, size_t n, Code* out, bool any, ExtraReader& xr) {
+  const BucketTable<Code>& bt = bucket_table<Code>();
+  const __m256i k64 = _mm256_set1_epi8(64);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
+    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    __m256i* o = reinterpret_cast<__m256i*>(out + i);
+    if constexpr (sizeof(Code) == 4) {
+      _mm256_storeu_si256(o + 0, _mm256_cvtepi8_epi32(lo));
+      _mm256_storeu_si256(o + 1, _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)));
+      _mm256_storeu_si256(o + 2, _mm256_cvtepi8_epi32(hi));
+      _mm256_storeu_si256(o + 3, _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi)));
+    } else {
+      _mm256_storeu_si256(o + 0, _mm256_cvtepi8_epi64(lo));
+      _mm256_storeu_si256(o + 1, _mm256_cvtepi8_epi64(_mm_srli_si128(lo, 4)));
+      _mm256_storeu_si256(o + 2, _mm256_cvtepi8_epi64(_mm_srli_si128(lo, 8)));
+      _mm256_storeu_si256(o + 3, _mm256_cvtepi8_epi64(_mm_srli_si128(lo, 12)));
+      _mm256_storeu_si256(o + 4, _mm256_cvtepi8_epi64(hi));
+      _mm256_storeu_si256(o + 5, _mm256_cvtepi8_epi64(_mm_srli_si128(hi, 4)));
+      _mm256_storeu_si256(o + 6, _mm256_cvtepi8_epi64(_mm_srli_si128(hi, 8)));
+      _mm256_storeu_si256(o + 7, _mm256_cvtepi8_epi64(_mm_srli_si128(hi, 12)));
+    }
+    if (any) {
+      uint32_t big = uint32_t(_mm256_movemask_epi8(_mm256_add_epi8(v, k64)));
+      if (big) {
+        alignas(32) uint8_t blk[32];  // the bytes (b may lie under what was just written)
+        _mm256_store_si256(reinterpret_cast<__m256i*>(blk), v);
+        do {
+          const int k = __builtin_ctz(big);
+          big &= big - 1;
+          out[i + size_t(k)] = bucket_value<Code>(blk[k], xr, bt);
+        } while (big);
+      }
+    }
   }
   return i;
 }
@@ -770,63 +926,32 @@ size_t rans_encode_with(RansImpl impl, const Code* r, size_t n, uint8_t* dst, si
 
 template <class Code>
 Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
-  using U = std::make_unsigned_t<Code>;
+  return rans_decode_with(rans_best_impl(), src, len, n, out);
+}
+
+template <class Code>
+Status rans_decode_with(RansImpl impl, const uint8_t* src, size_t len, size_t n, Code* out) {
   if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
   if (!src || !out) return Status::Corrupt;
-  Scratch& sc = scratch();
-  uint8_t* syms = grow(sc.syms, n);
+  // Pass 1: the symbols' value bytes into the last n bytes of out; pass 2
+  // widens them in place, front to back, with the extra bits.
+  uint8_t* const vb = reinterpret_cast<uint8_t*>(out) + (sizeof(Code) - 1) * n;
   uint32_t freq[kRansAlphabet];
   const uint8_t* xb = nullptr;
   size_t xbytes = 0;
-  if (!decode_framed(src, len, n, rans_max_symbol(int(code_bits<Code>())), syms, freq, &xb, &xbytes))
+  if (!decode_framed(src, len, n, rans_max_symbol(int(code_bits<Code>())), DecBytes::Values, vb, freq, &xb, &xbytes))
     return Status::Corrupt;
-  bool any_bucket = false;
-  for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) any_bucket |= freq[s] != 0;
-  if (!any_bucket) {
-    if (xbytes != 0) return Status::Corrupt;
-    for (size_t i = 0; i < n; ++i) out[i] = rans_unzigzag<Code>(U(syms[i]));
-    return Status::Ok;
-  }
-  // Per-symbol base value and extra-bit count.
-  uint64_t base[kRansAlphabet];
-  uint8_t nbits[kRansAlphabet];
-  for (uint32_t s = 0; s < uint32_t(kRansAlphabet); ++s) {
-    if (s < kRansDirect) {
-      base[s] = s;
-      nbits[s] = 0;
-    } else {
-      const uint32_t j = s - kRansDirect, L = 8 + j / 2;
-      if (L > 64) {
-        base[s] = 0;
-        nbits[s] = 0;  // never present (rejected by the table check)
-      } else {
-        base[s] = uint64_t(2 | (j & 1)) << (L - 2);
-        nbits[s] = uint8_t(L - 2);
-      }
-    }
-  }
-  BitReader br{xb, xb, xb + xbytes};
-  auto one = [&](size_t i) {
-    const uint32_t s = syms[i];
-    uint64_t z;
-    if (code_bits<Code>() > 56 + 2)
-      z = base[s] | br.get_any(nbits[s]);
-    else
-      z = base[s] | br.get(nbits[s]);
-    out[i] = rans_unzigzag<Code>(U(z));
-  };
+  bool any = false;
+  for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) any |= freq[s] != 0;
+  if (!any && xbytes != 0) return Status::Corrupt;
+  ExtraReader xr{xb, xbytes};
   size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    // A group of 8 direct symbols (no bit 7 set) has no extra bits.
-    uint64_t big = load64_raw(syms + i) & 0x8080808080808080ull;
-    for (int k = 0; k < 8; ++k) out[i + k] = rans_unzigzag<Code>(U(syms[i + k]));  // right for direct ones
-    while (big) {  // the others, in element order (their extra bits are in that order)
-      one(i + size_t(__builtin_ctzll(big) >> 3));
-      big &= big - 1;
-    }
-  }
-  for (; i < n; ++i) one(i);
-  if (!br.finished()) return Status::Corrupt;
+#if NCCLZ_RANS_X86
+  if (impl == RansImpl::Avx2 && rans_cpu_has_avx2()) i = widen_avx2(vb, n, out, any, xr);
+#endif
+  (void)impl;
+  widen_portable(vb, i, n, out, any, xr);
+  if (any && !xr.finished()) return Status::Corrupt;
   return Status::Ok;
 }
 
@@ -847,7 +972,8 @@ Status rans_decode_bytes(const uint8_t* src, size_t len, size_t n, uint8_t* out)
   uint32_t freq[kRansAlphabet];
   const uint8_t* xb = nullptr;
   size_t xbytes = 0;
-  if (!decode_framed(src, len, n, kRansAlphabet - 1, out, freq, &xb, &xbytes)) return Status::Corrupt;
+  if (!decode_framed(src, len, n, kRansAlphabet - 1, DecBytes::Symbols, out, freq, &xb, &xbytes))
+    return Status::Corrupt;
   if (xbytes != 0) return Status::Corrupt;
   return Status::Ok;
 }
@@ -858,5 +984,7 @@ template size_t rans_encode_with<int32_t>(RansImpl, const int32_t*, size_t, uint
 template size_t rans_encode_with<int64_t>(RansImpl, const int64_t*, size_t, uint8_t*, size_t);
 template Status rans_decode<int32_t>(const uint8_t*, size_t, size_t, int32_t*);
 template Status rans_decode<int64_t>(const uint8_t*, size_t, size_t, int64_t*);
+template Status rans_decode_with<int32_t>(RansImpl, const uint8_t*, size_t, size_t, int32_t*);
+template Status rans_decode_with<int64_t>(RansImpl, const uint8_t*, size_t, size_t, int64_t*);
 
 }  // namespace ncclz::codec

@@ -103,8 +103,8 @@ size_t rans_encode_bytes(const uint8_t* sym, size_t n, uint8_t* dst, size_t cap)
 Status rans_decode_bytes(const uint8_t* src, size_t len, size_t n, uint8_t* out);
 
 /// Implementation choice (tests and benchmarks). rans_encode / rans_encode_bytes
-/// use the best available one; all give identical bytes. (The decoder has one
-/// implementation.)
+/// / rans_decode use the best available one; all give identical bytes (and
+/// identical decoded values and accept/reject decisions).
 enum class RansImpl : uint8_t {
   Scalar = 0,  ///< any platform
   Avx2 = 1,    ///< x86-64 with AVX2 (runtime check): the 8 states in one register
@@ -114,6 +114,8 @@ RansImpl rans_best_impl();
 template <class Code>
 size_t rans_encode_with(RansImpl impl, const Code* r, size_t n, uint8_t* dst, size_t cap);
 size_t rans_encode_bytes_with(RansImpl impl, const uint8_t* sym, size_t n, uint8_t* dst, size_t cap);
+template <class Code>
+Status rans_decode_with(RansImpl impl, const uint8_t* src, size_t len, size_t n, Code* out);
 
 /// Normalizes a histogram (total > 0) to frequencies summing to 2^kRansScaleBits,
 /// every symbol with a nonzero count getting at least 1 (the encoder's table).
