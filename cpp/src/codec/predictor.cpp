@@ -125,6 +125,9 @@ NCCLZ_PRED_AVX2_INLINE __m256i ld(const uint32_t* p) { return _mm256_loadu_si256
 // One row of a uint32 reconstruction (the int32 kernels of unrow_l2 / unrow_l3
 // / prefix_row, same results): K = 0 no rows above, 1 the row u, 3 the rows
 // u, b and bu. t[j] in vectors of 8, then their running sum plus the carry.
+// The carry advances by the block's total (a broadcast of the block's own
+// running sum, off the loop-carried chain): one add per block on the chain
+// instead of add + cross-lane permute.
 template <int K>
 NCCLZ_PRED_AVX2_INLINE void unrow_avx2(uint32_t* d, const uint32_t* u, const uint32_t* b, const uint32_t* bu,
                                        size_t m) {
@@ -142,9 +145,9 @@ NCCLZ_PRED_AVX2_INLINE void unrow_avx2(uint32_t* d, const uint32_t* u, const uin
       t = _mm256_add_epi32(t, _mm256_sub_epi32(ld(b + j), ld(b + j - 1)));
       t = _mm256_sub_epi32(t, _mm256_sub_epi32(ld(bu + j), ld(bu + j - 1)));
     }
-    t = _mm256_add_epi32(scan8(t), carry);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + j), t);
-    carry = _mm256_permutevar8x32_epi32(t, last);
+    const __m256i s = scan8(t);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + j), _mm256_add_epi32(s, carry));
+    carry = _mm256_add_epi32(carry, _mm256_permutevar8x32_epi32(s, last));
   }
   if (j > 1) acc = d[j - 1];
   for (; j < m; ++j) {
@@ -172,7 +175,8 @@ NCCLZ_PRED_AVX2 void lorenzo_reconstruct_avx2(uint32_t* q, size_t n, size_t W, s
 
 // Delta1 (order 1) and Delta2 (order 2) reconstruction of uint32 codes in
 // place: one or two running sums (Delta2: e[i] = q[i] - q[i-1] is the running
-// sum of r[1..i], q the running sum of e after q[0]).
+// sum of r[1..i], q the running sum of e after q[0]). Each carry advances by
+// its block's total (off the loop-carried chain, as in unrow_avx2).
 template <int Order>
 NCCLZ_PRED_AVX2 void delta_reconstruct_avx2(uint32_t* q, size_t n) {
   if (n < 2) return;  // q[0] = r[0]
@@ -183,12 +187,13 @@ NCCLZ_PRED_AVX2 void delta_reconstruct_avx2(uint32_t* q, size_t n) {
   for (; i + 8 <= n; i += 8) {
     __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
     if (Order == 2) {
-      v = _mm256_add_epi32(scan8(v), ce);
-      ce = _mm256_permutevar8x32_epi32(v, last);
+      const __m256i s = scan8(v);
+      v = _mm256_add_epi32(s, ce);
+      ce = _mm256_add_epi32(ce, _mm256_permutevar8x32_epi32(s, last));
     }
-    v = _mm256_add_epi32(scan8(v), cq);
-    cq = _mm256_permutevar8x32_epi32(v, last);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), v);
+    const __m256i s = scan8(v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm256_add_epi32(s, cq));
+    cq = _mm256_add_epi32(cq, _mm256_permutevar8x32_epi32(s, last));
   }
   uint32_t e = uint32_t(_mm256_cvtsi256_si32(ce)), a = uint32_t(_mm256_cvtsi256_si32(cq));
   for (; i < n; ++i) {
