@@ -288,6 +288,7 @@ uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* l
 
 #if NCCLZ_RANS_X86
 #define NCCLZ_RANS_AVX2 __attribute__((target("avx2")))
+#define NCCLZ_RANS_AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
 
 // For each 8-bit mask of renormalizing lanes, a byte shuffle that moves the
 // 16-bit words of those lanes, in lane order, to the top of a 16-byte vector
@@ -377,7 +378,8 @@ NCCLZ_RANS_AVX2 uint8_t* encode_core_avx2(const uint8_t* syms, size_t n, const E
 }
 
 bool rans_cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
+  // (BMI2 too: the decoder's AVX2 pass uses it; every AVX2 x86-64 CPU in use has both.)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2");
   return has;
 }
 #else
@@ -590,10 +592,12 @@ struct BitWriter {
 struct ExtraReader {
   const uint8_t* p;
   size_t bytes;
+  size_t fast_end;   // reads at byte offsets below this load 8 bytes at once
   uint64_t pos = 0;  // bits consumed (at most 62 per value: no overflow)
+  ExtraReader(const uint8_t* src, size_t n) : p(src), bytes(n), fast_end(n >= 8 ? n - 7 : 0) {}
   uint64_t get(uint32_t nb) {  // nb <= 56
     const size_t at = size_t(pos >> 3);
-    const uint64_t w = (bytes >= 8 && at <= bytes - 8) ? load64_raw(p + at) : tail(at);
+    const uint64_t w = at < fast_end ? load64_raw(p + at) : tail(p, bytes, at);
     const uint64_t v = (w >> (pos & 7)) & ((uint64_t(1) << nb) - 1);
     pos += nb;
     return v;
@@ -605,7 +609,9 @@ struct ExtraReader {
     }
     return get(nb);
   }
-  uint64_t tail(size_t at) const {  // the bytes [at, at + 8) that exist
+  // The bytes [at, at + 8) of [p, p + bytes) that exist (near the end of the
+  // stream, or past it). By value, so that the reader's fields stay in registers.
+  __attribute__((noinline)) static uint64_t tail(const uint8_t* p, size_t bytes, size_t at) {
     uint64_t w = 0;
     for (size_t k = 0; k < 8 && at + k < bytes; ++k) w |= uint64_t(p[at + k]) << (8 * k);
     return w;
@@ -720,8 +726,9 @@ inline Code bucket_value(uint8_t b, ExtraReader& xr, const BucketTable<Code>& bt
 // (each step reads its bytes before it writes, and writes only below the bytes
 // still unread). any: the table has symbols with extra bits.
 template <class Code>
-void widen_portable(const uint8_t* b, size_t i, size_t n, Code* out, bool any, ExtraReader& xr) {
+void widen_portable(const uint8_t* b, size_t i, size_t n, Code* out, bool any, ExtraReader& xr_io) {
   const BucketTable<Code>& bt = bucket_table<Code>();
+  ExtraReader xr = xr_io;  // a local copy stays in registers (out's stores could alias xr_io)
   constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full, kHigh = 0x8080808080808080ull, k64 = 0x4040404040404040ull;
   for (; i + 8 <= n; i += 8) {
     const uint64_t u = load64_raw(b + i);
@@ -742,13 +749,15 @@ void widen_portable(const uint8_t* b, size_t i, size_t n, Code* out, bool any, E
     const uint8_t c = b[i];
     out[i] = any && value_needs_bits(c) ? bucket_value<Code>(c, xr, bt) : Code(int8_t(c));
   }
+  xr_io = xr;
 }
 
 #if NCCLZ_RANS_X86
 // widen_portable in blocks of 32 with AVX2; returns the elements done (a multiple of 32).
 template <class Code>
-NCCLZ_RANS_AVX2 size_t widen_avx2(const uint8_t* b, size_t n, Code* out, bool any, ExtraReader& xr) {
+NCCLZ_RANS_AVX2_BMI2 size_t widen_avx2(const uint8_t* b, size_t n, Code* out, bool any, ExtraReader& xr_io) {
   const BucketTable<Code>& bt = bucket_table<Code>();
+  ExtraReader xr = xr_io;  // a local copy stays in registers (out's stores could alias xr_io)
   const __m256i k64 = _mm256_set1_epi8(64);
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -783,6 +792,7 @@ NCCLZ_RANS_AVX2 size_t widen_avx2(const uint8_t* b, size_t n, Code* out, bool an
       }
     }
   }
+  xr_io = xr;
   return i;
 }
 #endif
@@ -944,7 +954,7 @@ Status rans_decode_with(RansImpl impl, const uint8_t* src, size_t len, size_t n,
   bool any = false;
   for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) any |= freq[s] != 0;
   if (!any && xbytes != 0) return Status::Corrupt;
-  ExtraReader xr{xb, xbytes};
+  ExtraReader xr(xb, xbytes);
   size_t i = 0;
 #if NCCLZ_RANS_X86
   if (impl == RansImpl::Avx2 && rans_cpu_has_avx2()) i = widen_avx2(vb, n, out, any, xr);
