@@ -4,6 +4,12 @@
 // (groups of 8 that are all direct next to groups with extra bits, extreme
 // residuals, int32 and int64), and the decoder's round trip of each. The fast
 // paths (groups of 8, any SIMD) must all produce these bytes.
+//
+// The decoders (every RansImpl, rans_decode_bytes) against a plain reference
+// decoder written from the same sections: the same accept/reject decision and
+// the same values, on valid payloads (lengths 1..300000, ragged tails, every
+// predictor's residuals) and on damaged ones (bit flips, truncations, changed
+// lengths, states and words), with exact-size buffers (ASan) and guarded outputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,9 +18,11 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "codec/block_coder.hpp"
+#include "codec/predictor.hpp"
 #include "codec/rans_coder.hpp"
 
 using namespace ncclz::codec;
@@ -109,6 +117,146 @@ std::vector<uint8_t> ref_encode(const std::vector<Code>& r) {
 
 const RansImpl kImpls[] = {RansImpl::Scalar, RansImpl::Avx2};
 
+// Reference decoder (docs/FORMAT.md "Rans" sections 2-4), symbol by symbol with
+// a linear search of the table and a bit-by-bit extra-bit reader. bytes_variant:
+// the FloatExp exponent frame (every symbol 0..255, never extra bits). Returns
+// false where the format says Corrupt; else the values (zigzag values z, or the
+// symbols for the byte variant) in *z.
+bool ref_decode_z(const std::vector<uint8_t>& d, size_t n, uint32_t max_sym, bool bytes_variant,
+                  std::vector<uint64_t>* z) {
+  z->assign(n, 0);
+  if (n == 0) return d.empty();
+  size_t o = 32;
+  if (d.size() < o) return false;
+  uint32_t freq[256] = {}, cum[257] = {};
+  uint32_t sum = 0;
+  for (uint32_t s = 0; s < 256; ++s) {
+    if (!((d[s >> 3] >> (s & 7)) & 1)) continue;
+    if (s > max_sym || o >= d.size()) return false;
+    uint32_t v = d[o++];
+    if (v >= 128) {
+      if (o >= d.size()) return false;
+      const uint32_t hi = d[o++];
+      if (hi < 1 || hi > 31) return false;  // canonical: values 128..4095
+      v = (v & 127) | (hi << 7);
+    }
+    freq[s] = v + 1;
+    sum += v + 1;
+  }
+  if (sum != 4096) return false;
+  for (int s = 0; s < 256; ++s) cum[s + 1] = cum[s] + freq[s];
+  auto u32 = [&](size_t at) {
+    return uint32_t(d[at]) | uint32_t(d[at + 1]) << 8 | uint32_t(d[at + 2]) << 16 | uint32_t(d[at + 3]) << 24;
+  };
+  if (d.size() - o < 40) return false;
+  const uint64_t xbytes = u32(o), rbytes = u32(o + 4);
+  uint64_t x[8];
+  for (int k = 0; k < 8; ++k) x[k] = u32(o + 8 + 4 * k);
+  o += 40;
+  if (rbytes % 2 || uint64_t(d.size() - o) != xbytes + rbytes) return false;
+  const size_t xs = o, ws = o + size_t(xbytes), we = ws + size_t(rbytes);
+  for (int k = 0; k < 8; ++k)
+    if (x[k] < (1u << 16)) return false;
+  std::vector<uint32_t> syms(n);
+  size_t w = ws;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t& st = x[i % 8];
+    const uint32_t slot = uint32_t(st % 4096);
+    uint32_t s = 0;
+    while (!(cum[s] <= slot && slot < cum[s] + freq[s])) ++s;
+    syms[i] = s;
+    st = freq[s] * (st >> 12) + slot - cum[s];
+    if (st < (1u << 16)) {
+      if (we - w < 2) return false;
+      st = (st << 16) | uint32_t(d[w]) | uint32_t(d[w + 1]) << 8;
+      w += 2;
+    }
+  }
+  if (w != we) return false;
+  for (int k = 0; k < 8; ++k)
+    if (x[k] != (1u << 16)) return false;
+  bool any_big = false;
+  for (uint32_t s = 128; s < 256; ++s) any_big |= !bytes_variant && freq[s] != 0;
+  if (!any_big && xbytes != 0) return false;
+  uint64_t bit = 0;  // extra bits, LSB first, one at a time
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t s = syms[i];
+    if (bytes_variant || s < 128) {
+      (*z)[i] = s;
+      continue;
+    }
+    const uint32_t j = s - 128, L = 8 + j / 2;
+    uint64_t e = 0;
+    for (uint32_t b = 0; b < L - 2; ++b, ++bit) {
+      if (bit >= 8 * xbytes) return false;
+      e |= uint64_t((d[xs + bit / 8] >> (bit % 8)) & 1) << b;
+    }
+    (*z)[i] = (uint64_t(2 | (j & 1)) << (L - 2)) | e;
+  }
+  if (8 * xbytes - bit >= 8) return false;  // a whole byte left over
+  for (; bit < 8 * xbytes; ++bit)
+    if ((d[xs + bit / 8] >> (bit % 8)) & 1) return false;  // padding bits are 0
+  return true;
+}
+
+template <class Code>
+bool ref_decode(const std::vector<uint8_t>& d, size_t n, std::vector<Code>* out) {
+  std::vector<uint64_t> z;
+  const bool ok = ref_decode_z(d, n, rans_max_symbol(int(sizeof(Code) * 8)), false, &z);
+  out->resize(n);
+  using U = std::make_unsigned_t<Code>;
+  for (size_t i = 0; i < n; ++i) (*out)[i] = Code(U((U(z[i]) >> 1) ^ (U(0) - (U(z[i]) & 1))));
+  return ok;
+}
+
+// Every decoder implementation against the reference on payload d (valid or
+// not): same decision, same values when valid; never a write past n values.
+template <class Code>
+void expect_decoders_match(const std::vector<uint8_t>& d, size_t n, const std::string& what) {
+  std::vector<Code> want;
+  const bool ok = ref_decode(d, n, &want);
+  for (RansImpl impl : kImpls) {
+    if (!rans_impl_available(impl)) continue;
+    std::vector<uint8_t> exact(d);                     // exact-size block: ASan catches overreads
+    std::vector<Code> out(n + 4, Code(0x5A));          // guard values after n
+    const Status s = rans_decode_with(impl, exact.empty() ? nullptr : exact.data(), exact.size(), n, out.data());
+    ASSERT_EQ(s == Status::Ok, ok) << what << " impl " << int(impl) << " n " << n << " bytes " << sizeof(Code);
+    for (size_t k = n; k < n + 4; ++k) ASSERT_EQ(out[k], Code(0x5A)) << what << ": write past the end";
+    ASSERT_TRUE(exact == d) << what << ": the input was modified";
+    if (ok) {
+      out.resize(n);
+      ASSERT_TRUE(out == want) << what << " impl " << int(impl) << ": values differ from the reference";
+    }
+  }
+}
+
+// Damaged copies of a valid payload, each checked against the reference.
+template <class Code>
+void fuzz_against_reference(const std::vector<uint8_t>& good, size_t n, std::mt19937_64& g, int tries,
+                            const std::string& what) {
+  const size_t len = good.size();
+  for (int t = 0; t < tries; ++t) {
+    std::vector<uint8_t> d(good);
+    const int kind = int(g() % 6);
+    switch (kind) {
+      case 0: d[g() % len] ^= uint8_t(1u << (g() % 8)); break;           // one bit anywhere
+      case 1: d.resize(g() % len); break;                                 // truncated
+      case 2: d[len - 1 - g() % std::min<size_t>(len, 64)] = uint8_t(g()); break;  // near the end (words)
+      case 3: {                                                           // the states or lengths
+        const size_t from = std::min<size_t>(len - 1, 32 + g() % 64);
+        d[from + g() % std::max<size_t>(1, std::min<size_t>(48, len - from))] ^= uint8_t(1u << (g() % 8));
+        break;
+      }
+      case 4: d.push_back(uint8_t(g())); break;                           // one byte more
+      default:                                                            // a few random bytes
+        for (int k = 0; k < 3; ++k) d[g() % len] = uint8_t(g());
+        break;
+    }
+    expect_decoders_match<Code>(d, n, what + " damage " + std::to_string(kind));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 // Residual generators: `kind` picks the mixture.
 template <class Code>
 std::vector<Code> residuals(size_t n, int kind, std::mt19937_64& g) {
@@ -162,6 +310,8 @@ void check_kind(int kind) {
       ASSERT_NE(bytes, kNoFit);
       buf.resize(bytes);
       ASSERT_EQ(buf, want);
+      expect_decoders_match<Code>(buf, n, "kind " + std::to_string(kind));
+      if (n <= 4099) fuzz_against_reference<Code>(buf, n, g, n < 100 ? 40 : 15, "kind " + std::to_string(kind));
       std::vector<uint8_t> exact(buf);  // exact-size block: ASan catches overreads
       std::vector<Code> out(n + 1, Code(0x5A));
       ASSERT_EQ(rans_decode(exact.data(), exact.size(), n, out.data()), Status::Ok);
@@ -244,5 +394,120 @@ TEST(RansReference, BytesMatchReference) {
       std::vector<uint8_t> out(n);
       ASSERT_EQ(rans_decode_bytes(buf.data(), buf.size(), n, out.data()), Status::Ok);
       ASSERT_EQ(out, s);
+    }
+}
+
+// Long slices and every ragged tail length against the reference decoder.
+TEST(RansReference, DecodersMatchReferenceLongAndRagged) {
+  std::mt19937_64 g(4242);
+  std::vector<size_t> sizes;
+  for (size_t n = 1; n <= 40; ++n) sizes.push_back(n);
+  for (size_t n : {255, 256, 257, 1023, 65535, 65536 + 7, 262144, 262144 + 3, 300000}) sizes.push_back(n);
+  for (size_t n : sizes)
+    for (int kind : {0, 1, 2, 3, 5, 7}) {
+      if (n > 1000 && (kind == 3 || kind == 5)) continue;
+      const auto r = residuals<int32_t>(n, kind, g);
+      std::vector<uint8_t> buf(64 + 600 + n * 10);
+      buf.resize(rans_encode(r.data(), n, buf.data(), buf.size()));
+      std::vector<int32_t> back;
+      ASSERT_TRUE(ref_decode(buf, n, &back));
+      ASSERT_TRUE(back == r) << "reference round trip n " << n << " kind " << kind;
+      expect_decoders_match<int32_t>(buf, n, "n " + std::to_string(n) + " kind " + std::to_string(kind));
+      if (n > 1000) fuzz_against_reference<int32_t>(buf, n, g, 6, "long n " + std::to_string(n));
+    }
+  for (size_t n : {size_t(1), size_t(33), size_t(65536 + 7), size_t(300000)})
+    for (int kind : {1, 2, 4}) {
+      const auto r = residuals<int64_t>(n, kind, g);
+      std::vector<uint8_t> buf(64 + 600 + n * 10);
+      buf.resize(rans_encode(r.data(), n, buf.data(), buf.size()));
+      expect_decoders_match<int64_t>(buf, n, "int64 n " + std::to_string(n) + " kind " + std::to_string(kind));
+    }
+}
+
+// The residuals every predictor makes of a smooth 3-D field (plus noise and a
+// few spikes): decoders against the reference, then the codes back.
+TEST(RansReference, DecodersMatchReferenceEveryPredictor) {
+  std::mt19937_64 g(99);
+  std::normal_distribution<double> noise(0, 1.5);
+  const uint32_t W = 61, H = 37;
+  const uint32_t P = W * H;
+  const size_t n = size_t(P) * 5 + 3 * W + 11;  // ragged: partial plane and row
+  std::vector<int32_t> q(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double x = double(i % W), y = double((i / W) % H), z = double(i / P);
+    q[i] = int32_t(std::llround(2000 * std::sin(0.05 * x + 0.03 * y) * std::cos(0.2 * z) + 30 * y + noise(g)));
+    if (g() % 5000 == 0) q[i] += int32_t(g() % 2000000) - 1000000;
+  }
+  for (Predictor p : {Predictor::None, Predictor::Delta1, Predictor::Delta2, Predictor::Lorenzo2D,
+                      Predictor::Lorenzo3D}) {
+    std::vector<int32_t> r(n);
+    predict(q.data(), n, p, W, P, r.data());
+    std::vector<uint8_t> buf(64 + 600 + n * 10);
+    buf.resize(rans_encode(r.data(), n, buf.data(), buf.size()));
+    expect_decoders_match<int32_t>(buf, n, "predictor " + std::to_string(int(p)));
+    for (RansImpl impl : kImpls) {
+      if (!rans_impl_available(impl)) continue;
+      std::vector<int32_t> back(n);
+      ASSERT_EQ(rans_decode_with(impl, buf.data(), buf.size(), n, back.data()), Status::Ok);
+      reconstruct(back.data(), n, p, W, P, back.data());
+      ASSERT_TRUE(back == q) << "predictor " << int(p) << " impl " << int(impl);
+    }
+    fuzz_against_reference<int32_t>(buf, n, g, 8, "predictor " + std::to_string(int(p)));
+  }
+}
+
+// Single-symbol tables (the decoder's shortcut): only all states at 2^16 and
+// no words are valid.
+TEST(RansReference, SingleSymbolFramesLikeReference) {
+  for (size_t n : {size_t(1), size_t(8), size_t(13), size_t(5000)})
+    for (int32_t v : {0, 5, -64, 1000}) {
+      const std::vector<int32_t> r(n, v);
+      std::vector<uint8_t> buf(64 + 600 + n * 10);
+      buf.resize(rans_encode(r.data(), n, buf.data(), buf.size()));
+      expect_decoders_match<int32_t>(buf, n, "single");
+      size_t tb = 32;  // bitmap + one frequency (4095: 2 bytes)
+      tb += 2;
+      ASSERT_EQ(buf[32], 0xFF);
+      for (int k = 0; k < 8; ++k) {  // a state other than 2^16
+        auto d = buf;
+        d[tb + 8 + 4 * k] ^= 1;
+        expect_decoders_match<int32_t>(d, n, "single, state " + std::to_string(k));
+        d = buf;
+        d[tb + 8 + 4 * k + 3] = 1;
+        expect_decoders_match<int32_t>(d, n, "single, big state " + std::to_string(k));
+      }
+      auto d = buf;  // a word that nothing consumes
+      d[tb + 4] = 2;
+      d.push_back(0);
+      d.push_back(0);
+      expect_decoders_match<int32_t>(d, n, "single, extra word");
+    }
+}
+
+// The byte variant (FloatExp exponents) against the reference, valid and damaged.
+TEST(RansReference, ByteDecoderMatchesReference) {
+  std::mt19937_64 g(6);
+  for (size_t n : {size_t(1), size_t(9), size_t(1000), size_t(70001)})
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<uint8_t> s(n);
+      for (auto& x : s)
+        x = kind == 0 ? uint8_t(g()) : kind == 1 ? uint8_t(120 + g() % 16) : kind == 2 ? uint8_t(200) : uint8_t(g() % 3 ? 127 : g());
+      std::vector<uint8_t> buf(64 + 600 + 2 * n);
+      buf.resize(rans_encode_bytes(s.data(), n, buf.data(), buf.size()));
+      for (int t = 0; t < 60; ++t) {
+        std::vector<uint8_t> d(buf);
+        if (t) {
+          if (t % 3 == 0) d.resize(g() % d.size());
+          else d[g() % d.size()] ^= uint8_t(1u << (g() % 8));
+        }
+        std::vector<uint64_t> want;
+        const bool ok = ref_decode_z(d, n, 255, true, &want);
+        std::vector<uint8_t> out(n + 4, 0xA5);
+        const Status st = rans_decode_bytes(d.data(), d.size(), n, out.data());
+        ASSERT_EQ(st == Status::Ok, ok) << "n " << n << " kind " << kind << " t " << t;
+        for (size_t k = n; k < n + 4; ++k) ASSERT_EQ(out[k], 0xA5);
+        if (ok)
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], want[i]) << i;
+      }
     }
 }
