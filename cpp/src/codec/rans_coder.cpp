@@ -289,6 +289,7 @@ uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* l
 #if NCCLZ_RANS_X86
 #define NCCLZ_RANS_AVX2 __attribute__((target("avx2")))
 #define NCCLZ_RANS_AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
+#define NCCLZ_RANS_AVX2_LAMBDA __attribute__((target("avx2"), always_inline))
 
 // For each 8-bit mask of renormalizing lanes, a byte shuffle that moves the
 // 16-bit words of those lanes, in lane order, to the top of a 16-byte vector
@@ -361,14 +362,21 @@ NCCLZ_RANS_AVX2 uint8_t* encode_core_avx2(const uint8_t* syms, size_t n, const E
                                            _mm_load_si128(reinterpret_cast<const __m128i*>(lut.m[mask])));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p - 16), words);
     p -= 2 * __builtin_popcount(mask);
-    X = _mm256_blendv_epi8(X, _mm256_srli_epi32(X, 16), ge);
-    // q = floor(x * rcp / 2^64) = floor((x * rcp_hi + floor(x * rcp_lo / 2^32)) / 2^32), per lane.
-    const __m256i Xo = _mm256_srli_epi64(X, 32);
-    const __m256i qe = _mm256_srli_epi64(
-        _mm256_add_epi64(_mm256_mul_epu32(X, rcp_hi), _mm256_srli_epi64(_mm256_mul_epu32(X, rcp_lo), 32)), 32);
-    const __m256i qo = _mm256_add_epi64(_mm256_mul_epu32(Xo, _mm256_srli_epi64(rcp_hi, 32)),
-                                        _mm256_srli_epi64(_mm256_mul_epu32(Xo, _mm256_srli_epi64(rcp_lo, 32)), 32));
-    const __m256i q = _mm256_blend_epi32(qe, qo, 0xAA);  // odd lanes: high halves of qo
+    // q = floor(x * rcp / 2^64) = floor((x * rcp_hi + floor(x * rcp_lo / 2^32)) / 2^32), per lane,
+    // for both x and x >> 16 (the state after renormalization), chosen after: the
+    // multiplies do not wait for the renormalization test (a shorter chain per group).
+    const __m256i rcp_hi_o = _mm256_srli_epi64(rcp_hi, 32), rcp_lo_o = _mm256_srli_epi64(rcp_lo, 32);
+    auto mulhi = [&](__m256i x) NCCLZ_RANS_AVX2_LAMBDA {
+      const __m256i xo = _mm256_srli_epi64(x, 32);
+      const __m256i qe = _mm256_srli_epi64(
+          _mm256_add_epi64(_mm256_mul_epu32(x, rcp_hi), _mm256_srli_epi64(_mm256_mul_epu32(x, rcp_lo), 32)), 32);
+      const __m256i qo = _mm256_add_epi64(_mm256_mul_epu32(xo, rcp_hi_o),
+                                          _mm256_srli_epi64(_mm256_mul_epu32(xo, rcp_lo_o), 32));
+      return _mm256_blend_epi32(qe, qo, 0xAA);  // odd lanes: high halves of qo
+    };
+    const __m256i XS = _mm256_srli_epi32(X, 16);
+    const __m256i q = _mm256_blendv_epi8(mulhi(X), mulhi(XS), ge);
+    X = _mm256_blendv_epi8(X, XS, ge);
     // x' = x + bias + q * cmpl
     const __m256i bias = _mm256_and_si256(bc, lo16), cmpl = _mm256_srli_epi32(bc, 16);
     X = _mm256_add_epi32(_mm256_add_epi32(X, bias), _mm256_mullo_epi32(q, cmpl));
