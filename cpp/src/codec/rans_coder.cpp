@@ -289,7 +289,6 @@ uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* l
 #if NCCLZ_RANS_X86
 #define NCCLZ_RANS_AVX2 __attribute__((target("avx2")))
 #define NCCLZ_RANS_AVX2_BMI2 __attribute__((target("avx2,bmi,bmi2")))
-#define NCCLZ_RANS_AVX2_LAMBDA __attribute__((target("avx2"), always_inline))
 
 // For each 8-bit mask of renormalizing lanes, a byte shuffle that moves the
 // 16-bit words of those lanes, in lane order, to the top of a 16-byte vector
@@ -318,6 +317,17 @@ const CompactLut& compact_lut() {
 __attribute__((target("avx2"), always_inline)) inline __m256i enc_pair(const EncSym* es, const uint8_t* s, int k) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(es + s[k]))),
                                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(es + s[k + 4])), 1);
+}
+
+// floor(x * rcp / 2^64) per lane (x < 2^32, rcp = rcp_hi * 2^32 + rcp_lo) =
+// floor((x * rcp_hi + floor(x * rcp_lo / 2^32)) / 2^32), from 32x32->64 products.
+__attribute__((target("avx2"), always_inline)) inline __m256i mulhi_rcp(__m256i x, __m256i rcp_lo, __m256i rcp_hi) {
+  const __m256i xo = _mm256_srli_epi64(x, 32);
+  const __m256i qe = _mm256_srli_epi64(
+      _mm256_add_epi64(_mm256_mul_epu32(x, rcp_hi), _mm256_srli_epi64(_mm256_mul_epu32(x, rcp_lo), 32)), 32);
+  const __m256i qo = _mm256_add_epi64(_mm256_mul_epu32(xo, _mm256_srli_epi64(rcp_hi, 32)),
+                                      _mm256_srli_epi64(_mm256_mul_epu32(xo, _mm256_srli_epi64(rcp_lo, 32)), 32));
+  return _mm256_blend_epi32(qe, qo, 0xAA);  // odd lanes: high halves of qo
 }
 
 // AVX2 encoder: the 8 states in one register, one group of 8 symbols per step.
@@ -362,20 +372,11 @@ NCCLZ_RANS_AVX2 uint8_t* encode_core_avx2(const uint8_t* syms, size_t n, const E
                                            _mm_load_si128(reinterpret_cast<const __m128i*>(lut.m[mask])));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p - 16), words);
     p -= 2 * __builtin_popcount(mask);
-    // q = floor(x * rcp / 2^64) = floor((x * rcp_hi + floor(x * rcp_lo / 2^32)) / 2^32), per lane,
-    // for both x and x >> 16 (the state after renormalization), chosen after: the
-    // multiplies do not wait for the renormalization test (a shorter chain per group).
-    const __m256i rcp_hi_o = _mm256_srli_epi64(rcp_hi, 32), rcp_lo_o = _mm256_srli_epi64(rcp_lo, 32);
-    auto mulhi = [&](__m256i x) NCCLZ_RANS_AVX2_LAMBDA {
-      const __m256i xo = _mm256_srli_epi64(x, 32);
-      const __m256i qe = _mm256_srli_epi64(
-          _mm256_add_epi64(_mm256_mul_epu32(x, rcp_hi), _mm256_srli_epi64(_mm256_mul_epu32(x, rcp_lo), 32)), 32);
-      const __m256i qo = _mm256_add_epi64(_mm256_mul_epu32(xo, rcp_hi_o),
-                                          _mm256_srli_epi64(_mm256_mul_epu32(xo, rcp_lo_o), 32));
-      return _mm256_blend_epi32(qe, qo, 0xAA);  // odd lanes: high halves of qo
-    };
+    // q = floor(x * rcp / 2^64) per lane, for both x and x >> 16 (the state after
+    // renormalization), chosen after: the multiplies do not wait for the
+    // renormalization test (a shorter chain per group).
     const __m256i XS = _mm256_srli_epi32(X, 16);
-    const __m256i q = _mm256_blendv_epi8(mulhi(X), mulhi(XS), ge);
+    const __m256i q = _mm256_blendv_epi8(mulhi_rcp(X, rcp_lo, rcp_hi), mulhi_rcp(XS, rcp_lo, rcp_hi), ge);
     X = _mm256_blendv_epi8(X, XS, ge);
     // x' = x + bias + q * cmpl
     const __m256i bias = _mm256_and_si256(bc, lo16), cmpl = _mm256_srli_epi32(bc, 16);
