@@ -94,7 +94,9 @@ size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_
 template <class Code>
 size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 
-/// Decodes n residuals; never reads or writes out of bounds; Status::Corrupt on inconsistency.
+/// Decodes n residuals; never reads or writes out of bounds; Status::Corrupt on inconsistency
+/// (out's contents are then unspecified). out must not overlap src: the symbol pass already
+/// writes into out (its last n bytes) while it reads src.
 template <class Code>
 Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out);
 
