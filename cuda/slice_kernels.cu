@@ -304,7 +304,7 @@ __global__ void dec_header_kernel(const uint8_t* __restrict__ src, const uint64_
     } else if (h.codec == Codec::Block) {
       if (h.payload_bytes < codec::block_nibble_bytes(codec::block_count(cnt))) r = Status::Corrupt;
     } else {
-      r = Status::Unsupported;  // Rans: no device decoder yet
+      r = Status::Unsupported;  // Rans, Sparse: no device decoder yet
     }
   }
   s.status = int(r);

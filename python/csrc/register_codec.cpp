@@ -103,6 +103,7 @@ cz::EncodeOptions::Choice choice_of(int codec) {
     case 2: return Ch::Block;
     case 3: return Ch::Rans;
     case 4: return Ch::FloatExp;
+    case 5: return Ch::Sparse;
   }
   throw ncclz::InvalidArgument("ncclz.codec: unknown codec id " + std::to_string(codec));
 }

@@ -25,7 +25,7 @@ from .spec import Lossless, Lossy
 __all__ = ["CODECS", "PREDICTORS", "SUPPORTED_DTYPES", "compress", "decompress", "inspect"]
 
 #: Codec names accepted by ``compress(codec=...)`` (None or "auto": the selector chooses per slice).
-CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4}
+CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4, "sparse": 5}
 #: Predictor names accepted by ``compress(predictor=...)`` (None or "auto": the selector chooses).
 PREDICTORS = {"auto": -1, "none": 0, "delta1": 1, "delta2": 2, "lorenzo2d": 3, "lorenzo3d": 4}
 #: Layouts accepted by ``compress(layout=...)`` (None or "auto": classic, interp tried on smooth data).
@@ -92,7 +92,8 @@ def compress(
             (``ml_dtypes.bfloat16`` or ``torch.bfloat16``), int32, int64 or uint8 (lossless only).
         spec: ``ncclz.Lossy(abs=E)``, ``ncclz.Lossy(rel=r)`` or ``ncclz.Lossless()``.
         codec: None or ``"auto"`` (the selector picks per slice), or force one of ``"raw"``,
-            ``"block"``, ``"rans"``, ``"floatexp"`` (lossless float32/float16/bfloat16 only).
+            ``"block"``, ``"rans"``, ``"sparse"`` (integer codes or data), ``"floatexp"``
+            (lossless float32/float16/bfloat16 only).
         predictor: None/``"auto"``, or force ``"none"``, ``"delta1"``, ``"delta2"``,
             ``"lorenzo2d"`` (>= 2-D) or ``"lorenzo3d"`` (>= 3-D) for the integer coders.
         layout: lossy mode only. None/``"auto"``: the classic layout (slices of codes on the

@@ -264,7 +264,7 @@ TEST(Container, ForcedCodecsAndPredictors) {
   };
   const Force forces[] = {{Choice::Raw, -1},   {Choice::Block, -1}, {Choice::Rans, -1}, {Choice::Block, 1},
                           {Choice::Rans, 2},   {Choice::Block, 3},  {Choice::Rans, 4},  {Choice::Auto, 4},
-                          {Choice::Block, 0}};
+                          {Choice::Block, 0},  {Choice::Sparse, -1}, {Choice::Sparse, 1}};
   for (const Force& f : forces) {
     EncodeOptions opt;
     opt.choice = f.c;
@@ -287,6 +287,9 @@ TEST(Container, ForcedCodecsAndPredictors) {
         if (f.c == Choice::Rans) {
           EXPECT_TRUE(c == int(Codec::Rans) || c == int(Codec::Raw)) << what;
         }
+        if (f.c == Choice::Sparse) {
+          EXPECT_TRUE(c == int(Codec::Sparse) || c == int(Codec::Raw)) << what;
+        }
         if (f.p >= 0 && c != int(Codec::Raw)) {
           EXPECT_EQ(p, f.p) << what;
         }
@@ -300,9 +303,9 @@ TEST(Container, ForcedCodecsAndPredictors) {
     const auto blob = compress(x.data(), ElemType::F32, shape, Spec::lossless(), opt);
     EXPECT_EQ(decompress(blob.data(), blob.size()).bytes, x);
   }
-  // Lossless integers with Block and Rans and predictors.
+  // Lossless integers with Block, Rans and Sparse and predictors.
   const auto xi = make_bytes(ElemType::I32, numel(shape), 4, false);
-  for (Choice c : {Choice::Block, Choice::Rans}) {
+  for (Choice c : {Choice::Block, Choice::Rans, Choice::Sparse}) {
     for (int p = 0; p < kNumPredictors; ++p) {
       EncodeOptions opt;
       opt.choice = c;
@@ -377,7 +380,7 @@ std::vector<ByteBuffer> small_blobs() {
   const auto xb = make_bytes(ElemType::BF16, 65, 12, true);
   blobs.push_back(compress(xb.data(), ElemType::BF16, shape, Spec::lossy_rel(1e-3)));
   const auto xi = make_bytes(ElemType::I64, 65, 13, false);
-  for (Choice c : {Choice::Block, Choice::Rans}) {
+  for (Choice c : {Choice::Block, Choice::Rans, Choice::Sparse}) {
     EncodeOptions opt;
     opt.choice = c;
     blobs.push_back(compress(xi.data(), ElemType::I64, shape, Spec::lossless(), opt));

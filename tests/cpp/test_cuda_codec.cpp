@@ -356,8 +356,9 @@ TEST(CudaCodec, BatchesMatchCpu) {
   batch_matches_cpu<int32_t>(40000, 33, 2, 0, 0, Dist::WideGauss);
 }
 
-// Slices the CPU selector chose (Raw, Block with any predictor, Rans) decode on
-// the device, or report Unsupported for Rans (no device rANS decoder yet).
+// Slices the CPU selector chose (Raw, Block with any predictor, Rans, Sparse)
+// decode on the device, or report Unsupported for Rans and Sparse (no device
+// decoder for them yet).
 TEST(CudaCodec, CpuAutoSlicesDecodeOnDevice) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 100;
@@ -378,7 +379,7 @@ TEST(CudaCodec, CpuAutoSlicesDecodeOnDevice) {
       const int st = dstat.download<int>(1)[0];
       SCOPED_TRACE(testing::Message() << "n=" << n << " dist=" << dist_name(d) << " codec=" << int(info.codec)
                                       << " pred=" << int(info.predictor));
-      if (info.codec == Codec::Rans) {
+      if (info.codec == Codec::Rans || info.codec == Codec::Sparse) {
         EXPECT_EQ(st, int(Status::Unsupported));
       } else {
         ASSERT_EQ(st, int(Status::Ok));
@@ -420,11 +421,11 @@ TEST(CudaCodec, CorruptSlicesGiveTheCpuStatus) {
         const size_t esize = t == ElemType::I32 ? 4 : 8;
         std::vector<uint8_t> cpu_out(size_t(count) * esize);
         Status want = decode_slice(bad.data(), len, t, count, cpu_out.data());
-        // A header mutated into a valid Rans header: the device has no rANS
-        // decoder and says Unsupported whatever the payload.
+        // A header mutated into a valid Rans or Sparse header: the device has
+        // no decoder for them and says Unsupported whatever the payload.
         SliceHeader h;
         if (read_header(bad.data(), len, &h) == Status::Ok && h.elem_type == t && h.count == count &&
-            h.codec == Codec::Rans)
+            (h.codec == Codec::Rans || h.codec == Codec::Sparse))
           want = Status::Unsupported;
         auto dsrc = to_device(bad);
         DevBuf dout(size_t(count) * esize), dstat(4);

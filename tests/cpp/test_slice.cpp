@@ -54,7 +54,7 @@ TEST(Slice, EveryForcedCodecAndPredictorRoundTrips) {
   for (size_t n : {size_t(0), size_t(1), size_t(31), size_t(33), size_t(4097), size_t(100003)}) {
     auto v32 = gaussian_codes<int32_t>(n, 40, uint32_t(n));
     auto v64 = gaussian_codes<int64_t>(n, 3e12, uint32_t(n) + 1);
-    for (Choice c : {Choice::Auto, Choice::Raw, Choice::Block, Choice::Rans}) {
+    for (Choice c : {Choice::Auto, Choice::Raw, Choice::Block, Choice::Rans, Choice::Sparse}) {
       for (int p = -1; p < kNumPredictors; ++p) {
         EncodeOptions opt;
         opt.choice = c;
@@ -97,7 +97,7 @@ TEST(Slice, IncompressibleFallsBackToRaw) {
   std::mt19937 rng(1);
   std::vector<int32_t> v(5000);
   for (auto& x : v) x = int32_t(rng());
-  for (Choice c : {Choice::Auto, Choice::Block, Choice::Rans}) {
+  for (Choice c : {Choice::Auto, Choice::Block, Choice::Rans, Choice::Sparse}) {
     EncodeOptions opt;
     opt.choice = c;
     SliceInfo info;
@@ -155,7 +155,7 @@ TEST(Slice, CorruptSlicesNeverCrash) {
   auto v = smooth_codes(4, 16, 64, 1e-2);
   std::mt19937 rng(11);
   std::vector<int32_t> out(v.size());
-  for (Choice c : {Choice::Raw, Choice::Block, Choice::Rans}) {
+  for (Choice c : {Choice::Raw, Choice::Block, Choice::Rans, Choice::Sparse}) {
     for (int p : {0, 1, 3}) {
       EncodeOptions opt;
       opt.choice = c;

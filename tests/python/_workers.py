@@ -657,6 +657,36 @@ def scenario_layout(ncclz, comm, args):
     return out
 
 
+def scenario_sparse(ncclz, comm, args):
+    """all_reduce of sparse gradients (1% nonzero per rank, like the benchmark's "sparse" data) at
+    Lossy(rel=1e-3): the selector's codec (Sparse) against Rans forced; both within the bound."""
+    n, W = 3 << 18, comm.world_size
+    inputs = []
+    for r in range(W):
+        rng = np.random.default_rng(1000 + r)
+        inputs.append((rng.normal(0, 1e-3, n) * (rng.random(n) < 0.01)).astype(np.float32))
+    exact = sum(x.astype(np.float64) for x in inputs)
+    lo = min(float(x.min()) for x in inputs)
+    hi = max(float(x.max()) for x in inputs)
+    out = {}
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class ForcedLossy(ncclz.Lossy):  # a `codec` knob comm.py reads (a distinct class: its own cache key)
+        codec: str = ""
+
+    for codec in ("", "rans"):
+        spec = ForcedLossy(rel=1e-3, codec=codec)
+        x = inputs[comm.rank].copy()
+        comm.all_reduce(x, compression=spec, policy="off")
+        st = comm.last_stats
+        out[codec or "auto"] = dict(
+            ratio=st.ratio, err=float(np.abs(x.astype(np.float64) - exact).max()), bound=1e-3 * (hi - lo),
+            hash=digest(x), compression=st.compression,
+        )
+    return out
+
+
 def scenario_pipeline(ncclz, comm, args):
     """Lossy all_reduce / reduce_scatter over several slices, dtypes and ops, in place and out of place.
     Every element within the bound; digests of the outputs let the test compare the pipelined quantizer

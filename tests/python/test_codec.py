@@ -245,7 +245,20 @@ def test_huge_values_and_outliers():
 # ---- forced codecs ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [None, "auto", "raw", "block", "rans"])
+def test_sparse_data_takes_the_sparse_codec(rng):
+    """1% nonzero values (sparse gradients): the selector picks Sparse on every slice, smaller than
+    Rans forced; inspect() names it; round trip within the bound."""
+    g = rng.normal(0, 1e-3, 1 << 20).astype(np.float32)
+    x = np.where(rng.random(g.size) < 0.01, g, np.float32(0))
+    auto = codec.compress(x, ncclz.Lossy(rel=1e-3))
+    rans = codec.compress(x, ncclz.Lossy(rel=1e-3), codec="rans")
+    info = codec.inspect(auto)
+    assert list(info["codecs"]) == ["sparse"] and info["codecs"]["sparse"]["slices"] == info["slices"]
+    assert auto.size < 0.95 * rans.size  # measured 0.85
+    assert_within(x, codec.decompress(auto), 1e-3 * float(x.max() - x.min()))
+
+
+@pytest.mark.parametrize("name", [None, "auto", "raw", "block", "rans", "sparse"])
 @pytest.mark.parametrize("predictor", [None, "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"])
 def test_forced_codecs_lossy(name, predictor, rng):
     if predictor not in (None, "none") and name == "raw":
@@ -270,7 +283,7 @@ def test_forced_lossless_float_codecs(dtype, name, rng):
     assert np.array_equal(bits(x), bits(y))
 
 
-@pytest.mark.parametrize("name", ["block", "rans"])
+@pytest.mark.parametrize("name", ["block", "rans", "sparse"])
 @pytest.mark.parametrize("predictor", ["none", "delta1", "delta2", "lorenzo2d"])
 def test_forced_lossless_int_codecs(name, predictor, rng):
     x = make(np.dtype(np.int64), (40, 50), rng)
@@ -288,6 +301,8 @@ def test_codec_that_cannot_carry_the_data():
         codec.compress(x, ncclz.Lossless(), codec="block")
     with pytest.raises(ncclz.InvalidArgumentError, match="rans"):
         codec.compress(x.astype(np.uint8), ncclz.Lossless(), codec="rans")
+    with pytest.raises(ncclz.InvalidArgumentError, match="sparse"):
+        codec.compress(x, ncclz.Lossless(), codec="sparse")
     with pytest.raises(ncclz.InvalidArgumentError, match="lorenzo2d"):
         codec.compress(x, ncclz.Lossy(abs=1e-3), predictor="lorenzo2d")
     with pytest.raises(ncclz.InvalidArgumentError, match="lorenzo3d"):

@@ -226,6 +226,20 @@ def test_array_shape_lets_the_wire_codec_use_2d_predictors(tmp_path):
             assert shaped["ratio"] > 1.05 * flat["ratio"], (coll, shaped, flat)
 
 
+def test_sparse_gradients_take_the_sparse_codec(tmp_path):
+    """Sparse gradients (1-3% nonzero codes on the wire): the selector's codec (Sparse) is smaller
+    than Rans forced, every element stays within the bound, and every rank gets the same result."""
+    ranks = run_ranks(tmp_path, "sparse", 3, "shm", timeout=120)
+    ranks.assert_ok()
+    for r in ranks.results:
+        for m in (r["auto"], r["rans"]):
+            assert m["compression"].startswith("lossy"), m
+            assert m["err"] <= m["bound"], m
+        # measured: 84.5 vs 78.4 (Sparse is 4-16% smaller than Rans at 1-4% nonzero)
+        assert r["auto"]["ratio"] > 1.03 * r["rans"]["ratio"], r
+        assert r["auto"]["hash"] == ranks.results[0]["auto"]["hash"] == r["rans"]["hash"]
+
+
 # ---- failures ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_killed_rank_makes_others_raise(tmp_path, transport):

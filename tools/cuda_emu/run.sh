@@ -17,7 +17,7 @@ done
 flags=(-std=c++17 -O1 -g -Wno-unused-function -Wno-subobject-linkage -DNCCLZ_WITH_CUDA=1 -Itools/cuda_emu/include -Icuda -Icpp/include -Icpp/src)
 [ -n "${EMU_SANITIZE:-}" ] && flags+=(-fsanitize="$EMU_SANITIZE" -fno-omit-frame-pointer)
 srcs=("$B"/src/*.cpp tests/cpp/test_cuda_codec.cpp)
-for f in block_coder float_coder predictor quantizer rans_coder slice; do srcs+=("cpp/src/codec/$f.cpp"); done
+for f in block_coder float_coder predictor quantizer rans_coder slice sparse_coder; do srcs+=("cpp/src/codec/$f.cpp"); done
 objs=()
 for s in "${srcs[@]}"; do
   o="$B/obj/$(echo "$s" | tr '/' '_').o"

@@ -86,7 +86,7 @@ int encode_slices_async(const void* d_q, codec::ElemType code_t, size_t n, uint3
 /// (slot k at d_src + k*slot_bytes; slice k's bytes are within the first
 /// d_lens[k] bytes of its slot, or slot_bytes when d_lens is null) into n
 /// codes of type code_t at d_out. Accepts Raw and Block slices with any
-/// predictor (FORMAT.md checks, as decode_slice); Rans and FloatExp slices give
+/// predictor (FORMAT.md checks, as decode_slice); Rans, Sparse and FloatExp slices give
 /// Status::Unsupported (no device decoder yet). Per-slice status to d_status[k];
 /// after an error that slice's output is unspecified.
 int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,

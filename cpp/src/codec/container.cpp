@@ -347,15 +347,17 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
     case Choice::Raw: break;
     case Choice::Block:
     case Choice::Rans:
+    case Choice::Sparse:
       if (!is_code_type(code_type))
-        invalid(std::string("codec '") + (opt.choice == Choice::Block ? "block" : "rans") +
+        invalid(std::string("codec '") +
+                (opt.choice == Choice::Block ? "block" : opt.choice == Choice::Rans ? "rans" : "sparse") +
                 "' codes integers only, and " + what + " " + tname +
                 "; use 'raw', 'floatexp' (float32/float16/bfloat16) or codec=None");
       break;
     case Choice::FloatExp:
       if (!codec_accepts(Codec::FloatExp, code_type, Predictor::None))
         invalid(std::string("codec 'floatexp' codes float32, float16 and bfloat16 losslessly, and ") + what + " " +
-                tname + (spec.mode == Spec::Lossy ? "; use 'block', 'rans', 'raw' or codec=None"
+                tname + (spec.mode == Spec::Lossy ? "; use 'block', 'rans', 'sparse', 'raw' or codec=None"
                                                   : "; use 'raw' or codec=None"));
       break;
   }
@@ -367,7 +369,7 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
         invalid(std::string("predictor '") + predictor_name(p) +
                 "' applies to integer codes only (lossy mode, or int32/int64 data), not to " + tname);
       if (opt.choice == Choice::Raw || opt.choice == Choice::FloatExp)
-        invalid(std::string("predictor '") + predictor_name(p) + "' needs codec 'block' or 'rans'");
+        invalid(std::string("predictor '") + predictor_name(p) + "' needs codec 'block', 'rans' or 'sparse'");
       if (p == Predictor::Lorenzo2D && !(shape.size() >= 2 && l.row > 1))
         invalid("predictor 'lorenzo2d' needs an array of at least 2 dimensions with rows longer than 1");
       if (p == Predictor::Lorenzo3D && !(shape.size() >= 3 && l.plane > l.row && l.row > 1))
@@ -549,6 +551,7 @@ const char* codec_name(Codec c) {
     case Codec::Block: return "block";
     case Codec::Rans: return "rans";
     case Codec::FloatExp: return "floatexp";
+    case Codec::Sparse: return "sparse";
   }
   return "unknown";
 }

@@ -7,6 +7,11 @@
 // of every (codec, predictor) candidate for the whole slice, and picks the
 // smallest fast one (Block or Raw); Rans wins only if its estimate is smaller
 // than that by more than `rans_margin`, because it is several times slower.
+// Where the sample is mostly zeros (`sparse_min_zeros`) the Sparse coder is a
+// candidate too, estimated from the same histogram: it costs time in
+// proportion to the nonzeros, so it takes Rans's place unless Rans is smaller
+// than it by more than `sparse_margin`, and from `sparse_fast_zeros` on it
+// competes with Block and Raw without `rans_margin`.
 // Floats in lossless mode choose between FloatExp and Raw the same way. The
 // encoder falls back to Raw whenever the chosen coder's output would be larger
 // than Raw, so a slice never exceeds max_slice_bytes().
@@ -20,6 +25,7 @@
 #include "codec/float_coder.hpp"
 #include "codec/predictor.hpp"
 #include "codec/rans_coder.hpp"
+#include "codec/sparse_coder.hpp"
 
 namespace ncclz::codec {
 namespace {
@@ -87,9 +93,13 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
   Candidate best_fast = opt.choice == Choice::Block ? Candidate{Codec::Block, Predictor::None, ~size_t(0)}
                                                     : Candidate{Codec::Raw, Predictor::None, raw};
   Candidate best_rans{Codec::Rans, Predictor::None, ~size_t(0)};
+  Candidate best_sparse{Codec::Sparse, Predictor::None, ~size_t(0)};
+  bool sparse_fast = false;  // best_sparse's residuals are mostly zero: about as fast as Block
   if (n == 0) return Candidate{Codec::Raw, Predictor::None, 0};
   const bool want_block = opt.choice == Choice::Auto || opt.choice == Choice::Block;
-  const bool want_rans = opt.choice == Choice::Auto || opt.choice == Choice::Rans;
+  const bool want_sparse = opt.choice == Choice::Auto || opt.choice == Choice::Sparse;
+  // The Rans symbol histogram also gives the Sparse estimate (symbol 0 counts the zeros).
+  const bool want_rans = opt.choice == Choice::Auto || opt.choice == Choice::Rans || want_sparse;
   int candidates = 0;
   for (int pi = 0; pi < kNumPredictors; ++pi)
     candidates += (opt.predictor < 0 || opt.predictor == pi) && predictor_applies(Predictor(pi), opt, n);
@@ -97,7 +107,10 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
   if (candidates == 1 && opt.choice != Choice::Auto) {
     for (int pi = 0; pi < kNumPredictors; ++pi)
       if ((opt.predictor < 0 || opt.predictor == pi) && predictor_applies(Predictor(pi), opt, n))
-        return Candidate{opt.choice == Choice::Block ? Codec::Block : Codec::Rans, Predictor(pi), 0};
+        return Candidate{opt.choice == Choice::Block   ? Codec::Block
+                         : opt.choice == Choice::Rans  ? Codec::Rans
+                                                       : Codec::Sparse,
+                         Predictor(pi), 0};
   }
   // Sample blocks spread evenly over the slice: every `sample_every`-th, and
   // at most `max_sample_blocks` of them.
@@ -120,11 +133,17 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
       sample_residuals(q, off, m, p, a0, a1, r);
       if (want_block) block_cost += block_cost_halfbytes(r, m);
       if (want_rans) {
-        for (int k = 0; k < m; ++k) {
-          uint32_t s, e;
-          rans_symbol_of(r[k], &s, &e);
-          ++hist[s];
-          extra_bits += e;
+        Code any = 0;
+        for (int k = 0; k < m; ++k) any |= r[k];
+        if (any == 0) {
+          hist[0] += uint32_t(m);  // an all-zero block (sparse data: most of them)
+        } else {
+          for (int k = 0; k < m; ++k) {
+            uint32_t s, e;
+            rans_symbol_of(r[k], &s, &e);
+            ++hist[s];
+            extra_bits += e;
+          }
         }
       }
       sampled += size_t(m);
@@ -138,10 +157,30 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
       const size_t est = rans_estimate_bytes(hist, sampled, extra_bits, n);
       if (est < best_rans.est) best_rans = {Codec::Rans, p, est};
     }
+    // Sparse only where the sample is mostly zeros (else it is no faster than
+    // Rans and no smaller), or when forced.
+    const double zeros = double(hist[0]) / double(sampled);
+    if (want_sparse && (opt.choice == Choice::Sparse || zeros >= opt.sparse_min_zeros)) {
+      const size_t est = sparse_estimate_bytes(hist, sampled, extra_bits, n);
+      if (est < best_sparse.est) {
+        best_sparse = {Codec::Sparse, p, est};
+        sparse_fast = zeros >= opt.sparse_fast_zeros;
+      }
+    }
   }
   if (opt.choice == Choice::Rans) return best_rans;
   if (opt.choice == Choice::Block) return best_fast;
-  if (double(best_rans.est) < (1.0 - opt.rans_margin) * double(best_fast.est)) return best_rans;
+  if (opt.choice == Choice::Sparse) return best_sparse;
+  // Sparse decodes in O(nonzeros) and encodes in one scan plus O(nonzeros):
+  // it takes the place of Rans unless Rans beats it by sparse_margin, and
+  // where the residuals are mostly zeros it competes with the fast codecs as
+  // it is.
+  Candidate entropy = best_rans;
+  if (best_sparse.est != ~size_t(0) && double(best_rans.est) >= (1.0 - opt.sparse_margin) * double(best_sparse.est)) {
+    entropy = best_sparse;
+    if (sparse_fast && best_sparse.est < best_fast.est) return best_sparse;
+  }
+  if (double(entropy.est) < (1.0 - opt.rans_margin) * double(best_fast.est)) return entropy;
   return best_fast;
 }
 
@@ -156,7 +195,23 @@ size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOpt
     predict(q, n, c.predictor, a0, a1, tmp);
     r = tmp;
   }
-  return c.codec == Codec::Block ? block_encode(r, n, dst, cap) : rans_encode(r, n, dst, cap);
+  switch (c.codec) {
+    case Codec::Block: return block_encode(r, n, dst, cap);
+    case Codec::Sparse: return sparse_encode(r, n, dst, cap);
+    default: return rans_encode(r, n, dst, cap);
+  }
+}
+
+template <class Code>
+Status decode_codes(const SliceHeader& h, const uint8_t* payload, size_t plen, uint32_t count, Code* q) {
+  Status s;
+  switch (h.codec) {
+    case Codec::Block: s = block_decode(payload, plen, count, q); break;
+    case Codec::Sparse: s = sparse_decode(payload, plen, count, q); break;
+    default: s = rans_decode(payload, plen, count, q); break;
+  }
+  if (s == Status::Ok) reconstruct(q, count, h.predictor, h.pred_arg0, h.pred_arg1, q);
+  return s;
 }
 
 Status fail(Status s, SliceInfo* info) {
@@ -176,7 +231,7 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
   Candidate c;  // Raw unless something better applies
   if (opt.choice == Choice::FloatExp && !codec_accepts(Codec::FloatExp, t, Predictor::None))
     return fail(Status::Unsupported, info);
-  if ((opt.choice == Choice::Block || opt.choice == Choice::Rans) && !is_code_type(t))
+  if ((opt.choice == Choice::Block || opt.choice == Choice::Rans || opt.choice == Choice::Sparse) && !is_code_type(t))
     return fail(Status::Unsupported, info);
   if (opt.choice != Choice::Raw && count > 0) {
     if (t == ElemType::I32) {
@@ -236,14 +291,11 @@ Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, 
       break;
     case Codec::Block:
     case Codec::Rans:
+    case Codec::Sparse:
       if (t == ElemType::I32) {
-        auto* q = static_cast<int32_t*>(dst);
-        s = h.codec == Codec::Block ? block_decode(payload, plen, count, q) : rans_decode(payload, plen, count, q);
-        if (s == Status::Ok) reconstruct(q, count, h.predictor, h.pred_arg0, h.pred_arg1, q);
+        s = decode_codes(h, payload, plen, count, static_cast<int32_t*>(dst));
       } else {
-        auto* q = static_cast<int64_t*>(dst);
-        s = h.codec == Codec::Block ? block_decode(payload, plen, count, q) : rans_decode(payload, plen, count, q);
-        if (s == Status::Ok) reconstruct(q, count, h.predictor, h.pred_arg0, h.pred_arg1, q);
+        s = decode_codes(h, payload, plen, count, static_cast<int64_t*>(dst));
       }
       break;
     case Codec::FloatExp: s = floatexp_decode(payload, plen, t, count, dst); break;

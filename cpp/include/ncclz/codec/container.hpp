@@ -137,7 +137,7 @@ BlobInfo inspect(const uint8_t* blob, size_t len);
 
 /// Lower-case names used by the Python API and in messages.
 const char* elem_type_name(ElemType t);     ///< "float32", "bfloat16", "int32", ...
-const char* codec_name(Codec c);            ///< "raw", "block", "rans", "floatexp"
+const char* codec_name(Codec c);            ///< "raw", "block", "rans", "floatexp", "sparse"
 const char* predictor_name(Predictor p);    ///< "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"
 
 }  // namespace ncclz::codec

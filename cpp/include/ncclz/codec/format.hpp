@@ -64,10 +64,11 @@ enum class Codec : uint8_t {
   Block = 1,     ///< fixed-length blocks of 32 integer codes, zero blocks ~1 byte (I32, I64)
   Rans = 2,      ///< rANS entropy coder over integer residuals (I32, I64)
   FloatExp = 3,  ///< lossless float: exponents rANS-coded, sign+mantissa raw (F32, F16, BF16)
+  Sparse = 4,    ///< mostly-zero integer residuals: nonzero count, gaps and values (I32, I64)
 };
-constexpr int kNumCodecs = 4;
+constexpr int kNumCodecs = 5;
 
-/// Predictor applied to integer codes before Block or Rans (wrapping arithmetic).
+/// Predictor applied to integer codes before Block, Rans or Sparse (wrapping arithmetic).
 enum class Predictor : uint8_t {
   None = 0,
   Delta1 = 1,     ///< r[i] = q[i] - q[i-1]
@@ -152,7 +153,8 @@ NCCLZ_HD constexpr bool codec_accepts(Codec c, ElemType t, Predictor p) {
   switch (c) {
     case Codec::Raw: return p == Predictor::None;
     case Codec::Block:
-    case Codec::Rans: return is_code_type(t);
+    case Codec::Rans:
+    case Codec::Sparse: return is_code_type(t);
     case Codec::FloatExp:
       return p == Predictor::None && (t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16);
   }

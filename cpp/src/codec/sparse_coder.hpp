@@ -1,0 +1,62 @@
+// Sparse coder: integer residuals that are mostly zero, coded as the number of
+// nonzeros k, the gaps between them and their values. Payload layout and the
+// decoder's checks: docs/FORMAT.md, section "Sparse".
+//
+//   4 bytes   k, u32: nonzero residuals (0..n); k = 0 ends the payload
+//   1 byte    gs: gap shift (0..31)
+//   1 byte    vs: value shift (0..bits-1)
+//   4 bytes   G, u32: bytes of the gap frame
+//   ceil(k * (gs + vs) / 8) bytes   low bits: for each nonzero, the low gs bits
+//             of its gap, then the low vs bits of its value, LSB first
+//   G bytes   gap frame: a Rans payload (I32) of k residuals whose zigzag is
+//             gap >> gs (gap = zeros before the nonzero since the previous one)
+//   rest      value frame: a Rans payload (of the slice's type) of k residuals
+//             whose zigzag is (zigzag(value) - 1) >> vs
+//
+// Decoding costs O(k) plus one memset of the output; encoding one vectorized
+// scan for nonzeros plus O(k). The shifts move the nearly uniform low bits of
+// large gaps and values out of the entropy coder (smaller tables, same size).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ncclz/codec/format.hpp"
+
+namespace ncclz::codec {
+
+/// Bytes before the low-bit stream when k > 0 (k, gs, vs, G).
+constexpr size_t kSparseHeadBytes = 10;
+
+/// Encodes r[0..n) into dst; returns payload bytes, or kNoFit (block_coder.hpp)
+/// if more than cap. n = 0 gives an empty payload.
+template <class Code>
+size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
+
+/// Decodes n residuals from the len-byte payload at src. Never reads past
+/// src+len or writes past out+n; any inconsistency gives Status::Corrupt.
+template <class Code>
+Status sparse_decode(const uint8_t* src, size_t len, size_t n, Code* out);
+
+/// Estimated payload bytes for n residuals of a B-bit type from a sample:
+/// hist[kRansAlphabet] is the sampled histogram of Rans symbols
+/// (rans_symbol_of; hist[0] counts the zeros), sampled_total the sampled
+/// residuals and sampled_extra_bits their Rans extra bits. Models the gaps as
+/// geometric (independent positions): n * H(p) bits with p the sampled
+/// nonzero fraction, plus the values' Rans estimate and the framing.
+size_t sparse_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n);
+
+/// The encoder's scan for nonzeros: positions of the nonzero values of
+/// r[0..n) into pos and the values into val (room for n each), in increasing
+/// order; returns their number. sparse_encode uses the best implementation
+/// available; all give the same result. (Exposed for tests and benchmarks.)
+enum class SparseScan : uint8_t {
+  Scalar = 0,  ///< any platform
+  Sse2 = 1,    ///< x86-64: compare and movemask, 32 (int32) or 16 (int64) values a step
+  Avx2 = 2,    ///< x86-64 with AVX2 (runtime check): 64 or 32 values a step, zero steps skipped
+};
+bool sparse_scan_available(SparseScan impl);
+template <class Code>
+size_t sparse_find_nonzeros(SparseScan impl, const Code* r, size_t n, uint32_t* pos, Code* val);
+
+}  // namespace ncclz::codec
