@@ -675,7 +675,7 @@ def scenario_sparse(ncclz, comm, args):
     class ForcedLossy(ncclz.Lossy):  # a `codec` knob comm.py reads (a distinct class: its own cache key)
         codec: str = ""
 
-    for codec in ("", "rans"):
+    for codec in ("", "rans", "sparse"):
         spec = ForcedLossy(rel=1e-3, codec=codec)
         x = inputs[comm.rank].copy()
         comm.all_reduce(x, compression=spec, policy="off")

@@ -106,6 +106,7 @@ codec::EncodeOptions::Choice parse_codec(const std::string& s, bool* ok) {
   if (s == "block") return C::Block;
   if (s == "rans") return C::Rans;
   if (s == "floatexp" || s == "float") return C::FloatExp;
+  if (s == "sparse") return C::Sparse;
   *ok = false;
   return C::Auto;
 }
@@ -118,6 +119,7 @@ bool choice_accepts(codec::EncodeOptions::Choice ch, ElemType t) {
     case C::Block: return codec::codec_accepts(codec::Codec::Block, t, codec::Predictor::None);
     case C::Rans: return codec::codec_accepts(codec::Codec::Rans, t, codec::Predictor::None);
     case C::FloatExp: return codec::codec_accepts(codec::Codec::FloatExp, t, codec::Predictor::None);
+    case C::Sparse: return codec::codec_accepts(codec::Codec::Sparse, t, codec::Predictor::None);
   }
   return false;
 }
@@ -447,7 +449,7 @@ std::string CommunicatorImpl::check_compression(DataType t, Mode m, const Compre
   if (c.codec.size() >= sizeof(CallDesc::codec)) return "codec name '" + c.codec + "' is too long";
   bool ok = false;
   const auto ch = parse_codec(c.codec, &ok);
-  if (!ok) return "unknown codec '" + c.codec + "' (auto, raw, block, rans, floatexp)";
+  if (!ok) return "unknown codec '" + c.codec + "' (auto, raw, block, rans, sparse, floatexp)";
   if (m == Mode::Lossless && !choice_accepts(ch, elem_of(t))) {
     return "codec '" + c.codec + "' does not accept " + dtype_name(uint8_t(t)) + " values in lossless mode";
   }
