@@ -91,12 +91,7 @@ enum : uint8_t { kModeBlock = 0, kModeRaw = 1, kModeNone = 2 };
 // The CPU selector's rule for a forced predictor (slice.cpp, predictor_applies):
 // a predictor that does not apply to this slice becomes None.
 __host__ __device__ Predictor effective_predictor(Predictor p, uint32_t row, uint32_t plane, size_t cnt) {
-  switch (p) {
-    case Predictor::Lorenzo2D: return row > 1 && cnt > row ? p : Predictor::None;
-    case Predictor::Lorenzo3D:
-      return row > 1 && plane > row && plane % row == 0 && cnt > plane ? p : Predictor::None;
-    default: return p;
-  }
+  return codec::predictor_fits(p, row, plane, cnt) ? p : Predictor::None;
 }
 
 __device__ __forceinline__ size_t global_warp() { return (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }

@@ -40,15 +40,7 @@ uint8_t* scratch(size_t bytes) {
 }
 
 bool predictor_applies(Predictor p, const EncodeOptions& opt, size_t n) {
-  switch (p) {
-    case Predictor::None:
-    case Predictor::Delta1:
-    case Predictor::Delta2: return true;
-    case Predictor::Lorenzo2D: return opt.row > 1 && n > opt.row;
-    case Predictor::Lorenzo3D:
-      return opt.row > 1 && opt.plane > opt.row && opt.plane % opt.row == 0 && n > opt.plane;
-  }
-  return false;
+  return int(p) < kNumPredictors && predictor_fits(p, opt.row, opt.plane, n);
 }
 
 void predictor_args(Predictor p, const EncodeOptions& opt, uint32_t* a0, uint32_t* a1) {

@@ -78,6 +78,18 @@ enum class Predictor : uint8_t {
 };
 constexpr int kNumPredictors = 5;
 
+/// Whether predictor p can run on a slice of n values with rows of `row` values
+/// and planes of `plane` values: the Lorenzo predictors need more than one row
+/// (2D) or plane (3D), and planes of whole rows; the others always can. The
+/// host selector and the device encoder use this one rule.
+NCCLZ_HD constexpr bool predictor_fits(Predictor p, uint64_t row, uint64_t plane, uint64_t n) {
+  switch (p) {
+    case Predictor::Lorenzo2D: return row > 1 && n > row;
+    case Predictor::Lorenzo3D: return row > 1 && plane > row && plane % row == 0 && n > plane;
+    default: return true;
+  }
+}
+
 enum class Status : int {
   Ok = 0,
   Truncated,      ///< buffer shorter than the header or payload says
