@@ -36,6 +36,7 @@
 using namespace ncclz::codec;
 using ncclz_bench::g_best;
 using ncclz_bench::g_wall;
+using ncclz_bench::load_npy;
 using ncclz_bench::now_seconds;
 
 namespace {
@@ -138,33 +139,6 @@ void run(const char* label, const std::vector<int32_t>& q, int rounds) {
                 coders[c].name, bytes / double(total), total, bytes / e * 1e-9, e / double(n) * 1e9, bytes / d * 1e-9,
                 d / double(n) * 1e9);
   }
-}
-
-// Minimal .npy reader: float32 ('<f4'), C order, version 1 header.
-bool load_npy(const std::string& path, std::vector<float>* x, std::vector<int64_t>* shape) {
-  std::ifstream f(path, std::ios::binary);
-  char magic[8];
-  if (!f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0 || magic[6] != 1) return false;
-  uint16_t h = 0;
-  f.read(reinterpret_cast<char*>(&h), 2);
-  std::string hdr(h, ' ');
-  f.read(&hdr[0], h);
-  if (hdr.find("'<f4'") == std::string::npos || hdr.find("'fortran_order': False") == std::string::npos) return false;
-  const size_t a = hdr.find("'shape': (") + 10, b = hdr.find(')', a);
-  shape->clear();
-  size_t n = 1;
-  for (size_t p = a; p < b;) {
-    const size_t c = std::min(hdr.find(',', p), b);
-    const std::string t = hdr.substr(p, c - p);
-    if (t.find_first_of("0123456789") != std::string::npos) {
-      shape->push_back(std::atoll(t.c_str()));
-      n *= size_t(shape->back());
-    }
-    p = c + 1;
-  }
-  x->resize(n);
-  f.read(reinterpret_cast<char*>(x->data()), std::streamsize(n * 4));
-  return bool(f);
 }
 
 void blobs(const char* path) {
