@@ -374,6 +374,51 @@ TEST(Quantizer, FiniteRange) {
   EXPECT_EQ(finite_max_abs(h.data(), h.size()), std::ldexp(1.0, -24));
 }
 
+// finite_stats takes a vector fast path when every element is finite and the
+// careful loop otherwise: both must give the plain definition's answer, for
+// every length (vector body and tail) and a non-finite value at any position.
+template <class T>
+void check_finite_stats_against_reference(uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> nd(0.0, 100.0);
+  const T specials[] = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                        -std::numeric_limits<T>::infinity()};
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 70; ++n) lengths.push_back(n);
+  lengths.push_back(1000003);
+  for (size_t n : lengths) {
+    std::vector<T> x(n);
+    for (auto& v : x) v = T(nd(rng));
+    // -1: all finite; otherwise one special value at a position that moves over the vector body and the tail
+    for (int pos = -1; pos < int(std::min<size_t>(n, 40)); ++pos) {
+      std::vector<T> y = x;
+      const size_t at = pos < 0 ? 0 : (n > 40 ? size_t(pos) * (n / 40) + size_t(pos % 3) : size_t(pos));
+      if (pos >= 0) y[std::min(at, n - 1)] = specials[size_t(pos) % 3];
+      double lo = 7, hi = 7, rlo = INFINITY, rhi = -INFINITY;
+      bool nf = false, rnf = false;
+      for (T v : y) {
+        if (!std::isfinite(v)) {
+          rnf = true;
+          continue;
+        }
+        rlo = std::min(rlo, double(v));
+        rhi = std::max(rhi, double(v));
+      }
+      const bool any = finite_stats(y.data(), n, &lo, &hi, &nf);
+      SCOPED_TRACE("n=" + std::to_string(n) + " pos=" + std::to_string(pos));
+      ASSERT_EQ(any, rlo <= rhi);
+      ASSERT_EQ(nf, rnf);
+      if (any) {
+        ASSERT_EQ(lo, rlo);
+        ASSERT_EQ(hi, rhi);
+      }
+    }
+  }
+}
+
+TEST(Quantizer, FiniteStatsMatchesReferenceFloat) { check_finite_stats_against_reference<float>(11); }
+TEST(Quantizer, FiniteStatsMatchesReferenceDouble) { check_finite_stats_against_reference<double>(12); }
+
 // ---- 16-bit float conversions ---------------------------------------------------
 
 namespace {

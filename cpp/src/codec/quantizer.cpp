@@ -10,6 +10,10 @@
 #include <cmath>
 #include <type_traits>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 #if defined(__FAST_MATH__)
 #error "quantizer.cpp relies on IEEE rounding (round_to_integer, the bound check): no -ffast-math"
 #endif
@@ -119,8 +123,88 @@ NCCLZ_MULTIVERSION void dequantize_i64_impl(const int64_t* __restrict q, size_t 
 bool is_finite_bits(float x) { return (bits_of(x) & 0x7F800000u) != 0x7F800000u; }
 bool is_finite_bits(double x) { return (bits_of(x) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull; }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define NCCLZ_QUANT_AVX2 __attribute__((target("avx2")))
+// The statistics scan before every lossy call reads the whole input once, so
+// it runs at memory speed where it can: min/max with vminps/vmaxps over two
+// accumulators and an "exponent all ones" flag; NaN never replaces a minimum or
+// maximum (vminps/vmaxps return their second operand when one is NaN). Returns
+// false when some element is non-finite: the caller then runs the careful loop,
+// which excludes +-Inf from the range (the common case, all finite, pays one
+// pass; the careful loop did ~5 GB/s, this ~10 GB/s on one core).
+NCCLZ_QUANT_AVX2 bool all_finite_minmax_avx2(const float* x, size_t n, float* lo, float* hi) {
+  __m256 l0 = _mm256_set1_ps(INFINITY), l1 = l0, h0 = _mm256_set1_ps(-INFINITY), h1 = h0;
+  const __m256i m = _mm256_set1_epi32(0x7F800000);
+  __m256i e = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+    l0 = _mm256_min_ps(a, l0);
+    l1 = _mm256_min_ps(b, l1);
+    h0 = _mm256_max_ps(a, h0);
+    h1 = _mm256_max_ps(b, h1);
+    const __m256i ea = _mm256_and_si256(_mm256_castps_si256(a), m), eb = _mm256_and_si256(_mm256_castps_si256(b), m);
+    e = _mm256_or_si256(e, _mm256_or_si256(_mm256_cmpeq_epi32(ea, m), _mm256_cmpeq_epi32(eb, m)));
+  }
+  alignas(32) float L[8], H[8];
+  _mm256_store_ps(L, _mm256_min_ps(l0, l1));
+  _mm256_store_ps(H, _mm256_max_ps(h0, h1));
+  bool bad = !_mm256_testz_si256(e, e);
+  float l = INFINITY, h = -INFINITY;
+  for (int k = 0; k < 8; ++k) {
+    l = L[k] < l ? L[k] : l;
+    h = H[k] > h ? H[k] : h;
+  }
+  for (; i < n; ++i) {
+    bad |= !is_finite_bits(x[i]);
+    l = x[i] < l ? x[i] : l;
+    h = x[i] > h ? x[i] : h;
+  }
+  *lo = l;
+  *hi = h;
+  return !bad;
+}
+NCCLZ_QUANT_AVX2 bool all_finite_minmax_avx2(const double* x, size_t n, double* lo, double* hi) {
+  __m256d l0 = _mm256_set1_pd(INFINITY), l1 = l0, h0 = _mm256_set1_pd(-INFINITY), h1 = h0;
+  const __m256i m = _mm256_set1_epi64x(0x7FF0000000000000ll);
+  __m256i e = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256d a = _mm256_loadu_pd(x + i), b = _mm256_loadu_pd(x + i + 4);
+    l0 = _mm256_min_pd(a, l0);
+    l1 = _mm256_min_pd(b, l1);
+    h0 = _mm256_max_pd(a, h0);
+    h1 = _mm256_max_pd(b, h1);
+    const __m256i ea = _mm256_and_si256(_mm256_castpd_si256(a), m), eb = _mm256_and_si256(_mm256_castpd_si256(b), m);
+    e = _mm256_or_si256(e, _mm256_or_si256(_mm256_cmpeq_epi64(ea, m), _mm256_cmpeq_epi64(eb, m)));
+  }
+  alignas(32) double L[4], H[4];
+  _mm256_store_pd(L, _mm256_min_pd(l0, l1));
+  _mm256_store_pd(H, _mm256_max_pd(h0, h1));
+  bool bad = !_mm256_testz_si256(e, e);
+  double l = INFINITY, h = -INFINITY;
+  for (int k = 0; k < 4; ++k) {
+    l = L[k] < l ? L[k] : l;
+    h = H[k] > h ? H[k] : h;
+  }
+  for (; i < n; ++i) {
+    bad |= !is_finite_bits(x[i]);
+    l = x[i] < l ? x[i] : l;
+    h = x[i] > h ? x[i] : h;
+  }
+  *lo = l;
+  *hi = h;
+  return !bad;
+}
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#define NCCLZ_QUANT_HAVE_AVX2 1
+#endif
+
 template <class T>
-NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, double* lo, double* hi, bool* nonfinite) {
+NCCLZ_MULTIVERSION bool finite_range_careful(const T* __restrict x, size_t n, double* lo, double* hi, bool* nonfinite) {
   // T is float or double: comparisons in T are exact. kLanes independent
   // running minima/maxima (no loop-carried chain across lanes) let the
   // compiler keep them in vector registers.
@@ -163,6 +247,22 @@ NCCLZ_MULTIVERSION bool finite_range_float(const T* __restrict x, size_t n, doub
   *lo = double(l);
   *hi = double(h);
   return true;
+}
+
+template <class T>
+bool finite_range_float(const T* x, size_t n, double* lo, double* hi, bool* nonfinite) {
+#if defined(NCCLZ_QUANT_HAVE_AVX2)
+  if (n > 0 && cpu_has_avx2()) {
+    T l, h;
+    if (all_finite_minmax_avx2(x, n, &l, &h)) {
+      if (nonfinite) *nonfinite = false;
+      *lo = double(l);
+      *hi = double(h);
+      return true;
+    }
+  }
+#endif
+  return finite_range_careful(x, n, lo, hi, nonfinite);
 }
 
 template <class T>

@@ -28,9 +28,13 @@ Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in
 Measured times win over the model: ``record()`` (the Communicator calls it on rank 0 after every
 call) keeps the fastest of the last 4 wall times (the first call skipped: cold) per (collective,
 dtype, power-of-two size class) and mode that ran (modes not measured get the model scaled by how
-far off it was for the measured ones); ``choose()`` uses it instead of the prediction where present, and when a
-measurement keeps the requested mode off it re-runs the requested mode every ``probe_every``-th
-(64) call to refresh it.
+far off it was for the measured ones); ``choose()`` uses it instead of the prediction where present.
+When a lighter mode is measured and the requested one is not, the requested mode runs until it
+is measured too (two calls: the first is cold), unless the raw model puts it beyond
+``probe_factor`` (2) times the lighter mode's measured time: the model's error on this machine
+(a CPU-bound plain path, say) tells little about the codec's. With both measured, a margin of
+``measured_margin`` (5%) decides instead of ``margin``. When a measurement keeps the requested
+mode off, it re-runs the requested mode every ``probe_every``-th (64) call to refresh it.
 
 ratio, enc_Bps and dec_Bps come from a calibration: ``ncclz.codec.compress``/``decompress`` of
 a sample of the caller's data (<= 4 MiB by default) with the caller's spec, timed on this
@@ -138,7 +142,8 @@ class Policy:
 
     def __init__(self, world_size: int, link_gbps: float | None = None, cores_per_rank: float | None = None,
                  alpha_s: float = 50e-6, goodput: float = 0.95, overlap: float = 0.25, margin: float = 0.2,
-                 min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3):
+                 min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3,
+                 measured_margin: float = 0.05, probe_factor: float = 2.0):
         self.n = int(world_size)
         self.link_gbps = link_gbps if link_gbps else _env_float("NCCLZ_LINK_GBPS", "NCCLZ_SOCKET_THROTTLE_GBPS")
         # a configured rate (argument or environment) is used as is; observe() fills in when there is none
@@ -157,6 +162,8 @@ class Policy:
         # measured wall time per (collective, dtype, size class) and mode label: see record()
         self.meas: dict = {}
         self.probe_every = 64
+        self.probe_factor = probe_factor
+        self.measured_margin = measured_margin
         self.window = 4
         self._samples: dict = {}  # (class, mode) -> [first (ignored), last `window` times]
         self._lighter_run: dict = {}
@@ -311,8 +318,21 @@ class Policy:
                     pred[name] *= f
         lighter = [m for m in ("none", "lossless") if m in pred and m != req]
         best = min(lighter, key=pred.get)
-        if pred[req] * (1 + self.margin) <= pred[best]:
-            return Choice(req, requested, pred, f"{req} predicted >= {self.margin:.0%} faster than {best}", measured)
+        # Both measured: the times are evidence, so a small margin (against noise) decides; with a
+        # prediction in the comparison the model's larger margin applies.
+        both = req in measured and best in measured
+        margin = self.measured_margin if both else self.margin
+        if pred[req] * (1 + margin) <= pred[best]:
+            return Choice(req, requested, pred, f"{req} {'measured' if both else 'predicted'} >= {margin:.0%} "
+                                                f"faster than {best}", measured)
+        # The requested mode has no measurement but a lighter one has: the decision rests on the
+        # model, which misjudges this machine in ways the measured mode's error does not tell
+        # (a CPU-bound plain path says little about codec time). Measure it, as long as the raw
+        # model does not put it beyond probe_factor x the lighter mode's measured time.
+        if (req not in measured and best in measured and self.probe_factor
+                and model[req] <= self.probe_factor * pred[best]):
+            return Choice(req, requested, pred, f"measuring {req} (unmeasured; model {model[req] * 1e3:.1f} ms within "
+                                                f"{self.probe_factor:g}x of {best}'s measured time)", measured)
         # a lighter mode: now and then run the requested one again when its time is a measurement,
         # so a stale measurement (the data changed) cannot keep compression off for good
         k = self._class(coll, dt, nbytes) + (_spec_label(requested),)
