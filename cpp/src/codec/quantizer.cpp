@@ -24,8 +24,10 @@ namespace {
 constexpr size_t kBlock = 256;
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-// AVX2 and baseline clones of the hot loops, chosen at load time.
-#define NCCLZ_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+// AVX-512, AVX2 and baseline clones of the hot loops, chosen at load time. The
+// AVX-512 level has FMA: the library is built with -ffp-contract=off (see
+// CMakeLists.txt), so no clone fuses the bound check's multiply and subtract.
+#define NCCLZ_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define NCCLZ_MULTIVERSION
 #endif
