@@ -166,7 +166,7 @@ void register_codec(nb::module_& m) {
   m.def(
       "codec_compress",
       [](const nb::ndarray<nb::ro>& x, bool lossy, double abs_bound, double rel_bound, int codec, int predictor,
-         bool as_bfloat16, int interp) {
+         bool as_bfloat16, int interp, double rans_margin) {
         const cz::ElemType t = elem_type_of(x.dtype(), as_bfloat16);
         const std::vector<int64_t> shape = checked_shape(x);
         cz::Spec spec = lossy ? cz::Spec{cz::Spec::Lossy, abs_bound, rel_bound} : cz::Spec::lossless();
@@ -174,6 +174,7 @@ void register_codec(nb::module_& m) {
         opt.choice = choice_of(codec);
         opt.predictor = predictor;
         opt.interp = interp;
+        if (rans_margin >= 0) opt.rans_margin = rans_margin;
         cz::ByteBuffer blob;
         {
           nb::gil_scoped_release release;
@@ -182,6 +183,7 @@ void register_codec(nb::module_& m) {
         return to_numpy(std::move(blob));
       },
       "x"_a.noconvert(), "lossy"_a, "abs_bound"_a, "rel_bound"_a, "codec"_a, "predictor"_a, "as_bfloat16"_a, "interp"_a = -1,
+      "rans_margin"_a = -1.0,
       "Compresses a CPU, C-contiguous array into a blob (NumPy uint8). Use ncclz.codec.compress.");
 
   m.def(

@@ -410,7 +410,7 @@ void register_comm(nb::module_& m) {
 
   nb::class_<Compression>(c, "Compression", "Compression of one call: mode none|lossless|lossy_abs|lossy_rel")
       .def(nb::new_([](const std::string& mode, double bound, const std::string& codec, size_t min_bytes,
-                       const std::string& lighter) {
+                       const std::string& lighter, double rans_margin) {
              Compression x;
              x.mode = parse_mode(mode);
              x.bound = bound;
@@ -423,14 +423,18 @@ void register_comm(nb::module_& m) {
              } else if (!lighter.empty()) {
                throw ncclz::InvalidArgument("lighter must be '', 'none' or 'lossless', got '" + lighter + "'");
              }
+             x.rans_margin = rans_margin;
              return x;
            }),
            "mode"_a = "none", "bound"_a = 0.0, "codec"_a = "", "min_bytes"_a = 0, "lighter"_a = "",
-           "lighter: the policy's proposal (none | lossless; '' = run mode). Only rank 0's counts.")
+           "rans_margin"_a = -1.0,
+           "lighter: the policy's proposal (none | lossless; '' = run mode); rans_margin: its codec effort "
+           "(the selector's margin for Rans, < 0: default, 1: never Rans). Only rank 0's count.")
       .def_prop_ro("mode", [](const Compression& x) { return std::string(mode_name(x.mode)); })
       .def_ro("bound", &Compression::bound)
       .def_ro("codec", &Compression::codec)
       .def_ro("min_bytes", &Compression::min_bytes)
+      .def_ro("rans_margin", &Compression::rans_margin)
       .def_prop_ro("lighter",
                    [](const Compression& x) {
                      return x.lighter < 0 ? std::string() : std::string(mode_name(Compression::Mode(x.lighter)));

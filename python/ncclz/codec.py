@@ -82,7 +82,8 @@ def _host_array(x: Any):
 
 
 def compress(
-    x: Any, spec, codec: str | None = None, *, predictor: str | None = None, layout: str | None = None
+    x: Any, spec, codec: str | None = None, *, predictor: str | None = None, layout: str | None = None,
+    rans_margin: float | None = None,
 ) -> np.ndarray:
     """Compresses an array into a self-describing blob (a NumPy uint8 array).
 
@@ -101,6 +102,10 @@ def compress(
             interpolation over the whole array on a finer grid, docs/FORMAT.md), keeping the
             smaller blob. ``"classic"`` never tries interp (fastest encode); ``"interp"`` always
             uses it (predictor then must be None, ``"none"``, ``"delta1"`` or ``"delta2"``).
+        rans_margin: None (the selector's default, 0.15), or a number in [0, 1]: the selector
+            picks the rANS coder only where its estimate is smaller than the fast coders' (Block,
+            Raw) by more than this fraction; 1 never picks it (Sparse still may). Higher is
+            faster with a lower ratio (the trade the collectives' policy makes on fast links).
 
     Raises:
         ncclz.InvalidArgumentError: bad spec, dtype, device, layout or codec choice.
@@ -118,9 +123,18 @@ def compress(
     interp = _lookup(LAYOUTS, layout, "layout")
     if interp > 0 and not lossy:
         raise InvalidArgumentError("layout='interp' applies to lossy compression only")
+    if rans_margin is None:
+        margin = -1.0
+    else:
+        try:
+            margin = float(rans_margin)
+        except (TypeError, ValueError):
+            margin = float("nan")
+        if not 0.0 <= margin <= 1.0:
+            raise InvalidArgumentError(f"rans_margin must be None or a number in [0, 1], got {rans_margin!r}")
     arr, as_bf16 = _host_array(x)
     try:
-        return _core.codec_compress(arr, lossy, abs_bound, rel_bound, codec_id, predictor_id, as_bf16, interp)
+        return _core.codec_compress(arr, lossy, abs_bound, rel_bound, codec_id, predictor_id, as_bf16, interp, margin)
     except TypeError as e:  # nanobind could not import the array at all
         raise InvalidArgumentError(
             f"cannot read the input as a CPU array ({type(x).__name__}): {e}; "

@@ -263,16 +263,18 @@ def _spec_of(compression: Any, c: Any) -> Any:
     return Lossy(abs=c.bound) if c.mode == "lossy_abs" else Lossy(rel=c.bound)
 
 
-_lightened: dict = {}  # (native Compression id, lighter) -> native Compression with the proposal
+_proposals: dict = {}  # (native Compression fields, lighter, rans_margin) -> native Compression
 
 
-def _with_lighter(c: Any, lighter: str) -> Any:
-    key = (c.mode, c.bound, c.codec, c.min_bytes, lighter)
-    r = _lightened.get(key)
+def _with_proposal(c: Any, lighter: str = "", rans_margin: float | None = None) -> Any:
+    """c with the policy's proposal: a lighter mode, or for a lossy call its codec effort."""
+    margin = -1.0 if rans_margin is None else float(rans_margin)
+    key = (c.mode, c.bound, c.codec, c.min_bytes, lighter, margin)
+    r = _proposals.get(key)
     if r is None:
-        r = _native.Compression(c.mode, c.bound, c.codec, c.min_bytes, lighter)
-        if len(_lightened) < 1024:
-            _lightened[key] = r
+        r = _native.Compression(c.mode, c.bound, c.codec, c.min_bytes, lighter, margin)
+        if len(_proposals) < 1024:
+            _proposals[key] = r
     return r
 
 
@@ -447,9 +449,15 @@ class Communicator:
             if pending is not None and pending[0] == name and hasattr(pol, "record"):
                 coll, nbytes, dtype, spec = pending
                 ran = st.ran_mode
+                fast = False
                 if st.lightened or ran == "none":
                     spec = None if ran == "none" else Lossless()
-                pol.record(coll, dtype, nbytes, spec, float(st.wall_s))
+                elif c.rans_margin >= 0:
+                    fast = True  # the lossy call ran with the policy's fast codec effort
+                if fast:
+                    pol.record(coll, dtype, nbytes, spec, float(st.wall_s), fast=True)
+                else:
+                    pol.record(coll, dtype, nbytes, spec, float(st.wall_s))
 
     def _get_policy(self) -> Any:
         if self._policy is None:
@@ -487,7 +495,9 @@ class Communicator:
             return c, f"auto: as requested (the policy failed: {type(e).__name__}: {e})"
         why = f"auto: {choice}"
         if choice.mode in ("none", "lossless") and choice.mode != _mode_class(c.mode):
-            c = _with_lighter(c, choice.mode)
+            c = _with_proposal(c, lighter=choice.mode)
+        elif choice.mode == "lossy" and getattr(choice, "rans_margin", None) is not None and c.mode.startswith("lossy"):
+            c = _with_proposal(c, rans_margin=choice.rans_margin)
         if _log.isEnabledFor(logging.DEBUG) or _DEBUG:
             _debug(self._rank, f"policy: {coll} {nbytes} B, requested {_describe_compression(c)}: {why}")
         return c, why

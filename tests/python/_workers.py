@@ -687,6 +687,52 @@ def scenario_sparse(ncclz, comm, args):
     return out
 
 
+def scenario_effort(ncclz, comm, args):
+    """The policy's codec effort (Compression.rans_margin), proposed by rank 0 only: every rank must
+    encode with it (its wire bytes change) and the results must be the same bits as with the default
+    effort, within the bound on every element. all_reduce, reduce_scatter, all_gather, broadcast of a
+    smooth field (where the default selector picks rANS)."""
+    W, r = comm.world_size, comm.rank
+    N = ncclz._core.comm.Compression
+    fields = [layout_field(k).reshape(-1) for k in range(W)]
+    exact = sum(f.astype(np.float64) for f in fields)
+    bound = 1e-3 * float(exact.max() - exact.min())
+    out = {}
+    for margin in (-1.0, 1.0, 0.4):
+        # only rank 0 proposes: the others pass the default and must follow rank 0
+        c = N("lossy_rel", 1e-3, "", 0, "", margin if r == 0 else -1.0)
+        res = {}
+        x = fields[r].copy()
+        comm.all_reduce(x, compression=c, policy="off")
+        res["all_reduce"] = dict(hash=digest(x), wire=comm.last_stats.wire_bytes,
+                                 err=float(np.abs(x.astype(np.float64) - exact).max()), bound=bound)
+        y = comm.reduce_scatter(fields[r].copy(), compression=c, policy="off")
+        k = exact.size // W
+        res["reduce_scatter"] = dict(hash=digest(y), wire=comm.last_stats.wire_bytes,
+                                     err=float(np.abs(np.asarray(y, np.float64) - exact[r * k:(r + 1) * k]).max()),
+                                     bound=bound)
+        g = comm.all_gather(fields[r].copy(), compression=c, policy="off")
+        gspan = float(max(f.max() for f in fields) - min(f.min() for f in fields))
+        res["all_gather"] = dict(hash=digest(g), wire=comm.last_stats.wire_bytes, bound=1e-3 * gspan,
+                                 err=max(float(np.abs(np.asarray(g)[k2].astype(np.float64) - fields[k2]).max())
+                                         for k2 in range(W)))
+        b = fields[0].copy() if r == 0 else np.zeros_like(fields[0])
+        comm.broadcast(b, root=0, compression=c, policy="off")
+        res["broadcast"] = dict(hash=digest(b), wire=comm.last_stats.wire_bytes, bound=1e-3 * float(np.ptp(fields[0])),
+                                err=float(np.abs(b.astype(np.float64) - fields[0]).max()))
+        out[str(margin)] = res
+    # a margin outside [0, 1] is an argument error on the rank that passes it (all ranks here)
+    errs = {}
+    for bad in (1.5, float("nan")):
+        try:
+            comm.all_reduce(fields[r].copy(), compression=N("lossy_rel", 1e-3, "", 0, "", bad), policy="off")
+            errs[str(bad)] = "no error"
+        except ncclz.InvalidArgumentError as e:
+            errs[str(bad)] = str(e)
+    out["errors"] = errs
+    return out
+
+
 def scenario_pipeline(ncclz, comm, args):
     """Lossy all_reduce / reduce_scatter over several slices, dtypes and ops, in place and out of place.
     Every element within the bound; digests of the outputs let the test compare the pipelined quantizer

@@ -457,3 +457,22 @@ def test_codec_demo_keeps_every_promise(seed, capsys):
 
     assert codec_demo.main(["--elements", str(1 << 16), "--seed", str(seed)]) == 0
     assert "broke" not in capsys.readouterr().out
+
+
+def test_rans_margin_trades_ratio_for_speed():
+    # a smooth field: the default selector takes rANS for most slices; margin 1 never does (Sparse,
+    # Block, Raw only), and the blob still decodes within the bound; bad margins are argument errors
+    y, x = np.meshgrid(np.linspace(0, 1, 512), np.linspace(0, 1, 2048), indexing="ij")
+    f = (np.sin(9 * x + 4 * y) + np.cos(7 * y - 3 * x)).astype(np.float32).reshape(-1)
+    spec = ncclz.Lossy(abs=1e-3)
+    default = codec.compress(f, spec, layout="classic")
+    fast = codec.compress(f, spec, layout="classic", rans_margin=1.0)
+    assert any(k.startswith("rans") for k in codec.inspect(default)["codecs"]), codec.inspect(default)
+    assert not any(k.startswith("rans") for k in codec.inspect(fast)["codecs"]), codec.inspect(fast)
+    assert fast.nbytes > default.nbytes
+    assert np.abs(codec.decompress(fast).astype(np.float64) - f).max() <= 1e-3
+    zero = codec.compress(f, spec, layout="classic", rans_margin=0.0)  # the smallest estimate wins
+    assert zero.nbytes <= default.nbytes * 1.01
+    for bad in (-0.1, 1.5, float("nan"), "x"):
+        with pytest.raises(ncclz.InvalidArgumentError, match="rans_margin"):
+            codec.compress(f, spec, rans_margin=bad)

@@ -241,6 +241,26 @@ def test_sparse_gradients_take_the_sparse_codec(tmp_path):
         assert r["auto"]["hash"] == ranks.results[0]["auto"]["hash"] == r["rans"]["hash"] == r["sparse"]["hash"]
 
 
+def test_rank0_codec_effort_is_followed_and_keeps_the_bits(tmp_path):
+    """The policy's codec effort (Compression.rans_margin) is proposed by rank 0 alone: every rank
+    encodes with it (its own wire bytes grow when rANS is ruled out) and every result is the same
+    bits as with the default effort, within the bound on every element. Bad margins are argument
+    errors."""
+    ranks = run_ranks(tmp_path, "effort", 3, "shm", timeout=120)
+    ranks.assert_ok()
+    for res in ranks.results:
+        for margin in ("-1.0", "1.0", "0.4"):
+            for coll, m in res[margin].items():
+                assert m["err"] <= m["bound"], (margin, coll, m)
+                assert m["hash"] == res["-1.0"][coll]["hash"], (margin, coll)
+        for coll in ("all_reduce", "reduce_scatter", "all_gather"):
+            # no rANS: more bytes on this rank's own wire (so this rank followed rank 0's proposal)
+            assert res["1.0"][coll]["wire"] > res["-1.0"][coll]["wire"], (coll, res["1.0"][coll], res["-1.0"][coll])
+        for bad, msg in res["errors"].items():
+            assert "rans_margin" in msg, (bad, msg)
+    assert len({res["-1.0"]["all_reduce"]["hash"] for res in ranks.results}) == 1
+
+
 # ---- failures ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_killed_rank_makes_others_raise(tmp_path, transport):

@@ -337,6 +337,51 @@ def test_policy_measures_the_requested_mode_before_keeping_it_off():
     assert pol2.choose("all_reduce", x, spec).mode == "none"
 
 
+def test_policy_picks_the_faster_codec_effort_by_measurement():
+    # a CPU-bound machine: the default effort (rANS where it pays in bytes) is measured slow; the
+    # fast effort (no rANS) is measured next and wins; Choice.rans_margin carries it to the call
+    from ncclz.tools.policy import FAST_MARGIN, Calibration, Policy
+
+    x = np.zeros(16 << 20, np.float32)
+    S = x.nbytes
+    spec = ncclz.Lossy(rel=1e-3)
+
+    def fresh():
+        pol = Policy(4, link_gbps=0.5, cores_per_rank=0.5)
+        cal = {(False, "Lossless"): Calibration("lossless", 1.2, 1e9, 2e9, 1, 0.0),
+               (False, "Lossy"): Calibration("l", 8.5, 0.4e9, 1e9, 1, 0.0),
+               (True, "Lossy"): Calibration("l", 7.5, 1.5e9, 2e9, 1, 0.0)}
+        pol.calibrate = lambda arr, s, fast=False: cal[(fast, type(s).__name__)]
+        return pol
+
+    pol = fresh()
+    first = pol.choose("all_reduce", x, spec)
+    assert first.mode == "lossy" and first.measured == (), str(first)
+    label = "lossy/fast" if first.rans_margin is not None else "lossy"
+    other = "lossy" if label == "lossy/fast" else "lossy/fast"
+    for t in (0.5, 0.320):  # the model's pick, measured (the first call is cold)
+        pol.record("all_reduce", "float32", S, spec, t, fast=label == "lossy/fast")
+    ch = pol.choose("all_reduce", x, spec)
+    assert "measuring " + other in ch.reason and (ch.rans_margin is not None) == (other == "lossy/fast"), str(ch)
+    fast_t, default_t = 0.250, 0.320
+    for t in (0.5, fast_t if other == "lossy/fast" else default_t):
+        pol.record("all_reduce", "float32", S, spec, t, fast=other == "lossy/fast")
+    if label == "lossy/fast":  # the model's pick was the fast one: give it its time
+        pol.meas[pol._class("all_reduce", "float32", S)]["lossy:rel=0.001/fast"] = fast_t * (1 << 26) / S
+    ch = pol.choose("all_reduce", x, spec)
+    assert ch.mode == "lossy" and ch.rans_margin == FAST_MARGIN, str(ch)
+    assert {"lossy", "lossy/fast"} <= set(ch.measured) and str(ch).startswith("lossy/fast"), str(ch)
+    # the default effort measured faster: no rans_margin
+    pol.record("all_reduce", "float32", S, spec, 0.2)
+    ch = pol.choose("all_reduce", x, spec)
+    assert ch.mode == "lossy" and ch.rans_margin is None, str(ch)
+    # efforts=False: only the default effort is ever proposed
+    plain = fresh()
+    plain.efforts = False
+    assert all(plain.choose("all_reduce", x, spec).rans_margin is None for _ in range(3))
+    assert "lossy/fast" not in plain.choose("all_reduce", x, spec).predicted_s
+
+
 def test_measured_calls_flip_the_decision_across_ranks(tmp_path):
     # rank 0 learns from its own calls: after slow compressed calls on a link the model thinks is
     # slow enough for compression, it runs none -- and so do the other ranks

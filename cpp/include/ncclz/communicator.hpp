@@ -46,6 +46,14 @@ struct Compression {
   /// lossy bound. A lossy call ignores the proposal when the plain sum in the
   /// element type could exceed the bound (tiny bounds, non-finite inputs).
   int lighter = -1;
+  /// The compression policy's codec effort: the selector's margin for the
+  /// slow, high-ratio Rans coder over Block/Raw (EncodeOptions::rans_margin;
+  /// < 0: the selector's default, 0.15; 1: never Rans, Sparse still allowed).
+  /// A higher margin trades ratio for codec time where the codec, not the
+  /// link, is the bottleneck. Only rank 0's counts (it travels in the call
+  /// descriptor); the slice headers say what each encoder used, so the
+  /// result is the same bits whatever the margin.
+  double rans_margin = -1;
   /// Optional layout hint for the wire codec: the array's last dimension
   /// (row) and the product of its last two (plane), 0 when it has fewer.
   /// With them the selector may pick the 2-D/3-D Lorenzo predictors; the

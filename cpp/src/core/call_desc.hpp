@@ -65,7 +65,11 @@ struct CallDesc {
   /// Only rank 0's is used: every rank runs the call with all[0].lighter.
   /// Not part of the match (ranks may propose differently).
   uint8_t lighter = 0;
-  uint8_t pad[2] = {0, 0};
+  /// Rank 0's codec effort: round(100 * Compression::rans_margin) + 1, 0 for
+  /// the selector's default. Every rank encodes with all[0]'s; not part of
+  /// the match.
+  uint8_t rans_margin = 0;
+  uint8_t pad = 0;
   char codec[16] = {};  ///< forced codec name ("" = selector)
 };
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");

@@ -198,6 +198,7 @@ class CommunicatorImpl final : public Communicator {
     bool fallback = false;
     Mode ran = Mode::None;   ///< the mode the call ran with
     bool lightened = false;  ///< rank 0's lighter proposal was taken
+    double rans_margin = -1; ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
     CallStats* out = nullptr;
     void finish() {
       if (!out) return;
@@ -446,6 +447,11 @@ std::string CommunicatorImpl::check_compression(DataType t, Mode m, const Compre
     return "the policy's lighter mode must be -1 (none proposed), 0 (none) or 1 (lossless), got " +
            std::to_string(c.lighter);
   }
+  if (!(c.rans_margin < 0) && !(c.rans_margin <= 1)) {
+    std::ostringstream s;
+    s << "the policy's rans_margin must be < 0 (the selector's default) or in [0, 1], got " << c.rans_margin;
+    return s.str();
+  }
   if (c.codec.size() >= sizeof(CallDesc::codec)) return "codec name '" + c.codec + "' is too long";
   bool ok = false;
   const auto ch = parse_codec(c.codec, &ok);
@@ -472,6 +478,7 @@ CallDesc CommunicatorImpl::make_desc(Coll coll, size_t count, DataType t, RedOp 
   if (m != Mode::None) std::memcpy(d.codec, c.codec.data(), std::min(c.codec.size(), sizeof d.codec - 1));
   // Only a strictly lighter proposal is carried (None < Lossless < lossy).
   if (c.lighter >= 0 && c.lighter < std::min(int(m), int(Mode::Lossless) + 1)) d.lighter = uint8_t(c.lighter + 1);
+  if (c.rans_margin >= 0 && c.rans_margin <= 1) d.rans_margin = uint8_t(std::lround(c.rans_margin * 100) + 1);
   return d;
 }
 
@@ -508,6 +515,7 @@ bool exact_keeps_bound(DataType t, core::Combine how, int nranks, double E, cons
 Mode CommunicatorImpl::run_mode(const std::vector<CallDesc>& all, Mode m, DataType t, core::Combine how,
                                 const Compression& c, Call& call) const {
   call.ran = m;
+  if (all[0].rans_margin) call.rans_margin = double(std::min<int>(all[0].rans_margin, 101) - 1) / 100.0;
   const int p = int(all[0].lighter) - 1;
   if (p < 0 || p >= std::min(int(m), int(Mode::Lossless) + 1)) return m;
   if (is_lossy(m)) {
@@ -632,6 +640,7 @@ prims::Prims CommunicatorImpl::make_prims(int c, const Wire& w, Call& call) {
   a.mode = w.mode;
   a.reduce = prims::reduce_fn(w.type, w.op);
   a.enc = w.enc;
+  if (call.rans_margin >= 0) a.enc.rans_margin = call.rans_margin;  // rank 0's codec effort
   a.raw_esize = w.raw_esize;
   a.deadline = call.deadline;
   a.rank = rank_;

@@ -441,7 +441,10 @@ def policy_choice_of(mode: str, stats) -> str:
     ran = getattr(stats, "compression", "")
     if ran in ("none", "lossless"):
         return ran
-    return mode[5:] if mode.startswith("auto:") else mode
+    label = mode[5:] if mode.startswith("auto:") else mode
+    if str(getattr(stats, "policy", "")).startswith("auto: lossy/fast"):
+        label += "/fast"  # rank 0's policy ran the bound with the fast codec effort (no rANS)
+    return label
 
 
 def _torch_dtype(npdt):

@@ -30,10 +30,16 @@ call) keeps the fastest of the last 4 wall times (the first call skipped: cold) 
 dtype, power-of-two size class) and mode that ran (modes not measured get the model scaled by how
 far off it was for the measured ones); ``choose()`` uses it instead of the prediction where present.
 When a lighter mode is measured and the requested one is not, the requested mode runs until it
-is measured too (two calls: the first is cold), unless the raw model puts it beyond
-``probe_factor`` (2) times the lighter mode's measured time: the model's error on this machine
-(a CPU-bound plain path, say) tells little about the codec's. With both measured, a margin of
-``measured_margin`` (5%) decides instead of ``margin``. When a measurement keeps the requested
+is measured too (two calls: the first is cold), unless the model (scaled by its error on the
+requested mode's measured variants, if any: a CPU-bound plain path tells little about the
+codec) puts it beyond ``probe_factor`` (2) times the lighter mode's measured time. With both
+measured, a margin of ``measured_margin`` (5%) decides instead of ``margin``.
+
+Codec effort: a lossy request has two variants with the same bound and result, the selector's
+default (``lossy``) and ``lossy/fast`` (``FAST_MARGIN``: the selector never picks rANS, which
+encodes several times slower than Block), each calibrated and measured on its own; the other
+variant is measured when the model puts it within ``probe_factor`` of the fastest measured mode,
+and the faster one runs (``Choice.rans_margin``; ``efforts=False`` keeps the default only). When a measurement keeps the requested
 mode off, it re-runs the requested mode every ``probe_every``-th (64) call to refresh it.
 
 ratio, enc_Bps and dec_Bps come from a calibration: ``ncclz.codec.compress``/``decompress`` of
@@ -106,11 +112,15 @@ class Choice:
     predicted_s: dict  # mode -> predicted (or measured) seconds
     reason: str
     measured: tuple = ()  # the modes whose time in predicted_s was measured on earlier calls
+    # lossy only: the codec effort, the selector's margin for rANS (None: its default; FAST_MARGIN:
+    # never rANS, the "lossy/fast" entry of predicted_s)
+    rans_margin: float | None = None
 
     def __str__(self) -> str:
         p = ", ".join(f"{k} {v * 1e3:.1f} ms{' (measured)' if k in self.measured else ''}"
                       for k, v in self.predicted_s.items())
-        return f"{self.mode} ({self.reason}; predicted {p})"
+        effort = "/fast" if self.rans_margin is not None else ""
+        return f"{self.mode}{effort} ({self.reason}; predicted {p})"
 
 
 def _env_float(*names: str) -> float | None:
@@ -128,13 +138,19 @@ def _env_float(*names: str) -> float | None:
     return None
 
 
-def _spec_label(spec) -> str:
+#: The codec effort of the "lossy/fast" variant: the selector's rANS margin 1 (Block, Raw and
+#: Sparse only). rANS encodes several times slower than Block: where the codec, not the link, is
+#: the bottleneck, the lower ratio can finish first.
+FAST_MARGIN = 1.0
+
+
+def _spec_label(spec, fast: bool = False) -> str:
     if spec is None:
         return "none"
     name = type(spec).__name__
     if name == "Lossless":
         return "lossless"
-    return f"lossy:{spec.kind}={spec.bound:g}"
+    return f"lossy:{spec.kind}={spec.bound:g}" + ("/fast" if fast else "")
 
 
 class Policy:
@@ -143,7 +159,7 @@ class Policy:
     def __init__(self, world_size: int, link_gbps: float | None = None, cores_per_rank: float | None = None,
                  alpha_s: float = 50e-6, goodput: float = 0.95, overlap: float = 0.25, margin: float = 0.2,
                  min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3,
-                 measured_margin: float = 0.05, probe_factor: float = 2.0):
+                 measured_margin: float = 0.05, probe_factor: float = 2.0, efforts: bool = True):
         self.n = int(world_size)
         self.link_gbps = link_gbps if link_gbps else _env_float("NCCLZ_LINK_GBPS", "NCCLZ_SOCKET_THROTTLE_GBPS")
         # a configured rate (argument or environment) is used as is; observe() fills in when there is none
@@ -163,6 +179,8 @@ class Policy:
         self.meas: dict = {}
         self.probe_every = 64
         self.probe_factor = probe_factor
+        # also consider the requested lossy bound with the fast codec effort (Choice.rans_margin)
+        self.efforts = efforts
         self.measured_margin = measured_margin
         self.window = 4
         self._samples: dict = {}  # (class, mode) -> [first (ignored), last `window` times]
@@ -192,17 +210,18 @@ class Policy:
     def _class(coll: str, dtype: str, nbytes: int) -> tuple:
         return (coll, dtype, max(0, int(nbytes)).bit_length())  # size classes: powers of two
 
-    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float) -> None:
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, fast: bool = False) -> None:
         """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
         ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class):
         the fastest of the last `window` (4) calls, skipping the first call of each (class, mode)
         (cold buffers and threads). The minimum, because other load only ever slows a call down.
         choose() uses these measurements instead of the model where it has them: they capture
         what the model does not (this data's ratio on the wire, the machine), and a calibration
-        cached per (dtype, spec) may come from other data."""
+        cached per (dtype, spec) may come from other data. `fast`: a lossy call that ran with the
+        fast codec effort (Choice.rans_margin), measured apart from the default one."""
         if not (wall_s > 0) or nbytes <= 0:
             return
-        cls, key = self._class(coll, dtype, nbytes), _spec_label(spec)
+        cls, key = self._class(coll, dtype, nbytes), _spec_label(spec, fast)
         t = wall_s * (1 << (int(nbytes).bit_length() - 1)) / nbytes  # normalised to the class size
         lst = self._samples.setdefault((cls, key), [])
         lst.append(t)
@@ -211,18 +230,21 @@ class Policy:
         del lst[1:-self.window]
         self.meas.setdefault(cls, {})[key] = min(lst[1:])
 
-    def _measured(self, coll: str, dtype: str, nbytes: int, spec) -> float | None:
+    def _measured(self, coll: str, dtype: str, nbytes: int, spec, fast: bool = False) -> float | None:
         d = self.meas.get(self._class(coll, dtype, nbytes))
-        if not d or _spec_label(spec) not in d:
+        label = _spec_label(spec, fast)
+        if not d or label not in d:
             return None
-        return d[_spec_label(spec)] * nbytes / (1 << (int(nbytes).bit_length() - 1))
+        return d[label] * nbytes / (1 << (int(nbytes).bit_length() - 1))
 
-    def calibrate(self, x, spec) -> Calibration:
-        """Times ncclz.codec on a sample of x with spec (cached per dtype and spec)."""
+    def calibrate(self, x, spec, fast: bool = False) -> Calibration:
+        """Times ncclz.codec on a sample of x with spec (cached per dtype, spec and effort), as the
+        wire codes it: the classic layout (the collectives never use interp), and with `fast` the
+        selector's rANS margin FAST_MARGIN."""
         import ncclz
 
         arr = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-        key = (str(arr.dtype), _spec_label(spec))
+        key = (str(arr.dtype), _spec_label(spec, fast))
         if key in self.cal:
             if isinstance(self.cal[key], Exception):
                 raise self.cal[key]
@@ -235,7 +257,11 @@ class Policy:
         try:
             for _ in range(self.reps):
                 t0 = time.perf_counter()
-                blob = ncclz.codec.compress(sample, spec)
+                if type(spec).__name__ == "Lossy":
+                    blob = ncclz.codec.compress(sample, spec, layout="classic",
+                                                rans_margin=FAST_MARGIN if fast else None)
+                else:
+                    blob = ncclz.codec.compress(sample, spec)
                 t1 = time.perf_counter()
                 ncclz.codec.decompress(blob)
                 t2 = time.perf_counter()
@@ -287,24 +313,29 @@ class Policy:
                                                 "uncompressed call >= 1 MiB for the policy to observe)")
         if nbytes < self.min_bytes:
             return Choice("none", None, pred, f"message {nbytes} B < {self.min_bytes} B: latency-bound")
-        cands = {"lossless": requested if req == "lossless" else ncclz.Lossless()}
+        # candidates: (name, spec, fast effort); "lossy/fast" is the requested bound with the fast codec
+        # effort (same guarantee: only the wire coder differs)
+        cands = [("lossless", requested if req == "lossless" else ncclz.Lossless(), False)]
         if req == "lossy":
-            cands["lossy"] = requested
-        for name, spec in cands.items():
+            cands += [("lossy", requested, False)]
+            if self.efforts:
+                cands += [("lossy/fast", requested, True)]
+        specs = {name: (spec, fast) for name, spec, fast in cands}
+        for name, spec, fast in cands:
             try:
-                cal = self.calibrate(arr, spec)
+                cal = self.calibrate(arr, spec, fast=True) if fast else self.calibrate(arr, spec)
             except Exception as e:  # noqa: BLE001
                 if name == req:
                     return Choice(req, requested, pred, f"as requested: no calibration ({type(e).__name__}: {e})")
                 continue
-            pred[name] = self.predict(coll, nbytes, cal, lossy=(name == "lossy"))
+            pred[name] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"))
         # measurements of earlier calls of this size class replace the model where present
         model = dict(pred)
         dt = str(arr.dtype)
         measured = []
-        for name, spec in (("none", None), *cands.items()):
-            m = self._measured(coll, dt, nbytes, spec)
-            if m is not None:
+        for name, (spec, fast) in (("none", (None, False)), *specs.items()):
+            m = self._measured(coll, dt, nbytes, spec, fast)
+            if m is not None and name in pred:
                 pred[name] = m
                 measured.append(name)
         measured = tuple(measured)
@@ -316,33 +347,55 @@ class Policy:
             for name in pred:
                 if name not in measured:
                     pred[name] *= f
+
+        # what a probe is judged by: the model, scaled by its error on the measured variants of the
+        # requested mode where there are any (a measured plain call says little about codec time)
+        comp = [m for m in measured if m.split("/")[0] == req and model[m] > 0]
+        fc = float(np.exp(np.mean([np.log(pred[m] / model[m]) for m in comp]))) if comp else 1.0
+
+        def pick(name: str, why: str) -> Choice:
+            spec, fast = specs.get(name, (None, False))
+            return Choice(name.split("/")[0], None if name == "none" else spec, pred, why, measured,
+                          FAST_MARGIN if fast else None)
+
+        # the requested mode's variants (the codec effort): the faster one, measured where possible
+        variants = [v for v in (req, f"{req}/fast") if v in pred]
+        if len(variants) > 1:
+            known = [v for v in variants if v in measured]
+            unknown = [v for v in variants if v not in measured]
+            if known and unknown and self.probe_factor:
+                # measure the other effort when the raw model puts it within probe_factor of the
+                # fastest measured mode (a lighter mode included: no probe where none clearly wins)
+                best_known = min(measured, key=pred.get)
+                probe = min(unknown, key=model.get)
+                if fc * model[probe] <= self.probe_factor * pred[best_known]:
+                    return pick(probe, f"measuring {probe} (unmeasured; model {fc * model[probe] * 1e3:.1f} ms "
+                                       f"within {self.probe_factor:g}x of {best_known}'s measured time)")
+        chosen = min(variants, key=pred.get)
         lighter = [m for m in ("none", "lossless") if m in pred and m != req]
         best = min(lighter, key=pred.get)
         # Both measured: the times are evidence, so a small margin (against noise) decides; with a
         # prediction in the comparison the model's larger margin applies.
-        both = req in measured and best in measured
+        both = chosen in measured and best in measured
         margin = self.measured_margin if both else self.margin
-        if pred[req] * (1 + margin) <= pred[best]:
-            return Choice(req, requested, pred, f"{req} {'measured' if both else 'predicted'} >= {margin:.0%} "
-                                                f"faster than {best}", measured)
+        if pred[chosen] * (1 + margin) <= pred[best]:
+            return pick(chosen, f"{chosen} {'measured' if both else 'predicted'} >= {margin:.0%} faster than {best}")
         # The requested mode has no measurement but a lighter one has: the decision rests on the
         # model, which misjudges this machine in ways the measured mode's error does not tell
-        # (a CPU-bound plain path says little about codec time). Measure it, as long as the raw
-        # model does not put it beyond probe_factor x the lighter mode's measured time.
-        if (req not in measured and best in measured and self.probe_factor
-                and model[req] <= self.probe_factor * pred[best]):
-            return Choice(req, requested, pred, f"measuring {req} (unmeasured; model {model[req] * 1e3:.1f} ms within "
-                                                f"{self.probe_factor:g}x of {best}'s measured time)", measured)
+        # (a CPU-bound plain path says little about codec time). Measure it, as long as the model
+        # (scaled by fc) does not put it beyond probe_factor x the lighter mode's measured time.
+        if (chosen not in measured and best in measured and self.probe_factor
+                and fc * model[chosen] <= self.probe_factor * pred[best]):
+            return pick(chosen, f"measuring {chosen} (unmeasured; model {fc * model[chosen] * 1e3:.1f} ms within "
+                                f"{self.probe_factor:g}x of {best}'s measured time)")
         # a lighter mode: now and then run the requested one again when its time is a measurement,
         # so a stale measurement (the data changed) cannot keep compression off for good
         k = self._class(coll, dt, nbytes) + (_spec_label(requested),)
         n = self._lighter_run.get(k, 0) + 1
         self._lighter_run[k] = n
-        if req in measured and self.probe_every and n % self.probe_every == 0:
-            return Choice(req, requested, pred, f"re-measuring {req} (every {self.probe_every}th call it is not "
-                                                f"predicted faster)", measured)
-        comp = None if best == "none" else cands[best]
-        return Choice(best, comp, pred, f"{req} not predicted >= {self.margin:.0%} faster than {best}", measured)
+        if chosen in measured and self.probe_every and n % self.probe_every == 0:
+            return pick(chosen, f"re-measuring {chosen} (every {self.probe_every}th call it is not predicted faster)")
+        return pick(best, f"{req} not predicted >= {margin:.0%} faster than {best}")
 
 
 def main(argv=None) -> int:
