@@ -176,30 +176,51 @@ def main(argv=None) -> int:
         L.append("")
         # targets
         L.append("### Targets at this rate (lossy rel=1e-3)\n")
-        L.append("| data | ratio | speedup vs ncclz none | >= 80% of ratio | vs gloo | vs MPI | vs SZ3 | absolute target |")
-        L.append("|---|---:|---:|---|---:|---:|---:|---|")
+        L.append("Two rows per data set: `auto`, the Communicator's default (the compression policy may pick the "
+                 "codec effort, rANS or not, per call; every call ran lossy at the requested bound unless the choice "
+                 "column says otherwise), which the summary's targets are judged on, and `rel=1e-3` with "
+                 "`policy=\"off\"` (the selector's default effort on every call). Ratio: the ratio of the row's "
+                 "median call (all ranks' bytes; the calls of an auto row may differ in codec effort).\n")
+        L.append("| data | row | ran | ratio | speedup vs ncclz none | >= 80% of ratio | vs gloo | vs MPI | vs SZ3 | "
+                 "absolute target |")
+        L.append("|---|---|---|---:|---:|---|---:|---:|---:|---|")
         for ds in datasets:
             rs = pick(main_rows, dataset=ds)
             base, lz = one(rs, system="ncclz", mode="none"), one(rs, system="ncclz", mode="rel=0.001")
-            if not (base and lz):
+            au = one(rs, system="ncclz", mode="auto:rel=0.001")
+            if not base:
                 continue
             g, m, z = one(rs, system="gloo"), one(rs, system="mpi"), one(rs, system="sz3")
-            sp = ms(base) / ms(lz)
-            ratio = lz.get("ratio", float("nan"))
-            c1 = check(sp >= 0.8 * ratio, f"{ds}: speedup {sp:.2f}x >= 0.8 x ratio {ratio:.2f}")
-            vg = ms(g) / ms(lz) if g else float("nan")
-            vm = ms(m) / ms(lz) if m else float("nan")
-            vz = ms(z) / ms(lz) if z else float("nan")
-            if g:
-                check(vg >= 0.8 * ratio, f"{ds}: ahead of gloo by {vg:.2f}x >= 0.8 x ratio")
-            if m:
-                check(vm >= 0.8 * ratio, f"{ds}: ahead of MPI by {vm:.2f}x >= 0.8 x ratio")
-            tgt = TARGET_ALL.get(ds)
-            c2 = "-"
-            if tgt:
-                c2 = f">= {tgt}x: " + check(sp >= tgt, f"{ds}: {sp:.2f}x >= {tgt}x faster than no compression")
-            L.append(f"| {ds} | {ratio:.2f} | {sp:.2f}x | {c1} ({sp / ratio:.0%}) | {fmt(vg)}x | {fmt(vm)}x | "
-                     f"{fmt(vz)}x | {c2} |")
+            # the summary judges the default path when it ran lossy on every call, else the forced row
+            judged = au if (au and str(au.get("policy_choice", "")).startswith("rel=")) else lz
+            for name, row in (("auto (default)", au), ("rel=1e-3, policy off", lz)):
+                if not row:
+                    continue
+                sp = ms(base) / ms(row)
+                ratio = row.get("ratio_median", row.get("ratio", float("nan")))
+                vg = ms(g) / ms(row) if g else float("nan")
+                vm = ms(m) / ms(row) if m else float("nan")
+                vz = ms(z) / ms(row) if z else float("nan")
+                tgt = TARGET_ALL.get(ds)
+                ok1 = sp >= 0.8 * ratio
+                if row is judged:
+                    c1 = check(ok1, f"{ds} ({name}): speedup {sp:.2f}x >= 0.8 x ratio {ratio:.2f}")
+                    if g:
+                        check(vg >= 0.8 * ratio, f"{ds} ({name}): ahead of gloo by {vg:.2f}x >= 0.8 x ratio")
+                    if m:
+                        check(vm >= 0.8 * ratio, f"{ds} ({name}): ahead of MPI by {vm:.2f}x >= 0.8 x ratio")
+                else:
+                    c1 = "met" if ok1 else "missed"
+                c2 = "-"
+                if tgt:
+                    if row is judged:
+                        c2 = f">= {tgt}x: " + check(sp >= tgt, f"{ds} ({name}): {sp:.2f}x >= {tgt}x faster than no "
+                                                              "compression")
+                    else:
+                        c2 = f">= {tgt}x: " + ("met" if sp >= tgt else "missed")
+                ran = row.get("policy_choice", row["mode"]) if row["mode"].startswith("auto:") else row["mode"]
+                L.append(f"| {ds} | {name}{' (judged)' if row is judged else ''} | {ran} | {ratio:.2f} | {sp:.2f}x | "
+                         f"{c1} ({sp / ratio:.0%}) | {fmt(vg)}x | {fmt(vm)}x | {fmt(vz)}x | {c2} |")
         L.append("")
     # ------------------------------------------------------------------ bf16
     if bf16_rows:

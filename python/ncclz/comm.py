@@ -459,6 +459,15 @@ class Communicator:
                 else:
                     pol.record(coll, dtype, nbytes, spec, float(st.wall_s))
 
+    def reset_policy(self) -> None:
+        """Makes the compression policy forget what it learned on this rank: its codec calibrations
+        (taken on the first call's data), measured call times and observed link rate. For a job
+        whose data changes character (another model, another field); a Policy instance passed as
+        ``policy=`` is replaced by a default one. Only rank 0's policy decides, so calling it on
+        rank 0 is enough; on other ranks it does nothing harmful."""
+        self._policy = None
+        self._pending = None
+
     def _get_policy(self) -> Any:
         if self._policy is None:
             from .tools.policy import Policy

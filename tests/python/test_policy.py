@@ -390,3 +390,16 @@ def test_measured_calls_flip_the_decision_across_ranks(tmp_path):
     calls = _calls(ranks)
     assert calls[0]["all_reduce"]["compression"] == "none", calls[0]["all_reduce"]
     assert "(measured)" in calls[0]["all_reduce"]["policy"]
+
+
+def test_reset_policy_forgets_what_it_learned():
+    from test_comm import free_port
+
+    with ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="t") as comm:
+        pol = comm._get_policy()
+        for _ in range(2):
+            pol.record("all_reduce", "float32", 1 << 26, None, 0.1)
+        assert pol.meas
+        comm.reset_policy()
+        fresh = comm._get_policy()
+        assert fresh is not pol and fresh.meas == {} and fresh.cal == {}

@@ -644,6 +644,11 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
     if mode.startswith("auto:") and system != "ncclz":
         policy_mode, policy_why = resolve_auto(ctx, coll, x, mode, size_bytes(coll, count, npdt.itemsize, n))
     run_mode = policy_mode or mode
+    if system == "ncclz" and mode.startswith("auto:"):
+        # every auto row starts as a fresh job on its data: the policy's calibrations and measured
+        # times are per (dtype, spec) and size class, not per data set, so rows of other data sets
+        # in this run would otherwise decide for this one
+        ctx.comm.reset_policy()
     if system == "ncclz":
         if coll == "all_reduce":
             out = np.empty_like(x)
@@ -745,6 +750,13 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
         st["exact_fallback"] = bool(getattr(r.stats[-1], "exact_fallback", False))
         row.update(st)
         row["ratio"] = st["raw_bytes"] / st["wire_bytes"] if st["wire_bytes"] else 1.0
+        # per call (all ranks' bytes): an auto row's calls may differ (the policy's codec effort), and
+        # the median call's ratio is the one that goes with the median time
+        per = np.array([[float(s.raw_bytes), float(s.wire_bytes)] for s in r.stats])
+        per = ctx.reduce(per.reshape(-1), "sum").reshape(-1, 2)
+        calls = [float(a / b) if b else 1.0 for a, b in per]
+        row["ratio_calls"] = calls
+        row["ratio_median"] = float(np.median(calls)) if calls else row["ratio"]
         codec = st["encode_s"] + st["decode_s"] + st["quantize_s"]
         row["codec_s"] = codec
         row["codec_share"] = codec / st["wall_s"] if st["wall_s"] else 0.0
