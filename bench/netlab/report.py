@@ -115,6 +115,11 @@ def main(argv=None) -> int:
     L.append("**Reproduce (root):** `sudo bash bench/run_all.sh` (= `python bench/netlab/suite.py` then "
              "`python bench/netlab/report.py`).\n")
     L.append("## Setup\n")
+    if not pick(main_rows, system="mpi"):
+        st = load(a.raw, "status", "") or {}
+        L.append(f"- **MPI baseline: not in this run** (suite status main_mpi={st.get('main_mpi', 'not run')}, "
+                 f"colls_mpi={st.get('colls_mpi', 'not run')}; see the suite log: mpirun can stall at launch in the "
+                 "namespaces, and a stalled phase is killed). The 'vs MPI' targets are not judged.")
     L.append(f"- Machine: {platform.node()}, {os.cpu_count()} CPU cores, Linux {platform.release()}, "
              f"Python {platform.python_version()}. **All 4 ranks share these {os.cpu_count()} cores**: every rank's "
              "codec work (and gloo/MPI/SZ3 work) competes for the same CPUs, so each rank gets about half a core. "
@@ -264,6 +269,7 @@ def main(argv=None) -> int:
         L.append("|---:|---|---:|---:|---:|---:|---|---:|---:|---:|")
         series = {}
         worst = 0.0
+        judged_rows = [0, 0]  # auto rows whose choice has a row of its own (none, rel=1e-3), of all auto rows
         noise = []
         for rt in rates:
             rows = rate_docs[rt]["rows"]
@@ -281,8 +287,11 @@ def main(argv=None) -> int:
                     pc = au.get("policy_choice")
                     chosen = base if pc == "none" else one(rows, system="ncclz", mode=pc, dataset=ds)
                 dq = ms(chosen) / ms(base) - 1 if chosen else float("nan")
+                if au:
+                    judged_rows[1] += 1
                 if chosen:
                     worst = max(worst, dq)
+                    judged_rows[0] += 1
                 if au and au.get("policy_choice") == "none":
                     noise.append(abs(slow))
                 series.setdefault(ds, []).append((rt, ms(base) / ms(lz) if lz else float("nan"),
@@ -302,11 +311,10 @@ def main(argv=None) -> int:
         if floors:
             L.append("\n**CPU floor.** At the highest rate the network costs little, so the rel=1e-3 time there is "
                      "what the codec costs with 4 ranks on 2 cores: " + "; ".join(floors) + ".")
-        L.append(f"\nPolicy: worst case over the sweep, measured time of the chosen mode vs none in the same run: "
-                 f"{100 * worst:+.1f}%: "
-                 + check(worst <= 0.05, f"policy decision quality in the rates phase (one run): the chosen mode "
-                                        f"never > 5% slower than none (worst {100 * worst:+.1f}%, the chosen mode's own "
-                                        "row vs none)") + ".")
+        L.append(f"\nPolicy decision quality: worst case over the sweep, measured time of the chosen mode vs none in "
+                 f"the same run: {100 * worst:+.1f}%, over the {judged_rows[0]} of {judged_rows[1]} auto rows whose "
+                 "choice has a row of its own (a mixed choice or the fast codec effort has none; the auto row's own "
+                 "time vs none is the last column, and the repeated sweep below is the target's measurement).")
         if noise:
             L.append(f" Run-to-run noise on this shared VM: where the policy chose none, the re-measured auto row "
                      f"differs from the none row by up to {100 * max(noise):.0f}% (same mode, same rate; other jobs "
