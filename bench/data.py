@@ -63,7 +63,9 @@ def _cached_npy(name: str, make):
     if p.exists():
         return np.load(p)
     a = np.ascontiguousarray(make(), dtype=np.float32)
-    tmp = p.with_suffix(".tmp.npy")
+    # several ranks (processes, possibly in different network namespaces) may build the same file
+    # at once: each writes its own temporary file, and the last rename wins (same bytes)
+    tmp = p.with_name(f"{p.stem}.{os.getpid()}.tmp.npy")
     np.save(tmp, a)
     os.replace(tmp, p)
     return a
@@ -193,7 +195,7 @@ def _grad_npz() -> Path:
     p = _cache_path(f"gradients_digits_cnn_s{GRAD_SEED}_t{GRAD_TAKE_STEP}of{GRAD_STEPS}.npz")
     if not p.exists():
         grads, meta = _train_and_grab()
-        tmp = p.with_suffix(".tmp.npz")
+        tmp = p.with_name(f"{p.stem}.{os.getpid()}.tmp.npz")
         with open(tmp, "wb") as f:
             np.savez(f, **{"grad/" + k: v for k, v in grads.items()}, **{"meta/" + k: np.float64(v) for k, v in meta.items()})
         os.replace(tmp, p)
