@@ -502,19 +502,22 @@ class Communicator:
             choice = self._get_policy().choose(coll, arr, spec, nbytes)
         except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
             return c, f"auto: as requested (the policy failed: {type(e).__name__}: {e})"
-        why = f"auto: {choice}"
+        # the reason is formatted only when last_stats is read (a per-call cost otherwise)
+        why = choice
         if choice.mode in ("none", "lossless") and choice.mode != _mode_class(c.mode):
             c = _with_proposal(c, lighter=choice.mode)
         elif choice.mode == "lossy" and getattr(choice, "rans_margin", None) is not None and c.mode.startswith("lossy"):
             c = _with_proposal(c, rans_margin=choice.rans_margin)
         if _log.isEnabledFor(logging.DEBUG) or _DEBUG:
-            _debug(self._rank, f"policy: {coll} {nbytes} B, requested {_describe_compression(c)}: {why}")
+            _debug(self._rank, f"policy: {coll} {nbytes} B, requested {_describe_compression(c)}: auto: {why}")
         return c, why
 
     def _build_stats(self) -> CallStats | None:
         if self._last_raw is None:
             return None
         name, c, st, why = self._last_raw
+        if why is not None and not isinstance(why, str):
+            why = f"auto: {why}"  # rank 0's policy Choice
         requested = _describe_compression(c)
         ran = st.ran_mode
         if why == "auto":  # not rank 0: say what rank 0's decision did here

@@ -375,6 +375,24 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     pol.record("all_reduce", "float32", S, spec, 0.2)
     ch = pol.choose("all_reduce", x, spec)
     assert ch.mode == "lossy" and ch.rans_margin is None, str(ch)
+    # probing the other effort costs one call: its first call is not cold once its twin is measured
+    one = fresh()
+    for t in (0.5, 0.320):
+        one.record("all_reduce", "float32", S, spec, t)  # default effort: the first call is cold
+    assert one._measured("all_reduce", "float32", S, spec) == 0.320
+    one.record("all_reduce", "float32", S, spec, 0.250, fast=True)
+    assert one._measured("all_reduce", "float32", S, spec, fast=True) == 0.250
+    ch = one.choose("all_reduce", x, spec)
+    assert ch.rans_margin == FAST_MARGIN and {"lossy", "lossy/fast"} <= set(ch.measured), str(ch)
+    # ... but a first call of a mode whose twin has not run is still cold
+    cold = fresh()
+    cold.record("all_reduce", "float32", S, spec, 0.250, fast=True)
+    cold.record("all_reduce", "float32", S, None, 0.9)
+    cold.record("all_reduce", "float32", S, None, 0.8)
+    cold.record("all_reduce", "float32", S, ncclz.Lossless(), 0.7)
+    assert cold._measured("all_reduce", "float32", S, spec, fast=True) is None
+    assert cold._measured("all_reduce", "float32", S, ncclz.Lossless()) is None
+    assert cold._measured("all_reduce", "float32", S, None) == 0.8
     # efforts=False: only the default effort is ever proposed
     plain = fresh()
     plain.efforts = False

@@ -30,7 +30,7 @@ call) keeps the fastest of the last 4 wall times (the first call skipped: cold) 
 dtype, power-of-two size class) and mode that ran (modes not measured get the model scaled by how
 far off it was for the measured ones); ``choose()`` uses it instead of the prediction where present.
 When a lighter mode is measured and the requested one is not, the requested mode runs until it
-is measured too (two calls: the first is cold), unless the model (scaled by its error on the
+is measured too (two calls: the first is cold; one for the other codec effort), unless the model (scaled by its error on the
 requested mode's measured variants, if any: a CPU-bound plain path tells little about the
 codec) puts it beyond ``probe_factor`` (2) times the lighter mode's measured time. With both
 measured, a margin of ``measured_margin`` (5%) decides instead of ``margin``.
@@ -214,7 +214,8 @@ class Policy:
         """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
         ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class):
         the fastest of the last `window` (4) calls, skipping the first call of each (class, mode)
-        (cold buffers and threads). The minimum, because other load only ever slows a call down.
+        (cold buffers and threads; not for a lossy codec effort whose twin effort is measured in
+        this class already). The minimum, because other load only ever slows a call down.
         choose() uses these measurements instead of the model where it has them: they capture
         what the model does not (this data's ratio on the wire, the machine), and a calibration
         cached per (dtype, spec) may come from other data. `fast`: a lossy call that ran with the
@@ -226,7 +227,13 @@ class Policy:
         lst = self._samples.setdefault((cls, key), [])
         lst.append(t)
         if len(lst) == 1:
-            return  # the first call of this class and mode: cold
+            # the first call of this class and mode is cold (buffers, threads, pages), unless the
+            # other codec effort of the same lossy spec ran in this class already: the two share
+            # every buffer and thread, so probing an effort costs one call, not two
+            twin = _spec_label(spec, not fast) if key.startswith("lossy:") else None
+            if twin is None or len(self._samples.get((cls, twin), ())) < 2:
+                return
+            lst.insert(0, t)  # counts as measured (the list's first entry is the one never used)
         del lst[1:-self.window]
         self.meas.setdefault(cls, {})[key] = min(lst[1:])
 
