@@ -58,14 +58,19 @@ def _cache_path(name: str) -> Path:
     return DATA_DIR / name
 
 
+def _tmp_beside(p: Path) -> Path:
+    """A temporary name next to p for this process: several ranks (processes, possibly in other
+    network namespaces) may build the same cache file at once; each writes its own temporary file
+    and renames it over p (same bytes, the last rename wins)."""
+    return p.with_name(f"{p.stem}.{os.getpid()}.tmp{p.suffix}")
+
+
 def _cached_npy(name: str, make):
     p = _cache_path(name)
     if p.exists():
         return np.load(p)
     a = np.ascontiguousarray(make(), dtype=np.float32)
-    # several ranks (processes, possibly in different network namespaces) may build the same file
-    # at once: each writes its own temporary file, and the last rename wins (same bytes)
-    tmp = p.with_name(f"{p.stem}.{os.getpid()}.tmp.npy")
+    tmp = _tmp_beside(p)
     np.save(tmp, a)
     os.replace(tmp, p)
     return a
@@ -195,7 +200,7 @@ def _grad_npz() -> Path:
     p = _cache_path(f"gradients_digits_cnn_s{GRAD_SEED}_t{GRAD_TAKE_STEP}of{GRAD_STEPS}.npz")
     if not p.exists():
         grads, meta = _train_and_grab()
-        tmp = p.with_name(f"{p.stem}.{os.getpid()}.tmp.npz")
+        tmp = _tmp_beside(p)
         with open(tmp, "wb") as f:
             np.savez(f, **{"grad/" + k: v for k, v in grads.items()}, **{"meta/" + k: np.float64(v) for k, v in meta.items()})
         os.replace(tmp, p)

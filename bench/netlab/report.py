@@ -118,8 +118,8 @@ def main(argv=None) -> int:
     if not pick(main_rows, system="mpi"):
         st = load(a.raw, "status", "") or {}
         L.append(f"- **MPI baseline: not in this run** (suite status main_mpi={st.get('main_mpi', 'not run')}, "
-                 f"colls_mpi={st.get('colls_mpi', 'not run')}; see the suite log: mpirun can stall at launch in the "
-                 "namespaces, and a stalled phase is killed). The 'vs MPI' targets are not judged.")
+                 f"colls_mpi={st.get('colls_mpi', 'not run')}; exit 124 = killed at the suite's timeout; see the suite "
+                 "log). The 'vs MPI' targets are not judged.")
     L.append(f"- Machine: {platform.node()}, {os.cpu_count()} CPU cores, Linux {platform.release()}, "
              f"Python {platform.python_version()}. **All 4 ranks share these {os.cpu_count()} cores**: every rank's "
              "codec work (and gloo/MPI/SZ3 work) competes for the same CPUs, so each rank gets about half a core. "

@@ -231,7 +231,7 @@ class Policy:
             # other codec effort of the same lossy spec ran in this class already: the two share
             # every buffer and thread, so probing an effort costs one call, not two
             twin = _spec_label(spec, not fast) if key.startswith("lossy:") else None
-            if twin is None or len(self._samples.get((cls, twin), ())) < 2:
+            if twin not in self.meas.get(cls, {}):
                 return
             lst.insert(0, t)  # counts as measured (the list's first entry is the one never used)
         del lst[1:-self.window]
