@@ -73,6 +73,11 @@ constexpr int64_t max_code_limit<int64_t>() { return int64_t(1) << 62; }
 template <class T, class Code>
 size_t quantize(const T* x, size_t n, const QuantGrid& g, int64_t limit, Code* q, std::vector<uint64_t>* outliers);
 
+/// For tests: true makes quantize() skip its hand-written vector path
+/// (float32 -> int32 with AVX-512) and run the portable loop, so both can be
+/// checked on one machine. Returns the previous setting. Process-wide.
+bool quantize_set_portable(bool on);
+
 /// out[i] = T(q[i] * step).
 template <class T, class Code>
 void dequantize(const Code* q, size_t n, const QuantGrid& g, T* out);
