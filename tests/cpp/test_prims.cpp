@@ -168,6 +168,58 @@ TEST_P(PrimsModes, ReduceVerbsAndForwarding) {
   for (size_t i = 0; i < k; ++i) EXPECT_EQ(ab.log[k + i], bc.log[k + i]);
 }
 
+TEST(PrimsCoded, ReduceStepsKeepTheIncomingPredictor) {
+  // a -> b -> c in Coded mode. a codes a smooth ramp with the predictor forced
+  // to None; b adds its own ramp and sends the sum on with the selector free:
+  // b keeps None (the incoming slices' predictor) where the selector on its own
+  // picks a delta predictor for the same sum. The sums arrive exact.
+  Fifo ab(4096, 3), bc(4096, 3);
+  FakeSend a_s(&ab), b_s(&bc);
+  FakeRecv b_r(&ab), c_r(&bc);
+  const size_t n = 5000;
+  std::vector<int32_t> x(n), y(n), sum(n), out(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = int32_t(3 * i) - 4000;
+    y[i] = int32_t(i / 2);
+    sum[i] = x[i] + y[i];
+  }
+  // The selector alone, on a slice of the sum: not None.
+  const size_t slice = prims::slice_elems_for(4096, 4);
+  std::vector<uint8_t> buf(4096);
+  codec::SliceInfo info;
+  ASSERT_EQ(codec::encode_slice(sum.data(), ElemType::I32, uint32_t(slice), buf.data(), buf.size(),
+                                codec::EncodeOptions{}, &info),
+            codec::Status::Ok);
+  codec::SliceHeader h0;
+  ASSERT_EQ(codec::read_header(buf.data(), info.bytes, &h0), codec::Status::Ok);
+  ASSERT_NE(h0.predictor, codec::Predictor::None);
+
+  prims::ChannelStats st[3];
+  std::vector<uint64_t> scr[3] = {std::vector<uint64_t>(512), std::vector<uint64_t>(512), std::vector<uint64_t>(512)};
+  std::thread ta([&] {
+    auto a = args(ElemType::I32, prims::WireMode::Coded);
+    a.enc.predictor = int(codec::Predictor::None);
+    prims::Prims p(&a_s, nullptr, a, &st[0], scr[0].data());
+    p.send(x.data(), n);
+  });
+  std::thread tb([&] {
+    prims::Prims p(&b_s, &b_r, args(ElemType::I32, prims::WireMode::Coded), &st[1], scr[1].data());
+    p.recvReduceSend(y.data(), n);
+  });
+  prims::Prims p(nullptr, &c_r, args(ElemType::I32, prims::WireMode::Coded), &st[2], scr[2].data());
+  p.recv(out.data(), n);
+  ta.join();
+  tb.join();
+  EXPECT_EQ(out, sum);
+  ASSERT_EQ(bc.log.size(), (n + slice - 1) / slice);
+  for (const auto& b : bc.log) {
+    codec::SliceHeader h;
+    ASSERT_EQ(codec::read_header(b.data(), b.size(), &h), codec::Status::Ok);
+    EXPECT_NE(h.codec, codec::Codec::Raw);
+    EXPECT_EQ(h.predictor, codec::Predictor::None);
+  }
+}
+
 TEST_P(PrimsModes, RecvReduceCopySendInPlace) {
   Fifo ab(1024, 2), bc(1024, 2);
   FakeSend a_s(&ab), b_s(&bc);

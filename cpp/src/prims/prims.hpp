@@ -137,7 +137,11 @@ class Prims {
   uint8_t* acquire_out();
   void post_out(size_t bytes, size_t n);
   void decode(const transport::SlotView& in, void* dst, size_t n);
-  size_t encode(const void* src, size_t n, uint8_t* out);
+  /// predictor >= 0: the selector considers only that predictor (unless
+  /// PrimsArgs::enc forces one already).
+  size_t encode(const void* src, size_t n, uint8_t* out, int predictor = -1);
+  /// The predictor of a coded slice, -1 for Raw.
+  int incoming_predictor(const transport::SlotView& in) const;
   const uint8_t* raw_in(const transport::SlotView& in, size_t n);
 
   transport::SendConn* send_;
