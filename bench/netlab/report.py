@@ -313,7 +313,7 @@ def main(argv=None) -> int:
                      "what the codec costs with 4 ranks on 2 cores: " + "; ".join(floors) + ".")
         L.append(f"\nPolicy decision quality: worst case over the sweep, measured time of the chosen mode vs none in "
                  f"the same run: {100 * worst:+.1f}%, over the {judged_rows[0]} of {judged_rows[1]} auto rows whose "
-                 "choice has a row of its own (a mixed choice or the fast codec effort has none; the auto row's own "
+                 "choice has a row of its own (a mixed choice or another codec effort has none; the auto row's own "
                  "time vs none is the last column, and the repeated sweep below is the target's measurement).")
         if noise:
             L.append(f" Run-to-run noise on this shared VM: where the policy chose none, the re-measured auto row "

@@ -449,13 +449,16 @@ class Communicator:
             if pending is not None and pending[0] == name and hasattr(pol, "record"):
                 coll, nbytes, dtype, spec = pending
                 ran = st.ran_mode
-                fast = False
+                effort = ""
                 if st.lightened or ran == "none":
                     spec = None if ran == "none" else Lossless()
                 elif c.rans_margin >= 0:
-                    fast = True  # the lossy call ran with the policy's fast codec effort
-                if fast:
-                    pol.record(coll, dtype, nbytes, spec, float(st.wall_s), fast=True)
+                    # the lossy call ran with another codec effort of the policy's
+                    from .tools.policy import effort_of_margin
+
+                    effort = effort_of_margin(c.rans_margin)
+                if effort:
+                    pol.record(coll, dtype, nbytes, spec, float(st.wall_s), effort=effort)
                 else:
                     pol.record(coll, dtype, nbytes, spec, float(st.wall_s))
 

@@ -339,8 +339,9 @@ def test_policy_measures_the_requested_mode_before_keeping_it_off():
 
 def test_policy_picks_the_faster_codec_effort_by_measurement():
     # a CPU-bound machine: the default effort (rANS where it pays in bytes) is measured slow; the
-    # fast effort (no rANS) is measured next and wins; Choice.rans_margin carries it to the call
-    from ncclz.tools.policy import FAST_MARGIN, Calibration, Policy
+    # other efforts (mid: rANS only where it saves 30%; fast: no rANS) are measured next, one call
+    # each, and the fastest wins; Choice.rans_margin carries it to the call
+    from ncclz.tools.policy import EFFORTS, FAST_MARGIN, MID_MARGIN, Calibration, Policy
 
     x = np.zeros(16 << 20, np.float32)
     S = x.nbytes
@@ -348,33 +349,37 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
 
     def fresh():
         pol = Policy(4, link_gbps=0.5, cores_per_rank=0.5)
-        cal = {(False, "Lossless"): Calibration("lossless", 1.2, 1e9, 2e9, 1, 0.0),
-               (False, "Lossy"): Calibration("l", 8.5, 0.4e9, 1e9, 1, 0.0),
-               (True, "Lossy"): Calibration("l", 7.5, 1.5e9, 2e9, 1, 0.0)}
-        pol.calibrate = lambda arr, s, fast=False: cal[(fast, type(s).__name__)]
+        cal = {("", "Lossless"): Calibration("lossless", 1.2, 1e9, 2e9, 1, 0.0),
+               ("", "Lossy"): Calibration("l", 8.5, 0.4e9, 1e9, 1, 0.0),
+               ("mid", "Lossy"): Calibration("l", 8.0, 0.8e9, 1.5e9, 1, 0.0),
+               ("fast", "Lossy"): Calibration("l", 7.5, 1.5e9, 2e9, 1, 0.0)}
+        pol.calibrate = lambda arr, s, fast=False, effort="": cal[(effort or ("fast" if fast else ""),
+                                                                    type(s).__name__)]
         return pol
 
+    assert EFFORTS == {"": None, "mid": MID_MARGIN, "fast": FAST_MARGIN}
+    times = {"": 0.320, "mid": 0.230, "fast": 0.250}
     pol = fresh()
     first = pol.choose("all_reduce", x, spec)
     assert first.mode == "lossy" and first.measured == (), str(first)
-    label = "lossy/fast" if first.rans_margin is not None else "lossy"
-    other = "lossy" if label == "lossy/fast" else "lossy/fast"
-    for t in (0.5, 0.320):  # the model's pick, measured (the first call is cold)
-        pol.record("all_reduce", "float32", S, spec, t, fast=label == "lossy/fast")
+    assert first.rans_margin == EFFORTS[first.effort], str(first)
+    for t in (0.5, times[first.effort]):  # the model's pick, measured (the first call is cold)
+        pol.record("all_reduce", "float32", S, spec, t, effort=first.effort)
+    probes = []
     ch = pol.choose("all_reduce", x, spec)
-    assert "measuring " + other in ch.reason and (ch.rans_margin is not None) == (other == "lossy/fast"), str(ch)
-    fast_t, default_t = 0.250, 0.320
-    for t in (0.5, fast_t if other == "lossy/fast" else default_t):
-        pol.record("all_reduce", "float32", S, spec, t, fast=other == "lossy/fast")
-    if label == "lossy/fast":  # the model's pick was the fast one: give it its time
-        pol.meas[pol._class("all_reduce", "float32", S)]["lossy:rel=0.001/fast"] = fast_t * (1 << 26) / S
-    ch = pol.choose("all_reduce", x, spec)
-    assert ch.mode == "lossy" and ch.rans_margin == FAST_MARGIN, str(ch)
-    assert {"lossy", "lossy/fast"} <= set(ch.measured) and str(ch).startswith("lossy/fast"), str(ch)
+    while "measuring " in ch.reason:
+        assert ch.mode == "lossy" and ch.effort not in probes and ch.effort != first.effort, str(ch)
+        assert ch.rans_margin == EFFORTS[ch.effort], str(ch)
+        probes.append(ch.effort)
+        pol.record("all_reduce", "float32", S, spec, times[ch.effort], effort=ch.effort)  # one call each
+        ch = pol.choose("all_reduce", x, spec)
+    assert sorted(probes + [first.effort]) == sorted(EFFORTS), (probes, first.effort)
+    assert ch.mode == "lossy" and ch.effort == "mid" and ch.rans_margin == MID_MARGIN, str(ch)
+    assert {"lossy", "lossy/mid", "lossy/fast"} <= set(ch.measured) and str(ch).startswith("lossy/mid"), str(ch)
     # the default effort measured faster: no rans_margin
     pol.record("all_reduce", "float32", S, spec, 0.2)
     ch = pol.choose("all_reduce", x, spec)
-    assert ch.mode == "lossy" and ch.rans_margin is None, str(ch)
+    assert ch.mode == "lossy" and ch.rans_margin is None and ch.effort == "", str(ch)
     # probing the other effort costs one call: its first call is not cold once its twin is measured
     one = fresh()
     for t in (0.5, 0.320):
@@ -382,8 +387,10 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     assert one._measured("all_reduce", "float32", S, spec) == 0.320
     one.record("all_reduce", "float32", S, spec, 0.250, fast=True)
     assert one._measured("all_reduce", "float32", S, spec, fast=True) == 0.250
+    one.record("all_reduce", "float32", S, spec, 0.300, effort="mid")
+    assert one._measured("all_reduce", "float32", S, spec, effort="mid") == 0.300
     ch = one.choose("all_reduce", x, spec)
-    assert ch.rans_margin == FAST_MARGIN and {"lossy", "lossy/fast"} <= set(ch.measured), str(ch)
+    assert ch.rans_margin == FAST_MARGIN and {"lossy", "lossy/mid", "lossy/fast"} <= set(ch.measured), str(ch)
     # ... but a first call of a mode whose twin has not run is still cold
     cold = fresh()
     cold.record("all_reduce", "float32", S, spec, 0.250, fast=True)
@@ -397,7 +404,7 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     plain = fresh()
     plain.efforts = False
     assert all(plain.choose("all_reduce", x, spec).rans_margin is None for _ in range(3))
-    assert "lossy/fast" not in plain.choose("all_reduce", x, spec).predicted_s
+    assert not {"lossy/fast", "lossy/mid"} & set(plain.choose("all_reduce", x, spec).predicted_s)
 
 
 def test_measured_calls_flip_the_decision_across_ranks(tmp_path):
@@ -421,3 +428,22 @@ def test_reset_policy_forgets_what_it_learned():
         comm.reset_policy()
         fresh = comm._get_policy()
         assert fresh is not pol and fresh.meas == {} and fresh.cal == {}
+
+
+def test_effort_names_and_bench_labels():
+    # the Communicator maps the margin a call ran with back to the effort's name (what record()
+    # files the time under), and ncclz-bench labels an auto row with it
+    from types import SimpleNamespace
+
+    from ncclz.tools.bench import policy_choice_of
+    from ncclz.tools.policy import FAST_MARGIN, MID_MARGIN, effort_of_margin
+
+    assert effort_of_margin(None) == "" and effort_of_margin(-1.0) == ""
+    assert effort_of_margin(MID_MARGIN) == "mid" and effort_of_margin(FAST_MARGIN) == "fast"
+    with pytest.raises(ValueError, match="unknown codec effort"):
+        __import__("ncclz.tools.policy", fromlist=["Policy"]).Policy(2, link_gbps=1.0).record(
+            "all_reduce", "float32", 1 << 20, ncclz.Lossy(rel=1e-3), 0.1, effort="slow")
+    for why, label in (("auto: lossy/mid (measured)", "rel=1e-3/mid"), ("auto: lossy/fast (x)", "rel=1e-3/fast"),
+                       ("auto: lossy (x)", "rel=1e-3")):
+        assert policy_choice_of("auto:rel=1e-3", SimpleNamespace(compression="lossy", policy=why)) == label
+    assert policy_choice_of("auto:rel=1e-3", SimpleNamespace(compression="none", policy="auto: none")) == "none"

@@ -442,8 +442,10 @@ def policy_choice_of(mode: str, stats) -> str:
     if ran in ("none", "lossless"):
         return ran
     label = mode[5:] if mode.startswith("auto:") else mode
-    if str(getattr(stats, "policy", "")).startswith("auto: lossy/fast"):
-        label += "/fast"  # rank 0's policy ran the bound with the fast codec effort (no rANS)
+    why = str(getattr(stats, "policy", ""))
+    for effort in ("fast", "mid"):  # rank 0's policy ran the bound with another codec effort
+        if why.startswith(f"auto: lossy/{effort}"):
+            label += f"/{effort}"
     return label
 
 

@@ -35,11 +35,13 @@ requested mode's measured variants, if any: a CPU-bound plain path tells little 
 codec) puts it beyond ``probe_factor`` (2) times the lighter mode's measured time. With both
 measured, a margin of ``measured_margin`` (5%) decides instead of ``margin``.
 
-Codec effort: a lossy request has two variants with the same bound and result, the selector's
-default (``lossy``) and ``lossy/fast`` (``FAST_MARGIN``: the selector never picks rANS, which
-encodes several times slower than Block), each calibrated and measured on its own; the other
-variant is measured when the model puts it within ``probe_factor`` of the fastest measured mode,
-and the faster one runs (``Choice.rans_margin``; ``efforts=False`` keeps the default only). When a measurement keeps the requested
+Codec effort: a lossy request has three variants with the same bound and result (``EFFORTS``):
+the selector's default (``lossy``), ``lossy/mid`` (``MID_MARGIN``: rANS only where it beats the
+fast coders by 30%, not 15%) and ``lossy/fast`` (``FAST_MARGIN``: the selector never picks rANS,
+which encodes several times slower than Block), each calibrated and measured on its own; an
+unmeasured variant is measured (one call each) when the model puts it within ``probe_factor`` of
+the fastest measured mode, and the fastest one runs (``Choice.rans_margin``; ``efforts=False``
+keeps the default only). When a measurement keeps the requested
 mode off, it re-runs the requested mode every ``probe_every``-th (64) call to refresh it.
 
 ratio, enc_Bps and dec_Bps come from a calibration: ``ncclz.codec.compress``/``decompress`` of
@@ -112,14 +114,15 @@ class Choice:
     predicted_s: dict  # mode -> predicted (or measured) seconds
     reason: str
     measured: tuple = ()  # the modes whose time in predicted_s was measured on earlier calls
-    # lossy only: the codec effort, the selector's margin for rANS (None: its default; FAST_MARGIN:
-    # never rANS, the "lossy/fast" entry of predicted_s)
+    # lossy only: the codec effort, the selector's margin for rANS (None: its default; see
+    # EFFORTS), and its name ("": default, "mid", "fast": the "lossy/<name>" entry of predicted_s)
     rans_margin: float | None = None
+    effort: str = ""
 
     def __str__(self) -> str:
         p = ", ".join(f"{k} {v * 1e3:.1f} ms{' (measured)' if k in self.measured else ''}"
                       for k, v in self.predicted_s.items())
-        effort = "/fast" if self.rans_margin is not None else ""
+        effort = f"/{self.effort}" if self.effort else ""
         return f"{self.mode}{effort} ({self.reason}; predicted {p})"
 
 
@@ -142,15 +145,35 @@ def _env_float(*names: str) -> float | None:
 #: Sparse only). rANS encodes several times slower than Block: where the codec, not the link, is
 #: the bottleneck, the lower ratio can finish first.
 FAST_MARGIN = 1.0
+#: The codec effort of the "lossy/mid" variant: rANS only where its estimate beats Block/Raw by
+#: 30% (the default asks 15%). Measured in the network lab (4 ranks on 2 cores, 0.5 Gbit/s, 3-D
+#: smooth field): 186 ms at ratio 10.7 against 196 ms at 11.6 (default) and 224 ms at 7.7 (fast);
+#: on the flat smooth field the default won (217 ms against 230), hence a variant of its own.
+MID_MARGIN = 0.3
+#: The codec efforts of a lossy request: name -> the selector's rANS margin (None: its default).
+EFFORTS = {"": None, "mid": MID_MARGIN, "fast": FAST_MARGIN}
 
 
-def _spec_label(spec, fast: bool = False) -> str:
+def effort_of_margin(margin: float | None) -> str:
+    """The name of the effort whose rANS margin is `margin` (None or < 0: the default, "")."""
+    if margin is None or margin < 0:
+        return ""
+    return min((k for k in EFFORTS if k), key=lambda k: abs(EFFORTS[k] - margin))
+
+
+def _effort(effort: str, fast: bool) -> str:
+    if effort not in EFFORTS:
+        raise ValueError(f"unknown codec effort {effort!r}; one of {sorted(EFFORTS)}")
+    return "fast" if fast and not effort else effort
+
+
+def _spec_label(spec, effort: str = "") -> str:
     if spec is None:
         return "none"
     name = type(spec).__name__
     if name == "Lossless":
         return "lossless"
-    return f"lossy:{spec.kind}={spec.bound:g}" + ("/fast" if fast else "")
+    return f"lossy:{spec.kind}={spec.bound:g}" + (f"/{effort}" if effort else "")
 
 
 class Policy:
@@ -179,7 +202,7 @@ class Policy:
         self.meas: dict = {}
         self.probe_every = 64
         self.probe_factor = probe_factor
-        # also consider the requested lossy bound with the fast codec effort (Choice.rans_margin)
+        # also consider the requested lossy bound with the other codec efforts (Choice.rans_margin)
         self.efforts = efforts
         self.measured_margin = measured_margin
         self.window = 4
@@ -210,7 +233,8 @@ class Policy:
     def _class(coll: str, dtype: str, nbytes: int) -> tuple:
         return (coll, dtype, max(0, int(nbytes)).bit_length())  # size classes: powers of two
 
-    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, fast: bool = False) -> None:
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, fast: bool = False,
+               effort: str = "") -> None:
         """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
         ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class):
         the fastest of the last `window` (4) calls, skipping the first call of each (class, mode)
@@ -218,40 +242,45 @@ class Policy:
         this class already). The minimum, because other load only ever slows a call down.
         choose() uses these measurements instead of the model where it has them: they capture
         what the model does not (this data's ratio on the wire, the machine), and a calibration
-        cached per (dtype, spec) may come from other data. `fast`: a lossy call that ran with the
-        fast codec effort (Choice.rans_margin), measured apart from the default one."""
+        cached per (dtype, spec) may come from other data. `effort`: a lossy call that ran with
+        another codec effort than the default (a key of EFFORTS; Choice.effort), measured apart
+        from the others; `fast=True` is effort="fast"."""
+        effort = _effort(effort, fast)
         if not (wall_s > 0) or nbytes <= 0:
             return
-        cls, key = self._class(coll, dtype, nbytes), _spec_label(spec, fast)
+        cls, key = self._class(coll, dtype, nbytes), _spec_label(spec, effort)
         t = wall_s * (1 << (int(nbytes).bit_length() - 1)) / nbytes  # normalised to the class size
         lst = self._samples.setdefault((cls, key), [])
         lst.append(t)
         if len(lst) == 1:
-            # the first call of this class and mode is cold (buffers, threads, pages), unless the
-            # other codec effort of the same lossy spec ran in this class already: the two share
+            # the first call of this class and mode is cold (buffers, threads, pages), unless
+            # another codec effort of the same lossy spec ran in this class already: they share
             # every buffer and thread, so probing an effort costs one call, not two
-            twin = _spec_label(spec, not fast) if key.startswith("lossy:") else None
-            if twin not in self.meas.get(cls, {}):
+            done = self.meas.get(cls, {})
+            twins = [_spec_label(spec, e) for e in EFFORTS if e != effort] if key.startswith("lossy:") else []
+            if not any(t in done for t in twins):
                 return
             lst.insert(0, t)  # counts as measured (the list's first entry is the one never used)
         del lst[1:-self.window]
         self.meas.setdefault(cls, {})[key] = min(lst[1:])
 
-    def _measured(self, coll: str, dtype: str, nbytes: int, spec, fast: bool = False) -> float | None:
+    def _measured(self, coll: str, dtype: str, nbytes: int, spec, fast: bool = False,
+                  effort: str = "") -> float | None:
         d = self.meas.get(self._class(coll, dtype, nbytes))
-        label = _spec_label(spec, fast)
+        label = _spec_label(spec, _effort(effort, fast))
         if not d or label not in d:
             return None
         return d[label] * nbytes / (1 << (int(nbytes).bit_length() - 1))
 
-    def calibrate(self, x, spec, fast: bool = False) -> Calibration:
+    def calibrate(self, x, spec, fast: bool = False, effort: str = "") -> Calibration:
         """Times ncclz.codec on a sample of x with spec (cached per dtype, spec and effort), as the
-        wire codes it: the classic layout (the collectives never use interp), and with `fast` the
-        selector's rANS margin FAST_MARGIN."""
+        wire codes it: the classic layout (the collectives never use interp), with the effort's
+        rANS margin (EFFORTS; `fast=True` is effort="fast")."""
         import ncclz
 
+        effort = _effort(effort, fast)
         arr = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-        key = (str(arr.dtype), _spec_label(spec, fast))
+        key = (str(arr.dtype), _spec_label(spec, effort))
         if key in self.cal:
             if isinstance(self.cal[key], Exception):
                 raise self.cal[key]
@@ -265,8 +294,7 @@ class Policy:
             for _ in range(self.reps):
                 t0 = time.perf_counter()
                 if type(spec).__name__ == "Lossy":
-                    blob = ncclz.codec.compress(sample, spec, layout="classic",
-                                                rans_margin=FAST_MARGIN if fast else None)
+                    blob = ncclz.codec.compress(sample, spec, layout="classic", rans_margin=EFFORTS[effort])
                 else:
                     blob = ncclz.codec.compress(sample, spec)
                 t1 = time.perf_counter()
@@ -320,17 +348,17 @@ class Policy:
                                                 "uncompressed call >= 1 MiB for the policy to observe)")
         if nbytes < self.min_bytes:
             return Choice("none", None, pred, f"message {nbytes} B < {self.min_bytes} B: latency-bound")
-        # candidates: (name, spec, fast effort); "lossy/fast" is the requested bound with the fast codec
-        # effort (same guarantee: only the wire coder differs)
-        cands = [("lossless", requested if req == "lossless" else ncclz.Lossless(), False)]
+        # candidates: (name, spec, codec effort); "lossy/mid" and "lossy/fast" are the requested bound
+        # with another codec effort (same guarantee: only the wire coder differs)
+        cands = [("lossless", requested if req == "lossless" else ncclz.Lossless(), "")]
         if req == "lossy":
-            cands += [("lossy", requested, False)]
+            cands += [("lossy", requested, "")]
             if self.efforts:
-                cands += [("lossy/fast", requested, True)]
-        specs = {name: (spec, fast) for name, spec, fast in cands}
-        for name, spec, fast in cands:
+                cands += [(f"lossy/{e}", requested, e) for e in EFFORTS if e]
+        specs = {name: (spec, effort) for name, spec, effort in cands}
+        for name, spec, effort in cands:
             try:
-                cal = self.calibrate(arr, spec, fast=True) if fast else self.calibrate(arr, spec)
+                cal = self.calibrate(arr, spec, effort=effort) if effort else self.calibrate(arr, spec)
             except Exception as e:  # noqa: BLE001
                 if name == req:
                     return Choice(req, requested, pred, f"as requested: no calibration ({type(e).__name__}: {e})")
@@ -340,8 +368,8 @@ class Policy:
         model = dict(pred)
         dt = str(arr.dtype)
         measured = []
-        for name, (spec, fast) in (("none", (None, False)), *specs.items()):
-            m = self._measured(coll, dt, nbytes, spec, fast)
+        for name, (spec, effort) in (("none", (None, "")), *specs.items()):
+            m = self._measured(coll, dt, nbytes, spec, effort=effort)
             if m is not None and name in pred:
                 pred[name] = m
                 measured.append(name)
@@ -361,12 +389,12 @@ class Policy:
         fc = float(np.exp(np.mean([np.log(pred[m] / model[m]) for m in comp]))) if comp else 1.0
 
         def pick(name: str, why: str) -> Choice:
-            spec, fast = specs.get(name, (None, False))
+            spec, effort = specs.get(name, (None, ""))
             return Choice(name.split("/")[0], None if name == "none" else spec, pred, why, measured,
-                          FAST_MARGIN if fast else None)
+                          EFFORTS[effort], effort)
 
-        # the requested mode's variants (the codec effort): the faster one, measured where possible
-        variants = [v for v in (req, f"{req}/fast") if v in pred]
+        # the requested mode's variants (the codec efforts): the fastest, measured where possible
+        variants = [v for v in [req] + [f"{req}/{e}" for e in EFFORTS if e] if v in pred]
         if len(variants) > 1:
             known = [v for v in variants if v in measured]
             unknown = [v for v in variants if v not in measured]
