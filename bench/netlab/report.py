@@ -386,7 +386,7 @@ def main(argv=None) -> int:
                  "ring moves S per rank instead of 1.5 S, so the uncompressed time is 2/3 of the 4-host one.\n")
         L.append("| data | none ms | rel=1e-3 ms | speedup | ratio | 80% of ratio | codec share |")
         L.append("|---|---:|---:|---:|---:|---|---:|")
-        for ds in [d for d in ("smooth", "real", "gaussian", "grad")]:
+        for ds in ("smooth", "real", "gaussian", "grad", "sparse", "smooth-shaped"):
             b, lz = one(two_rows, dataset=ds, mode="none"), one(two_rows, dataset=ds, mode="rel=0.001")
             if not (b and lz):
                 continue
@@ -590,7 +590,7 @@ def main(argv=None) -> int:
                          "own core.")
         two = rows_of(load(a.raw, "twohost", tag))
         parts, four = [], []
-        for ds in ("smooth", "real", "gaussian", "grad"):
+        for ds in ("smooth", "real", "gaussian", "grad", "sparse", "smooth-shaped"):
             b2, l2 = one(two, dataset=ds, mode="none"), one(two, dataset=ds, mode="rel=0.001")
             if b2 and l2:
                 parts.append(f"{ds} {ms(b2) / ms(l2):.2f}x (ratio {l2['ratio']:.1f})")

@@ -190,7 +190,8 @@ def main(argv=None) -> int:
             # 2 ranks on the 2 cores (a core per rank, as real hosts have): how much of the 4-rank
             # result is the shared CPU
             lab.set_rate(a.rate)
-            status["twohost"] = run_bench(lab, "twohost", common + ["-c", "all_reduce", "-d", "smooth,real,gaussian,grad",
+            two_data = "smooth,real,gaussian,grad,sparse,smooth-shaped"
+            status["twohost"] = run_bench(lab, "twohost", common + ["-c", "all_reduce", "-d", two_data,
                                                                     "-s", S("ncclz"), "-m", "none,rel=1e-3"],
                                           nextport(), a.timeout, nranks=2)
         if "sizes" in phases:
