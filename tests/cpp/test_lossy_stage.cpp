@@ -39,14 +39,19 @@ TEST(LossyStage, QuantizesAndDequantizesTheRangesItIsGiven) {
   std::vector<int32_t> codes(x.size(), 12345);
   std::vector<float> out(x.size(), -1.f);
   LossyStage st(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb);
-  st.prepare(codes.data() + 100, 50);  // only [100, 150)
-  for (size_t i = 0; i < codes.size(); ++i) {
-    if (i < 100 || i >= 150) {
-      EXPECT_EQ(codes[i], 12345) << i;
-    } else {
-      EXPECT_LE(std::fabs(double(codes[i]) * 2 * plan.eb - double(x[i])), plan.check_eb) << i;
-    }
+  // [100, 150) of the input, quantized into the stage's buffer: the code buffer is not written
+  const auto* q = static_cast<const int32_t*>(st.prepare(codes.data() + 100, 50));
+  ASSERT_NE(q, nullptr);
+  for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 12345) << i;
+  for (size_t k = 0; k < 50; ++k) {
+    EXPECT_LE(std::fabs(double(q[k]) * 2 * plan.eb - double(x[100 + k])), plan.check_eb) << k;
   }
+  // another range on the same thread: the same buffer, refilled
+  const auto* q2 = static_cast<const int32_t*>(st.prepare(codes.data() + 500, 40));
+  for (size_t k = 0; k < 40; ++k) {
+    EXPECT_LE(std::fabs(double(q2[k]) * 2 * plan.eb - double(x[500 + k])), plan.check_eb) << k;
+  }
+  for (size_t i = 120; i < 130; ++i) codes[i] = int32_t(i) - 125;  // what a verb would have written
   st.finish(codes.data() + 120, 10);  // only [120, 130)
   for (size_t i = 0; i < out.size(); ++i) {
     if (i < 120 || i >= 130) {

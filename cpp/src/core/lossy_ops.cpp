@@ -169,14 +169,23 @@ LossyStage::LossyStage(DataType t, const LossyPlan& p, const void* x, const void
       es_(dsize(t)),
       cs_(p.wide ? 8 : 4) {}
 
-void LossyStage::prepare(const void* src, size_t n) {
+const void* LossyStage::prepare(const void* src, size_t n) {
+  // Each slice of the local input is read once, by the verb that asked, right
+  // after this: quantizing into a small per-thread buffer (it stays in cache)
+  // instead of the call's code buffer saves writing that buffer out to memory
+  // and reading it back (in_count codes a call). The verbs write their outputs
+  // to the code buffers as before (finish() reads out_codes).
+  thread_local std::vector<uint64_t> buf;
+  const size_t words = (n * cs_ + 7) / 8;
+  if (buf.size() < words) buf.resize(words);
   const size_t off = size_t(static_cast<const uint8_t*>(src) - codes_) / cs_;
-  const size_t bad = quantize_buf(t_, plan_, x_ + off * es_, n, const_cast<uint8_t*>(codes_) + off * cs_);
+  const size_t bad = quantize_buf(t_, plan_, x_ + off * es_, n, buf.data());
   if (bad) {
     throw Error("ncclz: " + std::to_string(bad) + " input element(s) from offset " + std::to_string(off) +
                 " do not fit the lossy grid although the call's statistics said they would: was the input "
                 "modified during the call?");
   }
+  return buf.data();
 }
 
 void LossyStage::finish(const void* dst, size_t n) {

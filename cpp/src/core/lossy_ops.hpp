@@ -51,7 +51,9 @@ class LossyStage final : public prims::Stage {
  public:
   LossyStage(DataType t, const LossyPlan& p, const void* x, const void* codes, void* out, const void* out_codes,
              double out_step);
-  void prepare(const void* src, size_t n) override;
+  /// Quantizes into a per-thread buffer of the stage's and returns it (the
+  /// wire buffer at src is not written: the codes are read once, right away).
+  const void* prepare(const void* src, size_t n) override;
   void finish(const void* dst, size_t n) override;
 
  private:

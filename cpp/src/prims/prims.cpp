@@ -196,7 +196,7 @@ void Prims::run(const void* src, void* dst, size_t n) {
     uint8_t* dp = d ? d + off * esize_ : nullptr;
     if (a_.stage && kReadsSrc) {
       const auto t0 = Clock::now();
-      a_.stage->prepare(sp, k);
+      sp = static_cast<const uint8_t*>(a_.stage->prepare(sp, k));
       st_->stage_s += seconds_since(t0);
     }
     step<F>(sp, dp, k);

@@ -85,8 +85,10 @@ struct ChannelStats {
 class Stage {
  public:
   virtual ~Stage() = default;
-  /// The verb is about to read [src, src + n) of the local input.
-  virtual void prepare(const void* src, size_t n) = 0;
+  /// The verb is about to read [src, src + n) of the local input. Returns
+  /// where to read those n elements from: src, or a buffer of the stage's
+  /// that stays valid until the calling thread's next prepare().
+  virtual const void* prepare(const void* src, size_t n) = 0;
   /// [dst, dst + n) of the output now holds its final value (COPY verbs).
   virtual void finish(const void* dst, size_t n) = 0;
 };
