@@ -51,13 +51,19 @@ TEST(LossyStage, QuantizesAndDequantizesTheRangesItIsGiven) {
   for (size_t k = 0; k < 40; ++k) {
     EXPECT_LE(std::fabs(double(q2[k]) * 2 * plan.eb - double(x[500 + k])), plan.check_eb) << k;
   }
-  for (size_t i = 120; i < 130; ++i) codes[i] = int32_t(i) - 125;  // what a verb would have written
-  st.finish(codes.data() + 120, 10);  // only [120, 130)
+  // output [120, 130): the verb writes into the stage's buffer (not the code buffer), finish()
+  // dequantizes from it into the output's elements 120..129 only
+  auto* w = static_cast<int32_t*>(st.output(codes.data() + 120, 10));
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(static_cast<const void*>(w), static_cast<const void*>(q2));  // input and output buffers differ
+  for (int k = 0; k < 10; ++k) w[k] = k - 5;  // what a verb would have written
+  st.finish(codes.data() + 120, w, 10);
+  for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 12345) << i;
   for (size_t i = 0; i < out.size(); ++i) {
     if (i < 120 || i >= 130) {
       EXPECT_EQ(out[i], -1.f) << i;
     } else {
-      EXPECT_EQ(out[i], float(double(codes[i]) * 2 * plan.eb)) << i;
+      EXPECT_EQ(out[i], float(double(int(i) - 125) * 2 * plan.eb)) << i;
     }
   }
 }

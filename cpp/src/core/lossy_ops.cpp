@@ -188,9 +188,17 @@ const void* LossyStage::prepare(const void* src, size_t n) {
   return buf.data();
 }
 
-void LossyStage::finish(const void* dst, size_t n) {
+void* LossyStage::output(void* dst, size_t n) {
+  (void)dst;
+  thread_local std::vector<uint64_t> buf;
+  const size_t words = (n * cs_ + 7) / 8;
+  if (buf.size() < words) buf.resize(words);
+  return buf.data();
+}
+
+void LossyStage::finish(const void* dst, const void* data, size_t n) {
   const size_t off = size_t(static_cast<const uint8_t*>(dst) - out_codes_) / cs_;
-  dequantize_buf(t_, plan_.wide, out_codes_ + off * cs_, n, out_step_, out_ + off * es_);
+  dequantize_buf(t_, plan_.wide, data, n, out_step_, out_ + off * es_);
 }
 
 void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, int parts) {

@@ -54,7 +54,10 @@ class LossyStage final : public prims::Stage {
   /// Quantizes into a per-thread buffer of the stage's and returns it (the
   /// wire buffer at src is not written: the codes are read once, right away).
   const void* prepare(const void* src, size_t n) override;
-  void finish(const void* dst, size_t n) override;
+  /// The output codes go to a second per-thread buffer, dequantized by
+  /// finish() straight from it: the call's output code buffer is not written.
+  void* output(void* dst, size_t n) override;
+  void finish(const void* dst, const void* data, size_t n) override;
 
  private:
   DataType t_;

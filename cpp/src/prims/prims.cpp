@@ -199,10 +199,12 @@ void Prims::run(const void* src, void* dst, size_t n) {
       sp = static_cast<const uint8_t*>(a_.stage->prepare(sp, k));
       st_->stage_s += seconds_since(t0);
     }
-    step<F>(sp, dp, k);
+    uint8_t* wp = dp;  // where the verb writes
+    if (a_.stage && kFinal) wp = static_cast<uint8_t*>(a_.stage->output(dp, k));
+    step<F>(sp, wp, k);
     if (a_.stage && kFinal) {
       const auto t0 = Clock::now();
-      a_.stage->finish(dp, k);
+      a_.stage->finish(dp, wp, k);
       st_->stage_s += seconds_since(t0);
     }
   }

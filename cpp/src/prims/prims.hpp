@@ -89,8 +89,16 @@ class Stage {
   /// where to read those n elements from: src, or a buffer of the stage's
   /// that stays valid until the calling thread's next prepare().
   virtual const void* prepare(const void* src, size_t n) = 0;
-  /// [dst, dst + n) of the output now holds its final value (COPY verbs).
-  virtual void finish(const void* dst, size_t n) = 0;
+  /// A COPY verb is about to write [dst, dst + n) of the output. Returns where
+  /// the verb writes those n elements instead: dst, or a buffer of the
+  /// stage's valid until the calling thread's next output().
+  virtual void* output(void* dst, size_t n) {
+    (void)n;
+    return dst;
+  }
+  /// Output elements [dst, dst + n) are final; their values are at `data`
+  /// (what output(dst, n) returned).
+  virtual void finish(const void* dst, const void* data, size_t n) = 0;
 };
 
 struct PrimsArgs {
