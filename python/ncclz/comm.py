@@ -453,10 +453,13 @@ class Communicator:
                 if st.lightened or ran == "none":
                     spec = None if ran == "none" else Lossless()
                 elif c.rans_margin >= 0:
-                    # the lossy call ran with another codec effort of the policy's
-                    from .tools.policy import effort_of_margin
+                    # the lossy call ran with another codec effort of the policy's: its Choice
+                    # names it (a custom policy's Choice may give only the margin)
+                    effort = getattr(why, "effort", None)
+                    if effort is None:
+                        from .tools.policy import effort_of_margin
 
-                    effort = effort_of_margin(c.rans_margin)
+                        effort = effort_of_margin(c.rans_margin)
                 if effort:
                     pol.record(coll, dtype, nbytes, spec, float(st.wall_s), effort=effort)
                 else:

@@ -353,8 +353,7 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
                ("", "Lossy"): Calibration("l", 8.5, 0.4e9, 1e9, 1, 0.0),
                ("mid", "Lossy"): Calibration("l", 8.0, 0.8e9, 1.5e9, 1, 0.0),
                ("fast", "Lossy"): Calibration("l", 7.5, 1.5e9, 2e9, 1, 0.0)}
-        pol.calibrate = lambda arr, s, fast=False, effort="": cal[(effort or ("fast" if fast else ""),
-                                                                    type(s).__name__)]
+        pol.calibrate = lambda arr, s, effort="": cal[(effort, type(s).__name__)]
         return pol
 
     assert EFFORTS == {"": None, "mid": MID_MARGIN, "fast": FAST_MARGIN}
@@ -385,19 +384,19 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     for t in (0.5, 0.320):
         one.record("all_reduce", "float32", S, spec, t)  # default effort: the first call is cold
     assert one._measured("all_reduce", "float32", S, spec) == 0.320
-    one.record("all_reduce", "float32", S, spec, 0.250, fast=True)
-    assert one._measured("all_reduce", "float32", S, spec, fast=True) == 0.250
+    one.record("all_reduce", "float32", S, spec, 0.250, effort="fast")
+    assert one._measured("all_reduce", "float32", S, spec, effort="fast") == 0.250
     one.record("all_reduce", "float32", S, spec, 0.300, effort="mid")
     assert one._measured("all_reduce", "float32", S, spec, effort="mid") == 0.300
     ch = one.choose("all_reduce", x, spec)
     assert ch.rans_margin == FAST_MARGIN and {"lossy", "lossy/mid", "lossy/fast"} <= set(ch.measured), str(ch)
     # ... but a first call of a mode whose twin has not run is still cold
     cold = fresh()
-    cold.record("all_reduce", "float32", S, spec, 0.250, fast=True)
+    cold.record("all_reduce", "float32", S, spec, 0.250, effort="fast")
     cold.record("all_reduce", "float32", S, None, 0.9)
     cold.record("all_reduce", "float32", S, None, 0.8)
     cold.record("all_reduce", "float32", S, ncclz.Lossless(), 0.7)
-    assert cold._measured("all_reduce", "float32", S, spec, fast=True) is None
+    assert cold._measured("all_reduce", "float32", S, spec, effort="fast") is None
     assert cold._measured("all_reduce", "float32", S, ncclz.Lossless()) is None
     assert cold._measured("all_reduce", "float32", S, None) == 0.8
     # efforts=False: only the default effort is ever proposed

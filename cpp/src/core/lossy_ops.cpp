@@ -169,6 +169,14 @@ LossyStage::LossyStage(DataType t, const LossyPlan& p, const void* x, const void
       es_(dsize(t)),
       cs_(p.wide ? 8 : 4) {}
 
+namespace {
+/// A per-thread buffer of at least `bytes`, 8-byte aligned (one per call site).
+void* grown(std::vector<uint64_t>& buf, size_t bytes) {
+  if (buf.size() * 8 < bytes) buf.resize((bytes + 7) / 8);
+  return buf.data();
+}
+}  // namespace
+
 const void* LossyStage::prepare(const void* src, size_t n) {
   // Each slice of the local input is read once, by the verb that asked, right
   // after this: quantizing into a small per-thread buffer (it stays in cache)
@@ -176,24 +184,21 @@ const void* LossyStage::prepare(const void* src, size_t n) {
   // and reading it back (in_count codes a call). The verbs write their outputs
   // to the code buffers as before (finish() reads out_codes).
   thread_local std::vector<uint64_t> buf;
-  const size_t words = (n * cs_ + 7) / 8;
-  if (buf.size() < words) buf.resize(words);
+  void* q = grown(buf, n * cs_);
   const size_t off = size_t(static_cast<const uint8_t*>(src) - codes_) / cs_;
-  const size_t bad = quantize_buf(t_, plan_, x_ + off * es_, n, buf.data());
+  const size_t bad = quantize_buf(t_, plan_, x_ + off * es_, n, q);
   if (bad) {
     throw Error("ncclz: " + std::to_string(bad) + " input element(s) from offset " + std::to_string(off) +
                 " do not fit the lossy grid although the call's statistics said they would: was the input "
                 "modified during the call?");
   }
-  return buf.data();
+  return q;
 }
 
 void* LossyStage::output(void* dst, size_t n) {
   (void)dst;
   thread_local std::vector<uint64_t> buf;
-  const size_t words = (n * cs_ + 7) / 8;
-  if (buf.size() < words) buf.resize(words);
-  return buf.data();
+  return grown(buf, n * cs_);
 }
 
 void LossyStage::finish(const void* dst, const void* data, size_t n) {

@@ -442,9 +442,11 @@ def policy_choice_of(mode: str, stats) -> str:
     if ran in ("none", "lossless"):
         return ran
     label = mode[5:] if mode.startswith("auto:") else mode
+    from .policy import EFFORTS
+
     why = str(getattr(stats, "policy", ""))
-    for effort in ("fast", "mid"):  # rank 0's policy ran the bound with another codec effort
-        if why.startswith(f"auto: lossy/{effort}"):
+    for effort in EFFORTS:  # rank 0's policy ran the bound with another codec effort
+        if effort and why.startswith(f"auto: lossy/{effort} "):
             label += f"/{effort}"
     return label
 

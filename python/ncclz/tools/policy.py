@@ -161,10 +161,10 @@ def effort_of_margin(margin: float | None) -> str:
     return min((k for k in EFFORTS if k), key=lambda k: abs(EFFORTS[k] - margin))
 
 
-def _effort(effort: str, fast: bool) -> str:
+def _check_effort(effort: str) -> str:
     if effort not in EFFORTS:
         raise ValueError(f"unknown codec effort {effort!r}; one of {sorted(EFFORTS)}")
-    return "fast" if fast and not effort else effort
+    return effort
 
 
 def _spec_label(spec, effort: str = "") -> str:
@@ -233,8 +233,7 @@ class Policy:
     def _class(coll: str, dtype: str, nbytes: int) -> tuple:
         return (coll, dtype, max(0, int(nbytes)).bit_length())  # size classes: powers of two
 
-    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, fast: bool = False,
-               effort: str = "") -> None:
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, effort: str = "") -> None:
         """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
         ncclz.Lossless() or the Lossy spec), per (collective, dtype, power-of-two size class):
         the fastest of the last `window` (4) calls, skipping the first call of each (class, mode)
@@ -244,8 +243,8 @@ class Policy:
         what the model does not (this data's ratio on the wire, the machine), and a calibration
         cached per (dtype, spec) may come from other data. `effort`: a lossy call that ran with
         another codec effort than the default (a key of EFFORTS; Choice.effort), measured apart
-        from the others; `fast=True` is effort="fast"."""
-        effort = _effort(effort, fast)
+        from the others."""
+        _check_effort(effort)
         if not (wall_s > 0) or nbytes <= 0:
             return
         cls, key = self._class(coll, dtype, nbytes), _spec_label(spec, effort)
@@ -264,21 +263,20 @@ class Policy:
         del lst[1:-self.window]
         self.meas.setdefault(cls, {})[key] = min(lst[1:])
 
-    def _measured(self, coll: str, dtype: str, nbytes: int, spec, fast: bool = False,
-                  effort: str = "") -> float | None:
+    def _measured(self, coll: str, dtype: str, nbytes: int, spec, effort: str = "") -> float | None:
         d = self.meas.get(self._class(coll, dtype, nbytes))
-        label = _spec_label(spec, _effort(effort, fast))
+        label = _spec_label(spec, _check_effort(effort))
         if not d or label not in d:
             return None
         return d[label] * nbytes / (1 << (int(nbytes).bit_length() - 1))
 
-    def calibrate(self, x, spec, fast: bool = False, effort: str = "") -> Calibration:
+    def calibrate(self, x, spec, effort: str = "") -> Calibration:
         """Times ncclz.codec on a sample of x with spec (cached per dtype, spec and effort), as the
         wire codes it: the classic layout (the collectives never use interp), with the effort's
-        rANS margin (EFFORTS; `fast=True` is effort="fast")."""
+        rANS margin (EFFORTS)."""
         import ncclz
 
-        effort = _effort(effort, fast)
+        _check_effort(effort)
         arr = np.ascontiguousarray(np.asarray(x)).reshape(-1)
         key = (str(arr.dtype), _spec_label(spec, effort))
         if key in self.cal:
