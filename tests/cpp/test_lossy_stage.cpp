@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "codec/slice.hpp"
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
 #include "ncclz/error.hpp"
@@ -78,6 +80,77 @@ TEST(LossyStage, AnInputBeyondTheScannedRangeThrowsInsteadOfBreakingTheBound) {
   LossyStage st(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb);
   EXPECT_NO_THROW(st.prepare(codes.data(), 32));
   EXPECT_THROW(st.prepare(codes.data() + 32, 32), ncclz::Error);
+}
+
+// finish_slice: a Sparse slice is dequantized straight from its nonzeros into
+// the output range, bit for bit what decoding it and finish() give, for
+// float32/float64 outputs and int32/int64 codes; other slices are declined
+// (the output untouched), broken ones reported.
+template <class T>
+void check_finish_slice(DataType dt, bool wide) {
+  SCOPED_TRACE(testing::Message() << "esize " << sizeof(T) << " wide " << wide);
+  const size_t n = 3000, off = 200, total = 4000;
+  std::vector<float> x(64, 1.f);
+  x[1] = -3.f;
+  auto plan = ncclz::core::plan_lossy(ncclz::codec::ElemType::F32, Combine::Sum, 4, 1e-3, stats_of(x));
+  ASSERT_TRUE(plan.compress);
+  plan.wide = wide;
+  const double step = 2 * plan.eb / 3;  // an avg-like step: not a power of two
+  const auto ct = wide ? ncclz::codec::ElemType::I64 : ncclz::codec::ElemType::I32;
+  const size_t cs = wide ? 8 : 4;
+  std::vector<int64_t> c(n, 0);
+  for (size_t i = 0; i < n; ++i)
+    if ((i * 2654435761u) % 97 < 2) c[i] = int64_t((i * 7919) % 1001) - 500;
+  if (wide) c[5] = int64_t(1) << 40;
+  std::vector<uint8_t> codes(n * cs);
+  for (size_t i = 0; i < n; ++i) {
+    if (wide) {
+      std::memcpy(&codes[i * 8], &c[i], 8);
+    } else {
+      const int32_t v = int32_t(c[i]);
+      std::memcpy(&codes[i * 4], &v, 4);
+    }
+  }
+  auto slice_of = [&](ncclz::codec::EncodeOptions::Choice ch) {
+    ncclz::codec::EncodeOptions opt;
+    opt.choice = ch;
+    opt.predictor = int(ncclz::codec::Predictor::None);
+    std::vector<uint8_t> buf(ncclz::codec::max_slice_bytes(ct, n));
+    ncclz::codec::SliceInfo si;
+    EXPECT_EQ(ncclz::codec::encode_slice(codes.data(), ct, uint32_t(n), buf.data(), buf.size(), opt, &si),
+              ncclz::codec::Status::Ok);
+    buf.resize(si.bytes);
+    return buf;
+  };
+  const auto sparse = slice_of(ncclz::codec::EncodeOptions::Choice::Sparse);
+  const auto block = slice_of(ncclz::codec::EncodeOptions::Choice::Block);
+  std::vector<uint64_t> out_codes(total);  // only an address range for the stage
+  const uint8_t* oc = reinterpret_cast<const uint8_t*>(out_codes.data());
+  std::vector<T> got(total, T(-1)), want(total, T(-1));
+  LossyStage a(dt, plan, x.data(), out_codes.data(), got.data(), oc, step);
+  LossyStage b(dt, plan, x.data(), out_codes.data(), want.data(), oc, step);
+  ASSERT_EQ(a.finish_slice(oc + off * cs, sparse.data(), sparse.size(), n), ncclz::codec::Status::Ok);
+  std::vector<uint64_t> dec(n);
+  ASSERT_EQ(ncclz::codec::decode_slice(sparse.data(), sparse.size(), ct, uint32_t(n), dec.data()),
+            ncclz::codec::Status::Ok);
+  b.finish(oc + off * cs, dec.data(), n);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), total * sizeof(T)));
+  EXPECT_EQ(got[off - 1], T(-1));
+  EXPECT_EQ(got[off + n], T(-1));
+  EXPECT_EQ(got[off + 5], T(double(c[5]) * step));
+  // Declined, untouched: a Block slice. Refused: truncated, wrong count.
+  std::vector<T> before = got;
+  EXPECT_EQ(a.finish_slice(oc, block.data(), block.size(), n), ncclz::codec::Status::Unsupported);
+  EXPECT_NE(a.finish_slice(oc, sparse.data(), sparse.size() - 1, n), ncclz::codec::Status::Ok);
+  EXPECT_EQ(a.finish_slice(oc, sparse.data(), sparse.size(), n + 1), ncclz::codec::Status::CountMismatch);
+  EXPECT_EQ(0, std::memcmp(got.data(), before.data(), total * sizeof(T)));
+}
+
+TEST(LossyStage, FinishSliceDequantizesSparseSlicesStraightFromTheirNonzeros) {
+  check_finish_slice<float>(DataType::F32, false);
+  check_finish_slice<float>(DataType::F32, true);
+  check_finish_slice<double>(DataType::F64, false);
+  check_finish_slice<double>(DataType::F64, true);
 }
 
 }  // namespace

@@ -82,15 +82,16 @@ double ulp_at(double x) {
 
 // ---- data sets --------------------------------------------------------------
 
-enum class Dist { Gaussian, Uniform, Smooth, Sparse, Constant, Denormal, Huge, NonFinite, Midpoints, CoarseUlp };
-const Dist kDists[] = {Dist::Gaussian, Dist::Uniform,   Dist::Smooth,    Dist::Sparse,    Dist::Constant,
-                       Dist::Denormal, Dist::Huge,      Dist::NonFinite, Dist::Midpoints, Dist::CoarseUlp};
+enum class Dist { Gaussian, Uniform, Smooth, Sparse, ZeroRuns, Constant, Denormal, Huge, NonFinite, Midpoints, CoarseUlp };
+const Dist kDists[] = {Dist::Gaussian, Dist::Uniform, Dist::Smooth,    Dist::Sparse,    Dist::ZeroRuns, Dist::Constant,
+                       Dist::Denormal, Dist::Huge,    Dist::NonFinite, Dist::Midpoints, Dist::CoarseUlp};
 const char* dist_name(Dist d) {
   switch (d) {
     case Dist::Gaussian: return "gaussian";
     case Dist::Uniform: return "uniform";
     case Dist::Smooth: return "smooth";
     case Dist::Sparse: return "sparse";
+    case Dist::ZeroRuns: return "zero-runs";
     case Dist::Constant: return "constant";
     case Dist::Denormal: return "denormal";
     case Dist::Huge: return "huge";
@@ -117,6 +118,15 @@ std::vector<T> make_data(Dist d, size_t n, double eb, uint32_t seed) {
       case Dist::Uniform: v = uni(rng) * 1e4 * eb; break;
       case Dist::Smooth: v = 300 * eb * std::sin(double(i) * 0.01) + 50 * eb * std::cos(double(i) * 0.173); break;
       case Dist::Sparse: v = (rng() % 50 == 0) ? normal(rng) * 100 * eb : 0.0; break;
+      case Dist::ZeroRuns: {
+        // Runs of +0.0 and -0.0 (whole 16-element groups and parts of them)
+        // between short stretches of values, some near the grid's midpoints.
+        const size_t phase = (i / 24) % 3;
+        if (phase == 0) v = (rng() % 2) ? -0.0 : 0.0;
+        else if (phase == 1) v = (rng() % 4 == 0) ? (double(int64_t(rng() % 41) - 20) + 0.5) * 2 * eb : -0.0;
+        else v = normal(rng) * 10 * eb;
+        break;
+      }
       case Dist::Constant: v = 12.345 * eb + 1; break;
       case Dist::Denormal: v = double(int64_t(rng() % 2001) - 1000) * min_subnormal<T>(); break;
       case Dist::Huge: v = uni(rng) * max_finite<T>(); break;

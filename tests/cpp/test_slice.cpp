@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "codec/slice.hpp"
@@ -67,6 +69,74 @@ TEST(Slice, EveryForcedCodecAndPredictorRoundTrips) {
       }
     }
   }
+}
+
+namespace {
+
+// decode_slice_add over every forced codec and predictor: dst ends as its old
+// values plus the slice's, wrapping; slice_adds_sparse says which are added
+// without a pass over dst (Sparse, no predictor: also checked to leave every
+// element at a zero of the slice untouched, whatever it held).
+template <class Code>
+void check_decode_add(const std::vector<Code>& v, ElemType t, uint32_t seed) {
+  using U = std::make_unsigned_t<Code>;
+  std::mt19937_64 rng(seed);
+  std::vector<Code> base(v.size());
+  for (auto& b : base) b = (rng() % 3 == 0) ? std::numeric_limits<Code>::max() - Code(rng() % 4) : Code(rng());
+  for (Choice c : {Choice::Raw, Choice::Block, Choice::Rans, Choice::Sparse}) {
+    for (int p = -1; p < kNumPredictors; ++p) {
+      EncodeOptions opt;
+      opt.choice = c;
+      opt.predictor = p;
+      opt.row = 16;
+      opt.plane = 256;
+      SCOPED_TRACE(testing::Message() << "n=" << v.size() << " choice=" << int(c) << " pred=" << p);
+      std::vector<uint8_t> buf(max_slice_bytes(t, v.size()));
+      SliceInfo si;
+      ASSERT_EQ(encode_slice(v.data(), t, uint32_t(v.size()), buf.data(), buf.size(), opt, &si), Status::Ok);
+      std::vector<Code> acc = base;
+      acc.push_back(Code(0x5A));
+      size_t used = 0;
+      ASSERT_EQ(decode_slice_add(buf.data(), si.bytes, t, uint32_t(v.size()), acc.data(), &used), Status::Ok);
+      EXPECT_EQ(used, si.bytes);
+      EXPECT_EQ(acc.back(), Code(0x5A));  // nothing past count
+      for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(acc[i], Code(U(U(base[i]) + U(v[i])))) << "element " << i;
+      const bool sparse = si.codec == Codec::Sparse && si.predictor == Predictor::None;
+      EXPECT_EQ(slice_adds_sparse(buf.data(), si.bytes), sparse);
+      // Wrong type or count: refused like decode_slice.
+      const ElemType other = t == ElemType::I32 ? ElemType::I64 : ElemType::I32;
+      EXPECT_EQ(decode_slice_add(buf.data(), si.bytes, other, uint32_t(v.size()), acc.data()), Status::TypeMismatch);
+      EXPECT_EQ(decode_slice_add(buf.data(), si.bytes, t, uint32_t(v.size() + 1), acc.data()), Status::CountMismatch);
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Slice, DecodeAddAddsEveryCodecsValues) {
+  for (size_t n : {size_t(1), size_t(33), size_t(4097), size_t(70001)}) {
+    for (double density : {0.0, 0.01, 0.05, 0.5}) {
+      std::mt19937_64 rng(n * 7 + size_t(density * 100));
+      std::vector<int32_t> v32(n);
+      std::vector<int64_t> v64(n);
+      for (size_t i = 0; i < n; ++i) {
+        const bool nz = double(rng() % 10000) < density * 10000;
+        v32[i] = nz ? int32_t(rng() % 2001) - 1000 : 0;
+        v64[i] = nz ? (rng() % 7 == 0 ? int64_t(rng()) : int64_t(rng() % 2001) - 1000) : 0;
+      }
+      if (n > 10) v32[n / 2] = std::numeric_limits<int32_t>::min();  // wraps when added
+      check_decode_add(v32, ElemType::I32, uint32_t(n));
+      check_decode_add(v64, ElemType::I64, uint32_t(n) + 1);
+    }
+  }
+  // Floats are not codes: refused.
+  std::vector<float> f(10, 1.0f), acc(10, 0.0f);
+  std::vector<uint8_t> buf(max_slice_bytes(ElemType::F32, 10));
+  SliceInfo si;
+  ASSERT_EQ(encode_slice(f.data(), ElemType::F32, 10, buf.data(), buf.size(), EncodeOptions{}, &si), Status::Ok);
+  EXPECT_EQ(decode_slice_add(buf.data(), si.bytes, ElemType::F32, 10, acc.data()), Status::Unsupported);
+  EXPECT_FALSE(slice_adds_sparse(buf.data(), si.bytes));
+  EXPECT_FALSE(slice_adds_sparse(buf.data(), 3));  // no header
 }
 
 TEST(Slice, SelectorPrefersBlockOnGaussianAndPredictionOnSmooth) {

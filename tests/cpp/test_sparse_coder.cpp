@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "codec/block_coder.hpp"
@@ -68,6 +69,30 @@ size_t round_trip(const std::vector<Code>& r) {
   return bytes;
 }
 
+// sparse_decode_add: out[i] += r[i] (wrapping) at the nonzeros, nothing else
+// touched (the other elements keep whatever they held, past n too).
+template <class Code>
+void decode_add_round_trip(const std::vector<Code>& r, uint32_t seed) {
+  using U = std::make_unsigned_t<Code>;
+  const size_t n = r.size();
+  std::vector<uint8_t> buf(64 + n * (sizeof(Code) + 4) + 1024);
+  const size_t bytes = sparse_encode(r.data(), n, buf.data(), buf.size());
+  ASSERT_NE(bytes, kNoFit);
+  std::mt19937_64 g(seed);
+  std::vector<Code> base(n + 1);
+  for (auto& b : base) b = Code(g());
+  std::vector<Code> out = base;
+  ASSERT_EQ(sparse_decode_add(buf.data(), bytes, n, out.data()), Status::Ok);
+  EXPECT_EQ(out[n], base[n]);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], Code(U(U(base[i]) + U(r[i])))) << "element " << i;
+  // Every truncation is Corrupt, as for sparse_decode.
+  for (size_t cut : {size_t(0), size_t(3), bytes / 2, bytes - 1}) {
+    if (cut >= bytes) continue;
+    std::vector<Code> o2 = base;
+    EXPECT_EQ(sparse_decode_add(buf.data(), cut, n, o2.data()), Status::Corrupt) << "cut " << cut;
+  }
+}
+
 template <class Code>
 void round_trip_all() {
   const size_t sizes[] = {1, 2, 7, 31, 32, 33, 63, 64, 65, 100, 1000, 4097, 65543, 262144, 300000};
@@ -78,6 +103,8 @@ void round_trip_all() {
       SCOPED_TRACE(testing::Message() << "n=" << n << " density=" << d);
       round_trip(sparse_codes<Code>(n, d, 200, seed++));
       round_trip(extreme_codes<Code>(n, d, seed++));
+      decode_add_round_trip(sparse_codes<Code>(n, d, 200, seed), seed + 1000);
+      decode_add_round_trip(extreme_codes<Code>(n, d, seed), seed + 2000);
     }
     // One nonzero: first, middle, last; and first + last.
     for (size_t at : {size_t(0), n / 2, n - 1}) {
@@ -183,7 +210,7 @@ TEST(SparseCoder, EveryScanFindsTheNonzeros) {
   // from none to all; int64 nonzeros in either 32-bit half.
   std::mt19937 g(3);
   int tested = 0;
-  for (SparseScan impl : {SparseScan::Scalar, SparseScan::Sse2, SparseScan::Avx2}) {
+  for (SparseScan impl : {SparseScan::Scalar, SparseScan::Sse2, SparseScan::Avx2, SparseScan::Avx512}) {
     if (!sparse_scan_available(impl)) continue;
     ++tested;
     for (size_t n = 0; n < 300; ++n) {

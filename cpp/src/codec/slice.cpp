@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "codec/block_coder.hpp"
@@ -293,6 +294,62 @@ Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, 
     case Codec::FloatExp: s = floatexp_decode(payload, plen, t, count, dst); break;
   }
   if (s == Status::Ok && consumed) *consumed = kHeaderBytes + plen;
+  return s;
+}
+
+namespace {
+template <class Code>
+void add_codes(Code* dst, const Code* v, size_t n) {
+  using U = std::make_unsigned_t<Code>;
+  for (size_t i = 0; i < n; ++i) dst[i] = Code(U(U(dst[i]) + U(v[i])));
+}
+}  // namespace
+
+Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed) {
+  if (!is_code_type(t)) return Status::Unsupported;
+  SliceHeader h;
+  Status s = read_header(src, len, &h);
+  if (s != Status::Ok) return s;
+  if (h.elem_type != t) return Status::TypeMismatch;
+  if (h.count != count) return Status::CountMismatch;
+  if (h.codec == Codec::Sparse && h.predictor == Predictor::None) {
+    const uint8_t* payload = src + kHeaderBytes;
+    s = t == ElemType::I32 ? sparse_decode_add(payload, h.payload_bytes, count, static_cast<int32_t*>(dst))
+                           : sparse_decode_add(payload, h.payload_bytes, count, static_cast<int64_t*>(dst));
+    if (s == Status::Ok && consumed) *consumed = kHeaderBytes + h.payload_bytes;
+    return s;
+  }
+  thread_local std::vector<uint64_t> tmp;  // 8-byte aligned for either code type
+  if (tmp.size() < count) tmp.resize(std::max<size_t>(count, tmp.size() * 2));
+  s = decode_slice(src, len, t, count, tmp.data(), consumed);
+  if (s != Status::Ok) return s;
+  if (t == ElemType::I32) {
+    add_codes(static_cast<int32_t*>(dst), reinterpret_cast<const int32_t*>(tmp.data()), count);
+  } else {
+    add_codes(static_cast<int64_t*>(dst), reinterpret_cast<const int64_t*>(tmp.data()), count);
+  }
+  return Status::Ok;
+}
+
+bool slice_adds_sparse(const uint8_t* src, size_t len) {
+  SliceHeader h;
+  return read_header(src, len, &h) == Status::Ok && h.codec == Codec::Sparse && h.predictor == Predictor::None;
+}
+
+Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_t count, uint32_t* pos, void* val,
+                             size_t* k, size_t* consumed) {
+  *k = 0;
+  if (!is_code_type(t)) return Status::Unsupported;
+  SliceHeader h;
+  Status s = read_header(src, len, &h);
+  if (s != Status::Ok) return s;
+  if (h.elem_type != t) return Status::TypeMismatch;
+  if (h.count != count) return Status::CountMismatch;
+  if (h.codec != Codec::Sparse || h.predictor != Predictor::None) return Status::Unsupported;
+  const uint8_t* payload = src + kHeaderBytes;
+  s = t == ElemType::I32 ? sparse_decode_nonzeros(payload, h.payload_bytes, count, pos, static_cast<int32_t*>(val), k)
+                         : sparse_decode_nonzeros(payload, h.payload_bytes, count, pos, static_cast<int64_t*>(val), k);
+  if (s == Status::Ok && consumed) *consumed = kHeaderBytes + h.payload_bytes;
   return s;
 }
 

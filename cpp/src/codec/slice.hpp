@@ -65,4 +65,24 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
 /// On success *consumed (if given) is the slice's size in bytes.
 Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed = nullptr);
 
+/// Decodes one slice like decode_slice and adds it into dst: dst[i] += v[i] in
+/// wrapping two's-complement arithmetic (the reduction of integer codes). Code
+/// types (I32, I64) only, else Status::Unsupported. A Sparse slice without a
+/// predictor is added in time proportional to its nonzeros (no pass over
+/// dst); any other slice is decoded into a buffer of the caller's thread first.
+/// On an error dst may hold part of the additions.
+Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst,
+                        size_t* consumed = nullptr);
+
+/// Whether decode_slice_add adds this slice without a pass over dst (a
+/// Sparse slice without a predictor); false for anything unreadable.
+bool slice_adds_sparse(const uint8_t* src, size_t len);
+
+/// The nonzeros of a Sparse slice without a predictor (slice_adds_sparse):
+/// positions to pos and values (of code type t) to val, room for count each,
+/// in increasing position; *k their number. Any other slice:
+/// Status::Unsupported. The checks of decode_slice; *consumed as there.
+Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_t count, uint32_t* pos, void* val,
+                             size_t* k, size_t* consumed = nullptr);
+
 }  // namespace ncclz::codec

@@ -38,6 +38,18 @@ size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 template <class Code>
 Status sparse_decode(const uint8_t* src, size_t len, size_t n, Code* out);
 
+/// Like sparse_decode, but adds the decoded residuals into out (out[i] +=
+/// r[i], wrapping two's-complement) in O(k): no pass over out. The same
+/// checks; on Status::Corrupt out may hold some of the additions.
+template <class Code>
+Status sparse_decode_add(const uint8_t* src, size_t len, size_t n, Code* out);
+
+/// Like sparse_decode, but lists the nonzeros instead of writing n values:
+/// their positions to pos and values to val (room for the payload's k, at
+/// most n, each), in increasing position; *k their number (0 on an error).
+template <class Code>
+Status sparse_decode_nonzeros(const uint8_t* src, size_t len, size_t n, uint32_t* pos, Code* val, size_t* k);
+
 /// Estimated payload bytes for n residuals of a B-bit type from a sample:
 /// hist[kRansAlphabet] is the sampled histogram of Rans symbols
 /// (rans_symbol_of; hist[0] counts the zeros), sampled_total the sampled
@@ -54,6 +66,7 @@ enum class SparseScan : uint8_t {
   Scalar = 0,  ///< any platform
   Sse2 = 1,    ///< x86-64: compare and movemask, 32 (int32) or 16 (int64) values a step
   Avx2 = 2,    ///< x86-64 with AVX2 (runtime check): 64 or 32 values a step, zero steps skipped
+  Avx512 = 3,  ///< x86-64 with AVX-512F (runtime check): as Avx2, nonzeros packed by compress
 };
 bool sparse_scan_available(SparseScan impl);
 template <class Code>

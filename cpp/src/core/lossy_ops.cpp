@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codec/quantizer.hpp"
+#include "codec/slice.hpp"
 #include "core/types.hpp"
 #include "core/worker_pool.hpp"
 #include "ncclz/error.hpp"
@@ -204,6 +205,36 @@ void* LossyStage::output(void* dst, size_t n) {
 void LossyStage::finish(const void* dst, const void* data, size_t n) {
   const size_t off = size_t(static_cast<const uint8_t*>(dst) - out_codes_) / cs_;
   dequantize_buf(t_, plan_.wide, data, n, out_step_, out_ + off * es_);
+}
+
+codec::Status LossyStage::finish_slice(const void* dst, const uint8_t* slice, size_t len, size_t n) {
+  if (!codec::slice_adds_sparse(slice, len)) return codec::Status::Unsupported;
+  thread_local std::vector<uint32_t> pos;
+  thread_local std::vector<uint64_t> val;  // 8-byte aligned for either code type
+  if (pos.size() < n) pos.resize(n);
+  if (val.size() < n) val.resize(n);
+  const codec::ElemType ct = plan_.wide ? codec::ElemType::I64 : codec::ElemType::I32;
+  size_t k = 0, used = 0;
+  const codec::Status s = codec::decode_slice_nonzeros(slice, len, ct, uint32_t(n), pos.data(), val.data(), &k, &used);
+  if (s != codec::Status::Ok) return s;
+  if (used != len) return codec::Status::Corrupt;
+  const size_t off = size_t(static_cast<const uint8_t*>(dst) - out_codes_) / cs_;
+  codec::QuantGrid g;
+  g.step = out_step_;
+  g.eb = out_step_ / 2;
+  g.inv_step = 1 / out_step_;
+  with_float_type(t_, [&](auto tag) {
+    using T = decltype(tag);
+    T* out = reinterpret_cast<T*>(out_ + off * es_);
+    // What dequantize gives code 0 (+0 for a positive step).
+    std::fill(out, out + n, codec::dequantize_one<T>(int32_t(0), g));
+    with_code_type(plan_.wide, [&](auto ctag) {
+      using Code = decltype(ctag);
+      const Code* v = reinterpret_cast<const Code*>(val.data());
+      for (size_t i = 0; i < k; ++i) out[pos[i]] = codec::dequantize_one<T>(v[i], g);
+    });
+  });
+  return codec::Status::Ok;
 }
 
 void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, int parts) {

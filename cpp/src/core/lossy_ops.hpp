@@ -54,10 +54,16 @@ class LossyStage final : public prims::Stage {
   /// Quantizes into a per-thread buffer of the stage's and returns it (the
   /// wire buffer at src is not written: the codes are read once, right away).
   const void* prepare(const void* src, size_t n) override;
+  /// The verbs may add into that buffer (it is rewritten by the next prepare).
+  bool prepared_writable() const override { return true; }
   /// The output codes go to a second per-thread buffer, dequantized by
   /// finish() straight from it: the call's output code buffer is not written.
   void* output(void* dst, size_t n) override;
   void finish(const void* dst, const void* data, size_t n) override;
+  /// A Sparse slice (no predictor) is dequantized straight from its nonzero
+  /// list: the output range is filled with T(0 * step) and the nonzeros
+  /// written, no code buffer in between. Other slices: declined.
+  codec::Status finish_slice(const void* dst, const uint8_t* slice, size_t len, size_t n) override;
 
  private:
   DataType t_;

@@ -62,6 +62,18 @@ void Prims::decode(const transport::SlotView& in, void* dst, size_t n) {
   size_t used = 0;
   const codec::Status s = codec::decode_slice(in.data, in.bytes, a_.type, uint32_t(n), dst, &used);
   st_->decode_s += seconds_since(t0);
+  check_decoded(in, n, s, used);
+}
+
+void Prims::decode_add(const transport::SlotView& in, void* acc, size_t n) {
+  const auto t0 = Clock::now();
+  size_t used = 0;
+  const codec::Status s = codec::decode_slice_add(in.data, in.bytes, a_.type, uint32_t(n), acc, &used);
+  st_->decode_s += seconds_since(t0);
+  check_decoded(in, n, s, used);
+}
+
+void Prims::check_decoded(const transport::SlotView& in, size_t n, codec::Status s, size_t used) {
   if (s != codec::Status::Ok || used != in.bytes) {
     throw CorruptData("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
                       ": the slice received from rank " + std::to_string(recv_->peer()) + " (" +
@@ -118,8 +130,18 @@ int Prims::incoming_predictor(const transport::SlotView& in) const {
   return int(h.predictor);
 }
 
+bool Prims::finish_slice(const transport::SlotView& in, const uint8_t* final_dst, size_t n) {
+  if (!final_dst || a_.mode != WireMode::Coded) return false;
+  const auto t0 = Clock::now();
+  const codec::Status s = a_.stage->finish_slice(final_dst, in.data, in.bytes, n);
+  st_->stage_s += seconds_since(t0);
+  if (s == codec::Status::Unsupported) return false;
+  check_decoded(in, n, s, in.bytes);
+  return true;
+}
+
 template <unsigned F>
-void Prims::step(const uint8_t* src, uint8_t* dst, size_t n) {
+bool Prims::step(const uint8_t* src, uint8_t* dst, size_t n, bool src_scratch, const uint8_t* final_dst) {
   constexpr bool kR = F & kRecv, kRed = F & kReduce, kC = F & kCopy, kS = F & kSend, kFwd = F & kForward;
   const size_t bytes = n * esize_;
 
@@ -130,8 +152,10 @@ void Prims::step(const uint8_t* src, uint8_t* dst, size_t n) {
     uint8_t* out = acquire_out();
     std::memcpy(out, in.data, in.bytes);
     post_out(in.bytes, n);
-    decode(in, dst, n);
+    const bool done = finish_slice(in, final_dst, n);
+    if (!done) decode(in, dst, n);
     recv_->release();
+    return done;
   } else if constexpr (!kR) {
     // send / copySend: the local input goes out.
     if constexpr (kC) {
@@ -144,8 +168,10 @@ void Prims::step(const uint8_t* src, uint8_t* dst, size_t n) {
     // recv (COPY only: the prims never need a plain recvSend).
     static_assert(!kS, "recvSend without FORWARD is not a verb");
     const transport::SlotView in = wait_in();
-    decode(in, dst, n);
+    const bool done = finish_slice(in, final_dst, n);
+    if (!done) decode(in, dst, n);
     recv_->release();
+    return done;
   } else {
     const transport::SlotView in = wait_in();
     if (a_.mode == WireMode::Raw) {
@@ -160,10 +186,21 @@ void Prims::step(const uint8_t* src, uint8_t* dst, size_t n) {
         a_.reduce(dst, inc, src, n);
       }
       recv_->release();
-      return;
+      return false;
     }
-    // Coded: decode into scratch, free the slot, reduce, encode.
-    decode(in, scratch_, n);
+    // Coded: decode into scratch, free the slot, reduce, encode. A Sparse
+    // slice of an integer sum is added to a copy of the local slice instead,
+    // in time proportional to its nonzeros (no dense decode, no reduce pass).
+    uint8_t* acc = kC ? dst : scratch_;
+    const bool add_sparse = a_.int_sum && codec::slice_adds_sparse(in.data, in.bytes);
+    if (add_sparse) {
+      // Into the stage's quantized slice itself where allowed (no copy).
+      if (!kC && src_scratch) acc = const_cast<uint8_t*>(src);
+      if (acc != src) std::memmove(acc, src, bytes);
+      decode_add(in, acc, n);
+    } else {
+      decode(in, scratch_, n);
+    }
     // A partial sum is the same field over more ranks: the predictor the
     // incoming slice was coded with (chosen by the selector on the rank that
     // started the sum) is kept, and the selector only picks the coder, not
@@ -172,15 +209,14 @@ void Prims::step(const uint8_t* src, uint8_t* dst, size_t n) {
     int predictor = -1;
     if constexpr (kS) predictor = incoming_predictor(in);
     recv_->release();
-    uint8_t* acc = kC ? dst : scratch_;
-    a_.reduce(acc, scratch_, src, n);
+    if (!add_sparse) a_.reduce(acc, scratch_, src, n);
     if constexpr (kS) {
       uint8_t* out = acquire_out();
       const size_t w = encode(acc, n, out, predictor);
       post_out(w, n);
     }
-    return;
   }
+  return false;
 }
 
 template <unsigned F>
@@ -194,15 +230,18 @@ void Prims::run(const void* src, void* dst, size_t n) {
     const size_t k = n - off < slice_ ? n - off : slice_;
     const uint8_t* sp = s ? s + off * esize_ : nullptr;
     uint8_t* dp = d ? d + off * esize_ : nullptr;
+    bool scratch = false;
     if (a_.stage && kReadsSrc) {
       const auto t0 = Clock::now();
-      sp = static_cast<const uint8_t*>(a_.stage->prepare(sp, k));
+      const uint8_t* p = static_cast<const uint8_t*>(a_.stage->prepare(sp, k));
       st_->stage_s += seconds_since(t0);
+      scratch = p != sp && a_.stage->prepared_writable();
+      sp = p;
     }
     uint8_t* wp = dp;  // where the verb writes
     if (a_.stage && kFinal) wp = static_cast<uint8_t*>(a_.stage->output(dp, k));
-    step<F>(sp, wp, k);
-    if (a_.stage && kFinal) {
+    const bool done = step<F>(sp, wp, k, scratch, a_.stage && kFinal ? dp : nullptr);
+    if (a_.stage && kFinal && !done) {
       const auto t0 = Clock::now();
       a_.stage->finish(dp, wp, k);
       st_->stage_s += seconds_since(t0);

@@ -15,6 +15,9 @@
 //               fallback always fits), post it with its size;
 //   6. release the incoming slot (Coded mode frees it right after decoding;
 //      Raw mode reads it in place until the result is written).
+// Coded integer sums fuse 2 and 3 for Sparse slices (mostly-zero data): the
+// local slice is copied to the result and the slice's nonzeros are added to
+// it (PrimsArgs::int_sum).
 // FORWARD (recvCopySend) skips 2-5: the received slot's bytes are copied into
 // the outgoing slot unchanged (no re-encoding, the allgather phase's rule) and
 // the slice is decoded once into the output.
@@ -89,6 +92,10 @@ class Stage {
   /// where to read those n elements from: src, or a buffer of the stage's
   /// that stays valid until the calling thread's next prepare().
   virtual const void* prepare(const void* src, size_t n) = 0;
+  /// Whether a buffer prepare() returns (other than src) is the stage's
+  /// scratch that the verb may overwrite before the thread's next prepare():
+  /// a reduction then adds into it in place.
+  virtual bool prepared_writable() const { return false; }
   /// A COPY verb is about to write [dst, dst + n) of the output. Returns where
   /// the verb writes those n elements instead: dst, or a buffer of the
   /// stage's valid until the calling thread's next output().
@@ -99,12 +106,26 @@ class Stage {
   /// Output elements [dst, dst + n) are final; their values are at `data`
   /// (what output(dst, n) returned).
   virtual void finish(const void* dst, const void* data, size_t n) = 0;
+  /// Output elements [dst, dst + n) are final and are the values of the
+  /// received coded slice at `slice` (len bytes): the stage may produce its
+  /// outputs from the slice directly (Status::Ok: the whole slice was read,
+  /// finish() is not called), decline (Status::Unsupported: the verb decodes
+  /// and calls finish()), or report that the slice does not decode.
+  virtual codec::Status finish_slice(const void* dst, const uint8_t* slice, size_t len, size_t n) {
+    (void)dst, (void)slice, (void)len, (void)n;
+    return codec::Status::Unsupported;
+  }
 };
 
 struct PrimsArgs {
   codec::ElemType type = codec::ElemType::U8;  ///< wire element type
   WireMode mode = WireMode::Raw;
   ReduceFn reduce = nullptr;                   ///< needed by the REDUCE verbs
+  /// `reduce` is wrapping integer addition (I32/I64, Sum): a Coded reduction
+  /// adds an incoming Sparse slice into a copy of the local slice in time
+  /// proportional to its nonzeros (codec::decode_slice_add) instead of
+  /// decoding it densely and reducing. Same result bits.
+  bool int_sum = false;
   codec::EncodeOptions enc;                    ///< Coded mode
   size_t raw_esize = 1;                        ///< user element size (for raw_bytes)
   transport::Clock::time_point deadline;
@@ -140,13 +161,22 @@ class Prims {
 
   template <unsigned F>
   void run(const void* src, void* dst, size_t n);
+  /// src_scratch: src is the stage's scratch (Stage::prepared_writable);
+  /// final_dst: the stage's output position of a COPY verb (else nullptr).
+  /// Returns whether the stage finished the slice itself (finish_slice).
   template <unsigned F>
-  void step(const uint8_t* src, uint8_t* dst, size_t n);
+  bool step(const uint8_t* src, uint8_t* dst, size_t n, bool src_scratch, const uint8_t* final_dst);
+  /// Offers a received slice to Stage::finish_slice; true if it took it.
+  bool finish_slice(const transport::SlotView& in, const uint8_t* final_dst, size_t n);
 
   transport::SlotView wait_in();
   uint8_t* acquire_out();
   void post_out(size_t bytes, size_t n);
   void decode(const transport::SlotView& in, void* dst, size_t n);
+  /// acc[i] += the slice's values (Coded integer sums, see PrimsArgs::int_sum).
+  void decode_add(const transport::SlotView& in, void* acc, size_t n);
+  /// Throws CorruptData unless the slice decoded to exactly its own bytes.
+  void check_decoded(const transport::SlotView& in, size_t n, codec::Status s, size_t used);
   /// predictor >= 0: the selector considers only that predictor (unless
   /// PrimsArgs::enc forces one already).
   size_t encode(const void* src, size_t n, uint8_t* out, int predictor = -1);
