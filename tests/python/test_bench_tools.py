@@ -215,6 +215,17 @@ def test_netlab_without_root_says_so():
     assert "needs root" in r.stderr and "NCCLZ_SOCKET_THROTTLE_GBPS" in r.stderr
 
 
+def test_auto_row_label_works_when_the_tool_runs_by_path():
+    """bench/ncclz_bench.py runs bench.py by path (no package): labelling an auto row that ran
+    lossy must not need a relative import (it did, and every auto row of the lab failed)."""
+    from types import SimpleNamespace
+
+    st = SimpleNamespace(compression="lossy", policy="auto: lossy/mid (measured)")
+    assert B.policy_choice_of("auto:rel=1e-3", st) == "rel=1e-3/mid"
+    st = SimpleNamespace(compression="lossy", policy="auto: lossy (x)")
+    assert B.policy_choice_of("auto:rel=1e-3", st) == "rel=1e-3"
+
+
 # ------------------------------------------------------------------ a tiny real run
 @pytest.mark.skipif(not runtime_available(), reason="ncclz runtime (ncclz._core.comm) not built yet")
 def test_tiny_two_rank_run_over_shm(tmp_path):

@@ -442,7 +442,7 @@ def policy_choice_of(mode: str, stats) -> str:
     if ran in ("none", "lossless"):
         return ran
     label = mode[5:] if mode.startswith("auto:") else mode
-    from .policy import EFFORTS
+    EFFORTS = _load_policy().EFFORTS  # not a relative import: bench/ncclz_bench.py runs this file by path
 
     why = str(getattr(stats, "policy", ""))
     for effort in EFFORTS:  # rank 0's policy ran the bound with another codec effort
