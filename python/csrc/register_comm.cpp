@@ -405,6 +405,7 @@ void register_comm(nb::module_& m) {
       .def_rw("nchannels", &CommConfig::nchannels)
       .def_rw("slot_bytes", &CommConfig::slot_bytes)
       .def_rw("nslots", &CommConfig::nslots)
+      .def_rw("sparse_slice_bytes", &CommConfig::sparse_slice_bytes)
       .def_rw("throttle_gbps", &CommConfig::throttle_gbps)
       .def_rw("socket_ifname", &CommConfig::socket_ifname);
 

@@ -38,7 +38,11 @@ struct World {
   int n = 0;
   std::vector<std::unique_ptr<Communicator>> comms;
 
-  World(int nranks, size_t slot_bytes, int nslots = 4, int nchannels = 2, double timeout_s = 60) : n(nranks) {
+  /// sparse_slice_bytes 0: four slots' worth (small, as the slots of the
+  /// sweeps are: mostly-zero sums then take several slices too).
+  World(int nranks, size_t slot_bytes, int nslots = 4, int nchannels = 2, double timeout_s = 60,
+        size_t sparse_slice_bytes = 0)
+      : n(nranks) {
     const UniqueId id = Bootstrap::make_unique_id("127.0.0.1", 0);
     comms.resize(static_cast<size_t>(n));
     std::vector<std::thread> th;
@@ -52,6 +56,7 @@ struct World {
           cfg.slot_bytes = slot_bytes;
           cfg.nslots = nslots;
           cfg.timeout_s = timeout_s;
+          cfg.sparse_slice_bytes = sparse_slice_bytes ? sparse_slice_bytes : 4 * slot_bytes;
           comms[size_t(r)] = Communicator::create(id, r, n, cfg);
         } catch (...) {
           errs[size_t(r)] = std::current_exception();
@@ -567,6 +572,126 @@ TEST(CollectiveAllReduce, TightBoundsOnWideRangesStayWithinE) {
         }
       }
     }
+  }
+}
+
+// ---- mostly-zero inputs ---------------------------------------------------------------
+
+/// Rank r's input: `density` of the elements drawn from [-1, 1], the rest +0.0,
+/// with a -0.0 and a value far below the grid step among the zeros (listed by
+/// the scan, code 0: the output there must be +0.0 like the dense path's).
+std::vector<uint8_t> sparse_input(DataType t, size_t n, int r, double density) {
+  std::vector<uint8_t> b(n * dsize(t) + 1, 0);
+  std::mt19937_64 rng(uint64_t(r) * 104729 + n + uint64_t(t) * 31);
+  std::uniform_real_distribution<double> u(-1, 1), p(0, 1);
+  for (size_t i = 0; i < n; ++i)
+    if (p(rng) < density) set(t, b, i, u(rng));
+  if (n > 10) {
+    set(t, b, size_t(r) % n, -0.0);
+    set(t, b, (size_t(r) + 5) % n, t == DataType::F64 ? 1e-200 : 1e-6);
+  }
+  return b;
+}
+
+// Lossy sums of mostly-zero inputs take the list path (the scan lists the
+// nonzeros, the steps carry lists, the results are written from lists) and,
+// when every rank's input is listed, the larger slices. The result bits are
+// those of the dense path (a forced codec other than Sparse turns lists off),
+// within E, identical on every rank; in place and out of place; with a dense
+// rank among sparse ones (no larger slices then) and with an all-zero rank.
+TEST(CollectiveSparseInput, SameBitsAsTheDensePath) {
+  for (int N : {2, 3, 4}) {
+    World& w = world(N);
+    for (DataType t : {DataType::F32, DataType::F64, DataType::F16, DataType::BF16}) {
+      for (size_t count : {size_t(1), size_t(33), size_t(5000), size_t(20011)}) {
+        for (int mix = 0; mix < 3; ++mix) {
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) {
+            if (mix == 1 && r == N - 1) {
+              in.push_back(make_input(t, count, r));  // one dense rank
+            } else if (mix == 2 && r == 0) {
+              in.push_back(std::vector<uint8_t>(count * dsize(t) + 1, 0));  // all +0.0
+            } else {
+              in.push_back(sparse_input(t, count, r, 0.01));
+            }
+          }
+          const double E = lossy_bound(t);
+          for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
+            for (bool in_place : {false, true}) {
+              const std::string what = "N=" + std::to_string(N) + " " + name(t) + " count=" +
+                                       std::to_string(count) + " mix=" + std::to_string(mix) + " " + name(op) +
+                                       (in_place ? " in place" : "");
+              Compression dense = Compression::lossy_abs(E);
+              dense.codec = "rans";
+              std::vector<CallStats> st;
+              const auto got = run_all_reduce(w, t, op, count, lossy_abs(E), in, &st, in_place);
+              const auto want = run_all_reduce(w, t, op, count, dense, in, nullptr, in_place);
+              check_reduced(t, op, N, in, 0, got[0], count, true, E, what);
+              expect_same_bytes(got, count * dsize(t), what);
+              ASSERT_EQ(0, std::memcmp(got[0].data(), want[0].data(), count * dsize(t))) << what;
+              EXPECT_FALSE(st[0].exact_fallback) << what;
+              if (!std::getenv("NCCLZ_TEST_CODEC") && count == 20011 && mix == 0) {
+                EXPECT_GT(st[0].ratio, 8.0) << what;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CollectiveSparseInput, ReduceScatterAndForcedSparse) {
+  World& w = world(3);
+  const size_t rc = 7001;
+  const DataType t = DataType::F32;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < 3; ++r) in.push_back(sparse_input(t, 3 * rc, r, 0.02));
+  Compression sparse = Compression::lossy_abs(1e-3), dense = Compression::lossy_abs(1e-3);
+  sparse.codec = "sparse";
+  dense.codec = "block";
+  std::vector<std::vector<uint8_t>> out[3];
+  int k = 0;
+  for (const Compression& c : {lossy_abs(1e-3), sparse, dense}) {
+    out[k].assign(3, std::vector<uint8_t>(rc * 4 + 1, 0xCD));
+    w.run([&](int r, Communicator& comm) {
+      comm.reduce_scatter(in[size_t(r)].data(), out[k][size_t(r)].data(), rc, t, RedOp::Sum, c);
+    });
+    for (int r = 0; r < 3; ++r) {
+      check_reduced(t, RedOp::Sum, 3, in, size_t(r) * rc, out[k][size_t(r)], rc, true, 1e-3,
+                    "sparse RS rank " + std::to_string(r));
+    }
+    ++k;
+  }
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(out[0][size_t(r)], out[2][size_t(r)]) << r;
+    EXPECT_EQ(out[1][size_t(r)], out[2][size_t(r)]) << r;
+  }
+}
+
+TEST(CollectiveSparseInput, LargerSlicesAreAgreedOrRefused) {
+  // Slicing must match on both ends of every connection: ranks that disagree
+  // on the larger slices fail at creation, clearly, on every rank.
+  const UniqueId id = Bootstrap::make_unique_id("127.0.0.1", 0);
+  std::vector<std::string> errs(2);
+  std::vector<std::thread> th;
+  for (int r = 0; r < 2; ++r) {
+    th.emplace_back([&, r] {
+      try {
+        CommConfig cfg;
+        cfg.transport = "inproc";
+        cfg.slot_bytes = 4096;
+        cfg.sparse_slice_bytes = r == 0 ? 16384 : 32768;
+        cfg.timeout_s = 20;
+        Communicator::create(id, r, 2, cfg);
+      } catch (const InvalidArgument& e) {
+        errs[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : th) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errs[size_t(r)].find("NCCLZ_SPARSE_SLICE_BYTES"), std::string::npos) << r << ": " << errs[size_t(r)];
   }
 }
 

@@ -659,15 +659,19 @@ def scenario_layout(ncclz, comm, args):
 
 def scenario_sparse(ncclz, comm, args):
     """all_reduce of sparse gradients (1% nonzero per rank, like the benchmark's "sparse" data) at
-    Lossy(rel=1e-3): the selector's codec (Sparse) against Rans forced; both within the bound."""
+    Lossy(rel=1e-3): the selector's codec (Sparse, from the scan's lists of nonzeros) against Rans
+    forced (the dense path); in place and out of place, reduce_scatter, and 16-bit types. Every
+    element within the bound; digests let the test compare runs (transports, NCCLZ_SPARSE_INPUT)."""
     n, W = 3 << 18, comm.world_size
     inputs = []
     for r in range(W):
         rng = np.random.default_rng(1000 + r)
         inputs.append((rng.normal(0, 1e-3, n) * (rng.random(n) < 0.01)).astype(np.float32))
+        inputs[-1][r] = -0.0  # listed by the scan, code 0: +0.0 in the output
     exact = sum(x.astype(np.float64) for x in inputs)
     lo = min(float(x.min()) for x in inputs)
     hi = max(float(x.max()) for x in inputs)
+    bound = 1e-3 * (hi - lo)
     out = {}
     from dataclasses import dataclass
 
@@ -681,9 +685,31 @@ def scenario_sparse(ncclz, comm, args):
         comm.all_reduce(x, compression=spec, policy="off")
         st = comm.last_stats
         out[codec or "auto"] = dict(
-            ratio=st.ratio, err=float(np.abs(x.astype(np.float64) - exact).max()), bound=1e-3 * (hi - lo),
+            ratio=st.ratio, err=float(np.abs(x.astype(np.float64) - exact).max()), bound=bound,
             hash=digest(x), compression=st.compression,
         )
+    spec = ncclz.Lossy(rel=1e-3)
+    y = np.full_like(inputs[comm.rank], np.nan)
+    comm.all_reduce(inputs[comm.rank], compression=spec, out=y, policy="off")
+    out["out_of_place"] = dict(hash=digest(y), err=float(np.abs(y.astype(np.float64) - exact).max()), bound=bound)
+    k = n // W
+    z = comm.reduce_scatter(inputs[comm.rank], compression=spec, policy="off")
+    out["reduce_scatter"] = dict(
+        hash=digest(z), bound=bound,
+        err=float(np.abs(np.asarray(z, np.float64) - exact[comm.rank * k:(comm.rank + 1) * k]).max()),
+    )
+    for dtype, rel in (("float16", 5e-2), ("bfloat16", 2e-1)):
+        dt = np_dtype(dtype)
+        xs = []
+        for r in range(W):
+            g = np.random.default_rng(7 + r)
+            xs.append((g.normal(0, 1, n) * (g.random(n) < 0.01)).astype(dt))
+        ex = sum(v.astype(np.float64) for v in xs)
+        span = float(max(v.astype(np.float64).max() for v in xs) - min(v.astype(np.float64).min() for v in xs))
+        v = xs[comm.rank].copy()
+        comm.all_reduce(v, compression=ncclz.Lossy(rel=rel), policy="off")
+        out[dtype] = dict(hash=digest(v), err=float(np.abs(v.astype(np.float64) - ex).max()), bound=rel * span,
+                          exact=comm.last_stats.exact_fallback)
     return out
 
 

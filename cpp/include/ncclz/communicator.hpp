@@ -96,6 +96,11 @@ struct CommConfig {
   int nchannels = 0;           ///< 0: default (NCCLZ_NCHANNELS)
   size_t slot_bytes = 0;       ///< 0: default (NCCLZ_SLOT_BYTES)
   int nslots = 0;              ///< 0: default (NCCLZ_NSLOTS)
+  /// Slot bytes of the slices of mostly-zero lossy sums (their slots carry a
+  /// few percent of it); 0: default (NCCLZ_SPARSE_SLICE_BYTES, else 8 MiB). A
+  /// value not above slot_bytes gives them the same slices as other calls.
+  /// The transport's slots hold the larger of the two.
+  size_t sparse_slice_bytes = 0;
   double throttle_gbps = 0;    ///< NCCLZ_SOCKET_THROTTLE_GBPS
   std::string socket_ifname;   ///< NCCLZ_SOCKET_IFNAME
   /// Fills unset fields from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NCCLZ_*).

@@ -6,6 +6,8 @@
 // which one ran.
 #include "codec/quantizer.hpp"
 
+#include "codec/sparse_coder.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -220,9 +222,11 @@ bool cpu_has_avx2() {
 //   ok = in and |double(x) - double(float(r * step))| <= eb
 // An element that is not ok is redone by quantize_one (neighbour codes, outliers).
 // (GCC 12's AVX-512 conversion intrinsics start from an "undefined" vector that
-// -Wmaybe-uninitialized reports: a known false positive, silenced for this part.)
+// -Wmaybe-uninitialized reports, and _mm512_min_ps/_mm512_max_ps one that
+// -Wuninitialized does: known false positives, silenced for this part.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #define NCCLZ_QUANT_AVX512 __attribute__((target("avx512f")))
 struct QuantConsts512 {
   __m512d inv, step;
@@ -277,6 +281,61 @@ NCCLZ_QUANT_AVX512 size_t quantize_f32_i32_avx512(const float* x, size_t n, cons
   for (; i + 8 <= n; i += 8) redo(i, quantize8_avx512(x + i, q + i, c));
   if (i < n) redo(i, (1u << (n - i)) - 1);
   return count;
+}
+
+// The statistics scan of a lossy sum and the listing of its nonzeros
+// (finite_stats_nonzeros) in one pass over float32: min/max and the
+// "exponent all ones" flag as all_finite_minmax_avx2, and for each vector the
+// positions and bit patterns of its nonzero lanes packed with one compress
+// each, stored whole without a branch (a full vector of room: k <= the
+// position). Returns false when some element is non-finite (the caller redoes
+// the statistics carefully; the list is complete either way).
+NCCLZ_QUANT_AVX512 bool minmax_nonzeros_f32_avx512(const float* x, size_t n, float* lo, float* hi, uint32_t* pos,
+                                                   int32_t* bits, size_t* kout) {
+  __m512 l0 = _mm512_set1_ps(INFINITY), l1 = l0, h0 = _mm512_set1_ps(-INFINITY), h1 = h0;
+  const __m512i m = _mm512_set1_epi32(0x7F800000);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  __mmask16 bad = 0;
+  size_t i = 0, k = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+    l0 = _mm512_min_ps(a, l0);
+    l1 = _mm512_min_ps(b, l1);
+    h0 = _mm512_max_ps(a, h0);
+    h1 = _mm512_max_ps(b, h1);
+    const __m512i ai = _mm512_castps_si512(a), bi = _mm512_castps_si512(b);
+    bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(ai, m), m) | _mm512_cmpeq_epi32_mask(_mm512_and_si512(bi, m), m);
+    const __mmask16 ma = _mm512_test_epi32_mask(ai, ai), mb = _mm512_test_epi32_mask(bi, bi);
+    const __m512i at = _mm512_add_epi32(_mm512_set1_epi32(int32_t(uint32_t(i))), iota);
+    _mm512_storeu_si512(pos + k, _mm512_maskz_compress_epi32(ma, at));
+    _mm512_storeu_si512(bits + k, _mm512_maskz_compress_epi32(ma, ai));
+    k += size_t(__builtin_popcount(ma));
+    _mm512_storeu_si512(pos + k, _mm512_maskz_compress_epi32(mb, _mm512_add_epi32(at, _mm512_set1_epi32(16))));
+    _mm512_storeu_si512(bits + k, _mm512_maskz_compress_epi32(mb, bi));
+    k += size_t(__builtin_popcount(mb));
+  }
+  alignas(64) float L[16], H[16];
+  _mm512_store_ps(L, _mm512_min_ps(l0, l1));
+  _mm512_store_ps(H, _mm512_max_ps(h0, h1));
+  float l = INFINITY, h = -INFINITY;
+  for (int j = 0; j < 16; ++j) {
+    l = L[j] < l ? L[j] : l;
+    h = H[j] > h ? H[j] : h;
+  }
+  bool nonfinite = bad != 0;
+  for (; i < n; ++i) {
+    nonfinite |= !is_finite_bits(x[i]);
+    l = x[i] < l ? x[i] : l;
+    h = x[i] > h ? x[i] : h;
+    const int32_t v = int32_t(bits_of(x[i]));
+    pos[k] = uint32_t(i);  // overwritten unless v != 0
+    bits[k] = v;
+    k += v != 0;
+  }
+  *lo = l;
+  *hi = h;
+  *kout = k;
+  return !nonfinite;
 }
 #pragma GCC diagnostic pop
 bool cpu_has_avx512f() {
@@ -405,6 +464,35 @@ template <>
 bool finite_stats<F16>(const F16* x, size_t n, double* lo, double* hi, bool* nonfinite) {
   return finite_range_16(x, n, lo, hi, nonfinite);
 }
+
+template <class T>
+bool finite_stats_nonzeros(const T* x, size_t n, double* lo, double* hi, bool* nonfinite, uint32_t* pos,
+                           BitsOf<T>* bits, size_t* k) {
+#if defined(NCCLZ_QUANT_HAVE_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    if (n > 0 && cpu_has_avx512f()) {
+      float l, h;
+      if (minmax_nonzeros_f32_avx512(x, n, &l, &h, pos, bits, k)) {
+        if (nonfinite) *nonfinite = false;
+        *lo = double(l);
+        *hi = double(h);
+        return true;
+      }
+      return finite_range_careful(x, n, lo, hi, nonfinite);
+    }
+  }
+#endif
+  const bool any = finite_stats(x, n, lo, hi, nonfinite);
+  *k = sparse_find_nonzeros(reinterpret_cast<const BitsOf<T>*>(x), n, pos, bits);
+  return any;
+}
+template bool finite_stats_nonzeros<float>(const float*, size_t, double*, double*, bool*, uint32_t*, int32_t*,
+                                           size_t*);
+template bool finite_stats_nonzeros<double>(const double*, size_t, double*, double*, bool*, uint32_t*, int64_t*,
+                                            size_t*);
+template bool finite_stats_nonzeros<Bf16>(const Bf16*, size_t, double*, double*, bool*, uint32_t*, int16_t*,
+                                          size_t*);
+template bool finite_stats_nonzeros<F16>(const F16*, size_t, double*, double*, bool*, uint32_t*, int16_t*, size_t*);
 
 template <class T>
 bool finite_range(const T* x, size_t n, double* lo, double* hi) {

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "ncclz/codec/format.hpp"
@@ -89,6 +90,19 @@ bool finite_range(const T* x, size_t n, double* lo, double* hi);
 /// finite_range, and whether any element is non-finite (*nonfinite, when given).
 template <class T>
 bool finite_stats(const T* x, size_t n, double* lo, double* hi, bool* nonfinite);
+
+/// The integer type of an element's bit pattern.
+template <class T>
+using BitsOf = std::conditional_t<sizeof(T) == 2, int16_t, std::conditional_t<sizeof(T) == 4, int32_t, int64_t>>;
+
+/// finite_stats, and the elements whose bits are not all zero (all but +0.0):
+/// their positions to pos and bit patterns to bits (room for n each), in
+/// increasing position, *k their number (what sparse_find_nonzeros gives for
+/// the bit patterns). One pass over x where a vector path exists (float32
+/// with AVX-512), else the two scans one after the other.
+template <class T>
+bool finite_stats_nonzeros(const T* x, size_t n, double* lo, double* hi, bool* nonfinite, uint32_t* pos,
+                           BitsOf<T>* bits, size_t* k);
 
 /// Largest |x| over finite elements (0 if none).
 template <class T>

@@ -336,21 +336,102 @@ bool slice_adds_sparse(const uint8_t* src, size_t len) {
   return read_header(src, len, &h) == Status::Ok && h.codec == Codec::Sparse && h.predictor == Predictor::None;
 }
 
+namespace {
+// The header of a slice that decode_slice_nonzeros / decode_slice_merge read.
+Status sparse_slice_header(const uint8_t* src, size_t len, ElemType t, uint32_t count, SliceHeader* h) {
+  if (!is_code_type(t)) return Status::Unsupported;
+  const Status s = read_header(src, len, h);
+  if (s != Status::Ok) return s;
+  if (h->elem_type != t) return Status::TypeMismatch;
+  if (h->count != count) return Status::CountMismatch;
+  if (h->codec != Codec::Sparse || h->predictor != Predictor::None) return Status::Unsupported;
+  return Status::Ok;
+}
+
+template <class Code>
+bool is_nonzero_list(const uint32_t* pos, const Code* val, size_t k, uint32_t count) {
+  bool ok = true;
+  uint64_t next = 0;  // smallest position allowed
+  for (size_t i = 0; i < k; ++i) {
+    ok &= uint64_t(pos[i]) >= next && val[i] != 0;
+    next = uint64_t(pos[i]) + 1;
+  }
+  return ok && next <= count;
+}
+
+template <class Code>
+void scatter(const uint32_t* pos, const Code* val, size_t k, uint32_t count, uint8_t* dst) {
+  std::memset(dst, 0, size_t(count) * sizeof(Code));
+  for (size_t i = 0; i < k; ++i) std::memcpy(dst + size_t(pos[i]) * sizeof(Code), &val[i], sizeof(Code));
+}
+}  // namespace
+
 Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_t count, uint32_t* pos, void* val,
                              size_t* k, size_t* consumed) {
   *k = 0;
-  if (!is_code_type(t)) return Status::Unsupported;
   SliceHeader h;
-  Status s = read_header(src, len, &h);
+  Status s = sparse_slice_header(src, len, t, count, &h);
   if (s != Status::Ok) return s;
-  if (h.elem_type != t) return Status::TypeMismatch;
-  if (h.count != count) return Status::CountMismatch;
-  if (h.codec != Codec::Sparse || h.predictor != Predictor::None) return Status::Unsupported;
   const uint8_t* payload = src + kHeaderBytes;
   s = t == ElemType::I32 ? sparse_decode_nonzeros(payload, h.payload_bytes, count, pos, static_cast<int32_t*>(val), k)
                          : sparse_decode_nonzeros(payload, h.payload_bytes, count, pos, static_cast<int64_t*>(val), k);
   if (s == Status::Ok && consumed) *consumed = kHeaderBytes + h.payload_bytes;
   return s;
+}
+
+Status decode_slice_merge(const uint8_t* src, size_t len, ElemType t, uint32_t count, const uint32_t* apos,
+                          const void* aval, size_t ka, uint32_t* pos, void* val, size_t* k, size_t* consumed) {
+  *k = 0;
+  SliceHeader h;
+  Status s = sparse_slice_header(src, len, t, count, &h);
+  if (s != Status::Ok) return s;
+  const uint8_t* payload = src + kHeaderBytes;
+  if (t == ElemType::I32) {
+    s = sparse_decode_merge(payload, h.payload_bytes, count, apos, static_cast<const int32_t*>(aval), ka, pos,
+                            static_cast<int32_t*>(val), k);
+  } else {
+    s = sparse_decode_merge(payload, h.payload_bytes, count, apos, static_cast<const int64_t*>(aval), ka, pos,
+                            static_cast<int64_t*>(val), k);
+  }
+  if (s == Status::Ok && consumed) *consumed = kHeaderBytes + h.payload_bytes;
+  return s;
+}
+
+Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count,
+                             uint8_t* dst, size_t cap, SliceInfo* info) {
+  if (!is_code_type(t)) return fail(Status::Unsupported, info);
+  const bool wide = t == ElemType::I64;
+  const bool ok = wide ? is_nonzero_list(pos, static_cast<const int64_t*>(val), k, count)
+                       : is_nonzero_list(pos, static_cast<const int32_t*>(val), k, count);
+  if (!ok) return fail(Status::Corrupt, info);
+  if (cap < kHeaderBytes) return fail(Status::NoSpace, info);
+  const size_t raw = size_t(count) * elem_size(t);
+  const size_t room = cap - kHeaderBytes;
+  uint8_t* payload = dst + kHeaderBytes;
+  // Never more than Raw would take (encode_slice's rule); an empty slice is Raw.
+  const size_t coder_cap = std::min(room, raw);
+  size_t bytes = count == 0 ? kNoFit
+               : wide ? sparse_encode_nonzeros(pos, static_cast<const int64_t*>(val), k, count, payload, coder_cap)
+                      : sparse_encode_nonzeros(pos, static_cast<const int32_t*>(val), k, count, payload, coder_cap);
+  SliceHeader h;
+  h.codec = Codec::Sparse;
+  if (bytes == kNoFit) {
+    if (raw > room) return fail(Status::NoSpace, info);
+    if (wide) {
+      scatter(pos, static_cast<const int64_t*>(val), k, count, payload);
+    } else {
+      scatter(pos, static_cast<const int32_t*>(val), k, count, payload);
+    }
+    h.codec = Codec::Raw;
+    bytes = raw;
+  }
+  h.elem_type = t;
+  h.predictor = Predictor::None;
+  h.count = count;
+  h.payload_bytes = uint32_t(bytes);
+  write_header(dst, h);
+  if (info) *info = SliceInfo{h.codec, Predictor::None, kHeaderBytes + bytes};
+  return Status::Ok;
 }
 
 }  // namespace ncclz::codec

@@ -85,4 +85,24 @@ bool slice_adds_sparse(const uint8_t* src, size_t len);
 Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_t count, uint32_t* pos, void* val,
                              size_t* k, size_t* consumed = nullptr);
 
+/// A Sparse slice without a predictor of `count` codes of type t (I32, I64,
+/// else Status::Unsupported) given as their nonzeros: k positions, strictly
+/// increasing and below count, and their values, none zero (else
+/// Status::Corrupt). A caller that has the nonzeros already (a mostly-zero
+/// input, kept as a list) skips the selector and the scan for them. Where
+/// Sparse would be larger than Raw, the slice is Raw (written from the list),
+/// as encode_slice would; Status::NoSpace where even that does not fit.
+Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count,
+                             uint8_t* dst, size_t cap, SliceInfo* info = nullptr);
+
+/// The nonzeros of the sum of a Sparse slice without a predictor
+/// (slice_adds_sparse) and a list of ka nonzeros (apos strictly increasing
+/// and below count, aval of code type t), in one pass: to pos and val (room
+/// for ka + count each), in increasing position, *k their number. Sums wrap;
+/// positions where they are 0 are left out. Any other slice:
+/// Status::Unsupported. The checks of decode_slice; *consumed as there.
+Status decode_slice_merge(const uint8_t* src, size_t len, ElemType t, uint32_t count, const uint32_t* apos,
+                          const void* aval, size_t ka, uint32_t* pos, void* val, size_t* k,
+                          size_t* consumed = nullptr);
+
 }  // namespace ncclz::codec

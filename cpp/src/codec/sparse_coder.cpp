@@ -30,7 +30,7 @@ namespace {
 // ---------------------------------------------------------------- scratch
 // Per-thread buffers, one per (element type, use), grown on demand (the send
 // loops call the coder per slice).
-enum Use { kPos, kNzVal, kVal, kGapRes, kValRes, kBits };
+enum Use { kPos, kNzVal, kGap, kVal, kGapRes, kValRes, kBits };
 template <class T, int kUse>
 T* scratch(size_t n) {
   thread_local std::vector<T> v;
@@ -282,30 +282,47 @@ int choose_shift(const U* x, size_t k, const uint32_t* lens, int max_len) {
   return double(est0) < 0.97 * double(ests) ? 0 : s;
 }
 
+// Any width (the 16-bit floats' bit patterns): runs of 64 that are all zero
+// are skipped after one OR over them (the compiler vectorizes it).
+template <class Code>
+size_t scan_runs(const Code* r, size_t n, uint32_t* pos, Code* val) {
+  size_t k = 0, i = 0;
+  for (; i + 64 <= n; i += 64) {
+    Code any = 0;
+    for (int j = 0; j < 64; ++j) any |= r[i + size_t(j)];
+    if (any != 0) k = scan_scalar(r, i, i + 64, pos, val, k);
+  }
+  return scan_scalar(r, i, n, pos, val, k);
+}
+
 template <class Code>
 size_t find_nonzeros(SparseScan impl, const Code* r, size_t n, uint32_t* pos, Code* val) {
+  if constexpr (sizeof(Code) == 2) {
+    return impl == SparseScan::Scalar ? scan_scalar(r, 0, n, pos, val, 0) : scan_runs(r, n, pos, val);
+  } else {
 #if NCCLZ_SPARSE_X86
-  if (impl == SparseScan::Avx512 && cpu_has_avx512f()) {
-    if constexpr (sizeof(Code) == 4) return scan_avx512_i32(r, n, pos, val);
-    else return scan_avx512_i64(r, n, pos, val);
-  }
-  if (impl == SparseScan::Avx2 && cpu_has_avx2()) {
-    if constexpr (sizeof(Code) == 4) return scan_avx2_i32(r, n, pos, val);
-    else return scan_avx2_i64(r, n, pos, val);
-  }
-  if (impl != SparseScan::Scalar) {
-    size_t k = 0, i = 0;
-    if constexpr (sizeof(Code) == 4) {
-      for (; i + 32 <= n; i += 32) k = emit_mask(nonzero_mask32_sse2(r + i), r, i, pos, val, k);
-    } else {
-      for (; i + 16 <= n; i += 16) k = emit_mask(nonzero_mask16_sse2(r + i), r, i, pos, val, k);
+    if (impl == SparseScan::Avx512 && cpu_has_avx512f()) {
+      if constexpr (sizeof(Code) == 4) return scan_avx512_i32(r, n, pos, val);
+      else return scan_avx512_i64(r, n, pos, val);
     }
-    return scan_scalar(r, i, n, pos, val, k);
-  }
+    if (impl == SparseScan::Avx2 && cpu_has_avx2()) {
+      if constexpr (sizeof(Code) == 4) return scan_avx2_i32(r, n, pos, val);
+      else return scan_avx2_i64(r, n, pos, val);
+    }
+    if (impl != SparseScan::Scalar) {
+      size_t k = 0, i = 0;
+      if constexpr (sizeof(Code) == 4) {
+        for (; i + 32 <= n; i += 32) k = emit_mask(nonzero_mask32_sse2(r + i), r, i, pos, val, k);
+      } else {
+        for (; i + 16 <= n; i += 16) k = emit_mask(nonzero_mask16_sse2(r + i), r, i, pos, val, k);
+      }
+      return scan_scalar(r, i, n, pos, val, k);
+    }
 #else
-  (void)impl;
+    (void)impl;
 #endif
-  return scan_scalar(r, 0, n, pos, val, 0);
+    return scan_scalar(r, 0, n, pos, val, 0);
+  }
 }
 
 SparseScan best_scan() {
@@ -346,13 +363,21 @@ size_t sparse_find_nonzeros(SparseScan impl, const Code* r, size_t n, uint32_t* 
 }
 
 template <class Code>
-size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
+size_t sparse_find_nonzeros(const Code* r, size_t n, uint32_t* pos, Code* val) {
+  return find_nonzeros(best_scan(), r, n, pos, val);
+}
+
+namespace {
+
+// The payload from the nonzeros' positions and values. The gaps are written to
+// gap[0..k), which may be pos itself (each position is read before its gap is
+// written there).
+template <class Code>
+size_t encode_nonzeros(const uint32_t* pos, const Code* nz, size_t k, size_t n, uint32_t* gap, uint8_t* dst,
+                       size_t cap) {
   using U = std::make_unsigned_t<Code>;
   constexpr int B = code_bits<Code>();
   if (n == 0) return 0;
-  uint32_t* pos = scratch<uint32_t, kPos>(n);
-  Code* nz = scratch<Code, kNzVal>(n);
-  const size_t k = find_nonzeros(best_scan(), r, n, pos, nz);
   if (k == 0) {
     if (cap < 4) return kNoFit;
     store_u32(dst, 0);
@@ -360,8 +385,7 @@ size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
   }
   if (cap < kSparseHeadBytes) return kNoFit;
 
-  // Gaps (in place of the positions) and values zigzag(v) - 1, with the
-  // histograms of their bit lengths.
+  // Gaps and values zigzag(v) - 1, with the histograms of their bit lengths.
   U* val = scratch<U, kVal>(k);
   uint32_t glen[33] = {}, vlen[65] = {};
   uint32_t next = 0;  // position after the previous nonzero
@@ -369,13 +393,12 @@ size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
     const uint32_t p = pos[i];
     const uint32_t g = p - next;
     next = p + 1;
-    pos[i] = g;
+    gap[i] = g;
     const U z = U(rans_zigzag(nz[i]) - 1);
     val[i] = z;
     ++glen[bit_length(g)];
     ++vlen[bit_length(z)];
   }
-  const uint32_t* gap = pos;
   const int gs = choose_shift(gap, k, glen, 32);
   const int vs = choose_shift(val, k, vlen, B);
 
@@ -421,11 +444,28 @@ size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
   return at;
 }
 
+}  // namespace
+
+template <class Code>
+size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
+  if (n == 0) return 0;
+  uint32_t* pos = scratch<uint32_t, kPos>(n);
+  Code* nz = scratch<Code, kNzVal>(n);
+  const size_t k = find_nonzeros(best_scan(), r, n, pos, nz);
+  return encode_nonzeros(pos, nz, k, n, pos, dst, cap);
+}
+
+template <class Code>
+size_t sparse_encode_nonzeros(const uint32_t* pos, const Code* val, size_t k, size_t n, uint8_t* dst, size_t cap) {
+  return encode_nonzeros(pos, val, k, n, k ? scratch<uint32_t, kGap>(k) : nullptr, dst, cap);
+}
+
 namespace {
 
 // Where the decoder puts the nonzeros: kSet out[p] = v (out zeroed first),
-// kAdd out[p] += v wrapping, kList the i-th nonzero to pos[i], val[i].
-enum class Put { kSet, kAdd, kList };
+// kAdd out[p] += v wrapping, kList the i-th nonzero to pos[i], val[i], kMerge
+// the nonzeros of their sum with a list (MergeSink).
+enum class Put { kSet, kAdd, kList, kMerge };
 
 template <Put kPut, class Code>
 struct Sink {
@@ -445,8 +485,39 @@ struct Sink {
   }
 };
 
-template <Put kPut, class Code>
-Status sparse_decode_impl(const uint8_t* src, size_t len, size_t n, Sink<kPut, Code>& put) {
+// The decoded nonzeros (increasing positions) merged with the list a: the
+// sum's nonzeros go to pos/out in order; finish() appends what is left of a.
+template <class Code>
+struct MergeSink {
+  using U = std::make_unsigned_t<Code>;
+  Code* out;
+  uint32_t* pos;
+  const uint32_t* apos;
+  const Code* aval;
+  size_t ka;
+  size_t ia = 0, i = 0;
+  void operator()(uint64_t p, Code v) {
+    while (ia < ka && apos[ia] < p) {
+      pos[i] = apos[ia];
+      out[i++] = aval[ia++];
+    }
+    if (ia < ka && apos[ia] == p) {
+      v = Code(U(U(v) + U(aval[ia++])));
+      if (v == 0) return;
+    }
+    pos[i] = uint32_t(p);
+    out[i++] = v;
+  }
+  void finish() {
+    for (; ia < ka; ++ia) {
+      pos[i] = apos[ia];
+      out[i++] = aval[ia];
+    }
+  }
+};
+
+template <Put kPut, class Code, class S>
+Status sparse_decode_impl(const uint8_t* src, size_t len, size_t n, S& put) {
   using U = std::make_unsigned_t<Code>;
   constexpr bool kZeroFirst = kPut == Put::kSet;
   Code* out = put.out;
@@ -526,19 +597,29 @@ Status sparse_decode_impl(const uint8_t* src, size_t len, size_t n, Sink<kPut, C
 template <class Code>
 Status sparse_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
   Sink<Put::kSet, Code> put{out, nullptr};
-  return sparse_decode_impl(src, len, n, put);
+  return sparse_decode_impl<Put::kSet, Code>(src, len, n, put);
 }
 
 template <class Code>
 Status sparse_decode_add(const uint8_t* src, size_t len, size_t n, Code* out) {
   Sink<Put::kAdd, Code> put{out, nullptr};
-  return sparse_decode_impl(src, len, n, put);
+  return sparse_decode_impl<Put::kAdd, Code>(src, len, n, put);
 }
 
 template <class Code>
 Status sparse_decode_nonzeros(const uint8_t* src, size_t len, size_t n, uint32_t* pos, Code* val, size_t* k) {
   Sink<Put::kList, Code> put{val, pos};
-  const Status s = sparse_decode_impl(src, len, n, put);
+  const Status s = sparse_decode_impl<Put::kList, Code>(src, len, n, put);
+  *k = s == Status::Ok ? put.i : 0;
+  return s;
+}
+
+template <class Code>
+Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval,
+                           size_t ka, uint32_t* pos, Code* val, size_t* k) {
+  MergeSink<Code> put{val, pos, apos, aval, ka};
+  const Status s = sparse_decode_impl<Put::kMerge, Code>(src, len, n, put);
+  if (s == Status::Ok) put.finish();
   *k = s == Status::Ok ? put.i : 0;
   return s;
 }
@@ -571,5 +652,15 @@ template Status sparse_decode_nonzeros<int32_t>(const uint8_t*, size_t, size_t, 
 template Status sparse_decode_nonzeros<int64_t>(const uint8_t*, size_t, size_t, uint32_t*, int64_t*, size_t*);
 template size_t sparse_find_nonzeros<int32_t>(SparseScan, const int32_t*, size_t, uint32_t*, int32_t*);
 template size_t sparse_find_nonzeros<int64_t>(SparseScan, const int64_t*, size_t, uint32_t*, int64_t*);
+template size_t sparse_find_nonzeros<int16_t>(SparseScan, const int16_t*, size_t, uint32_t*, int16_t*);
+template size_t sparse_find_nonzeros<int16_t>(const int16_t*, size_t, uint32_t*, int16_t*);
+template size_t sparse_find_nonzeros<int32_t>(const int32_t*, size_t, uint32_t*, int32_t*);
+template size_t sparse_find_nonzeros<int64_t>(const int64_t*, size_t, uint32_t*, int64_t*);
+template size_t sparse_encode_nonzeros<int32_t>(const uint32_t*, const int32_t*, size_t, size_t, uint8_t*, size_t);
+template size_t sparse_encode_nonzeros<int64_t>(const uint32_t*, const int64_t*, size_t, size_t, uint8_t*, size_t);
+template Status sparse_decode_merge<int32_t>(const uint8_t*, size_t, size_t, const uint32_t*, const int32_t*, size_t,
+                                             uint32_t*, int32_t*, size_t*);
+template Status sparse_decode_merge<int64_t>(const uint8_t*, size_t, size_t, const uint32_t*, const int64_t*, size_t,
+                                             uint32_t*, int64_t*, size_t*);
 
 }  // namespace ncclz::codec

@@ -33,6 +33,13 @@ constexpr size_t kSparseHeadBytes = 10;
 template <class Code>
 size_t sparse_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 
+/// The same payload from the list of the nonzeros of n residuals: k
+/// positions, strictly increasing and below n, and their values, none zero
+/// (not checked here: encode_slice_nonzeros checks). sparse_encode is the
+/// scan for nonzeros followed by this, so both give the same bytes.
+template <class Code>
+size_t sparse_encode_nonzeros(const uint32_t* pos, const Code* val, size_t k, size_t n, uint8_t* dst, size_t cap);
+
 /// Decodes n residuals from the len-byte payload at src. Never reads past
 /// src+len or writes past out+n; any inconsistency gives Status::Corrupt.
 template <class Code>
@@ -49,6 +56,16 @@ Status sparse_decode_add(const uint8_t* src, size_t len, size_t n, Code* out);
 /// most n, each), in increasing position; *k their number (0 on an error).
 template <class Code>
 Status sparse_decode_nonzeros(const uint8_t* src, size_t len, size_t n, uint32_t* pos, Code* val, size_t* k);
+
+/// The nonzeros of the sum of the payload's n residuals and a list of
+/// nonzeros (ka positions apos, strictly increasing and below n, values aval),
+/// in one pass over both: the sum's nonzeros to pos and val (room for ka plus
+/// the payload's k, at most ka + n), in increasing position, *k their number.
+/// Sums wrap (two's complement); positions where they are 0 are left out.
+/// The decoder's checks; on an error *k is 0.
+template <class Code>
+Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval,
+                           size_t ka, uint32_t* pos, Code* val, size_t* k);
 
 /// Estimated payload bytes for n residuals of a B-bit type from a sample:
 /// hist[kRansAlphabet] is the sampled histogram of Rans symbols
@@ -71,5 +88,10 @@ enum class SparseScan : uint8_t {
 bool sparse_scan_available(SparseScan impl);
 template <class Code>
 size_t sparse_find_nonzeros(SparseScan impl, const Code* r, size_t n, uint32_t* pos, Code* val);
+/// The scan with the best implementation available, also for 16-bit values
+/// (int16_t: a portable loop that skips all-zero runs of 64). Room for n
+/// entries in pos and val, as above.
+template <class Code>
+size_t sparse_find_nonzeros(const Code* r, size_t n, uint32_t* pos, Code* val);
 
 }  // namespace ncclz::codec

@@ -69,7 +69,12 @@ struct CallDesc {
   /// the selector's default. Every rank encodes with all[0]'s; not part of
   /// the match.
   uint8_t rans_margin = 0;
-  uint8_t pad = 0;
+  /// Lossy sums: this rank's nonzero inputs in 1/1024ths of its elements,
+  /// rounded up (1..255), when its statistics scan listed them all
+  /// (core::NonzeroIndex); 0 when it did not. Every rank sees every rank's:
+  /// mostly-zero calls run with larger slices (CommunicatorImpl::reduce_call).
+  /// Not part of the match.
+  uint8_t density = 0;
   char codec[16] = {};  ///< forced codec name ("" = selector)
 };
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");

@@ -68,6 +68,11 @@ namespace ncclz {
 namespace {
 constexpr int kDefaultChannels = 2;
 constexpr size_t kDefaultSlotBytes = size_t(1) << 20;
+/// Slices of mostly-zero lossy sums (NCCLZ_SPARSE_SLICE_BYTES): their slots
+/// carry a few percent of these bytes, and each slot costs fixed work (wakeups,
+/// frame setup), so they pay for larger ones than dense data, which overlaps
+/// codec and link better with the smaller default.
+constexpr size_t kDefaultSparseSliceBytes = size_t(8) << 20;
 constexpr int kDefaultSlots = 4;
 /// A call uses one more channel per this many bytes (up to nchannels).
 constexpr size_t kBytesPerChannel = size_t(256) << 10;
@@ -85,6 +90,8 @@ CommConfig CommConfig::from_env() {
   c.nchannels = int(env::get_int("NCCLZ_NCHANNELS", c.nchannels, 0, 64));
   c.slot_bytes = size_t(env::get_int("NCCLZ_SLOT_BYTES", int64_t(c.slot_bytes), 0, int64_t(1) << 31));
   c.nslots = int(env::get_int("NCCLZ_NSLOTS", c.nslots, 0, 1024));
+  c.sparse_slice_bytes = size_t(env::get_int("NCCLZ_SPARSE_SLICE_BYTES", int64_t(c.sparse_slice_bytes), 0,
+                                             int64_t(1) << 31));
   c.throttle_gbps = env::get_double("NCCLZ_SOCKET_THROTTLE_GBPS", c.throttle_gbps, 0, 1e9);
   c.socket_ifname = env::get_string("NCCLZ_SOCKET_IFNAME", c.socket_ifname);
   return c;
@@ -159,6 +166,7 @@ struct Wire {
   size_t raw_esize = 1;
   codec::EncodeOptions enc;
   prims::Stage* stage = nullptr;  ///< pipelined quantize/dequantize (lossy reductions)
+  size_t slice_bytes = 0;         ///< slot bytes a slice is sized for (0: NCCLZ_SLOT_BYTES)
 };
 
 class CommunicatorImpl final : public Communicator {
@@ -236,6 +244,12 @@ class CommunicatorImpl final : public Communicator {
                 Call& call) const;
   void check_all(const std::vector<CallDesc>& all, const std::string& my_err) const;
   bool any_outliers(uint64_t seq, size_t mine, Call& call);
+  /// Whether a pipelined lossy sum runs with slices of sparse_slice_bytes_:
+  /// every rank's scan listed its input (CallDesc::density) and their
+  /// nonzeros together stay below the share where the selector takes Sparse
+  /// from (so the sum is mostly zero too). A function of all descriptors:
+  /// every rank decides the same.
+  bool sparse_slices(const std::vector<CallDesc>& all) const;
   int pick_channels(size_t bytes) const;
   Wire native_wire(DataType t, Mode m, RedOp op, const Compression& c) const;
   Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c) const;
@@ -271,9 +285,13 @@ class CommunicatorImpl final : public Communicator {
   CommConfig cfg_;
   int rank_ = 0, size_ = 1;
   int nch_ = kDefaultChannels;
-  size_t slot_bytes_ = kDefaultSlotBytes;
+  size_t slot_bytes_ = kDefaultSlotBytes;  ///< a slice's slot bytes (NCCLZ_SLOT_BYTES)
+  size_t sparse_slice_bytes_ = kDefaultSparseSliceBytes;  ///< mostly-zero lossy sums' (== slot_bytes_: off)
+  size_t slot_capacity_ = kDefaultSlotBytes;  ///< the transport's slots: the larger of the two
   int nslots_ = kDefaultSlots;
   bool pipeline_quantize_ = true;  ///< NCCLZ_PIPELINE_QUANTIZE; rank 0's setting decides (kEagerQuantize)
+  bool sparse_input_ = true;       ///< NCCLZ_SPARSE_INPUT; per rank (results do not depend on it)
+  core::NonzeroIndex nonzeros_;    ///< the lossy reductions' list of input nonzeros (LossyStage)
   std::unique_ptr<Bootstrap> boot_;
   std::shared_ptr<transport::AbortFlag> abort_;
   std::unique_ptr<transport::Transport> transport_;
@@ -300,6 +318,12 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
                                                          int64_t(1) << 31));
   nslots_ = cfg.nslots > 0 ? cfg.nslots : int(env::get_int("NCCLZ_NSLOTS", kDefaultSlots, 1, 1024));
   pipeline_quantize_ = env::get_int("NCCLZ_PIPELINE_QUANTIZE", 1, 0, 1) != 0;
+  sparse_input_ = env::get_int("NCCLZ_SPARSE_INPUT", 1, 0, 1) != 0;
+  sparse_slice_bytes_ =
+      cfg.sparse_slice_bytes > 0
+          ? cfg.sparse_slice_bytes
+          : size_t(env::get_int("NCCLZ_SPARSE_SLICE_BYTES", int64_t(kDefaultSparseSliceBytes), 0, int64_t(1) << 31));
+  if (sparse_slice_bytes_ <= slot_bytes_) sparse_slice_bytes_ = slot_bytes_;  // no larger slices
   if (nch_ < 1 || nch_ > 64) throw InvalidArgument("ncclz: nchannels must be in [1, 64], got " + std::to_string(nch_));
   if (nslots_ < 2) {
     // Forwarding holds its incoming slot while it acquires the outgoing one:
@@ -310,20 +334,24 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
     throw InvalidArgument("ncclz: slot_bytes must be at least 1024, got " + std::to_string(slot_bytes_));
   }
   p2p_enabled_ = env::get_bool("NCCLZ_P2P", true);
-  // Every rank must run the same number of rings and agree on point-to-point links.
-  std::vector<int32_t> all(static_cast<size_t>(size_) * 2, 0);
-  const int32_t mine[2] = {nch_, p2p_enabled_ ? 1 : 0};
+  // Every rank must run the same number of rings, agree on point-to-point
+  // links and slice the same way (both ends of a connection compute the same
+  // slices from the slot sizes).
+  constexpr size_t kAgreed = 5;
+  const char* agreed_what[kAgreed] = {"NCCLZ_NCHANNELS", "NCCLZ_P2P", "NCCLZ_SLOT_BYTES", "NCCLZ_NSLOTS",
+                                      "NCCLZ_SPARSE_SLICE_BYTES"};
+  std::vector<int64_t> all(static_cast<size_t>(size_) * kAgreed, 0);
+  const int64_t mine[kAgreed] = {nch_, p2p_enabled_ ? 1 : 0, int64_t(slot_bytes_), nslots_,
+                                 int64_t(sparse_slice_bytes_)};
   boot_->allgather(mine, sizeof mine, all.data());
   for (int r = 0; r < size_; ++r) {
-    if (all[2 * size_t(r)] != all[0]) {
-      throw InvalidArgument("ncclz: rank 0 uses " + std::to_string(all[0]) + " channels but rank " +
-                            std::to_string(r) + " uses " + std::to_string(all[2 * size_t(r)]) +
-                            "; set NCCLZ_NCHANNELS the same way on every rank");
-    }
-    if (all[2 * size_t(r) + 1] != all[1]) {
-      throw InvalidArgument("ncclz: ranks disagree on NCCLZ_P2P (rank 0: " + std::to_string(all[1]) + ", rank " +
-                            std::to_string(r) + ": " + std::to_string(all[2 * size_t(r) + 1]) +
-                            "); set it the same way on every rank");
+    for (size_t k = 0; k < kAgreed; ++k) {
+      const int64_t theirs = all[kAgreed * size_t(r) + k];
+      if (theirs != all[k]) {
+        throw InvalidArgument("ncclz: ranks disagree on " + std::string(agreed_what[k]) + " (rank 0: " +
+                              std::to_string(all[k]) + ", rank " + std::to_string(r) + ": " +
+                              std::to_string(theirs) + "); set it the same way on every rank");
+      }
     }
   }
 
@@ -335,6 +363,12 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   tc.socket_ifname = cfg.socket_ifname;
   tc.throttle_gbps = cfg.throttle_gbps;
   transport_ = transport::create_transport(*boot_, tc, abort_);
+  // The ring links' slots hold the larger slices too, except where slots are
+  // reserved memory (shared memory: posix_fallocate'd for the whole ring):
+  // there mostly-zero sums keep the ordinary slices. Every rank has the same
+  // transport kind, so every rank decides the same.
+  if (transport_->kind() == transport::Kind::SharedMemory) sparse_slice_bytes_ = slot_bytes_;
+  slot_capacity_ = std::max(slot_bytes_, sparse_slice_bytes_);
 
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(cfg.timeout_s > 0 ? cfg.timeout_s : 300));
@@ -345,7 +379,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   if (size_ > 1) {
     const int prev = (rank_ + size_ - 1) % size_, next = (rank_ + 1) % size_;
     std::vector<int> peers = prev == next ? std::vector<int>{next} : std::vector<int>{prev, next};
-    ring_links_ = transport_->connect(peers, nch_, deadline);
+    ring_links_ = transport_->connect(peers, nch_, deadline, slot_capacity_);
     for (int c = 0; c < nch_; ++c) {
       auto& links = ring_links_[size_t(c)];
       const size_t ip = 0, in = peers.size() - 1;
@@ -361,10 +395,13 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
       for (size_t i = 0; i < others.size(); ++i) p2p_[size_t(others[i])] = &p2p_links_[0][i];
     }
   }
-  for (auto& c : ch_) c.scratch.get(slot_bytes_ + 64);
+  for (auto& c : ch_) c.scratch.get(slot_capacity_ + 64);
   p2p_scratch_.get(slot_bytes_ + 64);
   pool_ = std::make_unique<core::WorkerPool>(nch_ - 1);
-  NCCLZ_INFO(rank_, "communicator: %d ranks, %d channels, %d slots x %zu bytes", size_, nch_, nslots_, slot_bytes_);
+  NCCLZ_INFO(rank_,
+             "communicator: %d ranks, %d channels, %d slots x %zu bytes (slices of %zu bytes, %zu for mostly-zero "
+             "lossy sums)",
+             size_, nch_, nslots_, slot_capacity_, slot_bytes_, sparse_slice_bytes_);
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -549,8 +586,9 @@ std::vector<CallDesc> CommunicatorImpl::exchange(const CallDesc& mine, Call& cal
   a.deadline = call.deadline;
   a.rank = rank_;
   a.channel = 0;
+  a.slice_bytes = slot_bytes_;
   try {
-    prims::Prims p(ch_[0].send, ch_[0].recv, a, &st, ch_[0].scratch.get(slot_bytes_ + 64));
+    prims::Prims p(ch_[0].send, ch_[0].recv, a, &st, ch_[0].scratch.get(slot_capacity_ + 64));
     algorithms::ring_all_gather(p, {rank_, size_}, &mine, all.data(), sizeof(CallDesc), sizeof(CallDesc),
                                 sizeof(CallDesc));
   } catch (const Aborted&) {
@@ -603,6 +641,16 @@ bool CommunicatorImpl::any_outliers(uint64_t seq, size_t mine, Call& call) {
   return any;
 }
 
+bool CommunicatorImpl::sparse_slices(const std::vector<CallDesc>& all) const {
+  if (sparse_slice_bytes_ == slot_bytes_) return false;
+  double total = 0;
+  for (const CallDesc& d : all) {
+    if (d.density == 0) return false;
+    total += d.density;
+  }
+  return total <= 1024.0 * (1.0 - codec::EncodeOptions{}.sparse_fast_zeros);
+}
+
 int CommunicatorImpl::pick_channels(size_t bytes) const {
   const size_t n = bytes / kBytesPerChannel;
   return int(std::max<size_t>(1, std::min<size_t>(size_t(nch_), n)));
@@ -647,8 +695,9 @@ prims::Prims CommunicatorImpl::make_prims(int c, const Wire& w, Call& call) {
   a.rank = rank_;
   a.channel = c;
   a.stage = w.stage;
+  a.slice_bytes = w.slice_bytes ? w.slice_bytes : slot_bytes_;
   Channel& ch = ch_[size_t(c)];
-  return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_bytes_ + 64));
+  return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
 }
 
 template <class Fn>
@@ -775,8 +824,22 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
   d.seq = seq_++;
   if (!err.empty()) d.flags |= core::kInvalid;
   if (!pipeline_quantize_) d.flags |= core::kEagerQuantize;
+  // Sums of a mostly-zero input: the scan lists its nonzeros, and the
+  // pipelined path carries them as lists (LossyStage::prepare_nonzeros).
+  bool ok_codec = false;
+  const auto choice = parse_codec(c.codec, &ok_codec);
+  core::NonzeroIndex* index =
+      is_lossy(m) && err.empty() && sparse_input_ && size_ > 1 && (op == RedOp::Sum || op == RedOp::Avg) &&
+              (choice == codec::EncodeOptions::Choice::Auto || choice == codec::EncodeOptions::Choice::Sparse)
+          ? &nonzeros_
+          : nullptr;
   const auto tq = Clock::now();
-  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, in_count, pool_.get(), nch));
+  if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, in_count, pool_.get(), nch, index));
+  (void)ok_codec;  // an unknown codec is check_compression's error
+  if (index && index->covers_all()) {
+    const double per1024 = std::ceil(1024.0 * double(index->listed()) / double(std::max<size_t>(1, in_count)));
+    d.density = uint8_t(std::clamp(per1024, 1.0, 255.0));
+  }
   call.quantize_s += seconds(tq, Clock::now());
   const auto all = exchange(d, call);
   check_all(all, err);
@@ -805,9 +868,11 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
     const size_t cs = plan.wide ? 8 : 4;
     codes = work_[0].get(in_count * cs);
     out_codes = in_place_codes ? codes : work_[1].get(out_count * cs);
-    core::LossyStage stage(t, plan, send, codes, recv, out_codes, out_step);
+    core::LossyStage stage(t, plan, send, codes, recv, out_codes, out_step, index,
+                           in_place_codes && send == recv);
     Wire w = code_wire(t, plan.wide, op, c);
     w.stage = &stage;
+    w.slice_bytes = sparse_slices(all) ? sparse_slice_bytes_ : 0;
     exec(codes, out_codes, w, nch, call);
     call.finish();
     return;
@@ -1031,6 +1096,7 @@ prims::Prims CommunicatorImpl::p2p_prims(transport::PeerLink& link, const Wire& 
   a.deadline = call.deadline;
   a.rank = rank_;
   a.channel = -1;
+  a.slice_bytes = slot_bytes_;
   return prims::Prims(link.send.get(), link.recv.get(), a, st, p2p_scratch_.get(slot_bytes_ + 64));
 }
 

@@ -30,7 +30,22 @@ Prims::Prims(transport::SendConn* send, transport::RecvConn* recv, const PrimsAr
     : send_(send), recv_(recv), a_(args), st_(stats), scratch_(static_cast<uint8_t*>(scratch)) {
   esize_ = codec::elem_size(a_.type);
   slot_bytes_ = send_ ? send_->slot_bytes() : (recv_ ? recv_->slot_bytes() : 0);
-  slice_ = slice_elems_for(slot_bytes_, esize_);
+  slice_ = slice_elems_for(a_.slice_bytes && a_.slice_bytes < slot_bytes_ ? a_.slice_bytes : slot_bytes_, esize_);
+  // A list goes out as a Sparse slice without a predictor: only where the
+  // selector could choose that too.
+  using Choice = codec::EncodeOptions::Choice;
+  const codec::EncodeOptions& e = a_.enc;
+  const bool codes = a_.type == codec::ElemType::I32 || a_.type == codec::ElemType::I64;
+  lists_ = a_.stage && a_.mode == WireMode::Coded && codes &&
+           (e.choice == Choice::Sparse ||
+            (e.choice == Choice::Auto && e.sparse_min_zeros <= 1 && e.sparse_fast_zeros < 1)) &&
+           (e.predictor < 0 || e.predictor == int(codec::Predictor::None));
+}
+
+size_t Prims::list_max(size_t n) const {
+  if (!lists_) return 0;
+  if (a_.enc.choice == codec::EncodeOptions::Choice::Sparse) return n;
+  return size_t(double(n) * (1.0 - a_.enc.sparse_fast_zeros));
 }
 
 transport::SlotView Prims::wait_in() {
@@ -130,6 +145,32 @@ int Prims::incoming_predictor(const transport::SlotView& in) const {
   return int(h.predictor);
 }
 
+size_t Prims::encode_nonzeros(const NonzeroList& l, size_t n, uint8_t* out) {
+  const auto t0 = Clock::now();
+  codec::SliceInfo info;
+  const codec::Status s =
+      codec::encode_slice_nonzeros(l.pos, l.val, l.k, a_.type, uint32_t(n), out, slot_bytes_, &info);
+  st_->encode_s += seconds_since(t0);
+  if (s != codec::Status::Ok) {
+    throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
+                ": encoding a list of " + std::to_string(l.k) + " nonzeros of a " + std::to_string(n) +
+                "-element slice for rank " + std::to_string(send_->peer()) + " failed: " + codec::status_string(s));
+  }
+  return info.bytes;
+}
+
+bool Prims::finish_nonzeros(const NonzeroList& l, uint8_t* dst, size_t n, const uint8_t* final_dst) {
+  const auto t0 = Clock::now();
+  bool done = final_dst && a_.stage->finish_nonzeros(final_dst, l, n);
+  if (!done) {
+    std::memset(dst, 0, n * esize_);
+    const uint8_t* v = static_cast<const uint8_t*>(l.val);
+    for (size_t i = 0; i < l.k; ++i) std::memcpy(dst + size_t(l.pos[i]) * esize_, v + i * esize_, esize_);
+  }
+  st_->stage_s += seconds_since(t0);
+  return done;
+}
+
 bool Prims::finish_slice(const transport::SlotView& in, const uint8_t* final_dst, size_t n) {
   if (!final_dst || a_.mode != WireMode::Coded) return false;
   const auto t0 = Clock::now();
@@ -220,6 +261,49 @@ bool Prims::step(const uint8_t* src, uint8_t* dst, size_t n, bool src_scratch, c
 }
 
 template <unsigned F>
+bool Prims::step_nonzeros(const NonzeroList& mine, const uint8_t* src, uint8_t* dst, size_t n,
+                          const uint8_t* final_dst) {
+  constexpr bool kR = F & kRecv, kC = F & kCopy, kS = F & kSend;
+  if constexpr (!kR) {
+    static_assert(!kC, "copySend does not read a stage's list");
+    uint8_t* out = acquire_out();
+    post_out(encode_nonzeros(mine, n, out), n);
+    return false;
+  } else {
+    const transport::SlotView in = wait_in();
+    if (codec::slice_adds_sparse(in.data, in.bytes)) {
+      // The sum's nonzeros: at most mine.k + the slice's (<= n).
+      thread_local std::vector<uint32_t> pos;
+      thread_local std::vector<uint64_t> val;  // 8-byte aligned for either code type
+      if (pos.size() < mine.k + n) pos.resize(mine.k + n);
+      if (val.size() < mine.k + n) val.resize(mine.k + n);
+      const auto t0 = Clock::now();
+      size_t k = 0, used = 0;
+      const codec::Status s = codec::decode_slice_merge(in.data, in.bytes, a_.type, uint32_t(n), mine.pos, mine.val,
+                                                        mine.k, pos.data(), val.data(), &k, &used);
+      st_->decode_s += seconds_since(t0);
+      check_decoded(in, n, s, used);
+      if (k <= list_max(n)) {
+        recv_->release();
+        const NonzeroList sum{pos.data(), val.data(), k};
+        if constexpr (kS) {
+          uint8_t* out = acquire_out();
+          post_out(encode_nonzeros(sum, n, out), n);
+        }
+        if constexpr (kC) return finish_nonzeros(sum, dst, n, final_dst);
+        return false;
+      }
+    }
+    // Not a Sparse slice, or a sum too dense for one: the dense step, on the
+    // local slice's codes (the slot is still unreleased: the step reads it).
+    const auto t0 = Clock::now();
+    const uint8_t* q = static_cast<const uint8_t*>(a_.stage->prepare(src, n));
+    st_->stage_s += seconds_since(t0);
+    return step<F>(q, dst, n, q != src && a_.stage->prepared_writable(), final_dst);
+  }
+}
+
+template <unsigned F>
 void Prims::run(const void* src, void* dst, size_t n) {
   const uint8_t* s = static_cast<const uint8_t*>(src);
   uint8_t* d = static_cast<uint8_t*>(dst);
@@ -231,6 +315,28 @@ void Prims::run(const void* src, void* dst, size_t n) {
     const uint8_t* sp = s ? s + off * esize_ : nullptr;
     uint8_t* dp = d ? d + off * esize_ : nullptr;
     bool scratch = false;
+    // Verbs that can take the local slice as a list of nonzeros: send and the
+    // reductions (integer sums only) without FORWARD.
+    constexpr bool kLists = kReadsSrc && !(F & kForward) && !((F & kCopy) && !(F & kRecv));
+    if constexpr (kLists) {
+      const size_t max_k = list_max(k);
+      NonzeroList mine;
+      if (max_k > 0 && (!(F & kReduce) || a_.int_sum)) {
+        const auto t0 = Clock::now();
+        const bool got = a_.stage->prepare_nonzeros(sp, k, max_k, &mine);
+        st_->stage_s += seconds_since(t0);
+        if (got) {
+          uint8_t* wp = kFinal ? static_cast<uint8_t*>(a_.stage->output(dp, k)) : dp;
+          const bool done = step_nonzeros<F>(mine, sp, wp, k, kFinal ? dp : nullptr);
+          if (kFinal && !done) {
+            const auto t1 = Clock::now();
+            a_.stage->finish(dp, wp, k);
+            st_->stage_s += seconds_since(t1);
+          }
+          continue;
+        }
+      }
+    }
     if (a_.stage && kReadsSrc) {
       const auto t0 = Clock::now();
       const uint8_t* p = static_cast<const uint8_t*>(a_.stage->prepare(sp, k));

@@ -17,7 +17,14 @@
 //      Raw mode reads it in place until the result is written).
 // Coded integer sums fuse 2 and 3 for Sparse slices (mostly-zero data): the
 // local slice is copied to the result and the slice's nonzeros are added to
-// it (PrimsArgs::int_sum).
+// it (PrimsArgs::int_sum). Where the stage holds the local slice as a list of
+// its nonzeros (Stage::prepare_nonzeros: a mostly-zero lossy input), the
+// steps never make it dense: send encodes the list as a Sparse slice, a
+// reduction merges a received Sparse slice's nonzeros with it into the list of
+// the sum, which is encoded the same way and, for a COPY verb, handed to
+// Stage::finish_nonzeros. Any other received slice, or a sum with more than
+// (1 - sparse_fast_zeros) nonzeros, takes the dense step (the selector's
+// choice for such a slice would not be Sparse either). Same result bits.
 // FORWARD (recvCopySend) skips 2-5: the received slot's bytes are copied into
 // the outgoing slot unchanged (no re-encoding, the allgather phase's rule) and
 // the slice is decoded once into the output.
@@ -79,6 +86,14 @@ struct ChannelStats {
   }
 };
 
+/// The nonzero codes of a slice (all others are 0): k positions from the
+/// slice's start, strictly increasing, and their values (wire codes).
+struct NonzeroList {
+  const uint32_t* pos = nullptr;
+  const void* val = nullptr;
+  size_t k = 0;
+};
+
 /// Optional per-slice work around the wire buffers, run by the verbs inside
 /// their send/receive loops: the lossy reductions quantize each slice of the
 /// local input just before it is first read and dequantize each slice of the
@@ -115,6 +130,22 @@ class Stage {
     (void)dst, (void)slice, (void)len, (void)n;
     return codec::Status::Unsupported;
   }
+  /// Like prepare(), for a stage that may hold the slice as the list of its
+  /// nonzero codes (a mostly-zero input): true with that list in *out (valid
+  /// until the calling thread's next prepare or prepare_nonzeros) when it has
+  /// it, with at most max_k entries; false: the verb calls prepare().
+  virtual bool prepare_nonzeros(const void* src, size_t n, size_t max_k, NonzeroList* out) {
+    (void)src, (void)n, (void)max_k, (void)out;
+    return false;
+  }
+  /// Output elements [dst, dst + n) are final and their codes are 0 but for
+  /// the list's: true if the stage wrote its outputs from the list (finish()
+  /// is not called), false to have the verb write the codes to output(dst, n)
+  /// and call finish().
+  virtual bool finish_nonzeros(const void* dst, const NonzeroList& list, size_t n) {
+    (void)dst, (void)list, (void)n;
+    return false;
+  }
 };
 
 struct PrimsArgs {
@@ -132,6 +163,10 @@ struct PrimsArgs {
   int rank = 0;     ///< for error messages
   int channel = 0;  ///< for error messages
   Stage* stage = nullptr;  ///< see Stage; nullptr: the buffers are used as they are
+  /// The slot bytes a slice is sized for (slice_elems_for(slice_bytes, esize)
+  /// elements); 0, or more than the connection's slots: the slots' own. Both
+  /// ends of a connection must use the same.
+  size_t slice_bytes = 0;
 };
 
 /// Elements per slice for slots of `slot_bytes` and wire elements of `esize`
@@ -166,6 +201,16 @@ class Prims {
   /// Returns whether the stage finished the slice itself (finish_slice).
   template <unsigned F>
   bool step(const uint8_t* src, uint8_t* dst, size_t n, bool src_scratch, const uint8_t* final_dst);
+  /// The step for a local slice the stage holds as a list of nonzeros; src is
+  /// its position in the wire input (for the dense step, when that is taken).
+  template <unsigned F>
+  bool step_nonzeros(const NonzeroList& mine, const uint8_t* src, uint8_t* dst, size_t n, const uint8_t* final_dst);
+  /// Most nonzeros of an n-element slice that goes out as a list (0: lists are off).
+  size_t list_max(size_t n) const;
+  size_t encode_nonzeros(const NonzeroList& l, size_t n, uint8_t* out);
+  /// The final codes of a COPY verb as a list: Stage::finish_nonzeros, or
+  /// written densely to dst for finish(). Returns whether the stage took them.
+  bool finish_nonzeros(const NonzeroList& l, uint8_t* dst, size_t n, const uint8_t* final_dst);
   /// Offers a received slice to Stage::finish_slice; true if it took it.
   bool finish_slice(const transport::SlotView& in, const uint8_t* final_dst, size_t n);
 
@@ -192,6 +237,7 @@ class Prims {
   size_t esize_;
   size_t slot_bytes_;
   size_t slice_;
+  bool lists_ = false;  ///< the encoder options allow a list's Sparse slice (Coded codes)
 };
 
 }  // namespace ncclz::prims

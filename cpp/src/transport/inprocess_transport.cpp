@@ -50,21 +50,22 @@ class InProcessTransport final : public Transport {
   Kind kind() const override { return Kind::InProcess; }
 
   std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
-                                             Clock::time_point /*deadline*/) override {
+                                             Clock::time_point /*deadline*/, size_t slot_bytes) override {
     check_connect_args(ctx_, peers, nchannels);
+    const size_t sb = slot_bytes ? slot_bytes : ctx_.cfg.slot_bytes;
     const int me = ctx_.bootstrap->rank();
     const int gen = gen_++;
     std::vector<std::vector<PeerLink>> links(static_cast<size_t>(nchannels));
     for (int c = 0; c < nchannels; ++c) {
       for (int p : peers) {
         if (p == me) {
-          links[c].push_back(make_self_link(ctx_, c, "inproc"));
+          links[c].push_back(make_self_link(ctx_, c, "inproc", sb));
           continue;
         }
         ConnLabel label{"inproc", me, p, c};
         std::string out = name(gen, me, p, c), in = name(gen, p, me, c);
-        auto smem = attach(out, ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
-        auto rmem = attach(in, ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
+        auto smem = attach(out, ctx_.cfg.nslots, sb);
+        auto rmem = attach(in, ctx_.cfg.nslots, sb);
         PeerLink link;
         link.send = std::make_unique<RingSendConn>(smem, smem.get(), label, ctx_.abort, nullptr);
         link.recv = std::make_unique<RingRecvConn>(rmem, rmem.get(), label, ctx_.abort, nullptr);

@@ -109,12 +109,13 @@ class ShmTransport final : public Transport {
   Kind kind() const override { return Kind::SharedMemory; }
 
   std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
-                                             Clock::time_point /*deadline*/) override {
+                                             Clock::time_point /*deadline*/, size_t slot_bytes) override {
     check_connect_args(ctx_, peers, nchannels);
+    const size_t sb = slot_bytes ? slot_bytes : ctx_.cfg.slot_bytes;
     const int me = ctx_.bootstrap->rank();
     const int gen = gen_++;
     const int tag = kShmTagBase + (gen & 0xffff);
-    const size_t nb = ring_bytes(ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
+    const size_t nb = ring_bytes(ctx_.cfg.nslots, sb);
     const size_t np = peers.size();
     // recv_seg[c][i]: the ring peers[i] sends into on channel c.
     using Segments = std::vector<std::vector<std::shared_ptr<ShmSegment>>>;
@@ -127,7 +128,7 @@ class ShmTransport final : public Transport {
       for (int c = 0; c < nchannels; ++c) {
         for (size_t i = 0; i < np; ++i) {
           if (peers[i] == me) continue;
-          recv_seg[c][i] = create_segment(name(gen, peers[i], me, c), nb);
+          recv_seg[c][i] = create_segment(name(gen, peers[i], me, c), nb, sb);
           auto* h = static_cast<RingHeader*>(recv_seg[c][i]->mem);
           h->consumer_start = my_start_;
           h->consumer_pid.store(my_pid_, std::memory_order_release);
@@ -163,7 +164,7 @@ class ShmTransport final : public Transport {
       }
       for (int c = 0; c < nchannels; ++c) {
         ConnLabel label{"shm", me, peers[i], c};
-        send_seg[c][i] = open_segment(name(gen, me, peers[i], c), label);
+        send_seg[c][i] = open_segment(name(gen, me, peers[i], c), label, sb);
         auto* h = static_cast<RingHeader*>(send_seg[c][i]->mem);
         h->producer_start = my_start_;
         h->producer_pid.store(my_pid_, std::memory_order_release);
@@ -174,7 +175,7 @@ class ShmTransport final : public Transport {
     for (int c = 0; c < nchannels; ++c) {
       for (size_t i = 0; i < np; ++i) {
         if (peers[i] == me) {
-          links[c].push_back(make_self_link(ctx_, c, "shm"));
+          links[c].push_back(make_self_link(ctx_, c, "shm", sb));
           continue;
         }
         ConnLabel label{"shm", me, peers[i], c};
@@ -202,7 +203,7 @@ class ShmTransport final : public Transport {
 
   std::string who() const { return "shm transport rank " + std::to_string(ctx_.bootstrap->rank()); }
 
-  std::shared_ptr<ShmSegment> create_segment(const std::string& nm, size_t bytes) {
+  std::shared_ptr<ShmSegment> create_segment(const std::string& nm, size_t bytes, size_t slot_bytes) {
     auto seg = std::make_shared<ShmSegment>();
     seg->name = nm;
     int fd = shm_open(nm.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
@@ -223,11 +224,11 @@ class ShmTransport final : public Transport {
     if (p == MAP_FAILED) throw SystemError(who() + ": " + net::errno_text("mmap", errno) + " of " + nm);
     seg->mem = p;
     seg->bytes = bytes;
-    ring_init(p, ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
+    ring_init(p, ctx_.cfg.nslots, slot_bytes);
     return seg;
   }
 
-  std::shared_ptr<ShmSegment> open_segment(const std::string& nm, const ConnLabel& label) {
+  std::shared_ptr<ShmSegment> open_segment(const std::string& nm, const ConnLabel& label, size_t slot_bytes) {
     auto seg = std::make_shared<ShmSegment>();
     seg->name = nm;
     int fd = shm_open(nm.c_str(), O_RDWR | O_CLOEXEC, 0600);
@@ -247,7 +248,7 @@ class ShmTransport final : public Transport {
     if (p == MAP_FAILED) throw SystemError(label.prefix() + ": " + net::errno_text("mmap", errno) + " of " + nm);
     seg->mem = p;
     seg->bytes = bytes;
-    ring_validate(p, bytes, ctx_.cfg.nslots, ctx_.cfg.slot_bytes, label.prefix());
+    ring_validate(p, bytes, ctx_.cfg.nslots, slot_bytes, label.prefix());
     return seg;
   }
 

@@ -454,8 +454,9 @@ class SocketTransport final : public Transport {
   Kind kind() const override { return Kind::Socket; }
 
   std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
-                                             Clock::time_point deadline) override {
+                                             Clock::time_point deadline, size_t slot_bytes) override {
     check_connect_args(ctx_, peers, nchannels);
+    const size_t sb = slot_bytes ? slot_bytes : ctx_.cfg.slot_bytes;
     const int me = ctx_.bootstrap->rank();
     const int gen = gen_++;
     const size_t np = peers.size();
@@ -559,8 +560,8 @@ class SocketTransport final : public Transport {
         cn->label = ConnLabel{"socket", me, peers[i], c};
         cn->fd = std::move(fds[c][i]);
         net::set_nodelay(cn->fd.get());
-        cn->send_mem = make_heap_ring(ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
-        cn->recv_mem = make_heap_ring(ctx_.cfg.nslots, ctx_.cfg.slot_bytes);
+        cn->send_mem = make_heap_ring(ctx_.cfg.nslots, sb);
+        cn->recv_mem = make_heap_ring(ctx_.cfg.nslots, sb);
         cn->send = RingView(cn->send_mem.get());
         cn->recv = RingView(cn->recv_mem.get());
         conn_index[c][i] = static_cast<int>(conns.size());
@@ -573,7 +574,7 @@ class SocketTransport final : public Transport {
     for (int c = 0; c < nchannels; ++c) {
       for (size_t i = 0; i < np; ++i) {
         if (peers[i] == me) {
-          links[c].push_back(make_self_link(ctx_, c, "socket"));
+          links[c].push_back(make_self_link(ctx_, c, "socket", sb));
           continue;
         }
         SocketProxy::Conn* cn = proxy->conn(static_cast<size_t>(conn_index[c][i]));

@@ -72,8 +72,8 @@ void check_connect_args(const TransportContext& ctx, const std::vector<int>& pee
   }
 }
 
-PeerLink make_self_link(const TransportContext& ctx, int channel, const char* transport) {
-  auto mem = make_heap_ring(ctx.cfg.nslots, ctx.cfg.slot_bytes);
+PeerLink make_self_link(const TransportContext& ctx, int channel, const char* transport, size_t slot_bytes) {
+  auto mem = make_heap_ring(ctx.cfg.nslots, slot_bytes);
   ConnLabel label{transport, ctx.bootstrap->rank(), ctx.bootstrap->rank(), channel};
   PeerLink link;
   link.send = std::make_unique<RingSendConn>(mem, mem.get(), label, ctx.abort, nullptr);

@@ -110,8 +110,10 @@ class Transport {
   /// links[c][i] connects to peers[i] on channel c. Each peer at most once
   /// (InvalidArgument otherwise); this rank itself is allowed (a loopback
   /// link). Each call makes new connections; it ends with a bootstrap barrier.
+  /// `slot_bytes`: the slots of these connections (0: the config's); every
+  /// rank passes the same.
   virtual std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
-                                                     Clock::time_point deadline) = 0;
+                                                     Clock::time_point deadline, size_t slot_bytes = 0) = 0;
 };
 
 /// Picks the transport for this job (all ranks on one host: SharedMemory,

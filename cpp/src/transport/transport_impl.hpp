@@ -28,6 +28,6 @@ std::unique_ptr<Transport> make_socket_transport(TransportContext ctx);
 /// Checks connect()'s arguments (peers in range, no duplicates, nchannels >= 1).
 void check_connect_args(const TransportContext& ctx, const std::vector<int>& peers, int nchannels);
 /// A link of a rank to itself: one heap ring whose both ends are local.
-PeerLink make_self_link(const TransportContext& ctx, int channel, const char* transport);
+PeerLink make_self_link(const TransportContext& ctx, int channel, const char* transport, size_t slot_bytes);
 
 }  // namespace ncclz::transport
