@@ -256,6 +256,20 @@ TEST(SparseInputSlice, BadListsAndTypesAreRefused) {
   EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I64, 100, nullptr, nullptr, 0, p.data(),
                                       q.data(), &k),
             Status::TypeMismatch);
+  // A slice without nonzeros lists nothing: no room needed for it.
+  ASSERT_EQ(codec::encode_slice_nonzeros(nullptr, nullptr, 0, ElemType::I32, 100, buf.data(), buf.size(), &si),
+            Status::Ok);
+  ASSERT_EQ(si.codec, codec::Codec::Sparse);
+  size_t nz = 99;
+  ASSERT_TRUE(codec::sparse_slice_nonzeros(buf.data(), si.bytes, &nz));
+  EXPECT_EQ(nz, 0u);
+  k = 99;
+  EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, 0, nullptr, nullptr,
+                                      &k),
+            Status::Ok);
+  EXPECT_EQ(k, 0u);
+  EXPECT_EQ(codec::decode_slice_nonzeros(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, &k), Status::Ok);
+  EXPECT_EQ(k, 0u);
   // An empty slice is Raw, as encode_slice makes it.
   ASSERT_EQ(codec::encode_slice_nonzeros(nullptr, nullptr, 0, ElemType::I32, 0, buf.data(), buf.size(), &si),
             Status::Ok);

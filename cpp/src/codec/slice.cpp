@@ -336,6 +336,16 @@ bool slice_adds_sparse(const uint8_t* src, size_t len) {
   return read_header(src, len, &h) == Status::Ok && h.codec == Codec::Sparse && h.predictor == Predictor::None;
 }
 
+bool sparse_slice_nonzeros(const uint8_t* src, size_t len, size_t* k) {
+  SliceHeader h;
+  if (read_header(src, len, &h) != Status::Ok || h.codec != Codec::Sparse || h.predictor != Predictor::None) {
+    return false;
+  }
+  *k = h.payload_bytes >= 4 ? size_t(load_u32(src + kHeaderBytes)) : 0;
+  if (*k > h.count) *k = h.count;  // a corrupt count: the decoder refuses the slice
+  return true;
+}
+
 namespace {
 // The header of a slice that decode_slice_nonzeros / decode_slice_merge read.
 Status sparse_slice_header(const uint8_t* src, size_t len, ElemType t, uint32_t count, SliceHeader* h) {

@@ -77,9 +77,14 @@ Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t cou
 /// Whether decode_slice_add adds this slice without a pass over dst (a
 /// Sparse slice without a predictor); false for anything unreadable.
 bool slice_adds_sparse(const uint8_t* src, size_t len);
+/// The number of nonzeros such a slice lists (its payload's first field,
+/// clamped to the slice's count: the decoders check it); false for any other
+/// slice.
+bool sparse_slice_nonzeros(const uint8_t* src, size_t len, size_t* k);
 
 /// The nonzeros of a Sparse slice without a predictor (slice_adds_sparse):
-/// positions to pos and values (of code type t) to val, room for count each,
+/// positions to pos and values (of code type t) to val, room for the slice's
+/// nonzeros (sparse_slice_nonzeros; at most count) each,
 /// in increasing position; *k their number. Any other slice:
 /// Status::Unsupported. The checks of decode_slice; *consumed as there.
 Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_t count, uint32_t* pos, void* val,
@@ -98,7 +103,8 @@ Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, Ele
 /// The nonzeros of the sum of a Sparse slice without a predictor
 /// (slice_adds_sparse) and a list of ka nonzeros (apos strictly increasing
 /// and below count, aval of code type t), in one pass: to pos and val (room
-/// for ka + count each), in increasing position, *k their number. Sums wrap;
+/// for ka plus the slice's nonzeros each: sparse_slice_nonzeros, at most
+/// count), in increasing position, *k their number. Sums wrap;
 /// positions where they are 0 are left out. Any other slice:
 /// Status::Unsupported. The checks of decode_slice; *consumed as there.
 Status decode_slice_merge(const uint8_t* src, size_t len, ElemType t, uint32_t count, const uint32_t* apos,

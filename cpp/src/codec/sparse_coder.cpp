@@ -523,9 +523,11 @@ Status sparse_decode_impl(const uint8_t* src, size_t len, size_t n, S& put) {
   Code* out = put.out;
   constexpr int B = code_bits<Code>();
   if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
-  if (!src || !out || len < 4) return Status::Corrupt;
+  if (!src || len < 4) return Status::Corrupt;
   const uint32_t k = load_u32(src);
   if (k > n) return Status::Corrupt;
+  // The lists' buffers may be empty (null) when there is nothing to list.
+  if (!out && (k > 0 || kZeroFirst)) return Status::Corrupt;
   if (k == 0) {
     if (len != 4) return Status::Corrupt;
     if constexpr (kZeroFirst) std::memset(out, 0, n * sizeof(Code));
@@ -618,6 +620,10 @@ template <class Code>
 Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval,
                            size_t ka, uint32_t* pos, Code* val, size_t* k) {
   MergeSink<Code> put{val, pos, apos, aval, ka};
+  if (ka > 0 && (!val || !pos)) {
+    *k = 0;
+    return Status::Corrupt;
+  }
   const Status s = sparse_decode_impl<Put::kMerge, Code>(src, len, n, put);
   if (s == Status::Ok) put.finish();
   *k = s == Status::Ok ? put.i : 0;

@@ -244,12 +244,12 @@ class CommunicatorImpl final : public Communicator {
                 Call& call) const;
   void check_all(const std::vector<CallDesc>& all, const std::string& my_err) const;
   bool any_outliers(uint64_t seq, size_t mine, Call& call);
-  /// Whether a pipelined lossy sum runs with slices of sparse_slice_bytes_:
-  /// every rank's scan listed its input (CallDesc::density) and their
-  /// nonzeros together stay below the share where the selector takes Sparse
-  /// from (so the sum is mostly zero too). A function of all descriptors:
-  /// every rank decides the same.
-  bool sparse_slices(const std::vector<CallDesc>& all) const;
+  /// Whether a pipelined lossy sum is mostly zero: every rank's scan listed
+  /// its input (CallDesc::density) and their nonzeros together stay below the
+  /// share where the selector takes Sparse from (so the sum is mostly zero
+  /// too). Such calls run with slices of sparse_slice_bytes_. A function of
+  /// all descriptors: every rank decides the same.
+  bool mostly_zero(const std::vector<CallDesc>& all) const;
   int pick_channels(size_t bytes) const;
   Wire native_wire(DataType t, Mode m, RedOp op, const Compression& c) const;
   Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c) const;
@@ -641,8 +641,7 @@ bool CommunicatorImpl::any_outliers(uint64_t seq, size_t mine, Call& call) {
   return any;
 }
 
-bool CommunicatorImpl::sparse_slices(const std::vector<CallDesc>& all) const {
-  if (sparse_slice_bytes_ == slot_bytes_) return false;
+bool CommunicatorImpl::mostly_zero(const std::vector<CallDesc>& all) const {
   double total = 0;
   for (const CallDesc& d : all) {
     if (d.density == 0) return false;
@@ -872,7 +871,7 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
                            in_place_codes && send == recv);
     Wire w = code_wire(t, plan.wide, op, c);
     w.stage = &stage;
-    w.slice_bytes = sparse_slices(all) ? sparse_slice_bytes_ : 0;
+    w.slice_bytes = mostly_zero(all) && sparse_slice_bytes_ > slot_bytes_ ? sparse_slice_bytes_ : 0;
     exec(codes, out_codes, w, nch, call);
     call.finish();
     return;

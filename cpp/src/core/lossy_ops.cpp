@@ -402,11 +402,12 @@ void LossyStage::finish(const void* dst, const void* data, size_t n) {
 }
 
 codec::Status LossyStage::finish_slice(const void* dst, const uint8_t* slice, size_t len, size_t n) {
-  if (!codec::slice_adds_sparse(slice, len)) return codec::Status::Unsupported;
+  size_t nz = 0;
+  if (!codec::sparse_slice_nonzeros(slice, len, &nz)) return codec::Status::Unsupported;
   thread_local std::vector<uint32_t> pos;
   thread_local std::vector<uint64_t> val;  // 8-byte aligned for either code type
-  if (pos.size() < n) pos.resize(n);
-  if (val.size() < n) val.resize(n);
+  if (pos.size() < nz) pos.resize(nz);
+  if (val.size() < nz) val.resize(nz);
   const codec::ElemType ct = plan_.wide ? codec::ElemType::I64 : codec::ElemType::I32;
   size_t k = 0, used = 0;
   const codec::Status s = codec::decode_slice_nonzeros(slice, len, ct, uint32_t(n), pos.data(), val.data(), &k, &used);

@@ -175,7 +175,7 @@ bool Prims::finish_slice(const transport::SlotView& in, const uint8_t* final_dst
   if (!final_dst || a_.mode != WireMode::Coded) return false;
   const auto t0 = Clock::now();
   const codec::Status s = a_.stage->finish_slice(final_dst, in.data, in.bytes, n);
-  st_->stage_s += seconds_since(t0);
+  st_->decode_s += seconds_since(t0);  // the slice is decoded there (straight into the output)
   if (s == codec::Status::Unsupported) return false;
   check_decoded(in, n, s, in.bytes);
   return true;
@@ -271,12 +271,13 @@ bool Prims::step_nonzeros(const NonzeroList& mine, const uint8_t* src, uint8_t* 
     return false;
   } else {
     const transport::SlotView in = wait_in();
-    if (codec::slice_adds_sparse(in.data, in.bytes)) {
-      // The sum's nonzeros: at most mine.k + the slice's (<= n).
+    size_t theirs = 0;
+    if (codec::sparse_slice_nonzeros(in.data, in.bytes, &theirs)) {
+      // The sum's nonzeros: at most mine.k + the slice's.
       thread_local std::vector<uint32_t> pos;
       thread_local std::vector<uint64_t> val;  // 8-byte aligned for either code type
-      if (pos.size() < mine.k + n) pos.resize(mine.k + n);
-      if (val.size() < mine.k + n) val.resize(mine.k + n);
+      if (pos.size() < mine.k + theirs) pos.resize(mine.k + theirs);
+      if (val.size() < mine.k + theirs) val.resize(mine.k + theirs);
       const auto t0 = Clock::now();
       size_t k = 0, used = 0;
       const codec::Status s = codec::decode_slice_merge(in.data, in.bytes, a_.type, uint32_t(n), mine.pos, mine.val,

@@ -71,7 +71,7 @@ enum class WireMode : uint8_t { Raw, Coded };
 /// Per-channel counters, summed into CallStats by the communicator.
 struct ChannelStats {
   double encode_s = 0;      ///< in encode_slice
-  double decode_s = 0;      ///< in decode_slice
+  double decode_s = 0;      ///< in decode_slice, and Stage::finish_slice (decoding into the output)
   double stage_s = 0;       ///< in Stage::prepare / finish (pipelined quantize / dequantize)
   double wait_s = 0;        ///< blocked in acquire() / wait()
   uint64_t raw_bytes = 0;   ///< elements sent * user element size
