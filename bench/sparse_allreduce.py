@@ -5,14 +5,19 @@ Lossy(rel=1e-3), policy="off", timed per call (slowest rank), with ratio and cod
     NCCLZ_TRANSPORT=socket NCCLZ_SOCKET_THROTTLE_GBPS=0.5 ncclz-run -n 4 python bench/sparse_allreduce.py
 
 Options: --size 64M (bytes of float32 per rank), --iters 9, --codec NAME (force the wire codec,
-e.g. rans; default: the selector). Rank 0 prints one line: median / min wall time per call (max over
-ranks), ratio, and the medians of rank 0's encode, decode and quantize seconds.
+e.g. rans; default: the selector), --out-of-place (into a second array, as ncclz-bench does; default:
+in place, the input copied back before each call, outside the timing). Rank 0 prints one line:
+median / min wall time per call (max over ranks), ratio, the medians of rank 0's encode, decode and
+quantize seconds, and the median CPU seconds of all ranks together per call (user + system, every
+thread). bench/netlab/sparse_input.py runs it side by side with NCCLZ_SPARSE_INPUT and
+NCCLZ_SPARSE_SLICE_BYTES varied.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 from dataclasses import dataclass
@@ -37,6 +42,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=9)
     ap.add_argument("--codec", default="")
     ap.add_argument("--label", default="")
+    ap.add_argument("--out-of-place", action="store_true")
     a = ap.parse_args()
     s = a.size
     nbytes = int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s)
@@ -44,17 +50,28 @@ def main() -> int:
     spec = ForcedLossy(rel=1e-3, codec=a.codec)
     with ncclz.init() as comm:
         x0 = rank_input("sparse", comm.rank, n)
-        walls, enc, dec, qua, ratios = [], [], [], [], []
+        x = np.empty_like(x0)
+        out = np.empty_like(x0) if a.out_of_place else None
+        walls, enc, dec, qua, ratios, cpus = [], [], [], [], [], []
+
+        def cpu_s():
+            r = resource.getrusage(resource.RUSAGE_SELF)
+            return r.ru_utime + r.ru_stime
+
         for i in range(a.iters + 2):
-            x = x0.copy()
+            np.copyto(x, x0)  # in place: the input back (the same buffer: no page faults in the call)
             comm.barrier()
+            c0 = cpu_s()
             t0 = time.perf_counter()
-            comm.all_reduce(x, compression=spec, policy="off")
+            comm.all_reduce(x, compression=spec, policy="off", out=out)
             dt = np.array([time.perf_counter() - t0])
+            c = np.array([cpu_s() - c0])
             st = comm.last_stats
             comm.all_reduce(dt, op="max", policy="off")
+            comm.all_reduce(c, op="sum", policy="off")
             if i >= 2:  # two warm-up calls
                 walls.append(float(dt[0]))
+                cpus.append(float(c[0]))
                 enc.append(st.encode_s)
                 dec.append(st.decode_s)
                 qua.append(st.quantize_s)
@@ -65,7 +82,8 @@ def main() -> int:
                 f"{a.label or 'run'}: {comm.world_size} ranks, {s} float32 sparse all_reduce rel=1e-3 "
                 f"codec={a.codec or 'auto'}: median {med(walls) * 1e3:.1f} ms, min {min(walls) * 1e3:.1f} ms, "
                 f"ratio {med(ratios):.2f}, rank 0 encode {med(enc) * 1e3:.1f} ms, decode {med(dec) * 1e3:.1f} ms, "
-                f"quantize {med(qua) * 1e3:.1f} ms, load {os.getloadavg()[0]:.2f}",
+                f"quantize {med(qua) * 1e3:.1f} ms, CPU all ranks {med(cpus) * 1e3:.1f} ms, "
+                f"load {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
     return 0

@@ -115,6 +115,8 @@ def main(argv=None) -> int:
     L.append("**Reproduce (root):** `sudo bash bench/run_all.sh` (= `python bench/netlab/suite.py` then "
              "`python bench/netlab/report.py`).\n")
     L.append("## Setup\n")
+    if lab.get("note"):
+        L.append(f"- **Note on this run:** {lab['note']}.")
     if not pick(main_rows, system="mpi"):
         st = load(a.raw, "status", "") or {}
         L.append(f"- **MPI baseline: not in this run** (suite status main_mpi={st.get('main_mpi', 'not run')}, "
