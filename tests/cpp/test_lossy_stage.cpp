@@ -12,25 +12,14 @@
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
 #include "ncclz/error.hpp"
+#include "test_stats.hpp"
 
 namespace {
 
 using ncclz::DataType;
 using ncclz::core::Combine;
-using ncclz::core::DataStats;
 using ncclz::core::LossyStage;
-
-DataStats stats_of(const std::vector<float>& x) {
-  DataStats s;
-  s.any_finite = true;
-  s.lo = s.hi = x[0];
-  for (float v : x) {
-    s.lo = std::fmin(s.lo, v);
-    s.hi = std::fmax(s.hi, v);
-  }
-  s.maxabs = std::fmax(std::fabs(s.lo), std::fabs(s.hi));
-  return s;
-}
+using ncclz_test::stats_of;
 
 TEST(LossyStage, QuantizesAndDequantizesTheRangesItIsGiven) {
   std::vector<float> x(1000);

@@ -32,6 +32,7 @@
 #include "prims/prims.hpp"
 #include "prims/reduce.hpp"
 #include "test_fifo.hpp"
+#include "test_stats.hpp"
 
 using namespace ncclz;
 using codec::ElemType;
@@ -39,6 +40,7 @@ using codec::Status;
 using ncclz_test::FakeRecv;
 using ncclz_test::FakeSend;
 using ncclz_test::Fifo;
+using ncclz_test::stats_of;
 
 namespace {
 
@@ -392,18 +394,6 @@ TEST(SparseInputScan, IndexListsMostlyZeroPartsOnly) {
 }
 
 // ---------------------------------------------------------------- stage
-
-core::DataStats stats_of(const std::vector<float>& x) {
-  core::DataStats s;
-  s.any_finite = true;
-  s.lo = s.hi = x[0];
-  for (float v : x) {
-    s.lo = std::fmin(s.lo, v);
-    s.hi = std::fmax(s.hi, v);
-  }
-  s.maxabs = std::fmax(std::fabs(s.lo), std::fabs(s.hi));
-  return s;
-}
 
 TEST(SparseInputStage, ListsAreTheDenseCodesNonzeros) {
   const size_t n = 300000;

@@ -246,10 +246,7 @@ size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, voi
 /// out[i] = T(q[i] * step) (step = 2*eb, or 2*eb/N for avg).
 void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out, WorkerPool* pool,
                     int parts) {
-  codec::QuantGrid g;
-  g.step = step;
-  g.eb = step / 2;
-  g.inv_step = 1 / step;
+  const codec::QuantGrid g = codec::QuantGrid::from_bound(step / 2);  // step, 1 / step exactly
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
     with_code_type(wide, [&](auto ctag) {
@@ -347,10 +344,7 @@ bool LossyStage::prepare_nonzeros(const void* src, size_t n, size_t max_k, prims
 
 bool LossyStage::finish_nonzeros(const void* dst, const prims::NonzeroList& list, size_t n) {
   const size_t off = size_t(static_cast<const uint8_t*>(dst) - out_codes_) / cs_;
-  codec::QuantGrid g;
-  g.step = out_step_;
-  g.eb = out_step_ / 2;
-  g.inv_step = 1 / out_step_;
+  const codec::QuantGrid g = codec::QuantGrid::from_bound(out_step_ / 2);
   with_float_type(t_, [&](auto tag) {
     using T = decltype(tag);
     T* out = reinterpret_cast<T*>(out_ + off * es_);
