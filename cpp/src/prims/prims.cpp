@@ -311,44 +311,41 @@ void Prims::run(const void* src, void* dst, size_t n) {
   // Verbs that read the local input: every one but the receive-only ones.
   constexpr bool kReadsSrc = (F & kReduce) || !(F & kRecv);
   constexpr bool kFinal = F & kCopy;
+  // Verbs that can take the local slice as a list of nonzeros: send and the
+  // reductions (integer sums only) without FORWARD.
+  constexpr bool kLists = kReadsSrc && !(F & kForward) && !((F & kCopy) && !(F & kRecv));
+  const bool lists = kLists && (!(F & kReduce) || a_.int_sum);
   for (size_t off = 0; off < n; off += slice_) {
     const size_t k = n - off < slice_ ? n - off : slice_;
     const uint8_t* sp = s ? s + off * esize_ : nullptr;
     uint8_t* dp = d ? d + off * esize_ : nullptr;
-    bool scratch = false;
-    // Verbs that can take the local slice as a list of nonzeros: send and the
-    // reductions (integer sums only) without FORWARD.
-    constexpr bool kLists = kReadsSrc && !(F & kForward) && !((F & kCopy) && !(F & kRecv));
-    if constexpr (kLists) {
-      const size_t max_k = list_max(k);
-      NonzeroList mine;
-      if (max_k > 0 && (!(F & kReduce) || a_.int_sum)) {
-        const auto t0 = Clock::now();
-        const bool got = a_.stage->prepare_nonzeros(sp, k, max_k, &mine);
-        st_->stage_s += seconds_since(t0);
-        if (got) {
-          uint8_t* wp = kFinal ? static_cast<uint8_t*>(a_.stage->output(dp, k)) : dp;
-          const bool done = step_nonzeros<F>(mine, sp, wp, k, kFinal ? dp : nullptr);
-          if (kFinal && !done) {
-            const auto t1 = Clock::now();
-            a_.stage->finish(dp, wp, k);
-            st_->stage_s += seconds_since(t1);
-          }
-          continue;
-        }
-      }
-    }
-    if (a_.stage && kReadsSrc) {
-      const auto t0 = Clock::now();
-      const uint8_t* p = static_cast<const uint8_t*>(a_.stage->prepare(sp, k));
-      st_->stage_s += seconds_since(t0);
-      scratch = p != sp && a_.stage->prepared_writable();
-      sp = p;
-    }
     uint8_t* wp = dp;  // where the verb writes
     if (a_.stage && kFinal) wp = static_cast<uint8_t*>(a_.stage->output(dp, k));
-    const bool done = step<F>(sp, wp, k, scratch, a_.stage && kFinal ? dp : nullptr);
-    if (a_.stage && kFinal && !done) {
+    const uint8_t* final_dst = a_.stage && kFinal ? dp : nullptr;
+    NonzeroList mine;
+    const size_t max_k = lists ? list_max(k) : 0;
+    bool got = false;
+    if (max_k > 0) {
+      const auto t0 = Clock::now();
+      got = a_.stage->prepare_nonzeros(sp, k, max_k, &mine);
+      st_->stage_s += seconds_since(t0);
+    }
+    bool done = false;
+    if constexpr (kLists) {
+      if (got) done = step_nonzeros<F>(mine, sp, wp, k, final_dst);
+    }
+    if (!got) {
+      bool scratch = false;
+      if (a_.stage && kReadsSrc) {
+        const auto t0 = Clock::now();
+        const uint8_t* p = static_cast<const uint8_t*>(a_.stage->prepare(sp, k));
+        st_->stage_s += seconds_since(t0);
+        scratch = p != sp && a_.stage->prepared_writable();
+        sp = p;
+      }
+      done = step<F>(sp, wp, k, scratch, final_dst);
+    }
+    if (final_dst && !done) {
       const auto t0 = Clock::now();
       a_.stage->finish(dp, wp, k);
       st_->stage_s += seconds_since(t0);
