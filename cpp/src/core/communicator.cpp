@@ -824,17 +824,16 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
   if (!err.empty()) d.flags |= core::kInvalid;
   if (!pipeline_quantize_) d.flags |= core::kEagerQuantize;
   // Sums of a mostly-zero input: the scan lists its nonzeros, and the
-  // pipelined path carries them as lists (LossyStage::prepare_nonzeros).
-  bool ok_codec = false;
-  const auto choice = parse_codec(c.codec, &ok_codec);
-  core::NonzeroIndex* index =
-      is_lossy(m) && err.empty() && sparse_input_ && size_ > 1 && (op == RedOp::Sum || op == RedOp::Avg) &&
-              (choice == codec::EncodeOptions::Choice::Auto || choice == codec::EncodeOptions::Choice::Sparse)
-          ? &nonzeros_
-          : nullptr;
+  // pipelined path carries them as lists (LossyStage::prepare_nonzeros), where
+  // the wire codec may be Sparse (an unknown name is check_compression's error).
+  bool known_codec = false;
+  const auto choice = parse_codec(c.codec, &known_codec);
+  const bool lossy_sum = is_lossy(m) && err.empty() && (op == RedOp::Sum || op == RedOp::Avg);
+  const bool sparse_codec =
+      choice == codec::EncodeOptions::Choice::Auto || choice == codec::EncodeOptions::Choice::Sparse;
+  core::NonzeroIndex* index = lossy_sum && sparse_input_ && size_ > 1 && sparse_codec ? &nonzeros_ : nullptr;
   const auto tq = Clock::now();
   if (is_lossy(m) && err.empty()) put_stats(d, scan(t, send, in_count, pool_.get(), nch, index));
-  (void)ok_codec;  // an unknown codec is check_compression's error
   if (index && index->covers_all()) {
     const double per1024 = std::ceil(1024.0 * double(index->listed()) / double(std::max<size_t>(1, in_count)));
     d.density = uint8_t(std::clamp(per1024, 1.0, 255.0));
