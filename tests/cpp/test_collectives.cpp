@@ -434,6 +434,31 @@ TEST(CollectiveAllReduce, TwoSlotsPerConnection) {
 
 TEST(CollectiveAllReduce, OneSlotIsRejected) { EXPECT_THROW(World(2, 1024, 1, 1), InvalidArgument); }
 
+TEST(CollectiveAllReduce, PowerOfTwoSlotsCarryWholeSlices) {
+  // A slice holds slot_bytes of data (the slot has room for the slice header
+  // on top), so calls of power-of-two sizes split into whole slices: twice the
+  // elements, exactly twice the slices. All-zero inputs make every full slice
+  // of a mode the same bytes, so the wire bytes count the slices. (With the
+  // header taken out of the slot, each chunk ended in a short extra slice and
+  // the 2x call sent 33 slices per step where the 1x sent 17.)
+  for (int N : {2, 4}) {
+    World w(N, 4096, 4, 2);
+    for (const Compression& c : {Compression::lossless(), Compression::lossy_abs(1e-3)}) {
+      std::vector<uint64_t> wire;
+      for (size_t count : {size_t(N) * 2 * 16384, size_t(N) * 4 * 16384}) {
+        std::vector<std::vector<uint8_t>> in(size_t(N), std::vector<uint8_t>(count * 4, 0));
+        std::vector<CallStats> st;
+        const auto out = run_all_reduce(w, DataType::F32, RedOp::Sum, count, c, in, &st);
+        for (int r = 0; r < N; ++r) ASSERT_EQ(out[size_t(r)], std::vector<uint8_t>(out[0])) << r;
+        ASSERT_EQ(0, std::memcmp(out[0].data(), in[0].data(), count * 4));
+        for (int r = 1; r < N; ++r) EXPECT_EQ(st[size_t(r)].wire_bytes, st[0].wire_bytes);
+        wire.push_back(st[0].wire_bytes);
+      }
+      EXPECT_EQ(wire[1], 2 * wire[0]) << "N=" << N << " mode " << int(c.mode);
+    }
+  }
+}
+
 TEST(CollectiveAllReduce, RelativeBound) {
   for (int N : {2, 5}) {
     std::unique_ptr<World> own;

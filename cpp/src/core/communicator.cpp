@@ -74,6 +74,12 @@ constexpr size_t kDefaultSlotBytes = size_t(1) << 20;
 /// codec and link better with the smaller default.
 constexpr size_t kDefaultSparseSliceBytes = size_t(8) << 20;
 constexpr int kDefaultSlots = 4;
+/// The transport slot that carries slices of `bytes` bytes of data: the slice
+/// header on top, so that a slice holds exactly bytes / esize elements (with
+/// power-of-two slot sizes the ring's chunks then split into whole slices,
+/// with no short remainder slice or loop, each of which costs a ring step's
+/// fixed latency).
+constexpr size_t slot_of(size_t bytes) { return bytes + codec::kHeaderBytes; }
 /// A call uses one more channel per this many bytes (up to nchannels).
 constexpr size_t kBytesPerChannel = size_t(256) << 10;
 }  // namespace
@@ -358,7 +364,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   abort_ = std::make_shared<transport::AbortFlag>();
   transport::TransportConfig tc;
   tc.transport = cfg.transport;
-  tc.slot_bytes = slot_bytes_;
+  tc.slot_bytes = slot_of(slot_bytes_);
   tc.nslots = nslots_;
   tc.socket_ifname = cfg.socket_ifname;
   tc.throttle_gbps = cfg.throttle_gbps;
@@ -368,7 +374,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // there mostly-zero sums keep the ordinary slices. Every rank has the same
   // transport kind, so every rank decides the same.
   if (transport_->kind() == transport::Kind::SharedMemory) sparse_slice_bytes_ = slot_bytes_;
-  slot_capacity_ = std::max(slot_bytes_, sparse_slice_bytes_);
+  slot_capacity_ = slot_of(std::max(slot_bytes_, sparse_slice_bytes_));
 
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(cfg.timeout_s > 0 ? cfg.timeout_s : 300));
@@ -396,7 +402,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
     }
   }
   for (auto& c : ch_) c.scratch.get(slot_capacity_ + 64);
-  p2p_scratch_.get(slot_bytes_ + 64);
+  p2p_scratch_.get(slot_of(slot_bytes_) + 64);
   pool_ = std::make_unique<core::WorkerPool>(nch_ - 1);
   NCCLZ_INFO(rank_,
              "communicator: %d ranks, %d channels, %d slots x %zu bytes (slices of %zu bytes, %zu for mostly-zero "
@@ -586,7 +592,7 @@ std::vector<CallDesc> CommunicatorImpl::exchange(const CallDesc& mine, Call& cal
   a.deadline = call.deadline;
   a.rank = rank_;
   a.channel = 0;
-  a.slice_bytes = slot_bytes_;
+  a.slice_bytes = slot_of(slot_bytes_);
   try {
     prims::Prims p(ch_[0].send, ch_[0].recv, a, &st, ch_[0].scratch.get(slot_capacity_ + 64));
     algorithms::ring_all_gather(p, {rank_, size_}, &mine, all.data(), sizeof(CallDesc), sizeof(CallDesc),
@@ -694,7 +700,7 @@ prims::Prims CommunicatorImpl::make_prims(int c, const Wire& w, Call& call) {
   a.rank = rank_;
   a.channel = c;
   a.stage = w.stage;
-  a.slice_bytes = w.slice_bytes ? w.slice_bytes : slot_bytes_;
+  a.slice_bytes = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_);
   Channel& ch = ch_[size_t(c)];
   return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
 }
@@ -1094,8 +1100,8 @@ prims::Prims CommunicatorImpl::p2p_prims(transport::PeerLink& link, const Wire& 
   a.deadline = call.deadline;
   a.rank = rank_;
   a.channel = -1;
-  a.slice_bytes = slot_bytes_;
-  return prims::Prims(link.send.get(), link.recv.get(), a, st, p2p_scratch_.get(slot_bytes_ + 64));
+  a.slice_bytes = slot_of(slot_bytes_);
+  return prims::Prims(link.send.get(), link.recv.get(), a, st, p2p_scratch_.get(slot_of(slot_bytes_) + 64));
 }
 
 template <class Fn>
