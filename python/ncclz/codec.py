@@ -93,7 +93,8 @@ def compress(
             (``ml_dtypes.bfloat16`` or ``torch.bfloat16``), int32, int64 or uint8 (lossless only).
         spec: ``ncclz.Lossy(abs=E)``, ``ncclz.Lossy(rel=r)`` or ``ncclz.Lossless()``.
         codec: None or ``"auto"`` (the selector picks per slice), or force one of ``"raw"``,
-            ``"block"``, ``"rans"``, ``"sparse"`` (integer codes or data), ``"floatexp"``
+            ``"block"``, ``"rans"`` (integer codes or data), ``"sparse"`` (integer codes or
+            data, or the bit patterns of lossless floats: mostly-zero data), ``"floatexp"``
             (lossless float32/float16/bfloat16 only).
         predictor: None/``"auto"``, or force ``"none"``, ``"delta1"``, ``"delta2"``,
             ``"lorenzo2d"`` (>= 2-D) or ``"lorenzo3d"`` (>= 3-D) for the integer coders.

@@ -5,10 +5,12 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <vector>
 
 #include "codec/slice.hpp"
+#include "codec/sparse_coder.hpp"
 
 using namespace ncclz::codec;
 using Choice = EncodeOptions::Choice;
@@ -200,6 +202,187 @@ TEST(Slice, FloatsLosslessBitExact) {
   std::vector<double> d64(1000, 1.5);
   round_trip(d64, ElemType::F64, EncodeOptions{}, &info);
   EXPECT_EQ(info.codec, Codec::Raw);
+}
+
+namespace {
+
+// n values of an element width W (uint16/32/64 bit patterns): zeros except a
+// `keep` share at random positions, which hold random bit patterns and every
+// special one of the width (-0.0, infinities, NaN payloads, subnormals, the
+// all-ones pattern). Zeros are +0.0, or with `signed_zeros` +0.0 or -0.0 at
+// random (a masked gradient g * mask).
+template <class W>
+std::vector<W> mostly_zero_bits(size_t n, double keep, uint32_t seed, bool signed_zeros = false) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  constexpr int B = int(sizeof(W) * 8);
+  const W sign = W(W(1) << (B - 1));
+  const std::vector<W> special = {sign, W(~W(0)), W(sign - 1), W(1), W(sign | 1), W(W(~W(0)) >> 1)};
+  std::vector<W> v(n, 0);
+  size_t s = 0;
+  for (auto& x : v) {
+    if (u(rng) >= keep) {
+      if (signed_zeros && (rng() & 1)) x = sign;
+      continue;
+    }
+    x = s < special.size() ? special[s++] : W(rng());
+    if (W(x & W(~sign)) == 0) x = 1;
+  }
+  return v;
+}
+
+// The form byte of a float Sparse slice (the payload's first byte).
+int float_sparse_form(const std::vector<uint8_t>& enc) { return enc[kHeaderBytes]; }
+
+template <class W>
+void check_mostly_zero_floats(ElemType t) {
+  for (bool signed_zeros : {false, true}) {
+    for (size_t n : {size_t(1), size_t(31), size_t(4097), size_t(100003)}) {
+      for (double keep : {0.0, 0.001, 0.01, 0.1}) {
+        const auto v = mostly_zero_bits<W>(n, keep, uint32_t(n * 7 + size_t(keep * 1000)), signed_zeros);
+        size_t nz = 0;
+        for (W x : v) nz += W(x & W(~(W(1) << (sizeof(W) * 8 - 1)))) != 0;
+        SliceInfo auto_info, exp_info;
+        round_trip(v, t, EncodeOptions{}, &auto_info);
+        EncodeOptions sp;
+        sp.choice = Choice::Sparse;
+        SliceInfo sp_info;
+        round_trip(v, t, sp, &sp_info);  // forced: Sparse, or Raw where that is smaller
+        EXPECT_TRUE(sp_info.codec == Codec::Sparse || sp_info.codec == Codec::Raw);
+        if (n < 4097) continue;
+        // Mostly zeros: the selector takes Sparse, at a fraction of the raw size;
+        // zeros of both signs cost a sign bit per value (form 1).
+        const std::string what = "type " + std::to_string(int(t)) + " keep " + std::to_string(keep) +
+                                 (signed_zeros ? " signed zeros" : "");
+        const size_t raw = n * sizeof(W);
+        EXPECT_EQ(auto_info.codec, Codec::Sparse) << what;
+        std::vector<uint8_t> enc(max_slice_bytes(t, n));
+        ASSERT_EQ(encode_slice(v.data(), t, uint32_t(n), enc.data(), enc.size(), {}, &auto_info), Status::Ok);
+        EXPECT_EQ(float_sparse_form(enc), signed_zeros ? 1 : 0) << what;
+        const size_t plane = signed_zeros ? (n + 7) / 8 : 0;
+        EXPECT_LT(auto_info.bytes, kHeaderBytes + 256 + plane + nz * (sizeof(W) + 2)) << what;
+        EXPECT_LT(auto_info.bytes * (signed_zeros ? 3 : 5), raw) << what;
+        if (t != ElemType::F64) {
+          EncodeOptions fe;
+          fe.choice = Choice::FloatExp;
+          round_trip(v, t, fe, &exp_info);
+          EXPECT_LT(auto_info.bytes, exp_info.bytes) << what;
+        }
+      }
+    }
+  }
+}
+
+// A float Sparse payload crafted from a form byte, an optional sign plane and
+// the Sparse payload of the given (position, value) list over n values.
+template <class Code>
+std::vector<uint8_t> crafted(ElemType t, size_t n, int form, const std::vector<uint8_t>& plane,
+                             const std::vector<uint32_t>& pos, const std::vector<Code>& val) {
+  std::vector<uint8_t> payload(1, uint8_t(form));
+  payload.insert(payload.end(), plane.begin(), plane.end());
+  std::vector<uint8_t> sp(64 + n * 16);
+  const size_t b = sparse_encode_nonzeros(pos.data(), val.data(), pos.size(), n, sp.data(), sp.size());
+  payload.insert(payload.end(), sp.begin(), sp.begin() + ptrdiff_t(b));
+  SliceHeader h;
+  h.codec = Codec::Sparse;
+  h.elem_type = t;
+  h.count = uint32_t(n);
+  h.payload_bytes = uint32_t(payload.size());
+  std::vector<uint8_t> slice(kHeaderBytes + payload.size());
+  write_header(slice.data(), h);
+  std::memcpy(slice.data() + kHeaderBytes, payload.data(), payload.size());
+  return slice;
+}
+
+}  // namespace
+
+TEST(Slice, MostlyZeroFloatsTakeSparseBitExact) {
+  // Lossless floats that are mostly zeros: the Sparse coder over their bit
+  // patterns, every pattern back exactly (FloatExp kept 3/4 of an all-zero
+  // float32 slice: it codes signs and mantissas raw).
+  check_mostly_zero_floats<uint32_t>(ElemType::F32);
+  check_mostly_zero_floats<uint64_t>(ElemType::F64);
+  check_mostly_zero_floats<uint16_t>(ElemType::F16);
+  check_mostly_zero_floats<uint16_t>(ElemType::BF16);
+  // Dense floats keep FloatExp (float32) and Raw (float64).
+  std::vector<float> dense(5000, 1.5f);
+  SliceInfo info;
+  round_trip(dense, ElemType::F32, EncodeOptions{}, &info);
+  EXPECT_EQ(info.codec, Codec::FloatExp);
+  // A float Sparse slice is not one that decode_slice_add or the lists take.
+  const auto v = mostly_zero_bits<uint32_t>(4096, 0.01, 3);
+  std::vector<uint8_t> buf(max_slice_bytes(ElemType::F32, v.size()));
+  ASSERT_EQ(encode_slice(v.data(), ElemType::F32, 4096, buf.data(), buf.size(), {}, &info), Status::Ok);
+  ASSERT_EQ(info.codec, Codec::Sparse);
+  EXPECT_FALSE(slice_adds_sparse(buf.data(), info.bytes));
+  size_t k = 0;
+  EXPECT_FALSE(sparse_slice_nonzeros(buf.data(), info.bytes, &k));
+  std::vector<uint32_t> acc(4096);
+  EXPECT_EQ(decode_slice_add(buf.data(), info.bytes, ElemType::F32, 4096, acc.data()), Status::Unsupported);
+}
+
+TEST(Slice, FloatSparseSlicesAreChecked) {
+  const size_t n = 4096;
+  std::vector<uint16_t> o16(n);
+  std::vector<uint32_t> o32(n);
+  auto dec16 = [&](const std::vector<uint8_t>& s, ElemType t) { return decode_slice(s.data(), s.size(), t, n, o16.data()); };
+  auto dec32 = [&](const std::vector<uint8_t>& s) { return decode_slice(s.data(), s.size(), ElemType::F32, n, o32.data()); };
+  const std::vector<uint8_t> plane((n + 7) / 8, 0);
+  // Well-formed ones decode to the patterns.
+  ASSERT_EQ(dec16(crafted<int32_t>(ElemType::BF16, n, 0, {}, {10, 4000}, {7, -5}), ElemType::BF16), Status::Ok);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(o16[i], i == 10 ? 7 : i == 4000 ? 0xFFFB : 0) << i;
+  std::vector<uint8_t> signs = plane;
+  signs[0] = 0x81;  // elements 0 and 7 negative
+  ASSERT_EQ(dec32(crafted<int32_t>(ElemType::F32, n, 1, signs, {7, 9}, {0x3F800000, 1})), Status::Ok);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(o32[i], i == 0 ? 0x80000000u : i == 7 ? 0xBF800000u : i == 9 ? 1u : 0u) << i;
+  // Values that are not 16-bit patterns, magnitudes with a sign bit, unknown
+  // forms, set padding bits, a missing plane: corrupt.
+  for (ElemType t : {ElemType::BF16, ElemType::F16}) {
+    EXPECT_EQ(dec16(crafted<int32_t>(t, n, 0, {}, {10}, {70000}), t), Status::Corrupt);
+    EXPECT_EQ(dec16(crafted<int32_t>(t, n, 0, {}, {10}, {-32769}), t), Status::Corrupt);
+    EXPECT_EQ(dec16(crafted<int32_t>(t, n, 1, plane, {10}, {0x8000}), t), Status::Corrupt);
+    EXPECT_EQ(dec16(crafted<int32_t>(t, n, 1, plane, {10}, {-1}), t), Status::Corrupt);
+  }
+  EXPECT_EQ(dec32(crafted<int32_t>(ElemType::F32, n, 1, plane, {3}, {-7})), Status::Corrupt);
+  EXPECT_EQ(dec32(crafted<int32_t>(ElemType::F32, n, 2, {}, {3}, {7})), Status::Corrupt);
+  EXPECT_EQ(dec32(crafted<int32_t>(ElemType::F32, n, 1, {}, {3}, {7})), Status::Corrupt);
+  std::vector<uint16_t> o(4093);
+  std::vector<uint8_t> pad((4093 + 7) / 8, 0);
+  pad.back() = 0x80;  // beyond element 4092
+  const auto bad_pad = crafted<int32_t>(ElemType::BF16, 4093, 1, pad, {3}, {7});
+  EXPECT_EQ(decode_slice(bad_pad.data(), bad_pad.size(), ElemType::BF16, 4093, o.data()), Status::Corrupt);
+  // A float Sparse header with a predictor is not a slice.
+  auto with_pred = crafted<int32_t>(ElemType::F32, n, 0, {}, {3}, {7});
+  SliceHeader h;
+  ASSERT_EQ(read_header(with_pred.data(), with_pred.size(), &h), Status::Ok);
+  h.predictor = Predictor::Delta1;
+  write_header(with_pred.data(), h);
+  EXPECT_EQ(dec32(with_pred), Status::BadHeader);
+  // Flipped bits and cuts of real float Sparse slices never crash and never pass short.
+  std::mt19937 rng(4);
+  SliceInfo info;
+  for (ElemType t : {ElemType::F32, ElemType::F64, ElemType::BF16}) {
+    for (bool signed_zeros : {false, true}) {
+      const size_t m = 20000, es = elem_size(t);
+      std::vector<uint8_t> x(m * es, 0);
+      for (size_t i = 0; i < m; ++i) {
+        if (i % 37 == 0) x[i * es + es - 2] = uint8_t(1 + rng() % 255);
+        if (signed_zeros && (rng() & 1)) x[i * es + es - 1] = 0x80;
+      }
+      std::vector<uint8_t> enc(max_slice_bytes(t, m)), out(m * es);
+      ASSERT_EQ(encode_slice(x.data(), t, uint32_t(m), enc.data(), enc.size(), {}, &info), Status::Ok);
+      ASSERT_EQ(info.codec, Codec::Sparse);
+      ASSERT_EQ(float_sparse_form(enc), signed_zeros ? 1 : 0);
+      for (int it = 0; it < 1000; ++it) {
+        auto b = std::vector<uint8_t>(enc.begin(), enc.begin() + ptrdiff_t(info.bytes));
+        for (int f = 0; f < 1 + int(rng() % 3); ++f) b[rng() % b.size()] ^= uint8_t(1u << (rng() % 8));
+        (void)decode_slice(b.data(), b.size(), t, uint32_t(m), out.data());
+      }
+      for (size_t len = 0; len < info.bytes; len += 1 + info.bytes / 200)
+        EXPECT_NE(decode_slice(enc.data(), len, t, uint32_t(m), out.data()), Status::Ok);
+    }
+  }
 }
 
 TEST(Slice, DecoderChecksTypeCountAndCapacity) {

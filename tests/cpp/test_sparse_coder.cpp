@@ -516,20 +516,29 @@ TEST(SparseSlice, ForcedWithEveryPredictor) {
       slice_round_trip(v64, opt);
     }
   }
-  // Floats cannot be forced to Sparse.
+  // Floats forced to Sparse code their bit patterns (or fall back to Raw);
+  // uint8 cannot be Sparse.
   std::vector<float> f(10, 1.0f);
   std::vector<uint8_t> buf(max_slice_bytes(ElemType::F32, 10));
   EncodeOptions opt;
   opt.choice = Choice::Sparse;
-  EXPECT_EQ(encode_slice(f.data(), ElemType::F32, 10, buf.data(), buf.size(), opt), Status::Unsupported);
+  SliceInfo fi;
+  EXPECT_EQ(encode_slice(f.data(), ElemType::F32, 10, buf.data(), buf.size(), opt, &fi), Status::Ok);
+  std::vector<float> fb(10);
+  ASSERT_EQ(decode_slice(buf.data(), fi.bytes, ElemType::F32, 10, fb.data()), Status::Ok);
+  EXPECT_EQ(0, std::memcmp(f.data(), fb.data(), sizeof(float) * 10));
+  std::vector<uint8_t> u8(10, 0);
+  EXPECT_EQ(encode_slice(u8.data(), ElemType::U8, 10, buf.data(), buf.size(), opt), Status::Unsupported);
 }
 
 TEST(SparseSlice, HeaderRulesAndForeignTypes) {
   EXPECT_TRUE(codec_accepts(Codec::Sparse, ElemType::I32, Predictor::Lorenzo2D));
   EXPECT_TRUE(codec_accepts(Codec::Sparse, ElemType::I64, Predictor::None));
-  EXPECT_FALSE(codec_accepts(Codec::Sparse, ElemType::F32, Predictor::None));
+  EXPECT_TRUE(codec_accepts(Codec::Sparse, ElemType::F32, Predictor::None));  // lossless bit patterns
+  EXPECT_TRUE(codec_accepts(Codec::Sparse, ElemType::BF16, Predictor::None));
+  EXPECT_FALSE(codec_accepts(Codec::Sparse, ElemType::F32, Predictor::Delta1));
   EXPECT_FALSE(codec_accepts(Codec::Sparse, ElemType::U8, Predictor::None));
-  // A Sparse header on a float slice is a bad header; codec 5 is unknown.
+  // A Sparse header on a uint8 slice is a bad header; codec 5 is unknown.
   std::vector<int32_t> v(100, 0);
   v[7] = 3;
   EncodeOptions opt;
@@ -541,7 +550,7 @@ TEST(SparseSlice, HeaderRulesAndForeignTypes) {
   SliceHeader h;
   EXPECT_EQ(read_header(buf.data(), si.bytes, &h), Status::Ok);
   auto b = buf;
-  b[5] = uint8_t(ElemType::F32);
+  b[5] = uint8_t(ElemType::U8);
   EXPECT_EQ(read_header(b.data(), si.bytes, &h), Status::BadHeader);
   b = buf;
   b[4] = 5;
@@ -579,10 +588,23 @@ TEST(SparseContainer, LossySparseFloatsRoundTripAndInspect) {
     EXPECT_LE(maxerr, 1e-3 * (hi - lo));
     EXPECT_GT(info.ratio, 40.0);
   }
-  // Forced Sparse on float data in lossless mode is refused.
+  // Lossless, forced Sparse or chosen, codes the bit patterns: every one back.
+  for (Choice c : {Choice::Auto, Choice::Sparse}) {
+    EncodeOptions opt;
+    opt.choice = c;
+    const ByteBuffer blob = compress(x.data(), ElemType::F32, {int64_t(x.size())}, Spec::lossless(), opt);
+    const BlobInfo info = inspect(blob.data(), blob.size());
+    EXPECT_EQ(info.by[int(Codec::Sparse)][0].slices, info.slices);
+    EXPECT_GT(info.ratio, 15.0);
+    const Decoded back = decompress(blob.data(), blob.size());
+    ASSERT_EQ(back.bytes.size(), x.size() * 4);
+    EXPECT_EQ(0, std::memcmp(back.bytes.data(), x.data(), x.size() * 4));
+  }
+  // uint8 cannot be forced to Sparse.
   EncodeOptions opt;
   opt.choice = Choice::Sparse;
-  EXPECT_THROW(compress(x.data(), ElemType::F32, {int64_t(x.size())}, Spec::lossless(), opt), ncclz::InvalidArgument);
+  std::vector<uint8_t> bytes(1000, 0);
+  EXPECT_THROW(compress(bytes.data(), ElemType::U8, {1000}, Spec::lossless(), opt), ncclz::InvalidArgument);
 }
 
 TEST(SparseContainer, CorruptBlobsAreRejected) {

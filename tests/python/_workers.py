@@ -710,6 +710,13 @@ def scenario_sparse(ncclz, comm, args):
         comm.all_reduce(v, compression=ncclz.Lossy(rel=rel), policy="off")
         out[dtype] = dict(hash=digest(v), err=float(np.abs(v.astype(np.float64) - ex).max()), bound=rel * span,
                           exact=comm.last_stats.exact_fallback)
+        # Lossless: the uncompressed sum's bits, the mostly-zero slices as Sparse lists of bit patterns.
+        ll = {}
+        for mode in (ncclz.Lossless(), None):
+            w = xs[comm.rank].copy()
+            comm.all_reduce(w, compression=mode, policy="off")
+            ll["lossless" if mode else "none"] = (digest(w), comm.last_stats.ratio)
+        out[f"lossless_{dtype}"] = dict(hash=ll["lossless"][0], none_hash=ll["none"][0], ratio=ll["lossless"][1])
     return out
 
 

@@ -291,6 +291,35 @@ def test_forced_lossless_int_codecs(name, predictor, rng):
     assert np.array_equal(x, y)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("keep", [0.0, 0.002, 0.05])
+@pytest.mark.parametrize("signed_zeros", [False, True])
+def test_lossless_mostly_zero_floats_bit_exact(dtype, keep, signed_zeros, rng):
+    # Mostly-zero floats (sparse gradients): the Sparse coder over their bit
+    # patterns; every pattern comes back (-0.0, NaN payloads, infinities,
+    # subnormals included), at a small fraction of the raw bytes. Zeros of
+    # random sign (g * mask) cost a sign bit per value.
+    dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize]
+    n = 200_003
+    pat = rng.integers(1, np.iinfo(bits).max, size=n, dtype=bits, endpoint=True)
+    pat[:6] = [np.iinfo(bits).max, 1 << (8 * dt.itemsize - 1), 1, (1 << (8 * dt.itemsize - 1)) | 1, 2, 3]
+    mask = rng.random(n) < keep
+    mask[:6] = keep > 0
+    zero = np.where(rng.random(n) < 0.5, bits(1) << bits(8 * dt.itemsize - 1), bits(0)) if signed_zeros else 0
+    x = np.where(mask, pat, zero).astype(bits).view(dt)
+    for name in ["auto", "sparse"]:
+        blob = codec.compress(x, ncclz.Lossless(), codec=name)
+        y = codec.decompress(blob)
+        assert y.dtype == dt and y.shape == x.shape
+        assert np.array_equal(x.view(bits), np.asarray(y).view(bits))
+        raw = x.nbytes
+        nz = int(mask.sum())
+        plane = n // 8 if signed_zeros else 0
+        assert len(blob) < 2048 + plane + nz * (dt.itemsize + 3), (name, len(blob), nz)
+        assert len(blob) * (2.5 if signed_zeros else 5) < raw
+
+
 def test_codec_that_cannot_carry_the_data():
     x = np.ones(10, np.float32)
     with pytest.raises(ncclz.InvalidArgumentError, match="floatexp"):
@@ -302,7 +331,7 @@ def test_codec_that_cannot_carry_the_data():
     with pytest.raises(ncclz.InvalidArgumentError, match="rans"):
         codec.compress(x.astype(np.uint8), ncclz.Lossless(), codec="rans")
     with pytest.raises(ncclz.InvalidArgumentError, match="sparse"):
-        codec.compress(x, ncclz.Lossless(), codec="sparse")
+        codec.compress(x.astype(np.uint8), ncclz.Lossless(), codec="sparse")
     with pytest.raises(ncclz.InvalidArgumentError, match="lorenzo2d"):
         codec.compress(x, ncclz.Lossy(abs=1e-3), predictor="lorenzo2d")
     with pytest.raises(ncclz.InvalidArgumentError, match="lorenzo3d"):

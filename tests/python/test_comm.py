@@ -259,6 +259,10 @@ def test_sparse_gradients_take_the_sparse_codec(tmp_path):
             assert r["out_of_place"]["hash"] == h, (name, r)
             d = {k: r[k]["hash"] for k in ("auto", "reduce_scatter", "float16", "bfloat16")}
             assert d == digests.setdefault(rank, d), (name, rank)
+            for dtype in ("float16", "bfloat16"):
+                ll = r[f"lossless_{dtype}"]
+                assert ll["hash"] == ll["none_hash"], (name, rank, dtype)  # lossless: the exact sum's bits
+                assert ll["ratio"] > 5, (name, rank, dtype, ll)  # 1% nonzero per rank (FloatExp: ~1.5)
 
 
 def test_rank0_codec_effort_is_followed_and_keeps_the_bits(tmp_path):

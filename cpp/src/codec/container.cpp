@@ -347,12 +347,15 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
     case Choice::Raw: break;
     case Choice::Block:
     case Choice::Rans:
-    case Choice::Sparse:
       if (!is_code_type(code_type))
-        invalid(std::string("codec '") +
-                (opt.choice == Choice::Block ? "block" : opt.choice == Choice::Rans ? "rans" : "sparse") +
+        invalid(std::string("codec '") + (opt.choice == Choice::Block ? "block" : "rans") +
                 "' codes integers only, and " + what + " " + tname +
-                "; use 'raw', 'floatexp' (float32/float16/bfloat16) or codec=None");
+                "; use 'raw', 'sparse', 'floatexp' (float32/float16/bfloat16) or codec=None");
+      break;
+    case Choice::Sparse:
+      if (!codec_accepts(Codec::Sparse, code_type, Predictor::None))
+        invalid(std::string("codec 'sparse' codes integers and the bit patterns of floats, and ") + what + " " +
+                tname + "; use 'raw' or codec=None");
       break;
     case Choice::FloatExp:
       if (!codec_accepts(Codec::FloatExp, code_type, Predictor::None))

@@ -24,6 +24,7 @@
 
 #include "codec/block_coder.hpp"
 #include "codec/float_coder.hpp"
+#include "codec/float_sparse.hpp"
 #include "codec/predictor.hpp"
 #include "codec/rans_coder.hpp"
 #include "codec/sparse_coder.hpp"
@@ -53,6 +54,7 @@ struct Candidate {
   Codec codec = Codec::Raw;
   Predictor predictor = Predictor::None;
   size_t est = 0;
+  int form = 0;  ///< Sparse on floats: float_sparse.hpp's form
 };
 
 // Residuals of one sampled block (off, m) for predictor p. The common
@@ -76,6 +78,14 @@ void sample_residuals(const Code* q, size_t off, int m, Predictor p, uint32_t a0
       for (int k = 0; k < m; ++k) r[k] = Code(U(x[k]) - U(2) * U(x[k - 1]) + U(x[k - 2]));
       break;
   }
+}
+
+// Every how many blocks of 32 the selector samples a slice of n values.
+size_t sample_stride(size_t n, const EncodeOptions& opt) {
+  const size_t nblocks = (n + kBlockLen - 1) / kBlockLen;
+  size_t every = std::max<size_t>(1, opt.sample_every);
+  if (opt.max_sample_blocks > 0) every = std::max(every, (nblocks + opt.max_sample_blocks - 1) / opt.max_sample_blocks);
+  return every;
 }
 
 // Chooses codec and predictor for integer codes q[0..n).
@@ -108,8 +118,7 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
   // Sample blocks spread evenly over the slice: every `sample_every`-th, and
   // at most `max_sample_blocks` of them.
   const size_t nblocks = (n + kBlockLen - 1) / kBlockLen;
-  size_t every = std::max<size_t>(1, opt.sample_every);
-  if (opt.max_sample_blocks > 0) every = std::max(every, (nblocks + opt.max_sample_blocks - 1) / opt.max_sample_blocks);
+  const size_t every = sample_stride(n, opt);
 
   for (int pi = 0; pi < kNumPredictors; ++pi) {
     const Predictor p = Predictor(pi);
@@ -195,6 +204,29 @@ size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOpt
   }
 }
 
+// Codec for a float slice in lossless mode: FloatExp (exponents coded, signs
+// and mantissas raw), Sparse over the bit patterns where the sample is mostly
+// zeros (float_sparse.hpp; FloatExp keeps 3/4 of an all-zero float32 slice),
+// or Raw.
+Candidate select_for_floats(const void* src, ElemType t, size_t n, const EncodeOptions& opt) {
+  Candidate c{Codec::Raw, Predictor::None, n * elem_size(t)};
+  FloatSparseEstimate sp;
+  sp.bytes = kNoFit;
+  if (opt.choice == Choice::Auto || opt.choice == Choice::Sparse) {
+    sp = float_sparse_estimate(src, t, n, sample_stride(n, opt));
+  }
+  if (opt.choice == Choice::Sparse) return Candidate{Codec::Sparse, Predictor::None, 0, sp.form};
+  if (codec_accepts(Codec::FloatExp, t, Predictor::None) &&
+      (opt.choice == Choice::Auto || opt.choice == Choice::FloatExp)) {
+    const size_t est = floatexp_estimate_bytes(src, t, n, std::max<uint32_t>(1, opt.sample_every));
+    if (opt.choice == Choice::FloatExp || est < c.est) c = {Codec::FloatExp, Predictor::None, est};
+  }
+  if (opt.choice == Choice::Auto && sp.bytes != kNoFit && sp.zero_share >= opt.sparse_min_zeros && sp.bytes < c.est) {
+    c = {Codec::Sparse, Predictor::None, sp.bytes, sp.form};
+  }
+  return c;
+}
+
 template <class Code>
 Status decode_codes(const SliceHeader& h, const uint8_t* payload, size_t plen, uint32_t count, Code* q) {
   Status s;
@@ -224,16 +256,17 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
   Candidate c;  // Raw unless something better applies
   if (opt.choice == Choice::FloatExp && !codec_accepts(Codec::FloatExp, t, Predictor::None))
     return fail(Status::Unsupported, info);
-  if ((opt.choice == Choice::Block || opt.choice == Choice::Rans || opt.choice == Choice::Sparse) && !is_code_type(t))
+  if ((opt.choice == Choice::Block || opt.choice == Choice::Rans) && !is_code_type(t))
+    return fail(Status::Unsupported, info);
+  if (opt.choice == Choice::Sparse && !codec_accepts(Codec::Sparse, t, Predictor::None))
     return fail(Status::Unsupported, info);
   if (opt.choice != Choice::Raw && count > 0) {
     if (t == ElemType::I32) {
       c = select_for_codes(static_cast<const int32_t*>(src), count, opt);
     } else if (t == ElemType::I64) {
       c = select_for_codes(static_cast<const int64_t*>(src), count, opt);
-    } else if (codec_accepts(Codec::FloatExp, t, Predictor::None)) {
-      const size_t est = floatexp_estimate_bytes(src, t, count, std::max<uint32_t>(1, opt.sample_every));
-      if (opt.choice == Choice::FloatExp || est < raw) c = {Codec::FloatExp, Predictor::None, est};
+    } else if (float_sparse_type(t)) {
+      c = select_for_floats(src, t, count, opt);
     }
   }
 
@@ -243,6 +276,8 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
     const size_t coder_cap = std::min(room, raw);
     if (c.codec == Codec::FloatExp) {
       bytes = floatexp_encode(src, t, count, payload, coder_cap);
+    } else if (!is_code_type(t)) {
+      bytes = float_sparse_encode(src, t, count, c.form, payload, coder_cap);
     } else if (t == ElemType::I32) {
       bytes = encode_codes(static_cast<const int32_t*>(src), count, c, opt, payload, coder_cap);
     } else {
@@ -285,7 +320,9 @@ Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, 
     case Codec::Block:
     case Codec::Rans:
     case Codec::Sparse:
-      if (t == ElemType::I32) {
+      if (!is_code_type(t)) {
+        s = float_sparse_decode(payload, plen, t, count, dst);
+      } else if (t == ElemType::I32) {
         s = decode_codes(h, payload, plen, count, static_cast<int32_t*>(dst));
       } else {
         s = decode_codes(h, payload, plen, count, static_cast<int64_t*>(dst));
@@ -333,12 +370,14 @@ Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t cou
 
 bool slice_adds_sparse(const uint8_t* src, size_t len) {
   SliceHeader h;
-  return read_header(src, len, &h) == Status::Ok && h.codec == Codec::Sparse && h.predictor == Predictor::None;
+  return read_header(src, len, &h) == Status::Ok && h.codec == Codec::Sparse && h.predictor == Predictor::None &&
+         is_code_type(h.elem_type);
 }
 
 bool sparse_slice_nonzeros(const uint8_t* src, size_t len, size_t* k) {
   SliceHeader h;
-  if (read_header(src, len, &h) != Status::Ok || h.codec != Codec::Sparse || h.predictor != Predictor::None) {
+  if (read_header(src, len, &h) != Status::Ok || h.codec != Codec::Sparse || h.predictor != Predictor::None ||
+      !is_code_type(h.elem_type)) {
     return false;
   }
   *k = h.payload_bytes >= 4 ? size_t(load_u32(src + kHeaderBytes)) : 0;

@@ -64,7 +64,7 @@ enum class Codec : uint8_t {
   Block = 1,     ///< fixed-length blocks of 32 integer codes, zero blocks ~1 byte (I32, I64)
   Rans = 2,      ///< rANS entropy coder over integer residuals (I32, I64)
   FloatExp = 3,  ///< lossless float: exponents rANS-coded, sign+mantissa raw (F32, F16, BF16)
-  Sparse = 4,    ///< mostly-zero integer residuals: nonzero count, gaps and values (I32, I64)
+  Sparse = 4,    ///< mostly-zero integer residuals (I32, I64) or float bit patterns (F32, F64, F16, BF16; no predictor): nonzero count, gaps and values
 };
 constexpr int kNumCodecs = 5;
 
@@ -165,8 +165,11 @@ NCCLZ_HD constexpr bool codec_accepts(Codec c, ElemType t, Predictor p) {
   switch (c) {
     case Codec::Raw: return p == Predictor::None;
     case Codec::Block:
-    case Codec::Rans:
-    case Codec::Sparse: return is_code_type(t);
+    case Codec::Rans: return is_code_type(t);
+    case Codec::Sparse:
+      // Float types: their bit patterns, lossless (no predictor).
+      return is_code_type(t) || (p == Predictor::None && (t == ElemType::F32 || t == ElemType::F64 ||
+                                                          t == ElemType::F16 || t == ElemType::BF16));
     case Codec::FloatExp:
       return p == Predictor::None && (t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16);
   }
