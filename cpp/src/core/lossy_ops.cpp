@@ -68,8 +68,32 @@ DataStats scan_typed(const T* x, size_t n) {
 /// memcpy with non-temporal stores where the platform has them (x86-64: SSE2
 /// streaming stores, the caller ends with stream_fence): the destination's
 /// cache lines are written without being read first.
+#if NCCLZ_STREAM_STORES
+/// stream_copy with 64-byte non-temporal stores (AVX-512F): one store per cache
+/// line where SSE2 takes four. Measured on this project's AVX-512 VM: the
+/// out-of-place output of a 2^21-element float32 slice with 4% nonzeros (fill,
+/// scatter, stream) 0.40 -> 0.31 ms; memset alone 0.17 ms.
+__attribute__((target("avx512f"))) void stream_copy_avx512(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  const size_t head = std::min(bytes, size_t((64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64));
+  std::memcpy(dst, src, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
+  }
+  std::memcpy(dst + i, src + i, bytes - i);
+}
+bool cpu_has_avx512f() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+#endif
+
 void stream_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 #if NCCLZ_STREAM_STORES
+  if (cpu_has_avx512f()) {
+    stream_copy_avx512(dst, src, bytes);
+    return;
+  }
   const size_t head = std::min(bytes, size_t((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16));
   std::memcpy(dst, src, head);
   size_t i = head;
