@@ -21,7 +21,8 @@ Model (per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in
         f_enc, f_dec: bytes each rank encodes / decodes (all_reduce 1 and 2(n-1)/n,
                       reduce_scatter (n-1)/n and (n-1)/n, all_gather 1/n and (n-1)/n,
                       broadcast 1 (root) and 1)
-        t_fixed = S / quant_Bps for lossy (the quantize / dequantize passes), 0 otherwise
+        t_fixed = S / quant_Bps for lossy (the quantize / dequantize passes), 0 otherwise;
+                  S / (8 quant_Bps) for lossy sums of mostly-zero data (lists of nonzeros)
         overlap = 0.25: how much of the shorter of network and codec time hides under the longer;
         conservative (the netlab runs on a shared 2-core VM measured 0.1 .. 0.6)
 
@@ -46,7 +47,9 @@ mode off, it re-runs the requested mode every ``probe_every``-th (64) call to re
 
 ratio, enc_Bps and dec_Bps come from a calibration: ``ncclz.codec.compress``/``decompress`` of
 a sample of the caller's data (<= 4 MiB by default) with the caller's spec, timed on this
-machine (best of 3), cached per (dtype, spec). The link rate B comes from ``NCCLZ_LINK_GBPS``, or
+machine (best of 3), cached per (dtype, spec). For sums (all_reduce, reduce_scatter) of
+mostly-zero data the sample is first summed with n-1 shifted copies of itself: the wire carries
+partial sums, whose nonzeros are the union of the ranks'. The link rate B comes from ``NCCLZ_LINK_GBPS``, or
 ``NCCLZ_SOCKET_THROTTLE_GBPS``, or :meth:`Policy.observe` of uncompressed calls
 (``wire_bytes / wall_s`` of ``comm.last_stats``, an exponential average; a compressed call only
 raises the estimate: its wall time includes the codec) when no rate is configured. cores_per_rank:
@@ -87,6 +90,11 @@ CODEC_FACTOR = {
     "all_gather": lambda n: (1.0 / n, (n - 1) / n),
     "broadcast": lambda n: (1.0, 1.0),
 }
+# How much faster the API-layer passes of a lossy sum of mostly-zero data run than quant_Bps (the
+# dense quantize / dequantize): the scan lists the nonzeros, only they are quantized, and the
+# output is written from the lists (measured on this project's 2-core VM: scan ~20 GB/s, output
+# write ~25 GB/s, against ~2 GB/s for the dense passes).
+SPARSE_PASS_SPEEDUP = 8.0
 STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
     "reduce_scatter": lambda n: n - 1,
@@ -270,21 +278,27 @@ class Policy:
             return None
         return d[label] * nbytes / (1 << (int(nbytes).bit_length() - 1))
 
-    def calibrate(self, x, spec, effort: str = "") -> Calibration:
+    def calibrate(self, x, spec, effort: str = "", sums: int = 0) -> Calibration:
         """Times ncclz.codec on a sample of x with spec (cached per dtype, spec and effort), as the
         wire codes it: the classic layout (the collectives never use interp), with the effort's
-        rANS margin (EFFORTS)."""
+        rANS margin (EFFORTS). sums > 1: on what a reduction's wire carries instead, the sum of
+        `sums` copies of the sample shifted against each other (see _sum_ranks)."""
         import ncclz
 
         _check_effort(effort)
         arr = np.ascontiguousarray(np.asarray(x)).reshape(-1)
-        key = (str(arr.dtype), _spec_label(spec, effort))
+        key = (str(arr.dtype), _spec_label(spec, effort)) + ((f"sum of {sums}",) if sums > 1 else ())
         if key in self.cal:
             if isinstance(self.cal[key], Exception):
                 raise self.cal[key]
             return self.cal[key]
         k = max(1, min(arr.size, self.sample_bytes // max(1, arr.dtype.itemsize)))
         sample = np.ascontiguousarray(arr[:k])
+        if sums > 1:
+            acc = sample.astype(np.float64)
+            for j in range(1, sums):
+                acc += np.roll(sample, j * (k // sums) + j).astype(np.float64)
+            sample = acc.astype(sample.dtype)
         # best of `reps` timings: on a shared machine a single timing is often slowed by other jobs
         t_enc = t_dec = float("inf")
         t_start = time.perf_counter()
@@ -308,8 +322,25 @@ class Policy:
         self.cal[key] = c
         return c
 
+    def _sum_ranks(self, coll: str, arr) -> int:
+        """For a reduction of mostly-zero data, n (the ranks a full sum covers), else 0. The wire
+        of a sum carries partial sums, whose nonzeros are the union of the ranks' (99%-zero
+        gradients on 4 ranks: ~3% nonzero on the wire, not 1%): a sample of one rank's data would
+        promise ratios the wire does not reach (for lossless, ~4x too high), and make lossless
+        look as fast as lossy. Dense data keeps its own sample: a sum is as dense as its terms.
+        Decided on a strided probe of <= 8 Ki values (cheap per call: ~0.1 ms on 64 MiB)."""
+        if coll not in ("all_reduce", "reduce_scatter") or self.n <= 1 or arr.size == 0:
+            return 0
+        try:
+            probe = np.asarray(arr).reshape(-1)[:: max(1, arr.size // 8192)]
+            nz = int(np.count_nonzero(probe))
+        except Exception:  # noqa: BLE001 - a dtype NumPy cannot compare: keep the plain sample
+            return 0
+        return self.n if 0 < nz <= 0.5 * probe.size else 0
+
     # ------------------------------------------------------------------ model
-    def predict(self, coll: str, nbytes: int, cal: Calibration | None, lossy: bool = False) -> float:
+    def predict(self, coll: str, nbytes: int, cal: Calibration | None, lossy: bool = False,
+                mostly_zero: bool = False) -> float:
         n = self.n
         if n <= 1:
             return 0.0
@@ -321,7 +352,9 @@ class Policy:
         fe, fd = CODEC_FACTOR[coll](n)
         t_net = W / (max(cal.ratio, 1e-3) * B)
         t_cpu = (fe * nbytes / cal.enc_Bps + fd * nbytes / cal.dec_Bps) / self.cores
-        t_fix = nbytes / self.quant_Bps / self.cores if lossy else 0.0
+        # a lossy sum of mostly-zero data quantizes and writes out lists of nonzeros: its passes run
+        # at about memory speed (the statistics scan and the output write), not quant_Bps
+        t_fix = nbytes / (self.quant_Bps * (SPARSE_PASS_SPEEDUP if mostly_zero else 1)) / self.cores if lossy else 0.0
         return lat + max(t_net, t_cpu) + (1 - self.overlap) * min(t_net, t_cpu) + t_fix
 
     def choose(self, coll: str, x, requested, nbytes: int | None = None) -> Choice:
@@ -354,14 +387,18 @@ class Policy:
             if self.efforts:
                 cands += [(f"lossy/{e}", requested, e) for e in EFFORTS if e]
         specs = {name: (spec, effort) for name, spec, effort in cands}
+        sums = self._sum_ranks(coll, arr)
         for name, spec, effort in cands:
             try:
-                cal = self.calibrate(arr, spec, effort=effort) if effort else self.calibrate(arr, spec)
+                kw = dict(effort=effort) if effort else {}
+                if sums:
+                    kw["sums"] = sums
+                cal = self.calibrate(arr, spec, **kw)
             except Exception as e:  # noqa: BLE001
                 if name == req:
                     return Choice(req, requested, pred, f"as requested: no calibration ({type(e).__name__}: {e})")
                 continue
-            pred[name] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"))
+            pred[name] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums))
         # measurements of earlier calls of this size class replace the model where present
         model = dict(pred)
         dt = str(arr.dtype)
