@@ -337,6 +337,7 @@ TEST_P(TransportKinds, RingNeighboursSelfAndReconnect) {
   s.kind = GetParam();
   s.full_mesh = false;
   auto ranks = make_ranks(s);
+  std::atomic<int> received{0};
   run_threads(s.n, [&](int r) {
     Rank& me = ranks[r];
     int next = (r + 1) % s.n, prev = (r + s.n - 1) % s.n;
@@ -359,6 +360,12 @@ TEST_P(TransportKinds, RingNeighboursSelfAndReconnect) {
     again[0][0].send->post(1);
     EXPECT_EQ(again[0][0].recv->wait(in_s(1)).data[0], 9);
     again[0][0].recv->release();
+    // `again` closes its connections when this thread returns: not before
+    // every rank has its messages (a rank done early closed the socket under
+    // a neighbour still waiting for its frame: 1 run in ~60 failed).
+    received.fetch_add(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (received.load() < s.n && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   });
 }
 

@@ -907,6 +907,10 @@ void CommunicatorImpl::reduce_call(Coll coll, const void* send, void* recv, size
       Wire w;
       w.type = ElemType::F64;
       w.raw_esize = dsize(t);
+      // Mostly-zero inputs on every rank: the doubles go losslessly coded (the
+      // selector takes Sparse over their bit patterns), not 8 raw bytes each.
+      // Same schedule, same additions: the same bits.
+      if (mostly_zero(all)) w.mode = prims::WireMode::Coded;
       exec(din, dout, w, nch, call);
       from_f64(t, dout, out_count, op == RedOp::Avg ? double(size_) : 1.0, recv, pool_.get(), nch);
     }
