@@ -331,13 +331,14 @@ TEST_P(TransportKinds, ClosedPeerGivesRemoteError) {
 
 TEST_P(TransportKinds, RingNeighboursSelfAndReconnect) {
   // Four ranks in a ring (prev/next), then a second connect() on the same
-  // transport (new rings), plus a link to itself.
+  // transport (new rings), plus a link to itself. The second links go away
+  // when each thread returns, right after its last post, without flush():
+  // what was posted must still arrive (PostedSlotsSurviveAnImmediateDestroy).
   JobSpec s;
   s.n = 4;
   s.kind = GetParam();
   s.full_mesh = false;
   auto ranks = make_ranks(s);
-  std::atomic<int> received{0};
   run_threads(s.n, [&](int r) {
     Rank& me = ranks[r];
     int next = (r + 1) % s.n, prev = (r + s.n - 1) % s.n;
@@ -360,12 +361,43 @@ TEST_P(TransportKinds, RingNeighboursSelfAndReconnect) {
     again[0][0].send->post(1);
     EXPECT_EQ(again[0][0].recv->wait(in_s(1)).data[0], 9);
     again[0][0].recv->release();
-    // `again` closes its connections when this thread returns: not before
-    // every rank has its messages (a rank done early closed the socket under
-    // a neighbour still waiting for its frame: 1 run in ~60 failed).
-    received.fetch_add(1);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (received.load() < s.n && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  });
+}
+
+TEST_P(TransportKinds, PostedSlotsSurviveAnImmediateDestroy) {
+  // A sender that posts and at once destroys its links (no flush) still
+  // delivers: destruction writes what was posted (the contract in
+  // docs/TRANSPORTS.md). The socket proxy once read its stop flag after its
+  // pass over the rings, so a post made during that pass, with the destroy
+  // right after, was dropped; that race showed in RingNeighboursSelfAndReconnect
+  // (about 1 run in 50, the proxy busy with a neighbour's close), not reliably
+  // here: this guards the contract on every transport.
+  JobSpec s;
+  s.n = 2;
+  s.kind = GetParam();
+  auto ranks = make_ranks(s);
+  constexpr int kRounds = 200;
+  run_threads(s.n, [&](int r) {
+    Rank& me = ranks[r];
+    for (int k = 0; k < kRounds; ++k) {
+      auto links = me.transport->connect({1 - r}, 1, in_s(10));
+      SendConn* snd = links[0][0].send.get();
+      RecvConn* rcv = links[0][0].recv.get();
+      if (r == 1) {  // keeps rank 0's proxy busy with a frame to read
+        std::memcpy(snd->acquire(in_s(5)), &k, sizeof k);
+        snd->post(sizeof k);
+      }
+      SlotView v = rcv->wait(in_s(5));
+      int got = -1;
+      std::memcpy(&got, v.data, sizeof got);
+      ASSERT_EQ(got, k) << "rank " << r << " round " << k;
+      rcv->release();
+      if (r == 0) {
+        std::memcpy(snd->acquire(in_s(5)), &k, sizeof k);
+        snd->post(sizeof k);
+        // links go out of scope here, right after the post
+      }
+    }
   });
 }
 

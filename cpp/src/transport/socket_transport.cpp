@@ -327,6 +327,13 @@ class SocketProxy {
     std::vector<pollfd> pfds;
     std::vector<Conn*> pconn;
     for (;;) {
+      // Read before the rings are looked at: the destructor sets stop_ only
+      // after every link is gone, so every post precedes it, and a pass that
+      // starts stopping sees every posted slot. (Read after the pass, a post
+      // made during the pass and the stop right after it could end the proxy
+      // with that slot unwritten: a frame lost when a rank destroyed its links
+      // right after posting, without flush().)
+      const bool stopping = stop_.load();
       bool progressed = false;
       bool pending = false;
       throttle_wait_ = 0;
@@ -344,7 +351,7 @@ class SocketProxy {
         }
         pending |= send_pending(c);
       }
-      if (stop_.load() && (!pending || Clock::now() >= stop_deadline_)) return;
+      if (stopping && (!pending || Clock::now() >= stop_deadline_)) return;
       if (progressed) continue;
 
       // Sleep in poll(): announce it first, then look at the rings again, so
