@@ -30,6 +30,7 @@
 // int64 blocks whose width is at most 31 go through the int32 kernels (their
 // values fit in int32 and the bytes are identical); wider ones use scalar.
 #include "codec/block_coder.hpp"
+#include "codec/cpu_features.hpp"
 
 #include <cstring>
 #include <vector>
@@ -489,12 +490,6 @@ NCCLZ_AVX2 Status decode_avx2(const uint8_t* src, size_t len, size_t n, Code* ou
   return Status::Ok;
 }
 
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
-#else
-bool cpu_has_avx2() { return false; }
 #endif  // NCCLZ_BLOCK_X86
 
 }  // namespace

@@ -2,24 +2,23 @@
 #include "codec/float_sparse.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "codec/block_coder.hpp"
 #include "codec/sparse_coder.hpp"
+#include "codec/thread_buffer.hpp"
 
 namespace ncclz::codec {
 namespace {
 
 // Per-thread buffers, one per use (the send loops call the coder per slice).
 enum Use { kPos, kWide, kNarrow };
+template <int kUse>
+struct UseTag {};
 template <class T, int kUse>
 T* scratch(size_t n) {
-  thread_local std::vector<T> v;
-  if (v.size() < n) v.resize(std::max(n, v.size() + v.size() / 2));
-  return v.data();
+  return thread_buffer<T, UseTag<kUse>>(n);
 }
 
 template <class Bits>
@@ -59,10 +58,8 @@ void sample_zeros(const Bits* x, size_t n, size_t every, uint64_t* plus, uint64_
 // incompressible), the two rANS frames' fixed bytes, and `extra` bytes.
 size_t estimate_form(size_t n, double p, int value_bits, size_t extra) {
   if (p <= 0) return 1 + extra + 4;  // the count alone
-  constexpr double kFrameFixed = 110.0;
-  const double h = p >= 1.0 ? 0.0 : -(p * std::log2(p) + (1.0 - p) * std::log2(1.0 - p));
   return 1 + extra + kSparseHeadBytes +
-         size_t(double(n) * h / 8.0 + p * double(n) * double(value_bits) / 8.0 + 2 * kFrameFixed);
+         size_t(sparse_gap_bytes(n, p) + p * double(n) * double(value_bits) / 8.0 + kSparseFrameFixed);
 }
 
 template <class Bits>
@@ -137,15 +134,16 @@ Status decode_typed(const uint8_t* src, size_t len, size_t n, Bits* out) {
   } else {
     const Status s = sparse_decode(src + at, len - at, n, reinterpret_cast<W*>(out));
     if (s != Status::Ok) return s;
-    if (form == 1) {
-      Bits any = 0;
-      for (size_t i = 0; i < n; ++i) any |= out[i];
-      if (any & sign_bit<Bits>()) return Status::Corrupt;  // a magnitude with its sign bit set
-    }
   }
   if (form == 1) {
+    // The signs in, in the same pass checking that no magnitude had one.
     constexpr int kShift = width<Bits>() - 1;
-    for (size_t i = 0; i < n; ++i) out[i] = Bits(out[i] | (Bits((sp[i >> 3] >> (i & 7)) & 1) << kShift));
+    Bits any = 0;
+    for (size_t i = 0; i < n; ++i) {
+      any |= out[i];
+      out[i] = Bits(out[i] | (Bits((sp[i >> 3] >> (i & 7)) & 1) << kShift));
+    }
+    if (any & sign_bit<Bits>()) return Status::Corrupt;  // a magnitude with its sign bit set
   }
   return Status::Ok;
 }

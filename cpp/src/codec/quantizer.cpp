@@ -5,6 +5,7 @@
 // outliers). Both paths compute the same thing, so results do not depend on
 // which one ran.
 #include "codec/quantizer.hpp"
+#include "codec/cpu_features.hpp"
 
 #include "codec/sparse_coder.hpp"
 
@@ -204,10 +205,6 @@ NCCLZ_QUANT_AVX2 bool all_finite_minmax_avx2(const double* x, size_t n, double* 
   *hi = h;
   return !bad;
 }
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
 #define NCCLZ_QUANT_HAVE_AVX2 1
 #endif
 
@@ -338,10 +335,6 @@ NCCLZ_QUANT_AVX512 bool minmax_nonzeros_f32_avx512(const float* x, size_t n, flo
   return !nonfinite;
 }
 #pragma GCC diagnostic pop
-bool cpu_has_avx512f() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
 #define NCCLZ_QUANT_HAVE_AVX512 1
 #endif
 

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "codec/block_coder.hpp"
+#include "codec/cpu_features.hpp"
 #include "codec/rans_coder.hpp"
+#include "codec/thread_buffer.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -31,11 +33,11 @@ namespace {
 // Per-thread buffers, one per (element type, use), grown on demand (the send
 // loops call the coder per slice).
 enum Use { kPos, kNzVal, kGap, kVal, kGapRes, kValRes, kBits };
+template <int kUse>
+struct UseTag {};
 template <class T, int kUse>
 T* scratch(size_t n) {
-  thread_local std::vector<T> v;
-  if (v.size() < n) v.resize(std::max(n, v.size() + v.size() / 2));
-  return v.data();
+  return thread_buffer<T, UseTag<kUse>>(n);
 }
 
 inline uint64_t load64(const uint8_t* p) {
@@ -143,10 +145,6 @@ NCCLZ_SPARSE_AVX2 size_t scan_avx2_i64(const int64_t* r, size_t n, uint32_t* pos
   }
   return scan_scalar(r, i, n, pos, val, k);
 }
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
 
 // AVX-512F: 64 int32 (or 32 int64) values per step, all-zero steps skipped;
 // each vector's nonzero values and their positions are packed with one
@@ -194,10 +192,6 @@ NCCLZ_SPARSE_AVX512 size_t scan_avx512_i64(const int64_t* r, size_t n, uint32_t*
   return scan_scalar(r, i, n, pos, val, k);
 }
 #pragma GCC diagnostic pop
-bool cpu_has_avx512f() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
 #endif
 
 // ---------------------------------------------------------------- low-bit stream
@@ -640,6 +634,12 @@ Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint3
   return s;
 }
 
+double sparse_gap_bytes(size_t n, double p) {
+  // Geometric gaps: n * H(p) bits in all; the gap frame's table and fixed fields.
+  const double h = p <= 0.0 || p >= 1.0 ? 0.0 : -(p * std::log2(p) + (1.0 - p) * std::log2(1.0 - p));
+  return double(n) * h / 8.0 + kSparseFrameFixed;
+}
+
 size_t sparse_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n) {
   if (n == 0) return 0;
   if (sampled_total == 0 || hist[0] > sampled_total) return kNoFit;
@@ -647,10 +647,7 @@ size_t sparse_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint6
   if (c == 0) return 4;
   const double p = double(c) / double(sampled_total);
   const double k = p * double(n);
-  // Geometric gaps: n * H(p) bits in all; the gap frame's table and fixed fields.
-  const double h = p >= 1.0 ? 0.0 : -(p * std::log2(p) + (1.0 - p) * std::log2(1.0 - p));
-  constexpr double kGapFrameFixed = 110.0;
-  const double gap = double(n) * h / 8.0 + kGapFrameFixed;
+  const double gap = sparse_gap_bytes(n, p);
   uint32_t vh[kRansAlphabet];
   std::memcpy(vh, hist, sizeof vh);
   vh[0] = 0;

@@ -75,6 +75,12 @@ Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint3
 /// nonzero fraction, plus the values' Rans estimate and the framing.
 size_t sparse_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n);
 
+/// A frame's fixed bytes in the estimates (bitmap, lengths, states, a typical table).
+constexpr double kSparseFrameFixed = 110.0;
+/// The estimated bytes of the gap frame for n positions of which a share p is
+/// nonzero (independent positions: n * H(p) bits), with its fixed bytes.
+double sparse_gap_bytes(size_t n, double p);
+
 /// The encoder's scan for nonzeros: positions of the nonzero values of
 /// r[0..n) into pos and the values into val (room for n each), in increasing
 /// order; returns their number. sparse_encode uses the best implementation

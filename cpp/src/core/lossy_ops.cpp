@@ -13,6 +13,7 @@
 #define NCCLZ_STREAM_STORES 1
 #endif
 
+#include "codec/cpu_features.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "codec/sparse_coder.hpp"
@@ -82,15 +83,11 @@ __attribute__((target("avx512f"))) void stream_copy_avx512(uint8_t* dst, const u
   }
   std::memcpy(dst + i, src + i, bytes - i);
 }
-bool cpu_has_avx512f() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
 #endif
 
 void stream_copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
 #if NCCLZ_STREAM_STORES
-  if (cpu_has_avx512f()) {
+  if (codec::cpu_has_avx512f()) {
     stream_copy_avx512(dst, src, bytes);
     return;
   }
