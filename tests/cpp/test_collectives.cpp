@@ -24,7 +24,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "codec/quantizer.hpp"
 #include "core/lossy_plan.hpp"
-#include "core/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 
@@ -802,7 +802,7 @@ TEST(CollectiveSparseInput, LargerSlicesAreAgreedOrRefused) {
 }
 
 TEST(CollectiveWorkerPool, RunsEveryPartOncePerJob) {
-  core::WorkerPool pool(3);
+  base::WorkerPool pool(3);
   std::vector<std::atomic<int>> hits(4);
   for (int job = 0; job < 500; ++job) {
     const int n = 1 + job % 4;
@@ -814,7 +814,7 @@ TEST(CollectiveWorkerPool, RunsEveryPartOncePerJob) {
   EXPECT_EQ(hits[3].load(), 125);
   std::vector<int> v(1 << 20, 1);
   std::atomic<long> sum{0};
-  core::parallel_for(&pool, 4, v.size(), [&](size_t b, size_t e, int) {
+  base::parallel_for(&pool, 4, v.size(), [&](size_t b, size_t e, int) {
     long s = 0;
     for (size_t i = b; i < e; ++i) s += v[i];
     sum += s;

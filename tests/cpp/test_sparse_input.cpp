@@ -27,7 +27,7 @@
 #include "codec/sparse_coder.hpp"
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
-#include "core/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 #include "ncclz/error.hpp"
 #include "prims/prims.hpp"
 #include "prims/reduce.hpp"
@@ -356,7 +356,7 @@ TEST(SparseInputScan, IndexListsMostlyZeroPartsOnly) {
   const size_t n = 600000;
   auto x = sparse_floats(n, 0.01, 3);
   for (size_t i = n / 2 + 1000; i < n; ++i) x[i] = float(i % 17) - 8.5f;
-  core::WorkerPool pool(1);
+  base::WorkerPool pool(1);
   core::NonzeroIndex index;
   const core::DataStats plain = core::scan(DataType::F32, x.data(), n, &pool, 2);
   const core::DataStats s = core::scan(DataType::F32, x.data(), n, &pool, 2, &index);
@@ -402,7 +402,7 @@ TEST(SparseInputStage, ListsAreTheDenseCodesNonzeros) {
   x[10] = -0.0f;
   x[11] = 1e-12f;
   x[12] = -1e-12f;
-  core::WorkerPool pool(1);
+  base::WorkerPool pool(1);
   core::NonzeroIndex index;
   const core::DataStats st = core::scan(DataType::F32, x.data(), n, &pool, 2, &index);
   ASSERT_TRUE(index.covers_all());

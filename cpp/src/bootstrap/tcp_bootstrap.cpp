@@ -35,10 +35,10 @@
 #include <sys/socket.h>
 
 #include "bootstrap/bootstrap.hpp"
-#include "core/env.hpp"
-#include "core/log.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
 #include "ncclz/error.hpp"
-#include "transport/socket_util.hpp"
+#include "net/socket_util.hpp"
 
 namespace ncclz {
 namespace {

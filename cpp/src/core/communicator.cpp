@@ -49,12 +49,12 @@
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "core/call_desc.hpp"
-#include "core/env.hpp"
-#include "core/log.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
 #include "core/types.hpp"
-#include "core/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "prims/prims.hpp"
@@ -304,7 +304,7 @@ class CommunicatorImpl final : public Communicator {
   std::vector<std::vector<transport::PeerLink>> ring_links_, p2p_links_;
   std::vector<Channel> ch_;
   std::vector<transport::PeerLink*> p2p_;  // by peer rank
-  std::unique_ptr<core::WorkerPool> pool_;  // channels 1.. and the API-layer passes
+  std::unique_ptr<base::WorkerPool> pool_;  // channels 1.. and the API-layer passes
   bool p2p_enabled_ = true;                // NCCLZ_P2P
   Buffer p2p_scratch_;
   Buffer work_[2];
@@ -403,7 +403,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   }
   for (auto& c : ch_) c.scratch.get(slot_capacity_ + 64);
   p2p_scratch_.get(slot_of(slot_bytes_) + 64);
-  pool_ = std::make_unique<core::WorkerPool>(nch_ - 1);
+  pool_ = std::make_unique<base::WorkerPool>(nch_ - 1);
   NCCLZ_INFO(rank_,
              "communicator: %d ranks, %d channels, %d slots x %zu bytes (slices of %zu bytes, %zu for mostly-zero "
              "lossy sums)",

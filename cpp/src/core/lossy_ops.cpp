@@ -18,7 +18,7 @@
 #include "codec/slice.hpp"
 #include "codec/sparse_coder.hpp"
 #include "core/types.hpp"
-#include "core/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 #include "ncclz/error.hpp"
 
 namespace ncclz::core {
@@ -133,7 +133,7 @@ DataStats scan(DataType t, const void* x, size_t n, WorkerPool* pool, int parts,
   if (index) index->reset(n, dsize(t), parts);
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
-    parallel_for(pool, parts, n, [&](size_t b, size_t e, int i) {
+    base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int i) {
       part[size_t(i)] = index ? index->scan_part(t, x, b, e, i) : scan_typed(static_cast<const T*>(x) + b, e - b);
     });
   });
@@ -251,7 +251,7 @@ size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, voi
     using T = decltype(tag);
     with_code_type(p.wide, [&](auto ctag) {
       using Code = decltype(ctag);
-      parallel_for(pool, parts, n, [&](size_t b, size_t e, int i) {
+      base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int i) {
         std::vector<uint64_t> idx;
         outliers[size_t(i)] = codec::quantize<T, Code>(static_cast<const T*>(x) + b, e - b, g, p.limit,
                                                        static_cast<Code*>(q) + b, &idx);
@@ -271,7 +271,7 @@ void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step,
     using T = decltype(tag);
     with_code_type(wide, [&](auto ctag) {
       using Code = decltype(ctag);
-      parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
+      base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
         codec::dequantize<T, Code>(static_cast<const Code*>(q) + b, e - b, g, static_cast<T*>(out) + b);
       });
     });
@@ -435,7 +435,7 @@ void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, 
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
     const T* p = static_cast<const T*>(x);
-    parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
+    base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
       for (size_t i = b; i < e; ++i) out[i] = codec::to_double(p[i]);
     });
   });
@@ -446,7 +446,7 @@ void from_f64(DataType t, const double* in, size_t n, double div, void* out, Wor
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
-    parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
+    base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
       if (div == 1) {
         for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(in[i]);
       } else {

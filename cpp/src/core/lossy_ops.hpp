@@ -16,9 +16,13 @@
 #include "ncclz/communicator.hpp"
 #include "prims/prims.hpp"
 
+namespace ncclz::base {
+class WorkerPool;
+}  // namespace ncclz::base
+
 namespace ncclz::core {
 
-class WorkerPool;
+using base::WorkerPool;
 
 /// Where a lossy reduction's input is nonzero, listed by the statistics scan
 /// when few elements are (sparse gradients, mostly +0.0), so that the call can

@@ -26,9 +26,9 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "ncclz/error.hpp"
-#include "transport/socket_util.hpp"
+#include "net/socket_util.hpp"
 #include "transport/transport_impl.hpp"
 
 namespace ncclz::transport {

@@ -54,9 +54,9 @@
 #include <cstring>
 #include <thread>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "ncclz/error.hpp"
-#include "transport/socket_util.hpp"
+#include "net/socket_util.hpp"
 #include "transport/transport_impl.hpp"
 
 namespace ncclz::transport {

@@ -12,10 +12,10 @@
 // nonce makes the key that names this transport's rings and segments.
 #include <cstring>
 
-#include "core/env.hpp"
-#include "core/log.hpp"
+#include "base/env.hpp"
+#include "base/log.hpp"
 #include "ncclz/error.hpp"
-#include "transport/socket_util.hpp"
+#include "net/socket_util.hpp"
 #include "transport/transport_impl.hpp"
 
 namespace ncclz::transport {

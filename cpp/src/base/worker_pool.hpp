@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-namespace ncclz::core {
+namespace ncclz::base {
 
 class WorkerPool {
  public:
@@ -55,4 +55,4 @@ void parallel_for(WorkerPool* pool, int parts, size_t n, Fn&& fn) {
   pool->run(parts, [&](int i) { fn(n * size_t(i) / p, n * size_t(i + 1) / p, i); });
 }
 
-}  // namespace ncclz::core
+}  // namespace ncclz::base

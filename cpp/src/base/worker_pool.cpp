@@ -1,8 +1,8 @@
 // WorkerPool (see worker_pool.hpp): a generation counter wakes the workers,
 // each runs its part and the last one to finish wakes the caller.
-#include "core/worker_pool.hpp"
+#include "base/worker_pool.hpp"
 
-namespace ncclz::core {
+namespace ncclz::base {
 
 WorkerPool::WorkerPool(int nworkers) {
   for (int i = 0; i < nworkers; ++i) threads_.emplace_back([this, i] { loop(i + 1); });
@@ -53,4 +53,4 @@ void WorkerPool::loop(int index) {
   }
 }
 
-}  // namespace ncclz::core
+}  // namespace ncclz::base

@@ -1,4 +1,4 @@
-#include "transport/socket_util.hpp"
+#include "net/socket_util.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
