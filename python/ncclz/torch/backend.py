@@ -161,9 +161,7 @@ class _ErrorFeedback:
         if _ErrorFeedback._hook is None:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
-            _ErrorFeedback._hook = register_optimizer_step_post_hook(
-                _ErrorFeedback._step
-            )
+            _ErrorFeedback._hook = register_optimizer_step_post_hook(_ErrorFeedback._step)
 
     @staticmethod
     def _step(*_args: Any) -> None:
@@ -286,16 +284,16 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         return BACKEND
 
     # torch names every group (_set_group_name) and looks groups up by name (functional collectives, DTensor)
-    def setGroupName(self, name: str) -> None:  # noqa: N802 - the c10d name
+    def setGroupName(self, name: str) -> None:
         self._group_name = str(name)
 
-    def getGroupName(self) -> str:  # noqa: N802 - the c10d name
+    def getGroupName(self) -> str:
         return self._group_name
 
-    def setGroupDesc(self, desc: str) -> None:  # noqa: N802 - the c10d name
+    def setGroupDesc(self, desc: str) -> None:
         self._group_desc = str(desc)
 
-    def getGroupDesc(self) -> str:  # noqa: N802 - the c10d name
+    def getGroupDesc(self) -> str:
         return self._group_desc
 
     @property
