@@ -65,6 +65,7 @@ def train(backend: str, steps: int, init_method: str | None = None, verbose: boo
     }
     if dist.get_backend() == "ncclz" and verbose and rank == 0:
         print(ncclz.torch.traffic(), flush=True)  # calls, raw and wire bytes of this rank
+    dist.barrier()  # every call of this rank has completed everywhere before the group goes
     dist.destroy_process_group()
     return result
 

@@ -70,6 +70,7 @@ def train(backend: str, steps: int, init_method: str | None = None, verbose: boo
     result = {"params": full, "grads": first_grads, "bound": first_bound, "loss": loss.item()}
     if dist.get_backend() == "ncclz" and verbose and rank == 0:
         print(ncclz.torch.traffic(), flush=True)  # calls, raw and wire bytes of this rank
+    dist.barrier()  # every call of this rank has completed everywhere before the group goes
     dist.destroy_process_group()
     return result
 

@@ -54,6 +54,7 @@ SPECS = {
     "rel1e-3": ncclz.Lossy(rel=1e-3),
     "rel1e-2": ncclz.Lossy(rel=1e-2),
 }
+_HELD: list = []  # see the end of run_config
 ALL_CONFIGS = [f"{m}:{c}" for m in ("ddp", "fsdp2") for c in ("gloo", *SPECS)]
 
 
@@ -140,6 +141,11 @@ def run_config(config, init_file, rank, world, train, test, args, seed, timing=F
     max_rank_diff = max(float((g - gathered[0]).abs().max()) for g in gathered)
     times = torch.tensor([statistics.median(step_times[5:]) if timing else 0.0])
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    # gloo's worker threads may still drop the last works' tensors; freeing a tensor that has a Python
+    # object needs the GIL, which the main thread holds while it destroys gloo's group (joining those
+    # threads): torch 2.13 deadlocks there (seen once in 20 runs). Keeping the tensors alive avoids it.
+    _HELD.append((times, gathered, flat, loss_sum))
+    dist.barrier()
     dist.destroy_process_group()
     res = {
         "config": config,

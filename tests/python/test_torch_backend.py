@@ -18,6 +18,7 @@ bad configuration at init, a dead peer, and exit without destroy_process_group.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -367,6 +368,30 @@ def _ops(rank: int, world: int, out: dict) -> None:
     dist.all_reduce(x)  # the world group is unaffected
     assert torch.equal(x, torch.full((2,), float(world)))
 
+    # Work.wait(timeout) that runs out: ncclz.TimeoutError, and the group's communicator is aborted,
+    # so the peers that join the call late fail at once instead of completing half a collective
+    slow = dist.new_group(backend="ncclz")
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(1000), group=slow, async_op=True)
+        t0 = time.monotonic()
+        try:
+            w.wait(datetime.timedelta(seconds=1))
+        except ncclz.TimeoutError as e:
+            assert "did not complete within 1 s" in str(e) and time.monotonic() - t0 < 10, e
+        else:
+            raise AssertionError("wait(timeout) did not time out")
+    dist.barrier()
+    if rank != 0:
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1000), group=slow)
+        except ncclz.RemoteError as e:
+            out["late_peer"] = type(e).__name__
+            assert time.monotonic() - t0 < 30, e
+        else:
+            raise AssertionError("a peer of an aborted call completed it")
+    dist.barrier()
+
 
 def _lossy(rank: int, world: int, out: dict) -> None:
     """Lossy groups: every element within the E each call reported; what stays exact stays exact."""
@@ -560,12 +585,17 @@ def _dead_peer(rank: int, world: int, out: dict) -> None:
     dist.destroy_process_group()
 
 
-def _exit_pending(rank: int, world: int, out: dict) -> None:
+def _exit_pending(rank: int, world: int, out: dict, tmp: str) -> None:
     """Exit with calls in flight and no destroy_process_group: no hang, no crash."""
     import torch.distributed as dist
 
     for _ in range(4):
         dist.all_reduce(torch.ones(1 << 18), async_op=True)
+    # every rank has issued its calls before any leaves (a rank that leaves aborts its groups, so the
+    # others' calls may then fail: that is delivered to their Works, which nobody waits for here)
+    open(os.path.join(tmp, f"issued{rank}"), "w").close()
+    while not all(os.path.exists(os.path.join(tmp, f"issued{r}")) for r in range(world)):
+        time.sleep(0.01)
 
 
 SCENARIOS = {
@@ -587,10 +617,13 @@ def _worker(scenario: str, rank: int, world: int, tmp: str) -> None:
     if scenario == "train":
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
         SCENARIOS[scenario](rank, world, out, tmp)
+    elif scenario == "exit_pending":
+        dist.init_process_group("ncclz", init_method=f"file://{tmp}/init", rank=rank, world_size=world)
+        SCENARIOS[scenario](rank, world, out, tmp)
     else:
         dist.init_process_group("ncclz", init_method=f"file://{tmp}/init", rank=rank, world_size=world)
         SCENARIOS[scenario](rank, world, out)
-        if dist.is_initialized() and scenario != "exit_pending":  # that one leaves through the plain exit
+        if dist.is_initialized():
             dist.destroy_process_group()
     with open(os.path.join(tmp, f"rank{rank}.json"), "w") as f:
         json.dump(out, f)
@@ -634,7 +667,9 @@ def _results(tmp_path, ranks) -> list:
 def test_collectives_dtypes_ops_and_refusals(tmp_path):
     _run("ops", 3, tmp_path)
     res = _results(tmp_path, range(3))
-    assert len(res[0]) > 40 and all(r == res[0] for r in res), "ranks disagree on some result"
+    assert res[1]["late_peer"] and res[2]["late_peer"], "the late peers did not fail"
+    shared = [{k: v for k, v in r.items() if k != "late_peer"} for r in res]
+    assert len(shared[0]) > 40 and all(r == shared[0] for r in shared), "ranks disagree on some result"
 
 
 def test_lossy_groups_bound_every_element(tmp_path):
@@ -706,6 +741,14 @@ def test_options_validation():
     assert o.spec_for("all_reduce", small, True) is None
     assert o.spec_for("all_reduce", big.long(), True) is None
     assert nt.Options(min_elements=100).spec_for("broadcast", big, False) == ncclz.Lossless()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_tensors_are_refused_clearly():
+    from ncclz.torch import _tensors
+
+    with pytest.raises(ncclz.InvalidArgumentError, match="CPU tensors for now"):
+        _tensors.check_tensor(torch.ones(4, device="cuda"), "all_reduce")
 
 
 def test_registered_on_import():

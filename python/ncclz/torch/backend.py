@@ -57,7 +57,7 @@ import torch.distributed as dist
 
 from .. import store as _store
 from ..comm import Communicator, make_unique_id
-from ..errors import InvalidArgumentError
+from ..errors import AbortedError, InvalidArgumentError, RemoteError
 from ..spec import Lossy
 from . import _tensors as T
 from ._work import Work, Worker
@@ -228,6 +228,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         self._traffic = Traffic()
         self._p2p: dict = {}
         self._shut = False
+        self._failure: str | None = None
         self._ef = _ErrorFeedback() if self._options.error_feedback else None
         self.last_work_stats: list = []
         tag = f"ncclz-pg{self._group_id or ''}-r{rank}"
@@ -345,8 +346,36 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 f"ncclz process group {self._group_id!r}: {op} after the group was shut down "
                 "(destroy_process_group); create a new group"
             )
+        if self._failure is not None:
+            raise AbortedError(
+                f"ncclz process group {self._group_id!r}: {op} on a group whose communication failed earlier "
+                f"({self._failure}); create a new group (or restart the job)"
+            )
         work = Work(op, outputs, self._abort_on_timeout)
-        return (worker or self._worker).submit(job, work)
+
+        def run(w: Work) -> None:
+            try:
+                job(w)
+            except RemoteError as e:
+                self._fail(e)
+                raise
+
+        return (worker or self._worker).submit(run, work)
+
+    def _fail(self, error: BaseException) -> None:
+        """A call failed because of a peer (or an abort): the group is dead. Its communicators are
+        aborted and closed now, so the peers still waiting on this rank's links see them close and fail
+        too (a failure travels around the group instead of leaving ranks waiting for the timeout)."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = f"{type(error).__name__}: {error}"
+        for c in self._comms():
+            try:
+                c.abort(f"ncclz process group {self._group_id!r} failed: {error}")
+                c.close()
+            except Exception:  # noqa: BLE001, S110 - already failing; closing is best effort
+                pass
 
     def _abort_on_timeout(self, reason: str) -> None:
         self.abort(reason)
