@@ -24,7 +24,8 @@ Rank 0 writes one JSON per configuration and seed: per-epoch train loss (mean
 over ranks), test loss and accuracy, ncclz wire and raw bytes per step (this
 rank's sends, from ``ncclz.torch.traffic()``). ``--timing`` instead times
 ``--timing-steps`` steps per configuration after 5 warm-up steps (median of
-the per-step wall times, max over ranks) and writes ``timing_<link>.json``;
+the per-step wall times, max over ranks) and writes ``timing_<link>_hidden<H>.json``
+(``--hidden H`` widens the fc layer so that gradients outweigh compute);
 run it with the socket transport throttled to emulate a slow link (gloo's own
 TCP is not throttled: its row is for reference only).
 """
@@ -47,6 +48,25 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_digits import evaluate, load_data, make_model
+
+
+def make_wide_model(seed: int, hidden: int) -> torch.nn.Module:
+    """train_digits' CNN with a ``hidden``-wide fully connected layer (for --timing: more traffic)."""
+    if hidden == 64:
+        return make_model(seed)
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32 * 4 * 4, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(hidden, 10),
+    )
+
 
 SPECS = {
     "none": None,
@@ -91,7 +111,7 @@ def _full_params(mode: str, model: torch.nn.Module) -> torch.Tensor:
 def run_config(config, init_file, rank, world, train, test, args, seed, timing=False) -> dict:
     mode, cname = config.split(":")
     _init(cname, init_file, rank, world)
-    model = make_model(seed)
+    model = make_wide_model(seed, args.hidden)
     net = _wrap(mode, model, world)
     opt = torch.optim.Adam(net.parameters(), lr=args.lr)
     xtr, ytr = train
@@ -167,7 +187,12 @@ def run_config(config, init_file, rank, world, train, test, args, seed, timing=F
             max_error_bound=traffic.max_error_bound,
         )
     if timing:
-        res.update(step_time_s=float(times[0]), timed_steps=len(step_times) - 5)
+        res.update(
+            step_time_s=float(times[0]),
+            timed_steps=len(step_times) - 5,
+            hidden=args.hidden,
+            parameters=sum(p.numel() for p in make_wide_model(seed, args.hidden).parameters()),
+        )
     else:
         res.update(
             final_train_loss=hist["train_loss"][-1],
@@ -187,6 +212,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0", help="comma list of seeds (model init and data order)")
     ap.add_argument("--timing", action="store_true", help="time steps instead of training to the end")
     ap.add_argument("--timing-steps", type=int, default=20)
+    ap.add_argument("--hidden", type=int, default=64, help="width of the fc layer (64: train_digits' model)")
     ap.add_argument("--out", default="bench/train/runs_backend")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -225,7 +251,7 @@ def main(argv=None) -> int:
             flush=True,
         )
     if args.timing and rank == 0:
-        with open(os.path.join(args.out, f"timing_{link}.json"), "w") as f:
+        with open(os.path.join(args.out, f"timing_{link}_hidden{args.hidden}.json"), "w") as f:
             json.dump(timings, f, indent=1)
     return 0
 
