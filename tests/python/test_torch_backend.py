@@ -99,6 +99,9 @@ def _ops(rank: int, world: int, out: dict) -> None:
     import torch.distributed as dist
     from torch.distributed import ReduceOp
 
+    pg = dist.group.WORLD
+    assert dist.get_backend() == "ncclz" and pg.name() == "ncclz" and pg.size() == world and pg.rank() == rank
+    assert pg.group_name == "0" and pg.group_desc == "default_pg", (pg.group_name, pg.group_desc)
     ops = {
         "sum": ReduceOp.SUM,
         "avg": ReduceOp.AVG,
