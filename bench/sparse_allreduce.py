@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ncclz
-from ncclz.tools.bench import rank_input
+from ncclz.tools.data import rank_input
 
 
 @dataclass(frozen=True)
