@@ -8,7 +8,7 @@ import sys
 
 os.environ.setdefault("NCCLZ_BENCH_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
 
-from ncclz.tools.bench import main  # noqa: E402 - the cache folder first: launched ranks inherit it
+from ncclz.tools.bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

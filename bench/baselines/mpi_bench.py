@@ -130,6 +130,7 @@ if __name__ == "__main__":
     except BaseException:
         # one rank failing must not leave the others (and mpirun) waiting in a collective forever
         import traceback
+
         from mpi4py import MPI
 
         traceback.print_exc()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import glob
-import math
 import json
+import math
 import os
 import platform
 import sys
