@@ -12,6 +12,8 @@ here do not depend on this machine's speed or load. Everything is read through p
 
 from __future__ import annotations
 
+import logging
+
 import ncclz
 import numpy as np
 import pytest
@@ -321,7 +323,8 @@ def test_comm_policy_paths_that_do_not_consult_the_model():
     assert off.choose(_call()).describe("lossy_rel", False) == "off" and not off.choose(_call()).learn
 
 
-def test_comm_policy_codec_effort_reaches_the_decision():
+def test_comm_policy_codec_effort_reaches_the_decision(caplog):
+    caplog.set_level(logging.DEBUG, logger="ncclz.policy")
     pol = Policy(4, link_gbps=0.5, cores_per_rank=0.5)
     for mode, enc in (("lossless", 1e9), ("lossy", 0.3e9), ("lossy/mid", 0.6e9), ("lossy/fast", 3e9)):
         pol.pin(mode, ratio=1.2 if mode == "lossless" else 8.0, enc_Bps=enc, dec_Bps=2 * enc)
@@ -329,6 +332,9 @@ def test_comm_policy_codec_effort_reaches_the_decision():
     d = cp.choose(_call())
     assert d.effort == "fast" and d.rans_margin == FAST_MARGIN, d.describe("lossy_rel", False)
     assert d.describe("lossy_rel", False).startswith("auto: lossy/fast")
+    # rank 0 logs each decision (the ncclz.policy logger; NCCLZ_DEBUG=INFO prints it)
+    assert any("all_reduce 67108864 B, requested lossy_rel(0.001): auto: lossy/fast (" in r.getMessage()
+               for r in caplog.records), caplog.text
     for _ in range(2):
         cp.record(d, _Stats("lossy_rel", 0.25, 12 << 20))
     assert pol.measured("all_reduce", "float32", 64 << 20, ncclz.Lossy(rel=1e-3), effort="fast") == pytest.approx(0.25)

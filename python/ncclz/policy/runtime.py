@@ -232,7 +232,8 @@ class CommPolicy:
             # a custom policy's Choice may give only the margin
             d.effort = getattr(choice, "effort", None) or effort_of_margin(d.rans_margin)
         if _DEBUG or _log.isEnabledFor(logging.DEBUG):
-            msg = f"policy: {call.collective} {call.nbytes} B, requested {call.mode}: auto: {choice}"
+            req = f"{call.mode}({call.bound:g})" if call.mode.startswith("lossy") else call.mode
+            msg = f"policy: {call.collective} {call.nbytes} B, requested {req}: auto: {choice}"
             _log.debug("rank %d: %s", self.rank, msg)
             if _DEBUG:
                 print(f"ncclz rank {self.rank}: INFO {msg}", file=sys.stderr, flush=True)
