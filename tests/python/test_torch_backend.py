@@ -33,7 +33,11 @@ ncclz = pytest.importorskip("ncclz")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-WORKER_TIMEOUT_S = 240
+WORKER_TIMEOUT_S = 240  # per scenario; "train" (8 short trainings, 2 ranks) gets more on a loaded machine
+
+
+def _timeout(scenario: str) -> int:
+    return 3 * WORKER_TIMEOUT_S if scenario == "train" else WORKER_TIMEOUT_S
 
 
 # ------------------------------------------------------------------ worker side
@@ -616,6 +620,9 @@ def _worker(scenario: str, rank: int, world: int, tmp: str) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    import faulthandler
+
+    faulthandler.dump_traceback_later(_timeout(scenario) - 30, exit=True)  # a hang shows where it is
     out: dict = {}
     if scenario == "train":
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
@@ -648,14 +655,14 @@ def _run(scenario: str, world: int, tmp_path, env=None, expect_rc=None) -> list:
         for r in range(world)
     ]
     outputs = []
-    deadline = time.monotonic() + WORKER_TIMEOUT_S
+    deadline = time.monotonic() + _timeout(scenario)
     for p in procs:
         try:
             o, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            pytest.fail(f"{scenario}: a rank hung past {WORKER_TIMEOUT_S} s")
+            pytest.fail(f"{scenario}: a rank hung past {_timeout(scenario)} s")
         outputs.append(o)
     for r, p in enumerate(procs):
         want = 0 if expect_rc is None else expect_rc.get(r, 0)
