@@ -525,36 +525,6 @@ CallDesc CommunicatorImpl::make_desc(Coll coll, size_t count, DataType t, RedOp 
   return d;
 }
 
-namespace {
-
-double largest_of(DataType t) {
-  switch (t) {
-    case DataType::F32: return double(std::numeric_limits<float>::max());
-    case DataType::F64: return std::numeric_limits<double>::max();
-    case DataType::F16: return 65504.0;
-    case DataType::BF16: return 3.3895313892515355e38;
-    default: return 0;
-  }
-}
-
-// Whether the plain collective in the element type keeps |out - exact| <= E.
-// Max/min and data movement return one rank's value exactly. A ring sum adds
-// N-1 times in T, each partial sum bounded by N*A (A = max |x|), so it is off
-// by at most (N-1) half-ulps of N*A; avg adds one rounding of the division.
-// The policy's proposal is taken when that is at most half of E.
-bool exact_keeps_bound(DataType t, core::Combine how, int nranks, double E, const core::DataStats& g) {
-  if (how == core::Combine::Select) return true;
-  if (g.nonfinite || !(E > 0) || !std::isfinite(E)) return false;
-  const double N = double(nranks);
-  const double R = N * g.maxabs * (1 + std::ldexp(1.0, -30));
-  if (!(R < largest_of(t))) return false;
-  double err = (N - 1) * core::half_ulp_bound(elem_of(t), R);
-  if (how == core::Combine::Mean) err = err / N + core::half_ulp_bound(elem_of(t), g.maxabs);
-  return err <= 0.5 * E;
-}
-
-}  // namespace
-
 Mode CommunicatorImpl::run_mode(const std::vector<CallDesc>& all, Mode m, DataType t, core::Combine how,
                                 const Compression& c, Call& call) const {
   call.ran = m;
@@ -564,7 +534,7 @@ Mode CommunicatorImpl::run_mode(const std::vector<CallDesc>& all, Mode m, DataTy
   if (is_lossy(m)) {
     const core::DataStats g = merge_stats(all);
     const double E = resolve_bound(c, g);
-    if (!exact_keeps_bound(t, how, size_, E, g)) {
+    if (!bound::exact_keeps_bound(elem_of(t), how, size_, E, g)) {
       NCCLZ_TRACE(rank_, "call #%llu: policy proposal %s ignored: the exact sum in the element type may exceed the "
                   "bound", (unsigned long long)all[0].seq, p == 0 ? "none" : "lossless");
       return m;
