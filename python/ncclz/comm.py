@@ -263,16 +263,17 @@ def _spec_of(compression: Any, c: Any) -> Any:
     return Lossy(abs=c.bound) if c.mode == "lossy_abs" else Lossy(rel=c.bound)
 
 
-_proposals: dict = {}  # (native Compression fields, lighter, rans_margin) -> native Compression
+_proposals: dict = {}  # (lighter, rans_margin) -> native PolicyHints
 
 
-def _with_proposal(c: Any, lighter: str = "", rans_margin: float | None = None) -> Any:
-    """c with the policy's proposal: a lighter mode, or for a lossy call its codec effort."""
+def _with_proposal(lighter: str = "", rans_margin: float | None = None) -> Any:
+    """The policy's proposal for a call (native PolicyHints, passed beside the user's Compression):
+    a lighter mode, or for a lossy call its codec effort. Only rank 0's counts."""
     margin = -1.0 if rans_margin is None else float(rans_margin)
-    key = (c.mode, c.bound, c.codec, c.min_bytes, lighter, margin)
+    key = (lighter, margin)
     r = _proposals.get(key)
     if r is None:
-        r = _native.Compression(c.mode, c.bound, c.codec, c.min_bytes, lighter, margin)
+        r = _native.PolicyHints(lighter, margin)
         if len(_proposals) < 1024:
             _proposals[key] = r
     return r
@@ -418,28 +419,19 @@ class Communicator:
 
     # ---- helpers ----------------------------------------------------------
     def _prepare(self, x: Any, what: str, op: str | None, compression: Any) -> tuple:
+        """The array and compression as the native layer takes them. Only the Python types are checked
+        here; the runtime checks the call itself (dtype, op, bound, counts, root, peer)."""
         b = _dlpack.as_buffer(x, what)
         c = _compression(compression)
         if op is not None:
-            if not isinstance(op, str) or op.lower() not in OPS:
-                raise InvalidArgumentError(f"{what}: unknown op {op!r}; use one of {', '.join(OPS)}")
+            if not isinstance(op, str):
+                raise InvalidArgumentError(f"{what}: op must be a string, one of {', '.join(OPS)}; got {op!r}")
             op = op.lower()
-        if c.mode in ("lossy_abs", "lossy_rel"):
-            if not b.is_float:
-                raise InvalidArgumentError(
-                    f"{what}: lossy compression needs a floating-point array, got {b.dtype}; "
-                    "use compression=ncclz.Lossless() or None for integers"
-                )
-            if op == "prod":
-                raise InvalidArgumentError(
-                    f"{what}: op 'prod' is not offered with lossy compression "
-                    "(the error would not be bounded); use Lossless() or None"
-                )
         return b, c, op
 
-    def _record(self, name: str, c: Any, st: Any, why: Any = None) -> None:
+    def _record(self, name: str, c: Any, st: Any, why: Any = None, hints: Any = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
-        self._last_raw = (name, c, st, why)
+        self._last_raw = (name, c, st, why, hints)
         self._last_stats = None
         if self._rank == 0 and self._policy_mode == "auto":
             pol = self._get_policy()
@@ -452,14 +444,14 @@ class Communicator:
                 effort = ""
                 if st.lightened or ran == "none":
                     spec = None if ran == "none" else Lossless()
-                elif c.rans_margin >= 0:
+                elif hints is not None and hints.rans_margin >= 0:
                     # the lossy call ran with another codec effort of the policy's: its Choice
                     # names it (a custom policy's Choice may give only the margin)
                     effort = getattr(why, "effort", None)
                     if effort is None:
                         from .tools.policy import effort_of_margin
 
-                        effort = effort_of_margin(c.rans_margin)
+                        effort = effort_of_margin(hints.rans_margin)
                 if effort:
                     pol.record(coll, dtype, nbytes, spec, float(st.wall_s), effort=effort)
                 else:
@@ -482,54 +474,56 @@ class Communicator:
         return self._policy
 
     def _choose(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any) -> tuple:
-        """The policy step of a call: (the native Compression to pass, the reason to record).
+        """The policy step of a call: (the native Compression to pass, the reason to record, the
+        native PolicyHints to pass or None).
 
-        Only rank 0 decides: its proposal (Compression.lighter) travels in the call descriptor and
-        every rank runs it; the other ranks' proposals are ignored, so they do not decide at all."""
+        Only rank 0 decides: its proposal (PolicyHints) travels in the call descriptor and every
+        rank runs it; the other ranks' proposals are ignored, so they do not decide at all."""
         mode = self._policy_mode if policy is None else _policy_name(policy, f"{coll}: policy")
         self._pending = None
         if self._rank == 0 and self._policy_mode == "auto" and self._world_size > 1:
             # what _record tells the policy after the call (its time with the mode that ran)
             self._pending = (coll, nbytes, b.dtype, None if c.mode == "none" else _spec_of(compression, c))
         if c.mode == "none":
-            return c, None
+            return c, None, None
         if mode == "off":
-            return c, "off"
+            return c, "off", None
         if self._rank != 0 or self._world_size == 1:
-            return c, "auto"
+            return c, "auto", None
         spec = _spec_of(compression, c)
         try:
             arr = _dlpack.to_numpy(b)
         except Exception:  # noqa: BLE001 - no NumPy view (e.g. bfloat16 without ml_dtypes): nothing to calibrate
             arr = None
         if arr is None:
-            return c, "auto: as requested (no NumPy view of the data to calibrate on)"
+            return c, "auto: as requested (no NumPy view of the data to calibrate on)", None
         try:
             choice = self._get_policy().choose(coll, arr, spec, nbytes)
         except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
-            return c, f"auto: as requested (the policy failed: {type(e).__name__}: {e})"
+            return c, f"auto: as requested (the policy failed: {type(e).__name__}: {e})", None
         # the reason is formatted only when last_stats is read (a per-call cost otherwise)
         why = choice
+        hints = None
         if choice.mode in ("none", "lossless") and choice.mode != _mode_class(c.mode):
-            c = _with_proposal(c, lighter=choice.mode)
+            hints = _with_proposal(lighter=choice.mode)
         elif choice.mode == "lossy" and getattr(choice, "rans_margin", None) is not None and c.mode.startswith("lossy"):
-            c = _with_proposal(c, rans_margin=choice.rans_margin)
+            hints = _with_proposal(rans_margin=choice.rans_margin)
         if _log.isEnabledFor(logging.DEBUG) or _DEBUG:
             _debug(self._rank, f"policy: {coll} {nbytes} B, requested {_describe_compression(c)}: auto: {why}")
-        return c, why
+        return c, why, hints
 
     def _build_stats(self) -> CallStats | None:
         if self._last_raw is None:
             return None
-        name, c, st, why = self._last_raw
+        name, c, st, why, hints = self._last_raw
         if why is not None and not isinstance(why, str):
             why = f"auto: {why}"  # rank 0's policy Choice
         requested = _describe_compression(c)
         ran = st.ran_mode
         if why == "auto":  # not rank 0: say what rank 0's decision did here
             why = f"auto: rank 0 chose {ran}" if st.lightened else "auto: rank 0 kept the requested mode"
-        elif why and why.startswith("auto") and c.lighter and not st.lightened:
-            why += f"; not taken: the exact {c.lighter} sum in the element type could exceed the bound"
+        elif why and why.startswith("auto") and hints is not None and hints.lighter and not st.lightened:
+            why += f"; not taken: the exact {hints.lighter} sum in the element type could exceed the bound"
         return CallStats(
             op=name,
             compression=ran if st.lightened else requested,
@@ -550,12 +544,7 @@ class Communicator:
     def _check_rank(self, r: Any, what: str) -> int:
         if isinstance(r, bool) or not isinstance(r, int) and not hasattr(r, "__index__"):
             raise InvalidArgumentError(f"{what} must be an integer rank, got {r!r}")
-        r = int(r)
-        if not 0 <= r < self._world_size:
-            raise InvalidArgumentError(
-                f"{what} {r} is not a rank of this communicator (world size {self._world_size})"
-            )
-        return r
+        return int(r)  # its range is the runtime's check
 
     # ---- collectives ------------------------------------------------------
     @_name_rank
@@ -569,15 +558,15 @@ class Communicator:
         (see the module doc); None: the communicator's setting.
         """
         b, c, op = self._prepare(x, "all_reduce input", op, compression)
-        c, why = self._choose("all_reduce", b, c, compression, b.nbytes, policy)
+        c, why, hints = self._choose("all_reduce", b, c, compression, b.nbytes, policy)
         if out is not None:
             o = _dlpack.check_output(out, b, b.shape, "all_reduce out")
         elif b.writable:
             o = b
         else:
             o = _dlpack.empty(b, b.shape)
-        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype)
-        self._record("all_reduce", c, st, why)
+        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype, hints)
+        self._record("all_reduce", c, st, why, hints)
         if o is b:
             return x
         return out if out is not None else _dlpack.to_user(o)
@@ -592,7 +581,7 @@ class Communicator:
         count (result: 1-D of ``x.size // world_size``). ``policy``: as in all_reduce.
         """
         b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
-        c, why = self._choose("reduce_scatter", b, c, compression, b.nbytes, policy)
+        c, why, hints = self._choose("reduce_scatter", b, c, compression, b.nbytes, policy)
         w = self._world_size
         if len(b.shape) >= 1 and b.shape[0] % w == 0:
             shape = (b.shape[0] // w, *b.shape[1:])
@@ -608,8 +597,8 @@ class Communicator:
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype)
-        self._record("reduce_scatter", c, st, why)
+        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype, hints)
+        self._record("reduce_scatter", c, st, why, hints)
         return out if out is not None else _dlpack.to_user(o)
 
     @_name_rank
@@ -617,15 +606,15 @@ class Communicator:
         """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
         ``policy``: as in all_reduce."""
         b, c, _ = self._prepare(x, "all_gather input", None, compression)
-        c, why = self._choose("all_gather", b, c, compression, b.nbytes * self._world_size, policy)
+        c, why, hints = self._choose("all_gather", b, c, compression, b.nbytes * self._world_size, policy)
         shape = (self._world_size, *b.shape)
         o = (
             _dlpack.check_output(out, b, shape, "all_gather out")
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.all_gather(b.native, o.native, c, b.as_dtype)
-        self._record("all_gather", c, st, why)
+        st = self._native.all_gather(b.native, o.native, c, b.as_dtype, hints)
+        self._record("all_gather", c, st, why, hints)
         return out if out is not None else _dlpack.to_user(o)
 
     @_name_rank
@@ -634,13 +623,13 @@ class Communicator:
         ``policy``: as in all_reduce (rank 0 decides even when another rank is the root)."""
         root = self._check_rank(root, "broadcast root")
         b, c, _ = self._prepare(x, "broadcast buffer", None, compression)
-        c, why = self._choose("broadcast", b, c, compression, b.nbytes, policy)
+        c, why, hints = self._choose("broadcast", b, c, compression, b.nbytes, policy)
         o = b
         if not b.writable:
             o = _dlpack.empty(b, b.shape)
             _dlpack.copy_into(o, b)
-        st = self._native.broadcast(o.native, root, c, o.as_dtype)
-        self._record("broadcast", c, st, why)
+        st = self._native.broadcast(o.native, root, c, o.as_dtype, hints)
+        self._record("broadcast", c, st, why, hints)
         return x if o is b else _dlpack.to_user(o)
 
     @_name_rank

@@ -8,9 +8,9 @@
 #include <new>
 #include <string>
 
-#include "bootstrap/bootstrap.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
+#include "ncclz/unique_id.hpp"
 
 struct ncclzComm {
   std::unique_ptr<ncclz::Communicator> impl;
@@ -117,7 +117,7 @@ ncclzResult_t ncclzGetUniqueId(ncclzUniqueId* uniqueId) {
   return guarded([&] {
     if (!uniqueId) throw ncclz::InvalidArgument("ncclzGetUniqueId: null uniqueId");
     static_assert(sizeof(ncclz::UniqueId) == sizeof(ncclzUniqueId), "unique id sizes agree");
-    const ncclz::UniqueId id = ncclz::Bootstrap::make_unique_id();
+    const ncclz::UniqueId id = ncclz::make_unique_id();
     std::memcpy(uniqueId->internal, id.bytes, sizeof id.bytes);
   });
 }
@@ -203,17 +203,7 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
     ncclz::Communicator& c = comm_or_throw(comm);
     const ncclz::DataType t = dtype_or_throw(datatype);
     if (c.rank() == root && sendbuff && recvbuff && sendbuff != recvbuff && count) {
-      size_t es = 0;
-      switch (t) {
-        case ncclz::DataType::F64:
-        case ncclz::DataType::I64: es = 8; break;
-        case ncclz::DataType::F32:
-        case ncclz::DataType::I32: es = 4; break;
-        case ncclz::DataType::F16:
-        case ncclz::DataType::BF16: es = 2; break;
-        case ncclz::DataType::U8: es = 1; break;
-      }
-      std::memmove(recvbuff, sendbuff, count * es);
+      std::memmove(recvbuff, sendbuff, count * ncclz::dtype_size(t));
     }
     c.broadcast(recvbuff, count, t, root, to_compression(compression), &comm->last);
   });
