@@ -23,9 +23,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 import ncclz
+import numpy as np
 from ncclz.tools.bench import rank_input
 
 

@@ -1,7 +1,5 @@
 // The C API (ncclz.h) over the C++ Communicator: argument translation and
 // exception-to-result-code mapping. Nothing here throws.
-#include "ncclz/ncclz.h"
-
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -10,6 +8,7 @@
 
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
+#include "ncclz/ncclz.h"
 #include "ncclz/unique_id.hpp"
 
 struct ncclzComm {
@@ -192,8 +191,8 @@ ncclzResult_t ncclzReduceScatter(const void* sendbuff, void* recvbuff, size_t re
 ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype,
                              ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype),
-                                   to_compression(compression), &comm->last);
+    comm_or_throw(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype), to_compression(compression),
+                                   &comm->last);
   });
 }
 
@@ -212,16 +211,14 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).send(sendbuff, count, dtype_or_throw(datatype), peer, to_compression(compression),
-                             &comm->last);
+    comm_or_throw(comm).send(sendbuff, count, dtype_or_throw(datatype), peer, to_compression(compression), &comm->last);
   });
 }
 
 ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).recv(recvbuff, count, dtype_or_throw(datatype), peer, to_compression(compression),
-                             &comm->last);
+    comm_or_throw(comm).recv(recvbuff, count, dtype_or_throw(datatype), peer, to_compression(compression), &comm->last);
   });
 }
 

@@ -40,8 +40,10 @@ std::string describe(const CallDesc& d) {
   const Coll c = Coll(d.coll);
   s << coll_name(c) << "(";
   if (c == Coll::Barrier) return s.str() + ")";
-  s << (c == Coll::ReduceScatter ? "recv_count=" : c == Coll::AllGather ? "send_count=" : "count=") << d.count << ", "
-    << dtype_name(DataType(d.dtype));
+  s << (c == Coll::ReduceScatter ? "recv_count="
+        : c == Coll::AllGather   ? "send_count="
+                                 : "count=")
+    << d.count << ", " << dtype_name(DataType(d.dtype));
   if (c == Coll::AllReduce || c == Coll::ReduceScatter) s << ", " << op_name(RedOp(d.op));
   if (c == Coll::Broadcast) s << ", root=" << d.root;
   if (c == Coll::Send) s << ", peer=" << d.peer;

@@ -53,8 +53,8 @@ enum DescFlags : uint8_t {
 struct CallDesc {
   uint64_t seq = 0;
   uint64_t count = 0;
-  double bound = 0;   ///< E (abs) or r (rel)
-  double lo = 0;      ///< lossy statistics of this rank's input
+  double bound = 0;  ///< E (abs) or r (rel)
+  double lo = 0;     ///< lossy statistics of this rank's input
   double hi = 0;
   double maxabs = 0;
   double eb = 0;      ///< send/recv lossy: the sender's quantizer bound
