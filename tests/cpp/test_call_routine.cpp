@@ -164,7 +164,9 @@ TEST(CallRoutineLossy, StagedAndEagerPathsGiveTheSameBitsOnEveryCollective) {
         EXPECT_EQ(a.st[size_t(k)][size_t(r)].wire_bytes, b.st[size_t(k)][size_t(r)].wire_bytes)
             << what << " " << kColl[k] << " rank " << r;
         const CallStats& st = a.st[size_t(k)][size_t(r)];
-        if (st.raw_bytes > 0) EXPECT_LT(st.wire_bytes, st.raw_bytes) << what << " " << kColl[k];
+        if (st.raw_bytes > 0) {
+          EXPECT_LT(st.wire_bytes, st.raw_bytes) << what << " " << kColl[k];
+        }
       }
     }
   }
@@ -180,7 +182,9 @@ TEST(CallRoutineLossy, NonFiniteInputsTakeTheExactPathOnEveryCollective) {
   for (int k = 0; k < 4; ++k) {
     for (int r = 0; r < N; ++r) {
       EXPECT_TRUE(o.st[size_t(k)][size_t(r)].exact_fallback) << kColl[k] << " rank " << r;
-      if (k != 1) EXPECT_TRUE(same_bits(o.out[size_t(k)][0], o.out[size_t(k)][size_t(r)])) << kColl[k] << " " << r;
+      if (k != 1) {  // reduce_scatter: every rank its own block
+        EXPECT_TRUE(same_bits(o.out[size_t(k)][0], o.out[size_t(k)][size_t(r)])) << kColl[k] << " " << r;
+      }
     }
   }
   // select returns one rank's values exactly, non-finite ones included
