@@ -310,13 +310,42 @@ TEST(CallRoutineHints, BadHintsAreTheProposingRanksArgumentError) {
 
 // ---- configuration ------------------------------------------------------------------------
 
+/// Sets (or with nullptr unsets) a variable for a scope, then puts the old value back.
 struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr) {
+    if (had) old = std::getenv(n);
+    if (v) {
+      setenv(n, v, 1);
+    } else {
+      unsetenv(n);
+    }
+  }
+  ~ScopedEnv() {
+    if (had) {
+      setenv(name.c_str(), old.c_str(), 1);
+    } else {
+      unsetenv(name.c_str());
+    }
+  }
+};
+
+/// The runtime's tuning variables unset for a scope (a developer's environment may set them).
+struct CleanEnv {
+  ScopedEnv vars[9] = {{"NCCLZ_NCHANNELS", nullptr},
+                       {"NCCLZ_SLOT_BYTES", nullptr},
+                       {"NCCLZ_NSLOTS", nullptr},
+                       {"NCCLZ_SPARSE_SLICE_BYTES", nullptr},
+                       {"NCCLZ_PIPELINE_QUANTIZE", nullptr},
+                       {"NCCLZ_SPARSE_INPUT", nullptr},
+                       {"NCCLZ_P2P", nullptr},
+                       {"NCCLZ_TRANSPORT", nullptr},
+                       {"NCCLZ_SOCKET_THROTTLE_GBPS", nullptr}};
 };
 
 TEST(CallRoutineConfig, DefaultsEnvironmentAndExplicitSettings) {
+  const CleanEnv clean;
   const CommConfig d = CommConfig::defaults();
   EXPECT_EQ(d.nchannels, 2);
   EXPECT_EQ(d.slot_bytes, size_t(1) << 20);
@@ -362,6 +391,7 @@ TEST(CallRoutineConfig, DefaultsEnvironmentAndExplicitSettings) {
 }
 
 TEST(CallRoutineConfig, TheCommunicatorReportsWhatItUses) {
+  const CleanEnv clean;
   Ranks w(2, [](int, CommConfig& c) {
     c.nchannels = 3;
     c.token = "secret";
