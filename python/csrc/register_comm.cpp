@@ -10,7 +10,9 @@
 // of the call itself (counts and types of the two arrays, overlap, root,
 // peer, op, compression) is the runtime's Communicator::check_call, raised
 // here on this rank alone before any communication, as
-// ncclz.InvalidArgumentError. Only public headers (cpp/include/ncclz/).
+// ncclz.InvalidArgumentError. The policy's hints are the exception: they are
+// rank 0's proposal, so a bad one is left to the call, which fails it on every
+// rank. Only public headers (cpp/include/ncclz/).
 // The GIL is released for every call that may block (rendezvous and every
 // collective), only after the array views have been read, and abort() is
 // callable from another thread while a collective is waiting.
@@ -164,13 +166,14 @@ Compression with_layout(const Compression& c, const Buffer& b) {
   return x;
 }
 
-RedOp parse_op(const std::string& op) {
+RedOp parse_op(const std::string& op, const char* call) {
   if (op == "sum") return RedOp::Sum;
   if (op == "avg") return RedOp::Avg;
   if (op == "max") return RedOp::Max;
   if (op == "min") return RedOp::Min;
   if (op == "prod") return RedOp::Prod;
-  throw ncclz::InvalidArgument("unknown reduction op '" + op + "'; use one of sum, avg, max, min, prod");
+  throw ncclz::InvalidArgument(std::string(call) + ": unknown reduction op '" + op +
+                               "'; use one of sum, avg, max, min, prod");
 }
 
 Compression::Mode parse_mode(const std::string& m) {
@@ -229,9 +232,9 @@ class CommHandle {
                        const std::string& as_dtype, const PolicyHints* hints) {
     Buffer in = check_buffer(send, "all_reduce input", as_dtype);
     Buffer out = check_buffer(recv, "all_reduce output", as_dtype);
-    const RedOp r = parse_op(op);
+    const RedOp r = parse_op(op, "all_reduce");
     auto comm = get();
-    comm->check_call(args(CallKind::AllReduce, in, out, r, 0, c), hints);
+    comm->check_call(args(CallKind::AllReduce, in, out, r, 0, c));
     CallStats st;
     nb::gil_scoped_release nogil;
     comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st, hints);
@@ -242,9 +245,9 @@ class CommHandle {
                            const std::string& as_dtype, const PolicyHints* hints) {
     Buffer in = check_buffer(send, "reduce_scatter input", as_dtype);
     Buffer out = check_buffer(recv, "reduce_scatter output", as_dtype);
-    const RedOp r = parse_op(op);
+    const RedOp r = parse_op(op, "reduce_scatter");
     auto comm = get();
-    comm->check_call(args(CallKind::ReduceScatter, in, out, r, 0, c), hints);
+    comm->check_call(args(CallKind::ReduceScatter, in, out, r, 0, c));
     CallStats st;
     nb::gil_scoped_release nogil;
     comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st, hints);
@@ -256,7 +259,7 @@ class CommHandle {
     Buffer in = check_buffer(send, "all_gather input", as_dtype);
     Buffer out = check_buffer(recv, "all_gather output", as_dtype);
     auto comm = get();
-    comm->check_call(args(CallKind::AllGather, in, out, RedOp::Sum, 0, c), hints);
+    comm->check_call(args(CallKind::AllGather, in, out, RedOp::Sum, 0, c));
     CallStats st;
     nb::gil_scoped_release nogil;
     comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st, hints);
@@ -267,7 +270,7 @@ class CommHandle {
                       const PolicyHints* hints) {
     Buffer b = check_buffer(buf, "broadcast buffer", as_dtype);
     auto comm = get();
-    comm->check_call(args(CallKind::Broadcast, Buffer{}, b, RedOp::Sum, root, c), hints);
+    comm->check_call(args(CallKind::Broadcast, Buffer{}, b, RedOp::Sum, root, c));
     CallStats st;
     nb::gil_scoped_release nogil;
     comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st, hints);

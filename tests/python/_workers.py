@@ -767,6 +767,13 @@ def scenario_effort(ncclz, comm, args):
         except ncclz.InvalidArgumentError as e:
             errs[str(bad)] = str(e)
     out["errors"] = errs
+    # rank 0's proposal alone is bad: it fails the call on every rank (the others: RemoteError)
+    try:
+        x = fields[r].copy()
+        nat.all_reduce(x, x, "sum", c, "", H("", 2.0 if r == 0 else -1.0))
+        out["rank0_bad"] = "no error"
+    except ncclz.Error as e:
+        out["rank0_bad"] = type(e).__name__
     return out
 
 

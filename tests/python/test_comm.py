@@ -285,6 +285,8 @@ def test_rank0_codec_effort_is_followed_and_keeps_the_bits(tmp_path):
             assert res["1.0"][coll]["wire"] > res["-1.0"][coll]["wire"], (coll, res["1.0"][coll], res["-1.0"][coll])
         for bad, msg in res["errors"].items():
             assert "rans_margin" in msg, (bad, msg)
+    # a bad proposal of rank 0's alone is rank 0's argument error and cancels the call everywhere
+    assert [res["rank0_bad"] for res in ranks.results] == ["InvalidArgumentError", "RemoteError", "RemoteError"]
     assert len({res["-1.0"]["all_reduce"]["hash"] for res in ranks.results}) == 1
 
 
