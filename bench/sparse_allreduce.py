@@ -7,7 +7,7 @@ Lossy(rel=1e-3), policy="off", timed per call (slowest rank), with ratio and cod
 Options: --size 64M (bytes of float32 per rank), --iters 9, --codec NAME (force the wire codec,
 e.g. rans; default: the selector), --out-of-place (into a second array, as ncclz-bench does; default:
 in place, the input copied back before each call, outside the timing), --margin M (the codec effort
-the policy would propose: Compression.rans_margin, 1 = lossy/fast). Rank 0 prints one line:
+the policy would propose: PolicyHints.rans_margin, 1 = lossy/fast). Rank 0 prints one line:
 median / min wall time per call (max over ranks), ratio, the medians of rank 0's encode, decode and
 quantize seconds, and the median CPU seconds of all ranks together per call (user + system, every
 thread). bench/netlab/sparse_input.py runs it side by side with NCCLZ_SPARSE_INPUT and
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import ncclz
 import numpy as np
-from ncclz.tools.bench import rank_input
+from ncclz.tools.data import rank_input
 
 
 @dataclass(frozen=True)
