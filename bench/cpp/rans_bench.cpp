@@ -99,9 +99,9 @@ void run_one(const std::string& spec, int runs) {
   for (size_t i = 0; i < n; ++i) maxerr = std::max(maxerr, std::fabs(double(x[i]) - double(back[i])));
   const char* base = std::strrchr(path.c_str(), '/');
   std::printf("%-28s rel %.0e %-15s ratio %8.4f  whole: enc %6.3f dec %6.3f GB/s  %s %.4f  [%s]\n",
-              base ? base + 1 : path.c_str(), lossless ? 0.0 : rel, choice.c_str(), double(fbytes) / double(blob.size()),
-              double(fbytes) / te * 1e-9, double(fbytes) / td * 1e-9, lossless ? "maxerr" : "maxerr/eb",
-              lossless ? maxerr : maxerr / info.eb, picked.c_str());
+              base ? base + 1 : path.c_str(), lossless ? 0.0 : rel, choice.c_str(),
+              double(fbytes) / double(blob.size()), double(fbytes) / te * 1e-9, double(fbytes) / td * 1e-9,
+              lossless ? "maxerr" : "maxerr/eb", lossless ? maxerr : maxerr / info.grid_half_step, picked.c_str());
 
   // Pieces on int32 codes, per slice of info.slice_elems elements, with the
   // predictor the selector used most (or None).
@@ -110,7 +110,7 @@ void run_one(const std::string& spec, int runs) {
   for (int p = 0; p < kNumPredictors; ++p)
     if (info.by[int(Codec::Rans)][p].slices > best_s) best_s = info.by[int(Codec::Rans)][p].slices, best_p = p;
   if (!best_s || lossless) return;  // no Rans slice: no breakdown
-  const QuantGrid g = QuantGrid::from_bound(info.eb);
+  const QuantGrid g = QuantGrid::from_bound(info.grid_half_step);
   std::vector<int32_t> q(n), r(n), q2(n);
   std::vector<uint64_t> outl;
   quantize(x.data(), n, g, default_code_limit<int32_t>(), q.data(), &outl);

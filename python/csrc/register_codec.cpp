@@ -122,6 +122,8 @@ const uint8_t* blob_data(const nb::ndarray<nb::ro, uint8_t, nb::ndim<1>, nb::c_c
 
 nb::dict info_to_dict(const cz::BlobInfo& info) {
   nb::dict d;
+  d["version"] = int(info.version);
+  d["checksum"] = info.version >= 2 ? nb::object(nb::str("crc32c")) : nb::none();
   d["mode"] = info.mode == cz::Spec::Lossy ? "lossy" : "lossless";
   d["dtype"] = cz::elem_type_name(info.dtype);
   d["code_dtype"] = cz::elem_type_name(info.code_type);
@@ -132,7 +134,8 @@ nb::dict info_to_dict(const cz::BlobInfo& info) {
                     : info.bound_kind == 2 ? nb::object(nb::str("rel"))
                                            : nb::none();
   d["bound"] = info.bound;
-  d["eb"] = info.eb;
+  d["error_bound"] = info.error_bound ? nb::object(nb::float_(*info.error_bound)) : nb::none();
+  d["grid_half_step"] = info.grid_half_step;
   d["elements"] = info.elements;
   d["slice_elements"] = info.slice_elems;
   d["slices"] = info.slices;

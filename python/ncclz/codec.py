@@ -161,7 +161,8 @@ def decompress(blob: Any, out: np.ndarray | None = None) -> np.ndarray:
     touching fresh memory, which on many machines is slower than decoding itself.
 
     Raises:
-        ncclz.CorruptDataError: the blob is truncated, corrupt or of another format version.
+        ncclz.CorruptDataError: the blob is truncated, changed (its CRC-32C does not match: any
+            change of up to 3 bits is caught) or of an unknown format version.
         ncclz.InvalidArgumentError: ``out`` has the wrong shape, dtype or layout.
     """
     b = _blob_bytes(blob)
@@ -187,6 +188,21 @@ def decompress(blob: Any, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def inspect(blob: Any) -> dict[str, Any]:
-    """Describes a blob without decoding it: mode, dtype, shape, bound, sizes, ratio, outlier
-    count and, under ``"codecs"``, slices and bytes per codec (``"block+delta1"``, ...)."""
+    """Describes a blob without decoding it (its checksum and headers are checked).
+
+    Keys: ``version`` (format version: 2, or 1 for blobs of ncclz before checksums), ``checksum``
+    (``"crc32c"``, None for version 1), ``mode`` (``"lossy"``/``"lossless"``), ``dtype``,
+    ``code_dtype`` (what the slices carry: the dtype, or int32/int64 codes), ``shape``,
+    ``bound_kind`` (``"abs"``, ``"rel"`` or None) and ``bound`` (the bound as requested: E for
+    abs, r for rel; 0 lossless), ``error_bound`` (E, what every finite element is guaranteed
+    within: the abs bound, or r * (max - min) resolved for rel; 0 lossless; None for version-1
+    rel blobs, which did not store it), ``grid_half_step`` (half the quantization grid's step,
+    E less at most E/8 so that rounding to the dtype never crosses E; 0 lossless),
+    ``elements``, ``slice_elements``, ``slices``, ``raw_bytes``, ``compressed_bytes``, ``ratio``,
+    ``outliers``, ``outlier_bytes``, ``layout`` (``"classic"``/``"interp"``), ``grid_factor``, and
+    under ``"codecs"`` slices and bytes per codec (``"block+delta1"``, ...).
+
+    Raises:
+        ncclz.CorruptDataError: the blob is truncated, corrupt or of an unknown format version.
+    """
     return _core.codec_inspect(_blob_bytes(blob))

@@ -2,7 +2,7 @@
 //
 //   offset  size      field
 //   0       4         magic 'N' 'C' 'Z' 'B'
-//   4       1         version (1)
+//   4       1         version (2; 1 is read too: no field E, shape at 40, no CRC)
 //   5       1         mode: 0 lossless, 1 lossy
 //   6       1         dtype (ElemType of the original array)
 //   7       1         code type (ElemType the slices carry: dtype, or I32/I64)
@@ -14,24 +14,34 @@
 //   16      8         requested bound (f64: E or r; 0 lossless)
 //   24      8         eb, the absolute bound used (f64; 0 lossless)
 //   32      8         number of slices S = ceil(n / L)
-//   40      8*ndim    shape (u64 each)
+//   40      8         E, the bound every element is within (f64: abs, or rel resolved; 0 lossless)
+//   48      8*ndim    shape (u64 each)
 //   ...               S slices back to back (slice k: elements [kL, min(n, (k+1)L)))
 //   ...     8         outlier count m (0 in lossless mode)
 //           8         index bytes B
 //           B         indices as LEB128 varints of gaps: i0, then i[j] - i[j-1] - 1
 //           m*size    raw values of the outliers (dtype)
+//   end-4   4         CRC-32C of every byte before it (base/crc32c.hpp)
 //   end of blob (no trailing bytes)
 //
-// All integers little-endian.
+// All integers little-endian. The CRC is checked before anything else is
+// read past the version byte: at a fixed place (the blob's last 4 bytes) over
+// a fixed range (all the others), it catches every change of up to 3 bits and
+// every burst of up to 32 whatever fields they hit, lengths and counts
+// included. (A flipped version byte gives 0, 3 or 6, never 1: a version-2
+// blob cannot pass for an unchecked version-1 one by one flipped bit.)
 #include "ncclz/codec/container.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <type_traits>
 
+#include "base/crc32c.hpp"
 #include "codec/interp_codec.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
@@ -41,8 +51,10 @@ namespace ncclz::codec {
 namespace {
 
 constexpr uint32_t kBlobMagic = 0x425A434Eu;  // 'N','C','Z','B'
-constexpr uint8_t kBlobVersion = 1;
-constexpr size_t kFixedHeader = 40;
+constexpr uint8_t kBlobVersion = 2;           // what compress() writes
+constexpr size_t kFixedHeader = 48;           // version 2 (version 1: 40, without E)
+constexpr size_t kFixedHeaderV1 = 40;
+constexpr size_t kChecksumBytes = 4;  // version 2: the CRC-32C trailer
 constexpr uint64_t kMaxElements = uint64_t(1) << 62;
 constexpr int64_t kI32Limit = int64_t(1) << 30;
 constexpr int64_t kI64Limit = (int64_t(1) << 51) - 1;
@@ -135,11 +147,14 @@ void put_varint(std::vector<uint8_t>& out, uint64_t v) {
 // ---------------------------------------------------------------------------
 
 struct Parsed {
+  uint8_t version = kBlobVersion;
+  size_t body_len = 0;  // bytes before the checksum trailer (the whole blob in version 1)
   Spec::Mode mode = Spec::Lossless;
   ElemType dtype = ElemType::F32, code_type = ElemType::F32;
   uint8_t bound_kind = 0;
   uint8_t layout = 0, log2k = 0;  // 1: interp layout with grid factor 2^log2k
   double bound = 0, eb = 0;
+  std::optional<double> error_bound;  // E (version 1 stored it only as `bound` of abs blobs)
   std::vector<int64_t> shape;
   uint64_t n = 0;
   uint32_t slice_elems = 1;
@@ -151,12 +166,36 @@ struct Parsed {
   size_t index_offset = 0, index_bytes = 0, value_offset = 0;
 };
 
-Parsed parse(const uint8_t* blob, size_t len, bool keep_offsets) {
-  if (blob == nullptr && len != 0) corrupt("null buffer");
-  if (len < kFixedHeader) corrupt("truncated header (" + std::to_string(len) + " bytes)");
+std::string hex32(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", v);
+  return b;
+}
+
+Parsed parse(const uint8_t* blob, size_t len_in, bool keep_offsets) {
+  if (blob == nullptr && len_in != 0) corrupt("null buffer");
+  if (len_in < 5) corrupt("truncated header (" + std::to_string(len_in) + " bytes)");
   if (load_u32(blob) != kBlobMagic) corrupt("bad magic (not an ncclz.codec blob)");
-  if (blob[4] != kBlobVersion) corrupt("unsupported version " + std::to_string(blob[4]));
   Parsed p;
+  p.version = blob[4];
+  if (p.version != 1 && p.version != 2) {
+    corrupt("unsupported version " + std::to_string(blob[4]) + " (this ncclz reads versions 1 and 2; a newer " +
+            "ncclz wrote it, or the byte is damaged)");
+  }
+  const size_t fixed = p.version == 1 ? kFixedHeaderV1 : kFixedHeader;
+  if (len_in < fixed + (p.version == 1 ? 0 : kChecksumBytes))
+    corrupt("truncated header (" + std::to_string(len_in) + " bytes)");
+  size_t len = len_in;
+  if (p.version >= 2) {
+    len -= kChecksumBytes;
+    const uint32_t stored = load_u32(blob + len), actual = base::crc32c(blob, len);
+    if (stored != actual) {
+      corrupt("checksum mismatch (CRC-32C of its first " + std::to_string(len) + " bytes is " + hex32(actual) +
+              ", the blob says " + hex32(stored) +
+              "): it changed after compress() wrote it (a damaged file, transfer or memory?)");
+    }
+  }
+  p.body_len = len;
   if (blob[5] > 1) corrupt("bad mode byte");
   p.mode = Spec::Mode(blob[5]);
   if (!is_valid_elem_type(blob[6]) || !is_valid_elem_type(blob[7])) corrupt("bad element type");
@@ -176,17 +215,29 @@ Parsed parse(const uint8_t* blob, size_t len, bool keep_offsets) {
   p.bound = load_f64(blob + 16);
   p.eb = load_f64(blob + 24);
   p.slices = load_u64(blob + 32);
+  if (p.version >= 2) {
+    p.error_bound = load_f64(blob + 40);
+  } else if (p.bound_kind != 2) {
+    p.error_bound = std::min(p.bound, kMaxEb);  // version 1: abs and lossless stored E as the bound
+  }
   if (p.mode == Spec::Lossless) {
-    if (p.code_type != p.dtype || p.bound_kind != 0 || p.bound != 0 || p.eb != 0)
+    if (p.code_type != p.dtype || p.bound_kind != 0 || p.bound != 0 || p.eb != 0 || p.error_bound != 0.0)
       corrupt("inconsistent lossless header");
   } else {
     if (!is_float_type(p.dtype) || !is_code_type(p.code_type)) corrupt("inconsistent lossy types");
     if (p.bound_kind != 1 && p.bound_kind != 2) corrupt("bad bound kind");
     if (!(std::isfinite(p.bound) && p.bound > 0 && std::isfinite(p.eb) && p.eb > 0 && p.eb <= kMaxEb))
       corrupt("bad error bound");
+    if (p.version >= 2) {
+      // E: the abs bound (at most kMaxEb), or r * (max - min); the grid's half step is at most E.
+      const double e = *p.error_bound;
+      if (!(std::isfinite(e) && e > 0 && e <= kMaxEb && p.eb <= e) ||
+          (p.bound_kind == 1 && e != std::min(p.bound, kMaxEb)))
+        corrupt("bad error bound");
+    }
   }
   if (p.layout == 1 && !(p.eb >= kMinInterpEb)) corrupt("error bound too small for the interp layout");
-  size_t off = kFixedHeader;
+  size_t off = fixed;
   if (len - off < size_t(8) * ndim) corrupt("truncated shape");
   p.shape.resize(ndim);
   p.n = 1;
@@ -382,9 +433,10 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
   return opt.choice;
 }
 
-/// Writes the fixed header and shape.
+/// Writes the fixed header and shape. `eb`: the grid's half step; `e`: the
+/// bound every element is within (both 0 lossless).
 void put_header(ByteBuffer& out, const Spec& spec, ElemType dtype, ElemType code_type,
-                const std::vector<int64_t>& shape, uint32_t slice_elems, double eb, uint64_t slices,
+                const std::vector<int64_t>& shape, uint32_t slice_elems, double eb, double e, uint64_t slices,
                 int interp_log2k = 0) {
   out.resize(kFixedHeader + 8 * shape.size());
   uint8_t* h = out.data();
@@ -401,6 +453,7 @@ void put_header(ByteBuffer& out, const Spec& spec, ElemType dtype, ElemType code
   store_f64(h + 16, spec.mode == Spec::Lossless ? 0.0 : (spec.abs_bound > 0 ? spec.abs_bound : spec.rel_bound));
   store_f64(h + 24, eb);
   store_u64(h + 32, slices);
+  store_f64(h + 40, e);
   for (size_t i = 0; i < shape.size(); ++i) store_u64(h + kFixedHeader + 8 * i, uint64_t(shape[i]));
 }
 
@@ -428,6 +481,14 @@ void put_outliers(ByteBuffer& out, const std::vector<uint64_t>& idx, const uint8
   if (!varints.empty()) std::memcpy(p + 16, varints.data(), varints.size());
   p += 16 + varints.size();
   for (size_t j = 0; j < idx.size(); ++j) std::memcpy(p + j * esize, x + idx[j] * esize, esize);
+}
+
+/// Appends the CRC-32C of everything before it (the version-2 trailer).
+void seal(ByteBuffer& out) {
+  const uint32_t crc = base::crc32c(out.data(), out.size());
+  const size_t at = out.size();
+  out.resize(at + kChecksumBytes);
+  store_u32(out.data() + at, crc);
 }
 
 /// The encoder reserves the worst case up front (untouched pages cost no
@@ -514,7 +575,7 @@ ByteBuffer interp_blob_codes(const T* x, uint64_t n, const std::vector<int64_t>&
   const uint64_t slices =
       interp_slices(std::vector<uint64_t>(shape.begin(), shape.end()), L, ~uint64_t(0), &counts);
   ByteBuffer out;
-  put_header(out, spec, elem_type_of<T>(), elem_type_of<C>(), shape, L, grid_eb, slices, log2k);
+  put_header(out, spec, elem_type_of<T>(), elem_type_of<C>(), shape, L, grid_eb, g.eb, slices, log2k);
   size_t first = 0;
   for (uint32_t count : counts) {
     put_slice(out, resid.data() + first, elem_type_of<C>(), count, opt);
@@ -609,7 +670,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
 
   if (spec.mode == Spec::Lossless) {
     checked_choice(opt, t, spec, shape, l);
-    put_header(out, spec, t, t, shape, l.slice_elems, 0.0, slices);
+    put_header(out, spec, t, t, shape, l.slice_elems, 0.0, 0.0, slices);
     out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(t) + 16);
     const uint8_t* src = static_cast<const uint8_t*>(x);
     for (uint64_t first = 0; first < n; first += l.slice_elems) {
@@ -617,6 +678,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
       put_slice(out, src + first * elem_size(t), t, count, opt);
     }
     put_outliers(out, {}, src, elem_size(t));
+    seal(out);
     release_slack(out);
     return out;
   }
@@ -642,7 +704,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     const bool narrow = max_abs * g.inv_step < double(kI32Limit);
     const ElemType code_type = narrow ? ElemType::I32 : ElemType::I64;
     checked_choice(opt, code_type, spec, shape, l);
-    put_header(out, spec, t, code_type, shape, l.slice_elems, grid_eb, slices);
+    put_header(out, spec, t, code_type, shape, l.slice_elems, grid_eb, eb, slices);
     out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(code_type) + 16);
     std::vector<uint64_t> outliers;
     const size_t header_bytes = out.size();
@@ -689,6 +751,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     }
     return 0;
   });
+  seal(out);
   release_slack(out);
   return out;
 }
@@ -700,7 +763,7 @@ Decoded decompress(const uint8_t* blob, size_t len) {
   d.type = p.dtype;
   d.shape = p.shape;
   d.bytes.resize(size_t(p.n) * elem_size(p.dtype));
-  decode_into(blob, p, len, d.bytes.data());
+  decode_into(blob, p, p.body_len, d.bytes.data());
   return d;
 }
 
@@ -712,20 +775,22 @@ void decompress_into(const uint8_t* blob, size_t len, void* out, size_t out_byte
                           std::to_string(need));
   if (need > 0 && out == nullptr) invalid("null output pointer");
   for_each_outlier(blob, p, [](uint64_t, uint64_t) {});
-  decode_into(blob, p, len, static_cast<uint8_t*>(out));
+  decode_into(blob, p, p.body_len, static_cast<uint8_t*>(out));
 }
 
 BlobInfo inspect(const uint8_t* blob, size_t len) {
   const Parsed p = parse(blob, len, true);
   for_each_outlier(blob, p, [](uint64_t, uint64_t) {});
   BlobInfo info;
+  info.version = p.version;
   info.mode = p.mode;
   info.dtype = p.dtype;
   info.code_type = p.code_type;
   info.shape = p.shape;
   info.bound_kind = p.bound_kind;
   info.bound = p.bound;
-  info.eb = p.eb;
+  info.error_bound = p.error_bound;
+  info.grid_half_step = p.eb;
   info.elements = p.n;
   info.slice_elems = p.slice_elems;
   info.slices = p.slices;
@@ -733,12 +798,12 @@ BlobInfo inspect(const uint8_t* blob, size_t len) {
   info.compressed_bytes = len;
   info.ratio = len ? double(info.raw_bytes) / double(len) : 0.0;
   info.outliers = p.outliers;
-  info.outlier_bytes = len - p.outlier_offset;
+  info.outlier_bytes = p.body_len - p.outlier_offset;
   info.interp = p.layout == 1;
   info.grid_factor = uint32_t(1) << p.log2k;
   for (size_t off : p.slice_offsets) {
     SliceHeader h;
-    read_header(blob + off, len - off, &h);  // validated by parse()
+    read_header(blob + off, p.body_len - off, &h);  // validated by parse()
     auto& c = info.by[int(h.codec)][int(h.predictor)];
     ++c.slices;
     c.bytes += kHeaderBytes + h.payload_bytes;

@@ -28,7 +28,11 @@ VECTORS = {
     "lossless_f32_floatexp": (smooth.astype(np.float32), ncclz.Lossless(), {"codec": "floatexp"}),
     "lossless_bf16": (smooth.astype(ml_dtypes.bfloat16), ncclz.Lossless(), {}),
     "lossless_f16": (smooth.astype(np.float16), ncclz.Lossless(), {}),
-    "lossless_f64_sparse": (np.where(rng.random(600) < 0.05, noisy, 0.0), ncclz.Lossless(), {"codec": "sparse"}),
+    "lossless_f64_sparse": (
+        np.where(rng.random(600) < 0.05, noisy, 0.0),
+        ncclz.Lossless(),
+        {"codec": "sparse"},
+    ),
     "lossless_i32_block": ((smooth * 1000).astype(np.int32), ncclz.Lossless(), {"codec": "block"}),
     "lossless_i64_rans": ((noisy * 50).astype(np.int64), ncclz.Lossless(), {"codec": "rans"}),
     "lossless_u8": ((smooth * 20 + 100).astype(np.uint8), ncclz.Lossless(), {}),
@@ -37,8 +41,11 @@ VECTORS = {
     "lossy_rel_f64_rans": (noisy, ncclz.Lossy(rel=1e-4), {"codec": "rans"}),
     "lossy_rel_f16": (smooth.astype(np.float16), ncclz.Lossy(rel=1e-2), {}),
     "lossy_abs_bf16": (smooth.astype(ml_dtypes.bfloat16), ncclz.Lossy(abs=0.05), {}),
-    "lossy_abs_f32_lorenzo2d": (grid.astype(np.float32), ncclz.Lossy(abs=1e-3),
-                                {"codec": "block", "predictor": "lorenzo2d"}),
+    "lossy_abs_f32_lorenzo2d": (
+        grid.astype(np.float32),
+        ncclz.Lossy(abs=1e-3),
+        {"codec": "block", "predictor": "lorenzo2d"},
+    ),
     "lossy_rel_f32_interp": (grid.astype(np.float32), ncclz.Lossy(rel=1e-3), {"layout": "interp"}),
 }
 
