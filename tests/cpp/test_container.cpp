@@ -521,6 +521,40 @@ TEST(Container, Version1BlobsStillDecode) {
   }
 }
 
+// decompress_with asks for memory once, after the headers checked out: a
+// damaged header never allocates; a damaged payload is found (by its checksum)
+// after the allocation, and the memory stays the caller's.
+TEST(Container, DecompressWithAllocatesOnceAfterTheChecks) {
+  const auto x = make_bytes(ElemType::F32, 3000, 5, false);
+  const auto blob = compress(x.data(), ElemType::F32, {30, 100}, Spec::lossy_abs(1e-3));
+  std::vector<uint8_t> mem;
+  int calls = 0;
+  auto alloc = [&](size_t n) {
+    ++calls;
+    mem.resize(n);
+    return static_cast<void*>(mem.data());
+  };
+  const ArrayDesc a = decompress_with(blob.data(), blob.size(), alloc);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(a.dtype, ElemType::F32);
+  EXPECT_EQ(a.shape, (std::vector<int64_t>{30, 100}));
+  ASSERT_EQ(a.bytes, x.size());
+  const Decoded d = decompress(blob.data(), blob.size());
+  EXPECT_EQ(std::memcmp(mem.data(), d.bytes.data(), a.bytes), 0);
+  for (size_t bit : {size_t(48 * 8 + 3), size_t(55 * 8 + 6), (blob.size() - 40) * 8}) {  // shape, shape, payload
+    ByteBuffer b = blob;
+    b[bit / 8] ^= uint8_t(1u << (bit % 8));
+    calls = 0;
+    try {
+      decompress_with(b.data(), b.size(), alloc);
+      ADD_FAILURE() << "bit " << bit << " decoded";
+    } catch (const ncclz::CorruptData& e) {
+      EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(calls, bit < 56 * 8 ? 0 : 1) << "bit " << bit;
+  }
+}
+
 TEST(Container, RandomBitFlipsNeverCrash) {
   std::mt19937_64 rng(2024);
   for (const auto& blob : small_blobs()) {

@@ -516,6 +516,19 @@ def test_every_single_bit_flip_is_an_error():
             flips += 1
     assert not silent, f"{len(silent)} flips not caught, e.g. (blob, bit, call) {silent[:5]}"
     assert flips > 100_000
+    # Into an output of the right dtype and shape: also an error, whatever the flip hit (the shape too).
+    for blob in blobs[::7]:
+        out = codec.decompress(blob)
+        b = blob.copy()
+        for bit in range(b.size * 8):
+            b[bit // 8] ^= np.uint8(1 << (bit % 8))
+            try:
+                codec.decompress(b, out=out)
+                silent.append((bit, "out="))
+            except ncclz.CorruptDataError:
+                pass
+            b[bit // 8] ^= np.uint8(1 << (bit % 8))
+    assert not silent, silent[:5]
 
 
 def test_checksum_error_says_what():
@@ -523,6 +536,37 @@ def test_checksum_error_says_what():
     blob[70] ^= 4
     with pytest.raises(ncclz.CorruptDataError, match="checksum mismatch .*changed after compress"):
         codec.decompress(blob)
+
+
+def test_fresh_outputs_never_share_memory_with_live_arrays(rng):
+    """decompress(blob) reuses the memory of freed outputs (a pool), never of live ones."""
+    x = rng.normal(size=(512, 1024)).astype(np.float32)  # 2 MiB: pooled
+    blob = codec.compress(x, ncclz.Lossy(abs=1e-3))
+    ref = codec.decompress(blob)
+    live = [codec.decompress(blob) for _ in range(4)]
+    for a in live:
+        assert a.flags.owndata is False and a.flags.writeable and a.flags.c_contiguous
+        assert np.array_equal(a, ref)
+    for i, a in enumerate(live):
+        for b in live[i + 1 :]:
+            assert not np.shares_memory(a, b)
+    for _ in range(6):  # freed and reused: still right, and independent of the arrays alive
+        del live[0]
+        y = codec.decompress(blob)
+        assert np.array_equal(y, ref)
+        for a in live:
+            assert not np.shares_memory(a, y)
+        y[:] = -1.0
+        for a in live:
+            assert np.array_equal(a, ref)
+        live.append(y)
+        live[-1] = codec.decompress(blob)
+    # Every dtype and odd sizes through the same path (small ones are not pooled).
+    for dtype in FLOAT_DTYPES + INT_DTYPES:
+        for shape in [(), (0,), (3,), (700, 1000)]:
+            z = make(dtype, shape, rng)
+            w = codec.decompress(codec.compress(z, ncclz.Lossless()))
+            assert w.dtype == z.dtype and w.shape == z.shape and np.array_equal(bits(w), bits(z))
 
 
 def test_decompress_into_preallocated_output(rng):

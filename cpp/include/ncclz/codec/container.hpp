@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -135,8 +136,26 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
 /// The same with the selector choosing everything.
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec);
 
-/// Decompresses a blob. Throws CorruptData for anything malformed.
+/// The array a blob holds, from its fixed header only (magic, version, dtype
+/// and shape are checked; the checksum and everything else are checked by
+/// decompress and decompress_into): what to allocate before decompress_into().
+struct ArrayDesc {
+  ElemType dtype = ElemType::F32;
+  std::vector<int64_t> shape;
+  size_t bytes = 0;  ///< elements * element size
+};
+ArrayDesc describe_array(const uint8_t* blob, size_t len);
+
+/// Decompresses a blob. Throws CorruptData for anything malformed, damaged
+/// (checksum) or truncated; the checksum is checked while the slices are
+/// decoded, each right before its decode (its bytes then in cache anyway).
 Decoded decompress(const uint8_t* blob, size_t len);
+
+/// Decompresses into memory from alloc(bytes), called once, after the blob's
+/// headers were checked (the checksum is checked while decoding); `alloc`
+/// may throw, and the memory is the caller's also when decoding then throws.
+/// Returns the array's dtype, shape and size.
+ArrayDesc decompress_with(const uint8_t* blob, size_t len, const std::function<void*(size_t)>& alloc);
 
 /// Decompresses into caller memory of exactly `out_bytes` bytes (throws
 /// InvalidArgument if that is not the array's size; see inspect()).
