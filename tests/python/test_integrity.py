@@ -53,23 +53,36 @@ def run(tmp_path, transport, verb, mode, fault, n=3, checksum=None, timeout=90.0
         port, token = free_port(), secrets.token_hex(8)
         cmds = []
         for r in range(n):
-            e = dict(env, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                     MASTER_PORT=str(port), NCCLZ_TOKEN=token,
-                     NCCLZ_TRANSPORT=transport)
+            e = dict(
+                env,
+                RANK=str(r),
+                WORLD_SIZE=str(n),
+                LOCAL_RANK=str(r),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                NCCLZ_TOKEN=token,
+                NCCLZ_TRANSPORT=transport,
+            )
             cmds.append(([sys.executable, str(WORKER), str(out), verb, mode], e))
-    procs = [subprocess.Popen(c, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for c, e in cmds]
+    procs = [
+        subprocess.Popen(c, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for c, e in cmds
+    ]
     deadline = time.monotonic() + timeout
     logs = []
     for p in procs:
         try:
-            logs.append(p.communicate(timeout=max(0.1, deadline - time.monotonic()))[0].decode(errors="replace"))
+            logs.append(
+                p.communicate(timeout=max(0.1, deadline - time.monotonic()))[0].decode(errors="replace")
+            )
         except subprocess.TimeoutExpired:
             for q in procs:
                 if q.poll() is None:
                     q.send_signal(signal.SIGKILL)
             pytest.fail(f"{transport} {verb} {mode}: ranks did not finish in {timeout:g} s")
-    log = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n{t[-3000:]}" for i, (p, t) in enumerate(zip(procs, logs)))
+    log = "\n".join(
+        f"--- process {i} (exit {p.returncode}) ---\n{t[-3000:]}" for i, (p, t) in enumerate(zip(procs, logs))
+    )
     results = []
     for r in range(n):
         f = out / f"rank{r}.json"
@@ -93,7 +106,9 @@ def assert_no_wrong_result(results, log, finder, sender, must_raise):
             continue
         else:
             assert res["call"] == "CorruptDataError", f"rank {r}: {res}\n{log}"
-            assert f"the call failed on every rank because rank {finder} received corrupt" in res["message"], res
+            assert (
+                f"the call failed on every rank because rank {finder} received corrupt" in res["message"]
+            ), res
         assert res["second"] == "AbortedError", res
 
 
@@ -105,7 +120,9 @@ def test_corrupt_slot_fails_every_rank(tmp_path, transport, checksum, mode):
     results, log = run(tmp_path, transport, "all_reduce", mode, "0:1:2:12345", checksum=checksum)
     assert_no_wrong_result(results, log, finder=1, sender=0, must_raise={0, 1, 2})
     finder = results[1]["message"]
-    assert f"({transport} transport, channel " in finder and ", slot " in finder and "CRC-32C" in finder, finder
+    assert f"({transport} transport, channel " in finder and ", slot " in finder and "CRC-32C" in finder, (
+        finder
+    )
 
 
 # A later slot: a rank whose own part of the call was complete before the notice reached it may
@@ -135,12 +152,23 @@ def test_checksum_setting_must_agree(tmp_path):
     port = free_port()
     procs = []
     for r in range(2):
-        e = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                 NCCLZ_TOKEN="t", NCCLZ_TRANSPORT="socket", NCCLZ_TIMEOUT="20",
-                 NCCLZ_CHECKSUM="on" if r == 0 else "off")
+        e = dict(
+            os.environ,
+            RANK=str(r),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            NCCLZ_TOKEN="t",
+            NCCLZ_TRANSPORT="socket",
+            NCCLZ_TIMEOUT="20",
+            NCCLZ_CHECKSUM="on" if r == 0 else "off",
+        )
         code = "import ncclz\ntry:\n    ncclz.init()\nexcept ncclz.InvalidArgumentError as e:\n    print(e)\n"
-        procs.append(subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code], env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        )
     for p in procs:
         text = p.communicate(timeout=60)[0].decode()
         assert p.returncode == 0 and "set NCCLZ_CHECKSUM the same way on every rank" in text, text
