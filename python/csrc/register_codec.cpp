@@ -249,7 +249,7 @@ nb::dict info_to_dict(const cz::BlobInfo& info) {
   nb::list shape;
   for (int64_t s : info.shape) shape.append(s);
   d["shape"] = nb::tuple(shape);
-  d["bound_kind"] = info.bound_kind == 1 ? nb::object(nb::str("abs"))
+  d["bound_kind"] = info.bound_kind == 1   ? nb::object(nb::str("abs"))
                     : info.bound_kind == 2 ? nb::object(nb::str("rel"))
                                            : nb::none();
   d["bound"] = info.bound;
@@ -304,8 +304,8 @@ void register_codec(nb::module_& m) {
         }
         return to_numpy(std::move(blob));
       },
-      "x"_a.noconvert(), "lossy"_a, "abs_bound"_a, "rel_bound"_a, "codec"_a, "predictor"_a, "as_bfloat16"_a, "interp"_a = -1,
-      "rans_margin"_a = -1.0,
+      "x"_a.noconvert(), "lossy"_a, "abs_bound"_a, "rel_bound"_a, "codec"_a, "predictor"_a, "as_bfloat16"_a,
+      "interp"_a = -1, "rans_margin"_a = -1.0,
       "Compresses a CPU, C-contiguous array into a blob (NumPy uint8). Use ncclz.codec.compress.");
 
   m.def(

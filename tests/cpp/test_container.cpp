@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "test_corrupt.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "ncclz/codec/container.hpp"
 #include "ncclz/error.hpp"
+#include "test_corrupt.hpp"
 
 using namespace ncclz::codec;
 using Choice = EncodeOptions::Choice;
@@ -50,7 +50,7 @@ ByteBuffer make_bytes(ElemType t, size_t n, uint32_t seed, bool specials) {
       case ElemType::F32: {
         float f = float(v);
         if (specials && r == 0) f = float_of(0x7FC00000u | uint32_t(rng() % 0x3FFFFF));  // NaN payload
-        if (specials && r == 1) f = float_of(0xFF800001u);                                // signalling NaN
+        if (specials && r == 1) f = float_of(0xFF800001u);                               // signalling NaN
         if (specials && r == 2) f = -std::numeric_limits<float>::infinity();
         if (specials && r == 3) f = -0.0f;
         std::memcpy(p, &f, 4);
@@ -181,8 +181,8 @@ TEST(Container, LossyAbsBoundEveryFloatType) {
         const auto x = make_bytes(t, numel(shape), seed++, true);
         const auto blob = compress(x.data(), t, shape, Spec::lossy_abs(eb));
         const Decoded d = decompress(blob.data(), blob.size());
-        const std::string what = std::string(elem_type_name(t)) + " eb " + std::to_string(eb) + " ndim " +
-                                 std::to_string(shape.size());
+        const std::string what =
+            std::string(elem_type_name(t)) + " eb " + std::to_string(eb) + " ndim " + std::to_string(shape.size());
         EXPECT_EQ(d.type, t);
         EXPECT_EQ(d.shape, shape);
         expect_lossy_ok(t, x, d, eb, what);
@@ -278,9 +278,9 @@ TEST(Container, ForcedCodecsAndPredictors) {
     Choice c;
     int p;
   };
-  const Force forces[] = {{Choice::Raw, -1},   {Choice::Block, -1}, {Choice::Rans, -1}, {Choice::Block, 1},
-                          {Choice::Rans, 2},   {Choice::Block, 3},  {Choice::Rans, 4},  {Choice::Auto, 4},
-                          {Choice::Block, 0},  {Choice::Sparse, -1}, {Choice::Sparse, 1}};
+  const Force forces[] = {{Choice::Raw, -1},  {Choice::Block, -1},  {Choice::Rans, -1}, {Choice::Block, 1},
+                          {Choice::Rans, 2},  {Choice::Block, 3},   {Choice::Rans, 4},  {Choice::Auto, 4},
+                          {Choice::Block, 0}, {Choice::Sparse, -1}, {Choice::Sparse, 1}};
   for (const Force& f : forces) {
     EncodeOptions opt;
     opt.choice = f.c;
@@ -385,7 +385,6 @@ TEST(Container, InvalidArguments) {
 }
 
 namespace {
-
 
 std::vector<ByteBuffer> small_blobs() {
   std::vector<ByteBuffer> blobs;

@@ -7,8 +7,6 @@
 // The FIFO contract under test is in cpp/src/transport/transport.hpp and the
 // ring layout in cpp/src/transport/slot_ring.hpp.
 #include <gtest/gtest.h>
-
-#include "test_threads.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 
 #include "bootstrap/bootstrap.hpp"
 #include "ncclz/error.hpp"
+#include "test_threads.hpp"
 #include "transport/transport.hpp"
 
 using namespace ncclz;
@@ -34,9 +33,7 @@ namespace {
 
 using ncclz_test::run_threads;
 
-Clock::time_point in_s(double s) {
-  return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
-}
+Clock::time_point in_s(double s) { return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6)); }
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Rank {
@@ -662,8 +659,8 @@ namespace {
 // Rank 1 in a forked child: sets up `kind`, runs `child`, and leaves with
 // _exit(code from child). Rank 0 runs `parent` in this process. Returns the
 // child's exit status.
-int fork_pair(const std::string& kind, const std::function<int(Rank&)>& child,
-              const std::function<void(Rank&)>& parent, bool expect_setup_error = false) {
+int fork_pair(const std::string& kind, const std::function<int(Rank&)>& child, const std::function<void(Rank&)>& parent,
+              bool expect_setup_error = false) {
   UniqueId id = Bootstrap::make_unique_id();
   pid_t pid = fork();
   if (pid == 0) {

@@ -50,8 +50,8 @@ constexpr const char* kCorruptAdvice =
 }  // namespace
 
 std::string ConnLabel::prefix() const {
-  return std::string(transport) + " transport rank " + std::to_string(rank) + " (channel " +
-         std::to_string(channel) + ", peer rank " + std::to_string(peer) + ")";
+  return std::string(transport) + " transport rank " + std::to_string(rank) + " (channel " + std::to_string(channel) +
+         ", peer rank " + std::to_string(peer) + ")";
 }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
@@ -253,9 +253,8 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
     }
     auto now = Clock::now();
     if (now >= deadline) {
-      throw Timeout(label.prefix() + ": timed out after " +
-                    fmt_s(std::chrono::duration<double>(now - start).count()) + " s waiting for " + what +
-                    " (peer rank " + std::to_string(label.peer) +
+      throw Timeout(label.prefix() + ": timed out after " + fmt_s(std::chrono::duration<double>(now - start).count()) +
+                    " s waiting for " + what + " (peer rank " + std::to_string(label.peer) +
                     " is stuck, slower, or not running the same collective; raise NCCLZ_TIMEOUT if it is just slow)");
     }
     waiting_flag->store(1, std::memory_order_seq_cst);

@@ -251,8 +251,8 @@ class RingSendConn final : public SendConn, public RingEnd {
   std::unique_ptr<RingHooks> hooks_;
   std::shared_ptr<LinkGroup> group_;
   bool checksum_ = false;
-  uint32_t tail_ = 0;       // posted so far (local mirror of hdr->tail)
-  bool acquired_ = false;   // slot tail_ handed out and not posted yet
+  uint32_t tail_ = 0;      // posted so far (local mirror of hdr->tail)
+  bool acquired_ = false;  // slot tail_ handed out and not posted yet
 };
 
 /// The receiving end over a ring.
@@ -276,8 +276,8 @@ class RingRecvConn final : public RecvConn, public RingEnd {
   std::unique_ptr<RingHooks> hooks_;
   std::shared_ptr<LinkGroup> group_;
   bool checksum_ = false;
-  uint32_t head_ = 0;       // released so far (local mirror of hdr->head)
-  bool waited_ = false;     // slot head_ handed out and not released yet
+  uint32_t head_ = 0;    // released so far (local mirror of hdr->head)
+  bool waited_ = false;  // slot head_ handed out and not released yet
   SlotView view_;
 };
 

@@ -138,9 +138,9 @@ class SocketProxy {
     uint32_t recv_done = 0;
     size_t recv_off = 0;
     FrameHeader recv_hdr{};
-    bool finished = false;           // socket closed (failed or both ends gone)
+    bool finished = false;  // socket closed (failed or both ends gone)
     std::atomic<bool> failed{false};
-    std::string error;               // written before `failed`
+    std::string error;                                             // written before `failed`
     std::atomic<bool> send_end_gone{false}, recv_end_gone{false};  // the local ends were destroyed
     // Corrupt-data notices: the one this proxy sends (kNoticeNone until the
     // group is poisoned), and the one it reads from the peer.
@@ -598,8 +598,8 @@ class SocketTransport final : public Transport {
 
   Kind kind() const override { return Kind::Socket; }
 
-  std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
-                                             Clock::time_point deadline, size_t slot_bytes) override {
+  std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels, Clock::time_point deadline,
+                                             size_t slot_bytes) override {
     check_connect_args(ctx_, peers, nchannels);
     const size_t sb = slot_bytes ? slot_bytes : ctx_.cfg.slot_bytes;
     const int me = ctx_.bootstrap->rank();
@@ -647,8 +647,8 @@ class SocketTransport final : public Transport {
         for (int c = 0; c < nchannels; ++c) {
           for (size_t i = 0; i < np; ++i) {
             if (peers[i] < me && !fds[c][i]) {
-              missing += (missing.empty() ? "" : ", ") + std::string("rank ") + std::to_string(peers[i]) +
-                         " channel " + std::to_string(c);
+              missing += (missing.empty() ? "" : ", ") + std::string("rank ") + std::to_string(peers[i]) + " channel " +
+                         std::to_string(c);
             }
           }
         }

@@ -94,7 +94,7 @@ enum class Kind { InProcess, SharedMemory, Socket };
 const char* kind_name(Kind k);
 
 struct TransportConfig {
-  Kind kind = Kind::Socket;     ///< not read by create_transport (it decides; see `transport`)
+  Kind kind = Kind::Socket;  ///< not read by create_transport (it decides; see `transport`)
   /// "" = automatic (NCCLZ_TRANSPORT when set), or "inproc", "shm", "socket" to
   /// force one; must be the same on every rank.
   std::string transport;

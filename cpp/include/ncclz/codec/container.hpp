@@ -63,7 +63,6 @@ struct DefaultInitAllocator : std::allocator<T> {
 /// Bytes of a blob or of a decoded array.
 using ByteBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
 
-
 struct EncodeOptions;  // codec/slice.hpp
 
 /// What to promise about the reconstruction.
@@ -132,7 +131,7 @@ struct BlobInfo {
 /// (its row/plane are filled in from the shape). Throws InvalidArgument for a
 /// bad spec, shape, type or a forced codec that cannot carry the data.
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
-                              const EncodeOptions& opt);
+                    const EncodeOptions& opt);
 /// The same with the selector choosing everything.
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec);
 
@@ -167,8 +166,8 @@ void decompress_into(const uint8_t* blob, size_t len, void* out, size_t out_byte
 BlobInfo inspect(const uint8_t* blob, size_t len);
 
 /// Lower-case names used by the Python API and in messages.
-const char* elem_type_name(ElemType t);     ///< "float32", "bfloat16", "int32", ...
-const char* codec_name(Codec c);            ///< "raw", "block", "rans", "floatexp", "sparse"
-const char* predictor_name(Predictor p);    ///< "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"
+const char* elem_type_name(ElemType t);   ///< "float32", "bfloat16", "int32", ...
+const char* codec_name(Codec c);          ///< "raw", "block", "rans", "floatexp", "sparse"
+const char* predictor_name(Predictor p);  ///< "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"
 
 }  // namespace ncclz::codec
