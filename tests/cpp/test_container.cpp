@@ -513,7 +513,9 @@ TEST(Container, Version1BlobsStillDecode) {
     EXPECT_EQ(info.bound_kind, v.bound_kind);
     // Version 1 stored E only as an abs blob's bound.
     EXPECT_EQ(info.error_bound.has_value(), v.bound_kind != 2);
-    if (v.bound_kind == 1) EXPECT_EQ(*info.error_bound, info.bound);
+    if (v.bound_kind == 1) {
+      EXPECT_EQ(*info.error_bound, info.bound);
+    }
     ByteBuffer out(want.size());
     decompress_into(blob.data(), blob.size(), out.data(), out.size());
     EXPECT_EQ(out, want);
