@@ -23,10 +23,9 @@ import statistics
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 import ncclz
-from ncclz.tools.bench import rank_input
+import numpy as np
+from ncclz.tools.data import rank_input
 
 
 @dataclass(frozen=True)

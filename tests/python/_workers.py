@@ -14,6 +14,7 @@ exact reference (fp64) by itself.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -557,7 +558,7 @@ def scenario_policy(ncclz, comm, args):
     ck = Checker(comm)
     out = {"calls": {}}
     if "stub" in kv and r == 0:
-        from ncclz.tools.policy import Choice
+        from ncclz.policy import Choice
 
         want = kv["stub"]
 
@@ -570,16 +571,16 @@ def scenario_policy(ncclz, comm, args):
             def observe(self, stats):
                 pass
 
-        comm._policy = Stub()
+        comm.reset_policy(Stub())
     if "measure" in args and r == 0:  # as if earlier calls had measured: compressed 10 s, plain 10 ms
-        pol = comm._get_policy()
+        pol = comm.policy
         for _ in range(2):  # (the first of each is ignored: cold)
             pol.record("all_reduce", "float32", count * 4, comp, 10.0)
             pol.record("all_reduce", "float32", count * 4, None, 0.01)
     if "observe" in args:
         big = np.ones(2 << 20, np.float32)
         comm.all_reduce(big)
-        out["link_gbps"] = getattr(comm._policy, "link_gbps", None) if r == 0 else None
+        out["link_gbps"] = comm.policy.link_gbps if r == 0 else None
     # rank-local data differs (every rank's input is different, rank 0's is noisier)
     inputs = [rank_input(k, count, "float32", seed + (100 if k == 0 else 0)) for k in range(W)]
     if W > 1:
@@ -601,8 +602,8 @@ def scenario_policy(ncclz, comm, args):
             got = comm.broadcast(x, root=W - 1, compression=comp, **kw)
             ref = as_f64(inputs[W - 1])
         st = comm.last_stats
-        out["calls"][coll] = dict(compression=st.compression, requested=st.requested, policy=st.policy,
-                                  error_bound=st.error_bound, hash=digest(got))
+        out["calls"][coll] = {"compression": st.compression, "requested": st.requested, "policy": st.policy,
+                              "error_bound": st.error_bound, "hash": digest(got)}
         if E is not None:
             ck.require(st.error_bound <= E * (1 + 1e-9), f"{coll}: stats promise {st.error_bound} > {E}")
             ck.check_close(f"{coll}", got, ref, E, comp_s, "float32")
@@ -618,9 +619,8 @@ def scenario_policy(ncclz, comm, args):
                 plain = comm.broadcast(y, root=W - 1, policy="off")
             ck.require(bits(got) == bits(plain), f"{coll}: lossless result differs from uncompressed")
     out["checks"] = ck.checks
-    if r == 0:  # what rank 0's policy learned from the calls (size classes with a measured time)
-        out["measured"] = {str(k): v for k, v in getattr(comm._policy, "meas", {}).items()}
-        out["samples"] = [[str(k[0]), k[1], len(v)] for k, v in getattr(comm._policy, "_samples", {}).items()]
+    if r == 0 and "stub" not in kv:  # what rank 0's policy learned from the calls (ncclz.policy.Measurement)
+        out["measurements"] = [dataclasses.asdict(m) for m in comm.policy.measurements()]
     return out
 
 
