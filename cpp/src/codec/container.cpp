@@ -60,17 +60,15 @@ constexpr size_t kChecksumBytes = 4;  // version 2: the CRC-32C trailer
 constexpr uint64_t kMaxElements = uint64_t(1) << 62;
 constexpr int64_t kI32Limit = int64_t(1) << 30;
 constexpr int64_t kI64Limit = (int64_t(1) << 51) - 1;
-constexpr double kMaxEb = 0x1p1020;  // keeps step and 1/step finite
-constexpr double kMinInterpEb = 0x1p-960;  // keeps the interp grid's step / 2^6 and its inverse normal
-constexpr int64_t kInterpI32Limit = int64_t(1) << 29;  // |q| and |q - prediction| fit int32
-constexpr uint64_t kInterpMinElems = 4096;  // the selector tries the interp layout from this size
-constexpr double kInterpMaxBitsPerElem = 10.0;  // ... when the classic blob is at most this dense
-constexpr double kInterpMaxBitsPerElem1D = 4.0;  // (1-D arrays: rough data such as gradients are common)
+constexpr double kMaxEb = 0x1p1020;                        // keeps step and 1/step finite
+constexpr double kMinInterpEb = 0x1p-960;                  // keeps the interp grid's step / 2^6 and its inverse normal
+constexpr int64_t kInterpI32Limit = int64_t(1) << 29;      // |q| and |q - prediction| fit int32
+constexpr uint64_t kInterpMinElems = 4096;                 // the selector tries the interp layout from this size
+constexpr double kInterpMaxBitsPerElem = 10.0;             // ... when the classic blob is at most this dense
+constexpr double kInterpMaxBitsPerElem1D = 4.0;            // (1-D arrays: rough data such as gradients are common)
 constexpr uint64_t kInterpProbeElems = uint64_t(1) << 16;  // 1-D arrays: first try the interp layout on this much
 
-[[noreturn]] void corrupt(const std::string& what) {
-  throw CorruptData("ncclz.codec: corrupt blob: " + what);
-}
+[[noreturn]] void corrupt(const std::string& what) { throw CorruptData("ncclz.codec: corrupt blob: " + what); }
 [[noreturn]] void invalid(const std::string& what) { throw InvalidArgument("ncclz.codec: " + what); }
 
 bool is_float_type(ElemType t) {
@@ -162,9 +160,9 @@ struct Parsed {
   uint64_t n = 0;
   uint32_t slice_elems = 1;
   uint64_t slices = 0;
-  std::vector<size_t> slice_offsets;  // offset of each slice in the blob
+  std::vector<size_t> slice_offsets;   // offset of each slice in the blob
   std::vector<uint32_t> slice_counts;  // interp layout: elements of each slice
-  size_t outlier_offset = 0;          // offset of the outlier section
+  size_t outlier_offset = 0;           // offset of the outlier section
   uint64_t outliers = 0;
   size_t index_offset = 0, index_bytes = 0, value_offset = 0;
 };
@@ -312,10 +310,9 @@ void parse_fields(const uint8_t* blob, size_t len, bool keep_offsets, Parsed& p)
   p.n = read_shape(blob, len, ndim, &off, &p.shape);
   // Every slice is at least a header: this bounds the loop by the blob size.
   const uint64_t max_slices = (len - off) / kHeaderBytes;
-  const uint64_t want_slices =
-      p.layout == 1 ? interp_slices(std::vector<uint64_t>(p.shape.begin(), p.shape.end()), p.slice_elems, max_slices,
-                                    &p.slice_counts)
-                    : (p.n + p.slice_elems - 1) / p.slice_elems;
+  const uint64_t want_slices = p.layout == 1 ? interp_slices(std::vector<uint64_t>(p.shape.begin(), p.shape.end()),
+                                                             p.slice_elems, max_slices, &p.slice_counts)
+                                             : (p.n + p.slice_elems - 1) / p.slice_elems;
   if (p.slices != want_slices) corrupt("slice count does not match shape");
   if (p.slices > max_slices) corrupt("truncated slices");
   if (keep_offsets) p.slice_offsets.reserve(size_t(p.slices));
@@ -443,9 +440,8 @@ void decode_slices(const uint8_t* blob, const Parsed& p, size_t len, uint8_t* ou
   }
   sum.finish();
   const uint8_t* values = blob + p.value_offset;
-  for_each_outlier(blob, p, [&](uint64_t j, uint64_t idx) {
-    std::memcpy(out + idx * esize, values + j * esize, esize);
-  });
+  for_each_outlier(blob, p,
+                   [&](uint64_t j, uint64_t idx) { std::memcpy(out + idx * esize, values + j * esize, esize); });
 }
 
 /// Decodes a parsed blob into `out`, checking its checksum on the way; a
@@ -481,14 +477,15 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
       break;
     case Choice::Sparse:
       if (!codec_accepts(Codec::Sparse, code_type, Predictor::None))
-        invalid(std::string("codec 'sparse' codes integers and the bit patterns of floats, and ") + what + " " +
-                tname + "; use 'raw' or codec=None");
+        invalid(std::string("codec 'sparse' codes integers and the bit patterns of floats, and ") + what + " " + tname +
+                "; use 'raw' or codec=None");
       break;
     case Choice::FloatExp:
       if (!codec_accepts(Codec::FloatExp, code_type, Predictor::None))
         invalid(std::string("codec 'floatexp' codes float32, float16 and bfloat16 losslessly, and ") + what + " " +
-                tname + (spec.mode == Spec::Lossy ? "; use 'block', 'rans', 'sparse', 'raw' or codec=None"
-                                                  : "; use 'raw' or codec=None"));
+                tname +
+                (spec.mode == Spec::Lossy ? "; use 'block', 'rans', 'sparse', 'raw' or codec=None"
+                                          : "; use 'raw' or codec=None"));
       break;
   }
   if (opt.predictor >= 0) {
@@ -621,9 +618,9 @@ double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs, bool* 
 }
 
 template <class T, class Code>
-void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g,
-                      int64_t limit, const EncodeOptions& opt, std::vector<uint64_t>* outliers,
-                      uint64_t* predicted_bytes, uint64_t* probe_slice_bytes) {
+void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g, int64_t limit,
+                      const EncodeOptions& opt, std::vector<uint64_t>* outliers, uint64_t* predicted_bytes,
+                      uint64_t* probe_slice_bytes) {
   std::vector<Code> codes(size_t(std::min<uint64_t>(n, l.slice_elems)));
   std::vector<uint64_t> local;
   for (uint64_t first = 0; first < n; first += l.slice_elems) {
@@ -643,13 +640,11 @@ ByteBuffer interp_blob_codes(const T* x, uint64_t n, const std::vector<int64_t>&
                              const QuantGrid& g, double grid_eb, int64_t limit, int log2k, const EncodeOptions& opt) {
   BigArray<C> resid(static_cast<size_t>(n));
   std::vector<uint64_t> outliers;
-  interp_quantize(x, std::vector<uint64_t>(shape.begin(), shape.end()), g, log2k, g.eb, limit, resid.data(),
-                  &outliers);
+  interp_quantize(x, std::vector<uint64_t>(shape.begin(), shape.end()), g, log2k, g.eb, limit, resid.data(), &outliers);
   std::sort(outliers.begin(), outliers.end());
   const uint32_t L = kTargetSliceElems;
   std::vector<uint32_t> counts;
-  const uint64_t slices =
-      interp_slices(std::vector<uint64_t>(shape.begin(), shape.end()), L, ~uint64_t(0), &counts);
+  const uint64_t slices = interp_slices(std::vector<uint64_t>(shape.begin(), shape.end()), L, ~uint64_t(0), &counts);
   ByteBuffer out;
   put_header(out, spec, elem_type_of<T>(), elem_type_of<C>(), shape, L, grid_eb, g.eb, slices, log2k);
   size_t first = 0;
@@ -712,7 +707,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
 }
 
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
-                              const EncodeOptions& options) {
+                    const EncodeOptions& options) {
   if (!is_valid_elem_type(uint8_t(t))) invalid("unknown element type");
   if (shape.size() > size_t(kMaxDims)) invalid("at most " + std::to_string(kMaxDims) + " dimensions");
   const uint64_t n = element_count(shape);
@@ -784,14 +779,12 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(code_type) + 16);
     std::vector<uint64_t> outliers;
     const size_t header_bytes = out.size();
-    uint64_t predicted_bytes = 0;  // slices the selector coded with a predictor
+    uint64_t predicted_bytes = 0;    // slices the selector coded with a predictor
     uint64_t probe_slice_bytes = 0;  // the classic middle slice
     if (narrow)
-      put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers, &predicted_bytes,
-                                    &probe_slice_bytes);
+      put_lossy_slices<T, int32_t>(out, xs, n, l, g, kI32Limit, opt, &outliers, &predicted_bytes, &probe_slice_bytes);
     else
-      put_lossy_slices<T, int64_t>(out, xs, n, l, g, kI64Limit, opt, &outliers, &predicted_bytes,
-                                    &probe_slice_bytes);
+      put_lossy_slices<T, int64_t>(out, xs, n, l, g, kI64Limit, opt, &outliers, &predicted_bytes, &probe_slice_bytes);
     const size_t slice_bytes = out.size() - header_bytes;
     put_outliers(out, outliers, static_cast<const uint8_t*>(x), sizeof(T));
     // The interp layout (predictive quantization on a finer grid) wins on
@@ -802,8 +795,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     const bool try_interp =
         options.interp > 0 ||
         (options.interp < 0 && defaults && n >= kInterpMinElems && 2 * predicted_bytes >= slice_bytes &&
-         double(out.size()) * 8.0 <=
-             (shape.size() == 1 ? kInterpMaxBitsPerElem1D : kInterpMaxBitsPerElem) * double(n));
+         double(out.size()) * 8.0 <= (shape.size() == 1 ? kInterpMaxBitsPerElem1D : kInterpMaxBitsPerElem) * double(n));
     if (try_interp && grid_eb >= kMinInterpEb) {
       EncodeOptions sopt = options;
       sopt.row = sopt.plane = 0;
@@ -815,8 +807,8 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
         // The first kInterpProbeElems of the middle classic slice, against that slice's share.
         const uint64_t at = (n / l.slice_elems / 2) * l.slice_elems;
         const uint64_t m = std::min<uint64_t>(kInterpProbeElems, l.slice_elems);
-        const ByteBuffer probe = interp_blob(xs + at, m, {int64_t(m)}, spec, g, grid_eb, max_abs,
-                                             options.interp_log2k, sopt);
+        const ByteBuffer probe =
+            interp_blob(xs + at, m, {int64_t(m)}, spec, g, grid_eb, max_abs, options.interp_log2k, sopt);
         const double share = double(probe_slice_bytes) * double(m) / double(l.slice_elems);
         promising = double(probe.size()) < 0.9 * (share + double(kFixedHeader + 8 + 16));  // worth a second encode
       }
