@@ -199,24 +199,24 @@ def _describe_compression(c: Any) -> str:
     return c.mode
 
 
-def _native_args(c: Any, d: Decision) -> Any:
-    """The policy's decision as the native call's arguments: the requested Compression `c` with rank
-    0's proposal (a lighter mode, or a lossy call's codec effort) in its lighter / rans_margin
-    fields. Every collective passes what this returns; nothing else turns a decision into native
-    arguments."""
+def _hints(d: Decision) -> Any:
+    """The policy's decision as the native call's hints argument: rank 0's proposal (a lighter mode,
+    or a lossy call's codec effort) as a native PolicyHints, passed beside the requested Compression;
+    None when there is none. Every collective passes what this returns; nothing else turns a decision
+    into native arguments."""
     if not d.lighter and d.rans_margin is None:
-        return c
+        return None
     margin = -1.0 if d.rans_margin is None else float(d.rans_margin)
-    key = (c.mode, c.bound, c.codec, c.min_bytes, d.lighter, margin)
+    key = (d.lighter, margin)
     r = _proposals.get(key)
     if r is None:
-        r = _native.Compression(c.mode, c.bound, c.codec, c.min_bytes, d.lighter, margin)
+        r = _native.PolicyHints(d.lighter, margin)
         if len(_proposals) < 1024:
             _proposals[key] = r
     return r
 
 
-_proposals: dict = {}  # (native Compression fields, lighter, rans_margin) -> native Compression
+_proposals: dict = {}  # (lighter, rans_margin) -> native PolicyHints
 
 
 class Communicator:
@@ -367,23 +367,14 @@ class Communicator:
 
     # ---- helpers ----------------------------------------------------------
     def _prepare(self, x: Any, what: str, op: str | None, compression: Any) -> tuple:
+        """The array and compression as the native layer takes them. Only the Python types are checked
+        here; the runtime checks the call itself (dtype, op, bound, counts, root, peer)."""
         b = _dlpack.as_buffer(x, what)
         c = _compression(compression)
         if op is not None:
-            if not isinstance(op, str) or op.lower() not in OPS:
-                raise InvalidArgumentError(f"{what}: unknown op {op!r}; use one of {', '.join(OPS)}")
+            if not isinstance(op, str):
+                raise InvalidArgumentError(f"{what}: op must be a string, one of {', '.join(OPS)}; got {op!r}")
             op = op.lower()
-        if c.mode in ("lossy_abs", "lossy_rel"):
-            if not b.is_float:
-                raise InvalidArgumentError(
-                    f"{what}: lossy compression needs a floating-point array, got {b.dtype}; "
-                    "use compression=ncclz.Lossless() or None for integers"
-                )
-            if op == "prod":
-                raise InvalidArgumentError(
-                    f"{what}: op 'prod' is not offered with lossy compression "
-                    "(the error would not be bounded); use Lossless() or None"
-                )
         return b, c, op
 
     @property
@@ -445,12 +436,7 @@ class Communicator:
     def _check_rank(self, r: Any, what: str) -> int:
         if isinstance(r, bool) or not isinstance(r, int) and not hasattr(r, "__index__"):
             raise InvalidArgumentError(f"{what} must be an integer rank, got {r!r}")
-        r = int(r)
-        if not 0 <= r < self._world_size:
-            raise InvalidArgumentError(
-                f"{what} {r} is not a rank of this communicator (world size {self._world_size})"
-            )
-        return r
+        return int(r)  # its range is the runtime's check
 
     # ---- collectives ------------------------------------------------------
     @_name_rank
@@ -471,7 +457,7 @@ class Communicator:
             o = b
         else:
             o = _dlpack.empty(b, b.shape)
-        st = self._native.all_reduce(b.native, o.native, op, _native_args(c, d), b.as_dtype)
+        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype, _hints(d))
         self._record("all_reduce", c, st, d)
         if o is b:
             return x
@@ -503,7 +489,7 @@ class Communicator:
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.reduce_scatter(b.native, o.native, op, _native_args(c, d), b.as_dtype)
+        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype, _hints(d))
         self._record("reduce_scatter", c, st, d)
         return out if out is not None else _dlpack.to_user(o)
 
@@ -519,7 +505,7 @@ class Communicator:
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.all_gather(b.native, o.native, _native_args(c, d), b.as_dtype)
+        st = self._native.all_gather(b.native, o.native, c, b.as_dtype, _hints(d))
         self._record("all_gather", c, st, d)
         return out if out is not None else _dlpack.to_user(o)
 
@@ -534,7 +520,7 @@ class Communicator:
         if not b.writable:
             o = _dlpack.empty(b, b.shape)
             _dlpack.copy_into(o, b)
-        st = self._native.broadcast(o.native, root, _native_args(c, d), o.as_dtype)
+        st = self._native.broadcast(o.native, root, c, o.as_dtype, _hints(d))
         self._record("broadcast", c, st, d)
         return x if o is b else _dlpack.to_user(o)
 

@@ -214,11 +214,14 @@ def test_policy_config_errors(monkeypatch):
 
 
 def test_native_lighter_validation():
-    C = ncclz._core.comm.Compression
-    assert C("lossy_rel", 1e-3, "", 0, "none").lighter == "none"
-    assert C("lossless", 0.0, "", 0, "").lighter == ""
+    H = ncclz._core.comm.PolicyHints
+    assert H("none").lighter == "none" and H(lighter="lossless").lighter == "lossless"
+    assert H().lighter == "" and H().rans_margin == -1.0 and H(rans_margin=0.4).rans_margin == 0.4
     with pytest.raises(ncclz.InvalidArgumentError, match="lighter"):
-        C("lossy_rel", 1e-3, "", 0, "lossy")
+        H("lossy")
+    # the policy's hints are not part of the user's Compression
+    with pytest.raises(TypeError):
+        ncclz._core.comm.Compression("lossy_rel", 1e-3, "", 0, "none")
 
 
 def test_the_communicator_gives_its_channel_count_and_size_to_the_policy(monkeypatch):
