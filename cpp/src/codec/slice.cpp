@@ -446,6 +446,14 @@ Status decode_slice_merge(const uint8_t* src, size_t len, ElemType t, uint32_t c
   return s;
 }
 
+size_t sparse_list_max(const EncodeOptions& opt, ElemType t, size_t n) {
+  if (!is_code_type(t)) return 0;
+  if (opt.predictor >= 0 && opt.predictor != int(Predictor::None)) return 0;
+  if (opt.choice == Choice::Sparse) return n;
+  if (opt.choice != Choice::Auto || opt.sparse_min_zeros > 1 || opt.sparse_fast_zeros >= 1) return 0;
+  return size_t(double(n) * (1.0 - opt.sparse_fast_zeros));
+}
+
 Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count,
                              uint8_t* dst, size_t cap, SliceInfo* info) {
   if (!is_code_type(t)) return fail(Status::Unsupported, info);

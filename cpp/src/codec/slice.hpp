@@ -90,6 +90,16 @@ bool sparse_slice_nonzeros(const uint8_t* src, size_t len, size_t* k);
 Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_t count, uint32_t* pos, void* val,
                              size_t* k, size_t* consumed = nullptr);
 
+/// The most nonzeros a slice of n codes of type t may have for a Sparse slice
+/// without a predictor of its nonzeros (encode_slice_nonzeros) to stand in
+/// for the selector's choice under `opt`: n where Sparse is forced, else
+/// n * (1 - sparse_fast_zeros), where the selector takes Sparse as a fast
+/// codec; 0 where the options rule that out (another forced codec or
+/// predictor, Sparse disabled) or t is not a code type. A caller that holds
+/// slices as lists of nonzeros (the primitives' mostly-zero sums) keeps them
+/// as lists up to this size.
+size_t sparse_list_max(const EncodeOptions& opt, ElemType t, size_t n);
+
 /// A Sparse slice without a predictor of `count` codes of type t (I32, I64,
 /// else Status::Unsupported) given as their nonzeros: k positions, strictly
 /// increasing and below count, and their values, none zero (else
