@@ -76,7 +76,7 @@ inline size_t put_escapes(uint8_t* dst, size_t nib, size_t pos, size_t cap, cons
 inline size_t halfbytes_to_bytes(size_t half) { return half / 2 + (half & 1); }
 
 // Payload bytes of the block whose nibble is v, for v != 15 (0 for v = 15).
-constexpr unsigned nibble_payload(unsigned v) { return v - 1u < 14u ? 4 * (v + 1) : 0; }
+constexpr unsigned nibble_payload(unsigned v) { return 4 * block_nibble_words(v); }
 
 // For each nibble byte: payload bytes of its non-escaped blocks (<= 120) and
 // its number of escaped blocks (0..2).
@@ -106,12 +106,12 @@ bool check_widths(const uint8_t* src, size_t len, size_t nb, size_t* base) {
     nesc += kNibbleTable.esc[src[i]];
     total += kNibbleTable.pay[src[i]];
   }
-  if ((nb & 1) && (src[nib - 1] >> 4) != 0) return false;  // unused nibble
-  if (nesc > len - nib) return false;                       // escape stream truncated
+  if (!block_unused_nibble_ok(src, nb)) return false;
+  if (nesc > len - nib) return false;  // escape stream truncated
   unsigned bad = 0;
   for (size_t e = 0; e < nesc; ++e) {
     const unsigned w = src[nib + e];
-    bad |= unsigned(w < unsigned(kBlockEscape)) | unsigned(w > unsigned(block_max_width<Code>()));
+    bad |= unsigned(!block_escape_ok<Code>(w));
     total += block_payload_bytes(int(w));
   }
   *base = nib + nesc;
@@ -124,7 +124,7 @@ struct WidthReader {
   const uint8_t* esc;
   WidthReader(const uint8_t* src, size_t nb) : nib(src), esc(src + block_nibble_bytes(nb)) {}
   int next(size_t blk) {
-    const unsigned v = (unsigned(nib[blk >> 1]) >> (4 * (blk & 1))) & 15u;
+    const unsigned v = block_nibble_at(nib, blk);
     return v == unsigned(kBlockEscape) ? int(*esc++) : int(v);
   }
 };
