@@ -150,19 +150,13 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.1f GiB, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize >> 20);
 
-  // The codec takes its temporaries with cudaMallocAsync: keep freed pool
-  // memory in the pool instead of returning it to the driver at every
-  // synchronisation (the default threshold, 0), which would time allocations.
-  {
-    cudaMemPool_t pool;
-    CK(cudaDeviceGetDefaultMemPool(&pool, dev));
-    uint64_t threshold = ~uint64_t(0);
-    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  }
-
   const size_t n = mib * (size_t(1) << 20) / 4;
   const size_t bytes = n * 4;
   const size_t S = (n + L - 1) / L, slot = nc::slice_slot_bytes(ElemType::I32, L);
+  // The codec, on the legacy default stream, its scratch sized up front: no
+  // call below allocates.
+  nc::DeviceCodec codec(nullptr);
+  CL(codec.reserve(n, L));
   float *x, *y, *x2;
   int32_t *q, *q2;
   uint8_t* slots;
@@ -207,14 +201,14 @@ int main(int argc, char** argv) {
       r.data = kind == 0 ? "gaussian" : "smooth";
       r.pred = p == Predictor::None ? "none" : p == Predictor::Delta1 ? "delta1" : "delta2";
       const int64_t limit = int64_t(1) << 20;
-      auto quant = [&] { CL(nc::quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap, nullptr)); };
+      auto quant = [&] { CL(codec.quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap)); };
       auto enc = [&] {
-        CL(nc::encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots, slot, sizes, status, nullptr));
+        CL(codec.encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots, slot, sizes, status));
       };
-      auto dec = [&] { CL(nc::decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status, nullptr)); };
+      auto dec = [&] { CL(codec.decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status)); };
       auto deq = [&] {
-        CL(nc::dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32, nullptr));
-        CL(nc::scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y, nullptr));
+        CL(codec.dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32));
+        CL(codec.scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y));
       };
       // Check once, untimed.
       quant();
