@@ -42,8 +42,9 @@ class ScratchLayout {
 /// Temporary storage bytes exclusive_sum_u64 needs for n values.
 inline size_t exclusive_sum_bytes(size_t n) {
   size_t bytes = 0;
-  if (n) cub::DeviceScan::ExclusiveSum(nullptr, bytes, (const unsigned long long*)nullptr,
-                                       (unsigned long long*)nullptr, (long long)n);
+  if (n)
+    cub::DeviceScan::ExclusiveSum(nullptr, bytes, (const unsigned long long*)nullptr, (unsigned long long*)nullptr,
+                                  (long long)n);
   return bytes;
 }
 

@@ -34,13 +34,13 @@ using codec::ElemType;
 using codec::QuantGrid;
 using codec::Status;
 
-constexpr int kItems = 8;                   // elements per thread per tile
+constexpr int kItems = 8;  // elements per thread per tile
 constexpr size_t kTile = size_t(kThreads) * kItems;
 
 template <class T, class Code>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(const T* __restrict__ x, size_t n, QuantGrid g,
-                                                            int64_t limit, Code* __restrict__ q,
-                                                            unsigned long long* __restrict__ tile_count) {
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(const T* __restrict__ x, size_t n, QuantGrid g, int64_t limit, Code* __restrict__ q,
+                    unsigned long long* __restrict__ tile_count) {
   using Reduce = cub::BlockReduce<int, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const size_t base = size_t(blockIdx.x) * kTile;
@@ -64,10 +64,9 @@ __global__ void outlier_total_kernel(const unsigned long long* tile_count, const
 }
 
 template <class T, class Code>
-__global__ void __launch_bounds__(kThreads) gather_kernel(const T* __restrict__ x, size_t n, QuantGrid g,
-                                                          int64_t limit, const unsigned long long* tile_count,
-                                                          const unsigned long long* tile_off, uint64_t* idx,
-                                                          size_t cap) {
+__global__ void __launch_bounds__(kThreads)
+    gather_kernel(const T* __restrict__ x, size_t n, QuantGrid g, int64_t limit, const unsigned long long* tile_count,
+                  const unsigned long long* tile_off, uint64_t* idx, size_t cap) {
   if (tile_count[blockIdx.x] == 0) return;  // uniform per CTA
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage tmp;
@@ -199,8 +198,8 @@ int DeviceCodec::dequantize_async(const void* d_q, ElemType code_t, size_t n, do
       using Code = decltype(cv);
       type_ok = true;
       if (n == 0) return;
-      dequantize_kernel<T, Code><<<stride_grid(n), kThreads, 0, stream>>>(static_cast<const Code*>(d_q), n, g,
-                                                                           static_cast<T*>(d_out));
+      dequantize_kernel<T, Code>
+          <<<stride_grid(n), kThreads, 0, stream>>>(static_cast<const Code*>(d_q), n, g, static_cast<T*>(d_out));
       e = cudaGetLastError();
     });
   });
@@ -217,7 +216,7 @@ int DeviceCodec::scatter_outliers_async(const void* d_x, ElemType t, const uint6
     using T = decltype(tv);
     if (idx_cap == 0) return;
     scatter_kernel<T><<<stride_grid(idx_cap), kThreads, 0, stream>>>(static_cast<const T*>(d_x), d_idx, d_count,
-                                                                      idx_cap, static_cast<T*>(d_out));
+                                                                     idx_cap, static_cast<T*>(d_out));
     e = cudaGetLastError();
   });
   if (!ok) return host_error(Status::Unsupported);

@@ -98,8 +98,8 @@ struct EncodeParams {
 };
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads) enc_width_kernel(const Code* __restrict__ q, SliceBatchRef r,
-                                                             EncodeParams ep) {
+__global__ void __launch_bounds__(kThreads)
+    enc_width_kernel(const Code* __restrict__ q, SliceBatchRef r, EncodeParams ep) {
   const size_t gb = global_warp();
   if (gb >= r.blocks()) return;  // uniform per warp
   const uint32_t k = uint32_t(gb / r.nbs), b = uint32_t(gb % r.nbs);
@@ -181,14 +181,15 @@ __global__ void enc_nibble_kernel(SliceBatchRef r, uint8_t* __restrict__ dst) {
   const int w1 = 2 * j + 1 < nb ? r.widths[b0 + 1] : 0;
   payload[j] = codec::block_nibble_byte(w0, w1);
   // Escape bytes: after the nibbles, in block order.
-  if (w0 >= codec::kBlockEscape) payload[codec::block_stream_bytes(nb, info_escapes(r.scan[b0] - s.first1), 0)] = uint8_t(w0);
+  if (w0 >= codec::kBlockEscape)
+    payload[codec::block_stream_bytes(nb, info_escapes(r.scan[b0] - s.first1), 0)] = uint8_t(w0);
   if (w1 >= codec::kBlockEscape)
     payload[codec::block_stream_bytes(nb, info_escapes(r.scan[b0 + 1] - s.first1), 0)] = uint8_t(w1);
 }
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads) enc_planes_kernel(const Code* __restrict__ q, SliceBatchRef r,
-                                                              uint8_t* __restrict__ dst) {
+__global__ void __launch_bounds__(kThreads)
+    enc_planes_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst) {
   using U = codec::UCode<Code>;
   const size_t gb = global_warp();
   if (gb >= r.blocks()) return;  // uniform per warp
@@ -228,8 +229,7 @@ __global__ void enc_raw_kernel(const Code* __restrict__ q, SliceBatchRef r, uint
 // ---- decode ---------------------------------------------------------------
 
 template <class Code>
-__global__ void dec_header_kernel(const uint8_t* __restrict__ src, const uint64_t* __restrict__ lens,
-                                  SliceBatchRef r) {
+__global__ void dec_header_kernel(const uint8_t* __restrict__ src, const uint64_t* __restrict__ lens, SliceBatchRef r) {
   const size_t k = global_thread();
   if (k >= r.S) return;
   const ElemType t = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
@@ -339,8 +339,8 @@ __global__ void dec_length_kernel(SliceBatchRef r) {
 }
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads) dec_planes_kernel(const uint8_t* __restrict__ src, SliceBatchRef r,
-                                                              Code* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    dec_planes_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out) {
   using U = codec::UCode<Code>;
   const size_t gb = global_warp();
   if (gb >= r.blocks()) return;  // uniform per warp
@@ -570,10 +570,10 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
   sc.place(base, &r);
   const EncodeParams ep{p, row, plane};
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  return int(code_t == ElemType::I32
-                 ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s)
-                 : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status,
-                                 s));
+  return int(
+      code_t == ElemType::I32
+          ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s)
+          : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s));
 }
 
 int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
@@ -593,8 +593,8 @@ int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uin
 }
 
 int DeviceCodec::encode_slices_async(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, Predictor p,
-                                     uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes,
-                                     uint64_t* d_sizes, int* d_status) {
+                                     uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
+                                     int* d_status) {
   return encode_batch(d_q, code_t, n, slice_len, 0, p, row, plane, d_dst, slot_bytes, d_sizes, d_status);
 }
 

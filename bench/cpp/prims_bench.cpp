@@ -63,7 +63,9 @@ class MemConn final : public transport::SendConn, public transport::RecvConn {
   int peer() const override { return 0; }
 
  private:
-  uint8_t* base() { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem_.data()) + 63) & ~uintptr_t(63)); }
+  uint8_t* base() {
+    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem_.data()) + 63) & ~uintptr_t(63));
+  }
   size_t slot_;
   std::vector<uint8_t> mem_;
   std::vector<size_t> bytes_;
@@ -109,7 +111,8 @@ Result run_mode(const std::string& mode, size_t n, int rounds) {
     g.hi = r ? std::max(g.hi, s.hi) : s.hi;
     g.maxabs = std::max(g.maxabs, s.maxabs);
   }
-  const core::LossyPlan plan = core::plan_lossy(codec::ElemType::F32, core::Combine::Sum, kRanks, 1e-3 * (g.hi - g.lo), g);
+  const core::LossyPlan plan =
+      core::plan_lossy(codec::ElemType::F32, core::Combine::Sum, kRanks, 1e-3 * (g.hi - g.lo), g);
   std::vector<std::vector<int32_t>> codes(kRanks, std::vector<int32_t>(n));  // address ranges of the wire buffers
   std::vector<std::vector<float>> out(kRanks, std::vector<float>(n));
   std::vector<std::unique_ptr<core::LossyStage>> stage(kRanks);

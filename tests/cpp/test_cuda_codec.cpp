@@ -44,18 +44,18 @@ std::string no_device_reason() {
   return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : "no CUDA device visible";
 }
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    if (nc::device_count() == 0) {                                                       \
-      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();   \
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    if (nc::device_count() == 0) {                                                           \
+      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();       \
       GTEST_SKIP() << "no CUDA device: device codec not run (" << no_device_reason() << ")"; \
-    }                                                                                    \
+    }                                                                                        \
   } while (0)
 
-#define CUDA_OK(expr)                                                          \
-  do {                                                                         \
-    const cudaError_t e_ = (expr);                                             \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);     \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
 
 // The device codec of most tests: on the legacy default stream (LAUNCH_OK
@@ -66,12 +66,12 @@ nc::DeviceCodec& dev() {
 }
 
 // Launch return codes of the device codec: 0 = enqueued.
-#define LAUNCH_OK(expr)                                     \
-  do {                                                      \
-    const int r_ = (expr);                                  \
-    ASSERT_EQ(r_, 0) << #expr;                              \
-    CUDA_OK(cudaStreamSynchronize(nullptr));                \
-    CUDA_OK(cudaGetLastError());                            \
+#define LAUNCH_OK(expr)                      \
+  do {                                       \
+    const int r_ = (expr);                   \
+    ASSERT_EQ(r_, 0) << #expr;               \
+    CUDA_OK(cudaStreamSynchronize(nullptr)); \
+    CUDA_OK(cudaGetLastError());             \
   } while (0)
 
 // Device memory of exactly `bytes` bytes (so that compute-sanitizer sees any
@@ -206,7 +206,7 @@ void check_one_slice(const std::vector<Code>& q, int pred, uint32_t row, uint32_
   auto dq = to_device(q);
   DevBuf dst(cap), dsize(8), dstat(4);
   LAUNCH_OK(dev().encode_slice_async(dq->get(), t, n, Predictor(pred), row, plane, dst.get<uint8_t>(), cap,
-                                   dsize.get<uint64_t>(), dstat.get<int>()));
+                                     dsize.get<uint64_t>(), dstat.get<int>()));
   const int gst = dstat.download<int>(1)[0];
   const uint64_t gsize = dsize.download<uint64_t>(1)[0];
   ASSERT_EQ(gst, int(cst)) << "device encode status";
@@ -278,7 +278,7 @@ TEST(CudaCodec, FormatExamplesOnDevice) {
   auto dq = to_device(r);
   DevBuf dst(max_slice_bytes(ElemType::I32, 34)), dsize(8), dstat(4);
   LAUNCH_OK(dev().encode_slice_async(dq->get(), ElemType::I32, 34, Predictor::None, 0, 0, dst.get<uint8_t>(),
-                                   max_slice_bytes(ElemType::I32, 34), dsize.get<uint64_t>(), dstat.get<int>()));
+                                     max_slice_bytes(ElemType::I32, 34), dsize.get<uint64_t>(), dstat.get<int>()));
   ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
   ASSERT_EQ(dsize.download<uint64_t>(1)[0], kHeaderBytes + want.size());
   const auto got = dst.download<uint8_t>(kHeaderBytes + want.size());
@@ -296,7 +296,7 @@ TEST(CudaCodec, FormatExamplesOnDevice) {
   auto de = to_device(e);
   DevBuf dst2(max_slice_bytes(ElemType::I32, 160));
   LAUNCH_OK(dev().encode_slice_async(de->get(), ElemType::I32, 160, Predictor::None, 0, 0, dst2.get<uint8_t>(),
-                                   max_slice_bytes(ElemType::I32, 160), dsize.get<uint64_t>(), dstat.get<int>()));
+                                     max_slice_bytes(ElemType::I32, 160), dsize.get<uint64_t>(), dstat.get<int>()));
   ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
   ASSERT_EQ(dsize.download<uint64_t>(1)[0], kHeaderBytes + 229);
   const auto got2 = dst2.download<uint8_t>(kHeaderBytes + 5);
@@ -344,7 +344,7 @@ void batch_matches_cpu(size_t n, uint32_t L, int pred, uint32_t row, uint32_t pl
   auto dq = to_device(q);
   DevBuf dst(S * slot), dsizes(S * 8), dstat(S * 4), dout(n * sizeof(Code));
   LAUNCH_OK(dev().encode_slices_async(dq->get(), t, n, L, Predictor(pred), row, plane, dst.get<uint8_t>(), slot,
-                                    dsizes.get<uint64_t>(), dstat.get<int>()));
+                                      dsizes.get<uint64_t>(), dstat.get<int>()));
   const auto sizes = dsizes.download<uint64_t>(S);
   const auto stats = dstat.download<int>(S);
   const auto bytes = dst.download<uint8_t>(S * slot);
@@ -360,7 +360,7 @@ void batch_matches_cpu(size_t n, uint32_t L, int pred, uint32_t row, uint32_t pl
   // Decode the batch on the device, with exact lengths.
   auto dlens = to_device(sizes);
   LAUNCH_OK(dev().decode_slices_async(dst.get<uint8_t>(), slot, dlens->get<uint64_t>(), n, L, t, dout.get(),
-                                    dstat.get<int>()));
+                                      dstat.get<int>()));
   const auto dstats = dstat.download<int>(S);
   for (size_t k = 0; k < S; ++k) ASSERT_EQ(dstats[k], int(Status::Ok)) << "slice " << k;
   ASSERT_TRUE(dout.download<Code>(n) == q);
@@ -397,7 +397,7 @@ TEST(CudaCodec, CpuAutoSlicesDecodeOnDevice) {
       auto dsrc = to_device(buf);
       DevBuf dout(n * 4), dstat(4);
       LAUNCH_OK(dev().decode_slice_async(dsrc->get<uint8_t>(), buf.size(), ElemType::I32, uint32_t(n), dout.get(),
-                                       dstat.get<int>()));
+                                         dstat.get<int>()));
       const int st = dstat.download<int>(1)[0];
       SCOPED_TRACE(testing::Message() << "n=" << n << " dist=" << dist_name(d) << " codec=" << int(info.codec)
                                       << " pred=" << int(info.predictor));
@@ -432,12 +432,12 @@ TEST(CudaCodec, CorruptSlicesGiveTheCpuStatus) {
         ElemType t = ElemType::I32;
         uint32_t count = n;
         switch (trial % 6) {
-          case 0: len = rng() % bad.size(); break;                                      // truncated
-          case 1: bad[rng() % bad.size()] ^= uint8_t(1u << (rng() % 8)); break;          // one bit
+          case 0: len = rng() % bad.size(); break;                                                  // truncated
+          case 1: bad[rng() % bad.size()] ^= uint8_t(1u << (rng() % 8)); break;                     // one bit
           case 2: bad[kHeaderBytes + rng() % (bad.size() - kHeaderBytes)] = uint8_t(rng()); break;  // payload byte
-          case 3: bad[rng() % kHeaderBytes] = uint8_t(rng()); break;                    // header byte
-          case 4: count = n - 1 - rng() % 3; break;                                     // count mismatch
-          case 5: t = ElemType::I64; break;                                             // type mismatch
+          case 3: bad[rng() % kHeaderBytes] = uint8_t(rng()); break;                                // header byte
+          case 4: count = n - 1 - rng() % 3; break;                                                 // count mismatch
+          case 5: t = ElemType::I64; break;                                                         // type mismatch
         }
         bad.resize(len);
         const size_t esize = t == ElemType::I32 ? 4 : 8;
@@ -493,7 +493,7 @@ void quantizer_matches_cpu(size_t n, double eb, int64_t limit, uint32_t seed, bo
   auto dx = to_device(x);
   DevBuf dq(n * sizeof(Code)), dcount(8), didx(n * 8 + 8);
   LAUNCH_OK(dev().quantize_async(dx->get(), elem_type_of<T>(), n, eb, limit, dq.get(), code_type<Code>(),
-                               dcount.get<uint64_t>(), didx.get<uint64_t>(), n));
+                                 dcount.get<uint64_t>(), didx.get<uint64_t>(), n));
   const auto gq = dq.download<Code>(n);
   const uint64_t gcount = dcount.download<uint64_t>(1)[0];
   ASSERT_EQ(gcount, cout.size());
@@ -517,7 +517,7 @@ void quantizer_matches_cpu(size_t n, double eb, int64_t limit, uint32_t seed, bo
   }
   // Outliers written back exactly.
   LAUNCH_OK(dev().scatter_outliers_async(dx->get(), elem_type_of<T>(), didx.get<uint64_t>(), dcount.get<uint64_t>(), n,
-                                       dy.get()));
+                                         dy.get()));
   const auto gz = dy.download<T>(n);
   for (uint64_t i : cout) ASSERT_EQ(0, std::memcmp(&gz[i], &x[i], sizeof(T))) << "outlier " << i;
 }
@@ -566,8 +566,10 @@ TEST(CudaCodec, OneCodecManyCalls) {
     bool wide;
     Dist d;
   };
-  const Call calls[] = {{4000, 1000, 1, false, Dist::HugeEscapes}, {100, 7, 0, true, Dist::Extremes},
-                        {20000, 20000, 2, false, Dist::WideGauss}, {33, 33, 0, false, Dist::Zeros},
+  const Call calls[] = {{4000, 1000, 1, false, Dist::HugeEscapes},
+                        {100, 7, 0, true, Dist::Extremes},
+                        {20000, 20000, 2, false, Dist::WideGauss},
+                        {33, 33, 0, false, Dist::Zeros},
                         {4000, 1000, 3, true, Dist::Smooth}};
   uint32_t seed = 900;
   for (const Call& c : calls) {
@@ -609,18 +611,17 @@ TEST(CudaCodec, OneCodecManyCalls) {
 
 TEST(CudaCodec, HostRejectsBadArguments) {
   // No device needed: these are refused before anything is enqueued.
-  EXPECT_EQ(dev().encode_slices_async(nullptr, ElemType::F32, 10, 10, Predictor::None, 0, 0, nullptr, 64, nullptr,
-                                    nullptr),
-            -int(Status::Unsupported));
-  EXPECT_EQ(dev().encode_slices_async(nullptr, ElemType::I32, 10, 0, Predictor::None, 0, 0, nullptr, 64, nullptr,
-                                    nullptr),
-            -int(Status::BadHeader));
+  EXPECT_EQ(
+      dev().encode_slices_async(nullptr, ElemType::F32, 10, 10, Predictor::None, 0, 0, nullptr, 64, nullptr, nullptr),
+      -int(Status::Unsupported));
+  EXPECT_EQ(
+      dev().encode_slices_async(nullptr, ElemType::I32, 10, 0, Predictor::None, 0, 0, nullptr, 64, nullptr, nullptr),
+      -int(Status::BadHeader));
   EXPECT_EQ(dev().decode_slices_async(nullptr, 64, nullptr, 10, 10, ElemType::U8, nullptr, nullptr),
             -int(Status::Unsupported));
   EXPECT_EQ(dev().quantize_async(nullptr, ElemType::I32, 10, 0.1, 100, nullptr, ElemType::I32, nullptr, nullptr, 0),
             -int(Status::BadHeader));  // null counter
-  EXPECT_EQ(dev().dequantize_async(nullptr, ElemType::I32, 10, -1.0, nullptr, ElemType::F32),
-            -int(Status::BadHeader));
+  EXPECT_EQ(dev().dequantize_async(nullptr, ElemType::I32, 10, -1.0, nullptr, ElemType::F32), -int(Status::BadHeader));
 }
 
 #endif  // NCCLZ_WITH_CUDA

@@ -22,10 +22,10 @@
 
 using namespace ncclz;
 using codec::ElemType;
-using transport::Clock;
 using ncclz_test::FakeRecv;
 using ncclz_test::FakeSend;
 using ncclz_test::Fifo;
+using transport::Clock;
 
 namespace {
 

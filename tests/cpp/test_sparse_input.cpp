@@ -21,13 +21,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/worker_pool.hpp"
 #include "codec/block_coder.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "codec/sparse_coder.hpp"
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
-#include "base/worker_pool.hpp"
 #include "ncclz/error.hpp"
 #include "prims/prims.hpp"
 #include "prims/reduce.hpp"
@@ -226,9 +226,9 @@ void check_slice_from_list() {
                   Status::Ok);
         ASSERT_EQ(k, pos.size());
         EXPECT_TRUE(std::equal(pos.begin(), pos.end(), mp.begin()));
-        EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, t, n + 1, nullptr, nullptr, 0, mp.data(), mv.data(),
-                                            &k),
-                  Status::CountMismatch);
+        EXPECT_EQ(
+            codec::decode_slice_merge(buf.data(), si.bytes, t, n + 1, nullptr, nullptr, 0, mp.data(), mv.data(), &k),
+            Status::CountMismatch);
       } else {
         size_t k = 0;
         std::vector<uint32_t> mp(n);
@@ -261,9 +261,9 @@ TEST(SparseInputSlice, BadListsAndTypesAreRefused) {
   size_t k = 0;
   std::vector<uint32_t> p(200);
   std::vector<int64_t> q(200);
-  EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I64, 100, nullptr, nullptr, 0, p.data(),
-                                      q.data(), &k),
-            Status::TypeMismatch);
+  EXPECT_EQ(
+      codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I64, 100, nullptr, nullptr, 0, p.data(), q.data(), &k),
+      Status::TypeMismatch);
   // A slice without nonzeros lists nothing: no room needed for it.
   ASSERT_EQ(codec::encode_slice_nonzeros(nullptr, nullptr, 0, ElemType::I32, 100, buf.data(), buf.size(), &si),
             Status::Ok);
@@ -272,9 +272,9 @@ TEST(SparseInputSlice, BadListsAndTypesAreRefused) {
   ASSERT_TRUE(codec::sparse_slice_nonzeros(buf.data(), si.bytes, &nz));
   EXPECT_EQ(nz, 0u);
   k = 99;
-  EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, 0, nullptr, nullptr,
-                                      &k),
-            Status::Ok);
+  EXPECT_EQ(
+      codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, 0, nullptr, nullptr, &k),
+      Status::Ok);
   EXPECT_EQ(k, 0u);
   EXPECT_EQ(codec::decode_slice_nonzeros(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, &k), Status::Ok);
   EXPECT_EQ(k, 0u);
@@ -422,8 +422,8 @@ TEST(SparseInputStage, ListsAreTheDenseCodesNonzeros) {
     std::vector<uint64_t> codes(n);  // only an address range
     const uint8_t* cb = reinterpret_cast<const uint8_t*>(codes.data());
     std::vector<float> out(n);
-    core::LossyStage stage(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb,
-                           &index, false);
+    core::LossyStage stage(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb, &index,
+                           false);
     for (size_t off : {size_t(0), size_t(149990), size_t(299000)}) {
       const size_t m = std::min<size_t>(20000, n - off);
       prims::NonzeroList l;
@@ -478,8 +478,7 @@ TEST(SparseInputStage, ListedValuesBeyondTheGridThrow) {
   auto tight = core::plan_lossy(ElemType::F32, core::Combine::Sum, 2, 1e-3, stats_of({0.f, 0.5f}));
   ASSERT_TRUE(tight.compress);
   tight.limit = 100;  // codes of 1 and -2 are beyond it
-  core::LossyStage other(DataType::F32, tight, x.data(), codes.data(), out.data(), codes.data(), 2 * tight.eb,
-                         &index);
+  core::LossyStage other(DataType::F32, tight, x.data(), codes.data(), out.data(), codes.data(), 2 * tight.eb, &index);
   EXPECT_THROW(other.prepare_nonzeros(codes.data(), 5000, 5000, &l), Error);
 }
 
@@ -635,8 +634,7 @@ TEST(SparseInputPrims, ListStepsGiveTheDenseStepsSums) {
     sb.lists = cs.lists_b;
     std::vector<int32_t> b_out(n, -1), got(n, -1);
     prims::ChannelStats st[3];
-    std::vector<uint64_t> scr[3] = {std::vector<uint64_t>(600), std::vector<uint64_t>(600),
-                                    std::vector<uint64_t>(600)};
+    std::vector<uint64_t> scr[3] = {std::vector<uint64_t>(600), std::vector<uint64_t>(600), std::vector<uint64_t>(600)};
     std::thread ta([&] {
       auto a = code_args();
       if (cs.block_a) a.enc.choice = codec::EncodeOptions::Choice::Block;

@@ -117,8 +117,8 @@ class DeviceCodec {
   /// predictor (FORMAT.md checks, as decode_slice); Rans, Sparse and FloatExp
   /// slices give Status::Unsupported (no device decoder yet). Per-slice
   /// status to d_status[k]; after an error that slice's output is unspecified.
-  int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
-                          uint32_t slice_len, codec::ElemType code_t, void* d_out, int* d_status);
+  int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n, uint32_t slice_len,
+                          codec::ElemType code_t, void* d_out, int* d_status);
 
   /// One slice: encode_slices_async with slice_len = count (d_size, d_status: one each).
   int encode_slice_async(const void* d_q, codec::ElemType code_t, uint32_t count, codec::Predictor p, uint32_t row,

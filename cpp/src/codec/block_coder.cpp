@@ -30,10 +30,11 @@
 // int64 blocks whose width is at most 31 go through the int32 kernels (their
 // values fit in int32 and the bytes are identical); wider ones use scalar.
 #include "codec/block_coder.hpp"
-#include "codec/cpu_features.hpp"
 
 #include <cstring>
 #include <vector>
+
+#include "codec/cpu_features.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -393,10 +394,9 @@ template <class Code>
 NCCLZ_AVX2_INLINE int width_full_avx2(const Code* r) {
   const __m256i* p = reinterpret_cast<const __m256i*>(r);
   if constexpr (sizeof(Code) == 4) {
-    const __m256i a = _mm256_or_si256(_mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p)),
-                                                      _mm256_abs_epi32(_mm256_loadu_si256(p + 1))),
-                                      _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p + 2)),
-                                                      _mm256_abs_epi32(_mm256_loadu_si256(p + 3))));
+    const __m256i a = _mm256_or_si256(
+        _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p)), _mm256_abs_epi32(_mm256_loadu_si256(p + 1))),
+        _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p + 2)), _mm256_abs_epi32(_mm256_loadu_si256(p + 3))));
     return block_bit_width(hor_or(a));
   } else {
     __m256i acc = _mm256_setzero_si256();
@@ -546,12 +546,12 @@ Status block_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
   return block_decode_with(block_best_impl(), src, len, n, out);
 }
 
-#define NCCLZ_BLOCK_INSTANTIATE(Code)                                                                    \
-  template size_t block_encoded_bytes<Code>(const Code*, size_t);                                      \
-  template size_t block_encode<Code>(const Code*, size_t, uint8_t*, size_t);                           \
-  template Status block_decode<Code>(const uint8_t*, size_t, size_t, Code*);                           \
-  template size_t block_encoded_bytes_with<Code>(BlockImpl, const Code*, size_t);                      \
-  template size_t block_encode_with<Code>(BlockImpl, const Code*, size_t, uint8_t*, size_t);           \
+#define NCCLZ_BLOCK_INSTANTIATE(Code)                                                        \
+  template size_t block_encoded_bytes<Code>(const Code*, size_t);                            \
+  template size_t block_encode<Code>(const Code*, size_t, uint8_t*, size_t);                 \
+  template Status block_decode<Code>(const uint8_t*, size_t, size_t, Code*);                 \
+  template size_t block_encoded_bytes_with<Code>(BlockImpl, const Code*, size_t);            \
+  template size_t block_encode_with<Code>(BlockImpl, const Code*, size_t, uint8_t*, size_t); \
   template Status block_decode_with<Code>(BlockImpl, const uint8_t*, size_t, size_t, Code*);
 
 NCCLZ_BLOCK_INSTANTIATE(int32_t)

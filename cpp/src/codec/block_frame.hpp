@@ -30,7 +30,6 @@ namespace ncclz::codec {
 
 constexpr int kBlockLen = 32;
 
-
 /// Bits of the code type (32 or 64): the largest valid width.
 template <class Code>
 NCCLZ_HD constexpr int block_max_width() {
@@ -173,9 +172,9 @@ NCCLZ_HD bool block_check_planes(const uint8_t* src, int w, int m) {
   uint32_t low = 0;  // OR of planes 0..w-2
   for (int b = 0; b + 1 < w; ++b) low |= load_u32(src + 4 + 4 * b);
   const uint32_t top = load_u32(src + 4 * w);
-  if (top == 0) return false;                  // w is not the block's width
-  if (sign & ~(low | top)) return false;       // negative zero
-  if (m < kBlockLen && ((low | top) >> m) != 0) return false;  // padding lanes
+  if (top == 0) return false;                                     // w is not the block's width
+  if (sign & ~(low | top)) return false;                          // negative zero
+  if (m < kBlockLen && ((low | top) >> m) != 0) return false;     // padding lanes
   if (w == kBits && ((top & ~sign) | (top & low))) return false;  // only INT_MIN has the top bit
   return true;
 }
@@ -232,9 +231,7 @@ NCCLZ_HD unsigned block_nibble_at(const uint8_t* p, size_t b) { return (unsigned
 
 /// The nibble byte of blocks 2j (width w0) and 2j + 1 (width w1; 0 when
 /// block 2j is the last one: the unused high nibble is 0).
-NCCLZ_HD uint8_t block_nibble_byte(int w0, int w1) {
-  return uint8_t(block_nibble_of(w0) | (block_nibble_of(w1) << 4));
-}
+NCCLZ_HD uint8_t block_nibble_byte(int w0, int w1) { return uint8_t(block_nibble_of(w0) | (block_nibble_of(w1) << 4)); }
 
 /// Payload words of the block whose nibble is v, for v < kBlockEscape (0 for
 /// an escaped block: its width is in the escape bytes).

@@ -184,8 +184,7 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
 }
 
 template <class Code>
-size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOptions& opt, uint8_t* dst,
-                    size_t cap) {
+size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOptions& opt, uint8_t* dst, size_t cap) {
   uint32_t a0, a1;
   predictor_args(c.predictor, opt, &a0, &a1);
   const Code* r = q;
@@ -436,8 +435,8 @@ size_t sparse_list_max(const EncodeOptions& opt, ElemType t, size_t n) {
   return size_t(double(n) * (1.0 - opt.sparse_fast_zeros));
 }
 
-Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count,
-                             uint8_t* dst, size_t cap, SliceInfo* info) {
+Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count, uint8_t* dst,
+                             size_t cap, SliceInfo* info) {
   if (!is_code_type(t)) return fail(Status::Unsupported, info);
   const bool wide = t == ElemType::I64;
   const bool ok = wide ? is_nonzero_list(pos, static_cast<const int64_t*>(val), k, count)

@@ -12,9 +12,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
 
@@ -34,8 +32,8 @@ Prims::Prims(transport::SendConn* send, transport::RecvConn* recv, const PrimsAr
       scratch_(static_cast<uint8_t*>(scratch)),
       esize_(codec::elem_size(args.type)),
       slot_bytes_(send ? send->slot_bytes() : (recv ? recv->slot_bytes() : 0)),
-      slice_(slice_elems_for(args.slice_bytes && args.slice_bytes < slot_bytes_ ? args.slice_bytes : slot_bytes_,
-                             esize_)),
+      slice_(
+          slice_elems_for(args.slice_bytes && args.slice_bytes < slot_bytes_ ? args.slice_bytes : slot_bytes_, esize_)),
       codec_(args.type, args.mode, args.enc, args.reduce, args.int_sum, slot_bytes_, scratch_),
       list_stage_(dynamic_cast<ListStage*>(args.stage)) {}
 
@@ -94,8 +92,8 @@ SliceValues Prims::local_values(const uint8_t* src, size_t n, bool reduce) {
 }
 
 uint8_t* Prims::reduce_to(const SliceValues& local, uint8_t* out, uint8_t* dst) const {
-  if (out) return out;                             // Raw: the outgoing slot
-  if (dst && !a_.stage) return dst;                // COPY: the output itself
+  if (out) return out;                                           // Raw: the outgoing slot
+  if (dst && !a_.stage) return dst;                              // COPY: the output itself
   if (local.writable) return const_cast<uint8_t*>(local.dense);  // the stage's copy, in place
   return scratch_;
 }
@@ -134,9 +132,9 @@ size_t Prims::encode(const SliceValues& v, size_t n, uint8_t* out) {
   const codec::Status s = codec_.encode(v, n, out, &bytes);
   st_->encode_s += seconds_since(t0);
   if (s != codec::Status::Ok) {
-    const std::string what = v.is_list ? "a list of " + std::to_string(v.list.k) + " nonzeros of a " +
-                                             std::to_string(n) + "-element slice"
-                                       : "a slice of " + std::to_string(n) + " elements";
+    const std::string what =
+        v.is_list ? "a list of " + std::to_string(v.list.k) + " nonzeros of a " + std::to_string(n) + "-element slice"
+                  : "a slice of " + std::to_string(n) + " elements";
     throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) + ": encoding " +
                 what + " for rank " + std::to_string(send_->peer()) + " failed: " + codec::status_string(s) +
                 " (a forced codec that does not accept this element type?)");

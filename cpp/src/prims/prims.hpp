@@ -124,15 +124,15 @@ class ListStage : public Stage {
 struct PrimsArgs {
   codec::ElemType type = codec::ElemType::U8;  ///< wire element type
   WireMode mode = WireMode::Raw;
-  ReduceFn reduce = nullptr;                   ///< needed by the REDUCE verbs
+  ReduceFn reduce = nullptr;  ///< needed by the REDUCE verbs
   /// `reduce` is wrapping integer addition (I32/I64, Sum): the fused Sparse
   /// paths of SliceCodec::reduce apply. Same result bits.
   bool int_sum = false;
-  codec::EncodeOptions enc;                    ///< Coded mode
-  size_t raw_esize = 1;                        ///< user element size (for raw_bytes)
+  codec::EncodeOptions enc;  ///< Coded mode
+  size_t raw_esize = 1;      ///< user element size (for raw_bytes)
   transport::Clock::time_point deadline;
-  int rank = 0;     ///< for error messages
-  int channel = 0;  ///< for error messages
+  int rank = 0;            ///< for error messages
+  int channel = 0;         ///< for error messages
   Stage* stage = nullptr;  ///< see Stage (and ListStage); nullptr: the buffers are used as they are
   /// The slot bytes a slice is sized for (slice_elems_for(slice_bytes, esize)
   /// elements); 0, or more than the connection's slots: the slots' own. Both

@@ -51,10 +51,18 @@ inline dim3 blockDim, gridDim;
 
 // ---- runtime API ----------------------------------------------------------
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
-enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost,
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice,
+  cudaMemcpyDefault
+};
 typedef struct CUstream_st* cudaStream_t;
 
-inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error (emulated)" : "emulated error"; }
+inline const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error (emulated)" : "emulated error";
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
@@ -324,9 +332,9 @@ inline void create_fiber(Fiber& f) {
   // return address would be (rsp % 16 == 8 at the entry, as after a call).
   uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack.data()) + f.stack.size()) & ~uintptr_t(15);
   void** sp = reinterpret_cast<void**>(top);
-  *--sp = nullptr;                                   // fiber_main's "return address"
-  *--sp = reinterpret_cast<void*>(&fiber_main);      // where the first switch returns to
-  for (int i = 0; i < 6; ++i) *--sp = nullptr;       // rbp, rbx, r12-r15
+  *--sp = nullptr;                               // fiber_main's "return address"
+  *--sp = reinterpret_cast<void*>(&fiber_main);  // where the first switch returns to
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;   // rbp, rbx, r12-r15
   f.sp = sp;
 #else
   getcontext(&f.ctx);
