@@ -6,7 +6,10 @@
 // --best: fastest) round of each kept.
 //
 //   build: cmake -S bench/cpp -B build-bench -G Ninja && cmake --build build-bench --target prims_bench
-//   run:   taskset -c 0 build-bench/prims_bench [rounds=9] [--wall] [--best] [n=4194304]
+//   run:   taskset -c 0 build-bench/prims_bench [rounds=9] [--wall] [--best] [--mode=M] [n=4194304]
+//   --mode=M: only that mode (none, lossless, lossy, lossy-list), e.g. for an
+//   instruction count of one mode under valgrind --tool=callgrind (deterministic,
+//   where timings on a shared machine are not).
 //
 // Chain: rank 0 send -> rank 1 recvReduceSend -> rank 2 recvReduceCopySend
 // (the owner's final sum) -> rank 3 recvCopySend (forward + decode) -> rank 4
@@ -192,9 +195,12 @@ int main(int argc, char** argv) {
   int rounds = 9;
   size_t n = size_t(1) << 22;
   int pos = 0;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--wall") {
+    if (a.rfind("--mode=", 0) == 0) {
+      only = a.substr(7);
+    } else if (a == "--wall") {
       ncclz_bench::g_wall = true;
     } else if (a == "--best") {
       ncclz_bench::g_best = true;
@@ -211,6 +217,7 @@ int main(int argc, char** argv) {
   for (const char* v : kVerbs) std::printf(" %s |", v);
   std::printf("\n|---|---|---|---|---|---|\n");
   for (const char* m : {"none", "lossless", "lossy", "lossy-list"}) {
+    if (!only.empty() && only != m) continue;
     const Result r = run_mode(m, n, rounds);
     std::printf("| %s |", m);
     for (int k = 0; k < kRanks; ++k) std::printf(" %.3f (%.2f) |", 1e3 * r.s[k], double(n) * 4 / r.s[k] / 1e9);

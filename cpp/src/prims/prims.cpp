@@ -41,7 +41,14 @@ transport::SlotView Prims::wait_in() {
   const auto t0 = Clock::now();
   transport::SlotView v = recv_->wait(a_.deadline);
   st_->wait_s += seconds_since(t0);
+  in_held_ = true;
   return v;
+}
+
+void Prims::release_in() {
+  if (!in_held_) return;
+  in_held_ = false;
+  recv_->release();
 }
 
 uint8_t* Prims::acquire_out() {
@@ -112,14 +119,16 @@ SliceValues Prims::reduce(const transport::SlotView& in, size_t n, const SliceVa
                           uint8_t* out, uint8_t* dst) {
   auto t0 = Clock::now();
   SliceValues v;
-  codec::Status s = codec_.reduce(in.data, in.bytes, n, local, reduce_to(local, out, dst), &v);
+  // The slot goes back as soon as the codec has read it (before a reduction pass).
+  const SlotDone done{[](void* p) { static_cast<Prims*>(p)->release_in(); }, this};
+  codec::Status s = codec_.reduce(in.data, in.bytes, n, local, reduce_to(local, out, dst), &v, done);
   if (s == codec::Status::Unsupported && local.is_list) {
     // Not a Sparse slice, or a sum too dense for a list: the dense way, on
     // the local slice's codes (the slot is still unreleased).
     st_->decode_s += seconds_since(t0);
     const SliceValues dense = prepared(src, n);
     t0 = Clock::now();
-    s = codec_.reduce(in.data, in.bytes, n, dense, reduce_to(dense, out, dst), &v);
+    s = codec_.reduce(in.data, in.bytes, n, dense, reduce_to(dense, out, dst), &v, done);
   }
   st_->decode_s += seconds_since(t0);
   check_decoded(in, n, s);
@@ -180,7 +189,7 @@ SliceValues Prims::step(const SliceValues& local, const uint8_t* src, uint8_t* d
     } else {
       v = decode(in, n, dst);
     }
-    recv_->release();
+    release_in();
   }
   if constexpr (kS && !kFwd) {
     if (!out) out = acquire_out();

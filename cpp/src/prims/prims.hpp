@@ -8,7 +8,9 @@
 //   1. RECV:    wait for the next incoming slot;
 //   2. decode:  the slice codec turns the slot into values: the slice's own
 //               (recv) or the slice's op the local slice's (REDUCE), read
-//               straight from slot memory; then the slot is released;
+//               straight from slot memory; the slot is released as soon as
+//               it is read (a slice decoded into the scratch: before the
+//               reduction pass);
 //   3. SEND:    acquire the next outgoing slot, the slice codec encodes the
 //               values straight into it (capacity slot_bytes >=
 //               max_slice_bytes, so the encoder's RAW fallback always fits),
@@ -71,7 +73,7 @@ namespace ncclz::prims {
 /// Per-channel counters, summed into CallStats by the communicator.
 struct ChannelStats {
   double encode_s = 0;      ///< in encode_slice
-  double decode_s = 0;      ///< in the codec's decode side (decode, decode-add, merge, lists)
+  double decode_s = 0;      ///< in the codec's decode side (decode, reduction, decode-add, merge, lists)
   double stage_s = 0;       ///< in the Stage (pipelined quantize / dequantize, lists)
   double wait_s = 0;        ///< blocked in acquire() / wait()
   uint64_t raw_bytes = 0;   ///< elements sent * user element size
@@ -186,6 +188,8 @@ class Prims {
   void output(const SliceValues& v, uint8_t* dst, size_t n);
 
   transport::SlotView wait_in();
+  /// Frees the incoming slot unless it was freed already (SlotDone).
+  void release_in();
   uint8_t* acquire_out();
   void post_out(size_t bytes, size_t n);
   /// The codec's decode side, timed and checked: the slice's values (into
@@ -209,6 +213,7 @@ class Prims {
   size_t slice_;
   SliceCodec codec_;
   ListStage* list_stage_ = nullptr;  ///< a_.stage as a ListStage, if it is one
+  bool in_held_ = false;             ///< an incoming slot is waited for and not yet released
 };
 
 }  // namespace ncclz::prims

@@ -97,7 +97,7 @@ Status SliceCodec::decode(const uint8_t* in, size_t len, size_t n, bool want_lis
 }
 
 Status SliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
-                          SliceValues* out) const {
+                          SliceValues* out, const SlotDone& done) const {
   size_t used = 0;
   if (local.is_list) {
     // The list of the sum: at most local.k + the slice's nonzeros.
@@ -120,6 +120,12 @@ Status SliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceVa
     *out = SliceValues::of_dense(to);
     return Status::Ok;
   }
+  // A partial sum is the same field over more ranks: the predictor the
+  // incoming slice was coded with (chosen by the selector on the rank that
+  // started the sum) is kept, and the selector only picks the coder, not
+  // sampling every predictor again (its cost, ~3% of a 4-rank all-reduce's
+  // CPU time, is mostly the predictors). Not from a Raw slice (no choice made).
+  const int predictor = predictor_of(in, len);
   Status s;
   if (int_sum_ && codec::slice_adds_sparse(in, len)) {
     // A Sparse slice of an integer sum: its nonzeros are added into a copy
@@ -127,18 +133,19 @@ Status SliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceVa
     // no reduction pass).
     if (to != local.dense) std::memmove(to, local.dense, n * esize_);
     s = codec::decode_slice_add(in, len, type_, uint32_t(n), to, &used);
+    s = whole(s, used, len);
   } else {
+    // Decoded into the scratch: the slot goes back before the reduction pass.
     s = codec::decode_slice(in, len, type_, uint32_t(n), scratch_, &used);
-    if (s == Status::Ok) reduce_(to, scratch_, local.dense, n);
+    s = whole(s, used, len);
+    if (s == Status::Ok) {
+      done();
+      reduce_(to, scratch_, local.dense, n);
+    }
   }
   *out = SliceValues::of_dense(to);
-  // A partial sum is the same field over more ranks: the predictor the
-  // incoming slice was coded with (chosen by the selector on the rank that
-  // started the sum) is kept, and the selector only picks the coder, not
-  // sampling every predictor again (its cost, ~3% of a 4-rank all-reduce's
-  // CPU time, is mostly the predictors). Not from a Raw slice (no choice made).
-  out->predictor = predictor_of(in, len);
-  return whole(s, used, len);
+  out->predictor = predictor;
+  return s;
 }
 
 Status SliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) const {

@@ -73,6 +73,17 @@ struct SliceValues {
   }
 };
 
+/// What the decode side calls once it has read the last byte of the received
+/// slot, so that the slot goes back to the peer before a reduction pass that
+/// no longer needs it (the step releases it itself otherwise).
+struct SlotDone {
+  void (*fn)(void*) = nullptr;
+  void* arg = nullptr;
+  void operator()() const {
+    if (fn) fn(arg);
+  }
+};
+
 class SliceCodec {
  public:
   /// type: the wire element type; reduce: the REDUCE verbs' operation
@@ -110,8 +121,10 @@ class SliceCodec {
   /// or the sum has more than list_max(n) nonzeros: call again with the local
   /// values dense (the slice is not consumed). Dense results carry the
   /// incoming slice's predictor (out->predictor) for their re-encoding.
-  codec::Status reduce(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
-                       SliceValues* out) const;
+  /// `done` is called where the slot's bytes are read before the reduction
+  /// pass (a slice decoded densely into the scratch), on success only.
+  codec::Status reduce(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to, SliceValues* out,
+                       const SlotDone& done = {}) const;
 
   /// Encodes v (n elements) into `out` (slot_bytes of room): the selector's
   /// choice for dense values (restricted to v.predictor where that is set and
