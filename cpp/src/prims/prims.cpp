@@ -98,11 +98,10 @@ SliceValues Prims::local_values(const uint8_t* src, size_t n, bool reduce) {
   return prepared(src, n);
 }
 
-uint8_t* Prims::reduce_to(const SliceValues& local, uint8_t* out, uint8_t* dst) const {
-  if (out) return out;                                           // Raw: the outgoing slot
-  if (dst && !a_.stage) return dst;                              // COPY: the output itself
-  if (local.writable) return const_cast<uint8_t*>(local.dense);  // the stage's copy, in place
-  return scratch_;
+uint8_t* Prims::reduce_to(uint8_t* out, uint8_t* dst) const {
+  if (out) return out;               // Raw: the outgoing slot
+  if (dst && !a_.stage) return dst;  // COPY: the output itself
+  return scratch_;                   // anywhere (the codec may use a writable local slice)
 }
 
 SliceValues Prims::decode(const transport::SlotView& in, size_t n, uint8_t* dst) {
@@ -121,14 +120,14 @@ SliceValues Prims::reduce(const transport::SlotView& in, size_t n, const SliceVa
   SliceValues v;
   // The slot goes back as soon as the codec has read it (before a reduction pass).
   const SlotDone done{[](void* p) { static_cast<Prims*>(p)->release_in(); }, this};
-  codec::Status s = codec_.reduce(in.data, in.bytes, n, local, reduce_to(local, out, dst), &v, done);
+  codec::Status s = codec_.reduce(in.data, in.bytes, n, local, reduce_to(out, dst), &v, done);
   if (s == codec::Status::Unsupported && local.is_list) {
     // Not a Sparse slice, or a sum too dense for a list: the dense way, on
     // the local slice's codes (the slot is still unreleased).
     st_->decode_s += seconds_since(t0);
     const SliceValues dense = prepared(src, n);
     t0 = Clock::now();
-    s = codec_.reduce(in.data, in.bytes, n, dense, reduce_to(dense, out, dst), &v, done);
+    s = codec_.reduce(in.data, in.bytes, n, dense, reduce_to(out, dst), &v, done);
   }
   st_->decode_s += seconds_since(t0);
   check_decoded(in, n, s);

@@ -181,9 +181,9 @@ class Prims {
   /// The stage's prepared copy of [src, src + n), or src itself without a stage.
   SliceValues prepared(const uint8_t* src, size_t n);
   /// Where a reduction leaves its values: the outgoing slot (Raw: `out`), the
-  /// output (COPY without a stage: `dst`), the local values' own writable
-  /// buffer, or the scratch.
-  uint8_t* reduce_to(const SliceValues& local, uint8_t* out, uint8_t* dst) const;
+  /// output (COPY without a stage: `dst`), else the scratch (SliceCodec::reduce
+  /// may add into a writable local slice instead).
+  uint8_t* reduce_to(uint8_t* out, uint8_t* dst) const;
   /// The COPY verbs' output of a slice's final values: to dst, or to the stage.
   void output(const SliceValues& v, uint8_t* dst, size_t n);
 

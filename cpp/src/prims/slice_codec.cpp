@@ -130,7 +130,9 @@ Status SliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceVa
   if (int_sum_ && codec::slice_adds_sparse(in, len)) {
     // A Sparse slice of an integer sum: its nonzeros are added into a copy
     // of the local values, in time proportional to them (no dense decode,
-    // no reduction pass).
+    // no reduction pass); into the local values themselves where they are
+    // writable and no particular place was asked for.
+    if (to == scratch_ && local.writable) to = const_cast<uint8_t*>(local.dense);
     if (to != local.dense) std::memmove(to, local.dense, n * esize_);
     s = codec::decode_slice_add(in, len, type_, uint32_t(n), to, &used);
     s = whole(s, used, len);

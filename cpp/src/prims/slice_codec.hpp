@@ -112,11 +112,12 @@ class SliceCodec {
   /// slice).
   codec::Status decode(const uint8_t* in, size_t len, size_t n, bool want_list, uint8_t* to, SliceValues* out) const;
 
-  /// The received slice's values op `local`'s, into `to` (which may be
-  /// local.dense when it is writable, or the scratch; Raw mode: the outgoing
-  /// slot). A Sparse slice of an integer sum is added into a copy of the
-  /// local values at `to` (none when `to` is local.dense) instead of being
-  /// decoded; a list `local` gives the list of the sum (merged with the
+  /// The received slice's values op `local`'s, into `to` (n elements: the
+  /// output, Raw mode's outgoing slot, or the scratch where no particular
+  /// place is needed). A Sparse slice of an integer sum is added into a copy
+  /// of the local values at `to` instead of being decoded (into the local
+  /// values themselves, no copy, where `to` is the scratch and they are
+  /// writable: out->dense says where); a list `local` gives the list of the sum (merged with the
   /// slice's nonzeros), or Status::Unsupported where the slice is not Sparse
   /// or the sum has more than list_max(n) nonzeros: call again with the local
   /// values dense (the slice is not consumed). Dense results carry the
