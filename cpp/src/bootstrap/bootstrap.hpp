@@ -11,8 +11,6 @@
 // messages that the transports use to exchange connection details.
 // A rank that never arrives gives every waiting rank a Timeout that names the
 // missing ranks.
-//
-// OWNER: transports helper (this header is the contract with the rest).
 #pragma once
 
 #include <chrono>
@@ -22,13 +20,9 @@
 #include <string>
 #include <vector>
 
-namespace ncclz {
+#include "ncclz/unique_id.hpp"
 
-/// NCCL-style unique id: 128 opaque bytes (address, port, token) made by one
-/// rank and shared with the others out of band (launcher, store, MPI...).
-struct UniqueId {
-  uint8_t bytes[128];
-};
+namespace ncclz {
 
 struct BootstrapConfig {
   int rank = 0;
