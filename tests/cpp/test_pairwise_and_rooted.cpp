@@ -404,6 +404,24 @@ TEST(AllToAll, LossyMovesFewerBytesThanNone) {
   }
 }
 
+TEST(AllToAll, UnevenTotalsAgreeOnTheModeAndChannels) {
+  // Rank 0 sends 3 elements in all, rank 1 90000: each alone would put the
+  // call on either side of min_bytes (lossless under it runs none) and pick
+  // another channel count. The message size comes from every rank's counts
+  // (the counts round), so both run the same mode on the same lanes.
+  Ranks w(2, [](int, CommConfig& c) { c.slot_bytes = 64 << 10; });
+  const Matrix m = {{1, 2}, {45000, 45000}};
+  for (size_t min_bytes : {size_t(0), size_t(100000), size_t(1) << 30}) {
+    Compression c = Compression::lossless();
+    c.min_bytes = min_bytes;
+    const A2A a = run_a2a(w, DataType::F32, m, c, true);
+    check_a2a(a, DataType::F32, m, c, "min_bytes=" + std::to_string(min_bytes));
+    // the average input is 45001.5 elements, 180006 bytes
+    const auto want = min_bytes > 180006 ? Compression::Mode::None : Compression::Mode::Lossless;
+    for (const auto& st : a.st) EXPECT_EQ(st.ran_mode, want) << min_bytes;
+  }
+}
+
 TEST(AllToAll, NonFiniteInputsTakeTheExactPath) {
   Ranks& w = world(3);
   Matrix m = uneven_counts(3, 7);
