@@ -738,6 +738,44 @@ TEST_P(GatherScatterWorlds, EveryTypeModeCountAndRoot) {
 
 INSTANTIATE_TEST_SUITE_P(Direct, GatherScatterWorlds, ::testing::Values(1, 2, 3, 4));
 
+TEST(GatherScatter, InPlaceTheWayNcclDoesIt) {
+  // gather: the root's input is its block of the output; scatter: the root's
+  // output is its block of the input. Lossless and lossy alike.
+  const int N = 3, root = 1;
+  Ranks& w = world(N);
+  const size_t count = 700;
+  for (const Compression& c : {Compression::lossless(), Compression::lossy_abs(1e-3)}) {
+    std::vector<std::vector<float>> buf(N), ref(N);
+    w.run([&](int r, Communicator& comm) {
+      auto& b = buf[size_t(r)];
+      b.assign(count * N, -1.f);
+      for (size_t i = 0; i < count; ++i) b[size_t(r) * count * (r == root) + i] = float(r) + 0.001f * float(i);
+      float* mine = r == root ? b.data() + size_t(root) * count : b.data();
+      comm.gather(mine, b.data(), count, DataType::F32, root, c);
+    });
+    for (int j = 0; j < N; ++j) {
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_NEAR(buf[root][size_t(j) * count + i], float(j) + 0.001f * float(i), 1e-3) << j << " " << i;
+      }
+    }
+    w.run([&](int r, Communicator& comm) {
+      auto& b = ref[size_t(r)];
+      b.assign(count * N, -1.f);
+      if (r == root) {
+        for (size_t i = 0; i < b.size(); ++i) b[i] = 0.01f * float(i);
+      }
+      float* mine = r == root ? b.data() + size_t(root) * count : b.data();
+      comm.scatter(b.data(), mine, count, DataType::F32, root, c);
+    });
+    for (int r = 0; r < N; ++r) {
+      const float* got = r == root ? ref[size_t(r)].data() + size_t(root) * count : ref[size_t(r)].data();
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_NEAR(got[i], 0.01f * float(size_t(r) * count + i), 1e-3) << r << " " << i;
+      }
+    }
+  }
+}
+
 TEST(GatherScatter, LossyMovesFewerBytesThanNone) {
   const int N = 4;
   Ranks w(N, [](int, CommConfig& c) { c.slot_bytes = 64 << 10; });
@@ -871,6 +909,11 @@ TEST(AllToAllErrors, BadArgumentsFailOnEveryRank) {
     comm.all_to_all(fin.data(), fout.data(), r == 2 ? 9 : 10, DataType::F32, Compression::none());
   });
   for (const auto& g : got) EXPECT_TRUE(has(g, "remote: ") && has(g, "mismatched calls")) << g;
+  // in place: refused (the pairwise steps would receive into blocks still to be sent)
+  got = outcomes(w, [&](int, Communicator& comm) {
+    comm.all_to_all(fin.data(), fin.data(), 10, DataType::F32, Compression::none());
+  });
+  for (const auto& g : got) EXPECT_TRUE(has(g, "invalid: ") && has(g, "all_to_all needs separate arrays")) << g;
   // all_to_all on one rank, all_gather on the others
   got = outcomes(w, [&](int r, Communicator& comm) {
     if (r == 0) {

@@ -93,10 +93,11 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   }
   // 7. this rank's own block (never on the wire, exact in every mode); avg:
   // the sum divided once, the same way on every rank; the stats.
-  if (cd.self_count && cd.send != cd.recv) {
+  if (cd.self_count) {
     const size_t es = dsize(t);
-    std::memcpy(static_cast<uint8_t*>(cd.recv) + cd.self_dst * es,
-                static_cast<const uint8_t*>(cd.send) + cd.self_src * es, cd.self_count * es);
+    uint8_t* to = static_cast<uint8_t*>(cd.recv) + cd.self_dst * es;
+    const uint8_t* from = static_cast<const uint8_t*>(cd.send) + cd.self_src * es;
+    if (to != from) std::memcpy(to, from, cd.self_count * es);  // equal: gather/scatter in place (NCCL's way)
   }
   if (!is_lossy(run) && cd.op == RedOp::Avg) prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
   call.finish();

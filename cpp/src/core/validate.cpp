@@ -101,6 +101,15 @@ std::string check_args(const Collective& cd, DataType t, Mode m, const Compressi
     // elements): their null check is the count's.
     err = cd.p2p() ? check_buffers(cd.send, cd.recv, cd.count) : check_buffers(cd);
   }
+  if (err.empty() && (cd.coll == Coll::AllToAll || cd.coll == Coll::AllToAllv)) {
+    // The pairwise steps receive into blocks that later steps still send from.
+    const size_t es = dtype_size(t);
+    const auto x = reinterpret_cast<uintptr_t>(cd.send), y = reinterpret_cast<uintptr_t>(cd.recv);
+    const size_t in = cd.in_count * es, out = cd.out_count * es;
+    if (in && out && x < y + out && y < x + in) {
+      err = "input and output buffers overlap; all_to_all needs separate arrays";
+    }
+  }
   return err;
 }
 
