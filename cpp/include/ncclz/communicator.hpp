@@ -216,11 +216,13 @@ class Communicator {
                       CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
   /// Every rank's send (send_count elements) goes to the root's recv at
   /// offset rank*send_count (size()*send_count elements; not used elsewhere).
+  /// In place on the root: send = recv + root*send_count.
   virtual void gather(const void* send, void* recv, size_t send_count, DataType t, int root, const Compression& c,
                       CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
   /// Block j of the root's send (size()*recv_count elements; not used
   /// elsewhere) goes to rank j's recv (recv_count elements). Lossy: the
-  /// relative bound is the root's range, as for broadcast.
+  /// relative bound is the root's range, as for broadcast. In place on the
+  /// root: recv = send + root*recv_count.
   virtual void scatter(const void* send, void* recv, size_t recv_count, DataType t, int root, const Compression& c,
                        CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
   /// Block j of send (count elements, at offset j*count) goes to rank j, and
