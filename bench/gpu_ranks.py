@@ -19,9 +19,12 @@ measured on rank 0 (raw bytes / wire bytes sent), speedup / ratio (the target at
 >= 0.8), and checks: lossless output bit-identical to none's; lossy maximum |error| against none's
 output beside the promised bound (none's own float32/bf16 sum rounding is inside that difference).
 
-Data (ncclz.tools.data.rank_input, cached under NCCLZ_BENCH_DATA, default /tmp/ncclz-bench-data):
-"smooth" (a smooth 3-D field, scaled and shifted per rank) and "gaussian" (N(0, 1e-3) values
-rolled per rank: gradient-like). Both are float32, converted to the dtype on the device.
+Data, float32 converted to the dtype on the device, as ncclz.tools.data.rank_input defines it:
+"smooth" (the smooth3d field of (ceil(count / 65536), 256, 256), scaled by 1 + 0.1 rank and shifted
+by 0.25 rank; its formula is evaluated here with torch on the rank's device, in float64 like
+smooth3d, since numpy needs ~10 s per 32 M values) and "gaussian" (N(0, 1e-3) values rolled per
+rank: gradient-like; from ncclz.tools.data, cached under NCCLZ_BENCH_DATA, default
+/tmp/ncclz-bench-data, generated once by the launcher).
 
 Default grid, sized for ~90 s on a GPU machine (--budget stops starting cases when time runs out;
 the cases not run are listed as skipped): 2 and 4 ranks, 64 MiB float32 and bfloat16, both data
@@ -37,6 +40,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import socket
@@ -46,6 +50,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = ("none", "lossless", "lossy")
@@ -94,6 +100,29 @@ def max_count(args) -> int:
     return max(nb // item[dt] for dt in set(args.dtypes) | set(args.extra_dtypes) for nb in args.sizes)
 
 
+def smooth_input(torch, nd, rank: int, count: int, dev):
+    """rank_input("smooth", rank, count) computed on `dev`: smooth3d's formula and parameters
+    (nd.smooth3d_params) in float64 over (ceil(count / 65536), 256, 256), rounded once to float32,
+    the first `count` values scaled and shifted per rank in float32."""
+    p = nd.smooth3d_params()
+    Z, Y, X = -(-count // 65536), 256, 256
+    f64 = torch.float64
+    z = (torch.arange(Z, dtype=f64, device=dev) / Z)[:, None, None]
+    y = (torch.arange(Y, dtype=f64, device=dev) / Y)[None, :, None]
+    x = (torch.arange(X, dtype=f64, device=dev) / X)[None, None, :]
+    f = torch.zeros((Z, Y, X), dtype=f64, device=dev)
+    for k in range(6):
+        wz, wy, wx = (float(v) for v in p["w"][k])
+        f += float(p["a"][k]) * torch.sin(2 * math.pi * (wz * z + wy * y + wx * x) + float(p["phi"][k]))
+    for j in range(4):
+        cz, cy, cx = (float(v) for v in p["c"][j])
+        r2 = (z - cz) ** 2 + (y - cy) ** 2 + (x - cx) ** 2
+        f += float(p["b"][j]) * torch.exp(-r2 / (2 * float(p["s"][j]) ** 2))
+    b = f.to(torch.float32).reshape(-1)[:count]
+    del f
+    return b * float(np.float32(1 + 0.1 * rank)) + float(np.float32(0.25 * rank))
+
+
 # ---- rank side -------------------------------------------------------------------------------------
 def worker(args) -> int:
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -109,7 +138,6 @@ def worker(args) -> int:
 
     try:
         import ncclz
-        import numpy as np
         import torch
         from ncclz.tools import data as nd
 
@@ -135,8 +163,8 @@ def worker(args) -> int:
             return float(t[0])
 
         # The largest field first (from the cache the launcher filled): every smaller input is its prefix.
-        for d in args.data:
-            nd.base_field(d, max_count(args))
+        if "gaussian" in args.data:
+            nd.base_field("gaussian", max_count(args))
         todo = plan(args, n)
         for gi, (gbps, cases) in enumerate(todo):
             os.environ["NCCLZ_SOCKET_THROTTLE_GBPS"] = str(gbps)
@@ -152,7 +180,10 @@ def worker(args) -> int:
                         save()
                         return 0
                     count = nbytes // torch.tensor([], dtype=tdtype[dtname]).element_size()
-                    x0 = torch.from_numpy(nd.rank_input(dataset, rank, count, "float32")).to(dev).to(tdtype[dtname])
+                    if dataset == "smooth":
+                        x0 = smooth_input(torch, nd, rank, count, dev).to(tdtype[dtname])
+                    else:
+                        x0 = torch.from_numpy(nd.rank_input(dataset, rank, count, "float32")).to(dev).to(tdtype[dtname])
                     x = torch.empty_like(x0)
                     times = {m: [] for m in MODES}
                     stats = {}
@@ -344,10 +375,9 @@ def main() -> int:
     t0 = time.time()
     from ncclz.tools import data as nd
 
-    for d in args.data:  # generate (or load) once, before the ranks start: they read the cache
-        nd.base_field(d, max_count(args))
-    print(f"gpu_ranks: data {', '.join(args.data)} for {max_count(args)} elements in {time.time() - t0:.1f} s",
-          flush=True)
+    if "gaussian" in args.data:  # generate (or load) once, before the ranks start: they read the cache
+        nd.base_field("gaussian", max_count(args))
+        print(f"gpu_ranks: gaussian data for {max_count(args)} elements in {time.time() - t0:.1f} s", flush=True)
     rows, skipped, errors, dev_name = [], [], [], None
     with tempfile.TemporaryDirectory(prefix="gpu_ranks") as tmp:
         for n in args.ranks:
