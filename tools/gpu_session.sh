@@ -268,7 +268,7 @@ phase_ranks() {
   # --budget: the script plans its configurations to end inside the step's limit.
   step ranks "$log" $L_RANKS "cd '$ROOT' && NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda --budget $((L_RANKS - 10)) --json '$OUT_DIR/ranks.json' --md '$SCRATCH/ranks.md' ${NCCLZ_RANKS_ARGS:-}"
   [ -f "$SCRATCH/ranks.md" ] && cat "$SCRATCH/ranks.md" >>"$SUMMARY"
-  excerpt "ranks errors" 15 "$log" 'Error|error:|Traceback|FAIL'
+  excerpt "ranks errors" 15 "$log" 'Error|error:|Traceback|FAIL|no GPU'
 }
 
 phase_profile() {

@@ -19,7 +19,6 @@
 // The child is forked before the parent makes any CUDA call (a CUDA context does not survive
 // fork), and it makes none until the parent hands it the handles.
 #include <cuda_runtime.h>
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -55,14 +54,14 @@ std::string cuda_err(cudaError_t e, const char* what) {
   return std::string(what) + " (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")";
 }
 
-#define TRY(call)                                   \
-  do {                                              \
-    std::string e_ = cuda_err((call), #call);       \
-    if (!e_.empty()) {                              \
-      report(false, item, "%s", e_.c_str());        \
+#define TRY(call)                                        \
+  do {                                                   \
+    std::string e_ = cuda_err((call), #call);            \
+    if (!e_.empty()) {                                   \
+      report(false, item, "%s", e_.c_str());             \
       cudaGetLastError(); /* clear a non-sticky error */ \
-      return false;                                 \
-    }                                               \
+      return false;                                      \
+    }                                                    \
   } while (0)
 
 // ---- kernels ---------------------------------------------------------------------------------------
@@ -309,7 +308,8 @@ int ipc_child(int rfd, int wfd) {
   cudaEvent_t ev = nullptr;
   cudaStream_t s = nullptr;
   e = cuda_err(cudaSetDevice(0), "child cudaSetDevice(0)");
-  if (e.empty()) e = cuda_err(cudaIpcOpenMemHandle(&p, in.mem, cudaIpcMemLazyEnablePeerAccess), "child cudaIpcOpenMemHandle");
+  if (e.empty())
+    e = cuda_err(cudaIpcOpenMemHandle(&p, in.mem, cudaIpcMemLazyEnablePeerAccess), "child cudaIpcOpenMemHandle");
   if (e.empty()) e = cuda_err(cudaIpcOpenEventHandle(&ev, in.ev), "child cudaIpcOpenEventHandle");
   if (e.empty()) e = cuda_err(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "child cudaStreamCreate");
   if (e.empty()) {
