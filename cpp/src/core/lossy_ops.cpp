@@ -403,6 +403,26 @@ void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, 
   });
 }
 
+void to_f32(DataType t, const void* x, size_t n, float* out, WorkerPool* pool, int parts) {
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x);
+    base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
+      for (size_t i = b; i < e; ++i) out[i] = float(codec::to_double(p[i]));
+    });
+  });
+}
+
+void from_f32(DataType t, const float* in, size_t n, void* out, WorkerPool* pool, int parts) {
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out);
+    base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
+      for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(double(in[i]));
+    });
+  });
+}
+
 /// out[i] = T(in[i] / div), one rounding.
 void from_f64(DataType t, const double* in, size_t n, double div, void* out, WorkerPool* pool, int parts) {
   with_float_type(t, [&](auto tag) {
