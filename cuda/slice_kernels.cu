@@ -45,7 +45,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <cstdint>
 #include <type_traits>
 
 #include "codec/block_frame.hpp"
@@ -429,12 +431,14 @@ __device__ void cta_prefix_sum(U* x, size_t cnt, bool zero_first) {
 // the planes); each pass is parallel over the other axes. Correct but slow
 // for narrow rows (one thread walks a whole row); not tuned.
 template <class Code>
-__global__ void __launch_bounds__(kThreads) dec_predict_kernel(SliceBatchRef r, Code* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    dec_predict_kernel(SliceBatchRef r, Code* __restrict__ out, bool lorenzo_only) {
   using U = codec::UCode<Code>;
   const uint32_t k = blockIdx.x;
   const SliceState s = r.st[k];
   if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Block)) return;  // uniform per CTA
   const Predictor p = Predictor(s.pred);
+  if (lorenzo_only && p != Predictor::Lorenzo2D && p != Predictor::Lorenzo3D) return;  // v2: Delta1/2 done
   const size_t cnt = r.count(k);
   U* x = reinterpret_cast<U*>(out + size_t(k) * r.L);
   switch (p) {
@@ -485,12 +489,295 @@ __global__ void __launch_bounds__(kThreads) dec_predict_kernel(SliceBatchRef r, 
   }
 }
 
+// ---- v2 kernels -------------------------------------------------------------
+// NCCLZ_DEVICE_CODEC=v2 (the default; DeviceCodec::set_kernels). Same bytes
+// and statuses as the v1 kernels above, which stay for side-by-side runs
+// (bench/gpu_codec_bench.cu). What differs is how they touch memory:
+//  - 32-bit block and slice arithmetic (blocks() < 2^32, make_batch), where
+//    v1 divides 64-bit values per thread;
+//  - payload words moved by the lanes of a warp, one 4-byte store / load per
+//    word and lane (coalesced: a block's words are contiguous), instead of one
+//    lane storing byte by byte; where a slice's words are not 4-byte aligned
+//    (odd nibble bytes, escapes) the same lanes fall back to byte access;
+//  - the decoder's plane checks (block_check_planes) as warp votes on the
+//    decoded magnitudes, not one lane re-reading the planes;
+//  - Raw slices copied by CTAs that each own a chunk of one slice and skip
+//    it as a whole when the slice is not Raw (v1: every element of the batch
+//    looks up its slice);
+//  - the inverse Delta1/Delta2 predictor as a tiled scan over the whole batch
+//    (tile sums, one scan of them, then each tile's running sum from its
+//    prefix), so that every SM works on it, where v1 has one CTA walk each
+//    slice. Lorenzo slices keep v1's per-slice kernel.
+// Encode: width, scan, slice, nibbles, planes, raw. Decode: header, nibbles,
+// scan, escapes, scan, length (v1's), planes, raw, tile sums, scan, tile scan
+// [, scan, tile scan: Delta2's second sum], Lorenzo, status.
+
+constexpr uint32_t kTile = uint32_t(kThreads) * kScanItems;  // elements per scan tile
+constexpr uint32_t kCopyChunk = uint32_t(kThreads) * 16;     // elements per Raw-copy CTA
+
+__device__ __forceinline__ bool aligned_to(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    enc2_width_kernel(const Code* __restrict__ q, SliceBatchRef r, EncodeParams ep) {
+  const size_t gw = global_warp();
+  if (gw >= r.blocks()) return;  // uniform per warp
+  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
+  const uint32_t cnt = r.count(k);
+  const int lane = threadIdx.x & 31;
+  if (b >= uint32_t(codec::block_count(cnt))) {
+    if (lane == 0) {
+      r.widths[gb] = 0;
+      r.info[gb] = 0;
+    }
+    return;
+  }
+  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+  const Code* qk = q + size_t(k) * r.L;
+  const Code v = residual_at(qk, b * kBlockLen + lane, cnt, pe, ep.row, ep.plane);
+  const int w = codec::block_bit_width(warp_or(codec::block_magnitude(v)));
+  if (lane == 0) {
+    r.widths[gb] = uint8_t(w);
+    r.info[gb] = pack_info(codec::block_words(w), w >= codec::kBlockEscape);
+  }
+}
+
+// One warp per block: word j of the block (0: sign, 1 + p: plane p) is
+// stored by lane j % 32, all lanes at once.
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    enc2_planes_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst) {
+  using U = codec::UCode<Code>;
+  constexpr int kRounds = (codec::block_max_width<Code>() + 1 + 31) / 32;
+  const size_t gw = global_warp();
+  if (gw >= r.blocks()) return;  // uniform per warp
+  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
+  const SliceState s = r.st[k];
+  if (s.mode != kModeBlock) return;
+  const uint32_t cnt = r.count(k);
+  const size_t nb = codec::block_count(cnt);
+  if (size_t(b) >= nb) return;
+  const int w = r.widths[gb];
+  if (w == 0) return;
+  const int lane = threadIdx.x & 31;
+  const Code* qk = q + size_t(k) * r.L;
+  const Code v = residual_at(qk, b * kBlockLen + lane, cnt, Predictor(s.pred), s.a0, s.a1);
+  const U mag = codec::block_magnitude(v);
+  uint8_t* out = dst + size_t(k) * r.slot + codec::kHeaderBytes +
+                 codec::block_stream_bytes(nb, s.nesc, info_words(r.scan[gb] - s.first1));
+  uint32_t word[kRounds];
+#pragma unroll
+  for (int t = 0; t < kRounds; ++t) word[t] = 0;
+  const uint32_t sign = __ballot_sync(kFullMask, v < 0);
+  if (lane == 0) word[0] = sign;
+  for (int p = 0; p < w; ++p) {  // w is uniform per warp
+    const uint32_t plane = __ballot_sync(kFullMask, uint32_t(mag >> p) & 1u);
+    const int j = p + 1;
+#pragma unroll
+    for (int t = 0; t < kRounds; ++t)
+      if ((j >> 5) == t && (j & 31) == lane) word[t] = plane;
+  }
+  const int words = w + 1;
+  const bool al = aligned_to(out, 4);
+#pragma unroll
+  for (int t = 0; t < kRounds; ++t) {
+    const int j = 32 * t + lane;
+    if (j < words) {
+      if (al)
+        reinterpret_cast<uint32_t*>(out)[j] = word[t];
+      else
+        codec::store_u32(out + 4 * j, word[t]);
+    }
+  }
+}
+
+// CTA c of slice k (kCopyChunk codes each): slice k's codes as they are, if
+// the slice is Raw.
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    enc2_raw_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst, uint32_t cps) {
+  const uint32_t k = blockIdx.x / cps, c = blockIdx.x - k * cps;
+  if (r.st[k].mode != kModeRaw) return;  // uniform per CTA
+  const size_t cnt = r.count(k), end = std::min<size_t>(cnt, size_t(c + 1) * kCopyChunk);
+  const Code* qk = q + size_t(k) * r.L;
+  uint8_t* out = dst + size_t(k) * r.slot + codec::kHeaderBytes;
+  const bool al = aligned_to(out, sizeof(Code));
+  for (size_t i = size_t(c) * kCopyChunk + threadIdx.x; i < end; i += kThreads) {
+    if (al)
+      reinterpret_cast<Code*>(out)[i] = qk[i];
+    else
+      store_le<Code>(out + i * sizeof(Code), qk[i]);
+  }
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_planes_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out) {
+  using U = codec::UCode<Code>;
+  constexpr int kBits = codec::block_max_width<Code>();
+  const size_t gw = global_warp();
+  if (gw >= r.blocks()) return;  // uniform per warp
+  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
+  const SliceState s = r.st[k];
+  if (!live_block(r, s, k, b)) return;
+  const uint32_t cnt = r.count(k);
+  const int lane = threadIdx.x & 31;
+  const uint32_t i = b * kBlockLen + lane;
+  Code* ok = out + size_t(k) * r.L;
+  const int w = r.widths[gb];
+  if (w == 0) {
+    if (i < cnt) ok[i] = Code(0);
+    return;
+  }
+  const uint32_t m = cnt - b * kBlockLen < uint32_t(kBlockLen) ? cnt - b * kBlockLen : uint32_t(kBlockLen);
+  const uint8_t* p = src + size_t(k) * r.slot + codec::kHeaderBytes +
+                     codec::block_stream_bytes(codec::block_count(cnt), s.nesc, r.scan2[gb] - s.first2);
+  uint32_t sign;
+  U mag = 0;
+  if (aligned_to(p, 4)) {  // uniform per slice
+    const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);
+    sign = pw[0];
+    for (int q = 0; q < w; ++q) mag |= U((pw[1 + q] >> lane) & 1u) << q;
+  } else {
+    sign = codec::load_u32(p);
+    for (int q = 0; q < w; ++q) mag |= U((codec::load_u32(p + 4 + 4 * q) >> lane) & 1u) << q;
+  }
+  const bool neg = (sign >> lane) & 1u;
+  // block_check_planes, lane by lane: plane w-1 not empty; no sign on a zero
+  // magnitude; nothing in padding lanes; at full width only INT_MIN (sign
+  // set, no other bit) has the top bit.
+  bool bad = ((warp_or(mag) >> (w - 1)) & 1u) == 0;
+  bad |= __ballot_sync(kFullMask, (neg && mag == 0) || (uint32_t(lane) >= m && mag != 0)) != 0;
+  if (w == kBits)  // uniform per warp
+    bad |= __ballot_sync(kFullMask, ((mag >> (kBits - 1)) & 1u) && (!neg || U(mag << 1) != 0)) != 0;
+  if (bad && lane == 0) set_corrupt(&r.st[k]);
+  if (i < cnt) ok[i] = Code(neg ? U(U(0) - mag) : mag);
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_raw_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out, uint32_t cps) {
+  const uint32_t k = blockIdx.x / cps, c = blockIdx.x - k * cps;
+  const SliceState& s = r.st[k];
+  if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Raw)) return;  // uniform per CTA
+  const size_t cnt = r.count(k), end = std::min<size_t>(cnt, size_t(c + 1) * kCopyChunk);
+  const uint8_t* in = src + size_t(k) * r.slot + codec::kHeaderBytes;
+  Code* ok = out + size_t(k) * r.L;
+  const bool al = aligned_to(in, sizeof(Code));
+  for (size_t i = size_t(c) * kCopyChunk + threadIdx.x; i < end; i += kThreads)
+    ok[i] = al ? reinterpret_cast<const Code*>(in)[i] : load_le<Code>(in + i * sizeof(Code));
+}
+
+// The running sums that invert Delta1 and Delta2 (dec_predict_kernel's
+// cta_prefix_sum calls): pass 0 is the first sum (Delta1, and Delta2 with
+// its first element counted as 0 and then restored), pass 1 Delta2's second.
+__device__ __forceinline__ bool scan_pass_applies(const SliceState& s, int pass) {
+  if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Block)) return false;
+  const Predictor p = Predictor(s.pred);
+  return p == Predictor::Delta2 || (pass == 0 && p == Predictor::Delta1);
+}
+
+// Tile t = k * tps + c (kTile codes of slice k from c * kTile): info[t] = the
+// sum of its codes for pass 0 (0 where pass 0 does not apply).
+template <class Code>
+__global__ void __launch_bounds__(kThreads) dec2_tile_sum_kernel(const Code* __restrict__ x, SliceBatchRef r,
+                                                                 uint32_t tps) {
+  using U = codec::UCode<Code>;
+  using Reduce = cub::BlockReduce<u64, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps;
+  const SliceState s = r.st[k];
+  if (!scan_pass_applies(s, 0)) {  // uniform per CTA
+    if (threadIdx.x == 0) r.info[t] = 0;
+    return;
+  }
+  const bool zero_first = Predictor(s.pred) == Predictor::Delta2;
+  const size_t cnt = r.count(k), base = size_t(c) * kTile;
+  const U* xk = reinterpret_cast<const U*>(x + size_t(k) * r.L);
+  U acc = 0;
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const size_t i = base + size_t(j) * kThreads + threadIdx.x;
+    if (i < cnt && !(zero_first && i == 0)) acc = U(acc + xk[i]);
+  }
+  const u64 sum = Reduce(tmp).Sum(u64(acc));  // wraps: its low bits are U's sum
+  if (threadIdx.x == 0) r.info[t] = sum;
+}
+
+// Tile t's running sum for pass `pass`, in place, from its prefix (scan[t] -
+// scan[k * tps]: the exclusive scan of the tile sums, relative to the
+// slice's first tile; exact in wrapping arithmetic). Pass 0 also writes
+// info[t] = the sum of its output where pass 1 follows (Delta2), else 0.
+template <class Code>
+__global__ void __launch_bounds__(kThreads) dec2_tile_scan_kernel(Code* __restrict__ x, SliceBatchRef r,
+                                                                  uint32_t tps, int pass) {
+  using U = codec::UCode<Code>;
+  using Scan = cub::BlockScan<U, kThreads>;
+  using Reduce = cub::BlockReduce<u64, kThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ typename Reduce::TempStorage reduce_tmp;
+  __shared__ U tile[kTile];
+  const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps;
+  const SliceState s = r.st[k];
+  const bool delta2 = Predictor(s.pred) == Predictor::Delta2;
+  if (!scan_pass_applies(s, pass)) {  // uniform per CTA
+    if (pass == 0 && threadIdx.x == 0) r.info[t] = 0;
+    return;
+  }
+  const bool zero_first = pass == 0 && delta2;
+  const size_t cnt = r.count(k), base = size_t(c) * kTile;
+  U* xk = reinterpret_cast<U*>(x + size_t(k) * r.L);
+  // Coalesced loads into shared memory, then kScanItems consecutive codes per thread.
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+    tile[e] = base + e < cnt ? xk[base + e] : U(0);
+  }
+  __syncthreads();
+  U v[kScanItems];
+  U first_orig = 0;
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = threadIdx.x * kScanItems + j;
+    v[j] = tile[e];
+    if (zero_first && base + e == 0) {
+      first_orig = v[j];
+      v[j] = 0;
+    }
+  }
+  RunningPrefix<U> prefix{U(r.scan[t] - r.scan[size_t(k) * tps])};
+  Scan(scan_tmp).InclusiveSum(v, v, prefix);
+  __syncthreads();  // every thread has read its codes from tile
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = threadIdx.x * kScanItems + j;
+    tile[e] = (zero_first && base + e == 0) ? first_orig : v[j];
+  }
+  __syncthreads();
+  U acc = 0;
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+    if (base + e < cnt) {
+      xk[base + e] = tile[e];
+      acc = U(acc + tile[e]);
+    }
+  }
+  if (pass == 0) {
+    u64 sum = 0;
+    if (delta2) sum = Reduce(reduce_tmp).Sum(u64(acc));  // uniform per CTA
+    if (threadIdx.x == 0) r.info[t] = sum;
+  }
+}
+
 __global__ void dec_status_kernel(SliceBatchRef r, int* status) {
   const size_t k = global_thread();
   if (k < r.S) status[k] = r.st[k].status;
 }
 
 unsigned grid_warps(size_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
+// CTAs of kCopyChunk codes per slice of L codes.
+uint32_t copy_chunks(uint32_t L) { return uint32_t((size_t(L) + kCopyChunk - 1) / kCopyChunk); }
 unsigned grid_stride(size_t n) { return unsigned(std::min<size_t>(std::max<size_t>(grid_for(n), 1), 65536)); }
 
 // Host-side checks shared by encode and decode: the handle's geometry.
@@ -511,22 +798,31 @@ int make_batch(ElemType code_t, size_t n, uint32_t L, size_t slot, uint32_t forc
 
 template <class Code>
 cudaError_t encode_launch(const Code* q, const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc,
-                          uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, cudaStream_t stream) {
+                          uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, int kernels, cudaStream_t stream) {
   const size_t G = r.blocks();
-  enc_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
+  if (kernels == 2)
+    enc2_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
+  else
+    enc_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, G, tmp, sc.tmp_bytes, stream);
   if (e != cudaSuccess) return e;
   enc_slice_kernel<Code><<<grid_for(r.S), kThreads, 0, stream>>>(r, ep, dst, sizes, status);
   enc_nibble_kernel<<<grid_for(size_t(r.S) * codec::block_nibble_bytes(r.nbs)), kThreads, 0, stream>>>(r, dst);
-  enc_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
-  if (r.n) enc_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(q, r, dst);
+  if (kernels == 2) {
+    enc2_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
+    const uint32_t cps = copy_chunks(r.L);
+    if (r.n) enc2_raw_kernel<Code><<<r.S * cps, kThreads, 0, stream>>>(q, r, dst, cps);
+  } else {
+    enc_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
+    if (r.n) enc_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(q, r, dst);
+  }
   return cudaGetLastError();
 }
 
 template <class Code>
 cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceBatchRef& r, const SliceScratch& sc,
-                          uint8_t* tmp, Code* out, int* status, cudaStream_t stream) {
+                          uint8_t* tmp, Code* out, int* status, int kernels, cudaStream_t stream) {
   const size_t G = r.blocks();
   dec_header_kernel<Code><<<grid_for(r.S), kThreads, 0, stream>>>(src, lens, r);
   dec_nibble_kernel<<<grid_for(G), kThreads, 0, stream>>>(src, r);
@@ -539,9 +835,26 @@ cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceB
   if (e == cudaSuccess) e = exclusive_sum_u64(r.words, r.scan2, G, tmp, sc.tmp_bytes, stream);
   if (e != cudaSuccess) return e;
   dec_length_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r);
-  dec_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
-  if (r.n) dec_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(src, r, out);
-  dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out);
+  if (kernels == 2) {
+    dec2_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
+    const uint32_t cps = copy_chunks(r.L);
+    if (r.n) dec2_raw_kernel<Code><<<r.S * cps, kThreads, 0, stream>>>(src, r, out, cps);
+    // Delta1/Delta2 over tiles; info and scan are free again (tiles <= blocks:
+    // the scans' temporary storage suffices).
+    const uint32_t tps = uint32_t((size_t(r.L) + kTile - 1) / kTile), T = r.S * tps;
+    dec2_tile_sum_kernel<Code><<<T, kThreads, 0, stream>>>(out, r, tps);
+    for (int pass = 0; pass < 2; ++pass) {
+      e = cudaGetLastError();
+      if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, T, tmp, sc.tmp_bytes, stream);
+      if (e != cudaSuccess) return e;
+      dec2_tile_scan_kernel<Code><<<T, kThreads, 0, stream>>>(out, r, tps, pass);
+    }
+    dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out, true);
+  } else {
+    dec_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
+    if (r.n) dec_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(src, r, out);
+    dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out, false);
+  }
   dec_status_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r, status);
   return cudaGetLastError();
 }
@@ -572,8 +885,8 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   return int(
       code_t == ElemType::I32
-          ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s)
-          : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s));
+          ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, kernels_, s)
+          : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, kernels_, s));
 }
 
 int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
@@ -588,8 +901,8 @@ int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uin
   sc.place(base, &r);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   return int(code_t == ElemType::I32
-                 ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, s)
-                 : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, s));
+                 ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, kernels_, s)
+                 : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, kernels_, s));
 }
 
 int DeviceCodec::encode_slices_async(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, Predictor p,
