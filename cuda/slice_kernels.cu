@@ -45,9 +45,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
-#include <cstdint>
 #include <type_traits>
 
 #include "codec/block_frame.hpp"
@@ -594,9 +594,9 @@ __global__ void __launch_bounds__(kThreads)
 // CTA c of slice k (kCopyChunk codes each): slice k's codes as they are, if
 // the slice is Raw.
 template <class Code>
-__global__ void __launch_bounds__(kThreads)
-    enc2_raw_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst, uint32_t cps) {
-  const uint32_t k = blockIdx.x / cps, c = blockIdx.x - k * cps;
+__device__ void enc2_raw_unit(const Code* __restrict__ q, const SliceBatchRef& r, uint8_t* __restrict__ dst,
+                              uint32_t cps, uint32_t id) {
+  const uint32_t k = id / cps, c = id - k * cps;
   if (r.st[k].mode != kModeRaw) return;  // uniform per CTA
   const size_t cnt = r.count(k), end = std::min<size_t>(cnt, size_t(c + 1) * kCopyChunk);
   const Code* qk = q + size_t(k) * r.L;
@@ -655,9 +655,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads)
-    dec2_raw_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out, uint32_t cps) {
-  const uint32_t k = blockIdx.x / cps, c = blockIdx.x - k * cps;
+__device__ void dec2_raw_unit(const uint8_t* __restrict__ src, const SliceBatchRef& r, Code* __restrict__ out,
+                              uint32_t cps, uint32_t id) {
+  const uint32_t k = id / cps, c = id - k * cps;
   const SliceState& s = r.st[k];
   if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Raw)) return;  // uniform per CTA
   const size_t cnt = r.count(k), end = std::min<size_t>(cnt, size_t(c + 1) * kCopyChunk);
@@ -680,12 +680,11 @@ __device__ __forceinline__ bool scan_pass_applies(const SliceState& s, int pass)
 // Tile t = k * tps + c (kTile codes of slice k from c * kTile): info[t] = the
 // sum of its codes for pass 0 (0 where pass 0 does not apply).
 template <class Code>
-__global__ void __launch_bounds__(kThreads) dec2_tile_sum_kernel(const Code* __restrict__ x, SliceBatchRef r,
-                                                                 uint32_t tps) {
+__device__ void dec2_tile_sum_unit(const Code* __restrict__ x, const SliceBatchRef& r, uint32_t tps, uint32_t t) {
   using U = codec::UCode<Code>;
   using Reduce = cub::BlockReduce<u64, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
-  const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps;
+  const uint32_t k = t / tps, c = t - k * tps;
   const SliceState s = r.st[k];
   if (!scan_pass_applies(s, 0)) {  // uniform per CTA
     if (threadIdx.x == 0) r.info[t] = 0;
@@ -709,15 +708,14 @@ __global__ void __launch_bounds__(kThreads) dec2_tile_sum_kernel(const Code* __r
 // slice's first tile; exact in wrapping arithmetic). Pass 0 also writes
 // info[t] = the sum of its output where pass 1 follows (Delta2), else 0.
 template <class Code>
-__global__ void __launch_bounds__(kThreads) dec2_tile_scan_kernel(Code* __restrict__ x, SliceBatchRef r,
-                                                                  uint32_t tps, int pass) {
+__device__ void dec2_tile_scan_unit(Code* __restrict__ x, const SliceBatchRef& r, uint32_t tps, int pass, uint32_t t) {
   using U = codec::UCode<Code>;
   using Scan = cub::BlockScan<U, kThreads>;
   using Reduce = cub::BlockReduce<u64, kThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ typename Reduce::TempStorage reduce_tmp;
   __shared__ U tile[kTile];
-  const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps;
+  const uint32_t k = t / tps, c = t - k * tps;
   const SliceState s = r.st[k];
   const bool delta2 = Predictor(s.pred) == Predictor::Delta2;
   if (!scan_pass_applies(s, pass)) {  // uniform per CTA
@@ -770,6 +768,41 @@ __global__ void __launch_bounds__(kThreads) dec2_tile_scan_kernel(Code* __restri
   }
 }
 
+// The v2 kernels that work in units (a Raw-copy chunk, a scan tile) loop over
+// them, at most kMaxUnitGrid CTAs: most units of a batch whose slices are
+// not Raw (or not Delta) return at once, and empty CTAs still cost launches.
+constexpr uint32_t kMaxUnitGrid = 8192;
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    enc2_raw_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst, uint32_t cps) {
+  for (uint32_t id = blockIdx.x; id < r.S * cps; id += gridDim.x) enc2_raw_unit(q, r, dst, cps, id);
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_raw_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out, uint32_t cps) {
+  for (uint32_t id = blockIdx.x; id < r.S * cps; id += gridDim.x) dec2_raw_unit(src, r, out, cps, id);
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_tile_sum_kernel(const Code* __restrict__ x, SliceBatchRef r, uint32_t tps) {
+  for (uint32_t t = blockIdx.x; t < r.S * tps; t += gridDim.x) {
+    if (t != blockIdx.x) __syncthreads();  // shared memory reused (uniform per CTA)
+    dec2_tile_sum_unit(x, r, tps, t);
+  }
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_tile_scan_kernel(Code* __restrict__ x, SliceBatchRef r, uint32_t tps, int pass) {
+  for (uint32_t t = blockIdx.x; t < r.S * tps; t += gridDim.x) {
+    if (t != blockIdx.x) __syncthreads();  // shared memory reused (uniform per CTA)
+    dec2_tile_scan_unit(x, r, tps, pass, t);
+  }
+}
+
 __global__ void dec_status_kernel(SliceBatchRef r, int* status) {
   const size_t k = global_thread();
   if (k < r.S) status[k] = r.st[k].status;
@@ -812,7 +845,7 @@ cudaError_t encode_launch(const Code* q, const SliceBatchRef& r, const EncodePar
   if (kernels == 2) {
     enc2_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
     const uint32_t cps = copy_chunks(r.L);
-    if (r.n) enc2_raw_kernel<Code><<<r.S * cps, kThreads, 0, stream>>>(q, r, dst, cps);
+    if (r.n) enc2_raw_kernel<Code><<<std::min(r.S * cps, kMaxUnitGrid), kThreads, 0, stream>>>(q, r, dst, cps);
   } else {
     enc_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
     if (r.n) enc_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(q, r, dst);
@@ -838,16 +871,17 @@ cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceB
   if (kernels == 2) {
     dec2_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
     const uint32_t cps = copy_chunks(r.L);
-    if (r.n) dec2_raw_kernel<Code><<<r.S * cps, kThreads, 0, stream>>>(src, r, out, cps);
+    if (r.n) dec2_raw_kernel<Code><<<std::min(r.S * cps, kMaxUnitGrid), kThreads, 0, stream>>>(src, r, out, cps);
     // Delta1/Delta2 over tiles; info and scan are free again (tiles <= blocks:
     // the scans' temporary storage suffices).
     const uint32_t tps = uint32_t((size_t(r.L) + kTile - 1) / kTile), T = r.S * tps;
-    dec2_tile_sum_kernel<Code><<<T, kThreads, 0, stream>>>(out, r, tps);
+    const uint32_t grid = std::min(T, kMaxUnitGrid);
+    dec2_tile_sum_kernel<Code><<<grid, kThreads, 0, stream>>>(out, r, tps);
     for (int pass = 0; pass < 2; ++pass) {
       e = cudaGetLastError();
       if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, T, tmp, sc.tmp_bytes, stream);
       if (e != cudaSuccess) return e;
-      dec2_tile_scan_kernel<Code><<<T, kThreads, 0, stream>>>(out, r, tps, pass);
+      dec2_tile_scan_kernel<Code><<<grid, kThreads, 0, stream>>>(out, r, tps, pass);
     }
     dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out, true);
   } else {
@@ -883,10 +917,10 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
   sc.place(base, &r);
   const EncodeParams ep{p, row, plane};
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  return int(
-      code_t == ElemType::I32
-          ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, kernels_, s)
-          : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, kernels_, s));
+  return int(code_t == ElemType::I32 ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
+                                                     d_sizes, d_status, kernels_, s)
+                                     : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
+                                                     d_sizes, d_status, kernels_, s));
 }
 
 int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
@@ -900,9 +934,10 @@ int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uin
   if (!base) return err;
   sc.place(base, &r);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  return int(code_t == ElemType::I32
-                 ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, kernels_, s)
-                 : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, kernels_, s));
+  return int(
+      code_t == ElemType::I32
+          ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, kernels_, s)
+          : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, kernels_, s));
 }
 
 int DeviceCodec::encode_slices_async(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, Predictor p,
