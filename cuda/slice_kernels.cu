@@ -4,14 +4,16 @@
 // layout are the CPU's own functions (codec/slice_frame.hpp,
 // codec/block_frame.hpp), called here per slice and per block.
 //
-// *** NOT YET RUN ON A GPU. *** Written to be plainly correct, not fast
-// (byte-wise stores, several passes); tests/cpp/test_cuda_codec.cpp compares
-// it with the CPU codec, docs/GPU.md says how to run that.
+// Two sets of kernels write the same bytes (DeviceCodec::set_kernels,
+// NCCLZ_DEVICE_CODEC): v1, described next, written to be plainly correct
+// (byte-wise stores, per-slice scans; it passed tests/cpp/test_cuda_codec.cpp
+// on an H200, GPU run 1), and v2 ("v2 kernels" below), which replaces the
+// kernels that touch the data. docs/GPU.md compares them.
 //
 // The kernels of one call share a SliceBatchRef (slice_batch.cuh), by value:
 // the batch's geometry and the DeviceCodec's scratch for it.
 //
-// Encode
+// v1 encode
 //  E1 width     one warp per block: residuals (predict_at, the CPU's
 //               predictor) -> width w; info[gb] = (block_words(w) << 32) | escaped
 //  scan         exclusive sum of info over all blocks (one CUB scan); a
@@ -24,7 +26,7 @@
 //  E4 planes    one warp per block: sign word and w bit planes (__ballot_sync)
 //               at block_stream_bytes(nb, nesc, words before the block)
 //  E5 raw       one thread per code of a Raw-fallback slice: the code's bytes
-// Decode
+// v1 decode
 //  D1 header    one thread per slice: read_slice_header (the CPU's: header,
 //               type, count), raw_payload_valid; Block: nibbles inside the payload
 //  D2 nibbles   one thread per block: block_nibble_at -> width or escape flag
