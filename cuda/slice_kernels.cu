@@ -612,25 +612,21 @@ __device__ void enc2_raw_unit(const Code* __restrict__ q, const SliceBatchRef& r
   }
 }
 
+// Residual of lane `lane` of live block b of slice k (state s, cnt codes),
+// decoded from the payload by the whole warp (uniform per warp); 0 for lanes
+// past the slice's end. With `check`, block_check_planes lane by lane (plane
+// w-1 not empty; no sign on a zero magnitude; nothing in padding lanes; at
+// full width only INT_MIN, sign set and no other bit, has the top bit): a
+// failure marks the slice Corrupt.
 template <class Code>
-__global__ void __launch_bounds__(kThreads)
-    dec2_planes_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out) {
+__device__ __forceinline__ codec::UCode<Code> dec2_block(const uint8_t* __restrict__ src, const SliceBatchRef& r,
+                                                         const SliceState& s, uint32_t k, uint32_t b, uint32_t cnt,
+                                                         int lane, bool check) {
   using U = codec::UCode<Code>;
   constexpr int kBits = codec::block_max_width<Code>();
-  const size_t gw = global_warp();
-  if (gw >= r.blocks()) return;  // uniform per warp
-  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
-  const SliceState s = r.st[k];
-  if (!live_block(r, s, k, b)) return;
-  const uint32_t cnt = r.count(k);
-  const int lane = threadIdx.x & 31;
-  const uint32_t i = b * kBlockLen + lane;
-  Code* ok = out + size_t(k) * r.L;
+  const uint32_t gb = k * r.nbs + b;
   const int w = r.widths[gb];
-  if (w == 0) {
-    if (i < cnt) ok[i] = Code(0);
-    return;
-  }
+  if (w == 0) return U(0);
   const uint32_t m = cnt - b * kBlockLen < uint32_t(kBlockLen) ? cnt - b * kBlockLen : uint32_t(kBlockLen);
   const uint8_t* p = src + size_t(k) * r.slot + codec::kHeaderBytes +
                      codec::block_stream_bytes(codec::block_count(cnt), s.nesc, r.scan2[gb] - s.first2);
@@ -645,15 +641,53 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < w; ++q) mag |= U((codec::load_u32(p + 4 + 4 * q) >> lane) & 1u) << q;
   }
   const bool neg = (sign >> lane) & 1u;
-  // block_check_planes, lane by lane: plane w-1 not empty; no sign on a zero
-  // magnitude; nothing in padding lanes; at full width only INT_MIN (sign
-  // set, no other bit) has the top bit.
-  bool bad = ((warp_or(mag) >> (w - 1)) & 1u) == 0;
-  bad |= __ballot_sync(kFullMask, (neg && mag == 0) || (uint32_t(lane) >= m && mag != 0)) != 0;
-  if (w == kBits)  // uniform per warp
-    bad |= __ballot_sync(kFullMask, ((mag >> (kBits - 1)) & 1u) && (!neg || U(mag << 1) != 0)) != 0;
-  if (bad && lane == 0) set_corrupt(&r.st[k]);
-  if (i < cnt) ok[i] = Code(neg ? U(U(0) - mag) : mag);
+  if (check) {  // uniform per warp
+    bool bad = ((warp_or(mag) >> (w - 1)) & 1u) == 0;
+    bad |= __ballot_sync(kFullMask, (neg && mag == 0) || (uint32_t(lane) >= m && mag != 0)) != 0;
+    if (w == kBits)  // uniform per warp
+      bad |= __ballot_sync(kFullMask, ((mag >> (kBits - 1)) & 1u) && (!neg || U(mag << 1) != 0)) != 0;
+    if (bad && lane == 0) set_corrupt(&r.st[k]);
+  }
+  return neg ? U(U(0) - mag) : mag;
+}
+
+// The inverse Delta1/Delta2 predictor reads its slices' payloads itself
+// (dec2_tile_*), so the planes kernel skips them.
+__device__ __forceinline__ bool delta_slice(const SliceState& s) {
+  return Predictor(s.pred) == Predictor::Delta1 || Predictor(s.pred) == Predictor::Delta2;
+}
+
+// One warp per block of the Block slices that do not use Delta1/Delta2.
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_planes_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out) {
+  const size_t gw = global_warp();
+  if (gw >= r.blocks()) return;  // uniform per warp
+  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
+  const SliceState s = r.st[k];
+  if (!live_block(r, s, k, b) || delta_slice(s)) return;
+  const uint32_t cnt = r.count(k);
+  const int lane = threadIdx.x & 31;
+  const uint32_t i = b * kBlockLen + lane;
+  const Code v = Code(dec2_block<Code>(src, r, s, k, b, cnt, lane, true));
+  if (i < cnt) out[size_t(k) * r.L + i] = v;
+}
+
+// Tile c of slice k (state s, cnt codes) decoded from the payload into
+// tile[0..kTile): warp j decodes blocks j, j + kWarps, ...; 0 past the
+// slice's end. Followed by a __syncthreads.
+template <class U>
+__device__ void dec2_decode_tile(const uint8_t* __restrict__ src, const SliceBatchRef& r, const SliceState& s,
+                                 uint32_t k, uint32_t c, uint32_t cnt, bool check, U* tile) {
+  using Code = std::make_signed_t<U>;
+  constexpr uint32_t kTileBlocks = kTile / kBlockLen;
+  const uint32_t nb = uint32_t(codec::block_count(cnt));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  for (uint32_t j = warp; j < kTileBlocks; j += kWarps) {  // uniform per warp
+    const uint32_t b = c * kTileBlocks + j;
+    tile[j * kBlockLen + lane] = b < nb ? dec2_block<Code>(src, r, s, k, b, cnt, lane, check) : U(0);
+  }
+  __syncthreads();
 }
 
 template <class Code>
@@ -682,10 +716,11 @@ __device__ __forceinline__ bool scan_pass_applies(const SliceState& s, int pass)
 // Tile t = k * tps + c (kTile codes of slice k from c * kTile): info[t] = the
 // sum of its codes for pass 0 (0 where pass 0 does not apply).
 template <class Code>
-__device__ void dec2_tile_sum_unit(const Code* __restrict__ x, const SliceBatchRef& r, uint32_t tps, uint32_t t) {
+__device__ void dec2_tile_sum_unit(const uint8_t* __restrict__ src, const SliceBatchRef& r, uint32_t tps, uint32_t t) {
   using U = codec::UCode<Code>;
   using Reduce = cub::BlockReduce<u64, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
+  __shared__ U tile[kTile];
   const uint32_t k = t / tps, c = t - k * tps;
   const SliceState s = r.st[k];
   if (!scan_pass_applies(s, 0)) {  // uniform per CTA
@@ -693,13 +728,13 @@ __device__ void dec2_tile_sum_unit(const Code* __restrict__ x, const SliceBatchR
     return;
   }
   const bool zero_first = Predictor(s.pred) == Predictor::Delta2;
-  const size_t cnt = r.count(k), base = size_t(c) * kTile;
-  const U* xk = reinterpret_cast<const U*>(x + size_t(k) * r.L);
+  const uint32_t cnt = r.count(k);
+  dec2_decode_tile(src, r, s, k, c, cnt, true, tile);
   U acc = 0;
 #pragma unroll
   for (int j = 0; j < kScanItems; ++j) {
-    const size_t i = base + size_t(j) * kThreads + threadIdx.x;
-    if (i < cnt && !(zero_first && i == 0)) acc = U(acc + xk[i]);
+    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+    if (!(zero_first && c == 0 && e == 0)) acc = U(acc + tile[e]);  // 0 past the end
   }
   const u64 sum = Reduce(tmp).Sum(u64(acc));  // wraps: its low bits are U's sum
   if (threadIdx.x == 0) r.info[t] = sum;
@@ -710,7 +745,8 @@ __device__ void dec2_tile_sum_unit(const Code* __restrict__ x, const SliceBatchR
 // slice's first tile; exact in wrapping arithmetic). Pass 0 also writes
 // info[t] = the sum of its output where pass 1 follows (Delta2), else 0.
 template <class Code>
-__device__ void dec2_tile_scan_unit(Code* __restrict__ x, const SliceBatchRef& r, uint32_t tps, int pass, uint32_t t) {
+__device__ void dec2_tile_scan_unit(const uint8_t* __restrict__ src, Code* __restrict__ x, const SliceBatchRef& r,
+                                    uint32_t tps, int pass, uint32_t t) {
   using U = codec::UCode<Code>;
   using Scan = cub::BlockScan<U, kThreads>;
   using Reduce = cub::BlockReduce<u64, kThreads>;
@@ -727,13 +763,19 @@ __device__ void dec2_tile_scan_unit(Code* __restrict__ x, const SliceBatchRef& r
   const bool zero_first = pass == 0 && delta2;
   const size_t cnt = r.count(k), base = size_t(c) * kTile;
   U* xk = reinterpret_cast<U*>(x + size_t(k) * r.L);
-  // Coalesced loads into shared memory, then kScanItems consecutive codes per thread.
+  // Into shared memory: pass 0 decodes the tile's residuals from the payload
+  // (dec2_tile_sum_kernel checked them), pass 1 loads pass 0's output
+  // (coalesced); then kScanItems consecutive codes per thread.
+  if (pass == 0) {
+    dec2_decode_tile(src, r, s, k, c, uint32_t(cnt), false, tile);
+  } else {
 #pragma unroll
-  for (int j = 0; j < kScanItems; ++j) {
-    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
-    tile[e] = base + e < cnt ? xk[base + e] : U(0);
+    for (int j = 0; j < kScanItems; ++j) {
+      const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+      tile[e] = base + e < cnt ? xk[base + e] : U(0);
+    }
+    __syncthreads();
   }
-  __syncthreads();
   U v[kScanItems];
   U first_orig = 0;
 #pragma unroll
@@ -789,19 +831,19 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class Code>
 __global__ void __launch_bounds__(kThreads)
-    dec2_tile_sum_kernel(const Code* __restrict__ x, SliceBatchRef r, uint32_t tps) {
+    dec2_tile_sum_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, uint32_t tps) {
   for (uint32_t t = blockIdx.x; t < r.S * tps; t += gridDim.x) {
     if (t != blockIdx.x) __syncthreads();  // shared memory reused (uniform per CTA)
-    dec2_tile_sum_unit(x, r, tps, t);
+    dec2_tile_sum_unit<Code>(src, r, tps, t);
   }
 }
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads)
-    dec2_tile_scan_kernel(Code* __restrict__ x, SliceBatchRef r, uint32_t tps, int pass) {
+__global__ void __launch_bounds__(kThreads) dec2_tile_scan_kernel(const uint8_t* __restrict__ src, Code* __restrict__ x,
+                                                                  SliceBatchRef r, uint32_t tps, int pass) {
   for (uint32_t t = blockIdx.x; t < r.S * tps; t += gridDim.x) {
     if (t != blockIdx.x) __syncthreads();  // shared memory reused (uniform per CTA)
-    dec2_tile_scan_unit(x, r, tps, pass, t);
+    dec2_tile_scan_unit(src, x, r, tps, pass, t);
   }
 }
 
@@ -878,12 +920,12 @@ cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceB
     // the scans' temporary storage suffices).
     const uint32_t tps = uint32_t((size_t(r.L) + kTile - 1) / kTile), T = r.S * tps;
     const uint32_t grid = std::min(T, kMaxUnitGrid);
-    dec2_tile_sum_kernel<Code><<<grid, kThreads, 0, stream>>>(out, r, tps);
+    dec2_tile_sum_kernel<Code><<<grid, kThreads, 0, stream>>>(src, r, tps);
     for (int pass = 0; pass < 2; ++pass) {
       e = cudaGetLastError();
       if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, T, tmp, sc.tmp_bytes, stream);
       if (e != cudaSuccess) return e;
-      dec2_tile_scan_kernel<Code><<<grid, kThreads, 0, stream>>>(out, r, tps, pass);
+      dec2_tile_scan_kernel<Code><<<grid, kThreads, 0, stream>>>(src, out, r, tps, pass);
     }
     dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out, true);
   } else {
