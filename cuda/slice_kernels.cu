@@ -612,18 +612,35 @@ __device__ void enc2_raw_unit(const Code* __restrict__ q, const SliceBatchRef& r
   }
 }
 
+// The residual of lane `lane` from its block's sign word and its magnitude
+// (w >= 1 planes, m real lanes); with `check`, block_check_planes lane by lane
+// (plane w-1 not empty; no sign on a zero magnitude; nothing in padding lanes;
+// at full width only INT_MIN, sign set and no other bit, has the top bit): a
+// failure marks the slice (*st) Corrupt. Uniform per warp.
+template <class Code>
+__device__ __forceinline__ codec::UCode<Code> dec2_finish(uint32_t sign, codec::UCode<Code> mag, int w, uint32_t m,
+                                                          int lane, bool check, SliceState* st) {
+  using U = codec::UCode<Code>;
+  constexpr int kBits = codec::block_max_width<Code>();
+  const bool neg = (sign >> lane) & 1u;
+  if (check) {  // uniform per warp
+    bool bad = ((warp_or(mag) >> (w - 1)) & 1u) == 0;
+    bad |= __ballot_sync(kFullMask, (neg && mag == 0) || (uint32_t(lane) >= m && mag != 0)) != 0;
+    if (w == kBits)  // uniform per warp
+      bad |= __ballot_sync(kFullMask, ((mag >> (kBits - 1)) & 1u) && (!neg || U(mag << 1) != 0)) != 0;
+    if (bad && lane == 0) set_corrupt(st);
+  }
+  return neg ? U(U(0) - mag) : mag;
+}
+
 // Residual of lane `lane` of live block b of slice k (state s, cnt codes),
 // decoded from the payload by the whole warp (uniform per warp); 0 for lanes
-// past the slice's end. With `check`, block_check_planes lane by lane (plane
-// w-1 not empty; no sign on a zero magnitude; nothing in padding lanes; at
-// full width only INT_MIN, sign set and no other bit, has the top bit): a
-// failure marks the slice Corrupt.
+// past the slice's end. `check`: see dec2_finish.
 template <class Code>
 __device__ __forceinline__ codec::UCode<Code> dec2_block(const uint8_t* __restrict__ src, const SliceBatchRef& r,
                                                          const SliceState& s, uint32_t k, uint32_t b, uint32_t cnt,
                                                          int lane, bool check) {
   using U = codec::UCode<Code>;
-  constexpr int kBits = codec::block_max_width<Code>();
   const uint32_t gb = k * r.nbs + b;
   const int w = r.widths[gb];
   if (w == 0) return U(0);
@@ -640,15 +657,7 @@ __device__ __forceinline__ codec::UCode<Code> dec2_block(const uint8_t* __restri
     sign = codec::load_u32(p);
     for (int q = 0; q < w; ++q) mag |= U((codec::load_u32(p + 4 + 4 * q) >> lane) & 1u) << q;
   }
-  const bool neg = (sign >> lane) & 1u;
-  if (check) {  // uniform per warp
-    bool bad = ((warp_or(mag) >> (w - 1)) & 1u) == 0;
-    bad |= __ballot_sync(kFullMask, (neg && mag == 0) || (uint32_t(lane) >= m && mag != 0)) != 0;
-    if (w == kBits)  // uniform per warp
-      bad |= __ballot_sync(kFullMask, ((mag >> (kBits - 1)) & 1u) && (!neg || U(mag << 1) != 0)) != 0;
-    if (bad && lane == 0) set_corrupt(&r.st[k]);
-  }
-  return neg ? U(U(0) - mag) : mag;
+  return dec2_finish<Code>(sign, mag, w, m, lane, check, &r.st[k]);
 }
 
 // The inverse Delta1/Delta2 predictor reads its slices' payloads itself
@@ -674,18 +683,52 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Tile c of slice k (state s, cnt codes) decoded from the payload into
-// tile[0..kTile): warp j decodes blocks j, j + kWarps, ...; 0 past the
-// slice's end. Followed by a __syncthreads.
+// tile[0..kTile), 0 past the slice's end. The tile's blocks' words are
+// contiguous in the payload: the CTA first copies them into shared memory
+// (coalesced, 4-byte loads where the slice's words are aligned), with the
+// blocks' widths and word offsets; then warp j decodes blocks j, j + kWarps,
+// ... from there. Ends with a __syncthreads.
 template <class U>
 __device__ void dec2_decode_tile(const uint8_t* __restrict__ src, const SliceBatchRef& r, const SliceState& s,
                                  uint32_t k, uint32_t c, uint32_t cnt, bool check, U* tile) {
   using Code = std::make_signed_t<U>;
   constexpr uint32_t kTileBlocks = kTile / kBlockLen;
-  const uint32_t nb = uint32_t(codec::block_count(cnt));
+  constexpr uint32_t kMaxWords = kTileBlocks * codec::block_words(codec::block_max_width<Code>());
+  __shared__ uint32_t words[kMaxWords];
+  __shared__ uint32_t off[kTileBlocks];
+  __shared__ uint8_t wid[kTileBlocks];
+  const uint32_t nb = uint32_t(codec::block_count(cnt)), b0 = c * kTileBlocks;
+  const uint32_t nt = b0 < nb ? (nb - b0 < kTileBlocks ? nb - b0 : kTileBlocks) : 0;  // blocks in the tile
+  const size_t gb0 = size_t(k) * r.nbs + b0;
+  const u64 first = nt ? r.scan2[gb0] : 0;
+  if (threadIdx.x < nt) {
+    off[threadIdx.x] = uint32_t(r.scan2[gb0 + threadIdx.x] - first);
+    wid[threadIdx.x] = r.widths[gb0 + threadIdx.x];
+  }
+  // <= kMaxWords: every width was checked (<= bits) before.
+  const uint32_t total = nt ? uint32_t(r.scan2[gb0 + nt - 1] + r.words[gb0 + nt - 1] - first) : 0;
+  const uint8_t* p =
+      src + size_t(k) * r.slot + codec::kHeaderBytes + codec::block_stream_bytes(nb, s.nesc, first - s.first2);
+  if (aligned_to(p, 4)) {  // uniform per CTA
+    const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);
+    for (uint32_t j = threadIdx.x; j < total; j += kThreads) words[j] = pw[j];
+  } else {
+    for (uint32_t j = threadIdx.x; j < total; j += kThreads) words[j] = codec::load_u32(p + 4 * size_t(j));
+  }
+  __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   for (uint32_t j = warp; j < kTileBlocks; j += kWarps) {  // uniform per warp
-    const uint32_t b = c * kTileBlocks + j;
-    tile[j * kBlockLen + lane] = b < nb ? dec2_block<Code>(src, r, s, k, b, cnt, lane, check) : U(0);
+    U v = 0;
+    const int w = j < nt ? wid[j] : 0;
+    if (w > 0) {
+      const uint32_t* bw = words + off[j];
+      U mag = 0;
+      for (int q = 0; q < w; ++q) mag |= U((bw[1 + q] >> lane) & 1u) << q;
+      const uint32_t b = b0 + j;
+      const uint32_t m = cnt - b * kBlockLen < uint32_t(kBlockLen) ? cnt - b * kBlockLen : uint32_t(kBlockLen);
+      v = dec2_finish<Code>(bw[0], mag, w, m, lane, check, &r.st[k]);
+    }
+    tile[j * kBlockLen + lane] = v;
   }
   __syncthreads();
 }
