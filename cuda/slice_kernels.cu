@@ -497,22 +497,30 @@ __global__ void __launch_bounds__(kThreads)
 // (bench/gpu_codec_bench.cu). What differs is how they touch memory:
 //  - 32-bit block and slice arithmetic (blocks() < 2^32, make_batch), where
 //    v1 divides 64-bit values per thread;
-//  - payload words moved by the lanes of a warp, one 4-byte store / load per
-//    word and lane (coalesced: a block's words are contiguous), instead of one
-//    lane storing byte by byte; where a slice's words are not 4-byte aligned
-//    (odd nibble bytes, escapes) the same lanes fall back to byte access;
-//  - the decoder's plane checks (block_check_planes) as warp votes on the
-//    decoded magnitudes, not one lane re-reading the planes;
+//  - encode: a block's payload words stored by the lanes of its warp, one
+//    4-byte store per word and lane (coalesced: a block's words are
+//    contiguous), instead of one lane storing byte by byte; where a slice's
+//    words are not 4-byte aligned (odd nibble bytes, escapes) the same lanes
+//    fall back to byte stores;
+//  - decode in tiles of kTile codes (64 blocks), a CTA each: the tile's
+//    payload words (contiguous) copied into shared memory in one coalesced
+//    round, its blocks decoded from there by the warps, the plane checks
+//    (block_check_planes) as warp votes on the decoded magnitudes, the codes
+//    written coalesced; v1 has a warp per block read every plane word byte by
+//    byte, and one lane re-read them for the checks;
+//  - the inverse Delta1/Delta2 predictor in the same tiles, over the whole
+//    batch: tile sums (decoding the tile), one scan of them, then each tile
+//    decoded again and scanned from its prefix, so that every SM works on it
+//    and the codes are written once (v1: one CTA walks each slice, in place,
+//    after the planes kernel wrote it). Delta2's second running sum reads
+//    and writes the codes once more. Lorenzo slices keep v1's per-slice kernel;
 //  - Raw slices copied by CTAs that each own a chunk of one slice and skip
 //    it as a whole when the slice is not Raw (v1: every element of the batch
-//    looks up its slice);
-//  - the inverse Delta1/Delta2 predictor as a tiled scan over the whole batch
-//    (tile sums, one scan of them, then each tile's running sum from its
-//    prefix), so that every SM works on it, where v1 has one CTA walk each
-//    slice. Lorenzo slices keep v1's per-slice kernel.
+//    looks up its slice).
 // Encode: width, scan, slice, nibbles, planes, raw. Decode: header, nibbles,
-// scan, escapes, scan, length (v1's), planes, raw, tile sums, scan, tile scan
-// [, scan, tile scan: Delta2's second sum], Lorenzo, status.
+// scan, escapes, scan, length (v1's), raw, tile sums (Delta slices), scan,
+// tile decode (every Block slice; Delta: first running sum), scan, tile scan
+// (Delta2's second sum), Lorenzo, status.
 
 constexpr uint32_t kTile = uint32_t(kThreads) * kScanItems;  // elements per scan tile
 constexpr uint32_t kCopyChunk = uint32_t(kThreads) * 16;     // elements per Raw-copy CTA
@@ -633,53 +641,9 @@ __device__ __forceinline__ codec::UCode<Code> dec2_finish(uint32_t sign, codec::
   return neg ? U(U(0) - mag) : mag;
 }
 
-// Residual of lane `lane` of live block b of slice k (state s, cnt codes),
-// decoded from the payload by the whole warp (uniform per warp); 0 for lanes
-// past the slice's end. `check`: see dec2_finish.
-template <class Code>
-__device__ __forceinline__ codec::UCode<Code> dec2_block(const uint8_t* __restrict__ src, const SliceBatchRef& r,
-                                                         const SliceState& s, uint32_t k, uint32_t b, uint32_t cnt,
-                                                         int lane, bool check) {
-  using U = codec::UCode<Code>;
-  const uint32_t gb = k * r.nbs + b;
-  const int w = r.widths[gb];
-  if (w == 0) return U(0);
-  const uint32_t m = cnt - b * kBlockLen < uint32_t(kBlockLen) ? cnt - b * kBlockLen : uint32_t(kBlockLen);
-  const uint8_t* p = src + size_t(k) * r.slot + codec::kHeaderBytes +
-                     codec::block_stream_bytes(codec::block_count(cnt), s.nesc, r.scan2[gb] - s.first2);
-  uint32_t sign;
-  U mag = 0;
-  if (aligned_to(p, 4)) {  // uniform per slice
-    const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);
-    sign = pw[0];
-    for (int q = 0; q < w; ++q) mag |= U((pw[1 + q] >> lane) & 1u) << q;
-  } else {
-    sign = codec::load_u32(p);
-    for (int q = 0; q < w; ++q) mag |= U((codec::load_u32(p + 4 + 4 * q) >> lane) & 1u) << q;
-  }
-  return dec2_finish<Code>(sign, mag, w, m, lane, check, &r.st[k]);
-}
-
-// The inverse Delta1/Delta2 predictor reads its slices' payloads itself
-// (dec2_tile_*), so the planes kernel skips them.
+// Whether a slice uses Delta1/Delta2 (checked by dec2_tile_sum_kernel).
 __device__ __forceinline__ bool delta_slice(const SliceState& s) {
   return Predictor(s.pred) == Predictor::Delta1 || Predictor(s.pred) == Predictor::Delta2;
-}
-
-// One warp per block of the Block slices that do not use Delta1/Delta2.
-template <class Code>
-__global__ void __launch_bounds__(kThreads)
-    dec2_planes_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out) {
-  const size_t gw = global_warp();
-  if (gw >= r.blocks()) return;  // uniform per warp
-  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
-  const SliceState s = r.st[k];
-  if (!live_block(r, s, k, b) || delta_slice(s)) return;
-  const uint32_t cnt = r.count(k);
-  const int lane = threadIdx.x & 31;
-  const uint32_t i = b * kBlockLen + lane;
-  const Code v = Code(dec2_block<Code>(src, r, s, k, b, cnt, lane, true));
-  if (i < cnt) out[size_t(k) * r.L + i] = v;
 }
 
 // Tile c of slice k (state s, cnt codes) decoded from the payload into
@@ -799,7 +763,10 @@ __device__ void dec2_tile_scan_unit(const uint8_t* __restrict__ src, Code* __res
   const uint32_t k = t / tps, c = t - k * tps;
   const SliceState s = r.st[k];
   const bool delta2 = Predictor(s.pred) == Predictor::Delta2;
-  if (!scan_pass_applies(s, pass)) {  // uniform per CTA
+  const bool scan = scan_pass_applies(s, pass);
+  // Pass 0 decodes every Block slice; pass 1 only Delta2's.
+  const bool block = s.status == int(Status::Ok) && s.mode == uint8_t(Codec::Block);
+  if (pass == 0 ? !block : !scan) {  // uniform per CTA
     if (pass == 0 && threadIdx.x == 0) r.info[t] = 0;
     return;
   }
@@ -807,10 +774,20 @@ __device__ void dec2_tile_scan_unit(const uint8_t* __restrict__ src, Code* __res
   const size_t cnt = r.count(k), base = size_t(c) * kTile;
   U* xk = reinterpret_cast<U*>(x + size_t(k) * r.L);
   // Into shared memory: pass 0 decodes the tile's residuals from the payload
-  // (dec2_tile_sum_kernel checked them), pass 1 loads pass 0's output
-  // (coalesced); then kScanItems consecutive codes per thread.
+  // (for Delta slices dec2_tile_sum_kernel checked them, the others are
+  // checked here), pass 1 loads pass 0's output (coalesced); then
+  // kScanItems consecutive codes per thread.
   if (pass == 0) {
-    dec2_decode_tile(src, r, s, k, c, uint32_t(cnt), false, tile);
+    dec2_decode_tile(src, r, s, k, c, uint32_t(cnt), !delta_slice(s), tile);
+    if (!scan) {  // None, Lorenzo (its own kernel follows): the residuals as they are
+#pragma unroll
+      for (int j = 0; j < kScanItems; ++j) {
+        const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+        if (base + e < cnt) xk[base + e] = tile[e];
+      }
+      if (threadIdx.x == 0) r.info[t] = 0;
+      return;
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < kScanItems; ++j) {
@@ -956,10 +933,9 @@ cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceB
   if (e != cudaSuccess) return e;
   dec_length_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r);
   if (kernels == 2) {
-    dec2_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
     const uint32_t cps = copy_chunks(r.L);
     if (r.n) dec2_raw_kernel<Code><<<std::min(r.S * cps, kMaxUnitGrid), kThreads, 0, stream>>>(src, r, out, cps);
-    // Delta1/Delta2 over tiles; info and scan are free again (tiles <= blocks:
+    // Block slices in tiles; info and scan are free again (tiles <= blocks:
     // the scans' temporary storage suffices).
     const uint32_t tps = uint32_t((size_t(r.L) + kTile - 1) / kTile), T = r.S * tps;
     const uint32_t grid = std::min(T, kMaxUnitGrid);
