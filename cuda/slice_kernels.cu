@@ -527,76 +527,96 @@ constexpr uint32_t kCopyChunk = uint32_t(kThreads) * 16;     // elements per Raw
 
 __device__ __forceinline__ bool aligned_to(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
+// The encode kernels give each warp kWarpBlocks consecutive blocks and load
+// all their residuals first: that many independent loads in flight per warp
+// (one block per warp leaves the warp waiting on one load at a time).
+constexpr int kWarpBlocks = 8;
+
 template <class Code>
 __global__ void __launch_bounds__(kThreads)
     enc2_width_kernel(const Code* __restrict__ q, SliceBatchRef r, EncodeParams ep) {
-  const size_t gw = global_warp();
-  if (gw >= r.blocks()) return;  // uniform per warp
-  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
-  const uint32_t cnt = r.count(k);
+  const size_t g0 = global_warp() * kWarpBlocks;
   const int lane = threadIdx.x & 31;
-  if (b >= uint32_t(codec::block_count(cnt))) {
-    if (lane == 0) {
-      r.widths[gb] = 0;
-      r.info[gb] = 0;
-    }
-    return;
+  Code v[kWarpBlocks];
+#pragma unroll
+  for (int j = 0; j < kWarpBlocks; ++j) {  // uniform per warp
+    v[j] = Code(0);
+    if (g0 + j >= r.blocks()) continue;
+    const uint32_t gb = uint32_t(g0 + j), k = gb / r.nbs, b = gb - k * r.nbs;
+    const uint32_t cnt = r.count(k);
+    if (b >= uint32_t(codec::block_count(cnt))) continue;  // past the slice's end: width 0
+    const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+    v[j] = residual_at(q + size_t(k) * r.L, b * kBlockLen + lane, cnt, pe, ep.row, ep.plane);
   }
-  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
-  const Code* qk = q + size_t(k) * r.L;
-  const Code v = residual_at(qk, b * kBlockLen + lane, cnt, pe, ep.row, ep.plane);
-  const int w = codec::block_bit_width(warp_or(codec::block_magnitude(v)));
-  if (lane == 0) {
-    r.widths[gb] = uint8_t(w);
-    r.info[gb] = pack_info(codec::block_words(w), w >= codec::kBlockEscape);
+#pragma unroll
+  for (int j = 0; j < kWarpBlocks; ++j) {
+    if (g0 + j >= r.blocks()) break;  // uniform per warp
+    const int w = codec::block_bit_width(warp_or(codec::block_magnitude(v[j])));
+    if (lane == 0) {
+      r.widths[g0 + j] = uint8_t(w);
+      r.info[g0 + j] = pack_info(codec::block_words(w), w >= codec::kBlockEscape);
+    }
   }
 }
 
-// One warp per block: word j of the block (0: sign, 1 + p: plane p) is
-// stored by lane j % 32, all lanes at once.
+// Word j of a block (0: sign, 1 + p: plane p) is stored by lane j % 32 of
+// its warp, all lanes at once.
 template <class Code>
 __global__ void __launch_bounds__(kThreads)
     enc2_planes_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst) {
   using U = codec::UCode<Code>;
   constexpr int kRounds = (codec::block_max_width<Code>() + 1 + 31) / 32;
-  const size_t gw = global_warp();
-  if (gw >= r.blocks()) return;  // uniform per warp
-  const uint32_t gb = uint32_t(gw), k = gb / r.nbs, b = gb - k * r.nbs;
-  const SliceState s = r.st[k];
-  if (s.mode != kModeBlock) return;
-  const uint32_t cnt = r.count(k);
-  const size_t nb = codec::block_count(cnt);
-  if (size_t(b) >= nb) return;
-  const int w = r.widths[gb];
-  if (w == 0) return;
+  const size_t g0 = global_warp() * kWarpBlocks;
   const int lane = threadIdx.x & 31;
-  const Code* qk = q + size_t(k) * r.L;
-  const Code v = residual_at(qk, b * kBlockLen + lane, cnt, Predictor(s.pred), s.a0, s.a1);
-  const U mag = codec::block_magnitude(v);
-  uint8_t* out = dst + size_t(k) * r.slot + codec::kHeaderBytes +
-                 codec::block_stream_bytes(nb, s.nesc, info_words(r.scan[gb] - s.first1));
-  uint32_t word[kRounds];
+  Code v[kWarpBlocks];
+  int wv[kWarpBlocks];
+  uint8_t* outv[kWarpBlocks];
 #pragma unroll
-  for (int t = 0; t < kRounds; ++t) word[t] = 0;
-  const uint32_t sign = __ballot_sync(kFullMask, v < 0);
-  if (lane == 0) word[0] = sign;
-  for (int p = 0; p < w; ++p) {  // w is uniform per warp
-    const uint32_t plane = __ballot_sync(kFullMask, uint32_t(mag >> p) & 1u);
-    const int j = p + 1;
-#pragma unroll
-    for (int t = 0; t < kRounds; ++t)
-      if ((j >> 5) == t && (j & 31) == lane) word[t] = plane;
+  for (int j = 0; j < kWarpBlocks; ++j) {  // uniform per warp
+    v[j] = Code(0);
+    wv[j] = 0;
+    outv[j] = nullptr;
+    if (g0 + j >= r.blocks()) continue;
+    const uint32_t gb = uint32_t(g0 + j), k = gb / r.nbs, b = gb - k * r.nbs;
+    const SliceState s = r.st[k];
+    if (s.mode != kModeBlock) continue;
+    const uint32_t cnt = r.count(k);
+    const size_t nb = codec::block_count(cnt);
+    if (size_t(b) >= nb) continue;
+    wv[j] = r.widths[gb];
+    if (wv[j] == 0) continue;
+    v[j] = residual_at(q + size_t(k) * r.L, b * kBlockLen + lane, cnt, Predictor(s.pred), s.a0, s.a1);
+    outv[j] = dst + size_t(k) * r.slot + codec::kHeaderBytes +
+              codec::block_stream_bytes(nb, s.nesc, info_words(r.scan[gb] - s.first1));
   }
-  const int words = w + 1;
-  const bool al = aligned_to(out, 4);
 #pragma unroll
-  for (int t = 0; t < kRounds; ++t) {
-    const int j = 32 * t + lane;
-    if (j < words) {
-      if (al)
-        reinterpret_cast<uint32_t*>(out)[j] = word[t];
-      else
-        codec::store_u32(out + 4 * j, word[t]);
+  for (int j = 0; j < kWarpBlocks; ++j) {
+    const int w = wv[j];
+    if (w == 0) continue;  // uniform per warp
+    const U mag = codec::block_magnitude(v[j]);
+    uint32_t word[kRounds];
+#pragma unroll
+    for (int t = 0; t < kRounds; ++t) word[t] = 0;
+    const uint32_t sign = __ballot_sync(kFullMask, v[j] < 0);
+    if (lane == 0) word[0] = sign;
+    for (int p = 0; p < w; ++p) {  // w is uniform per warp
+      const uint32_t plane = __ballot_sync(kFullMask, uint32_t(mag >> p) & 1u);
+      const int i = p + 1;
+#pragma unroll
+      for (int t = 0; t < kRounds; ++t)
+        if ((i >> 5) == t && (i & 31) == lane) word[t] = plane;
+    }
+    uint8_t* out = outv[j];
+    const bool al = aligned_to(out, 4);
+#pragma unroll
+    for (int t = 0; t < kRounds; ++t) {
+      const int i = 32 * t + lane;
+      if (i < w + 1) {
+        if (al)
+          reinterpret_cast<uint32_t*>(out)[i] = word[t];
+        else
+          codec::store_u32(out + 4 * i, word[t]);
+      }
     }
   }
 }
@@ -898,7 +918,7 @@ cudaError_t encode_launch(const Code* q, const SliceBatchRef& r, const EncodePar
                           uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, int kernels, cudaStream_t stream) {
   const size_t G = r.blocks();
   if (kernels == 2)
-    enc2_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
+    enc2_width_kernel<Code><<<grid_warps((G + kWarpBlocks - 1) / kWarpBlocks), kThreads, 0, stream>>>(q, r, ep);
   else
     enc_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
   cudaError_t e = cudaGetLastError();
@@ -907,7 +927,7 @@ cudaError_t encode_launch(const Code* q, const SliceBatchRef& r, const EncodePar
   enc_slice_kernel<Code><<<grid_for(r.S), kThreads, 0, stream>>>(r, ep, dst, sizes, status);
   enc_nibble_kernel<<<grid_for(size_t(r.S) * codec::block_nibble_bytes(r.nbs)), kThreads, 0, stream>>>(r, dst);
   if (kernels == 2) {
-    enc2_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
+    enc2_planes_kernel<Code><<<grid_warps((G + kWarpBlocks - 1) / kWarpBlocks), kThreads, 0, stream>>>(q, r, dst);
     const uint32_t cps = copy_chunks(r.L);
     if (r.n) enc2_raw_kernel<Code><<<std::min(r.S * cps, kMaxUnitGrid), kThreads, 0, stream>>>(q, r, dst, cps);
   } else {
