@@ -70,9 +70,7 @@ DataStats scan_typed(const T* x, size_t n) {
 /// cache lines are written without being read first.
 #if NCCLZ_STREAM_STORES
 /// stream_copy with 64-byte non-temporal stores (AVX-512F): one store per cache
-/// line where SSE2 takes four. Measured on this project's AVX-512 VM: the
-/// out-of-place output of a 2^21-element float32 slice with 4% nonzeros (fill,
-/// scatter, stream) 0.40 -> 0.31 ms; memset alone 0.17 ms.
+/// line where SSE2 takes four (docs/BENCHMARKS.md, "Measurements behind the code").
 __attribute__((target("avx512f"))) void stream_copy_avx512(uint8_t* dst, const uint8_t* src, size_t bytes) {
   const size_t head = std::min(bytes, size_t((64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64));
   std::memcpy(dst, src, head);
