@@ -412,7 +412,9 @@ TEST(Interp, SlicesFollowPassesAndCoverTheStream) {
       EXPECT_EQ(sum, numel(shape));
       // Over the cap: the full count, at most the cap appended.
       std::vector<uint32_t> some;
-      if (s > 0) EXPECT_EQ(interp_slices(dims, L, s - 1, &some), s);
+      if (s > 0) {
+        EXPECT_EQ(interp_slices(dims, L, s - 1, &some), s);
+      }
       EXPECT_LE(some.size(), s > 0 ? s - 1 : 0);
     }
   }

@@ -255,7 +255,9 @@ TEST(PrimsCoded, SparseIntegerSumsAddInPlace) {
       ta.join();
       tb.join();
       EXPECT_EQ(got, want);
-      if (fused < 2) EXPECT_EQ(b_out, want);
+      if (fused < 2) {
+        EXPECT_EQ(b_out, want);
+      }
       EXPECT_EQ(yb, y_before);  // the input itself is never written
       // a's slices are Sparse without a predictor: the fused path's input.
       for (const auto& b : ab.log) EXPECT_TRUE(codec::slice_adds_sparse(b.data(), b.size()));

@@ -506,8 +506,9 @@ TEST(RansReference, ByteDecoderMatchesReference) {
         const Status st = rans_decode_bytes(d.data(), d.size(), n, out.data());
         ASSERT_EQ(st == Status::Ok, ok) << "n " << n << " kind " << kind << " t " << t;
         for (size_t k = n; k < n + 4; ++k) ASSERT_EQ(out[k], 0xA5);
-        if (ok)
+        if (ok) {
           for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], want[i]) << i;
+        }
       }
     }
 }

@@ -48,7 +48,9 @@ void round_trip(const std::vector<T>& v, ElemType t, const EncodeOptions& opt, S
   size_t used = 0;
   ASSERT_EQ(decode_slice(buf.data(), si.bytes, t, uint32_t(v.size()), out.data(), &used), Status::Ok);
   EXPECT_EQ(used, si.bytes);
-  if (!v.empty()) ASSERT_EQ(0, std::memcmp(v.data(), out.data(), v.size() * sizeof(T)));  // no null memcmp
+  if (!v.empty()) {
+    ASSERT_EQ(0, std::memcmp(v.data(), out.data(), v.size() * sizeof(T)));  // no null memcmp
+  }
   if (info) *info = si;
 }
 

@@ -64,7 +64,9 @@ size_t round_trip(const std::vector<Code>& r) {
   out.pop_back();
   EXPECT_TRUE(out == r);
   // The encoder respects the capacity: one byte less does not fit.
-  if (bytes > 0) EXPECT_EQ(sparse_encode(r.data(), n, buf.data(), bytes - 1), kNoFit);
+  if (bytes > 0) {
+    EXPECT_EQ(sparse_encode(r.data(), n, buf.data(), bytes - 1), kNoFit);
+  }
   EXPECT_EQ(sparse_encode(r.data(), n, buf.data(), bytes), bytes);
   return bytes;
 }
@@ -512,7 +514,9 @@ TEST(SparseSlice, ForcedWithEveryPredictor) {
       SCOPED_TRACE(testing::Message() << "n=" << n << " pred=" << p);
       const SliceInfo a = slice_round_trip(v32, opt);
       EXPECT_TRUE(a.codec == Codec::Sparse || a.codec == Codec::Raw);
-      if (n > 1000) EXPECT_EQ(a.codec, Codec::Sparse);  // (smaller ones: Raw is smaller)
+      if (n > 1000) {
+        EXPECT_EQ(a.codec, Codec::Sparse);  // (smaller ones: Raw is smaller)
+      }
       slice_round_trip(v64, opt);
     }
   }

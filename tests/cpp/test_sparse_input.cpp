@@ -98,7 +98,9 @@ void check_encode_from_list() {
       const size_t ka = codec::sparse_encode(r.data(), n, a.data(), a.size());
       const size_t kb = codec::sparse_encode_nonzeros(pos.data(), val.data(), pos.size(), n, b.data(), b.size());
       ASSERT_EQ(ka, kb);
-      if (ka != codec::kNoFit) EXPECT_EQ(0, std::memcmp(a.data(), b.data(), ka));  // the same payload
+      if (ka != codec::kNoFit) {
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), ka));  // the same payload
+      }
       if (kb != codec::kNoFit && kb > 0) {
         EXPECT_EQ(codec::sparse_encode_nonzeros(pos.data(), val.data(), pos.size(), n, b.data(), kb - 1),
                   codec::kNoFit);
@@ -204,8 +206,12 @@ void check_slice_from_list() {
                 Status::Ok);
       // Sparse, or Raw where Sparse is larger (random values everywhere).
       EXPECT_TRUE(si.codec == codec::Codec::Sparse || si.codec == codec::Codec::Raw);
-      if (d >= 1.0) EXPECT_EQ(si.codec, codec::Codec::Raw);
-      if (d <= 0.02) EXPECT_EQ(si.codec, codec::Codec::Sparse);
+      if (d >= 1.0) {
+        EXPECT_EQ(si.codec, codec::Codec::Raw);
+      }
+      if (d <= 0.02) {
+        EXPECT_EQ(si.codec, codec::Codec::Sparse);
+      }
       std::vector<Code> back(n, Code(5));
       size_t used = 0;
       ASSERT_EQ(codec::decode_slice(buf.data(), si.bytes, t, n, back.data(), &used), Status::Ok);
@@ -425,7 +431,9 @@ TEST(SparseInputStage, ListsAreTheDenseCodesNonzeros) {
       std::vector<int64_t> from_list(m, 0);
       for (size_t i = 0; i < l.k; ++i) {
         ASSERT_LT(l.pos[i], m);
-        if (i) ASSERT_LT(l.pos[i - 1], l.pos[i]);
+        if (i) {
+          ASSERT_LT(l.pos[i - 1], l.pos[i]);
+        }
         from_list[l.pos[i]] = wide ? static_cast<const int64_t*>(l.val)[i] : static_cast<const int32_t*>(l.val)[i];
         ASSERT_NE(from_list[l.pos[i]], 0);
       }
@@ -435,7 +443,9 @@ TEST(SparseInputStage, ListsAreTheDenseCodesNonzeros) {
         ASSERT_EQ(c, from_list[i]) << off + i;
       }
       // More nonzeros than asked for: the dense way.
-      if (l.k > 1) EXPECT_FALSE(stage.prepare_nonzeros(cb + off * cs, m, l.k / 2, &l));
+      if (l.k > 1) {
+        EXPECT_FALSE(stage.prepare_nonzeros(cb + off * cs, m, l.k / 2, &l));
+      }
     }
   }
   // No index: always the dense way.
@@ -648,8 +658,12 @@ TEST(SparseInputPrims, ListStepsGiveTheDenseStepsSums) {
     EXPECT_EQ(b_out, want);
     // Which path ran: a lists only when its encoder may send Sparse.
     EXPECT_EQ(sa.listed > 0, cs.lists_a && !cs.block_a);
-    if (cs.lists_b && cs.takes_b && !cs.block_a && !cs.dense_b && cs.lists_a) EXPECT_GT(sb.finished_from_lists, 0);
-    if (!cs.takes_b || cs.dense_b || cs.block_a) EXPECT_EQ(sb.finished_from_lists, 0);
+    if (cs.lists_b && cs.takes_b && !cs.block_a && !cs.dense_b && cs.lists_a) {
+      EXPECT_GT(sb.finished_from_lists, 0);
+    }
+    if (!cs.takes_b || cs.dense_b || cs.block_a) {
+      EXPECT_EQ(sb.finished_from_lists, 0);
+    }
     if (cs.lists_a && !cs.block_a) {
       for (const auto& s : ab.log) EXPECT_TRUE(codec::slice_adds_sparse(s.data(), s.size()));
     }
