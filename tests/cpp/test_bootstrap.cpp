@@ -30,9 +30,6 @@ using Clock = std::chrono::steady_clock;
 
 using ncclz_test::run_threads;
 
-// Port and host of a UniqueId (layout in tcp_bootstrap.cpp).
-int uid_port(const UniqueId& id) { return (id.bytes[6] << 8) | id.bytes[7]; }
-
 // A free TCP port on loopback (bind port 0, read it, close).
 int free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

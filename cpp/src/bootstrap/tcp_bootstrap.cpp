@@ -86,6 +86,7 @@ constexpr uint64_t kMaxMessage = uint64_t(1) << 32;  // sanity bound for bootstr
 constexpr uint32_t kMaxReply = 64u << 20;            // the table of a very large job
 constexpr int kServicePollMs = 100;
 constexpr auto kShedReportPeriod = std::chrono::seconds(10);
+constexpr auto kGoneGrace = std::chrono::milliseconds(200);
 
 size_t max_pending(int size) { return 128 + static_cast<size_t>(size); }
 
@@ -245,6 +246,8 @@ class TcpBootstrap final : public Bootstrap {
     const size_t n = static_cast<size_t>(cfg_.size);
     table_.resize(n);
     closed_.resize(n);
+    in_open_.resize(n);
+    star_gone_at_.resize(n);
     out_.resize(n);
     star_.resize(n);
     in_.resize(n);
@@ -424,6 +427,18 @@ class TcpBootstrap final : public Bootstrap {
                           ") but its connection is closed: " + closed_[peer]);
       }
       auto now = Clock::now();
+      // The peer (or rank 0) left: its star connection closed, and no
+      // point-to-point connection from it is open (a grace lets one that
+      // raced the close deliver first).
+      const int via = cfg_.rank == 0 ? peer : 0;
+      const auto gone = star_gone_at_[via];
+      if (gone != Clock::time_point{} && !in_open_[peer] && now >= gone + kGoneGrace) {
+        std::string why = via == 0
+                              ? "rank 0 left the job (its connection closed)" + rank0_failure_note(lk)
+                              : "rank " + std::to_string(peer) + " disconnected (it exited or was killed; see its log)";
+        throw RemoteError("bootstrap rank " + std::to_string(cfg_.rank) + ": waiting for a message from rank " +
+                          std::to_string(peer) + " (tag " + std::to_string(tag) + "): " + why);
+      }
       if (now >= deadline) {
         throw Timeout("bootstrap rank " + std::to_string(cfg_.rank) + ": timed out after " + fmt_s(cfg_.timeout_s) +
                       " s waiting for a message from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) +
@@ -435,7 +450,9 @@ class TcpBootstrap final : public Bootstrap {
                    "alive and at the same setup step? (timeout after %s s, NCCLZ_TIMEOUT)",
                    cfg_.rank, report.waited(now), peer, tag, peer, fmt_s(cfg_.timeout_s).c_str());
       }
-      cv_.wait_until(lk, std::min(deadline, report.next()));
+      auto until = std::min(deadline, report.next());
+      if (gone != Clock::time_point{} && !in_open_[peer]) until = std::min(until, gone + kGoneGrace);
+      cv_.wait_until(lk, until);
     }
   }
 
@@ -570,6 +587,32 @@ class TcpBootstrap final : public Bootstrap {
                         " bytes): the ranks do not call the same setup sequence (same version/config everywhere?)");
     }
     net::recv_all(fd, data, bytes, deadline, waiting, w);
+  }
+
+  // Why rank 0 left, when it said so on the star connection (an Error frame
+  // waits there): " (rank 0 reported: ...)", else "". Caller holds mu_ (as lk).
+  std::string rank0_failure_note(std::unique_lock<std::mutex>& lk) {
+    lk.unlock();
+    std::string note;
+    {
+      std::unique_lock<std::mutex> sl(star_mu_, std::try_to_lock);
+      if (sl.owns_lock() && star_[0]) {
+        uint8_t h[16];
+        if (::recv(star_[0].get(), h, sizeof h, MSG_PEEK | MSG_DONTWAIT) == ssize_t(sizeof h)) {
+          uint32_t magic;
+          uint64_t len;
+          std::memcpy(&magic, h, 4);
+          std::memcpy(&len, h + 8, 8);
+          std::vector<uint8_t> all(16 + std::min<uint64_t>(len, 65536));
+          if (magic == bs::kErrorMagic && len <= 65536 &&
+              ::recv(star_[0].get(), all.data(), all.size(), MSG_PEEK | MSG_DONTWAIT) == ssize_t(all.size())) {
+            note = " (rank 0 reported: " + std::string(all.begin() + 16, all.end()) + ")";
+          }
+        }
+      }
+    }
+    lk.lock();
+    return note;
   }
 
   // Rank 0: tells every other rank, once, why the job failed (star Error
@@ -1131,6 +1174,18 @@ class TcpBootstrap final : public Bootstrap {
     }
     const size_t i_joined = pfds.size();
     for (auto& j : joined) pfds.push_back({j.second, POLLIN, 0});
+    // Star connections: only their end is watched (caller threads read them).
+    const size_t i_star = pfds.size();
+    std::vector<int> star_rank;
+    if (p2p_fd >= 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      for (int r = 0; r < cfg_.size; ++r) {
+        if (star_[r] && (cfg_.rank == 0) == (r != 0) && star_gone_at_[r] == Clock::time_point{}) {
+          pfds.push_back({star_[r].get(), POLLRDHUP, 0});
+          star_rank.push_back(r);
+        }
+      }
+    }
     const size_t i_in = pfds.size();
     std::vector<int> in_rank;
     for (int r = 0; r < cfg_.size; ++r) {
@@ -1157,6 +1212,13 @@ class TcpBootstrap final : public Bootstrap {
     }
     for (size_t k = 0; k < joined.size(); ++k) {
       if (pfds[i_joined + k].revents) check_joined(joined[k].first, joined[k].second);
+    }
+    for (size_t k = 0; k < star_rank.size(); ++k) {
+      if (pfds[i_star + k].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+        std::lock_guard<std::mutex> lk(mu_);
+        star_gone_at_[star_rank[k]] = Clock::now();
+        cv_.notify_all();
+      }
     }
     now = Clock::now();
     for (auto& h : pending_) {
@@ -1522,6 +1584,7 @@ class TcpBootstrap final : public Bootstrap {
     in_[src].fd = std::move(h.fd);
     std::lock_guard<std::mutex> lk(mu_);
     closed_[src].clear();
+    in_open_[src] = 1;
   }
 
   void read_incoming(int src) {
@@ -1530,6 +1593,7 @@ class TcpBootstrap final : public Bootstrap {
       c.fd.reset();
       std::lock_guard<std::mutex> lk(mu_);
       closed_[src] = why;
+      in_open_[src] = 0;
       cv_.notify_all();
     };
     for (int round = 0; round < 64; ++round) {
@@ -1614,7 +1678,9 @@ class TcpBootstrap final : public Bootstrap {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, int>, std::deque<std::vector<uint8_t>>> queues_;  // (src, tag)
-  std::vector<std::string> closed_;  // why an incoming connection closed, by source rank
+  std::vector<std::string> closed_;              // why an incoming connection closed, by source rank
+  std::vector<char> in_open_;                    // an incoming connection from the rank is open
+  std::vector<Clock::time_point> star_gone_at_;  // when its star connection closed ({} = open)
   RootState root_;
 
   // The service thread's own.
