@@ -1,10 +1,11 @@
 // Progress reports of long setup waits (issue: ranks started with different
 // MASTER_PORTs used to wait silently for the whole NCCLZ_TIMEOUT).
 //
-// A wait that lasts NCCLZ_WAIT_REPORT seconds (default 5; 0 turns reports
-// off) says what it waits for, as a WARN line, and says it again after
-// intervals that double (5, 10, 20, 40, then every 60 s) until it ends or
-// times out: at the default 300 s timeout, 8 lines per wait at most.
+// A wait that lasts NCCLZ_WAIT_REPORT seconds (R, default 5; 0 turns
+// reports off) says what it waits for, as a WARN line, and says it again
+// after intervals of 2R, 4R, 8R, ... at most 60 s, until it ends or times
+// out: with the defaults at 5, 15, 35, 75, 135, 195 and 255 s of a 300 s
+// timeout (7 lines).
 #pragma once
 
 #include <algorithm>
