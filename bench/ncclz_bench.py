@@ -1,17 +1,14 @@
 #!/usr/bin/env python3
-"""Thin wrapper: `python bench/ncclz_bench.py ...` == `ncclz-bench ...` (python/ncclz/tools/bench.py).
-
-Runs the repository's copy of the tool (so it works before the package is rebuilt) with
-NCCLZ_BENCH_DIR pointing at this bench/ folder (for bench/data.py).
+"""`python bench/ncclz_bench.py ...` == `ncclz-bench ...` (python/ncclz/tools/bench.py, as installed),
+with the data sets cached in this bench/data/ folder (unless NCCLZ_BENCH_DATA names another).
 """
+
 import os
-import runpy
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-os.environ.setdefault("NCCLZ_BENCH_DIR", HERE)
-TOOL = os.path.join(os.path.dirname(HERE), "python", "ncclz", "tools", "bench.py")
+os.environ.setdefault("NCCLZ_BENCH_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
+
+from ncclz.tools.bench import main
 
 if __name__ == "__main__":
-    sys.argv[0] = TOOL
-    runpy.run_path(TOOL, run_name="__main__")
+    sys.exit(main())

@@ -7,7 +7,7 @@ Lossy(rel=1e-3), policy="off", timed per call (slowest rank), with ratio and cod
 Options: --size 64M (bytes of float32 per rank), --iters 9, --codec NAME (force the wire codec,
 e.g. rans; default: the selector), --out-of-place (into a second array, as ncclz-bench does; default:
 in place, the input copied back before each call, outside the timing), --margin M (the codec effort
-the policy would propose: Compression.rans_margin, 1 = lossy/fast). Rank 0 prints one line:
+the policy would propose: PolicyHints.rans_margin, 1 = lossy/fast). Rank 0 prints one line:
 median / min wall time per call (max over ranks), ratio, the medians of rank 0's encode, decode and
 quantize seconds, and the median CPU seconds of all ranks together per call (user + system, every
 thread). bench/netlab/sparse_input.py runs it side by side with NCCLZ_SPARSE_INPUT and
@@ -23,10 +23,9 @@ import statistics
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 import ncclz
-from ncclz.tools.bench import rank_input
+import numpy as np
+from ncclz.tools.data import rank_input
 
 
 @dataclass(frozen=True)
@@ -45,14 +44,15 @@ def main() -> int:
     ap.add_argument("--label", default="")
     ap.add_argument("--out-of-place", action="store_true")
     ap.add_argument("--margin", type=float, default=-1.0,
-                    help="codec effort as the policy proposes it (Compression.rans_margin; 1: lossy/fast)")
+                    help="codec effort as the policy proposes it (PolicyHints.rans_margin; 1: lossy/fast)")
     a = ap.parse_args()
     s = a.size
     nbytes = int(s[:-1]) << {"K": 10, "M": 20, "G": 30}[s[-1]] if s[-1] in "KMG" else int(s)
     n = nbytes // 4
     spec = ForcedLossy(rel=1e-3, codec=a.codec)
-    if a.margin >= 0:
-        spec = ncclz._core.comm.Compression("lossy_rel", 1e-3, a.codec, 0, "", a.margin)
+    # the policy's codec effort travels beside the Compression (native PolicyHints): the native call
+    hints = ncclz._core.comm.PolicyHints("", a.margin) if a.margin >= 0 else None
+    native_spec = ncclz._core.comm.Compression("lossy_rel", 1e-3, a.codec, 0)
     with ncclz.init() as comm:
         x0 = rank_input("sparse", comm.rank, n)
         x = np.empty_like(x0)
@@ -68,10 +68,13 @@ def main() -> int:
             comm.barrier()
             c0 = cpu_s()
             t0 = time.perf_counter()
-            comm.all_reduce(x, compression=spec, policy="off", out=out)
+            if hints is None:
+                comm.all_reduce(x, compression=spec, policy="off", out=out)
+                st = comm.last_stats
+            else:
+                st = comm._native.all_reduce(x, x if out is None else out, "sum", native_spec, "", hints)
             dt = np.array([time.perf_counter() - t0])
             c = np.array([cpu_s() - c0])
-            st = comm.last_stats
             comm.all_reduce(dt, op="max", policy="off")
             comm.all_reduce(c, op="sum", policy="off")
             if i >= 2:  # two warm-up calls

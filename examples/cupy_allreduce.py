@@ -15,5 +15,6 @@ with ncclz.init() as comm:
     host = cp.asnumpy(g)  # device -> host
     comm.all_reduce(host, op="avg", compression=ncclz.Lossy(rel=1e-3))
     g.set(host)  # host -> device, in place
+    st = comm.last_stats
     if comm.rank == 0:
-        print("averaged on", comm.world_size, "ranks; ratio", round(comm.last_stats.ratio, 2))
+        print(f"averaged on {comm.world_size} ranks: ran {st.compression}, ratio {st.ratio:.2f}x ({st.policy})")

@@ -24,6 +24,16 @@ SPECS = {
 }
 
 
+def print_policy(comm):
+    """What the compression policy (rank 0's, which decides for all) ran, per kind of call, and why."""
+    pol = comm.policy
+    link = f"{pol.link_gbps:.3g} Gbit/s" if pol.link_gbps else "unknown (no NCCLZ_LINK_GBPS and no uncompressed call "
+    link += "" if pol.link_gbps else ">= 1 MiB to measure it), so every call ran as requested"
+    print(f"compression policy: link rate {link}")
+    for m in pol.measurements():
+        print(f"  {m.collective} {m.dtype} ~{m.class_bytes} B: {m.calls} calls ran {m.mode}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compression", choices=SPECS, default="rel1e-3")
@@ -68,11 +78,13 @@ def main():
                 f"step {step:4d} loss {loss.item():.4f}  wire {s.wire_bytes} B of {s.raw_bytes} B "
                 f"(ratio {s.ratio:.2f}), max error bound {s.max_error_bound:.2e}"
             )
+
     if rank == 0:
         t = state.totals
         print(
             f"total: {t.wire_bytes / 1e6:.2f} MB sent instead of {t.raw_bytes / 1e6:.2f} MB ({t.ratio:.2f}x)"
         )
+        print_policy(comm)
     comm.close()
     dist.destroy_process_group()
 

@@ -15,12 +15,7 @@ with ncclz.init() as comm:
     x = jnp.linspace(0.0, 1.0, 1 << 16, dtype=jnp.float32) + comm.rank
     y = comm.all_reduce(x, op="avg", compression=ncclz.Lossy(abs=1e-4))  # a new jax.Array
     expected = jnp.linspace(0.0, 1.0, 1 << 16, dtype=jnp.float32) + (comm.world_size - 1) / 2
+    st = comm.last_stats
     if comm.rank == 0:
-        print(
-            type(y).__name__,
-            "max error",
-            float(jnp.abs(y - expected).max()),
-            "<= 1e-4;",
-            "ratio",
-            round(comm.last_stats.ratio, 1),
-        )
+        print(f"{type(y).__name__}: max error {float(jnp.abs(y - expected).max()):.2e} <= 1e-4; ran {st.compression}, "
+              f"ratio {st.ratio:.1f}x ({st.policy})")

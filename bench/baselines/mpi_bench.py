@@ -9,7 +9,7 @@ with the TCP BTL on the lab interface (--mca btl tcp,self --mca btl_tcp_if_inclu
 MPI traffic crosses the shaped links like everything else.
 
 Rows have the schema of ncclz-bench's JSON with system "mpi" (uncompressed; float32/float64
-only: MPI has no bfloat16 sum). Inputs come from ncclz.tools.bench.rank_input (same seeds).
+only: MPI has no bfloat16 sum). Inputs come from ncclz.tools.data.rank_input (same seeds).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import runpy
 import sys
 import time
 
 import numpy as np
+from ncclz.tools import bench as _bench
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-os.environ.setdefault("NCCLZ_BENCH_DIR", os.path.join(REPO, "bench"))
-B = runpy.run_path(os.path.join(REPO, "python", "ncclz", "tools", "bench.py"), run_name="ncclz_bench_tool")
+os.environ.setdefault("NCCLZ_BENCH_DATA", os.path.join(REPO, "bench", "data"))
+B = vars(_bench)
 
 
 def main(argv=None) -> int:
@@ -130,6 +130,7 @@ if __name__ == "__main__":
     except BaseException:
         # one rank failing must not leave the others (and mpirun) waiting in a collective forever
         import traceback
+
         from mpi4py import MPI
 
         traceback.print_exc()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import glob
-import math
 import json
+import math
 import os
 import platform
 import sys
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
                  "Standalone checks: 0.1 -> 0.097, 0.5 -> 0.486, 1 -> 0.967, 2 -> 2.02, 10 -> 10.06 Gbit/s.")
     L.append("- No added latency or loss: netem is not available on this kernel (veth RTT is tens of us).")
     L.append("- Every system runs in the same process per rank, one rank per namespace, on the same inputs "
-             "(`ncclz.tools.bench.rank_input`: deterministic per data set and rank; every rank rebuilds all inputs "
+             "(`ncclz.tools.data.rank_input`: deterministic per data set and rank; every rank rebuilds all inputs "
              "to compute the exact fp64 result). ncclz uses its socket transport with `NCCLZ_SOCKET_IFNAME=eth0`, gloo "
              "`GLOO_SOCKET_IFNAME=eth0`, MPI the TCP BTL on eth0 (mpirun inside nczl-h0, the other ranks started in "
              "their namespaces by `bench/netlab/netns_rsh.sh` as Open MPI's rsh agent; the run checks that the 4 ranks "

@@ -60,7 +60,7 @@ def run_bench(lab, name, args, port, timeout, nranks=None):
     log(f"{name}: rate {lab.gbps} Gbit/s: ncclz-bench {' '.join(args)}")
     t = time.time()
     rc, _ = lab.exec_ranks(cmd, nranks=nranks, port=port, timeout=timeout, capture=True,
-                           extra_env={"NCCLZ_BENCH_DIR": os.path.join(REPO, "bench"),
+                           extra_env={"NCCLZ_BENCH_DATA": os.path.join(REPO, "bench", "data"),
                                       "NCCLZ_CORES_PER_RANK": str((os.cpu_count() or 1) / (nranks or lab.n))})
     log(f"{name}: exit {rc} after {time.time() - t:.0f}s")
     return rc
@@ -71,11 +71,11 @@ def run_mpi(lab, name, args, timeout):
     out = os.path.join(RAW, f"{name}{TAG}.json")
     hosts = ",".join(lab.addr(i) for i in range(lab.n))
     env = dict(os.environ, NETLAB_PREFIX=lab.prefix, NETLAB_GBPS=str(lab.gbps or ""),
-               NCCLZ_BENCH_DIR=os.path.join(REPO, "bench"), OMPI_MCA_plm_rsh_agent=os.path.join(HERE, "netns_rsh.sh"))
+               NCCLZ_BENCH_DATA=os.path.join(REPO, "bench", "data"), OMPI_MCA_plm_rsh_agent=os.path.join(HERE, "netns_rsh.sh"))
     cmd = ["ip", "netns", "exec", lab.host(0), "mpirun", "--allow-run-as-root", "-np", str(lab.n), "--host", hosts,
            "--mca", "plm_rsh_agent", os.path.join(HERE, "netns_rsh.sh"), "--mca", "plm_rsh_no_tree_spawn", "1",
            "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", netlab.IFNAME,
-           "--mca", "oob_tcp_if_include", netlab.IFNAME, "-x", "NETLAB_GBPS", "-x", "NCCLZ_BENCH_DIR",
+           "--mca", "oob_tcp_if_include", netlab.IFNAME, "-x", "NETLAB_GBPS", "-x", "NCCLZ_BENCH_DATA",
            "-x", "PATH", *MPI_BENCH, *args, "--json", out]
     log(f"{name}: rate {lab.gbps} Gbit/s: mpirun (4 namespaces) mpi_bench {' '.join(args)}")
     t = time.time()
@@ -205,7 +205,7 @@ def main(argv=None) -> int:
         cmd = BENCH + ["-n", str(a.hosts), "--throttle-gbps", str(a.rate), "-c", "all_reduce", "-d", "smooth,gaussian",
                        "-m", "none,rel=1e-3", "-b", a.size, "-e", a.size, "--budget", str(a.budget), "--json", out]
         log(f"rootless: NCCLZ_SOCKET_THROTTLE_GBPS={a.rate} on loopback: {' '.join(cmd[2:])}")
-        r = subprocess.run(cmd, env=dict(os.environ, NCCLZ_BENCH_DIR=os.path.join(REPO, "bench"),
+        r = subprocess.run(cmd, env=dict(os.environ, NCCLZ_BENCH_DATA=os.path.join(REPO, "bench", "data"),
                                          NCCLZ_CORES_PER_RANK=str((os.cpu_count() or 1) / a.hosts)),
                            timeout=a.timeout)
         status["rootless"] = r.returncode

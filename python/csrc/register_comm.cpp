@@ -4,9 +4,15 @@
 //
 // Buffers arrive as nb::ndarray with .noconvert(), so nanobind never makes a
 // hidden converted copy (an in-place collective into a temporary would lose
-// its result). Everything nanobind would otherwise check for us (device,
-// dtype, C-contiguity, element counts, overlap) is checked here, with
-// messages that say what to do, and raised as ncclz.InvalidArgumentError.
+// its result). The bindings only map arrays to pointers, element counts and
+// types (refusing, with what to do, arrays they cannot map: another device,
+// an unsupported dtype, not C-contiguous) and strings to enums; every check
+// of the call itself (counts and types of the two arrays, overlap, root,
+// peer, op, compression) is the runtime's Communicator::check_call, raised
+// here on this rank alone before any communication, as
+// ncclz.InvalidArgumentError. The policy's hints are the exception: they are
+// rank 0's proposal, so a bad one is left to the call, which fails it on every
+// rank. Only public headers (cpp/include/ncclz/).
 // The GIL is released for every call that may block (rendezvous and every
 // collective), only after the array views have been read, and abort() is
 // callable from another thread while a collective is waiting.
@@ -22,20 +28,24 @@
 #include <string>
 #include <utility>
 
-#include "bootstrap/bootstrap.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
+#include "ncclz/policy_hints.hpp"
+#include "ncclz/unique_id.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace {
 
+using ncclz::CallArgs;
+using ncclz::CallKind;
 using ncclz::CallStats;
 using ncclz::CommConfig;
 using ncclz::Communicator;
 using ncclz::Compression;
 using ncclz::DataType;
+using ncclz::PolicyHints;
 using ncclz::RedOp;
 using ncclz::UniqueId;
 
@@ -43,32 +53,6 @@ using ncclz::UniqueId;
 using InArray = nb::ndarray<nb::ro>;
 /// Output buffers: writable arrays of any dtype/device (checked below).
 using OutArray = nb::ndarray<>;
-
-const char* dtype_name(DataType t) {
-  switch (t) {
-    case DataType::F32: return "float32";
-    case DataType::F64: return "float64";
-    case DataType::F16: return "float16";
-    case DataType::BF16: return "bfloat16";
-    case DataType::I32: return "int32";
-    case DataType::I64: return "int64";
-    case DataType::U8: return "uint8";
-  }
-  return "?";
-}
-
-size_t dtype_size(DataType t) {
-  switch (t) {
-    case DataType::F64:
-    case DataType::I64: return 8;
-    case DataType::F32:
-    case DataType::I32: return 4;
-    case DataType::F16:
-    case DataType::BF16: return 2;
-    case DataType::U8: return 1;
-  }
-  return 0;
-}
 
 std::string describe_dlpack_dtype(const nb::dlpack::dtype& d) {
   const char* code = "?";
@@ -93,7 +77,6 @@ struct Buffer {
   size_t count = 0;
   DataType type = DataType::F32;
   uint32_t row = 0, plane = 0;  ///< the array's last dimension / last two (0: fewer dimensions)
-  size_t bytes() const { return count * dtype_size(type); }
 };
 
 /// `as_dtype` is "" (type from the array's DLPack dtype) or "bfloat16": the
@@ -119,19 +102,26 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
   } else if (ok) {
     switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
       case nb::dlpack::dtype_code::Float:
-        if (d.bits == 32) b.type = DataType::F32;
-        else if (d.bits == 64) b.type = DataType::F64;
-        else if (d.bits == 16) b.type = DataType::F16;
-        else ok = false;
+        if (d.bits == 32)
+          b.type = DataType::F32;
+        else if (d.bits == 64)
+          b.type = DataType::F64;
+        else if (d.bits == 16)
+          b.type = DataType::F16;
+        else
+          ok = false;
         break;
       case nb::dlpack::dtype_code::Bfloat:
         ok = d.bits == 16;
         b.type = DataType::BF16;
         break;
       case nb::dlpack::dtype_code::Int:
-        if (d.bits == 32) b.type = DataType::I32;
-        else if (d.bits == 64) b.type = DataType::I64;
-        else ok = false;
+        if (d.bits == 32)
+          b.type = DataType::I32;
+        else if (d.bits == 64)
+          b.type = DataType::I64;
+        else
+          ok = false;
         break;
       case nb::dlpack::dtype_code::UInt:
         ok = d.bits == 8;
@@ -151,9 +141,8 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
     for (size_t k = a.ndim(); k-- > 0;) {
       if (a.shape(k) != 1 && a.stride(k) != expect) {
         std::ostringstream s;
-        s << what << " is not C-contiguous (dimension " << k << " has stride " << a.stride(k)
-          << " elements, expected " << expect
-          << "); make it contiguous first (numpy.ascontiguousarray(x), tensor.contiguous())";
+        s << what << " is not C-contiguous (dimension " << k << " has stride " << a.stride(k) << " elements, expected "
+          << expect << "); make it contiguous first (numpy.ascontiguousarray(x), tensor.contiguous())";
         throw ncclz::InvalidArgument(s.str());
       }
       expect *= int64_t(a.shape(k));
@@ -177,48 +166,14 @@ Compression with_layout(const Compression& c, const Buffer& b) {
   return x;
 }
 
-void require_same_type(const Buffer& in, const Buffer& out, const char* op) {
-  if (in.type != out.type)
-    throw ncclz::InvalidArgument(std::string(op) + ": input dtype " + dtype_name(in.type) +
-                                 " differs from output dtype " + dtype_name(out.type));
-}
-
-void require_count(size_t got, size_t want, const char* op, const char* what) {
-  if (got != want) {
-    std::ostringstream s;
-    s << op << ": " << what << " has " << got << " elements, expected " << want;
-    throw ncclz::InvalidArgument(s.str());
-  }
-}
-
-/// Partial overlap of input and output is never meaningful; exact aliasing
-/// only where the runtime documents in-place use (all_reduce).
-void require_no_overlap(const Buffer& in, const Buffer& out, const char* op, bool allow_same) {
-  auto a = reinterpret_cast<uintptr_t>(in.data), b = reinterpret_cast<uintptr_t>(out.data);
-  const bool overlap = in.bytes() > 0 && out.bytes() > 0 && a < b + out.bytes() && b < a + in.bytes();
-  if (!overlap) return;
-  if (allow_same && a == b && in.bytes() == out.bytes()) return;
-  throw ncclz::InvalidArgument(std::string(op) + ": input and output buffers overlap; use separate arrays" +
-                               (allow_same ? " (or exactly the same array, in place)" : ""));
-}
-
-RedOp parse_op(const std::string& op) {
+RedOp parse_op(const std::string& op, const char* call) {
   if (op == "sum") return RedOp::Sum;
   if (op == "avg") return RedOp::Avg;
   if (op == "max") return RedOp::Max;
   if (op == "min") return RedOp::Min;
   if (op == "prod") return RedOp::Prod;
-  throw ncclz::InvalidArgument("unknown reduction op '" + op + "'; use one of sum, avg, max, min, prod");
-}
-
-const char* mode_name(Compression::Mode m) {
-  switch (m) {
-    case Compression::Mode::None: return "none";
-    case Compression::Mode::Lossless: return "lossless";
-    case Compression::Mode::LossyAbs: return "lossy_abs";
-    case Compression::Mode::LossyRel: return "lossy_rel";
-  }
-  return "?";
+  throw ncclz::InvalidArgument(std::string(call) + ": unknown reduction op '" + op +
+                               "'; use one of sum, avg, max, min, prod");
 }
 
 Compression::Mode parse_mode(const std::string& m) {
@@ -271,63 +226,61 @@ class CommHandle {
     if (c) c->abort(reason);
   }
 
+  CommConfig config() const { return get()->config(); }
+
   CallStats all_reduce(const InArray& send, const OutArray& recv, const std::string& op, const Compression& c,
-                       const std::string& as_dtype) {
+                       const std::string& as_dtype, const PolicyHints* hints) {
     Buffer in = check_buffer(send, "all_reduce input", as_dtype);
     Buffer out = check_buffer(recv, "all_reduce output", as_dtype);
-    require_same_type(in, out, "all_reduce");
-    require_count(out.count, in.count, "all_reduce", "output");
-    require_no_overlap(in, out, "all_reduce", true);
-    const RedOp r = parse_op(op);
+    const RedOp r = parse_op(op, "all_reduce");
     auto comm = get();
+    comm->check_call(args(CallKind::AllReduce, in, out, r, 0, c));
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st);
+    comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st, hints);
     return st;
   }
 
   CallStats reduce_scatter(const InArray& send, const OutArray& recv, const std::string& op, const Compression& c,
-                           const std::string& as_dtype) {
+                           const std::string& as_dtype, const PolicyHints* hints) {
     Buffer in = check_buffer(send, "reduce_scatter input", as_dtype);
     Buffer out = check_buffer(recv, "reduce_scatter output", as_dtype);
-    require_same_type(in, out, "reduce_scatter");
-    require_count(in.count, out.count * size_t(size_), "reduce_scatter", "input (world_size * output count)");
-    require_no_overlap(in, out, "reduce_scatter", false);
-    const RedOp r = parse_op(op);
+    const RedOp r = parse_op(op, "reduce_scatter");
     auto comm = get();
+    comm->check_call(args(CallKind::ReduceScatter, in, out, r, 0, c));
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st);
+    comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st, hints);
     return st;
   }
 
-  CallStats all_gather(const InArray& send, const OutArray& recv, const Compression& c, const std::string& as_dtype) {
+  CallStats all_gather(const InArray& send, const OutArray& recv, const Compression& c, const std::string& as_dtype,
+                       const PolicyHints* hints) {
     Buffer in = check_buffer(send, "all_gather input", as_dtype);
     Buffer out = check_buffer(recv, "all_gather output", as_dtype);
-    require_same_type(in, out, "all_gather");
-    require_count(out.count, in.count * size_t(size_), "all_gather", "output (world_size * input count)");
-    require_no_overlap(in, out, "all_gather", false);
     auto comm = get();
+    comm->check_call(args(CallKind::AllGather, in, out, RedOp::Sum, 0, c));
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st);
+    comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st, hints);
     return st;
   }
 
-  CallStats broadcast(const OutArray& buf, int root, const Compression& c, const std::string& as_dtype) {
+  CallStats broadcast(const OutArray& buf, int root, const Compression& c, const std::string& as_dtype,
+                      const PolicyHints* hints) {
     Buffer b = check_buffer(buf, "broadcast buffer", as_dtype);
-    check_rank(root, "broadcast", "root");
     auto comm = get();
+    comm->check_call(args(CallKind::Broadcast, Buffer{}, b, RedOp::Sum, root, c));
     CallStats st;
     nb::gil_scoped_release nogil;
-    comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st);
+    comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st, hints);
     return st;
   }
 
   CallStats send(const InArray& buf, int peer, const Compression& c, const std::string& as_dtype) {
     Buffer b = check_buffer(buf, "send buffer", as_dtype);
-    check_rank(peer, "send", "peer");
     auto comm = get();
+    comm->check_call(args(CallKind::Send, b, Buffer{}, RedOp::Sum, peer, c));
     CallStats st;
     nb::gil_scoped_release nogil;
     comm->send(b.data, b.count, b.type, peer, with_layout(c, b), &st);
@@ -336,8 +289,8 @@ class CommHandle {
 
   CallStats recv(const OutArray& buf, int peer, const Compression& c, const std::string& as_dtype) {
     Buffer b = check_buffer(buf, "recv buffer", as_dtype);
-    check_rank(peer, "recv", "peer");
     auto comm = get();
+    comm->check_call(args(CallKind::Recv, Buffer{}, b, RedOp::Sum, peer, c));
     CallStats st;
     nb::gil_scoped_release nogil;
     comm->recv(b.data, b.count, b.type, peer, c, &st);
@@ -351,12 +304,19 @@ class CommHandle {
   }
 
  private:
-  void check_rank(int r, const char* op, const char* what) const {
-    if (r < 0 || r >= size_) {
-      std::ostringstream s;
-      s << op << ": " << what << " " << r << " is not a rank of this communicator (world size " << size_ << ")";
-      throw ncclz::InvalidArgument(s.str());
-    }
+  static CallArgs args(CallKind kind, const Buffer& in, const Buffer& out, RedOp op, int root, const Compression& c) {
+    CallArgs a;
+    a.kind = kind;
+    a.send = in.data;
+    a.send_count = in.count;
+    a.send_type = in.type;
+    a.recv = out.data;
+    a.recv_count = out.count;
+    a.recv_type = out.type;
+    a.op = op;
+    a.root = root;
+    a.compression = c;
+    return a;
   }
 
   mutable std::mutex mu_;
@@ -385,16 +345,25 @@ void register_comm(nb::module_& m) {
           "make",
           [](const std::string& addr, int port) {
             nb::gil_scoped_release nogil;
-            return ncclz::Bootstrap::make_unique_id(addr, port);
+            return ncclz::make_unique_id(addr, port);
           },
           "addr"_a = "", "port"_a = 0,
           "Makes an id: binds the listening socket rank 0 will use (keep this process as rank 0)")
-      .def_prop_ro("bytes", [](const UniqueId& id) { return nb::bytes(reinterpret_cast<const char*>(id.bytes), sizeof(id.bytes)); })
+      .def_prop_ro(
+          "bytes",
+          [](const UniqueId& id) { return nb::bytes(reinterpret_cast<const char*>(id.bytes), sizeof(id.bytes)); })
       .def("__repr__", [](const UniqueId&) { return std::string("<ncclz UniqueId (128 bytes)>"); });
 
-  nb::class_<CommConfig>(c, "CommConfig", "Communicator settings (see ncclz/communicator.hpp)")
+  nb::class_<CommConfig>(c, "CommConfig",
+                         "Communicator settings (ncclz/communicator.hpp). Tuning fields left unset (0, -1, '') take "
+                         "NCCLZ_* from the environment, else their default, when a communicator is created.")
       .def(nb::init<>())
-      .def_static("from_env", &CommConfig::from_env, "Settings from RANK, WORLD_SIZE, MASTER_*, NCCLZ_*")
+      .def_static("from_env", &CommConfig::from_env,
+                  "Settings from RANK, WORLD_SIZE, MASTER_*, NCCLZ_*, every unset tuning field at its default: "
+                  "what a communicator created now would use (before the transport's own choices)")
+      .def_static("defaults", &CommConfig::defaults, "The built-in defaults, the environment ignored")
+      .def("resolved", &CommConfig::resolved,
+           "This configuration with every unset tuning field from the environment, else its default, checked")
       .def_rw("rank", &CommConfig::rank)
       .def_rw("size", &CommConfig::size)
       .def_rw("master_addr", &CommConfig::master_addr)
@@ -407,43 +376,89 @@ void register_comm(nb::module_& m) {
       .def_rw("nslots", &CommConfig::nslots)
       .def_rw("sparse_slice_bytes", &CommConfig::sparse_slice_bytes)
       .def_rw("throttle_gbps", &CommConfig::throttle_gbps)
-      .def_rw("socket_ifname", &CommConfig::socket_ifname);
+      .def_rw("socket_ifname", &CommConfig::socket_ifname)
+      .def_rw("pipeline_quantize", &CommConfig::pipeline_quantize)
+      .def_rw("sparse_input", &CommConfig::sparse_input)
+      .def_rw("p2p", &CommConfig::p2p)
+      .def(
+          "as_dict",
+          [](const CommConfig& x) {
+            nb::dict d;
+            d["rank"] = x.rank;
+            d["size"] = x.size;
+            d["master_addr"] = x.master_addr;
+            d["master_port"] = x.master_port;
+            d["timeout_s"] = x.timeout_s;
+            d["transport"] = x.transport;
+            d["nchannels"] = x.nchannels;
+            d["slot_bytes"] = x.slot_bytes;
+            d["nslots"] = x.nslots;
+            d["sparse_slice_bytes"] = x.sparse_slice_bytes;
+            d["throttle_gbps"] = x.throttle_gbps;
+            d["socket_ifname"] = x.socket_ifname;
+            d["pipeline_quantize"] = x.pipeline_quantize;
+            d["sparse_input"] = x.sparse_input;
+            d["p2p"] = x.p2p;
+            return d;
+          },
+          "Every field but the token")
+      .def("__repr__", [](const CommConfig& x) {
+        std::ostringstream s;
+        s << "CommConfig(rank=" << x.rank << ", size=" << x.size << ", transport='" << x.transport
+          << "', nchannels=" << x.nchannels << ", slot_bytes=" << x.slot_bytes << ", nslots=" << x.nslots
+          << ", sparse_slice_bytes=" << x.sparse_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
+          << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", timeout_s=" << x.timeout_s << ")";
+        return s.str();
+      });
 
   nb::class_<Compression>(c, "Compression", "Compression of one call: mode none|lossless|lossy_abs|lossy_rel")
-      .def(nb::new_([](const std::string& mode, double bound, const std::string& codec, size_t min_bytes,
-                       const std::string& lighter, double rans_margin) {
+      .def(nb::new_([](const std::string& mode, double bound, const std::string& codec, size_t min_bytes) {
              Compression x;
              x.mode = parse_mode(mode);
              x.bound = bound;
              x.codec = codec;
              x.min_bytes = min_bytes;
-             if (lighter == "none") {
-               x.lighter = int(Compression::Mode::None);
-             } else if (lighter == "lossless") {
-               x.lighter = int(Compression::Mode::Lossless);
-             } else if (!lighter.empty()) {
-               throw ncclz::InvalidArgument("lighter must be '', 'none' or 'lossless', got '" + lighter + "'");
-             }
-             x.rans_margin = rans_margin;
              return x;
            }),
-           "mode"_a = "none", "bound"_a = 0.0, "codec"_a = "", "min_bytes"_a = 0, "lighter"_a = "",
-           "rans_margin"_a = -1.0,
-           "lighter: the policy's proposal (none | lossless; '' = run mode); rans_margin: its codec effort "
-           "(the selector's margin for Rans, < 0: default, 1: never Rans). Only rank 0's count.")
-      .def_prop_ro("mode", [](const Compression& x) { return std::string(mode_name(x.mode)); })
+           "mode"_a = "none", "bound"_a = 0.0, "codec"_a = "", "min_bytes"_a = 0)
+      .def_prop_ro("mode", [](const Compression& x) { return std::string(ncclz::mode_name(x.mode)); })
       .def_ro("bound", &Compression::bound)
       .def_ro("codec", &Compression::codec)
       .def_ro("min_bytes", &Compression::min_bytes)
-      .def_ro("rans_margin", &Compression::rans_margin)
-      .def_prop_ro("lighter",
-                   [](const Compression& x) {
-                     return x.lighter < 0 ? std::string() : std::string(mode_name(Compression::Mode(x.lighter)));
-                   })
       .def("__repr__", [](const Compression& x) {
         std::ostringstream s;
-        s << "Compression(mode='" << mode_name(x.mode) << "', bound=" << x.bound << ", codec='" << x.codec
+        s << "Compression(mode='" << ncclz::mode_name(x.mode) << "', bound=" << x.bound << ", codec='" << x.codec
           << "', min_bytes=" << x.min_bytes << ")";
+        return s.str();
+      });
+
+  nb::class_<PolicyHints>(c, "PolicyHints",
+                          "Internal: the compression policy's proposal for one call (ncclz/policy_hints.hpp). "
+                          "Only rank 0's count.")
+      .def(nb::new_([](const std::string& lighter, double rans_margin) {
+             PolicyHints h;
+             if (lighter == "none") {
+               h.lighter = int(Compression::Mode::None);
+             } else if (lighter == "lossless") {
+               h.lighter = int(Compression::Mode::Lossless);
+             } else if (!lighter.empty()) {
+               throw ncclz::InvalidArgument("lighter must be '', 'none' or 'lossless', got '" + lighter + "'");
+             }
+             h.rans_margin = rans_margin;
+             return h;
+           }),
+           "lighter"_a = "", "rans_margin"_a = -1.0,
+           "lighter: run the call with this lighter mode (none | lossless; '' = the requested mode); "
+           "rans_margin: the codec effort (the selector's margin for Rans, < 0: its default, 1: never Rans)")
+      .def_prop_ro("lighter",
+                   [](const PolicyHints& h) {
+                     return h.lighter < 0 ? std::string() : std::string(ncclz::mode_name(Compression::Mode(h.lighter)));
+                   })
+      .def_ro("rans_margin", &PolicyHints::rans_margin)
+      .def("__repr__", [](const PolicyHints& h) {
+        std::ostringstream s;
+        s << "PolicyHints(lighter='" << (h.lighter < 0 ? "" : ncclz::mode_name(Compression::Mode(h.lighter)))
+          << "', rans_margin=" << h.rans_margin << ")";
         return s.str();
       });
 
@@ -459,7 +474,7 @@ void register_comm(nb::module_& m) {
       .def_ro("wall_s", &CallStats::wall_s)
       .def_ro("error_bound", &CallStats::error_bound)
       .def_ro("exact_fallback", &CallStats::exact_fallback)
-      .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(mode_name(x.ran_mode)); })
+      .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(ncclz::mode_name(x.ran_mode)); })
       .def_ro("lightened", &CallStats::lightened);
 
   nb::class_<CommHandle>(c, "Communicator", "Raw communicator; ncclz.Communicator wraps it")
@@ -488,13 +503,16 @@ void register_comm(nb::module_& m) {
       .def_prop_ro("rank", &CommHandle::rank)
       .def_prop_ro("size", &CommHandle::size)
       .def_prop_ro("closed", &CommHandle::closed)
-      .def("all_reduce", &CommHandle::all_reduce, "send"_a.noconvert(), "recv"_a.noconvert(), "op"_a,
-           "compression"_a, "as_dtype"_a = "")
+      .def_prop_ro("config", &CommHandle::config,
+                   "The configuration in effect (a copy): defaults resolved, the transport chosen, no token")
+      .def("all_reduce", &CommHandle::all_reduce, "send"_a.noconvert(), "recv"_a.noconvert(), "op"_a, "compression"_a,
+           "as_dtype"_a = "", "hints"_a = nb::none())
       .def("reduce_scatter", &CommHandle::reduce_scatter, "send"_a.noconvert(), "recv"_a.noconvert(), "op"_a,
-           "compression"_a, "as_dtype"_a = "")
+           "compression"_a, "as_dtype"_a = "", "hints"_a = nb::none())
       .def("all_gather", &CommHandle::all_gather, "send"_a.noconvert(), "recv"_a.noconvert(), "compression"_a,
-           "as_dtype"_a = "")
-      .def("broadcast", &CommHandle::broadcast, "buf"_a.noconvert(), "root"_a, "compression"_a, "as_dtype"_a = "")
+           "as_dtype"_a = "", "hints"_a = nb::none())
+      .def("broadcast", &CommHandle::broadcast, "buf"_a.noconvert(), "root"_a, "compression"_a, "as_dtype"_a = "",
+           "hints"_a = nb::none())
       .def("send", &CommHandle::send, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("recv", &CommHandle::recv, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("barrier", &CommHandle::barrier)

@@ -15,7 +15,7 @@ collectives move data between them, optionally compressed::
 Compression is a request with a guarantee: by default (``policy="auto"``) the
 communicator may run a requested call with a lighter mode (none or lossless
 instead of lossy, none instead of lossless) when its cost model predicts that
-compressing would not pay on this link (see :mod:`ncclz.tools.policy`). Such a
+compressing would not pay on this link (see :mod:`ncclz.policy`). Such a
 result is exact, so it keeps any requested bound. Rank 0 decides and its
 decision travels in the call descriptor every call exchanges anyway, so all
 ranks run the same mode with no extra message. With no evidence about the link
@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
-import sys
 from typing import Any
 
 from . import _core, _dlpack
 from . import store as _store
 from .errors import InvalidArgumentError, RemoteError
+from .policy import POLICIES, Call, CommPolicy, Decision, resolve_setting
 from .spec import Lossless, Lossy
 
 _native = _core.comm
@@ -50,10 +49,7 @@ _native = _core.comm
 #: Reduction ops accepted by the collectives.
 OPS = ("sum", "avg", "max", "min", "prod")
 
-#: Values of ``Communicator(policy=...)``, the per-call ``policy=`` and NCCLZ_POLICY.
-POLICIES = ("auto", "off")
-
-_log = logging.getLogger("ncclz.policy")
+__all__ = ["OPS", "POLICIES", "CallStats", "Communicator", "init", "make_unique_id"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,79 +199,24 @@ def _describe_compression(c: Any) -> str:
     return c.mode
 
 
-_DEBUG = (os.environ.get("NCCLZ_DEBUG") or "").upper() in ("INFO", "TRACE")
-
-
-def _debug(rank: int, msg: str) -> None:
-    _log.debug("rank %d: %s", rank, msg)
-    if _DEBUG:
-        print(f"ncclz rank {rank}: INFO {msg}", file=sys.stderr, flush=True)
-
-
-@dataclasses.dataclass
-class _Observed:
-    """What Policy.observe reads from a call (the mode that ran, wire bytes, wall time)."""
-
-    compression: str
-    wire_bytes: int
-    wall_s: float
-
-
-def _policy_name(v: Any, what: str) -> str:
-    if not isinstance(v, str) or v.strip().lower() not in POLICIES:
-        raise InvalidArgumentError(f"{what} must be one of {', '.join(POLICIES)}, got {v!r}")
-    return v.strip().lower()
-
-
-def _resolve_policy(policy: Any) -> tuple:
-    """(mode, Policy instance or None) from Communicator(policy=...) or NCCLZ_POLICY; checks the
-    environment the policy reads, so bad values fail at construction on every rank."""
-    inst = None
-    if policy is None:
-        env = _env("NCCLZ_POLICY")
-        mode = "auto" if env is None else _policy_name(env, "environment variable NCCLZ_POLICY")
-    elif isinstance(policy, str):
-        mode = _policy_name(policy, "Communicator policy")
-    elif hasattr(policy, "choose") and hasattr(policy, "observe"):
-        mode, inst = "auto", policy
-    else:
-        raise InvalidArgumentError(
-            f"Communicator policy must be one of {', '.join(POLICIES)} or an ncclz.tools.policy.Policy, got {policy!r}"
-        )
-    if mode == "auto":
-        for name in ("NCCLZ_LINK_GBPS", "NCCLZ_CORES_PER_RANK"):
-            v = _env_float(name)
-            if v is not None and not (v > 0 and v < float("inf")):
-                raise InvalidArgumentError(f"environment variable {name}={_env(name)!r} must be a number > 0")
-    return mode, inst
-
-
-def _mode_class(mode: str) -> str:
-    return "lossy" if mode.startswith("lossy") else mode
-
-
-def _spec_of(compression: Any, c: Any) -> Any:
-    """The ncclz.Lossy / Lossless spec the policy calibrates with."""
-    if isinstance(compression, (Lossy, Lossless)):
-        return compression
-    if c.mode == "lossless":
-        return Lossless()
-    return Lossy(abs=c.bound) if c.mode == "lossy_abs" else Lossy(rel=c.bound)
-
-
-_proposals: dict = {}  # (native Compression fields, lighter, rans_margin) -> native Compression
-
-
-def _with_proposal(c: Any, lighter: str = "", rans_margin: float | None = None) -> Any:
-    """c with the policy's proposal: a lighter mode, or for a lossy call its codec effort."""
-    margin = -1.0 if rans_margin is None else float(rans_margin)
-    key = (c.mode, c.bound, c.codec, c.min_bytes, lighter, margin)
+def _hints(d: Decision) -> Any:
+    """The policy's decision as the native call's hints argument: rank 0's proposal (a lighter mode,
+    or a lossy call's codec effort) as a native PolicyHints, passed beside the requested Compression;
+    None when there is none. Every collective passes what this returns; nothing else turns a decision
+    into native arguments."""
+    if not d.lighter and d.rans_margin is None:
+        return None
+    margin = -1.0 if d.rans_margin is None else float(d.rans_margin)
+    key = (d.lighter, margin)
     r = _proposals.get(key)
     if r is None:
-        r = _native.Compression(c.mode, c.bound, c.codec, c.min_bytes, lighter, margin)
+        r = _native.PolicyHints(d.lighter, margin)
         if len(_proposals) < 1024:
             _proposals[key] = r
     return r
+
+
+_proposals: dict = {}  # (lighter, rans_margin) -> native PolicyHints
 
 
 class Communicator:
@@ -297,7 +238,7 @@ class Communicator:
     policy: "auto" (default; NCCLZ_POLICY) lets the compression policy run a
         requested call with a lighter mode where compressing would not pay;
         "off" always runs the requested mode. A
-        :class:`ncclz.tools.policy.Policy` instance means "auto" with that
+        :class:`ncclz.policy.Policy` instance means "auto" with that
         model (its margin, link rate, ...). Only rank 0's policy decides.
 
     Use it as a context manager, or call close(); abort() makes pending calls
@@ -354,7 +295,7 @@ class Communicator:
             nchannels = _env_int(("NCCLZ_NCHANNELS",), "channels")
         if nchannels is not None:
             cfg.nchannels = int(nchannels)
-        self._policy_mode, self._policy = _resolve_policy(policy)
+        setting = resolve_setting(policy)  # bad settings fail here, before the rendezvous
 
         try:
             self._connect(cfg, rank, world_size, timeout, store, unique_id, master_port)
@@ -365,7 +306,7 @@ class Communicator:
         self._transport = transport or "auto"
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
-        self._pending: tuple | None = None
+        self._policy = CommPolicy(setting, rank, world_size, nchannels=self._channels(cfg))
 
     def _connect(self, cfg, rank, world_size, timeout, store, unique_id, master_port) -> None:
         """Rendezvous: torchrun's store, a given store or unique id, or MASTER_ADDR:MASTER_PORT."""
@@ -384,6 +325,14 @@ class Communicator:
             self._native = _native.Communicator.create_from_id(uid, rank, world_size, cfg)
         else:
             self._native = _native.Communicator.create(cfg)
+
+    def _channels(self, cfg: Any) -> int | None:
+        """The channel count this communicator runs with, for the policy's cost model (the one place
+        it is read): the native communicator's effective configuration where the bindings expose
+        it, else the count this communicator was configured with (None: the runtime's default)."""
+        effective = getattr(self._native, "config", None)
+        n = getattr(effective, "nchannels", 0) if effective is not None else cfg.nchannels
+        return int(n) if n and n > 0 else None
 
     @staticmethod
     def _base_config() -> Any:
@@ -418,118 +367,55 @@ class Communicator:
 
     # ---- helpers ----------------------------------------------------------
     def _prepare(self, x: Any, what: str, op: str | None, compression: Any) -> tuple:
+        """The array and compression as the native layer takes them. Only the Python types are checked
+        here; the runtime checks the call itself (dtype, op, bound, counts, root, peer)."""
         b = _dlpack.as_buffer(x, what)
         c = _compression(compression)
         if op is not None:
-            if not isinstance(op, str) or op.lower() not in OPS:
-                raise InvalidArgumentError(f"{what}: unknown op {op!r}; use one of {', '.join(OPS)}")
+            if not isinstance(op, str):
+                raise InvalidArgumentError(f"{what}: op must be a string, one of {', '.join(OPS)}; got {op!r}")
             op = op.lower()
-        if c.mode in ("lossy_abs", "lossy_rel"):
-            if not b.is_float:
-                raise InvalidArgumentError(
-                    f"{what}: lossy compression needs a floating-point array, got {b.dtype}; "
-                    "use compression=ncclz.Lossless() or None for integers"
-                )
-            if op == "prod":
-                raise InvalidArgumentError(
-                    f"{what}: op 'prod' is not offered with lossy compression "
-                    "(the error would not be bounded); use Lossless() or None"
-                )
         return b, c, op
 
-    def _record(self, name: str, c: Any, st: Any, why: Any = None) -> None:
-        # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
-        self._last_raw = (name, c, st, why)
-        self._last_stats = None
-        if self._rank == 0 and self._policy_mode == "auto":
-            pol = self._get_policy()
-            if st.wire_bytes >= (1 << 20):
-                pol.observe(_Observed(st.ran_mode, st.wire_bytes, st.wall_s))
-            pending, self._pending = self._pending, None
-            if pending is not None and pending[0] == name and hasattr(pol, "record"):
-                coll, nbytes, dtype, spec = pending
-                ran = st.ran_mode
-                effort = ""
-                if st.lightened or ran == "none":
-                    spec = None if ran == "none" else Lossless()
-                elif c.rans_margin >= 0:
-                    # the lossy call ran with another codec effort of the policy's: its Choice
-                    # names it (a custom policy's Choice may give only the margin)
-                    effort = getattr(why, "effort", None)
-                    if effort is None:
-                        from .tools.policy import effort_of_margin
+    @property
+    def policy(self) -> Any:
+        """The compression policy's model on this rank (an :class:`ncclz.policy.Policy` unless
+        another was given): inspect what it learned (``calibrations()``, ``measurements()``,
+        ``link_gbps``). Only rank 0's decides; see docs/PYTHON_API.md."""
+        return self._policy.model
 
-                        effort = effort_of_margin(c.rans_margin)
-                if effort:
-                    pol.record(coll, dtype, nbytes, spec, float(st.wall_s), effort=effort)
-                else:
-                    pol.record(coll, dtype, nbytes, spec, float(st.wall_s))
+    @property
+    def policy_mode(self) -> str:
+        """"auto" or "off": the setting of ``policy=`` / NCCLZ_POLICY."""
+        return self._policy.mode
 
-    def reset_policy(self) -> None:
+    def reset_policy(self, policy: Any = None) -> None:
         """Makes the compression policy forget what it learned on this rank: its codec calibrations
         (taken on the first call's data), measured call times and observed link rate. For a job
-        whose data changes character (another model, another field); a Policy instance passed as
-        ``policy=`` is replaced by a default one. Only rank 0's policy decides, so calling it on
-        rank 0 is enough; on other ranks it does nothing harmful."""
-        self._policy = None
-        self._pending = None
+        whose data changes character (another model, another field). ``policy``: an
+        :class:`ncclz.policy.Policy` to decide with from now on (default: a fresh default one).
+        Only rank 0's policy decides, so calling it on rank 0 is enough; on other ranks it does
+        nothing harmful."""
+        self._policy.reset(policy)
 
-    def _get_policy(self) -> Any:
-        if self._policy is None:
-            from .tools.policy import Policy
+    def _decide(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any) -> Decision:
+        """Asks the policy about this call (only rank 0's answer counts: it travels in the call
+        descriptor); `policy` is the call's own ``policy=``."""
+        return self._policy.choose(Call(coll, b.dtype, nbytes, c.mode, c.bound, compression,
+                                        lambda: _dlpack.to_numpy(b)), policy)
 
-            self._policy = Policy(world_size=self._world_size)
-        return self._policy
-
-    def _choose(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any) -> tuple:
-        """The policy step of a call: (the native Compression to pass, the reason to record).
-
-        Only rank 0 decides: its proposal (Compression.lighter) travels in the call descriptor and
-        every rank runs it; the other ranks' proposals are ignored, so they do not decide at all."""
-        mode = self._policy_mode if policy is None else _policy_name(policy, f"{coll}: policy")
-        self._pending = None
-        if self._rank == 0 and self._policy_mode == "auto" and self._world_size > 1:
-            # what _record tells the policy after the call (its time with the mode that ran)
-            self._pending = (coll, nbytes, b.dtype, None if c.mode == "none" else _spec_of(compression, c))
-        if c.mode == "none":
-            return c, None
-        if mode == "off":
-            return c, "off"
-        if self._rank != 0 or self._world_size == 1:
-            return c, "auto"
-        spec = _spec_of(compression, c)
-        try:
-            arr = _dlpack.to_numpy(b)
-        except Exception:  # noqa: BLE001 - no NumPy view (e.g. bfloat16 without ml_dtypes): nothing to calibrate
-            arr = None
-        if arr is None:
-            return c, "auto: as requested (no NumPy view of the data to calibrate on)"
-        try:
-            choice = self._get_policy().choose(coll, arr, spec, nbytes)
-        except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
-            return c, f"auto: as requested (the policy failed: {type(e).__name__}: {e})"
-        # the reason is formatted only when last_stats is read (a per-call cost otherwise)
-        why = choice
-        if choice.mode in ("none", "lossless") and choice.mode != _mode_class(c.mode):
-            c = _with_proposal(c, lighter=choice.mode)
-        elif choice.mode == "lossy" and getattr(choice, "rans_margin", None) is not None and c.mode.startswith("lossy"):
-            c = _with_proposal(c, rans_margin=choice.rans_margin)
-        if _log.isEnabledFor(logging.DEBUG) or _DEBUG:
-            _debug(self._rank, f"policy: {coll} {nbytes} B, requested {_describe_compression(c)}: auto: {why}")
-        return c, why
+    def _record(self, name: str, c: Any, st: Any, d: Decision | None = None) -> None:
+        # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
+        self._last_raw = (name, c, st, d)
+        self._last_stats = None
+        self._policy.record(d, st)
 
     def _build_stats(self) -> CallStats | None:
         if self._last_raw is None:
             return None
-        name, c, st, why = self._last_raw
-        if why is not None and not isinstance(why, str):
-            why = f"auto: {why}"  # rank 0's policy Choice
+        name, c, st, d = self._last_raw
         requested = _describe_compression(c)
         ran = st.ran_mode
-        if why == "auto":  # not rank 0: say what rank 0's decision did here
-            why = f"auto: rank 0 chose {ran}" if st.lightened else "auto: rank 0 kept the requested mode"
-        elif why and why.startswith("auto") and c.lighter and not st.lightened:
-            why += f"; not taken: the exact {c.lighter} sum in the element type could exceed the bound"
         return CallStats(
             op=name,
             compression=ran if st.lightened else requested,
@@ -544,18 +430,13 @@ class Communicator:
             error_bound=float(st.error_bound),
             exact_fallback=bool(getattr(st, "exact_fallback", False)),
             requested=requested,
-            policy=why or "",
+            policy=d.describe(ran, bool(st.lightened)) if d is not None else "",
         )
 
     def _check_rank(self, r: Any, what: str) -> int:
         if isinstance(r, bool) or not isinstance(r, int) and not hasattr(r, "__index__"):
             raise InvalidArgumentError(f"{what} must be an integer rank, got {r!r}")
-        r = int(r)
-        if not 0 <= r < self._world_size:
-            raise InvalidArgumentError(
-                f"{what} {r} is not a rank of this communicator (world size {self._world_size})"
-            )
-        return r
+        return int(r)  # its range is the runtime's check
 
     # ---- collectives ------------------------------------------------------
     @_name_rank
@@ -569,15 +450,15 @@ class Communicator:
         (see the module doc); None: the communicator's setting.
         """
         b, c, op = self._prepare(x, "all_reduce input", op, compression)
-        c, why = self._choose("all_reduce", b, c, compression, b.nbytes, policy)
+        d = self._decide("all_reduce", b, c, compression, b.nbytes, policy)
         if out is not None:
             o = _dlpack.check_output(out, b, b.shape, "all_reduce out")
         elif b.writable:
             o = b
         else:
             o = _dlpack.empty(b, b.shape)
-        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype)
-        self._record("all_reduce", c, st, why)
+        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype, _hints(d))
+        self._record("all_reduce", c, st, d)
         if o is b:
             return x
         return out if out is not None else _dlpack.to_user(o)
@@ -592,7 +473,7 @@ class Communicator:
         count (result: 1-D of ``x.size // world_size``). ``policy``: as in all_reduce.
         """
         b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
-        c, why = self._choose("reduce_scatter", b, c, compression, b.nbytes, policy)
+        d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy)
         w = self._world_size
         if len(b.shape) >= 1 and b.shape[0] % w == 0:
             shape = (b.shape[0] // w, *b.shape[1:])
@@ -608,8 +489,8 @@ class Communicator:
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype)
-        self._record("reduce_scatter", c, st, why)
+        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype, _hints(d))
+        self._record("reduce_scatter", c, st, d)
         return out if out is not None else _dlpack.to_user(o)
 
     @_name_rank
@@ -617,15 +498,15 @@ class Communicator:
         """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
         ``policy``: as in all_reduce."""
         b, c, _ = self._prepare(x, "all_gather input", None, compression)
-        c, why = self._choose("all_gather", b, c, compression, b.nbytes * self._world_size, policy)
+        d = self._decide("all_gather", b, c, compression, b.nbytes * self._world_size, policy)
         shape = (self._world_size, *b.shape)
         o = (
             _dlpack.check_output(out, b, shape, "all_gather out")
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.all_gather(b.native, o.native, c, b.as_dtype)
-        self._record("all_gather", c, st, why)
+        st = self._native.all_gather(b.native, o.native, c, b.as_dtype, _hints(d))
+        self._record("all_gather", c, st, d)
         return out if out is not None else _dlpack.to_user(o)
 
     @_name_rank
@@ -634,13 +515,13 @@ class Communicator:
         ``policy``: as in all_reduce (rank 0 decides even when another rank is the root)."""
         root = self._check_rank(root, "broadcast root")
         b, c, _ = self._prepare(x, "broadcast buffer", None, compression)
-        c, why = self._choose("broadcast", b, c, compression, b.nbytes, policy)
+        d = self._decide("broadcast", b, c, compression, b.nbytes, policy)
         o = b
         if not b.writable:
             o = _dlpack.empty(b, b.shape)
             _dlpack.copy_into(o, b)
-        st = self._native.broadcast(o.native, root, c, o.as_dtype)
-        self._record("broadcast", c, st, why)
+        st = self._native.broadcast(o.native, root, c, o.as_dtype, _hints(d))
+        self._record("broadcast", c, st, d)
         return x if o is b else _dlpack.to_user(o)
 
     @_name_rank

@@ -14,6 +14,7 @@ exact reference (fp64) by itself.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -557,7 +558,7 @@ def scenario_policy(ncclz, comm, args):
     ck = Checker(comm)
     out = {"calls": {}}
     if "stub" in kv and r == 0:
-        from ncclz.tools.policy import Choice
+        from ncclz.policy import Choice
 
         want = kv["stub"]
 
@@ -570,16 +571,16 @@ def scenario_policy(ncclz, comm, args):
             def observe(self, stats):
                 pass
 
-        comm._policy = Stub()
+        comm.reset_policy(Stub())
     if "measure" in args and r == 0:  # as if earlier calls had measured: compressed 10 s, plain 10 ms
-        pol = comm._get_policy()
+        pol = comm.policy
         for _ in range(2):  # (the first of each is ignored: cold)
             pol.record("all_reduce", "float32", count * 4, comp, 10.0)
             pol.record("all_reduce", "float32", count * 4, None, 0.01)
     if "observe" in args:
         big = np.ones(2 << 20, np.float32)
         comm.all_reduce(big)
-        out["link_gbps"] = getattr(comm._policy, "link_gbps", None) if r == 0 else None
+        out["link_gbps"] = comm.policy.link_gbps if r == 0 else None
     # rank-local data differs (every rank's input is different, rank 0's is noisier)
     inputs = [rank_input(k, count, "float32", seed + (100 if k == 0 else 0)) for k in range(W)]
     if W > 1:
@@ -601,8 +602,8 @@ def scenario_policy(ncclz, comm, args):
             got = comm.broadcast(x, root=W - 1, compression=comp, **kw)
             ref = as_f64(inputs[W - 1])
         st = comm.last_stats
-        out["calls"][coll] = dict(compression=st.compression, requested=st.requested, policy=st.policy,
-                                  error_bound=st.error_bound, hash=digest(got))
+        out["calls"][coll] = {"compression": st.compression, "requested": st.requested, "policy": st.policy,
+                              "error_bound": st.error_bound, "hash": digest(got)}
         if E is not None:
             ck.require(st.error_bound <= E * (1 + 1e-9), f"{coll}: stats promise {st.error_bound} > {E}")
             ck.check_close(f"{coll}", got, ref, E, comp_s, "float32")
@@ -618,9 +619,8 @@ def scenario_policy(ncclz, comm, args):
                 plain = comm.broadcast(y, root=W - 1, policy="off")
             ck.require(bits(got) == bits(plain), f"{coll}: lossless result differs from uncompressed")
     out["checks"] = ck.checks
-    if r == 0:  # what rank 0's policy learned from the calls (size classes with a measured time)
-        out["measured"] = {str(k): v for k, v in getattr(comm._policy, "meas", {}).items()}
-        out["samples"] = [[str(k[0]), k[1], len(v)] for k, v in getattr(comm._policy, "_samples", {}).items()]
+    if r == 0 and "stub" not in kv:  # what rank 0's policy learned from the calls (ncclz.policy.Measurement)
+        out["measurements"] = [dataclasses.asdict(m) for m in comm.policy.measurements()]
     return out
 
 
@@ -721,55 +721,72 @@ def scenario_sparse(ncclz, comm, args):
 
 
 def scenario_effort(ncclz, comm, args):
-    """The policy's codec effort (Compression.rans_margin), proposed by rank 0 only: every rank must
+    """The policy's codec effort (PolicyHints.rans_margin), proposed by rank 0 only: every rank must
     encode with it (its wire bytes change) and the results must be the same bits as with the default
     effort, within the bound on every element. all_reduce, reduce_scatter, all_gather, broadcast of a
-    smooth field (where the default selector picks rANS)."""
+    smooth field (where the default selector picks rANS). The hints are the policy's, passed beside the
+    Compression to the native collectives."""
     W, r = comm.world_size, comm.rank
-    N = ncclz._core.comm.Compression
+    nat = comm._native
+    c = ncclz._core.comm.Compression("lossy_rel", 1e-3, "", 0)
+    H = ncclz._core.comm.PolicyHints
     fields = [layout_field(k).reshape(-1) for k in range(W)]
     exact = sum(f.astype(np.float64) for f in fields)
     bound = 1e-3 * float(exact.max() - exact.min())
     out = {}
     for margin in (-1.0, 1.0, 0.4):
         # only rank 0 proposes: the others pass the default and must follow rank 0
-        c = N("lossy_rel", 1e-3, "", 0, "", margin if r == 0 else -1.0)
+        h = H("", margin if r == 0 else -1.0)
         res = {}
         x = fields[r].copy()
-        comm.all_reduce(x, compression=c, policy="off")
-        res["all_reduce"] = dict(hash=digest(x), wire=comm.last_stats.wire_bytes,
-                                 err=float(np.abs(x.astype(np.float64) - exact).max()), bound=bound)
-        y = comm.reduce_scatter(fields[r].copy(), compression=c, policy="off")
+        st = nat.all_reduce(x, x, "sum", c, "", h)
+        res["all_reduce"] = {"hash": digest(x), "wire": st.wire_bytes, "bound": bound,
+                             "err": float(np.abs(x.astype(np.float64) - exact).max())}
         k = exact.size // W
-        res["reduce_scatter"] = dict(hash=digest(y), wire=comm.last_stats.wire_bytes,
-                                     err=float(np.abs(np.asarray(y, np.float64) - exact[r * k:(r + 1) * k]).max()),
-                                     bound=bound)
-        g = comm.all_gather(fields[r].copy(), compression=c, policy="off")
+        y = np.empty(k, fields[r].dtype)
+        st = nat.reduce_scatter(fields[r].copy(), y, "sum", c, "", h)
+        res["reduce_scatter"] = {"hash": digest(y), "wire": st.wire_bytes, "bound": bound,
+                                 "err": float(np.abs(np.asarray(y, np.float64) - exact[r * k:(r + 1) * k]).max())}
+        g = np.empty((W, fields[r].size), fields[r].dtype)
+        st = nat.all_gather(fields[r].copy(), g, c, "", h)
         gspan = float(max(f.max() for f in fields) - min(f.min() for f in fields))
-        res["all_gather"] = dict(hash=digest(g), wire=comm.last_stats.wire_bytes, bound=1e-3 * gspan,
-                                 err=max(float(np.abs(np.asarray(g)[k2].astype(np.float64) - fields[k2]).max())
-                                         for k2 in range(W)))
+        res["all_gather"] = {"hash": digest(g), "wire": st.wire_bytes, "bound": 1e-3 * gspan,
+                             "err": max(float(np.abs(g[k2].astype(np.float64) - fields[k2]).max()) for k2 in range(W))}
         b = fields[0].copy() if r == 0 else np.zeros_like(fields[0])
-        comm.broadcast(b, root=0, compression=c, policy="off")
-        res["broadcast"] = dict(hash=digest(b), wire=comm.last_stats.wire_bytes, bound=1e-3 * float(np.ptp(fields[0])),
-                                err=float(np.abs(b.astype(np.float64) - fields[0]).max()))
+        st = nat.broadcast(b, 0, c, "", h)
+        res["broadcast"] = {"hash": digest(b), "wire": st.wire_bytes, "bound": 1e-3 * float(np.ptp(fields[0])),
+                            "err": float(np.abs(b.astype(np.float64) - fields[0]).max())}
         out[str(margin)] = res
     # a margin outside [0, 1] is an argument error on the rank that passes it (all ranks here)
     errs = {}
     for bad in (1.5, float("nan")):
         try:
-            comm.all_reduce(fields[r].copy(), compression=N("lossy_rel", 1e-3, "", 0, "", bad), policy="off")
+            x = fields[r].copy()
+            nat.all_reduce(x, x, "sum", c, "", H("", bad))
             errs[str(bad)] = "no error"
         except ncclz.InvalidArgumentError as e:
             errs[str(bad)] = str(e)
     out["errors"] = errs
+    # rank 0's proposal alone is bad: it fails the call on every rank (the others: RemoteError)
+    try:
+        x = fields[r].copy()
+        nat.all_reduce(x, x, "sum", c, "", H("", 2.0 if r == 0 else -1.0))
+        out["rank0_bad"] = "no error"
+    except ncclz.Error as e:
+        out["rank0_bad"] = type(e).__name__
     return out
 
 
+def scenario_config(ncclz, comm, args):
+    """The configuration the communicator uses (the runtime's, defaults resolved)."""
+    return comm._native.config.as_dict()
+
+
 def scenario_pipeline(ncclz, comm, args):
-    """Lossy all_reduce / reduce_scatter over several slices, dtypes and ops, in place and out of place.
-    Every element within the bound; digests of the outputs let the test compare the pipelined quantizer
-    (the default) with the eager one (NCCLZ_PIPELINE_QUANTIZE=0 on rank 0) bit for bit."""
+    """Lossy all_reduce / reduce_scatter over several slices, dtypes and ops, in place and out of place,
+    and all_gather / broadcast (the same lossy paths). Every element within the bound; digests of the
+    outputs let the test compare the pipelined quantizer (the default) with the eager one
+    (NCCLZ_PIPELINE_QUANTIZE=0 on rank 0) bit for bit."""
     W, r = comm.world_size, comm.rank
     ck = Checker(comm)
     out = {}
@@ -797,6 +814,19 @@ def scenario_pipeline(ncclz, comm, args):
                 ck.check_close(f"rs-{count}-{dtype}-{op}", z, ref.reshape(W, -1)[r], st.error_bound, spec, dtype)
                 out[f"all_reduce-{count}-{dtype}-{op}"] = digest(x)
                 out[f"reduce_scatter-{count}-{dtype}-{op}"] = digest(z)
+            # data movement: inputs[-1] (the last seed's) gathered, and broadcast from the last rank
+            g = comm.all_gather(inputs[r][: count // W], compression=spec, policy="off")
+            st = comm.last_stats
+            ck.require(not st.exact_fallback, f"all_gather {dtype} ran exactly")
+            ck.check_close(f"ag-{count}-{dtype}", g, np.stack([as_f64(v[: count // W]) for v in inputs]),
+                           st.error_bound, spec, dtype)
+            b = inputs[r].copy() if r == W - 1 else np.zeros_like(inputs[r])
+            comm.broadcast(b, root=W - 1, compression=spec, policy="off")
+            st = comm.last_stats
+            ck.require(not st.exact_fallback, f"broadcast {dtype} ran exactly")
+            ck.check_close(f"bc-{count}-{dtype}", b, as_f64(inputs[W - 1]), st.error_bound, spec, dtype)
+            out[f"all_gather-{count}-{dtype}"] = digest(g)
+            out[f"broadcast-{count}-{dtype}"] = digest(b)
     out["checks"] = ck.checks
     return out
 

@@ -188,9 +188,10 @@ def test_ranks_as_threads_release_the_gil(tmp_path):
 
 
 def test_pipelined_quantizer_matches_the_eager_one_bit_for_bit(tmp_path):
-    """Lossy reductions quantize slice by slice inside the ring (default) or all at once first
+    """Lossy collectives quantize slice by slice inside the schedule (default) or all at once first
     (NCCLZ_PIPELINE_QUANTIZE=0): the same codes, the same sums, so the same bits; rank 0's setting
-    decides for every rank, so mixed environments still agree (no hang, same result)."""
+    decides for every rank, so mixed environments still agree (no hang, same result). All four
+    collectives, all_gather and broadcast too (every rank the same bits, the root included)."""
     envs = {
         "pipelined": {},
         "eager": {"env": {"NCCLZ_PIPELINE_QUANTIZE": "0"}},
@@ -204,12 +205,14 @@ def test_pipelined_quantizer_matches_the_eager_one_bit_for_bit(tmp_path):
     for name, ranks in runs.items():
         ranks.assert_ok()
         for rank, res in enumerate(ranks.results):
-            assert res["checks"] == 2 * 4 * 3 * 2, (name, res["checks"])
-            d = {k: v for k, v in res.items() if k.startswith(("all_reduce", "reduce_scatter"))}
-            assert len(d) == 2 * 4 * 3 * 2
+            assert res["checks"] == 2 * 4 * 3 * 2 + 2 * 4 * 2, (name, res["checks"])
+            d = {k: v for k, v in res.items() if k.startswith(("all_reduce", "reduce_scatter", "all_gather", "broadcast"))}
+            assert len(d) == 2 * 4 * 3 * 2 + 2 * 4 * 2
             assert d == digests.setdefault(rank, d), (name, rank)
-            ar = {k: v for k, v in d.items() if k.startswith("all_reduce")}
-            assert ar == {k: v for k, v in digests[0].items() if k.startswith("all_reduce")}, (name, rank)
+            same = ("all_reduce", "all_gather", "broadcast")  # the same on every rank
+            assert {k: v for k, v in d.items() if k.startswith(same)} == {
+                k: v for k, v in digests[0].items() if k.startswith(same)
+            }, (name, rank)
 
 
 def test_array_shape_lets_the_wire_codec_use_2d_predictors(tmp_path):
@@ -266,7 +269,7 @@ def test_sparse_gradients_take_the_sparse_codec(tmp_path):
 
 
 def test_rank0_codec_effort_is_followed_and_keeps_the_bits(tmp_path):
-    """The policy's codec effort (Compression.rans_margin) is proposed by rank 0 alone: every rank
+    """The policy's codec effort (PolicyHints.rans_margin) is proposed by rank 0 alone: every rank
     encodes with it (its own wire bytes grow when rANS is ruled out) and every result is the same
     bits as with the default effort, within the bound on every element. Bad margins are argument
     errors."""
@@ -282,6 +285,8 @@ def test_rank0_codec_effort_is_followed_and_keeps_the_bits(tmp_path):
             assert res["1.0"][coll]["wire"] > res["-1.0"][coll]["wire"], (coll, res["1.0"][coll], res["-1.0"][coll])
         for bad, msg in res["errors"].items():
             assert "rans_margin" in msg, (bad, msg)
+    # a bad proposal of rank 0's alone is rank 0's argument error and cancels the call everywhere
+    assert [res["rank0_bad"] for res in ranks.results] == ["InvalidArgumentError", "RemoteError", "RemoteError"]
     assert len({res["-1.0"]["all_reduce"]["hash"] for res in ranks.results}) == 1
 
 
@@ -420,6 +425,45 @@ def test_single_rank_communicator():
     assert comm.closed
     with pytest.raises(ncclz.InvalidArgumentError):
         comm.barrier()
+
+
+def test_runtime_configuration_is_exposed(monkeypatch):
+    """The runtime's defaults without a communicator, the environment's effect, and what a
+    communicator actually uses (comm._native.config): nothing in Python needs to guess them."""
+    for k in ("NCCLZ_NCHANNELS", "NCCLZ_SLOT_BYTES", "NCCLZ_NSLOTS", "NCCLZ_SPARSE_SLICE_BYTES",
+              "NCCLZ_PIPELINE_QUANTIZE", "NCCLZ_SPARSE_INPUT", "NCCLZ_P2P", "NCCLZ_TRANSPORT"):
+        monkeypatch.delenv(k, raising=False)
+    C = ncclz._core.comm.CommConfig
+    d = C.defaults()
+    assert (d.nchannels, d.slot_bytes, d.nslots, d.sparse_slice_bytes) == (2, 1 << 20, 4, 8 << 20)
+    assert (d.pipeline_quantize, d.sparse_input, d.p2p, d.timeout_s) == (1, 1, 1, 300.0)
+    tuning = ("nchannels", "slot_bytes", "nslots", "sparse_slice_bytes", "pipeline_quantize", "sparse_input", "p2p")
+    env = C.from_env()
+    assert [getattr(env, k) for k in tuning] == [getattr(d, k) for k in tuning]
+    monkeypatch.setenv("NCCLZ_NCHANNELS", "3")
+    monkeypatch.setenv("NCCLZ_PIPELINE_QUANTIZE", "0")
+    assert C.from_env().nchannels == 3 and C().resolved().pipeline_quantize == 0
+    assert C.defaults().nchannels == 2  # the built-in default, whatever the environment says
+    with ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="secret", timeout=10) as comm:
+        cfg = comm._native.config
+        assert cfg.nchannels == 3 and cfg.pipeline_quantize == 0 and cfg.slot_bytes == 1 << 20
+        assert cfg.transport in ("inproc", "shm", "socket") and cfg.timeout_s == 10.0
+        assert cfg.token == "" and "token" not in cfg.as_dict() and "secret" not in repr(cfg)
+    monkeypatch.setenv("NCCLZ_PIPELINE_QUANTIZE", "2")
+    with pytest.raises(ncclz.InvalidArgumentError, match="NCCLZ_PIPELINE_QUANTIZE"):
+        C.from_env()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_runtime_configuration_of_a_communicator(tmp_path, transport):
+    ranks = run_ranks(tmp_path, "config", 2, transport, timeout=60)
+    ranks.assert_ok()
+    for r, res in enumerate(ranks.results):
+        assert res["rank"] == r and res["size"] == 2 and res["transport"] == transport, res
+        # shared memory reserves its slots: mostly-zero sums keep the ordinary slices there
+        want = res["slot_bytes"] if transport == "shm" else 8 << 20
+        assert res["sparse_slice_bytes"] == want, res
+    assert {**ranks.results[0], "wall": 0} == {**ranks.results[1], "rank": 0, "wall": 0}
 
 
 def test_missing_rank_env(monkeypatch):

@@ -1,20 +1,34 @@
-"""The compression policy as the Communicator's default (ncclz.comm, ncclz.tools.policy).
+"""The compression policy (ncclz.policy) and the Communicator's use of it (ncclz.comm).
 
 Real ranks (processes, tests/python/_workers.py scenario_policy): each checks every element of
 every result against the requested bound (bit-identity for lossless) and reports the mode each
 call ran with; here we check which mode ran, that all ranks ran the same one even when their
 local inputs (link rate, data) differ, the opt-outs, and the errors for bad configuration.
-The link rate comes from NCCLZ_LINK_GBPS or the socket throttle, never from timing a test, so
-the decisions asserted here do not depend on machine load.
+The link rate comes from NCCLZ_LINK_GBPS or the socket throttle, never from timing a test, and
+where a decision rests on codec speeds the test pins them (Policy.pin), so the decisions asserted
+here do not depend on this machine's speed or load. Everything is read through public API
+(comm.policy, Policy.calibrations() / measurements() / measured(), Communicator.reset_policy).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 
 import ncclz
 import numpy as np
 import pytest
+from ncclz.policy import (
+    EFFORTS,
+    FAST_MARGIN,
+    MID_MARGIN,
+    Call,
+    CommPolicy,
+    Policy,
+    effort_of_margin,
+    reduction_terms,
+    resolve_setting,
+)
+from ncclz.tools.data import rank_input
 from test_comm import free_port, run_ranks
 
 pytestmark = pytest.mark.skipif(
@@ -63,11 +77,13 @@ def test_fast_link_picks_none_and_keeps_the_bound(tmp_path):
         assert calls[0][c]["policy"].startswith("auto: none"), calls[0][c]["policy"]
         assert calls[2][c]["policy"] == "auto: rank 0 chose none"
         assert calls[0][c]["error_bound"] > 0  # the promise stands; the workers checked every element
-    # rank 0 recorded each call's time with the mode that ran (none), per collective and size class
-    # rank 0 recorded each call's time with the mode that ran (none), one sample per collective
-    samples = ranks.results[0]["samples"]
-    assert sorted(x[1:] for x in samples) == [["none", 1]] * 4 and len({x[0] for x in samples}) == 4, samples
-    assert ranks.results[0]["measured"] == {}  # the first call of a class is cold: not used yet
+    # rank 0 recorded each call's time with the mode that ran (none), one call per collective; the
+    # first call of a class is cold, so none has a measured time yet
+    ms = ranks.results[0]["measurements"]
+    assert sorted(m["collective"] for m in ms) == sorted(COLLS), ms
+    assert all(m["mode"] == "none" and m["calls"] == 1 and m["seconds"] is None for m in ms), ms
+    assert all(m["dtype"] == "float32" for m in ms), ms
+    assert "measurements" not in ranks.results[1]  # only rank 0 learns
 
 
 def test_tiny_message_picks_none(tmp_path):
@@ -147,7 +163,17 @@ def test_observed_uncompressed_call_gives_the_link_rate(tmp_path):
     assert "unknown" not in calls[0]["all_reduce"]["policy"]
 
 
-# ---- single process: configuration and errors ------------------------------------------------------------
+def test_measured_calls_flip_the_decision_across_ranks(tmp_path):
+    # rank 0 learns from its own calls: after slow compressed calls on a link the model thinks is
+    # slow enough for compression, it runs none -- and so do the other ranks
+    ranks = _run(tmp_path, 3, ["count=393216", "comp=rel=1e-3", "colls=all_reduce", "measure"],
+                 env={"NCCLZ_LINK_GBPS": "0.5"})
+    calls = _calls(ranks)
+    assert calls[0]["all_reduce"]["compression"] == "none", calls[0]["all_reduce"]
+    assert "(measured)" in calls[0]["all_reduce"]["policy"]
+
+
+# ---- single process: the communicator's configuration and errors ------------------------------------------
 def _comm(**kw):
     return ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="t", timeout=10, **kw)
 
@@ -164,7 +190,7 @@ def test_policy_config_errors(monkeypatch):
         _comm()
     monkeypatch.setenv("NCCLZ_POLICY", "OFF")
     with _comm() as c:
-        assert c._policy_mode == "off"
+        assert c.policy_mode == "off"
     monkeypatch.delenv("NCCLZ_POLICY")
     for bad in ("fast", "0", "-1", "inf"):
         monkeypatch.setenv("NCCLZ_LINK_GBPS", bad)
@@ -172,7 +198,10 @@ def test_policy_config_errors(monkeypatch):
             _comm()
     _comm(policy="off").close()  # the link rate is not read with the policy off
     monkeypatch.delenv("NCCLZ_LINK_GBPS")
+    with pytest.raises(ncclz.InvalidArgumentError, match="world_size=3"):
+        _comm(policy=Policy(3))  # a model of another world size
     with _comm() as c:
+        assert c.policy_mode == "auto"
         x = np.ones(100, np.float32)
         with pytest.raises(ncclz.InvalidArgumentError, match="policy must be one of"):
             c.all_reduce(x, compression=ncclz.Lossless(), policy="never")
@@ -185,35 +214,177 @@ def test_policy_config_errors(monkeypatch):
 
 
 def test_native_lighter_validation():
-    C = ncclz._core.comm.Compression
-    assert C("lossy_rel", 1e-3, "", 0, "none").lighter == "none"
-    assert C("lossless", 0.0, "", 0, "").lighter == ""
+    H = ncclz._core.comm.PolicyHints
+    assert H("none").lighter == "none" and H(lighter="lossless").lighter == "lossless"
+    assert H().lighter == "" and H().rans_margin == -1.0 and H(rans_margin=0.4).rans_margin == 0.4
     with pytest.raises(ncclz.InvalidArgumentError, match="lighter"):
-        C("lossy_rel", 1e-3, "", 0, "lossy")
+        H("lossy")
+    # the policy's hints are not part of the user's Compression
+    with pytest.raises(TypeError):
+        ncclz._core.comm.Compression("lossy_rel", 1e-3, "", 0, "none")
 
 
-def test_policy_choose_rules():
-    from ncclz.tools.policy import Calibration, Policy
+def test_the_communicator_gives_its_channel_count_and_size_to_the_policy(monkeypatch):
+    # the model caps a call's codec cores at the communicator's channel count: it comes from the
+    # communicator (never a default guessed in Python)
+    monkeypatch.delenv("NCCLZ_NCHANNELS", raising=False)
+    with _comm(nchannels=3) as c:
+        assert c.policy.nchannels == 3 and c.policy.n == 1
+        assert c.policy.cores <= 3
+    monkeypatch.setenv("NCCLZ_NCHANNELS", "5")
+    mine = Policy(cores_per_rank=64)
+    with _comm(policy=mine) as c:
+        assert c.policy is mine and mine.nchannels == 5 and mine.n == 1 and mine.cores == 5
+    assert Policy(4, cores_per_rank=64).cores == 64  # no channel count known: no cap
+    assert Policy(4, cores_per_rank=64, nchannels=2).cores == 2
 
+
+def test_reset_policy_forgets_what_it_learned():
+    with _comm() as comm:
+        pol = comm.policy
+        for _ in range(2):
+            pol.record("all_reduce", "float32", 1 << 26, None, 0.1)
+        assert pol.measured("all_reduce", "float32", 1 << 26, None) == pytest.approx(0.1)
+        comm.reset_policy()
+        fresh = comm.policy
+        assert fresh is not pol and fresh.measurements() == [] and fresh.calibrations() == []
+        mine = Policy(margin=0.5)
+        comm.reset_policy(mine)
+        assert comm.policy is mine and mine.n == 1
+        with pytest.raises(ncclz.InvalidArgumentError, match="must be an ncclz.policy.Policy"):
+            comm.reset_policy("fast")
+
+
+# ---- the contract comm.py depends on (ncclz.policy.CommPolicy), without processes ----------------------------
+class _Stats:
+    """The native call statistics CommPolicy.record reads."""
+
+    def __init__(self, ran, wall_s, wire_bytes=0, lightened=False):
+        self.ran_mode, self.wall_s, self.wire_bytes, self.lightened = ran, wall_s, wire_bytes, lightened
+
+
+def _call(coll="all_reduce", mode="lossy_rel", bound=1e-3, nbytes=64 << 20, data=None):
+    return Call(coll, "float32", nbytes, mode, bound, None, data if data is not None else (lambda: np.zeros(16, np.float32)))
+
+
+def _pinned(n=4, gbps=0.5, **kw):
+    """A Policy whose codec ratio and speeds are fixed (nothing timed on this machine)."""
+    pol = Policy(n, link_gbps=gbps, cores_per_rank=1, efforts=False, **kw)
+    pol.pin("lossless", ratio=1.2, enc_Bps=1e9, dec_Bps=2e9)
+    pol.pin("lossy", ratio=8.0, enc_Bps=1e9, dec_Bps=2e9)
+    return pol
+
+
+def test_comm_policy_only_rank_0_decides_and_learns():
+    follower = CommPolicy(resolve_setting("auto"), rank=1, world_size=4)
+    d = follower.choose(_call())
+    assert not d.learn and d.lighter == "" and d.rans_margin is None
+    assert d.describe("none", True) == "auto: rank 0 chose none"
+    assert d.describe("lossy_rel", False) == "auto: rank 0 kept the requested mode"
+    follower.record(d, _Stats("none", 0.2, 64 << 20, lightened=True))
+    assert follower._model is None  # a follower never builds (or calibrates) a model
+
+    slow = CommPolicy(resolve_setting(_pinned(gbps=0.5)), rank=0, world_size=4)
+    d = slow.choose(_call())
+    assert d.learn and d.lighter == "" and d.describe("lossy_rel", False).startswith("auto: lossy (lossy predicted")
+    fast = CommPolicy(resolve_setting(_pinned(gbps=10000)), rank=0, world_size=4)
+    d = fast.choose(_call())
+    assert d.lighter == "none" and d.describe("none", True).startswith("auto: none (lossy not predicted")
+    # the runtime may refuse a lighter proposal (a plain sum could exceed the bound): the text says so
+    assert "not taken" in d.describe("lossy_rel", False)
+    # what ran is what is recorded: the lightened call under none, a refused proposal under the lossy spec
+    for _ in range(2):
+        fast.record(d, _Stats("none", 0.3, 96 << 20, lightened=True))
+    assert fast.model.measured("all_reduce", "float32", 64 << 20, None) == pytest.approx(0.3)
+    for _ in range(2):
+        fast.record(d, _Stats("lossy_rel", 0.2, 12 << 20))
+    assert fast.model.measured("all_reduce", "float32", 64 << 20, ncclz.Lossy(rel=1e-3)) == pytest.approx(0.2)
+    assert fast.model.link_gbps == 10000  # a configured rate: observations do not change it
+
+
+def test_comm_policy_paths_that_do_not_consult_the_model():
+    pol = CommPolicy(resolve_setting("auto"), rank=0, world_size=4)
+    none = pol.choose(_call(mode="none", bound=0.0))
+    assert none.learn and none.describe("none", False) == ""  # uncompressed calls are measured too
+    off = pol.choose(_call(), override="OFF")
+    assert off.learn and off.describe("lossy_rel", False) == "off" and off.lighter == ""
+    with pytest.raises(ncclz.InvalidArgumentError, match="all_reduce: policy must be one of"):
+        pol.choose(_call(), override="sometimes")
+    no_view = pol.choose(_call(data=lambda: (_ for _ in ()).throw(TypeError("no NumPy view"))))
+    assert "no NumPy view" in no_view.describe("lossy_rel", False)
+
+    class Broken:
+        def choose(self, coll, x, requested, nbytes=None):
+            raise RuntimeError("boom")
+
+    pol.reset(Broken())
+    d = pol.choose(_call())
+    assert d.lighter == "" and "the policy failed: RuntimeError: boom" in d.describe("lossy_rel", False)
+    pol.record(d, _Stats("lossy_rel", 0.1, 2 << 20))  # a model without observe/record: nothing to tell
+    # a communicator with the policy off decides nothing, on any rank
+    off = CommPolicy(resolve_setting("off"), rank=0, world_size=4)
+    assert off.choose(_call()).describe("lossy_rel", False) == "off" and not off.choose(_call()).learn
+
+
+def test_comm_policy_codec_effort_reaches_the_decision(caplog):
+    caplog.set_level(logging.DEBUG, logger="ncclz.policy")
+    pol = Policy(4, link_gbps=0.5, cores_per_rank=0.5)
+    for mode, enc in (("lossless", 1e9), ("lossy", 0.3e9), ("lossy/mid", 0.6e9), ("lossy/fast", 3e9)):
+        pol.pin(mode, ratio=1.2 if mode == "lossless" else 8.0, enc_Bps=enc, dec_Bps=2 * enc)
+    cp = CommPolicy(resolve_setting(pol), rank=0, world_size=4)
+    d = cp.choose(_call())
+    assert d.effort == "fast" and d.rans_margin == FAST_MARGIN, d.describe("lossy_rel", False)
+    assert d.describe("lossy_rel", False).startswith("auto: lossy/fast")
+    # rank 0 logs each decision (the ncclz.policy logger; NCCLZ_DEBUG=INFO prints it)
+    assert any("all_reduce 67108864 B, requested lossy_rel(0.001): auto: lossy/fast (" in r.getMessage()
+               for r in caplog.records), caplog.text
+    for _ in range(2):
+        cp.record(d, _Stats("lossy_rel", 0.25, 12 << 20))
+    assert pol.measured("all_reduce", "float32", 64 << 20, ncclz.Lossy(rel=1e-3), effort="fast") == pytest.approx(0.25)
+    assert pol.measured("all_reduce", "float32", 64 << 20, ncclz.Lossy(rel=1e-3)) is None
+
+
+# ---- the model (ncclz.policy.Policy) -------------------------------------------------------------------------
+def test_policy_choose_rules(monkeypatch):
+    monkeypatch.delenv("NCCLZ_LINK_GBPS", raising=False)
+    monkeypatch.delenv("NCCLZ_SOCKET_THROTTLE_GBPS", raising=False)
     x = np.zeros(16 << 20, np.float32)
-    pol = Policy(4, link_gbps=None, cores_per_rank=1)
-    pol.link_gbps = None
+    pol = Policy(4, cores_per_rank=1, efforts=False)
+    assert pol.link_gbps is None
     assert pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3)).mode == "lossy"  # unknown link: as asked
     pol.link_gbps = 1.0
     # a codec that barely compresses is not worth it; one that compresses 10x at 1 GB/s is
-    cal = {"lossless": Calibration("lossless", 1.05, 1e9, 1e9, 1, 0.0), "lossy": Calibration("l", 10, 1e9, 1e9, 1, 0.0)}
-    pol.calibrate = lambda arr, spec: cal["lossless" if type(spec).__name__ == "Lossless" else "lossy"]
+    pol.pin("lossless", ratio=1.05, enc_Bps=1e9, dec_Bps=1e9).pin("lossy", ratio=10, enc_Bps=1e9, dec_Bps=1e9)
     assert pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3)).mode == "lossy"
     assert pol.choose("all_reduce", x, ncclz.Lossless()).mode == "none"
-    cal["lossy"] = Calibration("l", 10, 1e7, 1e7, 1, 0.0)  # a codec slower than the link
+    assert pol.choose("all_reduce", x, None).mode == "none"
+    ch = pol.choose("all_reduce", np.zeros(1000, np.float32), ncclz.Lossy(rel=1e-3))
+    assert ch.mode == "none" and "latency-bound" in ch.reason
+    pol.pin("lossy", ratio=10, enc_Bps=1e7, dec_Bps=1e7)  # a codec slower than the link
     assert pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3)).mode == "none"
+    # data the codec does not take: no calibration, the requested mode runs
+    z = np.zeros(1 << 20, np.complex64)
+    ch = Policy(4, link_gbps=1.0, cores_per_rank=1).choose("all_reduce", z, ncclz.Lossless())
+    assert ch.mode == "lossless" and "no calibration" in ch.reason, str(ch)
 
-    def broken(arr, spec):
-        raise ValueError("dtype not supported")
 
-    pol.calibrate = broken
-    ch = pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3))
-    assert ch.mode == "lossy" and "no calibration" in ch.reason
+def test_policy_pins_replace_measurements():
+    x = rank_input("smooth", 0, 1 << 16)
+    pol = Policy(4, link_gbps=1.0, cores_per_rank=1, sample_bytes=1 << 18, reps=1)
+    measured = pol.calibrate(x, ncclz.Lossy(rel=1e-3))
+    assert measured.ratio > 2 and measured.sample_bytes == x.nbytes and measured.pinned == ()
+    pol.pin("lossy", enc_Bps=5e8, dec_Bps=7e8)  # speeds pinned, the ratio still measured on the data
+    c = pol.calibrate(x, ncclz.Lossy(rel=1e-3))
+    assert (c.enc_Bps, c.dec_Bps, c.pinned) == (5e8, 7e8, ("enc_Bps", "dec_Bps"))
+    assert c.ratio == pytest.approx(measured.ratio)
+    full = Policy(4, link_gbps=1.0).pin("lossless", ratio=3.0, enc_Bps=1e9, dec_Bps=1e9)
+    c = full.calibrate(x, ncclz.Lossless())
+    assert c.ratio == 3.0 and c.sample_bytes == 0 and c.seconds == 0  # fully pinned: the codec never ran
+    assert [(k.mode, k.dtype) for k in full.calibrations()] == [("lossless", "float32")]
+    with pytest.raises(ValueError, match="unknown mode"):
+        full.pin("zstd", ratio=2.0)
+    with pytest.raises(ValueError, match="must be a number > 0"):
+        full.pin("lossy", ratio=0)
 
 
 def test_policy_sums_of_mostly_zero_data_are_calibrated_on_sums():
@@ -221,45 +392,43 @@ def test_policy_sums_of_mostly_zero_data_are_calibrated_on_sums():
     # rank's 99%-zero sample overstates the ratio. With lossless coding mostly-zero floats well
     # (Sparse on bit patterns), that made lossless look faster than lossy for sparse gradients,
     # which on the lab's 0.5 Gbit/s link it is not (55 ms vs 31 ms measured for 64 MiB, 4 ranks).
-    from ncclz.tools.bench import rank_input
-    from ncclz.tools.policy import Policy
-
     x = rank_input("sparse", 0, 1 << 20)  # 99% zeros
     dense = rank_input("gaussian", 0, 1 << 20)
+    assert reduction_terms("all_reduce", 4, x) == 4 and reduction_terms("reduce_scatter", 4, x) == 4
+    assert reduction_terms("all_gather", 4, x) == 0 and reduction_terms("broadcast", 4, x) == 0
+    assert reduction_terms("all_reduce", 4, dense) == 0
+    assert reduction_terms("all_reduce", 1, x) == 0
+    assert reduction_terms("all_reduce", 4, np.zeros(1000, np.float32)) == 0  # nothing to union
     pol = Policy(4, link_gbps=0.5, cores_per_rank=0.5, sample_bytes=1 << 20, reps=1)
-    assert pol._sum_ranks("all_reduce", x) == 4 and pol._sum_ranks("reduce_scatter", x) == 4
-    assert pol._sum_ranks("all_gather", x) == 0 and pol._sum_ranks("broadcast", x) == 0
-    assert pol._sum_ranks("all_reduce", dense) == 0
-    assert pol._sum_ranks("all_reduce", np.zeros(1000, np.float32)) == 0  # nothing to union
     for spec in (ncclz.Lossless(), ncclz.Lossy(rel=1e-3)):
         one, summed = pol.calibrate(x, spec), pol.calibrate(x, spec, sums=4)
-        assert summed is not one and summed.ratio < 0.5 * one.ratio, (spec, one.ratio, summed.ratio)
+        assert summed is not one and summed.sums == 4 and one.sums == 0
+        assert summed.ratio < 0.5 * one.ratio, (spec, one.ratio, summed.ratio)
         assert pol.calibrate(x, spec, sums=4) is summed  # cached apart from the plain sample
     # the lossy passes of a mostly-zero sum run on lists: cheaper than the dense quantize
     cal = pol.calibrate(x, ncclz.Lossy(rel=1e-3), sums=4)
     S = 64 << 20
     assert pol.predict("all_reduce", S, cal, lossy=True, mostly_zero=True) < pol.predict("all_reduce", S, cal, lossy=True)
     # and the choice for 64 MiB of sparse gradients on 4 ranks at 0.5 Gbit/s is the requested lossy.
-    # The decision rests on the ratios (measured above, deterministic) and on codec speeds: those are
-    # pinned to what an idle 2-core VM of this project measures on these sums (lossless encodes
-    # 1.1 GB/s and decodes 2.0 GB/s; lossy 0.8 / 1.2 / 2.4 GB/s encode and 5.5 / 5.5 / 4.5 GB/s
+    # The decision rests on the ratios (measured on the sums, deterministic) and on codec speeds:
+    # those are pinned to what an idle 2-core VM of this project measures on these sums (lossless
+    # encodes 1.1 GB/s and decodes 2.0 GB/s; lossy 0.8 / 1.2 / 2.4 GB/s encode and 5.5 / 5.5 / 4.5 GB/s
     # decode for the three efforts), so that a loaded test machine cannot flip it.
-    speeds = {"lossless": (1.1e9, 2.0e9), "lossy:rel=0.001": (0.8e9, 5.5e9),
-              "lossy:rel=0.001/mid": (1.2e9, 5.5e9), "lossy:rel=0.001/fast": (2.4e9, 4.5e9)}
-    for effort in ("mid", "fast"):
-        pol.calibrate(x, ncclz.Lossy(rel=1e-3), effort=effort, sums=4)
-    for key, c in list(pol.cal.items()):
-        if len(key) == 3 and key[1] in speeds:
-            pol.cal[key] = dataclasses.replace(c, enc_Bps=speeds[key[1]][0], dec_Bps=speeds[key[1]][1])
+    pol.pin("lossless", enc_Bps=1.1e9, dec_Bps=2.0e9)
+    for mode, enc, dec in (("lossy", 0.8e9, 5.5e9), ("lossy/mid", 1.2e9, 5.5e9), ("lossy/fast", 2.4e9, 4.5e9)):
+        pol.pin(mode, enc_Bps=enc, dec_Bps=dec)
     ch = pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3), nbytes=S)
     assert ch.mode == "lossy", str(ch)
+    sums = {c.mode: c for c in pol.calibrations() if c.sums == 4}
+    assert set(sums) == {"lossless", "lossy:rel=0.001", "lossy:rel=0.001/mid", "lossy:rel=0.001/fast"}, sums
+    assert all(c.pinned == ("enc_Bps", "dec_Bps") for c in sums.values())
 
 
-def test_policy_observe_lower_bounds():
-    from ncclz.tools.policy import Policy
-
-    pol = Policy(4, link_gbps=None, cores_per_rank=1)
-    pol.link_gbps = None
+def test_policy_observe_lower_bounds(monkeypatch):
+    monkeypatch.delenv("NCCLZ_LINK_GBPS", raising=False)
+    monkeypatch.delenv("NCCLZ_SOCKET_THROTTLE_GBPS", raising=False)
+    pol = Policy(4, cores_per_rank=1)
+    assert pol.link_gbps is None and not pol.configured
 
     class S:
         def __init__(self, comp, wb, ws):
@@ -271,26 +440,38 @@ def test_policy_observe_lower_bounds():
     assert pol.link_gbps is None  # too small
     pol.observe(S("none", 100e6, 1.0))
     g = pol.link_gbps
-    assert g == pytest.approx(0.8 / 0.95)
+    assert g == pytest.approx(0.8 / 0.95) and pol.observed == 2  # calls of >= 1 MiB on the wire
     pol.observe(S("lossy_rel(0.001)", 10e6, 1.0))
     assert pol.link_gbps == g  # slower than the estimate: not lowered
     pol.observe(S("lossy_rel(0.001)", 200e6, 1.0))
     assert pol.link_gbps == pytest.approx(1.6 / 0.95)  # the link is at least that fast
+    pol.observe_link("none", 100e6, 1.0)
+    assert pol.link_gbps == pytest.approx(0.7 * 1.6 / 0.95 + 0.3 * 0.8 / 0.95)  # an exponential average
     fixed = Policy(4, link_gbps=2.0, cores_per_rank=1)
     fixed.observe(S("none", 100e6, 1.0))
-    assert fixed.link_gbps == 2.0  # a configured rate is not overridden by observations
+    assert fixed.link_gbps == 2.0 and fixed.configured  # a configured rate is not overridden by observations
+    pol.link_gbps = 3.0  # setting it configures it
+    pol.observe(S("none", 100e6, 1.0))
+    assert pol.link_gbps == 3.0
+    with pytest.raises(ValueError, match="link_gbps"):
+        pol.link_gbps = -1
+    monkeypatch.setenv("NCCLZ_SOCKET_THROTTLE_GBPS", "0.25")
+    assert Policy(4).link_gbps == 0.25 and Policy(4).configured  # the throttle is link evidence
+
+
+def _model_policy(gbps, lossless=(1.05, 2e9, 2e9), lossy=(10, 5e9, 5e9), efforts=False, **kw):
+    pol = Policy(4, link_gbps=gbps, cores_per_rank=1, efforts=efforts, **kw)
+    pol.pin("lossless", ratio=lossless[0], enc_Bps=lossless[1], dec_Bps=lossless[2])
+    pol.pin("lossy", ratio=lossy[0], enc_Bps=lossy[1], dec_Bps=lossy[2])
+    return pol
 
 
 def test_policy_measurements_override_the_model():
     # a calibration cached per (dtype, spec) may come from other data: the measured time of the
     # calls themselves (comm.last_stats.wall_s, recorded per size class) wins over the model
-    from ncclz.tools.policy import Calibration, Policy
-
     x = np.zeros(16 << 20, np.float32)
     S = x.nbytes
-    pol = Policy(4, link_gbps=2.5, cores_per_rank=1)
-    cal = {"Lossless": Calibration("lossless", 1.05, 2e9, 2e9, 1, 0.0), "Lossy": Calibration("l", 10, 5e9, 5e9, 1, 0.0)}
-    pol.calibrate = lambda arr, spec: cal[type(spec).__name__]  # the model: a fast codec, 10x
+    pol = _model_policy(2.5)  # the model: a fast codec, 10x
     spec = ncclz.Lossy(rel=1e-3)
     assert pol.choose("all_reduce", x, spec).mode == "lossy"
     pol.record("all_reduce", "float32", S, spec, 0.05)  # the first call of a class and mode: ignored (cold)
@@ -299,14 +480,16 @@ def test_policy_measurements_override_the_model():
     for t in (0.9, 0.6, 0.7):
         pol.record("all_reduce", "float32", S, spec, t)  # but the calls took >= 600 ms
     pol.record("all_reduce", "float32", S, None, 0.34)  # and uncompressed ones 340 ms
-    assert pol.meas[pol._class("all_reduce", "float32", S)]["lossy:rel=0.001"] == pytest.approx(0.6 * (1 << 26) / S)
+    assert pol.measured("all_reduce", "float32", S, spec) == pytest.approx(0.6)
+    m = {e.mode: e for e in pol.measurements()}
+    assert m["lossy:rel=0.001"].calls == 4 and m["lossy:rel=0.001"].class_bytes == 1 << 26
+    assert m["lossy:rel=0.001"].seconds == pytest.approx(0.6) and m["none"].seconds == pytest.approx(0.34)
     ch = pol.choose("all_reduce", x, spec)
     assert ch.mode == "none" and set(ch.measured) == {"none", "lossy"}, str(ch)
     assert "(measured)" in str(ch)
     # with only the plain call measured, the compressed modes' model is scaled by the same factor:
     # a machine 4x slower than the model for plain calls is not assumed fast for compressed ones
-    fresh = Policy(4, link_gbps=2.5, cores_per_rank=1)
-    fresh.calibrate = pol.calibrate
+    fresh = _model_policy(2.5)
     assert fresh.choose("all_reduce", x, spec).mode == "lossy"
     model_lossy = fresh.choose("all_reduce", x, spec).predicted_s["lossy"]
     none_model = fresh.predict("all_reduce", S, None)
@@ -331,18 +514,12 @@ def test_policy_measures_the_requested_mode_before_keeping_it_off():
     # the model says none (a 10 Gbit/s link, a modest codec) and the plain calls, measured, are
     # CPU-bound here (1.9x the model): that error says nothing about the codec, so the requested
     # mode runs until it is measured too, and then the two measurements decide (5% margin)
-    from ncclz.tools.policy import Calibration, Policy
-
     x = np.zeros(16 << 20, np.float32)
     S = x.nbytes
     spec = ncclz.Lossy(rel=1e-3)
 
     def fresh(enc_Bps):
-        pol = Policy(4, link_gbps=10, cores_per_rank=1)
-        cal = {"Lossless": Calibration("lossless", 1.05, 2e9, 2e9, 1, 0.0),
-               "Lossy": Calibration("l", 3.0, enc_Bps, 2 * enc_Bps, 1, 0.0)}
-        pol.calibrate = lambda arr, s: cal[type(s).__name__]
-        return pol
+        return _model_policy(10, lossy=(3.0, enc_Bps, 2 * enc_Bps))
 
     pol = fresh(1e9)
     first = pol.choose("all_reduce", x, spec)
@@ -370,8 +547,7 @@ def test_policy_measures_the_requested_mode_before_keeping_it_off():
         hopeless.record("all_reduce", "float32", S, None, 0.160)
     ch = hopeless.choose("all_reduce", x, spec)
     assert ch.mode == "none" and "measuring" not in ch.reason, str(ch)
-    hopeless.probe_factor = 0  # and probing can be turned off
-    pol2 = fresh(1e9)
+    pol2 = fresh(1e9)  # and probing can be turned off
     pol2.probe_factor = 0
     for _ in range(2):
         pol2.record("all_reduce", "float32", S, None, 0.160)
@@ -382,19 +558,16 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     # a CPU-bound machine: the default effort (rANS where it pays in bytes) is measured slow; the
     # other efforts (mid: rANS only where it saves 30%; fast: no rANS) are measured next, one call
     # each, and the fastest wins; Choice.rans_margin carries it to the call
-    from ncclz.tools.policy import EFFORTS, FAST_MARGIN, MID_MARGIN, Calibration, Policy
-
     x = np.zeros(16 << 20, np.float32)
     S = x.nbytes
     spec = ncclz.Lossy(rel=1e-3)
 
     def fresh():
         pol = Policy(4, link_gbps=0.5, cores_per_rank=0.5)
-        cal = {("", "Lossless"): Calibration("lossless", 1.2, 1e9, 2e9, 1, 0.0),
-               ("", "Lossy"): Calibration("l", 8.5, 0.4e9, 1e9, 1, 0.0),
-               ("mid", "Lossy"): Calibration("l", 8.0, 0.8e9, 1.5e9, 1, 0.0),
-               ("fast", "Lossy"): Calibration("l", 7.5, 1.5e9, 2e9, 1, 0.0)}
-        pol.calibrate = lambda arr, s, effort="": cal[(effort, type(s).__name__)]
+        pol.pin("lossless", ratio=1.2, enc_Bps=1e9, dec_Bps=2e9)
+        pol.pin("lossy", ratio=8.5, enc_Bps=0.4e9, dec_Bps=1e9)
+        pol.pin("lossy/mid", ratio=8.0, enc_Bps=0.8e9, dec_Bps=1.5e9)
+        pol.pin("lossy/fast", ratio=7.5, enc_Bps=1.5e9, dec_Bps=2e9)
         return pol
 
     assert EFFORTS == {"": None, "mid": MID_MARGIN, "fast": FAST_MARGIN}
@@ -413,7 +586,7 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
         probes.append(ch.effort)
         pol.record("all_reduce", "float32", S, spec, times[ch.effort], effort=ch.effort)  # one call each
         ch = pol.choose("all_reduce", x, spec)
-    assert sorted(probes + [first.effort]) == sorted(EFFORTS), (probes, first.effort)
+    assert sorted([*probes, first.effort]) == sorted(EFFORTS), (probes, first.effort)
     assert ch.mode == "lossy" and ch.effort == "mid" and ch.rans_margin == MID_MARGIN, str(ch)
     assert {"lossy", "lossy/mid", "lossy/fast"} <= set(ch.measured) and str(ch).startswith("lossy/mid"), str(ch)
     # the default effort measured faster: no rans_margin
@@ -424,11 +597,11 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     one = fresh()
     for t in (0.5, 0.320):
         one.record("all_reduce", "float32", S, spec, t)  # default effort: the first call is cold
-    assert one._measured("all_reduce", "float32", S, spec) == 0.320
+    assert one.measured("all_reduce", "float32", S, spec) == 0.320
     one.record("all_reduce", "float32", S, spec, 0.250, effort="fast")
-    assert one._measured("all_reduce", "float32", S, spec, effort="fast") == 0.250
+    assert one.measured("all_reduce", "float32", S, spec, effort="fast") == 0.250
     one.record("all_reduce", "float32", S, spec, 0.300, effort="mid")
-    assert one._measured("all_reduce", "float32", S, spec, effort="mid") == 0.300
+    assert one.measured("all_reduce", "float32", S, spec, effort="mid") == 0.300
     ch = one.choose("all_reduce", x, spec)
     assert ch.rans_margin == FAST_MARGIN and {"lossy", "lossy/mid", "lossy/fast"} <= set(ch.measured), str(ch)
     # ... but a first call of a mode whose twin has not run is still cold
@@ -437,9 +610,9 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     cold.record("all_reduce", "float32", S, None, 0.9)
     cold.record("all_reduce", "float32", S, None, 0.8)
     cold.record("all_reduce", "float32", S, ncclz.Lossless(), 0.7)
-    assert cold._measured("all_reduce", "float32", S, spec, effort="fast") is None
-    assert cold._measured("all_reduce", "float32", S, ncclz.Lossless()) is None
-    assert cold._measured("all_reduce", "float32", S, None) == 0.8
+    assert cold.measured("all_reduce", "float32", S, spec, effort="fast") is None
+    assert cold.measured("all_reduce", "float32", S, ncclz.Lossless()) is None
+    assert cold.measured("all_reduce", "float32", S, None) == 0.8
     # efforts=False: only the default effort is ever proposed
     plain = fresh()
     plain.efforts = False
@@ -447,43 +620,34 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     assert not {"lossy/fast", "lossy/mid"} & set(plain.choose("all_reduce", x, spec).predicted_s)
 
 
-def test_measured_calls_flip_the_decision_across_ranks(tmp_path):
-    # rank 0 learns from its own calls: after slow compressed calls on a link the model thinks is
-    # slow enough for compression, it runs none -- and so do the other ranks
-    ranks = _run(tmp_path, 3, ["count=393216", "comp=rel=1e-3", "colls=all_reduce", "measure"],
-                 env={"NCCLZ_LINK_GBPS": "0.5"})
-    calls = _calls(ranks)
-    assert calls[0]["all_reduce"]["compression"] == "none", calls[0]["all_reduce"]
-    assert "(measured)" in calls[0]["all_reduce"]["policy"]
-
-
-def test_reset_policy_forgets_what_it_learned():
-    from test_comm import free_port
-
-    with ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="t") as comm:
-        pol = comm._get_policy()
-        for _ in range(2):
-            pol.record("all_reduce", "float32", 1 << 26, None, 0.1)
-        assert pol.meas
-        comm.reset_policy()
-        fresh = comm._get_policy()
-        assert fresh is not pol and fresh.meas == {} and fresh.cal == {}
-
-
 def test_effort_names_and_bench_labels():
-    # the Communicator maps the margin a call ran with back to the effort's name (what record()
-    # files the time under), and ncclz-bench labels an auto row with it
+    # the margin a call ran with maps back to the effort's name (what record() files the time
+    # under), and ncclz-bench labels an auto row with it
     from types import SimpleNamespace
 
     from ncclz.tools.bench import policy_choice_of
-    from ncclz.tools.policy import FAST_MARGIN, MID_MARGIN, effort_of_margin
 
     assert effort_of_margin(None) == "" and effort_of_margin(-1.0) == ""
     assert effort_of_margin(MID_MARGIN) == "mid" and effort_of_margin(FAST_MARGIN) == "fast"
     with pytest.raises(ValueError, match="unknown codec effort"):
-        __import__("ncclz.tools.policy", fromlist=["Policy"]).Policy(2, link_gbps=1.0).record(
-            "all_reduce", "float32", 1 << 20, ncclz.Lossy(rel=1e-3), 0.1, effort="slow")
+        Policy(2, link_gbps=1.0).record("all_reduce", "float32", 1 << 20, ncclz.Lossy(rel=1e-3), 0.1, effort="slow")
     for why, label in (("auto: lossy/mid (measured)", "rel=1e-3/mid"), ("auto: lossy/fast (x)", "rel=1e-3/fast"),
                        ("auto: lossy (x)", "rel=1e-3")):
         assert policy_choice_of("auto:rel=1e-3", SimpleNamespace(compression="lossy", policy=why)) == label
     assert policy_choice_of("auto:rel=1e-3", SimpleNamespace(compression="none", policy="auto: none")) == "none"
+
+
+def test_old_module_path_still_works():
+    # ncclz.tools.policy re-exports the policy for code written against it; its CLI prints decisions
+    import ncclz.tools.policy as old
+
+    assert old.Policy is Policy and old.EFFORTS is EFFORTS
+
+
+def test_policy_cli_prints_a_decision_per_rate(capsys):
+    from ncclz.tools.policy import main
+
+    assert main(["--gbps", "0.01,10000", "--size", "1M", "--data", "gaussian", "-n", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "0.01 Gbit/s" in lines[0] and "predicted" in lines[0]
+    assert lines[1].split(": ", 1)[1].startswith("none"), lines[1]  # 10 Tbit/s: compression never pays

@@ -14,7 +14,6 @@
 //  - prod is not offered in lossy mode. Non-finite inputs come out as an
 //    uncompressed float reduction would give them. All ranks' outputs are
 //    bit-identical.
-// OWNER: runtime-core helper (this header is the contract with the bindings).
 #pragma once
 
 #include <cstddef>
@@ -23,13 +22,21 @@
 #include <string>
 
 #include "ncclz/codec/format.hpp"
+#include "ncclz/unique_id.hpp"
 
 namespace ncclz {
 
-struct UniqueId;
+struct PolicyHints;  // ncclz/policy_hints.hpp (internal: the compression policy's proposal)
 
 enum class DataType : uint8_t { F32, F64, F16, BF16, I32, I64, U8 };
 enum class RedOp : uint8_t { Sum, Avg, Max, Min, Prod };
+
+/// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8" ("?" outside the enum).
+const char* dtype_name(DataType t);
+/// Bytes per element (0 outside the enum).
+size_t dtype_size(DataType t);
+/// "sum", "avg", "max", "min", "prod" ("?" outside the enum).
+const char* op_name(RedOp op);
 
 struct Compression {
   enum class Mode : uint8_t { None, Lossless, LossyAbs, LossyRel } mode = Mode::None;
@@ -38,22 +45,6 @@ struct Compression {
   std::string codec;
   /// Messages smaller than this many bytes go uncompressed (0: never skip).
   size_t min_bytes = 0;
-  /// The compression policy's proposal: run this call with a lighter mode
-  /// (int(Mode::None) or int(Mode::Lossless); -1: no proposal, run `mode`).
-  /// Only rank 0's proposal counts: it travels in the call descriptor that
-  /// every call exchanges anyway, so all ranks run the same mode with no extra
-  /// message. Lighter means None < Lossless < lossy; an exact mode keeps any
-  /// lossy bound. A lossy call ignores the proposal when the plain sum in the
-  /// element type could exceed the bound (tiny bounds, non-finite inputs).
-  int lighter = -1;
-  /// The compression policy's codec effort: the selector's margin for the
-  /// slow, high-ratio Rans coder over Block/Raw (EncodeOptions::rans_margin;
-  /// < 0: the selector's default, 0.15; 1: never Rans, Sparse still allowed).
-  /// A higher margin trades ratio for codec time where the codec, not the
-  /// link, is the bottleneck. Only rank 0's counts (it travels in the call
-  /// descriptor); the slice headers say what each encoder used, so the
-  /// result is the same bits whatever the margin.
-  double rans_margin = -1;
   /// Optional layout hint for the wire codec: the array's last dimension
   /// (row) and the product of its last two (plane), 0 when it has fewer.
   /// With them the selector may pick the 2-D/3-D Lorenzo predictors; the
@@ -65,17 +56,20 @@ struct Compression {
   static Compression lossy_rel(double r) { return {Mode::LossyRel, r, "", 0}; }
 };
 
+/// "none", "lossless", "lossy_abs", "lossy_rel" ("?" outside the enum).
+const char* mode_name(Compression::Mode m);
+
 /// Per-call statistics (comm.last_stats in Python).
 struct CallStats {
-  uint64_t raw_bytes = 0;    ///< bytes this rank would have sent uncompressed
-  uint64_t wire_bytes = 0;   ///< bytes this rank actually sent (headers included)
-  double ratio = 1;          ///< raw_bytes / wire_bytes
-  double encode_s = 0;       ///< time in encoders (all channels summed)
-  double decode_s = 0;       ///< time in decoders (all channels summed)
-  double quantize_s = 0;     ///< time quantizing/dequantizing at the API layer
-  double wait_s = 0;         ///< time blocked waiting for slots
-  double wall_s = 0;         ///< wall time of the call
-  double error_bound = 0;    ///< the bound E promised for this call (0 for exact modes)
+  uint64_t raw_bytes = 0;   ///< bytes this rank would have sent uncompressed
+  uint64_t wire_bytes = 0;  ///< bytes this rank actually sent (headers included)
+  double ratio = 1;         ///< raw_bytes / wire_bytes
+  double encode_s = 0;      ///< time in encoders (all channels summed)
+  double decode_s = 0;      ///< time in decoders (all channels summed)
+  double quantize_s = 0;    ///< time quantizing/dequantizing at the API layer
+  double wait_s = 0;        ///< time blocked waiting for slots
+  double wall_s = 0;        ///< wall time of the call
+  double error_bound = 0;   ///< the bound E promised for this call (0 for exact modes)
   /// Lossy call that ran exactly instead (non-finite inputs, quantizer outliers,
   /// a bound below the type's own rounding, or a message under min_bytes).
   bool exact_fallback = false;
@@ -85,49 +79,120 @@ struct CallStats {
   bool lightened = false;
 };
 
+/// Communicator settings. Every NCCLZ_* variable the runtime reads is parsed in
+/// one place (cpp/src/core/config.cpp; docs/ENVIRONMENT.md lists them):
+///  - the rendezvous fields (rank .. timeout_s) are read by from_env() only;
+///  - the tuning fields (transport .. p2p) left unset (0, -1 or "") take the
+///    environment's value when creating a communicator, else their default:
+///    explicit settings win over the environment, which wins over defaults.
+/// Communicator::config() reports what a communicator actually uses.
 struct CommConfig {
   int rank = 0;
   int size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string token;           ///< NCCLZ_TOKEN
-  double timeout_s = 300;      ///< NCCLZ_TIMEOUT
-  std::string transport;       ///< "", "inproc", "shm", "socket" (NCCLZ_TRANSPORT)
-  int nchannels = 0;           ///< 0: default (NCCLZ_NCHANNELS)
-  size_t slot_bytes = 0;       ///< 0: default (NCCLZ_SLOT_BYTES)
-  int nslots = 0;              ///< 0: default (NCCLZ_NSLOTS)
+  std::string token;       ///< NCCLZ_TOKEN
+  double timeout_s = 300;  ///< NCCLZ_TIMEOUT
+  std::string transport;   ///< "", "inproc", "shm", "socket" (NCCLZ_TRANSPORT; "": automatic)
+  int nchannels = 0;       ///< parallel rings (NCCLZ_NCHANNELS, default 2)
+  size_t slot_bytes = 0;   ///< data bytes of a slice, one per slot (NCCLZ_SLOT_BYTES, default 1 MiB, >= 1024)
+  int nslots = 0;          ///< slots per connection (NCCLZ_NSLOTS, default 4, >= 2)
   /// Slot bytes of the slices of mostly-zero lossy sums (their slots carry a
-  /// few percent of it); 0: default (NCCLZ_SPARSE_SLICE_BYTES, else 8 MiB). A
-  /// value not above slot_bytes gives them the same slices as other calls.
-  /// The transport's slots hold the larger of the two.
+  /// few percent of it; NCCLZ_SPARSE_SLICE_BYTES, default 8 MiB). A value not
+  /// above slot_bytes gives them the same slices as other calls (and is
+  /// reported as slot_bytes). The transport's slots hold the larger of the two.
   size_t sparse_slice_bytes = 0;
-  double throttle_gbps = 0;    ///< NCCLZ_SOCKET_THROTTLE_GBPS
-  std::string socket_ifname;   ///< NCCLZ_SOCKET_IFNAME
-  /// Fills unset fields from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NCCLZ_*).
+  double throttle_gbps = 0;   ///< NCCLZ_SOCKET_THROTTLE_GBPS (0: no throttle)
+  std::string socket_ifname;  ///< NCCLZ_SOCKET_IFNAME
+  /// Lossy reductions quantize slice by slice inside the ring loops (1) or the
+  /// whole input before them (0); -1: NCCLZ_PIPELINE_QUANTIZE, default 1.
+  /// Rank 0's setting decides for every rank (the results are the same bits).
+  int pipeline_quantize = -1;
+  /// Lossy sums carry mostly-zero inputs as lists of nonzeros (1) or densely
+  /// (0); -1: NCCLZ_SPARSE_INPUT, default 1. Per rank (same bits either way).
+  int sparse_input = -1;
+  /// Point-to-point links for send/recv, connected at creation (1) or not
+  /// (0); -1: NCCLZ_P2P, default 1.
+  int p2p = -1;
+
+  /// Every field from the environment (RANK, WORLD_SIZE, MASTER_ADDR,
+  /// MASTER_PORT, NCCLZ_*), defaults for the variables that are unset:
+  /// resolved(). Throws InvalidArgument for a malformed or out-of-range value.
   static CommConfig from_env();
+  /// The built-in defaults of every field, the environment ignored.
+  static CommConfig defaults();
+  /// This configuration with every unset tuning field taken from the
+  /// environment, else its default, and checked (InvalidArgument naming the
+  /// field or variable): what a communicator created with it uses, before
+  /// the transport's own choices (Communicator::config() has those).
+  CommConfig resolved() const;
+};
+
+/// The collectives, for CallArgs and check_call.
+enum class CallKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv };
+
+/// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv".
+const char* call_name(CallKind k);
+
+/// One call's arguments as a caller holding typed arrays has them (the Python
+/// bindings, framework glue): each buffer with its own element count and
+/// type. Broadcast and recv use the recv buffer, send the send buffer.
+struct CallArgs {
+  CallKind kind = CallKind::AllReduce;
+  const void* send = nullptr;
+  size_t send_count = 0;
+  DataType send_type = DataType::F32;
+  const void* recv = nullptr;
+  size_t recv_count = 0;
+  DataType recv_type = DataType::F32;
+  RedOp op = RedOp::Sum;  ///< all_reduce, reduce_scatter
+  int root = 0;           ///< broadcast: the root; send/recv: the peer
+  Compression compression;
 };
 
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
+  /// Rendezvous at cfg.master_addr:master_port (rank 0 listens there).
   static std::unique_ptr<Communicator> create(const CommConfig& cfg);
+  /// Rendezvous through a UniqueId made by make_unique_id() in rank 0's process.
   static std::unique_ptr<Communicator> create(const UniqueId& id, int rank, int size, const CommConfig& base = {});
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// The configuration in effect: every default resolved, the transport that
+  /// was chosen ("inproc", "shm" or "socket"), sparse_slice_bytes as the calls
+  /// use it (slot_bytes where larger slices are off, e.g. on shared memory).
+  /// The token is not reported ("").
+  virtual const CommConfig& config() const = 0;
+
+  /// Checks a call's arguments without communicating: what the call itself
+  /// checks (type, op, compression, root or peer, buffers) and what only a
+  /// caller with both arrays can tell (same type, counts that fit the
+  /// collective, no partial overlap: all_reduce may be exactly in place).
+  /// Throws InvalidArgument "<call>: <what is wrong and what to do>". For
+  /// callers that must fail alone, before any rank communicates; the calls
+  /// below fail on every rank instead (a rank with invalid arguments raises
+  /// InvalidArgument, the others RemoteError).
+  virtual void check_call(const CallArgs& args, const PolicyHints* hints = nullptr) const = 0;
+
+  // The collectives. `hints` is the compression policy's proposal for the call
+  // (internal, see ncclz/policy_hints.hpp): only rank 0's counts.
 
   /// recv may equal send (in place). count elements on every rank.
   virtual void all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, const Compression& c,
-                          CallStats* stats = nullptr) = 0;
+                          CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
   /// send holds size()*recv_count elements; rank r gets the reduction of block r.
   virtual void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType t, RedOp op,
-                              const Compression& c, CallStats* stats = nullptr) = 0;
+                              const Compression& c, CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
   /// recv gets size()*send_count elements, rank r's at offset r*send_count.
   virtual void all_gather(const void* send, void* recv, size_t send_count, DataType t, const Compression& c,
-                          CallStats* stats = nullptr) = 0;
+                          CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
   virtual void broadcast(void* buf, size_t count, DataType t, int root, const Compression& c,
-                         CallStats* stats = nullptr) = 0;
+                         CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
+  /// Point to point: the pair exchanges descriptors on its own link and runs
+  /// the requested mode (the sender's lossy plan travels with its data).
   virtual void send(const void* buf, size_t count, DataType t, int peer, const Compression& c,
                     CallStats* stats = nullptr) = 0;
   virtual void recv(void* buf, size_t count, DataType t, int peer, const Compression& c,

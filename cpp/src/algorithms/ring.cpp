@@ -136,19 +136,23 @@ void ring_all_gather(prims::Prims& p, RingPos pos, const void* src, void* dst, s
 // The chain follows the ring starting at the root: root -> root+1 -> ... ->
 // root-1. Rank at chain position k = (rank - root) mod N:
 //
-//   k == 0       send(buf)           encode every slice once
+//   k == 0       copySend(buf, buf)  encode every slice once
 //   0 < k < N-1  recvCopySend(buf)   forward the bytes unchanged, decode once
 //   k == N-1     recv(buf)
 //
-// The slot FIFO pipelines it: the root runs up to K slices ahead, and a slice
-// is forwarded as soon as it arrives, so the time is about
-// (count/slice + N - 2) slice times rather than N-1 whole-message times.
+// The root's slices pass through COPY onto themselves: a no-op for plain
+// buffers, and where a prims::Stage quantizes the input (lossy mode) the root
+// writes its output from the codes it sent, as every other rank does, so all
+// ranks end bit-identical. The slot FIFO pipelines the chain: the root runs up
+// to K slices ahead, and a slice is forwarded as soon as it arrives, so the
+// time is about (count/slice + N - 2) slice times rather than N-1
+// whole-message times.
 void chain_broadcast(prims::Prims& p, RingPos pos, int root, void* buf, size_t count) {
   const int N = pos.nranks;
   if (N == 1 || count == 0) return;
   const int k = mod(pos.rank - root, N);
   if (k == 0) {
-    p.send(buf, count);
+    p.copySend(buf, buf, count);
   } else if (k < N - 1) {
     p.recvCopySend(buf, count);
   } else {

@@ -21,8 +21,6 @@
 // A long wait says what it waits for (WARN, after NCCLZ_WAIT_REPORT seconds
 // and at doubling intervals); a rank that never arrives gives every waiting
 // rank a Timeout that names the missing ranks.
-//
-// OWNER: transports helper (this header is the contract with the rest).
 #pragma once
 
 #include <chrono>
@@ -33,13 +31,9 @@
 #include <string>
 #include <vector>
 
-namespace ncclz {
+#include "ncclz/unique_id.hpp"
 
-/// NCCL-style unique id: 128 opaque bytes (address, port, token) made by one
-/// rank and shared with the others out of band (launcher, store, MPI...).
-struct UniqueId {
-  uint8_t bytes[128];
-};
+namespace ncclz {
 
 struct BootstrapConfig {
   int rank = 0;

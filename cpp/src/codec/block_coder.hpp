@@ -1,7 +1,7 @@
 // Block coder: fixed-length blocks of 32 integer residuals (cuSZp's family).
 // Payload layout: docs/FORMAT.md, section "Block".
-// OWNER: block-coder helper. The four contract signatures below (block_cost_bytes,
-// block_encoded_bytes, block_encode, block_decode) are the contract with slice.cpp.
+// The four functions below (block_cost_bytes, block_encoded_bytes, block_encode,
+// block_decode) are what slice.cpp uses.
 //
 // Payload of n residuals of type Code (int32_t or int64_t), nb = ceil(n/32):
 //

@@ -32,6 +32,7 @@
 #include <string>
 #include <type_traits>
 
+#include "bound/error_budget.hpp"
 #include "codec/interp_codec.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
@@ -443,46 +444,6 @@ void release_slack(ByteBuffer& out) {
   if (out.capacity() > out.size() + out.size() / 4 + 4096) out.shrink_to_fit();
 }
 
-/// Half an ulp of T at magnitude v (at least half the smallest subnormal).
-template <class T>
-double half_ulp_of(double v) {
-  int mant = 24;  // significand bits of T
-  double tiny = std::numeric_limits<float>::denorm_min();
-  if constexpr (std::is_same_v<T, double>) {
-    mant = 53;
-    tiny = std::numeric_limits<double>::denorm_min();
-  } else if constexpr (std::is_same_v<T, Bf16>) {
-    mant = 8;
-    tiny = 9.183549615799121e-41;  // smallest bfloat16 subnormal, 2^-133
-  } else if constexpr (std::is_same_v<T, F16>) {
-    mant = 11;
-    tiny = 5.960464477539063e-08;  // smallest float16 subnormal, 2^-24
-  }
-  return std::max(std::ldexp(std::fabs(v), -mant), tiny / 2);
-}
-
-/// The absolute bound for a lossy spec (see container.hpp for rel with max == min).
-template <class T>
-double choose_eb(const T* x, size_t n, const Spec& spec, double* max_abs, bool* constant) {
-  double lo = 0, hi = 0;
-  const bool any = finite_range(x, n, &lo, &hi);
-  *max_abs = any ? std::max(std::fabs(lo), std::fabs(hi)) : 0.0;
-  *constant = any && lo == hi;
-  double eb;
-  if (spec.abs_bound > 0) {
-    eb = spec.abs_bound;
-  } else if (!any) {
-    eb = 1;
-  } else if (lo == hi) {
-    eb = lo != 0 ? std::fabs(lo) / 2 : 1.0;
-  } else {
-    eb = spec.rel_bound * (hi - lo);
-    if (!std::isfinite(eb)) eb = spec.rel_bound * hi - spec.rel_bound * lo;  // hi - lo overflowed
-    if (!(eb > 0)) eb = std::numeric_limits<double>::denorm_min();         // underflowed: tightest bound
-  }
-  return std::min(eb, kMaxEb);
-}
-
 template <class T, class Code>
 void put_lossy_slices(ByteBuffer& out, const T* x, uint64_t n, const Layout& l, const QuantGrid& g,
                       int64_t limit, const EncodeOptions& opt, std::vector<uint64_t>* outliers,
@@ -624,9 +585,11 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
   with_float_type(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* xs = static_cast<const T*>(x);
-    double max_abs = 0;
-    bool constant = false;
-    const double eb = choose_eb(xs, size_t(n), spec, &max_abs, &constant);
+    double lo = 0, hi = 0;
+    const bool any = finite_range(xs, size_t(n), &lo, &hi);
+    const double max_abs = any ? std::max(std::fabs(lo), std::fabs(hi)) : 0.0;
+    const bool constant = any && lo == hi;
+    const double eb = bound::blob_bound(spec.abs_bound, spec.rel_bound, any, lo, hi, kMaxEb);
     // The grid's half step is the bound less half an ulp of T at the largest
     // magnitude a value or its code can have, so that rounding a grid point to
     // T never pushes an element past the bound (elements exactly between two
@@ -635,7 +598,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     // finer grid would cost more than the few outliers, and a constant array
     // keeps the grid that reproduces it exactly. The quantizer always checks
     // the user's bound; the blob records the grid's half step.
-    const double slack = half_ulp_of<T>(max_abs + eb);
+    const double slack = bound::half_ulp_bound(elem_type_of<T>(), max_abs + eb);
     const double grid_eb = (!constant && slack <= 0.125 * eb) ? eb - slack : eb;
     QuantGrid g = QuantGrid::from_bound(grid_eb);
     g.eb = eb;

@@ -1,7 +1,5 @@
 // Lossless float coder (F32, F16, BF16): exponents rANS-coded, sign and mantissa raw.
 // Payload layout: docs/FORMAT.md, section "FloatExp".
-// OWNER: entropy-coder helper. Signatures below are the contract with slice.cpp.
-//
 //   type  exponent bits  sign+mantissa plane
 //   F32   8  (bits 30..23) 24 bits/value, 3 bytes LE: mantissa in bits 0..22, sign in bit 23
 //   BF16  8  (bits 14..7)   8 bits/value, 1 byte:    mantissa in bits 0..6,  sign in bit 7

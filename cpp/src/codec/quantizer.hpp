@@ -28,8 +28,6 @@
 //          exactly representable in double, so dequantization rounds once.
 // Limits passed in are clamped to [0, max_code_limit<Code>()] (2^31 - 1 for
 // int32, 2^62 for int64).
-//
-// OWNER: quantizer helper. Signatures below are the contract with the rest.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,5 @@
 // rANS entropy coder over integer residuals, and over bytes (float exponents).
 // Payload layout: docs/FORMAT.md, section "Rans".
-// OWNER: entropy-coder helper. Signatures below are the contract with slice.cpp.
-//
 // Symbol mapping of a residual r of a B-bit code type (B = 32 or 64):
 //
 //   z = zigzag(r) = (r << 1) ^ (r >> (B-1))          as a B-bit unsigned

@@ -1,7 +1,5 @@
 // The C API (ncclz.h) over the C++ Communicator: argument translation and
 // exception-to-result-code mapping. Nothing here throws.
-#include "ncclz/ncclz.h"
-
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -9,9 +7,10 @@
 #include <string>
 
 #include "base/env.hpp"
-#include "bootstrap/bootstrap.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
+#include "ncclz/ncclz.h"
+#include "ncclz/unique_id.hpp"
 
 struct ncclzComm {
   std::unique_ptr<ncclz::Communicator> impl;
@@ -118,7 +117,7 @@ ncclzResult_t ncclzGetUniqueId(ncclzUniqueId* uniqueId) {
   return guarded([&] {
     if (!uniqueId) throw ncclz::InvalidArgument("ncclzGetUniqueId: null uniqueId");
     static_assert(sizeof(ncclz::UniqueId) == sizeof(ncclzUniqueId), "unique id sizes agree");
-    const ncclz::UniqueId id = ncclz::Bootstrap::make_unique_id();
+    const ncclz::UniqueId id = ncclz::make_unique_id();
     std::memcpy(uniqueId->internal, id.bytes, sizeof id.bytes);
   });
 }
@@ -200,8 +199,8 @@ ncclzResult_t ncclzReduceScatter(const void* sendbuff, void* recvbuff, size_t re
 ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype,
                              ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype),
-                                   to_compression(compression), &comm->last);
+    comm_or_throw(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype), to_compression(compression),
+                                   &comm->last);
   });
 }
 
@@ -211,17 +210,7 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
     ncclz::Communicator& c = comm_or_throw(comm);
     const ncclz::DataType t = dtype_or_throw(datatype);
     if (c.rank() == root && sendbuff && recvbuff && sendbuff != recvbuff && count) {
-      size_t es = 0;
-      switch (t) {
-        case ncclz::DataType::F64:
-        case ncclz::DataType::I64: es = 8; break;
-        case ncclz::DataType::F32:
-        case ncclz::DataType::I32: es = 4; break;
-        case ncclz::DataType::F16:
-        case ncclz::DataType::BF16: es = 2; break;
-        case ncclz::DataType::U8: es = 1; break;
-      }
-      std::memmove(recvbuff, sendbuff, count * es);
+      std::memmove(recvbuff, sendbuff, count * ncclz::dtype_size(t));
     }
     c.broadcast(recvbuff, count, t, root, to_compression(compression), &comm->last);
   });
@@ -230,16 +219,14 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).send(sendbuff, count, dtype_or_throw(datatype), peer, to_compression(compression),
-                             &comm->last);
+    comm_or_throw(comm).send(sendbuff, count, dtype_or_throw(datatype), peer, to_compression(compression), &comm->last);
   });
 }
 
 ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).recv(recvbuff, count, dtype_or_throw(datatype), peer, to_compression(compression),
-                             &comm->last);
+    comm_or_throw(comm).recv(recvbuff, count, dtype_or_throw(datatype), peer, to_compression(compression), &comm->last);
   });
 }
 

@@ -8,14 +8,6 @@
 
 namespace ncclz::core {
 
-const char* dtype_name(uint8_t t) {
-  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"};
-  return valid_dtype(t) ? names[t] : "?";
-}
-const char* op_name(uint8_t o) {
-  static const char* names[] = {"sum", "avg", "max", "min", "prod"};
-  return valid_op(o) ? names[o] : "?";
-}
 const char* coll_name(Coll c) {
   switch (c) {
     case Coll::AllReduce: return "all_reduce";
@@ -48,9 +40,11 @@ std::string describe(const CallDesc& d) {
   const Coll c = Coll(d.coll);
   s << coll_name(c) << "(";
   if (c == Coll::Barrier) return s.str() + ")";
-  s << (c == Coll::ReduceScatter ? "recv_count=" : c == Coll::AllGather ? "send_count=" : "count=") << d.count << ", "
-    << dtype_name(d.dtype);
-  if (c == Coll::AllReduce || c == Coll::ReduceScatter) s << ", " << op_name(d.op);
+  s << (c == Coll::ReduceScatter ? "recv_count="
+        : c == Coll::AllGather   ? "send_count="
+                                 : "count=")
+    << d.count << ", " << dtype_name(DataType(d.dtype));
+  if (c == Coll::AllReduce || c == Coll::ReduceScatter) s << ", " << op_name(RedOp(d.op));
   if (c == Coll::Broadcast) s << ", root=" << d.root;
   if (c == Coll::Send) s << ", peer=" << d.peer;
   if (c == Coll::Recv) s << ", peer=" << d.root;

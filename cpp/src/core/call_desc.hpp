@@ -9,13 +9,15 @@
 // the kInvalid flag set: it throws InvalidArgument and the others RemoteError.
 // Lossy calls carry their data statistics in the same record (min, max, max|x|,
 // non-finite flag), so the exchange doubles as the small pre-reduction that
-// fixes eb and the code width. The all-reduce and reduce-scatter then quantize
-// slice by slice inside their loops (the plan rules outliers out); only when
-// rank 0 asks for the eager path (kEagerQuantize) do they quantize everything
-// first and hold a second, smaller round that reports quantizer outliers. The same record carries the compression policy's proposal (a
-// lighter mode); every rank adopts rank 0's, so the policy's decision costs no
-// extra message. Send/recv exchange descriptors pairwise on their own link
-// (sender's first, then the receiver's answer).
+// fixes eb and the code width. The collectives then quantize slice by slice
+// inside their loops (the plan rules outliers out); only when rank 0 asks for
+// the eager path (kEagerQuantize) do they quantize everything
+// first and hold a second, smaller round that reports quantizer outliers. The
+// same record carries the compression policy's proposal (PolicyHints: a
+// lighter mode, a codec effort); every rank adopts rank 0's, so the policy's
+// decision costs no extra message. Send/recv exchange descriptors pairwise on
+// their own link (sender's first, then the receiver's answer). The rounds
+// themselves are core/call_protocol.hpp.
 #pragma once
 
 #include <cstdint>
@@ -42,17 +44,17 @@ enum DescFlags : uint8_t {
   kOutliers = 8,   ///< the quantizer reported outliers (second round)
   kCompress = 16,  ///< send/recv: the sender's data travels as codes with eb
   kWide = 32,      ///< send/recv: int64 codes
-  /// Lossy reductions: quantize the whole input before the transfers and hold
-  /// the outlier round (NCCLZ_PIPELINE_QUANTIZE=0). Only rank 0's flag counts,
-  /// so every rank takes the same path whatever its environment says.
+  /// Lossy collectives: quantize the whole input before the transfers and
+  /// hold the outlier round (NCCLZ_PIPELINE_QUANTIZE=0). Only rank 0's flag
+  /// counts, so every rank takes the same path whatever its environment says.
   kEagerQuantize = 64,
 };
 
 struct CallDesc {
   uint64_t seq = 0;
   uint64_t count = 0;
-  double bound = 0;   ///< E (abs) or r (rel)
-  double lo = 0;      ///< lossy statistics of this rank's input
+  double bound = 0;  ///< E (abs) or r (rel)
+  double lo = 0;     ///< lossy statistics of this rank's input
   double hi = 0;
   double maxabs = 0;
   double eb = 0;      ///< send/recv lossy: the sender's quantizer bound
@@ -61,26 +63,24 @@ struct CallDesc {
   int32_t peer = -1;  ///< send: the destination; recv: the receiver
   uint8_t coll = 0, dtype = 0, op = 0, mode = 0;
   uint8_t flags = 0;
-  /// The compression policy's proposal (Compression::lighter + 1; 0: none).
+  /// The compression policy's proposal (PolicyHints::lighter + 1; 0: none).
   /// Only rank 0's is used: every rank runs the call with all[0].lighter.
   /// Not part of the match (ranks may propose differently).
   uint8_t lighter = 0;
-  /// Rank 0's codec effort: round(100 * Compression::rans_margin) + 1, 0 for
+  /// Rank 0's codec effort: round(100 * PolicyHints::rans_margin) + 1, 0 for
   /// the selector's default. Every rank encodes with all[0]'s; not part of
   /// the match.
   uint8_t rans_margin = 0;
   /// Lossy sums: this rank's nonzero inputs in 1/1024ths of its elements,
   /// rounded up (1..255), when its statistics scan listed them all
   /// (core::NonzeroIndex); 0 when it did not. Every rank sees every rank's:
-  /// mostly-zero calls run with larger slices (CommunicatorImpl::reduce_call).
+  /// mostly-zero calls run with larger slices (core/lossy_call.hpp).
   /// Not part of the match.
   uint8_t density = 0;
   char codec[16] = {};  ///< forced codec name ("" = selector)
 };
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");
 
-const char* dtype_name(uint8_t t);
-const char* op_name(uint8_t o);
 const char* coll_name(Coll c);
 std::string mode_string(uint8_t mode, double bound, const char* codec);
 /// "all_reduce(count=64, float32, sum, lossy_abs(0.001))"

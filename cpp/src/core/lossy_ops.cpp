@@ -230,19 +230,6 @@ DataStats merge_stats(const std::vector<CallDesc>& all) {
   return g;
 }
 
-/// Lossy messages under min_bytes run exactly (the plan says so).
-void apply_min_bytes(LossyPlan& p, const Compression& c, size_t bytes) {
-  if (p.compress && c.min_bytes && bytes < c.min_bytes) {
-    p.compress = false;
-    p.why_not = "message smaller than min_bytes";
-  }
-}
-
-double resolve_bound(const Compression& c, const DataStats& g) {
-  if (c.mode == Mode::LossyAbs) return c.bound;
-  return g.any_finite ? c.bound * (g.hi - g.lo) : 0.0;
-}
-
 size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, WorkerPool* pool, int parts) {
   codec::QuantGrid g = codec::QuantGrid::from_bound(p.eb);
   g.eb = p.check_eb;  // the grid is 2*eb; the check allows for T's rounding (lossy_plan.hpp)

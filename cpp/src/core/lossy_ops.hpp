@@ -85,11 +85,6 @@ DataStats scan(DataType t, const void* x, size_t n, WorkerPool* pool = nullptr, 
 void put_stats(CallDesc& d, const DataStats& s);
 DataStats merge_stats(const std::vector<CallDesc>& all);
 
-/// E of the call: the abs bound, or r * (max - min) of the finite inputs.
-double resolve_bound(const Compression& c, const DataStats& g);
-/// Lossy messages under c.min_bytes run on the exact path.
-void apply_min_bytes(LossyPlan& p, const Compression& c, size_t bytes);
-
 /// Quantizes x into q (int32, or int64 when p.wide) on p's grid, checking
 /// p.check_eb; returns the number of outliers (their codes are 0).
 size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, WorkerPool* pool = nullptr,

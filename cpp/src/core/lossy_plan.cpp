@@ -1,93 +1,18 @@
-// The lossy error budget (the derivation is in lossy_plan.hpp).
+// The runtime's lossy plan (see lossy_plan.hpp).
 #include "core/lossy_plan.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-
 namespace ncclz::core {
-namespace {
 
-double smallest_subnormal(codec::ElemType t) {
-  switch (t) {
-    case codec::ElemType::F32: return std::ldexp(1.0, -149);
-    case codec::ElemType::F64: return std::numeric_limits<double>::denorm_min();
-    case codec::ElemType::F16: return std::ldexp(1.0, -24);
-    case codec::ElemType::BF16: return std::ldexp(1.0, -133);
-    default: return 0;
-  }
+double resolve_bound(const Compression& c, const DataStats& g) {
+  if (c.mode == Compression::Mode::LossyAbs) return c.bound;
+  return g.any_finite ? bound::relative_bound(c.bound, g.lo, g.hi) : 0.0;
 }
 
-double largest_finite(codec::ElemType t) {
-  switch (t) {
-    case codec::ElemType::F32: return double(std::numeric_limits<float>::max());
-    case codec::ElemType::F64: return std::numeric_limits<double>::max();
-    case codec::ElemType::F16: return 65504.0;
-    case codec::ElemType::BF16: return 3.3895313892515355e38;
-    default: return 0;
+void apply_min_bytes(LossyPlan& p, const Compression& c, size_t bytes) {
+  if (p.compress && c.min_bytes && bytes < c.min_bytes) {
+    p.compress = false;
+    p.why_not = "message smaller than min_bytes";
   }
-}
-
-}  // namespace
-
-double unit_roundoff(codec::ElemType t) {
-  switch (t) {
-    case codec::ElemType::F32: return std::ldexp(1.0, -24);
-    case codec::ElemType::F64: return std::ldexp(1.0, -53);
-    case codec::ElemType::F16: return std::ldexp(1.0, -11);
-    case codec::ElemType::BF16: return std::ldexp(1.0, -8);
-    default: return 0;
-  }
-}
-
-double half_ulp_bound(codec::ElemType t, double v) {
-  return std::max(std::fabs(v) * unit_roundoff(t), smallest_subnormal(t) / 2);
-}
-
-LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g) {
-  LossyPlan p;
-  p.E = E;
-  if (!(E > 0) || !std::isfinite(E)) {
-    p.why_not = "the error bound is zero (constant or empty data in rel mode)";
-    return p;
-  }
-  if (g.nonfinite) {
-    p.why_not = "non-finite inputs";
-    return p;
-  }
-  const double N = double(nranks);
-  const double A = g.maxabs;
-  const double tiny = std::ldexp(1.0, -50);
-  const double delta = 2 * half_ulp_bound(t, A + E) + 3 * (A + E) * tiny;
-  const double R = (how == Combine::Sum ? N * (A + E) + E : A + 2 * E) * (1 + std::ldexp(1.0, -30));
-  if (!(R < largest_finite(t))) {
-    p.why_not = "the result may overflow the element type";
-    return p;
-  }
-  const double avail = E - half_ulp_bound(t, R) - R * tiny;
-  const double eb = how == Combine::Sum ? avail / N - delta : avail - delta;
-  if (!(eb > 1e-300)) {
-    p.why_not = "the bound is below the element type's own rounding";
-    return p;
-  }
-  const double m = A / (2 * eb) + 2;  // largest |code| any rank emits
-  const double n_add = how == Combine::Sum ? N : 1;
-  const int64_t lim32 = int64_t(2147483647.0 / n_add);
-  const int64_t lim64 = int64_t(std::ldexp(1.0, 62) / n_add);
-  if (m <= double(lim32)) {
-    p.wide = false;
-    p.limit = lim32;
-  } else if (m <= double(lim64) * 0.999) {
-    p.wide = true;
-    p.limit = lim64;
-  } else {
-    p.why_not = "the codes would not fit 64 bits";
-    return p;
-  }
-  p.eb = eb;
-  p.check_eb = eb + half_ulp_bound(t, A + E) + 2 * (A + E) * tiny;
-  p.compress = true;
-  return p;
 }
 
 }  // namespace ncclz::core

@@ -1,74 +1,27 @@
-// The lossy mode's error budget: from the promised bound E to the quantizer's
-// bound eb and the code width, for every collective.
-//
-// Notation: N ranks, A = the largest finite |x| over the inputs that take part,
-// T the user's float type with unit roundoff u (2^-24 f32, 2^-53 f64, 2^-11
-// f16, 2^-8 bf16) and smallest subnormal d; hu(v) = max(u*v, d/2) bounds half
-// an ulp of T at any |value| <= v.
-//
-// Each rank quantizes on the grid q * step, step = 2*eb. The quantizer picks
-// the nearest code and then checks |x - T(fl(q*step))| <= eb_check after T's
-// rounding; with eb_check = eb + hu(A+E) + 2(A+E)*2^-50 the nearest code always
-// passes (its exact distance is <= eb, rounding adds <= hu), so rounding of
-// the grid points never turns ordinary values into outliers. The exact value
-// of the code then differs from x by at most eb_check + hu(A+E) + (A+E)*2^-50:
-//   delta = 2*hu(A + E) + 3*(A + E) * 2^-50  (over eb).
-// The collective adds/selects codes exactly (integers), and the result is
-// dequantized once: out = T(fl(Q * step)) (sum), T(fl(Q * fl(step/N))) (avg),
-// T(fl(Q * step)) (max/min/data movement). That last step costs at most
-// hu(R) + R * 2^-50, where R bounds |result|. So:
-//
-//   sum:      |out - sum x| <= N*(eb + delta) + hu(R) + R*2^-50,  R = N*(A+E) + E
-//             => eb = (E - hu(R) - R*2^-50) / N - delta
-//   avg, max/min, allgather, broadcast, send/recv:
-//             |out - exact| <= eb + delta + hu(R) + R*2^-50,       R = A + 2E
-//             => eb = E - hu(R) - R*2^-50 - delta
-//
-// (R is inflated by 2^-30 relative so that hu covers the rounded values too.)
-// Codes: |q| <= A/step + 2. For a sum of N codes the code type must hold
-// N*(A/step + 2): int32 when that is below 2^31 - 1, else int64 below 2^62
-// (the quantizer's limit is set to (2^31-1)/N or 2^62/N, so the sum can never
-// wrap). When eb <= 0 (E below what T's own rounding allows), the codes would
-// not fit int64, or R overflows T, compression is off for the call: it runs
-// exactly instead (see Communicator), which is the best any method can do.
+// The runtime's lossy plan: the error budget's formulas (bound/error_budget.hpp,
+// shared with the standalone codec) under the names the runtime uses, and the
+// two decisions that depend on the user's Compression: the bound E of a call
+// and the messages too small to compress.
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
 
-#include "ncclz/codec/format.hpp"
+#include "bound/error_budget.hpp"
+#include "ncclz/communicator.hpp"
 
 namespace ncclz::core {
 
-/// How the collective combines the ranks' values.
-enum class Combine : uint8_t {
-  Sum,     ///< codes of N ranks add up
-  Mean,    ///< sum, then divided by N at dequantization
-  Select,  ///< max/min, or data movement: the result is one rank's value
-};
+using bound::Combine;
+using bound::DataStats;
+using bound::half_ulp_bound;
+using bound::LossyPlan;
+using bound::plan_lossy;
+using bound::unit_roundoff;
 
-/// Statistics of the inputs over all ranks taking part.
-struct DataStats {
-  bool any_finite = false;
-  bool nonfinite = false;  ///< some input is NaN or +-Inf
-  double lo = 0, hi = 0;   ///< finite min / max
-  double maxabs = 0;       ///< finite max |x|
-};
-
-struct LossyPlan {
-  bool compress = false;    ///< false: the call runs exactly (uncompressed)
-  const char* why_not = "";  ///< reason when !compress
-  double E = 0;             ///< the bound promised for the call
-  double eb = 0;            ///< half the grid step (step = 2*eb)
-  double check_eb = 0;      ///< the bound the quantizer checks after rounding
-  bool wide = false;        ///< int64 codes (else int32)
-  int64_t limit = 0;        ///< |code| limit passed to the quantizer
-};
-
-/// Unit roundoff and half-ulp bound of a float type (see above).
-double unit_roundoff(codec::ElemType t);
-double half_ulp_bound(codec::ElemType t, double v);
-
-/// The plan for a lossy call with bound E (already resolved from rel mode).
-LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g);
+/// E of the call: the abs bound, or r * (max - min) of the finite inputs (0
+/// when there are none: the call then runs exactly).
+double resolve_bound(const Compression& c, const DataStats& g);
+/// Lossy messages under c.min_bytes run on the exact path.
+void apply_min_bytes(LossyPlan& p, const Compression& c, size_t bytes);
 
 }  // namespace ncclz::core

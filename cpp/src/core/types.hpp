@@ -1,5 +1,5 @@
 // Small helpers over the public enums (DataType, RedOp, Compression::Mode)
-// shared by the communicator's files.
+// shared by the runtime's files.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +33,7 @@ inline bool valid_op(uint8_t o) { return o <= uint8_t(RedOp::Prod); }
 inline bool is_float(DataType t) {
   return t == DataType::F32 || t == DataType::F64 || t == DataType::F16 || t == DataType::BF16;
 }
-inline size_t dsize(DataType t) { return valid_dtype(uint8_t(t)) ? codec::elem_size(elem_of(t)) : 0; }
+inline size_t dsize(DataType t) { return dtype_size(t); }
 inline bool is_lossy(Mode m) { return m == Mode::LossyAbs || m == Mode::LossyRel; }
 
 }  // namespace ncclz::core

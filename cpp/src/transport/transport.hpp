@@ -14,8 +14,6 @@
 // makes the waiting call throw ncclz::Timeout or ncclz::RemoteError (closed
 // connection) instead of hanging, and abort() on the communicator wakes every
 // waiter with ncclz::Aborted.
-//
-// OWNER: transports helper (this header is the contract with the prims).
 #pragma once
 
 #include <atomic>

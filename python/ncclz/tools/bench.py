@@ -1,6 +1,6 @@
 """ncclz-bench: nccl-tests-style sweeps of the ncclz collectives, with compression, beside baselines.
 
-    ncclz-bench -n 4                                    # 4 local ranks (ncclz-run), all collectives
+    ncclz-bench -n 4                                    # 4 local ranks, all collectives
     ncclz-bench -n 4 -b 1M -e 64M -c all_reduce -m none,lossless,rel=1e-3 -d smooth,gaussian
     ncclz-bench -n 4 --throttle-gbps 0.5 ...            # socket transport paced to 0.5 Gbit/s (root-less)
     ip netns exec ... env RANK=.. ncclz-bench ...        # one rank (RANK set): runs as that rank
@@ -23,15 +23,22 @@ every rank decompresses all of them and sums in float32: what MPI-based compress
 do; its bound contract is the ncclz one for the same mode). MPI is in bench/baselines/mpi_bench.py
 (needs mpirun).
 
-Data (-d): gaussian (N(0, 1e-3)), smooth (the smooth3d field of bench/data.py), sparse
-(gaussian with 99% zeros), real (NCEP/NCAR Z500 reanalysis of bench/data.py, tiled along time),
-grad (CNN gradients of bench/data.py, tiled). Rank r's input is a deterministic function of
-(data set, r, count), see :func:`rank_input`.
+Data (-d): the data sets of :mod:`ncclz.tools.data` (gaussian, smooth, sparse, real, grad and the
+-shaped variants), part of the package, so the tool runs from any directory; real needs the optional
+packages eofs and scipy, grad torch and scikit-learn (a data set whose packages are missing is
+skipped with a message saying what to install). Rank r's input is a deterministic function of
+(data set, r, count), see :func:`ncclz.tools.data.rank_input`.
+
+Output: one table per (collective, data set) on stdout, a row per size, system and mode; progress,
+skipped points and notes on stderr (a bar on a terminal). --json / --csv / --plot write the rows.
+Exit status: 0 when every point ran within its bound, 1 when nothing ran or an ncclz row exceeded
+its bound, 2 for bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import datetime
 import json
@@ -44,13 +51,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ncclz.policy import EFFORTS, Policy
+from ncclz.tools import data
+from ncclz.tools.console import PROGRESS_ENV, Console, LaunchSinks, default_mode
+from ncclz.tools.data import DATASETS, SHAPE_PLANES, np_dtype, rank_input, shaped_base  # noqa: F401 - re-exported
+
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
-DATASETS = ("gaussian", "smooth", "sparse", "real", "grad", "smooth-shaped", "real-shaped")
-# "<name>-shaped": the same values as <name>, handed to the collectives in their natural shape
-# (so ncclz's wire codec can use 2-D/3-D predictors, and SZ3 gets the dimensions); the count is
-# rounded up to whole planes (SHAPE_PLANES) when it is at least one plane.
-SHAPE_PLANES = {"smooth": (256, 256), "real": (29, 49)}
 SYSTEMS = ("ncclz", "gloo", "sz3")
+DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 # =========================================================================== small pure helpers
@@ -141,18 +149,6 @@ def is_lossy(mode: str) -> bool:
 POLICY_CHOICES = ("none", "lossless", "lossy")
 
 
-def _load_policy():
-    try:
-        from ncclz.tools import policy
-    except ImportError:  # running from the source tree before the package is rebuilt
-        import runpy
-        import types
-
-        policy = types.SimpleNamespace(**runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                      "policy.py"), run_name="ncclz_policy"))
-    return policy
-
-
 def resolve_auto(ctx, coll: str, x, mode: str, nbytes: int) -> tuple[str, str]:
     """auto:<mode>: rank 0 asks the policy (calibrating on its own input), all ranks agree.
     Returns (concrete mode, the policy's explanation)."""
@@ -160,21 +156,13 @@ def resolve_auto(ctx, coll: str, x, mode: str, nbytes: int) -> tuple[str, str]:
     why = ""
     pick = np.zeros(len(POLICY_CHOICES))
     if ctx.rank == 0:
-        pol = _load_policy().Policy(world_size=ctx.n)
+        pol = Policy(world_size=ctx.n)
         ch = pol.choose(coll, x, mode_compression(inner), nbytes=nbytes)
         pick[POLICY_CHOICES.index(ch.mode)] = 1
         why = str(ch)
     pick = ctx.reduce(pick, "max")
     chosen = POLICY_CHOICES[int(np.argmax(pick))]
     return ({"none": "none", "lossless": "lossless", "lossy": inner}[chosen], why)
-
-
-def shaped_base(dataset: str) -> tuple[str, tuple[int, ...] | None]:
-    """("smooth", (256, 256)) for "smooth-shaped"; (dataset, None) for the flat data sets."""
-    if dataset.endswith("-shaped"):
-        name = dataset[: -len("-shaped")]
-        return name, SHAPE_PLANES[name]
-    return dataset, None
 
 
 def count_for(coll: str, nbytes: int, itemsize: int, n: int, dataset: str = "") -> int:
@@ -202,131 +190,30 @@ def size_bytes(coll: str, count: int, itemsize: int, n: int) -> int:
 
 
 # =========================================================================== data
-_BENCH_DATA = None
+def available_data(a, ctx=None) -> tuple[list, dict]:
+    """(the data sets of -d that can be built, {data set: why not} for the others). With `ctx`, a
+    data set missing on any rank is skipped on all."""
+    why = {d: data.unavailable(d) for d in a.data}
+    if ctx is not None:
+        flags = ctx.reduce([1.0 if why[d] else 0.0 for d in a.data], "max")
+        for d, f in zip(a.data, flags):
+            if f and not why[d]:
+                why[d] = "not available on every rank"
+    return [d for d in a.data if not why[d]], {d: w for d, w in why.items() if w}
 
 
-def bench_data_module():
-    """Imports bench/data.py (the repository's benchmark data sets): NCCLZ_BENCH_DIR, ./bench, or the
-    bench/ folder next to this package's source tree. None if not found."""
-    global _BENCH_DATA
-    if _BENCH_DATA is not None:
-        return _BENCH_DATA or None
-    cands = []
-    if os.environ.get("NCCLZ_BENCH_DIR"):
-        cands.append(Path(os.environ["NCCLZ_BENCH_DIR"]))
-    cands += [Path.cwd() / "bench", Path(__file__).resolve().parents[3] / "bench"]
-    for c in cands:
-        if (c / "data.py").is_file():
-            import importlib.util
-
-            spec = importlib.util.spec_from_file_location("ncclz_bench_data", c / "data.py")
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            _BENCH_DATA = mod
-            return mod
-    _BENCH_DATA = False
-    return None
-
-
-_BASE_CACHE: dict = {}
-
-
-def _base(dataset: str, count: int) -> np.ndarray:
-    """A float32 base array of at least `count` values for the data set (cached in memory)."""
-    key = dataset
-    have = _BASE_CACHE.get(key)
-    if have is not None and have.size >= count:
-        return have
-    d = bench_data_module()
-    if dataset in ("gaussian", "sparse"):
-        if d is not None:
-            a = d.gaussian(max(count, 1 << 20))
-        else:  # same recipe as bench/data.py
-            rng = np.random.default_rng(20261122)
-            a = rng.standard_normal(max(count, 1 << 20), dtype=np.float32) * np.float32(1e-3)
-    elif dataset == "smooth":
-        if d is None:
-            raise RuntimeError("data set 'smooth' needs bench/data.py (set NCCLZ_BENCH_DIR=<repo>/bench)")
-        z = max(1, math.ceil(count / (256 * 256)))
-        a = d.smooth3d((z, 256, 256)).ravel()
-    elif dataset == "real":
-        if d is None:
-            raise RuntimeError("data set 'real' needs bench/data.py and eofs")
-        a = d.reanalysis()  # (65, 29, 49)
-    elif dataset == "grad":
-        if d is None:
-            raise RuntimeError("data set 'grad' needs bench/data.py, torch and scikit-learn")
-        a = d.gradients()
-    else:
-        raise ValueError(f"unknown data set {dataset!r}; one of {', '.join(DATASETS)}")
-    _BASE_CACHE[key] = a
-    return a
-
-
-def prepare_data(a) -> None:
-    """Builds (and caches) every data set at the largest count of the sweep, once."""
+def prepare_data(a, datasets) -> dict:
+    """Builds (and caches) every data set at the largest count of the sweep, once; returns {data set:
+    error} for those that failed."""
     biggest = max(sizes_between(a.min_bytes, a.max_bytes, a.factor))
     count = max(1, biggest // np_dtype(a.dtype).itemsize)
-    for d in a.data:
+    failed = {}
+    for d in datasets:
         try:
-            _base(shaped_base(d)[0], count)
-        except Exception as e:
-            print(f"# data set {d}: {e}", file=sys.stderr)
-
-
-def rank_input(dataset: str, rank: int, count: int, dtype="float32") -> np.ndarray:
-    """Rank `rank`'s input: deterministic in (dataset, rank, count), so every rank can rebuild all.
-
-    "<name>-shaped": <name>'s values, shaped (count / plane, *plane) when count is a whole number of
-    planes (SHAPE_PLANES; else flat): smooth (z, 256, 256), real (t, 29, 49).
-
-    gaussian: bench/data.gaussian values, rolled by rank * (count // 7 + 1).
-    sparse:   the same with 99% of the values zeroed (mask from numpy seed 1000 + rank).
-    smooth:   bench/data.smooth3d((ceil(count/65536), 256, 256)) flat[:count] * (1 + 0.1 rank) + 0.25 rank.
-    real:     reanalysis Z500 (65, 29, 49), time axis tiled cyclically from time step 5 * rank.
-    grad:     the flat CNN gradient, rolled by rank * 104729 and tiled to count.
-    """
-    count = int(count)
-    base, plane = shaped_base(dataset)
-    if plane is not None:
-        x = rank_input(base, rank, count, dtype)
-        q = int(np.prod(plane))
-        return x.reshape(count // q, *plane) if count >= q and count % q == 0 else x
-    if dataset in ("gaussian", "sparse"):
-        b = _base(dataset, count)[:count]
-        x = np.roll(b, rank * (count // 7 + 1)) if rank else b.copy()
-        if dataset == "sparse":
-            keep = np.random.default_rng(1000 + rank).random(count) < 0.01
-            x = np.where(keep, x, np.float32(0))
-    elif dataset == "smooth":
-        b = _base(dataset, count)[:count]
-        x = b * np.float32(1 + 0.1 * rank) + np.float32(0.25 * rank)
-    elif dataset == "real":
-        b = _base(dataset, count)
-        t, plane = b.shape[0], b.shape[1] * b.shape[2]
-        steps = math.ceil(count / plane)
-        idx = (np.arange(steps) + 5 * rank) % t
-        x = b[idx].ravel()[:count]
-    elif dataset == "grad":
-        b = _base(dataset, count)
-        x = np.resize(np.roll(b, rank * 104729), count)
-    else:
-        raise ValueError(f"unknown data set {dataset!r}")
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    if str(dtype) != "float32":
-        x = np.ascontiguousarray(x.astype(np_dtype(dtype)))
-    return x
-
-
-def np_dtype(name: str):
-    name = str(name)
-    if name in ("bfloat16", "bf16"):
-        import ml_dtypes
-
-        return np.dtype(ml_dtypes.bfloat16)
-    if name in ("float16", "fp16", "half"):
-        return np.dtype(np.float16)
-    return np.dtype(name)
+            data.base_field(shaped_base(d)[0], count)
+        except Exception as e:  # noqa: BLE001 - reported, and the data set skipped
+            failed[d] = f"{type(e).__name__}: {e}"
+    return failed
 
 
 def dtype_label(name: str) -> str:
@@ -366,22 +253,20 @@ class Ctx:
 
     def __init__(self, args):
         self.args = args
-        self.rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", 0)))
-        self.n = int(os.environ.get("WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", 1)))
+        self.rank = int(os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
+        self.n = int(os.environ.get("WORLD_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
         self.comm = None
         self.pg = False
         need_ncclz = "ncclz" in args.systems or ("sz3" in args.systems and args.sz3_via == "ncclz")
         if need_ncclz:
             import ncclz
-            from ncclz import comm as _comm
 
-            init = getattr(ncclz, "init", None) or getattr(_comm, "init")
-            self.comm = init()
+            self.comm = ncclz.init()
         if "gloo" in args.systems or ("sz3" in args.systems and args.sz3_via == "gloo") or self.comm is None:
             import torch.distributed as dist
 
             addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-            port = int(os.environ.get("MASTER_PORT", 29500)) + 1
+            port = int(os.environ.get("MASTER_PORT", "29500")) + 1
             dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
                                     world_size=self.n, timeout=datetime.timedelta(seconds=600))
             self.pg = True
@@ -411,10 +296,8 @@ class Ctx:
         if self.pg:
             import torch.distributed as dist
 
-            try:
+            with contextlib.suppress(Exception):  # already torn down
                 dist.destroy_process_group()
-            except Exception:
-                pass
         if self.comm is not None:
             self.comm.close()
 
@@ -423,7 +306,7 @@ def _ncclz_call(ctx: Ctx, coll, x, out, mode, root):
     """One call. `auto:<mode>` asks for <mode> under the communicator's compression policy (its
     default, NCCLZ_POLICY); any other mode runs exactly as named (policy="off")."""
     policy = None if mode.startswith("auto:") else "off"
-    comp = mode_compression(mode[5:] if mode.startswith("auto:") else mode)
+    comp = mode_compression(mode.removeprefix("auto:"))
     c = ctx.comm
     if coll == "all_reduce":
         return c.all_reduce(x, op="sum", compression=comp, out=out, policy=policy)
@@ -441,9 +324,7 @@ def policy_choice_of(mode: str, stats) -> str:
     ran = getattr(stats, "compression", "")
     if ran in ("none", "lossless"):
         return ran
-    label = mode[5:] if mode.startswith("auto:") else mode
-    EFFORTS = _load_policy().EFFORTS  # not a relative import: bench/ncclz_bench.py runs this file by path
-
+    label = mode.removeprefix("auto:")
     why = str(getattr(stats, "policy", ""))
     for effort in EFFORTS:  # rank 0's policy ran the bound with another codec effort
         if effort and why.startswith(f"auto: lossy/{effort} "):
@@ -520,7 +401,7 @@ class SZ3Runner:
         from pysz import sz, szConfig, szErrorBoundMode  # noqa: F401
 
         self.ctx, self.coll, self.x, self.root, self.mode = ctx, coll, x, root, mode
-        self.timing = dict(compress_s=0.0, comm_s=0.0, decompress_s=0.0, range_s=0.0)
+        self.timing = {"compress_s": 0.0, "comm_s": 0.0, "decompress_s": 0.0, "range_s": 0.0}
         self.wire = 0
         self.res = None
 
@@ -633,7 +514,7 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
             ref_cache[key] = (reference(coll, dataset, n, rank, count, a.dtype, max(root, 0)) if a.check
                               else (None, 0, 0))
         ref, gmin, gmax = ref_cache[key]
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - every rank must agree to skip the point
         failed = e
     if ctx.reduce([1.0 if failed else 0.0], "max")[0] > 0:
         raise SkipPoint(f"input preparation failed on some rank: {failed!r}")
@@ -716,7 +597,7 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
 
     # ---- correctness
     res = r.result()
-    bare = run_mode[5:] if run_mode.startswith("auto:") else run_mode
+    bare = run_mode.removeprefix("auto:")
     E = bound_for(bare, gmin, gmax) if (system != "ncclz" or not r.stats) else float(r.stats[-1].error_bound)
     if system == "sz3":
         E = r.E
@@ -727,11 +608,11 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
     err = float(ctx.reduce([err], "max")[0])
 
     # ---- stats
-    row = dict(system=system, collective=coll, dataset=dataset, mode=mode if system != "gloo" else "none",
-               dtype=a.dtype, size=size_bytes(coll, count, npdt.itemsize, n), count=count,
-               redop="sum" if coll in ("all_reduce", "reduce_scatter") else "none", root=root,
-               nranks=n, iters=iters, time_us=t_med * 1e6, time_mean_us=t_mean * 1e6,
-               times_us=[float(t) * 1e6 for t in tmax])
+    row = {"system": system, "collective": coll, "dataset": dataset, "mode": mode if system != "gloo" else "none",
+           "dtype": a.dtype, "size": size_bytes(coll, count, npdt.itemsize, n), "count": count,
+           "redop": "sum" if coll in ("all_reduce", "reduce_scatter") else "none", "root": root,
+           "nranks": n, "iters": iters, "time_us": t_med * 1e6, "time_mean_us": t_mean * 1e6,
+           "times_us": [float(t) * 1e6 for t in tmax]}
     row["algbw"] = row["size"] / t_med / 1e9
     row["busbw"] = row["algbw"] * busbw_factor(coll, n)
     if system == "ncclz" and mode.startswith("auto:") and r.stats:
@@ -781,42 +662,77 @@ def measure_point(ctx: Ctx, system: str, coll: str, dataset: str, mode: str, nby
 
 
 # =========================================================================== printing
-HEADER = ("#       size        count      type   redop  root   time(us)   algbw   busbw    ratio     wire(B)"
-          "    max_err      bound  err/E  codec%")
+HEADER = ("#       size        count      type   redop  root  system  mode            time(us)   algbw   busbw"
+          "    ratio     wire(B)    max_err      bound  err/E  codec%  ran")
 
 
 def format_row(r: dict) -> str:
+    """One table row (the columns of HEADER). `ran`: for an auto row, the mode the policy ran."""
     wire = r.get("wire_bytes")
-    wire_s = f"{wire:11.4g}" if isinstance(wire, (int, float)) and wire is not None else f"{'-':>11s}"
+    wire_s = f"{wire:11.4g}" if isinstance(wire, (int, float)) else f"{'-':>11s}"
     ratio = r.get("ratio")
     ratio_s = f"{ratio:8.2f}" if ratio is not None and not math.isnan(ratio) else f"{'-':>8s}"
     err = r.get("max_err", float("nan"))
-    return (f"{r['size']:12d} {r['count']:12d} {dtype_label(r['dtype']):>9s} {r['redop']:>7s} {r['root']:5d} "
+    ran = r.get("policy_choice", "")
+    return (f"{r['size']:12d} {r['count']:12d} {dtype_label(r['dtype']):>9s} {r['redop']:>7s} {r['root']:5d}  "
+            f"{r.get('system', 'ncclz'):<6s}  {r.get('mode', ''):<14s} "
             f"{r['time_us']:10.1f} {r['algbw']:7.3f} {r['busbw']:7.3f} {ratio_s} {wire_s} "
-            f"{err:10.3g} {r['bound']:10.3g} {r['err_over_bound']:6.3f} {100 * r.get('codec_share', 0):6.1f}")
+            f"{err:10.3g} {r['bound']:10.3g} {r['err_over_bound']:6.3f} {100 * r.get('codec_share', 0):6.1f}"
+            f"{'  ' + ran if ran else ''}").rstrip()
 
 
 def group_title(r: dict) -> str:
-    return (f"# {r['system']}  {r['collective']}  data={r['dataset']}  mode={r['mode']}  "
-            f"nranks={r['nranks']}")
+    """The title of a row's table: one table per (collective, data set)."""
+    return f"# {r['collective']}  data={r['dataset']}  {r['nranks']} ranks"
+
+
+def link_description() -> str:
+    """What the run knows about the link, for the run's header."""
+    throttle, link = os.environ.get("NCCLZ_SOCKET_THROTTLE_GBPS"), os.environ.get("NCCLZ_LINK_GBPS")
+    if throttle:
+        s = f"the socket transport paced to {throttle} Gbit/s per rank (NCCLZ_SOCKET_THROTTLE_GBPS)"
+        if link and float(link) != float(throttle):
+            s += f"; the policy assumes {link} Gbit/s (NCCLZ_LINK_GBPS)"
+        return s
+    if link:
+        return f"{link} Gbit/s (NCCLZ_LINK_GBPS)"
+    return "rate not set (auto rows: the policy measures it from uncompressed calls)"
 
 
 # =========================================================================== rank main
+def _point_label(p) -> str:
+    system, coll, ds, mode, s = p
+    return f"{coll} {ds} {format_size(s)}B {system} {mode}"
+
+
 def rank_main(a) -> int:
     ctx = Ctx(a)
     rank, n = ctx.rank, ctx.n
-    sizes = sizes_between(a.min_bytes, a.max_bytes, a.factor)
-    # rank 0 builds the cached data files first (bench/data.py caches on disk), then the others load
+    con = Console(mode=_progress_mode(a)) if rank == 0 else None
+
+    def note(msg: str) -> None:
+        if con is not None:
+            con.note(msg)
+
+    datasets, why_not = available_data(a, ctx)
+    for d, why in why_not.items():
+        note(f"# skipped data set {d}: {why}")
+    # rank 0 builds the cached data files first (the fields are cached on disk), then the others load
     # them: every rank must build its in-memory bases at the same (largest) size, since a smooth
     # field's prefix depends on the size it was generated at
-    if rank == 0:
-        prepare_data(a)
+    failed = prepare_data(a, datasets) if rank == 0 else {}
     ctx.barrier()
     if rank != 0:
-        prepare_data(a)
+        failed = prepare_data(a, datasets)
+    flags = ctx.reduce([1.0 if d in failed else 0.0 for d in datasets], "max")
+    for d, f in zip(list(datasets), flags):
+        if f:
+            note(f"# skipped data set {d}: building it failed ({failed.get(d, 'on another rank')})")
+            datasets.remove(d)
+    sizes = sizes_between(a.min_bytes, a.max_bytes, a.factor)
     plan = []
     for coll in a.collectives:
-        for ds in a.data:
+        for ds in datasets:
             for system in a.systems:
                 modes = a.modes if system == "ncclz" else (["none"] if system == "gloo" else
                                                            [m for m in a.modes if is_lossy(m) and not m.startswith("auto:")])
@@ -827,56 +743,79 @@ def rank_main(a) -> int:
                 for mode in modes:
                     for s in sizes:
                         plan.append((system, coll, ds, mode, s))
-    rows = []
+    # one table per (collective, data set); inside it, size by size, so one reference serves every
+    # system and mode of a size
+    plan.sort(key=lambda p: (COLLECTIVES.index(p[1]), p[2], p[4], SYSTEMS.index(p[0]), p[3]))
+    rows, skipped = [], []
     t_start = time.perf_counter()
     ref_cache: dict = {}
     last_title = None
-    env = dict(link_gbps=os.environ.get("NCCLZ_LINK_GBPS") or os.environ.get("NCCLZ_SOCKET_THROTTLE_GBPS"),
-               transport=os.environ.get("NCCLZ_TRANSPORT", ""), netlab_ns=os.environ.get("NETLAB_NS"))
-    if rank == 0:
-        print(f"# ncclz-bench: {n} ranks, dtype {a.dtype}, systems {','.join(a.systems)}, link {env['link_gbps']} Gbit/s,"
-              f" transport {env['transport'] or 'auto'}, host {platform.node()}, {os.cpu_count()} CPUs", flush=True)
-        print("# time: per call, slowest rank, median over iterations; algbw/busbw in GB/s from uncompressed bytes",
-              flush=True)
-    # sort so that one reference is reused across systems/modes
-    plan.sort(key=lambda p: (COLLECTIVES.index(p[1]), p[2], p[4], SYSTEMS.index(p[0]), p[3]))
-    for k, (system, coll, ds, mode, s) in enumerate(plan):
-        if rank == 0 and a.progress:
-            el = time.perf_counter() - t_start
-            print(f"[{k + 1}/{len(plan)}] {system} {coll} {ds} {mode} {format_size(s)}B  ({el:.0f}s elapsed)",
-                  file=sys.stderr, flush=True)
+    env = {"link_gbps": os.environ.get("NCCLZ_LINK_GBPS") or os.environ.get("NCCLZ_SOCKET_THROTTLE_GBPS"),
+           "transport": os.environ.get("NCCLZ_TRANSPORT", ""), "netlab_ns": os.environ.get("NETLAB_NS")}
+    if con is not None:
+        con.result(f"# ncclz-bench: {n} ranks, {a.dtype}, systems {','.join(a.systems)}; link: {link_description()}; "
+                   f"transport {env['transport'] or 'auto'}; host {platform.node()}, {os.cpu_count()} CPUs")
+        con.result("# time: per call, slowest rank, median over iterations; algbw/busbw in GB/s from uncompressed "
+                   "bytes; ran: the mode the policy ran (auto rows)")
+    for k, point in enumerate(plan):
+        system, coll, ds, mode, s = point
+        if con is not None:
+            con.progress(k, len(plan), _point_label(point), time.perf_counter() - t_start)
         try:
             row = measure_point(ctx, system, coll, ds, mode, s, ref_cache)
         except SkipPoint as e:
-            if rank == 0:
-                print(f"# SKIPPED {system} {coll} {ds} {mode} {s}: {e}", flush=True)
+            skipped.append((_point_label(point), str(e)))
+            note(f"# skipped {_point_label(point)}: {e}")
             continue
         row.update(env)
         row["loadavg1"] = os.getloadavg()[0]
         row["nchannels_env"] = os.environ.get("NCCLZ_NCHANNELS", "")
         rows.append(row)
-        if rank == 0:
+        if con is not None:
             title = group_title(row)
             if title != last_title:
-                print(title)
-                print(HEADER)
+                if last_title is not None:
+                    con.result("")
+                con.result(title)
+                con.result(HEADER)
                 last_title = title
-            print(format_row(row), flush=True)
-    if rank == 0:
-        meta = dict(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                    host=platform.node(), cpus=os.cpu_count(), nranks=n, argv=sys.argv, **env)
-        write_outputs(a, rows, meta)
+            con.result(format_row(row))
+    status = 0
+    if con is not None:
+        con.close()
+        meta = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "host": platform.node(), "cpus": os.cpu_count(), "nranks": n, "argv": sys.argv,
+                "skipped_data": why_not, "skipped_points": skipped, **env}
+        write_outputs(a, rows, meta, con)
+    broken = [r for r in rows if r["system"] == "ncclz" and r.get("ok") is False]
+    if not rows:
+        note(f"ncclz-bench: nothing ran ({len(plan)} points planned, {len(skipped)} skipped; "
+             f"{len(why_not)} of {len(a.data)} data sets unavailable; see the messages above)")
+        status = 1
+    elif broken:
+        note(f"ncclz-bench: {len(broken)} ncclz rows exceeded their error bound (err/E > 1): a bug, please report it")
+        status = 1
+    elif con is not None:
+        note(f"# {len(rows)} points ran, {len(skipped)} skipped, in {time.perf_counter() - t_start:.0f} s")
     ctx.close()
-    return 0
+    return status
 
 
-def write_outputs(a, rows, meta):
+def _progress_mode(a) -> str:
+    if not a.progress:
+        return "off"
+    if os.environ.get(PROGRESS_ENV) == "records":
+        return "records"
+    return default_mode()
+
+
+def write_outputs(a, rows, meta, con: Console) -> None:
     if a.json:
         p = Path(a.json)
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "w") as f:
-            json.dump(dict(meta=meta, rows=rows), f, indent=1)
-        print(f"# wrote {p}", file=sys.stderr)
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        con.note(f"# wrote {p}")
     if a.csv:
         p = Path(a.csv)
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -890,36 +829,115 @@ def write_outputs(a, rows, meta):
             w.writeheader()
             for r in rows:
                 w.writerow(r)
-        print(f"# wrote {p}", file=sys.stderr)
+        con.note(f"# wrote {p}")
+    if a.plot and rows:
+        plot_rows(rows, a.plot)
+        con.note(f"# wrote {a.plot}")
+
+
+def plot_rows(rows: list, path: str) -> None:
+    """Time and ratio against size, one line per (system, mode), a pair of panels per (collective,
+    data set)."""
+    from ncclz.tools.plot import pyplot
+
+    plt = pyplot()
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["collective"], r["dataset"]), []).append(r)
+    fig, axes = plt.subplots(len(groups), 2, figsize=(11, 3.6 * len(groups)), squeeze=False)
+    for (coll, ds), (ax_t, ax_r) in zip(groups, axes):
+        lines: dict = {}
+        for r in groups[(coll, ds)]:
+            lines.setdefault(f"{r['system']} {r['mode']}", []).append(r)
+        for name, rs in lines.items():
+            rs.sort(key=lambda r: r["size"])
+            x = [r["size"] for r in rs]
+            ax_t.plot(x, [r["time_us"] / 1e3 for r in rs], "o-", label=name)
+            ax_r.plot(x, [r.get("ratio") or float("nan") for r in rs], "o-", label=name)
+        for ax, what in ((ax_t, "time per call (ms)"), (ax_r, "ratio (raw / wire bytes)")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel(what)
+            ax.set_title(f"{coll}, {ds}")
+            ax.grid(True, alpha=0.3)
+        ax_t.set_yscale("log")
+        ax_t.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # =========================================================================== CLI
+_EPILOG = """data sets (-d):
+{datasets}
+
+systems (-s):
+  ncclz  the modes of -m
+  gloo   torch.distributed gloo, same data, uncompressed (needs torch; all_reduce, all_gather, broadcast)
+  sz3    SZ3-compress, all-gather the blobs uncompressed, decompress all (needs pysz; lossy modes only)
+
+modes (-m):
+  none, lossless, rel=R, abs=E   run as named (policy="off")
+  auto:<mode>                    <mode> under the Communicator's compression policy, which may run
+                                 none or lossless instead (column "ran")
+
+examples:
+  ncclz-bench -n 4 -c all_reduce -d smooth,real -b 1M -e 64M
+  ncclz-bench -n 4 --throttle-gbps 0.5 -c all_reduce -m none,rel=1e-3,auto:rel=1e-3 --json out.json --plot out.png
+
+Exit status: 0 when every point ran within its bound; 1 when nothing ran (every data set
+unavailable or every point skipped) or an ncclz row exceeded its error bound; 2 for bad arguments.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ncclz-bench", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-n", "--nranks", type=int, default=4, help="local ranks to launch when RANK is not set")
-    ap.add_argument("-b", "--min-bytes", type=parse_size, default=parse_size("1M"))
-    ap.add_argument("-e", "--max-bytes", type=parse_size, default=parse_size("64M"))
-    ap.add_argument("-f", "--factor", type=float, default=4.0, help="size multiplication factor")
-    ap.add_argument("-c", "--collectives", default="all_reduce,reduce_scatter,all_gather,broadcast")
-    ap.add_argument("-m", "--modes", default="none,lossless,rel=1e-3")
-    ap.add_argument("-d", "--data", default="gaussian,smooth")
-    ap.add_argument("-t", "--dtype", default="float32", choices=["float32", "float64", "float16", "bfloat16"])
-    ap.add_argument("-s", "--systems", default="ncclz", help="ncclz,gloo,sz3")
-    ap.add_argument("-r", "--root", type=int, default=0)
-    ap.add_argument("-w", "--warmup", type=int, default=1)
-    ap.add_argument("-i", "--iters", type=int, default=0, help="0: as many as fit --budget")
-    ap.add_argument("--budget", type=float, default=2.0, help="seconds per point when --iters 0")
-    ap.add_argument("--max-iters", type=int, default=20)
-    ap.add_argument("--no-check", dest="check", action="store_false", help="skip the fp64 reference")
+    ap = argparse.ArgumentParser(
+        prog="ncclz-bench", description=__doc__.split("\n\n")[0],
+        epilog=_EPILOG.format(datasets="\n".join(f"  {d:14s} {data.DESCRIPTIONS[d]}" for d in DATASETS)),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", "--nranks", type=int, default=4,
+                    help="local ranks to launch when RANK is not set (default: %(default)s)")
+    ap.add_argument("-b", "--min-bytes", type=parse_size, default=parse_size("1M"), metavar="SIZE",
+                    help="smallest size, bytes with K/M/G suffixes (nccl-tests 'size': per-rank input; the output "
+                         "for all_gather) (default: 1M)")
+    ap.add_argument("-e", "--max-bytes", type=parse_size, default=parse_size("64M"), metavar="SIZE",
+                    help="largest size (default: 64M)")
+    ap.add_argument("-f", "--factor", type=float, default=4.0, help="size multiplication factor, > 1 (default: %(default)g)")
+    ap.add_argument("-c", "--collectives", default=",".join(COLLECTIVES), metavar="LIST",
+                    help=f"comma-separated, of: {', '.join(COLLECTIVES)} (default: all)")
+    ap.add_argument("-m", "--modes", default="none,lossless,rel=1e-3", metavar="LIST",
+                    help="comma-separated, of: none, lossless, rel=R, abs=E, auto:<mode> (below) "
+                         "(default: %(default)s)")
+    ap.add_argument("-d", "--data", default="gaussian,smooth", metavar="LIST",
+                    help=f"comma-separated data sets, of: {', '.join(DATASETS)} (below) (default: %(default)s)")
+    ap.add_argument("-t", "--dtype", default="float32", choices=DTYPES, help="element type (default: %(default)s)")
+    ap.add_argument("-s", "--systems", default="ncclz", metavar="LIST",
+                    help=f"comma-separated, of: {', '.join(SYSTEMS)} (below) (default: %(default)s)")
+    ap.add_argument("-r", "--root", type=int, default=0, help="broadcast root (default: %(default)s)")
+    ap.add_argument("-w", "--warmup", type=int, default=1, help="untimed calls per point (default: %(default)s)")
+    ap.add_argument("-i", "--iters", type=int, default=0,
+                    help="timed calls per point; 0: as many as fit --budget (default: %(default)s)")
+    ap.add_argument("--budget", type=float, default=2.0,
+                    help="seconds per point when --iters is 0 (default: %(default)g)")
+    ap.add_argument("--max-iters", type=int, default=20,
+                    help="most timed calls per point when --iters is 0 (default: %(default)s)")
+    ap.add_argument("--no-check", dest="check", action="store_false",
+                    help="skip the fp64 reference and the error columns (default: check)")
     ap.add_argument("--sz3-via", choices=["ncclz", "gloo", "auto"], default="auto",
-                    help="how the SZ3 baseline moves its blobs (uncompressed)")
-    ap.add_argument("--transport", default=None, help="local launch: NCCLZ_TRANSPORT (shm, socket)")
-    ap.add_argument("--throttle-gbps", type=float, default=None,
-                    help="local launch: socket transport paced to this rate (root-less emulation)")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--csv", default=None)
-    ap.add_argument("--no-progress", dest="progress", action="store_false")
+                    help="how the SZ3 baseline moves its blobs, uncompressed; auto: ncclz when it is measured, "
+                         "else gloo (default: %(default)s)")
+    ap.add_argument("--transport", default=None, choices=["shm", "socket"],
+                    help="local launch only: NCCLZ_TRANSPORT for the ranks (default: automatic, shared memory)")
+    ap.add_argument("--throttle-gbps", type=float, default=None, metavar="GBPS",
+                    help="local launch only: the socket transport paced to this many Gbit/s per rank, a root-less "
+                         "emulation of a slow network (sets NCCLZ_SOCKET_THROTTLE_GBPS; default: off)")
+    ap.add_argument("--json", default=None, metavar="PATH", help="write the rows and the run's metadata as JSON (default: none)")
+    ap.add_argument("--csv", default=None, metavar="PATH", help="write the rows as CSV (default: none)")
+    ap.add_argument("--plot", default=None, metavar="PATH",
+                    help="write a PNG of time and ratio against size (needs matplotlib; default: none)")
+    ap.add_argument("--no-progress", dest="progress", action="store_false",
+                    help="no progress on stderr (default: a bar on a terminal, plain lines otherwise)")
     return ap
 
 
@@ -942,8 +960,23 @@ def parse_args(argv=None):
         a.modes = parse_modes(a.modes)
     except ValueError as e:
         ap.error(str(e))
+    if not (a.collectives and a.data and a.systems):
+        ap.error("-c, -d and -s need at least one entry each")
     if a.min_bytes > a.max_bytes:
         ap.error("--min-bytes must be <= --max-bytes")
+    if a.factor <= 1:
+        ap.error("--factor must be > 1")
+    if a.nranks < 1:
+        ap.error("-n must be at least 1")
+    if a.throttle_gbps is not None and not a.throttle_gbps > 0:
+        ap.error("--throttle-gbps must be > 0")
+    if a.plot:
+        from ncclz.tools.plot import PlotUnavailable, check
+
+        try:
+            check()
+        except PlotUnavailable as e:
+            ap.error(str(e))
     if a.sz3_via == "auto":
         a.sz3_via = "ncclz" if "ncclz" in a.systems else "gloo"
     return a
@@ -954,11 +987,11 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     if "RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
         return rank_main(a)
-    # launcher: n local ranks of this module
+    # launcher: n local ranks of this module; rank 0's tables come through as they are, its progress
+    # is drawn here (a bar on a terminal)
     from ncclz.run import launch
 
-    prepare_data(a)
-
+    prepare_data(a, available_data(a)[0])  # build the caches once, before the ranks load them
     env = dict(os.environ)
     if a.throttle_gbps:
         env["NCCLZ_SOCKET_THROTTLE_GBPS"] = str(a.throttle_gbps)
@@ -966,7 +999,15 @@ def main(argv=None) -> int:
         env["NCCLZ_TRANSPORT"] = a.transport or "socket"
     elif a.transport:
         env["NCCLZ_TRANSPORT"] = a.transport
-    return launch([sys.executable, os.path.abspath(__file__), *argv], a.nranks, env=env)
+    con = Console(mode=_progress_mode(a))
+    if con.mode != "off":
+        env[PROGRESS_ENV] = "records"
+    sinks = LaunchSinks(con)
+    try:
+        return launch([sys.executable, "-m", "ncclz.tools.bench", *argv], a.nranks, env=env,
+                      out=sinks.out, err=sinks.err)
+    finally:
+        con.close()
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ import sys
 import time
 
 import ml_dtypes
-import ncclz
 import numpy as np
+
+import ncclz
 from ncclz import codec
 
 

@@ -1,0 +1,146 @@
+// The call routine (see call.hpp).
+#include "core/call.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+
+#include "base/log.hpp"
+#include "core/lossy_call.hpp"
+#include "core/validate.hpp"
+#include "ncclz/error.hpp"
+#include "prims/reduce.hpp"
+
+namespace ncclz::core {
+
+CallState CallRoutine::begin(CallStats* stats) const {
+  if (rt_.abort->aborted.load()) {
+    throw Aborted("ncclz rank " + std::to_string(rt_.rank) + ": the communicator was aborted (" + rt_.abort->reason +
+                  "); create a new one");
+  }
+  CallState c;
+  c.out = stats;
+  c.deadline = c.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(rt_.cfg.timeout_s));
+  return c;
+}
+
+Mode CallRoutine::decide_mode(const std::vector<CallDesc>& all, Mode m, DataType t, Combine how, const Compression& c,
+                              CallState& call) const {
+  call.ran = m;
+  if (all[0].rans_margin) call.rans_margin = double(std::min<int>(all[0].rans_margin, 101) - 1) / 100.0;
+  const int p = int(all[0].lighter) - 1;
+  if (p < 0 || p >= std::min(int(m), int(Mode::Lossless) + 1)) return m;
+  if (is_lossy(m)) {
+    const DataStats g = merge_stats(all);
+    const double E = resolve_bound(c, g);
+    if (!bound::exact_keeps_bound(elem_of(t), how, rt_.nranks, E, g)) {
+      NCCLZ_TRACE(rt_.rank,
+                  "call #%llu: policy proposal %s ignored: the exact sum in the element type may exceed the bound",
+                  (unsigned long long)all[0].seq, p == 0 ? "none" : "lossless");
+      return m;
+    }
+    call.bound = E;
+  }
+  call.ran = Mode(p);
+  call.lightened = true;
+  NCCLZ_TRACE(rt_.rank, "call #%llu runs %s instead of %s (rank 0's policy)", (unsigned long long)all[0].seq,
+              p == 0 ? "none" : "lossless", mode_string(uint8_t(m), 0, "").c_str());
+  return call.ran;
+}
+
+void CallRoutine::collective(const Collective& cd, DataType t, const Compression& c, const PolicyHints* hints,
+                             CallStats* stats) {
+  CallState call = begin(stats);
+  // 1. check
+  const size_t bytes = cd.message * dsize(t);
+  const Mode m = effective_mode(c, bytes);
+  const int nch = rt_.channels.pick(bytes);
+  const std::string err = check_args(cd, t, m, c, hints, rt_.nranks);
+  // 2. describe
+  CallDesc d = make_desc(cd, t, m, c, hints);
+  d.seq = rt_.seq++;
+  if (!err.empty()) d.flags |= kInvalid;
+  if (!rt_.cfg.pipeline_quantize) d.flags |= kEagerQuantize;
+  LossyCall lossy(rt_, cd, t, c, nch, call);
+  if (is_lossy(m) && err.empty()) lossy.describe(d);
+  // 3. exchange
+  const auto all = rt_.protocol.exchange(d, call);
+  rt_.protocol.check_all(all, err);
+  // 4. decide
+  const Mode run = decide_mode(all, m, t, cd.how, c, call);
+  if (is_lossy(run)) {
+    lossy.run(all);  // 5.-7.
+  } else {
+    // 6. the user's buffers through raw slots (none) or the selector
+    // (lossless; a lightened call with the selector's own choice).
+    rt_.channels.run_schedule(cd, cd.send, cd.recv, native_wire(t, run, cd.op, run == m ? c : Compression{}), nch,
+                              call);
+    // 7. avg: the sum divided once, the same way on every rank.
+    if (cd.op == RedOp::Avg) prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
+  }
+  call.finish();
+}
+
+void CallRoutine::point_to_point(const Collective& cd, DataType t, const Compression& c, CallStats* stats) {
+  CallState call = begin(stats);
+  const bool sending = cd.coll == Coll::Send;
+  const int peer = sending ? cd.peer : cd.root;
+  // 1. check: a peer that is no peer fails here alone (there is no link to
+  // tell); other argument errors travel in the descriptor.
+  const std::string bad_peer = check_peer(peer, rt_.rank, rt_.nranks, rt_.cfg.p2p != 0);
+  if (!bad_peer.empty()) {
+    throw InvalidArgument("ncclz rank " + std::to_string(rt_.rank) + ": " + (sending ? "send" : "recv") + ": " +
+                          bad_peer);
+  }
+  const size_t bytes = cd.message * dsize(t);
+  const Mode m = effective_mode(c, bytes);
+  const int nch = rt_.channels.pick(bytes);
+  call.ran = m;
+  const std::string err = check_args(cd, t, m, c, nullptr, rt_.nranks);
+  // 2. describe; 4.-5. the sender decides and prepares alone
+  CallDesc d = make_desc(cd, t, m, c, nullptr);
+  d.seq = (sending ? rt_.send_seq : rt_.recv_seq)[size_t(peer)]++;
+  if (!err.empty()) d.flags |= kInvalid;
+  LossyCall lossy(rt_, cd, t, c, nch, call);
+  if (sending && is_lossy(m) && err.empty()) lossy.plan_send(d);
+  // 3. exchange with the peer
+  call.ch.assign(1, prims::ChannelStats{});
+  const CallDesc theirs = rt_.protocol.handshake(peer, sending, d, err, call);
+  // 6. run on the pair's link; 7. finish
+  auto step = [&](const char* what, auto&& fn) {
+    try {
+      fn();
+    } catch (const Aborted&) {
+      throw;
+    } catch (const std::exception& e) {
+      rt_.fail(std::string(what) + " failed: " + e.what());
+      throw;
+    }
+  };
+  if (sending) {
+    step("send", [&] {
+      prims::Prims p = rt_.peers.prims(peer, lossy.send_wire(m), call, &call.ch[0]);
+      p.send(lossy.send_data(), cd.count);
+      rt_.peers.link(peer)->send->flush(call.deadline);  // complete only once the bytes have left this process
+    });
+  } else {
+    void* target = lossy.recv_target(theirs, m);
+    step("recv", [&] {
+      prims::Prims p = rt_.peers.prims(peer, lossy.recv_wire(theirs, m), call, &call.ch[0]);
+      p.recv(target, cd.count);
+    });
+    lossy.finish_recv(theirs);
+  }
+  call.finish();
+}
+
+void CallRoutine::barrier() {
+  CallState call = begin(nullptr);
+  CallDesc d;
+  d.coll = uint8_t(Coll::Barrier);
+  d.seq = rt_.seq++;
+  const auto all = rt_.protocol.exchange(d, call);
+  rt_.protocol.check_all(all, "");
+}
+
+}  // namespace ncclz::core

@@ -1,0 +1,57 @@
+// The call routine: the one body behind every call, as the prims' step
+// routine is behind every verb. For a collective (core/collective.hpp says
+// what it is):
+//
+//   1. check     this rank's arguments (core/validate.hpp); an error does not
+//                stop the call here but travels in the descriptor, so that
+//                every rank fails it (InvalidArgument here, RemoteError there)
+//   2. describe  the call descriptor (core/call_protocol.hpp), with the
+//                policy's hints, and for lossy modes this rank's input
+//                statistics (core/lossy_call.hpp)
+//   3. exchange  every rank's descriptor: mismatched or invalid calls raise
+//                on every rank before any data moves
+//   4. decide    the mode every rank runs: rank 0's lighter proposal where it
+//                keeps the bound (bound::exact_keeps_bound), else the request
+//   5. prepare   lossy: the plan from the global statistics, then quantize
+//                (staged or eager) or take the exact path
+//   6. run       the collective's schedule on the channels (core/channels.hpp)
+//   7. finish    dequantize / divide (avg), and the CallStats
+//
+// Send and recv take the same steps on their own link: the pair exchanges
+// descriptors (3) after the sender alone has decided and prepared its lossy
+// plan (4, 5), which its descriptor carries to the receiver.
+//
+// Calls must not overlap on one communicator (the communicator serializes
+// them); a failure while data moves aborts it (core/channels.hpp).
+#pragma once
+
+#include "core/call_state.hpp"
+#include "core/collective.hpp"
+#include "core/runtime.hpp"
+#include "ncclz/communicator.hpp"
+#include "ncclz/policy_hints.hpp"
+
+namespace ncclz::core {
+
+class CallRoutine {
+ public:
+  explicit CallRoutine(Runtime& rt) : rt_(rt) {}
+
+  /// all_reduce, reduce_scatter, all_gather, broadcast.
+  void collective(const Collective& cd, DataType t, const Compression& c, const PolicyHints* hints, CallStats* stats);
+  /// send, recv.
+  void point_to_point(const Collective& cd, DataType t, const Compression& c, CallStats* stats);
+  void barrier();
+
+ private:
+  /// A new call: Aborted if the communicator was aborted; the deadline.
+  CallState begin(CallStats* stats) const;
+  /// Step 4: the mode every rank runs the call with (see above); records the
+  /// outcome and rank 0's codec effort in `call`.
+  Mode decide_mode(const std::vector<CallDesc>& all, Mode m, DataType t, Combine how, const Compression& c,
+                   CallState& call) const;
+
+  Runtime& rt_;
+};
+
+}  // namespace ncclz::core

@@ -1,0 +1,141 @@
+// The call descriptor protocol (see call_protocol.hpp).
+#include "core/call_protocol.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+
+#include "ncclz/error.hpp"
+
+namespace ncclz::core {
+
+CallDesc make_desc(const Collective& cd, DataType t, Mode m, const Compression& c, const PolicyHints* hints) {
+  CallDesc d;
+  d.coll = uint8_t(cd.coll);
+  d.count = cd.count;
+  d.dtype = uint8_t(t);
+  d.op = uint8_t(cd.op);
+  d.root = cd.root;
+  d.peer = cd.peer;
+  d.mode = uint8_t(m);
+  d.bound = (is_lossy(m) ? c.bound : 0.0);
+  if (m != Mode::None) std::memcpy(d.codec, c.codec.data(), std::min(c.codec.size(), sizeof d.codec - 1));
+  if (hints) {
+    const int lighter = hints->lighter;
+    if (lighter >= 0 && lighter < std::min(int(m), int(Mode::Lossless) + 1)) d.lighter = uint8_t(lighter + 1);
+    const double margin = hints->rans_margin;
+    if (margin >= 0 && margin <= 1) d.rans_margin = uint8_t(std::lround(margin * 100) + 1);
+  }
+  return d;
+}
+
+CallProtocol::CallProtocol(int rank, int nranks, RingChannels& channels, PeerLinks& peers, FailFn fail)
+    : rank_(rank), nranks_(nranks), channels_(channels), peers_(peers), fail_(std::move(fail)) {}
+
+std::string CallProtocol::me() const { return "ncclz rank " + std::to_string(rank_) + ": "; }
+
+std::vector<CallDesc> CallProtocol::exchange(const CallDesc& mine, CallState& call) {
+  std::vector<CallDesc> all(static_cast<size_t>(nranks_));
+  if (nranks_ == 1) {
+    all[0] = mine;
+    return all;
+  }
+  prims::ChannelStats st;  // control traffic is not counted in the call's stats
+  try {
+    prims::Prims p = channels_.control(&st, call.deadline);
+    algorithms::ring_all_gather(p, {rank_, nranks_}, &mine, all.data(), sizeof(CallDesc), sizeof(CallDesc),
+                                sizeof(CallDesc));
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string("call descriptor exchange failed: ") + e.what());
+    throw;
+  }
+  return all;
+}
+
+void CallProtocol::check_all(const std::vector<CallDesc>& all, const std::string& my_err) const {
+  if (!my_err.empty()) {
+    throw InvalidArgument(me() + describe(all[size_t(rank_)]) + ": " + my_err);
+  }
+  for (int r = 0; r < nranks_; ++r) {
+    if (all[size_t(r)].flags & kInvalid) {
+      throw RemoteError(me() + "rank " + std::to_string(r) + " called call #" + std::to_string(all[size_t(r)].seq) +
+                        " " + describe(all[size_t(r)]) +
+                        " with invalid arguments (it raised InvalidArgument); the call was cancelled on every rank");
+    }
+  }
+  for (int r = 1; r < nranks_; ++r) {
+    if (!same_call(all[0], all[size_t(r)])) {
+      throw RemoteError(me() + "mismatched calls: rank 0 called call #" + std::to_string(all[0].seq) + " " +
+                        describe(all[0]) + " but rank " + std::to_string(r) + " called call #" +
+                        std::to_string(all[size_t(r)].seq) + " " + describe(all[size_t(r)]) +
+                        ". Every rank must make the same collective calls in the same order (same count, type, "
+                        "op, root and compression); the call was cancelled on every rank");
+    }
+  }
+}
+
+bool CallProtocol::any_outliers(uint64_t seq, size_t mine, CallState& call) {
+  CallDesc d;
+  d.coll = uint8_t(Coll::Outliers);
+  d.seq = seq;
+  if (mine) d.flags |= kOutliers;
+  const auto all = exchange(d, call);
+  bool any = false;
+  for (const auto& x : all) {
+    if (x.coll != d.coll || x.seq != seq) {
+      fail_("lossy outlier round out of step");
+      throw RemoteError(me() + "the lossy outlier round of call #" + std::to_string(seq) +
+                        " is out of step with another rank");
+    }
+    any |= (x.flags & kOutliers) != 0;
+  }
+  return any;
+}
+
+CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err,
+                                 CallState& call) {
+  CallDesc theirs;
+  try {
+    prims::ChannelStats ctl;
+    prims::Prims p = peers_.prims(peer, Wire{}, call, &ctl);
+    if (sending) {
+      p.send(&mine, sizeof mine);
+      p.recv(&theirs, sizeof theirs);
+    } else {
+      p.recv(&theirs, sizeof theirs);
+      p.send(&mine, sizeof mine);
+    }
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string(sending ? "send" : "recv") + " handshake failed: " + e.what());
+    throw;
+  }
+  if (!my_err.empty()) throw InvalidArgument(me() + describe(mine) + ": " + my_err);
+  const std::string p = std::to_string(peer), r = std::to_string(rank_);
+  if (theirs.flags & kInvalid) {
+    throw RemoteError(me() + describe(mine) + ": the " + (sending ? "receiving" : "sending") + " rank " + p +
+                      " called " + describe(theirs) + " with invalid arguments; the transfer was cancelled");
+  }
+  const CallDesc& s = sending ? mine : theirs;
+  const CallDesc& rv = sending ? theirs : mine;
+  std::string why;
+  if (sending && (theirs.coll != uint8_t(Coll::Recv) || theirs.root != rank_)) {
+    why = "it is not a matching recv";
+  } else if (!sending && (theirs.coll != uint8_t(Coll::Send) || theirs.peer != rank_)) {
+    why = "it is not a matching send";
+  } else {
+    why = p2p_mismatch(s, rv);
+  }
+  if (!why.empty()) {
+    throw RemoteError(me() + "mismatched send/recv: rank " + (sending ? r : p) + " called " + describe(s) +
+                      " but rank " + (sending ? p : r) + " called " + describe(rv) + " (" + why +
+                      "); the transfer was cancelled on both ranks");
+  }
+  return theirs;
+}
+
+}  // namespace ncclz::core

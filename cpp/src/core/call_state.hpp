@@ -1,0 +1,52 @@
+// The bookkeeping of one call in flight: its deadline, the counters of the
+// channels it runs on, what it ran with, and the CallStats it reports.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "ncclz/communicator.hpp"
+#include "prims/prims.hpp"
+#include "transport/transport.hpp"
+
+namespace ncclz::core {
+
+using Clock = transport::Clock;
+
+inline double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+struct CallState {
+  Clock::time_point t0 = Clock::now();
+  Clock::time_point deadline;
+  std::vector<prims::ChannelStats> ch;              ///< per channel (send/recv: the one link)
+  double quantize_s = 0;                            ///< API-layer passes: statistics, quantize, dequantize
+  double bound = 0;                                 ///< E (CallStats::error_bound)
+  bool fallback = false;                            ///< a lossy call that ran exactly
+  Compression::Mode ran = Compression::Mode::None;  ///< the mode the call ran with
+  bool lightened = false;                           ///< rank 0's lighter proposal was taken
+  double rans_margin = -1;  ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
+  CallStats* out = nullptr;
+
+  /// Writes the CallStats (if asked for): the channels' counters summed.
+  void finish() {
+    if (!out) return;
+    prims::ChannelStats s;
+    for (const auto& c : ch) s.add(c);
+    CallStats r;
+    r.raw_bytes = s.raw_bytes;
+    r.wire_bytes = s.wire_bytes;
+    r.ratio = s.wire_bytes ? double(s.raw_bytes) / double(s.wire_bytes) : 1.0;
+    r.encode_s = s.encode_s;
+    r.decode_s = s.decode_s;
+    r.quantize_s = quantize_s + s.stage_s;
+    r.wait_s = s.wait_s;
+    r.wall_s = seconds(t0, Clock::now());
+    r.error_bound = bound;
+    r.exact_fallback = fallback;
+    r.ran_mode = ran;
+    r.lightened = lightened;
+    *out = r;
+  }
+};
+
+}  // namespace ncclz::core

@@ -1,0 +1,181 @@
+// Channel fan-out (see channels.hpp).
+#include "core/channels.hpp"
+
+#include <algorithm>
+#include <exception>
+
+#include "base/worker_pool.hpp"
+#include "core/codec_choice.hpp"
+#include "core/config.hpp"
+#include "ncclz/error.hpp"
+
+namespace ncclz::core {
+namespace {
+
+Wire wire_of(ElemType type, prims::WireMode mode, RedOp op, DataType user, const Compression& c) {
+  Wire w;
+  w.type = type;
+  w.mode = mode;
+  w.op = op;
+  w.raw_esize = dsize(user);
+  bool ok = false;
+  w.enc.choice = parse_codec(c.codec, &ok);
+  w.enc.row = c.row;
+  w.enc.plane = c.plane;
+  return w;
+}
+
+bool is_aborted_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Aborted&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+Wire native_wire(DataType t, Mode m, RedOp op, const Compression& c) {
+  return wire_of(elem_of(t), m == Mode::None ? prims::WireMode::Raw : prims::WireMode::Coded, op, t, c);
+}
+
+Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c) {
+  return wire_of(wide ? ElemType::I64 : ElemType::I32, prims::WireMode::Coded, op == RedOp::Avg ? RedOp::Sum : op, t,
+                 c);
+}
+
+RingChannels::RingChannels(int rank, int nranks, const CommConfig& cfg, size_t slot_capacity, base::WorkerPool* pool,
+                           FailFn fail)
+    : rank_(rank),
+      nranks_(nranks),
+      nslots_(cfg.nslots),
+      slot_bytes_(cfg.slot_bytes),
+      slot_capacity_(slot_capacity),
+      pool_(pool),
+      fail_(std::move(fail)),
+      ch_(size_t(cfg.nchannels)) {
+  for (auto& c : ch_) c.scratch.get(slot_capacity_ + 64);
+}
+
+void RingChannels::attach(int c, transport::SendConn* send, transport::RecvConn* recv) {
+  ch_[size_t(c)].send = send;
+  ch_[size_t(c)].recv = recv;
+}
+
+int RingChannels::pick(size_t bytes) const {
+  const size_t n = bytes / kBytesPerChannel;
+  return int(std::max<size_t>(1, std::min<size_t>(ch_.size(), n)));
+}
+
+prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
+  prims::PrimsArgs a;
+  a.type = w.type;
+  a.mode = w.mode;
+  a.reduce = prims::reduce_fn(w.type, w.op);
+  a.int_sum = (w.type == ElemType::I32 || w.type == ElemType::I64) && (w.op == RedOp::Sum || w.op == RedOp::Avg);
+  a.enc = w.enc;
+  if (call.rans_margin >= 0) a.enc.rans_margin = call.rans_margin;  // rank 0's codec effort
+  a.raw_esize = w.raw_esize;
+  a.deadline = call.deadline;
+  a.rank = rank_;
+  a.channel = c;
+  a.stage = w.stage;
+  a.slice_bytes = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_);
+  Channel& ch = ch_[size_t(c)];
+  return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
+}
+
+prims::Prims RingChannels::control(prims::ChannelStats* st, Clock::time_point deadline) {
+  prims::PrimsArgs a;
+  a.type = ElemType::U8;
+  a.mode = prims::WireMode::Raw;
+  a.raw_esize = 1;
+  a.deadline = deadline;
+  a.rank = rank_;
+  a.channel = 0;
+  a.slice_bytes = slot_of(slot_bytes_);
+  Channel& ch = ch_[0];
+  return prims::Prims(ch.send, ch.recv, a, st, ch.scratch.get(slot_capacity_ + 64));
+}
+
+void RingChannels::run(int nch, CallState& call, const std::function<void(int)>& fn) {
+  call.ch.assign(size_t(nch), prims::ChannelStats{});
+  std::vector<std::exception_ptr> errs(static_cast<size_t>(nch));
+  auto guarded = [&](int c) {
+    try {
+      fn(c);
+      // The call is complete only when its last slots have left this process
+      // (the socket proxy may still be writing them): a rank may exit right
+      // after the call returns, and its peers must still get every byte.
+      if (ch_[size_t(c)].send) ch_[size_t(c)].send->flush(call.deadline);
+    } catch (...) {
+      errs[size_t(c)] = std::current_exception();
+      std::string what = "failed";
+      try {
+        throw;
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      fail_("channel " + std::to_string(c) + ": " + what);
+    }
+  };
+  pool_->run(nch, guarded);
+  std::exception_ptr first;
+  for (auto& e : errs) {
+    if (e && !is_aborted_error(e)) {
+      first = e;
+      break;
+    }
+  }
+  if (!first) {
+    for (auto& e : errs) {
+      if (e) {
+        first = e;
+        break;
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void RingChannels::run_schedule(const Collective& cd, const void* src, void* dst, const Wire& w, int nch,
+                                CallState& call) {
+  const size_t es = codec::elem_size(w.type);
+  run(nch, call, [&](int c) {
+    const size_t b = cd.split * size_t(c) / size_t(nch), e = cd.split * size_t(c + 1) / size_t(nch);
+    prims::Prims p = prims(c, w, call);
+    ChannelPart part;
+    part.pos = {rank_, nranks_};
+    part.src = static_cast<const uint8_t*>(src) + b * es;
+    part.dst = static_cast<uint8_t*>(dst) + b * es;
+    part.count = e - b;
+    part.stride = cd.split;
+    part.root = cd.root;
+    part.seg = algorithms::ring_segment_elems(p, nslots_);
+    cd.schedule(p, part);
+  });
+}
+
+PeerLinks::PeerLinks(int rank, int nranks, size_t slot_bytes)
+    : rank_(rank), slot_bytes_(slot_bytes), links_(size_t(nranks), nullptr) {
+  scratch_.get(slot_of(slot_bytes_) + 64);
+}
+
+prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::ChannelStats* st) {
+  prims::PrimsArgs a;
+  a.type = w.type;
+  a.mode = w.mode;
+  a.enc = w.enc;
+  a.raw_esize = w.raw_esize;
+  a.deadline = call.deadline;
+  a.rank = rank_;
+  a.channel = -1;
+  a.slice_bytes = slot_of(slot_bytes_);
+  transport::PeerLink& l = *links_[size_t(peer)];
+  return prims::Prims(l.send.get(), l.recv.get(), a, st, scratch_.get(slot_of(slot_bytes_) + 64));
+}
+
+}  // namespace ncclz::core

@@ -1,0 +1,117 @@
+// Channel fan-out: a call's schedule over the communicator's parallel rings.
+//
+// Each channel c has its own ring over ranks 0..N-1 in rank order: a receive
+// connection from rank-1 and a send connection to rank+1 (with N == 2 both are
+// the one link to the other rank), its own slot scratch, and its own thread
+// (channel 0 on the caller's, the others on a persistent worker pool that also
+// splits the API layer's element-wise passes). A call with enough data runs
+// several rings in parallel, each over a contiguous part of the buffer:
+// parallel codec throughput. The number of channels a call uses and every
+// chunk boundary depend only on the call's size and user type, never on the
+// compression mode, which is what keeps lossless bit-identical to none.
+//
+// A failure while data moves (timeout, corrupt slice, a vanished peer) leaves
+// the slot FIFOs out of step, so it aborts the communicator: the sibling
+// channels wake up with Aborted, and the original error is rethrown.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/buffer.hpp"
+#include "core/call_state.hpp"
+#include "core/collective.hpp"
+#include "core/types.hpp"
+#include "prims/prims.hpp"
+#include "transport/transport.hpp"
+
+namespace ncclz::base {
+class WorkerPool;
+}  // namespace ncclz::base
+
+namespace ncclz::core {
+
+/// What the prims of one call move: wire type, slot format, reduction, codec.
+struct Wire {
+  ElemType type = ElemType::U8;
+  prims::WireMode mode = prims::WireMode::Raw;
+  RedOp op = RedOp::Sum;
+  size_t raw_esize = 1;  ///< the user's element size (CallStats::raw_bytes)
+  codec::EncodeOptions enc;
+  prims::Stage* stage = nullptr;  ///< slice-by-slice quantize/dequantize (core::LossyStage)
+  size_t slice_bytes = 0;         ///< slot bytes a slice is sized for (0: NCCLZ_SLOT_BYTES)
+};
+
+/// The user's values: raw slots (Mode::None) or slices through the selector.
+Wire native_wire(DataType t, Mode m, RedOp op, const Compression& c);
+/// The lossy codes (int32, or int64 when wide); a mean sums them.
+Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c);
+
+/// Aborts the communicator with a reason (CommunicatorImpl::fail).
+using FailFn = std::function<void(const std::string&)>;
+
+class RingChannels {
+ public:
+  /// cfg: the effective configuration; slot_capacity: the bytes of the
+  /// transport's ring slots (the larger of the two slice sizes, with header).
+  RingChannels(int rank, int nranks, const CommConfig& cfg, size_t slot_capacity, base::WorkerPool* pool, FailFn fail);
+
+  /// Channel c's connections (after Transport::connect).
+  void attach(int c, transport::SendConn* send, transport::RecvConn* recv);
+
+  int count() const { return int(ch_.size()); }
+  /// Channels a call of `bytes` uses: one per kBytesPerChannel, 1..nchannels.
+  int pick(size_t bytes) const;
+  /// Channel c's send connection (flushed at destruction), nullptr without peers.
+  transport::SendConn* send_conn(int c) const { return ch_[size_t(c)].send; }
+
+  /// Prims on channel c moving `w`, counting into call.ch[c].
+  prims::Prims prims(int c, const Wire& w, CallState& call);
+  /// Raw byte prims on channel 0 for the call descriptor rounds (not counted
+  /// in the call's stats: `st`).
+  prims::Prims control(prims::ChannelStats* st, Clock::time_point deadline);
+
+  /// Runs fn(c) for c = 0..nch-1 on the channels' threads, then flushes each
+  /// channel's connection (a call is complete only when its last slots have
+  /// left this process). A failure aborts the communicator; the first error
+  /// that is not Aborted is rethrown.
+  void run(int nch, CallState& call, const std::function<void(int)>& fn);
+  /// The collective's schedule on nch channels, from src to dst (wire
+  /// elements of w.type): each channel takes its part of every block.
+  void run_schedule(const Collective& cd, const void* src, void* dst, const Wire& w, int nch, CallState& call);
+
+ private:
+  struct Channel {
+    transport::SendConn* send = nullptr;
+    transport::RecvConn* recv = nullptr;
+    Buffer scratch;
+  };
+  int rank_, nranks_;
+  int nslots_;
+  size_t slot_bytes_, slot_capacity_;
+  base::WorkerPool* pool_;
+  FailFn fail_;
+  std::vector<Channel> ch_;
+};
+
+/// The point-to-point links of send/recv: one to every other rank, with one
+/// slot scratch (calls are serialized).
+class PeerLinks {
+ public:
+  PeerLinks(int rank, int nranks, size_t slot_bytes);
+  void attach(int peer, transport::PeerLink* link) { links_[size_t(peer)] = link; }
+  /// The link to `peer`, nullptr when point-to-point links are off.
+  transport::PeerLink* link(int peer) const { return links_[size_t(peer)]; }
+  /// Prims on the link to `peer`; w = Wire{} moves raw bytes (the handshake).
+  prims::Prims prims(int peer, const Wire& w, CallState& call, prims::ChannelStats* st);
+
+ private:
+  int rank_;
+  size_t slot_bytes_;
+  std::vector<transport::PeerLink*> links_;  // by peer rank
+  Buffer scratch_;
+};
+
+}  // namespace ncclz::core

@@ -1,0 +1,88 @@
+// The collective descriptions: what the call routine (core/call.hpp) needs to
+// know about each collective, so that it is written once for all of them.
+//
+// A description says what the call descriptor carries (the collective, its
+// count, op and root), what this rank reads and writes, how the ranks' values
+// combine (sum, mean, or select: max/min and data movement return one rank's
+// value), whose input the lossy statistics and quantization come from, and
+// the schedule that runs on each channel. From those the routine derives every
+// path: the message size that picks the mode and the channel count, the
+// checks, the error budget (bound::Combine), the lists of nonzeros (sums
+// only), the exact path (a float64 sum for sum/mean, the plain collective for
+// select), the code buffers.
+//
+// Adding a collective is a description here plus its schedule (a function
+// over one channel's prims, algorithms/): docs/ALGORITHMS.md, "The call
+// routine", sketches all_to_all.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algorithms/ring.hpp"
+#include "core/call_desc.hpp"
+#include "core/lossy_plan.hpp"
+#include "ncclz/communicator.hpp"
+#include "prims/prims.hpp"
+
+namespace ncclz::core {
+
+/// One channel's share of a call, as a schedule sees it: the channel's part of
+/// the buffers (already offset to it), `count` elements per block, blocks
+/// `stride` elements apart (reduce-scatter's input, all-gather's output).
+struct ChannelPart {
+  algorithms::RingPos pos;
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  size_t count = 0;
+  size_t stride = 0;
+  int root = -1;
+  size_t seg = 0;  ///< ring chunk elements (algorithms::ring_segment_elems)
+};
+
+/// The algorithm of a collective on one channel.
+using ChannelSchedule = void (*)(prims::Prims& p, const ChannelPart& part);
+
+struct Collective {
+  Coll coll = Coll::AllReduce;
+  const void* send = nullptr;  ///< this rank's input (broadcast: the buffer)
+  void* recv = nullptr;        ///< this rank's output (broadcast: the buffer)
+  size_t count = 0;            ///< what the call descriptor carries (count, recv_count or send_count)
+  size_t in_count = 0;         ///< input elements of this rank
+  size_t out_count = 0;        ///< output elements of this rank
+  /// Elements of the whole message, the same on every rank: the mode
+  /// (Compression::min_bytes), the channel count and the lossy min_bytes
+  /// check depend on it (reductions: the input; all_gather: the output).
+  size_t message = 0;
+  bool reduces = false;  ///< takes an op (all_reduce, reduce_scatter)
+  RedOp op = RedOp::Sum;
+  Combine how = Combine::Select;
+  int root = -1;  ///< broadcast: the root; send: this rank; recv: the sender
+  int peer = -1;  ///< send: the receiver; recv: this rank
+  /// This rank's input takes part in the statistics and is quantized (every
+  /// rank, or the root alone for a broadcast).
+  bool input_here = true;
+  /// The code output is the code input: all_reduce (the ring works in place
+  /// on its codes) and broadcast (one buffer).
+  bool codes_in_place = false;
+  /// The ring schedule; nullptr for send/recv (their own link, core/call.hpp).
+  ChannelSchedule schedule = nullptr;
+  /// Elements split over the channels (per block): channel c of n takes
+  /// [split*c/n, split*(c+1)/n) of every block.
+  size_t split = 0;
+
+  bool p2p() const { return schedule == nullptr; }
+  /// Lossy ranks add codes (the lists of nonzeros and the float64 exact path apply).
+  bool sums() const { return how == Combine::Sum || how == Combine::Mean; }
+};
+
+Combine combine_of(RedOp op);
+
+Collective all_reduce_desc(const void* send, void* recv, size_t count, RedOp op);
+Collective reduce_scatter_desc(const void* send, void* recv, size_t recv_count, RedOp op, int nranks);
+Collective all_gather_desc(const void* send, void* recv, size_t send_count, int nranks);
+Collective broadcast_desc(void* buf, size_t count, int root, int rank);
+Collective send_desc(const void* buf, size_t count, int rank, int peer);
+Collective recv_desc(void* buf, size_t count, int rank, int peer);
+
+}  // namespace ncclz::core

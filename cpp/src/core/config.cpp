@@ -1,0 +1,99 @@
+// Every environment variable the runtime reads, parsed here and nowhere else
+// in core/ (docs/ENVIRONMENT.md lists them with their defaults). The transport
+// and bootstrap layers read the few of their own (NCCLZ_SOCKET_IFNAME,
+// NCCLZ_TRANSPORT) only where a caller leaves them unset, which the
+// communicator never does once these have been resolved.
+#include "core/config.hpp"
+
+#include <string>
+
+#include "base/env.hpp"
+#include "ncclz/error.hpp"
+
+namespace ncclz {
+namespace {
+
+constexpr int64_t kMaxSlotBytes = int64_t(1) << 31;
+
+/// The tuning fields: each unset one (0, -1, "") from its variable, when set.
+/// A variable set to 0 (or "") counts as unset too: the default.
+void read_tuning_env(CommConfig& c) {
+  if (c.transport.empty()) c.transport = env::get_string("NCCLZ_TRANSPORT", "");
+  if (c.nchannels <= 0) c.nchannels = int(env::get_int("NCCLZ_NCHANNELS", 0, 0, 64));
+  if (c.slot_bytes == 0) c.slot_bytes = size_t(env::get_int("NCCLZ_SLOT_BYTES", 0, 0, kMaxSlotBytes));
+  if (c.nslots <= 0) c.nslots = int(env::get_int("NCCLZ_NSLOTS", 0, 0, 1024));
+  if (c.sparse_slice_bytes == 0) {
+    // 0 here is the variable's "off": the ordinary slices (see resolved()).
+    const auto v = env::get("NCCLZ_SPARSE_SLICE_BYTES");
+    if (v) c.sparse_slice_bytes = size_t(env::get_int("NCCLZ_SPARSE_SLICE_BYTES", 0, 0, kMaxSlotBytes));
+    if (v && c.sparse_slice_bytes == 0) c.sparse_slice_bytes = 1;  // not above any slot_bytes: off
+  }
+  if (c.throttle_gbps <= 0) c.throttle_gbps = env::get_double("NCCLZ_SOCKET_THROTTLE_GBPS", 0, 0, 1e9);
+  if (c.socket_ifname.empty()) c.socket_ifname = env::get_string("NCCLZ_SOCKET_IFNAME", "");
+  if (c.pipeline_quantize < 0) c.pipeline_quantize = int(env::get_int("NCCLZ_PIPELINE_QUANTIZE", -1, 0, 1));
+  if (c.sparse_input < 0) c.sparse_input = int(env::get_int("NCCLZ_SPARSE_INPUT", -1, 0, 1));
+  if (c.p2p < 0 && env::get("NCCLZ_P2P")) c.p2p = env::get_bool("NCCLZ_P2P", true) ? 1 : 0;
+}
+
+void check_flag(int v, const char* name, const char* var) {
+  if (v < -1 || v > 1) {
+    throw InvalidArgument(std::string("ncclz: ") + name + " (" + var + ") must be 0, 1 or -1 (the default), got " +
+                          std::to_string(v));
+  }
+}
+
+}  // namespace
+
+CommConfig CommConfig::defaults() {
+  CommConfig c;
+  c.nchannels = core::kDefaultChannels;
+  c.slot_bytes = core::kDefaultSlotBytes;
+  c.nslots = core::kDefaultSlots;
+  c.sparse_slice_bytes = core::kDefaultSparseSliceBytes;
+  c.pipeline_quantize = 1;
+  c.sparse_input = 1;
+  c.p2p = 1;
+  return c;
+}
+
+CommConfig CommConfig::from_env() {
+  CommConfig c;
+  c.rank = int(env::get_int("RANK", c.rank, 0, 1 << 30));
+  c.size = int(env::get_int("WORLD_SIZE", c.size, 1, 1 << 30));
+  c.master_addr = env::get_string("MASTER_ADDR", c.master_addr);
+  c.master_port = int(env::get_int("MASTER_PORT", c.master_port, 0, 65535));
+  c.token = env::get_string("NCCLZ_TOKEN", c.token);
+  c.timeout_s = env::get_double("NCCLZ_TIMEOUT", c.timeout_s, 1e-3, 1e9);
+  return c.resolved();
+}
+
+CommConfig CommConfig::resolved() const {
+  CommConfig c = *this;
+  read_tuning_env(c);
+  const CommConfig d = defaults();
+  if (c.nchannels <= 0) c.nchannels = d.nchannels;
+  if (c.slot_bytes == 0) c.slot_bytes = d.slot_bytes;
+  if (c.nslots <= 0) c.nslots = d.nslots;
+  if (c.sparse_slice_bytes == 0) c.sparse_slice_bytes = d.sparse_slice_bytes;
+  check_flag(c.pipeline_quantize, "pipeline_quantize", "NCCLZ_PIPELINE_QUANTIZE");
+  check_flag(c.sparse_input, "sparse_input", "NCCLZ_SPARSE_INPUT");
+  check_flag(c.p2p, "p2p", "NCCLZ_P2P");
+  if (c.pipeline_quantize < 0) c.pipeline_quantize = d.pipeline_quantize;
+  if (c.sparse_input < 0) c.sparse_input = d.sparse_input;
+  if (c.p2p < 0) c.p2p = d.p2p;
+  if (c.nchannels > 64) {
+    throw InvalidArgument("ncclz: nchannels must be in [1, 64], got " + std::to_string(c.nchannels));
+  }
+  if (c.nslots < 2) {
+    // Forwarding holds its incoming slot while it acquires the outgoing one:
+    // with one slot per connection every rank of a ring could wait on the next.
+    throw InvalidArgument("ncclz: nslots (NCCLZ_NSLOTS) must be at least 2, got " + std::to_string(c.nslots));
+  }
+  if (c.slot_bytes < 1024) {
+    throw InvalidArgument("ncclz: slot_bytes must be at least 1024, got " + std::to_string(c.slot_bytes));
+  }
+  if (c.sparse_slice_bytes <= c.slot_bytes) c.sparse_slice_bytes = c.slot_bytes;  // no larger slices
+  return c;
+}
+
+}  // namespace ncclz

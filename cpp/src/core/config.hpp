@@ -1,0 +1,32 @@
+// The runtime's configuration: its defaults and the sizes derived from them.
+// CommConfig (ncclz/communicator.hpp) is the one struct that holds every
+// setting; config.cpp reads the environment into it in one place
+// (CommConfig::from_env, CommConfig::resolved) and checks it.
+#pragma once
+
+#include <cstddef>
+
+#include "codec/slice.hpp"
+#include "ncclz/communicator.hpp"
+
+namespace ncclz::core {
+
+constexpr int kDefaultChannels = 2;
+constexpr size_t kDefaultSlotBytes = size_t(1) << 20;
+constexpr int kDefaultSlots = 4;
+/// Slices of mostly-zero lossy sums (NCCLZ_SPARSE_SLICE_BYTES): their slots
+/// carry a few percent of these bytes, and each slot costs fixed work (wakeups,
+/// frame setup), so they pay for larger ones than dense data, which overlaps
+/// codec and link better with the smaller default.
+constexpr size_t kDefaultSparseSliceBytes = size_t(8) << 20;
+/// A call uses one more channel per this many bytes (up to nchannels).
+constexpr size_t kBytesPerChannel = size_t(256) << 10;
+
+/// The transport slot that carries slices of `bytes` bytes of data: the slice
+/// header on top, so that a slice holds exactly bytes / esize elements (with
+/// power-of-two slot sizes the ring's chunks then split into whole slices,
+/// with no short remainder slice or loop, each of which costs a ring step's
+/// fixed latency).
+constexpr size_t slot_of(size_t bytes) { return bytes + codec::kHeaderBytes; }
+
+}  // namespace ncclz::core

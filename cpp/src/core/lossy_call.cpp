@@ -1,0 +1,175 @@
+// The lossy orchestration (see lossy_call.hpp).
+#include "core/lossy_call.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/log.hpp"
+#include "core/codec_choice.hpp"
+
+namespace ncclz::core {
+
+LossyCall::LossyCall(Runtime& rt, const Collective& cd, DataType t, const Compression& c, int nch, CallState& call)
+    : rt_(rt), cd_(cd), t_(t), c_(c), nch_(nch), call_(call) {}
+
+void LossyCall::describe(CallDesc& d) {
+  const auto t0 = Clock::now();
+  if (cd_.input_here) {
+    // Sums of a mostly-zero input: the scan lists its nonzeros, and the
+    // staged path carries them as lists (LossyStage::prepare_nonzeros), where
+    // the wire codec may be Sparse (an unknown name is an argument error).
+    bool known = false;
+    const auto choice = parse_codec(c_.codec, &known);
+    const bool sparse_codec =
+        choice == codec::EncodeOptions::Choice::Auto || choice == codec::EncodeOptions::Choice::Sparse;
+    if (cd_.sums() && rt_.cfg.sparse_input && rt_.nranks > 1 && sparse_codec) index_ = &rt_.nonzeros;
+    put_stats(d, scan(t_, cd_.send, cd_.in_count, rt_.pool.get(), nch_, index_));
+    if (index_ && index_->covers_all()) {
+      const double per1024 = std::ceil(1024.0 * double(index_->listed()) / double(std::max<size_t>(1, cd_.in_count)));
+      d.density = uint8_t(std::clamp(per1024, 1.0, 255.0));
+    }
+  }
+  call_.quantize_s += seconds(t0, Clock::now());
+}
+
+bool LossyCall::mostly_zero(const std::vector<CallDesc>& all) {
+  double total = 0;
+  for (const CallDesc& d : all) {
+    if (d.density == 0) return false;
+    total += d.density;
+  }
+  return total <= 1024.0 * (1.0 - codec::EncodeOptions{}.sparse_fast_zeros);
+}
+
+double LossyCall::out_step(const LossyPlan& plan) const {
+  return cd_.how == Combine::Mean ? 2 * plan.eb / double(rt_.nranks) : 2 * plan.eb;
+}
+
+void LossyCall::run(const std::vector<CallDesc>& all) {
+  const DataStats g = merge_stats(all);
+  const double E = resolve_bound(c_, g);
+  LossyPlan plan = plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
+  apply_min_bytes(plan, c_, cd_.message * dsize(t_));
+  call_.bound = E;
+  if (plan.compress && rt_.nranks > 1 && !(all[0].flags & kEagerQuantize)) {
+    run_staged(plan, all);
+    return;
+  }
+  void* codes = nullptr;
+  void* out_codes = nullptr;
+  if (plan.compress) {
+    const auto t1 = Clock::now();
+    const size_t cs = plan.wide ? 8 : 4;
+    codes = rt_.work[0].get(cd_.in_count * cs);
+    out_codes = cd_.codes_in_place ? codes : rt_.work[1].get(cd_.out_count * cs);
+    size_t outliers = 0;
+    if (cd_.input_here) outliers = quantize_buf(t_, plan, cd_.send, cd_.in_count, codes, rt_.pool.get(), nch_);
+    call_.quantize_s += seconds(t1, Clock::now());
+    if (rt_.protocol.any_outliers(all[0].seq, outliers, call_)) {
+      plan.compress = false;
+      plan.why_not = "quantizer outliers";
+    }
+  }
+  if (!plan.compress) {
+    run_exact(plan, all);
+    return;
+  }
+  rt_.channels.run_schedule(cd_, codes, out_codes, code_wire(t_, plan.wide, cd_.op, c_), nch_, call_);
+  const auto t2 = Clock::now();
+  dequantize_buf(t_, plan.wide, out_codes, cd_.out_count, out_step(plan), cd_.recv, rt_.pool.get(), nch_);
+  call_.quantize_s += seconds(t2, Clock::now());
+}
+
+void LossyCall::run_staged(const LossyPlan& plan, const std::vector<CallDesc>& all) {
+  // The code buffers are address ranges for the schedule: the stage quantizes
+  // each slice of the input into a buffer of its own right before the verb
+  // reads it and dequantizes each final slice straight into the output.
+  const size_t cs = plan.wide ? 8 : 4;
+  void* codes = rt_.work[0].get(cd_.in_count * cs);
+  void* out_codes = cd_.codes_in_place ? codes : rt_.work[1].get(cd_.out_count * cs);
+  LossyStage stage(t_, plan, cd_.send, codes, cd_.recv, out_codes, out_step(plan), index_,
+                   cd_.codes_in_place && cd_.send == cd_.recv);
+  Wire w = code_wire(t_, plan.wide, cd_.op, c_);
+  w.stage = &stage;
+  const size_t sparse_slice = rt_.cfg.sparse_slice_bytes;
+  w.slice_bytes = mostly_zero(all) && sparse_slice > rt_.cfg.slot_bytes ? sparse_slice : 0;
+  rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
+}
+
+void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all) {
+  call_.fallback = true;
+  NCCLZ_TRACE(rt_.rank, "%s: lossy call #%llu runs exactly: %s", coll_name(cd_.coll), (unsigned long long)all[0].seq,
+              plan.why_not);
+  if (!cd_.sums()) {
+    // max/min and data movement return one rank's values: exact in T.
+    rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
+    return;
+  }
+  // Sums accumulate in float64 and round once.
+  double* din = static_cast<double*>(rt_.work[0].get(cd_.in_count * 8));
+  double* dout = cd_.codes_in_place ? din : static_cast<double*>(rt_.work[1].get(cd_.out_count * 8));
+  to_f64(t_, cd_.send, cd_.in_count, din, rt_.pool.get(), nch_);
+  Wire w;
+  w.type = ElemType::F64;
+  w.raw_esize = dsize(t_);
+  // Mostly-zero inputs on every rank: the doubles go losslessly coded (the
+  // selector takes Sparse over their bit patterns), not 8 raw bytes each.
+  // Same schedule, same additions: the same bits.
+  if (mostly_zero(all)) w.mode = prims::WireMode::Coded;
+  rt_.channels.run_schedule(cd_, din, dout, w, nch_, call_);
+  from_f64(t_, dout, cd_.out_count, cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0, cd_.recv, rt_.pool.get(),
+           nch_);
+}
+
+void LossyCall::plan_send(CallDesc& d) {
+  const auto t1 = Clock::now();
+  const DataStats s = scan(t_, cd_.send, cd_.in_count, rt_.pool.get(), nch_);
+  const double E = resolve_bound(c_, s);
+  plan_ = plan_lossy(elem_of(t_), Combine::Select, 1, E, s);
+  apply_min_bytes(plan_, c_, cd_.message * dsize(t_));
+  call_.bound = E;
+  if (plan_.compress) {
+    codes_ = rt_.work[0].get(cd_.in_count * (plan_.wide ? 8 : 4));
+    if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) plan_.compress = false;
+  }
+  call_.fallback = !plan_.compress;
+  if (plan_.compress) {
+    d.flags |= kCompress;
+    if (plan_.wide) d.flags |= kWide;
+    d.eb = plan_.eb;
+  }
+  d.E = E;
+  call_.quantize_s += seconds(t1, Clock::now());
+}
+
+const void* LossyCall::send_data() const { return plan_.compress ? codes_ : cd_.send; }
+
+Wire LossyCall::send_wire(Mode m) const {
+  return plan_.compress ? code_wire(t_, plan_.wide, RedOp::Sum, c_)
+                        : native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+}
+
+void* LossyCall::recv_target(const CallDesc& sender, Mode m) {
+  const bool compressed = (sender.flags & kCompress) != 0;
+  const bool wide = (sender.flags & kWide) != 0;
+  if (is_lossy(m)) {
+    call_.fallback = !compressed;
+    call_.bound = sender.E;
+  }
+  codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
+  return codes_;
+}
+
+Wire LossyCall::recv_wire(const CallDesc& sender, Mode m) const {
+  return (sender.flags & kCompress) ? code_wire(t_, (sender.flags & kWide) != 0, RedOp::Sum, c_)
+                                    : native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+}
+
+void LossyCall::finish_recv(const CallDesc& sender) {
+  if (!(sender.flags & kCompress)) return;
+  const auto t2 = Clock::now();
+  dequantize_buf(t_, (sender.flags & kWide) != 0, codes_, cd_.out_count, 2 * sender.eb, cd_.recv, rt_.pool.get(), nch_);
+  call_.quantize_s += seconds(t2, Clock::now());
+}
+
+}  // namespace ncclz::core

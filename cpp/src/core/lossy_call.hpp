@@ -1,0 +1,88 @@
+// The lossy orchestration, written once for every collective: from this
+// rank's input statistics to the result, on whichever path the call takes.
+//
+//  describe  scan this rank's input (if it takes part: Collective::input_here)
+//            into its descriptor: finite min/max/max|x|, non-finite flag, and
+//            for sums the list of a mostly-zero input's nonzeros with its
+//            density (core::NonzeroIndex, NCCLZ_SPARSE_INPUT).
+//  plan      from every rank's statistics: E (abs, or rel of the global
+//            range), eb and the code width (bound::plan_lossy for the
+//            collective's Combine), min_bytes.
+//  then one of three paths, every rank taking the same one:
+//   staged   (the default with >= 2 ranks) quantize and dequantize slice by
+//            slice inside the schedule's loops (core::LossyStage), overlapped
+//            with the transfers; mostly-zero sums carry lists of nonzeros and
+//            run with larger slices (NCCLZ_SPARSE_SLICE_BYTES). The plan rules
+//            outliers out, so no rank waits for the others to quantize.
+//   eager    (rank 0 set NCCLZ_PIPELINE_QUANTIZE=0, or one rank) quantize the
+//            whole input, agree in a second round that no rank had outliers,
+//            run the schedule on the codes, dequantize the whole output.
+//   exact    (non-finite inputs, outliers, a bound below the type's own
+//            rounding, codes that would not fit 64 bits, a message under
+//            min_bytes): sums and means add in float64 and round once
+//            (losslessly coded where every rank's input is mostly zero);
+//            select returns one rank's values exactly, uncompressed.
+// Every path gives every rank the same bits; the staged and eager paths the
+// same codes, so the same bits as each other.
+//
+// Send/recv use the same pieces alone: the sender plans over itself (its plan
+// travels in its descriptor), quantizes eagerly and falls back to the exact
+// path on outliers; the receiver dequantizes with the sender's plan.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/call_desc.hpp"
+#include "core/call_state.hpp"
+#include "core/collective.hpp"
+#include "core/lossy_plan.hpp"
+#include "core/runtime.hpp"
+
+namespace ncclz::core {
+
+class LossyCall {
+ public:
+  LossyCall(Runtime& rt, const Collective& cd, DataType t, const Compression& c, int nch, CallState& call);
+
+  /// Collectives, before the exchange: this rank's input statistics (and list
+  /// of nonzeros) into its descriptor.
+  void describe(CallDesc& d);
+  /// Collectives, after it: plan, prepare, run the schedule, finish.
+  void run(const std::vector<CallDesc>& all);
+
+  /// Send, before the handshake: plans over this rank's input alone and
+  /// quantizes it; the descriptor carries the plan (kCompress, kWide, eb, E).
+  void plan_send(CallDesc& d);
+  /// What goes on the wire after the handshake: the codes or the user's
+  /// values, and how they travel.
+  const void* send_data() const;
+  Wire send_wire(Mode m) const;
+  /// Recv: where the data arrives (the codes when the sender compressed),
+  /// how it travels, and the output written from the codes afterwards.
+  void* recv_target(const CallDesc& sender, Mode m);
+  Wire recv_wire(const CallDesc& sender, Mode m) const;
+  void finish_recv(const CallDesc& sender);
+
+ private:
+  /// Whether every rank's input is mostly zero (CallDesc::density): together
+  /// below the share where the selector takes Sparse, so the sum is mostly
+  /// zero too. A function of all descriptors: every rank decides the same.
+  static bool mostly_zero(const std::vector<CallDesc>& all);
+  void run_staged(const LossyPlan& plan, const std::vector<CallDesc>& all);
+  void run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all);
+  /// The output's grid step: 2*eb, or 2*eb / N for a mean.
+  double out_step(const LossyPlan& plan) const;
+
+  Runtime& rt_;
+  const Collective& cd_;
+  DataType t_;
+  const Compression& c_;
+  int nch_;
+  CallState& call_;
+  NonzeroIndex* index_ = nullptr;  ///< the list of this rank's nonzeros, when the scan made one
+  LossyPlan plan_;                 ///< send/recv: the sender's plan
+  void* codes_ = nullptr;          ///< send: the quantized input; recv: where the data arrives
+};
+
+}  // namespace ncclz::core

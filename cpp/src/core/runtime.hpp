@@ -1,0 +1,50 @@
+// What every call of a communicator runs on: set up at creation by the
+// communicator object (core/communicator.cpp, which owns the connections) and
+// used by the call routine's steps (core/call.hpp, core/lossy_call.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/worker_pool.hpp"
+#include "core/buffer.hpp"
+#include "core/call_protocol.hpp"
+#include "core/channels.hpp"
+#include "core/lossy_ops.hpp"
+#include "ncclz/communicator.hpp"
+#include "transport/transport.hpp"
+
+namespace ncclz::core {
+
+struct Runtime {
+  /// cfg: the effective configuration; slot_capacity: the bytes of a ring slot.
+  Runtime(int rank_, int nranks_, const CommConfig& cfg_, size_t slot_capacity,
+          std::shared_ptr<transport::AbortFlag> abort_, const FailFn& fail_)
+      : rank(rank_),
+        nranks(nranks_),
+        cfg(cfg_),
+        abort(std::move(abort_)),
+        fail(fail_),
+        pool(std::make_unique<base::WorkerPool>(cfg_.nchannels - 1)),
+        channels(rank_, nranks_, cfg_, slot_capacity, pool.get(), fail_),
+        peers(rank_, nranks_, cfg_.slot_bytes),
+        protocol(rank_, nranks_, channels, peers, fail_) {}
+
+  int rank, nranks;
+  CommConfig cfg;                               ///< effective (Communicator::config())
+  std::shared_ptr<transport::AbortFlag> abort;  ///< set when the communicator is aborted
+  FailFn fail;                                  ///< aborts the communicator
+  std::unique_ptr<base::WorkerPool> pool;       ///< channels 1.. and the API layer's element-wise passes
+  RingChannels channels;
+  PeerLinks peers;
+  CallProtocol protocol;
+  Buffer work[2];         ///< the lossy paths' code and float64 buffers
+  NonzeroIndex nonzeros;  ///< the lossy sums' list of input nonzeros (LossyStage)
+  uint64_t seq = 0;       ///< collective calls so far (CallDesc::seq)
+  std::vector<uint64_t> send_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< sends so far, by peer
+  std::vector<uint64_t> recv_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< receives so far, by peer
+};
+
+}  // namespace ncclz::core

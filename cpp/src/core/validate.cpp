@@ -1,0 +1,165 @@
+// The argument checks (see validate.hpp).
+#include "core/validate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+
+#include "core/call_desc.hpp"
+#include "core/codec_choice.hpp"
+#include "ncclz/error.hpp"
+
+namespace ncclz::core {
+
+Mode effective_mode(const Compression& c, size_t bytes) {
+  if (c.mode == Mode::Lossless && c.min_bytes && bytes < c.min_bytes) return Mode::None;
+  return c.mode;
+}
+
+std::string check_compression(DataType t, Mode m, const Compression& c, const PolicyHints* hints) {
+  if (!valid_dtype(uint8_t(t))) return "unknown data type " + std::to_string(int(t));
+  if (uint8_t(m) > uint8_t(Mode::LossyRel)) return "unknown compression mode " + std::to_string(int(m));
+  if (is_lossy(m)) {
+    if (!is_float(t)) {
+      return std::string("lossy compression needs a floating-point type, got ") + dtype_name(t) +
+             " (use lossless compression or none for integers)";
+    }
+    if (!(c.bound > 0) || !std::isfinite(c.bound)) {
+      std::ostringstream s;
+      s << "the lossy error bound must be positive and finite, got " << c.bound;
+      return s.str();
+    }
+  }
+  if (hints) {
+    if (hints->lighter < -1 || hints->lighter > int(Mode::Lossless)) {
+      return "the policy's lighter mode must be -1 (none proposed), 0 (none) or 1 (lossless), got " +
+             std::to_string(hints->lighter);
+    }
+    if (!(hints->rans_margin < 0) && !(hints->rans_margin <= 1)) {
+      std::ostringstream s;
+      s << "the policy's rans_margin must be < 0 (the selector's default) or in [0, 1], got " << hints->rans_margin;
+      return s.str();
+    }
+  }
+  if (c.codec.size() >= sizeof(CallDesc::codec)) return "codec name '" + c.codec + "' is too long";
+  bool ok = false;
+  const auto ch = parse_codec(c.codec, &ok);
+  if (!ok) return "unknown codec '" + c.codec + "' (" + kCodecNames + ")";
+  if (m == Mode::Lossless && !choice_accepts(ch, elem_of(t))) {
+    return "codec '" + c.codec + "' does not accept " + dtype_name(t) + " values in lossless mode";
+  }
+  if (is_lossy(m) && !choice_accepts(ch, ElemType::I32)) {
+    return "codec '" + c.codec + "' does not accept the integer codes of lossy mode";
+  }
+  return "";
+}
+
+std::string check_op(RedOp op, Mode m) {
+  if (!valid_op(uint8_t(op))) return "unknown reduction op " + std::to_string(int(op));
+  if (is_lossy(m) && op == RedOp::Prod) {
+    return "prod is not offered in lossy mode (its error would not be bounded; use lossless or none)";
+  }
+  return "";
+}
+
+std::string check_root(int root, int nranks) {
+  if (root < 0 || root >= nranks) {
+    return "root " + std::to_string(root) + " is not a rank of this communicator (size " + std::to_string(nranks) + ")";
+  }
+  return "";
+}
+
+std::string check_buffers(const void* a, const void* b, size_t count) {
+  if (count > 0 && (!a || !b)) return "null buffer with count > 0";
+  return "";
+}
+
+std::string check_args(const Collective& cd, DataType t, Mode m, const Compression& c, const PolicyHints* hints,
+                       int nranks) {
+  std::string err;
+  if (cd.coll == Coll::Broadcast) err = check_root(cd.root, nranks);
+  if (err.empty()) err = check_compression(t, m, c, hints);
+  if (err.empty() && cd.reduces) err = check_op(cd.op, m);
+  if (err.empty()) err = check_buffers(cd.send, cd.recv, cd.count);
+  return err;
+}
+
+std::string check_peer(int peer, int rank, int nranks, bool p2p_links) {
+  if (peer < 0 || peer >= nranks || peer == rank) {
+    return "peer " + std::to_string(peer) + " must be another rank of this communicator (0.." +
+           std::to_string(nranks - 1) + ", not " + std::to_string(rank) + ")";
+  }
+  if (!p2p_links) return "point-to-point links are off (NCCLZ_P2P=0 at communicator creation)";
+  return "";
+}
+
+std::string check_arrays(const CallArgs& a, int nranks) {
+  const bool two = a.kind == CallKind::AllReduce || a.kind == CallKind::ReduceScatter || a.kind == CallKind::AllGather;
+  if (!two) return "";
+  if (a.send_type != a.recv_type) {
+    return std::string("input dtype ") + dtype_name(a.send_type) + " differs from output dtype " +
+           dtype_name(a.recv_type);
+  }
+  const size_t n = size_t(nranks);
+  size_t got = a.recv_count, want = a.send_count;
+  const char* what = "output";
+  if (a.kind == CallKind::ReduceScatter) {
+    got = a.send_count;
+    want = a.recv_count * n;
+    what = "input (world_size * output count)";
+  } else if (a.kind == CallKind::AllGather) {
+    want = a.send_count * n;
+    what = "output (world_size * input count)";
+  }
+  if (got != want) {
+    std::ostringstream s;
+    s << what << " has " << got << " elements, expected " << want;
+    return s.str();
+  }
+  // Partial overlap is never meaningful; exact aliasing only where the call
+  // documents in-place use (all_reduce).
+  const size_t es = dtype_size(a.send_type);
+  const size_t in_bytes = a.send_count * es, out_bytes = a.recv_count * es;
+  const auto x = reinterpret_cast<uintptr_t>(a.send), y = reinterpret_cast<uintptr_t>(a.recv);
+  const bool overlap = in_bytes > 0 && out_bytes > 0 && x < y + out_bytes && y < x + in_bytes;
+  const bool in_place = a.kind == CallKind::AllReduce;
+  if (overlap && !(in_place && x == y && in_bytes == out_bytes)) {
+    return std::string("input and output buffers overlap; use separate arrays") +
+           (in_place ? " (or exactly the same array, in place)" : "");
+  }
+  return "";
+}
+
+void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nranks, bool p2p_links) {
+  auto raise = [&](const std::string& err) {
+    if (!err.empty()) throw InvalidArgument(std::string(call_name(a.kind)) + ": " + err);
+  };
+  raise(check_arrays(a, nranks));
+  Collective cd;
+  DataType t = a.send_type;
+  switch (a.kind) {
+    case CallKind::AllReduce: cd = all_reduce_desc(a.send, const_cast<void*>(a.recv), a.send_count, a.op); break;
+    case CallKind::ReduceScatter:
+      cd = reduce_scatter_desc(a.send, const_cast<void*>(a.recv), a.recv_count, a.op, nranks);
+      break;
+    case CallKind::AllGather: cd = all_gather_desc(a.send, const_cast<void*>(a.recv), a.send_count, nranks); break;
+    case CallKind::Broadcast:
+      t = a.recv_type;
+      cd = broadcast_desc(const_cast<void*>(a.recv), a.recv_count, a.root, rank);
+      break;
+    case CallKind::Send:
+      raise(check_peer(a.root, rank, nranks, p2p_links));
+      cd = send_desc(a.send, a.send_count, rank, a.root);
+      break;
+    case CallKind::Recv:
+      t = a.recv_type;
+      raise(check_peer(a.root, rank, nranks, p2p_links));
+      cd = recv_desc(const_cast<void*>(a.recv), a.recv_count, rank, a.root);
+      break;
+    default: raise("unknown call kind " + std::to_string(int(a.kind)));
+  }
+  const Mode m = effective_mode(a.compression, cd.message * dsize(t));
+  raise(check_args(cd, t, m, a.compression, cd.p2p() ? nullptr : hints, nranks));
+}
+
+}  // namespace ncclz::core

@@ -1,0 +1,45 @@
+// The argument checks of every call, in one place (the bindings and the C API
+// map their arguments and call these through the collectives or
+// Communicator::check_call; nothing else checks them).
+//
+// Each check returns "" or what is wrong, without saying who and in which call:
+// the call routine prefixes "ncclz rank R: <call>(...): " and reports it to
+// every rank through the call descriptor (core/call_protocol.hpp);
+// Communicator::check_call prefixes "<call>: " and raises it on its own.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/collective.hpp"
+#include "core/types.hpp"
+#include "ncclz/communicator.hpp"
+#include "ncclz/policy_hints.hpp"
+
+namespace ncclz::core {
+
+/// The mode a call of `bytes` runs with: lossless messages under min_bytes go
+/// uncompressed (lossy ones take the exact path instead: apply_min_bytes).
+Mode effective_mode(const Compression& c, size_t bytes);
+
+/// Type, mode, bound, the policy's hints, and the forced codec's name and fit.
+std::string check_compression(DataType t, Mode m, const Compression& c, const PolicyHints* hints);
+/// The reduction op (prod has no error bound in lossy mode).
+std::string check_op(RedOp op, Mode m);
+std::string check_root(int root, int nranks);
+std::string check_buffers(const void* a, const void* b, size_t count);
+/// A collective's checks in order: root, compression, op, buffers (m: the
+/// effective mode).
+std::string check_args(const Collective& cd, DataType t, Mode m, const Compression& c, const PolicyHints* hints,
+                       int nranks);
+/// Send/recv's peer: another rank, with point-to-point links connected.
+std::string check_peer(int peer, int rank, int nranks, bool p2p_links);
+/// What only the two arrays of CallArgs tell: same type, counts that fit the
+/// collective, no partial overlap.
+std::string check_arrays(const CallArgs& a, int nranks);
+
+/// Communicator::check_call: every check above, raised as InvalidArgument
+/// "<call>: <what>" without communicating.
+void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nranks, bool p2p_links);
+
+}  // namespace ncclz::core

@@ -1,0 +1,336 @@
+"""The decision: :class:`Policy` chooses none, lossless or the requested lossy mode per call.
+
+Given the message size, the collective, the number of ranks, the link rate and how fast the codec
+runs on this machine, which of ``none``, ``lossless`` and ``lossy`` (the caller's bound; never
+looser) finishes first? Compression must never make a call much slower than sending it raw, so the
+caller's compressed mode is kept only when it is predicted a clear win (``margin``, default 20%)
+over the lighter modes; otherwise the fastest lighter mode is used, and ``none`` for small
+messages. With an unknown link rate the caller's mode is kept (no evidence).
+
+Inputs: the cost model (:mod:`.model`), calibrations (:mod:`.calibration`), the measurement history
+(:mod:`.history`) and the link rate: ``link_gbps=``, else ``NCCLZ_LINK_GBPS``, else
+``NCCLZ_SOCKET_THROTTLE_GBPS``, else what :meth:`Policy.observe` learns from uncompressed calls
+(``wire_bytes / wall_s``, an exponential average; a compressed call only raises the estimate: its
+wall time includes the codec). cores_per_rank: ``NCCLZ_CORES_PER_RANK``, else os.cpu_count() /
+LOCAL_WORLD_SIZE, capped at the communicator's channel count (``nchannels``; no cap while unknown).
+
+Measured times win over the model: where a mode has a measurement for the call's size class,
+``choose()`` uses it instead of the prediction (modes not measured get the model scaled by how far
+off it was for the measured ones). When a lighter mode is measured and the requested one is not,
+the requested mode runs until it is measured too (two calls: the first is cold; one for another
+codec effort), unless the model (scaled by its error on the requested mode's measured variants, if
+any: a CPU-bound plain path tells little about the codec) puts it beyond ``probe_factor`` (2) times
+the lighter mode's measured time. With both measured, a margin of ``measured_margin`` (5%) decides
+instead of ``margin``. When a measurement keeps the requested mode off, it re-runs the requested
+mode every ``probe_every``-th (64) call to refresh it.
+
+Codec effort: a lossy request has three variants with the same bound and result (:mod:`.modes`),
+each calibrated and measured on its own; an unmeasured variant is measured (one call each) when the
+model puts it within ``probe_factor`` of the fastest measured mode, and the fastest one runs
+(``Choice.rans_margin``; ``efforts=False`` keeps the default only).
+
+Use::
+
+    from ncclz.policy import Policy
+    pol = Policy(world_size=4, link_gbps=0.5)
+    choice = pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3))
+    comm.all_reduce(x, compression=choice.compression)
+    print(choice)                                          # the prediction for every mode
+
+``choose(..., requested=ncclz.Lossless())`` only considers none and lossless, and
+``requested=None`` always returns none. The decision never weakens the caller's guarantee: none and
+lossless are exact, so they satisfy any lossy bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import numpy as np
+
+from ..spec import Lossless
+from .calibration import Calibration, Calibrator, reduction_terms
+from .history import History, size_class
+from .model import CostModel
+from .modes import EFFORTS, label, mode_class
+
+
+@dataclasses.dataclass
+class Choice:
+    """What :meth:`Policy.choose` decided.
+
+    mode: "none", "lossless" or "lossy"; compression: what to pass as ``compression=`` (None,
+    ncclz.Lossless() or the caller's Lossy); predicted_s: mode name -> predicted (or measured)
+    seconds; reason: why; measured: the mode names whose time in predicted_s was measured on
+    earlier calls; rans_margin, effort (lossy only): the codec effort (None / "": the default; see
+    :mod:`ncclz.policy.modes`)."""
+
+    mode: str
+    compression: Any
+    predicted_s: dict
+    reason: str
+    measured: tuple = ()
+    rans_margin: float | None = None
+    effort: str = ""
+
+    def __str__(self) -> str:
+        p = ", ".join(f"{k} {v * 1e3:.1f} ms{' (measured)' if k in self.measured else ''}"
+                      for k, v in self.predicted_s.items())
+        effort = f"/{self.effort}" if self.effort else ""
+        return f"{self.mode}{effort} ({self.reason}; predicted {p})"
+
+
+def env_float(*names: str) -> float | None:
+    """The first of the variables that is set, as a number > 0 (ValueError for anything else)."""
+    for n in names:
+        v = os.environ.get(n)
+        if v:
+            try:
+                f = float(v)
+            except ValueError:
+                f = float("nan")
+            if not (0 < f < float("inf")):
+                raise ValueError(f"environment variable {n}={v!r} must be a number > 0")
+            return f
+    return None
+
+
+class Policy:
+    """Chooses none / lossless / lossy per call (see the module doc).
+
+    world_size: the ranks of the communicator (None: filled in by the Communicator it is given
+    to); link_gbps: the link rate (None: the environment, else observed); cores_per_rank: CPU cores
+    of each rank's codec (None: the environment, else CPUs / LOCAL_WORLD_SIZE); nchannels: the
+    communicator's channel count, which caps the cores a call's codec uses (None: filled in by the
+    Communicator; no cap meanwhile). The other parameters are the model's (module doc)."""
+
+    def __init__(self, world_size: int | None = None, link_gbps: float | None = None,
+                 cores_per_rank: float | None = None, *, nchannels: int | None = None,
+                 alpha_s: float = 50e-6, goodput: float = 0.95, overlap: float = 0.25, margin: float = 0.2,
+                 min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3,
+                 measured_margin: float = 0.05, probe_factor: float = 2.0, probe_every: int = 64,
+                 window: int = 4, efforts: bool = True):
+        self.n = None if world_size is None else int(world_size)
+        self.nchannels = None if nchannels is None else int(nchannels)
+        self._link_gbps = link_gbps if link_gbps else env_float("NCCLZ_LINK_GBPS", "NCCLZ_SOCKET_THROTTLE_GBPS")
+        # a configured rate (argument or environment) is used as is; observe() fills in when there is none
+        self.configured = self._link_gbps is not None
+        if cores_per_rank is None:
+            cores_per_rank = env_float("NCCLZ_CORES_PER_RANK")
+        if cores_per_rank is None:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+            cores_per_rank = (os.cpu_count() or 1) / max(1, local)
+        self.cores_per_rank = float(cores_per_rank)
+        self.model = CostModel(alpha_s=alpha_s, goodput=goodput, overlap=overlap, quant_Bps=quant_Bps)
+        self.margin, self.min_bytes = margin, min_bytes
+        self.calibrator = Calibrator(sample_bytes=sample_bytes, reps=reps)
+        self.history = History(window=window)
+        self.observed = 0  # calls observe() learned the link from
+        self.probe_every = probe_every
+        self.probe_factor = probe_factor
+        # also consider the requested lossy bound with the other codec efforts (Choice.rans_margin)
+        self.efforts = efforts
+        self.measured_margin = measured_margin
+        self._lighter_run: dict = {}
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def link_gbps(self) -> float | None:
+        """The link rate the model uses (Gbit/s), None while unknown. Setting it configures it
+        (observations no longer change it); setting None makes it unknown and observable again."""
+        return self._link_gbps
+
+    @link_gbps.setter
+    def link_gbps(self, gbps: float | None) -> None:
+        if gbps is not None and not (0 < float(gbps) < float("inf")):
+            raise ValueError(f"link_gbps must be a number > 0 or None, got {gbps!r}")
+        self._link_gbps = None if gbps is None else float(gbps)
+        self.configured = gbps is not None
+
+    @property
+    def cores(self) -> float:
+        """CPU cores the model gives one call's codec: cores_per_rank, capped at the channel count."""
+        c = self.cores_per_rank if self.nchannels is None else min(self.cores_per_rank, float(self.nchannels))
+        return max(0.1, c)
+
+    def pin(self, mode: str, *, ratio: float | None = None, enc_Bps: float | None = None,
+            dec_Bps: float | None = None) -> Policy:
+        """Fixes a mode's ratio and / or codec speeds (bytes/s of one coder thread) instead of
+        measuring them on this machine: ``mode`` is "lossless", "lossy", "lossy/mid" or
+        "lossy/fast". Returns self. See :meth:`Calibrator.pin`."""
+        self.calibrator.pin(mode, ratio=ratio, enc_Bps=enc_Bps, dec_Bps=dec_Bps)
+        return self
+
+    # ------------------------------------------------------------------ inspection
+    def calibrations(self) -> list:
+        """The calibrations taken so far (:class:`Calibration`, with dtype, label and sums)."""
+        return self.calibrator.entries()
+
+    def measurements(self) -> list:
+        """The measured call times so far (:class:`~ncclz.policy.history.Measurement`)."""
+        return self.history.entries()
+
+    def measured(self, coll: str, dtype: str, nbytes: int, spec, effort: str = "") -> float | None:
+        """The measured wall time for a call of `nbytes` with `spec` (and codec effort), or None."""
+        return self.history.measured(coll, dtype, nbytes, spec, effort)
+
+    # ------------------------------------------------------------------ inputs
+    def observe(self, stats) -> None:
+        """Learns the link rate from a call's ``comm.last_stats`` (the mode that ran, wire bytes, wall
+        time); see :meth:`observe_link`."""
+        if stats is not None:
+            self.observe_link(getattr(stats, "compression", "none"), getattr(stats, "wire_bytes", 0),
+                              getattr(stats, "wall_s", 0))
+
+    def observe_link(self, ran: str | None, wire_bytes: float, wall_s: float) -> None:
+        """Learns the link rate from one call: this rank's sent bytes over the call's wall time.
+        An uncompressed call (`ran` "none") measures the link (an exponential average); a
+        compressed one only proves the link is at least that fast (its wall time includes the
+        codec), so it can raise the estimate but never lower it. Calls under 1 MiB on the wire are
+        ignored (latency-bound). A configured rate is kept as is."""
+        if self.configured and self._link_gbps is not None:
+            return
+        wb, ws = float(wire_bytes or 0), float(wall_s or 0)
+        if wb < (1 << 20) or ws <= 0:
+            return  # too small to say anything about bandwidth
+        g = wb * 8 / ws / 1e9 / self.model.goodput
+        self.observed += 1
+        if ran in ("none", None):
+            self._link_gbps = g if not self._link_gbps else 0.7 * self._link_gbps + 0.3 * g
+        elif self._link_gbps is not None and g > self._link_gbps:
+            self._link_gbps = g
+
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, effort: str = "") -> None:
+        """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
+        ncclz.Lossless() or the Lossy spec; `effort`: a lossy call's codec effort, a key of
+        EFFORTS), per (collective, dtype, power-of-two size class); see
+        :mod:`ncclz.policy.history`. choose() uses these measurements instead of the model where it
+        has them: they capture what the model does not (this data's ratio on the wire, the
+        machine), and a calibration cached per (dtype, spec) may come from other data."""
+        self.history.record(coll, dtype, nbytes, spec, wall_s, effort)
+
+    def calibrate(self, x, spec, effort: str = "", sums: int = 0) -> Calibration:
+        """Times ncclz.codec on a sample of x with spec (cached); see :mod:`ncclz.policy.calibration`."""
+        return self.calibrator.calibrate(x, spec, effort=effort, sums=sums)
+
+    # ------------------------------------------------------------------ model
+    def predict(self, coll: str, nbytes: int, cal: Calibration | None, lossy: bool = False,
+                mostly_zero: bool = False) -> float:
+        """Predicted seconds of a call of `nbytes`: uncompressed (cal None) or with calibration `cal`."""
+        return self.model.predict(coll, self._world(), nbytes, self._link_gbps or 1e9, self.cores, cal,
+                                  lossy=lossy, mostly_zero=mostly_zero)
+
+    def _world(self) -> int:
+        if self.n is None:
+            raise ValueError("Policy(world_size=None) has no world size yet: pass world_size=, or give the "
+                             "policy to a Communicator (policy=...), which fills it in")
+        return self.n
+
+    def choose(self, coll: str, x, requested, nbytes: int | None = None) -> Choice:
+        """The mode to use for collective `coll` on array `x` when the caller asked for `requested`.
+
+        Never looser than `requested` (none and lossless are exact). The requested compressed mode
+        is kept when the link rate is unknown, when its calibration fails, or when it is predicted
+        at least `margin` faster than the best lighter mode; otherwise the fastest lighter mode."""
+        n = self._world()
+        arr = np.asarray(x)
+        if nbytes is None:
+            nbytes = arr.nbytes * (n if coll == "all_gather" else 1)
+        pred = {"none": self.predict(coll, nbytes, None)}
+        req = mode_class(requested)
+        if req == "none":
+            return Choice("none", None, pred, "no compression requested")
+        if n <= 1:
+            return Choice(req, requested, pred, "one rank: nothing goes over a link")
+        if self._link_gbps is None:
+            return Choice(req, requested, pred, "link rate unknown: as requested (set NCCLZ_LINK_GBPS, or make an "
+                                                "uncompressed call >= 1 MiB for the policy to observe)")
+        if nbytes < self.min_bytes:
+            return Choice("none", None, pred, f"message {nbytes} B < {self.min_bytes} B: latency-bound")
+        # candidates: (name, spec, codec effort); "lossy/mid" and "lossy/fast" are the requested bound
+        # with another codec effort (same guarantee: only the wire coder differs)
+        cands = [("lossless", requested if req == "lossless" else Lossless(), "")]
+        if req == "lossy":
+            cands += [("lossy", requested, "")]
+            if self.efforts:
+                cands += [(f"lossy/{e}", requested, e) for e in EFFORTS if e]
+        specs = {name: (spec, effort) for name, spec, effort in cands}
+        sums = reduction_terms(coll, n, arr)
+        for name, spec, effort in cands:
+            try:
+                cal = self.calibrate(arr, spec, effort=effort, sums=sums)
+            except Exception as e:  # noqa: BLE001
+                if name == req:
+                    return Choice(req, requested, pred, f"as requested: no calibration ({type(e).__name__}: {e})")
+                continue
+            pred[name] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums))
+        # measurements of earlier calls of this size class replace the model where present
+        model = dict(pred)
+        dt = str(arr.dtype)
+        measured = []
+        for name, (spec, effort) in (("none", (None, "")), *specs.items()):
+            m = self.history.measured(coll, dt, nbytes, spec, effort=effort)
+            if m is not None and name in pred:
+                pred[name] = m
+                measured.append(name)
+        measured = tuple(measured)
+        # modes without a measurement: scale the model by how far it was off for the measured ones
+        # (e.g. a plain call that is CPU-bound on this machine, not link-bound); comparing a
+        # measured time with a raw prediction would be biased towards the unmeasured mode
+        if measured and len(measured) < len(pred):
+            f = float(np.exp(np.mean([np.log(pred[m] / model[m]) for m in measured if model[m] > 0])))
+            for name in pred:
+                if name not in measured:
+                    pred[name] *= f
+
+        # what a probe is judged by: the model, scaled by its error on the measured variants of the
+        # requested mode where there are any (a measured plain call says little about codec time)
+        comp = [m for m in measured if m.split("/")[0] == req and model[m] > 0]
+        fc = float(np.exp(np.mean([np.log(pred[m] / model[m]) for m in comp]))) if comp else 1.0
+
+        def pick(name: str, why: str) -> Choice:
+            spec, effort = specs.get(name, (None, ""))
+            return Choice(name.split("/")[0], None if name == "none" else spec, pred, why, measured,
+                          EFFORTS[effort], effort)
+
+        # the requested mode's variants (the codec efforts): the fastest, measured where possible
+        variants = [v for v in [req] + [f"{req}/{e}" for e in EFFORTS if e] if v in pred]
+        if len(variants) > 1:
+            known = [v for v in variants if v in measured]
+            unknown = [v for v in variants if v not in measured]
+            if known and unknown and self.probe_factor:
+                # measure the other effort when the raw model puts it within probe_factor of the
+                # fastest measured mode (a lighter mode included: no probe where none clearly wins)
+                best_known = min(measured, key=pred.get)
+                probe = min(unknown, key=model.get)
+                if fc * model[probe] <= self.probe_factor * pred[best_known]:
+                    return pick(probe, f"measuring {probe} (unmeasured; model {fc * model[probe] * 1e3:.1f} ms "
+                                       f"within {self.probe_factor:g}x of {best_known}'s measured time)")
+        chosen = min(variants, key=pred.get)
+        lighter = [m for m in ("none", "lossless") if m in pred and m != req]
+        best = min(lighter, key=pred.get)
+        # Both measured: the times are evidence, so a small margin (against noise) decides; with a
+        # prediction in the comparison the model's larger margin applies.
+        both = chosen in measured and best in measured
+        margin = self.measured_margin if both else self.margin
+        if pred[chosen] * (1 + margin) <= pred[best]:
+            return pick(chosen, f"{chosen} {'measured' if both else 'predicted'} >= {margin:.0%} faster than {best}")
+        # The requested mode has no measurement but a lighter one has: the decision rests on the
+        # model, which misjudges this machine in ways the measured mode's error does not tell
+        # (a CPU-bound plain path says little about codec time). Measure it, as long as the model
+        # (scaled by fc) does not put it beyond probe_factor x the lighter mode's measured time.
+        if (chosen not in measured and best in measured and self.probe_factor
+                and fc * model[chosen] <= self.probe_factor * pred[best]):
+            return pick(chosen, f"measuring {chosen} (unmeasured; model {fc * model[chosen] * 1e3:.1f} ms within "
+                                f"{self.probe_factor:g}x of {best}'s measured time)")
+        # a lighter mode: now and then run the requested one again when its time is a measurement,
+        # so a stale measurement (the data changed) cannot keep compression off for good
+        k = size_class(coll, dt, nbytes) + (label(requested),)
+        runs = self._lighter_run.get(k, 0) + 1
+        self._lighter_run[k] = runs
+        if chosen in measured and self.probe_every and runs % self.probe_every == 0:
+            return pick(chosen, f"re-measuring {chosen} (every {self.probe_every}th call it is not predicted faster)")
+        return pick(best, f"{req} not predicted >= {margin:.0%} faster than {best}")
+

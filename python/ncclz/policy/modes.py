@@ -1,0 +1,71 @@
+"""The modes the policy chooses between, and their names.
+
+A call that asks for ``ncclz.Lossy(...)`` may run as ``none``, ``lossless`` or ``lossy`` with one of
+three codec efforts (same bound, same result bits; only the wire coder's selector differs):
+
+- ``lossy``: the selector's default;
+- ``lossy/mid``: rANS only where it beats the fast coders by 30% (``MID_MARGIN``), not 15%;
+- ``lossy/fast``: never rANS (``FAST_MARGIN``), which encodes several times slower than Block.
+
+These names key :attr:`Choice.predicted_s <ncclz.policy.Choice>`, :meth:`Policy.pin
+<ncclz.policy.Policy.pin>` and the measurements. A *label* names a mode with its bound
+(``"lossy:rel=0.001/fast"``), so measurements of different bounds stay apart.
+"""
+
+from __future__ import annotations
+
+from ..spec import Lossless, Lossy
+
+#: The codec effort of the "lossy/fast" variant: the selector's rANS margin 1 (Block, Raw and
+#: Sparse only). rANS encodes several times slower than Block: where the codec, not the link, is
+#: the bottleneck, the lower ratio can finish first.
+FAST_MARGIN = 1.0
+#: The codec effort of the "lossy/mid" variant: rANS only where its estimate beats Block/Raw by
+#: 30% (the default asks 15%). Measured in the network lab (4 ranks on 2 cores, 0.5 Gbit/s, 3-D
+#: smooth field): 186 ms at ratio 10.7 against 196 ms at 11.6 (default) and 224 ms at 7.7 (fast);
+#: on the flat smooth field the default won (217 ms against 230), hence a variant of its own.
+MID_MARGIN = 0.3
+#: The codec efforts of a lossy request: name -> the selector's rANS margin (None: its default).
+EFFORTS = {"": None, "mid": MID_MARGIN, "fast": FAST_MARGIN}
+#: Every mode name the policy predicts, measures and may run.
+MODES = ("none", "lossless", "lossy", "lossy/mid", "lossy/fast")
+
+
+def effort_of_margin(margin: float | None) -> str:
+    """The name of the effort whose rANS margin is `margin` (None or < 0: the default, "")."""
+    if margin is None or margin < 0:
+        return ""
+    return min((k for k in EFFORTS if k), key=lambda k: abs(EFFORTS[k] - margin))
+
+
+def check_effort(effort: str) -> str:
+    """`effort` if it names a codec effort (a key of EFFORTS), else ValueError."""
+    if effort not in EFFORTS:
+        raise ValueError(f"unknown codec effort {effort!r}; one of {sorted(EFFORTS)}")
+    return effort
+
+
+def mode_class(spec) -> str:
+    """"none", "lossless" or "lossy" for None, ncclz.Lossless() or ncclz.Lossy(...)."""
+    if spec is None:
+        return "none"
+    if isinstance(spec, Lossless):
+        return "lossless"
+    if isinstance(spec, Lossy):
+        return "lossy"
+    raise TypeError(f"compression must be None, ncclz.Lossless() or ncclz.Lossy(...), got {spec!r}")
+
+
+def label(spec, effort: str = "") -> str:
+    """The label measurements and calibrations are filed under: "none", "lossless", or
+    "lossy:<kind>=<bound>[/<effort>]"."""
+    cls = mode_class(spec)
+    if cls != "lossy":
+        return cls
+    return f"lossy:{spec.kind}={spec.bound:g}" + (f"/{effort}" if effort else "")
+
+
+def mode_name(spec, effort: str = "") -> str:
+    """The mode name of MODES for a spec and codec effort ("lossy/fast", "none", ...)."""
+    cls = mode_class(spec)
+    return f"{cls}/{effort}" if cls == "lossy" and effort else cls
