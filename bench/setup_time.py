@@ -25,9 +25,8 @@ import time
 
 
 def rank_main(args) -> None:
-    import numpy as np
-
     import ncclz
+    import numpy as np
 
     rank = int(os.environ["RANK"])
     n = int(os.environ["WORLD_SIZE"])
@@ -42,7 +41,9 @@ def rank_main(args) -> None:
         t0 = time.perf_counter()
         if rank != 0:
             time.sleep(args.stagger / 1e3)
-        c = ncclz.Communicator(rank=rank, world_size=n, master_port=port, timeout=60, transport=args.transport)
+        c = ncclz.Communicator(
+            rank=rank, world_size=n, master_port=port, timeout=60, transport=args.transport
+        )
         times.append(time.perf_counter() - t0 - (args.stagger / 1e3 if rank != 0 else 0.0))
         prev = c
     out = np.empty_like(one)
@@ -58,7 +59,9 @@ def main() -> int:
     p.add_argument("--nproc", type=int, default=4, help="ranks (default 4)")
     p.add_argument("--transport", default="shm", choices=("shm", "socket"), help="transport (default shm)")
     p.add_argument("--reps", type=int, default=30, help="timed rounds (default 30)")
-    p.add_argument("--stagger", type=float, default=20.0, help="ms the non-zero ranks wait per round (default 20)")
+    p.add_argument(
+        "--stagger", type=float, default=20.0, help="ms the non-zero ranks wait per round (default 20)"
+    )
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--outdir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -68,8 +71,19 @@ def main() -> int:
     from ncclz.run import launch
 
     with tempfile.TemporaryDirectory() as d:
-        cmd = [sys.executable, os.path.abspath(__file__), "--rank", "--outdir", d, "--transport", args.transport,
-               "--reps", str(args.reps), "--stagger", str(args.stagger)]
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--rank",
+            "--outdir",
+            d,
+            "--transport",
+            args.transport,
+            "--reps",
+            str(args.reps),
+            "--stagger",
+            str(args.stagger),
+        ]
         rc = launch(cmd, args.nproc, timeout=60, deadline=600)
         if rc != 0:
             print(f"ranks failed (exit status {rc})", file=sys.stderr)
@@ -82,8 +96,10 @@ def main() -> int:
     q = statistics.quantiles(rounds, n=4)
     import ncclz
 
-    print(f"{args.nproc} ranks, {args.transport}, {args.reps} rounds ({ncclz.__file__}): setup ms "
-          f"median {statistics.median(rounds):.2f}  q1 {q[0]:.2f}  q3 {q[2]:.2f}  max {max(rounds):.2f}")
+    print(
+        f"{args.nproc} ranks, {args.transport}, {args.reps} rounds ({ncclz.__file__}): setup ms "
+        f"median {statistics.median(rounds):.2f}  q1 {q[0]:.2f}  q3 {q[2]:.2f}  max {max(rounds):.2f}"
+    )
     return 0
 
 
