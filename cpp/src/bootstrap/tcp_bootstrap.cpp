@@ -370,7 +370,17 @@ class TcpBootstrap final : public Bootstrap {
     std::string w = who("send", peer, "->");
     if (!out_[peer]) {
       Endpoint ep{table_[peer].host, table_[peer].port};
-      Fd fd = net::connect_tcp(ep, deadline, abort_fn(), /*retry_refused=*/true, w);
+      // The peer's listener exists from before the table went out until its
+      // bootstrap is destroyed: a refused connection means the peer is gone.
+      Fd fd;
+      try {
+        fd = net::connect_tcp(ep, deadline, abort_fn(), /*retry_refused=*/false, w);
+      } catch (const Timeout&) {
+        throw;
+      } catch (const RemoteError& e) {
+        throw RemoteError(std::string(e.what()) + ": rank " + std::to_string(peer) +
+                          "'s bootstrap no longer listens there (it exited or failed; see its log)");
+      }
       Nonce nonce = bs::random_nonce();
       Digest mac = bs::p2p_mac(cfg_.token, job_key_, cfg_.rank, peer, nonce);
       Writer body;
