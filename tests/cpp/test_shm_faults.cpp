@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -161,4 +162,80 @@ TEST(ShmFaults, PeerKilledDuringSetupLeavesNothingInDevShm) {
   }
   // Both outcomes happen across the trials (the kill lands inside and after setup).
   EXPECT_GT(failed + succeeded, 0);
+}
+
+namespace {
+
+// The setup message of shm_transport.cpp (step 2 of its setup), as a peer sends it.
+struct FakeSetupMsg {
+  uint32_t ok;
+  uint32_t nchannels;
+  uint64_t shm_dev;
+  char error[240];
+};
+static_assert(sizeof(FakeSetupMsg) == 256);
+constexpr int kFirstConnectTag = 0x53480000;  // kShmTagBase + connect call 0
+
+// Rank 0 connects for real; rank 1 (a thread) says its rings are ready
+// without any being there, as a peer whose setup failed (and removed its
+// names) right after it said so. Returns rank 0's error.
+template <class E>
+std::string connect_to_a_peer_without_rings(uint64_t peer_shm_dev) {
+  UniqueId id = Bootstrap::make_unique_id();
+  std::string error;
+  std::thread peer([&] {
+    Rank me;
+    me.boot = Bootstrap::create(id, 1, 2, 10);
+    TransportConfig cfg;
+    cfg.transport = "shm";
+    me.transport = create_transport(*me.boot, cfg, me.abort);
+    FakeSetupMsg m{};
+    m.ok = 1;
+    m.nchannels = 1;
+    m.shm_dev = peer_shm_dev;
+    me.boot->send(0, kFirstConnectTag, &m, sizeof m);
+    me.boot->recv(0, kFirstConnectTag, &m, sizeof m);  // rank 0's rings: never opened
+    me.boot->barrier();                                // rank 0 has failed by now
+  });
+  {
+    Rank me;
+    me.boot = Bootstrap::create(id, 0, 2, 10);
+    TransportConfig cfg;
+    cfg.transport = "shm";
+    me.transport = create_transport(*me.boot, cfg, me.abort);
+    try {
+      me.links = me.transport->connect({1}, 1, in_s(10));
+      ADD_FAILURE() << "connect succeeded";
+    } catch (const E& e) {
+      error = e.what();
+    }
+    // What rank 0 created for rank 1 is gone with its failed connect.
+    EXPECT_EQ(shm_names("ncclz-" + me.boot->job_key()).size(), 0u);
+    me.boot->barrier();
+  }
+  peer.join();
+  return error;
+}
+
+uint64_t dev_shm_dev() {
+  struct stat st{};
+  EXPECT_EQ(stat("/dev/shm", &st), 0);
+  return static_cast<uint64_t>(st.st_dev);
+}
+
+}  // namespace
+
+TEST(ShmFaults, PeerWhoseSetupFailedAfterAnnouncingItsRingsIsARemoteError) {
+  // Same /dev/shm, name gone: the peer failed (its connect() removes what it
+  // created) or died and a survivor cleaned up. This rank is not at fault.
+  std::string msg = connect_to_a_peer_without_rings<RemoteError>(dev_shm_dev());
+  EXPECT_NE(msg.find("peer rank 1 created its shared memory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rank 1 failed or was killed during setup"), std::string::npos) << msg;
+}
+
+TEST(ShmFaults, PeerWithAnotherDevShmIsASystemErrorWithAHint) {
+  // Another /dev/shm (containers without a shared one): a configuration error here.
+  std::string msg = connect_to_a_peer_without_rings<SystemError>(dev_shm_dev() + 1);
+  EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NCCLZ_TRANSPORT=socket"), std::string::npos) << msg;
 }

@@ -12,7 +12,11 @@
 //   3. the sender maps the segment, records its pid and start time, and
 //      unlinks the name at once: from then on nothing is left in /dev/shm,
 //      even if both processes crash. (The receiver also unlinks on
-//      destruction, for a sender that never came.)
+//      destruction, for a sender that never came.) A name the receiver
+//      announced but that is gone when the sender opens it, with both on one
+//      /dev/shm (the message carries its st_dev), was removed by the
+//      receiver's failed connect(): a RemoteError naming it; on another
+//      /dev/shm (containers) a SystemError that says so;
 //   4. a bootstrap allgather of every rank's process identity (pid, start
 //      time, pid namespace) ends connect(), so no rank tears its rings down
 //      before all are mapped, and every ring knows its peer process from the
@@ -123,7 +127,8 @@ class ShmHooks final : public RingHooks {
 struct SetupMsg {
   uint32_t ok;  // 1: segments created
   uint32_t nchannels;
-  char error[248];  // why not, when ok == 0
+  uint64_t shm_dev;  // st_dev of the creator's /dev/shm (0: unknown), to explain a name the sender cannot open
+  char error[240];   // why not, when ok == 0
 };
 
 class ShmTransport final : public Transport {
@@ -132,6 +137,8 @@ class ShmTransport final : public Transport {
     my_pid_ = getpid();
     my_start_ = process_start_time(my_pid_);
     me_id_ = my_identity(my_pid_, my_start_);
+    struct stat st{};
+    if (stat("/dev/shm", &st) == 0) shm_dev_ = static_cast<uint64_t>(st.st_dev);
   }
   Kind kind() const override { return Kind::SharedMemory; }
 
@@ -187,6 +194,7 @@ class ShmTransport final : public Transport {
       SetupMsg m{};
       m.ok = failure.empty() ? 1 : 0;
       m.nchannels = static_cast<uint32_t>(nchannels);
+      m.shm_dev = shm_dev_;
       std::strncpy(m.error, failure.c_str(), sizeof m.error - 1);
       ctx_.bootstrap->send(peers[i], tag, &m, sizeof m);
     }
@@ -209,7 +217,7 @@ class ShmTransport final : public Transport {
       }
       for (int c = 0; c < nchannels; ++c) {
         ConnLabel label{"shm", me, peers[i], c};
-        send_seg[c][i] = open_segment(name(gen, me, peers[i], c), label, sb);
+        send_seg[c][i] = open_segment(name(gen, me, peers[i], c), label, sb, m.shm_dev);
         auto* h = static_cast<RingHeader*>(send_seg[c][i]->mem);
         h->producer_start = my_start_;
         h->producer_pid.store(my_pid_, std::memory_order_release);
@@ -283,10 +291,22 @@ class ShmTransport final : public Transport {
     return seg;
   }
 
-  std::shared_ptr<ShmSegment> open_segment(const std::string& nm, const ConnLabel& label, size_t slot_bytes) {
+  // `peer_shm_dev`: the st_dev of the creator's /dev/shm. A name it created
+  // that is missing here while both see the same /dev/shm was removed by the
+  // creator's failed connect() (or by a survivor, after the creator died):
+  // the peer's failure, not this rank's.
+  std::shared_ptr<ShmSegment> open_segment(const std::string& nm, const ConnLabel& label, size_t slot_bytes,
+                                           uint64_t peer_shm_dev) {
     auto seg = std::make_shared<ShmSegment>();
     seg->name = nm;
     int fd = shm_open(nm.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ENOENT && peer_shm_dev != 0 && peer_shm_dev == shm_dev_) {
+      throw RemoteError(label.prefix() + ": peer rank " + std::to_string(label.peer) +
+                        " created its shared memory for this rank, but the name was removed before this rank opened "
+                        "it: rank " +
+                        std::to_string(label.peer) +
+                        " failed or was killed during setup (its own error or exit status says why)");
+    }
     if (fd < 0) {
       throw SystemError(label.prefix() + ": cannot open the peer's shared memory " + nm + ": " +
                         net::errno_text("shm_open", errno) +
@@ -312,6 +332,7 @@ class ShmTransport final : public Transport {
   int my_pid_ = 0;
   uint64_t my_start_ = 0;
   ProcessIdentity me_id_{};
+  uint64_t shm_dev_ = 0;  // st_dev of /dev/shm here (0: unknown)
 };
 
 }  // namespace
