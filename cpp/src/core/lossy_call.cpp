@@ -116,7 +116,25 @@ void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& al
     rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
     return;
   }
-  // Sums accumulate in float64 and round once.
+  // Sums: in T itself where its own rounding keeps the bound (the uncompressed
+  // call, byte for byte); for 16-bit floats next in float32 (half float64's
+  // bytes); else in float64, rounded once to T.
+  const DataStats g = merge_stats(all);
+  if (bound::exact_keeps_bound(elem_of(t_), cd_.how, rt_.nranks, plan.E, g)) {
+    rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
+    return;
+  }
+  if (cd_.how == Combine::Sum && !mostly_zero(all) && bound::f32_sum_keeps_bound(elem_of(t_), rt_.nranks, plan.E, g)) {
+    float* fin = static_cast<float*>(rt_.work[0].get(cd_.in_count * 4));
+    float* fout = cd_.codes_in_place ? fin : static_cast<float*>(rt_.work[1].get(cd_.out_count * 4));
+    to_f32(t_, cd_.send, cd_.in_count, fin, rt_.pool.get(), nch_);
+    Wire w;
+    w.type = ElemType::F32;
+    w.raw_esize = dsize(t_);
+    rt_.channels.run_schedule(cd_, fin, fout, w, nch_, call_);
+    from_f32(t_, fout, cd_.out_count, cd_.recv, rt_.pool.get(), nch_);
+    return;
+  }
   double* din = static_cast<double*>(rt_.work[0].get(cd_.in_count * 8));
   double* dout = cd_.codes_in_place ? din : static_cast<double*>(rt_.work[1].get(cd_.out_count * 8));
   to_f64(t_, cd_.send, cd_.in_count, din, rt_.pool.get(), nch_);
