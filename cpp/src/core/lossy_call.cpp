@@ -125,7 +125,9 @@ void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& al
     rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
     // avg: the schedule sums; the sum divided once, as the uncompressed call
     // does (CallRoutine divides only after calls that did not run lossy).
-    if (cd_.how == Combine::Mean) prims::divide_in_place(elem_of(t_), cd_.recv, cd_.out_count, rt_.nranks);
+    if (cd_.how == Combine::Mean && cd_.recv != nullptr) {
+      prims::divide_in_place(elem_of(t_), cd_.recv, cd_.out_count, rt_.nranks);
+    }
     return;
   }
   if (cd_.how == Combine::Sum && !mostly_zero(all) && bound::f32_sum_keeps_bound(elem_of(t_), rt_.nranks, plan.E, g)) {
