@@ -69,7 +69,7 @@ int RingChannels::pick(size_t bytes) const {
   return int(std::max<size_t>(1, std::min<size_t>(ch_.size(), n)));
 }
 
-prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
+prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int channel, size_t slot_bytes) {
   prims::PrimsArgs a;
   a.type = w.type;
   a.mode = w.mode;
@@ -79,10 +79,15 @@ prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
   if (call.rans_margin >= 0) a.enc.rans_margin = call.rans_margin;  // rank 0's codec effort
   a.raw_esize = w.raw_esize;
   a.deadline = call.deadline;
-  a.rank = rank_;
-  a.channel = c;
+  a.rank = rank;
+  a.channel = channel;
   a.stage = w.stage;
-  a.slice_bytes = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_);
+  a.slice_bytes = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes);
+  return a;
+}
+
+prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
+  const prims::PrimsArgs a = prims_args(w, call, rank_, c, slot_bytes_);
   Channel& ch = ch_[size_t(c)];
   return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
 }
