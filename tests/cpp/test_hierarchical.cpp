@@ -41,13 +41,13 @@ struct World {
   /// topo_hosts: every rank's host ("2x2", "a,b,a,b"); per_rank: NCCLZ_TOPO_HOST
   /// of each rank instead (when not empty).
   World(int nranks, const std::string& topo_hosts, const std::vector<std::string>& per_rank = {},
-        size_t slot_bytes = 1024, int nchannels = 2)
+        size_t slot_bytes = 1024, int nchannels = 2, const std::string& transport = "inproc")
       : n(nranks) {
     const UniqueId id = Bootstrap::make_unique_id("127.0.0.1", 0);
     comms.resize(size_t(n));
     run_each([&](int r) {
       CommConfig cfg;
-      cfg.transport = "inproc";
+      cfg.transport = transport;
       cfg.nchannels = nchannels;
       cfg.slot_bytes = slot_bytes;
       cfg.nslots = 4;
@@ -80,9 +80,14 @@ struct World {
   }
 };
 
-World& world(const std::string& layout) {
+/// `layout` may end with "/socket": the communicator's transport is then
+/// sockets, and each host's ranks get a transport of their own (in-process).
+World& world(const std::string& spec) {
   static std::map<std::string, std::unique_ptr<World>> worlds;
-  auto& w = worlds[layout];
+  const size_t slash = spec.find('/');
+  const std::string layout = spec.substr(0, slash);
+  const std::string transport = slash == std::string::npos ? "inproc" : spec.substr(slash + 1);
+  auto& w = worlds[spec];
   if (!w) {
     const size_t x = layout.find('x');
     int n = 0;
@@ -91,7 +96,7 @@ World& world(const std::string& layout) {
     } else {
       n = 1 + int(std::count(layout.begin(), layout.end(), ','));
     }
-    w = std::make_unique<World>(n, layout);
+    w = std::make_unique<World>(n, layout, std::vector<std::string>{}, 1024, 2, transport);
   }
   return *w;
 }
@@ -483,6 +488,17 @@ TEST(Topology, OverrideIsReported) {
   });
 }
 
+// Sockets between hosts: each host's ranks connect among themselves through a
+// transport of their own over a bootstrap of the host's ranks
+// (topology/group_bootstrap.hpp).
+TEST(Topology, HostTransportOfItsOwn) {
+  World& w = world("2x2/socket");
+  w.run([&](int, Communicator& comm) {
+    EXPECT_EQ(comm.topology().intra_link, "inproc");
+    EXPECT_EQ(comm.topology().inter_link, "socket");
+  });
+}
+
 TEST(Topology, PerRankHostIds) {
   World w(4, "", {"left", "right", "left", "right"});
   w.run([&](int r, Communicator& comm) {
@@ -532,18 +548,22 @@ TEST(Hierarchical, AllReduce2x2) { sweep_all_reduce("2x2"); }
 TEST(Hierarchical, AllReduce2x3) { sweep_all_reduce("2x3"); }
 TEST(Hierarchical, AllReduce4x2) { sweep_all_reduce("4x2"); }
 TEST(Hierarchical, AllReduceHostsNotContiguous) { sweep_all_reduce("a,b,a,b,c,c"); }
+TEST(Hierarchical, AllReduceSocketsBetweenHosts) { sweep_all_reduce("2x2/socket"); }
 TEST(Hierarchical, ReduceScatter2x2) { sweep_reduce_scatter("2x2"); }
 TEST(Hierarchical, ReduceScatter2x3) { sweep_reduce_scatter("2x3"); }
 TEST(Hierarchical, ReduceScatter4x2) { sweep_reduce_scatter("4x2"); }
 TEST(Hierarchical, ReduceScatterHostsNotContiguous) { sweep_reduce_scatter("a,b,a,b,c,c"); }
+TEST(Hierarchical, ReduceScatterSocketsBetweenHosts) { sweep_reduce_scatter("2x3/socket"); }
 TEST(Hierarchical, AllGather2x2) { sweep_all_gather("2x2"); }
 TEST(Hierarchical, AllGather2x3) { sweep_all_gather("2x3"); }
 TEST(Hierarchical, AllGather4x2) { sweep_all_gather("4x2"); }
 TEST(Hierarchical, AllGatherHostsNotContiguous) { sweep_all_gather("a,b,a,b,c,c"); }
+TEST(Hierarchical, AllGatherSocketsBetweenHosts) { sweep_all_gather("2x2/socket"); }
 TEST(Hierarchical, Broadcast2x2) { sweep_broadcast("2x2"); }
 TEST(Hierarchical, Broadcast2x3) { sweep_broadcast("2x3"); }
 TEST(Hierarchical, Broadcast4x2) { sweep_broadcast("4x2"); }
 TEST(Hierarchical, BroadcastHostsNotContiguous) { sweep_broadcast("a,b,a,b,c,c"); }
+TEST(Hierarchical, BroadcastSocketsBetweenHosts) { sweep_broadcast("2x2/socket"); }
 
 // The lossy sum's margin: the hierarchical plan quantizes with about E/H where
 // the ring uses E/N, and its calls ship fewer bytes for the same bound.

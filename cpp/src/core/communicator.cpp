@@ -232,9 +232,11 @@ void CommunicatorImpl::connect_hierarchical(const transport::TransportConfig& tc
     transport::TransportConfig htc = tc;
     htc.transport = "auto";  // shared memory (processes) or in-process (threads)
     htc.throttle_gbps = 0;
-    host_transport_ = transport::create_transport(*host_boot_, htc, abort_);
+    topology::with_note(host_boot_->note(), [&] {
+      host_transport_ = transport::create_transport(*host_boot_, htc, abort_);
+      intra_links_ = host_transport_->connect(ring_peers((l + L - 1) % L, (l + 1) % L), nch, deadline, slot);
+    });
     topo.intra_link = transport::kind_name(host_transport_->kind());
-    intra_links_ = host_transport_->connect(ring_peers((l + L - 1) % L, (l + 1) % L), nch, deadline, slot);
     if (any_shared) transport_->connect({}, nch, deadline, slot);
   } else {
     intra_links_ = transport_->connect(ring_peers(topo.rank_of(h, (l + L - 1) % L), topo.rank_of(h, (l + 1) % L)), nch,
@@ -243,7 +245,8 @@ void CommunicatorImpl::connect_hierarchical(const transport::TransportConfig& tc
   // Inter-host rings: host h receives from h-1, sends to h+1 (same local rank).
   inter_links_ = transport_->connect(ring_peers(topo.rank_of((h + H - 1) % H, l), topo.rank_of((h + 1) % H, l)), nch,
                                      deadline, slot);
-  rt_->hier = std::make_unique<core::HierChannels>(topo, rank_, nch, cfg.nslots, cfg.slot_bytes);
+  rt_->hier = std::make_unique<core::HierChannels>(topo, rank_, nch, cfg.nslots, cfg.slot_bytes,
+                                                   host_boot_ ? host_boot_->note() : std::string());
   for (int c = 0; c < nch; ++c) {
     rt_->hier->attach_intra(c, intra_links_[size_t(c)].back().send.get(), intra_links_[size_t(c)].front().recv.get());
     rt_->hier->attach_inter(c, inter_links_[size_t(c)].back().send.get(), inter_links_[size_t(c)].front().recv.get());

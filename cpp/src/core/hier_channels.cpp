@@ -2,11 +2,17 @@
 #include "core/hier_channels.hpp"
 
 #include "core/config.hpp"
+#include "topology/group_bootstrap.hpp"
 
 namespace ncclz::core {
 
-HierChannels::HierChannels(const Topology& topo, int rank, int nchannels, int nslots, size_t slot_bytes)
-    : rank_(rank), nslots_(nslots), slot_bytes_(slot_bytes), ch_(size_t(nchannels)) {
+HierChannels::HierChannels(const Topology& topo, int rank, int nchannels, int nslots, size_t slot_bytes,
+                           std::string intra_note)
+    : rank_(rank),
+      nslots_(nslots),
+      intra_note_(std::move(intra_note)),
+      slot_bytes_(slot_bytes),
+      ch_(size_t(nchannels)) {
   const int H = topo.nhosts, L = topo.local_size;
   grid_.assign(size_t(H) * size_t(L), -1);
   for (size_t r = 0; r < topo.host_of.size(); ++r) {
@@ -60,10 +66,18 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     part.root = cd.root;
     part.seg_intra = algorithms::ring_segment_elems(pi, nslots_);
     part.seg_inter = algorithms::ring_segment_elems(pe, nslots_);
-    cd.hier(pi, pe, part);
-    // Complete only once the last slots have left this process (as the rings').
-    ch.intra_send->flush(call.deadline);
-    ch.inter_send->flush(call.deadline);
+    auto run = [&] {
+      cd.hier(pi, pe, part);
+      // Complete only once the last slots have left this process (as the rings').
+      ch.intra_send->flush(call.deadline);
+      ch.inter_send->flush(call.deadline);
+    };
+    if (intra_note_.empty()) {
+      run();
+    } else {
+      // An error that names the host transport's ranks says which ranks those are.
+      topology::with_note(intra_note_, run);
+    }
   });
 }
 

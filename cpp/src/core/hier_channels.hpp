@@ -34,7 +34,10 @@ class HierChannels {
  public:
   /// slot_bytes: the data bytes of a slice (NCCLZ_SLOT_BYTES; the slots hold
   /// the header on top).
-  HierChannels(const Topology& topo, int rank, int nchannels, int nslots, size_t slot_bytes);
+  /// intra_note: appended to the errors of the intra-host rings where their
+  /// transport names the host's ranks, not the communicator's ("" otherwise).
+  HierChannels(const Topology& topo, int rank, int nchannels, int nslots, size_t slot_bytes,
+               std::string intra_note = "");
 
   void attach_intra(int c, transport::SendConn* send, transport::RecvConn* recv);
   void attach_inter(int c, transport::SendConn* send, transport::RecvConn* recv);
@@ -70,6 +73,7 @@ class HierChannels {
   };
   int rank_;
   int nslots_;
+  std::string intra_note_;
   size_t slot_bytes_;
   std::vector<int> grid_;  // grid_[h * L + l]: the global rank of (h, l)
   algorithms::HierPos pos_;

@@ -16,7 +16,7 @@ constexpr int kResultTag = 0x544f0002;  // member 0 -> members
 }  // namespace
 
 GroupBootstrap::GroupBootstrap(Bootstrap& parent, std::vector<int> members, int group)
-    : parent_(parent), members_(std::move(members)) {
+    : parent_(parent), members_(std::move(members)), group_(group) {
   me_ = -1;
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i] == parent_.rank()) me_ = int(i);
@@ -25,7 +25,7 @@ GroupBootstrap::GroupBootstrap(Bootstrap& parent, std::vector<int> members, int 
     throw InvalidArgument("ncclz rank " + std::to_string(parent_.rank()) +
                           ": a host group must include the rank itself");
   }
-  key_ = parent_.job_key() + "/host" + std::to_string(group);
+  key_ = parent_.job_key() + "-host" + std::to_string(group);
 }
 
 int GroupBootstrap::global(int r) const {
@@ -34,6 +34,16 @@ int GroupBootstrap::global(int r) const {
                           std::to_string(members_.size()) + ")");
   }
   return members_[size_t(r)];
+}
+
+std::string GroupBootstrap::note() const {
+  std::string a, b;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    a += (i ? ", " : "") + std::to_string(i);
+    b += (i ? ", " : "") + std::to_string(members_[i]);
+  }
+  return "(on the links inside host " + std::to_string(group_) + ", whose ranks " + a + " are ranks " + b +
+         " of the communicator)";
 }
 
 void GroupBootstrap::allgather(const void* mine, size_t bytes, void* all) {

@@ -9,7 +9,7 @@
 // allgather: every member sends its part to member 0, which sends the whole
 // back (star, like the TCP bootstrap's own); barrier is an allgather of one
 // byte. Host and process ids, the address and the timeout are the parent's;
-// the job key is the parent's with "/host<index>" added, so shared-memory
+// the job key is the parent's with "-host<index>" added, so shared-memory
 // segments of different groups never share a name; abort aborts the parent.
 #pragma once
 
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.hpp"
+#include "ncclz/error.hpp"
 
 namespace ncclz::topology {
 
@@ -42,12 +43,43 @@ class GroupBootstrap final : public Bootstrap {
   /// Moves a group tag out of the parent's tag space.
   static constexpr int kGroupTagBit = 0x20000000;
 
+  /// "(on the links inside host 1, whose ranks 0, 1, 2 are ranks 3, 4, 5 of the communicator)":
+  /// what an error of the group's transport adds, since it names the group's ranks.
+  std::string note() const;
+
  private:
   int global(int r) const;
   Bootstrap& parent_;
   std::vector<int> members_;
   int me_ = 0;
   std::string key_;
+  int group_ = 0;
 };
+
+/// Runs fn(); an ncclz error it throws (other than Aborted) is thrown again,
+/// of the same type, with `note` appended to its message.
+template <class Fn>
+auto with_note(const std::string& note, Fn&& fn) -> decltype(fn());
+
+template <class Fn>
+auto with_note(const std::string& note, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Aborted&) {
+    throw;
+  } catch (const Timeout& e) {
+    throw Timeout(std::string(e.what()) + " " + note);
+  } catch (const RemoteError& e) {
+    throw RemoteError(std::string(e.what()) + " " + note);
+  } catch (const CorruptData& e) {
+    throw CorruptData(std::string(e.what()) + " " + note);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(e.what()) + " " + note);
+  } catch (const SystemError& e) {
+    throw SystemError(std::string(e.what()) + " " + note);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " " + note);
+  }
+}
 
 }  // namespace ncclz::topology
