@@ -284,11 +284,14 @@ class Policy:
 
     def choose_algorithm(self, coll: str, nbytes: int, dtype: str = "", algorithm: str | None = None) -> tuple:
         """(algorithm, {algorithm: seconds}) for an uncompressed call of `nbytes`: the faster of the
-        algorithms the topology allows (measured times win over the model)."""
+        algorithms the topology allows (measured times win over the model); "" while the link rate
+        is unknown (no evidence: the runtime's default runs)."""
         algos = self.algorithms(coll, algorithm)
         times = {a: self.predict(coll, nbytes, None, algorithm=a) for a in algos}
         if len(algos) == 1:
             return algos[0], times
+        if self._link_gbps is None:
+            return "", times
         a, _, _ = self._fastest(times, coll, dtype, nbytes, None, "")
         return a, times
 
@@ -315,6 +318,9 @@ class Policy:
         algos = self.algorithms(coll, algorithm)
         multi = len(algos) > 1
         none_algo, none_times = self.choose_algorithm(coll, nbytes, dt, algorithm)
+        if not none_algo:  # the link rate is unknown: the runtime's default (no proposal)
+            none_algo = "hierarchical" if "hierarchical" in algos else algos[0]
+            multi = False
         pred = {"none": none_times[none_algo]}
         algo_of = {"none": none_algo}
         by_algo = {"none": none_times} if multi else {}
