@@ -9,7 +9,10 @@
 //  - Compression::lossy_abs(E): every finite element of the result is within
 //    E of the exact result computed in fp64 from all ranks' inputs. For sum
 //    over N ranks each rank quantizes with E/N (minus the final rounding's
-//    share); for avg/max/min and data movement with E.
+//    share); for avg/max/min and data movement with E. A hierarchical call
+//    (H hosts of L ranks, ncclz/topology.hpp) combines each host's values
+//    exactly and quantizes the host's sum once, with E/H (minus its float
+//    rounding's share; bound/error_budget.hpp).
 //  - Compression::lossy_rel(r): E = r * (global max - global min) of the inputs.
 //  - prod is not offered in lossy mode. Non-finite inputs come out as an
 //    uncompressed float reduction would give them. All ranks' outputs are
