@@ -702,6 +702,11 @@ def write_md(res: dict, path: Path, png_name: str, json_name: str, notes: str = 
     if notes:
         L.append("## Observations (hand-written, see the file named below; re-check them against the numbers above)\n")
         L.append(notes.strip() + "\n")
+    # Sections other benchmarks keep in this file (bench/decompress_bench.py) survive a re-run.
+    old = path.read_text() if path.exists() else ""
+    a, b = old.find("<!-- decompress_bench:begin -->"), old.find("<!-- decompress_bench:end -->")
+    if 0 <= a < b:
+        L.append(old[a : b + len("<!-- decompress_bench:end -->")] + "\n")
     path.write_text("\n".join(L))
 
 

@@ -45,10 +45,14 @@ bool parse_choice(const std::string& s, EncodeOptions* opt) {
   const size_t plus = s.find('+');
   const std::string c = s.substr(0, plus), p = plus == std::string::npos ? "" : s.substr(plus + 1);
   using C = EncodeOptions::Choice;
-  if (c == "auto" || c == "lossless") opt->choice = C::Auto;
-  else if (c == "rans") opt->choice = C::Rans;
-  else if (c == "block") opt->choice = C::Block;
-  else return false;
+  if (c == "auto" || c == "lossless")
+    opt->choice = C::Auto;
+  else if (c == "rans")
+    opt->choice = C::Rans;
+  else if (c == "block")
+    opt->choice = C::Block;
+  else
+    return false;
   const char* names[] = {"none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"};
   if (!p.empty()) {
     opt->predictor = -2;
@@ -93,15 +97,14 @@ void run_one(const std::string& spec, int runs) {
   const char* pn[] = {"", "+delta1", "+delta2", "+lorenzo2d", "+lorenzo3d"};
   for (int c = 0; c < kNumCodecs; ++c)
     for (int p = 0; p < kNumPredictors; ++p)
-      if (info.by[c][p].slices)
-        picked += std::string(cn[c]) + pn[p] + "x" + std::to_string(info.by[c][p].slices) + " ";
+      if (info.by[c][p].slices) picked += std::string(cn[c]) + pn[p] + "x" + std::to_string(info.by[c][p].slices) + " ";
   double maxerr = 0;
   for (size_t i = 0; i < n; ++i) maxerr = std::max(maxerr, std::fabs(double(x[i]) - double(back[i])));
   const char* base = std::strrchr(path.c_str(), '/');
   std::printf("%-28s rel %.0e %-15s ratio %8.4f  whole: enc %6.3f dec %6.3f GB/s  %s %.4f  [%s]\n",
-              base ? base + 1 : path.c_str(), lossless ? 0.0 : rel, choice.c_str(), double(fbytes) / double(blob.size()),
-              double(fbytes) / te * 1e-9, double(fbytes) / td * 1e-9, lossless ? "maxerr" : "maxerr/eb",
-              lossless ? maxerr : maxerr / info.eb, picked.c_str());
+              base ? base + 1 : path.c_str(), lossless ? 0.0 : rel, choice.c_str(),
+              double(fbytes) / double(blob.size()), double(fbytes) / te * 1e-9, double(fbytes) / td * 1e-9,
+              lossless ? "maxerr" : "maxerr/eb", lossless ? maxerr : maxerr / info.grid_half_step, picked.c_str());
 
   // Pieces on int32 codes, per slice of info.slice_elems elements, with the
   // predictor the selector used most (or None).
@@ -110,7 +113,7 @@ void run_one(const std::string& spec, int runs) {
   for (int p = 0; p < kNumPredictors; ++p)
     if (info.by[int(Codec::Rans)][p].slices > best_s) best_s = info.by[int(Codec::Rans)][p].slices, best_p = p;
   if (!best_s || lossless) return;  // no Rans slice: no breakdown
-  const QuantGrid g = QuantGrid::from_bound(info.eb);
+  const QuantGrid g = QuantGrid::from_bound(info.grid_half_step);
   std::vector<int32_t> q(n), r(n), q2(n);
   std::vector<uint64_t> outl;
   quantize(x.data(), n, g, default_code_limit<int32_t>(), q.data(), &outl);
@@ -124,9 +127,8 @@ void run_one(const std::string& spec, int runs) {
   auto each = [&](auto&& f) {
     for (size_t s = 0; s < ns; ++s) f(s, s * S, std::min(S, n - s * S));
   };
-  const double tp = median_seconds(runs, [&] {
-    each([&](size_t, size_t o, size_t m) { predict(q.data() + o, m, pr, W, P, r.data() + o); });
-  });
+  const double tp = median_seconds(
+      runs, [&] { each([&](size_t, size_t o, size_t m) { predict(q.data() + o, m, pr, W, P, r.data() + o); }); });
   const double tre = median_seconds(runs, [&] {
     each([&](size_t s, size_t o, size_t m) { len[s] = rans_encode(r.data() + o, m, enc[s].data(), enc[s].size()); });
   });
@@ -135,17 +137,20 @@ void run_one(const std::string& spec, int runs) {
   {  // the portable encoder, for comparison (the same bytes)
     std::vector<uint8_t> tmp(S * 8 + 1024);
     tre_scalar = median_seconds(runs, [&] {
-      each([&](size_t, size_t o, size_t m) { rans_encode_with(RansImpl::Scalar, r.data() + o, m, tmp.data(), tmp.size()); });
+      each([&](size_t, size_t o, size_t m) {
+        rans_encode_with(RansImpl::Scalar, r.data() + o, m, tmp.data(), tmp.size());
+      });
     });
   }
 #endif
   bool ok = true;
   const double trd = median_seconds(runs, [&] {
-    each([&](size_t s, size_t o, size_t m) { ok &= rans_decode(enc[s].data(), len[s], m, q2.data() + o) == Status::Ok; });
+    each([&](size_t s, size_t o, size_t m) {
+      ok &= rans_decode(enc[s].data(), len[s], m, q2.data() + o) == Status::Ok;
+    });
   });
-  const double trc = median_seconds(runs, [&] {
-    each([&](size_t, size_t o, size_t m) { reconstruct(q2.data() + o, m, pr, W, P, q2.data() + o); });
-  });
+  const double trc = median_seconds(
+      runs, [&] { each([&](size_t, size_t o, size_t m) { reconstruct(q2.data() + o, m, pr, W, P, q2.data() + o); }); });
   // q2 now holds reconstruct(decode(...)) applied (runs + 1) times; redo once for the check.
   each([&](size_t s, size_t o, size_t m) {
     ok &= rans_decode(enc[s].data(), len[s], m, q2.data() + o) == Status::Ok;
@@ -154,11 +159,13 @@ void run_one(const std::string& spec, int runs) {
   ok &= q2 == q;
   size_t total = 0;
   for (size_t s = 0; s < ns; ++s) total += len[s];
-  std::printf("%-28s   pieces (%s, %zu slices): predict %6.3f  rans_enc %6.3f  rans_dec %6.3f  reconstruct %6.3f GB/s"
-              "  rans bytes %zu %s\n",
-              "", pn[best_p][0] ? pn[best_p] + 1 : "none", ns, double(fbytes) / tp * 1e-9, double(fbytes) / tre * 1e-9,
-              double(fbytes) / trd * 1e-9, double(fbytes) / trc * 1e-9, total, ok ? "ok" : "MISMATCH");
-  if (tre_scalar > 0) std::printf("%-28s   rans_enc with RansImpl::Scalar %6.3f GB/s\n", "", double(fbytes) / tre_scalar * 1e-9);
+  std::printf(
+      "%-28s   pieces (%s, %zu slices): predict %6.3f  rans_enc %6.3f  rans_dec %6.3f  reconstruct %6.3f GB/s"
+      "  rans bytes %zu %s\n",
+      "", pn[best_p][0] ? pn[best_p] + 1 : "none", ns, double(fbytes) / tp * 1e-9, double(fbytes) / tre * 1e-9,
+      double(fbytes) / trd * 1e-9, double(fbytes) / trc * 1e-9, total, ok ? "ok" : "MISMATCH");
+  if (tre_scalar > 0)
+    std::printf("%-28s   rans_enc with RansImpl::Scalar %6.3f GB/s\n", "", double(fbytes) / tre_scalar * 1e-9);
 }
 
 }  // namespace

@@ -7,8 +7,6 @@
 // The FIFO contract under test is in cpp/src/transport/transport.hpp and the
 // ring layout in cpp/src/transport/slot_ring.hpp.
 #include <gtest/gtest.h>
-
-#include "test_threads.hpp"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +23,7 @@
 
 #include "bootstrap/bootstrap.hpp"
 #include "ncclz/error.hpp"
+#include "test_threads.hpp"
 #include "transport/transport.hpp"
 
 using namespace ncclz;
@@ -34,9 +33,7 @@ namespace {
 
 using ncclz_test::run_threads;
 
-Clock::time_point in_s(double s) {
-  return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6));
-}
+Clock::time_point in_s(double s) { return Clock::now() + std::chrono::microseconds(static_cast<int64_t>(s * 1e6)); }
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 struct Rank {
@@ -54,6 +51,7 @@ struct JobSpec {
   int nslots = 4;
   size_t slot_bytes = 4096;
   bool full_mesh = true;  // else ring neighbours
+  std::string checksum;   // TransportConfig::checksum ("": NCCLZ_CHECKSUM or auto)
 };
 
 std::vector<Rank> make_ranks(const JobSpec& s) {
@@ -66,6 +64,7 @@ std::vector<Rank> make_ranks(const JobSpec& s) {
     cfg.transport = s.kind;
     cfg.nslots = s.nslots;
     cfg.slot_bytes = s.slot_bytes;
+    cfg.checksum = s.checksum;
     me.transport = create_transport(*me.boot, cfg, me.abort);
     for (int p = 0; p < s.n; ++p) {
       if (p == r) continue;
@@ -116,6 +115,56 @@ class NoForcedTransport {
   std::string saved_;
   bool had_ = false;
 };
+
+// Sets an environment variable for one scope (the transports read
+// NCCLZ_TEST_CORRUPT and NCCLZ_CHECKSUM when they are created).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) {
+      saved_ = v;
+      had_ = true;
+    }
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, saved_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string saved_;
+  bool had_ = false;
+};
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Posts `bytes` bytes of a pattern from `from` to `to` on channel `ch`.
+void post_pattern(Rank& from, int to, int ch, size_t bytes, uint8_t seed) {
+  SendConn* snd = from.links[size_t(ch)][size_t(index_of(from, to))].send.get();
+  uint8_t* d = snd->acquire(in_s(10));
+  for (size_t j = 0; j < bytes; ++j) d[j] = uint8_t(seed + j * 7);
+  snd->post(bytes);
+}
+
+// What a wait on `at`'s link from `from` throws (empty: it returned a slot; "timeout": it timed out).
+std::string corrupt_wait(Rank& at, int from, int ch, double timeout_s) {
+  RecvConn* rcv = at.links[size_t(ch)][size_t(index_of(at, from))].recv.get();
+  try {
+    rcv->wait(in_s(timeout_s));
+  } catch (const CorruptData& e) {
+    return e.what();
+  } catch (const Timeout& e) {
+    return std::string("timeout: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("other error: ") + e.what();
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -401,6 +450,114 @@ TEST_P(TransportKinds, PostedSlotsSurviveAnImmediateDestroy) {
   });
 }
 
+// Checksums on: a slot whose bytes changed after post() (the test hook flips
+// one bit, as a faulty link would) is CorruptData on the receiving rank,
+// naming the sender, channel and slot; nothing of it is handed out.
+TEST_P(TransportKinds, ChecksumCatchesACorruptSlot) {
+  for (uint64_t bit : {0, 5, 8 * 1000 - 1, 8 * 4096 + 3}) {
+    ScopedEnv fault("NCCLZ_TEST_CORRUPT", "0:1:2:" + std::to_string(bit));  // rank 0's third post to rank 1
+    JobSpec s;
+    s.kind = GetParam();
+    s.checksum = "on";
+    s.nchannels = 2;
+    s.slot_bytes = 8192;
+    auto ranks = make_ranks(s);
+    // Two good slots on channel 0, the corrupt one on channel 1 (posts to rank 1 are counted together).
+    post_pattern(ranks[0], 1, 0, 100, 1);
+    post_pattern(ranks[0], 1, 0, 0, 2);
+    post_pattern(ranks[0], 1, 1, bit < 8000 ? 1000 : 5000, 3);
+    for (int k = 0; k < 2; ++k) {
+      RecvConn* rcv = ranks[1].links[0][0].recv.get();
+      SlotView v = rcv->wait(in_s(10));
+      EXPECT_EQ(v.bytes, k == 0 ? 100u : 0u);
+      rcv->release();
+    }
+    const std::string m = corrupt_wait(ranks[1], 0, 1, 10);
+    EXPECT_TRUE(contains(m, "rank 1 received corrupt data from rank 0")) << m;
+    EXPECT_TRUE(contains(m, GetParam() + " transport, channel 1, slot 0")) << m;
+    EXPECT_TRUE(contains(m, "CRC-32C")) << m;
+    // The sender, waiting for anything from rank 1, hears of it.
+    const std::string s0 = corrupt_wait(ranks[0], 1, 0, 10);
+    EXPECT_TRUE(contains(s0, "the call failed on every rank because rank 1 received corrupt data from rank 0")) << s0;
+  }
+}
+
+// The notice travels: in a ring of 4 where rank 2 finds a corrupt slot from
+// rank 1, every rank waiting on its ring predecessor fails with CorruptData
+// naming rank 2's finding (rank 3 hears from 2, rank 0 from 3, rank 1 from 0),
+// long before its deadline.
+TEST_P(TransportKinds, CorruptDataReachesEveryRank) {
+  ScopedEnv fault("NCCLZ_TEST_CORRUPT", "1:2:0:77");
+  JobSpec s;
+  s.n = 4;
+  s.kind = GetParam();
+  s.checksum = "on";
+  s.full_mesh = false;
+  auto ranks = make_ranks(s);
+  std::vector<std::string> got(4);
+  const auto t0 = Clock::now();
+  run_threads(4, [&](int r) {
+    const int prev = (r + 3) % 4, next = (r + 1) % 4;
+    if (r == 1) post_pattern(ranks[1], next, 0, 3000, 9);
+    got[size_t(r)] = corrupt_wait(ranks[size_t(r)], prev, 0, 30);
+  });
+  EXPECT_LT(since(t0), 15.0) << "a rank waited for its deadline";
+  EXPECT_TRUE(contains(got[2], "rank 2 received corrupt data from rank 1")) << got[2];
+  for (int r : {0, 1, 3}) {
+    EXPECT_TRUE(
+        contains(got[size_t(r)], "the call failed on every rank because rank 2 received corrupt data from rank 1"))
+        << "rank " << r << ": " << got[size_t(r)];
+  }
+}
+
+// Without checksums the transport hands out what arrived (what "off" means),
+// and a rank's checksum setting must match its peers'.
+TEST_P(TransportKinds, ChecksumOffAndDisagreement) {
+  {
+    ScopedEnv fault("NCCLZ_TEST_CORRUPT", "0:1:0:3");
+    JobSpec s;
+    s.kind = GetParam();
+    s.checksum = "off";
+    auto ranks = make_ranks(s);
+    post_pattern(ranks[0], 1, 0, 10, 0);
+    SlotView v = ranks[1].links[0][0].recv->wait(in_s(10));
+    ASSERT_EQ(v.bytes, 10u);
+    EXPECT_EQ(v.data[0], uint8_t(0 ^ 8));  // bit 3 of byte 0 flipped, and delivered
+  }
+  UniqueId id = Bootstrap::make_unique_id();
+  std::vector<std::string> errs(2);
+  run_threads(2, [&](int r) {
+    auto b = Bootstrap::create(id, r, 2, 10.0);
+    TransportConfig cfg;
+    cfg.transport = GetParam();
+    cfg.checksum = r == 0 ? "on" : "auto";
+    try {
+      create_transport(*b, cfg, nullptr);
+    } catch (const InvalidArgument& e) {
+      errs[size_t(r)] = e.what();
+    }
+    TransportConfig bad;
+    bad.checksum = "sometimes";
+    EXPECT_THROW(create_transport(*b, bad, nullptr), InvalidArgument);
+  });
+  for (auto& e : errs) EXPECT_TRUE(contains(e, "NCCLZ_CHECKSUM")) << e;
+}
+
+// A slot corrupted in memory after post() (no hook: the test writes into the
+// slot it posted) is caught the same way.
+TEST(Transport, ChecksumCatchesAWriteAfterPost) {
+  JobSpec s;
+  s.checksum = "on";
+  auto ranks = make_ranks(s);
+  SendConn* snd = ranks[0].links[0][0].send.get();
+  uint8_t* d = snd->acquire(in_s(1));
+  std::memset(d, 0x5a, 64);
+  snd->post(64);
+  d[63] ^= 0x80;
+  const std::string m = corrupt_wait(ranks[1], 0, 0, 5);
+  EXPECT_TRUE(contains(m, "received corrupt data from rank 0 (inproc transport, channel 0, slot 0")) << m;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transport, TransportKinds, ::testing::Values("inproc", "shm", "socket"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
@@ -434,6 +591,34 @@ TEST(Transport, AutomaticSelectionAndValidation) {
     EXPECT_THROW(t->connect({5}, 1, in_s(1)), InvalidArgument);
   });
   for (auto& e : errs) EXPECT_NE(e.find("NCCLZ_TRANSPORT"), std::string::npos) << e;
+}
+
+// Socket frame headers carry their own CRC-32C (always): a flipped bit in one
+// is CorruptData on the receiver (the stream cannot be parsed past it) and on
+// the sender, never a misparsed stream or a wrong slot.
+TEST(Transport, SocketCorruptFrameHeader) {
+  for (uint64_t bit : {0, 40, 70, 130, 191}) {  // magic, slot counter, length, CRC, header CRC
+    ScopedEnv fault("NCCLZ_TEST_CORRUPT", "0:1:1:" + std::to_string(bit) + ":header");
+    for (const char* checksum : {"on", "off"}) {
+      JobSpec s;
+      s.kind = "socket";
+      s.checksum = checksum;
+      auto ranks = make_ranks(s);
+      post_pattern(ranks[0], 1, 0, 300, 1);
+      post_pattern(ranks[0], 1, 0, 300, 2);
+      SlotView v = ranks[1].links[0][0].recv->wait(in_s(10));
+      EXPECT_EQ(v.bytes, 300u);
+      ranks[1].links[0][0].recv->release();
+      const std::string m = corrupt_wait(ranks[1], 0, 0, 10);
+      EXPECT_TRUE(contains(m,
+                           "rank 1 received a corrupt frame header from rank 0 (socket transport, channel 0, "
+                           "before slot 1"))
+          << "bit " << bit << ": " << m;
+      const std::string m0 = corrupt_wait(ranks[0], 1, 0, 10);
+      EXPECT_TRUE(contains(m0, "the call failed on every rank because rank 1 received a corrupt frame header"))
+          << "bit " << bit << ": " << m0;
+    }
+  }
 }
 
 TEST(Transport, SocketThrottlePacesAndIfname) {
@@ -474,8 +659,8 @@ namespace {
 // Rank 1 in a forked child: sets up `kind`, runs `child`, and leaves with
 // _exit(code from child). Rank 0 runs `parent` in this process. Returns the
 // child's exit status.
-int fork_pair(const std::string& kind, const std::function<int(Rank&)>& child,
-              const std::function<void(Rank&)>& parent, bool expect_setup_error = false) {
+int fork_pair(const std::string& kind, const std::function<int(Rank&)>& child, const std::function<void(Rank&)>& parent,
+              bool expect_setup_error = false) {
   UniqueId id = Bootstrap::make_unique_id();
   pid_t pid = fork();
   if (pid == 0) {
@@ -583,6 +768,27 @@ TEST_P(TransportProcesses, DeadPeerGivesRemoteErrorQuickly) {
   if (GetParam() == "shm") {
     EXPECT_NE(msg.find("died"), std::string::npos) << msg;
   }
+}
+
+// The rank that finds corrupt data is another process, which fails and
+// exits: its notice still reaches rank 0 (shared memory: in the ring it
+// leaves behind; sockets: the proxy writes it before the socket closes).
+TEST_P(TransportProcesses, CorruptDataNoticeOutlivesTheFinder) {
+  ScopedEnv fault("NCCLZ_TEST_CORRUPT", "0:1:0:12");
+  ScopedEnv crc("NCCLZ_CHECKSUM", "on");
+  std::string msg;
+  int rc = fork_pair(
+      GetParam(),
+      [](Rank& me) {
+        const std::string m = corrupt_wait(me, 0, 0, 10);
+        return contains(m, "rank 1 received corrupt data from rank 0") ? 0 : 1;
+      },
+      [&](Rank& me) {
+        post_pattern(me, 1, 0, 2000, 4);
+        msg = corrupt_wait(me, 1, 0, 20);
+      });
+  EXPECT_EQ(rc, 0);
+  EXPECT_TRUE(contains(msg, "the call failed on every rank because rank 1 received corrupt data from rank 0")) << msg;
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, TransportProcesses, ::testing::Values("shm", "socket"),

@@ -4,7 +4,9 @@ Properties checked (docs/FORMAT.md, "Container (blob)"):
 - Lossless is bit-exact (NaN payloads, -0.0) for every dtype and shape.
 - Lossy(abs=E): every finite element within E; Lossy(rel=r): within r * (max - min);
   non-finite elements bit-exact.
-- Bad input raises ncclz.InvalidArgumentError, corrupt blobs ncclz.CorruptDataError.
+- Bad input raises ncclz.InvalidArgumentError, corrupt blobs ncclz.CorruptDataError; every
+  single-bit flip of a blob (every codec, layout, mode and dtype) is an error, never other values.
+- inspect() reports the bound as requested, E and the grid's half step by name.
 """
 
 import dataclasses
@@ -109,7 +111,8 @@ def test_lossless_bit_exact(dtype, shape, rng):
     assert y.dtype == x.dtype and y.shape == x.shape
     assert np.array_equal(bits(x), bits(y))
     info = codec.inspect(blob)
-    assert info["mode"] == "lossless"
+    assert info["mode"] == "lossless" and info["version"] == 2 and info["checksum"] == "crc32c"
+    assert info["bound"] == info["error_bound"] == info["grid_half_step"] == 0 and info["bound_kind"] is None
     assert info["dtype"] == ("bfloat16" if dtype == BF16 else str(dtype))
     assert info["shape"] == shape
     assert info["compressed_bytes"] == blob.size
@@ -126,8 +129,9 @@ def test_lossy_abs_bound_on_every_element(dtype, shape, eb, rng):
     assert_within(x, y, eb)
     info = codec.inspect(blob)
     assert info["mode"] == "lossy" and info["bound_kind"] == "abs" and info["bound"] == eb
-    # the grid's half step: the bound less at most 1/8 of it (docs/FORMAT.md, lossy mode)
-    assert 0.875 * eb <= info["eb"] <= eb
+    # E is the bound asked for; the grid's half step is E less at most 1/8 of it (docs/FORMAT.md, lossy mode)
+    assert info["error_bound"] == eb
+    assert 0.875 * eb <= info["grid_half_step"] <= eb
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
@@ -141,7 +145,9 @@ def test_lossy_rel_bound(dtype, r, rng):
     blob = codec.compress(x, ncclz.Lossy(rel=r))
     info = codec.inspect(blob)
     assert info["bound_kind"] == "rel" and info["bound"] == r
-    assert 0.875 * eb * (1 - 1e-12) <= info["eb"] <= eb * (1 + 1e-12)
+    # E = r * (max - min), resolved by compress() and stored: what a user measures against
+    assert info["error_bound"] == pytest.approx(eb, rel=1e-12)
+    assert 0.875 * eb * (1 - 1e-12) <= info["grid_half_step"] <= info["error_bound"]
     assert_within(x, codec.decompress(blob), eb * (1 + 1e-12))
 
 
@@ -157,7 +163,7 @@ def test_lossy_compresses_smooth_data(rng):
     x = (np.sin(xx * 0.1) * np.cos(yy * 0.07) + 0.01 * z).astype(np.float32)
     blob = codec.compress(x, ncclz.Lossy(rel=1e-3))
     assert codec.inspect(blob)["ratio"] > 4
-    assert_within(x, codec.decompress(blob), codec.inspect(blob)["eb"])
+    assert_within(x, codec.decompress(blob), codec.inspect(blob)["error_bound"])
 
 
 def smooth_field(shape, dtype=np.float32):
@@ -449,19 +455,118 @@ def test_corrupt_blobs(rng):
             codec.inspect(blob[:-1])
         with pytest.raises(ncclz.CorruptDataError):
             codec.decompress(np.concatenate([blob, np.zeros(1, np.uint8)]))
-        for _ in range(2000):
+        for _ in range(2000):  # one flipped bit: always caught (the CRC-32C trailer)
             b = blob.copy()
             i = rng.integers(b.size)
             b[i] ^= np.uint8(1 << int(rng.integers(8)))
-            try:
-                y = codec.decompress(b)
-                assert y.size == x.size
-            except ncclz.CorruptDataError:
-                pass
+            with pytest.raises(ncclz.CorruptDataError):
+                codec.decompress(b)
     with pytest.raises(ncclz.CorruptDataError, match="magic"):
         codec.decompress(np.zeros(100, np.uint8))
     with pytest.raises(ncclz.InvalidArgumentError):
         codec.decompress(np.zeros(10, np.float32))
+
+
+def small_blobs():
+    """Small blobs of every codec, layout and mode (lossy abs and rel, lossless), every dtype."""
+    rng = np.random.default_rng(5)
+    options = [
+        (ncclz.Lossless(), {}),
+        *[(ncclz.Lossless(), {"codec": c}) for c in ("raw", "block", "rans", "sparse", "floatexp")],
+        (ncclz.Lossy(abs=1e-2), {}),
+        (ncclz.Lossy(rel=1e-3), {"codec": "rans", "predictor": "delta1"}),
+        (ncclz.Lossy(rel=1e-2), {"layout": "interp"}),
+        (ncclz.Lossy(abs=1e-1), {"codec": "block", "predictor": "lorenzo2d"}),
+        (ncclz.Lossy(abs=1e-1), {"codec": "raw"}),
+    ]
+    blobs = []
+    for dtype in FLOAT_DTYPES + INT_DTYPES:
+        x = make(dtype, (6, 20), rng)
+        for spec, kw in options:
+            try:
+                blobs.append(codec.compress(x, spec, **kw))
+            except ncclz.InvalidArgumentError:  # a codec that does not carry this dtype
+                pass
+    sparse = np.zeros(120, np.float32)
+    sparse[[3, 50, 99]] = [1.5, -2.0, 7.25]
+    blobs.append(codec.compress(sparse, ncclz.Lossless(), codec="sparse"))
+    return blobs
+
+
+def test_every_single_bit_flip_is_an_error():
+    """No single flipped bit of any blob decodes to other values (before checksums 69-96% did)."""
+    blobs = small_blobs()
+    infos = [codec.inspect(b) for b in blobs]
+    assert {i["dtype"] for i in infos} == set(codec.SUPPORTED_DTYPES)
+    assert {i["layout"] for i in infos} == {"classic", "interp"}
+    assert {i["bound_kind"] for i in infos} == {None, "abs", "rel"}
+    assert {k.split("+")[0] for i in infos for k in i["codecs"]} == {"raw", "block", "rans", "sparse", "floatexp"}
+    flips, silent = 0, []
+    for k, blob in enumerate(blobs):
+        b = blob.copy()
+        for bit in range(b.size * 8):
+            b[bit // 8] ^= np.uint8(1 << (bit % 8))
+            for f in (codec.decompress, codec.inspect):
+                try:
+                    f(b)
+                    silent.append((k, bit, f.__name__))
+                except ncclz.CorruptDataError:
+                    pass
+            b[bit // 8] ^= np.uint8(1 << (bit % 8))
+            flips += 1
+    assert not silent, f"{len(silent)} flips not caught, e.g. (blob, bit, call) {silent[:5]}"
+    assert flips > 100_000
+    # Into an output of the right dtype and shape: also an error, whatever the flip hit (the shape too).
+    for blob in blobs[::7]:
+        out = codec.decompress(blob)
+        b = blob.copy()
+        for bit in range(b.size * 8):
+            b[bit // 8] ^= np.uint8(1 << (bit % 8))
+            try:
+                codec.decompress(b, out=out)
+                silent.append((bit, "out="))
+            except ncclz.CorruptDataError:
+                pass
+            b[bit // 8] ^= np.uint8(1 << (bit % 8))
+    assert not silent, silent[:5]
+
+
+def test_checksum_error_says_what():
+    blob = codec.compress(np.arange(100, dtype=np.float32), ncclz.Lossy(abs=0.5))
+    blob[70] ^= 4
+    with pytest.raises(ncclz.CorruptDataError, match="checksum mismatch .*changed after compress"):
+        codec.decompress(blob)
+
+
+def test_fresh_outputs_never_share_memory_with_live_arrays(rng):
+    """decompress(blob) reuses the memory of freed outputs (a pool), never of live ones."""
+    x = rng.normal(size=(512, 1024)).astype(np.float32)  # 2 MiB: pooled
+    blob = codec.compress(x, ncclz.Lossy(abs=1e-3))
+    ref = codec.decompress(blob)
+    live = [codec.decompress(blob) for _ in range(4)]
+    for a in live:
+        assert a.flags.owndata is False and a.flags.writeable and a.flags.c_contiguous
+        assert np.array_equal(a, ref)
+    for i, a in enumerate(live):
+        for b in live[i + 1 :]:
+            assert not np.shares_memory(a, b)
+    for _ in range(6):  # freed and reused: still right, and independent of the arrays alive
+        del live[0]
+        y = codec.decompress(blob)
+        assert np.array_equal(y, ref)
+        for a in live:
+            assert not np.shares_memory(a, y)
+        y[:] = -1.0
+        for a in live:
+            assert np.array_equal(a, ref)
+        live.append(y)
+        live[-1] = codec.decompress(blob)
+    # Every dtype and odd sizes through the same path (small ones are not pooled).
+    for dtype in FLOAT_DTYPES + INT_DTYPES:
+        for shape in [(), (0,), (3,), (700, 1000)]:
+            z = make(dtype, shape, rng)
+            w = codec.decompress(codec.compress(z, ncclz.Lossless()))
+            assert w.dtype == z.dtype and w.shape == z.shape and np.array_equal(bits(w), bits(z))
 
 
 def test_decompress_into_preallocated_output(rng):

@@ -5,12 +5,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
+#include "base/crc32c.hpp"
 #include "ncclz/error.hpp"
 
 namespace ncclz::transport {
@@ -33,11 +35,23 @@ std::string fmt_s(double s) {
   return b;
 }
 
+std::string hex32(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", v);
+  return b;
+}
+
+// What a rank is told to do about corrupt data.
+constexpr const char* kCorruptAdvice =
+    " The communicator is aborted on every rank; create a new one. Corruption that TCP's checksum misses "
+    "comes from faulty NICs, cables, switches or memory: if it repeats between the same hosts, check that "
+    "hardware.";
+
 }  // namespace
 
 std::string ConnLabel::prefix() const {
-  return std::string(transport) + " transport rank " + std::to_string(rank) + " (channel " +
-         std::to_string(channel) + ", peer rank " + std::to_string(peer) + ")";
+  return std::string(transport) + " transport rank " + std::to_string(rank) + " (channel " + std::to_string(channel) +
+         ", peer rank " + std::to_string(peer) + ")";
 }
 
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
@@ -50,8 +64,8 @@ void futex_wake(std::atomic<uint32_t>* word) {
 }
 
 size_t ring_bytes(int nslots, size_t slot_bytes) {
-  size_t sizes_off = round_up(sizeof(RingHeader), 64);
-  size_t data_off = round_up(sizes_off + sizeof(uint64_t) * static_cast<size_t>(nslots), 4096);
+  size_t meta_off = round_up(sizeof(RingHeader), 64);
+  size_t data_off = round_up(meta_off + sizeof(SlotMeta) * static_cast<size_t>(nslots), 4096);
   size_t stride = round_up(slot_bytes, 64);
   return data_off + stride * static_cast<size_t>(nslots);
 }
@@ -61,23 +75,100 @@ void ring_init(void* mem, int nslots, size_t slot_bytes) {
   h->tail.store(0);
   h->producer_waiting.store(0);
   h->producer_closed.store(0);
+  h->producer_why.store(kClosedNormally);
   h->head.store(0);
   h->consumer_waiting.store(0);
   h->consumer_closed.store(0);
+  h->consumer_why.store(kClosedNormally);
   h->magic = kRingMagic;
   h->version = kRingVersion;
   h->nslots = static_cast<uint32_t>(nslots);
   h->reserved = 0;
   h->slot_bytes = slot_bytes;
   h->slot_stride = round_up(slot_bytes, 64);
-  h->sizes_offset = round_up(sizeof(RingHeader), 64);
-  h->data_offset = round_up(h->sizes_offset + sizeof(uint64_t) * static_cast<size_t>(nslots), 4096);
+  h->meta_offset = round_up(sizeof(RingHeader), 64);
+  h->data_offset = round_up(h->meta_offset + sizeof(SlotMeta) * static_cast<size_t>(nslots), 4096);
   h->total_bytes = ring_bytes(nslots, slot_bytes);
   h->producer_pid.store(0);
   h->consumer_pid.store(0);
   h->producer_start = 0;
   h->consumer_start = 0;
-  std::memset(static_cast<uint8_t*>(mem) + h->sizes_offset, 0, sizeof(uint64_t) * static_cast<size_t>(nslots));
+  std::memset(h->producer_note, 0, sizeof h->producer_note);
+  std::memset(h->consumer_note, 0, sizeof h->consumer_note);
+  std::memset(static_cast<uint8_t*>(mem) + h->meta_offset, 0, sizeof(SlotMeta) * static_cast<size_t>(nslots));
+}
+
+void ring_close(RingHeader* hdr, bool producer, CloseWhy why, const std::string& note) {
+  char* dst = producer ? hdr->producer_note : hdr->consumer_note;
+  std::atomic<uint32_t>& w = producer ? hdr->producer_why : hdr->consumer_why;
+  std::atomic<uint32_t>& closed = producer ? hdr->producer_closed : hdr->consumer_closed;
+  if (why != kClosedNormally && w.load(std::memory_order_acquire) == kClosedNormally) {
+    const size_t n = std::min(note.size(), kCloseNoteBytes - 1);
+    std::memcpy(dst, note.data(), n);
+    dst[n] = '\0';
+    w.store(why, std::memory_order_release);
+  }
+  closed.store(1, std::memory_order_seq_cst);
+  futex_wake(producer ? &hdr->tail : &hdr->head);
+}
+
+std::string ring_corrupt_note(const RingHeader* hdr, bool producer) {
+  const std::atomic<uint32_t>& w = producer ? hdr->producer_why : hdr->consumer_why;
+  if (w.load(std::memory_order_acquire) != kClosedCorrupt) return "";
+  const char* src = producer ? hdr->producer_note : hdr->consumer_note;
+  return std::string(src, strnlen(src, kCloseNoteBytes));
+}
+
+// ---- link group ---------------------------------------------------------------
+
+LinkGroup::LinkGroup(int rank, bool checksum, Fault fault) : rank_(rank), checksum_(checksum), fault_(fault) {}
+
+void LinkGroup::join(RingEnd* end) {
+  bool late;
+  std::string note;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ends_.push_back(end);
+    late = poisoned_.load();
+    note = note_;
+  }
+  if (late) end->poison(note);
+}
+
+void LinkGroup::leave(RingEnd* end) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ends_.erase(std::remove(ends_.begin(), ends_.end(), end), ends_.end());
+}
+
+int LinkGroup::add_listener(std::function<void()> f) {
+  std::lock_guard<std::mutex> lk(mu_);
+  listeners_.emplace_back(next_listener_, std::move(f));
+  return next_listener_++;
+}
+
+void LinkGroup::remove_listener(int id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(), [id](const auto& l) { return l.first == id; }),
+                   listeners_.end());
+}
+
+void LinkGroup::poison(const std::string& note) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (poisoned_.load()) return;
+  note_ = note.empty() ? "a peer reported corrupt data" : note;
+  poisoned_.store(true, std::memory_order_release);
+  for (RingEnd* e : ends_) e->poison(note_);
+  for (auto& l : listeners_) l.second();
+}
+
+std::string LinkGroup::note() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return note_;
+}
+
+bool LinkGroup::fault_now(int peer, bool header) {
+  if (fault_.rank != rank_ || fault_.peer != peer || fault_.header != header) return false;
+  return fault_count_.fetch_add(1) == fault_.slot;
 }
 
 void ring_validate(const void* mem, size_t mapped_bytes, int nslots, size_t slot_bytes, const std::string& who) {
@@ -98,7 +189,7 @@ RingView::RingView(void* mem) {
   if (!mem) return;
   hdr = static_cast<RingHeader*>(mem);
   auto* base = static_cast<uint8_t*>(mem);
-  sizes = reinterpret_cast<uint64_t*>(base + hdr->sizes_offset);
+  meta = reinterpret_cast<SlotMeta*>(base + hdr->meta_offset);
   data = base + hdr->data_offset;
   nslots = hdr->nslots;
   slot_bytes = hdr->slot_bytes;
@@ -115,11 +206,24 @@ std::shared_ptr<void> make_heap_ring(int nslots, size_t slot_bytes) {
 
 // ---- waiting ---------------------------------------------------------------
 
+// Waits until ready(*word). `other_producer`: whether the side this end
+// waits on is the ring's producer (a receiver waits on the producer, a sender
+// on the consumer); its closed flag and reason decide what a close means.
 template <class Ready>
-static void ring_wait(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waiting_flag,
-                      const std::atomic<uint32_t>* closed, Ready ready, Clock::time_point deadline,
-                      const AbortFlag* abort, RingHooks* hooks, const ConnLabel& label, const char* what,
-                      const char* closed_msg) {
+static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>* word,
+                      std::atomic<uint32_t>* waiting_flag, Ready ready, Clock::time_point deadline,
+                      const AbortFlag* abort, RingHooks* hooks, LinkGroup* group, const ConnLabel& label,
+                      const char* what, const char* closed_msg) {
+  const std::atomic<uint32_t>* closed = other_producer ? &h->producer_closed : &h->consumer_closed;
+  // The other side closed because corrupt data was found: pass the notice on
+  // to this rank's other peers, then fail with it.
+  auto throw_if_corrupt = [&] {
+    if (!closed->load(std::memory_order_acquire)) return;
+    const std::string note = ring_corrupt_note(h, other_producer);
+    if (note.empty()) return;
+    if (group) group->poison(note);
+    throw CorruptData(label.prefix() + ": the call failed on every rank because " + note + "." + kCorruptAdvice);
+  };
   for (int i = 0; i < kSpinIters; ++i) {
     if (ready(word->load(std::memory_order_acquire))) return;
     cpu_relax();
@@ -131,6 +235,7 @@ static void ring_wait(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waitin
     }
     if (closed->load(std::memory_order_acquire)) {
       if (ready(word->load(std::memory_order_acquire))) return;
+      throw_if_corrupt();
       std::string why = hooks ? hooks->closed_reason() : std::string();
       if (!why.empty()) throw RemoteError(label.prefix() + ": " + why + " while this rank waited for " + what);
       throw RemoteError(label.prefix() + ": " + closed_msg + " while this rank waited for " + what);
@@ -142,14 +247,14 @@ static void ring_wait(std::atomic<uint32_t>* word, std::atomic<uint32_t>* waitin
         hooks->check_peer();
       } catch (const RemoteError&) {
         if (ready(word->load(std::memory_order_acquire))) return;
+        throw_if_corrupt();  // a peer that found corrupt data and exited
         throw;
       }
     }
     auto now = Clock::now();
     if (now >= deadline) {
-      throw Timeout(label.prefix() + ": timed out after " +
-                    fmt_s(std::chrono::duration<double>(now - start).count()) + " s waiting for " + what +
-                    " (peer rank " + std::to_string(label.peer) +
+      throw Timeout(label.prefix() + ": timed out after " + fmt_s(std::chrono::duration<double>(now - start).count()) +
+                    " s waiting for " + what + " (peer rank " + std::to_string(label.peer) +
                     " is stuck, slower, or not running the same collective; raise NCCLZ_TIMEOUT if it is just slow)");
     }
     waiting_flag->store(1, std::memory_order_seq_cst);
@@ -174,8 +279,19 @@ RingSendConn::RingSendConn(std::shared_ptr<void> owner, void* ring_mem, ConnLabe
 }
 
 RingSendConn::~RingSendConn() {
-  ring_.hdr->producer_closed.store(1, std::memory_order_seq_cst);
-  futex_wake(&ring_.hdr->tail);
+  if (group_) group_->leave(this);
+  ring_close(ring_.hdr, true, kClosedNormally, "");
+  if (hooks_) hooks_->notify();
+}
+
+void RingSendConn::join(std::shared_ptr<LinkGroup> group) {
+  group_ = std::move(group);
+  checksum_ = group_->checksum();
+  group_->join(this);
+}
+
+void RingSendConn::poison(const std::string& note) {
+  ring_close(ring_.hdr, true, kClosedCorrupt, note);
   if (hooks_) hooks_->notify();
 }
 
@@ -184,10 +300,11 @@ uint8_t* RingSendConn::acquire(Clock::time_point deadline) {
     const uint32_t k = ring_.nslots;
     const uint32_t t = tail_;
     RingHeader* h = ring_.hdr;
-    ring_wait(&h->head, &h->producer_waiting, &h->consumer_closed,
-              [t, k](uint32_t head) { return t - head < k; }, deadline, abort_.get(), hooks_.get(), label_,
-              "a free slot to send into (the receiver has not released its slots)",
-              "the receiving side closed the connection");
+    ring_wait(
+        h, false, &h->head, &h->producer_waiting, [t, k](uint32_t head) { return t - head < k; }, deadline,
+        abort_.get(), hooks_.get(), group_.get(), label_,
+        "a free slot to send into (the receiver has not released its slots)",
+        "the receiving side closed the connection");
     acquired_ = true;
   }
   return ring_.slot(tail_);
@@ -201,7 +318,13 @@ void RingSendConn::post(size_t bytes) {
     throw InvalidArgument(label_.prefix() + ": post of " + std::to_string(bytes) + " bytes into a slot of " +
                           std::to_string(ring_.slot_bytes) + " bytes");
   }
-  ring_.sizes[tail_ % ring_.nslots] = bytes;
+  SlotMeta& m = ring_.meta_of(tail_);
+  m.bytes = bytes;
+  m.crc = checksum_ ? base::crc32c(ring_.slot(tail_), bytes) : 0;
+  if (group_ && group_->fault_now(label_.peer, false) && bytes > 0) {  // test hook: corrupt it in flight
+    const uint64_t bit = group_->fault().bit % (uint64_t(bytes) * 8);
+    ring_.slot(tail_)[bit / 8] ^= uint8_t(1u << (bit % 8));
+  }
   ++tail_;
   acquired_ = false;
   RingHeader* h = ring_.hdr;
@@ -219,9 +342,9 @@ void RingSendConn::flush(Clock::time_point deadline) {
   }
   const uint32_t t = tail_;
   RingHeader* h = ring_.hdr;
-  ring_wait(&h->head, &h->producer_waiting, &h->consumer_closed, [t](uint32_t head) { return head == t; }, deadline,
-            abort_.get(), hooks_.get(), label_, "the posted slots to be written to the network",
-            "the connection failed");
+  ring_wait(
+      h, false, &h->head, &h->producer_waiting, [t](uint32_t head) { return head == t; }, deadline, abort_.get(),
+      hooks_.get(), group_.get(), label_, "the posted slots to be written to the network", "the connection failed");
 }
 
 // ---- receiving end -----------------------------------------------------------
@@ -233,8 +356,19 @@ RingRecvConn::RingRecvConn(std::shared_ptr<void> owner, void* ring_mem, ConnLabe
 }
 
 RingRecvConn::~RingRecvConn() {
-  ring_.hdr->consumer_closed.store(1, std::memory_order_seq_cst);
-  futex_wake(&ring_.hdr->head);
+  if (group_) group_->leave(this);
+  ring_close(ring_.hdr, false, kClosedNormally, "");
+  if (hooks_) hooks_->notify();
+}
+
+void RingRecvConn::join(std::shared_ptr<LinkGroup> group) {
+  group_ = std::move(group);
+  checksum_ = group_->checksum();
+  group_->join(this);
+}
+
+void RingRecvConn::poison(const std::string& note) {
+  ring_close(ring_.hdr, false, kClosedCorrupt, note);
   if (hooks_) hooks_->notify();
 }
 
@@ -242,13 +376,28 @@ SlotView RingRecvConn::wait(Clock::time_point deadline) {
   if (waited_) return view_;
   const uint32_t hd = head_;
   RingHeader* h = ring_.hdr;
-  ring_wait(&h->tail, &h->consumer_waiting, &h->producer_closed, [hd](uint32_t tail) { return tail != hd; },
-            deadline, abort_.get(), hooks_.get(), label_, "the next slot from the sender",
-            "the sending side closed the connection (it exited or destroyed its communicator)");
-  uint64_t n = ring_.sizes[head_ % ring_.nslots];
+  ring_wait(
+      h, true, &h->tail, &h->consumer_waiting, [hd](uint32_t tail) { return tail != hd; }, deadline, abort_.get(),
+      hooks_.get(), group_.get(), label_, "the next slot from the sender",
+      "the sending side closed the connection (it exited or destroyed its communicator)");
+  const SlotMeta& m = ring_.meta_of(head_);
+  const uint64_t n = m.bytes;
   if (n > ring_.slot_bytes) {
     throw RemoteError(label_.prefix() + ": the sender posted " + std::to_string(n) + " bytes in a slot of " +
                       std::to_string(ring_.slot_bytes) + " bytes (corrupt ring)");
+  }
+  if (checksum_) {
+    const uint32_t got = base::crc32c(ring_.slot(head_), size_t(n));
+    if (got != m.crc) {
+      // Say where, tell every peer (they fail with this note too), then fail.
+      const std::string note = "rank " + std::to_string(label_.rank) + " received corrupt data from rank " +
+                               std::to_string(label_.peer) + " (" + label_.transport + " transport, channel " +
+                               std::to_string(label_.channel) + ", slot " + std::to_string(head_) +
+                               " of that connection, " + std::to_string(n) + " bytes: CRC-32C " + hex32(got) +
+                               ", the sender's " + hex32(m.crc) + ")";
+      group_->poison(note);
+      throw CorruptData(label_.prefix() + ": " + note + "; nothing of it was used." + kCorruptAdvice);
+    }
   }
   view_.data = ring_.slot(head_);
   view_.bytes = static_cast<size_t>(n);

@@ -2,15 +2,15 @@
 // that drive it.
 //
 // One ring is one direction of one connection: K slots of slot_bytes, a
-// per-slot byte count, and two 32-bit monotonic counters (they wrap; only
-// differences are used), each on its own cache line:
+// per-slot record (bytes posted, their CRC-32C), and two 32-bit monotonic
+// counters (they wrap; only differences are used), each on its own cache line:
 //
 //   tail  written by the producer: slots posted so far
 //   head  written by the consumer: slots released so far
 //
 // The producer may fill slot (tail % K) when tail - head < K; the consumer may
 // read slot (head % K) when tail - head > 0. The producer writes the slot and
-// sizes[slot] and then publishes tail (release); the consumer reads tail
+// meta[slot] and then publishes tail (release); the consumer reads tail
 // (acquire) and then the slot. The same layout lives in ordinary memory
 // (in-process transport; socket transport, whose proxy thread is the
 // consumer of send rings and the producer of receive rings) or in a POSIX
@@ -24,32 +24,66 @@
 // the waiter checks the deadline, the communicator's AbortFlag, the peer's
 // "closed" flag and a transport hook (peer process liveness for shared memory,
 // proxy errors for sockets).
+//
+// Checksums (NCCLZ_CHECKSUM, agreed at creation; docs/TRANSPORTS.md): where on,
+// post() stores the CRC-32C of the posted bytes in meta[slot] and the
+// receiver's wait() recomputes it before handing the slot out, so a slot
+// corrupted anywhere between the two (shared memory, the socket transport's
+// frames and kernels, a NIC, a switch) is CorruptData, never data. The socket
+// transport carries the CRC in its frame header (socket_transport.cpp).
+//
+// Closing with a reason. Each side records why it closed: normally (the end
+// was destroyed), or because this rank found corrupt data, with a note naming
+// where. A rank that finds corrupt data closes every ring end of its
+// transport that way at once (LinkGroup::poison), so that its peers, whatever
+// they wait for, fail promptly with CorruptData naming the original fault
+// instead of waiting for their deadline; a peer that sees such a close closes
+// its own ends the same way, so the notice spreads to every rank that waits.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "transport/transport.hpp"
 
 namespace ncclz::transport {
 
 constexpr uint32_t kRingMagic = 0x475a434e;  // "NCZG"
-constexpr uint32_t kRingVersion = 1;
+constexpr uint32_t kRingVersion = 2;         // 2: per-slot CRC, close reasons
 constexpr int kSpinIters = 256;
 constexpr int kWaitSliceMs = 20;
+constexpr size_t kCloseNoteBytes = 448;
+
+/// Why a side closed its ring (RingHeader::{producer,consumer}_why).
+enum CloseWhy : uint32_t {
+  kClosedNormally = 0,  ///< the end was destroyed (or the socket proxy failed: see RingHooks::closed_reason)
+  kClosedCorrupt = 1,   ///< this rank or one it heard from found corrupt data; the note says where
+};
+
+/// What the producer records about one posted slot.
+struct SlotMeta {
+  uint64_t bytes;  ///< bytes posted
+  uint32_t crc;    ///< CRC-32C of those bytes (when checksums are on)
+  uint32_t reserved;
+};
 
 struct RingHeader {
   // Producer's cache line.
   alignas(64) std::atomic<uint32_t> tail;
   std::atomic<uint32_t> producer_waiting;  // producer sleeps on `head`
   std::atomic<uint32_t> producer_closed;   // no more posts will come
+  std::atomic<uint32_t> producer_why;      // CloseWhy, stored before producer_closed
   // Consumer's cache line.
   alignas(64) std::atomic<uint32_t> head;
   std::atomic<uint32_t> consumer_waiting;  // consumer sleeps on `tail`
   std::atomic<uint32_t> consumer_closed;   // no more releases will come
+  std::atomic<uint32_t> consumer_why;      // CloseWhy, stored before consumer_closed
   // Set once.
   alignas(64) uint32_t magic;
   uint32_t version;
@@ -57,7 +91,7 @@ struct RingHeader {
   uint32_t reserved;
   uint64_t slot_bytes;
   uint64_t slot_stride;
-  uint64_t sizes_offset;
+  uint64_t meta_offset;
   uint64_t data_offset;
   uint64_t total_bytes;
   // Process identities (shared memory): pid published after its start time.
@@ -65,10 +99,13 @@ struct RingHeader {
   std::atomic<int32_t> consumer_pid;
   uint64_t producer_start;
   uint64_t consumer_start;
+  // The close notes (NUL-terminated), written before the matching *_why.
+  char producer_note[kCloseNoteBytes];
+  char consumer_note[kCloseNoteBytes];
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "ring counters must be lock-free");
 
-/// Bytes a ring with these parameters needs (header, sizes, page-aligned slots).
+/// Bytes a ring with these parameters needs (header, slot records, page-aligned slots).
 size_t ring_bytes(int nslots, size_t slot_bytes);
 /// Constructs an empty ring in `mem` (ring_bytes() bytes, 64-byte aligned).
 void ring_init(void* mem, int nslots, size_t slot_bytes);
@@ -78,14 +115,22 @@ void ring_validate(const void* mem, size_t mapped_bytes, int nslots, size_t slot
 /// Process-local view of a ring.
 struct RingView {
   RingHeader* hdr = nullptr;
-  uint64_t* sizes = nullptr;
+  SlotMeta* meta = nullptr;
   uint8_t* data = nullptr;
   uint32_t nslots = 0;
   size_t slot_bytes = 0;
   size_t stride = 0;
   explicit RingView(void* mem = nullptr);
   uint8_t* slot(uint32_t counter) const { return data + static_cast<size_t>(counter % nslots) * stride; }
+  SlotMeta& meta_of(uint32_t counter) const { return meta[counter % nslots]; }
 };
+
+/// Closes one side of a ring with a reason: the note, then `why`, then the
+/// closed flag (so a reader that sees the flag sees both), and wakes whoever
+/// sleeps on the ring. `producer`: the producer's side, else the consumer's.
+void ring_close(RingHeader* hdr, bool producer, CloseWhy why, const std::string& note);
+/// The other side's close note (empty unless it closed with kClosedCorrupt).
+std::string ring_corrupt_note(const RingHeader* hdr, bool producer);
 
 /// Transport-specific behaviour around a ring end.
 class RingHooks {
@@ -102,6 +147,63 @@ class RingHooks {
   virtual bool flush_waits_for_drain() const { return false; }
 };
 
+class RingEnd;
+
+/// The fault NCCLZ_TEST_CORRUPT asks for (tests only; rank -1: none).
+struct LinkFault {
+  int rank = -1, peer = -1;  ///< flip on this rank's links to this peer
+  uint64_t slot = 0;         ///< ... in the slot-th post (0-based, all its links to the peer together)
+  uint64_t bit = 0;          ///< ... this bit (modulo the bits posted)
+  bool header = false;       ///< socket transport: flip a bit of the frame header instead (bit modulo 192)
+};
+
+/// What the ring ends of one transport share. create_transport makes one per
+/// transport and joins every end that connect() returns to it (so the
+/// transports need not thread it through their constructors):
+///  - whether slots carry a CRC-32C (the agreed NCCLZ_CHECKSUM);
+///  - the live ends, so that poison() can close all of them, and listeners
+///    (the socket proxies) that pass the notice on to their peers;
+///  - the test-only fault plan of NCCLZ_TEST_CORRUPT (flip one bit of one
+///    slot after its checksum was taken: corruption in flight).
+class LinkGroup {
+ public:
+  using Fault = LinkFault;
+
+  LinkGroup(int rank, bool checksum, Fault fault = Fault());
+  int rank() const { return rank_; }
+  bool checksum() const { return checksum_; }
+
+  void join(RingEnd* end);
+  void leave(RingEnd* end);
+  /// Runs `f` on poison() (after the ends are closed); returns an id for remove_listener.
+  int add_listener(std::function<void()> f);
+  void remove_listener(int id);
+
+  /// The first call records `note` and closes every joined end with it
+  /// (kClosedCorrupt), then runs the listeners; later calls do nothing.
+  void poison(const std::string& note);
+  bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  /// The note of the first poison() ("" before).
+  std::string note() const;
+
+  /// Test hook: whether the post that is about to go to `peer` (or, with
+  /// header, the frame) is the one the fault plan names; counts it.
+  bool fault_now(int peer, bool header);
+  const Fault& fault() const { return fault_; }
+
+ private:
+  const int rank_;
+  const bool checksum_;
+  const Fault fault_;
+  std::atomic<uint64_t> fault_count_{0};
+  mutable std::mutex mu_;
+  std::vector<RingEnd*> ends_;
+  std::vector<std::pair<int, std::function<void()>>> listeners_;
+  int next_listener_ = 0;
+  std::atomic<bool> poisoned_{false};
+  std::string note_;
+};
+
 /// What error messages say about a ring end.
 struct ConnLabel {
   const char* transport = "";  // "inproc", "shm", "socket"
@@ -115,12 +217,25 @@ struct ConnLabel {
 void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms);
 void futex_wake(std::atomic<uint32_t>* word);
 
+/// What RingSendConn and RingRecvConn have in common: membership of a LinkGroup.
+class RingEnd {
+ public:
+  virtual ~RingEnd() = default;
+  /// Joins `group` (once, before the end is used): from then on the end
+  /// follows its checksum setting and is closed by its poison().
+  virtual void join(std::shared_ptr<LinkGroup> group) = 0;
+  /// Closes this end's side of the ring with kClosedCorrupt and `note`.
+  virtual void poison(const std::string& note) = 0;
+};
+
 /// The sending end over a ring (memory kept alive by `owner`).
-class RingSendConn final : public SendConn {
+class RingSendConn final : public SendConn, public RingEnd {
  public:
   RingSendConn(std::shared_ptr<void> owner, void* ring_mem, ConnLabel label, std::shared_ptr<AbortFlag> abort,
                std::unique_ptr<RingHooks> hooks);
   ~RingSendConn() override;
+  void join(std::shared_ptr<LinkGroup> group) override;
+  void poison(const std::string& note) override;
   uint8_t* acquire(Clock::time_point deadline) override;
   void post(size_t bytes) override;
   void flush(Clock::time_point deadline) override;
@@ -134,16 +249,20 @@ class RingSendConn final : public SendConn {
   ConnLabel label_;
   std::shared_ptr<AbortFlag> abort_;
   std::unique_ptr<RingHooks> hooks_;
-  uint32_t tail_ = 0;       // posted so far (local mirror of hdr->tail)
-  bool acquired_ = false;   // slot tail_ handed out and not posted yet
+  std::shared_ptr<LinkGroup> group_;
+  bool checksum_ = false;
+  uint32_t tail_ = 0;      // posted so far (local mirror of hdr->tail)
+  bool acquired_ = false;  // slot tail_ handed out and not posted yet
 };
 
 /// The receiving end over a ring.
-class RingRecvConn final : public RecvConn {
+class RingRecvConn final : public RecvConn, public RingEnd {
  public:
   RingRecvConn(std::shared_ptr<void> owner, void* ring_mem, ConnLabel label, std::shared_ptr<AbortFlag> abort,
                std::unique_ptr<RingHooks> hooks);
   ~RingRecvConn() override;
+  void join(std::shared_ptr<LinkGroup> group) override;
+  void poison(const std::string& note) override;
   SlotView wait(Clock::time_point deadline) override;
   void release() override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }
@@ -155,8 +274,10 @@ class RingRecvConn final : public RecvConn {
   ConnLabel label_;
   std::shared_ptr<AbortFlag> abort_;
   std::unique_ptr<RingHooks> hooks_;
-  uint32_t head_ = 0;       // released so far (local mirror of hdr->head)
-  bool waited_ = false;     // slot head_ handed out and not released yet
+  std::shared_ptr<LinkGroup> group_;
+  bool checksum_ = false;
+  uint32_t head_ = 0;    // released so far (local mirror of hdr->head)
+  bool waited_ = false;  // slot head_ handed out and not released yet
   SlotView view_;
 };
 

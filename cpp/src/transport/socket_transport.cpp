@@ -50,10 +50,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
+#include "base/crc32c.hpp"
 #include "base/log.hpp"
 #include "ncclz/error.hpp"
 #include "net/socket_util.hpp"
@@ -64,18 +66,29 @@ namespace {
 
 constexpr uint32_t kFrameMagic = 0x46535a4e;  // "NZSF"
 constexpr uint32_t kHelloMagic = 0x48535a4e;  // "NZSH"
-constexpr uint32_t kHelloVersion = 1;
+constexpr uint32_t kHelloVersion = 2;         // 2: 24-byte frame headers with CRCs
+constexpr uint32_t kFrameData = 0, kFrameNotice = 1;
+constexpr size_t kMaxNoticeBytes = 1024;
 constexpr int kSocketBuffer = 4 << 20;
 constexpr auto kDrainGrace = std::chrono::seconds(1);
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 constexpr int kIdlePollMs = 100;
 
 struct FrameHeader {
-  uint32_t magic;
-  uint32_t seq;
-  uint64_t bytes;
+  uint32_t magic;  // kFrameMagic
+  uint32_t seq;    // data: the slot counter; notice: 0
+  uint32_t bytes;  // bytes after the header
+  uint32_t crc;    // data: the slot's CRC-32C (0 with checksums off); notice: the note's
+  uint32_t kind;   // kFrameData, kFrameNotice
+  uint32_t hcrc;   // CRC-32C of the 20 bytes before (always)
 };
-static_assert(sizeof(FrameHeader) == 16, "frame header is 16 bytes");
+static_assert(sizeof(FrameHeader) == 24, "frame header is 24 bytes");
+
+FrameHeader make_frame(uint32_t kind, uint32_t seq, uint32_t bytes, uint32_t crc) {
+  FrameHeader h{kFrameMagic, seq, bytes, crc, kind, 0};
+  h.hcrc = base::crc32c(&h, offsetof(FrameHeader, hcrc));
+  return h;
+}
 
 struct Hello {
   uint32_t magic;
@@ -125,13 +138,23 @@ class SocketProxy {
     uint32_t recv_done = 0;
     size_t recv_off = 0;
     FrameHeader recv_hdr{};
-    bool finished = false;           // socket closed (failed or both ends gone)
+    bool finished = false;  // socket closed (failed or both ends gone)
     std::atomic<bool> failed{false};
-    std::string error;               // written before `failed`
+    std::string error;                                             // written before `failed`
+    std::atomic<bool> send_end_gone{false}, recv_end_gone{false};  // the local ends were destroyed
+    // Corrupt-data notices: the one this proxy sends (kNoticeNone until the
+    // group is poisoned), and the one it reads from the peer.
+    int notice = kNoticeNone;
+    std::string notice_out;  // header + note
+    size_t notice_off = 0;
+    bool reading_done = false;  // a notice arrived, or the stream cannot be parsed any more
+    std::string notice_in;
   };
+  static constexpr int kNoticeNone = 0, kNoticePending = 1, kNoticeSent = 2;
 
-  SocketProxy(std::vector<std::unique_ptr<Conn>> conns, double throttle_gbps, int rank)
-      : conns_(std::move(conns)), rank_(rank) {
+  SocketProxy(std::vector<std::unique_ptr<Conn>> conns, double throttle_gbps, int rank,
+              std::shared_ptr<LinkGroup> group)
+      : conns_(std::move(conns)), rank_(rank), group_(std::move(group)) {
     int e = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (e < 0) throw SystemError("socket transport: " + net::errno_text("eventfd", errno));
     efd_.reset(e);
@@ -141,6 +164,7 @@ class SocketProxy {
       tokens_ = burst_;
       last_refill_ = Clock::now();
     }
+    listener_ = group_->add_listener([this] { poke(); });
     thread_ = std::thread([this] {
       try {
         run();
@@ -151,6 +175,7 @@ class SocketProxy {
   }
 
   ~SocketProxy() {
+    group_->remove_listener(listener_);
     stop_deadline_ = Clock::now() + kDrainGrace;
     stop_.store(true);
     poke();
@@ -167,24 +192,22 @@ class SocketProxy {
     if (sleeping_.load(std::memory_order_seq_cst)) poke();
   }
 
- private:
+  /// Wakes the proxy unconditionally (a local end went away).
   void poke() {
     uint64_t one = 1;
     ssize_t w = ::write(efd_.get(), &one, sizeof one);
     (void)w;
   }
 
+ private:
   void fail(Conn& c, const std::string& why) {
     if (c.failed.load()) return;
     c.error = "socket connection to peer rank " + std::to_string(c.peer) + " (channel " + std::to_string(c.channel) +
               ") failed: " + why;
     c.failed.store(true, std::memory_order_seq_cst);
-    bool local_gone = c.send.hdr->producer_closed.load() && c.recv.hdr->consumer_closed.load();
-    if (!local_gone) NCCLZ_INFO(rank_, "%s", c.error.c_str());
-    c.send.hdr->consumer_closed.store(1, std::memory_order_seq_cst);
-    c.recv.hdr->producer_closed.store(1, std::memory_order_seq_cst);
-    futex_wake(&c.send.hdr->head);
-    futex_wake(&c.recv.hdr->tail);
+    if (!local_gone(c)) NCCLZ_INFO(rank_, "%s", c.error.c_str());
+    ring_close(c.send.hdr, false, kClosedNormally, "");
+    ring_close(c.recv.hdr, true, kClosedNormally, "");
     finish(c);
   }
 
@@ -196,11 +219,24 @@ class SocketProxy {
     }
   }
 
+  static bool local_gone(const Conn& c) { return c.send_end_gone.load() && c.recv_end_gone.load(); }
+
   bool send_pending(const Conn& c) const {
-    return !c.finished && c.send.hdr->tail.load(std::memory_order_seq_cst) != c.send_done;
+    if (c.finished) return false;
+    if (c.notice == kNoticePending) return true;
+    if (c.notice == kNoticeSent) return false;
+    return c.send.hdr->tail.load(std::memory_order_seq_cst) != c.send_done;
   }
   bool recv_room(const Conn& c) const {
-    return !c.finished && c.recv_done - c.recv.hdr->head.load(std::memory_order_seq_cst) < c.recv.nslots;
+    return c.recv_done - c.recv.hdr->head.load(std::memory_order_seq_cst) < c.recv.nslots;
+  }
+  // Whether the proxy wants bytes from this socket: a frame header may always
+  // be read (a corrupt-data notice must get through a full ring), a data
+  // frame's payload only into a free slot.
+  bool want_read(const Conn& c) const {
+    if (c.finished || c.reading_done) return false;
+    if (c.recv_off < sizeof(FrameHeader) || c.recv_hdr.kind == kFrameNotice) return true;
+    return recv_room(c);
   }
 
   void refill() {
@@ -213,19 +249,65 @@ class SocketProxy {
   // dribbling of tiny writes).
   static double throttle_need(size_t left) { return static_cast<double>(std::min<size_t>(left, 64 << 10)); }
 
+  // The group was poisoned: every connection closes its proxy-side ring ends
+  // with the note (local waiters fail with CorruptData) and, after the frame
+  // it may be writing, sends the note to its peer instead of further slots.
+  void apply_poison() {
+    if (poison_applied_ || !group_->poisoned()) return;
+    poison_applied_ = true;
+    const std::string note = group_->note().substr(0, kMaxNoticeBytes);
+    for (auto& cp : conns_) {
+      Conn& c = *cp;
+      ring_close(c.send.hdr, false, kClosedCorrupt, note);
+      ring_close(c.recv.hdr, true, kClosedCorrupt, note);
+      if (c.finished) continue;
+      FrameHeader h = make_frame(kFrameNotice, 0, uint32_t(note.size()), base::crc32c(note.data(), note.size()));
+      c.notice_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
+      c.notice_out += note;
+      c.notice = kNoticePending;
+    }
+  }
+
+  // Writes the notice once the current frame (if any) is complete; then no
+  // more data goes out on this connection, and its write side is shut down.
+  bool progress_notice(Conn& c) {
+    if (c.notice != kNoticePending || c.send_off != 0) return false;
+    const size_t left = c.notice_out.size() - c.notice_off;
+    ssize_t w = ::send(c.fd.get(), c.notice_out.data() + c.notice_off, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+      c.notice = kNoticeSent;  // the peer is gone: nothing to tell
+      return true;
+    }
+    c.notice_off += size_t(w);
+    if (c.notice_off == c.notice_out.size()) {
+      c.notice = kNoticeSent;
+      ::shutdown(c.fd.get(), SHUT_WR);
+    }
+    return true;
+  }
+
   // Writes as much of the posted slots as the socket (and throttle) take; at
   // most one ring's worth per call, so one busy connection cannot starve others.
   bool progress_send(Conn& c) {
     bool progressed = false;
     for (uint32_t round = 0; round < c.send.nslots && send_pending(c); ++round) {
+      if (c.notice != kNoticeNone && c.send_off == 0) return progress_notice(c) || progressed;
       const uint32_t idx = c.send_done;
-      const uint64_t n = c.send.sizes[idx % c.send.nslots];
+      const SlotMeta& m = c.send.meta_of(idx);
+      const uint64_t n = m.bytes;
       if (n > c.send.slot_bytes) {
         fail(c, "the local sender posted " + std::to_string(n) + " bytes into a slot of " +
                     std::to_string(c.send.slot_bytes));
         return true;
       }
-      if (c.send_off == 0) c.send_hdr = FrameHeader{kFrameMagic, idx, n};
+      if (c.send_off == 0) {
+        c.send_hdr = make_frame(kFrameData, idx, uint32_t(n), m.crc);
+        if (group_->fault_now(c.peer, true)) {  // test hook: a bit flipped on the wire
+          const uint64_t bit = group_->fault().bit % (8 * sizeof(FrameHeader));
+          reinterpret_cast<uint8_t*>(&c.send_hdr)[bit / 8] ^= uint8_t(1u << (bit % 8));
+        }
+      }
       const size_t total = sizeof(FrameHeader) + n;
       size_t allowed = total - c.send_off;
       if (rate_ > 0) {
@@ -272,18 +354,52 @@ class SocketProxy {
     return progressed;
   }
 
-  // Reads frames into free receive slots.
+  // The frame header just read does not check out: the stream cannot be
+  // trusted from here on. Corrupt data: every peer is told.
+  void corrupt_header(Conn& c, uint32_t idx, const std::string& what) {
+    c.reading_done = true;
+    group_->poison("rank " + std::to_string(rank_) + " received a corrupt frame header from rank " +
+                   std::to_string(c.peer) + " (socket transport, channel " + std::to_string(c.channel) +
+                   ", before slot " + std::to_string(idx) + " of that connection: " + what + ")");
+  }
+
+  // Checks a complete header; false when it is corrupt (reported).
+  bool check_header(Conn& c, uint32_t idx) {
+    const FrameHeader& h = c.recv_hdr;
+    if (h.hcrc != base::crc32c(&h, offsetof(FrameHeader, hcrc))) {
+      // (The hello checked the versions: a header of this connection that
+      // does not match its CRC was damaged on the way.)
+      corrupt_header(c, idx, "its CRC-32C does not match");
+      return false;
+    }
+    if (h.magic != kFrameMagic || (h.kind != kFrameData && h.kind != kFrameNotice) ||
+        (h.kind == kFrameData && (h.seq != idx || h.bytes > c.recv.slot_bytes)) ||
+        (h.kind == kFrameNotice && h.bytes > kMaxNoticeBytes)) {
+      fail(c, "unexpected frame (kind " + std::to_string(h.kind) + ", slot " + std::to_string(h.seq) + " expected " +
+                  std::to_string(idx) + ", " + std::to_string(h.bytes) + " bytes for slots of " +
+                  std::to_string(c.recv.slot_bytes) + "): mismatched ncclz versions or slot sizes?");
+      return false;
+    }
+    return true;
+  }
+
+  // Reads frames: data frames into free receive slots, notices into notice_in.
   bool progress_recv(Conn& c) {
     bool progressed = false;
-    while (recv_room(c)) {
+    while (want_read(c)) {
       const uint32_t idx = c.recv_done;
       uint8_t* dst;
       size_t want;
       if (c.recv_off < sizeof(FrameHeader)) {
         dst = reinterpret_cast<uint8_t*>(&c.recv_hdr) + c.recv_off;
         want = sizeof(FrameHeader) - c.recv_off;
+      } else if (c.recv_hdr.kind == kFrameNotice) {
+        const size_t off = c.recv_off - sizeof(FrameHeader);
+        c.notice_in.resize(c.recv_hdr.bytes);
+        dst = reinterpret_cast<uint8_t*>(&c.notice_in[0]) + off;
+        want = c.recv_hdr.bytes - off;
       } else {
-        size_t off = c.recv_off - sizeof(FrameHeader);
+        const size_t off = c.recv_off - sizeof(FrameHeader);
         dst = c.recv.slot(idx) + off;
         want = c.recv_hdr.bytes - off;
       }
@@ -303,22 +419,30 @@ class SocketProxy {
       const size_t before = c.recv_off;
       c.recv_off += static_cast<size_t>(r);
       if (before < sizeof(FrameHeader) && c.recv_off == sizeof(FrameHeader)) {
-        // Header just completed: check it before trusting its length.
-        if (c.recv_hdr.magic != kFrameMagic || c.recv_hdr.seq != idx || c.recv_hdr.bytes > c.recv.slot_bytes) {
-          fail(c, "corrupt frame (magic " + std::to_string(c.recv_hdr.magic) + ", slot " +
-                      std::to_string(c.recv_hdr.seq) + " expected " + std::to_string(idx) + ", " +
-                      std::to_string(c.recv_hdr.bytes) + " bytes for slots of " + std::to_string(c.recv.slot_bytes) +
-                      "): mismatched ncclz versions or slot sizes?");
-          return true;
+        // Header just completed: check it before trusting its length, and
+        // look again whether there is room for a data frame.
+        if (!check_header(c, idx)) return true;
+        continue;
+      }
+      if (c.recv_off < sizeof(FrameHeader) || c.recv_off != sizeof(FrameHeader) + c.recv_hdr.bytes) continue;
+      c.recv_off = 0;
+      if (c.recv_hdr.kind == kFrameNotice) {
+        // The peer found corrupt data: pass its note on (this rank's waiters
+        // and its other peers); the peer sends nothing after it.
+        c.reading_done = true;
+        if (base::crc32c(c.notice_in.data(), c.notice_in.size()) != c.recv_hdr.crc) {
+          corrupt_header(c, idx, "a corrupt-data notice whose own CRC-32C does not match");
+        } else {
+          group_->poison(c.notice_in);
         }
+        return true;
       }
-      if (c.recv_off >= sizeof(FrameHeader) && c.recv_off == sizeof(FrameHeader) + c.recv_hdr.bytes) {
-        c.recv.sizes[idx % c.recv.nslots] = c.recv_hdr.bytes;
-        c.recv_off = 0;
-        c.recv_done = idx + 1;
-        c.recv.hdr->tail.store(c.recv_done, std::memory_order_seq_cst);
-        if (c.recv.hdr->consumer_waiting.load(std::memory_order_seq_cst)) futex_wake(&c.recv.hdr->tail);
-      }
+      SlotMeta& m = c.recv.meta_of(idx);
+      m.bytes = c.recv_hdr.bytes;
+      m.crc = c.recv_hdr.crc;
+      c.recv_done = idx + 1;
+      c.recv.hdr->tail.store(c.recv_done, std::memory_order_seq_cst);
+      if (c.recv.hdr->consumer_waiting.load(std::memory_order_seq_cst)) futex_wake(&c.recv.hdr->tail);
     }
     return progressed;
   }
@@ -334,6 +458,7 @@ class SocketProxy {
       // with that slot unwritten: a frame lost when a rank destroyed its links
       // right after posting, without flush().)
       const bool stopping = stop_.load();
+      apply_poison();
       bool progressed = false;
       bool pending = false;
       throttle_wait_ = 0;
@@ -344,8 +469,10 @@ class SocketProxy {
         progressed |= progress_recv(c);
         if (c.finished) continue;
         // Both local ends gone and nothing left to write: close the socket.
-        bool local_gone = c.send.hdr->producer_closed.load() && c.recv.hdr->consumer_closed.load();
-        if (local_gone && !send_pending(c)) {
+        // (Ends destroyed during this pass may have poisoned the group just
+        // before: their notice must go out first.)
+        if (local_gone(c)) apply_poison();
+        if (local_gone(c) && !send_pending(c)) {
           finish(c);
           continue;
         }
@@ -367,13 +494,13 @@ class SocketProxy {
         if (c.finished) continue;
         short ev = 0;
         if (send_pending(c)) {
-          if (rate_ > 0 && throttle_wait_ > 0) {
+          if (rate_ > 0 && throttle_wait_ > 0 && c.notice == kNoticeNone) {
             timeout = std::min(timeout, std::max(1, static_cast<int>(throttle_wait_ / rate_ * 1e3) + 1));
           } else {
             ev |= POLLOUT;
           }
         }
-        if (recv_room(c)) ev |= POLLIN;
+        if (want_read(c)) ev |= POLLIN;
         pfds.push_back({c.fd.get(), ev, 0});
         pconn.push_back(&c);
       }
@@ -389,6 +516,9 @@ class SocketProxy {
         short re = pfds[i].revents;
         if ((re & (POLLERR | POLLHUP | POLLNVAL)) && !(re & POLLIN)) {
           Conn& c = *pconn[i];
+          // Read what the peer left first: a notice it sent before closing.
+          if (want_read(c)) progress_recv(c);
+          if (c.finished) continue;
           int err = 0;
           socklen_t len = sizeof err;
           getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -400,6 +530,9 @@ class SocketProxy {
 
   std::vector<std::unique_ptr<Conn>> conns_;
   int rank_;
+  std::shared_ptr<LinkGroup> group_;
+  int listener_ = -1;
+  bool poison_applied_ = false;
   net::Fd efd_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
@@ -415,6 +548,11 @@ class SocketHooks final : public RingHooks {
  public:
   SocketHooks(std::shared_ptr<SocketProxy> proxy, SocketProxy::Conn* conn, bool send)
       : proxy_(std::move(proxy)), conn_(conn), send_(send) {}
+  // The end this hook belongs to is being destroyed (its ring is closed).
+  ~SocketHooks() override {
+    (send_ ? conn_->send_end_gone : conn_->recv_end_gone).store(true);
+    proxy_->poke();
+  }
   void notify() override { proxy_->wake(); }
   std::string closed_reason() override { return conn_->failed.load() ? conn_->error : std::string(); }
   bool flush_waits_for_drain() const override { return send_; }
@@ -460,8 +598,8 @@ class SocketTransport final : public Transport {
 
   Kind kind() const override { return Kind::Socket; }
 
-  std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
-                                             Clock::time_point deadline, size_t slot_bytes) override {
+  std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels, Clock::time_point deadline,
+                                             size_t slot_bytes) override {
     check_connect_args(ctx_, peers, nchannels);
     const size_t sb = slot_bytes ? slot_bytes : ctx_.cfg.slot_bytes;
     const int me = ctx_.bootstrap->rank();
@@ -509,8 +647,8 @@ class SocketTransport final : public Transport {
         for (int c = 0; c < nchannels; ++c) {
           for (size_t i = 0; i < np; ++i) {
             if (peers[i] < me && !fds[c][i]) {
-              missing += (missing.empty() ? "" : ", ") + std::string("rank ") + std::to_string(peers[i]) +
-                         " channel " + std::to_string(c);
+              missing += (missing.empty() ? "" : ", ") + std::string("rank ") + std::to_string(peers[i]) + " channel " +
+                         std::to_string(c);
             }
           }
         }
@@ -576,7 +714,7 @@ class SocketTransport final : public Transport {
       }
     }
     std::shared_ptr<SocketProxy> proxy;
-    if (!conns.empty()) proxy = std::make_shared<SocketProxy>(std::move(conns), ctx_.cfg.throttle_gbps, me);
+    if (!conns.empty()) proxy = std::make_shared<SocketProxy>(std::move(conns), ctx_.cfg.throttle_gbps, me, ctx_.group);
     std::vector<std::vector<PeerLink>> links(static_cast<size_t>(nchannels));
     for (int c = 0; c < nchannels; ++c) {
       for (size_t i = 0; i < np; ++i) {

@@ -7,11 +7,22 @@
 //
 // NCCLZ_TRANSPORT=inproc|shm|socket (or TransportConfig::transport) forces one;
 // forcing inproc across processes or shm across hosts is an InvalidArgument.
-// One bootstrap allgather carries every rank's forced choice, slot geometry and
-// a random nonce: a mismatch is reported by name on every rank, and rank 0's
-// nonce makes the key that names this transport's rings and segments.
+// One bootstrap allgather carries every rank's forced choice, slot geometry,
+// checksum setting and a random nonce: a mismatch is reported by name on every
+// rank, and rank 0's nonce makes the key that names this transport's rings and
+// segments.
+//
+// Checksums (NCCLZ_CHECKSUM=auto|on|off): auto is on for sockets (corruption
+// that TCP's 16-bit checksum misses is rare but real, and the CRC costs under
+// 1% at network speeds) and off for shared memory and in-process rings (there
+// nothing crosses a wire, and the CRC's extra passes over every slot cost
+// more than 10% of a large call; bench/results/integrity.md). The transport
+// that create_transport returns joins every link connect() makes to one
+// LinkGroup (slot_ring.hpp), which carries the setting to the ring ends.
 #include <cstring>
+#include <sstream>
 
+#include "base/crc32c.hpp"
 #include "base/env.hpp"
 #include "base/log.hpp"
 #include "ncclz/error.hpp"
@@ -40,12 +51,75 @@ int parse_forced(const std::string& s, const char* source) {
   throw InvalidArgument(std::string(source) + "='" + s + "' is not one of auto, inproc, shm, socket");
 }
 
+// -1: auto; 0: off; 1: on.
+int parse_checksum(const std::string& s, const char* source) {
+  if (s.empty() || s == "auto") return -1;
+  if (s == "on" || s == "1" || s == "true" || s == "yes") return 1;
+  if (s == "off" || s == "0" || s == "false" || s == "no") return 0;
+  throw InvalidArgument(std::string(source) + "='" + s + "' is not one of auto, on, off");
+}
+
+const char* checksum_name(int c) { return c < 0 ? "auto" : c ? "on" : "off"; }
+
+// The setting auto stands for on each transport (see the top of this file).
+bool auto_checksum(Kind k) { return k == Kind::Socket; }
+
+// NCCLZ_TEST_CORRUPT=<rank>:<peer>:<slot>:<bit>[:header] (tests only).
+LinkGroup::Fault parse_fault(const std::string& s) {
+  LinkGroup::Fault f;
+  if (s.empty()) return f;
+  std::vector<std::string> parts;
+  std::stringstream ss(s);
+  for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
+  const bool header = parts.size() == 5 && parts[4] == "header";
+  if (!(parts.size() == 4 || header)) {
+    throw InvalidArgument("NCCLZ_TEST_CORRUPT='" + s + "' is not <rank>:<peer>:<slot>:<bit>[:header]");
+  }
+  f.rank = int(env::parse_int(parts[0], "NCCLZ_TEST_CORRUPT rank"));
+  f.peer = int(env::parse_int(parts[1], "NCCLZ_TEST_CORRUPT peer"));
+  f.slot = uint64_t(env::parse_int(parts[2], "NCCLZ_TEST_CORRUPT slot"));
+  f.bit = uint64_t(env::parse_int(parts[3], "NCCLZ_TEST_CORRUPT bit"));
+  f.header = header;
+  return f;
+}
+
 struct Agreement {
   int32_t forced;
   int32_t nslots;
   uint64_t slot_bytes;
   double throttle_gbps;
+  int32_t checksum;
+  int32_t pad;
   char nonce[16];
+};
+
+// Joins every ring end that the transport's connect() returns to the group.
+class GroupedTransport final : public Transport {
+ public:
+  GroupedTransport(std::unique_ptr<Transport> inner, std::shared_ptr<LinkGroup> group)
+      : inner_(std::move(inner)), group_(std::move(group)) {}
+  Kind kind() const override { return inner_->kind(); }
+  std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels, Clock::time_point deadline,
+                                             size_t slot_bytes) override {
+    auto links = inner_->connect(peers, nchannels, deadline, slot_bytes);
+    // Before any end is used: a sender checksums from its first post, and a
+    // receiver reads its first slot only after this returns.
+    for (auto& channel : links) {
+      for (auto& l : channel) {
+        join(dynamic_cast<RingEnd*>(l.send.get()));
+        join(dynamic_cast<RingEnd*>(l.recv.get()));
+      }
+    }
+    return links;
+  }
+
+ private:
+  void join(RingEnd* end) {
+    if (!end) throw std::logic_error("ncclz transport: a link end that is not a slot ring cannot join its group");
+    end->join(group_);
+  }
+  std::unique_ptr<Transport> inner_;
+  std::shared_ptr<LinkGroup> group_;
 };
 
 }  // namespace
@@ -101,12 +175,16 @@ std::unique_ptr<Transport> create_transport(Bootstrap& bootstrap, const Transpor
   if (cfg.socket_ifname.empty()) cfg.socket_ifname = env::get_string("NCCLZ_SOCKET_IFNAME", "");
   int forced = cfg.transport.empty() ? parse_forced(env::get_string("NCCLZ_TRANSPORT", ""), "NCCLZ_TRANSPORT")
                                      : parse_forced(cfg.transport, "transport");
+  const int checksum = cfg.checksum.empty() ? parse_checksum(env::get_string("NCCLZ_CHECKSUM", ""), "NCCLZ_CHECKSUM")
+                                            : parse_checksum(cfg.checksum, "checksum");
+  const LinkGroup::Fault fault = parse_fault(env::get_string("NCCLZ_TEST_CORRUPT", ""));
 
   Agreement mine{};
   mine.forced = forced;
   mine.nslots = cfg.nslots;
   mine.slot_bytes = cfg.slot_bytes;
   mine.throttle_gbps = cfg.throttle_gbps;
+  mine.checksum = checksum;
   std::string nonce = net::random_hex(8);
   std::memcpy(mine.nonce, nonce.data(), 16);
   std::vector<Agreement> all(static_cast<size_t>(n));
@@ -124,6 +202,11 @@ std::unique_ptr<Transport> create_transport(Bootstrap& bootstrap, const Transpor
                             std::to_string(all[0].slot_bytes) + " bytes but rank " + std::to_string(r) + " uses " +
                             std::to_string(a.nslots) + " of " + std::to_string(a.slot_bytes) +
                             "; set NCCLZ_NSLOTS / NCCLZ_SLOT_BYTES the same way on every rank");
+    }
+    if (a.checksum != all[0].checksum) {
+      throw InvalidArgument(std::string("transport: rank 0 asks for checksums '") + checksum_name(all[0].checksum) +
+                            "' but rank " + std::to_string(r) + " for '" + checksum_name(a.checksum) +
+                            "'; set NCCLZ_CHECKSUM the same way on every rank");
     }
   }
   ctx.key = bootstrap.job_key() + "-" + std::string(all[0].nonce, 16);
@@ -149,15 +232,22 @@ std::unique_ptr<Transport> create_transport(Bootstrap& bootstrap, const Transpor
     kind = f;
   }
   cfg.kind = kind;
-  NCCLZ_INFO(me, "transport: %s (%s), %d slots x %zu bytes%s", kind_name(kind),
+  const bool crc = checksum < 0 ? auto_checksum(kind) : checksum == 1;
+  cfg.checksum = crc ? "on" : "off";
+  ctx.group = std::make_shared<LinkGroup>(me, crc, fault);
+  NCCLZ_INFO(me, "transport: %s (%s), %d slots x %zu bytes, checksums %s%s%s%s", kind_name(kind),
              forced >= 0 ? "forced by NCCLZ_TRANSPORT or the config" : "automatic", cfg.nslots, cfg.slot_bytes,
+             crc ? "on (CRC-32C, " : "off", crc ? base::crc32c_impl() : "", crc ? ")" : "",
              cfg.throttle_gbps > 0 && kind == Kind::Socket ? ", throttled" : "");
+  std::shared_ptr<LinkGroup> group = ctx.group;
+  std::unique_ptr<Transport> t;
   switch (kind) {
-    case Kind::InProcess: return make_inprocess_transport(std::move(ctx));
-    case Kind::SharedMemory: return make_shm_transport(std::move(ctx));
-    case Kind::Socket: return make_socket_transport(std::move(ctx));
+    case Kind::InProcess: t = make_inprocess_transport(std::move(ctx)); break;
+    case Kind::SharedMemory: t = make_shm_transport(std::move(ctx)); break;
+    case Kind::Socket: t = make_socket_transport(std::move(ctx)); break;
   }
-  throw InvalidArgument("transport: unknown kind");
+  if (!t) throw InvalidArgument("transport: unknown kind");
+  return std::make_unique<GroupedTransport>(std::move(t), std::move(group));
 }
 
 }  // namespace ncclz::transport

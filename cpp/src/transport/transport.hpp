@@ -14,6 +14,11 @@
 // makes the waiting call throw ncclz::Timeout or ncclz::RemoteError (closed
 // connection) instead of hanging, and abort() on the communicator wakes every
 // waiter with ncclz::Aborted.
+//
+// Integrity: with checksums on (NCCLZ_CHECKSUM; on by default for sockets)
+// every slot carries a CRC-32C from post() to wait(), and a slot that does not
+// match is ncclz::CorruptData from wait(), never data; the rank that found it
+// then makes every peer's waits fail with CorruptData too (slot_ring.hpp).
 #pragma once
 
 #include <atomic>
@@ -87,7 +92,7 @@ enum class Kind { InProcess, SharedMemory, Socket };
 const char* kind_name(Kind k);
 
 struct TransportConfig {
-  Kind kind = Kind::Socket;     ///< not read by create_transport (it decides; see `transport`)
+  Kind kind = Kind::Socket;  ///< not read by create_transport (it decides; see `transport`)
   /// "" = automatic (NCCLZ_TRANSPORT when set), or "inproc", "shm", "socket" to
   /// force one; must be the same on every rank.
   std::string transport;
@@ -95,6 +100,10 @@ struct TransportConfig {
   int nslots = 4;               ///< K, NCCLZ_NSLOTS
   std::string socket_ifname;    ///< NCCLZ_SOCKET_IFNAME
   double throttle_gbps = 0;     ///< NCCLZ_SOCKET_THROTTLE_GBPS (root-less link emulation; 0 = off)
+  /// Slot checksums: "" = NCCLZ_CHECKSUM when set, else "auto" (on for
+  /// sockets, off for shared memory and in-process); "on" or "off". Must be the
+  /// same on every rank.
+  std::string checksum;
 };
 
 /// Creates the connections of this rank: for each (peer, channel) pair asked

@@ -19,6 +19,10 @@ struct TransportContext {
   /// Same on every rank, unique per create_transport call: names shm segments
   /// and in-process rings ("<job_key>-<nonce of rank 0>").
   std::string key;
+  /// Shared by every ring end of this transport (slot_ring.hpp): the agreed
+  /// checksum setting, corrupt-data notices. create_transport joins the ends
+  /// connect() returns; the socket transport also hands it to its proxies.
+  std::shared_ptr<LinkGroup> group;
 };
 
 std::unique_ptr<Transport> make_inprocess_transport(TransportContext ctx);

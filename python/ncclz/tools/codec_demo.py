@@ -75,7 +75,7 @@ def main(argv=None) -> int:
                 elif fin.any() and xf[fin].max() > xf[fin].min():
                     bound = float(spec.rel) * float(xf[fin].max() - xf[fin].min())
                 else:
-                    bound = info["eb"]
+                    bound = info["error_bound"]
                 ok = err <= bound and bool(np.array_equal(_bits(x)[~fin], _bits(y)[~fin]))
             failures += not ok
             used = ", ".join(f"{k}:{v['slices']}" for k, v in info["codecs"].items())

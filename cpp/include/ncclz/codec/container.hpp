@@ -3,9 +3,11 @@
 // This is what ncclz.codec.compress() returns: one buffer holding the mode,
 // dtype, shape and error bound, the array's slices coded one by one by the
 // slice codec (encode_slice: the selector picks a codec and predictor per
-// slice), and, in lossy mode, the elements the quantizer could not carry
-// (non-finite values, codes over the limit) stored raw. The byte layout is
-// written down in docs/FORMAT.md, "Container (blob)".
+// slice), in lossy mode the elements the quantizer could not carry
+// (non-finite values, codes over the limit) stored raw, and a CRC-32C of all
+// of it. The byte layout is written down in docs/FORMAT.md, "Container
+// (blob)". compress() writes version 2; decompress() and inspect() read
+// versions 1 (no checksum, no stored E) and 2.
 //
 // Guarantees:
 //   - Lossy(abs=E): every finite element of decompress(compress(x)) is within
@@ -17,16 +19,19 @@
 //     exactly onto code +-1 (or 0), so c comes back exact. With no finite
 //     values at all eb = 1 (every element is carried raw).
 //   - Lossless: bit-exact (NaN payloads and -0.0 included).
-//   - decompress() and inspect() check every length, count and index they
-//     read; a truncated or corrupt blob raises ncclz::CorruptData, never an
-//     out-of-bounds access. (There is no checksum: a flipped bit inside a
-//     RAW payload decodes to different values.)
+//   - decompress() and inspect() first check the blob's CRC-32C (version 2),
+//     so any change of up to 3 bits (and any burst of up to 32) raises
+//     ncclz::CorruptData instead of decoding to other values; then every
+//     length, count and index they read: a truncated or crafted blob raises
+//     CorruptData, never an out-of-bounds access.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -57,7 +62,6 @@ struct DefaultInitAllocator : std::allocator<T> {
 
 /// Bytes of a blob or of a decoded array.
 using ByteBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t>>;
-
 
 struct EncodeOptions;  // codec/slice.hpp
 
@@ -90,13 +94,20 @@ struct Decoded {
 /// What inspect() reports about a blob (read from headers only; payloads are
 /// not decoded).
 struct BlobInfo {
+  uint8_t version = 2;  ///< format version (1: no checksum, no stored error bound)
   Spec::Mode mode = Spec::Lossless;
   ElemType dtype = ElemType::F32;      ///< type of the original array
   ElemType code_type = ElemType::F32;  ///< type the slices carry (dtype, or I32/I64 codes)
   std::vector<int64_t> shape;
   uint8_t bound_kind = 0;  ///< 0 none (lossless), 1 abs, 2 rel
-  double bound = 0;        ///< the requested bound (E or r)
-  double eb = 0;           ///< the absolute bound used (0 lossless)
+  double bound = 0;        ///< the bound as requested: E for abs, r for rel (0 lossless)
+  /// E, what every finite element is guaranteed within: the abs bound, or
+  /// r * (max - min) resolved for rel (0 lossless). Version-1 rel blobs did
+  /// not store it: nullopt.
+  std::optional<double> error_bound;
+  /// Half the quantization grid's step (0 lossless): E less at most E/8, so
+  /// that rounding a grid point to the dtype never crosses E (docs/FORMAT.md).
+  double grid_half_step = 0;
   uint64_t elements = 0;
   uint32_t slice_elems = 0;
   uint64_t slices = 0;
@@ -120,24 +131,43 @@ struct BlobInfo {
 /// (its row/plane are filled in from the shape). Throws InvalidArgument for a
 /// bad spec, shape, type or a forced codec that cannot carry the data.
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
-                              const EncodeOptions& opt);
+                    const EncodeOptions& opt);
 /// The same with the selector choosing everything.
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec);
 
-/// Decompresses a blob. Throws CorruptData for anything malformed.
+/// The array a blob holds, from its fixed header only (magic, version, dtype
+/// and shape are checked; the checksum and everything else are checked by
+/// decompress and decompress_into): what to allocate before decompress_into().
+struct ArrayDesc {
+  ElemType dtype = ElemType::F32;
+  std::vector<int64_t> shape;
+  size_t bytes = 0;  ///< elements * element size
+};
+ArrayDesc describe_array(const uint8_t* blob, size_t len);
+
+/// Decompresses a blob. Throws CorruptData for anything malformed, damaged
+/// (checksum) or truncated; the checksum is checked while the slices are
+/// decoded, each right before its decode (its bytes then in cache anyway).
 Decoded decompress(const uint8_t* blob, size_t len);
+
+/// Decompresses into memory from alloc(bytes), called once, after the blob's
+/// headers were checked (the checksum is checked while decoding); `alloc`
+/// may throw, and the memory is the caller's also when decoding then throws.
+/// Returns the array's dtype, shape and size.
+ArrayDesc decompress_with(const uint8_t* blob, size_t len, const std::function<void*(size_t)>& alloc);
 
 /// Decompresses into caller memory of exactly `out_bytes` bytes (throws
 /// InvalidArgument if that is not the array's size; see inspect()).
 void decompress_into(const uint8_t* blob, size_t len, void* out, size_t out_bytes);
 
-/// Reads a blob's headers (every slice header and the outlier section are
-/// validated). Throws CorruptData for anything malformed.
+/// Reads a blob's headers (the checksum, every slice header and the outlier
+/// section are validated; payloads are not decoded). Throws CorruptData for
+/// anything malformed.
 BlobInfo inspect(const uint8_t* blob, size_t len);
 
 /// Lower-case names used by the Python API and in messages.
-const char* elem_type_name(ElemType t);     ///< "float32", "bfloat16", "int32", ...
-const char* codec_name(Codec c);            ///< "raw", "block", "rans", "floatexp", "sparse"
-const char* predictor_name(Predictor p);    ///< "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"
+const char* elem_type_name(ElemType t);   ///< "float32", "bfloat16", "int32", ...
+const char* codec_name(Codec c);          ///< "raw", "block", "rans", "floatexp", "sparse"
+const char* predictor_name(Predictor p);  ///< "none", "delta1", "delta2", "lorenzo2d", "lorenzo3d"
 
 }  // namespace ncclz::codec
