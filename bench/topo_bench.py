@@ -7,12 +7,13 @@
 Every *round* runs every configuration (collective x data set x mode x algorithm) `--iters` times in
 turn, so configurations are compared side by side under the same load; `--rounds` rounds. Each
 call is timed on every rank from a barrier to its return, and the slowest rank's time counts (an
-all_reduce of the times, max). Rank 0 prints one JSON object per configuration at the end (and with
---json writes them all to a file): the times, their median, the ratio and bytes from
-comm.last_stats (ratio: a hierarchical call's inter-host links; local_bytes: its intra-host
-bytes), the encode / decode / quantize / wait seconds of rank 0, the largest error over the
-promised bound (every element against the fp64 result, on the first timed call; --no-check skips
-it), and the run's environment (world size, topology, link rate).
+all_reduce of the times, max); the CPU seconds of all ranks together per call (user + system of
+every thread, getrusage) are summed the same way. Rank 0 prints one JSON object per configuration
+at the end (and with --json writes them all to a file): the times, their median, the CPU seconds,
+the ratio and bytes from comm.last_stats (ratio: a hierarchical call's inter-host links;
+local_bytes: its intra-host bytes), the encode / decode / quantize / wait seconds of rank 0, the
+largest error over the promised bound (every element against the fp64 result, on the first timed
+call; --no-check skips it), and the run's environment (world size, topology, link rate, load).
 
 Options: --size (bytes per rank of float32: the nccl-tests size; all_gather's is its output),
 --data (ncclz.tools.data sets), --colls, --modes (none, lossless, rel=R, abs=E), --algos (ring,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -31,6 +33,12 @@ import time
 import ncclz
 import numpy as np
 from ncclz.tools.data import rank_input
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process so far (user + system, every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def parse_size(s: str) -> int:
@@ -65,6 +73,7 @@ class Config:
                             np.float32)
         self.spec = spec_of(mode)
         self.times, self.stats, self.err = [], [], None
+        self.cpu = []  # CPU seconds of all ranks together per call (user + system, every thread)
 
     def call(self):
         c, kw = self.comm, {"compression": self.spec, "algorithm": self.algo, "policy": "off"}
@@ -139,14 +148,18 @@ def main() -> int:
             for cf in configs:
                 for _ in range(a.iters):
                     comm.barrier()
+                    c0 = cpu_s()
                     t0 = time.perf_counter()
                     y = cf.call()
                     dt = np.array([time.perf_counter() - t0])
+                    c = np.array([cpu_s() - c0])
                     st = comm.last_stats
                     if cf.err is None and not a.no_check:
                         cf.err = cf.check(y)
                     comm.all_reduce(dt, op="max", policy="off", algorithm="ring")
+                    comm.all_reduce(c, op="sum", policy="off", algorithm="ring")
                     cf.times.append(float(dt[0]))
+                    cf.cpu.append(float(c[0]))
                     cf.stats.append(st)
         if comm.rank == 0:
             t = comm.topology
@@ -161,6 +174,7 @@ def main() -> int:
                 rows.append({**env, "coll": cf.coll, "data": cf.data, "mode": cf.mode, "algorithm": cf.algo,
                              "ran": s[-1].algorithm, "compression": s[-1].compression,
                              "times": cf.times, "median_s": float(statistics.median(cf.times)),
+                             "cpu_s": float(statistics.median(cf.cpu)), "load": os.getloadavg()[0],
                              "min_s": min(cf.times), "ratio": med(lambda x: x.ratio),
                              "wire_bytes": med(lambda x: x.wire_bytes), "raw_bytes": med(lambda x: x.raw_bytes),
                              "local_bytes": med(lambda x: x.local_bytes), "encode_s": med(lambda x: x.encode_s),

@@ -96,7 +96,8 @@ def merge(name: str, runs: list) -> None:
         m["min_s"] = min(m["times"])
         m["rounds"] = len(rr)
         m["round_medians"] = [r["median_s"] for r in rr]
-        for k in ("ratio", "wire_bytes", "raw_bytes", "local_bytes", "encode_s", "decode_s", "quantize_s", "wait_s"):
+        for k in ("ratio", "wire_bytes", "raw_bytes", "local_bytes", "encode_s", "decode_s", "quantize_s", "wait_s",
+                  "cpu_s", "load"):
             m[k] = statistics.median(r[k] for r in rr)
         m["err_over_bound"] = max((r["err_over_bound"] or 0.0) for r in rr)
         m["label"] = name
@@ -108,10 +109,9 @@ def merge(name: str, runs: list) -> None:
 
 def run_check(lab: Lab, hosts: int, local: int, port: int, timeout: float) -> dict:
     """The correctness phase: every collective and mode, every element checked on every rank."""
-    outdir = RAW / "check"
-    outdir.mkdir(parents=True, exist_ok=True)
-    for f in outdir.glob("rank*.json"):
-        f.unlink()
+    import tempfile
+
+    outdir = Path(tempfile.mkdtemp(prefix="nztp-check-"))  # the ranks' files; check.json keeps the summary
     cmd = [sys.executable, str(WORKERS), "hier", str(outdir), "hierarchical", "70001"]
     print(f"== check: {hosts} hosts x {local} ranks, every collective and mode", file=sys.stderr, flush=True)
     rc, _ = lab.exec_ranks(cmd, nranks=hosts * local, port=port, timeout=timeout, ranks_per_host=local)

@@ -14,6 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent.parent
 RESULTS = ROOT / "bench" / "results"
 RAW = RESULTS / "topology_raw"
+sys.path.insert(0, str(ROOT / "bench"))
+import scale_model
 
 
 def load(name: str):
@@ -87,6 +89,30 @@ def main() -> int:
             L.append(f"| {data} | {q:.2f} ({'met' if q >= 1.3 else 'missed'}) | {net_ring / net_hier:.2f} | "
                      f"{sp:.2f}x ({sp_r:.2f}x) | {hier['ratio']:.2f} | {sp / hier['ratio']:.0%} "
                      f"({'met' if sp >= 0.9 * hier['ratio'] else 'missed'}) |")
+        if val:
+            # what the model says with a core per rank of its own (the lab's fitted costs, no sharing)
+            m = scale_model.Machine(**{k: v for k, v in val["machine"].items() if k != "background"})
+            m.cores_per_rank = 1.0
+            dcs = scale_model.load_calibration()
+            rows = []
+            for data in ("smooth", "grad"):
+                r = find(pair, data=data, mode="rel=1e-3", algorithm="hierarchical")
+                if not r:
+                    continue
+                dc = scale_model.codec_for(dcs, r)
+                args = (r["world_size"], r["hosts"], r["nbytes"], r["link_gbps"])
+                tl = scale_model.predict(m, dc, "all_reduce", "lossy", "hierarchical", *args)
+                tn = scale_model.predict(m, dc, "all_reduce", "none", "hierarchical", *args)
+                rows.append(f"{data}: uncompressed {tn * 1e3:.0f} ms, lossy {tl * 1e3:.0f} ms, speedup {tn / tl:.1f}x = "
+                            f"{tn / tl / r['ratio']:.0%} of the ratio")
+            L += ["", ("**Why the speedup falls short here.** The hierarchical lossy call is CPU-bound on this VM: "
+                       "4 ranks and the machine's other load share 2 cores, and its codec work (quantize, encode, "
+                       "decode, dequantize: 0.3-0.4 CPU-seconds per call for the 4 ranks together, `cpu_s` in the raw "
+                       "results) takes longer than the compressed bytes take on the link (40-80 ms). The scale model "
+                       "with the same measured costs but a core per rank of its own predicts: ") + "; ".join(rows)
+                  + (". At 1 Gbit/s, 64 MiB quantized and coded on two cores per host takes longer than 1/12 of it "
+                     "sent, so the speedup stays below the ratio until the codec is several times faster (a core per "
+                     "channel, or the device codec).")]
         L += ["",
               ("*Ratio* is `last_stats.ratio`: raw / wire bytes of the links that compress (the ring's, or the "
               "hierarchical call's inter-host links). The hierarchical call quantizes each host's exact sum with "
@@ -128,19 +154,27 @@ def main() -> int:
         L += [f"| {r['coll']} | {ms(r['median_s'])} |" for r in one]
         L.append("")
     if val:
-        m = val["machine"]
+        fit = ", ".join(f"*{p}*" for p in val.get("fit_phases", ()))
         L += ["## The scale model against these measurements", "",
-              "`python bench/scale_model.py validate` (bench/results/scale.md has the table and the projections): "
-              "the machine constants fitted on the phases *one* and *pair* ("
-              + ", ".join(f"{k} {v * 1e9:.2f} ns/B" if k.startswith("c_") else f"{k} {v:.2f}" for k, v in m.items())
-              + "), every other point predicted.", "",
+              ("`python bench/scale_model.py validate` (bench/results/scale.md has the projections): the machine "
+               f"constants fitted on the phases {fit} (every collective, 2 x 2, 16 MiB: ")
+              + scale_model.describe_machine(val["machine"]) + ("), the phases *pair* (64 MiB, gradients too) and "
+                                                                 "*quad* (4 x 2) predicted."), "",
               "| phase | collective | data | mode | algorithm | hosts x ranks | measured ms | predicted ms | error |",
               "|---|---|---|---|---|---|---|---|---|"]
         for x in val["rows"]:
             L.append(f"| {x['phase']}{' (fit)' if x['fitted'] else ''} | {x['coll']} | {x['data']} | {x['mode']} | "
                      f"{x['algorithm']} | {x['hosts']}x{x['ranks'] // x['hosts']} | {ms(x['measured_s'])} | "
                      f"{ms(x['predicted_s'])} | {x['error']:+.0%} |")
-        L += ["", f"Worst error at the predicted points: {val['worst']:.0%} (target: within 20% at every point).", ""]
+        over = [x for x in val["rows"] if not x["fitted"] and abs(x["error"]) > 0.2]
+        verdict = ("met" if not over else f"missed at {len(over)}: " + ", ".join(
+            f"{x['phase']} {x['coll']} {x['mode']} {x['algorithm']} ({x['error']:+.0%})" for x in over))
+        L += ["", (f"Worst error at the {sum(1 for x in val['rows'] if not x['fitted'])} predicted points: "
+              f"{val['worst']:.0%} (target: within 20% at every point; {verdict})."), ""]
+        if over:
+            L += [("The miss is the hierarchical lossy all_gather at 4 x 2: it takes the eager path (quantize the "
+                   "own block, the outlier round, the schedule's three phases one after the other, dequantize the "
+                   "whole output), whose phases the model lets overlap the way a ring's steps do."), ""]
     (RESULTS / "topology.md").write_text("\n".join(L) + "\n")
     print(f"wrote {RESULTS / 'topology.md'}", file=sys.stderr)
     return 0
