@@ -31,21 +31,21 @@ using ncclz::codec::ElemType;
 using ncclz::codec::Predictor;
 namespace nc = ncclz::cuda;
 
-#define CK(expr)                                                                                       \
-  do {                                                                                                 \
-    const cudaError_t e_ = (expr);                                                                     \
-    if (e_ != cudaSuccess) {                                                                           \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_));     \
-      std::exit(2);                                                                                    \
-    }                                                                                                  \
+#define CK(expr)                                                                                  \
+  do {                                                                                            \
+    const cudaError_t e_ = (expr);                                                                \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                               \
+    }                                                                                             \
   } while (0)
-#define CL(expr)                                                                    \
-  do {                                                                              \
-    const int r_ = (expr);                                                          \
-    if (r_ != 0) {                                                                  \
+#define CL(expr)                                                                      \
+  do {                                                                                \
+    const int r_ = (expr);                                                            \
+    if (r_ != 0) {                                                                    \
       std::fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #expr, r_); \
-      std::exit(2);                                                                 \
-    }                                                                               \
+      std::exit(2);                                                                   \
+    }                                                                                 \
   } while (0)
 
 namespace {
@@ -135,13 +135,20 @@ int main(int argc, char** argv) {
   std::string json_path, md_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--mib") mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--rel") rel = std::atof(argv[i + 1]);
-    else if (a == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--warm") warm = std::max(0, std::atoi(argv[i + 1]));
-    else if (a == "--slice") L = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
-    else if (a == "--json") json_path = argv[i + 1];
-    else if (a == "--md") md_path = argv[i + 1];
+    if (a == "--mib")
+      mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--rel")
+      rel = std::atof(argv[i + 1]);
+    else if (a == "--reps")
+      reps = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--warm")
+      warm = std::max(0, std::atoi(argv[i + 1]));
+    else if (a == "--slice")
+      L = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
+    else if (a == "--json")
+      json_path = argv[i + 1];
+    else if (a == "--md")
+      md_path = argv[i + 1];
   }
   int dev = 0;
   CK(cudaGetDevice(&dev));
@@ -150,19 +157,13 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, %.1f GiB, L2 %d MiB\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize >> 20);
 
-  // The codec takes its temporaries with cudaMallocAsync: keep freed pool
-  // memory in the pool instead of returning it to the driver at every
-  // synchronisation (the default threshold, 0), which would time allocations.
-  {
-    cudaMemPool_t pool;
-    CK(cudaDeviceGetDefaultMemPool(&pool, dev));
-    uint64_t threshold = ~uint64_t(0);
-    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-  }
-
   const size_t n = mib * (size_t(1) << 20) / 4;
   const size_t bytes = n * 4;
   const size_t S = (n + L - 1) / L, slot = nc::slice_slot_bytes(ElemType::I32, L);
+  // The codec, on the legacy default stream, its scratch sized up front: no
+  // call below allocates.
+  nc::DeviceCodec codec(nullptr);
+  CL(codec.reserve(n, L));
   float *x, *y, *x2;
   int32_t *q, *q2;
   uint8_t* slots;
@@ -184,8 +185,8 @@ int main(int argc, char** argv) {
   Timer timer;
 
   // cudaMemcpy device to device of the same bytes (the reference).
-  const double copy_ms = timer.median_ms([&] { CK(cudaMemcpyAsync(x2, x, bytes, cudaMemcpyDeviceToDevice)); }, warm,
-                                         reps);
+  const double copy_ms =
+      timer.median_ms([&] { CK(cudaMemcpyAsync(x2, x, bytes, cudaMemcpyDeviceToDevice)); }, warm, reps);
   const double copy_gbs = bytes / copy_ms / 1e6;
   std::printf("cudaMemcpy D2D %zu MiB: %.3f ms = %.0f GB/s (read+write %.0f GB/s)\n", mib, copy_ms, copy_gbs,
               2 * copy_gbs);
@@ -207,14 +208,14 @@ int main(int argc, char** argv) {
       r.data = kind == 0 ? "gaussian" : "smooth";
       r.pred = p == Predictor::None ? "none" : p == Predictor::Delta1 ? "delta1" : "delta2";
       const int64_t limit = int64_t(1) << 20;
-      auto quant = [&] { CL(nc::quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap, nullptr)); };
-      auto enc = [&] {
-        CL(nc::encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots, slot, sizes, status, nullptr));
+      auto quant = [&] {
+        CL(codec.quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap));
       };
-      auto dec = [&] { CL(nc::decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status, nullptr)); };
+      auto enc = [&] { CL(codec.encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots, slot, sizes, status)); };
+      auto dec = [&] { CL(codec.decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status)); };
       auto deq = [&] {
-        CL(nc::dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32, nullptr));
-        CL(nc::scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y, nullptr));
+        CL(codec.dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32));
+        CL(codec.scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y));
       };
       // Check once, untimed.
       quant();
@@ -254,15 +255,25 @@ int main(int argc, char** argv) {
       r.ratio = double(bytes) / double(r.bytes);
       r.q_ms = timer.median_ms(quant, warm, reps);
       r.e_ms = timer.median_ms(enc, warm, reps);
-      r.enc_ms = timer.median_ms([&] { quant(); enc(); }, warm, reps);
+      r.enc_ms = timer.median_ms(
+          [&] {
+            quant();
+            enc();
+          },
+          warm, reps);
       r.d_ms = timer.median_ms(dec, warm, reps);
       r.dq_ms = timer.median_ms(deq, warm, reps);
-      r.dec_ms = timer.median_ms([&] { dec(); deq(); }, warm, reps);
-      std::printf("%-8s %-6s ratio %7.2f outliers %llu check %s | quantize+encode %.3f ms = %.0f GB/s "
-                  "(q %.3f, enc %.3f) | decode+dequantize %.3f ms = %.0f GB/s (dec %.3f, deq %.3f)\n",
-                  r.data.c_str(), r.pred.c_str(), r.ratio, (unsigned long long)r.outliers, ok ? "ok" : "FAILED",
-                  r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms,
-                  r.dq_ms);
+      r.dec_ms = timer.median_ms(
+          [&] {
+            dec();
+            deq();
+          },
+          warm, reps);
+      std::printf(
+          "%-8s %-6s ratio %7.2f outliers %llu check %s | quantize+encode %.3f ms = %.0f GB/s "
+          "(q %.3f, enc %.3f) | decode+dequantize %.3f ms = %.0f GB/s (dec %.3f, deq %.3f)\n",
+          r.data.c_str(), r.pred.c_str(), r.ratio, (unsigned long long)r.outliers, ok ? "ok" : "FAILED", r.enc_ms,
+          bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms);
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -271,18 +282,20 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");
     if (f) {
-      std::fprintf(f, "{\n  \"device\": \"%s\", \"sms\": %d, \"mib\": %zu, \"rel\": %g, \"slice_len\": %u, \"reps\": %d,\n",
-                   prop.name, prop.multiProcessorCount, mib, rel, L, reps);
+      std::fprintf(
+          f, "{\n  \"device\": \"%s\", \"sms\": %d, \"mib\": %zu, \"rel\": %g, \"slice_len\": %u, \"reps\": %d,\n",
+          prop.name, prop.multiProcessorCount, mib, rel, L, reps);
       std::fprintf(f, "  \"memcpy_d2d_ms\": %.4f, \"memcpy_d2d_gbs\": %.1f,\n  \"rows\": [\n", copy_ms, copy_gbs);
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
-        std::fprintf(f,
-                     "    {\"data\": \"%s\", \"predictor\": \"%s\", \"check_ok\": %s, \"ratio\": %.4f, \"outliers\": %llu, "
-                     "\"encode_ms\": %.4f, \"encode_gbs\": %.1f, \"quantize_ms\": %.4f, \"block_encode_ms\": %.4f, "
-                     "\"decode_ms\": %.4f, \"decode_gbs\": %.1f, \"block_decode_ms\": %.4f, \"dequantize_ms\": %.4f}%s\n",
-                     r.data.c_str(), r.pred.c_str(), r.ok ? "true" : "false", r.ratio, (unsigned long long)r.outliers,
-                     r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms,
-                     r.dq_ms, i + 1 < rows.size() ? "," : "");
+        std::fprintf(
+            f,
+            "    {\"data\": \"%s\", \"predictor\": \"%s\", \"check_ok\": %s, \"ratio\": %.4f, \"outliers\": %llu, "
+            "\"encode_ms\": %.4f, \"encode_gbs\": %.1f, \"quantize_ms\": %.4f, \"block_encode_ms\": %.4f, "
+            "\"decode_ms\": %.4f, \"decode_gbs\": %.1f, \"block_decode_ms\": %.4f, \"dequantize_ms\": %.4f}%s\n",
+            r.data.c_str(), r.pred.c_str(), r.ok ? "true" : "false", r.ratio, (unsigned long long)r.outliers, r.enc_ms,
+            bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms,
+            i + 1 < rows.size() ? "," : "");
       }
       std::fprintf(f, "  ]\n}\n");
       std::fclose(f);
@@ -295,8 +308,9 @@ int main(int argc, char** argv) {
                    L);
       std::fprintf(f, "cudaMemcpy D2D: %.3f ms, %.0f GB/s (read+write %.0f GB/s). Median of %d after %d warm-ups.\n\n",
                    copy_ms, copy_gbs, 2 * copy_gbs, reps, warm);
-      std::fprintf(f, "| data | predictor | check | ratio | quantize+encode GB/s | decode+dequantize GB/s | q ms | "
-                      "enc ms | dec ms | deq ms | outliers |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+      std::fprintf(f,
+                   "| data | predictor | check | ratio | quantize+encode GB/s | decode+dequantize GB/s | q ms | "
+                   "enc ms | dec ms | deq ms | outliers |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
       for (const Row& r : rows)
         std::fprintf(f, "| %s | %s | %s | %.2f | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %llu |\n", r.data.c_str(),
                      r.pred.c_str(), r.ok ? "ok" : "FAILED", r.ratio, bytes / r.enc_ms / 1e6, bytes / r.dec_ms / 1e6,
@@ -305,5 +319,10 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
+  for (void* p :
+       {static_cast<void*>(x), static_cast<void*>(x2), static_cast<void*>(y), static_cast<void*>(q),
+        static_cast<void*>(q2), static_cast<void*>(slots), static_cast<void*>(sizes), static_cast<void*>(status),
+        static_cast<void*>(count), static_cast<void*>(idx), static_cast<void*>(mm)})
+    CK(cudaFree(p));
   return all_ok ? 0 : 1;
 }

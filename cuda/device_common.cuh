@@ -19,59 +19,47 @@ inline int host_error(codec::Status s) { return -int(s); }
 
 inline unsigned grid_for(size_t threads) { return unsigned((threads + kThreads - 1) / kThreads); }
 
-/// Stream-ordered temporary memory: one cudaMallocAsync per call, carved into
-/// aligned pieces; freed (stream-ordered) by release().
-class Arena {
+/// The layout of one call's scratch: pieces added one after the other
+/// (256-byte aligned), then placed at the codec's scratch (DeviceCodec::scratch).
+class ScratchLayout {
  public:
-  explicit Arena(cudaStream_t s) : stream_(s) {}
-  ~Arena() { release(); }
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-
-  /// Adds a piece of `bytes` to the layout (before allocate()); returns its offset.
-  size_t reserve(size_t bytes) {
+  /// Adds a piece of `bytes`; returns its offset.
+  size_t add(size_t bytes) {
     const size_t off = size_;
     size_ += (bytes + 255) & ~size_t(255);
     return off;
   }
-  cudaError_t allocate() {
-    if (size_ == 0) return cudaSuccess;
-    void* p = nullptr;
-    const cudaError_t e = cudaMallocAsync(&p, size_, stream_);
-    base_ = static_cast<uint8_t*>(p);
-    return e;
-  }
+  size_t bytes() const { return size_; }
   template <class T>
-  T* at(size_t off) const {
-    return reinterpret_cast<T*>(base_ + off);
-  }
-  cudaError_t release() {
-    cudaError_t e = cudaSuccess;
-    if (base_) e = cudaFreeAsync(base_, stream_);
-    base_ = nullptr;
-    return e;
+  static T* at(uint8_t* base, size_t off) {
+    return reinterpret_cast<T*>(base + off);
   }
 
  private:
-  cudaStream_t stream_;
-  uint8_t* base_ = nullptr;
   size_t size_ = 0;
 };
 
-/// Exclusive sum of n uint64 values (CUB), with its scratch from cudaMallocAsync.
-inline cudaError_t exclusive_sum_u64(const unsigned long long* in, unsigned long long* out, size_t n,
-                                     cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
+/// Temporary storage bytes exclusive_sum_u64 needs for n values.
+inline size_t exclusive_sum_bytes(size_t n) {
   size_t bytes = 0;
-  cudaError_t e = cub::DeviceScan::ExclusiveSum(nullptr, bytes, in, out, (long long)n, stream);
-  if (e != cudaSuccess) return e;
-  void* tmp = nullptr;
-  e = cudaMallocAsync(&tmp, bytes, stream);
-  if (e != cudaSuccess) return e;
-  e = cub::DeviceScan::ExclusiveSum(tmp, bytes, in, out, (long long)n, stream);
-  const cudaError_t f = cudaFreeAsync(tmp, stream);
-  return e != cudaSuccess ? e : f;
+  if (n)
+    cub::DeviceScan::ExclusiveSum(nullptr, bytes, (const unsigned long long*)nullptr, (unsigned long long*)nullptr,
+                                  (long long)n);
+  return bytes;
 }
+
+/// Exclusive sum of n uint64 values (CUB) with `tmp` (exclusive_sum_bytes(n)).
+inline cudaError_t exclusive_sum_u64(const unsigned long long* in, unsigned long long* out, size_t n, void* tmp,
+                                     size_t tmp_bytes, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return cub::DeviceScan::ExclusiveSum(tmp, tmp_bytes, in, out, (long long)n, stream);
+}
+
+/// Scratch bytes of the quantizer for n values (quantize_kernels.cu) and of
+/// a slice batch of n codes in slices of L (slice_kernels.cu), for
+/// DeviceCodec::reserve.
+size_t quantize_scratch_bytes(size_t n);
+size_t slice_scratch_bytes(size_t n, uint32_t L);
 
 /// Stores/loads a little-endian value of `bytes` bytes at an unaligned address.
 template <class Code>

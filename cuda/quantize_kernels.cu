@@ -1,4 +1,4 @@
-// Quantizer on the GPU: the CPU's rules (cpp/src/codec/quantizer.hpp), one
+// Quantizer on the GPU (DeviceCodec's quantize/dequantize): the CPU's rules (cpp/src/codec/quantizer.hpp), one
 // element per thread through the same NCCLZ_HD function quantize_one, so
 // codes and outliers are those of the CPU. This file is compiled with
 // --fmad=false (cuda/CMakeLists.txt): a fused multiply-add in the bound check
@@ -15,6 +15,7 @@
 //     re-evaluates its elements and writes the indices of its outliers at its
 //     offset, in order (block scans). Tiles without outliers return at once,
 //     so data without outliers costs one read of the tile counts.
+// The tile counts, offsets and the scan's storage are the DeviceCodec's scratch.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,13 +34,13 @@ using codec::ElemType;
 using codec::QuantGrid;
 using codec::Status;
 
-constexpr int kItems = 8;                   // elements per thread per tile
+constexpr int kItems = 8;  // elements per thread per tile
 constexpr size_t kTile = size_t(kThreads) * kItems;
 
 template <class T, class Code>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(const T* __restrict__ x, size_t n, QuantGrid g,
-                                                            int64_t limit, Code* __restrict__ q,
-                                                            unsigned long long* __restrict__ tile_count) {
+__global__ void __launch_bounds__(kThreads)
+    quantize_kernel(const T* __restrict__ x, size_t n, QuantGrid g, int64_t limit, Code* __restrict__ q,
+                    unsigned long long* __restrict__ tile_count) {
   using Reduce = cub::BlockReduce<int, kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const size_t base = size_t(blockIdx.x) * kTile;
@@ -63,10 +64,9 @@ __global__ void outlier_total_kernel(const unsigned long long* tile_count, const
 }
 
 template <class T, class Code>
-__global__ void __launch_bounds__(kThreads) gather_kernel(const T* __restrict__ x, size_t n, QuantGrid g,
-                                                          int64_t limit, const unsigned long long* tile_count,
-                                                          const unsigned long long* tile_off, uint64_t* idx,
-                                                          size_t cap) {
+__global__ void __launch_bounds__(kThreads)
+    gather_kernel(const T* __restrict__ x, size_t n, QuantGrid g, int64_t limit, const unsigned long long* tile_count,
+                  const unsigned long long* tile_off, uint64_t* idx, size_t cap) {
   if (tile_count[blockIdx.x] == 0) return;  // uniform per CTA
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage tmp;
@@ -125,9 +125,22 @@ unsigned stride_grid(size_t n) { return unsigned(std::min<size_t>(grid_for(n), 6
 
 }  // namespace
 
-int quantize_async(const void* d_x, ElemType t, size_t n, double eb, int64_t limit, void* d_q, ElemType code_t,
-                   uint64_t* d_outlier_count, uint64_t* d_outlier_idx, size_t idx_cap, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+namespace detail {
+size_t quantize_scratch_bytes(size_t n) {
+  if (n == 0) return 0;
+  const size_t tiles = (n + kTile - 1) / kTile;
+  ScratchLayout l;
+  l.add(tiles * 8);
+  l.add(tiles * 8);
+  l.add(exclusive_sum_bytes(tiles));
+  return l.bytes();
+}
+}  // namespace detail
+
+int DeviceCodec::quantize_async(const void* d_x, ElemType t, size_t n, double eb, int64_t limit, void* d_q,
+                                ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx, size_t idx_cap) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  if (status_) return status_;
   if (!(eb > 0) || !(eb < 1e300) || d_outlier_count == nullptr) return host_error(Status::BadHeader);
   const QuantGrid g = QuantGrid::from_bound(eb);
   if (n == 0) {
@@ -135,12 +148,17 @@ int quantize_async(const void* d_x, ElemType t, size_t n, double eb, int64_t lim
   }
   const size_t tiles = (n + kTile - 1) / kTile;
   if (tiles > 0x7fffffffu) return host_error(Status::Unsupported);
-  Arena arena(stream);
-  const size_t o_cnt = arena.reserve(tiles * 8), o_off = arena.reserve(tiles * 8);
-  cudaError_t e = arena.allocate();
-  if (e != cudaSuccess) return int(e);
-  auto* cnt = arena.at<unsigned long long>(o_cnt);
-  auto* off = arena.at<unsigned long long>(o_off);
+  // Scratch: per-tile outlier counts, their offsets, the scan's storage.
+  ScratchLayout l;
+  const size_t o_cnt = l.add(tiles * 8), o_off = l.add(tiles * 8);
+  const size_t tmp_bytes = exclusive_sum_bytes(tiles);
+  const size_t o_tmp = l.add(tmp_bytes);
+  int err = 0;
+  uint8_t* base = scratch(l.bytes(), &err);
+  if (!base) return err;
+  auto* cnt = ScratchLayout::at<unsigned long long>(base, o_cnt);
+  auto* off = ScratchLayout::at<unsigned long long>(base, o_off);
+  cudaError_t e = cudaSuccess;
   bool type_ok = false;
   with_float_type(t, [&](auto tv) {
     using T = decltype(tv);
@@ -151,7 +169,7 @@ int quantize_async(const void* d_x, ElemType t, size_t n, double eb, int64_t lim
       quantize_kernel<T, Code><<<unsigned(tiles), kThreads, 0, stream>>>(static_cast<const T*>(d_x), n, g, lim,
                                                                          static_cast<Code*>(d_q), cnt);
       e = cudaGetLastError();
-      if (e == cudaSuccess) e = exclusive_sum_u64(cnt, off, tiles, stream);
+      if (e == cudaSuccess) e = exclusive_sum_u64(cnt, off, tiles, base + o_tmp, tmp_bytes, stream);
       if (e == cudaSuccess) {
         outlier_total_kernel<<<1, 1, 0, stream>>>(cnt, off, tiles, d_outlier_count);
         e = cudaGetLastError();
@@ -163,14 +181,13 @@ int quantize_async(const void* d_x, ElemType t, size_t n, double eb, int64_t lim
       }
     });
   });
-  const cudaError_t f = arena.release();
   if (!type_ok) return host_error(Status::Unsupported);
-  return int(e != cudaSuccess ? e : f);
+  return int(e);
 }
 
-int dequantize_async(const void* d_q, ElemType code_t, size_t n, double eb, void* d_out, ElemType t,
-                     void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+int DeviceCodec::dequantize_async(const void* d_q, ElemType code_t, size_t n, double eb, void* d_out, ElemType t) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  if (status_) return status_;
   if (!(eb > 0) || !(eb < 1e300)) return host_error(Status::BadHeader);
   const QuantGrid g = QuantGrid::from_bound(eb);
   bool type_ok = false;
@@ -181,8 +198,8 @@ int dequantize_async(const void* d_q, ElemType code_t, size_t n, double eb, void
       using Code = decltype(cv);
       type_ok = true;
       if (n == 0) return;
-      dequantize_kernel<T, Code><<<stride_grid(n), kThreads, 0, stream>>>(static_cast<const Code*>(d_q), n, g,
-                                                                           static_cast<T*>(d_out));
+      dequantize_kernel<T, Code>
+          <<<stride_grid(n), kThreads, 0, stream>>>(static_cast<const Code*>(d_q), n, g, static_cast<T*>(d_out));
       e = cudaGetLastError();
     });
   });
@@ -190,15 +207,16 @@ int dequantize_async(const void* d_q, ElemType code_t, size_t n, double eb, void
   return int(e);
 }
 
-int scatter_outliers_async(const void* d_x, ElemType t, const uint64_t* d_idx, const uint64_t* d_count, size_t idx_cap,
-                           void* d_out, void* stream_ptr) {
-  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+int DeviceCodec::scatter_outliers_async(const void* d_x, ElemType t, const uint64_t* d_idx, const uint64_t* d_count,
+                                        size_t idx_cap, void* d_out) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
+  if (status_) return status_;
   cudaError_t e = cudaSuccess;
   const bool ok = with_float_type(t, [&](auto tv) {
     using T = decltype(tv);
     if (idx_cap == 0) return;
     scatter_kernel<T><<<stride_grid(idx_cap), kThreads, 0, stream>>>(static_cast<const T*>(d_x), d_idx, d_count,
-                                                                      idx_cap, static_cast<T*>(d_out));
+                                                                     idx_cap, static_cast<T*>(d_out));
     e = cudaGetLastError();
   });
   if (!ok) return host_error(Status::Unsupported);

@@ -1,38 +1,40 @@
 // Slice encoder/decoder on the GPU (Block codec + predictors), byte-identical
 // to cpp/src/codec/slice.cpp with the codec forced to Block (docs/FORMAT.md,
-// "Slice header", "Predictors", "Block").
+// "Slice header", "Predictors", "Block"): the slice framing and the Block
+// layout are the CPU's own functions (codec/slice_frame.hpp,
+// codec/block_frame.hpp), called here per slice and per block.
 //
 // *** NOT YET RUN ON A GPU. *** Written to be plainly correct, not fast
 // (byte-wise stores, several passes); tests/cpp/test_cuda_codec.cpp compares
 // it with the CPU codec, docs/GPU.md says how to run that.
 //
-// A batch is n codes cut into S slices of L codes (the last one shorter);
-// slice k is written to / read from its slot, base + k * slot_bytes. Blocks of
-// 32 codes are numbered globally, gb = k * nbs + b with nbs = ceil(L / 32);
-// blocks past a short last slice's end are inactive (size 0).
+// The kernels of one call share a SliceBatchRef (slice_batch.cuh), by value:
+// the batch's geometry and the DeviceCodec's scratch for it.
 //
 // Encode
 //  E1 width     one warp per block: residuals (predict_at, the CPU's
-//               predictor) -> width w; info[gb] = (payload words << 32) | escaped
+//               predictor) -> width w; info[gb] = (block_words(w) << 32) | escaped
 //  scan         exclusive sum of info over all blocks (one CUB scan); a
 //               slice's sums are differences of the scan at its first block
-//  E2 slice     one thread per slice: escapes, payload size, Block or the
-//               CPU's Raw fallback (Block payload > raw size) or NoSpace;
-//               writes the 24-byte header, the size and the status
-//  E3 nibbles   one thread per nibble byte: two nibbles, their escape bytes
+//  E2 slice     one thread per slice: escapes, payload size
+//               (block_stream_bytes), frame_slice (Block, or the CPU's Raw
+//               fallback, or NoSpace); writes the 24-byte header, the size
+//               and the status
+//  E3 nibbles   one thread per nibble byte: block_nibble_byte, escape bytes
 //  E4 planes    one warp per block: sign word and w bit planes (__ballot_sync)
+//               at block_stream_bytes(nb, nesc, words before the block)
 //  E5 raw       one thread per code of a Raw-fallback slice: the code's bytes
 // Decode
-//  D1 header    one thread per slice: read_header (the CPU's), type, count,
-//               codec; Raw length; Block: nibbles inside the payload
-//  D2 nibbles   one thread per block: width or escape flag (info as above);
-//               an unused high nibble must be 0
+//  D1 header    one thread per slice: read_slice_header (the CPU's: header,
+//               type, count), raw_payload_valid; Block: nibbles inside the payload
+//  D2 nibbles   one thread per block: block_nibble_at -> width or escape flag
+//               (info as above); block_unused_nibble_ok
 //  scan
 //  D3 slice     escapes inside the payload
-//  D4 escapes   one thread per block: escape byte 15..bits -> width;
-//               words[gb] = payload words of the block
+//  D4 escapes   one thread per block: block_escape_ok -> width;
+//               words[gb] = block_words(w)
 //  scan
-//  D5 slice     total length == payload_bytes
+//  D5 slice     total length (block_stream_bytes) == payload_bytes
 //  D6 planes    one warp per block: block_check_planes (the CPU's), lanes'
 //               magnitudes and signs -> residuals
 //  D7 raw       one thread per code of a Raw slice
@@ -46,10 +48,12 @@
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
-#include "codec/block_coder.hpp"
+#include "codec/block_frame.hpp"
 #include "codec/predictor.hpp"
+#include "codec/slice_frame.hpp"
 #include "device_common.cuh"
 #include "ncclz/cuda_codec.hpp"
+#include "slice_batch.cuh"
 
 namespace ncclz::cuda {
 namespace {
@@ -60,39 +64,8 @@ using codec::ElemType;
 using codec::kBlockLen;
 using codec::Predictor;
 using codec::Status;
-using u64 = unsigned long long;
 
 constexpr int kWarps = kThreads / 32;
-
-/// Geometry of a batch (kernel argument).
-struct Batch {
-  size_t n = 0;       // codes
-  uint32_t L = 1;     // slice length
-  uint32_t S = 0;     // slices
-  uint32_t nbs = 1;   // blocks per full slice
-  size_t slot = 0;    // bytes per slot
-  __host__ __device__ uint32_t count(uint32_t k) const { return k + 1 < S ? L : uint32_t(n - size_t(k) * L); }
-  __host__ __device__ size_t blocks() const { return size_t(S) * nbs; }
-};
-
-/// Per-slice state shared by the kernels of one call.
-struct SliceState {
-  int status;           // codec::Status
-  uint8_t mode;         // encode: 0 Block, 1 Raw, 2 nothing; decode: Codec
-  uint8_t pred;         // predictor used / read
-  uint32_t a0, a1;      // predictor args
-  uint32_t plen;        // decode: payload_bytes
-  uint32_t base;        // nibble bytes + escape bytes
-  u64 first1, first2;   // scan values at the slice's first block
-};
-
-enum : uint8_t { kModeBlock = 0, kModeRaw = 1, kModeNone = 2 };
-
-// The CPU selector's rule for a forced predictor (slice.cpp, predictor_applies):
-// a predictor that does not apply to this slice becomes None.
-__host__ __device__ Predictor effective_predictor(Predictor p, uint32_t row, uint32_t plane, size_t cnt) {
-  return codec::predictor_fits(p, row, plane, cnt) ? p : Predictor::None;
-}
 
 __device__ __forceinline__ size_t global_warp() { return (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
 __device__ __forceinline__ size_t global_thread() { return size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -125,134 +98,116 @@ struct EncodeParams {
 };
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads) enc_width_kernel(const Code* __restrict__ q, Batch bt, EncodeParams ep,
-                                                             uint8_t* __restrict__ widths, u64* __restrict__ info) {
+__global__ void __launch_bounds__(kThreads)
+    enc_width_kernel(const Code* __restrict__ q, SliceBatchRef r, EncodeParams ep) {
   const size_t gb = global_warp();
-  if (gb >= bt.blocks()) return;  // uniform per warp
-  const uint32_t k = uint32_t(gb / bt.nbs), b = uint32_t(gb % bt.nbs);
-  const uint32_t cnt = bt.count(k);
+  if (gb >= r.blocks()) return;  // uniform per warp
+  const uint32_t k = uint32_t(gb / r.nbs), b = uint32_t(gb % r.nbs);
+  const uint32_t cnt = r.count(k);
   const int lane = threadIdx.x & 31;
   if (size_t(b) >= codec::block_count(cnt)) {
     if (lane == 0) {
-      widths[gb] = 0;
-      info[gb] = 0;
+      r.widths[gb] = 0;
+      r.info[gb] = 0;
     }
     return;
   }
-  const Predictor pe = effective_predictor(ep.p, ep.row, ep.plane, cnt);
-  const Code* qk = q + size_t(k) * bt.L;
+  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+  const Code* qk = q + size_t(k) * r.L;
   const Code v = residual_at(qk, b * kBlockLen + lane, cnt, pe, ep.row, ep.plane);
   const int w = codec::block_bit_width(warp_or(codec::block_magnitude(v)));
   if (lane == 0) {
-    widths[gb] = uint8_t(w);
-    info[gb] = pack_info(w ? w + 1 : 0, w >= codec::kBlockEscape);
+    r.widths[gb] = uint8_t(w);
+    r.info[gb] = pack_info(codec::block_words(w), w >= codec::kBlockEscape);
   }
 }
 
 template <class Code>
-__global__ void enc_slice_kernel(Batch bt, EncodeParams ep, const u64* __restrict__ info,
-                                 const u64* __restrict__ scan, uint8_t* __restrict__ dst, SliceState* st,
-                                 uint64_t* sizes, int* status) {
+__global__ void enc_slice_kernel(SliceBatchRef r, EncodeParams ep, uint8_t* __restrict__ dst, uint64_t* sizes,
+                                 int* status) {
   const size_t k = global_thread();
-  if (k >= bt.S) return;
-  const uint32_t cnt = bt.count(uint32_t(k));
+  if (k >= r.S) return;
+  const uint32_t cnt = r.count(uint32_t(k));
   const size_t nb = codec::block_count(cnt);
-  const size_t first = k * bt.nbs;
-  const size_t raw = size_t(cnt) * sizeof(Code);
+  const size_t first = k * r.nbs;
   SliceState s{};
-  s.status = int(Status::Ok);
-  s.first1 = scan[first];
-  if (bt.slot < codec::kHeaderBytes) {
-    s.status = int(Status::NoSpace);
-    s.mode = kModeNone;
-  } else {
-    const size_t room = bt.slot - codec::kHeaderBytes;
-    bool block = false;
-    size_t total = 0;
-    const Predictor pe = effective_predictor(ep.p, ep.row, ep.plane, cnt);
-    if (cnt > 0) {
-      const u64 sum = scan[first + nb - 1] + info[first + nb - 1] - s.first1;
-      const size_t nesc = info_escapes(sum);
-      s.base = uint32_t(codec::block_nibble_bytes(nb) + nesc);
-      total = s.base + 4 * size_t(info_words(sum));
-      block = total <= (room < raw ? room : raw);  // the CPU's coder_cap
-    }
-    codec::SliceHeader h;
-    h.elem_type = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
-    h.count = cnt;
-    if (block) {
-      s.mode = kModeBlock;
-      s.pred = uint8_t(pe);
-      s.a0 = (pe == Predictor::Lorenzo2D || pe == Predictor::Lorenzo3D) ? ep.row : 0;
-      s.a1 = pe == Predictor::Lorenzo3D ? ep.plane : 0;
-      h.codec = Codec::Block;
-      h.predictor = pe;
-      h.payload_bytes = uint32_t(total);
-      h.pred_arg0 = s.a0;
-      h.pred_arg1 = s.a1;
-    } else if (raw <= room) {
-      s.mode = kModeRaw;
-      h.codec = Codec::Raw;
-      h.predictor = Predictor::None;
-      h.payload_bytes = uint32_t(raw);
-    } else {
-      s.mode = kModeNone;
-      s.status = int(Status::NoSpace);
-    }
-    if (s.mode != kModeNone) {
-      codec::write_header(dst + k * bt.slot, h);
-      sizes[k] = codec::kHeaderBytes + h.payload_bytes;
-    }
+  s.first1 = r.scan[first];
+  // The Block payload's size, from the blocks' words and escapes.
+  size_t coded = ~size_t(0);
+  if (nb > 0) {
+    const u64 sum = r.scan[first + nb - 1] + r.info[first + nb - 1] - s.first1;
+    s.nesc = info_escapes(sum);
+    s.base = uint32_t(codec::block_stream_bytes(nb, s.nesc, 0));
+    coded = codec::block_stream_bytes(nb, s.nesc, info_words(sum));
   }
-  if (s.mode == kModeNone) sizes[k] = 0;
+  // The slice, framed as on the CPU: Block, or the Raw fallback, or NoSpace.
+  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+  uint32_t a0, a1;
+  codec::slice_predictor_args(pe, ep.row, ep.plane, &a0, &a1);
+  codec::SliceHeader h;
+  const ElemType t = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
+  const Status f = codec::frame_slice(t, cnt, r.slot, Codec::Block, pe, a0, a1, coded, &h);
+  s.status = int(f);
+  if (f == Status::Ok) {
+    s.mode = h.codec == Codec::Block ? kModeBlock : kModeRaw;
+    s.pred = uint8_t(h.predictor);
+    s.a0 = h.pred_arg0;
+    s.a1 = h.pred_arg1;
+    codec::write_header(dst + k * r.slot, h);
+    sizes[k] = codec::kHeaderBytes + h.payload_bytes;
+  } else {
+    s.mode = kModeNone;
+    sizes[k] = 0;
+  }
   status[k] = s.status;
-  st[k] = s;
+  r.st[k] = s;
 }
 
 // One thread per nibble byte j of slice k (blocks 2j, 2j+1).
-__global__ void enc_nibble_kernel(Batch bt, const uint8_t* __restrict__ widths, const u64* __restrict__ scan,
-                                  const SliceState* __restrict__ st, uint8_t* __restrict__ dst) {
-  const size_t per = codec::block_nibble_bytes(bt.nbs);
+__global__ void enc_nibble_kernel(SliceBatchRef r, uint8_t* __restrict__ dst) {
+  const size_t per = codec::block_nibble_bytes(r.nbs);
   const size_t g = global_thread();
-  if (g >= size_t(bt.S) * per) return;
+  if (g >= size_t(r.S) * per) return;
   const uint32_t k = uint32_t(g / per);
   const size_t j = g % per;
-  const SliceState s = st[k];
+  const SliceState s = r.st[k];
   if (s.mode != kModeBlock) return;
-  const size_t nb = codec::block_count(bt.count(k));
+  const size_t nb = codec::block_count(r.count(k));
   if (2 * j >= nb) return;
-  const size_t first = size_t(k) * bt.nbs;
-  const size_t nib = codec::block_nibble_bytes(nb);
-  uint8_t* payload = dst + size_t(k) * bt.slot + codec::kHeaderBytes;
+  const size_t first = size_t(k) * r.nbs;
+  uint8_t* payload = dst + size_t(k) * r.slot + codec::kHeaderBytes;
   const size_t b0 = first + 2 * j;
-  const int w0 = widths[b0];
-  const int w1 = 2 * j + 1 < nb ? widths[b0 + 1] : 0;
-  payload[j] = uint8_t(codec::block_nibble_of(w0) | (codec::block_nibble_of(w1) << 4));
-  if (w0 >= codec::kBlockEscape) payload[nib + info_escapes(scan[b0] - s.first1)] = uint8_t(w0);
-  if (w1 >= codec::kBlockEscape) payload[nib + info_escapes(scan[b0 + 1] - s.first1)] = uint8_t(w1);
+  const int w0 = r.widths[b0];
+  const int w1 = 2 * j + 1 < nb ? r.widths[b0 + 1] : 0;
+  payload[j] = codec::block_nibble_byte(w0, w1);
+  // Escape bytes: after the nibbles, in block order.
+  if (w0 >= codec::kBlockEscape)
+    payload[codec::block_stream_bytes(nb, info_escapes(r.scan[b0] - s.first1), 0)] = uint8_t(w0);
+  if (w1 >= codec::kBlockEscape)
+    payload[codec::block_stream_bytes(nb, info_escapes(r.scan[b0 + 1] - s.first1), 0)] = uint8_t(w1);
 }
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads) enc_planes_kernel(const Code* __restrict__ q, Batch bt,
-                                                              const uint8_t* __restrict__ widths,
-                                                              const u64* __restrict__ scan,
-                                                              const SliceState* __restrict__ st,
-                                                              uint8_t* __restrict__ dst) {
+__global__ void __launch_bounds__(kThreads)
+    enc_planes_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst) {
   using U = codec::UCode<Code>;
   const size_t gb = global_warp();
-  if (gb >= bt.blocks()) return;  // uniform per warp
-  const uint32_t k = uint32_t(gb / bt.nbs), b = uint32_t(gb % bt.nbs);
-  const SliceState s = st[k];
+  if (gb >= r.blocks()) return;  // uniform per warp
+  const uint32_t k = uint32_t(gb / r.nbs), b = uint32_t(gb % r.nbs);
+  const SliceState s = r.st[k];
   if (s.mode != kModeBlock) return;
-  const uint32_t cnt = bt.count(k);
-  if (size_t(b) >= codec::block_count(cnt)) return;
-  const int w = widths[gb];
+  const uint32_t cnt = r.count(k);
+  const size_t nb = codec::block_count(cnt);
+  if (size_t(b) >= nb) return;
+  const int w = r.widths[gb];
   if (w == 0) return;
   const int lane = threadIdx.x & 31;
-  const Code* qk = q + size_t(k) * bt.L;
+  const Code* qk = q + size_t(k) * r.L;
   const Code v = residual_at(qk, b * kBlockLen + lane, cnt, Predictor(s.pred), s.a0, s.a1);
   const U mag = codec::block_magnitude(v);
-  uint8_t* out = dst + size_t(k) * bt.slot + codec::kHeaderBytes + s.base + 4 * size_t(info_words(scan[gb] - s.first1));
+  // The block's words follow those of the blocks before it.
+  uint8_t* out = dst + size_t(k) * r.slot + codec::kHeaderBytes +
+                 codec::block_stream_bytes(nb, s.nesc, info_words(r.scan[gb] - s.first1));
   const uint32_t sign = __ballot_sync(kFullMask, v < 0);
   if (lane == 0) codec::store_u32(out, sign);
   for (int p = 0; p < w; ++p) {  // w is uniform per warp
@@ -262,159 +217,149 @@ __global__ void __launch_bounds__(kThreads) enc_planes_kernel(const Code* __rest
 }
 
 template <class Code>
-__global__ void enc_raw_kernel(const Code* __restrict__ q, Batch bt, const SliceState* __restrict__ st,
-                               uint8_t* __restrict__ dst) {
-  for (size_t i = global_thread(); i < bt.n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t k = uint32_t(i / bt.L);
-    if (st[k].mode != kModeRaw) continue;
-    const size_t local = i - size_t(k) * bt.L;
-    store_le<Code>(dst + size_t(k) * bt.slot + codec::kHeaderBytes + local * sizeof(Code), q[i]);
+__global__ void enc_raw_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst) {
+  for (size_t i = global_thread(); i < r.n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t k = uint32_t(i / r.L);
+    if (r.st[k].mode != kModeRaw) continue;
+    const size_t local = i - size_t(k) * r.L;
+    store_le<Code>(dst + size_t(k) * r.slot + codec::kHeaderBytes + local * sizeof(Code), q[i]);
   }
 }
 
 // ---- decode ---------------------------------------------------------------
 
 template <class Code>
-__global__ void dec_header_kernel(const uint8_t* __restrict__ src, const uint64_t* __restrict__ lens, Batch bt,
-                                  SliceState* st) {
+__global__ void dec_header_kernel(const uint8_t* __restrict__ src, const uint64_t* __restrict__ lens, SliceBatchRef r) {
   const size_t k = global_thread();
-  if (k >= bt.S) return;
+  if (k >= r.S) return;
   const ElemType t = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
-  const uint32_t cnt = bt.count(uint32_t(k));
-  size_t len = bt.slot;
+  const uint32_t cnt = r.count(uint32_t(k));
+  size_t len = r.slot;
   if (lens != nullptr && lens[k] < len) len = size_t(lens[k]);
   SliceState s{};
   codec::SliceHeader h;
-  Status r = codec::read_header(src + k * bt.slot, len, &h);
-  if (r == Status::Ok && h.elem_type != t) r = Status::TypeMismatch;
-  if (r == Status::Ok && h.count != cnt) r = Status::CountMismatch;
-  if (r == Status::Ok) {
+  Status st = codec::read_slice_header(src + k * r.slot, len, t, cnt, &h);
+  if (st == Status::Ok) {
     s.mode = uint8_t(h.codec);
     s.pred = uint8_t(h.predictor);
     s.a0 = h.pred_arg0;
     s.a1 = h.pred_arg1;
     s.plen = h.payload_bytes;
     if (h.codec == Codec::Raw) {
-      if (size_t(h.payload_bytes) != size_t(cnt) * sizeof(Code)) r = Status::Corrupt;
+      if (!codec::raw_payload_valid(h)) st = Status::Corrupt;
     } else if (h.codec == Codec::Block) {
-      if (h.payload_bytes < codec::block_nibble_bytes(codec::block_count(cnt))) r = Status::Corrupt;
+      if (h.payload_bytes < codec::block_nibble_bytes(codec::block_count(cnt))) st = Status::Corrupt;
     } else {
-      r = Status::Unsupported;  // Rans, Sparse: no device decoder yet
+      st = Status::Unsupported;  // Rans, Sparse: no device decoder yet
     }
   }
-  s.status = int(r);
-  st[k] = s;
+  s.status = int(st);
+  r.st[k] = s;
 }
 
 __device__ __forceinline__ void set_corrupt(SliceState* s) { atomicExch(&s->status, int(Status::Corrupt)); }
 
 // True when block (k, b) is a live block of an Ok Block slice.
-__device__ __forceinline__ bool live_block(const Batch& bt, const SliceState& s, uint32_t k, uint32_t b) {
-  return s.status == int(Status::Ok) && s.mode == uint8_t(Codec::Block) &&
-         size_t(b) < codec::block_count(bt.count(k));
+__device__ __forceinline__ bool live_block(const SliceBatchRef& r, const SliceState& s, uint32_t k, uint32_t b) {
+  return s.status == int(Status::Ok) && s.mode == uint8_t(Codec::Block) && size_t(b) < codec::block_count(r.count(k));
 }
 
-__global__ void dec_nibble_kernel(const uint8_t* __restrict__ src, Batch bt, SliceState* st, uint8_t* widths,
-                                  u64* info) {
+__global__ void dec_nibble_kernel(const uint8_t* __restrict__ src, SliceBatchRef r) {
   const size_t gb = global_thread();
-  if (gb >= bt.blocks()) return;
-  const uint32_t k = uint32_t(gb / bt.nbs), b = uint32_t(gb % bt.nbs);
-  const SliceState s = st[k];
-  widths[gb] = 0;
-  info[gb] = 0;
-  if (!live_block(bt, s, k, b)) return;
-  const size_t nb = codec::block_count(bt.count(k));
-  const uint8_t* payload = src + size_t(k) * bt.slot + codec::kHeaderBytes;
-  const unsigned byte = payload[b / 2];
-  const unsigned v = (byte >> (4 * (b & 1))) & 15u;
-  if (b == nb - 1 && (nb & 1) && (byte >> 4) != 0) set_corrupt(&st[k]);  // unused nibble
+  if (gb >= r.blocks()) return;
+  const uint32_t k = uint32_t(gb / r.nbs), b = uint32_t(gb % r.nbs);
+  const SliceState s = r.st[k];
+  r.widths[gb] = 0;
+  r.info[gb] = 0;
+  if (!live_block(r, s, k, b)) return;
+  const size_t nb = codec::block_count(r.count(k));
+  const uint8_t* payload = src + size_t(k) * r.slot + codec::kHeaderBytes;
+  const unsigned v = codec::block_nibble_at(payload, b);
+  if (b == nb - 1 && !codec::block_unused_nibble_ok(payload, nb)) set_corrupt(&r.st[k]);
   const bool esc = v == unsigned(codec::kBlockEscape);
-  widths[gb] = esc ? 0 : uint8_t(v);
-  info[gb] = esc ? pack_info(0, 1) : pack_info(v ? int(v) + 1 : 0, 0);
+  r.widths[gb] = esc ? 0 : uint8_t(v);
+  r.info[gb] = esc ? pack_info(0, 1) : pack_info(codec::block_nibble_words(v), 0);
 }
 
 // Per slice: escape bytes must lie inside the payload.
-__global__ void dec_escape_total_kernel(Batch bt, const u64* __restrict__ info, const u64* __restrict__ scan,
-                                        SliceState* st) {
+__global__ void dec_escape_total_kernel(SliceBatchRef r) {
   const size_t k = global_thread();
-  if (k >= bt.S) return;
-  SliceState s = st[k];
-  const size_t nb = codec::block_count(bt.count(uint32_t(k)));
+  if (k >= r.S) return;
+  SliceState s = r.st[k];
+  const size_t nb = codec::block_count(r.count(uint32_t(k)));
   if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Block) || nb == 0) return;
-  const size_t first = k * bt.nbs;
-  s.first1 = scan[first];
-  const size_t nesc = info_escapes(scan[first + nb - 1] + info[first + nb - 1] - s.first1);
-  const size_t base = codec::block_nibble_bytes(nb) + nesc;
+  const size_t first = k * r.nbs;
+  s.first1 = r.scan[first];
+  s.nesc = info_escapes(r.scan[first + nb - 1] + r.info[first + nb - 1] - s.first1);
+  const size_t base = codec::block_stream_bytes(nb, s.nesc, 0);
   if (base > s.plen) s.status = int(Status::Corrupt);
   s.base = uint32_t(base);
-  st[k] = s;
+  r.st[k] = s;
 }
 
 template <class Code>
-__global__ void dec_escape_kernel(const uint8_t* __restrict__ src, Batch bt, const u64* __restrict__ info,
-                                  const u64* __restrict__ scan, SliceState* st, uint8_t* widths, u64* words) {
+__global__ void dec_escape_kernel(const uint8_t* __restrict__ src, SliceBatchRef r) {
   const size_t gb = global_thread();
-  if (gb >= bt.blocks()) return;
-  const uint32_t k = uint32_t(gb / bt.nbs), b = uint32_t(gb % bt.nbs);
-  const SliceState s = st[k];
-  words[gb] = 0;
-  if (!live_block(bt, s, k, b)) return;
-  int w = widths[gb];
-  if (info_escapes(info[gb])) {
-    const size_t nib = codec::block_nibble_bytes(codec::block_count(bt.count(k)));
-    const uint8_t* payload = src + size_t(k) * bt.slot + codec::kHeaderBytes;
-    w = payload[nib + info_escapes(scan[gb] - s.first1)];  // inside: base <= plen was checked
-    if (w < codec::kBlockEscape || w > codec::block_max_width<Code>()) {
-      set_corrupt(&st[k]);
+  if (gb >= r.blocks()) return;
+  const uint32_t k = uint32_t(gb / r.nbs), b = uint32_t(gb % r.nbs);
+  const SliceState s = r.st[k];
+  r.words[gb] = 0;
+  if (!live_block(r, s, k, b)) return;
+  int w = r.widths[gb];
+  if (info_escapes(r.info[gb])) {
+    const size_t nb = codec::block_count(r.count(k));
+    const uint8_t* payload = src + size_t(k) * r.slot + codec::kHeaderBytes;
+    // Inside: base <= plen was checked.
+    w = payload[codec::block_stream_bytes(nb, info_escapes(r.scan[gb] - s.first1), 0)];
+    if (!codec::block_escape_ok<Code>(unsigned(w))) {
+      set_corrupt(&r.st[k]);
       return;
     }
-    widths[gb] = uint8_t(w);
+    r.widths[gb] = uint8_t(w);
   }
-  words[gb] = w ? u64(w + 1) : 0;
+  r.words[gb] = codec::block_words(w);
 }
 
 // Per slice: the payload's length must be exactly what the widths say.
-__global__ void dec_length_kernel(Batch bt, const u64* __restrict__ words, const u64* __restrict__ scan,
-                                  SliceState* st) {
+__global__ void dec_length_kernel(SliceBatchRef r) {
   const size_t k = global_thread();
-  if (k >= bt.S) return;
-  SliceState s = st[k];
-  const size_t nb = codec::block_count(bt.count(uint32_t(k)));
+  if (k >= r.S) return;
+  SliceState s = r.st[k];
+  const size_t nb = codec::block_count(r.count(uint32_t(k)));
   if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Block)) return;
   if (nb == 0) {
-    if (s.plen != 0) st[k].status = int(Status::Corrupt);
+    if (s.plen != 0) r.st[k].status = int(Status::Corrupt);
     return;
   }
-  const size_t first = k * bt.nbs;
-  s.first2 = scan[first];
-  const u64 total = s.base + 4 * (scan[first + nb - 1] + words[first + nb - 1] - s.first2);
+  const size_t first = k * r.nbs;
+  s.first2 = r.scan2[first];
+  const u64 total = codec::block_stream_bytes(nb, s.nesc, r.scan2[first + nb - 1] + r.words[first + nb - 1] - s.first2);
   if (total != s.plen) s.status = int(Status::Corrupt);
-  st[k] = s;
+  r.st[k] = s;
 }
 
 template <class Code>
-__global__ void __launch_bounds__(kThreads) dec_planes_kernel(const uint8_t* __restrict__ src, Batch bt,
-                                                              const uint8_t* __restrict__ widths,
-                                                              const u64* __restrict__ scan, SliceState* st,
-                                                              Code* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    dec_planes_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out) {
   using U = codec::UCode<Code>;
   const size_t gb = global_warp();
-  if (gb >= bt.blocks()) return;  // uniform per warp
-  const uint32_t k = uint32_t(gb / bt.nbs), b = uint32_t(gb % bt.nbs);
-  const SliceState s = st[k];
-  if (!live_block(bt, s, k, b)) return;
-  const uint32_t cnt = bt.count(k);
+  if (gb >= r.blocks()) return;  // uniform per warp
+  const uint32_t k = uint32_t(gb / r.nbs), b = uint32_t(gb % r.nbs);
+  const SliceState s = r.st[k];
+  if (!live_block(r, s, k, b)) return;
+  const uint32_t cnt = r.count(k);
   const int lane = threadIdx.x & 31;
   const uint32_t i = b * kBlockLen + lane;
-  Code* ok = out + size_t(k) * bt.L;
-  const int w = widths[gb];
+  Code* ok = out + size_t(k) * r.L;
+  const int w = r.widths[gb];
   if (w == 0) {
     if (i < cnt) ok[i] = Code(0);
     return;
   }
   const int m = cnt - b * kBlockLen < uint32_t(kBlockLen) ? int(cnt - b * kBlockLen) : kBlockLen;
-  const uint8_t* p = src + size_t(k) * bt.slot + codec::kHeaderBytes + s.base + 4 * size_t(scan[gb] - s.first2);
-  if (lane == 0 && !codec::block_check_planes<Code>(p, w, m)) set_corrupt(&st[k]);
+  const uint8_t* p = src + size_t(k) * r.slot + codec::kHeaderBytes +
+                     codec::block_stream_bytes(codec::block_count(cnt), s.nesc, r.scan2[gb] - s.first2);
+  if (lane == 0 && !codec::block_check_planes<Code>(p, w, m)) set_corrupt(&r.st[k]);
   const uint32_t sign = codec::load_u32(p);
   U mag = 0;
   for (int q = 0; q < w; ++q) mag |= U((codec::load_u32(p + 4 + 4 * q) >> lane) & 1u) << q;
@@ -422,14 +367,13 @@ __global__ void __launch_bounds__(kThreads) dec_planes_kernel(const uint8_t* __r
 }
 
 template <class Code>
-__global__ void dec_raw_kernel(const uint8_t* __restrict__ src, Batch bt, const SliceState* __restrict__ st,
-                               Code* __restrict__ out) {
-  for (size_t i = global_thread(); i < bt.n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint32_t k = uint32_t(i / bt.L);
-    const SliceState& s = st[k];
+__global__ void dec_raw_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out) {
+  for (size_t i = global_thread(); i < r.n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t k = uint32_t(i / r.L);
+    const SliceState& s = r.st[k];
     if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Raw)) continue;
-    const size_t local = i - size_t(k) * bt.L;
-    out[i] = load_le<Code>(src + size_t(k) * bt.slot + codec::kHeaderBytes + local * sizeof(Code));
+    const size_t local = i - size_t(k) * r.L;
+    out[i] = load_le<Code>(src + size_t(k) * r.slot + codec::kHeaderBytes + local * sizeof(Code));
   }
 }
 
@@ -485,15 +429,14 @@ __device__ void cta_prefix_sum(U* x, size_t cnt, bool zero_first) {
 // the planes); each pass is parallel over the other axes. Correct but slow
 // for narrow rows (one thread walks a whole row); not tuned.
 template <class Code>
-__global__ void __launch_bounds__(kThreads) dec_predict_kernel(Batch bt, const SliceState* __restrict__ st,
-                                                               Code* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads) dec_predict_kernel(SliceBatchRef r, Code* __restrict__ out) {
   using U = codec::UCode<Code>;
   const uint32_t k = blockIdx.x;
-  const SliceState s = st[k];
+  const SliceState s = r.st[k];
   if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Block)) return;  // uniform per CTA
   const Predictor p = Predictor(s.pred);
-  const size_t cnt = bt.count(k);
-  U* x = reinterpret_cast<U*>(out + size_t(k) * bt.L);
+  const size_t cnt = r.count(k);
+  U* x = reinterpret_cast<U*>(out + size_t(k) * r.L);
   switch (p) {
     case Predictor::None: return;
     case Predictor::Delta1: cta_prefix_sum(x, cnt, false); return;
@@ -542,139 +485,133 @@ __global__ void __launch_bounds__(kThreads) dec_predict_kernel(Batch bt, const S
   }
 }
 
-__global__ void dec_status_kernel(Batch bt, const SliceState* __restrict__ st, int* status) {
+__global__ void dec_status_kernel(SliceBatchRef r, int* status) {
   const size_t k = global_thread();
-  if (k < bt.S) status[k] = st[k].status;
+  if (k < r.S) status[k] = r.st[k].status;
 }
 
 unsigned grid_warps(size_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
 unsigned grid_stride(size_t n) { return unsigned(std::min<size_t>(std::max<size_t>(grid_for(n), 1), 65536)); }
 
-// Host-side checks shared by encode and decode; fills bt.
-int make_batch(ElemType code_t, size_t n, uint32_t L, size_t slot, uint32_t forced_S, Batch* bt) {
+// Host-side checks shared by encode and decode: the handle's geometry.
+int make_batch(ElemType code_t, size_t n, uint32_t L, size_t slot, uint32_t forced_S, SliceBatchRef* r) {
   if (code_t != ElemType::I32 && code_t != ElemType::I64) return host_error(Status::Unsupported);
   if (L == 0) return host_error(Status::BadHeader);
-  bt->n = n;
-  bt->L = L;
-  bt->slot = slot;
+  r->n = n;
+  r->L = L;
+  r->slot = slot;
   const size_t S = forced_S ? forced_S : (n + L - 1) / L;
   if (S > 0x7fffffffu) return host_error(Status::Unsupported);
-  bt->S = uint32_t(S);
-  bt->nbs = uint32_t(codec::block_count(L));
+  r->S = uint32_t(S);
+  r->nbs = uint32_t(codec::block_count(L));
   // info packs per-block payload words (<= 65) and escapes into 32 bits each.
-  if (bt->blocks() >= (size_t(1) << 32) / 66) return host_error(Status::Unsupported);
+  if (r->blocks() >= (size_t(1) << 32) / 66) return host_error(Status::Unsupported);
   return 0;
 }
 
 template <class Code>
-int encode_impl(const Code* q, const Batch& bt, const EncodeParams& ep, uint8_t* dst, uint64_t* sizes, int* status,
-                cudaStream_t stream) {
-  if (bt.S == 0) return 0;
-  const size_t G = bt.blocks();
-  Arena a(stream);
-  const size_t o_w = a.reserve(G), o_info = a.reserve(G * 8), o_scan = a.reserve(G * 8),
-               o_st = a.reserve(bt.S * sizeof(SliceState));
-  cudaError_t e = a.allocate();
-  if (e != cudaSuccess) return int(e);
-  auto* widths = a.at<uint8_t>(o_w);
-  auto* info = a.at<u64>(o_info);
-  auto* scan = a.at<u64>(o_scan);
-  auto* st = a.at<SliceState>(o_st);
-  enc_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, bt, ep, widths, info);
-  e = cudaGetLastError();
-  if (e == cudaSuccess) e = exclusive_sum_u64(info, scan, G, stream);
-  if (e == cudaSuccess) {
-    enc_slice_kernel<Code><<<grid_for(bt.S), kThreads, 0, stream>>>(bt, ep, info, scan, dst, st, sizes, status);
-    enc_nibble_kernel<<<grid_for(size_t(bt.S) * codec::block_nibble_bytes(bt.nbs)), kThreads, 0, stream>>>(
-        bt, widths, scan, st, dst);
-    enc_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, bt, widths, scan, st, dst);
-    if (bt.n) enc_raw_kernel<Code><<<grid_stride(bt.n), kThreads, 0, stream>>>(q, bt, st, dst);
-    e = cudaGetLastError();
-  }
-  const cudaError_t f = a.release();
-  return int(e != cudaSuccess ? e : f);
+cudaError_t encode_launch(const Code* q, const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc,
+                          uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, cudaStream_t stream) {
+  const size_t G = r.blocks();
+  enc_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, G, tmp, sc.tmp_bytes, stream);
+  if (e != cudaSuccess) return e;
+  enc_slice_kernel<Code><<<grid_for(r.S), kThreads, 0, stream>>>(r, ep, dst, sizes, status);
+  enc_nibble_kernel<<<grid_for(size_t(r.S) * codec::block_nibble_bytes(r.nbs)), kThreads, 0, stream>>>(r, dst);
+  enc_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
+  if (r.n) enc_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(q, r, dst);
+  return cudaGetLastError();
 }
 
 template <class Code>
-int decode_impl(const uint8_t* src, const uint64_t* lens, const Batch& bt, Code* out, int* status,
-                cudaStream_t stream) {
-  if (bt.S == 0) return 0;
-  const size_t G = bt.blocks();
-  Arena a(stream);
-  const size_t o_w = a.reserve(G), o_info = a.reserve(G * 8), o_scan = a.reserve(G * 8), o_words = a.reserve(G * 8),
-               o_scan2 = a.reserve(G * 8), o_st = a.reserve(bt.S * sizeof(SliceState));
-  cudaError_t e = a.allocate();
-  if (e != cudaSuccess) return int(e);
-  auto* widths = a.at<uint8_t>(o_w);
-  auto* info = a.at<u64>(o_info);
-  auto* scan = a.at<u64>(o_scan);
-  auto* words = a.at<u64>(o_words);
-  auto* scan2 = a.at<u64>(o_scan2);
-  auto* st = a.at<SliceState>(o_st);
-  dec_header_kernel<Code><<<grid_for(bt.S), kThreads, 0, stream>>>(src, lens, bt, st);
-  dec_nibble_kernel<<<grid_for(G), kThreads, 0, stream>>>(src, bt, st, widths, info);
+cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceBatchRef& r, const SliceScratch& sc,
+                          uint8_t* tmp, Code* out, int* status, cudaStream_t stream) {
+  const size_t G = r.blocks();
+  dec_header_kernel<Code><<<grid_for(r.S), kThreads, 0, stream>>>(src, lens, r);
+  dec_nibble_kernel<<<grid_for(G), kThreads, 0, stream>>>(src, r);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, G, tmp, sc.tmp_bytes, stream);
+  if (e != cudaSuccess) return e;
+  dec_escape_total_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r);
+  dec_escape_kernel<Code><<<grid_for(G), kThreads, 0, stream>>>(src, r);
   e = cudaGetLastError();
-  if (e == cudaSuccess) e = exclusive_sum_u64(info, scan, G, stream);
-  if (e == cudaSuccess) {
-    dec_escape_total_kernel<<<grid_for(bt.S), kThreads, 0, stream>>>(bt, info, scan, st);
-    dec_escape_kernel<Code><<<grid_for(G), kThreads, 0, stream>>>(src, bt, info, scan, st, widths, words);
-    e = cudaGetLastError();
-  }
-  if (e == cudaSuccess) e = exclusive_sum_u64(words, scan2, G, stream);
-  if (e == cudaSuccess) {
-    dec_length_kernel<<<grid_for(bt.S), kThreads, 0, stream>>>(bt, words, scan2, st);
-    dec_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, bt, widths, scan2, st, out);
-    if (bt.n) dec_raw_kernel<Code><<<grid_stride(bt.n), kThreads, 0, stream>>>(src, bt, st, out);
-    dec_predict_kernel<Code><<<bt.S, kThreads, 0, stream>>>(bt, st, out);
-    dec_status_kernel<<<grid_for(bt.S), kThreads, 0, stream>>>(bt, st, status);
-    e = cudaGetLastError();
-  }
-  const cudaError_t f = a.release();
-  return int(e != cudaSuccess ? e : f);
-}
-
-int encode_any(const void* q, ElemType code_t, size_t n, uint32_t L, uint32_t forced_S, Predictor p, uint32_t row,
-               uint32_t plane, uint8_t* dst, size_t slot, uint64_t* sizes, int* status, void* stream) {
-  if (uint8_t(p) >= codec::kNumPredictors) return host_error(Status::BadHeader);
-  Batch bt;
-  if (const int r = make_batch(code_t, n, L, slot, forced_S, &bt)) return r;
-  const EncodeParams ep{p, row, plane};
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return code_t == ElemType::I32 ? encode_impl(static_cast<const int32_t*>(q), bt, ep, dst, sizes, status, s)
-                                 : encode_impl(static_cast<const int64_t*>(q), bt, ep, dst, sizes, status, s);
-}
-
-int decode_any(const uint8_t* src, size_t slot, const uint64_t* lens, size_t n, uint32_t L, uint32_t forced_S,
-               ElemType code_t, void* out, int* status, void* stream) {
-  Batch bt;
-  if (const int r = make_batch(code_t, n, L, slot, forced_S, &bt)) return r;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  return code_t == ElemType::I32 ? decode_impl(src, lens, bt, static_cast<int32_t*>(out), status, s)
-                                 : decode_impl(src, lens, bt, static_cast<int64_t*>(out), status, s);
+  if (e == cudaSuccess) e = exclusive_sum_u64(r.words, r.scan2, G, tmp, sc.tmp_bytes, stream);
+  if (e != cudaSuccess) return e;
+  dec_length_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r);
+  dec_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
+  if (r.n) dec_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(src, r, out);
+  dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out);
+  dec_status_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r, status);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
-int encode_slices_async(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, Predictor p, uint32_t row,
-                        uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes, int* d_status,
-                        void* stream) {
-  return encode_any(d_q, code_t, n, slice_len, 0, p, row, plane, d_dst, slot_bytes, d_sizes, d_status, stream);
+namespace detail {
+size_t slice_scratch_bytes(size_t n, uint32_t L) {
+  if (n == 0 || L == 0) return 0;
+  const size_t S = (n + L - 1) / L;
+  return SliceScratch::of(uint32_t(std::min<size_t>(S, 0x7fffffffu)), uint32_t(codec::block_count(L))).bytes;
+}
+}  // namespace detail
+
+int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, uint32_t forced_slices,
+                              Predictor p, uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes,
+                              uint64_t* d_sizes, int* d_status) {
+  if (uint8_t(p) >= codec::kNumPredictors) return host_error(Status::BadHeader);
+  SliceBatchRef r;
+  if (const int e = make_batch(code_t, n, slice_len, slot_bytes, forced_slices, &r)) return e;
+  if (r.S == 0) return 0;
+  const SliceScratch sc = SliceScratch::of(r.S, r.nbs);
+  int err = 0;
+  uint8_t* base = scratch(sc.bytes, &err);
+  if (!base) return err;
+  sc.place(base, &r);
+  const EncodeParams ep{p, row, plane};
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  return int(
+      code_t == ElemType::I32
+          ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s)
+          : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s));
 }
 
-int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
-                        uint32_t slice_len, ElemType code_t, void* d_out, int* d_status, void* stream) {
-  return decode_any(d_src, slot_bytes, d_lens, n, slice_len, 0, code_t, d_out, d_status, stream);
+int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
+                              uint32_t slice_len, uint32_t forced_slices, ElemType code_t, void* d_out, int* d_status) {
+  SliceBatchRef r;
+  if (const int e = make_batch(code_t, n, slice_len, slot_bytes, forced_slices, &r)) return e;
+  if (r.S == 0) return 0;
+  const SliceScratch sc = SliceScratch::of(r.S, r.nbs);
+  int err = 0;
+  uint8_t* base = scratch(sc.bytes, &err);
+  if (!base) return err;
+  sc.place(base, &r);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  return int(code_t == ElemType::I32
+                 ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, s)
+                 : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, s));
 }
 
-int encode_slice_async(const void* d_q, ElemType code_t, uint32_t count, Predictor p, uint32_t row, uint32_t plane,
-                       uint8_t* d_dst, size_t cap, uint64_t* d_size, int* d_status, void* stream) {
+int DeviceCodec::encode_slices_async(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, Predictor p,
+                                     uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
+                                     int* d_status) {
+  return encode_batch(d_q, code_t, n, slice_len, 0, p, row, plane, d_dst, slot_bytes, d_sizes, d_status);
+}
+
+int DeviceCodec::decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
+                                     uint32_t slice_len, ElemType code_t, void* d_out, int* d_status) {
+  return decode_batch(d_src, slot_bytes, d_lens, n, slice_len, 0, code_t, d_out, d_status);
+}
+
+int DeviceCodec::encode_slice_async(const void* d_q, ElemType code_t, uint32_t count, Predictor p, uint32_t row,
+                                    uint32_t plane, uint8_t* d_dst, size_t cap, uint64_t* d_size, int* d_status) {
   // One slice even when count is 0 (a header-only Raw slice, as on the CPU).
-  return encode_any(d_q, code_t, count, count ? count : 1, 1, p, row, plane, d_dst, cap, d_size, d_status, stream);
+  return encode_batch(d_q, code_t, count, count ? count : 1, 1, p, row, plane, d_dst, cap, d_size, d_status);
 }
 
-int decode_slice_async(const uint8_t* d_src, size_t len, ElemType code_t, uint32_t count, void* d_out, int* d_status,
-                       void* stream) {
-  return decode_any(d_src, len, nullptr, count, count ? count : 1, 1, code_t, d_out, d_status, stream);
+int DeviceCodec::decode_slice_async(const uint8_t* d_src, size_t len, ElemType code_t, uint32_t count, void* d_out,
+                                    int* d_status) {
+  return decode_batch(d_src, len, nullptr, count, count ? count : 1, 1, code_t, d_out, d_status);
 }
 
 }  // namespace ncclz::cuda

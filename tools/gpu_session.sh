@@ -69,7 +69,7 @@ JOBS=${NCCLZ_GPU_JOBS:-$(nproc 2>/dev/null || echo 8)}
 SUMMARY=$OUT_DIR/summary.md
 TESTBIN=$BUILD/tests/cpp/ncclz_tests
 BENCHBIN=$BUILD/cuda/gpu_codec_bench
-SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus:CudaCodec.QuantizerF16MatchesCpu:CudaCodec.BlockAsyncMatchesCpu}
+SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus:CudaCodec.QuantizerF16MatchesCpu:CudaCodec.OneCodecManyCalls}
 INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.CorruptSlicesGiveTheCpuStatus}
 
 [ -f "$SUMMARY" ] || printf '# GPU session summary\n\n| step | rc | seconds |\n|---|---|---|\n' >"$SUMMARY"

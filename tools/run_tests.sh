@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of ncclz: the GoogleTest suite (plain and under
-# AddressSanitizer) through ctest, then the pytest suite against the
+# AddressSanitizer) through ctest, the device kernels' tests in the CPU
+# emulator (tools/cuda_emu: no GPU needed), then the pytest suite against the
 # installed package. Usage: bash tools/run_tests.sh   (from the repo root)
 # Environment: NCCLZ_TEST_ASAN=0 skips the AddressSanitizer build;
 #              NCCLZ_TEST_JOBS sets the build parallelism (default: nproc).
@@ -20,6 +21,12 @@ run_ctest() {  # $1: build dir, rest: extra cmake args
 mkdir -p build
 echo "== GoogleTest (release, CUDA code built when nvcc is present) =="
 run_ctest build/tests
+echo "== Device kernels in the CPU emulator (tools/cuda_emu: CudaCodec tests, quick) =="
+if command -v python3 >/dev/null 2>&1; then
+  NCCLZ_TEST_JOBS="$jobs" bash tools/cuda_emu/run.sh ci
+else
+  echo "SKIPPED: python3 is missing (tools/cuda_emu/rewrite.py turns the kernels' launches into host calls)"
+fi
 if [ "${NCCLZ_TEST_ASAN:-1}" != "0" ]; then
   echo "== GoogleTest under AddressSanitizer =="
   ASAN_OPTIONS=detect_leaks=1 run_ctest build/tests-asan -DNCCLZ_SANITIZE=address -DNCCLZ_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo

@@ -2,9 +2,11 @@
 // codec: same quantizer codes and outliers, byte-identical slices, slices
 // decoding across host and device, statuses for corrupt input.
 //
-// Built only with CUDA (NCCLZ_WITH_CUDA; tests/cpp/CMakeLists.txt). Every test
-// skips when no CUDA device is visible, so on a machine without a GPU these
-// tests prove nothing about the kernels: tools/gpu_session.sh runs them on one.
+// Built with CUDA (NCCLZ_WITH_CUDA; tests/cpp/CMakeLists.txt), and as host code
+// in the CPU emulator (tools/cuda_emu: the kernels' logic, every CPU CI run).
+// In a CUDA build every test skips when no CUDA device is visible (fails
+// under NCCLZ_REQUIRE_GPU=1), so there these tests prove nothing about the
+// kernels without a GPU: tools/gpu_session.sh runs them on one.
 #if defined(NCCLZ_WITH_CUDA)
 
 #include <cuda_runtime.h>
@@ -19,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "codec/block_coder.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "ncclz/cuda_codec.hpp"
@@ -30,24 +31,47 @@ namespace nc = ncclz::cuda;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                            \
-  do {                                                                                \
-    if (nc::device_count() == 0) GTEST_SKIP() << "no CUDA device: device codec not run"; \
+// NCCLZ_REQUIRE_GPU=1 (for runs on the GPU machine): a test that needs a
+// device fails, with the CUDA error, instead of skipping.
+bool gpu_required() {
+  const char* v = std::getenv("NCCLZ_REQUIRE_GPU");
+  return v != nullptr && *v != 0 && std::strcmp(v, "0") != 0;
+}
+std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : "no CUDA device visible";
+}
+
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    if (nc::device_count() == 0) {                                                           \
+      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();       \
+      GTEST_SKIP() << "no CUDA device: device codec not run (" << no_device_reason() << ")"; \
+    }                                                                                        \
   } while (0)
 
-#define CUDA_OK(expr)                                                          \
-  do {                                                                         \
-    const cudaError_t e_ = (expr);                                             \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);     \
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
   } while (0)
+
+// The device codec of most tests: on the legacy default stream (LAUNCH_OK
+// synchronises it), created on first use and never destroyed.
+nc::DeviceCodec& dev() {
+  static nc::DeviceCodec* c = new nc::DeviceCodec(nullptr);
+  return *c;
+}
 
 // Launch return codes of the device codec: 0 = enqueued.
-#define LAUNCH_OK(expr)                                     \
-  do {                                                      \
-    const int r_ = (expr);                                  \
-    ASSERT_EQ(r_, 0) << #expr;                              \
-    CUDA_OK(cudaStreamSynchronize(nullptr));                \
-    CUDA_OK(cudaGetLastError());                            \
+#define LAUNCH_OK(expr)                      \
+  do {                                       \
+    const int r_ = (expr);                   \
+    ASSERT_EQ(r_, 0) << #expr;               \
+    CUDA_OK(cudaStreamSynchronize(nullptr)); \
+    CUDA_OK(cudaGetLastError());             \
   } while (0)
 
 // Device memory of exactly `bytes` bytes (so that compute-sanitizer sees any
@@ -181,8 +205,8 @@ void check_one_slice(const std::vector<Code>& q, int pred, uint32_t row, uint32_
 
   auto dq = to_device(q);
   DevBuf dst(cap), dsize(8), dstat(4);
-  LAUNCH_OK(nc::encode_slice_async(dq->get(), t, n, Predictor(pred), row, plane, dst.get<uint8_t>(), cap,
-                                   dsize.get<uint64_t>(), dstat.get<int>(), nullptr));
+  LAUNCH_OK(dev().encode_slice_async(dq->get(), t, n, Predictor(pred), row, plane, dst.get<uint8_t>(), cap,
+                                     dsize.get<uint64_t>(), dstat.get<int>()));
   const int gst = dstat.download<int>(1)[0];
   const uint64_t gsize = dsize.download<uint64_t>(1)[0];
   ASSERT_EQ(gst, int(cst)) << "device encode status";
@@ -197,7 +221,7 @@ void check_one_slice(const std::vector<Code>& q, int pred, uint32_t row, uint32_
   // Device decode of those bytes, from a buffer of exactly the slice's size.
   auto dsrc = to_device(gpu);
   DevBuf dout(q.size() * sizeof(Code));
-  LAUNCH_OK(nc::decode_slice_async(dsrc->get<uint8_t>(), gpu.size(), t, n, dout.get(), dstat.get<int>(), nullptr));
+  LAUNCH_OK(dev().decode_slice_async(dsrc->get<uint8_t>(), gpu.size(), t, n, dout.get(), dstat.get<int>()));
   ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
   ASSERT_TRUE(dout.download<Code>(q.size()) == q) << "device decode differs";
 
@@ -253,9 +277,8 @@ TEST(CudaCodec, FormatExamplesOnDevice) {
   const std::vector<uint8_t> want = {0x03, 0x02, 0, 0, 0, 0x03, 0, 0, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0x80};
   auto dq = to_device(r);
   DevBuf dst(max_slice_bytes(ElemType::I32, 34)), dsize(8), dstat(4);
-  LAUNCH_OK(nc::encode_slice_async(dq->get(), ElemType::I32, 34, Predictor::None, 0, 0, dst.get<uint8_t>(),
-                                   max_slice_bytes(ElemType::I32, 34), dsize.get<uint64_t>(), dstat.get<int>(),
-                                   nullptr));
+  LAUNCH_OK(dev().encode_slice_async(dq->get(), ElemType::I32, 34, Predictor::None, 0, 0, dst.get<uint8_t>(),
+                                     max_slice_bytes(ElemType::I32, 34), dsize.get<uint64_t>(), dstat.get<int>()));
   ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
   ASSERT_EQ(dsize.download<uint64_t>(1)[0], kHeaderBytes + want.size());
   const auto got = dst.download<uint8_t>(kHeaderBytes + want.size());
@@ -272,9 +295,8 @@ TEST(CudaCodec, FormatExamplesOnDevice) {
   e[128] = (1 << 13) + 1;
   auto de = to_device(e);
   DevBuf dst2(max_slice_bytes(ElemType::I32, 160));
-  LAUNCH_OK(nc::encode_slice_async(de->get(), ElemType::I32, 160, Predictor::None, 0, 0, dst2.get<uint8_t>(),
-                                   max_slice_bytes(ElemType::I32, 160), dsize.get<uint64_t>(), dstat.get<int>(),
-                                   nullptr));
+  LAUNCH_OK(dev().encode_slice_async(de->get(), ElemType::I32, 160, Predictor::None, 0, 0, dst2.get<uint8_t>(),
+                                     max_slice_bytes(ElemType::I32, 160), dsize.get<uint64_t>(), dstat.get<int>()));
   ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
   ASSERT_EQ(dsize.download<uint64_t>(1)[0], kHeaderBytes + 229);
   const auto got2 = dst2.download<uint8_t>(kHeaderBytes + 5);
@@ -321,8 +343,8 @@ void batch_matches_cpu(size_t n, uint32_t L, int pred, uint32_t row, uint32_t pl
   const size_t S = (n + L - 1) / L, slot = nc::slice_slot_bytes(t, L);
   auto dq = to_device(q);
   DevBuf dst(S * slot), dsizes(S * 8), dstat(S * 4), dout(n * sizeof(Code));
-  LAUNCH_OK(nc::encode_slices_async(dq->get(), t, n, L, Predictor(pred), row, plane, dst.get<uint8_t>(), slot,
-                                    dsizes.get<uint64_t>(), dstat.get<int>(), nullptr));
+  LAUNCH_OK(dev().encode_slices_async(dq->get(), t, n, L, Predictor(pred), row, plane, dst.get<uint8_t>(), slot,
+                                      dsizes.get<uint64_t>(), dstat.get<int>()));
   const auto sizes = dsizes.download<uint64_t>(S);
   const auto stats = dstat.download<int>(S);
   const auto bytes = dst.download<uint8_t>(S * slot);
@@ -337,8 +359,8 @@ void batch_matches_cpu(size_t n, uint32_t L, int pred, uint32_t row, uint32_t pl
   }
   // Decode the batch on the device, with exact lengths.
   auto dlens = to_device(sizes);
-  LAUNCH_OK(nc::decode_slices_async(dst.get<uint8_t>(), slot, dlens->get<uint64_t>(), n, L, t, dout.get(),
-                                    dstat.get<int>(), nullptr));
+  LAUNCH_OK(dev().decode_slices_async(dst.get<uint8_t>(), slot, dlens->get<uint64_t>(), n, L, t, dout.get(),
+                                      dstat.get<int>()));
   const auto dstats = dstat.download<int>(S);
   for (size_t k = 0; k < S; ++k) ASSERT_EQ(dstats[k], int(Status::Ok)) << "slice " << k;
   ASSERT_TRUE(dout.download<Code>(n) == q);
@@ -374,8 +396,8 @@ TEST(CudaCodec, CpuAutoSlicesDecodeOnDevice) {
       buf.resize(info.bytes);
       auto dsrc = to_device(buf);
       DevBuf dout(n * 4), dstat(4);
-      LAUNCH_OK(nc::decode_slice_async(dsrc->get<uint8_t>(), buf.size(), ElemType::I32, uint32_t(n), dout.get(),
-                                       dstat.get<int>(), nullptr));
+      LAUNCH_OK(dev().decode_slice_async(dsrc->get<uint8_t>(), buf.size(), ElemType::I32, uint32_t(n), dout.get(),
+                                         dstat.get<int>()));
       const int st = dstat.download<int>(1)[0];
       SCOPED_TRACE(testing::Message() << "n=" << n << " dist=" << dist_name(d) << " codec=" << int(info.codec)
                                       << " pred=" << int(info.predictor));
@@ -410,12 +432,12 @@ TEST(CudaCodec, CorruptSlicesGiveTheCpuStatus) {
         ElemType t = ElemType::I32;
         uint32_t count = n;
         switch (trial % 6) {
-          case 0: len = rng() % bad.size(); break;                                      // truncated
-          case 1: bad[rng() % bad.size()] ^= uint8_t(1u << (rng() % 8)); break;          // one bit
+          case 0: len = rng() % bad.size(); break;                                                  // truncated
+          case 1: bad[rng() % bad.size()] ^= uint8_t(1u << (rng() % 8)); break;                     // one bit
           case 2: bad[kHeaderBytes + rng() % (bad.size() - kHeaderBytes)] = uint8_t(rng()); break;  // payload byte
-          case 3: bad[rng() % kHeaderBytes] = uint8_t(rng()); break;                    // header byte
-          case 4: count = n - 1 - rng() % 3; break;                                     // count mismatch
-          case 5: t = ElemType::I64; break;                                             // type mismatch
+          case 3: bad[rng() % kHeaderBytes] = uint8_t(rng()); break;                                // header byte
+          case 4: count = n - 1 - rng() % 3; break;                                                 // count mismatch
+          case 5: t = ElemType::I64; break;                                                         // type mismatch
         }
         bad.resize(len);
         const size_t esize = t == ElemType::I32 ? 4 : 8;
@@ -429,7 +451,7 @@ TEST(CudaCodec, CorruptSlicesGiveTheCpuStatus) {
           want = Status::Unsupported;
         auto dsrc = to_device(bad);
         DevBuf dout(size_t(count) * esize), dstat(4);
-        LAUNCH_OK(nc::decode_slice_async(dsrc->get<uint8_t>(), len, t, count, dout.get(), dstat.get<int>(), nullptr));
+        LAUNCH_OK(dev().decode_slice_async(dsrc->get<uint8_t>(), len, t, count, dout.get(), dstat.get<int>()));
         const int got = dstat.download<int>(1)[0];
         ASSERT_EQ(got, int(want)) << "dist=" << dist_name(d) << " pred=" << pred << " trial=" << trial
                                   << " cpu: " << status_string(want);
@@ -470,8 +492,8 @@ void quantizer_matches_cpu(size_t n, double eb, int64_t limit, uint32_t seed, bo
 
   auto dx = to_device(x);
   DevBuf dq(n * sizeof(Code)), dcount(8), didx(n * 8 + 8);
-  LAUNCH_OK(nc::quantize_async(dx->get(), elem_type_of<T>(), n, eb, limit, dq.get(), code_type<Code>(),
-                               dcount.get<uint64_t>(), didx.get<uint64_t>(), n, nullptr));
+  LAUNCH_OK(dev().quantize_async(dx->get(), elem_type_of<T>(), n, eb, limit, dq.get(), code_type<Code>(),
+                                 dcount.get<uint64_t>(), didx.get<uint64_t>(), n));
   const auto gq = dq.download<Code>(n);
   const uint64_t gcount = dcount.download<uint64_t>(1)[0];
   ASSERT_EQ(gcount, cout.size());
@@ -480,7 +502,7 @@ void quantizer_matches_cpu(size_t n, double eb, int64_t limit, uint32_t seed, bo
 
   // Dequantize on the device; equal to the CPU's, and within the bound.
   DevBuf dy(n * sizeof(T));
-  LAUNCH_OK(nc::dequantize_async(dq.get(), code_type<Code>(), n, eb, dy.get(), elem_type_of<T>(), nullptr));
+  LAUNCH_OK(dev().dequantize_async(dq.get(), code_type<Code>(), n, eb, dy.get(), elem_type_of<T>()));
   std::vector<T> cy(n);
   dequantize<T, Code>(cq.data(), n, grid, cy.data());
   const auto gy = dy.download<T>(n);
@@ -494,8 +516,8 @@ void quantizer_matches_cpu(size_t n, double eb, int64_t limit, uint32_t seed, bo
     ASSERT_LE(std::fabs(to_double(x[i]) - to_double(gy[i])), eb) << "element " << i;
   }
   // Outliers written back exactly.
-  LAUNCH_OK(nc::scatter_outliers_async(dx->get(), elem_type_of<T>(), didx.get<uint64_t>(), dcount.get<uint64_t>(), n,
-                                       dy.get(), nullptr));
+  LAUNCH_OK(dev().scatter_outliers_async(dx->get(), elem_type_of<T>(), didx.get<uint64_t>(), dcount.get<uint64_t>(), n,
+                                         dy.get()));
   const auto gz = dy.download<T>(n);
   for (uint64_t i : cout) ASSERT_EQ(0, std::memcmp(&gz[i], &x[i], sizeof(T))) << "outlier " << i;
 }
@@ -529,52 +551,77 @@ TEST(CudaCodec, QuantizerBf16MatchesCpu) {
   quantizer_all<Bf16>(3000);
 }
 
-// The older payload-only entry points (block_coder.hpp) against the CPU coder.
-template <class Code>
-void block_async_matches_cpu(size_t n, Dist d, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << "n=" << n << " dist=" << dist_name(d));
-  const auto r = make_codes<Code>(n, d, seed);
-  const size_t cap = block_count(n) * (1 + 4 * (8 * sizeof(Code) + 1)) + block_nibble_bytes(block_count(n)) + 8;
-  std::vector<uint8_t> cpu(cap);
-  const size_t cbytes = block_encode(r.data(), n, cpu.data(), cap);
-  ASSERT_NE(cbytes, kNoFit);
-  cpu.resize(cbytes);
-  auto dr = to_device(r);
-  DevBuf dst(cap), dbytes(sizeof(size_t)), dstat(4), dout(n * sizeof(Code));
-  LAUNCH_OK(nc::block_encode_async(dr->template get<Code>(), n, dst.get<uint8_t>(), cap, dbytes.get<size_t>(), nullptr));
-  ASSERT_EQ(dbytes.download<size_t>(1)[0], cbytes);
-  ASSERT_TRUE(dst.download<uint8_t>(cbytes) == cpu) << hex_diff(cpu, dst.download<uint8_t>(cbytes));
-  LAUNCH_OK(nc::block_decode_async(dst.get<uint8_t>(), cbytes, n, dout.get<Code>(), dstat.get<int>(), nullptr));
-  ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
-  ASSERT_TRUE(dout.download<Code>(n) == r);
-}
-
-TEST(CudaCodec, BlockAsyncMatchesCpu) {
+// One codec, many calls of different sizes, types and predictors in turn:
+// its scratch is grown and reused (what a call leaves in it never reaches the
+// next call's slices), and the codec's own stream orders the work.
+TEST(CudaCodec, OneCodecManyCalls) {
   SKIP_WITHOUT_GPU();
-  uint32_t seed = 5;
-  for (size_t n : {size_t(1), size_t(32), size_t(33), size_t(1000), size_t(1) << 18})
-    for (Dist d : kAllDists) {
-      block_async_matches_cpu<int32_t>(n, d, seed++);
-      block_async_matches_cpu<int64_t>(n, d, seed++);
-      if (HasFatalFailure()) return;
+  nc::DeviceCodec own;  // its own stream
+  ASSERT_EQ(own.status(), 0);
+  ASSERT_EQ(own.reserve(5000, 1000), 0);
+  struct Call {
+    size_t n;
+    uint32_t L;
+    int pred;
+    bool wide;
+    Dist d;
+  };
+  const Call calls[] = {{4000, 1000, 1, false, Dist::HugeEscapes},
+                        {100, 7, 0, true, Dist::Extremes},
+                        {20000, 20000, 2, false, Dist::WideGauss},
+                        {33, 33, 0, false, Dist::Zeros},
+                        {4000, 1000, 3, true, Dist::Smooth}};
+  uint32_t seed = 900;
+  for (const Call& c : calls) {
+    SCOPED_TRACE(testing::Message() << "n=" << c.n << " L=" << c.L << " pred=" << c.pred << " wide=" << c.wide);
+    const ElemType t = c.wide ? ElemType::I64 : ElemType::I32;
+    const size_t es = c.wide ? 8 : 4;
+    std::vector<uint8_t> q(c.n * es);
+    if (c.wide) {
+      const auto v = make_codes<int64_t>(c.n, c.d, seed++);
+      std::memcpy(q.data(), v.data(), q.size());
+    } else {
+      const auto v = make_codes<int32_t>(c.n, c.d, seed++);
+      std::memcpy(q.data(), v.data(), q.size());
     }
+    const size_t S = (c.n + c.L - 1) / c.L, slot = nc::slice_slot_bytes(t, c.L);
+    auto dq = to_device(q);
+    DevBuf dst(S * slot), dsizes(S * 8), dstat(S * 4), dout(q.size());
+    ASSERT_EQ(own.encode_slices_async(dq->get(), t, c.n, c.L, Predictor(c.pred), 16, 256, dst.get<uint8_t>(), slot,
+                                      dsizes.get<uint64_t>(), dstat.get<int>()),
+              0);
+    ASSERT_EQ(own.decode_slices_async(dst.get<uint8_t>(), slot, dsizes.get<uint64_t>(), c.n, c.L, t, dout.get(),
+                                      dstat.get<int>()),
+              0);
+    CUDA_OK(cudaError_t(own.synchronize()));
+    const auto sizes = dsizes.download<uint64_t>(S);
+    const auto bytes = dst.download<uint8_t>(S * slot);
+    for (size_t k = 0; k < S; ++k) {
+      const uint32_t cnt = uint32_t(std::min<size_t>(c.L, c.n - k * c.L));
+      Status cst;
+      const auto cpu = cpu_encode(q.data() + k * c.L * es, t, cnt, c.pred, 16, 256, slot, &cst);
+      ASSERT_EQ(cst, Status::Ok);
+      const std::vector<uint8_t> gpu(bytes.begin() + k * slot, bytes.begin() + k * slot + sizes[k]);
+      ASSERT_TRUE(gpu == cpu) << "slice " << k << ": " << hex_diff(cpu, gpu);
+    }
+    for (int st : dstat.download<int>(S)) ASSERT_EQ(st, int(Status::Ok));
+    ASSERT_TRUE(dout.download<uint8_t>(q.size()) == q);
+  }
 }
 
 TEST(CudaCodec, HostRejectsBadArguments) {
   // No device needed: these are refused before anything is enqueued.
-  EXPECT_EQ(nc::encode_slices_async(nullptr, ElemType::F32, 10, 10, Predictor::None, 0, 0, nullptr, 64, nullptr,
-                                    nullptr, nullptr),
+  EXPECT_EQ(
+      dev().encode_slices_async(nullptr, ElemType::F32, 10, 10, Predictor::None, 0, 0, nullptr, 64, nullptr, nullptr),
+      -int(Status::Unsupported));
+  EXPECT_EQ(
+      dev().encode_slices_async(nullptr, ElemType::I32, 10, 0, Predictor::None, 0, 0, nullptr, 64, nullptr, nullptr),
+      -int(Status::BadHeader));
+  EXPECT_EQ(dev().decode_slices_async(nullptr, 64, nullptr, 10, 10, ElemType::U8, nullptr, nullptr),
             -int(Status::Unsupported));
-  EXPECT_EQ(nc::encode_slices_async(nullptr, ElemType::I32, 10, 0, Predictor::None, 0, 0, nullptr, 64, nullptr,
-                                    nullptr, nullptr),
-            -int(Status::BadHeader));
-  EXPECT_EQ(nc::decode_slices_async(nullptr, 64, nullptr, 10, 10, ElemType::U8, nullptr, nullptr, nullptr),
-            -int(Status::Unsupported));
-  EXPECT_EQ(nc::quantize_async(nullptr, ElemType::I32, 10, 0.1, 100, nullptr, ElemType::I32, nullptr, nullptr, 0,
-                               nullptr),
+  EXPECT_EQ(dev().quantize_async(nullptr, ElemType::I32, 10, 0.1, 100, nullptr, ElemType::I32, nullptr, nullptr, 0),
             -int(Status::BadHeader));  // null counter
-  EXPECT_EQ(nc::dequantize_async(nullptr, ElemType::I32, 10, -1.0, nullptr, ElemType::F32, nullptr),
-            -int(Status::BadHeader));
+  EXPECT_EQ(dev().dequantize_async(nullptr, ElemType::I32, 10, -1.0, nullptr, ElemType::F32), -int(Status::BadHeader));
 }
 
 #endif  // NCCLZ_WITH_CUDA

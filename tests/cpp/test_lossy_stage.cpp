@@ -12,6 +12,7 @@
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
 #include "ncclz/error.hpp"
+#include "prims/slice_codec.hpp"
 #include "test_stats.hpp"
 
 namespace {
@@ -42,13 +43,11 @@ TEST(LossyStage, QuantizesAndDequantizesTheRangesItIsGiven) {
   for (size_t k = 0; k < 40; ++k) {
     EXPECT_LE(std::fabs(double(q2[k]) * 2 * plan.eb - double(x[500 + k])), plan.check_eb) << k;
   }
-  // output [120, 130): the verb writes into the stage's buffer (not the code buffer), finish()
-  // dequantizes from it into the output's elements 120..129 only
-  auto* w = static_cast<int32_t*>(st.output(codes.data() + 120, 10));
-  ASSERT_NE(w, nullptr);
-  ASSERT_NE(static_cast<const void*>(w), static_cast<const void*>(q2));  // input and output buffers differ
-  for (int k = 0; k < 10; ++k) w[k] = k - 5;  // what a verb would have written
-  st.finish(codes.data() + 120, w, 10);
+  // output [120, 130): finish() dequantizes the verb's values (wherever they are) into the
+  // output's elements 120..129 only; the code buffer is not written
+  std::vector<int32_t> w(10);
+  for (int k = 0; k < 10; ++k) w[size_t(k)] = k - 5;  // what a verb would have computed
+  st.finish(codes.data() + 120, w.data(), 10);
   for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(codes[i], 12345) << i;
   for (size_t i = 0; i < out.size(); ++i) {
     if (i < 120 || i >= 130) {
@@ -71,12 +70,14 @@ TEST(LossyStage, AnInputBeyondTheScannedRangeThrowsInsteadOfBreakingTheBound) {
   EXPECT_THROW(st.prepare(codes.data() + 32, 32), ncclz::Error);
 }
 
-// finish_slice: a Sparse slice is dequantized straight from its nonzeros into
-// the output range, bit for bit what decoding it and finish() give, for
-// float32/float64 outputs and int32/int64 codes; other slices are declined
-// (the output untouched), broken ones reported.
+// The output of a received Sparse slice: the slice codec gives its nonzeros
+// as a list (SliceCodec::decode with lists), the stage dequantizes straight
+// from them (finish_nonzeros): bit for bit what decoding the slice densely
+// and finish() give, for float32/float64 outputs and int32/int64 codes, and
+// only in the slice's range. Other slices decode densely; broken ones are
+// reported, the output untouched.
 template <class T>
-void check_finish_slice(DataType dt, bool wide) {
+void check_finish_from_slice(DataType dt, bool wide) {
   SCOPED_TRACE(testing::Message() << "esize " << sizeof(T) << " wide " << wide);
   const size_t n = 3000, off = 200, total = 4000;
   std::vector<float> x(64, 1.f);
@@ -113,12 +114,18 @@ void check_finish_slice(DataType dt, bool wide) {
   };
   const auto sparse = slice_of(ncclz::codec::EncodeOptions::Choice::Sparse);
   const auto block = slice_of(ncclz::codec::EncodeOptions::Choice::Block);
+  std::vector<uint64_t> scratch(n);
+  const ncclz::prims::SliceCodec sc(ct, ncclz::prims::WireMode::Coded, {}, nullptr, true,
+                                    ncclz::codec::max_slice_bytes(ct, n), reinterpret_cast<uint8_t*>(scratch.data()));
   std::vector<uint64_t> out_codes(total);  // only an address range for the stage
   const uint8_t* oc = reinterpret_cast<const uint8_t*>(out_codes.data());
   std::vector<T> got(total, T(-1)), want(total, T(-1));
   LossyStage a(dt, plan, x.data(), out_codes.data(), got.data(), oc, step);
   LossyStage b(dt, plan, x.data(), out_codes.data(), want.data(), oc, step);
-  ASSERT_EQ(a.finish_slice(oc + off * cs, sparse.data(), sparse.size(), n), ncclz::codec::Status::Ok);
+  ncclz::prims::SliceValues v;
+  ASSERT_EQ(sc.decode(sparse.data(), sparse.size(), n, true, nullptr, &v), ncclz::codec::Status::Ok);
+  ASSERT_TRUE(v.is_list);
+  a.finish_nonzeros(oc + off * cs, v.list, n);
   std::vector<uint64_t> dec(n);
   ASSERT_EQ(ncclz::codec::decode_slice(sparse.data(), sparse.size(), ct, uint32_t(n), dec.data()),
             ncclz::codec::Status::Ok);
@@ -127,19 +134,24 @@ void check_finish_slice(DataType dt, bool wide) {
   EXPECT_EQ(got[off - 1], T(-1));
   EXPECT_EQ(got[off + n], T(-1));
   EXPECT_EQ(got[off + 5], T(double(c[5]) * step));
-  // Declined, untouched: a Block slice. Refused: truncated, wrong count.
-  std::vector<T> before = got;
-  EXPECT_EQ(a.finish_slice(oc, block.data(), block.size(), n), ncclz::codec::Status::Unsupported);
-  EXPECT_NE(a.finish_slice(oc, sparse.data(), sparse.size() - 1, n), ncclz::codec::Status::Ok);
-  EXPECT_EQ(a.finish_slice(oc, sparse.data(), sparse.size(), n + 1), ncclz::codec::Status::CountMismatch);
-  EXPECT_EQ(0, std::memcmp(got.data(), before.data(), total * sizeof(T)));
+  // A Block slice: dense, into the buffer given. Refused: truncated, wrong count.
+  std::vector<uint64_t> dense(n);
+  ASSERT_EQ(sc.decode(block.data(), block.size(), n, true, reinterpret_cast<uint8_t*>(dense.data()), &v),
+            ncclz::codec::Status::Ok);
+  EXPECT_FALSE(v.is_list);
+  EXPECT_EQ(0, std::memcmp(dense.data(), dec.data(), n * cs));
+  EXPECT_NE(sc.decode(sparse.data(), sparse.size() - 1, n, true, nullptr, &v), ncclz::codec::Status::Ok);
+  EXPECT_EQ(sc.decode(sparse.data(), sparse.size(), n + 1, true, nullptr, &v), ncclz::codec::Status::CountMismatch);
+  std::vector<uint8_t> longer = sparse;
+  longer.push_back(0);
+  EXPECT_EQ(sc.decode(longer.data(), longer.size(), n, true, nullptr, &v), ncclz::codec::Status::Corrupt);
 }
 
-TEST(LossyStage, FinishSliceDequantizesSparseSlicesStraightFromTheirNonzeros) {
-  check_finish_slice<float>(DataType::F32, false);
-  check_finish_slice<float>(DataType::F32, true);
-  check_finish_slice<double>(DataType::F64, false);
-  check_finish_slice<double>(DataType::F64, true);
+TEST(LossyStage, FinishFromASparseSliceIsFinishFromItsDecodedCodes) {
+  check_finish_from_slice<float>(DataType::F32, false);
+  check_finish_from_slice<float>(DataType::F32, true);
+  check_finish_from_slice<double>(DataType::F64, false);
+  check_finish_from_slice<double>(DataType::F64, true);
 }
 
 }  // namespace

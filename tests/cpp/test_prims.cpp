@@ -22,10 +22,10 @@
 
 using namespace ncclz;
 using codec::ElemType;
-using transport::Clock;
 using ncclz_test::FakeRecv;
 using ncclz_test::FakeSend;
 using ncclz_test::Fifo;
+using transport::Clock;
 
 namespace {
 
@@ -212,12 +212,11 @@ TEST(PrimsCoded, SparseIntegerSumsAddInPlace) {
     struct CopyStage : prims::Stage {
       size_t es = 4;
       std::vector<uint64_t> buf;
-      const void* prepare(const void* src, size_t n) override {
+      void* prepare(const void* src, size_t n) override {
         buf.resize((n * es + 7) / 8);
         std::memcpy(buf.data(), src, n * es);
         return buf.data();
       }
-      bool prepared_writable() const override { return true; }
       void finish(const void*, const void*, size_t) override {}
     } stage;
     stage.es = es;

@@ -4,8 +4,8 @@
 // writes results from lists (core::LossyStage::prepare_nonzeros /
 // finish_nonzeros), the coder entry points that take and give lists
 // (sparse_encode_nonzeros, sparse_decode_merge, encode_slice_nonzeros,
-// decode_slice_merge) and the prims steps that carry lists
-// (Prims::step_nonzeros). Each is checked against the dense path it replaces:
+// decode_slice_merge) and the prims steps that carry lists (the slice
+// codec's list paths, prims::SliceCodec, with a prims::ListStage). Each is checked against the dense path it replaces:
 // the same codes, the same bytes or the same result bits. The collectives end
 // to end: test_collectives.cpp (SparseInput*) and tests/python/test_comm.py.
 #include <gtest/gtest.h>
@@ -21,13 +21,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/worker_pool.hpp"
 #include "codec/block_coder.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "codec/sparse_coder.hpp"
 #include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
-#include "base/worker_pool.hpp"
 #include "ncclz/error.hpp"
 #include "prims/prims.hpp"
 #include "prims/reduce.hpp"
@@ -226,9 +226,9 @@ void check_slice_from_list() {
                   Status::Ok);
         ASSERT_EQ(k, pos.size());
         EXPECT_TRUE(std::equal(pos.begin(), pos.end(), mp.begin()));
-        EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, t, n + 1, nullptr, nullptr, 0, mp.data(), mv.data(),
-                                            &k),
-                  Status::CountMismatch);
+        EXPECT_EQ(
+            codec::decode_slice_merge(buf.data(), si.bytes, t, n + 1, nullptr, nullptr, 0, mp.data(), mv.data(), &k),
+            Status::CountMismatch);
       } else {
         size_t k = 0;
         std::vector<uint32_t> mp(n);
@@ -261,9 +261,9 @@ TEST(SparseInputSlice, BadListsAndTypesAreRefused) {
   size_t k = 0;
   std::vector<uint32_t> p(200);
   std::vector<int64_t> q(200);
-  EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I64, 100, nullptr, nullptr, 0, p.data(),
-                                      q.data(), &k),
-            Status::TypeMismatch);
+  EXPECT_EQ(
+      codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I64, 100, nullptr, nullptr, 0, p.data(), q.data(), &k),
+      Status::TypeMismatch);
   // A slice without nonzeros lists nothing: no room needed for it.
   ASSERT_EQ(codec::encode_slice_nonzeros(nullptr, nullptr, 0, ElemType::I32, 100, buf.data(), buf.size(), &si),
             Status::Ok);
@@ -272,9 +272,9 @@ TEST(SparseInputSlice, BadListsAndTypesAreRefused) {
   ASSERT_TRUE(codec::sparse_slice_nonzeros(buf.data(), si.bytes, &nz));
   EXPECT_EQ(nz, 0u);
   k = 99;
-  EXPECT_EQ(codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, 0, nullptr, nullptr,
-                                      &k),
-            Status::Ok);
+  EXPECT_EQ(
+      codec::decode_slice_merge(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, 0, nullptr, nullptr, &k),
+      Status::Ok);
   EXPECT_EQ(k, 0u);
   EXPECT_EQ(codec::decode_slice_nonzeros(buf.data(), si.bytes, ElemType::I32, 100, nullptr, nullptr, &k), Status::Ok);
   EXPECT_EQ(k, 0u);
@@ -422,8 +422,8 @@ TEST(SparseInputStage, ListsAreTheDenseCodesNonzeros) {
     std::vector<uint64_t> codes(n);  // only an address range
     const uint8_t* cb = reinterpret_cast<const uint8_t*>(codes.data());
     std::vector<float> out(n);
-    core::LossyStage stage(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb,
-                           &index, false);
+    core::LossyStage stage(DataType::F32, plan, x.data(), codes.data(), out.data(), codes.data(), 2 * plan.eb, &index,
+                           false);
     for (size_t off : {size_t(0), size_t(149990), size_t(299000)}) {
       const size_t m = std::min<size_t>(20000, n - off);
       prims::NonzeroList l;
@@ -478,8 +478,7 @@ TEST(SparseInputStage, ListedValuesBeyondTheGridThrow) {
   auto tight = core::plan_lossy(ElemType::F32, core::Combine::Sum, 2, 1e-3, stats_of({0.f, 0.5f}));
   ASSERT_TRUE(tight.compress);
   tight.limit = 100;  // codes of 1 and -2 are beyond it
-  core::LossyStage other(DataType::F32, tight, x.data(), codes.data(), out.data(), codes.data(), 2 * tight.eb,
-                         &index);
+  core::LossyStage other(DataType::F32, tight, x.data(), codes.data(), out.data(), codes.data(), 2 * tight.eb, &index);
   EXPECT_THROW(other.prepare_nonzeros(codes.data(), 5000, 5000, &l), Error);
 }
 
@@ -523,14 +522,14 @@ void check_finish_nonzeros(DataType dt, ElemType et, double E) {
   std::vector<T> got(n);
   std::memcpy(got.data(), x.data(), n * sizeof(T));
   core::LossyStage oop(dt, plan, x.data(), codes.data(), got.data(), codes.data(), step, &index, false);
-  ASSERT_TRUE(oop.finish_nonzeros(cb + off * 4, l, m));
+  oop.finish_nonzeros(cb + off * 4, l, m);
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(T)));
   // In place: out is x itself.
   std::vector<T> inplace = x;
   core::NonzeroIndex index2;
   core::scan(dt, inplace.data(), n, nullptr, 1, &index2);
   core::LossyStage ip(dt, plan, inplace.data(), codes.data(), inplace.data(), codes.data(), step, &index2, true);
-  ASSERT_TRUE(ip.finish_nonzeros(cb + off * 4, l, m));
+  ip.finish_nonzeros(cb + off * 4, l, m);
   EXPECT_EQ(0, std::memcmp(inplace.data(), want.data(), n * sizeof(T)));
 }
 
@@ -544,21 +543,18 @@ TEST(SparseInputStage, FinishFromAListIsFinishFromTheCodes) {
 // ---------------------------------------------------------------- prims
 
 // A stage over int32 "inputs" that are codes already: prepare() copies the
-// slice, prepare_nonzeros() lists it (when `lists`), output()/finish() keep
-// the final codes in `result`, finish_nonzeros() too (when `takes`).
-struct CodeStage : prims::Stage {
-  const int32_t* in = nullptr;   // the local input (the verbs' src addresses)
-  int32_t* result = nullptr;     // where the final codes go (the verbs' dst addresses)
-  bool lists = true, takes = true;
-  std::vector<int32_t> buf, outbuf;
+// slice, prepare_nonzeros() lists it (when `lists`), finish() and
+// finish_nonzeros() write the final codes to the verbs' dst addresses.
+struct CodeStage : prims::ListStage {
+  bool lists = true;
+  std::vector<int32_t> buf;
   std::vector<uint32_t> lp;
   std::vector<int32_t> lv;
   int listed = 0, finished_from_lists = 0;
-  const void* prepare(const void* src, size_t n) override {
+  void* prepare(const void* src, size_t n) override {
     buf.assign(static_cast<const int32_t*>(src), static_cast<const int32_t*>(src) + n);
     return buf.data();
   }
-  bool prepared_writable() const override { return true; }
   bool prepare_nonzeros(const void* src, size_t n, size_t max_k, prims::NonzeroList* out) override {
     if (!lists) return false;
     const int32_t* s = static_cast<const int32_t*>(src);
@@ -575,21 +571,22 @@ struct CodeStage : prims::Stage {
     *out = prims::NonzeroList{lp.data(), lv.data(), lp.size()};
     return true;
   }
-  void* output(void*, size_t n) override {
-    outbuf.assign(n, -999);
-    return outbuf.data();
-  }
   void finish(const void* dst, const void* data, size_t n) override {
     std::memcpy(const_cast<void*>(dst), data, n * 4);
   }
-  bool finish_nonzeros(const void* dst, const prims::NonzeroList& l, size_t n) override {
-    if (!takes) return false;
+  void finish_nonzeros(const void* dst, const prims::NonzeroList& l, size_t n) override {
     ++finished_from_lists;
     int32_t* d = static_cast<int32_t*>(const_cast<void*>(dst));
     std::fill(d, d + n, 0);
     for (size_t i = 0; i < l.k; ++i) d[l.pos[i]] = static_cast<const int32_t*>(l.val)[i];
-    return true;
   }
+};
+
+// The same without the list side: a plain Stage (lists are then off).
+struct DenseCodeStage : prims::Stage {
+  CodeStage inner;
+  void* prepare(const void* src, size_t n) override { return inner.prepare(src, n); }
+  void finish(const void* dst, const void* data, size_t n) override { inner.finish(dst, data, n); }
 };
 
 prims::PrimsArgs code_args() {
@@ -605,38 +602,39 @@ prims::PrimsArgs code_args() {
 
 // a -> b -> c: a sends its codes, b adds its own (recvReduceCopySend: the
 // sum goes on and into b's output), c receives. With and without lists at a
-// and b, with a's slices forced Block (b cannot merge them: the dense step),
-// and with b's sum too dense for a list: c and b always end with the exact
-// sums.
+// and b (b with a plain Stage: lists off), with a's slices forced Block (b
+// cannot merge them: the dense step), with b's sum too dense for a list, and
+// with c writing its output through a ListStage (Sparse slices decode to
+// lists): c and b always end with the exact sums.
 TEST(SparseInputPrims, ListStepsGiveTheDenseStepsSums) {
   const size_t n = 9001;
   const auto x = sparse_codes<int32_t>(n, 0.01, 31);
   const auto y_sparse = sparse_codes<int32_t>(n, 0.01, 32);
   const auto y_dense = sparse_codes<int32_t>(n, 0.5, 33);
   struct Case {
-    bool lists_a, lists_b, takes_b, block_a, dense_b;
+    bool lists_a, lists_b, plain_b, block_a, dense_b, stage_c;
   };
-  const Case cases[] = {{false, false, true, false, false}, {true, true, true, false, false},
-                        {true, true, false, false, false},  {true, false, true, false, false},
-                        {false, true, true, false, false},  {false, true, true, true, false},
-                        {true, true, true, false, true}};
+  const Case cases[] = {{false, false, false, false, false, false}, {true, true, false, false, false, false},
+                        {true, true, true, false, false, false},    {true, false, false, false, false, true},
+                        {false, true, false, false, false, true},   {false, true, false, true, false, true},
+                        {true, true, false, false, true, false},    {true, true, false, false, false, true}};
   for (const Case& cs : cases) {
-    SCOPED_TRACE(testing::Message() << "lists a " << cs.lists_a << " b " << cs.lists_b << " b takes "
-                                    << cs.takes_b << " block a " << cs.block_a << " dense b " << cs.dense_b);
+    SCOPED_TRACE(testing::Message() << "lists a " << cs.lists_a << " b " << cs.lists_b << " b plain " << cs.plain_b
+                                    << " block a " << cs.block_a << " dense b " << cs.dense_b << " stage c "
+                                    << cs.stage_c);
     const auto& y = cs.dense_b ? y_dense : y_sparse;
     std::vector<int32_t> want(n);
     for (size_t i = 0; i < n; ++i) want[i] = wrap_add(x[i], y[i]);
     Fifo ab(4096, 3), bc(4096, 3);
     FakeSend a_s(&ab), b_s(&bc);
     FakeRecv b_r(&ab), c_r(&bc);
-    CodeStage sa, sb;
+    CodeStage sa, sb, sc;
+    DenseCodeStage sb_plain;
     sa.lists = cs.lists_a;
     sb.lists = cs.lists_b;
-    sb.takes = cs.takes_b;
     std::vector<int32_t> b_out(n, -1), got(n, -1);
     prims::ChannelStats st[3];
-    std::vector<uint64_t> scr[3] = {std::vector<uint64_t>(600), std::vector<uint64_t>(600),
-                                    std::vector<uint64_t>(600)};
+    std::vector<uint64_t> scr[3] = {std::vector<uint64_t>(600), std::vector<uint64_t>(600), std::vector<uint64_t>(600)};
     std::thread ta([&] {
       auto a = code_args();
       if (cs.block_a) a.enc.choice = codec::EncodeOptions::Choice::Block;
@@ -646,11 +644,13 @@ TEST(SparseInputPrims, ListStepsGiveTheDenseStepsSums) {
     });
     std::thread tb([&] {
       auto a = code_args();
-      a.stage = &sb;
+      a.stage = cs.plain_b ? static_cast<prims::Stage*>(&sb_plain) : &sb;
       prims::Prims p(&b_s, &b_r, a, &st[1], scr[1].data());
       p.recvReduceCopySend(y.data(), b_out.data(), n);
     });
-    prims::Prims p(nullptr, &c_r, code_args(), &st[2], scr[2].data());
+    auto c_args = code_args();
+    if (cs.stage_c) c_args.stage = &sc;
+    prims::Prims p(nullptr, &c_r, c_args, &st[2], scr[2].data());
     p.recv(got.data(), n);
     ta.join();
     tb.join();
@@ -658,14 +658,22 @@ TEST(SparseInputPrims, ListStepsGiveTheDenseStepsSums) {
     EXPECT_EQ(b_out, want);
     // Which path ran: a lists only when its encoder may send Sparse.
     EXPECT_EQ(sa.listed > 0, cs.lists_a && !cs.block_a);
-    if (cs.lists_b && cs.takes_b && !cs.block_a && !cs.dense_b && cs.lists_a) {
+    if (cs.lists_b && !cs.plain_b && !cs.block_a && !cs.dense_b) {
       EXPECT_GT(sb.finished_from_lists, 0);
     }
-    if (!cs.takes_b || cs.dense_b || cs.block_a) {
+    if (cs.plain_b || cs.dense_b || cs.block_a) {
       EXPECT_EQ(sb.finished_from_lists, 0);
     }
+    EXPECT_EQ(sb_plain.inner.listed + sb_plain.inner.finished_from_lists, 0);
     if (cs.lists_a && !cs.block_a) {
       for (const auto& s : ab.log) EXPECT_TRUE(codec::slice_adds_sparse(s.data(), s.size()));
+    }
+    // c: every Sparse slice it received went to its output as a list.
+    int sparse_to_c = 0;
+    for (const auto& s : bc.log) sparse_to_c += codec::slice_adds_sparse(s.data(), s.size());
+    EXPECT_EQ(sc.finished_from_lists, cs.stage_c ? sparse_to_c : 0);
+    if (cs.stage_c && !cs.dense_b) {
+      EXPECT_GT(sparse_to_c, 0);
     }
   }
 }

@@ -1,29 +1,35 @@
 // Device codec: quantizer, predictors and the Block coder on a CUDA GPU,
 // producing the same bytes as the CPU codec (docs/FORMAT.md). Implemented in
-// cuda/quantize_kernels.cu and cuda/slice_kernels.cu; built only with CUDA
-// (NCCLZ_WITH_CUDA). Declared here without CUDA headers.
+// cuda/ (device_codec.cu, quantize_kernels.cu, slice_kernels.cu); built only
+// with CUDA (NCCLZ_WITH_CUDA). Declared here without CUDA headers.
 //
-// *** NOT YET RUN ON A GPU. *** Everything below compiles (nvcc 13, sm_80 and
-// sm_90) but has never executed: tests/cpp/test_cuda_codec.cpp checks it
-// against the CPU codec when a GPU is present (tools/gpu_session.sh, docs/GPU.md).
+// *** NOT YET RUN ON A GPU. *** Everything below compiles (nvcc, sm_80 and
+// sm_90) and its logic passes the CPU comparisons in the emulator
+// (tools/cuda_emu), but it has never executed on a GPU:
+// tests/cpp/test_cuda_codec.cpp checks it against the CPU codec when a GPU is
+// present (tools/gpu_session.sh, docs/GPU.md).
 //
-// Conventions for every function here:
-//  - All pointers named d_* are device memory. `stream` is a cudaStream_t
-//    (nullptr: the legacy default stream).
-//  - Functions are asynchronous on `stream`: they launch kernels and take
-//    temporary memory with cudaMallocAsync/cudaFreeAsync on that stream, and
+// Ownership (the cuCollections pattern): a DeviceCodec, a host object, owns
+// what the device work needs besides the caller's buffers: the stream (its
+// own, or the caller's) and the scratch (per-block widths, offsets and
+// statuses, the scans' temporary storage). Its kernels get small by-value
+// handles (cuda/slice_batch.cuh) with the geometry and the scratch pointers
+// of one call. The slice framing and the Block format are the CPU's own
+// NCCLZ_HD functions (cpp/src/codec/slice_frame.hpp, block_frame.hpp).
+//
+// Conventions for every method:
+//  - All pointers named d_* are device memory.
+//  - Methods are asynchronous on the codec's stream: they launch kernels and
 //    never synchronise with the host. Results (sizes, statuses, counts) are
-//    written to device memory; read them after synchronising the stream.
+//    written to device memory; read them after synchronize().
 //  - The return value is 0 when everything was enqueued; a positive value is
 //    the cudaError_t of the failing CUDA call; a negative value is minus a
 //    codec::Status for arguments rejected on the host before anything was
 //    enqueued (e.g. -int(Status::Unsupported) for a type the call does not take).
 //  - Device statuses are codec::Status values stored as int.
-//  - Temporaries come from the device's current memory pool. With the default
-//    pool's release threshold (0) freed memory goes back to the driver at each
-//    synchronisation; callers that encode repeatedly should raise it
-//    (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, ...)), as
-//    bench/gpu_codec_bench.cu does.
+//  - No allocation once the scratch is large enough: reserve() sizes it; a
+//    call that needs more grows it (cudaMallocAsync on the stream, the old
+//    block freed in stream order), so the first calls of a size allocate.
 #pragma once
 
 #include <cstddef>
@@ -33,71 +39,109 @@
 
 namespace ncclz::cuda {
 
-// ---------------------------------------------------------------------------
-// Quantizer (the CPU rules of cpp/src/codec/quantizer.hpp, element by element:
-// same codes, same outliers).
-
-/// Quantizes n values of type t (F32, F64, F16, BF16) at d_x onto the grid of
-/// half step eb (QuantGrid::from_bound(eb)) as codes of type code_t (I32 or
-/// I64) at d_q. |code| <= limit (clamped to [0, max_code_limit]) as on the CPU.
-/// Outliers (non-finite, over the limit, bound not met after rounding to t)
-/// get code 0 and are not clipped: their number goes to *d_outlier_count, and
-/// if d_outlier_idx is not null their indices, increasing (the CPU's list),
-/// to d_outlier_idx[0 .. min(count, idx_cap)).
-int quantize_async(const void* d_x, codec::ElemType t, size_t n, double eb, int64_t limit, void* d_q,
-                   codec::ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx, size_t idx_cap,
-                   void* stream);
-
-/// out[i] = t(q[i] * 2 eb), rounded once to t (the CPU's dequantize).
-int dequantize_async(const void* d_q, codec::ElemType code_t, size_t n, double eb, void* d_out, codec::ElemType t,
-                     void* stream);
-
-/// Writes the original values of the outliers back: out[idx[k]] = x[idx[k]]
-/// for k < *d_count (at most idx_cap). Both arrays hold values of type t.
-/// (On the wire the raw outlier values travel separately; this is the local step.)
-int scatter_outliers_async(const void* d_x, codec::ElemType t, const uint64_t* d_idx, const uint64_t* d_count,
-                           size_t idx_cap, void* d_out, void* stream);
-
-// ---------------------------------------------------------------------------
-// Slices (Block codec). A batch is an array of n integer codes cut into
-// slices of slice_len elements (the last one shorter), slice k holding
-// elements [k*slice_len, min(n, (k+1)*slice_len)). Slice k lives in the slot
-// d_buf + k*slot_bytes. S = ceil(n / slice_len) slices; n = 0 is no slice.
-
-/// Slot size that always suffices: max_slice_bytes(code_t, slice_len).
+/// Slot size that always suffices for a slice of slice_len codes: max_slice_bytes(code_t, slice_len).
 inline size_t slice_slot_bytes(codec::ElemType code_t, uint32_t slice_len) {
   return codec::max_slice_bytes(code_t, slice_len);
 }
 
-/// Encodes every slice of the codes at d_q with the Block codec after
-/// predictor p, byte-identical to the CPU's
-///   encode_slice(q_k, code_t, count_k, dst, slot_bytes, opt)
-/// with opt.choice = Block, opt.predictor = p, opt.row = row, opt.plane = plane:
-/// a slice where p does not apply (Lorenzo without matching row/plane sizes,
-/// or a slice no longer than a row/plane) uses predictor None, and a slice
-/// whose Block payload would exceed the raw size falls back to Raw.
-/// Writes, per slice, its size in bytes to d_sizes[k] (0 when it does not
-/// fit) and its status (Ok, NoSpace) to d_status[k].
-int encode_slices_async(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len, codec::Predictor p,
-                        uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
-                        int* d_status, void* stream);
+class DeviceCodec {
+ public:
+  /// On the current device, with a stream of its own (non-blocking),
+  /// destroyed with the codec.
+  DeviceCodec();
+  /// On the current device, its work ordered on the caller's `stream` (a
+  /// cudaStream_t; nullptr: the legacy default stream), which it does not own.
+  explicit DeviceCodec(void* stream);
+  /// Frees the scratch (in stream order) and the codec's own stream.
+  ~DeviceCodec();
+  DeviceCodec(const DeviceCodec&) = delete;
+  DeviceCodec& operator=(const DeviceCodec&) = delete;
 
-/// Decodes every slice of a batch laid out as encode_slices_async writes it
-/// (slot k at d_src + k*slot_bytes; slice k's bytes are within the first
-/// d_lens[k] bytes of its slot, or slot_bytes when d_lens is null) into n
-/// codes of type code_t at d_out. Accepts Raw and Block slices with any
-/// predictor (FORMAT.md checks, as decode_slice); Rans, Sparse and FloatExp slices give
-/// Status::Unsupported (no device decoder yet). Per-slice status to d_status[k];
-/// after an error that slice's output is unspecified.
-int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
-                        uint32_t slice_len, codec::ElemType code_t, void* d_out, int* d_status, void* stream);
+  /// 0, or the cudaError_t with which creating the stream failed (every
+  /// method then returns it).
+  int status() const { return status_; }
+  /// The codec's stream (a cudaStream_t).
+  void* stream() const { return stream_; }
+  /// Waits for the codec's work; returns a cudaError_t.
+  int synchronize();
+  /// Sizes the scratch for calls of up to n codes (values, for the
+  /// quantizer) in slices of slice_len codes: no such call allocates.
+  int reserve(size_t n, uint32_t slice_len);
 
-/// One slice: encode_slices_async with slice_len = count (d_size, d_status: one each).
-int encode_slice_async(const void* d_q, codec::ElemType code_t, uint32_t count, codec::Predictor p, uint32_t row,
-                       uint32_t plane, uint8_t* d_dst, size_t cap, uint64_t* d_size, int* d_status, void* stream);
+  // -------------------------------------------------------------------------
+  // Quantizer (the CPU rules of cpp/src/codec/quantizer.hpp, element by
+  // element: same codes, same outliers).
 
-/// One slice of `len` bytes at d_src holding `count` codes of type code_t.
-int decode_slice_async(const uint8_t* d_src, size_t len, codec::ElemType code_t, uint32_t count, void* d_out,
-                       int* d_status, void* stream);
+  /// Quantizes n values of type t (F32, F64, F16, BF16) at d_x onto the grid
+  /// of half step eb (QuantGrid::from_bound(eb)) as codes of type code_t (I32
+  /// or I64) at d_q. |code| <= limit (clamped to [0, max_code_limit]) as on
+  /// the CPU. Outliers (non-finite, over the limit, bound not met after
+  /// rounding to t) get code 0 and are not clipped: their number goes to
+  /// *d_outlier_count, and if d_outlier_idx is not null their indices,
+  /// increasing (the CPU's list), to d_outlier_idx[0 .. min(count, idx_cap)).
+  int quantize_async(const void* d_x, codec::ElemType t, size_t n, double eb, int64_t limit, void* d_q,
+                     codec::ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx, size_t idx_cap);
+
+  /// out[i] = t(q[i] * 2 eb), rounded once to t (the CPU's dequantize).
+  int dequantize_async(const void* d_q, codec::ElemType code_t, size_t n, double eb, void* d_out, codec::ElemType t);
+
+  /// Writes the original values of the outliers back: out[idx[k]] = x[idx[k]]
+  /// for k < *d_count (at most idx_cap). Both arrays hold values of type t.
+  /// (On the wire the raw outlier values travel separately; this is the local step.)
+  int scatter_outliers_async(const void* d_x, codec::ElemType t, const uint64_t* d_idx, const uint64_t* d_count,
+                             size_t idx_cap, void* d_out);
+
+  // -------------------------------------------------------------------------
+  // Slices (Block codec). A batch is an array of n integer codes cut into
+  // slices of slice_len elements (the last one shorter), slice k holding
+  // elements [k*slice_len, min(n, (k+1)*slice_len)). Slice k lives in the slot
+  // d_buf + k*slot_bytes. S = ceil(n / slice_len) slices; n = 0 is no slice.
+
+  /// Encodes every slice of the codes at d_q with the Block codec after
+  /// predictor p, byte-identical to the CPU's
+  ///   encode_slice(q_k, code_t, count_k, dst, slot_bytes, opt)
+  /// with opt.choice = Block, opt.predictor = p, opt.row = row, opt.plane =
+  /// plane: a slice where p does not apply (slice_predictor) uses predictor
+  /// None, and a slice whose Block payload would exceed the raw size falls
+  /// back to Raw (frame_slice). Writes, per slice, its size in bytes to
+  /// d_sizes[k] (0 when it does not fit) and its status (Ok, NoSpace) to
+  /// d_status[k].
+  int encode_slices_async(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len, codec::Predictor p,
+                          uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
+                          int* d_status);
+
+  /// Decodes every slice of a batch laid out as encode_slices_async writes it
+  /// (slot k at d_src + k*slot_bytes; slice k's bytes are within the first
+  /// d_lens[k] bytes of its slot, or slot_bytes when d_lens is null) into n
+  /// codes of type code_t at d_out. Accepts Raw and Block slices with any
+  /// predictor (FORMAT.md checks, as decode_slice); Rans, Sparse and FloatExp
+  /// slices give Status::Unsupported (no device decoder yet). Per-slice
+  /// status to d_status[k]; after an error that slice's output is unspecified.
+  int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n, uint32_t slice_len,
+                          codec::ElemType code_t, void* d_out, int* d_status);
+
+  /// One slice: encode_slices_async with slice_len = count (d_size, d_status: one each).
+  int encode_slice_async(const void* d_q, codec::ElemType code_t, uint32_t count, codec::Predictor p, uint32_t row,
+                         uint32_t plane, uint8_t* d_dst, size_t cap, uint64_t* d_size, int* d_status);
+
+  /// One slice of `len` bytes at d_src holding `count` codes of type code_t.
+  int decode_slice_async(const uint8_t* d_src, size_t len, codec::ElemType code_t, uint32_t count, void* d_out,
+                         int* d_status);
+
+ private:
+  /// At least `bytes` of scratch (grown in stream order), or nullptr with *err set.
+  uint8_t* scratch(size_t bytes, int* err);
+  int encode_batch(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len, uint32_t forced_slices,
+                   codec::Predictor p, uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes,
+                   uint64_t* d_sizes, int* d_status);
+  int decode_batch(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n, uint32_t slice_len,
+                   uint32_t forced_slices, codec::ElemType code_t, void* d_out, int* d_status);
+
+  void* stream_ = nullptr;
+  bool own_stream_ = false;
+  int status_ = 0;
+  uint8_t* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
 
 }  // namespace ncclz::cuda

@@ -30,10 +30,11 @@
 // int64 blocks whose width is at most 31 go through the int32 kernels (their
 // values fit in int32 and the bytes are identical); wider ones use scalar.
 #include "codec/block_coder.hpp"
-#include "codec/cpu_features.hpp"
 
 #include <cstring>
 #include <vector>
+
+#include "codec/cpu_features.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -76,7 +77,7 @@ inline size_t put_escapes(uint8_t* dst, size_t nib, size_t pos, size_t cap, cons
 inline size_t halfbytes_to_bytes(size_t half) { return half / 2 + (half & 1); }
 
 // Payload bytes of the block whose nibble is v, for v != 15 (0 for v = 15).
-constexpr unsigned nibble_payload(unsigned v) { return v - 1u < 14u ? 4 * (v + 1) : 0; }
+constexpr unsigned nibble_payload(unsigned v) { return 4 * block_nibble_words(v); }
 
 // For each nibble byte: payload bytes of its non-escaped blocks (<= 120) and
 // its number of escaped blocks (0..2).
@@ -106,12 +107,12 @@ bool check_widths(const uint8_t* src, size_t len, size_t nb, size_t* base) {
     nesc += kNibbleTable.esc[src[i]];
     total += kNibbleTable.pay[src[i]];
   }
-  if ((nb & 1) && (src[nib - 1] >> 4) != 0) return false;  // unused nibble
-  if (nesc > len - nib) return false;                       // escape stream truncated
+  if (!block_unused_nibble_ok(src, nb)) return false;
+  if (nesc > len - nib) return false;  // escape stream truncated
   unsigned bad = 0;
   for (size_t e = 0; e < nesc; ++e) {
     const unsigned w = src[nib + e];
-    bad |= unsigned(w < unsigned(kBlockEscape)) | unsigned(w > unsigned(block_max_width<Code>()));
+    bad |= unsigned(!block_escape_ok<Code>(w));
     total += block_payload_bytes(int(w));
   }
   *base = nib + nesc;
@@ -124,7 +125,7 @@ struct WidthReader {
   const uint8_t* esc;
   WidthReader(const uint8_t* src, size_t nb) : nib(src), esc(src + block_nibble_bytes(nb)) {}
   int next(size_t blk) {
-    const unsigned v = (unsigned(nib[blk >> 1]) >> (4 * (blk & 1))) & 15u;
+    const unsigned v = block_nibble_at(nib, blk);
     return v == unsigned(kBlockEscape) ? int(*esc++) : int(v);
   }
 };
@@ -393,10 +394,9 @@ template <class Code>
 NCCLZ_AVX2_INLINE int width_full_avx2(const Code* r) {
   const __m256i* p = reinterpret_cast<const __m256i*>(r);
   if constexpr (sizeof(Code) == 4) {
-    const __m256i a = _mm256_or_si256(_mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p)),
-                                                      _mm256_abs_epi32(_mm256_loadu_si256(p + 1))),
-                                      _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p + 2)),
-                                                      _mm256_abs_epi32(_mm256_loadu_si256(p + 3))));
+    const __m256i a = _mm256_or_si256(
+        _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p)), _mm256_abs_epi32(_mm256_loadu_si256(p + 1))),
+        _mm256_or_si256(_mm256_abs_epi32(_mm256_loadu_si256(p + 2)), _mm256_abs_epi32(_mm256_loadu_si256(p + 3))));
     return block_bit_width(hor_or(a));
   } else {
     __m256i acc = _mm256_setzero_si256();
@@ -546,12 +546,12 @@ Status block_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
   return block_decode_with(block_best_impl(), src, len, n, out);
 }
 
-#define NCCLZ_BLOCK_INSTANTIATE(Code)                                                                    \
-  template size_t block_encoded_bytes<Code>(const Code*, size_t);                                      \
-  template size_t block_encode<Code>(const Code*, size_t, uint8_t*, size_t);                           \
-  template Status block_decode<Code>(const uint8_t*, size_t, size_t, Code*);                           \
-  template size_t block_encoded_bytes_with<Code>(BlockImpl, const Code*, size_t);                      \
-  template size_t block_encode_with<Code>(BlockImpl, const Code*, size_t, uint8_t*, size_t);           \
+#define NCCLZ_BLOCK_INSTANTIATE(Code)                                                        \
+  template size_t block_encoded_bytes<Code>(const Code*, size_t);                            \
+  template size_t block_encode<Code>(const Code*, size_t, uint8_t*, size_t);                 \
+  template Status block_decode<Code>(const uint8_t*, size_t, size_t, Code*);                 \
+  template size_t block_encoded_bytes_with<Code>(BlockImpl, const Code*, size_t);            \
+  template size_t block_encode_with<Code>(BlockImpl, const Code*, size_t, uint8_t*, size_t); \
   template Status block_decode_with<Code>(BlockImpl, const uint8_t*, size_t, size_t, Code*);
 
 NCCLZ_BLOCK_INSTANTIATE(int32_t)

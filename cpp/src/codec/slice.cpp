@@ -27,6 +27,7 @@
 #include "codec/float_sparse.hpp"
 #include "codec/predictor.hpp"
 #include "codec/rans_coder.hpp"
+#include "codec/slice_frame.hpp"
 #include "codec/sparse_coder.hpp"
 
 namespace ncclz::codec {
@@ -46,8 +47,7 @@ bool predictor_applies(Predictor p, const EncodeOptions& opt, size_t n) {
 }
 
 void predictor_args(Predictor p, const EncodeOptions& opt, uint32_t* a0, uint32_t* a1) {
-  *a0 = (p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D) ? opt.row : 0;
-  *a1 = p == Predictor::Lorenzo3D ? opt.plane : 0;
+  slice_predictor_args(p, opt.row, opt.plane, a0, a1);
 }
 
 struct Candidate {
@@ -103,17 +103,14 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
   const bool want_sparse = opt.choice == Choice::Auto || opt.choice == Choice::Sparse;
   // The Rans symbol histogram also gives the Sparse estimate (symbol 0 counts the zeros).
   const bool want_rans = opt.choice == Choice::Auto || opt.choice == Choice::Rans || want_sparse;
-  int candidates = 0;
-  for (int pi = 0; pi < kNumPredictors; ++pi)
-    candidates += (opt.predictor < 0 || opt.predictor == pi) && predictor_applies(Predictor(pi), opt, n);
-  // Nothing to choose: skip the statistics.
-  if (candidates == 1 && opt.choice != Choice::Auto) {
-    for (int pi = 0; pi < kNumPredictors; ++pi)
-      if ((opt.predictor < 0 || opt.predictor == pi) && predictor_applies(Predictor(pi), opt, n))
-        return Candidate{opt.choice == Choice::Block   ? Codec::Block
-                         : opt.choice == Choice::Rans  ? Codec::Rans
-                                                       : Codec::Sparse,
-                         Predictor(pi), 0};
+  // Codec and predictor both forced: nothing to choose (the predictor, where
+  // it cannot run on this slice, becomes None: slice_predictor, the device
+  // encoder's rule too).
+  if (opt.choice != Choice::Auto && opt.predictor >= 0) {
+    return Candidate{opt.choice == Choice::Block  ? Codec::Block
+                     : opt.choice == Choice::Rans ? Codec::Rans
+                                                  : Codec::Sparse,
+                     slice_predictor(Predictor(opt.predictor), opt.row, opt.plane, n), 0};
   }
   // Sample blocks spread evenly over the slice: every `sample_every`-th, and
   // at most `max_sample_blocks` of them.
@@ -187,8 +184,7 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
 }
 
 template <class Code>
-size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOptions& opt, uint8_t* dst,
-                    size_t cap) {
+size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOptions& opt, uint8_t* dst, size_t cap) {
   uint32_t a0, a1;
   predictor_args(c.predictor, opt, &a0, &a1);
   const Code* r = q;
@@ -249,8 +245,6 @@ Status fail(Status s, SliceInfo* info) {
 Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, size_t cap, const EncodeOptions& opt,
                     SliceInfo* info) {
   if (cap < kHeaderBytes) return fail(Status::NoSpace, info);
-  const size_t raw = size_t(count) * elem_size(t);
-  const size_t room = cap - kHeaderBytes;
   uint8_t* payload = dst + kHeaderBytes;
 
   Candidate c;  // Raw unless something better applies
@@ -272,8 +266,8 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
 
   size_t bytes = kNoFit;
   if (c.codec != Codec::Raw) {
-    // Never let a coder produce more than Raw would: cap its room at the raw size.
-    const size_t coder_cap = std::min(room, raw);
+    // Never let a coder produce more than Raw would (slice_coder_room).
+    const size_t coder_cap = slice_coder_room(t, count, cap);
     if (c.codec == Codec::FloatExp) {
       bytes = floatexp_encode(src, t, count, payload, coder_cap);
     } else if (!is_code_type(t)) {
@@ -283,38 +277,29 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
     } else {
       bytes = encode_codes(static_cast<const int64_t*>(src), count, c, opt, payload, coder_cap);
     }
-    // A forced codec that does not fit still falls back to Raw: Raw bounds the worst case.
   }
-  if (bytes == kNoFit) {
-    if (raw > room) return fail(Status::NoSpace, info);
-    c = Candidate{};
-    if (raw) std::memcpy(payload, src, raw);
-    bytes = raw;
-  }
-
+  // The slice: the coder's, or Raw where it did not fit (also a forced codec:
+  // Raw bounds the worst case).
+  uint32_t a0, a1;
+  predictor_args(c.predictor, opt, &a0, &a1);
   SliceHeader h;
-  h.codec = c.codec;
-  h.elem_type = t;
-  h.predictor = c.predictor;
-  h.count = count;
-  h.payload_bytes = uint32_t(bytes);
-  predictor_args(c.predictor, opt, &h.pred_arg0, &h.pred_arg1);
+  const Status s = frame_slice(t, count, cap, c.codec, c.predictor, a0, a1, bytes, &h);
+  if (s != Status::Ok) return fail(s, info);
+  if (h.codec == Codec::Raw && h.payload_bytes) std::memcpy(payload, src, h.payload_bytes);
   write_header(dst, h);
-  if (info) *info = SliceInfo{c.codec, c.predictor, kHeaderBytes + bytes};
+  if (info) *info = SliceInfo{h.codec, h.predictor, kHeaderBytes + h.payload_bytes};
   return Status::Ok;
 }
 
 Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed) {
   SliceHeader h;
-  Status s = read_header(src, len, &h);
+  Status s = read_slice_header(src, len, t, count, &h);
   if (s != Status::Ok) return s;
-  if (h.elem_type != t) return Status::TypeMismatch;
-  if (h.count != count) return Status::CountMismatch;
   const uint8_t* payload = src + kHeaderBytes;
   const size_t plen = h.payload_bytes;
   switch (h.codec) {
     case Codec::Raw:
-      if (plen != size_t(count) * elem_size(t)) return Status::Corrupt;
+      if (!raw_payload_valid(h)) return Status::Corrupt;
       if (plen) std::memcpy(dst, payload, plen);
       break;
     case Codec::Block:
@@ -345,10 +330,8 @@ void add_codes(Code* dst, const Code* v, size_t n) {
 Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed) {
   if (!is_code_type(t)) return Status::Unsupported;
   SliceHeader h;
-  Status s = read_header(src, len, &h);
+  Status s = read_slice_header(src, len, t, count, &h);
   if (s != Status::Ok) return s;
-  if (h.elem_type != t) return Status::TypeMismatch;
-  if (h.count != count) return Status::CountMismatch;
   if (h.codec == Codec::Sparse && h.predictor == Predictor::None) {
     const uint8_t* payload = src + kHeaderBytes;
     s = t == ElemType::I32 ? sparse_decode_add(payload, h.payload_bytes, count, static_cast<int32_t*>(dst))
@@ -389,10 +372,8 @@ namespace {
 // The header of a slice that decode_slice_nonzeros / decode_slice_merge read.
 Status sparse_slice_header(const uint8_t* src, size_t len, ElemType t, uint32_t count, SliceHeader* h) {
   if (!is_code_type(t)) return Status::Unsupported;
-  const Status s = read_header(src, len, h);
+  const Status s = read_slice_header(src, len, t, count, h);
   if (s != Status::Ok) return s;
-  if (h->elem_type != t) return Status::TypeMismatch;
-  if (h->count != count) return Status::CountMismatch;
   if (h->codec != Codec::Sparse || h->predictor != Predictor::None) return Status::Unsupported;
   return Status::Ok;
 }
@@ -446,40 +427,41 @@ Status decode_slice_merge(const uint8_t* src, size_t len, ElemType t, uint32_t c
   return s;
 }
 
-Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count,
-                             uint8_t* dst, size_t cap, SliceInfo* info) {
+size_t sparse_list_max(const EncodeOptions& opt, ElemType t, size_t n) {
+  if (!is_code_type(t)) return 0;
+  if (opt.predictor >= 0 && opt.predictor != int(Predictor::None)) return 0;
+  if (opt.choice == Choice::Sparse) return n;
+  if (opt.choice != Choice::Auto || opt.sparse_min_zeros > 1 || opt.sparse_fast_zeros >= 1) return 0;
+  return size_t(double(n) * (1.0 - opt.sparse_fast_zeros));
+}
+
+Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count, uint8_t* dst,
+                             size_t cap, SliceInfo* info) {
   if (!is_code_type(t)) return fail(Status::Unsupported, info);
   const bool wide = t == ElemType::I64;
   const bool ok = wide ? is_nonzero_list(pos, static_cast<const int64_t*>(val), k, count)
                        : is_nonzero_list(pos, static_cast<const int32_t*>(val), k, count);
   if (!ok) return fail(Status::Corrupt, info);
   if (cap < kHeaderBytes) return fail(Status::NoSpace, info);
-  const size_t raw = size_t(count) * elem_size(t);
-  const size_t room = cap - kHeaderBytes;
   uint8_t* payload = dst + kHeaderBytes;
-  // Never more than Raw would take (encode_slice's rule); an empty slice is Raw.
-  const size_t coder_cap = std::min(room, raw);
-  size_t bytes = count == 0 ? kNoFit
-               : wide ? sparse_encode_nonzeros(pos, static_cast<const int64_t*>(val), k, count, payload, coder_cap)
-                      : sparse_encode_nonzeros(pos, static_cast<const int32_t*>(val), k, count, payload, coder_cap);
+  // Never more than Raw would take (slice_coder_room); an empty slice is Raw.
+  const size_t coder_cap = slice_coder_room(t, count, cap);
+  const size_t bytes =
+      count == 0 ? kNoFit
+      : wide     ? sparse_encode_nonzeros(pos, static_cast<const int64_t*>(val), k, count, payload, coder_cap)
+                 : sparse_encode_nonzeros(pos, static_cast<const int32_t*>(val), k, count, payload, coder_cap);
   SliceHeader h;
-  h.codec = Codec::Sparse;
-  if (bytes == kNoFit) {
-    if (raw > room) return fail(Status::NoSpace, info);
+  const Status s = frame_slice(t, count, cap, Codec::Sparse, Predictor::None, 0, 0, bytes, &h);
+  if (s != Status::Ok) return fail(s, info);
+  if (h.codec == Codec::Raw) {
     if (wide) {
       scatter(pos, static_cast<const int64_t*>(val), k, count, payload);
     } else {
       scatter(pos, static_cast<const int32_t*>(val), k, count, payload);
     }
-    h.codec = Codec::Raw;
-    bytes = raw;
   }
-  h.elem_type = t;
-  h.predictor = Predictor::None;
-  h.count = count;
-  h.payload_bytes = uint32_t(bytes);
   write_header(dst, h);
-  if (info) *info = SliceInfo{h.codec, Predictor::None, kHeaderBytes + bytes};
+  if (info) *info = SliceInfo{h.codec, Predictor::None, kHeaderBytes + h.payload_bytes};
   return Status::Ok;
 }
 

@@ -57,8 +57,8 @@ struct SliceInfo {
 /// Encodes `count` values of type t at `src` into dst (capacity `cap`, at
 /// least max_slice_bytes(t, count) guarantees success). Returns the slice's
 /// size in bytes, or 0 with Status::NoSpace if it does not fit.
-Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, size_t cap,
-                    const EncodeOptions& opt, SliceInfo* info = nullptr);
+Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, size_t cap, const EncodeOptions& opt,
+                    SliceInfo* info = nullptr);
 
 /// Decodes one slice from `len` bytes at src into `count` values of type t at
 /// dst. Checks everything: type, count, and every length inside the payload.
@@ -90,6 +90,16 @@ bool sparse_slice_nonzeros(const uint8_t* src, size_t len, size_t* k);
 Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_t count, uint32_t* pos, void* val,
                              size_t* k, size_t* consumed = nullptr);
 
+/// The most nonzeros a slice of n codes of type t may have for a Sparse slice
+/// without a predictor of its nonzeros (encode_slice_nonzeros) to stand in
+/// for the selector's choice under `opt`: n where Sparse is forced, else
+/// n * (1 - sparse_fast_zeros), where the selector takes Sparse as a fast
+/// codec; 0 where the options rule that out (another forced codec or
+/// predictor, Sparse disabled) or t is not a code type. A caller that holds
+/// slices as lists of nonzeros (the primitives' mostly-zero sums) keeps them
+/// as lists up to this size.
+size_t sparse_list_max(const EncodeOptions& opt, ElemType t, size_t n);
+
 /// A Sparse slice without a predictor of `count` codes of type t (I32, I64,
 /// else Status::Unsupported) given as their nonzeros: k positions, strictly
 /// increasing and below count, and their values, none zero (else
@@ -97,8 +107,8 @@ Status decode_slice_nonzeros(const uint8_t* src, size_t len, ElemType t, uint32_
 /// input, kept as a list) skips the selector and the scan for them. Where
 /// Sparse would be larger than Raw, the slice is Raw (written from the list),
 /// as encode_slice would; Status::NoSpace where even that does not fit.
-Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count,
-                             uint8_t* dst, size_t cap, SliceInfo* info = nullptr);
+Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, ElemType t, uint32_t count, uint8_t* dst,
+                             size_t cap, SliceInfo* info = nullptr);
 
 /// The nonzeros of the sum of a Sparse slice without a predictor
 /// (slice_adds_sparse) and a list of ka nonzeros (apos strictly increasing
@@ -108,7 +118,6 @@ Status encode_slice_nonzeros(const uint32_t* pos, const void* val, size_t k, Ele
 /// positions where they are 0 are left out. Any other slice:
 /// Status::Unsupported. The checks of decode_slice; *consumed as there.
 Status decode_slice_merge(const uint8_t* src, size_t len, ElemType t, uint32_t count, const uint32_t* apos,
-                          const void* aval, size_t ka, uint32_t* pos, void* val, size_t* k,
-                          size_t* consumed = nullptr);
+                          const void* aval, size_t ka, uint32_t* pos, void* val, size_t* k, size_t* consumed = nullptr);
 
 }  // namespace ncclz::codec

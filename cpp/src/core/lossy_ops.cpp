@@ -15,7 +15,6 @@
 
 #include "codec/cpu_features.hpp"
 #include "codec/quantizer.hpp"
-#include "codec/slice.hpp"
 #include "codec/sparse_coder.hpp"
 #include "core/types.hpp"
 #include "base/worker_pool.hpp"
@@ -293,12 +292,11 @@ void* grown(std::vector<uint64_t>& buf, size_t bytes) {
 }
 }  // namespace
 
-const void* LossyStage::prepare(const void* src, size_t n) {
+void* LossyStage::prepare(const void* src, size_t n) {
   // Each slice of the local input is read once, by the verb that asked, right
   // after this: quantizing into a small per-thread buffer (it stays in cache)
   // instead of the call's code buffer saves writing that buffer out to memory
-  // and reading it back (in_count codes a call). The verbs write their outputs
-  // to the code buffers as before (finish() reads out_codes).
+  // and reading it back (in_count codes a call).
   thread_local std::vector<uint64_t> buf;
   void* q = grown(buf, n * cs_);
   const size_t off = size_t(static_cast<const uint8_t*>(src) - codes_) / cs_;
@@ -349,7 +347,7 @@ bool LossyStage::prepare_nonzeros(const void* src, size_t n, size_t max_k, prims
   return true;
 }
 
-bool LossyStage::finish_nonzeros(const void* dst, const prims::NonzeroList& list, size_t n) {
+void LossyStage::finish_nonzeros(const void* dst, const prims::NonzeroList& list, size_t n) {
   const size_t off = size_t(static_cast<const uint8_t*>(dst) - out_codes_) / cs_;
   const codec::QuantGrid g = codec::QuantGrid::from_bound(out_step_ / 2);
   with_float_type(t_, [&](auto tag) {
@@ -388,34 +386,11 @@ bool LossyStage::finish_nonzeros(const void* dst, const prims::NonzeroList& list
       stream_fence();
     });
   });
-  return true;
-}
-
-void* LossyStage::output(void* dst, size_t n) {
-  (void)dst;
-  thread_local std::vector<uint64_t> buf;
-  return grown(buf, n * cs_);
 }
 
 void LossyStage::finish(const void* dst, const void* data, size_t n) {
   const size_t off = size_t(static_cast<const uint8_t*>(dst) - out_codes_) / cs_;
   dequantize_buf(t_, plan_.wide, data, n, out_step_, out_ + off * es_);
-}
-
-codec::Status LossyStage::finish_slice(const void* dst, const uint8_t* slice, size_t len, size_t n) {
-  size_t nz = 0;
-  if (!codec::sparse_slice_nonzeros(slice, len, &nz)) return codec::Status::Unsupported;
-  thread_local std::vector<uint32_t> pos;
-  thread_local std::vector<uint64_t> val;  // 8-byte aligned for either code type
-  if (pos.size() < nz) pos.resize(nz);
-  if (val.size() < nz) val.resize(nz);
-  const codec::ElemType ct = plan_.wide ? codec::ElemType::I64 : codec::ElemType::I32;
-  size_t k = 0, used = 0;
-  const codec::Status s = codec::decode_slice_nonzeros(slice, len, ct, uint32_t(n), pos.data(), val.data(), &k, &used);
-  if (s != codec::Status::Ok) return s;
-  if (used != len) return codec::Status::Corrupt;
-  finish_nonzeros(dst, prims::NonzeroList{pos.data(), val.data(), k}, n);
-  return codec::Status::Ok;
 }
 
 void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, int parts) {

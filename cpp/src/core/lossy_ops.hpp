@@ -97,14 +97,15 @@ void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step,
 /// send/receive loops (prims::Stage). `codes` (in_count codes) is the wire input
 /// the verbs read and `out_codes` their output; prepare(src, n) quantizes the
 /// user input elements at src's offset in `codes`, finish(dst, n) writes the
-/// output elements at dst's offset in `out_codes` as T(code * out_step).
+/// output elements at dst's offset in `out_codes` as T(code * out_step). The
+/// code buffers themselves are never read or written: they are address ranges.
 ///
 /// The plan makes outliers impossible for finite inputs within the scanned
 /// max |x| (lossy_plan.hpp), which is what lets quantization start before every
 /// rank has quantized everything. Should one still occur (an input changed
 /// between the statistics scan and its use, say), prepare throws rather than
 /// send a code that would break the bound.
-class LossyStage final : public prims::Stage {
+class LossyStage final : public prims::ListStage {
  public:
   /// `index`: the scan's list of x's nonzeros (or nullptr), for
   /// prepare_nonzeros; `in_place`: out is x (an all_reduce in place), so
@@ -112,18 +113,9 @@ class LossyStage final : public prims::Stage {
   LossyStage(DataType t, const LossyPlan& p, const void* x, const void* codes, void* out, const void* out_codes,
              double out_step, const NonzeroIndex* index = nullptr, bool in_place = false);
   /// Quantizes into a per-thread buffer of the stage's and returns it (the
-  /// wire buffer at src is not written: the codes are read once, right away).
-  const void* prepare(const void* src, size_t n) override;
-  /// The verbs may add into that buffer (it is rewritten by the next prepare).
-  bool prepared_writable() const override { return true; }
-  /// The output codes go to a second per-thread buffer, dequantized by
-  /// finish() straight from it: the call's output code buffer is not written.
-  void* output(void* dst, size_t n) override;
+  /// codes are read once, right away; the verbs may add into the buffer).
+  void* prepare(const void* src, size_t n) override;
   void finish(const void* dst, const void* data, size_t n) override;
-  /// A Sparse slice (no predictor) is dequantized straight from its nonzero
-  /// list: the output range is filled with T(0 * step) and the nonzeros
-  /// written, no code buffer in between. Other slices: declined.
-  codec::Status finish_slice(const void* dst, const uint8_t* slice, size_t len, size_t n) override;
   /// Where the index lists all of x's elements in the range: the nonzero
   /// codes, quantized from the listed values alone (x is not read).
   bool prepare_nonzeros(const void* src, size_t n, size_t max_k, prims::NonzeroList* out) override;
@@ -131,7 +123,7 @@ class LossyStage final : public prims::Stage {
   /// place, where the index lists the range, only the elements x had other
   /// than +0.0 are cleared (the rest are +0.0 already, which is what code 0
   /// gives): time in proportion to the nonzeros.
-  bool finish_nonzeros(const void* dst, const prims::NonzeroList& list, size_t n) override;
+  void finish_nonzeros(const void* dst, const prims::NonzeroList& list, size_t n) override;
 
  private:
   /// Throws the error of an input element that did not fit the grid.

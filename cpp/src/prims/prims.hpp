@@ -6,28 +6,28 @@
 // step<Flags>, which handles one slice (at most slice_elems() elements):
 //
 //   1. RECV:    wait for the next incoming slot;
-//   2. decode:  the slot's slice, straight from slot memory (Coded), or use the
-//               slot's bytes in place (Raw);
-//   3. REDUCE:  combine it with the local input (incoming op local);
-//   4. COPY:    store the result into the output buffer;
-//   5. SEND:    acquire the next outgoing slot, encode the result straight into
-//               it (capacity slot_bytes >= max_slice_bytes, so the encoder's RAW
-//               fallback always fits), post it with its size;
-//   6. release the incoming slot (Coded mode frees it right after decoding;
-//      Raw mode reads it in place until the result is written).
-// Coded integer sums fuse 2 and 3 for Sparse slices (mostly-zero data): the
-// local slice is copied to the result and the slice's nonzeros are added to
-// it (PrimsArgs::int_sum). Where the stage holds the local slice as a list of
-// its nonzeros (Stage::prepare_nonzeros: a mostly-zero lossy input), the
-// steps never make it dense: send encodes the list as a Sparse slice, a
-// reduction merges a received Sparse slice's nonzeros with it into the list of
-// the sum, which is encoded the same way and, for a COPY verb, handed to
-// Stage::finish_nonzeros. Any other received slice, or a sum with more than
-// (1 - sparse_fast_zeros) nonzeros, takes the dense step (the selector's
-// choice for such a slice would not be Sparse either). Same result bits.
-// FORWARD (recvCopySend) skips 2-5: the received slot's bytes are copied into
-// the outgoing slot unchanged (no re-encoding, the allgather phase's rule) and
-// the slice is decoded once into the output.
+//   2. decode:  the slice codec turns the slot into values: the slice's own
+//               (recv) or the slice's op the local slice's (REDUCE), read
+//               straight from slot memory; the slot is released as soon as
+//               it is read (a slice decoded into the scratch: before the
+//               reduction pass);
+//   3. SEND:    acquire the next outgoing slot, the slice codec encodes the
+//               values straight into it (capacity slot_bytes >=
+//               max_slice_bytes, so the encoder's RAW fallback always fits),
+//               post it with its size;
+//   4. COPY:    the values are the output: written to the output buffer, or
+//               handed to the Stage (Stage::finish, ListStage::finish_nonzeros).
+// The codec (SliceCodec, slice_codec.hpp) is called at exactly these two
+// points, decode and encode; everything about slice bytes (wire mode,
+// selector options, the fused Sparse paths of integer sums, lists of
+// nonzeros, predictor reuse) is behind it. Values travel between the points
+// as SliceValues: dense wire elements, or a list of nonzero codes.
+// Mode none (WireMode::Raw) reductions that send acquire the outgoing slot
+// before decoding: the slot bytes are the values, so the sum is written
+// straight into it (memcpy speed, no extra pass).
+// FORWARD (recvCopySend) copies the received slot's bytes into the outgoing
+// slot unchanged (no re-encoding, the allgather phase's rule) and the slice is
+// decoded once, for the output.
 //
 //   verb                 flags                     used by
 //   send                 SEND                      first step of every ring
@@ -38,19 +38,22 @@
 //   recvReduceCopySend   RECV|REDUCE|COPY|SEND     allreduce: owner's final chunk
 //   recvCopySend         RECV|COPY|SEND|FORWARD    allgather phase, broadcast relay
 //
-// Wire modes:
-//  - Raw:   a slot holds the slice's raw elements, no header (mode "none":
-//           memcpy speed; reductions read the slot in place and write the
-//           outgoing slot directly).
-//  - Coded: a slot holds exactly one slice in the slice format
-//           (docs/FORMAT.md), produced by codec::encode_slice (the selector
-//           picks the codec) and checked by codec::decode_slice.
+// Local values: the verbs that read the local input get, per slice, the
+// Stage's prepared copy (Stage::prepare: the lossy reductions quantize it
+// there), or the input itself without a stage; where the stage is a
+// ListStage that holds the slice as the list of its nonzero codes (a
+// mostly-zero lossy input) and the codec lets it travel as one
+// (SliceCodec::list_max), the list. A list is sent as a Sparse slice, merged
+// with a received Sparse slice into the list of the sum, and written out from
+// the list; any other received slice, or a sum too dense for a list, makes
+// the step take the dense values (Stage::prepare) instead. Same result bits.
 //
 // Buffers passed to the verbs hold wire elements (the integer codes in lossy
-// mode). A verb of n elements runs ceil(n / slice_elems()) steps; the two ends
-// of a connection compute the same slicing from the same n. Overlap comes from
-// the FIFO: while slice k sits in a slot being drained (socket proxy) or read
-// (peer), slice k+1 is already being encoded into the next slot.
+// mode; with a stage they are only address ranges the stage maps to its own
+// arrays). A verb of n elements runs ceil(n / slice_elems()) steps; the two
+// ends of a connection compute the same slicing from the same n. Overlap comes
+// from the FIFO: while slice k sits in a slot being drained (socket proxy) or
+// read (peer), slice k+1 is already being encoded into the next slot.
 //
 // FORWARD and the Raw reductions hold their incoming slot while acquiring the
 // outgoing one, so rings need K >= 2 slots (docs/ALGORITHMS.md, "Deadlock
@@ -62,17 +65,16 @@
 
 #include "codec/slice.hpp"
 #include "prims/reduce.hpp"
+#include "prims/slice_codec.hpp"
 #include "transport/transport.hpp"
 
 namespace ncclz::prims {
 
-enum class WireMode : uint8_t { Raw, Coded };
-
 /// Per-channel counters, summed into CallStats by the communicator.
 struct ChannelStats {
   double encode_s = 0;      ///< in encode_slice
-  double decode_s = 0;      ///< in decode_slice, and Stage::finish_slice (decoding into the output)
-  double stage_s = 0;       ///< in Stage::prepare / finish (pipelined quantize / dequantize)
+  double decode_s = 0;      ///< in the codec's decode side (decode, reduction, decode-add, merge, lists)
+  double stage_s = 0;       ///< in the Stage (pipelined quantize / dequantize, lists)
   double wait_s = 0;        ///< blocked in acquire() / wait()
   uint64_t raw_bytes = 0;   ///< elements sent * user element size
   uint64_t wire_bytes = 0;  ///< bytes posted
@@ -86,83 +88,54 @@ struct ChannelStats {
   }
 };
 
-/// The nonzero codes of a slice (all others are 0): k positions from the
-/// slice's start, strictly increasing, and their values (wire codes).
-struct NonzeroList {
-  const uint32_t* pos = nullptr;
-  const void* val = nullptr;
-  size_t k = 0;
-};
-
-/// Optional per-slice work around the wire buffers, run by the verbs inside
-/// their send/receive loops: the lossy reductions quantize each slice of the
-/// local input just before it is first read and dequantize each slice of the
-/// result as soon as it is final, so that this element-wise work overlaps the
-/// transfers instead of preceding and following them. Ranges are in the wire
-/// buffers the verbs were given; a Stage maps them to its own arrays.
+/// Per-slice work around the wire buffers, run by the verbs inside their
+/// send/receive loops: the lossy reductions quantize each slice of the local
+/// input just before it is first read and dequantize each slice of the
+/// result as soon as it is final, so that this element-wise work overlaps
+/// the transfers instead of preceding and following them. Ranges are in the
+/// wire buffers the verbs were given; a Stage maps them to its own arrays
+/// (the verbs then never write their wire output buffer).
 class Stage {
  public:
   virtual ~Stage() = default;
   /// The verb is about to read [src, src + n) of the local input. Returns
-  /// where to read those n elements from: src, or a buffer of the stage's
-  /// that stays valid until the calling thread's next prepare().
-  virtual const void* prepare(const void* src, size_t n) = 0;
-  /// Whether a buffer prepare() returns (other than src) is the stage's
-  /// scratch that the verb may overwrite before the thread's next prepare():
-  /// a reduction then adds into it in place.
-  virtual bool prepared_writable() const { return false; }
-  /// A COPY verb is about to write [dst, dst + n) of the output. Returns where
-  /// the verb writes those n elements instead: dst, or a buffer of the
-  /// stage's valid until the calling thread's next output().
-  virtual void* output(void* dst, size_t n) {
-    (void)n;
-    return dst;
-  }
+  /// those n elements in a buffer of the stage's that the verb may overwrite
+  /// (a reduction may leave its result there), valid until the calling
+  /// thread's next prepare().
+  virtual void* prepare(const void* src, size_t n) = 0;
   /// Output elements [dst, dst + n) are final; their values are at `data`
-  /// (what output(dst, n) returned).
+  /// (valid during the call only).
   virtual void finish(const void* dst, const void* data, size_t n) = 0;
-  /// Output elements [dst, dst + n) are final and are the values of the
-  /// received coded slice at `slice` (len bytes): the stage may produce its
-  /// outputs from the slice directly (Status::Ok: the whole slice was read,
-  /// finish() is not called), decline (Status::Unsupported: the verb decodes
-  /// and calls finish()), or report that the slice does not decode.
-  virtual codec::Status finish_slice(const void* dst, const uint8_t* slice, size_t len, size_t n) {
-    (void)dst, (void)slice, (void)len, (void)n;
-    return codec::Status::Unsupported;
-  }
-  /// Like prepare(), for a stage that may hold the slice as the list of its
-  /// nonzero codes (a mostly-zero input): true with that list in *out (valid
-  /// until the calling thread's next prepare or prepare_nonzeros) when it has
-  /// it, with at most max_k entries; false: the verb calls prepare().
-  virtual bool prepare_nonzeros(const void* src, size_t n, size_t max_k, NonzeroList* out) {
-    (void)src, (void)n, (void)max_k, (void)out;
-    return false;
-  }
+};
+
+/// A Stage that may hold slices of the local input as lists of their nonzero
+/// codes (a mostly-zero input) and writes outputs from such lists; the Prims
+/// finds it behind PrimsArgs::stage (dynamic_cast, once).
+class ListStage : public Stage {
+ public:
+  /// Like prepare(), for a slice the stage holds as the list of its nonzero
+  /// codes: true with that list in *out (at most max_k entries, valid until
+  /// the calling thread's next prepare or prepare_nonzeros); false: the verb
+  /// calls prepare().
+  virtual bool prepare_nonzeros(const void* src, size_t n, size_t max_k, NonzeroList* out) = 0;
   /// Output elements [dst, dst + n) are final and their codes are 0 but for
-  /// the list's: true if the stage wrote its outputs from the list (finish()
-  /// is not called), false to have the verb write the codes to output(dst, n)
-  /// and call finish().
-  virtual bool finish_nonzeros(const void* dst, const NonzeroList& list, size_t n) {
-    (void)dst, (void)list, (void)n;
-    return false;
-  }
+  /// the list's: finish() from a list.
+  virtual void finish_nonzeros(const void* dst, const NonzeroList& list, size_t n) = 0;
 };
 
 struct PrimsArgs {
   codec::ElemType type = codec::ElemType::U8;  ///< wire element type
   WireMode mode = WireMode::Raw;
-  ReduceFn reduce = nullptr;                   ///< needed by the REDUCE verbs
-  /// `reduce` is wrapping integer addition (I32/I64, Sum): a Coded reduction
-  /// adds an incoming Sparse slice into a copy of the local slice in time
-  /// proportional to its nonzeros (codec::decode_slice_add) instead of
-  /// decoding it densely and reducing. Same result bits.
+  ReduceFn reduce = nullptr;  ///< needed by the REDUCE verbs
+  /// `reduce` is wrapping integer addition (I32/I64, Sum): the fused Sparse
+  /// paths of SliceCodec::reduce apply. Same result bits.
   bool int_sum = false;
-  codec::EncodeOptions enc;                    ///< Coded mode
-  size_t raw_esize = 1;                        ///< user element size (for raw_bytes)
+  codec::EncodeOptions enc;  ///< Coded mode
+  size_t raw_esize = 1;      ///< user element size (for raw_bytes)
   transport::Clock::time_point deadline;
-  int rank = 0;     ///< for error messages
-  int channel = 0;  ///< for error messages
-  Stage* stage = nullptr;  ///< see Stage; nullptr: the buffers are used as they are
+  int rank = 0;            ///< for error messages
+  int channel = 0;         ///< for error messages
+  Stage* stage = nullptr;  ///< see Stage (and ListStage); nullptr: the buffers are used as they are
   /// The slot bytes a slice is sized for (slice_elems_for(slice_bytes, esize)
   /// elements); 0, or more than the connection's slots: the slots' own. Both
   /// ends of a connection must use the same.
@@ -196,38 +169,39 @@ class Prims {
 
   template <unsigned F>
   void run(const void* src, void* dst, size_t n);
-  /// src_scratch: src is the stage's scratch (Stage::prepared_writable);
-  /// final_dst: the stage's output position of a COPY verb (else nullptr).
-  /// Returns whether the stage finished the slice itself (finish_slice).
+  /// One slice of n elements: `local` the local values (verbs that read the
+  /// input; src their position in it), dst the output position (COPY verbs).
+  /// Returns the slice's final values (for COPY).
   template <unsigned F>
-  bool step(const uint8_t* src, uint8_t* dst, size_t n, bool src_scratch, const uint8_t* final_dst);
-  /// The step for a local slice the stage holds as a list of nonzeros; src is
-  /// its position in the wire input (for the dense step, when that is taken).
-  template <unsigned F>
-  bool step_nonzeros(const NonzeroList& mine, const uint8_t* src, uint8_t* dst, size_t n, const uint8_t* final_dst);
-  /// Most nonzeros of an n-element slice that goes out as a list (0: lists are off).
-  size_t list_max(size_t n) const;
-  size_t encode_nonzeros(const NonzeroList& l, size_t n, uint8_t* out);
-  /// The final codes of a COPY verb as a list: Stage::finish_nonzeros, or
-  /// written densely to dst for finish(). Returns whether the stage took them.
-  bool finish_nonzeros(const NonzeroList& l, uint8_t* dst, size_t n, const uint8_t* final_dst);
-  /// Offers a received slice to Stage::finish_slice; true if it took it.
-  bool finish_slice(const transport::SlotView& in, const uint8_t* final_dst, size_t n);
+  SliceValues step(const SliceValues& local, const uint8_t* src, uint8_t* dst, size_t n);
+  /// The local values of [src, src + n): the stage's list of the slice's
+  /// nonzeros where it has one and the codec lets it travel as one (reduce:
+  /// for a reduction), else prepared().
+  SliceValues local_values(const uint8_t* src, size_t n, bool reduce);
+  /// The stage's prepared copy of [src, src + n), or src itself without a stage.
+  SliceValues prepared(const uint8_t* src, size_t n);
+  /// Where a reduction leaves its values: the outgoing slot (Raw: `out`), the
+  /// output (COPY without a stage: `dst`), else the scratch (SliceCodec::reduce
+  /// may add into a writable local slice instead).
+  uint8_t* reduce_to(uint8_t* out, uint8_t* dst) const;
+  /// The COPY verbs' output of a slice's final values: to dst, or to the stage.
+  void output(const SliceValues& v, uint8_t* dst, size_t n);
 
   transport::SlotView wait_in();
+  /// Frees the incoming slot unless it was freed already (SlotDone).
+  void release_in();
   uint8_t* acquire_out();
   void post_out(size_t bytes, size_t n);
-  void decode(const transport::SlotView& in, void* dst, size_t n);
-  /// acc[i] += the slice's values (Coded integer sums, see PrimsArgs::int_sum).
-  void decode_add(const transport::SlotView& in, void* acc, size_t n);
-  /// Throws CorruptData unless the slice decoded to exactly its own bytes.
-  void check_decoded(const transport::SlotView& in, size_t n, codec::Status s, size_t used);
-  /// predictor >= 0: the selector considers only that predictor (unless
-  /// PrimsArgs::enc forces one already).
-  size_t encode(const void* src, size_t n, uint8_t* out, int predictor = -1);
-  /// The predictor of a coded slice, -1 for Raw.
-  int incoming_predictor(const transport::SlotView& in) const;
-  const uint8_t* raw_in(const transport::SlotView& in, size_t n);
+  /// The codec's decode side, timed and checked: the slice's values (into
+  /// dst without a stage), or the slice's op the local values (a list that
+  /// cannot take the slice falls back to prepared()).
+  SliceValues decode(const transport::SlotView& in, size_t n, uint8_t* dst);
+  SliceValues reduce(const transport::SlotView& in, size_t n, const SliceValues& local, const uint8_t* src,
+                     uint8_t* out, uint8_t* dst);
+  /// The codec's encode side, timed and checked; returns the slot's bytes.
+  size_t encode(const SliceValues& v, size_t n, uint8_t* out);
+  /// Throws CorruptData naming rank, channel and peer unless s is Ok.
+  void check_decoded(const transport::SlotView& in, size_t n, codec::Status s) const;
 
   transport::SendConn* send_;
   transport::RecvConn* recv_;
@@ -237,7 +211,9 @@ class Prims {
   size_t esize_;
   size_t slot_bytes_;
   size_t slice_;
-  bool lists_ = false;  ///< the encoder options allow a list's Sparse slice (Coded codes)
+  SliceCodec codec_;
+  ListStage* list_stage_ = nullptr;  ///< a_.stage as a ListStage, if it is one
+  bool in_held_ = false;             ///< an incoming slot is waited for and not yet released
 };
 
 }  // namespace ncclz::prims

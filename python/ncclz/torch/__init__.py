@@ -1,4 +1,13 @@
-"""PyTorch integration: a DDP communication hook and a sharded optimizer over ncclz.
+"""PyTorch integration: the ``torch.distributed`` backend "ncclz", a DDP communication hook and a
+sharded optimizer over ncclz.
+
+Importing this module registers the backend, so DDP, FSDP2, DTensor and functional collectives run
+on ncclz with no other change::
+
+    import torch.distributed as dist, ncclz, ncclz.torch
+    dist.init_process_group("ncclz")                       # or pg_options=ncclz.torch.Options(...)
+
+For explicit control over the gradient traffic of a gloo job:
 
 ::
 
@@ -29,17 +38,41 @@ except ImportError as _e:  # pragma: no cover - exercised only without torch
 
 from ..errors import InvalidArgumentError
 from ._layout import DEFAULT_MIN_ELEMENTS
+from .backend import BACKEND, ProcessGroupNCCLZ, Traffic, register
 from .ddp_hook import HookState, StepStats, ddp_hook
+from .options import Options
 from .sharded import ShardedOptimizer
 
 __all__ = [
+    "BACKEND",
     "DEFAULT_MIN_ELEMENTS",
     "HookState",
+    "Options",
+    "ProcessGroupNCCLZ",
     "ShardedOptimizer",
     "StepStats",
+    "Traffic",
     "communicator",
     "ddp_hook",
+    "register",
+    "traffic",
 ]
+
+register()
+
+
+def traffic(group: Any = None) -> Traffic:
+    """Counters of an ncclz group on this rank (default: the default group): calls, raw and wire
+    bytes, compressed calls, largest error bound. ``group.reset_traffic()`` zeroes them."""
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupNCCLZ):
+        raise InvalidArgumentError(
+            f"ncclz.torch.traffic(): the group is not on the ncclz backend ({type(pg).__name__}); "
+            "create it with dist.init_process_group('ncclz') or dist.new_group(backend='ncclz')"
+        )
+    return pg.traffic()
 
 
 def communicator(process_group: Any = None, *, prefix: str = "ncclz", **kwargs: Any) -> Any:

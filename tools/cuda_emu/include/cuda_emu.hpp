@@ -2,10 +2,11 @@
 // device codec's kernels can EXECUTE on a machine without a GPU (tests of
 // their logic only: no timing, no memory model, no real concurrency).
 //
-// How: tools/cuda_emu/run.sh rewrites every `k<<<grid, block, shm, s>>>(args)`
-// into `::emu::launch([&] { k(args); }, grid, block, shm, s)` and compiles the
+// How: tools/cuda_emu (rewrite.py, CMakeLists.txt) rewrites every
+// `k<<<grid, block, shm, s>>>(args)` into
+// `::emu::launch([&] { k(args); }, grid, block, shm, s)` and compiles the
 // .cu files as C++ with this directory first on the include path (fake
-// <cuda_runtime.h> and <cub/...>). Each CUDA thread is a ucontext coroutine;
+// <cuda_runtime.h> and <cub/...>). Each CUDA thread is a coroutine;
 // the blocks of a grid run one after the other, the threads of a block
 // round-robin: __syncthreads, __ballot_sync and __reduce_or_sync are
 // barriers (over the threads still running) that switch coroutines, so
@@ -25,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -49,10 +51,18 @@ inline dim3 blockDim, gridDim;
 
 // ---- runtime API ----------------------------------------------------------
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
-enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost,
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice,
+  cudaMemcpyDefault
+};
 typedef struct CUstream_st* cudaStream_t;
 
-inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error (emulated)" : "emulated error"; }
+inline const char* cudaGetErrorString(cudaError_t e) {
+  return e == cudaSuccess ? "no error (emulated)" : "emulated error";
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
@@ -89,6 +99,16 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
   return cudaMemcpy(d, s, n, k);
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Streams: every launch runs at once, in order, so one stream is as good as any.
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  delete reinterpret_cast<char*>(s);
+  return cudaSuccess;
+}
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
 // Events, device properties and memory pools (for bench/gpu_codec_bench.cu).
@@ -151,9 +171,60 @@ namespace emu {
 
 constexpr size_t kStack = 128 * 1024;
 
+// ---- coroutines -------------------------------------------------------------
+// Every emulated thread of a block is a coroutine on its own stack, created
+// once and kept: it runs the kernel body for one block, parks, and runs it
+// again for the next block (or the next launch), so starting a block costs a
+// context switch, not a context creation. On x86-64 a switch is a few
+// instructions (switch_stack below: the callee-saved registers and the stack
+// pointer); elsewhere it is ucontext's swapcontext (a system call each).
+
+#if defined(__x86_64__) && !defined(NCCLZ_EMU_UCONTEXT)
+#define NCCLZ_EMU_FAST_SWITCH 1
+// switch_stack(&from_sp, to_sp): saves rbp, rbx, r12-r15 on the current stack,
+// stores the stack pointer to *from_sp, loads to_sp and restores the same
+// registers from there (weak: defined in every file that includes this one).
+extern "C" void ncclz_emu_switch_stack(void** from_sp, void* to_sp);
+asm(R"(
+  .text
+  .weak ncclz_emu_switch_stack
+  .type ncclz_emu_switch_stack, @function
+ncclz_emu_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ncclz_emu_switch_stack, .-ncclz_emu_switch_stack
+)");
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+}  // namespace emu
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+namespace emu {
+#endif
+
 struct Fiber {
+#if NCCLZ_EMU_FAST_SWITCH
+  void* sp = nullptr;
+#else
   ucontext_t ctx;
-  bool done = false;
+#endif
+  std::vector<char> stack;
+  bool created = false;
+  bool done = true;
 };
 
 struct WarpState {
@@ -163,9 +234,14 @@ struct WarpState {
 };
 
 struct BlockRun {
-  std::vector<Fiber> fibers;
-  std::vector<std::vector<char>> stacks;
+  std::deque<Fiber> fibers;  // grows, never shrinks or moves: coroutines are kept
+#if NCCLZ_EMU_FAST_SWITCH
+  void* main_sp = nullptr;
+#else
   ucontext_t main_ctx;
+#endif
+  const void* main_stack = nullptr;  // for the sanitizer's fiber switches
+  size_t main_stack_size = 0;
   int cur = 0, nthreads = 0, live = 0;
   std::vector<int> warp_live;
   int bar_arrived = 0;
@@ -179,10 +255,41 @@ inline BlockRun& run() {
   return r;
 }
 
-inline void yield() {
+// Switches between the launching thread ("main") and coroutine t.
+inline void to_fiber(int t) {
   BlockRun& r = run();
-  swapcontext(&r.fibers[r.cur].ctx, &r.main_ctx);
+  Fiber& f = r.fibers[size_t(t)];
+#if defined(__SANITIZE_ADDRESS__)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, f.stack.data(), f.stack.size());
+#endif
+#if NCCLZ_EMU_FAST_SWITCH
+  ncclz_emu_switch_stack(&r.main_sp, f.sp);
+#else
+  swapcontext(&r.main_ctx, &f.ctx);
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
 }
+inline void to_main() {
+  BlockRun& r = run();
+  Fiber& f = r.fibers[size_t(r.cur)];
+#if defined(__SANITIZE_ADDRESS__)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, r.main_stack, r.main_stack_size);
+#endif
+#if NCCLZ_EMU_FAST_SWITCH
+  ncclz_emu_switch_stack(&f.sp, r.main_sp);
+#else
+  swapcontext(&f.ctx, &r.main_ctx);
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake, &r.main_stack, &r.main_stack_size);
+#endif
+}
+
+inline void yield() { to_main(); }
 
 // Releases a block barrier / warp collective completed by a thread's exit.
 inline void check_release_after_exit(int t) {
@@ -191,8 +298,8 @@ inline void check_release_after_exit(int t) {
     r.bar_arrived = 0;
     ++r.bar_gen;
   }
-  WarpState& w = r.warps[t / 32];
-  if (w.arrived > 0 && w.arrived == r.warp_live[t / 32]) {
+  WarpState& w = r.warps[size_t(t / 32)];
+  if (w.arrived > 0 && w.arrived == r.warp_live[size_t(t / 32)]) {
     w.result = w.acc;
     w.acc = 0;
     w.arrived = 0;
@@ -200,15 +307,43 @@ inline void check_release_after_exit(int t) {
   }
 }
 
-inline void trampoline() {
-  BlockRun& r = run();
-  (*r.body)();
-  const int t = r.cur;
-  r.fibers[t].done = true;
-  --r.live;
-  --r.warp_live[t / 32];
-  check_release_after_exit(t);
-  swapcontext(&r.fibers[t].ctx, &r.main_ctx);
+// A coroutine's life: the kernel body of the current block, then park.
+[[noreturn]] inline void fiber_main() {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, &run().main_stack, &run().main_stack_size);
+#endif
+  for (;;) {
+    BlockRun& r = run();
+    (*r.body)();
+    const int t = r.cur;
+    r.fibers[size_t(t)].done = true;
+    --r.live;
+    --r.warp_live[size_t(t / 32)];
+    check_release_after_exit(t);
+    to_main();
+  }
+}
+
+inline void create_fiber(Fiber& f) {
+  f.stack.resize(kStack);
+#if NCCLZ_EMU_FAST_SWITCH
+  // A stack that ncclz_emu_switch_stack "returns" into fiber_main from: six
+  // saved registers (0), fiber_main's address, and a slot where a caller's
+  // return address would be (rsp % 16 == 8 at the entry, as after a call).
+  uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack.data()) + f.stack.size()) & ~uintptr_t(15);
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                               // fiber_main's "return address"
+  *--sp = reinterpret_cast<void*>(&fiber_main);  // where the first switch returns to
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;   // rbp, rbx, r12-r15
+  f.sp = sp;
+#else
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.data();
+  f.ctx.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, reinterpret_cast<void (*)()>(&fiber_main), 0);
+#endif
+  f.created = true;
 }
 
 inline void syncthreads() {
@@ -225,10 +360,10 @@ inline void syncthreads() {
 // OR of `v` over the live lanes of the caller's warp.
 inline uint64_t warp_or_collective(uint64_t v) {
   BlockRun& r = run();
-  WarpState& w = r.warps[r.cur / 32];
+  WarpState& w = r.warps[size_t(r.cur / 32)];
   const unsigned gen = w.gen;
   w.acc |= v;
-  if (++w.arrived == r.warp_live[r.cur / 32]) {
+  if (++w.arrived == r.warp_live[size_t(r.cur / 32)]) {
     w.result = w.acc;
     w.acc = 0;
     w.arrived = 0;
@@ -246,10 +381,10 @@ void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
   BlockRun& r = run();
   const int nt = int(block.x);
   r.nthreads = nt;
-  r.fibers.assign(size_t(nt), Fiber{});
-  if (r.stacks.size() < size_t(nt)) r.stacks.resize(size_t(nt));
-  for (auto& s : r.stacks)
-    if (s.empty()) s.resize(kStack);
+  if (r.fibers.size() < size_t(nt)) r.fibers.resize(size_t(nt));
+  for (int t = 0; t < nt; ++t)
+    if (!r.fibers[size_t(t)].created) create_fiber(r.fibers[size_t(t)]);
+  const std::function<void()>* outer = r.body;  // launches do not nest, but stay safe
   r.body = &body;
   gridDim = grid;
   blockDim = block;
@@ -260,24 +395,17 @@ void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
     for (int t = 0; t < nt; ++t) ++r.warp_live[size_t(t / 32)];
     r.warps.assign(r.warp_live.size(), WarpState{});
     r.bar_arrived = 0;
-    for (int t = 0; t < nt; ++t) {
-      Fiber& fb = r.fibers[size_t(t)];
-      fb.done = false;
-      getcontext(&fb.ctx);
-      fb.ctx.uc_stack.ss_sp = r.stacks[size_t(t)].data();
-      fb.ctx.uc_stack.ss_size = kStack;
-      fb.ctx.uc_link = nullptr;
-      makecontext(&fb.ctx, trampoline, 0);
-    }
+    for (int t = 0; t < nt; ++t) r.fibers[size_t(t)].done = false;
     while (r.live > 0) {
       for (int t = 0; t < nt; ++t) {
         if (r.fibers[size_t(t)].done) continue;
         r.cur = t;
         threadIdx.x = unsigned(t);
-        swapcontext(&r.main_ctx, &r.fibers[size_t(t)].ctx);
+        to_fiber(t);
       }
     }
   }
+  r.body = outer;
 }
 
 }  // namespace emu

@@ -1,0 +1,77 @@
+// The device codec's owner (ncclz/cuda_codec.hpp): its stream and its
+// scratch, and what the build and the machine offer (ncclz/cuda_support.hpp).
+// The kernels are in quantize_kernels.cu and slice_kernels.cu.
+#include <cuda_runtime.h>
+
+#include "device_common.cuh"
+#include "ncclz/cuda_codec.hpp"
+#include "ncclz/cuda_support.hpp"
+
+namespace ncclz::cuda {
+
+bool built_with_cuda() { return true; }
+
+int device_count() {
+  int n = 0;
+  // No driver or no device: report 0 and clear the sticky error state.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+DeviceCodec::DeviceCodec() : own_stream_(true) {
+  cudaStream_t s = nullptr;
+  status_ = int(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_ = s;
+}
+
+DeviceCodec::DeviceCodec(void* stream) : stream_(stream) {}
+
+DeviceCodec::~DeviceCodec() {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  if (scratch_) cudaFreeAsync(scratch_, s);
+  if (own_stream_ && status_ == 0) cudaStreamDestroy(s);  // its work completes first
+}
+
+int DeviceCodec::reserve(size_t n, uint32_t slice_len) {
+  const size_t q = detail::quantize_scratch_bytes(n), s = detail::slice_scratch_bytes(n, slice_len);
+  int err = 0;
+  scratch(q > s ? q : s, &err);
+  return err;
+}
+
+int DeviceCodec::synchronize() {
+  if (status_) return status_;
+  return int(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+}
+
+uint8_t* DeviceCodec::scratch(size_t bytes, int* err) {
+  *err = status_;
+  if (status_) return nullptr;
+  if (bytes <= scratch_bytes_) return scratch_;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  // Stream-ordered: work already enqueued on the old block finishes before it
+  // is freed; the new one is usable by what is enqueued next.
+  if (scratch_) {
+    const cudaError_t e = cudaFreeAsync(scratch_, s);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    if (e != cudaSuccess) {
+      *err = int(e);
+      return nullptr;
+    }
+  }
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocAsync(&p, bytes, s);
+  if (e != cudaSuccess) {
+    *err = int(e);
+    return nullptr;
+  }
+  scratch_ = static_cast<uint8_t*>(p);
+  scratch_bytes_ = bytes;
+  return scratch_;
+}
+
+}  // namespace ncclz::cuda

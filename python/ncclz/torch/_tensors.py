@@ -1,0 +1,190 @@
+"""Torch tensors as the ncclz runtime takes them, and c10d reduce ops as ncclz ops.
+
+The runtime moves contiguous CPU arrays of float32, float64, float16, bfloat16,
+int32, int64 and uint8. Everything else is *staged* into such a tensor and
+copied back after the call:
+
+- data movement (all-gather, broadcast, send/recv) of any other dtype travels
+  as its bytes (``uint8``), uncompressed;
+- reductions of bool use uint8 MAX (SUM, MAX, BOR) or MIN (PRODUCT, MIN, BAND),
+  as ProcessGroupNCCL does; int8 and int16 are reduced in int32 and cast back;
+  complex tensors travel as (real, imaginary) float pairs, for SUM, AVG and
+  PREMUL_SUM only;
+- non-contiguous tensors are reduced in a contiguous copy.
+
+Staging depends on dtype and layout only, so every rank stages alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..errors import InvalidArgumentError
+
+#: Dtypes the runtime takes as they are.
+NATIVE = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8)
+
+_RED = dist.ReduceOp.RedOpType
+
+#: c10d reduce op -> ncclz op name (PREMUL_SUM is a sum of inputs scaled by its factor).
+OP_NAMES = {
+    _RED.SUM: "sum",
+    _RED.AVG: "avg",
+    _RED.MIN: "min",
+    _RED.MAX: "max",
+    _RED.PRODUCT: "prod",
+    _RED.PREMUL_SUM: "sum",
+}
+
+#: Ops whose error a lossy spec bounds: sums of values (what gradients go through).
+SUM_LIKE = (_RED.SUM, _RED.AVG, _RED.PREMUL_SUM)
+
+
+@dataclass(frozen=True)
+class ReduceOp:
+    """A c10d reduce op as the backend runs it."""
+
+    kind: Any  # ReduceOp.RedOpType
+    name: str  # ncclz op ("sum", "avg", ...)
+    factor: Any = None  # PREMUL_SUM's factor (a number or a one-element tensor)
+
+    @property
+    def sum_like(self) -> bool:
+        return self.kind in SUM_LIKE
+
+    def __str__(self) -> str:
+        return str(self.kind).rsplit(".", 1)[-1]
+
+
+def reduce_op(op: Any) -> ReduceOp:
+    """From ``opts.reduceOp`` (a ReduceOp, or its RedOpType)."""
+    kind = getattr(op, "op", op)
+    if kind == _RED.PREMUL_SUM:
+        factor = getattr(op, "factor", None)
+        if factor is None:
+            raise InvalidArgumentError(
+                "ReduceOp.PREMUL_SUM without a factor: use dist._make_nccl_premul_sum(f)"
+            )
+        return ReduceOp(kind, "sum", factor)
+    for k, name in OP_NAMES.items():
+        if kind == k:
+            return ReduceOp(k, name)
+    raise InvalidArgumentError(
+        f"the ncclz backend does not offer ReduceOp.{str(kind).rsplit('.', 1)[-1]}; it has SUM, AVG, MIN, MAX, "
+        "PRODUCT and PREMUL_SUM (bitwise BAND/BOR/BXOR only on bool tensors)"
+    )
+
+
+def check_tensor(t: Any, what: str) -> torch.Tensor:
+    """A dense CPU tensor, or a clear error."""
+    if not isinstance(t, torch.Tensor):
+        raise InvalidArgumentError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_sparse or t.layout != torch.strided:
+        raise InvalidArgumentError(
+            f"{what}: {t.layout} tensors are not supported by the ncclz backend; pass a dense tensor "
+            "(t.to_dense())"
+        )
+    if t.device.type != "cpu":
+        raise InvalidArgumentError(
+            f"{what} is on {t.device}: the ncclz backend takes CPU tensors for now (the runtime's GPU path is "
+            "not wired to Python yet); move it to the CPU, or use the nccl backend for CUDA tensors"
+        )
+    return t
+
+
+def check_one(tensors: Any, what: str) -> torch.Tensor:
+    """The single tensor of a c10d tensor list (one device per process)."""
+    if not isinstance(tensors, (list, tuple)) or len(tensors) != 1:
+        n = len(tensors) if isinstance(tensors, (list, tuple)) else "not a list"
+        raise InvalidArgumentError(
+            f"{what}: the ncclz backend takes exactly one tensor per process (one device per rank), got {n}"
+        )
+    return check_tensor(tensors[0], what)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1)
+
+
+def movable(t: torch.Tensor) -> tuple:
+    """(tensor the runtime can move, whether it is a staging copy) for data movement of ``t``'s bytes.
+
+    Native contiguous tensors go as they are (in their natural shape: the codec uses it as a layout
+    hint); anything else as a contiguous copy of its bytes."""
+    if t.dtype in NATIVE and t.is_contiguous():
+        return t, False
+    c = t.contiguous()
+    if c.dtype in NATIVE:
+        return c, True
+    if c.is_complex():
+        return torch.view_as_real(c), True
+    return _flat(c).view(torch.uint8), True
+
+
+def reducible(t: torch.Tensor, op: ReduceOp, what: str) -> tuple:
+    """(staged tensor, ncclz op name, dtype to cast back to or None) for a reduction of ``t``.
+
+    The staged tensor is ``t`` itself when the runtime takes it as it is (contiguous, native dtype)."""
+    name = op.name
+    dt = t.dtype
+    if dt == torch.bool:
+        if op.kind in (_RED.SUM, _RED.MAX, _RED.BOR):
+            name = "max"
+        elif op.kind in (_RED.MIN, _RED.PRODUCT, _RED.BAND):
+            name = "min"
+        else:
+            raise InvalidArgumentError(f"{what}: ReduceOp.{op} is not defined for bool tensors")
+        return t.to(torch.uint8), name, torch.bool
+    if op.kind == _RED.AVG and not (dt.is_floating_point or dt.is_complex):
+        raise InvalidArgumentError(
+            f"{what}: ReduceOp.AVG needs a floating-point tensor, got {dt} (reduce with SUM and divide)"
+        )
+    if dt.is_complex:
+        if not op.sum_like:
+            raise InvalidArgumentError(
+                f"{what}: ReduceOp.{op} is not defined for complex tensors (SUM, AVG and PREMUL_SUM are)"
+            )
+        return torch.view_as_real(t.contiguous()), name, None
+    if dt in (torch.int8, torch.int16):
+        return t.to(torch.int32), name, dt
+    if dt not in NATIVE:
+        raise InvalidArgumentError(
+            f"{what}: the ncclz backend cannot reduce {dt} tensors; it reduces float32, float64, float16, "
+            "bfloat16, int8, int16, int32, int64, uint8, bool and complex"
+        )
+    if not t.is_contiguous():
+        return t.contiguous(), name, None
+    return t, name, None
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors' memory ranges intersect (an in-place all-gather passes its input as a
+    block of the output; the runtime wants separate buffers, so such an input is copied first)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
+def scale(t: torch.Tensor, factor: Any, in_place: bool) -> torch.Tensor:
+    """``t * factor`` (PREMUL_SUM's pre-multiplication), in ``t``'s dtype."""
+    if isinstance(factor, torch.Tensor):
+        factor = factor.to(device="cpu")
+    return t.mul_(factor) if in_place else t * factor
+
+
+def write_back(dst: torch.Tensor, staged: torch.Tensor, cast: Any) -> None:
+    """Copies a staged result into the caller's tensor (no-op when they are the same)."""
+    if staged is dst or (
+        dst.is_contiguous()
+        and staged.data_ptr() == dst.data_ptr()
+        and staged.numel() * staged.element_size() == dst.numel() * dst.element_size()
+    ):
+        return  # reduced in place (a view of the caller's memory)
+    if dst.is_complex() and not staged.is_complex():
+        staged = torch.view_as_complex(staged)
+    dst.copy_(staged.reshape(dst.shape) if cast is None else staged.reshape(dst.shape).to(cast))

@@ -1,0 +1,192 @@
+"""Asynchronous execution of a group's calls: one worker thread per communicator, in issue order.
+
+A communicator must see its calls in the same order on every rank, and torch
+issues collectives in program order on every rank, so each communicator gets
+one FIFO and one thread (:class:`Worker`). ``ProcessGroup`` methods enqueue a
+job and return a :class:`Work` at once; the thread runs the jobs one after the
+other (ncclz releases the GIL while it communicates, so the caller goes on: DDP
+computes the next buckets' gradients while the previous one is reduced).
+
+A :class:`Work` completes once, with the job's output tensors or its error. Its
+``torch.futures.Future`` (``get_future()``) gets the same, so DDP's C++ reducer
+and ``then`` callbacks see results and errors alike. ``wait(timeout)`` that runs
+out aborts the communicator (a collective cannot be taken back once peers may
+be in it; aborting makes them fail fast instead of waiting for their own
+timeout) and raises ``ncclz.TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..errors import AbortedError, InvalidArgumentError
+from ..errors import TimeoutError as NcclzTimeoutError
+
+
+def timeout_seconds(timeout: Any) -> float | None:
+    """A c10d timeout (timedelta, milliseconds from C++, seconds) as seconds; None for "no timeout"
+    (c10d's kNoTimeout is 0 ms, and the Python default of Work.wait is a negative timedelta)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        s = timeout.total_seconds()
+    else:
+        s = float(timeout)
+    return None if s <= 0 else s
+
+
+class Work(dist.Work):
+    """One call of an ncclz process group: completes with its output tensors or its error."""
+
+    def __init__(self, op: str, outputs: Any, on_timeout: Callable[[str], None] | None = None):
+        super().__init__()
+        self._op = op
+        self._outputs = outputs
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._future: torch.futures.Future = torch.futures.Future()
+        # weak: torch may keep a Work (and so what it references) alive in C++ until exit
+        self._on_timeout = weakref.WeakMethod(on_timeout) if on_timeout is not None else None
+        #: ncclz.CallStats of the native calls this work made (filled on the worker thread).
+        self.stats: list = []
+
+    # ---- completion (worker thread) -----------------------------------------------
+    # The Future completes first (its callbacks run here, on the worker thread), then wait() returns:
+    # a caller of wait() finds the Future done.
+    def _finish(self) -> None:
+        self._future.set_result(self._outputs)
+        self._done.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        try:
+            self._future.set_exception(error)
+        finally:
+            self._done.set()
+
+    # ---- the c10d Work interface ---------------------------------------------------
+    def wait(self, timeout: Any = None) -> bool:
+        seconds = timeout_seconds(timeout)
+        if not self._done.wait(seconds):
+            msg = (
+                f"ncclz process group: {self._op} did not complete within {seconds:g} s "
+                "(Work.wait timeout); the group's communicator was aborted"
+            )
+            callback = self._on_timeout() if self._on_timeout is not None else None
+            if callback is not None:
+                callback(msg)
+            raise NcclzTimeoutError(msg)
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self) -> bool:
+        return self._done.is_set()
+
+    def is_success(self) -> bool:
+        return self._done.is_set() and self._error is None
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def result(self) -> Any:
+        self.wait()
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        return self._future
+
+    def synchronize(self) -> None:  # CPU tensors: nothing is queued on a stream
+        return None
+
+    def __repr__(self) -> str:
+        state = "pending" if not self._done.is_set() else ("failed" if self._error else "completed")
+        return f"<ncclz Work {self._op} {state}>"
+
+
+class Worker:
+    """A FIFO of jobs and the thread that runs them (started on the first job)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._jobs: collections.deque = collections.deque()
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._idle = True
+
+    def submit(self, job: Callable[[Work], None], work: Work) -> Work:
+        """Runs ``job(work)`` after every job submitted before; then completes ``work``."""
+        with self._cv:
+            if self._closed:
+                raise InvalidArgumentError(
+                    f"{self._name}: the process group was shut down (destroy_process_group); "
+                    "create a new group to communicate"
+                )
+            self._jobs.append((job, work))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cv.notify()
+        return work
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                self._idle = not self._jobs
+                if self._idle:
+                    self._cv.notify_all()
+                while not self._jobs and not self._closed:
+                    self._cv.wait()
+                if not self._jobs:
+                    return
+                job, work = self._jobs.popleft()
+                self._idle = False
+            try:
+                job(work)
+            except BaseException as e:  # noqa: BLE001 - delivered through the Work and its Future
+                work._fail(e)
+            else:
+                try:
+                    work._finish()
+                except BaseException as e:  # noqa: BLE001 - a Future callback raised: the Work fails
+                    if not work._done.is_set():
+                        work._error = e
+                        work._done.set()
+            job = work = None  # the job's closure holds its group: keep nothing while idle
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._jobs) + (0 if self._idle else 1)
+
+    def drain(self, timeout: float | None) -> bool:
+        """Waits until every submitted job has run; False if ``timeout`` ran out first."""
+        with self._cv:
+            if self._thread is None:
+                return True
+            return self._cv.wait_for(lambda: self._idle and not self._jobs, timeout)
+
+    def close(self, reason: str, timeout: float | None = 10.0) -> None:
+        """Stops taking jobs; jobs still queued fail with AbortedError(reason); joins the thread."""
+        with self._cv:
+            self._closed = True
+            dropped = list(self._jobs)
+            self._jobs.clear()
+            self._cv.notify_all()
+            thread = self._thread
+        for _, work in dropped:
+            work._fail(AbortedError(f"{self._name}: {reason}; this call was not started"))
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed

@@ -1,0 +1,774 @@
+"""The torch.distributed backend "ncclz" (ncclz.torch.backend) on 2 and 3 CPU processes.
+
+Each test starts WORLD processes of this very file (``python test_torch_backend.py
+worker SCENARIO RANK WORLD DIR``) with a subprocess timeout; they meet through a
+FileStore in DIR. Every rank builds every rank's input from seeds, so it checks
+its own results against the fp64 reference: integers and data movement exactly,
+float sums and averages to float rounding of the ring's addition order, lossy
+calls within the bound E the call reported, on every element. Ranks write the
+digests of their results to DIR/rank<R>.json and the test checks that all ranks
+agree bit for bit. A failed check raises, which exits non-zero.
+
+The scenarios: every collective, dtype and op the backend offers (plus the calls
+it refuses), lossy and error-feedback groups, DDP and FSDP2 through the examples
+against gloo (bit-identical at 2 ranks for none and lossless: one addition per
+element, so the order cannot differ; within the promised bound for lossy),
+bad configuration at init, a dead peer, and exit without destroy_process_group.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+ncclz = pytest.importorskip("ncclz")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+WORKER_TIMEOUT_S = 240  # per scenario; "train" (8 short trainings, 2 ranks) gets more on a loaded machine
+
+
+def _timeout(scenario: str) -> int:
+    return 3 * WORKER_TIMEOUT_S if scenario == "train" else WORKER_TIMEOUT_S
+
+
+# ------------------------------------------------------------------ worker side
+def _digest(t) -> str:
+    t = t.detach().contiguous()
+    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"").hexdigest()[:16]
+
+
+def _inputs(world: int, shape, dtype, seed: int):
+    """Every rank's input (each rank can compute all of them)."""
+    out = []
+    for r in range(world):
+        g = torch.Generator().manual_seed(100 * seed + r)
+        if dtype == torch.bool:
+            out.append(torch.rand(shape, generator=g) < 0.3)
+        elif dtype.is_complex:
+            out.append(torch.randn(shape, generator=g, dtype=dtype))
+        elif dtype.is_floating_point:
+            v = torch.randn(shape, generator=g, dtype=torch.float64) * 3 + r
+            out.append(v.to(dtype))
+        elif dtype == torch.uint8:
+            out.append(torch.randint(0, 40, shape, generator=g, dtype=dtype))
+        else:
+            out.append(torch.randint(-50, 50, shape, generator=g).to(dtype))
+    return out
+
+
+def _reference(inputs, op: str):
+    if inputs[0].dtype == torch.bool:
+        x = torch.stack(inputs)
+        return x.any(0) if op in ("sum", "max") else x.all(0)
+    x = torch.stack([t.to(torch.complex128 if t.dtype.is_complex else torch.float64) for t in inputs])
+    if op == "sum":
+        return x.sum(0)
+    if op == "avg":
+        return x.sum(0) / len(inputs)
+    if op == "max":
+        return x.max(0).values
+    if op == "min":
+        return x.min(0).values
+    if op == "prod":
+        return x.prod(0)
+    raise ValueError(op)
+
+
+def _close_to(got, ref, world: int, what: str, bound: float = 0.0, inputs=None):
+    """Integers exactly; floats to ``bound`` plus the rounding of the ring's additions (relative to the
+    sum of the inputs' magnitudes when ``inputs`` are given: sums may cancel)."""
+    if got.dtype == torch.bool or not (got.dtype.is_floating_point or got.dtype.is_complex):
+        assert torch.equal(got, ref.to(got.dtype)), f"{what}: {got} != {ref}"
+        return
+    eps = torch.finfo(got.real.dtype if got.dtype.is_complex else got.dtype).eps
+    scale = ref.abs().double()
+    if inputs is not None:
+        scale = torch.stack([t.abs().double() for t in inputs]).sum(0).reshape(ref.shape)
+    tol = bound + (world + 1) * eps * scale + 1e-300
+    err = (got.to(ref.dtype) - ref).abs()
+    assert bool((err <= tol).all()), f"{what}: max error {err.max().item():.3g} > tolerance ({bound=:.3g})"
+
+
+def _ops(rank: int, world: int, out: dict) -> None:
+    """Every collective, dtype and op, on the world group and on a subgroup."""
+    import torch.distributed as dist
+    from torch.distributed import ReduceOp
+
+    pg = dist.group.WORLD
+    assert dist.get_backend() == "ncclz" and pg.name() == "ncclz" and pg.size() == world and pg.rank() == rank
+    assert pg.group_name == "0" and pg.group_desc == "default_pg", (pg.group_name, pg.group_desc)
+    ops = {
+        "sum": ReduceOp.SUM,
+        "avg": ReduceOp.AVG,
+        "max": ReduceOp.MAX,
+        "min": ReduceOp.MIN,
+        "prod": ReduceOp.PRODUCT,
+    }
+    dtypes = [
+        torch.float32,
+        torch.float64,
+        torch.bfloat16,
+        torch.float16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.bool,
+        torch.complex64,
+    ]
+    seed = 0
+    for dt in dtypes:
+        for name, op in ops.items():
+            if dt == torch.bool and name in ("avg",):
+                continue
+            if not (dt.is_floating_point or dt.is_complex) and name == "avg":
+                continue
+            if dt.is_complex and name in ("max", "min", "prod"):
+                continue
+            if name == "prod" and dt in (torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16):
+                continue  # overflows the small types; covered by the wider ones
+            seed += 1
+            xs = _inputs(world, (7, 33), dt, seed)
+            if name == "prod" and not dt.is_floating_point:
+                xs = [(t % 3 + 1).to(dt) for t in xs]
+            x = xs[rank].clone()
+            dist.all_reduce(x, op=op)
+            _close_to(
+                x,
+                _reference(xs, name),
+                world,
+                f"all_reduce {name} {dt}",
+                inputs=xs if name in ("sum", "avg") else None,
+            )
+            out[f"ar/{dt}/{name}"] = _digest(x)
+
+    # PREMUL_SUM (its factor, a number or a tensor) and non-contiguous tensors
+    xs = _inputs(world, (64, 40), torch.float32, 99)
+    for factor in (0.25, torch.tensor(1.5)):
+        x = xs[rank].clone()
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+        f = float(factor)
+        _close_to(
+            x, _reference([t * f for t in xs], "sum"), world, f"premul_sum {f}", inputs=[t * f for t in xs]
+        )
+    x = xs[rank].clone()
+    view = x.t()  # non-contiguous
+    dist.all_reduce(view)
+    _close_to(
+        view,
+        _reference([t.t() for t in xs], "sum"),
+        world,
+        "all_reduce non-contiguous",
+        inputs=[t.t() for t in xs],
+    )
+
+    # all_gather: list, uneven list, single (also in place, the way FSDP2 calls it), coalesced
+    for dt in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.int16, torch.complex64):
+        xs = _inputs(world, (5, 6), dt, 7)
+        outs = [torch.empty_like(xs[0]) for _ in range(world)]
+        dist.all_gather(outs, xs[rank])
+        assert all(torch.equal(o, e) for o, e in zip(outs, xs)), f"all_gather {dt}"
+        flat = torch.empty(world * 5, 6, dtype=dt)
+        dist.all_gather_into_tensor(flat, xs[rank])
+        assert torch.equal(flat, torch.cat(xs)), f"all_gather_single {dt}"
+        inplace = torch.zeros(world * 30, dtype=dt)
+        mine = inplace[rank * 30 : (rank + 1) * 30]
+        mine.copy_(xs[rank].reshape(-1))
+        dist.all_gather_into_tensor(inplace, mine)
+        assert torch.equal(inplace, torch.cat([t.reshape(-1) for t in xs])), f"all_gather in place {dt}"
+    uneven = [torch.arange(r + 2, dtype=torch.float32) * (r + 1) for r in range(world)]
+    outs = [torch.empty(r + 2) for r in range(world)]
+    dist.all_gather(outs, uneven[rank])
+    assert all(torch.equal(o, e) for o, e in zip(outs, uneven)), "all_gather of uneven sizes"
+    ins = [torch.full((3,), float(rank)), torch.full((2, 2), 10.0 + rank)]
+    lists = [[torch.empty(3), torch.empty(2, 2)] for _ in range(world)]
+    dist.all_gather_coalesced(lists, ins)
+    for r in range(world):
+        assert torch.equal(lists[r][0], torch.full((3,), float(r))) and torch.equal(
+            lists[r][1], torch.full((2, 2), 10.0 + r)
+        )
+    pg = dist.group.WORLD
+    a, b = torch.empty(world * 4), torch.empty(world * 2, dtype=torch.int32)
+    pg.all_gather_single_coalesced(
+        [a, b], [torch.full((4,), float(rank)), torch.full((2,), rank, dtype=torch.int32)]
+    ).wait()
+    assert torch.equal(a, torch.arange(world).repeat_interleave(4).float()), "all_gather_single_coalesced"
+    assert torch.equal(b, torch.arange(world, dtype=torch.int32).repeat_interleave(2)), (
+        "all_gather_single_coalesced int"
+    )
+
+    # reduce_scatter: list, single, uneven list, coalesced, in place
+    for dt, name in (
+        (torch.float32, "sum"),
+        (torch.float64, "avg"),
+        (torch.int64, "max"),
+        (torch.bfloat16, "sum"),
+    ):
+        xs = _inputs(world, (world * 4, 3), dt, 11)
+        ref = _reference(xs, name)
+        o = torch.empty(4, 3, dtype=dt)
+        dist.reduce_scatter_tensor(o, xs[rank].clone(), op=ops[name])
+        _close_to(
+            o,
+            ref[rank * 4 : (rank + 1) * 4],
+            world,
+            f"reduce_scatter_single {name} {dt}",
+            inputs=[t[rank * 4 : (rank + 1) * 4] for t in xs],
+        )
+        o2 = torch.empty(4, 3, dtype=dt)
+        dist.reduce_scatter(o2, list(xs[rank].clone().chunk(world)), op=ops[name])
+        assert torch.equal(o, o2), f"reduce_scatter list {dt}"
+        inp = xs[rank].clone()
+        before = inp.clone()
+        mine = inp[rank * 4 : (rank + 1) * 4]  # output inside the input
+        dist.reduce_scatter_tensor(mine, inp, op=ops[name])
+        assert torch.equal(mine, o), f"reduce_scatter in place {dt}"
+        assert torch.equal(inp[: rank * 4], before[: rank * 4]), "reduce_scatter wrote outside its output"
+    parts = [torch.full((r + 1,), float(rank + 1)) for r in range(world)]
+    o = torch.empty(rank + 1)
+    dist.reduce_scatter(o, parts)
+    assert torch.equal(o, torch.full((rank + 1,), float(sum(range(1, world + 1))))), "reduce_scatter uneven"
+    xs = _inputs(world, (world * 8,), torch.float32, 12)
+    outs = [torch.empty(8), torch.empty(8)]
+    pg.reduce_scatter_single_coalesced(
+        outs, [xs[rank].clone(), xs[rank] * 2], dist.ReduceScatterOptions()
+    ).wait()
+    ref = _reference(xs, "sum")[rank * 8 : (rank + 1) * 8]
+    mine = [t[rank * 8 : (rank + 1) * 8] for t in xs]
+    _close_to(outs[0], ref, world, "reduce_scatter_single_coalesced", inputs=mine)
+    _close_to(outs[1], 2 * ref, world, "reduce_scatter_single_coalesced x2", inputs=[2 * t for t in mine])
+
+    # all_reduce_coalesced (torch wants one dtype; the backend makes one call per dtype and compression)
+    ts = [torch.full((5,), float(rank)), torch.full((3, 1), 2.0 * rank), torch.full((2, 2), 1.0)]
+    dist.all_reduce_coalesced(ts)
+    s = float(sum(range(world)))
+    assert torch.equal(ts[0], torch.full((5,), s)) and torch.equal(ts[1], torch.full((3, 1), 2 * s))
+    assert torch.equal(ts[2], torch.full((2, 2), float(world))), "all_reduce_coalesced"
+    ts = [torch.full((3,), rank, dtype=torch.int8), torch.full((4,), 100, dtype=torch.int8)]
+    dist.all_reduce_coalesced(ts)
+    assert torch.equal(ts[0], torch.full((3,), int(s), dtype=torch.int8)), "all_reduce_coalesced int8"
+    assert torch.equal(ts[1], torch.full((4,), 100 * world, dtype=torch.int64).to(torch.int8)), "int8 wraps"
+
+    # broadcast from every root, of several dtypes, non-contiguous too
+    for root in range(world):
+        for dt in (torch.float32, torch.int8, torch.bool, torch.complex64):
+            xs = _inputs(world, (6, 5), dt, 20 + root)
+            x = xs[rank].clone()
+            dist.broadcast(x, src=root)
+            assert torch.equal(x, xs[root]), f"broadcast root {root} {dt}"
+        base = torch.full((4, 6), float(rank))
+        dist.broadcast(base[:, ::2], src=root)
+        assert torch.equal(base[:, ::2], torch.full((4, 3), float(root))) and torch.equal(
+            base[:, 1::2], torch.full((4, 3), float(rank))
+        ), "broadcast non-contiguous"
+
+    # point to point: a ring both ways in one batch, and a pair exchanging in the same order
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    send_n, send_p = torch.full((1000,), float(rank)), torch.full((10,), rank * 10.0)
+    recv_p, recv_n = torch.empty(1000), torch.empty(10)
+    reqs = dist.batch_isend_irecv(
+        [
+            dist.P2POp(dist.irecv, recv_p, prv),
+            dist.P2POp(dist.irecv, recv_n, nxt),
+            dist.P2POp(dist.isend, send_n, nxt),
+            dist.P2POp(dist.isend, send_p, prv),
+        ]
+    )
+    for q in reqs:
+        q.wait()
+    assert torch.equal(recv_p, torch.full((1000,), float(prv))) and torch.equal(
+        recv_n, torch.full((10,), nxt * 10.0)
+    )
+    if rank < 2:
+        peer = 1 - rank
+        got = torch.empty(3, dtype=torch.int16)
+        s_req = dist.isend(torch.full((3,), rank + 7, dtype=torch.int16), peer)  # both send first
+        dist.recv(got, peer)
+        s_req.wait()
+        assert torch.equal(got, torch.full((3,), peer + 7, dtype=torch.int16)), "isend/recv pair"
+    try:
+        dist.recv(torch.empty(1))
+    except ncclz.InvalidArgumentError as e:
+        assert "any source" in str(e)
+    else:
+        raise AssertionError("recv from any source did not raise")
+
+    # async: several calls in flight, futures with values, then-callbacks, is_completed
+    xs = [torch.full((20000,), float(rank + i)) for i in range(6)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    chained = works[-1].get_future().then(lambda f: f.value()[0] * 2)
+    for i, w in enumerate(works):
+        assert w.wait() and w.is_completed()
+        assert torch.equal(
+            w.get_future().value()[0], torch.full((20000,), float(sum(r + i for r in range(world))))
+        )
+    assert torch.equal(chained.wait(), xs[-1] * 2)
+    dist.barrier()
+
+    # functional collectives and DTensor (they find the group by name)
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
+    y = funcol.all_reduce(torch.full((4,), float(rank)), "sum", dist.group.WORLD)
+    assert torch.equal(y.wait() if hasattr(y, "wait") else y, torch.full((4,), s)), "funcol all_reduce"
+    mesh = init_device_mesh("cpu", (world,))
+    full = torch.arange(world * 6 * 4, dtype=torch.float32).reshape(world * 6, 4)
+    # (distribute_tensor scatters from rank 0: scatter is not offered yet; from_local needs no scatter)
+    d = DTensor.from_local(full[rank * 6 : (rank + 1) * 6].clone(), mesh, [Shard(0)])
+    assert torch.equal(d.full_tensor(), full), "DTensor full_tensor"
+    r = d.redistribute(mesh, [Shard(1)]) if world <= 4 else d
+    assert torch.equal(r.full_tensor(), full), "DTensor redistribute"
+
+    # calls the runtime has no collective for yet: clear errors, before any communication
+    for name, call in (
+        ("reduce", lambda: dist.reduce(torch.ones(2), 0)),
+        ("gather", lambda: dist.gather(torch.ones(2), [torch.ones(2)] * world if rank == 0 else None, 0)),
+        ("scatter", lambda: dist.scatter(torch.ones(2), [torch.ones(2)] * world if rank == 0 else None, 0)),
+        ("all_to_all_single", lambda: dist.all_to_all_single(torch.ones(world), torch.ones(world))),
+        ("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world)),
+    ):
+        try:
+            call()
+        except ncclz.InvalidArgumentError as e:
+            assert "not offer" in str(e) and "yet" in str(e), f"{name}: {e}"
+        else:
+            raise AssertionError(f"{name} did not raise")
+
+    # a subgroup [1, 2, ...] (rank 0 is not a member): its own communicator
+    sub_ranks = list(range(1, world))
+    sub = dist.new_group(sub_ranks, backend="ncclz")
+    if rank in sub_ranks:
+        x = torch.full((3,), float(rank))
+        dist.all_reduce(x, group=sub)
+        assert torch.equal(x, torch.full((3,), float(sum(sub_ranks)))), "subgroup all_reduce"
+        assert dist.get_world_size(sub) == len(sub_ranks) and sub.rank() == rank - 1
+    dist.barrier()
+
+    # a failed call (mismatched sizes) reaches every rank's Work and Future as an ncclz error
+    bad = dist.new_group(backend="ncclz")
+    w = dist.all_reduce(torch.ones(10 + rank), group=bad, async_op=True)
+    try:
+        w.wait()
+    except ncclz.RemoteError as e:
+        assert w.is_completed() and not w.is_success() and isinstance(w.exception(), ncclz.RemoteError), e
+        out["mismatch"] = type(e).__name__
+    else:
+        raise AssertionError("mismatched all_reduce did not raise")
+    try:
+        w.get_future().wait()
+    except ncclz.RemoteError:
+        pass
+    else:
+        raise AssertionError("the future did not carry the error")
+    x = torch.full((2,), 1.0)
+    dist.all_reduce(x)  # the world group is unaffected
+    assert torch.equal(x, torch.full((2,), float(world)))
+
+    # Work.wait(timeout) that runs out: ncclz.TimeoutError, and the group's communicator is aborted,
+    # so the peers that join the call late fail at once instead of completing half a collective
+    slow = dist.new_group(backend="ncclz")
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(1000), group=slow, async_op=True)
+        t0 = time.monotonic()
+        try:
+            w.wait(datetime.timedelta(seconds=1))
+        except ncclz.TimeoutError as e:
+            assert "did not complete within 1 s" in str(e) and time.monotonic() - t0 < 10, e
+        else:
+            raise AssertionError("wait(timeout) did not time out")
+    dist.barrier()
+    if rank != 0:
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(1000), group=slow)
+        except ncclz.RemoteError as e:
+            out["late_peer"] = type(e).__name__
+            assert time.monotonic() - t0 < 30, e
+        else:
+            raise AssertionError("a peer of an aborted call completed it")
+    dist.barrier()
+
+
+def _lossy(rank: int, world: int, out: dict) -> None:
+    """Lossy groups: every element within the E each call reported; what stays exact stays exact."""
+    import ncclz.torch as nt
+    import torch.distributed as dist
+    from torch.distributed import ReduceOp
+
+    for kind, spec in (("rel", ncclz.Lossy(rel=1e-3)), ("abs", ncclz.Lossy(abs=1e-2))):
+        g = dist.new_group(
+            backend="ncclz", pg_options=nt.Options(compression=spec, min_elements=1024, policy="off")
+        )
+        for name, op in (("sum", ReduceOp.SUM), ("avg", ReduceOp.AVG)):
+            xs = _inputs(world, (128, 256), torch.float32, 40)
+            x = xs[rank].clone()
+            w = dist.all_reduce(x, op=op, group=g, async_op=True)
+            w.wait()
+            (st,) = w.stats
+            assert st.compression.startswith("lossy") and st.error_bound > 0 and st.ratio > 1.5, st
+            if kind == "abs":
+                assert st.error_bound == pytest.approx(1e-2)
+            _close_to(x, _reference(xs, name), world, f"lossy {kind} all_reduce {name}", st.error_bound, xs)
+            out[f"lossy/{kind}/{name}"] = _digest(x)
+        xs = _inputs(world, (world * 64, 128), torch.float32, 41)
+        o = torch.empty(64, 128)
+        f = 1.0 / world
+        w = dist.reduce_scatter_tensor(o, xs[rank], op=dist._make_nccl_premul_sum(f), group=g, async_op=True)
+        w.wait()
+        (st,) = w.stats
+        assert st.compression.startswith("lossy"), st
+        ref = _reference([t * f for t in xs], "sum")[rank * 64 : (rank + 1) * 64]
+        _close_to(
+            o,
+            ref,
+            world,
+            f"lossy {kind} reduce_scatter premul",
+            st.error_bound,
+            [t[rank * 64 : (rank + 1) * 64] * f for t in xs],
+        )
+
+        # exact in a lossy group: all-gathers (parameters), small tensors, integers, MAX
+        def exact_calls(g=g):
+            yield (
+                "ag",
+                dist.all_gather_into_tensor(
+                    torch.empty(world * 4096), torch.randn(4096), group=g, async_op=True
+                ),
+            )
+            yield "small", dist.all_reduce(torch.randn(100), group=g, async_op=True)
+            yield "int", dist.all_reduce(torch.ones(5000, dtype=torch.int64), group=g, async_op=True)
+            yield "max", dist.all_reduce(torch.randn(5000), op=ReduceOp.MAX, group=g, async_op=True)
+
+        for what, w in exact_calls():
+            w.wait()
+            assert all(s.error_bound == 0 and not s.compression.startswith("lossy") for s in w.stats), (
+                what,
+                w.stats,
+            )
+        tr = g.traffic()
+        assert tr.compressed_calls >= 3 and tr.wire_bytes < tr.raw_bytes and tr.max_error_bound > 0, tr
+
+    # lossless: bit-identical to none
+    g0 = dist.new_group(backend="ncclz", pg_options=nt.Options(compression=None))
+    g1 = dist.new_group(backend="ncclz", pg_options=nt.Options(compression=ncclz.Lossless(), policy="off"))
+    xs = _inputs(world, (256, 256), torch.float32, 42)
+    a, b = xs[rank].clone(), xs[rank].clone()
+    dist.all_reduce(a, group=g0)
+    w = dist.all_reduce(b, group=g1, async_op=True)
+    w.wait()
+    assert torch.equal(a, b) and w.stats[0].compression == "lossless", w.stats
+
+    # error feedback: the residual of step t is added to the same call of step t+1
+    ge = dist.new_group(
+        backend="ncclz",
+        pg_options=nt.Options(
+            compression=ncclz.Lossy(abs=0.05), min_elements=1024, error_feedback=True, policy="off"
+        ),
+    )
+    p = torch.nn.Parameter(torch.zeros(4096))
+    opt = torch.optim.SGD([p], lr=0.0)
+    g_local = (
+        _inputs(world, (4096,), torch.float32, 43)[rank] * 0.01
+    )  # below the grid step: plain rounding loses it
+    total = torch.zeros(4096, dtype=torch.float64)
+    steps = 40
+    for _ in range(steps):
+        x = g_local.clone()
+        dist.all_reduce(x, op=ReduceOp.AVG, group=ge)
+        total += x.double()
+        opt.step()  # ends the error-feedback round
+    exact = _reference(_inputs(world, (4096,), torch.float32, 43), "avg") * 0.01
+    drift = (total / steps - exact).abs().max().item()
+    # without feedback every step would make the same error (up to E = 0.05); with it the mean converges
+    assert drift < 0.05 / 4, f"error feedback: mean error {drift:.3g} does not shrink below E/4"
+    out["ef_drift"] = drift
+
+
+def _train(rank: int, world: int, out: dict, tmp: str) -> None:
+    """The DDP and FSDP2 examples on gloo and on ncclz (none, lossless, rel 1e-3), in these processes."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import ddp_backend
+    import fsdp2_backend
+
+    runs = 0
+    for ex_name, ex in (("ddp", ddp_backend), ("fsdp2", fsdp2_backend)):
+        results = {}
+        for mode in ("gloo", "none", "lossless", "rel=1e-3"):
+            os.environ["NCCLZ_TORCH_COMPRESSION"] = "none" if mode == "gloo" else mode
+            runs += 1
+            init = f"file://{tmp}/init_{runs}?rank={rank}&world_size={world}"
+            results[mode] = ex.train(
+                "gloo" if mode == "gloo" else "ncclz", 4, init_method=init, verbose=False
+            )
+        ref = results["gloo"]
+        for mode in ("none", "lossless"):
+            r = results[mode]
+            assert all(torch.equal(a, b) for a, b in zip(ref["params"], r["params"])), (
+                f"{ex_name} {mode}: params"
+            )
+            assert all(torch.equal(a, b) for a, b in zip(ref["grads"], r["grads"])), (
+                f"{ex_name} {mode}: grads"
+            )
+        lossy = results["rel=1e-3"]
+        bound = lossy["bound"]
+        assert bound > 0, f"{ex_name}: no lossy call in the first step"
+        compressed = 0
+        for a, b in zip(ref["grads"], lossy["grads"]):
+            # gloo's average is the exact average rounded once; ncclz's is within E of the exact one
+            tol = bound * (1 + 1e-6) + 2 * torch.finfo(torch.float32).eps * a.abs()
+            err = (a - b).abs()
+            assert bool((err <= tol).all()), (
+                f"{ex_name} lossy: max error {err.max().item():.3g} > E {bound:.3g}"
+            )
+            compressed += int(not torch.equal(a, b))
+        assert compressed >= 1, f"{ex_name}: lossy mode changed no gradient (was it compressed?)"
+        assert abs(lossy["loss"] - ref["loss"]) < 0.05, (ex_name, lossy["loss"], ref["loss"])
+        out[f"{ex_name}_bound"] = bound
+
+
+def _bad_options(rank: int, world: int, out: dict) -> None:
+    """Bad or mismatched pg_options fail on every rank at group creation, with a reason, fast."""
+    import ncclz.torch as nt
+    import torch.distributed as dist
+
+    cases = {
+        "unknown": [{"compresion": None} if r == 1 else None for r in range(world)],
+        "mismatch": [nt.Options(min_elements=1) if r == world - 1 else nt.Options() for r in range(world)],
+        "lossy_ints": [{"compression": ncclz.Lossy(rel=1e-3), "dtypes": (torch.int32,)}] * world,
+        "foreign": [object()] * world,
+    }
+    for name, per_rank in cases.items():
+        t0 = time.monotonic()
+        try:
+            dist.new_group(backend="ncclz", pg_options=per_rank[rank])
+        except ncclz.InvalidArgumentError as e:
+            msg = str(e)
+        else:
+            raise AssertionError(f"{name}: new_group did not raise on rank {rank}")
+        out[name] = msg
+        assert time.monotonic() - t0 < 30, f"{name}: took {time.monotonic() - t0:.1f} s"
+        if name == "unknown":
+            assert ("compresion" in msg) if rank == 1 else ("rank(s) [1]" in msg), msg
+        elif name == "mismatch":
+            assert f"[{world - 1}]" in msg or "rank(s) [" in msg, msg
+            assert "min_elements" in msg, msg
+        elif name == "lossy_ints":
+            assert "integer-only" in msg, msg
+        else:
+            assert "ncclz.torch.Options" in msg, msg
+    x = torch.ones(3)
+    dist.all_reduce(x)  # the world group still works
+    assert torch.equal(x, torch.full((3,), float(world)))
+
+
+def _dead_peer(rank: int, world: int, out: dict) -> None:
+    """A rank dies: the others' calls fail with an ncclz error (no hang), and shutdown returns."""
+    import torch.distributed as dist
+
+    x = torch.ones(1000)
+    dist.all_reduce(x)
+    if rank == world - 1:
+        os._exit(3)  # no cleanup at all
+    t0 = time.monotonic()
+    try:
+        for _ in range(50):
+            dist.all_reduce(torch.ones(1 << 16))
+    except ncclz.RemoteError as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    else:
+        raise AssertionError("all_reduce with a dead peer did not fail")
+    out["seconds"] = time.monotonic() - t0
+    dist.destroy_process_group()
+
+
+def _exit_pending(rank: int, world: int, out: dict, tmp: str) -> None:
+    """Exit with calls in flight and no destroy_process_group: no hang, no crash."""
+    import torch.distributed as dist
+
+    for _ in range(4):
+        dist.all_reduce(torch.ones(1 << 18), async_op=True)
+    # every rank has issued its calls before any leaves (a rank that leaves aborts its groups, so the
+    # others' calls may then fail: that is delivered to their Works, which nobody waits for here)
+    open(os.path.join(tmp, f"issued{rank}"), "w").close()
+    while not all(os.path.exists(os.path.join(tmp, f"issued{r}")) for r in range(world)):
+        time.sleep(0.01)
+
+
+SCENARIOS = {
+    "ops": _ops,
+    "lossy": _lossy,
+    "train": _train,
+    "bad_options": _bad_options,
+    "dead_peer": _dead_peer,
+    "exit_pending": _exit_pending,
+}
+
+
+def _worker(scenario: str, rank: int, world: int, tmp: str) -> None:
+    import ncclz.torch  # noqa: F401 - registers the backend
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    import faulthandler
+
+    faulthandler.dump_traceback_later(_timeout(scenario) - 30, exit=True)  # a hang shows where it is
+    out: dict = {}
+    if scenario == "train":
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world))
+        SCENARIOS[scenario](rank, world, out, tmp)
+    elif scenario == "exit_pending":
+        dist.init_process_group("ncclz", init_method=f"file://{tmp}/init", rank=rank, world_size=world)
+        SCENARIOS[scenario](rank, world, out, tmp)
+    else:
+        dist.init_process_group("ncclz", init_method=f"file://{tmp}/init", rank=rank, world_size=world)
+        SCENARIOS[scenario](rank, world, out)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    with open(os.path.join(tmp, f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+
+
+# ------------------------------------------------------------------ test side
+def _run(scenario: str, world: int, tmp_path, env=None, expect_rc=None) -> list:
+    e = dict(os.environ, NCCLZ_TIMEOUT="60", OMP_NUM_THREADS="1")
+    e.pop("NCCLZ_TORCH_COMPRESSION", None)
+    e.update(env or {})
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "worker", scenario, str(r), str(world), str(tmp_path)],
+            env=e,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    outputs = []
+    deadline = time.monotonic() + _timeout(scenario)
+    for p in procs:
+        try:
+            o, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail(f"{scenario}: a rank hung past {_timeout(scenario)} s")
+        outputs.append(o)
+    for r, p in enumerate(procs):
+        want = 0 if expect_rc is None else expect_rc.get(r, 0)
+        assert p.returncode == want, f"{scenario} rank {r} exited {p.returncode}:\n{outputs[r][-6000:]}"
+    return outputs
+
+
+def _results(tmp_path, ranks) -> list:
+    return [json.load(open(tmp_path / f"rank{r}.json")) for r in ranks]
+
+
+def test_collectives_dtypes_ops_and_refusals(tmp_path):
+    _run("ops", 3, tmp_path)
+    res = _results(tmp_path, range(3))
+    assert res[1]["late_peer"] and res[2]["late_peer"], "the late peers did not fail"
+    shared = [{k: v for k, v in r.items() if k != "late_peer"} for r in res]
+    assert len(shared[0]) > 40 and all(r == shared[0] for r in shared), "ranks disagree on some result"
+
+
+def test_lossy_groups_bound_every_element(tmp_path):
+    _run("lossy", 3, tmp_path)
+    res = _results(tmp_path, range(3))
+    digests = [{k: v for k, v in r.items() if k.startswith("lossy/")} for r in res]
+    assert digests[0] and all(d == digests[0] for d in digests), "lossy results differ across ranks"
+
+
+def test_ddp_and_fsdp2_examples_match_gloo(tmp_path):
+    _run("train", 2, tmp_path)
+    res = _results(tmp_path, range(2))
+    assert res[0]["ddp_bound"] > 0 and res[0]["fsdp2_bound"] > 0
+
+
+def test_bad_options_fail_on_every_rank_at_init(tmp_path):
+    _run("bad_options", 3, tmp_path)
+
+
+def test_dead_peer_fails_calls_instead_of_hanging(tmp_path):
+    _run("dead_peer", 3, tmp_path, env={"NCCLZ_TIMEOUT": "30"}, expect_rc={2: 3})
+    for r in _results(tmp_path, range(2)):
+        assert r["seconds"] < 40, r
+
+
+def test_exit_with_calls_in_flight_and_no_destroy(tmp_path):
+    outs = _run("exit_pending", 2, tmp_path)
+    for o in outs:
+        assert "Traceback" not in o and "terminate" not in o and "Fatal" not in o, o[-3000:]
+
+
+def test_options_validation():
+    import ncclz.torch as nt
+
+    assert nt.Options().compression == ncclz.Lossless()
+    with pytest.raises(ncclz.InvalidArgumentError, match="integer-only"):
+        nt.Options(compression=ncclz.Lossy(rel=1e-3), dtypes=(torch.int64,))
+    with pytest.raises(ncclz.InvalidArgumentError, match="floating-point"):
+        nt.Options(compression=ncclz.Lossy(rel=1e-3), dtypes=(torch.float32, torch.int64))
+    with pytest.raises(ncclz.InvalidArgumentError, match="error_feedback"):
+        nt.Options(error_feedback=True)
+    with pytest.raises(ncclz.InvalidArgumentError, match="exact_compression"):
+        nt.Options(exact_compression=ncclz.Lossy(rel=1e-3))
+    with pytest.raises(ncclz.InvalidArgumentError, match="unknown collective"):
+        nt.Options(lossy_collectives=("all_reduce", "gather"))
+    with pytest.raises(ncclz.InvalidArgumentError, match="cannot compress"):
+        nt.Options(dtypes=(torch.int8,))
+    with pytest.raises(ncclz.InvalidArgumentError, match="strings"):
+        nt.Options(compression="lossless")
+    with pytest.raises(ncclz.InvalidArgumentError, match="unknown option"):
+        nt.Options.coerce({"compresion": None})
+    with pytest.raises(ncclz.InvalidArgumentError, match="ncclz.torch.Options"):
+        nt.Options.coerce(42)
+    assert nt.Options.coerce({"min_elements": 5}).min_elements == 5
+    a, b = nt.Options(), nt.Options(min_elements=1)
+    assert a.fingerprint() == nt.Options().fingerprint() != b.fingerprint()
+    from ncclz.torch.options import parse_spec
+
+    assert parse_spec("rel=1e-3") == ncclz.Lossy(rel=1e-3) and parse_spec("abs:0.5") == ncclz.Lossy(abs=0.5)
+    assert parse_spec("none") is None and parse_spec("lossless") == ncclz.Lossless()
+    with pytest.raises(ncclz.InvalidArgumentError, match="NCCLZ_TORCH_COMPRESSION"):
+        parse_spec("fast")
+    # the per-tensor rule
+    o = nt.Options(compression=ncclz.Lossy(rel=1e-3), min_elements=100)
+    big, small = torch.zeros(200), torch.zeros(10)
+    assert o.spec_for("all_reduce", big, True) == ncclz.Lossy(rel=1e-3)
+    assert o.spec_for("all_reduce", big, False) is None  # MAX, PRODUCT: exact
+    assert o.spec_for("all_gather", big, False) is None  # parameters: exact by default
+    assert o.spec_for("all_reduce", small, True) is None
+    assert o.spec_for("all_reduce", big.long(), True) is None
+    assert nt.Options(min_elements=100).spec_for("broadcast", big, False) == ncclz.Lossless()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_tensors_are_refused_clearly():
+    from ncclz.torch import _tensors
+
+    with pytest.raises(ncclz.InvalidArgumentError, match="CPU tensors for now"):
+        _tensors.check_tensor(torch.ones(4, device="cuda"), "all_reduce")
+
+
+def test_registered_on_import():
+    import ncclz.torch  # noqa: F401
+    import torch.distributed as dist
+
+    assert "ncclz" in dist.Backend.backend_list
+    assert dist.Backend.backend_capability["ncclz"] == ["cpu"]
+    assert dist.Backend("ncclz") == "ncclz"
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
+    _worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
