@@ -359,6 +359,7 @@ class Communicator:
         self._transport = transport or "auto"
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
+        self._device: Any = None  # the CUDA device of the first GPU array this rank passed (a DeviceArray)
         self._topology = self._find_topology()
         self._policy = CommPolicy(setting, rank, world_size, nchannels=self._channels(cfg),
                                   topology=self._topology, algorithm=self._configured_algorithm())
@@ -444,16 +445,34 @@ class Communicator:
         return f"<ncclz.Communicator rank {self._rank} of {self._world_size} ({state})>"
 
     # ---- helpers ----------------------------------------------------------
-    def _prepare(self, x: Any, what: str, op: str | None, compression: Any) -> tuple:
+    def _prepare(self, x: Any, what: str, op: str | None, compression: Any, load: bool = True) -> tuple:
         """The array and compression as the native layer takes them. Only the Python types are checked
-        here; the runtime checks the call itself (dtype, op, bound, counts, root, peer)."""
-        b = _dlpack.as_buffer(x, what)
+        here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
+        the call only writes x (a GPU array's contents are then not copied to the host first)."""
+        b = _dlpack.as_buffer(x, what, load=load)
+        if b.stage is not None:
+            self._check_device(b, what)
         c = _compression(compression)
         if op is not None:
             if not isinstance(op, str):
                 raise InvalidArgumentError(f"{what}: op must be a string, one of {', '.join(OPS)}; got {op!r}")
             op = op.lower()
         return b, c, op
+
+    def _check_device(self, b: Any, what: str) -> None:
+        """GPU arrays of one rank stay on one device: the first one's (CPU arrays are always taken)."""
+        if self._device is None:
+            self._device = b.stage
+        elif not b.stage.same_device(self._device):
+            raise InvalidArgumentError(
+                f"{what} is on {b.stage.name} but this communicator's GPU arrays are on {self._device.name} "
+                "(the device of the first GPU array it was given); one rank works with one GPU"
+            )
+
+    @property
+    def device(self) -> str | None:
+        """'cuda:N' once this rank passed a GPU array (its device), else None."""
+        return None if self._device is None else self._device.name
 
     @property
     def policy(self) -> Any:
@@ -477,11 +496,13 @@ class Communicator:
         self._policy.reset(policy)
 
     def _decide(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any, op: str | None = None,
-                algorithm: Any = None) -> Decision:
+                algorithm: Any = None, data: bool = True) -> Decision:
         """Asks the policy about this call (only rank 0's answer counts: it travels in the call
-        descriptor); `policy` and `algorithm` are the call's own ``policy=`` and ``algorithm=``."""
+        descriptor); `policy` and `algorithm` are the call's own ``policy=`` and ``algorithm=``;
+        `data`: whether b holds the call's input (a scatter's non-root ranks hold only their output)."""
         return self._policy.choose(Call(coll, b.dtype, nbytes, c.mode, c.bound, compression,
-                                        lambda: _dlpack.to_numpy(b), op or "sum", _algorithm(algorithm)), policy)
+                                        (lambda: _dlpack.to_numpy(b)) if data else None, op or "sum",
+                                        _algorithm(algorithm)), policy)
 
     def _record(self, name: str, c: Any, st: Any, d: Decision | None = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
@@ -544,9 +565,7 @@ class Communicator:
             o = _dlpack.empty(b, b.shape)
         st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype, _hints(d, algorithm))
         self._record("all_reduce", c, st, d)
-        if o is b:
-            return x
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, x if o is b else out)
 
     @_name_rank
     def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
@@ -559,16 +578,7 @@ class Communicator:
         """
         b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
         d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy, op, algorithm)
-        w = self._world_size
-        if len(b.shape) >= 1 and b.shape[0] % w == 0:
-            shape = (b.shape[0] // w, *b.shape[1:])
-        elif b.size % w == 0:
-            shape = (b.size // w,)
-        else:
-            raise InvalidArgumentError(
-                f"reduce_scatter input {_dlpack.describe(b)}: neither the first dimension nor the element "
-                f"count ({b.size}) is divisible by the world size {w}"
-            )
+        shape = _block_shape(b, self._world_size, "reduce_scatter input")
         o = (
             _dlpack.check_output(out, b, shape, "reduce_scatter out")
             if out is not None
@@ -576,7 +586,7 @@ class Communicator:
         )
         st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype, _hints(d, algorithm))
         self._record("reduce_scatter", c, st, d)
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, out)
 
     @_name_rank
     def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None,
@@ -593,7 +603,7 @@ class Communicator:
         )
         st = self._native.all_gather(b.native, o.native, c, b.as_dtype, _hints(d, algorithm))
         self._record("all_gather", c, st, d)
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, out)
 
     @_name_rank
     def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None,
@@ -609,7 +619,155 @@ class Communicator:
             _dlpack.copy_into(o, b)
         st = self._native.broadcast(o.native, root, c, o.as_dtype, _hints(d, algorithm))
         self._record("broadcast", c, st, d)
-        return x if o is b else _dlpack.to_user(o)
+        return _result(o, x if o is b else None)
+
+    @_name_rank
+    def reduce(self, x: Any, root: int = 0, op: str = "sum", compression: Any = None, out: Any = None, *,
+               policy: str | None = None) -> Any:
+        """Reduces ``x`` over all ranks into rank ``root``; returns the result there, None elsewhere.
+
+        On the root the result goes into ``x`` (in place) by default, or into ``out=``; read-only
+        inputs get a new array. Other ranks' ``x`` is only read (``out`` is not used there). Lossy
+        bounds as all_reduce's with the same op. ``policy``: as in all_reduce.
+        """
+        root = self._check_rank(root, "reduce root")
+        b, c, op = self._prepare(x, "reduce input", op, compression)
+        d = self._decide("reduce", b, c, compression, b.nbytes, policy)
+        o = None
+        if self._rank == root:
+            if out is not None:
+                o = _dlpack.check_output(out, b, b.shape, "reduce out")
+            elif b.writable:
+                o = b
+            else:
+                o = _dlpack.empty(b, b.shape)
+        st = self._native.reduce(b.native, None if o is None else o.native, op, root, c, b.as_dtype, _hints(d))
+        self._record("reduce", c, st, d)
+        if o is None:
+            return None
+        return _result(o, x if o is b else out)
+
+    @_name_rank
+    def gather(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
+               policy: str | None = None) -> Any:
+        """Gathers every rank's ``x`` on rank ``root``: returns shape ``(world_size, *x.shape)`` there
+        (rank r's at [r]; into ``out=`` if given), None elsewhere. Every rank's ``x`` must have the
+        same size. ``policy``: as in all_reduce."""
+        root = self._check_rank(root, "gather root")
+        b, c, _ = self._prepare(x, "gather input", None, compression)
+        d = self._decide("gather", b, c, compression, b.nbytes * self._world_size, policy)
+        o = None
+        if self._rank == root:
+            shape = (self._world_size, *b.shape)
+            o = _dlpack.check_output(out, b, shape, "gather out") if out is not None else _dlpack.empty(b, shape)
+        st = self._native.gather(b.native, None if o is None else o.native, root, c, b.as_dtype, _hints(d))
+        self._record("gather", c, st, d)
+        if o is None:
+            return None
+        return _result(o, out)
+
+    @_name_rank
+    def scatter(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
+                policy: str | None = None) -> Any:
+        """Scatters the root's ``x`` in world_size blocks: rank r gets block r. Returns it.
+
+        On the root ``x.shape[0]`` must be divisible by world_size (each rank gets
+        ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element count (1-D blocks); the
+        result goes into ``out=`` if given. Other ranks pass ``x=None`` (it is not read) and must
+        pass ``out=``: the array that receives their block (it sets the dtype and size). Lossy: the
+        relative bound is of the root's range, as for broadcast. ``policy``: as in all_reduce.
+        """
+        root = self._check_rank(root, "scatter root")
+        w = self._world_size
+        if self._rank == root:
+            if x is None:
+                raise InvalidArgumentError(f"scatter: rank {root} is the root and needs x (the blocks to scatter)")
+            b, c, _ = self._prepare(x, "scatter input", None, compression)
+            shape = _block_shape(b, w, "scatter input")
+            o = _dlpack.check_output(out, b, shape, "scatter out") if out is not None else _dlpack.empty(b, shape)
+            d = self._decide("scatter", b, c, compression, b.nbytes, policy)
+            send = b.native
+        else:
+            if out is None:
+                raise InvalidArgumentError(
+                    f"scatter: rank {self._rank} is not the root ({root}): pass out=, the array that receives "
+                    "this rank's block"
+                )
+            o, c, _ = self._prepare(out, "scatter out", None, compression, load=False)
+            if not o.writable:
+                raise InvalidArgumentError(f"scatter out {_dlpack.describe(o)} is read-only; pass a writable array")
+            d = self._decide("scatter", o, c, compression, o.nbytes * w, policy, data=False)
+            send = None
+        st = self._native.scatter(send, o.native, root, c, o.as_dtype, _hints(d))
+        self._record("scatter", c, st, d)
+        return _result(o, out)
+
+    @_name_rank
+    def all_to_all(self, x: Any, compression: Any = None, out: Any = None, *, send_counts: Any = None,
+                   recv_counts: Any = None, policy: str | None = None) -> Any:
+        """Exchanges blocks between all ranks: block j of ``x`` goes to rank j, and the result holds
+        rank j's block for this rank at position j (torch.distributed's all_to_all_single).
+
+        Equal blocks: ``x.shape[0]`` divisible by world_size (or else the element count: 1-D); the
+        result has x's shape. Uneven blocks: ``send_counts[j]`` rows of ``x`` (along its first
+        dimension, in rank order) go to rank j and ``recv_counts[j]`` rows come from rank j; the
+        result has shape ``(sum(recv_counts), *x.shape[1:])``. Rank i's send_counts[j] must equal
+        rank j's recv_counts[i] (a mismatch raises RemoteError on every rank before any data
+        moves). Without recv_counts the ranks first exchange their send_counts (one more small
+        all_to_all). Every block crosses one link (pairwise exchange); a rank's own block is copied
+        exactly. ``out=``: the result array. ``policy``: as in all_reduce.
+        """
+        b, c, _ = self._prepare(x, "all_to_all input", None, compression)
+        w = self._world_size
+        d = self._decide("all_to_all", b, c, compression, b.nbytes, policy)
+        if send_counts is None and recv_counts is None:
+            if not (len(b.shape) >= 1 and b.shape[0] % w == 0) and b.size % w != 0:
+                raise InvalidArgumentError(
+                    f"all_to_all input {_dlpack.describe(b)}: neither the first dimension nor the element count "
+                    f"({b.size}) is divisible by the world size {w}; pass send_counts= for uneven blocks"
+                )
+            shape = b.shape if len(b.shape) >= 1 and b.shape[0] % w == 0 else (b.size,)
+            o = _dlpack.check_output(out, b, shape, "all_to_all out") if out is not None else _dlpack.empty(b, shape)
+            st = self._native.all_to_all(b.native, o.native, c, b.as_dtype, _hints(d))
+        else:
+            if send_counts is None:
+                raise InvalidArgumentError("all_to_all: recv_counts= needs send_counts= too")
+            rows = b.shape[0] if len(b.shape) >= 1 else 1
+            row = _prod(b.shape[1:])  # elements per row
+            sc = self._counts(send_counts, "send_counts")
+            if sum(sc) != rows:
+                raise InvalidArgumentError(
+                    f"all_to_all: send_counts add up to {sum(sc)} rows but the input {_dlpack.describe(b)} has "
+                    f"{rows} (its first dimension)"
+                )
+            rc = self._counts(recv_counts, "recv_counts") if recv_counts is not None else self._exchange_counts(sc)
+            shape = (sum(rc), *b.shape[1:]) if len(b.shape) >= 1 else (sum(rc),)
+            o = _dlpack.check_output(out, b, shape, "all_to_all out") if out is not None else _dlpack.empty(b, shape)
+            st = self._native.all_to_allv(b.native, o.native, [n * row for n in sc], [n * row for n in rc], c,
+                                          b.as_dtype, _hints(d))
+        self._record("all_to_all", c, st, d)
+        return _result(o, out)
+
+    def _counts(self, counts: Any, what: str) -> list:
+        """send_counts / recv_counts as a list of world_size non-negative ints."""
+        try:
+            vals = [int(v) for v in (counts.tolist() if hasattr(counts, "tolist") else counts)]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"all_to_all: {what} must be a sequence of integers, got {counts!r}") from None
+        if len(vals) != self._world_size or any(v < 0 for v in vals):
+            raise InvalidArgumentError(
+                f"all_to_all: {what} must have one non-negative count per rank ({self._world_size}), got {vals}"
+            )
+        return vals
+
+    def _exchange_counts(self, send_counts: list) -> list:
+        """Every rank's send_counts for this rank: an all_to_all of one int64 per rank."""
+        import numpy as np
+
+        mine = np.asarray(send_counts, dtype=np.int64)
+        theirs = np.empty_like(mine)
+        self._native.all_to_all(mine, theirs, _NO_COMPRESSION, "", None)
+        return [int(v) for v in theirs]
 
     @_name_rank
     def send(self, x: Any, peer: int, compression: Any = None) -> None:
@@ -623,14 +781,14 @@ class Communicator:
     def recv(self, x: Any, peer: int, compression: Any = None) -> Any:
         """Receives from ``peer`` into ``x`` (writable); returns ``x``."""
         peer = self._check_rank(peer, "recv peer")
-        b, c, _ = self._prepare(x, "recv buffer", None, compression)
+        b, c, _ = self._prepare(x, "recv buffer", None, compression, load=False)
         if not b.writable:
             raise InvalidArgumentError(
                 f"recv buffer {_dlpack.describe(b)} is read-only; pass a writable array"
             )
         st = self._native.recv(b.native, peer, c, b.as_dtype)
         self._record("recv", c, st)
-        return x
+        return _result(b, x)
 
     @_name_rank
     def barrier(self) -> None:
@@ -653,6 +811,36 @@ class Communicator:
         if exc_type is not None and not self.closed:
             self.abort(f"exception on rank {self._rank}: {exc_type.__name__}")
         self.close()
+
+
+def _block_shape(b: Any, w: int, what: str) -> tuple:
+    """The shape of one of w blocks of b: along the first dimension when it divides, else 1-D of
+    the element count."""
+    if len(b.shape) >= 1 and b.shape[0] % w == 0:
+        return (b.shape[0] // w, *b.shape[1:])
+    if b.size % w == 0:
+        return (b.size // w,)
+    raise InvalidArgumentError(
+        f"{what} {_dlpack.describe(b)}: neither the first dimension nor the element count ({b.size}) is "
+        f"divisible by the world size {w}"
+    )
+
+
+def _result(o: Any, given: Any) -> Any:
+    """What a collective returns once the native call wrote ``o``: ``given`` (the caller's own
+    array: x in place, or out=) after a staged GPU array got its result back, else a new array
+    (on the input's device for GPU inputs)."""
+    if given is not None:
+        _dlpack.finish(o)
+        return given
+    return _dlpack.to_user(o)
+
+
+def _prod(shape: Any) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
 
 
 def init(**kwargs: Any) -> Communicator:

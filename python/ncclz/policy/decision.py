@@ -61,7 +61,7 @@ import numpy as np
 from ..spec import Lossless, Lossy
 from .calibration import Calibration, Calibrator, reduction_terms
 from .history import History, size_class
-from .model import COLLECTIVES, CostModel
+from .model import INTRA_FACTOR, CostModel
 from .modes import EFFORTS, label, mode_class
 
 
@@ -255,7 +255,8 @@ class Policy:
     def algorithms(self, coll: str = "all_reduce", algorithm: str | None = None) -> tuple:
         """The algorithms a call may run: the ring, and the hierarchical one where the topology
         allows it; only `algorithm` where the call names one ("auto" / None: no restriction)."""
-        known = ("ring", "hierarchical") if self.hierarchical and coll in COLLECTIVES else ("ring",)
+        # (the collectives with a hierarchical schedule: INTRA_FACTOR's)
+        known = ("ring", "hierarchical") if self.hierarchical and coll in INTRA_FACTOR else ("ring",)
         if algorithm in (None, "", "auto"):
             return known
         return (algorithm,) if algorithm in known else ("ring",)
@@ -313,7 +314,7 @@ class Policy:
         n = self._world()
         arr = np.asarray(x)
         if nbytes is None:
-            nbytes = arr.nbytes * (n if coll == "all_gather" else 1)
+            nbytes = arr.nbytes * (n if coll in ("all_gather", "gather") else 1)
         dt = str(arr.dtype)
         algos = self.algorithms(coll, algorithm)
         multi = len(algos) > 1
