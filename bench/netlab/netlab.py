@@ -19,6 +19,7 @@ Commands::
     netlab.py up      -n 4 --rate 0.5       # create (Gbit/s); prints the host addresses
     netlab.py rate    --rate 2              # change the rate of an existing lab
     netlab.py run     -n 4 --rate 0.5 -- python script.py args   # up, one rank per host, down
+    netlab.py run     -n 2 -L 2 --rate 1 -- python script.py     # two ranks per host (NCCLZ_TOPO_HOST)
     netlab.py exec    -n 4 -- python script.py args              # ranks in an existing lab
     netlab.py iperf   -n 2 --rate 1         # self-test: TCP stream h1 -> h0, measured rate
     netlab.py down | --cleanup              # remove everything with the prefix
@@ -212,15 +213,28 @@ class Lab:
         self.down()
 
     # ------------------------------------------------------------------ running ranks
-    def rank_env(self, i: int, nranks: int, port: int, token: str, extra: dict | None = None) -> dict:
+    def rank_env(self, i: int, nranks: int, port: int, token: str, extra: dict | None = None,
+                 ranks_per_host: int = 1) -> dict:
+        """Rank i's environment: it runs in host i // ranks_per_host as local rank i % ranks_per_host.
+        With several ranks per host, NCCLZ_TOPO_HOST names the host (the namespaces share one kernel,
+        so their host names would make them one host) and LOCAL_RANK / LOCAL_WORLD_SIZE say where the
+        rank sits; the ranks of a host reach each other through shared memory (hierarchical
+        collectives) or through the host's loopback, never through the shaped NIC."""
+        L = max(1, int(ranks_per_host))
+        h = i // L
         env = dict(os.environ)
         env.update({
-            "RANK": str(i), "WORLD_SIZE": str(nranks), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+            "RANK": str(i), "WORLD_SIZE": str(nranks), "LOCAL_RANK": str(i % L), "LOCAL_WORLD_SIZE": str(L),
             "MASTER_ADDR": self.addr(0), "MASTER_PORT": str(port), "NCCLZ_TOKEN": token,
             "NCCLZ_SOCKET_IFNAME": IFNAME, "GLOO_SOCKET_IFNAME": IFNAME, "NCCLZ_TRANSPORT": "socket",
-            "NETLAB_HOST_ADDR": self.addr(i), "NETLAB_NS": self.host(i),
-            "NETLAB_ADDRS": ",".join(self.addr(k) for k in range(nranks)),
+            "NETLAB_HOST_ADDR": self.addr(h), "NETLAB_NS": self.host(h),
+            "NETLAB_ADDRS": ",".join(self.addr(k // L) for k in range(nranks)),
         })
+        if L > 1:
+            env["NCCLZ_TOPO_HOST"] = str(h)
+        else:
+            env.pop("NCCLZ_TOPO_HOST", None)
+        env.pop("NCCLZ_TOPO_HOSTS", None)
         env.pop("NCCLZ_SOCKET_THROTTLE_GBPS", None)  # the network shapes, not the transport
         # the compression policy's CPU share: the emulated hosts share this machine's cores
         # (LOCAL_WORLD_SIZE=1 above would make it assume all cores per rank)
@@ -243,16 +257,23 @@ class Lab:
 
     def exec_ranks(self, cmd: list[str], nranks: int | None = None, port: int = 29500,
                    timeout: float | None = None, extra_env: dict | None = None,
-                   prefix_output: bool = True, capture: bool = False) -> tuple[int, list[str]]:
-        """Run `cmd` once per host (rank I in host I). Returns (status, captured lines of rank 0)."""
-        nranks = nranks or self.n
+                   prefix_output: bool = True, capture: bool = False,
+                   ranks_per_host: int = 1) -> tuple[int, list[str]]:
+        """Run `cmd` ranks_per_host times per host (rank I in host I // ranks_per_host). Returns
+        (status, captured lines of rank 0)."""
+        L = max(1, int(ranks_per_host))
+        nranks = nranks or self.n * L
+        if (nranks + L - 1) // L > self.n:
+            raise ValueError(f"netlab: {nranks} ranks of {L} per host need {(nranks + L - 1) // L} hosts; "
+                             f"the lab has {self.n}")
         token = secrets.token_hex(16)
         procs = []
         rank0_lines: list[str] = []
         threads = []
         for i in range(nranks):
-            env = self.rank_env(i, nranks, port, token, extra_env)
-            p = self.spawn(i, cmd, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+            env = self.rank_env(i, nranks, port, token, extra_env, ranks_per_host=L)
+            p = self.spawn(i // L, cmd, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           bufsize=1)
             procs.append(p)
 
             def pump(p=p, i=i):
@@ -399,6 +420,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", nargs="?", choices=["up", "down", "rate", "run", "exec", "iperf", "show"])
     ap.add_argument("-n", "--hosts", type=int, default=4)
+    ap.add_argument("-L", "--ranks-per-host", type=int, default=1,
+                    help="run/exec: ranks per host (namespace); >1 sets NCCLZ_TOPO_HOST to the host's index")
     ap.add_argument("--rate", default=None, help="per-host NIC rate, Gbit/s (or 500mbit); none = unshaped")
     ap.add_argument("--prefix", default=DEFAULT_PREFIX)
     ap.add_argument("--subnet", default=DEFAULT_SUBNET, help="first three octets of the private /24")
@@ -435,14 +458,14 @@ def main(argv=None) -> int:
             for n in sorted(existing) + [lab.sw]:
                 print(n, _run(["ip", "netns", "exec", n, "tc", "qdisc", "show"], check=False).stdout.strip())
             return 0
-        rc, _ = lab.exec_ranks(cmd, port=a.port, timeout=a.timeout)
+        rc, _ = lab.exec_ranks(cmd, port=a.port, timeout=a.timeout, ranks_per_host=a.ranks_per_host)
         return rc
     if a.command == "run":
         if not cmd:
             ap.error("run needs a command after --")
         with Lab(a.hosts, gbps, a.prefix, a.subnet, not a.no_ingress) as lab:
             print(lab.describe(), file=sys.stderr)
-            rc, _ = lab.exec_ranks(cmd, port=a.port, timeout=a.timeout)
+            rc, _ = lab.exec_ranks(cmd, port=a.port, timeout=a.timeout, ranks_per_host=a.ranks_per_host)
         return rc
     if a.command == "iperf":
         with Lab(max(a.hosts, 2), gbps, a.prefix, a.subnet, not a.no_ingress) as lab:

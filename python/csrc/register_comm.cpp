@@ -240,6 +240,7 @@ class CommHandle {
   }
 
   CommConfig config() const { return get()->config(); }
+  ncclz::Topology topology() const { return get()->topology(); }
 
   CallStats all_reduce(const InArray& send, const OutArray& recv, const std::string& op, const Compression& c,
                        const std::string& as_dtype, const PolicyHints* hints) {
@@ -466,6 +467,9 @@ void register_comm(nb::module_& m) {
       .def_rw("pipeline_quantize", &CommConfig::pipeline_quantize)
       .def_rw("sparse_input", &CommConfig::sparse_input)
       .def_rw("p2p", &CommConfig::p2p)
+      .def_rw("topo_host", &CommConfig::topo_host)
+      .def_rw("topo_hosts", &CommConfig::topo_hosts)
+      .def_rw("algorithm", &CommConfig::algorithm)
       .def(
           "as_dict",
           [](const CommConfig& x) {
@@ -485,6 +489,9 @@ void register_comm(nb::module_& m) {
             d["pipeline_quantize"] = x.pipeline_quantize;
             d["sparse_input"] = x.sparse_input;
             d["p2p"] = x.p2p;
+            d["topo_host"] = x.topo_host;
+            d["topo_hosts"] = x.topo_hosts;
+            d["algorithm"] = x.algorithm;
             return d;
           },
           "Every field but the token")
@@ -493,7 +500,8 @@ void register_comm(nb::module_& m) {
         s << "CommConfig(rank=" << x.rank << ", size=" << x.size << ", transport='" << x.transport
           << "', nchannels=" << x.nchannels << ", slot_bytes=" << x.slot_bytes << ", nslots=" << x.nslots
           << ", sparse_slice_bytes=" << x.sparse_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
-          << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", timeout_s=" << x.timeout_s << ")";
+          << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", algorithm='" << x.algorithm
+          << "', timeout_s=" << x.timeout_s << ")";
         return s.str();
       });
 
@@ -521,7 +529,7 @@ void register_comm(nb::module_& m) {
   nb::class_<PolicyHints>(c, "PolicyHints",
                           "Internal: the compression policy's proposal for one call (ncclz/policy_hints.hpp). "
                           "Only rank 0's count.")
-      .def(nb::new_([](const std::string& lighter, double rans_margin) {
+      .def(nb::new_([](const std::string& lighter, double rans_margin, const std::string& algorithm) {
              PolicyHints h;
              if (lighter == "none") {
                h.lighter = int(Compression::Mode::None);
@@ -531,22 +539,49 @@ void register_comm(nb::module_& m) {
                throw ncclz::InvalidArgument("lighter must be '', 'none' or 'lossless', got '" + lighter + "'");
              }
              h.rans_margin = rans_margin;
+             if (algorithm == "ring") {
+               h.algorithm = int(ncclz::Algorithm::Ring);
+             } else if (algorithm == "hierarchical") {
+               h.algorithm = int(ncclz::Algorithm::Hierarchical);
+             } else if (!algorithm.empty()) {
+               throw ncclz::InvalidArgument("algorithm must be '', 'ring' or 'hierarchical', got '" + algorithm + "'");
+             }
              return h;
            }),
-           "lighter"_a = "", "rans_margin"_a = -1.0,
+           "lighter"_a = "", "rans_margin"_a = -1.0, "algorithm"_a = "",
            "lighter: run the call with this lighter mode (none | lossless; '' = the requested mode); "
-           "rans_margin: the codec effort (the selector's margin for Rans, < 0: its default, 1: never Rans)")
+           "rans_margin: the codec effort (the selector's margin for Rans, < 0: its default, 1: never Rans); "
+           "algorithm: ring | hierarchical ('' = the communicator's setting, else its default)")
       .def_prop_ro("lighter",
                    [](const PolicyHints& h) {
                      return h.lighter < 0 ? std::string() : std::string(ncclz::mode_name(Compression::Mode(h.lighter)));
                    })
       .def_ro("rans_margin", &PolicyHints::rans_margin)
+      .def_prop_ro("algorithm",
+                   [](const PolicyHints& h) {
+                     return h.algorithm < 0 ? std::string()
+                                            : std::string(ncclz::algorithm_name(ncclz::Algorithm(h.algorithm)));
+                   })
       .def("__repr__", [](const PolicyHints& h) {
         std::ostringstream s;
         s << "PolicyHints(lighter='" << (h.lighter < 0 ? "" : ncclz::mode_name(Compression::Mode(h.lighter)))
-          << "', rans_margin=" << h.rans_margin << ")";
+          << "', rans_margin=" << h.rans_margin << ", algorithm='"
+          << (h.algorithm < 0 ? "" : ncclz::algorithm_name(ncclz::Algorithm(h.algorithm))) << "')";
         return s.str();
       });
+
+  nb::class_<ncclz::Topology>(c, "Topology", "Which ranks share a host (ncclz/topology.hpp)")
+      .def_ro("nhosts", &ncclz::Topology::nhosts)
+      .def_ro("host", &ncclz::Topology::host)
+      .def_ro("local_rank", &ncclz::Topology::local_rank)
+      .def_ro("local_size", &ncclz::Topology::local_size)
+      .def_ro("host_of", &ncclz::Topology::host_of)
+      .def_ro("local_rank_of", &ncclz::Topology::local_rank_of)
+      .def_ro("intra_link", &ncclz::Topology::intra_link)
+      .def_ro("inter_link", &ncclz::Topology::inter_link)
+      .def_ro("source", &ncclz::Topology::source)
+      .def_prop_ro("hierarchical", &ncclz::Topology::hierarchical)
+      .def("__repr__", [](const ncclz::Topology& t) { return "<ncclz Topology: " + t.describe() + ">"; });
 
   nb::class_<CallStats>(c, "CallStats", "Per-call statistics")
       .def(nb::init<>())
@@ -561,7 +596,9 @@ void register_comm(nb::module_& m) {
       .def_ro("error_bound", &CallStats::error_bound)
       .def_ro("exact_fallback", &CallStats::exact_fallback)
       .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(ncclz::mode_name(x.ran_mode)); })
-      .def_ro("lightened", &CallStats::lightened);
+      .def_ro("lightened", &CallStats::lightened)
+      .def_prop_ro("algorithm", [](const CallStats& x) { return std::string(ncclz::algorithm_name(x.algorithm)); })
+      .def_ro("local_bytes", &CallStats::local_bytes);
 
   nb::class_<CommHandle>(c, "Communicator", "Raw communicator; ncclz.Communicator wraps it")
       .def_static(
@@ -591,6 +628,7 @@ void register_comm(nb::module_& m) {
       .def_prop_ro("closed", &CommHandle::closed)
       .def_prop_ro("config", &CommHandle::config,
                    "The configuration in effect (a copy): defaults resolved, the transport chosen, no token")
+      .def_prop_ro("topology", &CommHandle::topology, "Which ranks share a host, as found at creation (a copy)")
       .def("all_reduce", &CommHandle::all_reduce, "send"_a.noconvert(), "recv"_a.noconvert(), "op"_a, "compression"_a,
            "as_dtype"_a = "", "hints"_a = nb::none())
       .def("reduce_scatter", &CommHandle::reduce_scatter, "send"_a.noconvert(), "recv"_a.noconvert(), "op"_a,

@@ -14,7 +14,7 @@ from . import _core
 from .spec import Lossless, Lossy
 from . import codec
 from . import comm
-from .comm import CallStats, Communicator, init
+from .comm import CallStats, Communicator, Topology, init
 
 __version__ = "0.1.0"
 
@@ -30,6 +30,7 @@ __all__ = [
     "RemoteError",
     "SystemError",
     "TimeoutError",
+    "Topology",
     "built_with_cuda",
     "codec",
     "comm",

@@ -49,7 +49,7 @@ _native = _core.comm
 #: Reduction ops accepted by the collectives.
 OPS = ("sum", "avg", "max", "min", "prod")
 
-__all__ = ["OPS", "POLICIES", "CallStats", "Communicator", "init", "make_unique_id"]
+__all__ = ["ALGORITHMS", "OPS", "POLICIES", "CallStats", "Communicator", "Topology", "init", "make_unique_id"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,11 @@ class CallStats:
         (lossy not predicted >= 20% faster than none; predicted ...)"``,
         ``"off"``, or on ranks other than 0 ``"auto: rank 0 chose none"``.
         ``compression`` is the mode that ran.
+    algorithm: the algorithm the call ran, "ring" or "hierarchical" (exact
+        inside each host, compressed between hosts; see :attr:`Communicator.topology`).
+        A hierarchical call's raw_bytes, wire_bytes and ratio count its
+        inter-host links (the ones that compress); local_bytes the bytes it
+        sent to ranks on its own host (uncompressed; 0 for ring calls).
     """
 
     op: str
@@ -88,6 +93,8 @@ class CallStats:
     exact_fallback: bool = False
     requested: str = ""
     policy: str = ""
+    algorithm: str = "ring"
+    local_bytes: int = 0
 
     @property
     def codec_s(self) -> float:
@@ -96,6 +103,40 @@ class CallStats:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Which ranks share a host, as the communicator found it at creation (``comm.topology``).
+
+    hosts: the number of hosts; host: this rank's (0..hosts-1, numbered by their lowest rank);
+    local_rank, local_size: this rank's index among its host's ranks, and their number;
+    host_of, local_rank_of: every rank's host and local rank; intra_link, inter_link: the
+    transport inside a host and between hosts ("shm", "inproc", "socket"; "" where there are
+    none); source: where the hosts came from ("bootstrap": the host names; "NCCLZ_TOPO_HOST" /
+    "NCCLZ_TOPO_HOSTS": the override, docs/ENVIRONMENT.md); hierarchical: whether hierarchical
+    collectives can run (several hosts with the same number > 1 of ranks each).
+    """
+
+    hosts: int
+    host: int
+    local_rank: int
+    local_size: int
+    host_of: tuple
+    local_rank_of: tuple
+    intra_link: str
+    inter_link: str
+    source: str
+    hierarchical: bool
+
+    def ranks_on(self, host: int) -> tuple:
+        """The ranks of `host`, in local-rank order."""
+        return tuple(r for r, h in sorted(enumerate(self.host_of), key=lambda x: self.local_rank_of[x[0]])
+                     if h == host)
+
+
+#: Values of the collectives' ``algorithm=`` (None: the policy's choice, else the communicator's default).
+ALGORITHMS = ("auto", "ring", "hierarchical")
 
 
 def _env(name: str, default: Any = None) -> str | None:
@@ -199,24 +240,36 @@ def _describe_compression(c: Any) -> str:
     return c.mode
 
 
-def _hints(d: Decision) -> Any:
+def _hints(d: Decision, algorithm: str | None = None) -> Any:
     """The policy's decision as the native call's hints argument: rank 0's proposal (a lighter mode,
-    or a lossy call's codec effort) as a native PolicyHints, passed beside the requested Compression;
-    None when there is none. Every collective passes what this returns; nothing else turns a decision
-    into native arguments."""
-    if not d.lighter and d.rans_margin is None:
+    a lossy call's codec effort, the algorithm) as a native PolicyHints, passed beside the requested
+    Compression; None when there is none. `algorithm`: the call's own ``algorithm=`` (wins over the
+    policy's). Every collective passes what this returns; nothing else turns a decision into native
+    arguments."""
+    algo = _algorithm(algorithm) or d.algorithm or ""
+    if not d.lighter and d.rans_margin is None and not algo:
         return None
     margin = -1.0 if d.rans_margin is None else float(d.rans_margin)
-    key = (d.lighter, margin)
+    key = (d.lighter, margin, algo)
     r = _proposals.get(key)
     if r is None:
-        r = _native.PolicyHints(d.lighter, margin)
+        r = _native.PolicyHints(d.lighter, margin, algo)
         if len(_proposals) < 1024:
             _proposals[key] = r
     return r
 
 
-_proposals: dict = {}  # (lighter, rans_margin) -> native PolicyHints
+def _algorithm(a: Any) -> str:
+    """A collective's ``algorithm=``: "" for None / "auto", else "ring" or "hierarchical"."""
+    if a is None:
+        return ""
+    if not isinstance(a, str) or a.strip().lower() not in ALGORITHMS + ("hier",):
+        raise InvalidArgumentError(f"algorithm must be one of {', '.join(ALGORITHMS)} or None, got {a!r}")
+    a = a.strip().lower()
+    return "" if a == "auto" else "hierarchical" if a == "hier" else a
+
+
+_proposals: dict = {}  # (lighter, rans_margin, algorithm) -> native PolicyHints
 
 
 class Communicator:
@@ -307,7 +360,9 @@ class Communicator:
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
         self._device: Any = None  # the CUDA device of the first GPU array this rank passed (a DeviceArray)
-        self._policy = CommPolicy(setting, rank, world_size, nchannels=self._channels(cfg))
+        self._topology = self._find_topology()
+        self._policy = CommPolicy(setting, rank, world_size, nchannels=self._channels(cfg),
+                                  topology=self._topology, algorithm=self._configured_algorithm())
 
     def _connect(self, cfg, rank, world_size, timeout, store, unique_id, master_port) -> None:
         """Rendezvous: torchrun's store, a given store or unique id, or MASTER_ADDR:MASTER_PORT."""
@@ -335,6 +390,23 @@ class Communicator:
         n = getattr(effective, "nchannels", 0) if effective is not None else cfg.nchannels
         return int(n) if n and n > 0 else None
 
+    def _find_topology(self) -> Topology:
+        """The native communicator's topology as a :class:`Topology` (one host of all ranks where the
+        bindings do not report one)."""
+        t = getattr(self._native, "topology", None)
+        if t is None:
+            n = self._world_size
+            return Topology(1, 0, self._rank, n, (0,) * n, tuple(range(n)), "", "", "bootstrap", False)
+        return Topology(int(t.nhosts), int(t.host), int(t.local_rank), int(t.local_size), tuple(t.host_of),
+                        tuple(t.local_rank_of), str(t.intra_link), str(t.inter_link), str(t.source),
+                        bool(t.hierarchical))
+
+    def _configured_algorithm(self) -> str:
+        """NCCLZ_ALGO / the config's algorithm as the native communicator resolved it ("auto", "ring",
+        "hierarchical")."""
+        effective = getattr(self._native, "config", None)
+        return str(getattr(effective, "algorithm", "auto") or "auto")
+
     @staticmethod
     def _base_config() -> Any:
         try:
@@ -350,6 +422,12 @@ class Communicator:
     @property
     def world_size(self) -> int:
         return self._world_size
+
+    @property
+    def topology(self) -> Topology:
+        """Which ranks share a host (:class:`Topology`), as found at creation: from the host names,
+        or NCCLZ_TOPO_HOST / NCCLZ_TOPO_HOSTS (docs/ENVIRONMENT.md)."""
+        return self._topology
 
     @property
     def last_stats(self) -> CallStats | None:
@@ -417,13 +495,14 @@ class Communicator:
         nothing harmful."""
         self._policy.reset(policy)
 
-    def _decide(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any,
-                data: bool = True) -> Decision:
+    def _decide(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any, op: str | None = None,
+                algorithm: Any = None, data: bool = True) -> Decision:
         """Asks the policy about this call (only rank 0's answer counts: it travels in the call
-        descriptor); `policy` is the call's own ``policy=``; `data`: whether b holds the call's
-        input (a scatter's non-root ranks hold only their output)."""
+        descriptor); `policy` and `algorithm` are the call's own ``policy=`` and ``algorithm=``;
+        `data`: whether b holds the call's input (a scatter's non-root ranks hold only their output)."""
         return self._policy.choose(Call(coll, b.dtype, nbytes, c.mode, c.bound, compression,
-                                        (lambda: _dlpack.to_numpy(b)) if data else None), policy)
+                                        (lambda: _dlpack.to_numpy(b)) if data else None, op or "sum",
+                                        _algorithm(algorithm)), policy)
 
     def _record(self, name: str, c: Any, st: Any, d: Decision | None = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
@@ -452,6 +531,8 @@ class Communicator:
             exact_fallback=bool(getattr(st, "exact_fallback", False)),
             requested=requested,
             policy=d.describe(ran, bool(st.lightened)) if d is not None else "",
+            algorithm=str(getattr(st, "algorithm", "ring")),
+            local_bytes=int(getattr(st, "local_bytes", 0)),
         )
 
     def _check_rank(self, r: Any, what: str) -> int:
@@ -462,75 +543,81 @@ class Communicator:
     # ---- collectives ------------------------------------------------------
     @_name_rank
     def all_reduce(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
-                   policy: str | None = None) -> Any:
+                   policy: str | None = None, algorithm: str | None = None) -> Any:
         """Reduces ``x`` over all ranks; every rank gets the result.
 
         In place by default (returns ``x``). With ``out=`` the result goes
         there; read-only inputs (JAX arrays, read-only NumPy) get a new array.
         ``policy="off"`` runs exactly the requested compression for this call
         (see the module doc); None: the communicator's setting.
+        ``algorithm``: "ring" or "hierarchical" for this call (rank 0's counts;
+        hierarchical runs where :attr:`topology` allows it, else the ring);
+        None or "auto": the policy's choice, else NCCLZ_ALGO, else
+        hierarchical where the topology allows it.
         """
         b, c, op = self._prepare(x, "all_reduce input", op, compression)
-        d = self._decide("all_reduce", b, c, compression, b.nbytes, policy)
+        d = self._decide("all_reduce", b, c, compression, b.nbytes, policy, op, algorithm)
         if out is not None:
             o = _dlpack.check_output(out, b, b.shape, "all_reduce out")
         elif b.writable:
             o = b
         else:
             o = _dlpack.empty(b, b.shape)
-        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype, _hints(d))
+        st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype, _hints(d, algorithm))
         self._record("all_reduce", c, st, d)
         return _result(o, x if o is b else out)
 
     @_name_rank
     def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
-                       policy: str | None = None) -> Any:
+                       policy: str | None = None, algorithm: str | None = None) -> Any:
         """Reduces ``x`` over all ranks; rank r gets block r of the result.
 
         ``x.shape[0]`` must be divisible by world_size (result shape
         ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element
-        count (result: 1-D of ``x.size // world_size``). ``policy``: as in all_reduce.
+        count (result: 1-D of ``x.size // world_size``). ``policy``, ``algorithm``: as in all_reduce.
         """
         b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
-        d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy)
+        d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy, op, algorithm)
         shape = _block_shape(b, self._world_size, "reduce_scatter input")
         o = (
             _dlpack.check_output(out, b, shape, "reduce_scatter out")
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype, _hints(d))
+        st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype, _hints(d, algorithm))
         self._record("reduce_scatter", c, st, d)
         return _result(o, out)
 
     @_name_rank
-    def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None) -> Any:
+    def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None,
+                   algorithm: str | None = None) -> Any:
         """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
-        ``policy``: as in all_reduce."""
+        ``policy``, ``algorithm``: as in all_reduce."""
         b, c, _ = self._prepare(x, "all_gather input", None, compression)
-        d = self._decide("all_gather", b, c, compression, b.nbytes * self._world_size, policy)
+        d = self._decide("all_gather", b, c, compression, b.nbytes * self._world_size, policy, None, algorithm)
         shape = (self._world_size, *b.shape)
         o = (
             _dlpack.check_output(out, b, shape, "all_gather out")
             if out is not None
             else _dlpack.empty(b, shape)
         )
-        st = self._native.all_gather(b.native, o.native, c, b.as_dtype, _hints(d))
+        st = self._native.all_gather(b.native, o.native, c, b.as_dtype, _hints(d, algorithm))
         self._record("all_gather", c, st, d)
         return _result(o, out)
 
     @_name_rank
-    def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None) -> Any:
+    def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None,
+                  algorithm: str | None = None) -> Any:
         """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only).
-        ``policy``: as in all_reduce (rank 0 decides even when another rank is the root)."""
+        ``policy``, ``algorithm``: as in all_reduce (rank 0 decides even when another rank is the root)."""
         root = self._check_rank(root, "broadcast root")
         b, c, _ = self._prepare(x, "broadcast buffer", None, compression)
-        d = self._decide("broadcast", b, c, compression, b.nbytes, policy)
+        d = self._decide("broadcast", b, c, compression, b.nbytes, policy, None, algorithm)
         o = b
         if not b.writable:
             o = _dlpack.empty(b, b.shape)
             _dlpack.copy_into(o, b)
-        st = self._native.broadcast(o.native, root, c, o.as_dtype, _hints(d))
+        st = self._native.broadcast(o.native, root, c, o.as_dtype, _hints(d, algorithm))
         self._record("broadcast", c, st, d)
         return _result(o, x if o is b else None)
 

@@ -9,7 +9,10 @@
 //  - Compression::lossy_abs(E): every finite element of the result is within
 //    E of the exact result computed in fp64 from all ranks' inputs. For sum
 //    over N ranks each rank quantizes with E/N (minus the final rounding's
-//    share); for avg/max/min and data movement with E.
+//    share); for avg/max/min and data movement with E. A hierarchical call
+//    (H hosts of L ranks, ncclz/topology.hpp) combines each host's values
+//    exactly and quantizes the host's sum once, with E/H (minus its float
+//    rounding's share; bound/error_budget.hpp).
 //  - Compression::lossy_rel(r): E = r * (global max - global min) of the inputs.
 //  - prod is not offered in lossy mode. Non-finite inputs come out as an
 //    uncompressed float reduction would give them. All ranks' outputs are
@@ -22,6 +25,7 @@
 #include <string>
 
 #include "ncclz/codec/format.hpp"
+#include "ncclz/topology.hpp"
 #include "ncclz/unique_id.hpp"
 
 namespace ncclz {
@@ -59,6 +63,13 @@ struct Compression {
 /// "none", "lossless", "lossy_abs", "lossy_rel" ("?" outside the enum).
 const char* mode_name(Compression::Mode m);
 
+/// The algorithm of a collective call (docs/ALGORITHMS.md): the flat ring over
+/// all ranks, or hierarchical (exact inside each host, the ring between hosts
+/// among the ranks of the same local rank; Topology::hierarchical()).
+enum class Algorithm : uint8_t { Ring, Hierarchical };
+/// "ring", "hierarchical" ("?" outside the enum).
+const char* algorithm_name(Algorithm a);
+
 /// Per-call statistics (comm.last_stats in Python).
 struct CallStats {
   uint64_t raw_bytes = 0;   ///< bytes this rank would have sent uncompressed
@@ -77,6 +88,13 @@ struct CallStats {
   Compression::Mode ran_mode = Compression::Mode::None;
   /// The call ran with rank 0's lighter proposal instead of the requested mode.
   bool lightened = false;
+  /// The algorithm the call ran (send/recv: Ring, their own link). A
+  /// hierarchical call counts its inter-host phase in raw_bytes, wire_bytes and
+  /// ratio (the links that compress) and its intra-host phases in local_bytes.
+  Algorithm algorithm = Algorithm::Ring;
+  /// Hierarchical calls: bytes this rank sent to ranks on its own host
+  /// (uncompressed, not in raw_bytes / wire_bytes); 0 for ring calls.
+  uint64_t local_bytes = 0;
 };
 
 /// Communicator settings. Every NCCLZ_* variable the runtime reads is parsed in
@@ -114,6 +132,14 @@ struct CommConfig {
   /// Point-to-point links for send/recv, connected at creation (1) or not
   /// (0); -1: NCCLZ_P2P, default 1.
   int p2p = -1;
+  /// The topology override (ncclz/topology.hpp): this rank's host id
+  /// (NCCLZ_TOPO_HOST), or every rank's ("0,0,1,1" or "2x2"; NCCLZ_TOPO_HOSTS).
+  std::string topo_host, topo_hosts;
+  /// The collectives' algorithm: "" (NCCLZ_ALGO, default "auto": hierarchical
+  /// where the topology allows it, else the ring), "auto", "ring",
+  /// "hierarchical". Rank 0's setting decides for every rank (it travels in
+  /// the call descriptor), unless the policy's hints name one.
+  std::string algorithm;
 
   /// Every field from the environment (RANK, WORLD_SIZE, MASTER_ADDR,
   /// MASTER_PORT, NCCLZ_*), defaults for the variables that are unset:
@@ -184,6 +210,8 @@ class Communicator {
   /// use it (slot_bytes where larger slices are off, e.g. on shared memory).
   /// The token is not reported ("").
   virtual const CommConfig& config() const = 0;
+  /// Which ranks share a host, as found at creation (ncclz/topology.hpp).
+  virtual const Topology& topology() const = 0;
 
   /// Checks a call's arguments without communicating: what the call itself
   /// checks (type, op, compression, root or peer, buffers) and what only a

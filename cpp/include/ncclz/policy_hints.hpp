@@ -25,6 +25,13 @@ struct PolicyHints {
   /// bottleneck. The slice headers say what each encoder used, so the result
   /// is the same bits whatever the margin.
   double rans_margin = -1;
+  /// The algorithm: int(Algorithm::Ring) or int(Algorithm::Hierarchical);
+  /// -1: none proposed (CommConfig::algorithm, NCCLZ_ALGO, else the default:
+  /// hierarchical where the topology allows it). A hierarchical proposal
+  /// where the topology does not allow it runs the ring. Any algorithm keeps
+  /// the requested bound (each has its own error budget); none and lossless
+  /// are bit-identical to each other under the same algorithm.
+  int algorithm = -1;
 };
 
 }  // namespace ncclz

@@ -92,6 +92,69 @@ LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const
   return p;
 }
 
+LossyPlan plan_lossy_hier(codec::ElemType t, Combine how, int nhosts, int local_size, double E, const DataStats& g) {
+  LossyPlan p;
+  p.E = E;
+  if (!(E > 0) || !std::isfinite(E)) {
+    p.why_not = "the error bound is zero (constant or empty data in rel mode)";
+    return p;
+  }
+  if (g.nonfinite) {
+    p.why_not = "non-finite inputs";
+    return p;
+  }
+  const double H = double(nhosts), L = double(local_size);
+  const double A = g.maxabs;
+  const double tiny = std::ldexp(1.0, -50);
+  const double u = unit_roundoff(t), d = smallest_subnormal(t);
+  const bool half = t == codec::ElemType::F16 || t == codec::ElemType::BF16;
+  const bool sums = how != Combine::Select;
+  // The host's combined value: its bound M and its rounding eps (see the header).
+  double M = A, eps = 0;
+  if (sums) {
+    const double gr = half ? (1 + u) * (1 + std::ldexp(1.0, -24)) : 1 + u;
+    M = L * A * std::pow(gr, L) + L * d;
+    const double e_add = half_ulp_bound(t, M * (1 + std::ldexp(1.0, -23))) + (half ? std::ldexp(M, -24) : 0.0);
+    eps = (L - 1) * e_add;
+  }
+  const double V = how == Combine::Mean ? L * E : E;
+  const double delta = 2 * half_ulp_bound(t, M + V) + 3 * (M + V) * tiny;
+  const double inflate = 1 + std::ldexp(1.0, -30);
+  const double R = how == Combine::Sum    ? H * (M + V + delta) * inflate + E
+                   : how == Combine::Mean ? (M + V + delta) / L * inflate + E
+                                          : (A + 2 * E) * inflate;
+  if (!(R < largest_finite(t)) || !(M < largest_finite(t))) {
+    p.why_not = "the result may overflow the element type";
+    return p;
+  }
+  const double avail = E - half_ulp_bound(t, R) - R * tiny;
+  const double eb = how == Combine::Sum    ? avail / H - delta - eps
+                    : how == Combine::Mean ? avail * L - delta - eps
+                                           : avail - delta;
+  if (!(eb > 1e-300) || !(eb <= V)) {
+    p.why_not = "the bound is below the element type's own rounding";
+    return p;
+  }
+  const double m = M / (2 * eb) + 2;  // largest |code| any host emits
+  const double n_add = sums ? H : 1;
+  const int64_t lim32 = int64_t(2147483647.0 / n_add);
+  const int64_t lim64 = int64_t(std::ldexp(1.0, 62) / n_add);
+  if (m <= double(lim32)) {
+    p.wide = false;
+    p.limit = lim32;
+  } else if (m <= double(lim64) * 0.999) {
+    p.wide = true;
+    p.limit = lim64;
+  } else {
+    p.why_not = "the codes would not fit 64 bits";
+    return p;
+  }
+  p.eb = eb;
+  p.check_eb = eb + half_ulp_bound(t, M + V) + 2 * (M + V) * tiny;
+  p.compress = true;
+  return p;
+}
+
 bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g) {
   if (how == Combine::Select) return true;
   if (g.nonfinite || !(E > 0) || !std::isfinite(E)) return false;

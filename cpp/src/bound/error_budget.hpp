@@ -81,12 +81,49 @@ double relative_bound(double r, double lo, double hi);
 /// The plan for a lossy call with bound E (already resolved from rel mode).
 LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g);
 
+/// The plan of a hierarchical call (docs/ALGORITHMS.md, "Hierarchical
+/// collectives"): H hosts of L ranks; inside each host the ranks' values are
+/// combined exactly in T (raw slots, no quantization), and only the host's
+/// combined value p_h is quantized, once, for the compressed ring between
+/// hosts. So a sum's quantization error is paid H times, not N = H*L times.
+/// The host's sum itself is rounded in T, and that rounding is in the budget:
+///
+///   partial sums: P_1 = x, P_k = fl(P_{k-1} + x_k) (ring order), |x| <= A.
+///     |fl(s)| <= |s| g + d/2 with g = 1 + u (f32, f64: one rounding) or
+///     g = (1 + u)(1 + 2^-24) (f16, bf16: the sum is taken in float, then
+///     rounded to T: two roundings), so by induction
+///     |P_k| <= k A g^(k-1) + (k-1) d/2 <= M := L A g^L + L d.
+///   each of the L-1 additions errs by at most e_add = hu(M') + (f16/bf16:
+///     2^-24 M) with M' = M (1 + 2^-23) (the float sum before its rounding to
+///     T is within 2^-24 of the exact one); together
+///     |p_h - sum_l x_{h,l}| <= eps := (L-1) e_add.
+///   the quantizer sees |p_h| <= M in place of A: its code is within
+///     eb + delta of p_h, delta = 2 hu(M + V) + 3 (M + V) 2^-50, V >= eb
+///     (V = E for sum and select, L*E for mean).
+///
+///   sum:  |out - sum x| <= H (eps + eb + delta) + hu(R) + R 2^-50,
+///         R = H (M + V + delta)(1 + 2^-30) + E
+///         => eb = (E - hu(R) - R 2^-50) / H - delta - eps
+///   mean: the sum of codes is divided by N once, at dequantization:
+///         |out - mean x| <= H (eps + eb + delta) / N + hu(R) + R 2^-50,
+///         R = (M + V + delta) / L (1 + 2^-30) + E
+///         => eb = (E - hu(R) - R 2^-50) * L - delta - eps
+///   select (max/min, and the data movement of all_gather, broadcast): the
+///         host's max/min is one of its values, exact (eps = 0, M = A): the
+///         flat ring's budget, eb = E - hu(R) - R 2^-50 - delta, R = A + 2E.
+///
+/// Codes: |q| <= M/step + 2, H of them add up (select: 1). With L = 1 this is
+/// the flat ring's budget over H ranks (up to the slightly larger R).
+LossyPlan plan_lossy_hier(codec::ElemType t, Combine how, int nhosts, int local_size, double E, const DataStats& g);
+
 /// Whether the plain collective in the element type keeps |out - exact| <= E,
 /// with half of E to spare: then an exact mode (none, lossless) may run a call
 /// that asked for the lossy bound E (the compression policy's proposal).
 /// Select (max/min, data movement) returns one rank's value exactly. A ring
 /// sum adds N-1 times in T, each partial sum bounded by N*A, so it is off by at
-/// most (N-1) half-ulps of N*A; a mean adds one rounding of the division.
+/// most (N-1) half-ulps of N*A; a mean adds one rounding of the division. The
+/// hierarchical sum adds L-1 times inside a host and H-1 times between hosts
+/// (L-1 + H-1 <= N-1), every partial sum again within N*A: the same bound.
 bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g);
 
 /// Whether a ring sum of a 16-bit float type t accumulated in float32 and

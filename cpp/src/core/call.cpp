@@ -8,6 +8,8 @@
 #include <string>
 
 #include "base/log.hpp"
+#include "core/config.hpp"
+#include "core/hier_call.hpp"
 #include "core/lossy_call.hpp"
 #include "core/validate.hpp"
 #include "ncclz/error.hpp"
@@ -50,6 +52,22 @@ Mode CallRoutine::decide_mode(const std::vector<CallDesc>& all, Mode m, DataType
   return call.ran;
 }
 
+uint8_t CallRoutine::configured_algorithm() const {
+  bool ok = false;
+  const int a = parse_algorithm(rt_.cfg.algorithm, &ok);
+  return ok && a >= 0 ? uint8_t(a + 1) : 0;
+}
+
+Algorithm CallRoutine::decide_algorithm(const CallDesc& rank0, const Collective& cd) const {
+  // Hierarchical needs its links (the topology allows it) and a schedule.
+  if (!rt_.hier || !cd.hier) return Algorithm::Ring;
+  if (rank0.algorithm == 1 + int(Algorithm::Ring)) return Algorithm::Ring;
+  // Proposed, or the default: fewer bytes on the network and, for lossy sums,
+  // the bound split among hosts instead of ranks. (The choice never depends
+  // on the mode, so none and lossless stay bit-identical.)
+  return Algorithm::Hierarchical;
+}
+
 void CallRoutine::collective(const Collective& given, DataType t, const Compression& c, const PolicyHints* hints,
                              CallStats* stats) {
   CallState call = begin(stats);
@@ -65,6 +83,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   d.seq = rt_.seq++;
   if (!err.empty()) d.flags |= kInvalid;
   if (!rt_.cfg.pipeline_quantize) d.flags |= kEagerQuantize;
+  if (!d.algorithm) d.algorithm = configured_algorithm();
   LossyCall lossy(rt_, cd, t, c, nch, call);
   if (is_lossy(m) && err.empty()) lossy.describe(d);
   // 3. exchange
@@ -83,13 +102,18 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   }
   // 4. decide
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
+  cd.algorithm = call.algorithm = decide_algorithm(all[0], cd);
   if (is_lossy(run)) {
     lossy.run(all);  // 5.-6.
   } else {
     // 6. the user's buffers through raw slots (none) or the selector
     // (lossless; a lightened call with the selector's own choice).
-    rt_.channels.run_schedule(cd, cd.send, cd.recv, native_wire(t, run, cd.op, run == m ? c : Compression{}), nch,
-                              call);
+    const Compression& wire_c = run == m ? c : Compression{};
+    if (cd.algorithm == Algorithm::Hierarchical) {
+      run_hier_values(rt_, cd, t, run, wire_c, nch, call);
+    } else {
+      rt_.channels.run_schedule(cd, cd.send, cd.recv, native_wire(t, run, cd.op, wire_c), nch, call);
+    }
   }
   // 7. this rank's own block (never on the wire, exact in every mode); avg:
   // the sum divided once, the same way on every rank; the stats.

@@ -11,7 +11,11 @@
 //   3. exchange  every rank's descriptor: mismatched or invalid calls raise
 //                on every rank before any data moves
 //   4. decide    the mode every rank runs: rank 0's lighter proposal where it
-//                keeps the bound (bound::exact_keeps_bound), else the request
+//                keeps the bound (bound::exact_keeps_bound), else the request;
+//                and the algorithm (Collective::algorithm): rank 0's proposal
+//                or setting where the topology allows it, else the default
+//                (hierarchical where there are several hosts with the same
+//                number L > 1 of ranks each, else the ring)
 //   5. prepare   lossy: the plan from the global statistics, then quantize
 //                (staged or eager) or take the exact path
 //   6. run       the collective's schedule on the channels (core/channels.hpp):
@@ -57,6 +61,11 @@ class CallRoutine {
   /// outcome and rank 0's codec effort in `call`.
   Mode decide_mode(const std::vector<CallDesc>& all, Mode m, DataType t, Combine how, const Compression& c,
                    CallState& call) const;
+  /// Step 4: the algorithm every rank runs the call with (see above).
+  Algorithm decide_algorithm(const CallDesc& rank0, const Collective& cd) const;
+  /// What this rank proposes in its descriptor when the hints name none:
+  /// CommConfig::algorithm (NCCLZ_ALGO), 1 + int(Algorithm), 0 for auto.
+  uint8_t configured_algorithm() const;
 
   Runtime& rt_;
 };

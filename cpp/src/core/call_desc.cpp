@@ -36,7 +36,7 @@ std::string mode_string(uint8_t mode, double bound, const char* codec) {
     case Mode::LossyRel: s << "lossy_rel(" << bound << ")"; break;
     default: s << "mode " << int(mode);
   }
-  if (codec && codec[0]) s << ", codec=" << std::string(codec, strnlen(codec, 16));
+  if (codec && codec[0]) s << ", codec=" << std::string(codec, strnlen(codec, sizeof(CallDesc::codec)));
   return s.str();
 }
 

@@ -82,7 +82,12 @@ struct CallDesc {
   /// mostly-zero calls run with larger slices (core/lossy_call.hpp).
   /// Not part of the match.
   uint8_t density = 0;
-  char codec[16] = {};  ///< forced codec name ("" = selector)
+  char codec[15] = {};  ///< forced codec name ("" = selector)
+  /// Rank 0's algorithm: 1 + int(Algorithm) (PolicyHints::algorithm, else
+  /// CommConfig::algorithm / NCCLZ_ALGO), 0 for the default. Every rank runs
+  /// all[0]'s where the topology allows it (core/call.hpp, step 4); not part
+  /// of the match.
+  uint8_t algorithm = 0;
 };
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");
 

@@ -26,6 +26,9 @@ CallDesc make_desc(const Collective& cd, DataType t, Mode m, const Compression& 
     if (lighter >= 0 && lighter < std::min(int(m), int(Mode::Lossless) + 1)) d.lighter = uint8_t(lighter + 1);
     const double margin = hints->rans_margin;
     if (margin >= 0 && margin <= 1) d.rans_margin = uint8_t(std::lround(margin * 100) + 1);
+    if (hints->algorithm >= 0 && hints->algorithm <= int(Algorithm::Hierarchical)) {
+      d.algorithm = uint8_t(hints->algorithm + 1);
+    }
   }
   return d;
 }

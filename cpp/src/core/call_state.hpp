@@ -18,7 +18,10 @@ inline double seconds(Clock::time_point a, Clock::time_point b) { return std::ch
 struct CallState {
   Clock::time_point t0 = Clock::now();
   Clock::time_point deadline;
-  std::vector<prims::ChannelStats> ch;              ///< per channel (send/recv: the one link)
+  std::vector<prims::ChannelStats> ch;  ///< per channel (send/recv: the one link)
+  /// Hierarchical calls: per channel, the intra-host links (ch: the inter-host ones).
+  std::vector<prims::ChannelStats> local_ch;
+  Algorithm algorithm = Algorithm::Ring;            ///< the algorithm the call ran
   double quantize_s = 0;                            ///< API-layer passes: statistics, quantize, dequantize
   double bound = 0;                                 ///< E (CallStats::error_bound)
   bool fallback = false;                            ///< a lossy call that ran exactly
@@ -30,21 +33,24 @@ struct CallState {
   /// Writes the CallStats (if asked for): the channels' counters summed.
   void finish() {
     if (!out) return;
-    prims::ChannelStats s;
+    prims::ChannelStats s, local;
     for (const auto& c : ch) s.add(c);
+    for (const auto& c : local_ch) local.add(c);
     CallStats r;
     r.raw_bytes = s.raw_bytes;
     r.wire_bytes = s.wire_bytes;
     r.ratio = s.wire_bytes ? double(s.raw_bytes) / double(s.wire_bytes) : 1.0;
-    r.encode_s = s.encode_s;
-    r.decode_s = s.decode_s;
-    r.quantize_s = quantize_s + s.stage_s;
-    r.wait_s = s.wait_s;
+    r.encode_s = s.encode_s + local.encode_s;
+    r.decode_s = s.decode_s + local.decode_s;
+    r.quantize_s = quantize_s + s.stage_s + local.stage_s;
+    r.wait_s = s.wait_s + local.wait_s;
     r.wall_s = seconds(t0, Clock::now());
     r.error_bound = bound;
     r.exact_fallback = fallback;
     r.ran_mode = ran;
     r.lightened = lightened;
+    r.algorithm = algorithm;
+    r.local_bytes = local.wire_bytes;
     *out = r;
   }
 };

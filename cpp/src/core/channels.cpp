@@ -113,6 +113,10 @@ int RingChannels::pick(size_t bytes) const {
   return int(std::max<size_t>(1, std::min<size_t>(ch_.size(), n)));
 }
 
+prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int channel, size_t slot_bytes) {
+  return args_of(w, call, rank, channel, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes));
+}
+
 prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
   const prims::PrimsArgs a = args_of(w, call, rank_, c, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_));
   Channel& ch = ch_[size_t(c)];

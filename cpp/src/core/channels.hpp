@@ -55,6 +55,11 @@ Wire native_wire(DataType t, Mode m, RedOp op, const Compression& c);
 /// The lossy codes (int32, or int64 when wide); a mean sums them.
 Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c);
 
+/// The prims arguments of a call moving `w` on channel `channel` (for error
+/// messages) of rank `rank`: slices of w.slice_bytes, else of `slot_bytes`;
+/// rank 0's codec effort and the call's deadline from `call`.
+prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int channel, size_t slot_bytes);
+
 /// Aborts the communicator with a reason (CommunicatorImpl::fail).
 using FailFn = std::function<void(const std::string&)>;
 

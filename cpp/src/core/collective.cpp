@@ -1,5 +1,5 @@
 // The collective descriptions and their schedules (see collective.hpp; the
-// schedules themselves are algorithms/ring.hpp, chain_reduce.hpp and
+// schedules themselves are algorithms/ring.hpp, hierarchical.hpp, chain_reduce.hpp and
 // pairwise.hpp).
 #include "core/collective.hpp"
 
@@ -22,6 +22,23 @@ void all_gather_schedule(prims::Prims& p, const ChannelPart& c) {
 
 void broadcast_schedule(prims::Prims& p, const ChannelPart& c) {
   algorithms::chain_broadcast(p, c.pos, c.root, c.dst, c.count);
+}
+
+void hier_all_reduce_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
+  algorithms::hier_all_reduce(intra, inter, c.pos, c.src, c.dst, c.mid, c.count, c.seg_intra, c.seg_inter);
+}
+
+void hier_reduce_scatter_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
+  algorithms::hier_reduce_scatter(intra, inter, c.pos, c.src, c.stride, c.work, c.mid, c.mid_out, c.count, c.seg_intra,
+                                  c.seg_inter);
+}
+
+void hier_all_gather_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
+  algorithms::hier_all_gather(intra, inter, c.pos, c.src, c.dst, c.stride, c.count, c.seg_intra, c.seg_inter);
+}
+
+void hier_broadcast_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
+  algorithms::hier_broadcast(intra, inter, c.pos, c.root, c.dst, c.count, c.seg_inter);
 }
 
 void reduce_schedule(prims::Prims& p, const ChannelPart& c) {
@@ -65,6 +82,7 @@ Collective all_reduce_desc(const void* send, void* recv, size_t count, RedOp op)
   c.how = combine_of(op);
   c.codes_in_place = true;
   c.schedule = all_reduce_schedule;
+  c.hier = hier_all_reduce_schedule;
   return c;
 }
 
@@ -79,6 +97,7 @@ Collective reduce_scatter_desc(const void* send, void* recv, size_t recv_count, 
   c.op = op;
   c.how = combine_of(op);
   c.schedule = reduce_scatter_schedule;
+  c.hier = hier_reduce_scatter_schedule;
   return c;
 }
 
@@ -90,6 +109,7 @@ Collective all_gather_desc(const void* send, void* recv, size_t send_count, int 
   c.count = c.in_count = c.split = send_count;
   c.out_count = c.message = send_count * size_t(nranks);
   c.schedule = all_gather_schedule;
+  c.hier = hier_all_gather_schedule;
   return c;
 }
 
@@ -103,6 +123,7 @@ Collective broadcast_desc(void* buf, size_t count, int root, int rank) {
   c.input_here = rank == root;
   c.codes_in_place = true;
   c.schedule = broadcast_schedule;
+  c.hier = hier_broadcast_schedule;
   return c;
 }
 

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/hierarchical.hpp"
 #include "algorithms/pairwise.hpp"
 #include "algorithms/ring.hpp"
 #include "core/call_desc.hpp"
@@ -51,6 +52,27 @@ struct ChannelPart {
 /// The algorithm of a collective on one channel.
 using ChannelSchedule = void (*)(prims::Prims& p, const ChannelPart& part);
 
+/// One channel's share of a hierarchical call (core/hier_channels.hpp), each
+/// buffer offset to the channel's part in its own element size: src, dst and
+/// work in the intra-host wire's elements (the user's values), mid and
+/// mid_out in the inter-host wire's (the values, or a lossy call's codes,
+/// mapped onto dst / work by a prims::Stage).
+struct HierPart {
+  algorithms::HierPos pos;
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  uint8_t* work = nullptr;     ///< reduce_scatter: the host's sums (H blocks, `stride` apart)
+  uint8_t* mid = nullptr;      ///< the inter-host phase's input (all_reduce: in place)
+  uint8_t* mid_out = nullptr;  ///< reduce_scatter: the inter-host phase's output
+  size_t count = 0;
+  size_t stride = 0;
+  int root = -1;
+  size_t seg_intra = 0, seg_inter = 0;  ///< ring chunk elements of each ring
+};
+
+/// A hierarchical algorithm on one channel: the intra-host ring's prims and
+/// the inter-host ring's.
+using HierSchedule = void (*)(prims::Prims& intra, prims::Prims& inter, const HierPart& part);
 /// One lane's share of a call on the point-to-point links, as a peer schedule
 /// sees it: the whole wire buffers, with the blocks of the input and output
 /// (all_to_all; gather and scatter: equal blocks of `each`).
@@ -93,6 +115,12 @@ struct Collective {
   /// Elements split over the channels (per block): channel c of n takes
   /// [split*c/n, split*(c+1)/n) of every block.
   size_t split = 0;
+  /// The hierarchical schedule (algorithms/hierarchical.hpp); nullptr where
+  /// the collective has none.
+  HierSchedule hier = nullptr;
+  /// The algorithm this call runs: chosen per call by the call routine from
+  /// rank 0's proposal and the topology (core/call.hpp, step 4).
+  Algorithm algorithm = Algorithm::Ring;
   /// The schedule on the point-to-point links instead of the rings
   /// (all_to_all, gather, scatter): the call's channels become lanes that
   /// take the pairwise steps (algorithms/pairwise.hpp).

@@ -8,6 +8,18 @@
 // lazily by two ranks alone). That costs (N-1) * nslots * slot_bytes of slot
 // memory per rank for point-to-point; see docs/ALGORITHMS.md.
 //
+// Topology. At creation the ranks find which of them share a host
+// (topology/topology.hpp: the bootstrap's host names, or NCCLZ_TOPO_HOST(S)).
+// Where that allows hierarchical collectives (several hosts, the same number
+// L > 1 of ranks on each) every channel also gets an intra-host ring (the L
+// ranks of this host) and an inter-host ring (the ranks with this local rank,
+// one per host; core/hier_channels.hpp). The inter-host rings use the
+// communicator's transport. The intra-host rings use it too where it is
+// shared memory or in-process already; where it is sockets and a host's ranks
+// share a machine, they get a transport of their own over a bootstrap of the
+// host's ranks (topology/group_bootstrap.hpp): shared memory between
+// processes, the heap between threads.
+//
 // Errors. Argument errors and mismatched calls are found before data moves and
 // leave the communicator usable. A failure while data moves (timeout, corrupt
 // slice, a vanished peer) leaves the slot FIFOs out of step, so it aborts the
@@ -29,6 +41,8 @@
 #include "core/validate.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/policy_hints.hpp"
+#include "topology/group_bootstrap.hpp"
+#include "topology/topology.hpp"
 #include "transport/transport.hpp"
 
 namespace ncclz {
@@ -44,6 +58,7 @@ class CommunicatorImpl final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const CommConfig& config() const override { return rt_->cfg; }
+  const Topology& topology() const override { return rt_->topo; }
   void check_call(const CallArgs& args, const PolicyHints* hints) const override {
     core::check_call(args, hints, rank_, size_, rt_->cfg.p2p != 0);
   }
@@ -111,12 +126,19 @@ class CommunicatorImpl final : public Communicator {
  private:
   /// Aborts the communicator: every pending and later call fails with Aborted.
   void fail(const std::string& reason);
+  /// The hierarchical links (see the file comment), where the topology allows them.
+  void connect_hierarchical(const transport::TransportConfig& tc, Clock::time_point deadline);
 
   int rank_ = 0, size_ = 1;
   std::unique_ptr<Bootstrap> boot_;
   std::shared_ptr<transport::AbortFlag> abort_;
   std::unique_ptr<transport::Transport> transport_;
   std::vector<std::vector<transport::PeerLink>> ring_links_, p2p_links_;
+  // Hierarchical links: the host's own bootstrap and transport (where it has
+  // one), the intra-host and inter-host rings.
+  std::unique_ptr<topology::GroupBootstrap> host_boot_;
+  std::unique_ptr<transport::Transport> host_transport_;
+  std::vector<std::vector<transport::PeerLink>> intra_links_, inter_links_;
   std::unique_ptr<core::Runtime> rt_;
   std::unique_ptr<core::CallRoutine> routine_;
   std::mutex call_mu_;   // one call at a time
@@ -140,6 +162,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   const int64_t mine[kAgreed] = {cfg.nchannels, cfg.p2p, int64_t(cfg.slot_bytes), cfg.nslots,
                                  int64_t(cfg.sparse_slice_bytes)};
   boot_->allgather(mine, sizeof mine, all.data());
+  Topology topo = topology::find(*boot_, cfg);
   for (int r = 0; r < size_; ++r) {
     for (size_t k = 0; k < kAgreed; ++k) {
       const int64_t theirs = all[kAgreed * size_t(r) + k];
@@ -169,6 +192,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
 
   rt_ = std::make_unique<core::Runtime>(rank_, size_, cfg, slot_capacity, abort_,
                                         [this](const std::string& reason) { fail(reason); });
+  rt_->topo = std::move(topo);
   routine_ = std::make_unique<core::CallRoutine>(*rt_);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(cfg.timeout_s > 0 ? cfg.timeout_s : 300));
@@ -188,14 +212,74 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
       p2p_links_ = transport_->connect(others, 1, deadline);
       for (size_t i = 0; i < others.size(); ++i) rt_->peers.attach(others[i], &p2p_links_[0][i]);
     }
+    connect_hierarchical(tc, deadline);
   }
   // Rank 0's bootstrap may learn later that another process claims a rank of
   // this job (two jobs on one port): the communicator then aborts.
   boot_->set_conflict_handler([this](const std::string& why) { fail(why); });
   NCCLZ_INFO(rank_,
              "communicator: %d ranks, %d channels, %d slots x %zu bytes (slices of %zu bytes, %zu for mostly-zero "
-             "lossy sums)",
-             size_, cfg.nchannels, cfg.nslots, slot_capacity, cfg.slot_bytes, cfg.sparse_slice_bytes);
+             "lossy sums); topology %s",
+             size_, cfg.nchannels, cfg.nslots, slot_capacity, cfg.slot_bytes, cfg.sparse_slice_bytes,
+             rt_->topo.describe().c_str());
+}
+
+void CommunicatorImpl::connect_hierarchical(const transport::TransportConfig& tc, Clock::time_point deadline) {
+  Topology& topo = rt_->topo;
+  const char* main_kind = transport::kind_name(transport_->kind());
+  topo.inter_link = topo.nhosts > 1 ? main_kind : "";
+  topo.intra_link = topo.local_size > 1 ? main_kind : "";
+  if (!topo.hierarchical()) return;
+  const CommConfig& cfg = rt_->cfg;
+  const int H = topo.nhosts, L = topo.local_size, h = topo.host, l = topo.local_rank;
+  // A host's own transport where the communicator's is sockets and the host's
+  // ranks share a machine (the bootstrap's host ids). Every rank decides every
+  // host's case the same way, so all of them know whether the intra-host
+  // rings of some host still go through the communicator's transport (whose
+  // connect() every rank must then join).
+  auto own_transport = [&](int g) {
+    if (transport_->kind() != transport::Kind::Socket) return false;
+    const int first = topo.rank_of(g, 0);
+    for (int j = 1; j < L; ++j) {
+      if (boot_->host_id(topo.rank_of(g, j)) != boot_->host_id(first)) return false;
+    }
+    return true;
+  };
+  bool any_shared = false;
+  for (int g = 0; g < H; ++g) any_shared |= !own_transport(g);
+  auto ring_peers = [](int prev, int next) {
+    return prev == next ? std::vector<int>{next} : std::vector<int>{prev, next};
+  };
+  const int nch = cfg.nchannels;
+  const size_t slot = core::slot_of(cfg.slot_bytes);
+
+  // Intra-host rings: local rank l receives from l-1, sends to l+1.
+  if (own_transport(h)) {
+    std::vector<int> members(static_cast<size_t>(L));
+    for (int j = 0; j < L; ++j) members[size_t(j)] = topo.rank_of(h, j);
+    host_boot_ = std::make_unique<topology::GroupBootstrap>(*boot_, members, h);
+    transport::TransportConfig htc = tc;
+    htc.transport = "auto";  // shared memory (processes) or in-process (threads)
+    htc.throttle_gbps = 0;
+    topology::with_note(host_boot_->note(), [&] {
+      host_transport_ = transport::create_transport(*host_boot_, htc, abort_);
+      intra_links_ = host_transport_->connect(ring_peers((l + L - 1) % L, (l + 1) % L), nch, deadline, slot);
+    });
+    topo.intra_link = transport::kind_name(host_transport_->kind());
+    if (any_shared) transport_->connect({}, nch, deadline, slot);
+  } else {
+    intra_links_ = transport_->connect(ring_peers(topo.rank_of(h, (l + L - 1) % L), topo.rank_of(h, (l + 1) % L)), nch,
+                                       deadline, slot);
+  }
+  // Inter-host rings: host h receives from h-1, sends to h+1 (same local rank).
+  inter_links_ = transport_->connect(ring_peers(topo.rank_of((h + H - 1) % H, l), topo.rank_of((h + 1) % H, l)), nch,
+                                     deadline, slot);
+  rt_->hier = std::make_unique<core::HierChannels>(topo, rank_, nch, cfg.nslots, cfg.slot_bytes,
+                                                   host_boot_ ? host_boot_->note() : std::string());
+  for (int c = 0; c < nch; ++c) {
+    rt_->hier->attach_intra(c, intra_links_[size_t(c)].back().send.get(), intra_links_[size_t(c)].front().recv.get());
+    rt_->hier->attach_inter(c, inter_links_[size_t(c)].back().send.get(), inter_links_[size_t(c)].front().recv.get());
+  }
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -216,6 +300,12 @@ CommunicatorImpl::~CommunicatorImpl() {
       }
     };
     for (int c = 0; c < rt_->channels.count(); ++c) flush(rt_->channels.send_conn(c));
+    if (rt_->hier) {
+      for (int c = 0; c < rt_->hier->count(); ++c) {
+        flush(rt_->hier->intra_send(c));
+        flush(rt_->hier->inter_send(c));
+      }
+    }
     for (int r = 0; r < size_; ++r) {
       if (transport::PeerLink* l = rt_->peers.link(r)) flush(l->send.get());
     }
@@ -224,6 +314,10 @@ CommunicatorImpl::~CommunicatorImpl() {
   rt_.reset();
   p2p_links_.clear();
   ring_links_.clear();
+  intra_links_.clear();
+  inter_links_.clear();
+  host_transport_.reset();
+  host_boot_.reset();
   transport_.reset();
   boot_.reset();
 }

@@ -33,6 +33,9 @@ void read_tuning_env(CommConfig& c) {
   if (c.pipeline_quantize < 0) c.pipeline_quantize = int(env::get_int("NCCLZ_PIPELINE_QUANTIZE", -1, 0, 1));
   if (c.sparse_input < 0) c.sparse_input = int(env::get_int("NCCLZ_SPARSE_INPUT", -1, 0, 1));
   if (c.p2p < 0 && env::get("NCCLZ_P2P")) c.p2p = env::get_bool("NCCLZ_P2P", true) ? 1 : 0;
+  if (c.topo_host.empty()) c.topo_host = env::get_string("NCCLZ_TOPO_HOST", "");
+  if (c.topo_hosts.empty()) c.topo_hosts = env::get_string("NCCLZ_TOPO_HOSTS", "");
+  if (c.algorithm.empty()) c.algorithm = env::get_string("NCCLZ_ALGO", "");
 }
 
 void check_flag(int v, const char* name, const char* var) {
@@ -44,6 +47,21 @@ void check_flag(int v, const char* name, const char* var) {
 
 }  // namespace
 
+namespace core {
+
+int parse_algorithm(const std::string& s, bool* ok) {
+  std::string v;
+  for (char ch : s) v += char(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+  *ok = true;
+  if (v.empty() || v == "auto" || v == "default") return -1;
+  if (v == "ring") return int(Algorithm::Ring);
+  if (v == "hierarchical" || v == "hier") return int(Algorithm::Hierarchical);
+  *ok = false;
+  return -1;
+}
+
+}  // namespace core
+
 CommConfig CommConfig::defaults() {
   CommConfig c;
   c.nchannels = core::kDefaultChannels;
@@ -53,6 +71,7 @@ CommConfig CommConfig::defaults() {
   c.pipeline_quantize = 1;
   c.sparse_input = 1;
   c.p2p = 1;
+  c.algorithm = "auto";
   return c;
 }
 
@@ -93,6 +112,18 @@ CommConfig CommConfig::resolved() const {
     throw InvalidArgument("ncclz: slot_bytes must be at least 1024, got " + std::to_string(c.slot_bytes));
   }
   if (c.sparse_slice_bytes <= c.slot_bytes) c.sparse_slice_bytes = c.slot_bytes;  // no larger slices
+  if (c.algorithm.empty()) c.algorithm = "auto";
+  bool known = false;
+  const int algo = core::parse_algorithm(c.algorithm, &known);
+  if (!known) {
+    throw InvalidArgument("ncclz: algorithm (NCCLZ_ALGO) must be auto, ring or hierarchical, got '" + c.algorithm +
+                          "'");
+  }
+  c.algorithm = algo < 0 ? "auto" : algorithm_name(Algorithm(algo));
+  if (c.topo_host.size() > core::kMaxTopoHostId) {
+    throw InvalidArgument("ncclz: the host id (NCCLZ_TOPO_HOST) may have at most " +
+                          std::to_string(core::kMaxTopoHostId) + " characters, got '" + c.topo_host + "'");
+  }
   return c;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "codec/slice.hpp"
 #include "ncclz/communicator.hpp"
@@ -28,5 +29,13 @@ constexpr size_t kBytesPerChannel = size_t(256) << 10;
 /// with no short remainder slice or loop, each of which costs a ring step's
 /// fixed latency).
 constexpr size_t slot_of(size_t bytes) { return bytes + codec::kHeaderBytes; }
+
+/// The longest host id NCCLZ_TOPO_HOST takes (it travels in a fixed record).
+constexpr size_t kMaxTopoHostId = 63;
+
+/// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
+/// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for
+/// anything else. Case-insensitive.
+int parse_algorithm(const std::string& s, bool* ok);
 
 }  // namespace ncclz::core

@@ -6,6 +6,7 @@
 
 #include "base/log.hpp"
 #include "core/codec_choice.hpp"
+#include "core/hier_call.hpp"
 #include "prims/reduce.hpp"
 
 namespace ncclz::core {
@@ -49,10 +50,18 @@ double LossyCall::out_step(const LossyPlan& plan) const {
 void LossyCall::run(const std::vector<CallDesc>& all) {
   const DataStats g = merge_stats(all);
   const double E = resolve_bound(c_, g);
-  LossyPlan plan = plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
+  // Hierarchical calls quantize each host's combined values (its sum, or max /
+  // min) once: their own budget (core/hier_call.hpp).
+  const bool hier = cd_.algorithm == Algorithm::Hierarchical;
+  LossyPlan plan = hier ? plan_lossy_hier(elem_of(t_), cd_.how, rt_.topo.nhosts, rt_.topo.local_size, E, g)
+                        : plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
   apply_min_bytes(plan, c_, cd_.message * dsize(t_));
   call_.bound = E;
-  if (plan.compress && rt_.nranks > 1 && !(all[0].flags & kEagerQuantize)) {
+  if (plan.compress && hier && cd_.reduces) {
+    run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_);
+    return;
+  }
+  if (plan.compress && !hier && rt_.nranks > 1 && !(all[0].flags & kEagerQuantize)) {
     run_staged(plan, all);
     return;
   }
@@ -75,7 +84,11 @@ void LossyCall::run(const std::vector<CallDesc>& all) {
     run_exact(plan, all);
     return;
   }
-  rt_.channels.run_schedule(cd_, codes, out_codes, code_wire(t_, plan.wide, cd_.op, c_), nch_, call_);
+  if (hier) {
+    run_hier_codes(rt_, cd_, t_, plan.wide, codes, out_codes, c_, nch_, call_);
+  } else {
+    rt_.channels.run_schedule(cd_, codes, out_codes, code_wire(t_, plan.wide, cd_.op, c_), nch_, call_);
+  }
   dequantize_output(plan, out_codes);
 }
 
@@ -110,6 +123,7 @@ void LossyCall::run_staged(const LossyPlan& plan, const std::vector<CallDesc>& a
 
 void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all) {
   call_.fallback = true;
+  call_.algorithm = Algorithm::Ring;  // the exact path is the flat ring's
   NCCLZ_TRACE(rt_.rank, "%s: lossy call #%llu runs exactly: %s", coll_name(cd_.coll), (unsigned long long)all[0].seq,
               plan.why_not);
   if (!cd_.sums()) {

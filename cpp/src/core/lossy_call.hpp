@@ -9,6 +9,11 @@
 //            range), eb and the code width (bound::plan_lossy for the
 //            collective's Combine), min_bytes.
 //  then one of three paths, every rank taking the same one:
+//   hierarchical  (Collective::algorithm) all_reduce and reduce_scatter
+//            quantize each host's combined values slice by slice on the
+//            inter-host ring, all_gather and broadcast take the eager path on
+//            the hierarchical schedule; the exact path stays the flat ring's
+//            (core/hier_call.hpp).
 //   staged   (the default with >= 2 ranks) quantize and dequantize slice by
 //            slice inside the schedule's loops (core::LossyStage), overlapped
 //            with the transfers; mostly-zero sums carry lists of nonzeros and

@@ -16,6 +16,7 @@ using bound::DataStats;
 using bound::half_ulp_bound;
 using bound::LossyPlan;
 using bound::plan_lossy;
+using bound::plan_lossy_hier;
 using bound::unit_roundoff;
 
 /// E of the call: the abs bound, or r * (max - min) of the finite inputs (0

@@ -25,6 +25,14 @@ const char* mode_name(Compression::Mode m) {
   return "?";
 }
 
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Hierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
 const char* call_name(CallKind k) {
   switch (k) {
     case CallKind::AllReduce: return "all_reduce";

@@ -40,6 +40,10 @@ std::string check_compression(DataType t, Mode m, const Compression& c, const Po
       s << "the policy's rans_margin must be < 0 (the selector's default) or in [0, 1], got " << hints->rans_margin;
       return s.str();
     }
+    if (hints->algorithm < -1 || hints->algorithm > int(Algorithm::Hierarchical)) {
+      return "the policy's algorithm must be -1 (none proposed), 0 (ring) or 1 (hierarchical), got " +
+             std::to_string(hints->algorithm);
+    }
   }
   if (c.codec.size() >= sizeof(CallDesc::codec)) return "codec name '" + c.codec + "' is too long";
   bool ok = false;

@@ -29,6 +29,14 @@ each calibrated and measured on its own; an unmeasured variant is measured (one 
 model puts it within ``probe_factor`` of the fastest measured mode, and the fastest one runs
 (``Choice.rans_margin``; ``efforts=False`` keeps the default only).
 
+Algorithm: where the topology allows hierarchical collectives (``hosts`` > 1 hosts with the same
+number > 1 of ranks each; the Communicator fills in its :attr:`~ncclz.Communicator.topology`), each
+mode is predicted with the flat ring and the hierarchical algorithm (:mod:`.model`; a lossy sum's
+hierarchical calibration at L times the bound, since it quantizes with E/H where the ring uses E/n),
+measured times win per (mode, algorithm), and the faster runs (``Choice.algorithm``). Lossless takes
+none's algorithm, so the two stay bit-identical to each other whatever the policy proposes. A call's
+``algorithm=`` restricts the choice to that algorithm.
+
 Use::
 
     from ncclz.policy import Policy
@@ -50,10 +58,10 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import Lossless
+from ..spec import Lossless, Lossy
 from .calibration import Calibration, Calibrator, reduction_terms
 from .history import History, size_class
-from .model import CostModel
+from .model import INTRA_FACTOR, CostModel
 from .modes import EFFORTS, label, mode_class
 
 
@@ -63,9 +71,12 @@ class Choice:
 
     mode: "none", "lossless" or "lossy"; compression: what to pass as ``compression=`` (None,
     ncclz.Lossless() or the caller's Lossy); predicted_s: mode name -> predicted (or measured)
-    seconds; reason: why; measured: the mode names whose time in predicted_s was measured on
-    earlier calls; rans_margin, effort (lossy only): the codec effort (None / "": the default; see
-    :mod:`ncclz.policy.modes`)."""
+    seconds (with its algorithm); reason: why; measured: the mode names whose time in predicted_s
+    was measured on earlier calls; rans_margin, effort (lossy only): the codec effort (None / "":
+    the default; see :mod:`ncclz.policy.modes`); algorithm: the algorithm to run ("ring",
+    "hierarchical"; "" where the policy has no opinion: the runtime's default); algorithms: mode
+    name -> its algorithm in predicted_s; by_algorithm: mode name -> {algorithm: seconds}, where more
+    than one was predicted."""
 
     mode: str
     compression: Any
@@ -74,12 +85,23 @@ class Choice:
     measured: tuple = ()
     rans_margin: float | None = None
     effort: str = ""
+    algorithm: str = ""
+    algorithms: dict = dataclasses.field(default_factory=dict)
+    by_algorithm: dict = dataclasses.field(default_factory=dict)
 
     def __str__(self) -> str:
-        p = ", ".join(f"{k} {v * 1e3:.1f} ms{' (measured)' if k in self.measured else ''}"
-                      for k, v in self.predicted_s.items())
+        def one(k, v):
+            a = self.algorithms.get(k)
+            on = f" ({_SHORT.get(a, a)})" if a and len(self.by_algorithm.get(k, ())) > 1 else ""
+            return f"{k}{on} {v * 1e3:.1f} ms{' (measured)' if k in self.measured else ''}"
+
+        p = ", ".join(one(k, v) for k, v in self.predicted_s.items())
         effort = f"/{self.effort}" if self.effort else ""
-        return f"{self.mode}{effort} ({self.reason}; predicted {p})"
+        algo = f" on {self.algorithm}" if self.algorithm and len(self.by_algorithm.get(self.mode, ())) > 1 else ""
+        return f"{self.mode}{effort}{algo} ({self.reason}; predicted {p})"
+
+
+_SHORT = {"hierarchical": "hier"}
 
 
 def env_float(*names: str) -> float | None:
@@ -108,12 +130,16 @@ class Policy:
 
     def __init__(self, world_size: int | None = None, link_gbps: float | None = None,
                  cores_per_rank: float | None = None, *, nchannels: int | None = None,
+                 hosts: int | None = None, hierarchical: bool | None = None,
                  alpha_s: float = 50e-6, goodput: float = 0.95, overlap: float = 0.25, margin: float = 0.2,
                  min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3,
                  measured_margin: float = 0.05, probe_factor: float = 2.0, probe_every: int = 64,
-                 window: int = 4, efforts: bool = True):
+                 window: int = 4, efforts: bool = True, intra_Bps: float = 4e9):
         self.n = None if world_size is None else int(world_size)
         self.nchannels = None if nchannels is None else int(nchannels)
+        # the topology (the Communicator fills it in): hosts, and whether hierarchical collectives can run
+        self.hosts = None if hosts is None else int(hosts)
+        self.hierarchical = (self.hosts is not None and self.hosts > 1) if hierarchical is None else bool(hierarchical)
         self._link_gbps = link_gbps if link_gbps else env_float("NCCLZ_LINK_GBPS", "NCCLZ_SOCKET_THROTTLE_GBPS")
         # a configured rate (argument or environment) is used as is; observe() fills in when there is none
         self.configured = self._link_gbps is not None
@@ -123,7 +149,8 @@ class Policy:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
             cores_per_rank = (os.cpu_count() or 1) / max(1, local)
         self.cores_per_rank = float(cores_per_rank)
-        self.model = CostModel(alpha_s=alpha_s, goodput=goodput, overlap=overlap, quant_Bps=quant_Bps)
+        self.model = CostModel(alpha_s=alpha_s, goodput=goodput, overlap=overlap, quant_Bps=quant_Bps,
+                               intra_Bps=intra_Bps)
         self.margin, self.min_bytes = margin, min_bytes
         self.calibrator = Calibrator(sample_bytes=sample_bytes, reps=reps)
         self.history = History(window=window)
@@ -172,9 +199,10 @@ class Policy:
         """The measured call times so far (:class:`~ncclz.policy.history.Measurement`)."""
         return self.history.entries()
 
-    def measured(self, coll: str, dtype: str, nbytes: int, spec, effort: str = "") -> float | None:
-        """The measured wall time for a call of `nbytes` with `spec` (and codec effort), or None."""
-        return self.history.measured(coll, dtype, nbytes, spec, effort)
+    def measured(self, coll: str, dtype: str, nbytes: int, spec, effort: str = "",
+                 algorithm: str = "") -> float | None:
+        """The measured wall time for a call of `nbytes` with `spec` (and codec effort, algorithm), or None."""
+        return self.history.measured(coll, dtype, nbytes, spec, effort, algorithm)
 
     # ------------------------------------------------------------------ inputs
     def observe(self, stats) -> None:
@@ -202,14 +230,15 @@ class Policy:
         elif self._link_gbps is not None and g > self._link_gbps:
             self._link_gbps = g
 
-    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, effort: str = "") -> None:
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, effort: str = "",
+               algorithm: str = "") -> None:
         """Learns from a finished call: its wall time with the mode that ran (`spec`: None,
         ncclz.Lossless() or the Lossy spec; `effort`: a lossy call's codec effort, a key of
         EFFORTS), per (collective, dtype, power-of-two size class); see
         :mod:`ncclz.policy.history`. choose() uses these measurements instead of the model where it
         has them: they capture what the model does not (this data's ratio on the wire, the
         machine), and a calibration cached per (dtype, spec) may come from other data."""
-        self.history.record(coll, dtype, nbytes, spec, wall_s, effort)
+        self.history.record(coll, dtype, nbytes, spec, wall_s, effort, algorithm)
 
     def calibrate(self, x, spec, effort: str = "", sums: int = 0) -> Calibration:
         """Times ncclz.codec on a sample of x with spec (cached); see :mod:`ncclz.policy.calibration`."""
@@ -217,10 +246,55 @@ class Policy:
 
     # ------------------------------------------------------------------ model
     def predict(self, coll: str, nbytes: int, cal: Calibration | None, lossy: bool = False,
-                mostly_zero: bool = False) -> float:
-        """Predicted seconds of a call of `nbytes`: uncompressed (cal None) or with calibration `cal`."""
+                mostly_zero: bool = False, algorithm: str = "ring") -> float:
+        """Predicted seconds of a call of `nbytes`: uncompressed (cal None) or with calibration `cal`,
+        with `algorithm` on this policy's hosts."""
         return self.model.predict(coll, self._world(), nbytes, self._link_gbps or 1e9, self.cores, cal,
-                                  lossy=lossy, mostly_zero=mostly_zero)
+                                  lossy=lossy, mostly_zero=mostly_zero, algorithm=algorithm, hosts=self.hosts)
+
+    def algorithms(self, coll: str = "all_reduce", algorithm: str | None = None) -> tuple:
+        """The algorithms a call may run: the ring, and the hierarchical one where the topology
+        allows it; only `algorithm` where the call names one ("auto" / None: no restriction)."""
+        # (the collectives with a hierarchical schedule: INTRA_FACTOR's)
+        known = ("ring", "hierarchical") if self.hierarchical and coll in INTRA_FACTOR else ("ring",)
+        if algorithm in (None, "", "auto"):
+            return known
+        return (algorithm,) if algorithm in known else ("ring",)
+
+    def _algorithm_spec(self, spec, algorithm: str, coll: str, op: str):
+        """The spec to calibrate `algorithm` with (see the module doc): a lossy sum or mean on the
+        hierarchical algorithm quantizes with L times the ring's bound."""
+        if algorithm != "hierarchical" or not isinstance(spec, Lossy) or op not in ("sum", "avg"):
+            return spec
+        if coll not in ("all_reduce", "reduce_scatter") or not self.hosts:
+            return spec
+        L = self._world() / self.hosts
+        return Lossy(abs=spec.bound * L) if spec.abs is not None else Lossy(rel=spec.bound * L)
+
+    def _fastest(self, times: dict, coll: str, dt: str, nbytes: int, spec, effort: str) -> tuple:
+        """(algorithm, seconds, measured?) of the fastest entry of `times` (algorithm -> model
+        seconds), measured times replacing the model's where there are any. An unmeasured algorithm
+        competes with its prediction, so it runs (and gets measured) when the model favours it."""
+        best = None
+        for a, t in times.items():
+            m = self.history.measured(coll, dt, nbytes, spec, effort, a)
+            cand = (m if m is not None else t, a, m is not None)
+            if best is None or cand[0] < best[0]:
+                best = cand
+        return best[1], best[0], best[2]
+
+    def choose_algorithm(self, coll: str, nbytes: int, dtype: str = "", algorithm: str | None = None) -> tuple:
+        """(algorithm, {algorithm: seconds}) for an uncompressed call of `nbytes`: the faster of the
+        algorithms the topology allows (measured times win over the model); "" while the link rate
+        is unknown (no evidence: the runtime's default runs)."""
+        algos = self.algorithms(coll, algorithm)
+        times = {a: self.predict(coll, nbytes, None, algorithm=a) for a in algos}
+        if len(algos) == 1:
+            return algos[0], times
+        if self._link_gbps is None:
+            return "", times
+        a, _, _ = self._fastest(times, coll, dtype, nbytes, None, "")
+        return a, times
 
     def _world(self) -> int:
         if self.n is None:
@@ -228,27 +302,44 @@ class Policy:
                              "policy to a Communicator (policy=...), which fills it in")
         return self.n
 
-    def choose(self, coll: str, x, requested, nbytes: int | None = None) -> Choice:
+    def choose(self, coll: str, x, requested, nbytes: int | None = None, *, op: str = "sum",
+               algorithm: str | None = None) -> Choice:
         """The mode to use for collective `coll` on array `x` when the caller asked for `requested`.
 
         Never looser than `requested` (none and lossless are exact). The requested compressed mode
         is kept when the link rate is unknown, when its calibration fails, or when it is predicted
-        at least `margin` faster than the best lighter mode; otherwise the fastest lighter mode."""
+        at least `margin` faster than the best lighter mode; otherwise the fastest lighter mode.
+        Each mode runs with the faster of the algorithms the topology allows (see the module doc);
+        `op`: the reduction (a sum's hierarchical bound differs); `algorithm`: the call's own."""
         n = self._world()
         arr = np.asarray(x)
         if nbytes is None:
             nbytes = arr.nbytes * (n if coll in ("all_gather", "gather") else 1)
-        pred = {"none": self.predict(coll, nbytes, None)}
+        dt = str(arr.dtype)
+        algos = self.algorithms(coll, algorithm)
+        multi = len(algos) > 1
+        none_algo, none_times = self.choose_algorithm(coll, nbytes, dt, algorithm)
+        if not none_algo:  # the link rate is unknown: the runtime's default (no proposal)
+            none_algo = "hierarchical" if "hierarchical" in algos else algos[0]
+            multi = False
+        pred = {"none": none_times[none_algo]}
+        algo_of = {"none": none_algo}
+        by_algo = {"none": none_times} if multi else {}
+
+        def early(mode: str, comp, why: str, algo: str = "") -> Choice:
+            return Choice(mode, comp, pred, why, algorithm=algo if multi else "", algorithms=algo_of,
+                          by_algorithm=by_algo)
+
         req = mode_class(requested)
         if req == "none":
-            return Choice("none", None, pred, "no compression requested")
+            return early("none", None, "no compression requested", none_algo)
         if n <= 1:
-            return Choice(req, requested, pred, "one rank: nothing goes over a link")
+            return early(req, requested, "one rank: nothing goes over a link")
         if self._link_gbps is None:
-            return Choice(req, requested, pred, "link rate unknown: as requested (set NCCLZ_LINK_GBPS, or make an "
-                                                "uncompressed call >= 1 MiB for the policy to observe)")
+            return early(req, requested, "link rate unknown: as requested (set NCCLZ_LINK_GBPS, or make an "
+                                         "uncompressed call >= 1 MiB for the policy to observe)")
         if nbytes < self.min_bytes:
-            return Choice("none", None, pred, f"message {nbytes} B < {self.min_bytes} B: latency-bound")
+            return early("none", None, f"message {nbytes} B < {self.min_bytes} B: latency-bound", none_algo)
         # candidates: (name, spec, codec effort); "lossy/mid" and "lossy/fast" are the requested bound
         # with another codec effort (same guarantee: only the wire coder differs)
         cands = [("lossless", requested if req == "lossless" else Lossless(), "")]
@@ -259,20 +350,31 @@ class Policy:
         specs = {name: (spec, effort) for name, spec, effort in cands}
         sums = reduction_terms(coll, n, arr)
         for name, spec, effort in cands:
-            try:
-                cal = self.calibrate(arr, spec, effort=effort, sums=sums)
-            except Exception as e:  # noqa: BLE001
-                if name == req:
-                    return Choice(req, requested, pred, f"as requested: no calibration ({type(e).__name__}: {e})")
+            # lossless runs with none's algorithm: the two stay bit-identical to each other
+            times = {}
+            for a in (none_algo,) if name == "lossless" else algos:
+                try:
+                    cal = self.calibrate(arr, self._algorithm_spec(spec, a, coll, op), effort=effort, sums=sums)
+                except Exception as e:  # noqa: BLE001
+                    if name == req and a == "ring":
+                        return early(req, requested, f"as requested: no calibration ({type(e).__name__}: {e})")
+                    continue
+                times[a] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums),
+                                        algorithm=a)
+            if not times:
                 continue
-            pred[name] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums))
-        # measurements of earlier calls of this size class replace the model where present
+            if multi:
+                by_algo[name] = times
+            a = none_algo if name == "lossless" else self._fastest(times, coll, dt, nbytes, spec, effort)[0]
+            algo_of[name] = a
+            pred[name] = times[a]
         model = dict(pred)
-        dt = str(arr.dtype)
         measured = []
         for name, (spec, effort) in (("none", (None, "")), *specs.items()):
-            m = self.history.measured(coll, dt, nbytes, spec, effort=effort)
-            if m is not None and name in pred:
+            if name not in pred:
+                continue
+            m = self.history.measured(coll, dt, nbytes, spec, effort=effort, algorithm=algo_of[name])
+            if m is not None:
                 pred[name] = m
                 measured.append(name)
         measured = tuple(measured)
@@ -293,7 +395,7 @@ class Policy:
         def pick(name: str, why: str) -> Choice:
             spec, effort = specs.get(name, (None, ""))
             return Choice(name.split("/")[0], None if name == "none" else spec, pred, why, measured,
-                          EFFORTS[effort], effort)
+                          EFFORTS[effort], effort, algo_of[name] if multi else "", algo_of, by_algo)
 
         # the requested mode's variants (the codec efforts): the fastest, measured where possible
         variants = [v for v in [req] + [f"{req}/{e}" for e in EFFORTS if e] if v in pred]

@@ -3,7 +3,8 @@
 A *size class* is (collective, dtype, power-of-two size): calls of 33..64 MiB share one. Times are
 kept normalised to the class's size (the lower power of two), so calls of a class compare.
 
-:meth:`History.record` files a call's wall time under the label of the mode that ran; the measured
+:meth:`History.record` files a call's wall time under the label of the mode that ran (with
+``@hierarchical`` appended for a hierarchical call: another algorithm is another measurement); the measured
 time of a (class, label) is the fastest of the last ``window`` (4) calls (the minimum, because
 other load only ever slows a call down), skipping the first call of each (class, label): it is
 cold (buffers, threads, pages), unless another codec effort of the same lossy spec ran in this
@@ -50,30 +51,33 @@ class History:
         self._best: dict = {}  # class -> {label: measured seconds at the class size}
         self._calls: dict = {}  # (class, label) -> calls recorded
 
-    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, effort: str = "") -> None:
+    def record(self, coll: str, dtype: str, nbytes: int, spec, wall_s: float, effort: str = "",
+               algorithm: str = "") -> None:
         """Files a finished call's wall time under the mode that ran (`spec`: None, Lossless() or the
-        Lossy spec; `effort`: its codec effort, a key of EFFORTS)."""
+        Lossy spec; `effort`: its codec effort, a key of EFFORTS; `algorithm`: the algorithm it ran,
+        "" or "ring" for the ring)."""
         check_effort(effort)
         if not (wall_s > 0) or nbytes <= 0:
             return
-        cls, key = size_class(coll, dtype, nbytes), label(spec, effort)
+        cls, key = size_class(coll, dtype, nbytes), _key(spec, effort, algorithm)
         t = wall_s * _class_bytes(nbytes) / nbytes
         self._calls[(cls, key)] = self._calls.get((cls, key), 0) + 1
         lst = self._times.setdefault((cls, key), [])
         lst.append(t)
         if len(lst) == 1:
             done = self._best.get(cls, {})
-            twins = [label(spec, e) for e in EFFORTS if e != effort] if key.startswith("lossy:") else []
+            twins = [_key(spec, e, algorithm) for e in EFFORTS if e != effort] if key.startswith("lossy:") else []
             if not any(w in done for w in twins):
                 return  # cold
             lst.insert(0, t)  # counts as measured (the list's first entry is the one never used)
         del lst[1:-self.window]
         self._best.setdefault(cls, {})[key] = min(lst[1:])
 
-    def measured(self, coll: str, dtype: str, nbytes: int, spec, effort: str = "") -> float | None:
-        """The measured time of a call of `nbytes` (scaled from its class), or None."""
+    def measured(self, coll: str, dtype: str, nbytes: int, spec, effort: str = "",
+                 algorithm: str = "") -> float | None:
+        """The measured time of a call of `nbytes` (scaled from its class) with `algorithm`, or None."""
         d = self._best.get(size_class(coll, dtype, nbytes))
-        key = label(spec, check_effort(effort))
+        key = _key(spec, check_effort(effort), algorithm)
         if not d or key not in d:
             return None
         return d[key] * nbytes / _class_bytes(nbytes)
@@ -85,3 +89,9 @@ class History:
             coll, dtype, bits = cls
             out.append(Measurement(coll, dtype, 1 << (bits - 1), key, calls, self._best.get(cls, {}).get(key)))
         return out
+
+
+def _key(spec, effort: str, algorithm: str) -> str:
+    """The label a measurement is filed under: the mode's, with "@<algorithm>" for all but the ring."""
+    lab = label(spec, effort)
+    return lab if algorithm in ("", "ring") else f"{lab}@{algorithm}"

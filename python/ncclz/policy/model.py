@@ -24,6 +24,28 @@ input, all_to_all: each rank's input)::
         conservative (the netlab runs on a shared 2-core VM measured 0.1 .. 0.6)
 
 ratio, enc_Bps and dec_Bps come from a :class:`~ncclz.policy.calibration.Calibration`.
+
+**Algorithms** (``algorithm=``, :data:`ALGORITHMS`). The formulas above are the flat ring's: on H hosts
+of L ranks the ring crosses each host's link once per channel, so the slowest link carries
+f_wire(n) * S. The hierarchical algorithm (docs/ALGORITHMS.md) runs three phases one after the
+other: an exact intra-host phase, the compressed inter-host ring among the H ranks of one local
+rank (each carrying 1/L of the data, L of them sharing each host's link), and the intra-host
+distribution::
+
+    T_hier = steps_h * alpha + t_intra + T_inter
+      t_intra = f_intra(L) * S / (intra_Bps * cores_per_rank)   f_intra: all_reduce 2(L-1)/L,
+                reduce_scatter and all_gather (L-1)/L, broadcast 1 (raw copies and reductions
+                through shared memory)
+      T_inter = the ring formula with n = H ranks on the host link: t_net = f_wire(H) * S / (ratio * B)
+                (L rings of S/L each), t_cpu with the codec factors of H ranks on S/L per rank (broadcast:
+                the relaying rank codes all of S), t_fixed on S/L (reductions: each rank quantizes its
+                host's sum of its own block)
+      steps_h = the ring steps of L ranks (intra) plus those of H ranks (inter)
+
+A lossy sum's ratio depends on the algorithm: the ring quantizes with E/n, the hierarchical
+algorithm with E/H, so its calibration is taken at L times the bound (the caller's job:
+:meth:`~ncclz.policy.Policy.choose` does it). A latency-optimised algorithm is one more entry of
+:data:`ALGORITHMS` with its own formula here.
 """
 
 from __future__ import annotations
@@ -68,6 +90,15 @@ STEPS = {
 SPARSE_PASS_SPEEDUP = 8.0
 #: The collectives the model knows.
 COLLECTIVES = tuple(WIRE_FACTOR)
+#: The algorithms the model predicts (the runtime's Algorithm, docs/ALGORITHMS.md).
+ALGORITHMS = ("ring", "hierarchical")
+# bytes each rank sends on the intra-host links of a hierarchical call, as a multiple of S (L ranks per host)
+INTRA_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
 
 
 @dataclasses.dataclass
@@ -78,26 +109,50 @@ class CostModel:
     goodput: float = 0.95  # of the link rate
     overlap: float = 0.25
     quant_Bps: float = 2e9  # the dense quantize / dequantize passes, per core
+    intra_Bps: float = 4e9  # a hierarchical call's intra-host phases (raw copies and reductions), per core
+    alpha_intra_s: float = 20e-6  # per intra-host ring step
 
     def link_Bps(self, link_gbps: float) -> float:
         return link_gbps * 1e9 / 8 * self.goodput
 
     def predict(self, coll: str, n: int, nbytes: int, link_gbps: float, cores: float, cal=None,
-                lossy: bool = False, mostly_zero: bool = False) -> float:
-        """Predicted seconds of a call: uncompressed (cal None) or coded with the calibration `cal`."""
+                lossy: bool = False, mostly_zero: bool = False, algorithm: str = "ring",
+                hosts: int | None = None) -> float:
+        """Predicted seconds of a call: uncompressed (cal None) or coded with the calibration `cal`;
+        `algorithm` one of :data:`ALGORITHMS` on `hosts` hosts of n / hosts ranks (the ring: any)."""
         if coll not in WIRE_FACTOR:
             raise ValueError(f"unknown collective {coll!r}; one of {', '.join(COLLECTIVES)}")
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; one of {', '.join(ALGORITHMS)}")
         if n <= 1:
             return 0.0
+        if algorithm == "ring" or not hosts or hosts <= 1 or hosts >= n:
+            return self._ring(coll, n, nbytes, nbytes, link_gbps, cores, cal, lossy, mostly_zero)
+        H = int(hosts)
+        L = n / H
+        # the inter-host ring: H ranks, each on S/L of the data (broadcast: the relay codes all of S)
+        share = nbytes if coll == "broadcast" else nbytes / L
+        # all_gather and broadcast dequantize the whole output after the call (codes move everywhere)
+        fix = nbytes if coll in ("all_gather", "broadcast") else share
+        inter = self._ring(coll, H, nbytes, share, link_gbps, cores, cal, lossy, mostly_zero, fix)
+        t_intra = INTRA_FACTOR[coll](L) * nbytes / (self.intra_Bps * cores)
+        return STEPS[coll](L) * self.alpha_intra_s + t_intra + inter
+
+    def _ring(self, coll: str, n: int, wire_bytes: float, codec_bytes: float, link_gbps: float, cores: float,
+              cal, lossy: bool, mostly_zero: bool, fix_bytes: float | None = None) -> float:
+        """A ring of n ranks whose slowest link carries f_wire(n) * wire_bytes and whose ranks each code
+        codec_bytes of data and quantize / dequantize fix_bytes (default codec_bytes): the module doc's
+        formulas."""
         B = self.link_Bps(link_gbps)
-        W = WIRE_FACTOR[coll](n) * nbytes
+        W = WIRE_FACTOR[coll](n) * wire_bytes
         lat = STEPS[coll](n) * self.alpha_s
         if cal is None:
             return lat + W / B
         fe, fd = CODEC_FACTOR[coll](n)
         t_net = W / (max(cal.ratio, 1e-3) * B)
-        t_cpu = (fe * nbytes / cal.enc_Bps + fd * nbytes / cal.dec_Bps) / cores
+        t_cpu = (fe * codec_bytes / cal.enc_Bps + fd * codec_bytes / cal.dec_Bps) / cores
         # a lossy sum of mostly-zero data quantizes and writes out lists of nonzeros: its passes run
         # at about memory speed (the statistics scan and the output write), not quant_Bps
-        t_fix = nbytes / (self.quant_Bps * (SPARSE_PASS_SPEEDUP if mostly_zero else 1)) / cores if lossy else 0.0
+        fix = codec_bytes if fix_bytes is None else fix_bytes
+        t_fix = fix / (self.quant_Bps * (SPARSE_PASS_SPEEDUP if mostly_zero else 1)) / cores if lossy else 0.0
         return lat + max(t_net, t_cpu) + (1 - self.overlap) * min(t_net, t_cpu) + t_fix

@@ -9,8 +9,12 @@ Per call the Communicator asks, then tells::
 and ``d.describe(ran, lightened)`` is what ``last_stats.policy`` says.
 
 Only rank 0 decides (``"auto"``, the default): its proposal rides in the call descriptor every call
-exchanges anyway (one byte each, ``CallDesc::lighter`` and ``CallDesc::rans_margin``), so all ranks
-run the same mode with no extra message; the other ranks neither calibrate nor measure. Rank 0
+exchanges anyway (one byte each, ``CallDesc::lighter``, ``CallDesc::rans_margin`` and
+``CallDesc::algorithm``), so all ranks run the same mode and algorithm with no extra message; the
+other ranks neither calibrate nor measure. Where the topology allows hierarchical collectives the
+policy also proposes the algorithm (uncompressed calls included: the faster of ring and
+hierarchical by the model and measurements), unless NCCLZ_ALGO / the call's ``algorithm=`` fixes
+it. Rank 0
 records every call's time with the mode that ran (calls forced with ``policy="off"`` included) and
 learns the link rate from calls of >= 1 MiB on the wire (send / recv included). ``"off"`` runs the
 requested mode.
@@ -87,15 +91,17 @@ class Call:
     root's input; all_to_all: this rank's input); mode, bound: the requested
     compression as the native layer names it ("none", "lossless", "lossy_abs", "lossy_rel") and its
     bound; spec: the caller's ncclz.Lossy / Lossless if given as one; data: the input as a NumPy
-    array, or a function returning it (called only where the policy calibrates)."""
+    array, or a function returning it (called only where the policy calibrates); op: the reduction
+    ("sum" for the others); algorithm: the call's own ``algorithm=`` ("" for none)."""
 
-    __slots__ = ("_data", "_spec", "bound", "collective", "dtype", "mode", "nbytes")
+    __slots__ = ("_data", "_spec", "algorithm", "bound", "collective", "dtype", "mode", "nbytes", "op")
 
     def __init__(self, collective: str, dtype: str, nbytes: int, mode: str, bound: float = 0.0,
-                 spec: Any = None, data: Any = None):
+                 spec: Any = None, data: Any = None, op: str = "sum", algorithm: str = ""):
         # plain assignments: a Call is made for every collective call
         self.collective, self.dtype, self.nbytes, self.mode, self.bound = collective, dtype, nbytes, mode, bound
         self._spec, self._data = spec, data
+        self.op, self.algorithm = op or "sum", algorithm or ""
 
     @property
     def requested(self) -> Lossy | Lossless | None:
@@ -124,16 +130,18 @@ class Decision:
     """The policy's answer for one call.
 
     lighter: "" or the lighter mode proposed ("none", "lossless"); rans_margin, effort: the codec
-    effort proposed for a lossy call (None / ""); why: what last_stats.policy reports (a string, or
-    rank 0's :class:`~ncclz.policy.Choice`, formatted only when asked); learn: whether this rank
-    records the call's outcome."""
+    effort proposed for a lossy call (None / ""); algorithm: "" or the algorithm proposed ("ring",
+    "hierarchical"); why: what last_stats.policy reports (a string, or rank 0's
+    :class:`~ncclz.policy.Choice`, formatted only when asked); learn: whether this rank records the
+    call's outcome."""
 
-    __slots__ = ("call", "effort", "learn", "lighter", "rans_margin", "why")
+    __slots__ = ("algorithm", "call", "effort", "learn", "lighter", "rans_margin", "why")
 
     def __init__(self, call: Call | None, why: Any = None, lighter: str = "", rans_margin: float | None = None,
-                 effort: str = "", learn: bool = False):
+                 effort: str = "", learn: bool = False, algorithm: str = ""):
         self.call, self.why, self.lighter = call, why, lighter
         self.rans_margin, self.effort, self.learn = rans_margin, effort, learn
+        self.algorithm = algorithm
 
     def describe(self, ran: str, lightened: bool) -> str:
         """last_stats.policy: what the policy did and why, given the mode that ran (`ran`) and
@@ -168,12 +176,19 @@ class CommPolicy:
     """The policy of one communicator (see the module doc).
 
     setting: from :func:`resolve_setting`; nchannels: the communicator's channel count (the cost
-    model caps a call's codec cores at it), None if unknown."""
+    model caps a call's codec cores at it), None if unknown; topology: the communicator's
+    (:class:`ncclz.Topology`, None: one host); algorithm: NCCLZ_ALGO as the communicator resolved it
+    ("auto": the policy proposes one where the topology allows a choice)."""
 
-    def __init__(self, setting: Setting, rank: int, world_size: int, nchannels: int | None = None):
+    def __init__(self, setting: Setting, rank: int, world_size: int, nchannels: int | None = None,
+                 topology: Any = None, algorithm: str = "auto"):
         self.mode = setting.mode
         self.rank, self.world_size = int(rank), int(world_size)
         self.nchannels = None if not nchannels else int(nchannels)
+        self.hosts = int(getattr(topology, "hosts", 1) or 1)
+        self.local_size = int(getattr(topology, "local_size", 1) or 1)
+        self.hierarchical = bool(getattr(topology, "hierarchical", False))
+        self.algorithm = algorithm if algorithm in ("ring", "hierarchical") else ""
         self._model = None
         self._decides = self.mode == "auto" and self.rank == 0
         if setting.model is not None:
@@ -185,7 +200,8 @@ class CommPolicy:
         """The model that decides on this rank (a :class:`Policy` unless one was given); made on
         first use."""
         if self._model is None:
-            self._model = Policy(world_size=self.world_size, nchannels=self.nchannels)
+            self._model = Policy(world_size=self.world_size, nchannels=self.nchannels, hosts=self.hosts,
+                                 hierarchical=self.hierarchical)
         return self._model
 
     def _bind(self, model: Any) -> Any:
@@ -201,6 +217,9 @@ class CommPolicy:
                 )
             if model.nchannels is None:
                 model.nchannels = self.nchannels
+            if model.hosts is None:
+                model.hosts = self.hosts
+                model.hierarchical = self.hierarchical
         return model
 
     def reset(self, model: Any = None) -> None:
@@ -212,7 +231,17 @@ class CommPolicy:
         """The decision for `call`; `override`: the call's own ``policy=`` ("auto", "off", None)."""
         learn = self._decides and self.world_size > 1
         mode = self.mode if override is None else policy_name(override, f"{call.collective}: policy")
+        # the algorithm is the policy's to propose where the topology offers a choice and neither
+        # NCCLZ_ALGO nor the call fixed it
+        fixed = call.algorithm or self.algorithm
+        algo_choice = learn and mode == "auto" and self.hierarchical and not fixed
         if call.mode == "none":
+            if algo_choice and hasattr(self.model, "choose_algorithm"):
+                try:
+                    algo, _ = self.model.choose_algorithm(call.collective, call.nbytes, call.dtype)
+                except Exception:  # noqa: BLE001 - no proposal: the runtime's default
+                    algo = ""
+                return Decision(call, learn=True, algorithm=algo)
             return Decision(call, learn=True) if learn else _AS_REQUESTED
         if mode == "off":
             return Decision(call, "off", learn=True) if learn else _OFF
@@ -222,10 +251,16 @@ class CommPolicy:
         if arr is None:
             return Decision(call, "auto: as requested (no NumPy view of the data to calibrate on)", learn=True)
         try:
-            choice = self.model.choose(call.collective, arr, call.requested, call.nbytes)
+            if isinstance(self.model, Policy):
+                choice = self.model.choose(call.collective, arr, call.requested, call.nbytes, op=call.op,
+                                           algorithm=fixed or None)
+            else:  # a custom policy: the original signature
+                choice = self.model.choose(call.collective, arr, call.requested, call.nbytes)
         except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
             return Decision(call, f"auto: as requested (the policy failed: {type(e).__name__}: {e})", learn=True)
         d = Decision(call, choice, learn=True)
+        if algo_choice:
+            d.algorithm = getattr(choice, "algorithm", "") or ""
         requested = "lossy" if call.mode.startswith("lossy") else call.mode
         if choice.mode in ("none", "lossless") and choice.mode != requested:
             d.lighter = choice.mode
@@ -249,8 +284,11 @@ class CommPolicy:
         if not self._decides:
             return
         model = self.model
-        if stats.wire_bytes >= (1 << 20) and hasattr(model, "observe"):
-            model.observe(_Observation(stats.ran_mode, stats.wire_bytes, stats.wall_s))
+        algo = str(getattr(stats, "algorithm", "ring"))
+        # a hierarchical call's wire bytes are this rank's share of its host's link: L ranks send them
+        wire = stats.wire_bytes * (self.local_size if algo == "hierarchical" else 1)
+        if wire >= (1 << 20) and hasattr(model, "observe"):
+            model.observe(_Observation(stats.ran_mode, wire, stats.wall_s))
         if decision is None or not decision.learn or not hasattr(model, "record"):
             return
         call = decision.call
@@ -260,7 +298,7 @@ class CommPolicy:
             spec = None if ran == "none" else Lossless()
         else:
             spec, effort = call.requested, decision.effort
-        if effort:
-            model.record(call.collective, call.dtype, call.nbytes, spec, float(stats.wall_s), effort=effort)
-        else:
-            model.record(call.collective, call.dtype, call.nbytes, spec, float(stats.wall_s))
+        kw = {"effort": effort} if effort else {}
+        if algo != "ring" and isinstance(model, Policy):
+            kw["algorithm"] = algo
+        model.record(call.collective, call.dtype, call.nbytes, spec, float(stats.wall_s), **kw)

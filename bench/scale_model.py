@@ -1,0 +1,705 @@
+#!/usr/bin/env python3
+"""Scale model: the time of each collective, mode and algorithm for N ranks on H hosts.
+
+    python bench/scale_model.py calibrate      # codec bits and speeds on this machine -> scale_calibration.json
+    python bench/scale_model.py validate       # against the network lab's measurements (bench/netlab/topology.py)
+    python bench/scale_model.py project        # 64 .. 1024 ranks at 25 / 100 / 400 Gbit/s -> scale.md, scale.png
+
+**The model** (one call of S bytes, the nccl-tests size; N = H x L ranks, L per host). A call is
+network time and CPU time per rank, combined as the policy's cost model does
+(ncclz.policy.model: max of the two plus (1 - overlap) of the smaller), plus fixed per-step
+latency; the hierarchical algorithm's intra-host phases come before and after its inter-host ring
+(they are not overlapped with it)::
+
+    ring:  T = steps(N) alpha + max(t_net, t_cpu) + (1 - overlap) min(t_net, t_cpu)
+           t_net = f_wire(N) S / (ratio_ring B)      the slowest link: each host's, crossed once
+    hier:  T = steps(L) alpha_intra + t_intra + steps(H) alpha + max(t_net, t_cpu) + (1 - overlap) min(...)
+           t_net = f_wire(H) S / (ratio_hier B)      L inter-host rings of S/L share each host's link
+           t_intra = f_intra(L) S c_intra / share    raw copies and reductions through shared memory
+    t_cpu = (S_enc / enc + S_dec / dec + (sent + received bytes) c_sock + S_red c_red) / share
+
+B is the link's goodput (rate x 0.967, measured in the lab with TCP), enc / dec the codec's speed
+on one core (ncclz.codec on the data, lossy: quantize + encode, decode + dequantize), share the
+part of a core each rank has (CPUs / ranks where the ranks outnumber the CPUs, else
+cores_per_rank), S_enc and S_dec the bytes a rank encodes and decodes (the policy's codec factors
+on the phase's data), c_sock the CPU cost of a byte through the socket transport (its proxy copy
+and the kernel's TCP), c_red of reducing a byte, c_intra of a byte through a shared-memory slot.
+
+**The ratio** is computed, not assumed: the wire carries partial sums (a ring reduce-scatter's step
+k sends the sum of k ranks' codes, its all-gather the full sum), quantized with E/N on the ring and
+with E/H hierarchically (sums; E for data movement). Their bits per element come from ncclz.codec
+on those sums of the data set's per-rank inputs (`calibrate`: exact sums for k <= 8; beyond,
+bits1(eb / k^g): the single-rank bits at a bound shrunk by the sum's growth k^g, g fitted on the
+exact sums). ratio = 32 / (mean bits over the sends).
+
+`validate` fits the three machine constants (c_sock, c_red + c_intra, overlap) on the lab's
+calibration points (phase "one": intra-host only; "pair" uncompressed ring) and reports the error
+at every measured point; `project` uses measured codec speeds with one core per rank (no CPU
+contention; a host of 8 ranks), per-step latency 10 us (inter) / 2 us (intra), and the intra-host
+rate of shared memory measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+RAW = RESULTS / "topology_raw"
+CALIB = RESULTS / "scale_calibration.json"
+
+WIRE = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+        "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+CODEC = {"all_reduce": lambda n: (1.0, 2 * (n - 1) / n), "reduce_scatter": lambda n: ((n - 1) / n, (n - 1) / n),
+         "all_gather": lambda n: (1 / n, (n - 1) / n), "broadcast": lambda n: (1.0, 1.0)}
+STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1, "all_gather": lambda n: n - 1,
+         "broadcast": lambda n: n - 1}
+INTRA = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+         "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+# bytes a rank reduces (raw, in the user type) as a multiple of its phase's data
+REDUCE = {"all_reduce": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+          "all_gather": lambda n: 0.0, "broadcast": lambda n: 0.0}
+GOODPUT = 0.967  # TCP through the lab's tbf at 1 Gbit/s (docs/BENCHMARKS.md)
+
+
+# ---------------------------------------------------------------------------------------------- ratio
+@dataclass
+class DataCodec:
+    """A data set's codec figures at one input size: bits per element of the sum of k ranks' inputs at
+    a bound eb (exact sums where measured, else the fitted growth), the global range of N ranks'
+    inputs (rel mode's E), and the codec's speeds on one core: quantize, encode, decode, dequantize
+    (bytes of float32 input per second)."""
+
+    name: str
+    count: int = 0  # the per-rank input size it was measured at (elements)
+    ranges: dict = field(default_factory=dict)  # "N" -> max - min over ranks 0..N-1
+    exact: dict = field(default_factory=dict)  # "k:eb" (eb as %.6g) -> bits
+    single: dict = field(default_factory=dict)  # log2(eb / ranges[max]) -> bits of rank 0's input
+    growth: float = 1.0
+    q_Bps: float = 1e9
+    enc_Bps: float = 6e8
+    dec_Bps: float = 4e9
+    dq_Bps: float = 5e9
+    enc_move_Bps: float = 0.0  # the coder on one rank's codes at E (data movement); 0: enc_Bps
+    dec_move_Bps: float = 0.0
+    lossless_bits: float = 32.0
+
+    def coder(self, coll: str) -> tuple:
+        """(encode, decode) bytes/s of the wire's coder for this collective's codes."""
+        if coll in ("all_gather", "broadcast") and self.enc_move_Bps:
+            return self.enc_move_Bps, self.dec_move_Bps
+        return self.enc_Bps, self.dec_Bps
+
+    def E(self, n: int, rel: float = 1e-3) -> float:
+        keys = sorted(int(k) for k in self.ranges)
+        k = min((x for x in keys if x >= n), default=keys[-1])
+        return rel * self.ranges[str(k)]
+
+    def bits(self, k: int, eb: float) -> float:
+        key = f"{k}:{eb:.6g}"
+        if key in self.exact:
+            return self.exact[key]
+        top = self.ranges[str(max(int(x) for x in self.ranges))]
+        return self._single(math.log2(eb / (1e-3 * top)) - self.growth * math.log2(max(k, 1)))
+
+    def _single(self, j: float) -> float:
+        xs = sorted(float(a) for a in self.single)
+        ys = [self.single[_k(x)] for x in xs]
+        if j <= xs[0]:  # finer than measured: one more bit per halving
+            return ys[0] + (xs[0] - j)
+        if j >= xs[-1]:
+            return ys[-1]
+        return float(np.interp(j, xs, ys))
+
+
+def _k(x: float) -> str:
+    return f"{x:g}"
+
+
+def sends(coll: str, algo: str, n: int, hosts: int) -> list:
+    """The partial sums (in ranks' inputs) a rank sends, one entry per send of equal size."""
+    L = n // hosts if algo == "hierarchical" else 1
+    m = hosts if algo == "hierarchical" else n
+    if coll == "all_reduce":
+        return [k * L for k in range(1, m)] + [m * L] * (m - 1)
+    if coll == "reduce_scatter":
+        return [k * L for k in range(1, m)]
+    return [1]
+
+
+def eb_of(dc: DataCodec, coll: str, algo: str, n: int, hosts: int, rel: float = 1e-3) -> float:
+    """The quantizer's bound of a lossy sum (E/N on the ring, E/H hierarchically) or of data
+    movement (E); the budget's rounding terms are far below these."""
+    E = dc.E(n, rel)
+    if coll in ("all_gather", "broadcast"):
+        return E
+    return E / (hosts if algo == "hierarchical" else n)
+
+
+def ratio(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int) -> float:
+    if mode == "none":
+        return 1.0
+    if mode == "lossless":
+        return 32.0 / dc.lossless_bits
+    eb = eb_of(dc, coll, algo, n, hosts)
+    return 32.0 / statistics.mean(dc.bits(k, eb) for k in sends(coll, algo, n, hosts))
+
+
+# ---------------------------------------------------------------------------------------------- time
+@dataclass
+class Machine:
+    """What a rank's CPU work costs, what CPU the ranks get, and the links.
+
+    A rank's CPU seconds of a call are linear in what it does (the *features* of :func:`work`):
+    k_codec x its codec seconds at the calibrated one-core speeds + c_sock x bytes through the
+    socket transport + c_intra x bytes through shared memory + c_red x bytes reduced in the user
+    type + c_call. Shared machine (the lab; cores_per_rank 0): `cpus` cores run the N ranks beside
+    `background` other runnable threads, so a busy rank gets cpus / (N + background) of a core (the
+    kernel's fair share), at most one. Projections: each rank has cores_per_rank cores of its own."""
+
+    cpus: float = 2.0
+    background: float = 0.0  # other runnable threads on the shared machine (fitted in the lab)
+    cores_per_rank: float = 0.0  # > 0: each rank has this many cores of its own (projections)
+    k_codec: float = 1.0  # the codec's cost against its one-core calibration
+    c_sock: float = 0.5e-9  # s per byte sent or received through the socket transport
+    c_intra: float = 0.4e-9  # s per byte through a shared-memory slot (sent or received)
+    c_red: float = 0.3e-9  # s per byte reduced in the user type (raw slots)
+    c_call: float = 1e-3  # s per call and rank (threads, descriptors, wakeups)
+    overlap: float = 0.5
+    alpha: float = 50e-6  # per ring step between hosts (and per hop of the descriptor exchange)
+    intra_step: float = 1.0  # an intra-host ring step's latency, as a fraction of alpha (on a loaded
+    # machine both are mostly the wait for the peer to be scheduled)
+    goodput: float = GOODPUT
+    slice_bytes: float = 1 << 20  # NCCLZ_SLOT_BYTES: a chain's pipeline fills one slice per hop
+
+    def cost(self, f) -> float:
+        """CPU seconds of a rank with features f (see the class doc)."""
+        return self.k_codec * f[0] + self.c_sock * f[1] + self.c_intra * f[2] + self.c_red * f[3] + self.c_call * f[4]
+
+    def share(self, ranks: int) -> float:
+        if self.cores_per_rank > 0:
+            return self.cores_per_rank
+        return min(1.0, self.cpus / (ranks + self.background))
+
+
+def features(codec_s=0.0, sock=0.0, intra=0.0, red=0.0, call=0.0) -> np.ndarray:
+    return np.array([codec_s, sock, intra, red, call], dtype=float)
+
+
+def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: float, r: float) -> tuple:
+    """The features of each kind of rank: ([(features, ranks)] of the part that overlaps the
+    network, [(features, ranks)] of the intra-host phases that come before and after it)."""
+    hier = algo == "hierarchical" and 1 < hosts < n
+    L = n // hosts if hier else 1
+    m_ = hosts if hier else n  # ranks of the ring that crosses hosts
+    D = S / L if hier and coll != "broadcast" else S  # the data each rank's ring carries
+    lossy = mode == "lossy"
+    one_host = hosts <= 1  # the ring runs on shared memory
+    if coll == "broadcast":
+        # a chain: the root quantizes and encodes, the others decode and dequantize; hierarchically,
+        # the ranks of a host's chain get the codes raw (dequantize only), interleaved with the
+        # inter-host chain (no phase of their own)
+        enc, dec = dc.coder(coll)
+        codec_root = 2 * S / dc.q_Bps + S / enc if lossy else 0.0  # statistics scan, quantize, encode
+        codec_relay = S / dec + S / dc.dq_Bps if lossy else 0.0
+        net = (lambda b: features(sock=0 if one_host else b, intra=b if one_host else 0))
+        out = [(net(S / r) + features(codec_root, intra=S if hier else 0.0, call=1), 1),
+               (net(2 * S / r) + features(codec_relay, intra=S if hier else 0.0, call=1), m_ - 1)]
+        if hier:
+            out.append((features(S / dc.dq_Bps if lossy else 0.0, intra=2 * S, call=1), n - m_))
+        return out, []
+    sent = 2 * WIRE[coll](m_) * D / r
+    f = features(sock=0 if one_host else sent, intra=sent if one_host else 0,
+                 red=0.0 if lossy else REDUCE[coll](m_) * D, call=1)
+    if lossy:
+        fe, fd = CODEC[coll](m_)
+        # the statistics scan of the whole input (every lossy call), then the quantized part
+        q = S / n * (n if coll != "all_gather" else 1) + {"all_reduce": D, "reduce_scatter": D,
+                                                           "all_gather": D / m_}[coll]
+        dq = {"all_reduce": D, "reduce_scatter": D / m_, "all_gather": D}[coll]
+        enc, dec = dc.coder(coll)
+        if hier and coll == "all_gather":
+            # the eager path: quantize the own block before, dequantize the whole output after
+            f[0] = fe * D / enc + fd * D / dec
+            serial = features(2 * S / n / dc.q_Bps + S / dc.dq_Bps)
+        else:
+            f[0] = q / dc.q_Bps + fe * D / enc + fd * D / dec + dq / dc.dq_Bps
+            serial = features()
+    else:
+        serial = features()
+    intra = []
+    if hier:
+        intra = [(features(intra=2 * INTRA[coll](L) * S, red=REDUCE[coll](L) * S) + serial, n)]
+    return [(f, n)], intra
+
+
+def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: float,
+            gbps: float, parts: bool = False):
+    """Seconds of one call (and the terms, with parts=True): a rank's intra-host phases, then its
+    network ring with codec and link overlapping (the policy's combination), the busiest rank's CPU
+    work at the share of a core it gets; a broadcast chain adds one slice time per hop."""
+    B = gbps * 1e9 / 8 * m.goodput
+    hier = algo == "hierarchical" and 1 < hosts < n
+    L = n // hosts if hier else 1
+    m_ = hosts if hier else n
+    r = ratio(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts)
+    t_net = WIRE[coll](m_) * S / (r * B) if hosts > 1 else 0.0  # each host's link
+    inter, intra = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
+    # CPU: a rank's own work on (at most) its cores, and, on a shared machine, all ranks' work on
+    # the CPUs they get; the intra-host phases come before and after the network ring
+    demand = sum(m.cost(f) * k for f, k in inter + intra)
+    # the ranks that compete for the CPUs: every rank of the network ring or chain, and the ranks
+    # of a hierarchical broadcast's host chains in proportion to their (small) work
+    top = max(m.cost(f) for f, _ in inter)
+    busy = float(n)
+    if hier and coll == "broadcast" and top > 0:
+        busy = m_ + sum(m.cost(f) * k for f, k in inter[2:]) / top
+    share = m.share(busy)
+    t_intra = max((m.cost(f) for f, _ in intra), default=0.0) / m.share(n)
+    t_cpu = top / share
+    # latency: the descriptor exchange (a ring all-gather over all N ranks; twice on the eager path
+    # of a hierarchical all_gather or broadcast, which holds the outlier round), the schedule's steps
+    eager = hier and mode == "lossy" and coll in ("all_gather", "broadcast")
+    steps_intra = (L - 1) * hosts if coll == "all_gather" else STEPS[coll](L)
+    lat = (n - 1) * m.alpha * (2 if eager else 1) + STEPS[coll](m_) * m.alpha
+    if hier:
+        lat += steps_intra * m.alpha * m.intra_step
+    if coll == "broadcast":
+        # the chain fills one slice per hop before its last link runs at the link's rate (where
+        # the CPU is the bottleneck the fill does not add: fewer busy ranks share the CPUs then)
+        slices = max(1.0, S / m.slice_bytes)
+        hops = (hosts - 1) + (L - 1) if hier else n - 1
+        t_net *= (slices + hops - 1) / slices
+    body = max(t_net, t_cpu) + (1 - m.overlap) * min(t_net, t_cpu)
+    t = lat + t_intra + body
+    if parts:
+        return t, {"ratio": r, "t_net": t_net, "t_cpu": t_cpu, "t_intra": t_intra, "cpu_s": demand}
+    return t
+
+
+# ---------------------------------------------------------------------------------------------- calibrate
+def calibrate(datasets: list, counts: list, ranks: tuple = (4, 8), hosts: tuple = (2, 4), sample: int = 1 << 20,
+              reps: int = 3) -> dict:
+    """ncclz.codec on sums of k ranks' inputs (the first `sample` elements, of inputs built at each
+    size in `counts`, as the lab builds them) at every bound the lab's configurations use; on a range
+    of bounds for rank 0's input alone (the projections); and the speeds."""
+    import ncclz
+    from ncclz import codec
+    from ncclz.tools.data import rank_input
+
+    nmax = max(ranks)
+    out = {}
+
+    def timed(fn):
+        best = float("inf")
+        res = None
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            res = fn()
+            best = min(best, time.perf_counter() - t0)
+        return best, res
+
+    for name in datasets:
+        for count in counts:
+            dc = DataCodec(name, count)
+            xs, lo, hi = [], [], []
+            for k in range(nmax):
+                x = rank_input(name, k, count)
+                lo.append(float(x.min()))
+                hi.append(float(x.max()))
+                xs.append(x[:sample].astype(np.float64))
+                del x
+            for n in ranks:
+                dc.ranges[str(n)] = max(hi[:n]) - min(lo[:n])
+            sums = np.cumsum(np.stack(xs), axis=0)  # sums[k-1]: ranks 0..k-1
+            need = set()
+            for n in ranks:
+                for h in hosts:
+                    if n % h or n // h < 2:
+                        continue
+                    for coll in WIRE:
+                        for algo in ("ring", "hierarchical"):
+                            eb = eb_of(dc, coll, algo, n, h)
+                            for k in sends(coll, algo, n, h):
+                                need.add((k, eb))
+            for k, eb in sorted(need):
+                b = codec.compress(sums[k - 1].astype(np.float32), ncclz.Lossy(abs=eb), layout="classic")
+                dc.exact[f"{k}:{eb:.6g}"] = b.size * 8 / sample
+            E = dc.E(nmax)
+            for j in range(0, -16, -1):
+                b = codec.compress(xs[0].astype(np.float32), ncclz.Lossy(abs=E * 2.0**j), layout="classic")
+                dc.single[_k(float(j))] = b.size * 8 / sample
+            # growth: bits(k, eb) = bits1(eb / k^g), g fitted on the exact sums at E / nmax
+            gs = []
+            for k in range(2, nmax + 1):
+                key = f"{k}:{E / nmax:.6g}"
+                if key not in dc.exact:
+                    b = codec.compress(sums[k - 1].astype(np.float32), ncclz.Lossy(abs=E / nmax), layout="classic")
+                    dc.exact[key] = b.size * 8 / sample
+                target, j0 = dc.exact[key], math.log2(1.0 / nmax)
+                lo_g, hi_g = 0.0, 2.0
+                for _ in range(40):
+                    g = (lo_g + hi_g) / 2
+                    lo_g, hi_g = (g, hi_g) if dc._single(j0 - g * math.log2(k)) < target else (lo_g, g)
+                gs.append((lo_g + hi_g) / 2)
+            dc.growth = float(np.median(gs))
+            # speeds on one core: quantize (codec "raw": quantize and copy), dequantize (its
+            # decompression), and the wire's coder alone: the selector on the int32 codes, in
+            # slices of the wire's size (NCCLZ_SLOT_BYTES of codes), as the prims run it
+            a = sums[nmax // 2 - 1].astype(np.float32)
+            spec = ncclz.Lossy(abs=E / nmax)
+            tq, raw = timed(lambda a=a, spec=spec: codec.compress(a, spec, codec="raw", layout="classic"))
+            tdq, _ = timed(lambda raw=raw: codec.decompress(raw))
+            codes = np.rint(a.astype(np.float64) / (2 * E / nmax)).astype(np.int32)
+            parts = np.array_split(codes, max(1, codes.nbytes // (1 << 20)))
+            tc, blobs = timed(lambda parts=parts: [codec.compress(p, ncclz.Lossless()) for p in parts])
+            td, _ = timed(lambda blobs=blobs: [codec.decompress(b) for b in blobs])
+            dc.q_Bps, dc.dq_Bps = a.nbytes / tq, a.nbytes / tdq
+            dc.enc_Bps, dc.dec_Bps = a.nbytes / tc, a.nbytes / td
+            # data movement: one rank's values at E
+            codes = np.rint(xs[0] / (2 * E)).astype(np.int32)
+            parts = np.array_split(codes, max(1, codes.nbytes // (1 << 20)))
+            tc, blobs = timed(lambda parts=parts: [codec.compress(p, ncclz.Lossless()) for p in parts])
+            td, _ = timed(lambda blobs=blobs: [codec.decompress(b) for b in blobs])
+            dc.enc_move_Bps, dc.dec_move_Bps = codes.nbytes / tc, codes.nbytes / td
+            lb = codec.compress(xs[0].astype(np.float32), ncclz.Lossless())
+            dc.lossless_bits = lb.size * 8 / sample
+            out[f"{name}:{count}"] = dc.__dict__
+            print(f"{name} ({count} per rank): range {dc.ranges}, growth {dc.growth:.2f}, quantize "
+                  f"{dc.q_Bps / 1e6:.0f}, encode {dc.enc_Bps / 1e6:.0f}, decode {dc.dec_Bps / 1e6:.0f}, dequantize "
+                  f"{dc.dq_Bps / 1e6:.0f} MB/s (one core)", file=sys.stderr)
+    return out
+
+
+def load_calibration() -> dict:
+    d = json.loads(CALIB.read_text())
+    return {k: DataCodec(**v) for k, v in d["data"].items()}
+
+
+# ---------------------------------------------------------------------------------------------- validate
+FIT_PHASES = ("one", "colls")  # the machine constants are fitted on these
+CHECK_PHASES = ("pair", "quad")  # and validated on these
+
+
+def lab_points(phases) -> list:
+    pts = []
+    for ph in phases:
+        p = RAW / f"{ph}.json"
+        if p.exists():
+            pts += [dict(r, phase=ph) for r in json.loads(p.read_text())]
+    return pts
+
+
+def point_args(r: dict) -> tuple:
+    mode = "none" if r["mode"] == "none" else "lossless" if r["mode"] == "lossless" else "lossy"
+    return r["coll"], mode, r["algorithm"], r["world_size"], r["hosts"], r["nbytes"], r["link_gbps"] or 1.0
+
+
+def codec_for(dcs: dict, r: dict) -> DataCodec:
+    n = r["nbytes"] // 4
+    if r["coll"] == "all_gather":
+        n //= r["world_size"]
+    key = f"{r['data']}:{r['nbytes'] // 4}"
+    return dcs.get(key) or dcs[min((k for k in dcs if k.startswith(r["data"] + ":")),
+                                   key=lambda k: abs(int(k.split(":")[1]) - r["nbytes"] // 4))]
+
+
+DEMAND = ("k_codec", "c_sock", "c_intra", "c_red", "c_call")
+SUPPLY = {"background": (0.0, 30.0), "overlap": (0.0, 1.0), "alpha": (5e-6, 3e-3)}
+
+
+def point_features(dcs: dict, r: dict) -> np.ndarray:
+    """All ranks' features of a lab point, summed (its CPU seconds are linear in them)."""
+    coll, mode, algo, n, hosts, S, _ = point_args(r)
+    dc = codec_for(dcs, r)
+    hier = algo == "hierarchical" and 1 < hosts < n
+    rt = ratio(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts)
+    inter, intra = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, rt)
+    return sum((f * k for f, k in inter + intra), features())
+
+
+def fit_demand(dcs: dict, pts: list, m: Machine) -> Machine:
+    """The per-byte costs: non-negative least squares of the points' measured CPU seconds (all
+    ranks, per call) on their features, relative errors weighted alike."""
+    X = np.array([point_features(dcs, r) for r in pts])
+    y = np.array([r["cpu_s"] for r in pts])
+    w = 1.0 / np.maximum(y, 1e-6)
+    A, b = X * w[:, None], y * w
+    active = list(range(X.shape[1]))
+    coef = np.zeros(X.shape[1])
+    for _ in range(X.shape[1]):  # drop the most negative coefficient and solve again
+        sol, *_ = np.linalg.lstsq(A[:, active], b, rcond=None)
+        if (sol >= 0).all():
+            coef[:] = 0
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    for name, v in zip(DEMAND, coef):
+        setattr(m, name, float(v))
+    return m
+
+
+def fit_supply(dcs: dict, pts: list, m: Machine) -> Machine:
+    """background and overlap: the squared log error of the points' wall times (golden sections)."""
+    g = (math.sqrt(5) - 1) / 2
+
+    def loss() -> float:
+        e = 0.0
+        for r in pts:
+            coll, mode, algo, n, hosts, S, gbps = point_args(r)
+            e += math.log(predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps) / r["median_s"]) ** 2
+        return e
+
+    for _ in range(4):
+        for name, (a, b) in SUPPLY.items():
+            def f(v, name=name):
+                setattr(m, name, v)
+                return loss()
+
+            c, d = b - g * (b - a), a + g * (b - a)
+            fc, fd = f(c), f(d)
+            for _ in range(40):
+                if fc < fd:
+                    b, d, fd = d, c, fc
+                    c = b - g * (b - a)
+                    fc = f(c)
+                else:
+                    a, c, fc = c, d, fd
+                    d = a + g * (b - a)
+                    fd = f(d)
+            f((a + b) / 2)
+    return m
+
+
+def describe_machine(fitted: dict) -> str:
+    def one(k, v):
+        if k in ("c_call", "alpha"):
+            return f"{k} {v * 1e3:.3f} ms"
+        return f"{k} {v * 1e9:.2f} ns/B" if k.startswith("c_") else f"{k} {v:.2f}"
+
+    return ", ".join(one(k, v) for k, v in fitted.items())
+
+
+def validate(tol: float = 0.2, out: Path | None = None) -> int:
+    """Fits the machine on FIT_PHASES, then predicts every lab point; prints (and writes `out`, JSON)
+    the errors. Exit status 1 if a CHECK_PHASES point is off by more than `tol`."""
+    dcs = load_calibration()
+    fit_pts = lab_points(FIT_PHASES)
+    m = Machine(cpus=float(os.cpu_count() or 2))
+    fit_demand(dcs, [r for r in fit_pts if "cpu_s" in r], m)
+    fit_supply(dcs, fit_pts, m)
+    rows = []
+    for r in fit_pts + lab_points(CHECK_PHASES):
+        coll, mode, algo, n, hosts, S, gbps = point_args(r)
+        t, parts = predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps, parts=True)
+        rows.append({"phase": r["phase"], "fitted": r["phase"] in FIT_PHASES, "coll": coll, "data": r["data"],
+                     "mode": r["mode"], "algorithm": algo, "ranks": n, "hosts": hosts, "nbytes": S,
+                     "measured_s": r["median_s"], "predicted_s": t, "error": t / r["median_s"] - 1,
+                     "ratio": r["ratio"], "ratio_model": parts["ratio"], "t_net": parts["t_net"],
+                     "t_cpu": parts["t_cpu"], "t_intra": parts["t_intra"], "cpu_s": r.get("cpu_s"),
+                     "cpu_model_s": parts["cpu_s"]})
+    print(f"{'phase':6s} {'collective':15s} {'data':7s} {'mode':9s} {'algorithm':13s} HxL  measured  predicted  "
+          f"error  ratio(meas/model)  cpu s (meas/model)")
+    for x in rows:
+        flag = "" if abs(x["error"]) <= tol else "  <-- over"
+        print(f"{x['phase']:6s} {x['coll']:15s} {x['data']:7s} {x['mode']:9s} {x['algorithm']:13s} "
+              f"{x['hosts']}x{x['ranks'] // x['hosts']}  {x['measured_s'] * 1e3:7.0f} ms {x['predicted_s'] * 1e3:7.0f} ms "
+              f"{x['error']:+6.0%}  {x['ratio']:5.2f} / {x['ratio_model']:5.2f}  "
+              f"{(x['cpu_s'] or 0):.3f} / {x['cpu_model_s']:.3f}{flag}")
+    check = [x for x in rows if not x["fitted"]]
+    worst = max((abs(x["error"]) for x in check), default=0.0)
+    fitted = {k: getattr(m, k) for k in (*DEMAND, *SUPPLY)}
+    print("machine (fitted on " + ", ".join(FIT_PHASES) + "): " + describe_machine(fitted))
+    print(f"worst error at the {len(check)} validation points: {worst:.0%}")
+    if out:
+        out.write_text(json.dumps({"machine": fitted, "rows": rows, "worst": worst, "fit_phases": list(FIT_PHASES),
+                                   "check_phases": list(CHECK_PHASES)}, indent=1))
+    return 0 if worst <= tol else 1
+
+
+# ---------------------------------------------------------------------------------------------- project
+PROJ_RANKS = (64, 128, 256, 512, 1024)
+PROJ_GBPS = (25, 100, 400)
+PROJ_LOCAL = 8  # ranks per host
+PROJ_BYTES = 64 << 20
+
+
+def project_machine(fitted: dict) -> Machine:
+    """The projections' machine: the lab-fitted per-byte costs (socket, shared memory, reductions) and
+    this machine's codec speeds, with 2 cores per rank of its own (its two channels' threads), 10 us
+    per inter-host ring step and 2 us per intra-host one."""
+    m = Machine(cores_per_rank=2.0, alpha=10e-6, intra_step=0.2, goodput=0.95)
+    for k in ("k_codec", "c_sock", "c_intra", "c_red", "c_call", "overlap"):
+        if k in fitted:
+            setattr(m, k, fitted[k])
+    return m
+
+
+def project(out_md: Path, out_png: Path | None) -> None:
+    dcs = load_calibration()
+    val = json.loads((RESULTS / "scale_validation.json").read_text()) if (RESULTS / "scale_validation.json").exists() \
+        else {"machine": {}, "rows": []}
+    m = project_machine(val["machine"])
+    key = {d: max((k for k in dcs if k.startswith(d + ":")), key=lambda k: int(k.split(":")[1])) for d in
+           ("smooth", "grad") if any(k.startswith(d + ":") for k in dcs)}
+    table = []
+    for data, k in key.items():
+        dc = dcs[k]
+        for gbps in PROJ_GBPS:
+            for n in PROJ_RANKS:
+                h = n // PROJ_LOCAL
+                row = {"data": data, "gbps": gbps, "ranks": n, "hosts": h}
+                for mode in ("none", "lossy"):
+                    for algo in ("ring", "hierarchical"):
+                        t, parts = predict(m, dc, "all_reduce", mode, algo, n, h, PROJ_BYTES, gbps, parts=True)
+                        row[f"{mode}/{algo}"] = t
+                        row[f"ratio {mode}/{algo}"] = parts["ratio"]
+                        row[f"cpu {mode}/{algo}"] = parts["t_cpu"] + parts["t_intra"]
+                        row[f"net {mode}/{algo}"] = parts["t_net"]
+                table.append(row)
+    colls = []
+    dc = dcs[key["smooth"]]
+    for coll in WIRE:
+        for gbps in PROJ_GBPS:
+            n, h = 256, 256 // PROJ_LOCAL
+            r = {"coll": coll, "gbps": gbps}
+            for mode in ("none", "lossy"):
+                for algo in ("ring", "hierarchical"):
+                    r[f"{mode}/{algo}"] = predict(m, dc, coll, mode, algo, n, h, PROJ_BYTES, gbps)
+            colls.append(r)
+    lines = [
+        "# Scale model: projections to 64 .. 1024 ranks",
+        "",
+        (f"Generated by `python bench/scale_model.py project` ({time.strftime('%Y-%m-%d %H:%M')}) from the codec "
+        f"calibration in `bench/results/scale_calibration.json` (this machine: {os.cpu_count()} CPUs, "
+        f"{_cpu_model()}) and the machine constants fitted in the network lab "
+        "(`bench/results/scale_validation.json`; the validation is below). The model and its formulas: "
+        "`bench/scale_model.py`'s docstring and docs/BENCHMARKS.md."),
+        "",
+        (f"Assumptions: {PROJ_LOCAL} ranks per host, 64 MiB float32 per rank (nccl-tests size), lossy = rel 1e-3 "
+        "(E from 8 ranks' inputs: the synthetic per-rank data would otherwise widen E with N), 2 CPU cores per "
+        "rank (its channels' threads) at this machine's measured codec speeds, link goodput 95%, 10 us per "
+        "inter-host ring step and 2 us per intra-host one, intra-host costs of shared memory as measured in "
+        f"the lab (socket {m.c_sock * 1e9:.2f} ns/B, shared memory {m.c_intra * 1e9:.2f} ns/B, reduction "
+        f"{m.c_red * 1e9:.2f} ns/B, overlap {m.overlap:.2f}). The wire ratio is computed per algorithm: the ring "
+        "quantizes with E/N, the hierarchical algorithm with E/H; the bits of a sum of k ranks' codes follow "
+        "bits1(eb / k^g) with g fitted on exact sums of up to 8 ranks."),
+        "",
+    ]
+    for data in key:
+        lines += [f"## all_reduce, {data} data: predicted time per call (ms)", "",
+                  ("| link | ranks | hosts | none ring | none hier | lossy ring | lossy hier | ratio ring | ratio hier "
+                  "| best vs none ring |"),
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in (x for x in table if x["data"] == data):
+            best = min(r["none/ring"], r["none/hierarchical"], r["lossy/ring"], r["lossy/hierarchical"])
+            lines.append(f"| {r['gbps']} Gbit/s | {r['ranks']} | {r['hosts']} | {r['none/ring'] * 1e3:.1f} | "
+                         f"{r['none/hierarchical'] * 1e3:.1f} | {r['lossy/ring'] * 1e3:.1f} | "
+                         f"{r['lossy/hierarchical'] * 1e3:.1f} | {r['ratio lossy/ring']:.1f} | "
+                         f"{r['ratio lossy/hierarchical']:.1f} | {r['none/ring'] / best:.1f}x |")
+        lines.append("")
+    lines += ["## Every collective, 256 ranks (32 hosts x 8), smooth data: predicted ms", "",
+              "| collective | link | none ring | none hier | lossy ring | lossy hier |", "|---|---|---|---|---|---|"]
+    for r in colls:
+        lines.append(f"| {r['coll']} | {r['gbps']} Gbit/s | {r['none/ring'] * 1e3:.1f} | "
+                     f"{r['none/hierarchical'] * 1e3:.1f} | {r['lossy/ring'] * 1e3:.1f} | "
+                     f"{r['lossy/hierarchical'] * 1e3:.1f} |")
+    lines += ["", "## Reading it", "",
+              ("- The ring's lossy ratio falls as N grows: it quantizes with E/N, so every doubling of the ranks "
+              "costs each code about a bit; the hierarchical algorithm quantizes with E/H, log2(L) = "
+              f"{math.log2(PROJ_LOCAL):.0f} bits coarser for the same bound, and keeps a better ratio at every N."),
+              ("- Each host's link carries 2(H-1)/H of the message hierarchically against 2(N-1)/N on the ring "
+              "(about the same for large N), but through L rings of 1/L each, and a rank's socket work is 1/L of "
+              "the ring's (the rest goes through shared memory, cheaper per byte): the uncompressed hierarchical "
+              "call is faster than the ring at every rate here, and from 100 Gbit/s on the ring is bound by the "
+              "socket transport's CPU cost, not by the link."),
+              ("- Compression pays where the link, not the CPU, is the bottleneck: at 25 Gbit/s the lossy "
+              "hierarchical call is the fastest; at 100 and 400 Gbit/s two cores per rank do not code 64 MiB "
+              "faster than the link carries it and the uncompressed hierarchical call wins: what the policy chooses "
+              "from the same model (a GPU codec changes this; docs/GPU.md)."),
+              ("- Caveat: the per-byte socket cost was fitted in the lab, where both ends of every connection, and "
+              "the emulated network's bridge, run in this machine's kernel: it is an upper bound for a host with "
+              "a real NIC."),
+              ""]
+    if val["rows"]:
+        lines += ["## Validation against the network lab", "",
+                  ("Every point measured in `bench/results/topology.md`; the machine constants were fitted on the "
+                  "phases marked *fit* and the others are predictions."), "",
+                  ("| phase | collective | data | mode | algorithm | hosts x ranks | measured ms | predicted ms | error "
+                  "| ratio measured / model |"), "|---|---|---|---|---|---|---|---|---|---|"]
+        for x in val["rows"]:
+            lines.append(f"| {x['phase']}{' (fit)' if x['fitted'] else ''} | {x['coll']} | {x['data']} | {x['mode']} "
+                         f"| {x['algorithm']} | {x['hosts']}x{x['ranks'] // x['hosts']} | {x['measured_s'] * 1e3:.0f} | "
+                         f"{x['predicted_s'] * 1e3:.0f} | {x['error']:+.0%} | {x['ratio']:.2f} / "
+                         f"{x['ratio_model']:.2f} |")
+        lines += ["", f"Worst error at the validation points: {val['worst']:.0%}.", ""]
+    if out_png:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("scale_model: matplotlib is not installed: no plot", file=sys.stderr)
+        else:
+            fig, axes = plt.subplots(len(key), len(PROJ_GBPS), figsize=(13, 4 * len(key)), squeeze=False)
+            for i, data in enumerate(key):
+                for j, gbps in enumerate(PROJ_GBPS):
+                    ax = axes[i][j]
+                    rows = [x for x in table if x["data"] == data and x["gbps"] == gbps]
+                    for lab, style in (("none/ring", "k--"), ("none/hierarchical", "k-"), ("lossy/ring", "C0--"),
+                                       ("lossy/hierarchical", "C0-")):
+                        ax.plot([x["ranks"] for x in rows], [x[lab] * 1e3 for x in rows], style, marker="o", label=lab)
+                    ax.set_xscale("log", base=2)
+                    ax.set_yscale("log")
+                    ax.set_title(f"{data}, {gbps} Gbit/s, {PROJ_LOCAL} ranks/host")
+                    ax.set_xlabel("ranks")
+                    ax.set_ylabel("ms per 64 MiB all_reduce")
+                    ax.grid(True, which="both", alpha=0.3)
+                    if i == 0 and j == 0:
+                        ax.legend(fontsize=8)
+            fig.tight_layout()
+            fig.savefig(out_png, dpi=110)
+            lines.insert(4, f"![predicted all_reduce time]({out_png.name})")
+            lines.insert(5, "")
+    out_md.write_text("\n".join(lines) + "\n")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "?"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("command", choices=["calibrate", "validate", "project"])
+    ap.add_argument("--data", default="smooth,grad")
+    ap.add_argument("--counts", default="4194304,16777216", help="calibrate: per-rank input sizes (elements)")
+    a = ap.parse_args()
+    if a.command == "calibrate":
+        counts = [int(c) for c in a.counts.split(",")]
+        data = calibrate(a.data.split(","), counts)
+        CALIB.write_text(json.dumps({"data": data, "cpus": os.cpu_count(),
+                                     "when": time.strftime("%Y-%m-%d %H:%M")}, indent=1))
+        return 0
+    if a.command == "validate":
+        return validate(out=RESULTS / "scale_validation.json")
+    project(RESULTS / "scale.md", RESULTS / "scale.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

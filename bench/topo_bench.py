@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""One rank of the topology benchmark: collectives timed per algorithm and mode, side by side.
+
+    NCCLZ_TOPO_HOSTS=2x2 ncclz-run -n 4 python bench/topo_bench.py --size 16M --data smooth
+    sudo python bench/netlab/topology.py            # in the network lab (ranks per namespace)
+
+Every *round* runs every configuration (collective x data set x mode x algorithm) `--iters` times in
+turn, so configurations are compared side by side under the same load; `--rounds` rounds. Each
+call is timed on every rank from a barrier to its return, and the slowest rank's time counts (an
+all_reduce of the times, max); the CPU seconds of all ranks together per call (user + system of
+every thread, getrusage) are summed the same way. Rank 0 prints one JSON object per configuration
+at the end (and with --json writes them all to a file): the times, their median, the CPU seconds,
+the ratio and bytes from comm.last_stats (ratio: a hierarchical call's inter-host links;
+local_bytes: its intra-host bytes), the encode / decode / quantize / wait seconds of rank 0, the
+largest error over the promised bound (every element against the fp64 result, on the first timed
+call; --no-check skips it), and the run's environment (world size, topology, link rate, load).
+
+Options: --size (bytes per rank of float32: the nccl-tests size; all_gather's is its output),
+--data (ncclz.tools.data sets), --colls, --modes (none, lossless, rel=R, abs=E), --algos (ring,
+hierarchical), --iters, --rounds, --warmup (untimed calls per configuration before round 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import ncclz
+import numpy as np
+from ncclz.tools.data import rank_input
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process so far (user + system, every thread)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def parse_size(s: str) -> int:
+    s = s.strip().upper()
+    return int(float(s[:-1]) * (1 << {"K": 10, "M": 20, "G": 30}[s[-1]])) if s[-1] in "KMG" else int(s)
+
+
+def spec_of(mode: str):
+    if mode == "none":
+        return None
+    if mode == "lossless":
+        return ncclz.Lossless()
+    kind, v = mode.split("=")
+    return ncclz.Lossy(**{kind: float(v)})
+
+
+class Config:
+    """One configuration: inputs, the call, and what it measured."""
+
+    def __init__(self, comm, coll: str, data: str, mode: str, algo: str, nbytes: int):
+        self.comm, self.coll, self.data, self.mode, self.algo = comm, coll, data, mode, algo
+        W, r = comm.world_size, comm.rank
+        n = nbytes // 4
+        if coll == "all_gather":
+            n //= W
+        if coll == "reduce_scatter":
+            n -= n % W
+        self.n = n
+        self.x = rank_input(data, r, n)
+        self.buf = self.x.copy()
+        self.out = np.empty(n // W if coll == "reduce_scatter" else n * W if coll == "all_gather" else n,
+                            np.float32)
+        self.spec = spec_of(mode)
+        self.times, self.stats, self.err = [], [], None
+        self.cpu = []  # CPU seconds of all ranks together per call (user + system, every thread)
+
+    def call(self):
+        c, kw = self.comm, {"compression": self.spec, "algorithm": self.algo, "policy": "off"}
+        if self.coll == "all_reduce":
+            np.copyto(self.buf, self.x)
+            return c.all_reduce(self.buf, out=self.out, **kw)
+        if self.coll == "reduce_scatter":
+            return c.reduce_scatter(self.x, out=self.out, **kw)
+        if self.coll == "all_gather":
+            return c.all_gather(self.x, out=self.out.reshape(c.world_size, -1), **kw)
+        np.copyto(self.buf, self.x if c.rank == 0 else np.zeros_like(self.x))
+        return c.broadcast(self.buf, root=0, **kw)
+
+    def check(self, y) -> float:
+        """Largest |error| / E over every element (0 for exact modes: then within the float rounding
+        of the plain reduction, or bit-exact for data movement). Streams over the ranks' inputs."""
+        W, r = self.comm.world_size, self.comm.rank
+        got = np.asarray(y, np.float64).ravel()
+        st = self.comm.last_stats
+        m = self.n // W
+        if self.coll in ("all_reduce", "reduce_scatter"):
+            ref = np.zeros(self.n if self.coll == "all_reduce" else m)
+            mag = np.zeros_like(ref)
+            for k in range(W):
+                x = rank_input(self.data, k, self.n).astype(np.float64)
+                x = x if self.coll == "all_reduce" else x[r * m:(r + 1) * m]
+                ref += x
+                mag += np.abs(x)
+            err = float(np.max(np.abs(got - ref))) if ref.size else 0.0
+            tol = W * 2.0**-23 * float(mag.max()) if mag.size else 0.0
+        else:
+            err = 0.0
+            for k in range(W if self.coll == "all_gather" else 1):
+                x = rank_input(self.data, k, self.n).astype(np.float64)
+                err = max(err, float(np.max(np.abs(got[k * self.n:(k + 1) * self.n] - x))) if x.size else 0.0)
+            tol = 0.0
+        if st.error_bound > 0:
+            if err > st.error_bound:
+                raise AssertionError(f"{self.key()}: error {err:g} > bound {st.error_bound:g}")
+            return err / st.error_bound
+        if err > tol:
+            raise AssertionError(f"{self.key()}: exact mode off by {err:g} > {tol:g}")
+        return 0.0
+
+    def key(self) -> str:
+        return f"{self.coll}/{self.data}/{self.mode}/{self.algo}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="64M")
+    ap.add_argument("--data", default="smooth")
+    ap.add_argument("--colls", default="all_reduce")
+    ap.add_argument("--modes", default="none,rel=1e-3")
+    ap.add_argument("--algos", default="ring,hierarchical")
+    ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--no-check", action="store_true")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    nbytes = parse_size(a.size)
+    with ncclz.init() as comm:
+        configs = [Config(comm, c, d, m, g, nbytes) for c in a.colls.split(",") for d in a.data.split(",")
+                   for m in a.modes.split(",") for g in a.algos.split(",")]
+        for cf in configs:
+            for _ in range(a.warmup):
+                cf.call()
+        t_run = time.time()
+        for _ in range(a.rounds):
+            for cf in configs:
+                for _ in range(a.iters):
+                    comm.barrier()
+                    c0 = cpu_s()
+                    t0 = time.perf_counter()
+                    y = cf.call()
+                    dt = np.array([time.perf_counter() - t0])
+                    c = np.array([cpu_s() - c0])
+                    st = comm.last_stats
+                    if cf.err is None and not a.no_check:
+                        cf.err = cf.check(y)
+                    comm.all_reduce(dt, op="max", policy="off", algorithm="ring")
+                    comm.all_reduce(c, op="sum", policy="off", algorithm="ring")
+                    cf.times.append(float(dt[0]))
+                    cf.cpu.append(float(c[0]))
+                    cf.stats.append(st)
+        if comm.rank == 0:
+            t = comm.topology
+            env = {"world_size": comm.world_size, "hosts": t.hosts, "local_size": t.local_size,
+                   "intra_link": t.intra_link, "inter_link": t.inter_link,
+                   "link_gbps": float(os.environ.get("NETLAB_GBPS") or os.environ.get("NCCLZ_LINK_GBPS") or 0),
+                   "nbytes": nbytes, "label": a.label, "started": t_run, "cpus": os.cpu_count()}
+            rows = []
+            for cf in configs:
+                s = cf.stats
+                med = lambda f, s=s: float(statistics.median(f(x) for x in s))
+                rows.append({**env, "coll": cf.coll, "data": cf.data, "mode": cf.mode, "algorithm": cf.algo,
+                             "ran": s[-1].algorithm, "compression": s[-1].compression,
+                             "times": cf.times, "median_s": float(statistics.median(cf.times)),
+                             "cpu_s": float(statistics.median(cf.cpu)), "load": os.getloadavg()[0],
+                             "min_s": min(cf.times), "ratio": med(lambda x: x.ratio),
+                             "wire_bytes": med(lambda x: x.wire_bytes), "raw_bytes": med(lambda x: x.raw_bytes),
+                             "local_bytes": med(lambda x: x.local_bytes), "encode_s": med(lambda x: x.encode_s),
+                             "decode_s": med(lambda x: x.decode_s), "quantize_s": med(lambda x: x.quantize_s),
+                             "wait_s": med(lambda x: x.wait_s), "fallback": bool(s[-1].exact_fallback),
+                             "err_over_bound": cf.err})
+            for r in rows:
+                print(json.dumps(r), flush=True)
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+// Hierarchical schedules (see hierarchical.hpp; docs/ALGORITHMS.md has the
+// same text). N = H*L ranks: rank (h, l) is local rank l of host h. Two rings
+// per channel: the intra-host ring of the L ranks of host h (local rank order)
+// and the inter-host ring of the H ranks (., l) (host order). Each phase below
+// is a ring schedule of ring.cpp over one of them, with blocks that may have
+// different lengths and need not be contiguous: block j is [off(j), off(j) +
+// len(j)) and both ends of every link compute the same ranges, so a piece that
+// is empty on one end is empty on the other (the prims then do nothing).
+//
+// Deadlock freedom: every phase is a ring schedule (a rank sends at most one
+// piece of <= K/2 slices before it receives; docs/ALGORITHMS.md), the phases
+// of a channel run in the same order on every rank, and the two rings use
+// connections of their own. A rank waits in a phase only on ranks that take
+// part in it; each of those reaches it, since what it waits on in earlier
+// phases was posted by ranks that left those phases (a rank leaves a phase
+// only once all its sends of that phase are in slots). So every phase ends.
+#include "algorithms/hierarchical.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace ncclz::algorithms {
+namespace {
+
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
+inline const uint8_t* at(const void* p, size_t elem, size_t es) { return static_cast<const uint8_t*>(p) + elem * es; }
+inline uint8_t* at(void* p, size_t elem, size_t es) { return static_cast<uint8_t*>(p) + elem * es; }
+
+// Ring reduce-scatter over blocks of any length and place (ring_reduce_scatter
+// of ring.cpp, with block j at src[off(j)], len(j) elements): this rank's
+// block, reduced over the ring, goes to dst. In loops of seg elements of every
+// block, rank r: send (block r-1), recvReduceSend (block r-j, j = 2..N-1),
+// recvReduceCopy (block r) -> dst.
+template <class Off, class Len>
+void reduce_scatter_blocks(prims::Prims& p, RingPos pos, const void* src, Off off, Len len, void* dst, size_t seg) {
+  const int N = pos.nranks, r = pos.rank;
+  const size_t es = p.esize();
+  if (N == 1) {
+    if (len(r) && dst != at(src, off(r), es)) std::memmove(dst, at(src, off(r), es), len(r) * es);
+    return;
+  }
+  size_t longest = 0;
+  for (int j = 0; j < N; ++j) longest = std::max(longest, len(j));
+  for (size_t base = 0; base < longest; base += seg) {
+    auto n = [&](int j) { return base < len(j) ? std::min(seg, len(j) - base) : size_t(0); };
+    auto in = [&](int j) { return at(src, off(j) + base, es); };
+    int j = mod(r - 1, N);
+    p.send(in(j), n(j));
+    for (int k = 2; k < N; ++k) {
+      j = mod(r - k, N);
+      p.recvReduceSend(in(j), n(j));
+    }
+    p.recvReduceCopy(in(r), at(dst, base, es), n(r));
+  }
+}
+
+// Ring all-gather over blocks of any length and place (ring_all_gather of
+// ring.cpp): `own` (len(r) elements) goes to dst[off(r)] of every rank. In
+// loops of seg elements: copySend (own -> block r), recvCopySend (block r-j,
+// j = 1..N-2: forwarded unchanged, decoded once), recv (block r+1).
+template <class Off, class Len>
+void all_gather_blocks(prims::Prims& p, RingPos pos, const void* own, void* dst, Off off, Len len, size_t seg) {
+  const int N = pos.nranks, r = pos.rank;
+  const size_t es = p.esize();
+  if (N == 1) {
+    if (len(r) && own != at(dst, off(r), es)) std::memmove(at(dst, off(r), es), own, len(r) * es);
+    return;
+  }
+  size_t longest = 0;
+  for (int j = 0; j < N; ++j) longest = std::max(longest, len(j));
+  for (size_t base = 0; base < longest; base += seg) {
+    auto n = [&](int j) { return base < len(j) ? std::min(seg, len(j) - base) : size_t(0); };
+    auto out = [&](int j) { return at(dst, off(j) + base, es); };
+    p.copySend(at(own, base, es), out(r), n(r));
+    for (int k = 1; k < N - 1; ++k) {
+      const int j = mod(r - k, N);
+      p.recvCopySend(out(j), n(j));
+    }
+    const int j = mod(r + 1, N);
+    p.recv(out(j), n(j));
+  }
+}
+
+}  // namespace
+
+// Hierarchical all-reduce (one channel; count elements, L ranks per host).
+//
+// The count is cut into L blocks, block j = [count*j/L, count*(j+1)/L): local
+// rank l owns block l. Rank (h, l):
+//
+//   A  intra-host reduce-scatter   block l of the host's sum -> dst   (exact:
+//                                  raw slots, reduced in the user type)
+//   B  inter-host all-reduce       block l over the H hosts, in place on mid
+//                                  (the ring all-reduce of ring.cpp among the
+//                                  ranks (., l); the compressed wire: a lossy
+//                                  call quantizes the host's sum here, so the
+//                                  bound is split among H hosts, not N ranks)
+//   C  intra-host all-gather       every block -> dst (raw slots)
+//
+// Each host sends 2(H-1)/H of the message over its network link (L rings of
+// 1/L each), against 2(N-1)/N for the flat ring; 2(L-1) + 2(H-1) ring steps.
+// Every rank of a host ends with the bits of the block owners, who all got the
+// inter-host ring's bits: outputs are bit-identical on every rank. In place is
+// safe: A reads block j of src before any rank writes it (only this rank's
+// block l is written in A, after its last read), B and C touch dst only.
+void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                     void* mid, size_t count, size_t seg_intra, size_t seg_inter) {
+  const int L = pos.nlocal, l = pos.local;
+  const size_t es = intra.esize(), ms = inter.esize();
+  auto off = [&](int j) { return count * size_t(j) / size_t(L); };
+  auto len = [&](int j) { return off(j + 1) - off(j); };
+  reduce_scatter_blocks(intra, pos.intra(), src, off, len, at(dst, off(l), es), seg_intra);
+  ring_all_reduce(inter, pos.inter(), at(mid, off(l), ms), at(mid, off(l), ms), len(l), seg_inter);
+  all_gather_blocks(intra, pos.intra(), at(dst, off(l), es), dst, off, len, seg_intra);
+}
+
+// Hierarchical reduce-scatter (one channel; block j of the input belongs to
+// global rank j, `count` elements of it here, at j*stride).
+//
+//   A  intra-host reduce-scatter, once per host g = h, h+1, ..., h+H-1: the
+//      blocks of the ranks (g, 0..L-1); local rank l keeps the host's sum of
+//      block (g, l) in work[g*stride]  (exact, raw slots)
+//   B  inter-host reduce-scatter of work among the ranks (., l): rank (h, l)
+//      gets block (h, l) summed over all hosts -> mid_out (compressed wire;
+//      a lossy call quantizes the hosts' sums here)
+//
+// Each host sends (H-1)/H of the message over its network link.
+void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
+                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter) {
+  const int H = pos.nhosts, h = pos.host;
+  const size_t es = intra.esize();
+  for (int k = 0; k < H; ++k) {
+    const int g = mod(h + k, H);
+    auto off = [&](int j) { return size_t(pos.rank(g, j)) * stride; };
+    auto len = [&](int) { return count; };
+    reduce_scatter_blocks(intra, pos.intra(), src, off, len, at(work, size_t(g) * stride, es), seg_intra);
+  }
+  ring_reduce_scatter(inter, pos.inter(), mid, stride, mid_out, count, seg_inter);
+}
+
+// Hierarchical all-gather (one channel; rank j's block at j*stride of dst,
+// `count` elements of it here).
+//
+//   A  intra-host all-gather: the blocks of the ranks (h, 0..L-1)
+//   B  inter-host all-gather among the ranks (., l): the blocks (0..H-1, l)
+//      (compressed wire: each block encoded once by its owner, forwarded as is)
+//   C  intra-host all-gather, once per other host g = h+1, ..., h+H-1: the
+//      blocks (g, 0..L-1), each from the local rank that got it in B
+//
+// One element type throughout (the user's, or the codes of a lossy call,
+// quantized once by their owner before the call and dequantized after it).
+void hier_all_gather(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                     size_t stride, size_t count, size_t seg_intra, size_t seg_inter) {
+  const int H = pos.nhosts, h = pos.host, l = pos.local;
+  const size_t es = intra.esize();
+  auto len = [&](int) { return count; };
+  auto on_host = [&](int g) { return [&pos, g, stride](int j) { return size_t(pos.rank(g, j)) * stride; }; };
+  all_gather_blocks(intra, pos.intra(), src, dst, on_host(h), len, seg_intra);
+  auto of_local = [&](int g) { return size_t(pos.rank(g, l)) * stride; };
+  all_gather_blocks(inter, pos.inter(), at(dst, of_local(h), es), dst, of_local, len, seg_inter);
+  for (int k = 1; k < H; ++k) {
+    const int g = mod(h + k, H);
+    all_gather_blocks(intra, pos.intra(), at(dst, of_local(g), es), dst, on_host(g), len, seg_intra);
+  }
+}
+
+// Hierarchical broadcast (one channel) from root (hr, lr), in place.
+//
+// Two chains, interleaved round by round (seg elements a round):
+//   inter  the ranks (., lr) from host hr on: position k = h - hr (mod H):
+//          k == 0 copySend, 0 < k < H-1 recvCopySend, k == H-1 recv
+//   intra  on every host, from local rank lr: position k = l - lr (mod L):
+//          k == 0 copySend, 0 < k < L-1 recvCopySend, k == L-1 recv
+// A rank (h, lr) takes part in both: each round it first passes the round on
+// along the inter chain, then starts it down its host's chain. Neither chain
+// has a cycle and each has its own connections, so the rounds pipeline
+// through both: about (count/slice + H + L) slice times.
+void hier_broadcast(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, int root, void* buf, size_t count,
+                    size_t seg) {
+  const int H = pos.nhosts, L = pos.nlocal;
+  int hr = 0, lr = 0;
+  for (int g = 0; g < H; ++g) {
+    for (int j = 0; j < L; ++j) {
+      if (pos.rank(g, j) == root) hr = g, lr = j;
+    }
+  }
+  const size_t es = intra.esize();
+  const int ki = mod(pos.host - hr, H), kl = mod(pos.local - lr, L);
+  auto chain = [](prims::Prims& p, int k, int n, uint8_t* b, size_t m) {
+    if (n == 1 || m == 0) return;
+    if (k == 0) {
+      p.copySend(b, b, m);
+    } else if (k < n - 1) {
+      p.recvCopySend(b, m);
+    } else {
+      p.recv(b, m);
+    }
+  };
+  for (size_t base = 0; base < count; base += seg) {
+    const size_t m = std::min(seg, count - base);
+    uint8_t* b = at(buf, base, es);
+    if (kl == 0) chain(inter, ki, H, b, m);
+    chain(intra, kl, L, b, m);
+  }
+}
+
+}  // namespace ncclz::algorithms

@@ -1,0 +1,63 @@
+// Hierarchical schedules over the primitives (one channel each): N = H*L
+// ranks on H hosts of L ranks each. Every function here drives two Prims of
+// one channel: `intra`, on the ring of this host's L ranks in local-rank order
+// (shared memory or the heap: the raw wire, no coding), and `inter`, on the
+// ring of the H ranks that share this rank's local rank, one per host, in host
+// order (the network: the call's wire, compressed where the call is). The
+// schedules are written down in prose in hierarchical.cpp and in
+// docs/ALGORITHMS.md ("Hierarchical collectives").
+//
+// Buffers hold wire elements of the prims that read them (intra.esize() or
+// inter.esize() bytes each: the user type, or lossy codes); a buffer that one
+// phase writes and the next reads through another wire is given twice, once
+// per element size (`dst` and `mid` of all_reduce: the same elements, as
+// values and as codes, which a prims::Stage maps onto each other).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "algorithms/ring.hpp"
+#include "prims/prims.hpp"
+
+namespace ncclz::algorithms {
+
+/// This rank's place in an H x L grid of ranks.
+struct HierPos {
+  int host = 0, nhosts = 1;   ///< h, H
+  int local = 0, nlocal = 1;  ///< l, L
+  const int* grid = nullptr;  ///< grid[h * L + l]: the global rank of (h, l)
+  int rank(int h, int l) const { return grid[size_t(h) * size_t(nlocal) + size_t(l)]; }
+  RingPos intra() const { return {local, nlocal}; }
+  RingPos inter() const { return {host, nhosts}; }
+};
+
+/// All-reduce of `count` elements, src -> dst (may alias). Intra-host
+/// reduce-scatter into dst, the inter-host all-reduce of this rank's block in
+/// place on `mid` (dst itself, or the codes a Stage maps onto dst), intra-host
+/// all-gather of dst. seg: ring_segment_elems of the prims it is used with.
+void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                     void* mid, size_t count, size_t seg_intra, size_t seg_inter);
+
+/// Reduce-scatter: block j (global rank j's, `count` elements here) of src at
+/// element j*stride. Intra-host reduce-scatter of the H blocks of this local
+/// rank into `work` (block h at h*stride, values), then the inter-host
+/// reduce-scatter of `mid` (work itself, or codes mapped onto it) into
+/// `mid_out` (dst, or codes mapped onto it).
+void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
+                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter);
+
+/// All-gather: src (count elements) to block rank() of dst (block j at
+/// j*stride); every other block from its owner. Intra-host all-gather,
+/// inter-host all-gather of this local rank's blocks, intra-host all-gather
+/// of the blocks that came from the other hosts. One wire element size.
+void hier_all_gather(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                     size_t stride, size_t count, size_t seg_intra, size_t seg_inter);
+
+/// Broadcast from global rank `root`, in place: the chain of the root's local
+/// rank across hosts, then on every host the chain from that local rank,
+/// interleaved round by round (rounds of `seg` elements) so both pipeline.
+void hier_broadcast(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, int root, void* buf, size_t count,
+                    size_t seg);
+
+}  // namespace ncclz::algorithms

@@ -1,0 +1,46 @@
+// A hierarchical call's buffers and wires (core/hier_channels.hpp runs it):
+// what each phase moves, in which element type and on which wire.
+//
+// Every hierarchical call moves raw slots inside a host (no coding, no
+// quantization: reductions there are exact in the user type) and the call's
+// wire between hosts:
+//
+//   none, lossless   the user's values between hosts too (raw, or the
+//                    lossless coder); the same reductions in the same order as
+//                    none, so lossless is bit-identical to none.
+//   lossy reduction  (all_reduce, reduce_scatter) the hosts' values are
+//                    quantized, slice by slice, as the inter-host ring first
+//                    reads them (a core::LossyStage over the host's sums:
+//                    all_reduce's in the output, reduce_scatter's in a work
+//                    buffer) and the ring reduces codes; its final slices are
+//                    dequantized into the output as they complete. The bound
+//                    is split among H hosts (bound::plan_lossy_hier).
+//   lossy movement   (all_gather, broadcast) every value is quantized once by
+//                    its owner before the call and the codes move everywhere
+//                    (raw inside hosts, coded between them); every rank
+//                    dequantizes its output after it, so all end with the
+//                    owner's codes' values.
+#pragma once
+
+#include "core/collective.hpp"
+#include "core/lossy_ops.hpp"
+#include "core/lossy_plan.hpp"
+#include "core/runtime.hpp"
+
+namespace ncclz::core {
+
+/// none / lossless (m) with the Compression `c` of the inter-host wire.
+void run_hier_values(Runtime& rt, const Collective& cd, DataType t, Mode m, const Compression& c, int nch,
+                     CallState& call);
+
+/// A lossy all_reduce or reduce_scatter with the hierarchical plan; out_step:
+/// the output grid's step (2 eb, or 2 eb / N for a mean).
+void run_hier_lossy_reduction(Runtime& rt, const Collective& cd, DataType t, const LossyPlan& plan, double out_step,
+                              const Compression& c, int nch, CallState& call);
+
+/// A lossy all_gather or broadcast on codes quantized beforehand: `codes`
+/// (the input's) to `out_codes` (broadcast: the same buffer).
+void run_hier_codes(Runtime& rt, const Collective& cd, DataType t, bool wide, const void* codes, void* out_codes,
+                    const Compression& c, int nch, CallState& call);
+
+}  // namespace ncclz::core
