@@ -337,18 +337,18 @@ def make_ncclz(variants=()):
 
 # =========================================================================== running
 def run_one(codec: Codec, x: np.ndarray, rel, eb, reps: int, dataset: str, input_name: str) -> dict:
-    row = dict(
-        dataset=dataset,
-        input=input_name,
-        dtype=str(x.dtype),
-        shape=list(x.shape),
-        raw_bytes=int(x.nbytes),
-        codec=codec.name,
-        lossy=codec.lossy,
-        rel=rel,
-        eb=eb,
-        reps=reps,
-    )
+    row = {
+        "dataset": dataset,
+        "input": input_name,
+        "dtype": str(x.dtype),
+        "shape": list(x.shape),
+        "raw_bytes": int(x.nbytes),
+        "codec": codec.name,
+        "lossy": codec.lossy,
+        "rel": rel,
+        "eb": eb,
+        "reps": reps,
+    }
     try:
         blob = codec.encode(x, eb, rel)  # warm-up + correctness
         y = codec.decode(blob, x)
@@ -453,16 +453,16 @@ def run(args) -> dict:
         t0 = time.perf_counter()
         x = np.ascontiguousarray(bench_data.load(name, quick=args.quick), dtype=np.float32)
         xmin, xmax = float(x.min()), float(x.max())
-        datasets_meta[name] = dict(
-            shape=list(x.shape),
-            bytes=int(x.nbytes),
-            min=xmin,
-            max=xmax,
-            std=float(x.std(dtype=np.float64)),
-            desc=bench_data.DATASETS[name]["desc"],
-            sha256_16=hashlib.sha256(x.tobytes()).hexdigest()[:16],
-            load_s=time.perf_counter() - t0,
-        )
+        datasets_meta[name] = {
+            "shape": list(x.shape),
+            "bytes": int(x.nbytes),
+            "min": xmin,
+            "max": xmax,
+            "std": float(x.std(dtype=np.float64)),
+            "desc": bench_data.DATASETS[name]["desc"],
+            "sha256_16": hashlib.sha256(x.tobytes()).hexdigest()[:16],
+            "load_s": time.perf_counter() - t0,
+        }
         for rel in args.bounds:
             eb = rel * (xmax - xmin)  # float64
             for c in lossy:
@@ -483,7 +483,7 @@ def run(args) -> dict:
                 print("  " + fmt_row(r), flush=True)
             del xb
         del x
-    return dict(rows=rows, datasets=datasets_meta, ncclz_reason=ncclz_reason)
+    return {"rows": rows, "datasets": datasets_meta, "ncclz_reason": ncclz_reason}
 
 
 # =========================================================================== targets
@@ -502,7 +502,7 @@ def targets(res: dict, quick: bool, codec: str = "ncclz") -> list:
     note_size = "" if full_gauss else " (NOT the 32 MiB size: quick run)"
 
     def add(name, value, threshold, met, detail):
-        out.append(dict(target=name, codec=codec, value=value, threshold=threshold, met=met, detail=detail))
+        out.append({"target": name, "codec": codec, "value": value, "threshold": threshold, "met": met, "detail": detail})
 
     g = find(rows, "gaussian", codec, 1e-3)
     if g is None:
@@ -832,26 +832,26 @@ def main(argv=None):
         mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem_gib = float("nan")
-    res["meta"] = dict(
-        date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        cpu=lscpu_model(),
-        nproc=os.cpu_count(),
-        core=args.core,
-        mem_gib=mem_gib,
-        platform=platform.platform(),
-        python=platform.python_version(),
-        versions={k: pkg_version(k) for k in ("numpy", "pysz", "zfpy", "blosc2", "torch", "scikit-learn", "eofs", "ml_dtypes")}
+    res["meta"] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": lscpu_model(),
+        "nproc": os.cpu_count(),
+        "core": args.core,
+        "mem_gib": mem_gib,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {k: pkg_version(k) for k in ("numpy", "pysz", "zfpy", "blosc2", "torch", "scikit-learn", "eofs", "ml_dtypes")}
         | {"ncclz": ncclz_v},
-        command=cmd,
-        quick=args.quick,
-        reps=args.reps,
-        bounds=args.bounds,
-        wall_s=time.perf_counter() - t_start,
-        scheduler=sched_desc(),
-        loadavg1_start=load_start,
-        loadavg1_end=load_end,
-        loadavg1_max_rows=max((r.get("loadavg1", 0.0) for r in res["rows"]), default=float("nan")),
-    )
+        "command": cmd,
+        "quick": args.quick,
+        "reps": args.reps,
+        "bounds": args.bounds,
+        "wall_s": time.perf_counter() - t_start,
+        "scheduler": sched_desc(),
+        "loadavg1_start": load_start,
+        "loadavg1_end": load_end,
+        "loadavg1_max_rows": max((r.get("loadavg1", 0.0) for r in res["rows"]), default=float("nan")),
+    }
     print("\n# targets")
     for t in res["targets"]:
         met = "n/a" if t["met"] is None else ("MET" if t["met"] else "MISSED")

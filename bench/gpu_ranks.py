@@ -240,7 +240,7 @@ def worker(args) -> int:
                 raise
             finally:
                 comm.close()
-    except Exception as e:  # noqa: BLE001 - reported to the parent, which fails the run
+    except Exception as e:
         res["error"] = f"rank {rank}: {type(e).__name__}: {e}"
         res["traceback"] = traceback.format_exc()
         save()

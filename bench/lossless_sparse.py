@@ -20,9 +20,8 @@ import platform
 import time
 
 import ml_dtypes
-import numpy as np
-
 import ncclz
+import numpy as np
 from ncclz import codec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,8 +57,8 @@ def main(argv=None) -> int:
                 bits = x.view(np.uint16 if x.itemsize == 2 else np.uint32)
                 res = {}
                 for name in ("floatexp", "auto"):
-                    te, blob = timed(lambda: codec.compress(x, ncclz.Lossless(), codec=name))
-                    td, y = timed(lambda: codec.decompress(blob))
+                    te, blob = timed(lambda x=x, name=name: codec.compress(x, ncclz.Lossless(), codec=name))
+                    td, y = timed(lambda blob=blob: codec.decompress(blob))
                     assert np.array_equal(np.asarray(y).view(bits.dtype), bits), (dname, keep, signed, name)
                     info = codec.inspect(blob)
                     res[name] = (x.nbytes / len(blob), x.nbytes / te / 1e9, x.nbytes / td / 1e9,

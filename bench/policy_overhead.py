@@ -18,9 +18,8 @@ import time
 
 os.environ.setdefault("NCCLZ_LINK_GBPS", "1000")
 
-import numpy as np  # noqa: E402
-
-import ncclz  # noqa: E402
+import ncclz
+import numpy as np
 
 
 def main() -> int:

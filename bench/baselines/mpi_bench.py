@@ -64,22 +64,22 @@ def main(argv=None) -> int:
                 if coll == "all_reduce":
                     out = np.empty_like(x)
 
-                    def run():
+                    def run(x=x, out=out):
                         comm.Allreduce(x, out, op=MPI.SUM)
                 elif coll == "reduce_scatter":
                     out = np.empty(count // n, x.dtype)
 
-                    def run():
+                    def run(x=x, out=out):
                         comm.Reduce_scatter_block(x, out, op=MPI.SUM)
                 elif coll == "all_gather":
                     out = np.empty((n, count), x.dtype)
 
-                    def run():
+                    def run(x=x, out=out):
                         comm.Allgather(x, out)
                 else:
                     out = np.empty_like(x)
 
-                    def run():
+                    def run(x=x, out=out):
                         if rank == 0:
                             np.copyto(out, x)
                         comm.Bcast(out, root=0)
@@ -104,21 +104,21 @@ def main(argv=None) -> int:
                 err = comm.allreduce(err, op=MPI.MAX)
                 t_med = float(np.median(tmax))
                 size = B["size_bytes"](coll, count, npdt.itemsize, n)
-                row = dict(system="mpi", collective=coll, dataset=ds, mode="none", dtype=a.dtype, size=size,
-                           count=count, redop="sum" if coll in ("all_reduce", "reduce_scatter") else "none",
-                           root=0 if coll == "broadcast" else -1, nranks=n, iters=iters, time_us=t_med * 1e6,
-                           time_mean_us=float(np.mean(tmax)) * 1e6, times_us=(tmax * 1e6).tolist(),
-                           algbw=size / t_med / 1e9, busbw=size / t_med / 1e9 * B["busbw_factor"](coll, n),
-                           max_err=err, bound=0.0, err_over_bound=0.0, ok=True, ratio=1.0, wire_bytes=None,
-                           codec_share=0.0, link_gbps=os.environ.get("NETLAB_GBPS"), netlab_ns=nss[rank],
-                           addrs=addrs)
+                row = {"system": "mpi", "collective": coll, "dataset": ds, "mode": "none", "dtype": a.dtype, "size": size,
+                           "count": count, "redop": "sum" if coll in ("all_reduce", "reduce_scatter") else "none",
+                           "root": 0 if coll == "broadcast" else -1, "nranks": n, "iters": iters, "time_us": t_med * 1e6,
+                           "time_mean_us": float(np.mean(tmax)) * 1e6, "times_us": (tmax * 1e6).tolist(),
+                           "algbw": size / t_med / 1e9, "busbw": size / t_med / 1e9 * B["busbw_factor"](coll, n),
+                           "max_err": err, "bound": 0.0, "err_over_bound": 0.0, "ok": True, "ratio": 1.0, "wire_bytes": None,
+                           "codec_share": 0.0, "link_gbps": os.environ.get("NETLAB_GBPS"), "netlab_ns": nss[rank],
+                           "addrs": addrs}
                 rows.append(row)
                 if rank == 0:
                     print(B["group_title"](row))
                     print(B["format_row"](row), flush=True)
     if rank == 0 and a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(meta=dict(system="mpi", nranks=n, namespaces=nss), rows=rows), f, indent=1)
+            json.dump({"meta": {"system": "mpi", "nranks": n, "namespaces": nss}, "rows": rows}, f, indent=1)
     return 0
 
 

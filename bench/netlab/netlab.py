@@ -57,7 +57,7 @@ IFNAME = "eth0"
 
 
 def _run(cmd, check=True, quiet=False):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if check and r.returncode != 0:
         raise RuntimeError(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr.strip()}")
     return r
@@ -184,9 +184,9 @@ class Lab:
                           "rate", rate, "burst", burst, "limit", limit])
 
     def describe(self) -> str:
-        lines = [f"netlab: {self.n} hosts, prefix {self.prefix}, bridge {self.br} in {self.sw}, "
+        lines = [(f"netlab: {self.n} hosts, prefix {self.prefix}, bridge {self.br} in {self.sw}, "
                  f"rate {self.gbps or 'unshaped'} Gbit/s per host NIC "
-                 f"({'egress+ingress' if self.ingress else 'egress only'})"]
+                 f"({'egress+ingress' if self.ingress else 'egress only'})")]
         for i in range(self.n):
             lines.append(f"  {self.host(i)}: {IFNAME} {self.addr(i)}/24")
         if self.gbps:
@@ -333,7 +333,7 @@ _handlers_installed = False
 
 
 def _teardown_all():
-    for lab in list(_LABS):
+    for lab in _LABS:
         try:
             lab.down()
         except Exception as e:  # pragma: no cover

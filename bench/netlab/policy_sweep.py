@@ -41,8 +41,8 @@ def run(a) -> None:
         cmd = [sys.executable, os.path.join(HERE, "suite.py"), "--phases", "rates", "--rates", a.rates,
                "--systems", "ncclz", "--no-mpi", "--tag", f"_r{k}", "--raw", a.out, "--prefix", a.prefix,
                "--budget", str(a.budget)]
-        rec = dict(repeat=k, cmd=" ".join(cmd[1:]), start=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                   load_before=loadavg())
+        rec = {"repeat": k, "cmd": " ".join(cmd[1:]), "start": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   "load_before": loadavg()}
         print(f"[policy_sweep] repeat {k}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
         rc = subprocess.run(cmd, timeout=a.timeout).returncode
         rec.update(rc=rc, load_after=loadavg(), end=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -72,15 +72,15 @@ def load(out: str) -> tuple[dict, list]:
 def table(out: str) -> tuple[str, float | None, float | None]:
     """(markdown, worst median auto-vs-none over the sweep, worst single repeat)."""
     rows, meta = load(out)
-    L = ["| Gbit/s | data | none ms | rel=1e-3 ms | auto ms | auto ran | auto vs none | chosen mode vs none | "
-         "auto vs none, worst repeat | rel=1e-3 vs none | repeats | load avg (1 min) |",
+    L = [("| Gbit/s | data | none ms | rel=1e-3 ms | auto ms | auto ran | auto vs none | chosen mode vs none | "
+         "auto vs none, worst repeat | rel=1e-3 vs none | repeats | load avg (1 min) |"),
          "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     worst_med = worst_one = None
     for (rate, ds), reps in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1] != "smooth")):
         full = [r for r in reps.values() if all(m in r for m in ("none", "rel=0.001", "auto:rel=0.001"))]
         if not full:
             continue
-        med = lambda m: statistics.median(r[m]["time_us"] / 1e3 for r in full)  # noqa: E731
+        med = lambda m, full=full: statistics.median(r[m]["time_us"] / 1e3 for r in full)
         auto = [r["auto:rel=0.001"]["time_us"] / r["none"]["time_us"] - 1 for r in full]
         lz = [r["rel=0.001"]["time_us"] / r["none"]["time_us"] - 1 for r in full]
         # decision quality: the measured time of the mode the policy ran, from its own row in the same run

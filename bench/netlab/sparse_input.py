@@ -26,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-import netlab  # noqa: E402
+import netlab
 
 CONFIGS = [
     ("dense path", {"NCCLZ_SPARSE_INPUT": "0"}),
@@ -62,16 +62,16 @@ def main(argv=None) -> int:
                         print(f"sparse_input: {hosts} hosts, {name}: exit {rc}, no result", file=sys.stderr)
                         return 1
                     res.setdefault(hosts, {}).setdefault(name, []).append(
-                        dict(ms=float(m.group(1)), ratio=float(m.group(3)), cpu=float(m.group(4)),
-                             load=os.getloadavg()[0]))
+                        {"ms": float(m.group(1)), "ratio": float(m.group(3)), "cpu": float(m.group(4)),
+                             "load": os.getloadavg()[0]})
     L = ["# Mostly-zero inputs: the dense path, lists of nonzeros, larger slices\n",
-         f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} CPU cores) by "
+         (f"Measured {started} on {os.uname().nodename} ({os.cpu_count()} CPU cores) by "
          f"`python {os.path.relpath(__file__, REPO)}`: network lab (netns + tbf) at {a.rate:g} Gbit/s per host, "
          f"{a.size} float32 per rank of the benchmark's `sparse` data (99% of each rank's elements +0.0), "
          "all_reduce Lossy(rel=1e-3), out of place, policy off; the three configurations take turns, "
          f"{a.rounds} rounds. Time: per call, slowest rank, median of 9 calls; CPU: user + system seconds "
          "of all ranks (every thread) per call, median. Same result bits in all three "
-         "(tests/cpp/test_collectives.cpp, CollectiveSparseInput).\n"]
+         "(tests/cpp/test_collectives.cpp, CollectiveSparseInput).\n")]
     for hosts, by in res.items():
         L.append(f"\n## {hosts} hosts\n")
         L.append("| configuration | time ms (median of rounds) | each round | vs dense path | ratio | CPU ms, all ranks |")
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         for name, _ in CONFIGS:
             rs = by[name]
             t = statistics.median(r["ms"] for r in rs)
-            each = ", ".join("%.1f" % r["ms"] for r in rs)
+            each = ", ".join("{:.1f}".format(r["ms"]) for r in rs)
             ratio = statistics.median(r["ratio"] for r in rs)
             cpu = statistics.median(r["cpu"] for r in rs)
             L.append(f"| {name} | {t:.1f} | {each} | {base / t:.2f}x | {ratio:.2f} | {cpu:.1f} |")

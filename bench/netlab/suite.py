@@ -147,13 +147,13 @@ def main(argv=None) -> int:
         if [ph for ph in phases if ph != "rootless"]:
             tbf = {str(r): netlab.tbf_args(float(r)) for r in [a.rate] + [float(x) for x in a.rates.split(",")]}
             with open(os.path.join(RAW, "lab.json"), "w") as f:
-                json.dump(dict(hosts=a.hosts, prefix=a.prefix, tbf=tbf, argv=sys.argv,
-                               started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())), f, indent=1)
+                json.dump({"hosts": a.hosts, "prefix": a.prefix, "tbf": tbf, "argv": sys.argv,
+                               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f, indent=1)
             # measured goodput of one link at the main rate (the tbf check)
             got = netlab.iperf(lab, 32 << 20)
             log(f"iperf h1->h0 at {a.rate} Gbit/s: {got:.3f} Gbit/s")
             with open(os.path.join(RAW, "iperf.json"), "w") as f:
-                json.dump(dict(rate=a.rate, measured_gbps=got), f)
+                json.dump({"rate": a.rate, "measured_gbps": got}, f)
 
         def nextport():
             nonlocal port

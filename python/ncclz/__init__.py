@@ -1,6 +1,7 @@
 """ncclz: compression-enabled collective communication for GPUs and CPUs."""
 
-from . import errors
+from . import _core, codec, comm, errors
+from .comm import CallStats, Communicator, Topology, init
 from .errors import (
     AbortedError,
     CorruptDataError,
@@ -10,11 +11,7 @@ from .errors import (
     SystemError,
     TimeoutError,
 )
-from . import _core
 from .spec import Lossless, Lossy
-from . import codec
-from . import comm
-from .comm import CallStats, Communicator, Topology, init
 
 __version__ = "0.1.0"
 

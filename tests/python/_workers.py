@@ -771,7 +771,7 @@ def scenario_layout(ncclz, comm, args):
         comm.all_reduce(x, compression=spec, policy="off")
         st = comm.last_stats
         err = float(np.abs(x.reshape(exact.shape).astype(np.float64) - exact).max())
-        out[f"all_reduce_{name}"] = dict(ratio=st.ratio, err=err, bound=1e-3 * span)
+        out[f"all_reduce_{name}"] = {"ratio": st.ratio, "err": err, "bound": 1e-3 * span}
         src = fields[comm.rank] if name == "shaped" else fields[comm.rank].reshape(-1)
         g = comm.all_gather(src.copy(), compression=spec, policy="off")
         st = comm.last_stats
@@ -780,7 +780,7 @@ def scenario_layout(ncclz, comm, args):
             float(np.abs(np.asarray(g).reshape(n, -1)[r].astype(np.float64) - fields[r].reshape(-1)).max())
             for r in range(n)
         )
-        out[f"all_gather_{name}"] = dict(ratio=st.ratio, err=gerr, bound=1e-3 * gspan)
+        out[f"all_gather_{name}"] = {"ratio": st.ratio, "err": gerr, "bound": 1e-3 * gspan}
     return out
 
 
@@ -811,20 +811,20 @@ def scenario_sparse(ncclz, comm, args):
         x = inputs[comm.rank].copy()
         comm.all_reduce(x, compression=spec, policy="off")
         st = comm.last_stats
-        out[codec or "auto"] = dict(
-            ratio=st.ratio, err=float(np.abs(x.astype(np.float64) - exact).max()), bound=bound,
-            hash=digest(x), compression=st.compression,
-        )
+        out[codec or "auto"] = {
+            "ratio": st.ratio, "err": float(np.abs(x.astype(np.float64) - exact).max()), "bound": bound,
+            "hash": digest(x), "compression": st.compression,
+        }
     spec = ncclz.Lossy(rel=1e-3)
     y = np.full_like(inputs[comm.rank], np.nan)
     comm.all_reduce(inputs[comm.rank], compression=spec, out=y, policy="off")
-    out["out_of_place"] = dict(hash=digest(y), err=float(np.abs(y.astype(np.float64) - exact).max()), bound=bound)
+    out["out_of_place"] = {"hash": digest(y), "err": float(np.abs(y.astype(np.float64) - exact).max()), "bound": bound}
     k = n // W
     z = comm.reduce_scatter(inputs[comm.rank], compression=spec, policy="off")
-    out["reduce_scatter"] = dict(
-        hash=digest(z), bound=bound,
-        err=float(np.abs(np.asarray(z, np.float64) - exact[comm.rank * k:(comm.rank + 1) * k]).max()),
-    )
+    out["reduce_scatter"] = {
+        "hash": digest(z), "bound": bound,
+        "err": float(np.abs(np.asarray(z, np.float64) - exact[comm.rank * k:(comm.rank + 1) * k]).max()),
+    }
     for dtype, rel in (("float16", 5e-2), ("bfloat16", 2e-1)):
         dt = np_dtype(dtype)
         xs = []
@@ -835,15 +835,15 @@ def scenario_sparse(ncclz, comm, args):
         span = float(max(v.astype(np.float64).max() for v in xs) - min(v.astype(np.float64).min() for v in xs))
         v = xs[comm.rank].copy()
         comm.all_reduce(v, compression=ncclz.Lossy(rel=rel), policy="off")
-        out[dtype] = dict(hash=digest(v), err=float(np.abs(v.astype(np.float64) - ex).max()), bound=rel * span,
-                          exact=comm.last_stats.exact_fallback)
+        out[dtype] = {"hash": digest(v), "err": float(np.abs(v.astype(np.float64) - ex).max()), "bound": rel * span,
+                          "exact": comm.last_stats.exact_fallback}
         # Lossless: the uncompressed sum's bits, the mostly-zero slices as Sparse lists of bit patterns.
         ll = {}
         for mode in (ncclz.Lossless(), None):
             w = xs[comm.rank].copy()
             comm.all_reduce(w, compression=mode, policy="off")
             ll["lossless" if mode else "none"] = (digest(w), comm.last_stats.ratio)
-        out[f"lossless_{dtype}"] = dict(hash=ll["lossless"][0], none_hash=ll["none"][0], ratio=ll["lossless"][1])
+        out[f"lossless_{dtype}"] = {"hash": ll["lossless"][0], "none_hash": ll["none"][0], "ratio": ll["lossless"][1]}
     return out
 
 
