@@ -76,5 +76,4 @@ inline bool load_npy(const std::string& path, std::vector<float>* x, std::vector
   return bool(f);
 }
 
-
 }  // namespace ncclz_bench

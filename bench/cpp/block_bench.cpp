@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
   const size_t bytes = mib << 20;
   std::printf("Block coder, %zu MiB of residuals, median of %d runs, one thread, %s time\n", mib, runs,
               g_wall ? "wall" : "thread CPU");
-  for (const char* d : {"gauss50", "gauss1", "gauss5000", "zeros", "zeroblocks90", "sparse1pct"}) bench<int32_t>(d, bytes, runs);
+  for (const char* d : {"gauss50", "gauss1", "gauss5000", "zeros", "zeroblocks90", "sparse1pct"})
+    bench<int32_t>(d, bytes, runs);
   for (const char* d : {"gauss50", "zeros"}) bench<int64_t>(d, bytes, runs);
   return 0;
 }

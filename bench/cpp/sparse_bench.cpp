@@ -135,9 +135,10 @@ void run(const char* label, const std::vector<int32_t>& q, int rounds) {
     size_t total = 0;
     for (size_t s = 0; s < ns; ++s) total += len[c][s];
     const double e = pick(te[c]), d = pick(td[c]);
-    std::printf("  %-7s ratio %7.2f  bytes %10zu  encode %6.2f GB/s (%5.3f ns/elem)  decode %6.2f GB/s (%5.3f ns/elem)\n",
-                coders[c].name, bytes / double(total), total, bytes / e * 1e-9, e / double(n) * 1e9, bytes / d * 1e-9,
-                d / double(n) * 1e9);
+    std::printf(
+        "  %-7s ratio %7.2f  bytes %10zu  encode %6.2f GB/s (%5.3f ns/elem)  decode %6.2f GB/s (%5.3f ns/elem)\n",
+        coders[c].name, bytes / double(total), total, bytes / e * 1e-9, e / double(n) * 1e9, bytes / d * 1e-9,
+        d / double(n) * 1e9);
   }
 }
 
@@ -174,9 +175,12 @@ int main(int argc, char** argv) {
   int a = 1;
   if (a < argc && std::isdigit(static_cast<unsigned char>(argv[a][0]))) rounds = std::atoi(argv[a++]);
   for (; a < argc; ++a) {
-    if (!std::strcmp(argv[a], "--wall")) g_wall = true;
-    else if (!std::strcmp(argv[a], "--best")) g_best = true;
-    else if (!std::strncmp(argv[a], "n=", 2)) n = size_t(std::atoll(argv[a] + 2));
+    if (!std::strcmp(argv[a], "--wall"))
+      g_wall = true;
+    else if (!std::strcmp(argv[a], "--best"))
+      g_best = true;
+    else if (!std::strncmp(argv[a], "n=", 2))
+      n = size_t(std::atoll(argv[a] + 2));
   }
   std::printf("Sparse vs Rans/Block/auto on int32 codes, %s of %d alternating rounds, one thread, %s time\n",
               g_best ? "best" : "median", rounds, g_wall ? "wall" : "thread CPU");
@@ -185,12 +189,9 @@ int main(int argc, char** argv) {
     int ranks;
     double keep;
   };
-  const Case cases[] = {{"sparse, 1 rank", 1, 0.01},
-                        {"sparse, 2 ranks", 2, 0.01},
-                        {"sparse, 4 ranks", 4, 0.01},
-                        {"10%: 4 ranks x 2.6%", 4, 0.026},
-                        {"20%: 4 ranks x 5.4%", 4, 0.054},
-                        {"30%: 4 ranks x 8.5%", 4, 0.085}};
+  const Case cases[] = {{"sparse, 1 rank", 1, 0.01},       {"sparse, 2 ranks", 2, 0.01},
+                        {"sparse, 4 ranks", 4, 0.01},      {"10%: 4 ranks x 2.6%", 4, 0.026},
+                        {"20%: 4 ranks x 5.4%", 4, 0.054}, {"30%: 4 ranks x 8.5%", 4, 0.085}};
   for (const Case& c : cases) run(c.label, make_codes(n, c.ranks, c.keep, 1000), rounds);
   return 0;
 }

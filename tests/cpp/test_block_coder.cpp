@@ -160,8 +160,8 @@ std::vector<Code> make(Dist d, size_t n, uint64_t seed) {
   return v;
 }
 
-const Dist kAllDists[] = {Dist::Zeros,    Dist::Gauss1, Dist::Gauss50,  Dist::Gauss1e4,   Dist::Gauss1e9,
-                          Dist::Full,     Dist::Sparse, Dist::Extremes, Dist::MixedWidths};
+const Dist kAllDists[] = {Dist::Zeros, Dist::Gauss1, Dist::Gauss50,  Dist::Gauss1e4,   Dist::Gauss1e9,
+                          Dist::Full,  Dist::Sparse, Dist::Extremes, Dist::MixedWidths};
 
 template <class Code>
 void round_trip_all() {
@@ -240,12 +240,12 @@ TEST(BlockCoder, HandMadeLayout) {
   // Width nibbles 3 (low), 0 (high): byte 0x03; no escapes. Block 0: sign = bit 1;
   // magnitudes 3 (lane 0), 1 (lane 1), 5 (lane 31).
   // plane 0: lanes 0, 1, 31 -> 0x80000003; plane 1: lane 0 -> 0x00000001; plane 2: lane 31 -> 0x80000000.
-  const std::vector<uint8_t> want = {0x03,                       // nibbles
+  const std::vector<uint8_t> want = {0x03,  // nibbles
 
-                                     0x02, 0x00, 0x00, 0x00,     // sign
-                                     0x03, 0x00, 0x00, 0x80,     // plane 0
-                                     0x01, 0x00, 0x00, 0x00,     // plane 1
-                                     0x00, 0x00, 0x00, 0x80};    // plane 2
+                                     0x02, 0x00, 0x00, 0x00,   // sign
+                                     0x03, 0x00, 0x00, 0x80,   // plane 0
+                                     0x01, 0x00, 0x00, 0x00,   // plane 1
+                                     0x00, 0x00, 0x00, 0x80};  // plane 2
   EXPECT_EQ(oracle_encode(r), want);
   for (BlockImpl impl : impls()) {
     EXPECT_EQ(encode_with(impl, r), want) << impl_name(impl);
@@ -270,19 +270,19 @@ TEST(BlockCoder, HandMadeLayout) {
   for (BlockImpl impl : impls()) EXPECT_EQ(encode_with(impl, s), want64);
   // Escapes in block order: widths 16, 2, 20, 0, 14 -> nibbles 0x2F, 0x0F, 0x0E; escapes 16, 20.
   std::vector<int32_t> e(5 * 32, 0);
-  e[0] = 1 << 15;          // w = 16
-  e[32 + 7] = -3;          // w = 2
+  e[0] = 1 << 15;           // w = 16
+  e[32 + 7] = -3;           // w = 2
   e[64 + 31] = -(1 << 19);  // w = 20
-  e[128 + 1] = 1 << 13;    // w = 14
+  e[128 + 1] = 1 << 13;     // w = 14
   const std::vector<uint8_t> head = {0x2F, 0x0F, 0x0E, 16, 20};
   const size_t esize = 3 + 2 + 4 * (17 + 3 + 21 + 15);
   for (BlockImpl impl : impls()) {
     const std::vector<uint8_t> got = encode_with(impl, e);
     ASSERT_EQ(got.size(), esize) << impl_name(impl);
     EXPECT_TRUE(std::equal(head.begin(), head.end(), got.begin())) << impl_name(impl);
-    EXPECT_EQ(load_u32(&got[5]), 0u);                  // block 0 sign
-    EXPECT_EQ(load_u32(&got[5 + 4 + 4 * 15]), 1u);    // block 0 plane 15: lane 0
-    EXPECT_EQ(load_u32(&got[5 + 4 * 17]), 1u << 7);   // block 1 sign: lane 7
+    EXPECT_EQ(load_u32(&got[5]), 0u);                // block 0 sign
+    EXPECT_EQ(load_u32(&got[5 + 4 + 4 * 15]), 1u);   // block 0 plane 15: lane 0
+    EXPECT_EQ(load_u32(&got[5 + 4 * 17]), 1u << 7);  // block 1 sign: lane 7
     EXPECT_EQ(got, oracle_encode(e));
     std::vector<int32_t> back;
     EXPECT_EQ(decode_with(impl, got.data(), got.size(), e.size(), &back), Status::Ok);
@@ -460,7 +460,7 @@ TEST(BlockCoder, HandMadeInconsistencies) {
   b2[b2.size() - 4] = 1;  // its top plane: lane 0
   EXPECT_EQ(dec(b2, 5), Status::Corrupt);
   EXPECT_EQ(dec(b2, 33), Status::Ok);  // with two blocks it is valid
-  auto b3 = b1;  // high nibble 15 with an escape byte where none can be
+  auto b3 = b1;                        // high nibble 15 with an escape byte where none can be
   b3[0] |= 0xF0;
   b3.insert(b3.begin() + 1, 15);
   b3.resize(b3.size() + 4 * 16, 0);

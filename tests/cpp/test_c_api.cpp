@@ -1,7 +1,5 @@
 // The C API (ncclz.h): ranks as threads, unique id from ncclzGetUniqueId,
 // result codes instead of exceptions, the error strings.
-#include "ncclz/ncclz.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +10,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "ncclz/ncclz.h"
 
 namespace {
 
@@ -118,8 +118,7 @@ TEST(CApi, ErrorsAreResultCodes) {
               ncclzInvalidArgument);
     EXPECT_EQ(ncclzAllReduce(a.data(), b.data(), 8, ncclzDataType_t(99), ncclzSum, ncclzCompressionNone(), comm),
               ncclzInvalidArgument);
-    EXPECT_EQ(ncclzBroadcast(a.data(), b.data(), 8, ncclzInt32, 5, ncclzCompressionNone(), comm),
-              ncclzInvalidArgument);
+    EXPECT_EQ(ncclzBroadcast(a.data(), b.data(), 8, ncclzInt32, 5, ncclzCompressionNone(), comm), ncclzInvalidArgument);
     EXPECT_EQ(ncclzSend(a.data(), 8, ncclzInt32, r, ncclzCompressionNone(), comm), ncclzInvalidArgument);
     // Mismatched counts: a remote error on both ranks.
     EXPECT_EQ(ncclzAllReduce(a.data(), b.data(), r == 0 ? 8 : 7, ncclzInt32, ncclzSum, ncclzCompressionNone(), comm),

@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/worker_pool.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "codec/quantizer.hpp"
 #include "core/lossy_plan.hpp"
-#include "base/worker_pool.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 
@@ -363,8 +363,8 @@ TEST_P(CollectiveAllReduce, EveryTypeOpModeAndCount) {
       std::vector<std::vector<uint8_t>> in;
       for (int r = 0; r < N; ++r) in.push_back(make_input(t, count, r));
       for (RedOp op : kOps) {
-        const std::string what = "N=" + std::to_string(N) + " count=" + std::to_string(count) + " " + name(t) + " " +
-                                 name(op);
+        const std::string what =
+            "N=" + std::to_string(N) + " count=" + std::to_string(count) + " " + name(t) + " " + name(op);
         const auto none = run_all_reduce(w, t, op, count, Compression::none(), in);
         check_reduced(t, op, N, in, 0, none[0], count, false, 0, what + " none");
         expect_same_bytes(none, count * dsize(t), what + " none");
@@ -413,9 +413,10 @@ TEST(CollectiveAllReduceBig, MillionPlusOddEveryMode) {
     if (!std::getenv("NCCLZ_TEST_CODEC")) {
       EXPECT_GT(st[0].ratio, 1.2) << "lossy codes of smooth data should compress";
     }
-    std::printf("[ info ] N=%d allreduce %zu f32 lossy(1e-4): ratio %.2f wall %.3fs encode %.3fs decode %.3fs "
-                "quantize %.3fs wait %.3fs\n",
-                N, count, st[0].ratio, st[0].wall_s, st[0].encode_s, st[0].decode_s, st[0].quantize_s, st[0].wait_s);
+    std::printf(
+        "[ info ] N=%d allreduce %zu f32 lossy(1e-4): ratio %.2f wall %.3fs encode %.3fs decode %.3fs "
+        "quantize %.3fs wait %.3fs\n",
+        N, count, st[0].ratio, st[0].wall_s, st[0].encode_s, st[0].decode_s, st[0].quantize_s, st[0].wait_s);
   }
 }
 
@@ -722,9 +723,8 @@ TEST(CollectiveSparseInput, SameBitsAsTheDensePath) {
           const double E = lossy_bound(t);
           for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
             for (bool in_place : {false, true}) {
-              const std::string what = "N=" + std::to_string(N) + " " + name(t) + " count=" +
-                                       std::to_string(count) + " mix=" + std::to_string(mix) + " " + name(op) +
-                                       (in_place ? " in place" : "");
+              const std::string what = "N=" + std::to_string(N) + " " + name(t) + " count=" + std::to_string(count) +
+                                       " mix=" + std::to_string(mix) + " " + name(op) + (in_place ? " in place" : "");
               Compression dense = Compression::lossy_abs(E);
               dense.codec = "rans";
               std::vector<CallStats> st;
@@ -865,8 +865,8 @@ TEST(CollectiveReduceScatter, TypesOpsModesWorlds) {
         std::vector<std::vector<uint8_t>> in;
         for (int r = 0; r < N; ++r) in.push_back(make_input(t, rc * size_t(N), r));
         for (RedOp op : kOps) {
-          const std::string what = "RS N=" + std::to_string(N) + " rc=" + std::to_string(rc) + " " + name(t) + " " +
-                                   name(op);
+          const std::string what =
+              "RS N=" + std::to_string(N) + " rc=" + std::to_string(rc) + " " + name(t) + " " + name(op);
           std::vector<Compression> modes = {Compression::none(), lossless()};
           if (is_float(t) && op != RedOp::Prod) modes.push_back(lossy_abs(lossy_bound(t)));
           std::vector<std::vector<uint8_t>> first;
@@ -1153,14 +1153,10 @@ TEST(CollectiveArguments, InvalidOnEveryRankOrRemoteOnTheOthers) {
   World& w = world(3);
   std::vector<uint8_t> a(256), b(256);
   w.run([&](int, Communicator& comm) {
-    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::I32, RedOp::Sum, lossy_abs(1)),
-                 InvalidArgument);
-    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::F32, RedOp::Prod, lossy_abs(1)),
-                 InvalidArgument);
-    EXPECT_THROW(comm.reduce_scatter(a.data(), b.data(), 8, DataType::U8, RedOp::Sum, lossy_rel(0.1)),
-                 InvalidArgument);
-    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::F32, RedOp::Sum, lossy_abs(-1)),
-                 InvalidArgument);
+    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::I32, RedOp::Sum, lossy_abs(1)), InvalidArgument);
+    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::F32, RedOp::Prod, lossy_abs(1)), InvalidArgument);
+    EXPECT_THROW(comm.reduce_scatter(a.data(), b.data(), 8, DataType::U8, RedOp::Sum, lossy_rel(0.1)), InvalidArgument);
+    EXPECT_THROW(comm.all_reduce(a.data(), b.data(), 8, DataType::F32, RedOp::Sum, lossy_abs(-1)), InvalidArgument);
     EXPECT_THROW(comm.broadcast(a.data(), 8, DataType::F32, 3, Compression::none()), InvalidArgument);
     EXPECT_THROW(comm.broadcast(a.data(), 8, DataType::F32, -1, Compression::none()), InvalidArgument);
     Compression bad = lossless();

@@ -59,7 +59,8 @@ class FakeRecv : public ncclz::transport::RecvConn {
   explicit FakeRecv(Fifo* f) : f_(f) {}
   ncclz::transport::SlotView wait(Clock::time_point deadline) override {
     std::unique_lock<std::mutex> lk(f_->mu);
-    if (!f_->cv.wait_until(lk, deadline, [&] { return f_->tail > f_->head; })) throw ncclz::Timeout("fake wait timed out");
+    if (!f_->cv.wait_until(lk, deadline, [&] { return f_->tail > f_->head; }))
+      throw ncclz::Timeout("fake wait timed out");
     const size_t s = f_->head % uint64_t(f_->nslots);
     return {f_->slots[s].data(), f_->sizes[s]};
   }

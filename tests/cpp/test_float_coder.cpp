@@ -1,10 +1,10 @@
 // Lossless float coder (FloatExp): docs/FORMAT.md, "FloatExp".
 #include <gtest/gtest.h>
 
-#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <vector>
 

@@ -52,14 +52,14 @@ TEST(Format, HeaderRejectsMalformed) {
   };
   EXPECT_EQ(with(0, 'X'), Status::BadMagic);
   EXPECT_EQ(with(3, '2'), Status::BadMagic);
-  EXPECT_EQ(with(4, 9), Status::BadHeader);    // unknown codec
-  EXPECT_EQ(with(5, 0), Status::BadHeader);    // unknown type
-  EXPECT_EQ(with(6, 1), Status::BadHeader);    // RAW with a predictor
-  EXPECT_EQ(with(7, 1), Status::BadHeader);    // flags
-  EXPECT_EQ(with(4, 1), Status::BadHeader);    // Block on floats
-  EXPECT_EQ(with(4, 2), Status::BadHeader);    // Rans on floats
-  EXPECT_EQ(with(4, 4), Status::Ok);           // Sparse on floats: their bit patterns, no predictor
-  EXPECT_EQ(with(16, 1), Status::BadHeader);   // predictor argument without predictor
+  EXPECT_EQ(with(4, 9), Status::BadHeader);   // unknown codec
+  EXPECT_EQ(with(5, 0), Status::BadHeader);   // unknown type
+  EXPECT_EQ(with(6, 1), Status::BadHeader);   // RAW with a predictor
+  EXPECT_EQ(with(7, 1), Status::BadHeader);   // flags
+  EXPECT_EQ(with(4, 1), Status::BadHeader);   // Block on floats
+  EXPECT_EQ(with(4, 2), Status::BadHeader);   // Rans on floats
+  EXPECT_EQ(with(4, 4), Status::Ok);          // Sparse on floats: their bit patterns, no predictor
+  EXPECT_EQ(with(16, 1), Status::BadHeader);  // predictor argument without predictor
 }
 
 TEST(Format, RandomBytesNeverCrash) {

@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "test_corrupt.hpp"
 #include "codec/interp_codec.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
 #include "ncclz/codec/container.hpp"
 #include "ncclz/error.hpp"
+#include "test_corrupt.hpp"
 
 using namespace ncclz::codec;
 
@@ -35,11 +35,34 @@ size_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-const std::vector<std::vector<int64_t>> kShapes = {
-    {},          {0},        {1},          {2},          {3},        {5},       {8},        {9},
-    {1000},      {4097},     {0, 4},       {4, 0, 3},    {1, 1},     {1, 7},    {7, 1},     {2, 2},
-    {3, 5},      {17, 33},   {64, 65},     {1, 1, 65},   {64, 1, 3}, {4, 9, 6}, {5, 5, 5},  {16, 16, 16},
-    {13, 2, 27}, {2, 3, 4, 5}, {3, 1, 4, 1, 5}, {2, 2, 2, 2, 2}};
+const std::vector<std::vector<int64_t>> kShapes = {{},
+                                                   {0},
+                                                   {1},
+                                                   {2},
+                                                   {3},
+                                                   {5},
+                                                   {8},
+                                                   {9},
+                                                   {1000},
+                                                   {4097},
+                                                   {0, 4},
+                                                   {4, 0, 3},
+                                                   {1, 1},
+                                                   {1, 7},
+                                                   {7, 1},
+                                                   {2, 2},
+                                                   {3, 5},
+                                                   {17, 33},
+                                                   {64, 65},
+                                                   {1, 1, 65},
+                                                   {64, 1, 3},
+                                                   {4, 9, 6},
+                                                   {5, 5, 5},
+                                                   {16, 16, 16},
+                                                   {13, 2, 27},
+                                                   {2, 3, 4, 5},
+                                                   {3, 1, 4, 1, 5},
+                                                   {2, 2, 2, 2, 2}};
 
 enum class Dist { Smooth, Noise, Specials, Huge, Constant };
 
@@ -346,7 +369,6 @@ TEST(Interp, InvalidOptions) {
 }
 
 namespace {
-
 
 std::vector<ByteBuffer> interp_blobs() {
   std::vector<ByteBuffer> blobs;

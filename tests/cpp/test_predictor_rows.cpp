@@ -23,8 +23,8 @@ std::vector<Code> codes(size_t n, int kind, std::mt19937_64& rng) {
   std::normal_distribution<double> g(0, 30);
   for (size_t i = 0; i < n; ++i) {
     switch (kind) {
-      case 0: q[i] = Code(std::llround(g(rng))); break;                     // small noise
-      case 1: q[i] = Code(rng()); break;                                    // full range: wraps
+      case 0: q[i] = Code(std::llround(g(rng))); break;                      // small noise
+      case 1: q[i] = Code(rng()); break;                                     // full range: wraps
       case 2: q[i] = Code(int64_t(i % 97) * 1000 + int64_t(i / 97)); break;  // smooth ramp
       default: q[i] = (rng() & 1) ? std::numeric_limits<Code>::max() : std::numeric_limits<Code>::min(); break;
     }

@@ -30,46 +30,78 @@ namespace {
 template <class T>
 T make(double v);
 template <>
-float make<float>(double v) { return float(v); }
+float make<float>(double v) {
+  return float(v);
+}
 template <>
-double make<double>(double v) { return v; }
+double make<double>(double v) {
+  return v;
+}
 template <>
-Bf16 make<Bf16>(double v) { return Bf16{double_to_bf16(v)}; }
+Bf16 make<Bf16>(double v) {
+  return Bf16{double_to_bf16(v)};
+}
 template <>
-F16 make<F16>(double v) { return F16{double_to_f16(v)}; }
+F16 make<F16>(double v) {
+  return F16{double_to_f16(v)};
+}
 
 template <class T>
 const char* tname();
 template <>
-const char* tname<float>() { return "float32"; }
+const char* tname<float>() {
+  return "float32";
+}
 template <>
-const char* tname<double>() { return "float64"; }
+const char* tname<double>() {
+  return "float64";
+}
 template <>
-const char* tname<Bf16>() { return "bfloat16"; }
+const char* tname<Bf16>() {
+  return "bfloat16";
+}
 template <>
-const char* tname<F16>() { return "float16"; }
+const char* tname<F16>() {
+  return "float16";
+}
 
 template <class T>
 double max_finite();
 template <>
-double max_finite<float>() { return FLT_MAX; }
+double max_finite<float>() {
+  return FLT_MAX;
+}
 template <>
-double max_finite<double>() { return DBL_MAX; }
+double max_finite<double>() {
+  return DBL_MAX;
+}
 template <>
-double max_finite<Bf16>() { return to_double(Bf16{0x7F7F}); }
+double max_finite<Bf16>() {
+  return to_double(Bf16{0x7F7F});
+}
 template <>
-double max_finite<F16>() { return 65504.0; }
+double max_finite<F16>() {
+  return 65504.0;
+}
 
 template <class T>
 double min_subnormal();
 template <>
-double min_subnormal<float>() { return std::numeric_limits<float>::denorm_min(); }
+double min_subnormal<float>() {
+  return std::numeric_limits<float>::denorm_min();
+}
 template <>
-double min_subnormal<double>() { return std::numeric_limits<double>::denorm_min(); }
+double min_subnormal<double>() {
+  return std::numeric_limits<double>::denorm_min();
+}
 template <>
-double min_subnormal<Bf16>() { return to_double(Bf16{0x0001}); }
+double min_subnormal<Bf16>() {
+  return to_double(Bf16{0x0001});
+}
 template <>
-double min_subnormal<F16>() { return to_double(F16{0x0001}); }
+double min_subnormal<F16>() {
+  return to_double(F16{0x0001});
+}
 
 /// The spacing of T's values at x (an upper bound; exact for normal x).
 template <class T>
@@ -82,7 +114,19 @@ double ulp_at(double x) {
 
 // ---- data sets --------------------------------------------------------------
 
-enum class Dist { Gaussian, Uniform, Smooth, Sparse, ZeroRuns, Constant, Denormal, Huge, NonFinite, Midpoints, CoarseUlp };
+enum class Dist {
+  Gaussian,
+  Uniform,
+  Smooth,
+  Sparse,
+  ZeroRuns,
+  Constant,
+  Denormal,
+  Huge,
+  NonFinite,
+  Midpoints,
+  CoarseUlp
+};
 const Dist kDists[] = {Dist::Gaussian, Dist::Uniform, Dist::Smooth,    Dist::Sparse,    Dist::ZeroRuns, Dist::Constant,
                        Dist::Denormal, Dist::Huge,    Dist::NonFinite, Dist::Midpoints, Dist::CoarseUlp};
 const char* dist_name(Dist d) {
@@ -122,9 +166,12 @@ std::vector<T> make_data(Dist d, size_t n, double eb, uint32_t seed) {
         // Runs of +0.0 and -0.0 (whole 16-element groups and parts of them)
         // between short stretches of values, some near the grid's midpoints.
         const size_t phase = (i / 24) % 3;
-        if (phase == 0) v = (rng() % 2) ? -0.0 : 0.0;
-        else if (phase == 1) v = (rng() % 4 == 0) ? (double(int64_t(rng() % 41) - 20) + 0.5) * 2 * eb : -0.0;
-        else v = normal(rng) * 10 * eb;
+        if (phase == 0)
+          v = (rng() % 2) ? -0.0 : 0.0;
+        else if (phase == 1)
+          v = (rng() % 4 == 0) ? (double(int64_t(rng() % 41) - 20) + 0.5) * 2 * eb : -0.0;
+        else
+          v = normal(rng) * 10 * eb;
         break;
       }
       case Dist::Constant: v = 12.345 * eb + 1; break;
@@ -150,9 +197,10 @@ std::vector<T> make_data(Dist d, size_t n, double eb, uint32_t seed) {
         // Magnitudes where T's spacing is between step/4 and 4*step: the
         // rounding of q*step to T can move it past eb.
         const double step = 2 * eb;
-        const int mant = std::is_same_v<T, float> ? 24 : std::is_same_v<T, double> ? 53
-                         : std::is_same_v<T, Bf16>  ? 8
-                                                    : 11;
+        const int mant = std::is_same_v<T, float>    ? 24
+                         : std::is_same_v<T, double> ? 53
+                         : std::is_same_v<T, Bf16>   ? 8
+                                                     : 11;
         const double base = std::ldexp(step, mant - 1 + int(rng() % 5) - 2);
         v = (rng() % 2 ? 1 : -1) * base * (1 + uni(rng) * 0.5 + 0.5);
         break;
@@ -256,8 +304,7 @@ TEST(Quantizer, PropertiesFloat32Int32Portable) {
 // (small limits make many elements go over; n covers every tail length).
 TEST(Quantizer, VectorPathMatchesPortableFloat32Int32) {
   const double ebs[] = {1e-3, 0.5, 1.0 / 3.0, 1e-6};
-  const int64_t limits[] = {0, 1, 7, 100, default_code_limit<int32_t>(), max_code_limit<int32_t>(),
-                            int64_t(1) << 40};
+  const int64_t limits[] = {0, 1, 7, 100, default_code_limit<int32_t>(), max_code_limit<int32_t>(), int64_t(1) << 40};
   int checked = 0;
   for (Dist d : kDists) {
     for (size_t k = 0; k < 4; ++k) {
@@ -272,8 +319,8 @@ TEST(Quantizer, VectorPathMatchesPortableFloat32Int32) {
         const bool was = quantize_set_portable(true);
         const size_t cp = quantize(x.data(), n, g, limit, qp.data(), &op);
         quantize_set_portable(was);
-        const std::string what = std::string(dist_name(d)) + " eb " + std::to_string(eb) + " limit " +
-                                 std::to_string(limit);
+        const std::string what =
+            std::string(dist_name(d)) + " eb " + std::to_string(eb) + " limit " + std::to_string(limit);
         ASSERT_EQ(cv, cp) << what;
         ASSERT_EQ(ov, op) << what;
         for (size_t i = 0; i < n; ++i) ASSERT_EQ(qv[i], qp[i]) << what << " element " << i << " x=" << x[i];
@@ -311,8 +358,8 @@ TEST(Quantizer, NaiveRoundingBreaksTheBoundButQuantizeDoesNot) {
   std::vector<int64_t> q(x.size());
   std::vector<uint64_t> outl;
   quantize(x.data(), x.size(), g, default_code_limit<int64_t>(), q.data(), &outl);
-  EXPECT_GT(outl.size(), 0u);          // these have no code that meets the bound
-  EXPECT_LE(outl.size(), naive_bad);    // and nothing else is an outlier
+  EXPECT_GT(outl.size(), 0u);         // these have no code that meets the bound
+  EXPECT_LE(outl.size(), naive_bad);  // and nothing else is an outlier
 }
 
 TEST(Quantizer, NeighbourCodeFixesRounding) {
@@ -533,7 +580,7 @@ void check_conversions() {
     double d;
     switch (i % 4) {
       case 0: d = double(float_of(uint32_t(rng()))); break;  // any float
-      case 1: {                                                 // any double in a useful exponent range
+      case 1: {                                              // any double in a useful exponent range
         d = std::ldexp(std::uniform_real_distribution<double>(1, 2)(rng), int(rng() % 300) - 150);
         if (rng() % 2) d = -d;
         break;
@@ -542,8 +589,11 @@ void check_conversions() {
         const size_t k = size_t(rng() % (t.v.size() - 2));
         const double mid = (t.v[k] + t.v[k + 1]) / 2;
         const int r = int(rng() % 5);
-        d = r == 0 ? mid : r == 1 ? std::nextafter(mid, 0.0) : r == 2 ? std::nextafter(mid, 1e300)
-            : r == 3 ? mid + mid * 1e-12 : mid - mid * 1e-12;
+        d = r == 0   ? mid
+            : r == 1 ? std::nextafter(mid, 0.0)
+            : r == 2 ? std::nextafter(mid, 1e300)
+            : r == 3 ? mid + mid * 1e-12
+                     : mid - mid * 1e-12;
         if (rng() % 2) d = -d;
       }
     }
@@ -588,16 +638,16 @@ TEST(Quantizer, F16Specifics) {
   EXPECT_EQ(float_to_f16(65519.f), 0x7BFF);
   EXPECT_EQ(float_to_f16(65520.f), 0x7C00);
   EXPECT_EQ(float_to_f16(std::ldexp(1.f, -24)), 0x0001);
-  EXPECT_EQ(float_to_f16(std::ldexp(1.f, -25)), 0x0000);            // tie to even (0)
-  EXPECT_EQ(float_to_f16(std::ldexp(1.5f, -25)), 0x0001);           // above the tie
-  EXPECT_EQ(float_to_f16(std::ldexp(3.f, -25)), 0x0002);            // 1.5 units: tie to even 2
-  EXPECT_EQ(float_to_f16(std::ldexp(1023.5f, -24)), 0x0400);        // rounds up into the normals
+  EXPECT_EQ(float_to_f16(std::ldexp(1.f, -25)), 0x0000);      // tie to even (0)
+  EXPECT_EQ(float_to_f16(std::ldexp(1.5f, -25)), 0x0001);     // above the tie
+  EXPECT_EQ(float_to_f16(std::ldexp(3.f, -25)), 0x0002);      // 1.5 units: tie to even 2
+  EXPECT_EQ(float_to_f16(std::ldexp(1023.5f, -24)), 0x0400);  // rounds up into the normals
   EXPECT_EQ(f16_to_float(0x0001), std::ldexp(1.f, -24));
   EXPECT_EQ(f16_to_float(0x03FF), std::ldexp(1023.f, -24));
   EXPECT_EQ(f16_to_float(0x3C00), 1.f);
   EXPECT_EQ(f16_to_float(0xC000), -2.f);
   EXPECT_TRUE(std::isinf(f16_to_float(0x7C00)));
-  EXPECT_EQ(bits_of(f16_to_float(0x7E01)), 0x7FC02000u);  // NaN payload kept
+  EXPECT_EQ(bits_of(f16_to_float(0x7E01)), 0x7FC02000u);    // NaN payload kept
   EXPECT_EQ(float_to_bf16(float_of(0x3F808000u)), 0x3F80);  // tie to even, down
   EXPECT_EQ(float_to_bf16(float_of(0x3F818000u)), 0x3F82);  // tie to even, up
   EXPECT_EQ(float_to_bf16(float_of(0x7F7FFFFFu)), 0x7F80);  // FLT_MAX rounds to inf
@@ -654,8 +704,9 @@ TEST(Quantizer, Speed) {
   });
   quantize_set_portable(was);
   const double td = best_of(5, [&] { dequantize(q.data(), n, g, y.data()); });
-  std::printf("[ speed    ] quantize f32->i32 %.2f GB/s (portable loop %.2f GB/s), dequantize i32->f32 %.2f GB/s "
-              "(of float32 data)\n",
-              double(n * 4) / tq / 1e9, double(n * 4) / tp / 1e9, double(n * 4) / td / 1e9);
+  std::printf(
+      "[ speed    ] quantize f32->i32 %.2f GB/s (portable loop %.2f GB/s), dequantize i32->f32 %.2f GB/s "
+      "(of float32 data)\n",
+      double(n * 4) / tq / 1e9, double(n * 4) / tp / 1e9, double(n * 4) / td / 1e9);
   for (size_t i = 0; i < n; i += 4099) ASSERT_LE(std::fabs(double(x[i]) - double(y[i])), 1e-3);
 }

@@ -1,10 +1,10 @@
 // rANS coder over integer residuals and bytes: docs/FORMAT.md, "Rans".
 #include <gtest/gtest.h>
 
-#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <random>
 #include <vector>
@@ -354,7 +354,8 @@ void fuzz_payload(const std::vector<Code>& r) {
   for (int t = 0; t < 300; ++t) {  // random bytes, random lengths
     std::vector<uint8_t> d(g() % (bytes + 64));
     for (auto& x : d) x = uint8_t(g());
-    if (t % 2 && !d.empty()) std::memcpy(d.data(), buf.data(), std::min(d.size(), size_t(40)));  // a valid-looking table
+    if (t % 2 && !d.empty())
+      std::memcpy(d.data(), buf.data(), std::min(d.size(), size_t(40)));  // a valid-looking table
     decode_damaged<Code>(d, r.size());
   }
 }

@@ -12,9 +12,9 @@
 // lengths, states and words), with exact-size buffers (ASan) and guarded outputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -217,8 +217,8 @@ void expect_decoders_match(const std::vector<uint8_t>& d, size_t n, const std::s
   const bool ok = ref_decode(d, n, &want);
   for (RansImpl impl : kImpls) {
     if (!rans_impl_available(impl)) continue;
-    std::vector<uint8_t> exact(d);                     // exact-size block: ASan catches overreads
-    std::vector<Code> out(n + 4, Code(0x5A));          // guard values after n
+    std::vector<uint8_t> exact(d);             // exact-size block: ASan catches overreads
+    std::vector<Code> out(n + 4, Code(0x5A));  // guard values after n
     const Status s = rans_decode_with(impl, exact.empty() ? nullptr : exact.data(), exact.size(), n, out.data());
     ASSERT_EQ(s == Status::Ok, ok) << what << " impl " << int(impl) << " n " << n << " bytes " << sizeof(Code);
     for (size_t k = n; k < n + 4; ++k) ASSERT_EQ(out[k], Code(0x5A)) << what << ": write past the end";
@@ -239,16 +239,16 @@ void fuzz_against_reference(const std::vector<uint8_t>& good, size_t n, std::mt1
     std::vector<uint8_t> d(good);
     const int kind = int(g() % 6);
     switch (kind) {
-      case 0: d[g() % len] ^= uint8_t(1u << (g() % 8)); break;           // one bit anywhere
-      case 1: d.resize(g() % len); break;                                 // truncated
+      case 0: d[g() % len] ^= uint8_t(1u << (g() % 8)); break;                     // one bit anywhere
+      case 1: d.resize(g() % len); break;                                          // truncated
       case 2: d[len - 1 - g() % std::min<size_t>(len, 64)] = uint8_t(g()); break;  // near the end (words)
-      case 3: {                                                           // the states or lengths
+      case 3: {                                                                    // the states or lengths
         const size_t from = std::min<size_t>(len - 1, 32 + g() % 64);
         d[from + g() % std::max<size_t>(1, std::min<size_t>(48, len - from))] ^= uint8_t(1u << (g() % 8));
         break;
       }
-      case 4: d.push_back(uint8_t(g())); break;                           // one byte more
-      default:                                                            // a few random bytes
+      case 4: d.push_back(uint8_t(g())); break;  // one byte more
+      default:                                   // a few random bytes
         for (int k = 0; k < 3; ++k) d[g() % len] = uint8_t(g());
         break;
     }
@@ -265,18 +265,24 @@ std::vector<Code> residuals(size_t n, int kind, std::mt19937_64& g) {
   for (size_t i = 0; i < n; ++i) {
     Code x = 0;
     switch (kind) {
-      case 0: x = Code(std::llround(small(g))); break;                       // all direct
-      case 1: x = Code(std::llround(mid(g))); break;                         // ~70% direct
+      case 0: x = Code(std::llround(small(g))); break;                                                 // all direct
+      case 1: x = Code(std::llround(mid(g))); break;                                                   // ~70% direct
       case 2: x = (g() % 50 == 0) ? Code(std::llround(big(g))) : Code(std::llround(small(g))); break;  // rare big
       case 3: x = ((i / 8) % 3 == 1) ? Code(std::llround(mid(g)) + 200) : Code(g() % 5); break;        // whole groups
-      case 4: x = Code(g()); break;                                          // full range
-      case 5: {                                                              // extremes
-        const Code e[] = {std::numeric_limits<Code>::min(), std::numeric_limits<Code>::max(), Code(-1), Code(0),
-                          Code(63), Code(-64), Code(64), Code(-65)};
+      case 4: x = Code(g()); break;                                                                    // full range
+      case 5: {                                                                                        // extremes
+        const Code e[] = {std::numeric_limits<Code>::min(),
+                          std::numeric_limits<Code>::max(),
+                          Code(-1),
+                          Code(0),
+                          Code(63),
+                          Code(-64),
+                          Code(64),
+                          Code(-65)};
         x = e[g() % 8];
         break;
       }
-      case 6: x = Code(7); break;                                            // a single symbol
+      case 6: x = Code(7); break;                                                      // a single symbol
       default: x = (g() % 8 == 0) ? Code(-64 - int64_t(g() % 1000)) : Code(0); break;  // one bucket per group
     }
     v[i] = x;
@@ -376,7 +382,10 @@ TEST(RansReference, BytesMatchReference) {
     for (int kind = 0; kind < 4; ++kind) {
       std::vector<uint8_t> s(n);
       for (auto& x : s)
-        x = kind == 0 ? uint8_t(g()) : kind == 1 ? uint8_t(120 + g() % 16) : kind == 2 ? uint8_t(200) : uint8_t(g() % 3 ? 127 : g());
+        x = kind == 0   ? uint8_t(g())
+            : kind == 1 ? uint8_t(120 + g() % 16)
+            : kind == 2 ? uint8_t(200)
+                        : uint8_t(g() % 3 ? 127 : g());
       const auto want = ref_frame(s, {}, {});
       std::vector<uint8_t> buf(want.size() + 64 + 2 * n);
       const size_t bytes = rans_encode_bytes(s.data(), n, buf.data(), buf.size());
@@ -438,8 +447,8 @@ TEST(RansReference, DecodersMatchReferenceEveryPredictor) {
     q[i] = int32_t(std::llround(2000 * std::sin(0.05 * x + 0.03 * y) * std::cos(0.2 * z) + 30 * y + noise(g)));
     if (g() % 5000 == 0) q[i] += int32_t(g() % 2000000) - 1000000;
   }
-  for (Predictor p : {Predictor::None, Predictor::Delta1, Predictor::Delta2, Predictor::Lorenzo2D,
-                      Predictor::Lorenzo3D}) {
+  for (Predictor p :
+       {Predictor::None, Predictor::Delta1, Predictor::Delta2, Predictor::Lorenzo2D, Predictor::Lorenzo3D}) {
     std::vector<int32_t> r(n);
     predict(q.data(), n, p, W, P, r.data());
     std::vector<uint8_t> buf(64 + 600 + n * 10);
@@ -491,14 +500,19 @@ TEST(RansReference, ByteDecoderMatchesReference) {
     for (int kind = 0; kind < 4; ++kind) {
       std::vector<uint8_t> s(n);
       for (auto& x : s)
-        x = kind == 0 ? uint8_t(g()) : kind == 1 ? uint8_t(120 + g() % 16) : kind == 2 ? uint8_t(200) : uint8_t(g() % 3 ? 127 : g());
+        x = kind == 0   ? uint8_t(g())
+            : kind == 1 ? uint8_t(120 + g() % 16)
+            : kind == 2 ? uint8_t(200)
+                        : uint8_t(g() % 3 ? 127 : g());
       std::vector<uint8_t> buf(64 + 600 + 2 * n);
       buf.resize(rans_encode_bytes(s.data(), n, buf.data(), buf.size()));
       for (int t = 0; t < 60; ++t) {
         std::vector<uint8_t> d(buf);
         if (t) {
-          if (t % 3 == 0) d.resize(g() % d.size());
-          else d[g() % d.size()] ^= uint8_t(1u << (g() % 8));
+          if (t % 3 == 0)
+            d.resize(g() % d.size());
+          else
+            d[g() % d.size()] ^= uint8_t(1u << (g() % 8));
         }
         std::vector<uint64_t> want;
         const bool ok = ref_decode_z(d, n, 255, true, &want);

@@ -254,8 +254,8 @@ void check_mostly_zero_floats(ElemType t) {
         if (n < 4097) continue;
         // Mostly zeros: the selector takes Sparse, at a fraction of the raw size;
         // zeros of both signs cost a sign bit per value (form 1).
-        const std::string what = "type " + std::to_string(int(t)) + " keep " + std::to_string(keep) +
-                                 (signed_zeros ? " signed zeros" : "");
+        const std::string what =
+            "type " + std::to_string(int(t)) + " keep " + std::to_string(keep) + (signed_zeros ? " signed zeros" : "");
         const size_t raw = n * sizeof(W);
         EXPECT_EQ(auto_info.codec, Codec::Sparse) << what;
         std::vector<uint8_t> enc(max_slice_bytes(t, n));
@@ -327,8 +327,12 @@ TEST(Slice, FloatSparseSlicesAreChecked) {
   const size_t n = 4096;
   std::vector<uint16_t> o16(n);
   std::vector<uint32_t> o32(n);
-  auto dec16 = [&](const std::vector<uint8_t>& s, ElemType t) { return decode_slice(s.data(), s.size(), t, n, o16.data()); };
-  auto dec32 = [&](const std::vector<uint8_t>& s) { return decode_slice(s.data(), s.size(), ElemType::F32, n, o32.data()); };
+  auto dec16 = [&](const std::vector<uint8_t>& s, ElemType t) {
+    return decode_slice(s.data(), s.size(), t, n, o16.data());
+  };
+  auto dec32 = [&](const std::vector<uint8_t>& s) {
+    return decode_slice(s.data(), s.size(), ElemType::F32, n, o32.data());
+  };
   const std::vector<uint8_t> plane((n + 7) / 8, 0);
   // Well-formed ones decode to the patterns.
   ASSERT_EQ(dec16(crafted<int32_t>(ElemType::BF16, n, 0, {}, {10, 4000}, {7, -5}), ElemType::BF16), Status::Ok);
@@ -336,8 +340,7 @@ TEST(Slice, FloatSparseSlicesAreChecked) {
   std::vector<uint8_t> signs = plane;
   signs[0] = 0x81;  // elements 0 and 7 negative
   ASSERT_EQ(dec32(crafted<int32_t>(ElemType::F32, n, 1, signs, {7, 9}, {0x3F800000, 1})), Status::Ok);
-  for (size_t i = 0; i < n; ++i)
-    ASSERT_EQ(o32[i], i == 0 ? 0x80000000u : i == 7 ? 0xBF800000u : i == 9 ? 1u : 0u) << i;
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(o32[i], i == 0 ? 0x80000000u : i == 7 ? 0xBF800000u : i == 9 ? 1u : 0u) << i;
   // Values that are not 16-bit patterns, magnitudes with a sign bit, unknown
   // forms, set padding bits, a missing plane: corrupt.
   for (ElemType t : {ElemType::BF16, ElemType::F16}) {

@@ -1,8 +1,8 @@
 // Sparse coder over mostly-zero integer residuals: docs/FORMAT.md, "Sparse".
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -145,8 +145,8 @@ TEST(SparseCoder, LongGaps) {
   const size_t n = (size_t(1) << 24) + 70000;
   std::vector<int32_t> v(n, 0);
   v[3] = 5;
-  v[70003] = -9;                          // gap > 2^16
-  v[70004 + (size_t(1) << 24) - 5] = 1;   // gap > 2^24 - 6
+  v[70003] = -9;                         // gap > 2^16
+  v[70004 + (size_t(1) << 24) - 5] = 1;  // gap > 2^24 - 6
   v[n - 1] = std::numeric_limits<int32_t>::min();
   round_trip(v);
   std::vector<int32_t> w(n, 0);

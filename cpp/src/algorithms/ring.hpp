@@ -38,8 +38,7 @@ void ring_reduce_scatter(prims::Prims& p, RingPos pos, const void* src, size_t s
 
 /// Allgather: src (count elements) goes to dst at block pos.rank (block j at
 /// element j*stride); every other block comes from its owner.
-void ring_all_gather(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t stride, size_t count,
-                     size_t seg);
+void ring_all_gather(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t stride, size_t count, size_t seg);
 
 /// Pipelined chain broadcast from `root` along the ring: root sends, the ranks
 /// after it receive-and-forward, the rank before the root only receives.

@@ -33,8 +33,7 @@ int64_t parse_int(const std::string& text, const char* what) {
       case 'M': mult = int64_t(1) << 20; break;
       case 'G': mult = int64_t(1) << 30; break;
       default:
-        throw InvalidArgument(std::string(what) + "='" + text +
-                              "' is not an integer (allowed suffixes: K, M, G)");
+        throw InvalidArgument(std::string(what) + "='" + text + "' is not an integer (allowed suffixes: K, M, G)");
     }
     ++end;
     if (*end == 'i' || *end == 'I') ++end;  // accept KiB-style "Ki"
@@ -54,8 +53,8 @@ int64_t get_int(const char* name, int64_t def, int64_t lo, int64_t hi) {
   if (!v) return def;
   int64_t x = parse_int(*v, name);
   if (x < lo || x > hi) {
-    throw InvalidArgument(std::string(name) + "=" + *v + " is outside the allowed range [" +
-                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw InvalidArgument(std::string(name) + "=" + *v + " is outside the allowed range [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "]");
   }
   return x;
 }
@@ -70,8 +69,8 @@ double get_double(const char* name, double def, double lo, double hi) {
     throw InvalidArgument(std::string(name) + "='" + *v + "' is not a number");
   }
   if (x < lo || x > hi) {
-    throw InvalidArgument(std::string(name) + "=" + *v + " is outside the allowed range [" +
-                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw InvalidArgument(std::string(name) + "=" + *v + " is outside the allowed range [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "]");
   }
   return x;
 }

@@ -24,13 +24,13 @@ void write(Level l, int rank, const char* fmt, ...) __attribute__((format(printf
 }  // namespace ncclz::log
 
 #define NCCLZ_WARN(rank, ...) ::ncclz::log::write(::ncclz::log::Level::Warn, (rank), __VA_ARGS__)
-#define NCCLZ_INFO(rank, ...)                                                       \
-  do {                                                                              \
-    if (::ncclz::log::enabled(::ncclz::log::Level::Info))                           \
-      ::ncclz::log::write(::ncclz::log::Level::Info, (rank), __VA_ARGS__);          \
+#define NCCLZ_INFO(rank, ...)                                              \
+  do {                                                                     \
+    if (::ncclz::log::enabled(::ncclz::log::Level::Info))                  \
+      ::ncclz::log::write(::ncclz::log::Level::Info, (rank), __VA_ARGS__); \
   } while (0)
-#define NCCLZ_TRACE(rank, ...)                                                      \
-  do {                                                                              \
-    if (::ncclz::log::enabled(::ncclz::log::Level::Trace))                          \
-      ::ncclz::log::write(::ncclz::log::Level::Trace, (rank), __VA_ARGS__);         \
+#define NCCLZ_TRACE(rank, ...)                                              \
+  do {                                                                      \
+    if (::ncclz::log::enabled(::ncclz::log::Level::Trace))                  \
+      ::ncclz::log::write(::ncclz::log::Level::Trace, (rank), __VA_ARGS__); \
   } while (0)

@@ -24,9 +24,9 @@ namespace ncclz::codec {
 bool float_sparse_type(ElemType t);
 
 struct FloatSparseEstimate {
-  size_t bytes = 0;        ///< estimated payload bytes of the better form (kNoFit: none sampled)
-  int form = 0;            ///< that form
-  double zero_share = 0;   ///< sampled share of the values that are zeros in that form
+  size_t bytes = 0;       ///< estimated payload bytes of the better form (kNoFit: none sampled)
+  int form = 0;           ///< that form
+  double zero_share = 0;  ///< sampled share of the values that are zeros in that form
 };
 
 /// The two forms' sizes estimated from every `every`-th block of 32 values.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <new>
 
 #if defined(__linux__)
@@ -246,7 +245,7 @@ void interp_reconstruct(const C* resid, const std::vector<uint64_t>& dims, C* q)
   traverse(dims, q, [&](size_t, int64_t p, bool) -> int64_t { return int64_t(U64(p) + U64(int64_t(resid[pos++]))); });
 }
 
-#define NCCLZ_INTERP_Q(T, C)                                                                                      \
+#define NCCLZ_INTERP_Q(T, C)                                                                                   \
   template size_t interp_quantize<T, C>(const T*, const std::vector<uint64_t>&, const QuantGrid&, int, double, \
                                         int64_t, C*, std::vector<uint64_t>*);
 NCCLZ_INTERP_Q(float, int32_t)

@@ -115,8 +115,8 @@ NCCLZ_PRED_MULTIVERSION void lorenzo3d_reconstruct(U* q, size_t n, size_t W, siz
 // Inclusive running sum of the 8 lanes.
 NCCLZ_PRED_AVX2_INLINE __m256i scan8(__m256i v) {
   v = _mm256_add_epi32(v, _mm256_slli_si256(v, 4));
-  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 8));  // running sums within each 128-bit half
-  const __m256i top = _mm256_shuffle_epi32(v, 0xFF);   // each half's last sum, broadcast in the half
+  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 8));                       // running sums within each 128-bit half
+  const __m256i top = _mm256_shuffle_epi32(v, 0xFF);                      // each half's last sum, broadcast in the half
   return _mm256_add_epi32(v, _mm256_permute2x128_si256(top, top, 0x08));  // low half's last into the high half
 }
 
@@ -181,8 +181,8 @@ template <int Order>
 NCCLZ_PRED_AVX2 void delta_reconstruct_avx2(uint32_t* q, size_t n) {
   if (n < 2) return;  // q[0] = r[0]
   const __m256i last = _mm256_set1_epi32(7);
-  __m256i ce = _mm256_setzero_si256();                  // Delta2: e[i-1]
-  __m256i cq = _mm256_set1_epi32(int(q[0]));            // q[i-1]
+  __m256i ce = _mm256_setzero_si256();        // Delta2: e[i-1]
+  __m256i cq = _mm256_set1_epi32(int(q[0]));  // q[i-1]
   size_t i = 1;
   for (; i + 8 <= n; i += 8) {
     __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
@@ -219,7 +219,6 @@ bool rows_ok(Predictor p, uint32_t W, uint32_t P) {
 }
 
 }  // namespace
-
 
 template <class Code>
 void predict(const Code* q, size_t n, Predictor p, uint32_t W, uint32_t P, Code* r) {

@@ -5,14 +5,14 @@
 // outliers). Both paths compute the same thing, so results do not depend on
 // which one ran.
 #include "codec/quantizer.hpp"
-#include "codec/cpu_features.hpp"
-
-#include "codec/sparse_coder.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <type_traits>
+
+#include "codec/cpu_features.hpp"
+#include "codec/sparse_coder.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -62,8 +62,8 @@ __attribute__((always_inline)) inline Code code_from_double(double r) {
 
 template <class T, class Code, bool kSmall>
 __attribute__((always_inline)) inline bool quantize_block_fast(const T* __restrict x, size_t n, double inv_step,
-                                                                double step, double eb, double limd,
-                                                                Code* __restrict q, uint8_t* __restrict flag) {
+                                                               double step, double eb, double limd, Code* __restrict q,
+                                                               uint8_t* __restrict flag) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const double xd = to_double(x[i]);
@@ -232,7 +232,7 @@ struct QuantConsts512 {
 };
 // Codes of x[0..8) into q[0..8); returns the mask of the elements that are not ok.
 NCCLZ_QUANT_AVX512 __attribute__((always_inline)) inline unsigned quantize8_avx512(const float* x, int32_t* q,
-                                                                                 const QuantConsts512& c) {
+                                                                                   const QuantConsts512& c) {
   const __m512d xd = _mm512_cvtps_pd(_mm256_loadu_ps(x));
   const __m512d r = _mm512_roundscale_pd(_mm512_mul_pd(xd, c.inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __mmask8 in = _mm512_cmple_epi64_mask(_mm512_and_si512(_mm512_castpd_si512(r), c.absm), c.limb);
@@ -480,12 +480,10 @@ bool finite_stats_nonzeros(const T* x, size_t n, double* lo, double* hi, bool* n
   *k = sparse_find_nonzeros(reinterpret_cast<const BitsOf<T>*>(x), n, pos, bits);
   return any;
 }
-template bool finite_stats_nonzeros<float>(const float*, size_t, double*, double*, bool*, uint32_t*, int32_t*,
-                                           size_t*);
+template bool finite_stats_nonzeros<float>(const float*, size_t, double*, double*, bool*, uint32_t*, int32_t*, size_t*);
 template bool finite_stats_nonzeros<double>(const double*, size_t, double*, double*, bool*, uint32_t*, int64_t*,
                                             size_t*);
-template bool finite_stats_nonzeros<Bf16>(const Bf16*, size_t, double*, double*, bool*, uint32_t*, int16_t*,
-                                          size_t*);
+template bool finite_stats_nonzeros<Bf16>(const Bf16*, size_t, double*, double*, bool*, uint32_t*, int16_t*, size_t*);
 template bool finite_stats_nonzeros<F16>(const F16*, size_t, double*, double*, bool*, uint32_t*, int16_t*, size_t*);
 
 template <class T>
@@ -504,7 +502,7 @@ double finite_max_abs(const T* x, size_t n) {
   return std::max(std::fabs(lo), std::fabs(hi));
 }
 
-#define NCCLZ_INSTANTIATE_QUANTIZER(T, Code)                                                                 \
+#define NCCLZ_INSTANTIATE_QUANTIZER(T, Code)                                                                     \
   template size_t quantize<T, Code>(const T*, size_t, const QuantGrid&, int64_t, Code*, std::vector<uint64_t>*); \
   template void dequantize<T, Code>(const Code*, size_t, const QuantGrid&, T*);
 

@@ -41,8 +41,12 @@
 namespace ncclz::codec {
 
 /// Storage types for 16-bit floats (bit patterns).
-struct Bf16 { uint16_t bits; };
-struct F16 { uint16_t bits; };
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
 
 struct QuantGrid {
   double eb = 0;        ///< bound: |x - dequantized| <= eb for every finite non-outlier element
@@ -55,17 +59,25 @@ struct QuantGrid {
 template <class Code>
 constexpr int64_t default_code_limit();
 template <>
-constexpr int64_t default_code_limit<int32_t>() { return int64_t(1) << 20; }
+constexpr int64_t default_code_limit<int32_t>() {
+  return int64_t(1) << 20;
+}
 template <>
-constexpr int64_t default_code_limit<int64_t>() { return int64_t(1) << 50; }
+constexpr int64_t default_code_limit<int64_t>() {
+  return int64_t(1) << 50;
+}
 
 /// Largest limit quantize() honours for a code type (larger ones are clamped).
 template <class Code>
 constexpr int64_t max_code_limit();
 template <>
-constexpr int64_t max_code_limit<int32_t>() { return 2147483647; }
+constexpr int64_t max_code_limit<int32_t>() {
+  return 2147483647;
+}
 template <>
-constexpr int64_t max_code_limit<int64_t>() { return int64_t(1) << 62; }
+constexpr int64_t max_code_limit<int64_t>() {
+  return int64_t(1) << 62;
+}
 
 /// Quantizes x[0..n) into q. Outlier indices are appended to *outliers (their
 /// codes are 0). `limit` bounds |q|. Returns the number of outliers.
@@ -154,9 +166,7 @@ NCCLZ_HD double abs_of(double d) { return double_of(bits_of(d) & 0x7FFFFFFFFFFFF
 /// bit patterns of non-negative doubles are ordered like their values), which
 /// keeps loops free of floating-point compares that the compiler will not
 /// if-convert under -ftrapping-math, so they vectorize.
-NCCLZ_HD bool abs_le(double a, double b) {
-  return int64_t(bits_of(a) & 0x7FFFFFFFFFFFFFFFull) <= int64_t(bits_of(b));
-}
+NCCLZ_HD bool abs_le(double a, double b) { return int64_t(bits_of(a) & 0x7FFFFFFFFFFFFFFFull) <= int64_t(bits_of(b)); }
 
 /// bf16 -> float: exact.
 NCCLZ_HD float bf16_to_float(uint16_t b) { return float_of(uint32_t(b) << 16); }
@@ -232,29 +242,49 @@ NCCLZ_HD double to_double(F16 x) { return double(f16_to_float(x.bits)); }
 template <class T>
 NCCLZ_HD T from_double(double d);
 template <>
-NCCLZ_HD float from_double<float>(double d) { return float(d); }
+NCCLZ_HD float from_double<float>(double d) {
+  return float(d);
+}
 template <>
-NCCLZ_HD double from_double<double>(double d) { return d; }
+NCCLZ_HD double from_double<double>(double d) {
+  return d;
+}
 template <>
-NCCLZ_HD Bf16 from_double<Bf16>(double d) { return Bf16{double_to_bf16(d)}; }
+NCCLZ_HD Bf16 from_double<Bf16>(double d) {
+  return Bf16{double_to_bf16(d)};
+}
 template <>
-NCCLZ_HD F16 from_double<F16>(double d) { return F16{double_to_f16(d)}; }
+NCCLZ_HD F16 from_double<F16>(double d) {
+  return F16{double_to_f16(d)};
+}
 
 /// ElemType of a value type.
 template <class T>
 constexpr ElemType elem_type_of();
 template <>
-constexpr ElemType elem_type_of<float>() { return ElemType::F32; }
+constexpr ElemType elem_type_of<float>() {
+  return ElemType::F32;
+}
 template <>
-constexpr ElemType elem_type_of<double>() { return ElemType::F64; }
+constexpr ElemType elem_type_of<double>() {
+  return ElemType::F64;
+}
 template <>
-constexpr ElemType elem_type_of<Bf16>() { return ElemType::BF16; }
+constexpr ElemType elem_type_of<Bf16>() {
+  return ElemType::BF16;
+}
 template <>
-constexpr ElemType elem_type_of<F16>() { return ElemType::F16; }
+constexpr ElemType elem_type_of<F16>() {
+  return ElemType::F16;
+}
 template <>
-constexpr ElemType elem_type_of<int32_t>() { return ElemType::I32; }
+constexpr ElemType elem_type_of<int32_t>() {
+  return ElemType::I32;
+}
 template <>
-constexpr ElemType elem_type_of<int64_t>() { return ElemType::I64; }
+constexpr ElemType elem_type_of<int64_t>() {
+  return ElemType::I64;
+}
 
 /// v rounded to the nearest integer, ties to even; NaN and inf pass through.
 NCCLZ_HD double round_to_integer(double v) {

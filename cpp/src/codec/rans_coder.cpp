@@ -176,9 +176,7 @@ struct DecTable {
 };
 enum class DecBytes { Symbols, Values };
 
-inline uint8_t value_byte(uint32_t s) {
-  return s < kRansDirect ? uint8_t(rans_unzigzag<int32_t>(s)) : uint8_t(s - 64);
-}
+inline uint8_t value_byte(uint32_t s) { return s < kRansDirect ? uint8_t(rans_unzigzag<int32_t>(s)) : uint8_t(s - 64); }
 inline bool value_needs_bits(uint8_t b) { return uint8_t(b + 64) >= kRansDirect; }
 inline uint32_t value_symbol(uint8_t b) { return uint8_t(b + 64); }
 
@@ -244,8 +242,7 @@ inline bool put_checked(uint32_t& xs, const EncSym& e, uint8_t*& p, const uint8_
 
 // Encodes syms[0..n) backwards, writing 16-bit words downwards from `end`, never
 // below `limit`. Returns the first byte of the stream, or nullptr if it does not fit.
-uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* limit, uint8_t* end,
-                     uint32_t* state) {
+uint8_t* encode_core(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* limit, uint8_t* end, uint32_t* state) {
   uint32_t x[kRansLanes];
   for (int k = 0; k < kRansLanes; ++k) x[k] = kL;
   uint8_t* p = end;
@@ -333,8 +330,8 @@ __attribute__((target("avx2"), always_inline)) inline __m256i mulhi_rcp(__m256i 
 // AVX2 encoder: the 8 states in one register, one group of 8 symbols per step.
 // Same arithmetic as put_fast (q = high half of x * rcp from two 32x32->64
 // products), same words in the same order: byte-identical to encode_core.
-NCCLZ_RANS_AVX2 uint8_t* encode_core_avx2(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* limit,
-                                          uint8_t* end, uint32_t* state) {
+NCCLZ_RANS_AVX2 uint8_t* encode_core_avx2(const uint8_t* syms, size_t n, const EncSym* es, uint8_t* limit, uint8_t* end,
+                                          uint32_t* state) {
   const CompactLut& lut = compact_lut();
   uint32_t x[kRansLanes];
   for (int k = 0; k < kRansLanes; ++k) x[k] = kL;
@@ -368,8 +365,8 @@ NCCLZ_RANS_AVX2 uint8_t* encode_core_avx2(const uint8_t* syms, size_t n, const E
     const unsigned mask = unsigned(_mm256_movemask_ps(_mm256_castsi256_ps(ge)));
     const __m256i w32 = _mm256_and_si256(X, lo16);
     const __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(w32, w32), 0x08);  // w0..w7 in the low half
-    const __m128i words = _mm_shuffle_epi8(_mm256_castsi256_si128(w16),
-                                           _mm_load_si128(reinterpret_cast<const __m128i*>(lut.m[mask])));
+    const __m128i words =
+        _mm_shuffle_epi8(_mm256_castsi256_si128(w16), _mm_load_si128(reinterpret_cast<const __m128i*>(lut.m[mask])));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p - 16), words);
     p -= 2 * __builtin_popcount(mask);
     // q = floor(x * rcp / 2^64) per lane, for both x and x >> 16 (the state after
@@ -423,13 +420,13 @@ inline void add_renorm(uint32_t* x, uint32_t bias, const uint8_t* base, size_t* 
 }
 
 // One decoding step of state X, writing the slot's table byte to O.
-#define NCCLZ_RANS_DEC_STEP(X, O)                              \
-  do {                                                         \
-    const uint32_t slot_ = (X) & (kM - 1);                     \
-    const DecEntry e_ = dt.e[slot_];                           \
-    (O) = dt.sym[slot_];                                       \
-    (X) = uint32_t(e_.freq) * ((X) >> kRansScaleBits);         \
-    add_renorm(&(X), e_.bias, base, &q);                       \
+#define NCCLZ_RANS_DEC_STEP(X, O)                      \
+  do {                                                 \
+    const uint32_t slot_ = (X) & (kM - 1);             \
+    const DecEntry e_ = dt.e[slot_];                   \
+    (O) = dt.sym[slot_];                               \
+    (X) = uint32_t(e_.freq) * ((X) >> kRansScaleBits); \
+    add_renorm(&(X), e_.bias, base, &q);               \
   } while (0)
 
 // Decodes n symbols (their table bytes) from the word stream [p, end) with the
@@ -443,7 +440,7 @@ bool decode_core(const uint8_t* p, const uint8_t* end, const uint32_t* state, co
   uint32_t x0 = state[0], x1 = state[1], x2 = state[2], x3 = state[3];
   uint32_t x4 = state[4], x5 = state[5], x6 = state[6], x7 = state[7];
   const uint8_t* const base = p;
-  size_t q = 0;                                   // read position, in words from base
+  size_t q = 0;                                  // read position, in words from base
   const size_t q_last = size_t(end - base) / 2;  // words in the stream
   size_t i = 0;
   // Fast path: a group of 8 symbols reads at most 8 words, so g groups with
@@ -569,7 +566,7 @@ bool decode_framed(const uint8_t* src, size_t len, size_t n, uint32_t max_sym, D
 struct BitWriter {
   uint8_t* w;
   uint64_t acc = 0;
-  uint32_t n = 0;  // pending bits in acc, < 8 between calls
+  uint32_t n = 0;                      // pending bits in acc, < 8 between calls
   void put(uint64_t v, uint32_t nb) {  // nb <= 56
     acc |= v << n;
     n += nb;
@@ -650,7 +647,6 @@ inline void map_fast(uint64_t z, uint32_t* sym, uint32_t* nb) {
   *sym = (uint32_t(z) & ~big) | (bucket & big);
   *nb = uint32_t(L - 2) & big;
 }
-
 
 // A group of 8 zigzag values of which at least one is not direct: symbols of
 // all 8 into s8, extra bits of the others (in element order) into bw.

@@ -199,7 +199,7 @@ NCCLZ_SPARSE_AVX512 size_t scan_avx512_i64(const int64_t* r, size_t n, uint32_t*
 struct BitWriter {
   uint8_t* w;
   uint64_t acc = 0;
-  uint32_t n = 0;  // pending bits in acc, < 8 between calls
+  uint32_t n = 0;                      // pending bits in acc, < 8 between calls
   void put(uint64_t v, uint32_t nb) {  // nb <= 56, v < 2^nb
     acc |= v << n;
     n += nb;
@@ -299,12 +299,16 @@ size_t find_nonzeros(SparseScan impl, const Code* r, size_t n, uint32_t* pos, Co
   } else {
 #if NCCLZ_SPARSE_X86
     if (impl == SparseScan::Avx512 && cpu_has_avx512f()) {
-      if constexpr (sizeof(Code) == 4) return scan_avx512_i32(r, n, pos, val);
-      else return scan_avx512_i64(r, n, pos, val);
+      if constexpr (sizeof(Code) == 4)
+        return scan_avx512_i32(r, n, pos, val);
+      else
+        return scan_avx512_i64(r, n, pos, val);
     }
     if (impl == SparseScan::Avx2 && cpu_has_avx2()) {
-      if constexpr (sizeof(Code) == 4) return scan_avx2_i32(r, n, pos, val);
-      else return scan_avx2_i64(r, n, pos, val);
+      if constexpr (sizeof(Code) == 4)
+        return scan_avx2_i32(r, n, pos, val);
+      else
+        return scan_avx2_i64(r, n, pos, val);
     }
     if (impl != SparseScan::Scalar) {
       size_t k = 0, i = 0;
@@ -621,8 +625,8 @@ Status sparse_decode_nonzeros(const uint8_t* src, size_t len, size_t n, uint32_t
 }
 
 template <class Code>
-Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval,
-                           size_t ka, uint32_t* pos, Code* val, size_t* k) {
+Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval, size_t ka,
+                           uint32_t* pos, Code* val, size_t* k) {
   MergeSink<Code> put{val, pos, apos, aval, ka};
   if (ka > 0 && (!val || !pos)) {
     *k = 0;

@@ -64,8 +64,8 @@ Status sparse_decode_nonzeros(const uint8_t* src, size_t len, size_t n, uint32_t
 /// Sums wrap (two's complement); positions where they are 0 are left out.
 /// The decoder's checks; on an error *k is 0.
 template <class Code>
-Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval,
-                           size_t ka, uint32_t* pos, Code* val, size_t* k);
+Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval, size_t ka,
+                           uint32_t* pos, Code* val, size_t* k);
 
 /// Estimated payload bytes for n residuals of a B-bit type from a sample:
 /// hist[kRansAlphabet] is the sampled histogram of Rans symbols

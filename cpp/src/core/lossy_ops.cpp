@@ -13,11 +13,11 @@
 #define NCCLZ_STREAM_STORES 1
 #endif
 
+#include "base/worker_pool.hpp"
 #include "codec/cpu_features.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/sparse_coder.hpp"
 #include "core/types.hpp"
-#include "base/worker_pool.hpp"
 #include "ncclz/error.hpp"
 
 namespace ncclz::core {
@@ -237,8 +237,8 @@ size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, voi
       using Code = decltype(ctag);
       base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int i) {
         std::vector<uint64_t> idx;
-        outliers[size_t(i)] = codec::quantize<T, Code>(static_cast<const T*>(x) + b, e - b, g, p.limit,
-                                                       static_cast<Code*>(q) + b, &idx);
+        outliers[size_t(i)] =
+            codec::quantize<T, Code>(static_cast<const T*>(x) + b, e - b, g, p.limit, static_cast<Code*>(q) + b, &idx);
       });
     });
   });

@@ -41,7 +41,7 @@ class NonzeroIndex {
 
   /// The listed elements of one part that lie in a range.
   struct Span {
-    size_t base = 0;              ///< input position of pos[i] == 0
+    size_t base = 0;  ///< input position of pos[i] == 0
     const uint32_t* pos = nullptr;
     const uint8_t* val = nullptr;  ///< raw values, esize bytes each
     size_t k = 0;
@@ -90,8 +90,8 @@ DataStats merge_stats(const std::vector<CallDesc>& all);
 size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, WorkerPool* pool = nullptr,
                     int parts = 1);
 /// out[i] = T(q[i] * step).
-void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out,
-                    WorkerPool* pool = nullptr, int parts = 1);
+void dequantize_buf(DataType t, bool wide, const void* q, size_t n, double step, void* out, WorkerPool* pool = nullptr,
+                    int parts = 1);
 
 /// The lossy reductions' quantize and dequantize, run slice by slice inside the
 /// send/receive loops (prims::Stage). `codes` (in_count codes) is the wire input

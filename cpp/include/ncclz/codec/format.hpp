@@ -64,7 +64,8 @@ enum class Codec : uint8_t {
   Block = 1,     ///< fixed-length blocks of 32 integer codes, zero blocks ~1 byte (I32, I64)
   Rans = 2,      ///< rANS entropy coder over integer residuals (I32, I64)
   FloatExp = 3,  ///< lossless float: exponents rANS-coded, sign+mantissa raw (F32, F16, BF16)
-  Sparse = 4,    ///< mostly-zero integer residuals (I32, I64) or float bit patterns (F32, F64, F16, BF16; no predictor): nonzero count, gaps and values
+  Sparse = 4,  ///< mostly-zero integer residuals (I32, I64) or float bit patterns (F32, F64, F16, BF16; no predictor):
+               ///< nonzero count, gaps and values
 };
 constexpr int kNumCodecs = 5;
 
@@ -144,9 +145,7 @@ NCCLZ_HD void store_u64(uint8_t* p, uint64_t v) {
   store_u32(p, uint32_t(v));
   store_u32(p + 4, uint32_t(v >> 32));
 }
-NCCLZ_HD uint64_t load_u64(const uint8_t* p) {
-  return uint64_t(load_u32(p)) | (uint64_t(load_u32(p + 4)) << 32);
-}
+NCCLZ_HD uint64_t load_u64(const uint8_t* p) { return uint64_t(load_u32(p)) | (uint64_t(load_u32(p + 4)) << 32); }
 
 NCCLZ_HD void write_header(uint8_t* dst, const SliceHeader& h) {
   store_u32(dst, kSliceMagic);
