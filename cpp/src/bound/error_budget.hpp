@@ -89,6 +89,17 @@ LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const
 /// most (N-1) half-ulps of N*A; a mean adds one rounding of the division.
 bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g);
 
+/// The bound on |out - exact| (the exact result in fp64, every finite element)
+/// that an exact run of a lossy call achieves, as CallStats::error_bound
+/// reports it. Select: 0 (one rank's value). Sums and means, R = N*A:
+///  - in T (in_f64 false; the policy's lighter mode, the plain collective):
+///    (N-1) * hu(R), a mean / N + hu(A) for its division;
+///  - accumulated in float64 and rounded to T once (in_f64; the exact
+///    fallback): (N-1) * R * 2^-53 + hu(R), a mean (N-1) * R * 2^-53 / N +
+///    A * 2^-53 + hu(A).
+/// One rank: 0. (R and A are inflated by 2^-30 relative, as above.)
+double exact_error(codec::ElemType t, Combine how, int nranks, const DataStats& g, bool in_f64);
+
 /// The standalone codec's bound for one blob (codec::compress): abs_bound when
 /// it is > 0, else rel_bound * (hi - lo) of the finite values (any_finite:
 /// whether there are any). Degenerate spans still get a grid: no finite value

@@ -43,7 +43,7 @@ std::vector<CallDesc> CallProtocol::exchange(const CallDesc& mine, CallState& ca
   }
   prims::ChannelStats st;  // control traffic is not counted in the call's stats
   try {
-    prims::Prims p = channels_.control(&st, call.deadline);
+    prims::Prims p = channels_.control(&st, call.timeout);
     algorithms::ring_all_gather(p, {rank_, nranks_}, &mine, all.data(), sizeof(CallDesc), sizeof(CallDesc),
                                 sizeof(CallDesc));
   } catch (const Aborted&) {

@@ -50,7 +50,7 @@ void LossyCall::run(const std::vector<CallDesc>& all) {
   const double E = resolve_bound(c_, g);
   LossyPlan plan = plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
   apply_min_bytes(plan, c_, cd_.message * dsize(t_));
-  call_.bound = E;
+  call_.bound = call_.requested = E;
   if (plan.compress && rt_.nranks > 1 && !(all[0].flags & kEagerQuantize)) {
     run_staged(plan, all);
     return;
@@ -98,6 +98,9 @@ void LossyCall::run_staged(const LossyPlan& plan, const std::vector<CallDesc>& a
 
 void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all) {
   call_.fallback = true;
+  // What this path achieves (CallStats::error_bound): select is exact, sums
+  // round once from float64; may exceed a bound below the type's rounding.
+  call_.bound = bound::exact_error(elem_of(t_), cd_.how, rt_.nranks, merge_stats(all), true);
   NCCLZ_TRACE(rt_.rank, "%s: lossy call #%llu runs exactly: %s", coll_name(cd_.coll), (unsigned long long)all[0].seq,
               plan.why_not);
   if (!cd_.sums()) {
@@ -127,12 +130,13 @@ void LossyCall::plan_send(CallDesc& d) {
   const double E = resolve_bound(c_, s);
   plan_ = plan_lossy(elem_of(t_), Combine::Select, 1, E, s);
   apply_min_bytes(plan_, c_, cd_.message * dsize(t_));
-  call_.bound = E;
+  call_.requested = E;
   if (plan_.compress) {
     codes_ = rt_.work[0].get(cd_.in_count * (plan_.wide ? 8 : 4));
     if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) plan_.compress = false;
   }
   call_.fallback = !plan_.compress;
+  call_.bound = plan_.compress ? E : 0;  // the exact path moves the values themselves
   if (plan_.compress) {
     d.flags |= kCompress;
     if (plan_.wide) d.flags |= kWide;
@@ -154,7 +158,8 @@ void* LossyCall::recv_target(const CallDesc& sender, Mode m) {
   const bool wide = (sender.flags & kWide) != 0;
   if (is_lossy(m)) {
     call_.fallback = !compressed;
-    call_.bound = sender.E;
+    call_.requested = sender.E;
+    call_.bound = compressed ? sender.E : 0;
   }
   codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
   return codes_;
