@@ -22,6 +22,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstring>
 #include <exception>
@@ -159,6 +160,18 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
   if (nd >= 3 && uint64_t(a.shape(nd - 1)) * uint64_t(a.shape(nd - 2)) <= 0xFFFFFFFFu)
     b.plane = uint32_t(a.shape(nd - 1) * a.shape(nd - 2));
   return b;
+}
+
+/// A buffer used on the root only: None elsewhere is no buffer (of the other
+/// array's type, so that check_call compares what is there).
+template <typename Array>
+Buffer optional_buffer(const Array& a, const char* what, const std::string& as_dtype, DataType other) {
+  if (!a.is_valid()) {
+    Buffer b;
+    b.type = other;
+    return b;
+  }
+  return check_buffer(a, what, as_dtype);
 }
 
 /// `c` with the layout hint of the array the call codes.
@@ -343,6 +356,73 @@ class CommHandle {
     comm->check_call(args(CallKind::Recv, Buffer{}, b, RedOp::Sum, peer, c));
     CallStats st;
     blocking([&] { comm->recv(b.data, b.count, b.type, peer, c, &st); });
+    return st;
+  }
+
+  CallStats reduce(const InArray& send, const OutArray& recv, const std::string& op, int root, const Compression& c,
+                   const std::string& as_dtype, const PolicyHints* hints) {
+    Buffer in = check_buffer(send, "reduce input", as_dtype);
+    Buffer out = optional_buffer(recv, "reduce output", as_dtype, in.type);
+    const RedOp r = parse_op(op, "reduce");
+    auto comm = get();
+    comm->check_call(args(CallKind::Reduce, in, out, r, root, c));
+    CallStats st;
+    blocking([&] { comm->reduce(in.data, out.data, in.count, in.type, r, root, with_layout(c, in), &st, hints); });
+    return st;
+  }
+
+  CallStats gather(const InArray& send, const OutArray& recv, int root, const Compression& c,
+                   const std::string& as_dtype, const PolicyHints* hints) {
+    Buffer in = check_buffer(send, "gather input", as_dtype);
+    Buffer out = optional_buffer(recv, "gather output", as_dtype, in.type);
+    auto comm = get();
+    comm->check_call(args(CallKind::Gather, in, out, RedOp::Sum, root, c));
+    CallStats st;
+    blocking([&] { comm->gather(in.data, out.data, in.count, in.type, root, with_layout(c, in), &st, hints); });
+    return st;
+  }
+
+  CallStats scatter(const InArray& send, const OutArray& recv, int root, const Compression& c,
+                    const std::string& as_dtype, const PolicyHints* hints) {
+    Buffer out = check_buffer(recv, "scatter output", as_dtype);
+    Buffer in = optional_buffer(send, "scatter input", as_dtype, out.type);
+    auto comm = get();
+    comm->check_call(args(CallKind::Scatter, in, out, RedOp::Sum, root, c));
+    CallStats st;
+    blocking([&] { comm->scatter(in.data, out.data, out.count, out.type, root, with_layout(c, out), &st, hints); });
+    return st;
+  }
+
+  CallStats all_to_all(const InArray& send, const OutArray& recv, const Compression& c, const std::string& as_dtype,
+                       const PolicyHints* hints) {
+    Buffer in = check_buffer(send, "all_to_all input", as_dtype);
+    Buffer out = check_buffer(recv, "all_to_all output", as_dtype);
+    auto comm = get();
+    comm->check_call(args(CallKind::AllToAll, in, out, RedOp::Sum, 0, c));
+    CallStats st;
+    blocking([&] { comm->all_to_all(in.data, out.data, in.count / size_t(size_), in.type, with_layout(c, in), &st, hints); });
+    return st;
+  }
+
+  CallStats all_to_allv(const InArray& send, const OutArray& recv, const std::vector<size_t>& send_counts,
+                        const std::vector<size_t>& recv_counts, const Compression& c, const std::string& as_dtype,
+                        const PolicyHints* hints) {
+    Buffer in = check_buffer(send, "all_to_all input", as_dtype);
+    Buffer out = check_buffer(recv, "all_to_all output", as_dtype);
+    for (const auto* v : {&send_counts, &recv_counts}) {
+      if (v->size() != size_t(size_)) {
+        throw ncclz::InvalidArgument(std::string("all_to_allv: ") + (v == &send_counts ? "send" : "recv") +
+                                     "_counts has " + std::to_string(v->size()) + " entries, expected one per rank (" +
+                                     std::to_string(size_) + ")");
+      }
+    }
+    auto comm = get();
+    CallArgs a = args(CallKind::AllToAllv, in, out, RedOp::Sum, 0, c);
+    a.send_counts = send_counts.data();
+    a.recv_counts = recv_counts.data();
+    comm->check_call(a);
+    CallStats st;
+    blocking([&] { comm->all_to_allv(in.data, send_counts.data(), out.data, recv_counts.data(), in.type, with_layout(c, in), &st, hints); });
     return st;
   }
 
@@ -562,6 +642,18 @@ void register_comm(nb::module_& m) {
            "as_dtype"_a = "", "hints"_a = nb::none())
       .def("broadcast", &CommHandle::broadcast, "buf"_a.noconvert(), "root"_a, "compression"_a, "as_dtype"_a = "",
            "hints"_a = nb::none())
+      .def("reduce", &CommHandle::reduce, "send"_a.noconvert(), "recv"_a.noconvert().none(), "op"_a, "root"_a,
+           "compression"_a, "as_dtype"_a = "", "hints"_a = nb::none(),
+           "recv: the root's output (None elsewhere; may be send on the root)")
+      .def("gather", &CommHandle::gather, "send"_a.noconvert(), "recv"_a.noconvert().none(), "root"_a, "compression"_a,
+           "as_dtype"_a = "", "hints"_a = nb::none(), "recv: the root's output (None elsewhere)")
+      .def("scatter", &CommHandle::scatter, "send"_a.noconvert().none(), "recv"_a.noconvert(), "root"_a,
+           "compression"_a, "as_dtype"_a = "", "hints"_a = nb::none(), "send: the root's input (None elsewhere)")
+      .def("all_to_all", &CommHandle::all_to_all, "send"_a.noconvert(), "recv"_a.noconvert(), "compression"_a,
+           "as_dtype"_a = "", "hints"_a = nb::none())
+      .def("all_to_allv", &CommHandle::all_to_allv, "send"_a.noconvert(), "recv"_a.noconvert(), "send_counts"_a,
+           "recv_counts"_a, "compression"_a, "as_dtype"_a = "", "hints"_a = nb::none(),
+           "send_counts / recv_counts: elements to / from each rank")
       .def("send", &CommHandle::send, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("recv", &CommHandle::recv, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("barrier", &CommHandle::barrier)

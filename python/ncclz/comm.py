@@ -416,11 +416,13 @@ class Communicator:
         nothing harmful."""
         self._policy.reset(policy)
 
-    def _decide(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any) -> Decision:
+    def _decide(self, coll: str, b: Any, c: Any, compression: Any, nbytes: int, policy: Any,
+                data: bool = True) -> Decision:
         """Asks the policy about this call (only rank 0's answer counts: it travels in the call
-        descriptor); `policy` is the call's own ``policy=``."""
+        descriptor); `policy` is the call's own ``policy=``; `data`: whether b holds the call's
+        input (a scatter's non-root ranks hold only their output)."""
         return self._policy.choose(Call(coll, b.dtype, nbytes, c.mode, c.bound, compression,
-                                        lambda: _dlpack.to_numpy(b)), policy)
+                                        (lambda: _dlpack.to_numpy(b)) if data else None), policy)
 
     def _record(self, name: str, c: Any, st: Any, d: Decision | None = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
@@ -544,6 +546,164 @@ class Communicator:
         return x if o is b else _dlpack.to_user(o)
 
     @_name_rank
+    def reduce(self, x: Any, root: int = 0, op: str = "sum", compression: Any = None, out: Any = None, *,
+               policy: str | None = None) -> Any:
+        """Reduces ``x`` over all ranks into rank ``root``; returns the result there, None elsewhere.
+
+        On the root the result goes into ``x`` (in place) by default, or into ``out=``; read-only
+        inputs get a new array. Other ranks' ``x`` is only read (``out`` is not used there). Lossy
+        bounds as all_reduce's with the same op. ``policy``: as in all_reduce.
+        """
+        root = self._check_rank(root, "reduce root")
+        b, c, op = self._prepare(x, "reduce input", op, compression)
+        d = self._decide("reduce", b, c, compression, b.nbytes, policy)
+        o = None
+        if self._rank == root:
+            if out is not None:
+                o = _dlpack.check_output(out, b, b.shape, "reduce out")
+            elif b.writable:
+                o = b
+            else:
+                o = _dlpack.empty(b, b.shape)
+        st = self._native.reduce(b.native, None if o is None else o.native, op, root, c, b.as_dtype, _hints(d))
+        self._record("reduce", c, st, d)
+        if o is None:
+            return None
+        if o is b:
+            return x
+        return out if out is not None else _dlpack.to_user(o)
+
+    @_name_rank
+    def gather(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
+               policy: str | None = None) -> Any:
+        """Gathers every rank's ``x`` on rank ``root``: returns shape ``(world_size, *x.shape)`` there
+        (rank r's at [r]; into ``out=`` if given), None elsewhere. Every rank's ``x`` must have the
+        same size. ``policy``: as in all_reduce."""
+        root = self._check_rank(root, "gather root")
+        b, c, _ = self._prepare(x, "gather input", None, compression)
+        d = self._decide("gather", b, c, compression, b.nbytes * self._world_size, policy)
+        o = None
+        if self._rank == root:
+            shape = (self._world_size, *b.shape)
+            o = _dlpack.check_output(out, b, shape, "gather out") if out is not None else _dlpack.empty(b, shape)
+        st = self._native.gather(b.native, None if o is None else o.native, root, c, b.as_dtype, _hints(d))
+        self._record("gather", c, st, d)
+        if o is None:
+            return None
+        return out if out is not None else _dlpack.to_user(o)
+
+    @_name_rank
+    def scatter(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
+                policy: str | None = None) -> Any:
+        """Scatters the root's ``x`` in world_size blocks: rank r gets block r. Returns it.
+
+        On the root ``x.shape[0]`` must be divisible by world_size (each rank gets
+        ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element count (1-D blocks); the
+        result goes into ``out=`` if given. Other ranks pass ``x=None`` (it is not read) and must
+        pass ``out=``: the array that receives their block (it sets the dtype and size). Lossy: the
+        relative bound is of the root's range, as for broadcast. ``policy``: as in all_reduce.
+        """
+        root = self._check_rank(root, "scatter root")
+        w = self._world_size
+        if self._rank == root:
+            if x is None:
+                raise InvalidArgumentError(f"scatter: rank {root} is the root and needs x (the blocks to scatter)")
+            b, c, _ = self._prepare(x, "scatter input", None, compression)
+            if len(b.shape) >= 1 and b.shape[0] % w == 0:
+                shape = (b.shape[0] // w, *b.shape[1:])
+            elif b.size % w == 0:
+                shape = (b.size // w,)
+            else:
+                raise InvalidArgumentError(
+                    f"scatter input {_dlpack.describe(b)}: neither the first dimension nor the element count "
+                    f"({b.size}) is divisible by the world size {w}"
+                )
+            o = _dlpack.check_output(out, b, shape, "scatter out") if out is not None else _dlpack.empty(b, shape)
+            d = self._decide("scatter", b, c, compression, b.nbytes, policy)
+            send = b.native
+        else:
+            if out is None:
+                raise InvalidArgumentError(
+                    f"scatter: rank {self._rank} is not the root ({root}): pass out=, the array that receives "
+                    "this rank's block"
+                )
+            o, c, _ = self._prepare(out, "scatter out", None, compression)
+            if not o.writable:
+                raise InvalidArgumentError(f"scatter out {_dlpack.describe(o)} is read-only; pass a writable array")
+            d = self._decide("scatter", o, c, compression, o.nbytes * w, policy, data=False)
+            send = None
+        st = self._native.scatter(send, o.native, root, c, o.as_dtype, _hints(d))
+        self._record("scatter", c, st, d)
+        return out if out is not None else _dlpack.to_user(o)
+
+    @_name_rank
+    def all_to_all(self, x: Any, compression: Any = None, out: Any = None, *, send_counts: Any = None,
+                   recv_counts: Any = None, policy: str | None = None) -> Any:
+        """Exchanges blocks between all ranks: block j of ``x`` goes to rank j, and the result holds
+        rank j's block for this rank at position j (torch.distributed's all_to_all_single).
+
+        Equal blocks: ``x.shape[0]`` divisible by world_size (or else the element count: 1-D); the
+        result has x's shape. Uneven blocks: ``send_counts[j]`` rows of ``x`` (along its first
+        dimension, in rank order) go to rank j and ``recv_counts[j]`` rows come from rank j; the
+        result has shape ``(sum(recv_counts), *x.shape[1:])``. Rank i's send_counts[j] must equal
+        rank j's recv_counts[i] (a mismatch raises RemoteError on every rank before any data
+        moves). Without recv_counts the ranks first exchange their send_counts (one more small
+        all_to_all). Every block crosses one link (pairwise exchange); a rank's own block is copied
+        exactly. ``out=``: the result array. ``policy``: as in all_reduce.
+        """
+        b, c, _ = self._prepare(x, "all_to_all input", None, compression)
+        w = self._world_size
+        d = self._decide("all_to_all", b, c, compression, b.nbytes, policy)
+        if send_counts is None and recv_counts is None:
+            if not (len(b.shape) >= 1 and b.shape[0] % w == 0) and b.size % w != 0:
+                raise InvalidArgumentError(
+                    f"all_to_all input {_dlpack.describe(b)}: neither the first dimension nor the element count "
+                    f"({b.size}) is divisible by the world size {w}; pass send_counts= for uneven blocks"
+                )
+            shape = b.shape if len(b.shape) >= 1 and b.shape[0] % w == 0 else (b.size,)
+            o = _dlpack.check_output(out, b, shape, "all_to_all out") if out is not None else _dlpack.empty(b, shape)
+            st = self._native.all_to_all(b.native, o.native, c, b.as_dtype, _hints(d))
+        else:
+            if send_counts is None:
+                raise InvalidArgumentError("all_to_all: recv_counts= needs send_counts= too")
+            rows = b.shape[0] if len(b.shape) >= 1 else 1
+            row = _prod(b.shape[1:])  # elements per row
+            sc = self._counts(send_counts, "send_counts")
+            if sum(sc) != rows:
+                raise InvalidArgumentError(
+                    f"all_to_all: send_counts add up to {sum(sc)} rows but the input {_dlpack.describe(b)} has "
+                    f"{rows} (its first dimension)"
+                )
+            rc = self._counts(recv_counts, "recv_counts") if recv_counts is not None else self._exchange_counts(sc)
+            shape = (sum(rc), *b.shape[1:]) if len(b.shape) >= 1 else (sum(rc),)
+            o = _dlpack.check_output(out, b, shape, "all_to_all out") if out is not None else _dlpack.empty(b, shape)
+            st = self._native.all_to_allv(b.native, o.native, [n * row for n in sc], [n * row for n in rc], c,
+                                          b.as_dtype, _hints(d))
+        self._record("all_to_all", c, st, d)
+        return out if out is not None else _dlpack.to_user(o)
+
+    def _counts(self, counts: Any, what: str) -> list:
+        """send_counts / recv_counts as a list of world_size non-negative ints."""
+        try:
+            vals = [int(v) for v in (counts.tolist() if hasattr(counts, "tolist") else counts)]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"all_to_all: {what} must be a sequence of integers, got {counts!r}") from None
+        if len(vals) != self._world_size or any(v < 0 for v in vals):
+            raise InvalidArgumentError(
+                f"all_to_all: {what} must have one non-negative count per rank ({self._world_size}), got {vals}"
+            )
+        return vals
+
+    def _exchange_counts(self, send_counts: list) -> list:
+        """Every rank's send_counts for this rank: an all_to_all of one int64 per rank."""
+        import numpy as np
+
+        mine = np.asarray(send_counts, dtype=np.int64)
+        theirs = np.empty_like(mine)
+        self._native.all_to_all(mine, theirs, _NO_COMPRESSION, "", None)
+        return [int(v) for v in theirs]
+
+    @_name_rank
     def send(self, x: Any, peer: int, compression: Any = None) -> None:
         """Sends ``x`` to ``peer`` (which must call recv with the same count, dtype and compression)."""
         peer = self._check_rank(peer, "send peer")
@@ -585,6 +745,13 @@ class Communicator:
         if exc_type is not None and not self.closed:
             self.abort(f"exception on rank {self._rank}: {exc_type.__name__}")
         self.close()
+
+
+def _prod(shape: Any) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
 
 
 def init(**kwargs: Any) -> Communicator:

@@ -134,6 +134,75 @@ TEST(CApi, ErrorsAreResultCodes) {
   EXPECT_STRNE(ncclzGetErrorString(ncclzAborted), "");
 }
 
+TEST(CApi, RootedAndAllToAllCollectives) {
+  CWorld w(3);
+  w.run([&](int r, ncclzComm_t comm) {
+    // reduce to rank 1, lossy: within E of the exact sum on the root; recvbuff unused elsewhere.
+    const size_t n = 5000;
+    std::vector<float> x(n), y(n, -1.f);
+    auto value = [](int k, size_t i) { return float(std::cos(0.002 * double(i)) + 0.5 * k); };
+    for (size_t i = 0; i < n; ++i) x[i] = value(r, i);
+    const double E = 1e-3;
+    ASSERT_EQ(ncclzReduce(x.data(), r == 1 ? y.data() : nullptr, n, ncclzFloat32, ncclzSum, 1,
+                          ncclzCompressionLossyAbs(E), comm),
+              ncclzSuccess)
+        << ncclzGetLastError(comm);
+    if (r == 1) {
+      for (size_t i = 0; i < n; ++i) {
+        double ref = 0;
+        for (int k = 0; k < 3; ++k) ref += double(value(k, i));
+        ASSERT_LE(std::fabs(double(y[i]) - ref), E);
+      }
+    }
+    ncclzCallStats_t st;
+    ASSERT_EQ(ncclzCommGetLastStats(comm, &st), ncclzSuccess);
+    EXPECT_EQ(st.errorBound, E);
+
+    // gather to rank 0 and scatter from rank 2, lossless (exact).
+    std::vector<int64_t> mine(4, int64_t(r) * 10 + 1), gathered(12, -1), block(4, -1);
+    ASSERT_EQ(ncclzGather(mine.data(), gathered.data(), 4, ncclzInt64, 0, ncclzCompressionLossless(), comm),
+              ncclzSuccess);
+    if (r == 0) {
+      for (int k = 0; k < 3; ++k) EXPECT_EQ(gathered[size_t(k) * 4 + 3], int64_t(k) * 10 + 1);
+    }
+    std::vector<int64_t> blocks(12);
+    for (size_t i = 0; i < 12; ++i) blocks[i] = int64_t(i) * (r == 2 ? 1 : -1);
+    ASSERT_EQ(
+        ncclzScatter(r == 2 ? blocks.data() : nullptr, block.data(), 4, ncclzInt64, 2, ncclzCompressionNone(), comm),
+        ncclzSuccess);
+    EXPECT_EQ(block[0], int64_t(r) * 4);
+
+    // all_to_all and all_to_allv: block j to rank j.
+    std::vector<int32_t> a(6), b(6, -1);
+    for (int i = 0; i < 6; ++i) a[size_t(i)] = r * 100 + i;
+    ASSERT_EQ(ncclzAllToAll(a.data(), b.data(), 2, ncclzInt32, ncclzCompressionLossless(), comm), ncclzSuccess);
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(b[size_t(j) * 2 + 1], j * 100 + r * 2 + 1);
+    // rank i sends i+j elements to rank j
+    std::vector<size_t> sc(3), rc(3);
+    for (int j = 0; j < 3; ++j) {
+      sc[size_t(j)] = size_t(r + j);
+      rc[size_t(j)] = size_t(j + r);
+    }
+    std::vector<int32_t> vin(size_t(3 * r + 3), r), vout(size_t(3 * r + 3), -1);
+    ASSERT_EQ(ncclzAllToAllv(vin.data(), sc.data(), vout.data(), rc.data(), ncclzInt32, ncclzCompressionNone(), comm),
+              ncclzSuccess)
+        << ncclzGetLastError(comm);
+    size_t at = 0;
+    for (int j = 0; j < 3; ++j) {
+      for (size_t i = 0; i < rc[size_t(j)]; ++i) EXPECT_EQ(vout[at++], j);
+    }
+    // mismatched counts: a remote error on every rank, the communicator still usable
+    if (r == 0) sc[1] += 1;
+    EXPECT_EQ(ncclzAllToAllv(vin.data(), sc.data(), vout.data(), rc.data(), ncclzInt32, ncclzCompressionNone(), comm),
+              ncclzRemoteError);
+    EXPECT_NE(std::string(ncclzGetLastError(comm)).find("rank 0 sends 2 elements to rank 1"), std::string::npos)
+        << ncclzGetLastError(comm);
+    EXPECT_EQ(ncclzReduce(x.data(), x.data(), n, ncclzFloat32, ncclzProd, 0, ncclzCompressionLossyAbs(1), comm),
+              ncclzInvalidArgument);
+    ASSERT_EQ(ncclzBarrier(comm), ncclzSuccess);
+  });
+}
+
 TEST(CApi, AbortWakesABlockedCall) {
   CWorld w(2);
   ncclzResult_t res = ncclzSuccess;

@@ -544,4 +544,94 @@ TEST(CallRoutineCheckCall, WhatOnlyBothArraysTellAndEverythingTheCallChecks) {
   EXPECT_EQ(check_error(comm, s), "send: null buffer with count > 0");
 }
 
+TEST(CallRoutineCheckCall, RootedAndAllToAllArrays) {
+  // rank 0 of 2: the root's buffers are checked on the root only
+  Ranks w(2);
+  Communicator& comm = *w.comms[0];
+  std::vector<float> x(100), y(100), z(200);
+  CallArgs g;
+  g.kind = CallKind::Gather;
+  g.send = y.data();
+  g.send_count = 100;
+  g.recv = z.data();
+  g.recv_count = 200;
+  EXPECT_EQ(check_error(comm, g), "");
+  g.recv_count = 100;
+  EXPECT_EQ(check_error(comm, g),
+            "gather: the root's output (world_size * input count) has 100 elements, expected 200");
+  g.root = 1;  // not the root: its output is not used, whatever it is
+  EXPECT_EQ(check_error(comm, g), "");
+  g.root = 2;
+  EXPECT_EQ(check_error(comm, g), "gather: root 2 is not a rank of this communicator (size 2)");
+
+  CallArgs sc;
+  sc.kind = CallKind::Scatter;
+  sc.send = z.data();
+  sc.send_count = 199;
+  sc.recv = x.data();
+  sc.recv_count = 100;
+  EXPECT_EQ(check_error(comm, sc),
+            "scatter: the root's input (world_size * output count) has 199 elements, expected 200");
+  sc.send = nullptr;
+  sc.send_count = 0;
+  sc.root = 1;
+  EXPECT_EQ(check_error(comm, sc), "");
+
+  CallArgs rd;
+  rd.kind = CallKind::Reduce;
+  rd.send = x.data();
+  rd.send_count = 100;
+  rd.recv = x.data();
+  rd.recv_count = 100;
+  EXPECT_EQ(check_error(comm, rd), "");  // in place on the root
+  rd.recv = x.data() + 1;
+  EXPECT_NE(check_error(comm, rd).find("reduce: input and output buffers overlap"), std::string::npos);
+  rd.recv = nullptr;
+  rd.recv_count = 0;
+  EXPECT_EQ(check_error(comm, rd), "reduce: the root's output has 0 elements, expected 100");
+  rd.root = 1;
+  EXPECT_EQ(check_error(comm, rd), "");  // not the root: no output needed
+  rd.op = RedOp::Prod;
+  rd.compression = Compression::lossy_rel(1e-3);
+  EXPECT_NE(check_error(comm, rd).find("reduce: prod is not offered in lossy mode"), std::string::npos);
+
+  CallArgs a;
+  a.kind = CallKind::AllToAll;
+  a.send = z.data();
+  a.send_count = 199;
+  a.recv = z.data();
+  a.recv_count = 199;
+  EXPECT_EQ(check_error(comm, a),
+            "all_to_all: input has 199 elements, not a multiple of the world size 2 (block j of input goes to rank j)");
+  a.send_count = a.recv_count = 200;
+  EXPECT_EQ(check_error(comm, a), "all_to_all: input and output buffers overlap; use separate arrays");
+  a.send = x.data();
+  a.send_count = 100;
+  a.recv_count = 100;
+  a.recv = y.data();
+  EXPECT_EQ(check_error(comm, a), "");
+  a.recv_count = 98;
+  EXPECT_EQ(check_error(comm, a), "all_to_all: output has 98 elements, expected 100");
+
+  CallArgs v = a;
+  v.kind = CallKind::AllToAllv;
+  v.recv_count = 100;
+  const size_t sc2[2] = {30, 70}, rc2[2] = {60, 40}, bad[2] = {60, 41};
+  v.send_counts = sc2;
+  v.recv_counts = rc2;
+  EXPECT_EQ(check_error(comm, v), "");
+  v.recv_counts = bad;
+  EXPECT_EQ(check_error(comm, v), "all_to_allv: output has 100 elements but recv_counts add up to 101");
+  v.recv_counts = nullptr;
+  EXPECT_EQ(check_error(comm, v), "all_to_allv: null send_counts or recv_counts (they need one entry per rank)");
+  v.recv_counts = rc2;
+  v.send_count = 99;
+  EXPECT_EQ(check_error(comm, v), "all_to_allv: input has 99 elements but send_counts add up to 100");
+  v.send_count = 100;
+  v.send_type = v.recv_type = DataType::I32;
+  v.compression = Compression::lossy_abs(0.5);
+  EXPECT_NE(check_error(comm, v).find("all_to_allv: lossy compression needs a floating-point type, got int32"),
+            std::string::npos);
+}
+
 }  // namespace

@@ -156,8 +156,7 @@ TEST(ReliabilityInterrupt, StopsABlockedCallAndAbortsThePeers) {
         }
         std::vector<float> a(1 << 20, 1.f), b(a.size());  // 4 MiB: every channel has work
         out[size_t(r)] = outcome(
-            [&] { w[r].all_reduce(a.data(), b.data(), a.size(), DataType::F32, RedOp::Sum, Compression::none()); },
-            t0);
+            [&] { w[r].all_reduce(a.data(), b.data(), a.size(), DataType::F32, RedOp::Sum, Compression::none()); }, t0);
         set_interrupt_check(nullptr, nullptr);
       });
     }
@@ -185,9 +184,8 @@ TEST(ReliabilityThreads, ConcurrentCallsAreAnErrorOnEveryRank) {
   Outcome first, second, peer;
   std::thread a([&] {
     std::vector<float> x(100, 1.f), y(x.size());
-    first = outcome([&] { w[0].all_reduce(x.data(), y.data(), x.size(), DataType::F32, RedOp::Sum,
-                                          Compression::none()); },
-                    t0);
+    first = outcome(
+        [&] { w[0].all_reduce(x.data(), y.data(), x.size(), DataType::F32, RedOp::Sum, Compression::none()); }, t0);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // thread a is blocked: rank 1 is not in a call
   std::thread b([&] {
@@ -206,8 +204,8 @@ TEST(ReliabilityThreads, ConcurrentCallsAreAnErrorOnEveryRank) {
   EXPECT_TRUE(has(refused.what, "broadcast(count=7, float64)")) << refused.what;
   EXPECT_EQ(other.kind, "Aborted") << other.what;
   std::vector<float> x(100, 1.f), y(x.size());
-  peer = outcome(
-      [&] { w[1].all_reduce(x.data(), y.data(), x.size(), DataType::F32, RedOp::Sum, Compression::none()); }, t0);
+  peer = outcome([&] { w[1].all_reduce(x.data(), y.data(), x.size(), DataType::F32, RedOp::Sum, Compression::none()); },
+                 t0);
   EXPECT_EQ(peer.kind, "Aborted") << peer.what;
   EXPECT_TRUE(has(peer.what, "rank 0 aborted the communicator: two threads called")) << peer.what;
 }

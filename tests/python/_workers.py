@@ -351,6 +351,248 @@ def scenario_collectives(ncclz, comm, args):
     return {"hashes": ck.hashes, "checks": ck.checks, "max_err_ratio": ck.max_err_ratio}
 
 
+def uneven_splits(W, seed):
+    """counts[i][j]: rows rank i sends to rank j: uneven, with empty blocks (the last rank sends
+    nothing at all, rank 0 nothing to rank 1); the same matrix on every rank."""
+    rng = np.random.default_rng(5000 + seed)
+    m = rng.choice([0, 0, 1, 3, 40, 257, 700], size=(W, W))
+    if W > 2:
+        m[W - 1, :] = 0
+        m[0, 1] = 0
+    return m.astype(int)
+
+
+def scenario_pairwise_rooted(ncclz, comm, args):
+    """all_to_all (equal blocks and uneven splits), reduce, gather, scatter: every mode, every dtype
+    (lossy on the float ones), every root, NumPy inputs; every element against the fp64 reference
+    and the bound, lossless the same bits as none, a rank's own block exact in every mode. Reports
+    the wire bytes of large smooth calls per mode."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    kv = dict(a.split("=", 1) for a in args if "=" in a)
+    count = int(kv.get("count", 3001))
+    dtypes = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"]
+    out = {}
+
+    def exact(name, got, want):
+        ck.require(bits(got) == bits(want), f"rank {r}: {name}: not bit-identical to the data sent")
+        ck.checks += 1
+
+    def same_as_none(name, mname):
+        if mname == "lossless":
+            ck.require(ck.hashes[name] == ck.hashes[name.replace("/lossless", "/none")],
+                       f"rank {r}: {name}: lossless differs from none")
+
+    for di, dtype in enumerate(dtypes):
+        base = 1000 * (di + 1)  # the same inputs in every mode
+        for mname, comp in modes(ncclz, dtype):
+            lossy = mname not in ("none", "lossless")
+            # ---- all_to_all, equal blocks: (W*3, k) rows, block j = rows 3j..3j+2
+            shape = (W * 3, count // 7 + 1)
+            n = int(np.prod(shape))
+            inputs = [rank_input(k, n, dtype, base + 1, shape) for k in range(W)]
+            E = bound_of(comp, inputs)
+            want = np.concatenate([inputs[j][3 * r : 3 * r + 3] for j in range(W)])
+            y = comm.all_to_all(inputs[r].copy(), compression=comp)
+            name = f"all_to_all/{dtype}/{mname}"
+            ck.require(tuple(y.shape) == shape, f"{name}: shape {y.shape}")
+            ck.record(name, y)
+            if not lossy:
+                exact(name, y, want)
+            else:
+                ck.check_close(name, y, as_f64(want), E, mname, dtype)
+                exact(name + "/own", y[3 * r : 3 * r + 3], inputs[r][3 * r : 3 * r + 3])
+                st = comm.last_stats
+                ck.require(st.op == "all_to_all" and abs(st.error_bound - E) <= 1e-9 * E,
+                           f"{name}: stats {st.op} promise {st.error_bound}, the contract says {E}")
+            same_as_none(name, mname)
+
+            # ---- all_to_all, uneven splits (rows along the first dimension), with and without recv_counts
+            for vi, variant in enumerate(("counts", "exchange")):
+                m = uneven_splits(W, base + vi)
+                cols = 5
+                inputs = [rank_input(k, int(m[k].sum()) * cols, dtype, base + 2 + vi, (int(m[k].sum()), cols))
+                          for k in range(W)]
+                E = bound_of(comp, [np.concatenate([a.ravel() for a in inputs])])  # uneven: one range
+                offs = [np.concatenate([[0], np.cumsum(m[k])]) for k in range(W)]
+                want = np.concatenate([inputs[j][offs[j][r] : offs[j][r + 1]] for j in range(W)])
+                rc = m[:, r].tolist() if variant == "counts" else None
+                y = comm.all_to_all(inputs[r].copy(), compression=comp, send_counts=m[r].tolist(), recv_counts=rc)
+                name = f"all_to_allv/{variant}/{dtype}/{mname}"
+                ck.require(tuple(y.shape) == (int(m[:, r].sum()), cols), f"{name}: shape {y.shape}")
+                ck.record(name, y)
+                if not lossy:
+                    exact(name, y, want)
+                else:
+                    ck.check_close(name, y, as_f64(want), E, mname, dtype)
+                    own = slice(int(m[:r, r].sum()), int(m[: r + 1, r].sum()))
+                    exact(name + "/own", y[own], inputs[r][offs[r][r] : offs[r][r + 1]])
+                same_as_none(name, mname)
+
+            # ---- reduce to every root
+            ops = ["sum", "avg", "max", "min"] + ([] if lossy or dtype == "uint8" else ["prod"])
+            if dtype in ("float16", "bfloat16", "uint8"):
+                ops = ["sum", "max"]
+            for oi, op in enumerate(ops):
+                for root in range(W):
+                    inputs = [rank_input(k, count, dtype, base + 10 + 10 * oi + root) for k in range(W)]
+                    if op == "prod":  # small integral values: an exact product in range
+                        inputs = [(np.sign(a) * (np.round(np.abs(a)) % 3 + 1)).astype(a.dtype) for a in inputs]
+                    ref = reference(inputs, op)
+                    E = bound_of(comp, inputs)
+                    x = inputs[r].copy()
+                    y = comm.reduce(x, root=root, op=op, compression=comp)
+                    name = f"reduce/{op}/{root}/{dtype}/{mname}"
+                    if r != root:
+                        ck.require(y is None and bits(x) == bits(inputs[r]), f"{name}: a non-root result or input changed")
+                        continue
+                    ck.require(y is x, f"{name}: reduce must work in place on the root by default")
+                    ck.record(name, y)
+                    if lossy:
+                        ck.check_close(name, y, ref, E, mname, dtype)
+                    elif dtype in FLOAT_DTYPES:
+                        ck.check_close(name, y, ref, plain_tolerance(dtype, ref, inputs, op), mname, dtype)
+                    elif op == "avg":
+                        ck.check_close(name, y, ref, 1.0, mname, dtype)
+                    else:
+                        want = np.mod(ref, 256) if dtype == "uint8" and op == "sum" else ref
+                        ck.require(np.array_equal(as_f64(y), want), f"{name}: wrong integer result")
+                    same_as_none(name, mname)
+
+            # ---- gather and scatter, every root
+            for root in range(W):
+                shape = (count // 10 + 2, 10)
+                n = int(np.prod(shape))
+                inputs = [rank_input(k, n, dtype, base + 100 + root, shape) for k in range(W)]
+                E = bound_of(comp, inputs)
+                y = comm.gather(inputs[r].copy(), root=root, compression=comp)
+                name = f"gather/{root}/{dtype}/{mname}"
+                if r != root:
+                    ck.require(y is None, f"{name}: a result on a non-root rank")
+                else:
+                    ck.require(tuple(y.shape) == (W, *shape), f"{name}: shape {y.shape}")
+                    ck.record(name, y)
+                    if not lossy:
+                        exact(name, y, np.stack(inputs))
+                    else:
+                        ck.check_close(name, y, np.stack([as_f64(a) for a in inputs]), E, mname, dtype)
+                        exact(name + "/own", y[root], inputs[root])
+                    same_as_none(name, mname)
+                # scatter: the root's (W*rows, 10) array in W blocks of rows
+                full = rank_input(root, n * W, dtype, base + 200 + root, (W * shape[0], 10))
+                E = bound_of(comp, [full])  # rel: the range of the root's data
+                y = comm.scatter(full.copy() if r == root else None, root=root, compression=comp,
+                                 out=None if r == root else np.empty(shape, np_dtype(dtype)))
+                name = f"scatter/{root}/{dtype}/{mname}"
+                mine = full[r * shape[0] : (r + 1) * shape[0]]
+                ck.require(tuple(y.shape) == shape, f"{name}: shape {y.shape}")
+                ck.record(name, y)
+                if not lossy or r == root:
+                    exact(name, y, mine)
+                else:
+                    ck.check_close(name, y, as_f64(mine), E, mname, dtype)
+                if lossy:
+                    st = comm.last_stats
+                    ck.require(abs(st.error_bound - E) <= 1e-9 * E, f"{name}: bound {st.error_bound}, expected {E}")
+                same_as_none(name, mname)
+
+    # torch tensors (bfloat16 too): the same calls through DLPack
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        t = torch.arange(W * 6, dtype=torch.float32).reshape(W * 2, 3) + 100 * r
+        y = comm.all_to_all(t.to(torch.bfloat16), compression=ncclz.Lossless())
+        want = torch.cat([(torch.arange(W * 6, dtype=torch.float32).reshape(W * 2, 3) + 100 * j)[2 * r : 2 * r + 2]
+                          for j in range(W)]).to(torch.bfloat16)
+        ck.require(isinstance(y, torch.Tensor) and torch.equal(y, want), f"rank {r}: torch all_to_all")
+        x = torch.full((7,), float(r + 1))
+        y = comm.reduce(x, root=W - 1, op="sum", compression=ncclz.Lossy(abs=1e-3))
+        ck.require((y is x and abs(float(x[0]) - W * (W + 1) / 2) <= 1e-3) if r == W - 1 else y is None,
+                   f"rank {r}: torch reduce")
+        g = comm.gather(torch.full((2,), r, dtype=torch.int64), root=0)
+        ck.require(g.tolist() == [[j, j] for j in range(W)] if r == 0 else g is None, f"rank {r}: torch gather")
+        s_ = comm.scatter(torch.arange(W, dtype=torch.float64) if r == 0 else None, root=0,
+                          out=None if r == 0 else torch.empty(1, dtype=torch.float64))
+        ck.require(s_.tolist() == [float(r)], f"rank {r}: torch scatter")
+
+    # wire bytes of a large smooth all_to_all, gather and reduce per mode (compressible data)
+    big = [rank_input(k, W * 65536, "float32", 999) for k in range(W)]
+    for mname, comp in modes(ncclz, "float32"):  # policy="off": the requested mode, whatever the link
+        comm.all_to_all(big[r].copy(), compression=comp, policy="off")
+        out[f"wire/all_to_all/{mname}"] = comm.last_stats.wire_bytes
+        comm.gather(big[r][:65536].copy(), root=0, compression=comp, policy="off")
+        out[f"wire/gather/{mname}"] = comm.last_stats.wire_bytes
+        comm.reduce(big[r].copy(), root=W - 1, compression=comp, policy="off")
+        out[f"wire/reduce/{mname}"] = comm.last_stats.wire_bytes
+    comm.barrier()
+    if ck.failures:
+        raise AssertionError(f"{len(ck.failures)} failed checks:\n" + "\n".join(ck.failures))
+    out.update({"hashes": ck.hashes, "checks": ck.checks})
+    return out
+
+
+def scenario_pairwise_rooted_errors(ncclz, comm, args):
+    """Bad input to the new collectives raises InvalidArgumentError (each rank its own), mismatched
+    calls and counts RemoteError on every rank; no hang, and the communicator stays usable."""
+    W, r = comm.world_size, comm.rank
+    errs = {}
+
+    def expect(name, fn, exc=None):
+        exc = exc or ncclz.InvalidArgumentError
+        try:
+            fn()
+        except exc as e:
+            if exc is ncclz.RemoteError and isinstance(e, (ncclz.TimeoutError, ncclz.AbortedError)):
+                raise AssertionError(f"{name}: {type(e).__name__} instead of a mismatch: {e}") from e
+            errs[name] = f"{type(e).__name__}: {e}"
+            return
+        raise AssertionError(f"{name}: no {exc.__name__}")
+
+    f = np.ones((W * 4, 3), np.float32)
+    expect("bad_root_reduce", lambda: comm.reduce(f.copy(), root=W))
+    expect("bad_root_gather", lambda: comm.gather(f, root=-1))
+    expect("bad_root_scatter", lambda: comm.scatter(f, root=W + 2, out=np.empty((4, 3), np.float32)))
+    expect("lossy_int_a2a", lambda: comm.all_to_all(np.ones(W * 2, np.int32), compression=ncclz.Lossy(abs=1.0)))
+    expect("lossy_int_gather", lambda: comm.gather(np.ones(4, np.int64), compression=ncclz.Lossy(rel=1e-3)))
+    expect("lossy_prod_reduce",
+           lambda: comm.reduce(f.copy(), op="prod", compression=ncclz.Lossy(rel=1e-3)))
+    expect("a2a_indivisible", lambda: comm.all_to_all(np.ones(W * 3 + 1, np.float32)))
+    expect("a2a_counts_sum", lambda: comm.all_to_all(f, send_counts=[4] * (W - 1) + [5]))
+    expect("a2a_counts_len", lambda: comm.all_to_all(f, send_counts=[4] * (W + 1)))
+    expect("a2a_counts_negative", lambda: comm.all_to_all(f, send_counts=[-1] + [4] * (W - 2) + [5]))
+    expect("a2a_recv_only", lambda: comm.all_to_all(f, recv_counts=[4] * W))
+    expect("a2a_bad_out", lambda: comm.all_to_all(f, out=np.empty((W * 4, 2), np.float32)))
+    expect("scatter_root_indivisible", lambda: comm.scatter(np.ones(W * 4 + 1, np.float32), root=r,
+                                                             out=None))
+    # the root's output of the wrong shape: the root raises before communicating (the others do not call)
+    if r == 0:
+        expect("gather_bad_out", lambda: comm.gather(f, root=0, out=np.empty((W, 5), np.float32)))
+        expect("reduce_bad_out", lambda: comm.reduce(f, root=0, out=np.empty(5, np.float32)))
+    else:
+        expect("scatter_no_out", lambda: comm.scatter(None, root=0))
+    # counts that do not match across ranks: rank 0 sends one more row to rank 1 than rank 1 expects
+    sc = [2] * W
+    rc = [2] * W
+    if r == 0:
+        sc[1 % W] += 1
+    x = np.ones((sum(sc), 3), np.float32)
+    expect("counts_mismatch", lambda: comm.all_to_all(x, send_counts=sc, recv_counts=rc), ncclz.RemoteError)
+    # mismatched calls: roots, collectives, dtypes
+    expect("roots_differ", lambda: comm.reduce(f.copy(), root=0 if r == 0 else W - 1), ncclz.RemoteError)
+    if r == 0:
+        expect("calls_differ", lambda: comm.all_to_all(f), ncclz.RemoteError)
+    else:
+        expect("calls_differ", lambda: comm.gather(f, root=0), ncclz.RemoteError)
+    expect("dtypes_differ",
+           lambda: comm.all_to_all(np.ones(W * 2, np.float32 if r == 0 else np.float64)), ncclz.RemoteError)
+    # still usable
+    y = comm.all_to_all(np.arange(W * 2, dtype=np.int64) + 100 * r)
+    assert y.tolist() == [100 * j + 2 * r + k for j in range(W) for k in range(2)], y
+    return {"errors": errs}
+
+
 def scenario_kill(ncclz, comm, args):
     """Rank VICTIM dies (SIGKILL) right after its first call returns; the others must raise quickly.
 

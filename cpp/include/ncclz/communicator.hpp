@@ -135,14 +135,29 @@ struct CommConfig {
 };
 
 /// The collectives, for CallArgs and check_call.
-enum class CallKind : uint8_t { AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv };
+enum class CallKind : uint8_t {
+  AllReduce,
+  ReduceScatter,
+  AllGather,
+  Broadcast,
+  Send,
+  Recv,
+  AllToAll,
+  AllToAllv,
+  Reduce,
+  Gather,
+  Scatter
+};
 
-/// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv".
+/// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv",
+/// "all_to_all", "all_to_allv", "reduce", "gather", "scatter".
 const char* call_name(CallKind k);
 
 /// One call's arguments as a caller holding typed arrays has them (the Python
 /// bindings, framework glue): each buffer with its own element count and
-/// type. Broadcast and recv use the recv buffer, send the send buffer.
+/// type. Broadcast and recv use the recv buffer, send the send buffer. Where
+/// a buffer is used on the root only (reduce and gather: recv; scatter:
+/// send), other ranks' is not checked.
 struct CallArgs {
   CallKind kind = CallKind::AllReduce;
   const void* send = nullptr;
@@ -151,9 +166,12 @@ struct CallArgs {
   const void* recv = nullptr;
   size_t recv_count = 0;
   DataType recv_type = DataType::F32;
-  RedOp op = RedOp::Sum;  ///< all_reduce, reduce_scatter
-  int root = 0;           ///< broadcast: the root; send/recv: the peer
+  RedOp op = RedOp::Sum;  ///< all_reduce, reduce_scatter, reduce
+  int root = 0;           ///< broadcast, reduce, gather, scatter: the root; send/recv: the peer
   Compression compression;
+  /// all_to_allv: elements to / from each rank (size() entries each).
+  const size_t* send_counts = nullptr;
+  const size_t* recv_counts = nullptr;
 };
 
 class Communicator {
@@ -197,6 +215,37 @@ class Communicator {
                           CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
   virtual void broadcast(void* buf, size_t count, DataType t, int root, const Compression& c,
                          CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
+  /// The reduction of every rank's send (count elements) goes to the root's
+  /// recv; recv is not used on other ranks (may be null there) and may equal
+  /// send on the root (in place). Lossy: the bound of all_reduce with the same op.
+  virtual void reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, int root, const Compression& c,
+                      CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
+  /// Every rank's send (send_count elements) goes to the root's recv at
+  /// offset rank*send_count (size()*send_count elements; not used elsewhere).
+  /// In place on the root: send = recv + root*send_count.
+  virtual void gather(const void* send, void* recv, size_t send_count, DataType t, int root, const Compression& c,
+                      CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
+  /// Block j of the root's send (size()*recv_count elements; not used
+  /// elsewhere) goes to rank j's recv (recv_count elements). Lossy: the
+  /// relative bound is the root's range, as for broadcast. In place on the
+  /// root: recv = send + root*recv_count.
+  virtual void scatter(const void* send, void* recv, size_t recv_count, DataType t, int root, const Compression& c,
+                       CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
+  /// Block j of send (count elements, at offset j*count) goes to rank j, and
+  /// rank j's block for this rank arrives at offset j*count of recv: send and
+  /// recv hold size()*count elements each (separate arrays). Blocks cross one
+  /// link each (pairwise exchange over the point-to-point links: NCCLZ_P2P=0
+  /// makes it InvalidArgument); a rank's own block is copied exactly.
+  virtual void all_to_all(const void* send, void* recv, size_t count, DataType t, const Compression& c,
+                          CallStats* stats = nullptr, const PolicyHints* hints = nullptr) = 0;
+  /// all_to_all with per-peer counts: send_counts[j] elements to rank j and
+  /// recv_counts[j] from rank j (size() entries each; zeros allowed), blocks
+  /// back to back in rank order. Rank i's send_counts[j] must equal rank j's
+  /// recv_counts[i]: the ranks compare them before any data moves, and a
+  /// mismatch raises RemoteError on every rank naming the ranks and counts.
+  virtual void all_to_allv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                           DataType t, const Compression& c, CallStats* stats = nullptr,
+                           const PolicyHints* hints = nullptr) = 0;
   /// Point to point: the pair exchanges descriptors on its own link and runs
   /// the requested mode (the sender's lossy plan travels with its data).
   virtual void send(const void* buf, size_t count, DataType t, int peer, const Compression& c,

@@ -119,6 +119,28 @@ ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendco
 /* The root's sendbuff goes to every rank's recvbuff (sendbuff is read on the root only). */
 ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, int root,
                              ncclzCompression_t compression, ncclzComm_t comm);
+/* The reduction of every rank's sendbuff goes to the root's recvbuff (count elements). recvbuff is used on the
+ * root only (NULL elsewhere is fine); sendbuff == recvbuff on the root reduces in place. */
+ncclzResult_t ncclzReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, ncclzRedOp_t op,
+                          int root, ncclzCompression_t compression, ncclzComm_t comm);
+/* Every rank's sendbuff (sendcount elements) goes to the root's recvbuff at offset rank*sendcount (nranks*sendcount
+ * elements; used on the root only). */
+ncclzResult_t ncclzGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype, int root,
+                          ncclzCompression_t compression, ncclzComm_t comm);
+/* Block j of the root's sendbuff (nranks*recvcount elements; used on the root only) goes to rank j's recvbuff
+ * (recvcount elements). */
+ncclzResult_t ncclzScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype, int root,
+                           ncclzCompression_t compression, ncclzComm_t comm);
+/* Block j of sendbuff (count elements at offset j*count) goes to rank j; rank j's block for this rank arrives at
+ * offset j*count of recvbuff (nranks*count elements each, separate buffers). Needs the point-to-point links
+ * (NCCLZ_P2P=1, the default). */
+ncclzResult_t ncclzAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
+                            ncclzCompression_t compression, ncclzComm_t comm);
+/* All-to-all with per-peer counts (nranks entries each, zeros allowed): sendcounts[j] elements to rank j,
+ * recvcounts[j] from rank j, blocks back to back in rank order. Rank i's sendcounts[j] must equal rank j's
+ * recvcounts[i]; a mismatch fails the call on every rank with ncclzRemoteError before any data moves. */
+ncclzResult_t ncclzAllToAllv(const void* sendbuff, const size_t* sendcounts, void* recvbuff, const size_t* recvcounts,
+                             ncclzDataType_t datatype, ncclzCompression_t compression, ncclzComm_t comm);
 ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm);
 ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,

@@ -208,6 +208,46 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   });
 }
 
+ncclzResult_t ncclzReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, ncclzRedOp_t op,
+                          int root, ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).reduce(sendbuff, recvbuff, count, dtype_or_throw(datatype), op_or_throw(op), root,
+                               to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype, int root,
+                          ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype), root,
+                               to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype, int root,
+                           ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).scatter(sendbuff, recvbuff, recvcount, dtype_or_throw(datatype), root,
+                                to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
+                            ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).all_to_all(sendbuff, recvbuff, count, dtype_or_throw(datatype), to_compression(compression),
+                                   &comm->last);
+  });
+}
+
+ncclzResult_t ncclzAllToAllv(const void* sendbuff, const size_t* sendcounts, void* recvbuff, const size_t* recvcounts,
+                             ncclzDataType_t datatype, ncclzCompression_t compression, ncclzComm_t comm) {
+  return guarded([&] {
+    comm_or_throw(comm).all_to_allv(sendbuff, sendcounts, recvbuff, recvcounts, dtype_or_throw(datatype),
+                                    to_compression(compression), &comm->last);
+  });
+}
+
 ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {

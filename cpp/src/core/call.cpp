@@ -2,6 +2,8 @@
 #include "core/call.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -49,14 +51,16 @@ Mode CallRoutine::decide_mode(const std::vector<CallDesc>& all, Mode m, DataType
   return call.ran;
 }
 
-void CallRoutine::collective(const Collective& cd, DataType t, const Compression& c, const PolicyHints* hints,
+void CallRoutine::collective(const Collective& given, DataType t, const Compression& c, const PolicyHints* hints,
                              CallStats* stats) {
   CallState call = begin(stats);
-  // 1. check
-  const size_t bytes = cd.message * dsize(t);
-  const Mode m = effective_mode(c, bytes);
-  const int nch = rt_.channels.pick(bytes);
-  const std::string err = check_args(cd, t, m, c, hints, rt_.nranks);
+  // A copy: all_to_allv learns its message size in the counts round (3).
+  Collective cd = given;
+  // 1. check (a message size known only after the exchange: the requested mode)
+  size_t bytes = cd.message * dsize(t);
+  Mode m = cd.per_peer() ? c.mode : effective_mode(c, bytes);
+  int nch = rt_.channels.pick(bytes);
+  const std::string err = check_args(cd, t, m, c, hints, rt_.nranks, rt_.cfg.p2p != 0);
   // 2. describe
   CallDesc d = make_desc(cd, t, m, c, hints);
   d.seq = rt_.seq++;
@@ -67,18 +71,36 @@ void CallRoutine::collective(const Collective& cd, DataType t, const Compression
   // 3. exchange
   const auto all = rt_.protocol.exchange(d, call);
   rt_.protocol.check_all(all, err);
+  if (cd.per_peer()) {
+    // Per-peer counts: matched pair by pair; the message is the average
+    // rank's input, the same on every rank (the mode under min_bytes and the
+    // channel count depend on it).
+    const uint64_t sent = rt_.protocol.exchange_counts(d, cd.send_counts, cd.recv_counts, call);
+    cd.message = size_t(sent / uint64_t(rt_.nranks));
+    bytes = cd.message * dsize(t);
+    m = effective_mode(c, bytes);
+    nch = rt_.channels.pick(bytes);
+    lossy.use_channels(nch);
+  }
   // 4. decide
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
   if (is_lossy(run)) {
-    lossy.run(all);  // 5.-7.
+    lossy.run(all);  // 5.-6.
   } else {
     // 6. the user's buffers through raw slots (none) or the selector
     // (lossless; a lightened call with the selector's own choice).
     rt_.channels.run_schedule(cd, cd.send, cd.recv, native_wire(t, run, cd.op, run == m ? c : Compression{}), nch,
                               call);
-    // 7. avg: the sum divided once, the same way on every rank.
-    if (cd.op == RedOp::Avg) prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
   }
+  // 7. this rank's own block (never on the wire, exact in every mode); avg:
+  // the sum divided once, the same way on every rank; the stats.
+  if (cd.self_count) {
+    const size_t es = dsize(t);
+    uint8_t* to = static_cast<uint8_t*>(cd.recv) + cd.self_dst * es;
+    const uint8_t* from = static_cast<const uint8_t*>(cd.send) + cd.self_src * es;
+    if (to != from) std::memcpy(to, from, cd.self_count * es);  // equal: gather/scatter in place (NCCL's way)
+  }
+  if (!is_lossy(run) && cd.op == RedOp::Avg) prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
   call.finish();
 }
 

@@ -14,8 +14,14 @@
 //                keeps the bound (bound::exact_keeps_bound), else the request
 //   5. prepare   lossy: the plan from the global statistics, then quantize
 //                (staged or eager) or take the exact path
-//   6. run       the collective's schedule on the channels (core/channels.hpp)
-//   7. finish    dequantize / divide (avg), and the CallStats
+//   6. run       the collective's schedule on the channels (core/channels.hpp):
+//                on the rings, or on the point-to-point links (lanes)
+//   7. finish    dequantize / divide (avg), this rank's own block (copied,
+//                exact, in every mode), and the CallStats
+//
+// all_to_allv adds a counts round to 3 (every rank's per-peer counts, matched
+// pairwise; the message size, hence the mode under min_bytes and the channel
+// count, follows from them).
 //
 // Send and recv take the same steps on their own link: the pair exchanges
 // descriptors (3) after the sender alone has decided and prepared its lossy
@@ -37,7 +43,8 @@ class CallRoutine {
  public:
   explicit CallRoutine(Runtime& rt) : rt_(rt) {}
 
-  /// all_reduce, reduce_scatter, all_gather, broadcast.
+  /// all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather,
+  /// scatter, all_to_all, all_to_allv.
   void collective(const Collective& cd, DataType t, const Compression& c, const PolicyHints* hints, CallStats* stats);
   /// send, recv.
   void point_to_point(const Collective& cd, DataType t, const Compression& c, CallStats* stats);

@@ -18,6 +18,11 @@ const char* coll_name(Coll c) {
     case Coll::Recv: return "recv";
     case Coll::Barrier: return "barrier";
     case Coll::Outliers: return "(lossy outlier round)";
+    case Coll::AllToAll: return "all_to_all";
+    case Coll::AllToAllv: return "all_to_allv";
+    case Coll::Reduce: return "reduce";
+    case Coll::Gather: return "gather";
+    case Coll::Scatter: return "scatter";
   }
   return "?";
 }
@@ -40,12 +45,15 @@ std::string describe(const CallDesc& d) {
   const Coll c = Coll(d.coll);
   s << coll_name(c) << "(";
   if (c == Coll::Barrier) return s.str() + ")";
-  s << (c == Coll::ReduceScatter ? "recv_count="
-        : c == Coll::AllGather   ? "send_count="
-                                 : "count=")
+  s << (c == Coll::ReduceScatter || c == Coll::Scatter ? "recv_count="
+        : c == Coll::AllGather || c == Coll::Gather    ? "send_count="
+        : c == Coll::AllToAllv                         ? "send_total="
+                                                       : "count=")
     << d.count << ", " << dtype_name(DataType(d.dtype));
-  if (c == Coll::AllReduce || c == Coll::ReduceScatter) s << ", " << op_name(RedOp(d.op));
-  if (c == Coll::Broadcast) s << ", root=" << d.root;
+  if (c == Coll::AllReduce || c == Coll::ReduceScatter || c == Coll::Reduce) s << ", " << op_name(RedOp(d.op));
+  if (c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter) {
+    s << ", root=" << d.root;
+  }
   if (c == Coll::Send) s << ", peer=" << d.peer;
   if (c == Coll::Recv) s << ", peer=" << d.root;
   s << ", " << mode_string(d.mode, d.bound, d.codec) << ")";
@@ -53,8 +61,10 @@ std::string describe(const CallDesc& d) {
 }
 
 bool same_call(const CallDesc& a, const CallDesc& b) {
-  return a.seq == b.seq && a.coll == b.coll && a.count == b.count && a.dtype == b.dtype && a.op == b.op &&
-         a.root == b.root && a.mode == b.mode && std::memcmp(&a.bound, &b.bound, sizeof(double)) == 0 &&
+  // all_to_allv's ranks send different totals: the counts round matches them pair by pair.
+  const bool counts_match = a.count == b.count || (a.coll == b.coll && Coll(a.coll) == Coll::AllToAllv);
+  return a.seq == b.seq && a.coll == b.coll && counts_match && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
+         a.mode == b.mode && std::memcmp(&a.bound, &b.bound, sizeof(double)) == 0 &&
          std::memcmp(a.codec, b.codec, sizeof a.codec) == 0;
 }
 

@@ -35,6 +35,11 @@ enum class Coll : uint8_t {
   Recv = 6,
   Barrier = 7,
   Outliers = 8,  ///< second round of a lossy call
+  AllToAll = 9,
+  AllToAllv = 10,  ///< count: this rank's elements sent (not matched; the counts round matches the pairs)
+  Reduce = 11,
+  Gather = 12,
+  Scatter = 13,
 };
 
 enum DescFlags : uint8_t {
@@ -59,7 +64,7 @@ struct CallDesc {
   double maxabs = 0;
   double eb = 0;      ///< send/recv lossy: the sender's quantizer bound
   double E = 0;       ///< send/recv lossy: the sender's resolved bound
-  int32_t root = -1;  ///< broadcast root; send: the sender; recv: the expected sender
+  int32_t root = -1;  ///< broadcast, reduce, gather, scatter root; send: the sender; recv: the expected sender
   int32_t peer = -1;  ///< send: the destination; recv: the receiver
   uint8_t coll = 0, dtype = 0, op = 0, mode = 0;
   uint8_t flags = 0;

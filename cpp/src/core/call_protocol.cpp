@@ -95,6 +95,65 @@ bool CallProtocol::any_outliers(uint64_t seq, size_t mine, CallState& call) {
   return any;
 }
 
+uint64_t CallProtocol::exchange_counts(const CallDesc& mine, const size_t* send_counts, const size_t* recv_counts,
+                                       CallState& call) {
+  // Rank r's record: its call's sequence number, then send_counts[0..N), then
+  // recv_counts[0..N).
+  const size_t N = size_t(nranks_), rec = 2 * N + 1;
+  std::vector<uint64_t> own(rec), all(rec * N);
+  own[0] = mine.seq;
+  for (size_t j = 0; j < N; ++j) {
+    own[1 + j] = send_counts[j];
+    own[1 + N + j] = recv_counts[j];
+  }
+  if (nranks_ == 1) {
+    all = own;
+  } else {
+    prims::ChannelStats st;  // control traffic
+    try {
+      prims::Prims p = channels_.control(&st, call.timeout);
+      const size_t bytes = rec * sizeof(uint64_t);
+      // Chunks of one slice: each ring step sends at most one slot before it
+      // receives (deadlock-free for any K >= 2), however large N makes a record.
+      algorithms::ring_all_gather(p, {rank_, nranks_}, own.data(), all.data(), bytes, bytes, p.slice_elems());
+    } catch (const Aborted&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail_(std::string("all_to_allv counts exchange failed: ") + e.what());
+      throw;
+    }
+  }
+  auto sent = [&](size_t i, size_t j) { return all[i * rec + 1 + j]; };
+  auto expected = [&](size_t j, size_t i) { return all[j * rec + 1 + N + i]; };
+  uint64_t total = 0;
+  std::string bad;
+  size_t nbad = 0;
+  for (size_t i = 0; i < N; ++i) {
+    if (all[i * rec] != mine.seq) {
+      fail_("all_to_allv counts round out of step");
+      throw RemoteError(me() + "the counts round of all_to_allv call #" + std::to_string(mine.seq) +
+                        " is out of step with rank " + std::to_string(i));
+    }
+    for (size_t j = 0; j < N; ++j) {
+      total += sent(i, j);
+      if (sent(i, j) == expected(j, i)) continue;
+      if (++nbad <= 4) {
+        bad += (bad.empty() ? "" : "; ") + std::string("rank ") + std::to_string(i) + " sends " +
+               std::to_string(sent(i, j)) + " elements to rank " + std::to_string(j) + " (its send_counts[" +
+               std::to_string(j) + "]) but rank " + std::to_string(j) + " expects " + std::to_string(expected(j, i)) +
+               " from rank " + std::to_string(i) + " (its recv_counts[" + std::to_string(i) + "])";
+      }
+    }
+  }
+  if (nbad) {
+    throw RemoteError(me() + "mismatched counts in all_to_allv call #" + std::to_string(mine.seq) + ": " + bad +
+                      (nbad > 4 ? "; and " + std::to_string(nbad - 4) + " more pairs" : std::string()) +
+                      ". Every rank's send_counts[j] must equal rank j's recv_counts for it; the call was cancelled "
+                      "on every rank");
+  }
+  return total;
+}
+
 CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err,
                                  CallState& call) {
   CallDesc theirs;

@@ -5,7 +5,11 @@
 //
 // Collectives: every rank allgathers its descriptor around channel 0's ring
 // (one raw slot per hop) and compares all N itself. A second, smaller round
-// follows only on the eager lossy path (the quantizer's outliers). Send/recv:
+// follows only on the eager lossy path (the quantizer's outliers). all_to_allv
+// holds a counts round after a matching descriptor round: every rank
+// allgathers its send and receive counts (2N uint64 each, so N^2 numbers
+// reach every rank) and checks every pair itself, so a mismatch is the same
+// RemoteError on every rank before any data moves. Send/recv:
 // the sender posts its descriptor on the pair's link, the receiver answers
 // with its own, and each side checks the pair.
 //
@@ -42,6 +46,12 @@ class CallProtocol {
   /// The eager lossy path's second round: whether any rank's quantizer
   /// reported outliers (mine: this rank's count).
   bool any_outliers(uint64_t seq, size_t mine, CallState& call);
+  /// all_to_allv's counts round (after check_all passed, so every rank holds
+  /// it): every rank's send_counts and recv_counts (nranks entries each),
+  /// matched pairwise. Throws RemoteError on every rank naming the ranks and
+  /// counts where rank i's send_counts[j] differs from rank j's
+  /// recv_counts[i]; else returns the elements all ranks send together.
+  uint64_t exchange_counts(const CallDesc& mine, const size_t* send_counts, const size_t* recv_counts, CallState& call);
 
   /// Send/recv: exchanges descriptors with `peer` on its link (the sender's
   /// first) and checks the pair; returns the peer's. Throws InvalidArgument

@@ -26,6 +26,50 @@ Wire wire_of(ElemType type, prims::WireMode mode, RedOp op, DataType user, const
   return w;
 }
 
+prims::PrimsArgs args_of(const Wire& w, const CallState& call, int rank, int channel, size_t slice_bytes) {
+  prims::PrimsArgs a;
+  a.type = w.type;
+  a.mode = w.mode;
+  a.reduce = prims::reduce_fn(w.type, w.op);
+  a.int_sum = (w.type == ElemType::I32 || w.type == ElemType::I64) && (w.op == RedOp::Sum || w.op == RedOp::Avg);
+  a.enc = w.enc;
+  if (call.rans_margin >= 0) a.enc.rans_margin = call.rans_margin;  // rank 0's codec effort
+  a.raw_esize = w.raw_esize;
+  a.timeout = call.timeout;
+  a.rank = rank;
+  a.channel = channel;
+  a.stage = w.stage;
+  a.slice_bytes = slice_bytes;
+  return a;
+}
+
+/// One lane's prims on the point-to-point links: the connections of the
+/// pairs it is given, channel c's scratch and counters; remembers where it
+/// sent, to flush those links when the lane is done.
+class LanePrims final : public algorithms::PeerPrims {
+ public:
+  LanePrims(PeerLinks& peers, const prims::PrimsArgs& a, prims::ChannelStats* st, void* scratch)
+      : peers_(peers), a_(a), st_(st), scratch_(scratch) {}
+
+  prims::Prims link(int to, int from) override {
+    transport::SendConn* s = to >= 0 ? peers_.link(to)->send.get() : nullptr;
+    transport::RecvConn* r = from >= 0 ? peers_.link(from)->recv.get() : nullptr;
+    if (s) sent_.push_back(s);
+    return prims::Prims(s, r, a_, st_, scratch_);
+  }
+  /// The lane's sends are complete only once their bytes have left this process.
+  void flush(Clock::time_point deadline) {
+    for (transport::SendConn* s : sent_) s->flush(deadline);
+  }
+
+ private:
+  PeerLinks& peers_;
+  prims::PrimsArgs a_;
+  prims::ChannelStats* st_;
+  void* scratch_;
+  std::vector<transport::SendConn*> sent_;
+};
+
 bool is_aborted_error(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -71,19 +115,7 @@ int RingChannels::pick(size_t bytes) const {
 }
 
 prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
-  prims::PrimsArgs a;
-  a.type = w.type;
-  a.mode = w.mode;
-  a.reduce = prims::reduce_fn(w.type, w.op);
-  a.int_sum = (w.type == ElemType::I32 || w.type == ElemType::I64) && (w.op == RedOp::Sum || w.op == RedOp::Avg);
-  a.enc = w.enc;
-  if (call.rans_margin >= 0) a.enc.rans_margin = call.rans_margin;  // rank 0's codec effort
-  a.raw_esize = w.raw_esize;
-  a.timeout = call.timeout;
-  a.rank = rank_;
-  a.channel = c;
-  a.stage = w.stage;
-  a.slice_bytes = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_);
+  const prims::PrimsArgs a = args_of(w, call, rank_, c, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_));
   Channel& ch = ch_[size_t(c)];
   return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
 }
@@ -158,6 +190,10 @@ void RingChannels::run(int nch, CallState& call, const std::function<void(int)>&
 
 void RingChannels::run_schedule(const Collective& cd, const void* src, void* dst, const Wire& w, int nch,
                                 CallState& call) {
+  if (cd.peer_schedule) {
+    run_peer_schedule(cd, src, dst, w, nch, call);
+    return;
+  }
   const size_t es = codec::elem_size(w.type);
   run(nch, call, [&](int c) {
     const size_t b = cd.split * size_t(c) / size_t(nch), e = cd.split * size_t(c + 1) / size_t(nch);
@@ -171,6 +207,30 @@ void RingChannels::run_schedule(const Collective& cd, const void* src, void* dst
     part.root = cd.root;
     part.seg = algorithms::ring_segment_elems(p, nslots_);
     cd.schedule(p, part);
+  });
+}
+
+void RingChannels::run_peer_schedule(const Collective& cd, const void* src, void* dst, const Wire& w, int nch,
+                                     CallState& call) {
+  if (nranks_ == 1) {
+    call.ch.assign(1, prims::ChannelStats{});
+    return;  // nothing leaves this rank: its own block is the routine's copy
+  }
+  const int lanes = std::max(1, std::min(nch, nranks_ - 1));
+  run(lanes, call, [&](int c) {
+    // The links' slots are the ordinary size (w.slice_bytes, larger slices of
+    // mostly-zero sums, are for the rings), and channel -1 names them in errors.
+    const prims::PrimsArgs a = args_of(w, call, rank_, -1, slot_of(slot_bytes_));
+    LanePrims links(*peers_, a, &call.ch[size_t(c)], ch_[size_t(c)].scratch.get(slot_capacity_ + 64));
+    PeerPart part;
+    part.lane = {rank_, nranks_, c, lanes};
+    part.src = static_cast<const uint8_t*>(src);
+    part.dst = static_cast<uint8_t*>(dst);
+    part.send = cd.send_blocks;
+    part.recv = cd.recv_blocks;
+    part.root = cd.root;
+    cd.peer_schedule(links, part);
+    links.flush(call.deadline());
   });
 }
 

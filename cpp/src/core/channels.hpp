@@ -10,6 +10,12 @@
 // chunk boundary depend only on the call's size and user type, never on the
 // compression mode, which is what keeps lossless bit-identical to none.
 //
+// Collectives whose schedule runs on the point-to-point links instead
+// (Collective::peer_schedule: all_to_all, gather, scatter) use the same
+// threads as lanes: lane c takes every lanes-th pairwise step
+// (algorithms/pairwise.hpp) with channel c's slot scratch and counters, and
+// flushes the links it sent on.
+//
 // A failure while data moves (timeout, corrupt slice, a vanished peer) leaves
 // the slot FIFOs out of step, so it aborts the communicator: the sibling
 // channels wake up with Aborted, and the original error is rethrown.
@@ -52,6 +58,8 @@ Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c);
 /// Aborts the communicator with a reason (CommunicatorImpl::fail).
 using FailFn = std::function<void(const std::string&)>;
 
+class PeerLinks;
+
 class RingChannels {
  public:
   /// cfg: the effective configuration; slot_capacity: the bytes of the
@@ -60,6 +68,8 @@ class RingChannels {
 
   /// Channel c's connections (after Transport::connect).
   void attach(int c, transport::SendConn* send, transport::RecvConn* recv);
+  /// The point-to-point links that peer schedules run on.
+  void use_peer_links(PeerLinks* peers) { peers_ = peers; }
 
   int count() const { return int(ch_.size()); }
   /// Channels a call of `bytes` uses: one per kBytesPerChannel, 1..nchannels.
@@ -79,10 +89,13 @@ class RingChannels {
   /// that is not Aborted is rethrown.
   void run(int nch, CallState& call, const std::function<void(int)>& fn);
   /// The collective's schedule on nch channels, from src to dst (wire
-  /// elements of w.type): each channel takes its part of every block.
+  /// elements of w.type): each channel takes its part of every block, or for
+  /// a peer schedule, each of min(nch, N-1) lanes its share of the steps.
   void run_schedule(const Collective& cd, const void* src, void* dst, const Wire& w, int nch, CallState& call);
 
  private:
+  void run_peer_schedule(const Collective& cd, const void* src, void* dst, const Wire& w, int nch, CallState& call);
+
   struct Channel {
     transport::SendConn* send = nullptr;
     transport::RecvConn* recv = nullptr;
@@ -94,6 +107,7 @@ class RingChannels {
   base::WorkerPool* pool_;
   FailFn fail_;
   std::vector<Channel> ch_;
+  PeerLinks* peers_ = nullptr;
 };
 
 /// The point-to-point links of send/recv: one to every other rank, with one

@@ -12,13 +12,21 @@
 // select), the code buffers.
 //
 // Adding a collective is a description here plus its schedule (a function
-// over one channel's prims, algorithms/): docs/ALGORITHMS.md, "The call
-// routine", sketches all_to_all.
+// over one channel's prims on the rings, or over one lane's prims on the
+// point-to-point links; algorithms/): docs/ALGORITHMS.md, "The call routine".
+//
+// Two generalisations serve the collectives whose blocks have one
+// destination each (all_to_all, gather, scatter): a rank's own block never
+// leaves it (`self_*`: the routine copies it, in the user's type, in every
+// mode), and all_to_allv's per-peer counts (`send_counts`, `recv_counts`),
+// which the routine matches pairwise across ranks after the descriptor
+// exchange, where it also learns the call's message size.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/pairwise.hpp"
 #include "algorithms/ring.hpp"
 #include "core/call_desc.hpp"
 #include "core/lossy_plan.hpp"
@@ -43,6 +51,20 @@ struct ChannelPart {
 /// The algorithm of a collective on one channel.
 using ChannelSchedule = void (*)(prims::Prims& p, const ChannelPart& part);
 
+/// One lane's share of a call on the point-to-point links, as a peer schedule
+/// sees it: the whole wire buffers, with the blocks of the input and output
+/// (all_to_all; gather and scatter: equal blocks of `each`).
+struct PeerPart {
+  algorithms::Lane lane;
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  algorithms::Blocks send, recv;
+  int root = -1;
+};
+
+/// The algorithm of a collective over the point-to-point links, one lane.
+using PeerSchedule = void (*)(algorithms::PeerPrims& links, const PeerPart& part);
+
 struct Collective {
   Coll coll = Coll::AllReduce;
   const void* send = nullptr;  ///< this rank's input (broadcast: the buffer)
@@ -54,10 +76,10 @@ struct Collective {
   /// (Compression::min_bytes), the channel count and the lossy min_bytes
   /// check depend on it (reductions: the input; all_gather: the output).
   size_t message = 0;
-  bool reduces = false;  ///< takes an op (all_reduce, reduce_scatter)
+  bool reduces = false;  ///< takes an op (all_reduce, reduce_scatter, reduce)
   RedOp op = RedOp::Sum;
   Combine how = Combine::Select;
-  int root = -1;  ///< broadcast: the root; send: this rank; recv: the sender
+  int root = -1;  ///< broadcast, reduce, gather, scatter: the root; send: this rank; recv: the sender
   int peer = -1;  ///< send: the receiver; recv: this rank
   /// This rank's input takes part in the statistics and is quantized (every
   /// rank, or the root alone for a broadcast).
@@ -65,13 +87,36 @@ struct Collective {
   /// The code output is the code input: all_reduce (the ring works in place
   /// on its codes) and broadcast (one buffer).
   bool codes_in_place = false;
-  /// The ring schedule; nullptr for send/recv (their own link, core/call.hpp).
+  /// The ring schedule; nullptr for send/recv (their own link, core/call.hpp)
+  /// and for the collectives on the point-to-point links.
   ChannelSchedule schedule = nullptr;
   /// Elements split over the channels (per block): channel c of n takes
   /// [split*c/n, split*(c+1)/n) of every block.
   size_t split = 0;
+  /// The schedule on the point-to-point links instead of the rings
+  /// (all_to_all, gather, scatter): the call's channels become lanes that
+  /// take the pairwise steps (algorithms/pairwise.hpp).
+  PeerSchedule peer_schedule = nullptr;
+  /// The blocks of the input and output for a peer schedule (element counts).
+  algorithms::Blocks send_blocks, recv_blocks;
+  /// all_to_allv: the elements this rank sends to / receives from each rank
+  /// (nranks entries each); nullptr otherwise. The routine exchanges them after
+  /// the descriptors and matches them pairwise (core/call_protocol.hpp), which
+  /// also gives `message` (every rank's input elements, averaged).
+  const size_t* send_counts = nullptr;
+  const size_t* recv_counts = nullptr;
+  /// This rank's own block, which no schedule moves: self_count elements from
+  /// send at self_src to recv at self_dst, copied by the routine in the user's
+  /// type after the schedule, in every mode (exact: within any lossy bound).
+  size_t self_count = 0, self_src = 0, self_dst = 0;
 
-  bool p2p() const { return schedule == nullptr; }
+  bool p2p() const { return coll == Coll::Send || coll == Coll::Recv; }
+  /// The call's message size is known only after the counts round (all_to_allv).
+  bool per_peer() const { return coll == Coll::AllToAllv; }
+  /// Takes a root (checked against the communicator's size).
+  bool rooted() const {
+    return coll == Coll::Broadcast || coll == Coll::Reduce || coll == Coll::Gather || coll == Coll::Scatter;
+  }
   /// Lossy ranks add codes (the lists of nonzeros and the float64 exact path apply).
   bool sums() const { return how == Combine::Sum || how == Combine::Mean; }
 };
@@ -84,5 +129,18 @@ Collective all_gather_desc(const void* send, void* recv, size_t send_count, int 
 Collective broadcast_desc(void* buf, size_t count, int root, int rank);
 Collective send_desc(const void* buf, size_t count, int rank, int peer);
 Collective recv_desc(void* buf, size_t count, int rank, int peer);
+/// Block j of send (count elements) goes to rank j; block j of recv comes from rank j.
+Collective all_to_all_desc(const void* send, void* recv, size_t count, int rank, int nranks);
+/// Like all_to_all with per-peer counts: send_counts[j] elements to rank j,
+/// recv_counts[j] from rank j, blocks back to back in rank order.
+Collective all_to_allv_desc(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                            int rank, int nranks);
+/// The reduction of every rank's send goes to the root's recv (recv is not
+/// used on other ranks; send may be recv on the root).
+Collective reduce_desc(const void* send, void* recv, size_t count, RedOp op, int root, int rank);
+/// Rank j's send_count elements go to the root's recv at j*send_count.
+Collective gather_desc(const void* send, void* recv, size_t send_count, int root, int rank, int nranks);
+/// Block j of the root's send (recv_count elements each) goes to rank j's recv.
+Collective scatter_desc(const void* send, void* recv, size_t recv_count, int root, int rank, int nranks);
 
 }  // namespace ncclz::core

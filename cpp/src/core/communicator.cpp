@@ -82,6 +82,32 @@ class CommunicatorImpl final : public Communicator {
     CallGuard g(this, "broadcast", count, t);
     routine_->collective(core::broadcast_desc(buf, count, root, rank_), t, c, hints, stats);
   }
+  void reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, int root, const Compression& c,
+              CallStats* stats, const PolicyHints* hints) override {
+    CallGuard g(this, "reduce", count, t);
+    routine_->collective(core::reduce_desc(send, recv, count, op, root, rank_), t, c, hints, stats);
+  }
+  void gather(const void* send, void* recv, size_t send_count, DataType t, int root, const Compression& c,
+              CallStats* stats, const PolicyHints* hints) override {
+    CallGuard g(this, "gather", send_count, t);
+    routine_->collective(core::gather_desc(send, recv, send_count, root, rank_, size_), t, c, hints, stats);
+  }
+  void scatter(const void* send, void* recv, size_t recv_count, DataType t, int root, const Compression& c,
+               CallStats* stats, const PolicyHints* hints) override {
+    CallGuard g(this, "scatter", recv_count, t);
+    routine_->collective(core::scatter_desc(send, recv, recv_count, root, rank_, size_), t, c, hints, stats);
+  }
+  void all_to_all(const void* send, void* recv, size_t count, DataType t, const Compression& c, CallStats* stats,
+                  const PolicyHints* hints) override {
+    CallGuard g(this, "all_to_all", count, t);
+    routine_->collective(core::all_to_all_desc(send, recv, count, rank_, size_), t, c, hints, stats);
+  }
+  void all_to_allv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts, DataType t,
+                   const Compression& c, CallStats* stats, const PolicyHints* hints) override {
+    CallGuard g(this, "all_to_allv", 0, t);
+    routine_->collective(core::all_to_allv_desc(send, send_counts, recv, recv_counts, rank_, size_), t, c, hints,
+                         stats);
+  }
   void send(const void* buf, size_t count, DataType t, int peer, const Compression& c, CallStats* stats) override {
     CallGuard g(this, "send", count, t);
     routine_->point_to_point(core::send_desc(buf, count, rank_, peer), t, c, stats);

@@ -75,8 +75,19 @@ void LossyCall::run(const std::vector<CallDesc>& all) {
     return;
   }
   rt_.channels.run_schedule(cd_, codes, out_codes, code_wire(t_, plan.wide, cd_.op, c_), nch_, call_);
+  dequantize_output(plan, out_codes);
+}
+
+void LossyCall::dequantize_output(const LossyPlan& plan, const void* out_codes) {
   const auto t2 = Clock::now();
-  dequantize_buf(t_, plan.wide, out_codes, cd_.out_count, out_step(plan), cd_.recv, rt_.pool.get(), nch_);
+  const size_t cs = plan.wide ? 8 : 4, es = dsize(t_);
+  const size_t a = cd_.self_count ? cd_.self_dst : cd_.out_count, b = a + cd_.self_count;
+  const auto* q = static_cast<const uint8_t*>(out_codes);
+  auto* out = static_cast<uint8_t*>(cd_.recv);
+  dequantize_buf(t_, plan.wide, q, a, out_step(plan), out, rt_.pool.get(), nch_);
+  if (b < cd_.out_count) {
+    dequantize_buf(t_, plan.wide, q + b * cs, cd_.out_count - b, out_step(plan), out + b * es, rt_.pool.get(), nch_);
+  }
   call_.quantize_s += seconds(t2, Clock::now());
 }
 

@@ -50,6 +50,8 @@ class LossyCall {
   void describe(CallDesc& d);
   /// Collectives, after it: plan, prepare, run the schedule, finish.
   void run(const std::vector<CallDesc>& all);
+  /// The channel count, when the exchange fixed it (all_to_allv's counts round).
+  void use_channels(int nch) { nch_ = nch; }
 
   /// Send, before the handshake: plans over this rank's input alone and
   /// quantizes it; the descriptor carries the plan (kCompress, kWide, eb, E).
@@ -73,6 +75,9 @@ class LossyCall {
   void run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all);
   /// The output's grid step: 2*eb, or 2*eb / N for a mean.
   double out_step(const LossyPlan& plan) const;
+  /// Eager path: the output codes dequantized, but for this rank's own block
+  /// (Collective::self_count: no schedule wrote its codes; the routine copies it).
+  void dequantize_output(const LossyPlan& plan, const void* out_codes);
 
   Runtime& rt_;
   const Collective& cd_;

@@ -30,7 +30,9 @@ struct Runtime {
         pool(std::make_unique<base::WorkerPool>(cfg_.nchannels - 1)),
         channels(rank_, nranks_, cfg_, slot_capacity, pool.get(), fail_),
         peers(rank_, nranks_, cfg_.slot_bytes),
-        protocol(rank_, nranks_, channels, peers, fail_) {}
+        protocol(rank_, nranks_, channels, peers, fail_) {
+    channels.use_peer_links(&peers);  // the peer schedules' lanes (all_to_all, gather, scatter)
+  }
 
   int rank, nranks;
   CommConfig cfg;                               ///< effective (Communicator::config())

@@ -33,6 +33,11 @@ const char* call_name(CallKind k) {
     case CallKind::Broadcast: return "broadcast";
     case CallKind::Send: return "send";
     case CallKind::Recv: return "recv";
+    case CallKind::AllToAll: return "all_to_all";
+    case CallKind::AllToAllv: return "all_to_allv";
+    case CallKind::Reduce: return "reduce";
+    case CallKind::Gather: return "gather";
+    case CallKind::Scatter: return "scatter";
   }
   return "?";
 }

@@ -74,13 +74,42 @@ std::string check_buffers(const void* a, const void* b, size_t count) {
   return "";
 }
 
+std::string check_buffers(const Collective& cd) {
+  if (cd.in_count > 0 && !cd.send) return "null input buffer with " + std::to_string(cd.in_count) + " elements to read";
+  if (cd.out_count > 0 && !cd.recv) {
+    return "null output buffer with " + std::to_string(cd.out_count) + " elements to write";
+  }
+  return "";
+}
+
 std::string check_args(const Collective& cd, DataType t, Mode m, const Compression& c, const PolicyHints* hints,
-                       int nranks) {
+                       int nranks, bool p2p_links) {
   std::string err;
-  if (cd.coll == Coll::Broadcast) err = check_root(cd.root, nranks);
+  if (cd.rooted()) err = check_root(cd.root, nranks);
+  if (err.empty() && cd.peer_schedule && nranks > 1 && !p2p_links) {
+    err = std::string(coll_name(cd.coll)) +
+          " runs on the point-to-point links, which are off (NCCLZ_P2P=0 at communicator creation); create the "
+          "communicator with NCCLZ_P2P=1 (the default)";
+  }
+  if (err.empty() && cd.per_peer() && (!cd.send_counts || !cd.recv_counts)) {
+    err = "null send_counts or recv_counts (they need one entry per rank)";
+  }
   if (err.empty()) err = check_compression(t, m, c, hints);
   if (err.empty() && cd.reduces) err = check_op(cd.op, m);
-  if (err.empty()) err = check_buffers(cd.send, cd.recv, cd.count);
+  if (err.empty()) {
+    // Send and recv are described with one buffer in both fields (count
+    // elements): their null check is the count's.
+    err = cd.p2p() ? check_buffers(cd.send, cd.recv, cd.count) : check_buffers(cd);
+  }
+  if (err.empty() && (cd.coll == Coll::AllToAll || cd.coll == Coll::AllToAllv)) {
+    // The pairwise steps receive into blocks that later steps still send from.
+    const size_t es = dtype_size(t);
+    const auto x = reinterpret_cast<uintptr_t>(cd.send), y = reinterpret_cast<uintptr_t>(cd.recv);
+    const size_t in = cd.in_count * es, out = cd.out_count * es;
+    if (in && out && x < y + out && y < x + in) {
+      err = "input and output buffers overlap; all_to_all needs separate arrays";
+    }
+  }
   return err;
 }
 
@@ -93,8 +122,12 @@ std::string check_peer(int peer, int rank, int nranks, bool p2p_links) {
   return "";
 }
 
-std::string check_arrays(const CallArgs& a, int nranks) {
-  const bool two = a.kind == CallKind::AllReduce || a.kind == CallKind::ReduceScatter || a.kind == CallKind::AllGather;
+std::string check_arrays(const CallArgs& a, int rank, int nranks) {
+  const bool root = rank == a.root;
+  // Calls with two arrays here: both used on every rank, or on the root only.
+  bool two = a.kind == CallKind::AllReduce || a.kind == CallKind::ReduceScatter || a.kind == CallKind::AllGather ||
+             a.kind == CallKind::AllToAll || a.kind == CallKind::AllToAllv;
+  if (a.kind == CallKind::Reduce || a.kind == CallKind::Gather || a.kind == CallKind::Scatter) two = root;
   if (!two) return "";
   if (a.send_type != a.recv_type) {
     return std::string("input dtype ") + dtype_name(a.send_type) + " differs from output dtype " +
@@ -102,14 +135,40 @@ std::string check_arrays(const CallArgs& a, int nranks) {
   }
   const size_t n = size_t(nranks);
   size_t got = a.recv_count, want = a.send_count;
-  const char* what = "output";
-  if (a.kind == CallKind::ReduceScatter) {
+  std::string what = "output";
+  if (a.kind == CallKind::ReduceScatter || a.kind == CallKind::Scatter) {
     got = a.send_count;
     want = a.recv_count * n;
-    what = "input (world_size * output count)";
-  } else if (a.kind == CallKind::AllGather) {
+    what = a.kind == CallKind::Scatter ? "the root's input (world_size * output count)"
+                                       : "input (world_size * output count)";
+  } else if (a.kind == CallKind::AllGather || a.kind == CallKind::Gather) {
     want = a.send_count * n;
-    what = "output (world_size * input count)";
+    what = a.kind == CallKind::Gather ? "the root's output (world_size * input count)"
+                                      : "output (world_size * input count)";
+  } else if (a.kind == CallKind::Reduce) {
+    what = "the root's output";
+  } else if (a.kind == CallKind::AllToAll && a.send_count % n != 0) {
+    std::ostringstream s;
+    s << "input has " << a.send_count << " elements, not a multiple of the world size " << n
+      << " (block j of input goes to rank j)";
+    return s.str();
+  } else if (a.kind == CallKind::AllToAllv) {
+    if (!a.send_counts || !a.recv_counts) return "null send_counts or recv_counts (they need one entry per rank)";
+    size_t sent = 0, received = 0;
+    for (size_t j = 0; j < n; ++j) {
+      sent += a.send_counts[j];
+      received += a.recv_counts[j];
+    }
+    if (sent != a.send_count || received != a.recv_count) {
+      std::ostringstream s;
+      if (sent != a.send_count) {
+        s << "input has " << a.send_count << " elements but send_counts add up to " << sent;
+      } else {
+        s << "output has " << a.recv_count << " elements but recv_counts add up to " << received;
+      }
+      return s.str();
+    }
+    got = want = 0;
   }
   if (got != want) {
     std::ostringstream s;
@@ -117,12 +176,12 @@ std::string check_arrays(const CallArgs& a, int nranks) {
     return s.str();
   }
   // Partial overlap is never meaningful; exact aliasing only where the call
-  // documents in-place use (all_reduce).
+  // documents in-place use (all_reduce, reduce).
   const size_t es = dtype_size(a.send_type);
   const size_t in_bytes = a.send_count * es, out_bytes = a.recv_count * es;
   const auto x = reinterpret_cast<uintptr_t>(a.send), y = reinterpret_cast<uintptr_t>(a.recv);
   const bool overlap = in_bytes > 0 && out_bytes > 0 && x < y + out_bytes && y < x + in_bytes;
-  const bool in_place = a.kind == CallKind::AllReduce;
+  const bool in_place = a.kind == CallKind::AllReduce || a.kind == CallKind::Reduce;
   if (overlap && !(in_place && x == y && in_bytes == out_bytes)) {
     return std::string("input and output buffers overlap; use separate arrays") +
            (in_place ? " (or exactly the same array, in place)" : "");
@@ -134,7 +193,7 @@ void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nrank
   auto raise = [&](const std::string& err) {
     if (!err.empty()) throw InvalidArgument(std::string(call_name(a.kind)) + ": " + err);
   };
-  raise(check_arrays(a, nranks));
+  raise(check_arrays(a, rank, nranks));
   Collective cd;
   DataType t = a.send_type;
   switch (a.kind) {
@@ -156,10 +215,25 @@ void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nrank
       raise(check_peer(a.root, rank, nranks, p2p_links));
       cd = recv_desc(const_cast<void*>(a.recv), a.recv_count, rank, a.root);
       break;
+    case CallKind::AllToAll:
+      cd = all_to_all_desc(a.send, const_cast<void*>(a.recv), a.send_count / size_t(nranks), rank, nranks);
+      break;
+    case CallKind::AllToAllv:
+      cd = all_to_allv_desc(a.send, a.send_counts, const_cast<void*>(a.recv), a.recv_counts, rank, nranks);
+      break;
+    case CallKind::Reduce: cd = reduce_desc(a.send, const_cast<void*>(a.recv), a.send_count, a.op, a.root, rank); break;
+    case CallKind::Gather:
+      cd = gather_desc(a.send, const_cast<void*>(a.recv), a.send_count, a.root, rank, nranks);
+      break;
+    case CallKind::Scatter:
+      t = a.recv_type;
+      cd = scatter_desc(a.send, const_cast<void*>(a.recv), a.recv_count, a.root, rank, nranks);
+      break;
     default: raise("unknown call kind " + std::to_string(int(a.kind)));
   }
-  const Mode m = effective_mode(a.compression, cd.message * dsize(t));
-  raise(check_args(cd, t, m, a.compression, cd.p2p() ? nullptr : hints, nranks));
+  // all_to_allv's message size is known after the counts round: its requested mode is checked.
+  const Mode m = cd.per_peer() ? a.compression.mode : effective_mode(a.compression, cd.message * dsize(t));
+  raise(check_args(cd, t, m, a.compression, cd.p2p() ? nullptr : hints, nranks, p2p_links));
 }
 
 }  // namespace ncclz::core

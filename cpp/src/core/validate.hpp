@@ -28,15 +28,19 @@ std::string check_compression(DataType t, Mode m, const Compression& c, const Po
 std::string check_op(RedOp op, Mode m);
 std::string check_root(int root, int nranks);
 std::string check_buffers(const void* a, const void* b, size_t count);
-/// A collective's checks in order: root, compression, op, buffers (m: the
-/// effective mode).
+/// This rank's buffers: an input where it reads elements, an output where it
+/// writes them (root-only buffers are not checked on other ranks).
+std::string check_buffers(const Collective& cd);
+/// A collective's checks in order: root, the point-to-point links a peer
+/// schedule needs (p2p_links: connected at creation), per-peer counts,
+/// compression, op, buffers (m: the effective mode).
 std::string check_args(const Collective& cd, DataType t, Mode m, const Compression& c, const PolicyHints* hints,
-                       int nranks);
+                       int nranks, bool p2p_links = true);
 /// Send/recv's peer: another rank, with point-to-point links connected.
 std::string check_peer(int peer, int rank, int nranks, bool p2p_links);
 /// What only the two arrays of CallArgs tell: same type, counts that fit the
-/// collective, no partial overlap.
-std::string check_arrays(const CallArgs& a, int nranks);
+/// collective, no partial overlap (root-only buffers: on the root only).
+std::string check_arrays(const CallArgs& a, int rank, int nranks);
 
 /// Communicator::check_call: every check above, raised as InvalidArgument
 /// "<call>: <what>" without communicating.

@@ -5,7 +5,7 @@ default) with the caller's spec, as the wire codes it (the classic layout, with 
 rANS margin), best of ``reps`` timings (on a shared machine a single timing is often slowed by other
 jobs), and caches the result per (dtype, mode label, sums).
 
-For sums (all_reduce, reduce_scatter) of mostly-zero data the sample is first summed with n-1
+For sums (all_reduce, reduce_scatter, reduce) of mostly-zero data the sample is first summed with n-1
 shifted copies of itself (:func:`reduction_terms`): the wire carries partial sums, whose nonzeros are
 the union of the ranks'.
 
@@ -50,13 +50,13 @@ _PIN_FIELDS = ("ratio", "enc_Bps", "dec_Bps")
 
 
 def reduction_terms(coll: str, n: int, arr) -> int:
-    """For a reduction (all_reduce, reduce_scatter) of mostly-zero data over n > 1 ranks, n (the
+    """For a reduction (all_reduce, reduce_scatter, reduce) of mostly-zero data over n > 1 ranks, n (the
     terms a full sum covers), else 0. The wire of a sum carries partial sums, whose nonzeros are the
     union of the ranks' (99%-zero gradients on 4 ranks: ~3% nonzero on the wire, not 1%): a sample
     of one rank's data would promise ratios the wire does not reach (for lossless, ~4x too high),
     and make lossless look as fast as lossy. Dense data keeps its own sample: a sum is as dense as
     its terms. Decided on a strided probe of <= 8 Ki values (cheap per call: ~0.1 ms on 64 MiB)."""
-    if coll not in ("all_reduce", "reduce_scatter") or n <= 1 or arr.size == 0:
+    if coll not in ("all_reduce", "reduce_scatter", "reduce") or n <= 1 or arr.size == 0:
         return 0
     try:
         probe = np.asarray(arr).reshape(-1)[:: max(1, arr.size // 8192)]

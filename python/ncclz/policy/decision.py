@@ -237,7 +237,7 @@ class Policy:
         n = self._world()
         arr = np.asarray(x)
         if nbytes is None:
-            nbytes = arr.nbytes * (n if coll == "all_gather" else 1)
+            nbytes = arr.nbytes * (n if coll in ("all_gather", "gather") else 1)
         pred = {"none": self.predict(coll, nbytes, None)}
         req = mode_class(requested)
         if req == "none":

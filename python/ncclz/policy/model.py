@@ -1,16 +1,23 @@
 """The cost model: predicted time of one collective call per mode.
 
-Per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in bytes::
+Per rank, ring algorithms, times in seconds; S = the nccl-tests "size" in bytes (all_gather and gather: the output, scatter: the root's
+input, all_to_all: each rank's input)::
 
     wire  W = f_wire * S                        f_wire: all_reduce 2(n-1)/n, reduce_scatter and
-                                                all_gather (n-1)/n, broadcast 1
+                                                all_gather (n-1)/n, broadcast 1, reduce 1 (the
+                                                chain: every link carries the message once),
+                                                gather and scatter (n-1)/n (the root's link),
+                                                all_to_all (n-1)/n (each rank's own links)
     T_none = steps * alpha + W / B              B = link bytes/s * goodput (0.95, TCP/IP headers)
     T_mode = steps * alpha + max(t_net, t_cpu) + (1 - overlap) * min(t_net, t_cpu) + t_fixed
         t_net = W / (ratio * B)
         t_cpu = (f_enc * S / enc_Bps + f_dec * S / dec_Bps) / cores_per_rank
         f_enc, f_dec: bytes each rank encodes / decodes (all_reduce 1 and 2(n-1)/n,
                       reduce_scatter (n-1)/n and (n-1)/n, all_gather 1/n and (n-1)/n,
-                      broadcast 1 (root) and 1)
+                      broadcast 1 (root) and 1, reduce 1 and 1 (a middle rank of the
+                      chain), gather 1/n and (n-1)/n (the root decodes),
+                      scatter (n-1)/n and 1/n (the root encodes),
+                      all_to_all (n-1)/n and (n-1)/n)
         t_fixed = S / quant_Bps for lossy (the quantize / dequantize passes), 0 otherwise;
                   S / (8 quant_Bps) for lossy sums of mostly-zero data (lists of nonzeros)
         overlap = 0.25: how much of the shorter of network and codec time hides under the longer;
@@ -28,6 +35,10 @@ WIRE_FACTOR = {
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
 }
 # (bytes encoded, bytes decoded) per rank as a multiple of S
 CODEC_FACTOR = {
@@ -35,12 +46,20 @@ CODEC_FACTOR = {
     "reduce_scatter": lambda n: ((n - 1) / n, (n - 1) / n),
     "all_gather": lambda n: (1.0 / n, (n - 1) / n),
     "broadcast": lambda n: (1.0, 1.0),
+    "reduce": lambda n: (1.0, 1.0),
+    "gather": lambda n: (1.0 / n, (n - 1) / n),
+    "scatter": lambda n: ((n - 1) / n, 1.0 / n),
+    "all_to_all": lambda n: ((n - 1) / n, (n - 1) / n),
 }
 STEPS = {
     "all_reduce": lambda n: 2 * (n - 1),
     "reduce_scatter": lambda n: n - 1,
     "all_gather": lambda n: n - 1,
     "broadcast": lambda n: n - 1,
+    "reduce": lambda n: n - 1,
+    "gather": lambda n: n - 1,
+    "scatter": lambda n: n - 1,
+    "all_to_all": lambda n: n - 1,
 }
 #: How much faster the API-layer passes of a lossy sum of mostly-zero data run than quant_Bps (the
 #: dense quantize / dequantize): the scan lists the nonzeros, only they are quantized, and the

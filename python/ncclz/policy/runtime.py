@@ -81,8 +81,10 @@ def resolve_setting(setting: Any) -> Setting:
 class Call:
     """One collective call as the policy sees it.
 
-    collective: "all_reduce", "reduce_scatter", "all_gather" or "broadcast"; dtype: the element
-    type's name; nbytes: the nccl-tests size (all_gather: the output); mode, bound: the requested
+    collective: one of :data:`ncclz.policy.COLLECTIVES` ("all_reduce", "reduce_scatter",
+    "all_gather", "broadcast", "reduce", "gather", "scatter", "all_to_all"); dtype: the element
+    type's name; nbytes: the nccl-tests size (all_gather and gather: the output; scatter: the
+    root's input; all_to_all: this rank's input); mode, bound: the requested
     compression as the native layer names it ("none", "lossless", "lossy_abs", "lossy_rel") and its
     bound; spec: the caller's ncclz.Lossy / Lossless if given as one; data: the input as a NumPy
     array, or a function returning it (called only where the policy calibrates)."""
