@@ -400,7 +400,9 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::AllToAll, in, out, RedOp::Sum, 0, c));
     CallStats st;
-    blocking([&] { comm->all_to_all(in.data, out.data, in.count / size_t(size_), in.type, with_layout(c, in), &st, hints); });
+    blocking([&] {
+      comm->all_to_all(in.data, out.data, in.count / size_t(size_), in.type, with_layout(c, in), &st, hints);
+    });
     return st;
   }
 
@@ -422,7 +424,10 @@ class CommHandle {
     a.recv_counts = recv_counts.data();
     comm->check_call(a);
     CallStats st;
-    blocking([&] { comm->all_to_allv(in.data, send_counts.data(), out.data, recv_counts.data(), in.type, with_layout(c, in), &st, hints); });
+    blocking([&] {
+      comm->all_to_allv(in.data, send_counts.data(), out.data, recv_counts.data(), in.type, with_layout(c, in), &st,
+                        hints);
+    });
     return st;
   }
 

@@ -229,8 +229,8 @@ TEST(CallRoutineLossy, ExactFallbackReportsTheBoundItAchieves) {
   for (int r = 0; r < N; ++r) in[size_t(r)] = input(n, 7 + r);
   for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
     w.run([&](int r, Communicator& comm) {
-      comm.all_reduce(in[size_t(r)].data(), out[size_t(r)].data(), n, DataType::F32, op,
-                      Compression::lossy_abs(1e-12), &st[size_t(r)]);
+      comm.all_reduce(in[size_t(r)].data(), out[size_t(r)].data(), n, DataType::F32, op, Compression::lossy_abs(1e-12),
+                      &st[size_t(r)]);
     });
     double maxabs = 0;
     for (const auto& v : in) {

@@ -167,9 +167,9 @@ void LinkGroup::abort(const std::string& note) {
 void LinkGroup::close(CloseWhy why, const std::string& note) {
   std::lock_guard<std::mutex> lk(mu_);
   if (poisoned_.load()) return;
-  note_ = !note.empty()                ? note
-          : why == kClosedCorrupt      ? "a peer reported corrupt data"
-                                       : "a peer aborted the communicator";
+  note_ = !note.empty()           ? note
+          : why == kClosedCorrupt ? "a peer reported corrupt data"
+                                  : "a peer aborted the communicator";
   why_.store(why, std::memory_order_release);
   poisoned_.store(true, std::memory_order_release);
   for (RingEnd* e : ends_) e->close(why, note_);
@@ -223,9 +223,7 @@ std::shared_ptr<void> make_heap_ring(int nslots, size_t slot_bytes) {
 
 namespace {
 
-std::string fmt_limit(Clock::duration d) {
-  return fmt_s(std::chrono::duration<double>(d).count());
-}
+std::string fmt_limit(Clock::duration d) { return fmt_s(std::chrono::duration<double>(d).count()); }
 
 }  // namespace
 
