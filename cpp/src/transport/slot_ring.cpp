@@ -310,8 +310,7 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
       std::string msg = label.prefix() + ": timed out: no progress for " + fmt_s(idle) + " s (the limit is " +
                         fmt_limit(budget) + " s: NCCLZ_TIMEOUT or the call's timeout) while waiting for " + what;
       if (last_progress != start) {
-        msg += " (the wait began " + fmt_s(std::chrono::duration<double>(now - start).count()) +
-               " s ago and made progress until then)";
+        msg += " (the wait began " + fmt_s(std::chrono::duration<double>(now - start).count()) + " s ago)";
       }
       msg += "; peer rank " + std::to_string(label.peer) +
              " is stuck, not making the same call, or its link stalled (raise the timeout if it is just slow to "

@@ -27,8 +27,9 @@
 // deadline. The deadline bounds the time without progress: the budget it
 // gives (deadline - the time the wait began to sleep) starts again whenever
 // the awaited counter moves or RingHooks::progress() (the socket proxy's
-// bytes moved on the connection) changes, so a flush draining many slots over
-// a slow link, or one large slot crawling in, never times out while bytes move.
+// bytes moved with that peer) changes, so a flush draining many slots over a
+// slow link, one large slot crawling in, or a channel starved by its siblings
+// on a shared link never times out while bytes move.
 //
 // Checksums (NCCLZ_CHECKSUM, agreed at creation; docs/TRANSPORTS.md): where on,
 // post() stores the CRC-32C of the posted bytes in meta[slot] and the
@@ -156,9 +157,10 @@ class RingHooks {
   virtual std::string closed_reason() { return ""; }
   /// SendConn::flush: default returns at once (the slot is the peer's memory).
   virtual bool flush_waits_for_drain() const { return false; }
-  /// A counter of bytes moved on this end's connection by a transport agent
-  /// (the socket proxy): a change is progress for the wait's timeout even
-  /// before a whole slot is in. 0 where slots move whole (memory rings).
+  /// A counter of bytes moved with this end's peer by a transport agent (the
+  /// socket proxy: every channel's connection to that peer, both ways): a
+  /// change is progress for the wait's timeout even before a whole slot is
+  /// in. 0 where slots move whole (memory rings).
   virtual uint64_t progress() const { return 0; }
 };
 

@@ -151,8 +151,9 @@ class SocketProxy {
     size_t notice_off = 0;
     bool reading_done = false;  // a notice arrived, or the stream cannot be parsed any more
     std::string notice_in;
-    // Bytes moved on the socket (RingHooks::progress: a wait's timeout counts
-    // them as progress, so a large slot crawling over a slow link is not stuck).
+    // Bytes moved on the socket (RingHooks::progress, through peer_bytes: a
+    // wait's timeout counts them as progress, so a large slot crawling over a
+    // slow link is not stuck).
     std::atomic<uint64_t> bytes_out{0}, bytes_in{0};
   };
   static constexpr int kNoticeNone = 0, kNoticePending = 1, kNoticeSent = 2;
@@ -191,6 +192,19 @@ class SocketProxy {
   }
 
   Conn* conn(size_t i) { return conns_[i].get(); }
+
+  /// Bytes moved so far, both ways, on every connection of this proxy with
+  /// `peer` (all channels: they share the link, so one channel's bytes are
+  /// progress for a wait on another that the throttle or the link starves).
+  uint64_t peer_bytes(int peer) const {
+    uint64_t n = 0;
+    for (const auto& c : conns_) {
+      if (c->peer == peer) {
+        n += c->bytes_out.load(std::memory_order_relaxed) + c->bytes_in.load(std::memory_order_relaxed);
+      }
+    }
+    return n;
+  }
 
   /// Wakes the proxy if it sleeps in poll() (called after posts and releases).
   void wake() {
@@ -569,9 +583,7 @@ class SocketHooks final : public RingHooks {
   void notify() override { proxy_->wake(); }
   std::string closed_reason() override { return conn_->failed.load() ? conn_->error : std::string(); }
   bool flush_waits_for_drain() const override { return send_; }
-  uint64_t progress() const override {
-    return (send_ ? conn_->bytes_out : conn_->bytes_in).load(std::memory_order_relaxed);
-  }
+  uint64_t progress() const override { return proxy_->peer_bytes(conn_->peer); }
 
  private:
   std::shared_ptr<SocketProxy> proxy_;
