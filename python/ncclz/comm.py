@@ -332,7 +332,7 @@ class Communicator:
             store = _store.store_from_env(timeout)
         if store is not None or unique_id is not None:
             if unique_id is None:
-                key = _store.next_key()
+                key = _store.next_key(store, rank)
                 if rank == 0:
                     uid = _native.UniqueId.make(_env("NCCLZ_BOOTSTRAP_ADDR", ""), 0)
                     _store.publish(store, key, uid.bytes)

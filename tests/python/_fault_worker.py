@@ -114,7 +114,7 @@ def scenario_threads(comm, outdir):
 
     def run(t):
         for k in range(40):
-            r = outcome(lambda: exact_all_reduce(comm, 1000 + t, 100 * t + k))
+            r = outcome(lambda k=k: exact_all_reduce(comm, 1000 + t, 100 * t + k))
             results[t].append(r)
             if r["kind"] != "returned":
                 break
@@ -140,8 +140,8 @@ def scenario_turns(comm, outdir):
     def run(t):
         for k in range(20):
             with cv:
-                cv.wait_for(lambda: turn[0] == 2 * k + t)
-            results[t].append(outcome(lambda: exact_all_reduce(comm, 1000, 100 * t + k)))
+                cv.wait_for(lambda k=k: turn[0] == 2 * k + t)
+            results[t].append(outcome(lambda k=k: exact_all_reduce(comm, 1000, 100 * t + k)))
             with cv:
                 turn[0] += 1
                 cv.notify_all()

@@ -213,3 +213,61 @@ def test_threads_taking_turns_and_the_achieved_bound(tmp_path):
         assert b["exact_fallback"] and b["requested_bound"] == 1e-12, b
         assert b["error_bound"] > 1e-12, b  # float32's rounding of the sum, not the request
         assert b["max_err"] <= b["error_bound"], b
+
+
+class _PersistentStore:
+    """A store that outlives its job (like a FileStore or a long-lived TCPStore): set/get/add over a
+    dict that the next job's store object shares."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def set(self, key, value):
+        self.data[key] = bytes(value)
+
+    def get(self, key):  # blocks until the key is set, as torch's stores do
+        deadline = time.monotonic() + 30
+        while key not in self.data and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.data[key]
+
+    def add(self, key, n):
+        self.data[key] = str(int(self.data.get(key, b"0")) + n).encode()
+        return int(self.data[key])
+
+
+def test_a_job_recreated_on_a_persistent_store_takes_fresh_keys(monkeypatch):
+    """Two jobs, one after the other, on one persistent store, each rank a thread (in-process
+    transport): the second job's ranks must not read the first job's bootstrap id. Each job starts
+    with a fresh process counter, as a new process would."""
+    import itertools
+    import threading
+
+    import numpy as np
+
+    data = {}
+    sums = {}
+    for job in (1, 2):
+        monkeypatch.setattr(ncclz.store, "_sequence", itertools.count())
+        store = _PersistentStore(data)
+        errors = []
+
+        def rank(r, job=job, store=store, errors=errors):
+            try:
+                with ncclz.Communicator(rank=r, world_size=2, store=store, transport="inproc", timeout=30) as c:
+                    x = np.full(8, float(10 * job + r), np.float32)
+                    c.all_reduce(x, policy="off")
+                    sums[(job, r)] = float(x[0])
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        ts = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        assert not errors, errors
+    ids = sorted(k for k in data if not k.startswith("ncclz/unique_id/count/"))
+    assert ids == ["ncclz/unique_id/0", "ncclz/unique_id/1"], ids
+    assert data["ncclz/unique_id/0"] != data["ncclz/unique_id/1"]
+    assert sums == {(1, 0): 21.0, (1, 1): 21.0, (2, 0): 41.0, (2, 1): 41.0}, sums
