@@ -213,6 +213,13 @@ class SignalCheck {
   static const char* check(void* ctx) {
     auto* s = static_cast<SignalCheck*>(ctx);
     if (s->type_) return s->name_;
+    // A thread still blocked while the interpreter shuts down must not take
+    // the GIL (it would be ended there); its call ends with the communicator.
+#if PY_VERSION_HEX >= 0x030D0000
+    if (Py_IsFinalizing()) return nullptr;
+#else
+    if (_Py_IsFinalizing()) return nullptr;
+#endif
     PyGILState_STATE g = PyGILState_Ensure();
     if (PyErr_CheckSignals() != 0) {
       PyErr_Fetch(&s->type_, &s->value_, &s->tb_);
