@@ -18,6 +18,19 @@ random fault (or none):
 - slow: sockets throttled to 0.02 Gbit/s with NCCLZ_TIMEOUT = 1 s (calls longer than the timeout
   must still succeed).
 
+With ``--lab`` (root) the ranks run on the network lab's emulated hosts (bench/netlab/netlab.py:
+network namespaces, 0.5 Gbit/s token-bucket NICs, sockets between them), and three network faults
+join the list:
+
+- linkdown: the victim host's NIC goes down for 0.5-3 s, then up again (NCCLZ_TIMEOUT = 10 s:
+  every call must succeed, TCP retransmits);
+- partition: the victim host's NIC goes down for good (NCCLZ_TIMEOUT = 3 s: every rank must end
+  with an error, none hangs);
+- slowlink: the victim host's NIC drops to 0.01 Gbit/s for 3-6 s (NCCLZ_TIMEOUT = 2 s, calls of
+  2 MiB per rank: calls longer than the timeout must succeed). The timeout must stay above the
+  time one slot (1 MiB) takes over the slowest link, 0.84 s here: a rank whose peer itself waits
+  on the slow link sees no bytes for about that long (docs/TRANSPORTS.md, "Waiting").
+
 Counted per episode: calls made and their outcomes; **silent wrong results** (a call returned a
 result outside its guarantee: must be 0); **hangs** (a surviving rank still running 3 x timeout + 20 s
 after the fault: must be 0); **unclear endings** (a surviving rank that neither finished every call
@@ -47,6 +60,7 @@ from pathlib import Path
 import numpy as np
 
 FAULTS = ["none", "kill", "stop", "sigint", "abort", "corrupt", "threads", "slow"]
+LAB_FAULTS = ["none", "kill", "stop", "sigint", "abort", "corrupt", "threads", "linkdown", "partition", "slowlink"]
 OPS = ["all_reduce", "all_gather", "broadcast", "reduce_scatter", "shift"]
 MODES = ["none", "lossless", "lossy"]
 
@@ -176,19 +190,41 @@ def read_events(path):
     return out
 
 
-def episode(k, rng, workdir, python):
-    fault = rng.choice(FAULTS)
+def lab_fault(lab, fault, victim, rng, events):
+    """Runs a network fault on the victim's host (a thread): link down / up, rate down / up."""
+    from netlab import _run, tbf_args
+
+    ns, dev = lab.host(victim), "eth0"
+    time.sleep(rng.uniform(0.0, 0.4))
+    events.append(("fault", time.monotonic()))
+    if fault in ("linkdown", "partition"):
+        _run(["ip", "-n", ns, "link", "set", dev, "down"])
+        if fault == "partition":
+            return
+        time.sleep(rng.uniform(0.5, 3.0))
+        _run(["ip", "-n", ns, "link", "set", dev, "up"])
+    else:  # slowlink
+        rate, burst, limit = tbf_args(0.01)
+        _run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+              "burst", burst, "limit", limit])
+        time.sleep(rng.uniform(3.0, 6.0))
+        lab.set_rate(lab.gbps)
+    events.append(("healed", time.monotonic()))
+
+
+def episode(k, rng, workdir, python, lab=None):
+    fault = rng.choice(LAB_FAULTS if lab else FAULTS)
     n = rng.choice([2, 3, 4])
-    transport = "socket" if fault == "slow" else rng.choice(["shm", "socket"])
-    timeout = {"stop": 3.0, "slow": 1.0}.get(fault, 30.0)
+    transport = "socket" if fault == "slow" or lab else rng.choice(["shm", "socket"])
+    timeout = {"stop": 3.0, "slow": 1.0, "partition": 3.0, "slowlink": 2.0, "linkdown": 10.0}.get(fault, 30.0)
     calls = [
         {"op": rng.choice(OPS), "mode": rng.choice(MODES), "n": rng.choice([1, 100, 5000, 1 << 16, 1 << 18]),
          "seed": rng.randrange(1 << 30), "pause": rng.uniform(0, 0.08)}
         for _ in range(rng.randint(6, 12))
     ]
-    if fault == "slow":
+    if fault in ("slow", "slowlink"):
         for c in calls:
-            c["n"] = 1 << 18
+            c["n"] = 1 << 18 if fault == "slow" else 1 << 19
     victim = rng.randrange(n)
     plan = {"calls": calls, "fault": fault, "victim": victim, "at_call": rng.randrange(len(calls))}
     out = workdir / f"ep{k:04d}"
@@ -204,29 +240,46 @@ def episode(k, rng, workdir, python):
         env["NCCLZ_CHECKSUM"] = "on"
         env["NCCLZ_TEST_CORRUPT"] = f"{victim}:{(victim + 1) % n}:{rng.randrange(2, 12)}:{rng.randrange(1 << 20)}"
     before = shm_segments()
-    procs = [
-        subprocess.Popen([python, __file__, "--rank", str(out), json.dumps(plan)], env=dict(env, RANK=str(r)),
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=open(out / f"rank{r}.err", "w"))  # noqa: SIM115 - closed with the process
-        for r in range(n)
-    ]
+    cmd = [python, __file__, "--rank", str(out), json.dumps(plan)]
+    if lab:
+        lab.set_rate(lab.gbps)  # a slowlink episode's rate back, whatever happened
+        for h in range(lab.n):
+            subprocess.run(["ip", "-n", lab.host(h), "link", "set", "eth0", "up"], check=False)
+        token = env["NCCLZ_TOKEN"]
+        procs = [lab.spawn(r, cmd, lab.rank_env(r, n, int(env["MASTER_PORT"]), token, {
+                     k: v for k, v in env.items() if k.startswith("NCCLZ_") and k != "NCCLZ_TOKEN"}),
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=open(out / f"rank{r}.err", "w"))  # noqa: SIM115 - closed with the process
+                 for r in range(n)]
+    else:
+        procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL,
+                                  stderr=open(out / f"rank{r}.err", "w"))  # noqa: SIM115 - closed with the process
+                 for r in range(n)]
     t_start = time.monotonic()
     t_fault = None
     signalled = set()
-    if fault in ("kill", "stop", "sigint"):
-        # wait until every rank is connected, then a random moment into the calls
+    net_events = []
+    if fault in ("kill", "stop", "sigint", "linkdown", "partition", "slowlink"):
+        # wait until every rank is connected: the fault then lands among the calls
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if all(any(e["event"] == "ready" for e in read_events(out / f"rank{r}.jsonl")) for r in range(n)):
                 break
             time.sleep(0.05)
+    if fault in ("linkdown", "partition", "slowlink"):
+        th = threading.Thread(target=lab_fault, args=(lab, fault, victim, random.Random(rng.random()), net_events))
+        th.start()
+        th.join()  # the ranks run meanwhile; a partition stays down until the episode ends
+        t_fault = net_events[0][1]
+    if fault in ("kill", "stop", "sigint"):
         time.sleep(rng.uniform(0.0, 0.6))
         sig = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "sigint": signal.SIGINT}[fault]
         if procs[victim].poll() is None:
             procs[victim].send_signal(sig)
             signalled.add(victim)
         t_fault = time.monotonic()
-    limit = (t_fault or t_start) + 3 * timeout + 20 + (60 if fault == "slow" else 0)
+    limit = (t_fault or t_start) + 3 * timeout + 20 + (60 if fault in ("slow", "slowlink") else 0)
     hung = []
     for r, p in enumerate(procs):
         if fault == "stop" and r == victim:
@@ -275,35 +328,54 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workdir", default="/tmp/ncclz-chaos")
     ap.add_argument("--out", default="", help="write the per-episode results here (JSON)")
+    ap.add_argument("--lab", action="store_true", help="ranks on the network lab's hosts (root), network faults too")
     a = ap.parse_args()
     if a.rank:
         rank_main(*a.rank)
         return
     rng = random.Random(a.seed)
     workdir = Path(a.workdir) / f"run-{os.getpid()}"
+    lab = None
+    if a.lab:
+        sys.path.insert(0, str(Path(__file__).with_name("netlab")))
+        from netlab import Lab
+
+        lab = Lab(4, 0.5, prefix="nzch").up()
+    try:
+        results = run_episodes(a, rng, workdir, lab)
+    finally:
+        if lab:
+            lab.down()
+    faults = LAB_FAULTS if lab else FAULTS
+    total = {
+        "episodes": len(results),
+        "lab": bool(lab),
+        "calls": sum(r["calls"] for r in results),
+        "returned": sum(r["returned"] for r in results),
+        "faults": {f: sum(r["fault"] == f for r in results) for f in faults},
+        "silent_wrong": sum(r["wrong"] for r in results),
+        "hangs": sum(len(r["hung"]) for r in results),
+        "leaked_shm": sum(len(r["leaked_shm"]) for r in results),
+        "unclear": sum(len(r["unclear"]) for r in results),
+        "seconds": round(sum(r["seconds"] for r in results), 1),
+    }
+    print(json.dumps(total, indent=1))
+    if a.out:
+        Path(a.out).write_text(json.dumps({"total": total, "episodes": results}, indent=1))
+
+
+def run_episodes(a, rng, workdir, lab):
     results = []
-    t0 = time.monotonic()
     for k in range(a.episodes):
-        r = episode(k, rng, workdir, sys.executable)
+        t0 = time.monotonic()
+        r = episode(k, rng, workdir, sys.executable, lab)
+        r["seconds"] = round(time.monotonic() - t0, 2)
         results.append(r)
         flag = "" if not (r["wrong"] or r["hung"] or r["leaked_shm"] or r["unclear"]) else "  <-- CHECK"
         print(f"ep {k:3d} {r['fault']:8s} n={r['ranks']} {r['transport']:6s} calls={r['calls']:3d} "
               f"returned={r['returned']:3d} errors={r['errors']} wrong={r['wrong']} hung={r['hung']} "
               f"leaked={len(r['leaked_shm'])} unclear={len(r['unclear'])}{flag}", flush=True)
-    total = {
-        "episodes": len(results),
-        "calls": sum(r["calls"] for r in results),
-        "returned": sum(r["returned"] for r in results),
-        "faults": {f: sum(r["fault"] == f for r in results) for f in FAULTS},
-        "silent_wrong": sum(r["wrong"] for r in results),
-        "hangs": sum(len(r["hung"]) for r in results),
-        "leaked_shm": sum(len(r["leaked_shm"]) for r in results),
-        "unclear": sum(len(r["unclear"]) for r in results),
-        "seconds": round(time.monotonic() - t0, 1),
-    }
-    print(json.dumps(total, indent=1))
-    if a.out:
-        Path(a.out).write_text(json.dumps({"total": total, "episodes": results}, indent=1))
+    return results
 
 
 if __name__ == "__main__":
