@@ -239,11 +239,11 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
   // The other side closed because corrupt data was found or its communicator
   // was aborted: pass the notice on to this rank's other peers, then fail
   // with it.
-  auto throw_if_noted = [&](bool aborted_only) {
+  auto throw_if_noted = [&] {
     if (!closed->load(std::memory_order_acquire)) return;
     CloseWhy why;
     const std::string note = ring_close_note(h, other_producer, &why);
-    if (why == kClosedCorrupt && !aborted_only) {
+    if (why == kClosedCorrupt) {
       if (group) group->poison(note);
       throw CorruptData(label.prefix() + ": the call failed on every rank because " + note + "." + kCorruptAdvice);
     }
@@ -252,12 +252,6 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
       throw Aborted(label.prefix() + ": aborted while waiting for " + what + ": " + note);
     }
   };
-  // An aborted peer: whatever it posted before belongs to a call that will
-  // not complete on every rank, so fail now rather than consume it (a rank
-  // idle at the abort fails its next call with the note, not with a mismatch).
-  // Slots posted before a corrupt-data notice are still delivered (the call
-  // may be complete here; TRANSPORTS.md, "Checksums").
-  throw_if_noted(true);
   for (int i = 0; i < kSpinIters; ++i) {
     if (ready(word->load(std::memory_order_acquire))) return;
     cpu_relax();
@@ -275,7 +269,7 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
     }
     if (closed->load(std::memory_order_acquire)) {
       if (ready(word->load(std::memory_order_acquire))) return;
-      throw_if_noted(false);
+      throw_if_noted();
       std::string why = hooks ? hooks->closed_reason() : std::string();
       if (!why.empty()) throw RemoteError(label.prefix() + ": " + why + " while this rank waited for " + what);
       throw RemoteError(label.prefix() + ": " + closed_msg + " while this rank waited for " + what);
@@ -287,7 +281,7 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
         hooks->check_peer();
       } catch (const RemoteError&) {
         if (ready(word->load(std::memory_order_acquire))) return;
-        throw_if_noted(false);  // a peer that found corrupt data or aborted, and exited
+        throw_if_noted();  // a peer that found corrupt data or aborted, and exited
         throw;
       }
     }
