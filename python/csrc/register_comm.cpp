@@ -15,7 +15,9 @@
 // rank. Only public headers (cpp/include/ncclz/).
 // The GIL is released for every call that may block (rendezvous and every
 // collective), only after the array views have been read, and abort() is
-// callable from another thread while a collective is waiting.
+// callable from another thread while a collective is waiting. While a call
+// waits, the interpreter's signal handlers still run (blocking() below), so
+// Ctrl-C interrupts it with KeyboardInterrupt.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -23,6 +25,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -197,6 +200,65 @@ Compression::Mode parse_mode(const std::string& m) {
   throw ncclz::InvalidArgument("unknown compression mode '" + m + "'; use none, lossless, lossy_abs, lossy_rel");
 }
 
+/// Runs a blocking call without the GIL, with the interpreter's signal
+/// handlers as the thread's interrupt check (ncclz::set_interrupt_check):
+/// about every 50 ms of waiting the call takes the GIL and runs
+/// PyErr_CheckSignals (handlers run on the main thread only; elsewhere it does
+/// nothing). A handler that raises (Ctrl-C's KeyboardInterrupt) stops the
+/// call, which aborts the communicator (its peers get AbortedError naming this
+/// rank); the handler's exception is then raised here, in place of whatever
+/// the call threw.
+class SignalCheck {
+ public:
+  static const char* check(void* ctx) {
+    auto* s = static_cast<SignalCheck*>(ctx);
+    if (s->type_) return s->name_;
+    // A thread still blocked while the interpreter shuts down must not take
+    // the GIL (it would be ended there); its call ends with the communicator.
+#if PY_VERSION_HEX >= 0x030D0000
+    if (Py_IsFinalizing()) return nullptr;
+#else
+    if (_Py_IsFinalizing()) return nullptr;
+#endif
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (PyErr_CheckSignals() != 0) {
+      PyErr_Fetch(&s->type_, &s->value_, &s->tb_);
+      s->name_ = s->type_ ? reinterpret_cast<PyTypeObject*>(s->type_)->tp_name : "a signal handler raised";
+    }
+    PyGILState_Release(g);
+    return s->type_ ? s->name_ : nullptr;
+  }
+  bool raised() const { return type_ != nullptr; }
+  /// With the GIL: raises the handler's exception (nb::python_error).
+  [[noreturn]] void rethrow() {
+    PyErr_Restore(type_, value_, tb_);
+    type_ = value_ = tb_ = nullptr;
+    throw nb::python_error();
+  }
+
+ private:
+  PyObject *type_ = nullptr, *value_ = nullptr, *tb_ = nullptr;
+  const char* name_ = nullptr;
+};
+
+template <class F>
+void blocking(F&& call) {
+  SignalCheck sc;
+  std::exception_ptr err;
+  {
+    nb::gil_scoped_release nogil;
+    ncclz::set_interrupt_check(&SignalCheck::check, &sc);
+    try {
+      call();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    ncclz::set_interrupt_check(nullptr, nullptr);
+  }
+  if (sc.raised()) sc.rethrow();
+  if (err) std::rethrow_exception(err);
+}
+
 /// Owns the C++ communicator. Calls hold a shared_ptr copy, so close() from
 /// one thread never frees the object under a call running in another.
 class CommHandle {
@@ -250,8 +312,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::AllReduce, in, out, r, 0, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st, hints);
+    blocking([&] { comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st, hints); });
     return st;
   }
 
@@ -263,8 +324,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::ReduceScatter, in, out, r, 0, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st, hints);
+    blocking([&] { comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st, hints); });
     return st;
   }
 
@@ -275,8 +335,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::AllGather, in, out, RedOp::Sum, 0, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st, hints);
+    blocking([&] { comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st, hints); });
     return st;
   }
 
@@ -286,8 +345,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::Broadcast, Buffer{}, b, RedOp::Sum, root, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st, hints);
+    blocking([&] { comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st, hints); });
     return st;
   }
 
@@ -296,8 +354,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::Send, b, Buffer{}, RedOp::Sum, peer, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->send(b.data, b.count, b.type, peer, with_layout(c, b), &st);
+    blocking([&] { comm->send(b.data, b.count, b.type, peer, with_layout(c, b), &st); });
     return st;
   }
 
@@ -306,8 +363,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::Recv, Buffer{}, b, RedOp::Sum, peer, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->recv(b.data, b.count, b.type, peer, c, &st);
+    blocking([&] { comm->recv(b.data, b.count, b.type, peer, c, &st); });
     return st;
   }
 
@@ -319,8 +375,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::Reduce, in, out, r, root, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->reduce(in.data, out.data, in.count, in.type, r, root, with_layout(c, in), &st, hints);
+    blocking([&] { comm->reduce(in.data, out.data, in.count, in.type, r, root, with_layout(c, in), &st, hints); });
     return st;
   }
 
@@ -331,8 +386,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::Gather, in, out, RedOp::Sum, root, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->gather(in.data, out.data, in.count, in.type, root, with_layout(c, in), &st, hints);
+    blocking([&] { comm->gather(in.data, out.data, in.count, in.type, root, with_layout(c, in), &st, hints); });
     return st;
   }
 
@@ -343,8 +397,7 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::Scatter, in, out, RedOp::Sum, root, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->scatter(in.data, out.data, out.count, out.type, root, with_layout(c, out), &st, hints);
+    blocking([&] { comm->scatter(in.data, out.data, out.count, out.type, root, with_layout(c, out), &st, hints); });
     return st;
   }
 
@@ -355,8 +408,9 @@ class CommHandle {
     auto comm = get();
     comm->check_call(args(CallKind::AllToAll, in, out, RedOp::Sum, 0, c));
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->all_to_all(in.data, out.data, in.count / size_t(size_), in.type, with_layout(c, in), &st, hints);
+    blocking([&] {
+      comm->all_to_all(in.data, out.data, in.count / size_t(size_), in.type, with_layout(c, in), &st, hints);
+    });
     return st;
   }
 
@@ -378,16 +432,16 @@ class CommHandle {
     a.recv_counts = recv_counts.data();
     comm->check_call(a);
     CallStats st;
-    nb::gil_scoped_release nogil;
-    comm->all_to_allv(in.data, send_counts.data(), out.data, recv_counts.data(), in.type, with_layout(c, in), &st,
-                      hints);
+    blocking([&] {
+      comm->all_to_allv(in.data, send_counts.data(), out.data, recv_counts.data(), in.type, with_layout(c, in), &st,
+                        hints);
+    });
     return st;
   }
 
   void barrier() {
     auto comm = get();
-    nb::gil_scoped_release nogil;
-    comm->barrier();
+    blocking([&] { comm->barrier(); });
   }
 
  private:
@@ -594,6 +648,7 @@ void register_comm(nb::module_& m) {
       .def_ro("wait_s", &CallStats::wait_s)
       .def_ro("wall_s", &CallStats::wall_s)
       .def_ro("error_bound", &CallStats::error_bound)
+      .def_ro("requested_bound", &CallStats::requested_bound)
       .def_ro("exact_fallback", &CallStats::exact_fallback)
       .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(ncclz::mode_name(x.ran_mode)); })
       .def_ro("lightened", &CallStats::lightened)

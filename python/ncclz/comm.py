@@ -64,7 +64,13 @@ class CallStats:
     quantize_s: time quantizing / dequantizing at the API layer.
     wait_s: time blocked waiting for slots (peers, the network).
     wall_s: wall time of the call.
-    error_bound: the bound E promised for this call (0 for exact modes).
+    error_bound: the bound the result meets, max |out - exact| over the finite
+        elements (0 for exact modes): the requested E where the call ran
+        compressed; where a lossy call ran exactly (exact_fallback, or the
+        policy's lighter mode), what that achieved: 0 for a copy, the
+        dtype's rounding of the sum for sums and means (which may exceed a
+        requested E below that rounding).
+    requested_bound: the bound E the call asked for (0 for exact modes).
     exact_fallback: a lossy call that ran exactly instead (non-finite inputs,
         outliers, a bound below the dtype's own rounding, a small message).
     requested: the compression the caller asked for.
@@ -92,6 +98,7 @@ class CallStats:
     error_bound: float
     exact_fallback: bool = False
     requested: str = ""
+    requested_bound: float = 0.0
     policy: str = ""
     algorithm: str = "ring"
     local_bytes: int = 0
@@ -295,7 +302,18 @@ class Communicator:
         model (its margin, link rate, ...). Only rank 0's policy decides.
 
     Use it as a context manager, or call close(); abort() makes pending calls
-    fail (from any thread).
+    fail (from any thread), here and on every peer (AbortedError naming this
+    rank). Ctrl-C (or any signal handler that raises) interrupts a blocked
+    call within about 0.1 s: the call aborts the communicator and raises the
+    handler's exception (KeyboardInterrupt).
+
+    Threads: one call at a time, and every rank must make its calls in the
+    same order. A call made while another thread's call on the same
+    communicator is running raises InvalidArgumentError naming both calls and
+    aborts the communicator (on every rank), since the ranks would otherwise
+    pair calls differently and mix their data silently. Make the calls from
+    one thread, order them yourself the same way on every rank, or give each
+    thread its own communicator.
     """
 
     def __init__(
@@ -370,7 +388,7 @@ class Communicator:
             store = _store.store_from_env(timeout)
         if store is not None or unique_id is not None:
             if unique_id is None:
-                key = _store.next_key()
+                key = _store.next_key(store, rank)
                 if rank == 0:
                     uid = _native.UniqueId.make(_env("NCCLZ_BOOTSTRAP_ADDR", ""), 0)
                     _store.publish(store, key, uid.bytes)
@@ -530,6 +548,7 @@ class Communicator:
             error_bound=float(st.error_bound),
             exact_fallback=bool(getattr(st, "exact_fallback", False)),
             requested=requested,
+            requested_bound=float(getattr(st, "requested_bound", 0.0)),
             policy=d.describe(ran, bool(st.lightened)) if d is not None else "",
             algorithm=str(getattr(st, "algorithm", "ring")),
             local_bytes=int(getattr(st, "local_bytes", 0)),

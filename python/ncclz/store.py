@@ -32,12 +32,23 @@ _sequence = itertools.count()
 _sequence_lock = threading.Lock()
 
 
-def next_key() -> str:
-    """Key for the next communicator made through a store in this process.
+def next_key(store: Any = None, rank: int = 0) -> str:
+    """Key for the next communicator this rank makes through ``store``.
 
     Every rank creates its communicators in the same order, so the n-th
-    communicator of each rank uses the same key.
+    communicator of each rank uses the same key. Where the store counts
+    (``add``, as torch's stores do), n is kept in the store, per rank, under
+    ``ncclz/unique_id/count/<rank>``: a job re-created on a store that outlives
+    it (a FileStore, a long-lived TCPStore) then takes fresh keys instead of
+    reading the last job's id. Otherwise n counts in this process.
     """
+    add = getattr(store, "add", None)
+    if callable(add):
+        try:
+            n = int(add(f"{KEY_PREFIX}count/{rank}", 1)) - 1
+        except Exception as e:  # any store's failure (RuntimeError, DistStoreError, OSError, ...)
+            raise RemoteError(f"rank {rank}: the store's add() failed ({type(e).__name__}: {e})") from e
+        return f"{KEY_PREFIX}{n}"
     with _sequence_lock:
         return f"{KEY_PREFIX}{next(_sequence)}"
 

@@ -181,6 +181,53 @@ TEST(CallRoutineLossy, LossyBroadcastGivesTheRootTheValuesTheOthersGet) {
   for (size_t i = 0; i < n; ++i) ASSERT_LE(std::fabs(buf[2][i] - src[i]), 1e-2) << i;
 }
 
+TEST(CallRoutineLossy, ExactFallbackReportsTheBoundItAchieves) {
+  // A bound below float32's rounding of the sum: the call runs exactly
+  // (float64 accumulation, rounded once) and reports what that achieves, not
+  // the E it could not promise; every element is within the reported bound.
+  const int N = 3;
+  const size_t n = 5000;
+  Ranks w(N);
+  std::vector<std::vector<float>> in(static_cast<size_t>(N)), out(static_cast<size_t>(N), std::vector<float>(n));
+  std::vector<CallStats> st(static_cast<size_t>(N));
+  for (int r = 0; r < N; ++r) in[size_t(r)] = input(n, 7 + r);
+  for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
+    w.run([&](int r, Communicator& comm) {
+      comm.all_reduce(in[size_t(r)].data(), out[size_t(r)].data(), n, DataType::F32, op, Compression::lossy_abs(1e-12),
+                      &st[size_t(r)]);
+    });
+    double maxabs = 0;
+    for (const auto& v : in) {
+      for (float x : v) maxabs = std::max(maxabs, double(std::fabs(x)));
+    }
+    for (int r = 0; r < N; ++r) {
+      const CallStats& s = st[size_t(r)];
+      EXPECT_TRUE(s.exact_fallback) << r;
+      EXPECT_EQ(s.requested_bound, 1e-12) << r;
+      EXPECT_GT(s.error_bound, 1e-12) << r;  // float32's rounding, not the request
+      // no looser than a few float32 half-ulps of the largest possible sum
+      EXPECT_LE(s.error_bound, 4 * N * maxabs * std::ldexp(1.0, -24)) << r;
+      double worst = 0;
+      for (size_t i = 0; i < n; ++i) {
+        double exact = 0;
+        for (int q = 0; q < N; ++q) exact += double(in[size_t(q)][i]);
+        if (op == RedOp::Avg) exact /= N;
+        worst = std::max(worst, std::fabs(double(out[size_t(r)][i]) - exact));
+      }
+      EXPECT_LE(worst, s.error_bound) << r;
+    }
+  }
+  // a copy (all_gather) that runs exactly achieves 0
+  w.run([&](int r, Communicator& comm) {
+    std::vector<float> y(n * N);
+    comm.all_gather(in[size_t(r)].data(), y.data(), n, DataType::F32, Compression::lossy_abs(1e-12), &st[size_t(r)]);
+  });
+  for (const auto& s : st) {
+    EXPECT_EQ(s.error_bound, 0.0);
+    EXPECT_EQ(s.requested_bound, 1e-12);
+  }
+}
+
 // ---- the policy's hints ---------------------------------------------------------------------
 
 TEST(CallRoutineHints, OnlyRankZerosProposalCountsAndEveryRankRunsIt) {
@@ -215,11 +262,13 @@ TEST(CallRoutineHints, OnlyRankZerosProposalCountsAndEveryRankRunsIt) {
     EXPECT_FALSE(s.lightened);
     EXPECT_EQ(s.ran_mode, Mode::Lossless);
   }
-  // data movement keeps any bound exactly: taken, and E is still reported
+  // data movement keeps any bound exactly: taken; the achieved bound is 0, E
+  // is reported as the request
   st = run([&](int r) { return r == 0 ? &none : nullptr; }, Compression::lossy_abs(1e-9), true);
   for (const auto& s : st) {
     EXPECT_TRUE(s.lightened);
-    EXPECT_EQ(s.error_bound, 1e-9);
+    EXPECT_EQ(s.error_bound, 0.0);
+    EXPECT_EQ(s.requested_bound, 1e-9);
   }
   // a float32 sum of values up to ~3 may round by far more than 1e-9: not taken
   st = run([&](int r) { return r == 0 ? &none : nullptr; }, Compression::lossy_abs(1e-9), false);

@@ -652,6 +652,92 @@ TEST(Transport, SocketThrottlePacesAndIfname) {
   EXPECT_LT(secs, 3.0);
 }
 
+// A wait's deadline bounds the time without progress, and bytes moving on a
+// socket are progress: slots of 1 MiB at 2 MB/s take ~0.5 s each, a flush of
+// three ~1.5 s, and every wait is given 0.2 s, yet all of them succeed (the
+// budget starts again whenever bytes move). Then the sender stops: the
+// receiver's next wait times out after its 0.2 s, naming the idle time.
+TEST(Transport, SocketWaitsCountBytesAsProgress) {
+  UniqueId id = Bootstrap::make_unique_id();
+  double secs = 0;
+  std::string stuck;
+  run_threads(2, [&](int r) {
+    auto b = Bootstrap::create(id, r, 2, 10.0);
+    TransportConfig cfg;
+    cfg.transport = "socket";
+    cfg.slot_bytes = 1 << 20;
+    cfg.nslots = 4;
+    cfg.throttle_gbps = 0.016;
+    auto t = create_transport(*b, cfg, nullptr);
+    auto links = t->connect({1 - r}, 1, in_s(10));
+    b->barrier();
+    auto t0 = Clock::now();
+    for (int k = 0; k < 3; ++k) {
+      if (r == 0) {
+        std::memset(links[0][0].send->acquire(in_s(0.2)), k, cfg.slot_bytes);
+        links[0][0].send->post(cfg.slot_bytes);
+      } else {
+        const SlotView v = links[0][0].recv->wait(in_s(0.2));
+        EXPECT_EQ(v.bytes, cfg.slot_bytes);
+        EXPECT_EQ(v.data[v.bytes - 1], uint8_t(k));
+        links[0][0].recv->release();
+      }
+    }
+    if (r == 0) links[0][0].send->flush(in_s(0.2));
+    if (r == 1) {
+      secs = since(t0);
+      try {
+        links[0][0].recv->wait(in_s(0.2));
+      } catch (const Timeout& e) {
+        stuck = e.what();
+      }
+    }
+    b->barrier();
+  });
+  EXPECT_GT(secs, 0.6);  // each wait outlived its 0.2 s budget several times over
+  EXPECT_TRUE(contains(stuck, "no progress for")) << stuck;
+  EXPECT_TRUE(contains(stuck, "the limit is 0.2 s")) << stuck;
+}
+
+// Transport::abort closes every connection with its note: the peer, blocked
+// in a wait with a long deadline, fails at once with Aborted carrying the
+// note, sets its own AbortFlag with it and passes it on to its other peers
+// (rank 2 hears of rank 0's abort although it waits on rank 1 only).
+TEST_P(TransportKinds, AbortReachesPeersThroughTheirPeers) {
+  JobSpec s;
+  s.kind = GetParam();
+  s.n = 3;
+  s.full_mesh = false;
+  auto ranks = make_ranks(s);
+  std::string got[3];
+  double at[3] = {0, 0, 0};
+  const auto t0 = Clock::now();
+  run_threads(3, [&](int r) {
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ranks[0].transport->abort("rank 0 aborted the communicator: test");
+      return;
+    }
+    // rank 1 waits on rank 0, rank 2 waits on rank 1
+    const int from = r - 1;
+    try {
+      ranks[size_t(r)].links[0][size_t(index_of(ranks[size_t(r)], from))].recv->wait(in_s(60));
+      got[r] = "returned";
+    } catch (const Aborted& e) {
+      got[r] = e.what();
+    } catch (const std::exception& e) {
+      got[r] = std::string("other: ") + e.what();
+    }
+    at[r] = since(t0);
+  });
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_TRUE(contains(got[r], "rank 0 aborted the communicator: test")) << r << ": " << got[r];
+    EXPECT_LT(at[r], 20.0) << r;
+    EXPECT_TRUE(ranks[size_t(r)].abort->aborted.load()) << r;
+    EXPECT_TRUE(contains(ranks[size_t(r)].abort->reason, "rank 0 aborted")) << ranks[size_t(r)].abort->reason;
+  }
+}
+
 // ---- separate processes ------------------------------------------------------
 
 namespace {

@@ -80,7 +80,13 @@ struct CallStats {
   double quantize_s = 0;    ///< time quantizing/dequantizing at the API layer
   double wait_s = 0;        ///< time blocked waiting for slots
   double wall_s = 0;        ///< wall time of the call
-  double error_bound = 0;   ///< the bound E promised for this call (0 for exact modes)
+  /// The bound the result meets, max |out - exact| over the finite elements
+  /// (0 for exact modes): E for a compressed lossy call; where a lossy call
+  /// ran exactly (exact_fallback), what that path achieves (0 for a copy or
+  /// select, the float64-accumulated sum's rounding for a sum or mean, which
+  /// may exceed a requested E below the type's own rounding).
+  double error_bound = 0;
+  double requested_bound = 0;  ///< the bound E the call asked for (0 for exact modes)
   /// Lossy call that ran exactly instead (non-finite inputs, quantizer outliers,
   /// a bound below the type's own rounding, or a message under min_bytes).
   bool exact_fallback = false;
@@ -279,5 +285,15 @@ class Communicator {
   /// transport can reach them, on its peers) fail with Aborted. Thread-safe.
   virtual void abort(const std::string& reason = "aborted by user") = 0;
 };
+
+/// An interrupt check for blocking calls made by the calling thread: while a
+/// call of this thread waits (for a peer's slot, for its own channels), it
+/// runs `check(ctx)` every 50 ms or so; a non-null answer (why, e.g.
+/// "KeyboardInterrupt") makes the call abort the communicator (its peers get
+/// Aborted naming this rank) and throw Interrupted. nullptr removes the check.
+/// The Python bindings install one that runs the interpreter's signal handlers,
+/// so Ctrl-C interrupts a blocked call. Per thread; not called concurrently.
+using InterruptCheck = const char* (*)(void* ctx);
+void set_interrupt_check(InterruptCheck check, void* ctx);
 
 }  // namespace ncclz

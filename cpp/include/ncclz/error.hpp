@@ -38,10 +38,20 @@ class Timeout : public RemoteError {
   using RemoteError::RemoteError;
 };
 
-/// The communicator was aborted (locally or by a peer).
+/// The communicator was aborted (locally or by a peer). A peer's abort names
+/// the rank that aborted and why ("rank 2 aborted the communicator: ...").
 class Aborted : public RemoteError {
  public:
   using RemoteError::RemoteError;
+};
+
+/// A blocked call was interrupted by the calling thread's interrupt check
+/// (ncclz::set_interrupt_check; the Python bindings: a signal handler raised,
+/// e.g. KeyboardInterrupt on Ctrl-C). The communicator is aborted, so its
+/// peers fail with Aborted naming this rank.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
 };
 
 /// A system call failed (socket, shared memory, ...).

@@ -105,7 +105,10 @@ ncclzResult_t ncclzCommInitRank(ncclzComm_t* comm, int nranks, ncclzUniqueId com
 /* RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and NCCLZ_* from the environment. */
 ncclzResult_t ncclzCommInitFromEnv(ncclzComm_t* comm);
 ncclzResult_t ncclzCommDestroy(ncclzComm_t comm);
-/* Makes pending and future calls on comm fail with ncclzAborted, then frees it. */
+/* Makes pending and future calls on comm fail with ncclzAborted, here and on
+ * every peer (their calls fail at once, naming this rank), then frees it. A
+ * communicator runs one call at a time: a call made while another thread's
+ * call on it runs fails with ncclzInvalidArgument and aborts it. */
 ncclzResult_t ncclzCommAbort(ncclzComm_t comm);
 ncclzResult_t ncclzCommCount(const ncclzComm_t comm, int* count);
 ncclzResult_t ncclzCommUserRank(const ncclzComm_t comm, int* rank);

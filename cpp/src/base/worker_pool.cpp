@@ -2,6 +2,8 @@
 // each runs its part and the last one to finish wakes the caller.
 #include "base/worker_pool.hpp"
 
+#include <chrono>
+
 namespace ncclz::base {
 
 WorkerPool::WorkerPool(int nworkers) {
@@ -17,7 +19,7 @@ WorkerPool::~WorkerPool() {
   for (auto& t : threads_) t.join();
 }
 
-void WorkerPool::run(int n, const std::function<void(int)>& fn) {
+void WorkerPool::run(int n, const std::function<void(int)>& fn, const std::function<void()>& idle) {
   if (n > workers() + 1) n = workers() + 1;
   if (n > 1) {
     std::lock_guard<std::mutex> lk(mu_);
@@ -30,7 +32,12 @@ void WorkerPool::run(int n, const std::function<void(int)>& fn) {
   fn(0);
   if (n > 1) {
     std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [&] { return pending_ == 0; });
+    while (!done_cv_.wait_for(lk, std::chrono::milliseconds(kIdleMs), [&] { return pending_ == 0; })) {
+      if (!idle) continue;
+      lk.unlock();
+      idle();
+      lk.lock();
+    }
     job_ = nullptr;
   }
 }

@@ -22,7 +22,10 @@ class WorkerPool {
   /// Runs fn(i) for i = 0..n-1 concurrently (i = 0 on the calling thread) and
   /// returns when all have finished. n - 1 must not exceed the worker count;
   /// fn must not throw. One run at a time (the communicator serializes calls).
-  void run(int n, const std::function<void(int)>& fn);
+  /// `idle`, if given, runs on the caller every kIdleMs while it waits for
+  /// the workers after its own part (the channels: the interrupt check).
+  void run(int n, const std::function<void(int)>& fn, const std::function<void()>& idle = nullptr);
+  static constexpr int kIdleMs = 20;
   int workers() const { return int(threads_.size()); }
 
  private:

@@ -158,22 +158,37 @@ LossyPlan plan_lossy_hier(codec::ElemType t, Combine how, int nhosts, int local_
 bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g) {
   if (how == Combine::Select) return true;
   if (g.nonfinite || !(E > 0) || !std::isfinite(E)) return false;
+  const double R = double(nranks) * g.maxabs * (1 + std::ldexp(1.0, -30));
+  if (!(R < largest_finite(t))) return false;
+  return exact_error(t, how, nranks, g, false) <= 0.5 * E;
+}
+
+double exact_error(codec::ElemType t, Combine how, int nranks, const DataStats& g, bool in_f64) {
+  if (how == Combine::Select || nranks <= 1) return 0;
+  const double N = double(nranks);
+  const double A = g.maxabs * (1 + std::ldexp(1.0, -30));
+  const double R = N * A;
+  if (!in_f64) {
+    const double err = (N - 1) * half_ulp_bound(t, R);
+    return how == Combine::Mean ? err / N + half_ulp_bound(t, A) : err;
+  }
+  const double u64 = std::ldexp(1.0, -53);
+  const double acc = (N - 1) * R * u64;
+  return how == Combine::Mean ? acc / N + A * u64 + half_ulp_bound(t, A) : acc + half_ulp_bound(t, R);
+}
+
+double f32_sum_error(codec::ElemType t, int nranks, const DataStats& g) {
   const double N = double(nranks);
   const double R = N * g.maxabs * (1 + std::ldexp(1.0, -30));
-  if (!(R < largest_finite(t))) return false;
-  double err = (N - 1) * half_ulp_bound(t, R);
-  if (how == Combine::Mean) err = err / N + half_ulp_bound(t, g.maxabs);
-  return err <= 0.5 * E;
+  return (N - 1) * half_ulp_bound(codec::ElemType::F32, R) + half_ulp_bound(t, R);
 }
 
 bool f32_sum_keeps_bound(codec::ElemType t, int nranks, double E, const DataStats& g) {
   if (t != codec::ElemType::F16 && t != codec::ElemType::BF16) return false;
   if (g.nonfinite || !(E > 0) || !std::isfinite(E)) return false;
-  const double N = double(nranks);
-  const double R = N * g.maxabs * (1 + std::ldexp(1.0, -30));
+  const double R = double(nranks) * g.maxabs * (1 + std::ldexp(1.0, -30));
   if (!(R < largest_finite(t))) return false;
-  const double err = (N - 1) * half_ulp_bound(codec::ElemType::F32, R) + half_ulp_bound(t, R);
-  return err <= E;
+  return f32_sum_error(t, nranks, g) <= E;
 }
 
 double blob_bound(double abs_bound, double rel_bound, bool any_finite, double lo, double hi, double max_eb) {

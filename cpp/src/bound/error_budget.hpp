@@ -131,6 +131,19 @@ bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, con
 /// N*A, plus one half-ulp of t at N*A (t to float32 is exact). The exact
 /// path's middle way, half the bytes of float64.
 bool f32_sum_keeps_bound(codec::ElemType t, int nranks, double E, const DataStats& g);
+/// That path's bound: (N-1) * hu_f32(R) + hu_t(R), R = N*A (CallStats::error_bound).
+double f32_sum_error(codec::ElemType t, int nranks, const DataStats& g);
+
+/// The bound on |out - exact| (the exact result in fp64, every finite element)
+/// that an exact run of a lossy call achieves, as CallStats::error_bound
+/// reports it. Select: 0 (one rank's value). Sums and means, R = N*A:
+///  - in T (in_f64 false; the policy's lighter mode, the plain collective):
+///    (N-1) * hu(R), a mean / N + hu(A) for its division;
+///  - accumulated in float64 and rounded to T once (in_f64; the exact
+///    fallback): (N-1) * R * 2^-53 + hu(R), a mean (N-1) * R * 2^-53 / N +
+///    A * 2^-53 + hu(A).
+/// One rank: 0. (R and A are inflated by 2^-30 relative, as above.)
+double exact_error(codec::ElemType t, Combine how, int nranks, const DataStats& g, bool in_f64);
 
 /// The standalone codec's bound for one blob (codec::compress): abs_bound when
 /// it is > 0, else rel_bound * (hi - lo) of the finite values (any_finite:

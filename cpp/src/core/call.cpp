@@ -24,7 +24,7 @@ CallState CallRoutine::begin(CallStats* stats) const {
   }
   CallState c;
   c.out = stats;
-  c.deadline = c.t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(rt_.cfg.timeout_s));
+  c.timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(rt_.cfg.timeout_s));
   return c;
 }
 
@@ -43,7 +43,8 @@ Mode CallRoutine::decide_mode(const std::vector<CallDesc>& all, Mode m, DataType
                   (unsigned long long)all[0].seq, p == 0 ? "none" : "lossless");
       return m;
     }
-    call.bound = E;
+    call.requested = E;
+    call.bound = bound::exact_error(elem_of(t), how, rt_.nranks, g, false);  // what the exact run in T achieves
   }
   call.ran = Mode(p);
   call.lightened = true;
@@ -167,7 +168,7 @@ void CallRoutine::point_to_point(const Collective& cd, DataType t, const Compres
     step("send", [&] {
       prims::Prims p = rt_.peers.prims(peer, lossy.send_wire(m), call, &call.ch[0]);
       p.send(lossy.send_data(), cd.count);
-      rt_.peers.link(peer)->send->flush(call.deadline);  // complete only once the bytes have left this process
+      rt_.peers.link(peer)->send->flush(call.deadline());  // complete only once the bytes have left this process
     });
   } else {
     void* target = lossy.recv_target(theirs, m);

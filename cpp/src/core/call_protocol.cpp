@@ -46,7 +46,7 @@ std::vector<CallDesc> CallProtocol::exchange(const CallDesc& mine, CallState& ca
   }
   prims::ChannelStats st;  // control traffic is not counted in the call's stats
   try {
-    prims::Prims p = channels_.control(&st, call.deadline);
+    prims::Prims p = channels_.control(&st, call.timeout);
     algorithms::ring_all_gather(p, {rank_, nranks_}, &mine, all.data(), sizeof(CallDesc), sizeof(CallDesc),
                                 sizeof(CallDesc));
   } catch (const Aborted&) {
@@ -114,7 +114,7 @@ uint64_t CallProtocol::exchange_counts(const CallDesc& mine, const size_t* send_
   } else {
     prims::ChannelStats st;  // control traffic
     try {
-      prims::Prims p = channels_.control(&st, call.deadline);
+      prims::Prims p = channels_.control(&st, call.timeout);
       const size_t bytes = rec * sizeof(uint64_t);
       // Chunks of one slice: each ring step sends at most one slot before it
       // receives (deadlock-free for any K >= 2), however large N makes a record.

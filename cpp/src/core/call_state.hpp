@@ -1,4 +1,4 @@
-// The bookkeeping of one call in flight: its deadline, the counters of the
+// The bookkeeping of one call in flight: its timeout, the counters of the
 // channels it runs on, what it ran with, and the CallStats it reports.
 #pragma once
 
@@ -17,18 +17,24 @@ inline double seconds(Clock::time_point a, Clock::time_point b) { return std::ch
 
 struct CallState {
   Clock::time_point t0 = Clock::now();
-  Clock::time_point deadline;
+  /// The longest any wait of the call may go without progress (NCCLZ_TIMEOUT):
+  /// every wait's deadline is its start plus this (transport.hpp).
+  Clock::duration timeout{};
   std::vector<prims::ChannelStats> ch;  ///< per channel (send/recv: the one link)
   /// Hierarchical calls: per channel, the intra-host links (ch: the inter-host ones).
   std::vector<prims::ChannelStats> local_ch;
   Algorithm algorithm = Algorithm::Ring;            ///< the algorithm the call ran
   double quantize_s = 0;                            ///< API-layer passes: statistics, quantize, dequantize
-  double bound = 0;                                 ///< E (CallStats::error_bound)
+  double bound = 0;                                 ///< the bound the result meets (CallStats::error_bound)
+  double requested = 0;                             ///< E asked for (CallStats::requested_bound)
   bool fallback = false;                            ///< a lossy call that ran exactly
   Compression::Mode ran = Compression::Mode::None;  ///< the mode the call ran with
   bool lightened = false;                           ///< rank 0's lighter proposal was taken
   double rans_margin = -1;  ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
   CallStats* out = nullptr;
+
+  /// A deadline for one wait starting now.
+  Clock::time_point deadline() const { return Clock::now() + timeout; }
 
   /// Writes the CallStats (if asked for): the channels' counters summed.
   void finish() {
@@ -46,6 +52,7 @@ struct CallState {
     r.wait_s = s.wait_s + local.wait_s;
     r.wall_s = seconds(t0, Clock::now());
     r.error_bound = bound;
+    r.requested_bound = requested;
     r.exact_fallback = fallback;
     r.ran_mode = ran;
     r.lightened = lightened;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "base/interrupt.hpp"
 #include "base/worker_pool.hpp"
 #include "core/codec_choice.hpp"
 #include "core/config.hpp"
@@ -34,7 +35,7 @@ prims::PrimsArgs args_of(const Wire& w, const CallState& call, int rank, int cha
   a.enc = w.enc;
   if (call.rans_margin >= 0) a.enc.rans_margin = call.rans_margin;  // rank 0's codec effort
   a.raw_esize = w.raw_esize;
-  a.deadline = call.deadline;
+  a.timeout = call.timeout;
   a.rank = rank;
   a.channel = channel;
   a.stage = w.stage;
@@ -123,12 +124,12 @@ prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
   return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
 }
 
-prims::Prims RingChannels::control(prims::ChannelStats* st, Clock::time_point deadline) {
+prims::Prims RingChannels::control(prims::ChannelStats* st, Clock::duration timeout) {
   prims::PrimsArgs a;
   a.type = ElemType::U8;
   a.mode = prims::WireMode::Raw;
   a.raw_esize = 1;
-  a.deadline = deadline;
+  a.timeout = timeout;
   a.rank = rank_;
   a.channel = 0;
   a.slice_bytes = slot_of(slot_bytes_);
@@ -145,7 +146,7 @@ void RingChannels::run(int nch, CallState& call, const std::function<void(int)>&
       // The call is complete only when its last slots have left this process
       // (the socket proxy may still be writing them): a rank may exit right
       // after the call returns, and its peers must still get every byte.
-      if (ch_[size_t(c)].send) ch_[size_t(c)].send->flush(call.deadline);
+      if (ch_[size_t(c)].send) ch_[size_t(c)].send->flush(call.deadline());
     } catch (...) {
       errs[size_t(c)] = std::current_exception();
       std::string what = "failed";
@@ -158,7 +159,21 @@ void RingChannels::run(int nch, CallState& call, const std::function<void(int)>&
       fail_("channel " + std::to_string(c) + ": " + what);
     }
   };
-  pool_->run(nch, guarded);
+  // The caller, done with channel 0, still notices its thread's interrupt
+  // check while the other channels wait (base/interrupt.hpp).
+  std::string interrupted;
+  auto idle = [&] {
+    if (!interrupted.empty()) return;
+    if (const char* why = base::poll_interrupt()) {
+      interrupted = why;
+      fail_("interrupted (" + interrupted + ")");
+    }
+  };
+  pool_->run(nch, guarded, base::has_interrupt_check() ? std::function<void()>(idle) : nullptr);
+  if (!interrupted.empty()) {
+    throw Interrupted("ncclz rank " + std::to_string(rank_) + ": interrupted (" + interrupted +
+                      ") while waiting for the call's other channels; the communicator was aborted");
+  }
   std::exception_ptr first;
   for (auto& e : errs) {
     if (e && !is_aborted_error(e)) {
@@ -219,7 +234,7 @@ void RingChannels::run_peer_schedule(const Collective& cd, const void* src, void
     part.recv = cd.recv_blocks;
     part.root = cd.root;
     cd.peer_schedule(links, part);
-    links.flush(call.deadline);
+    links.flush(call.deadline());
   });
 }
 
@@ -234,7 +249,7 @@ prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::C
   a.mode = w.mode;
   a.enc = w.enc;
   a.raw_esize = w.raw_esize;
-  a.deadline = call.deadline;
+  a.timeout = call.timeout;
   a.rank = rank_;
   a.channel = -1;
   a.slice_bytes = slot_of(slot_bytes_);

@@ -86,7 +86,7 @@ class RingChannels {
   prims::Prims prims(int c, const Wire& w, CallState& call);
   /// Raw byte prims on channel 0 for the call descriptor rounds (not counted
   /// in the call's stats: `st`).
-  prims::Prims control(prims::ChannelStats* st, Clock::time_point deadline);
+  prims::Prims control(prims::ChannelStats* st, Clock::duration timeout);
 
   /// Runs fn(c) for c = 0..nch-1 on the channels' threads, then flushes each
   /// channel's connection (a call is complete only when its last slots have

@@ -24,13 +24,27 @@
 // leave the communicator usable. A failure while data moves (timeout, corrupt
 // slice, a vanished peer) leaves the slot FIFOs out of step, so it aborts the
 // communicator: the sibling channels wake up with Aborted, the original error
-// is rethrown, and later calls fail with Aborted.
+// is rethrown, and later calls fail with Aborted. Aborting (abort(), or any
+// such failure) closes every connection with a note naming this rank and why,
+// so a peer blocked in any call fails at once with Aborted, and passes the
+// note on to its own peers (transport/transport.hpp, "Aborting").
+//
+// Threads. A communicator runs one call at a time, and the ranks match calls
+// by their order, so calls from several threads of one rank would pair up
+// differently on different ranks (silently wrong sums where the shapes agree).
+// A call made while another thread's call is running therefore raises
+// InvalidArgument naming both calls and aborts the communicator, so every
+// rank fails instead of mixing data. Calls from several threads one after
+// another (the user's own ordering, the same on every rank) are fine; so is
+// abort() from any thread at any time.
 #include "ncclz/communicator.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/log.hpp"
@@ -65,65 +79,79 @@ class CommunicatorImpl final : public Communicator {
 
   void all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, const Compression& c,
                   CallStats* stats, const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "all_reduce", count, t);
     routine_->collective(core::all_reduce_desc(send, recv, count, op), t, c, hints, stats);
   }
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType t, RedOp op, const Compression& c,
                       CallStats* stats, const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "reduce_scatter", recv_count, t);
     routine_->collective(core::reduce_scatter_desc(send, recv, recv_count, op, size_), t, c, hints, stats);
   }
   void all_gather(const void* send, void* recv, size_t send_count, DataType t, const Compression& c, CallStats* stats,
                   const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "all_gather", send_count, t);
     routine_->collective(core::all_gather_desc(send, recv, send_count, size_), t, c, hints, stats);
   }
   void broadcast(void* buf, size_t count, DataType t, int root, const Compression& c, CallStats* stats,
                  const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "broadcast", count, t);
     routine_->collective(core::broadcast_desc(buf, count, root, rank_), t, c, hints, stats);
   }
   void reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, int root, const Compression& c,
               CallStats* stats, const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "reduce", count, t);
     routine_->collective(core::reduce_desc(send, recv, count, op, root, rank_), t, c, hints, stats);
   }
   void gather(const void* send, void* recv, size_t send_count, DataType t, int root, const Compression& c,
               CallStats* stats, const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "gather", send_count, t);
     routine_->collective(core::gather_desc(send, recv, send_count, root, rank_, size_), t, c, hints, stats);
   }
   void scatter(const void* send, void* recv, size_t recv_count, DataType t, int root, const Compression& c,
                CallStats* stats, const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "scatter", recv_count, t);
     routine_->collective(core::scatter_desc(send, recv, recv_count, root, rank_, size_), t, c, hints, stats);
   }
   void all_to_all(const void* send, void* recv, size_t count, DataType t, const Compression& c, CallStats* stats,
                   const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "all_to_all", count, t);
     routine_->collective(core::all_to_all_desc(send, recv, count, rank_, size_), t, c, hints, stats);
   }
   void all_to_allv(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts, DataType t,
                    const Compression& c, CallStats* stats, const PolicyHints* hints) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "all_to_allv", 0, t);
     routine_->collective(core::all_to_allv_desc(send, send_counts, recv, recv_counts, rank_, size_), t, c, hints,
                          stats);
   }
   void send(const void* buf, size_t count, DataType t, int peer, const Compression& c, CallStats* stats) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "send", count, t);
     routine_->point_to_point(core::send_desc(buf, count, rank_, peer), t, c, stats);
   }
   void recv(void* buf, size_t count, DataType t, int peer, const Compression& c, CallStats* stats) override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "recv", count, t);
     routine_->point_to_point(core::recv_desc(buf, count, rank_, peer), t, c, stats);
   }
   void barrier() override {
-    std::lock_guard<std::mutex> lk(call_mu_);
+    CallGuard g(this, "barrier", 0, DataType::U8);
     routine_->barrier();
   }
   void abort(const std::string& reason) override { fail(reason); }
 
  private:
+  /// One call at a time (see "Threads" above): holds call_mu_ for the call,
+  /// or, when another thread's call holds it, aborts the communicator and
+  /// throws InvalidArgument naming both calls.
+  class CallGuard {
+   public:
+    CallGuard(CommunicatorImpl* c, const char* what, size_t count, DataType t);
+    ~CallGuard();
+    CallGuard(const CallGuard&) = delete;
+    CallGuard& operator=(const CallGuard&) = delete;
+
+   private:
+    CommunicatorImpl* c_;
+  };
+
   /// Aborts the communicator: every pending and later call fails with Aborted.
   void fail(const std::string& reason);
   /// The hierarchical links (see the file comment), where the topology allows them.
@@ -142,6 +170,8 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<core::Runtime> rt_;
   std::unique_ptr<core::CallRoutine> routine_;
   std::mutex call_mu_;   // one call at a time
+  std::mutex running_mu_;
+  std::string running_;  // the call holding call_mu_ and its thread, for the concurrent-use error
   std::mutex abort_mu_;  // abort()/fail() against each other
 };
 
@@ -324,13 +354,51 @@ CommunicatorImpl::~CommunicatorImpl() {
 
 void CommunicatorImpl::fail(const std::string& reason) {
   std::lock_guard<std::mutex> lk(abort_mu_);
-  if (abort_->aborted.load()) return;
-  abort_->reason = reason;
-  abort_->aborted.store(true);
+  if (!abort_->set(reason)) return;  // aborted already (here, or by a peer's notice)
+  // Tell the peers: every connection closes with the note, and each peer
+  // passes it on (transport.hpp, "Aborting").
+  if (transport_) transport_->abort("rank " + std::to_string(rank_) + " aborted the communicator: " + reason);
   try {
     boot_->abort(reason);
   } catch (...) {
   }
+}
+
+std::string thread_name() {
+  std::ostringstream o;
+  o << "thread " << std::this_thread::get_id();
+  return o.str();
+}
+
+CommunicatorImpl::CallGuard::CallGuard(CommunicatorImpl* c, const char* what, size_t count, DataType t) : c_(c) {
+  std::string me = std::string(what) + "(count=" + std::to_string(count) + ", " + dtype_name(t) + ")";
+  if (std::string(what) == "barrier") me = "barrier()";
+  me += " on " + thread_name();
+  if (!c_->call_mu_.try_lock()) {
+    std::string other;
+    {
+      std::lock_guard<std::mutex> lk(c_->running_mu_);
+      other = c_->running_.empty() ? std::string("another call") : c_->running_;
+    }
+    const std::string why = "two threads called the communicator at once: " + me + " while " + other +
+                            " was running. A communicator runs one call at a time, and every rank must make its "
+                            "calls in the same order; with several threads, make the calls from one thread (or "
+                            "order them yourself, the same way on every rank), or give each thread its own "
+                            "communicator";
+    c_->fail(why);
+    throw InvalidArgument("ncclz rank " + std::to_string(c_->rank_) + ": " + why +
+                          ". The communicator was aborted: the ranks' call orders can no longer be trusted");
+  }
+  std::lock_guard<std::mutex> lk(c_->running_mu_);
+  c_->running_ = std::move(me);
+}
+
+CommunicatorImpl::CallGuard::~CallGuard() {
+  {
+    std::lock_guard<std::mutex> lk(c_->running_mu_);
+    c_->running_.clear();
+  }
+  c_->call_mu_.unlock();
 }
 
 }  // namespace

@@ -69,8 +69,8 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     auto run = [&] {
       cd.hier(pi, pe, part);
       // Complete only once the last slots have left this process (as the rings').
-      ch.intra_send->flush(call.deadline);
-      ch.inter_send->flush(call.deadline);
+      ch.intra_send->flush(call.deadline());
+      ch.inter_send->flush(call.deadline());
     };
     if (intra_note_.empty()) {
       run();

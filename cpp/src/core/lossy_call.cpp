@@ -56,7 +56,7 @@ void LossyCall::run(const std::vector<CallDesc>& all) {
   LossyPlan plan = hier ? plan_lossy_hier(elem_of(t_), cd_.how, rt_.topo.nhosts, rt_.topo.local_size, E, g)
                         : plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
   apply_min_bytes(plan, c_, cd_.message * dsize(t_));
-  call_.bound = E;
+  call_.bound = call_.requested = E;
   if (plan.compress && hier && cd_.reduces) {
     run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_);
     return;
@@ -124,6 +124,11 @@ void LossyCall::run_staged(const LossyPlan& plan, const std::vector<CallDesc>& a
 void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all) {
   call_.fallback = true;
   call_.algorithm = Algorithm::Ring;  // the exact path is the flat ring's
+  // What this path achieves (CallStats::error_bound): select is exact, sums
+  // round once from float64 (set again below where they run in T or float32);
+  // may exceed a bound below the type's rounding.
+  const DataStats stats = merge_stats(all);
+  call_.bound = bound::exact_error(elem_of(t_), cd_.how, rt_.nranks, stats, true);
   NCCLZ_TRACE(rt_.rank, "%s: lossy call #%llu runs exactly: %s", coll_name(cd_.coll), (unsigned long long)all[0].seq,
               plan.why_not);
   if (!cd_.sums()) {
@@ -134,8 +139,9 @@ void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& al
   // Sums: in T itself where its own rounding keeps the bound (the uncompressed
   // call, byte for byte); for 16-bit floats next in float32 (half float64's
   // bytes); else in float64, rounded once to T.
-  const DataStats g = merge_stats(all);
+  const DataStats& g = stats;
   if (bound::exact_keeps_bound(elem_of(t_), cd_.how, rt_.nranks, plan.E, g)) {
+    call_.bound = bound::exact_error(elem_of(t_), cd_.how, rt_.nranks, g, false);
     rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
     // avg: the schedule sums; the sum divided once, as the uncompressed call
     // does (CallRoutine divides only after calls that did not run lossy).
@@ -145,6 +151,7 @@ void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& al
     return;
   }
   if (cd_.how == Combine::Sum && !mostly_zero(all) && bound::f32_sum_keeps_bound(elem_of(t_), rt_.nranks, plan.E, g)) {
+    call_.bound = bound::f32_sum_error(elem_of(t_), rt_.nranks, g);
     run_widened(ElemType::F32, false);
     return;
   }
@@ -183,12 +190,13 @@ void LossyCall::plan_send(CallDesc& d) {
   const double E = resolve_bound(c_, s);
   plan_ = plan_lossy(elem_of(t_), Combine::Select, 1, E, s);
   apply_min_bytes(plan_, c_, cd_.message * dsize(t_));
-  call_.bound = E;
+  call_.requested = E;
   if (plan_.compress) {
     codes_ = rt_.work[0].get(cd_.in_count * (plan_.wide ? 8 : 4));
     if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) plan_.compress = false;
   }
   call_.fallback = !plan_.compress;
+  call_.bound = plan_.compress ? E : 0;  // the exact path moves the values themselves
   if (plan_.compress) {
     d.flags |= kCompress;
     if (plan_.wide) d.flags |= kWide;
@@ -210,7 +218,8 @@ void* LossyCall::recv_target(const CallDesc& sender, Mode m) {
   const bool wide = (sender.flags & kWide) != 0;
   if (is_lossy(m)) {
     call_.fallback = !compressed;
-    call_.bound = sender.E;
+    call_.requested = sender.E;
+    call_.bound = compressed ? sender.E : 0;
   }
   codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
   return codes_;

@@ -39,7 +39,7 @@ Prims::Prims(transport::SendConn* send, transport::RecvConn* recv, const PrimsAr
 
 transport::SlotView Prims::wait_in() {
   const auto t0 = Clock::now();
-  transport::SlotView v = recv_->wait(a_.deadline);
+  transport::SlotView v = recv_->wait(wait_deadline());
   st_->wait_s += seconds_since(t0);
   in_held_ = true;
   return v;
@@ -53,7 +53,7 @@ void Prims::release_in() {
 
 uint8_t* Prims::acquire_out() {
   const auto t0 = Clock::now();
-  uint8_t* p = send_->acquire(a_.deadline);
+  uint8_t* p = send_->acquire(wait_deadline());
   st_->wait_s += seconds_since(t0);
   return p;
 }

@@ -132,6 +132,9 @@ struct PrimsArgs {
   bool int_sum = false;
   codec::EncodeOptions enc;  ///< Coded mode
   size_t raw_esize = 1;      ///< user element size (for raw_bytes)
+  /// Each wait's limit without progress (every wait gets now + timeout; see
+  /// transport.hpp); zero: every wait gets the fixed `deadline` instead.
+  transport::Clock::duration timeout{};
   transport::Clock::time_point deadline;
   int rank = 0;            ///< for error messages
   int channel = 0;         ///< for error messages
@@ -187,6 +190,10 @@ class Prims {
   /// The COPY verbs' output of a slice's final values: to dst, or to the stage.
   void output(const SliceValues& v, uint8_t* dst, size_t n);
 
+  /// The deadline of a wait starting now (PrimsArgs::timeout, else deadline).
+  transport::Clock::time_point wait_deadline() const {
+    return a_.timeout > transport::Clock::duration::zero() ? transport::Clock::now() + a_.timeout : a_.deadline;
+  }
   transport::SlotView wait_in();
   /// Frees the incoming slot unless it was freed already (SlotDone).
   void release_in();

@@ -13,6 +13,7 @@
 #include <new>
 
 #include "base/crc32c.hpp"
+#include "base/interrupt.hpp"
 #include "ncclz/error.hpp"
 
 namespace ncclz::transport {
@@ -112,27 +113,32 @@ void ring_close(RingHeader* hdr, bool producer, CloseWhy why, const std::string&
   futex_wake(producer ? &hdr->tail : &hdr->head);
 }
 
-std::string ring_corrupt_note(const RingHeader* hdr, bool producer) {
+std::string ring_close_note(const RingHeader* hdr, bool producer, CloseWhy* why) {
   const std::atomic<uint32_t>& w = producer ? hdr->producer_why : hdr->consumer_why;
-  if (w.load(std::memory_order_acquire) != kClosedCorrupt) return "";
+  const uint32_t v = w.load(std::memory_order_acquire);
+  *why = (v == kClosedCorrupt || v == kClosedAborted) ? CloseWhy(v) : kClosedNormally;
+  if (*why == kClosedNormally) return "";
   const char* src = producer ? hdr->producer_note : hdr->consumer_note;
   return std::string(src, strnlen(src, kCloseNoteBytes));
 }
 
 // ---- link group ---------------------------------------------------------------
 
-LinkGroup::LinkGroup(int rank, bool checksum, Fault fault) : rank_(rank), checksum_(checksum), fault_(fault) {}
+LinkGroup::LinkGroup(int rank, bool checksum, Fault fault, std::shared_ptr<AbortFlag> abort)
+    : rank_(rank), checksum_(checksum), fault_(fault), abort_(std::move(abort)) {}
 
 void LinkGroup::join(RingEnd* end) {
   bool late;
   std::string note;
+  CloseWhy why;
   {
     std::lock_guard<std::mutex> lk(mu_);
     ends_.push_back(end);
     late = poisoned_.load();
     note = note_;
+    why = why_.load();
   }
-  if (late) end->poison(note);
+  if (late) end->close(why, note);
 }
 
 void LinkGroup::leave(RingEnd* end) {
@@ -152,12 +158,21 @@ void LinkGroup::remove_listener(int id) {
                    listeners_.end());
 }
 
-void LinkGroup::poison(const std::string& note) {
+void LinkGroup::abort(const std::string& note) {
+  const std::string n = note.empty() ? "a peer aborted the communicator" : note;
+  if (abort_) abort_->set(n);
+  close(kClosedAborted, n);
+}
+
+void LinkGroup::close(CloseWhy why, const std::string& note) {
   std::lock_guard<std::mutex> lk(mu_);
   if (poisoned_.load()) return;
-  note_ = note.empty() ? "a peer reported corrupt data" : note;
+  note_ = !note.empty()           ? note
+          : why == kClosedCorrupt ? "a peer reported corrupt data"
+                                  : "a peer aborted the communicator";
+  why_.store(why, std::memory_order_release);
   poisoned_.store(true, std::memory_order_release);
-  for (RingEnd* e : ends_) e->poison(note_);
+  for (RingEnd* e : ends_) e->close(why, note_);
   for (auto& l : listeners_) l.second();
 }
 
@@ -206,6 +221,12 @@ std::shared_ptr<void> make_heap_ring(int nslots, size_t slot_bytes) {
 
 // ---- waiting ---------------------------------------------------------------
 
+namespace {
+
+std::string fmt_limit(Clock::duration d) { return fmt_s(std::chrono::duration<double>(d).count()); }
+
+}  // namespace
+
 // Waits until ready(*word). `other_producer`: whether the side this end
 // waits on is the ring's producer (a receiver waits on the producer, a sender
 // on the consumer); its closed flag and reason decide what a close means.
@@ -215,27 +236,40 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
                       const AbortFlag* abort, RingHooks* hooks, LinkGroup* group, const ConnLabel& label,
                       const char* what, const char* closed_msg) {
   const std::atomic<uint32_t>* closed = other_producer ? &h->producer_closed : &h->consumer_closed;
-  // The other side closed because corrupt data was found: pass the notice on
-  // to this rank's other peers, then fail with it.
-  auto throw_if_corrupt = [&] {
+  // The other side closed because corrupt data was found or its communicator
+  // was aborted: pass the notice on to this rank's other peers, then fail
+  // with it.
+  auto throw_if_noted = [&] {
     if (!closed->load(std::memory_order_acquire)) return;
-    const std::string note = ring_corrupt_note(h, other_producer);
-    if (note.empty()) return;
-    if (group) group->poison(note);
-    throw CorruptData(label.prefix() + ": the call failed on every rank because " + note + "." + kCorruptAdvice);
+    CloseWhy why;
+    const std::string note = ring_close_note(h, other_producer, &why);
+    if (why == kClosedCorrupt) {
+      if (group) group->poison(note);
+      throw CorruptData(label.prefix() + ": the call failed on every rank because " + note + "." + kCorruptAdvice);
+    }
+    if (why == kClosedAborted) {
+      if (group) group->abort(note);
+      throw Aborted(label.prefix() + ": aborted while waiting for " + what + ": " + note);
+    }
   };
   for (int i = 0; i < kSpinIters; ++i) {
     if (ready(word->load(std::memory_order_acquire))) return;
     cpu_relax();
   }
+  // The budget without progress, and what progress looks like.
   const auto start = Clock::now();
+  const auto budget = deadline - start;
+  uint32_t seen_word = word->load(std::memory_order_acquire);
+  uint64_t seen_bytes = hooks ? hooks->progress() : 0;
+  auto last_progress = start;
+  bool slept = false;
   for (;;) {
     if (abort && abort->aborted.load(std::memory_order_acquire)) {
       throw Aborted(label.prefix() + ": aborted while waiting for " + what + ": " + abort->reason);
     }
     if (closed->load(std::memory_order_acquire)) {
       if (ready(word->load(std::memory_order_acquire))) return;
-      throw_if_corrupt();
+      throw_if_noted();
       std::string why = hooks ? hooks->closed_reason() : std::string();
       if (!why.empty()) throw RemoteError(label.prefix() + ": " + why + " while this rank waited for " + what);
       throw RemoteError(label.prefix() + ": " + closed_msg + " while this rank waited for " + what);
@@ -247,15 +281,35 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
         hooks->check_peer();
       } catch (const RemoteError&) {
         if (ready(word->load(std::memory_order_acquire))) return;
-        throw_if_corrupt();  // a peer that found corrupt data and exited
+        throw_if_noted();  // a peer that found corrupt data or aborted, and exited
         throw;
       }
     }
+    if (slept) {
+      if (const char* why = base::poll_interrupt()) {
+        throw Interrupted(label.prefix() + ": interrupted (" + why + ") while waiting for " + what);
+      }
+    }
     auto now = Clock::now();
+    const uint32_t w = word->load(std::memory_order_acquire);
+    const uint64_t b = hooks ? hooks->progress() : 0;
+    if (w != seen_word || b != seen_bytes) {  // progress: the budget starts again
+      seen_word = w;
+      seen_bytes = b;
+      last_progress = now;
+      deadline = Clock::time_point::max() - now < budget ? Clock::time_point::max() : now + budget;
+    }
     if (now >= deadline) {
-      throw Timeout(label.prefix() + ": timed out after " + fmt_s(std::chrono::duration<double>(now - start).count()) +
-                    " s waiting for " + what + " (peer rank " + std::to_string(label.peer) +
-                    " is stuck, slower, or not running the same collective; raise NCCLZ_TIMEOUT if it is just slow)");
+      const double idle = std::chrono::duration<double>(now - last_progress).count();
+      std::string msg = label.prefix() + ": timed out: no progress for " + fmt_s(idle) + " s (the limit is " +
+                        fmt_limit(budget) + " s: NCCLZ_TIMEOUT or the call's timeout) while waiting for " + what;
+      if (last_progress != start) {
+        msg += " (the wait began " + fmt_s(std::chrono::duration<double>(now - start).count()) + " s ago)";
+      }
+      msg += "; peer rank " + std::to_string(label.peer) +
+             " is stuck, not making the same call, or its link stalled (raise the timeout if it is just slow to "
+             "start the call)";
+      throw Timeout(msg);
     }
     waiting_flag->store(1, std::memory_order_seq_cst);
     uint32_t v = word->load(std::memory_order_seq_cst);
@@ -265,6 +319,7 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
     }
     auto left_ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
     futex_wait(word, v, static_cast<int>(std::min<long long>(left_ms, kWaitSliceMs)));
+    slept = true;
     waiting_flag->store(0, std::memory_order_relaxed);
     if (ready(word->load(std::memory_order_acquire))) return;
   }
@@ -290,8 +345,8 @@ void RingSendConn::join(std::shared_ptr<LinkGroup> group) {
   group_->join(this);
 }
 
-void RingSendConn::poison(const std::string& note) {
-  ring_close(ring_.hdr, true, kClosedCorrupt, note);
+void RingSendConn::close(CloseWhy why, const std::string& note) {
+  ring_close(ring_.hdr, true, why, note);
   if (hooks_) hooks_->notify();
 }
 
@@ -367,8 +422,8 @@ void RingRecvConn::join(std::shared_ptr<LinkGroup> group) {
   group_->join(this);
 }
 
-void RingRecvConn::poison(const std::string& note) {
-  ring_close(ring_.hdr, false, kClosedCorrupt, note);
+void RingRecvConn::close(CloseWhy why, const std::string& note) {
+  ring_close(ring_.hdr, false, why, note);
   if (hooks_) hooks_->notify();
 }
 

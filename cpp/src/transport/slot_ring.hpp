@@ -21,9 +21,15 @@
 // counter being waited for, in slices of at most kWaitSliceMs; the other side
 // calls FUTEX_WAKE only when the waiter's "waiting" flag is set (the flag and
 // the counter are both seq_cst, so a wake-up cannot be lost). Between slices
-// the waiter checks the deadline, the communicator's AbortFlag, the peer's
-// "closed" flag and a transport hook (peer process liveness for shared memory,
-// proxy errors for sockets).
+// the waiter checks the communicator's AbortFlag, the peer's "closed" flag, a
+// transport hook (peer process liveness for shared memory, proxy errors for
+// sockets), the calling thread's interrupt check (base/interrupt.hpp) and the
+// deadline. The deadline bounds the time without progress: the budget it
+// gives (deadline - the time the wait began to sleep) starts again whenever
+// the awaited counter moves or RingHooks::progress() (the socket proxy's
+// bytes moved with that peer) changes, so a flush draining many slots over a
+// slow link, one large slot crawling in, or a channel starved by its siblings
+// on a shared link never times out while bytes move.
 //
 // Checksums (NCCLZ_CHECKSUM, agreed at creation; docs/TRANSPORTS.md): where on,
 // post() stores the CRC-32C of the posted bytes in meta[slot] and the
@@ -33,12 +39,16 @@
 // transport carries the CRC in its frame header (socket_transport.cpp).
 //
 // Closing with a reason. Each side records why it closed: normally (the end
-// was destroyed), or because this rank found corrupt data, with a note naming
-// where. A rank that finds corrupt data closes every ring end of its
-// transport that way at once (LinkGroup::poison), so that its peers, whatever
-// they wait for, fail promptly with CorruptData naming the original fault
-// instead of waiting for their deadline; a peer that sees such a close closes
-// its own ends the same way, so the notice spreads to every rank that waits.
+// was destroyed), because this rank found corrupt data, or because its
+// communicator was aborted, with a note naming where or who. A rank that finds
+// corrupt data closes every ring end of its transport that way at once
+// (LinkGroup::poison), and an aborted communicator closes them all with its
+// note (LinkGroup::abort: "rank R aborted the communicator: why"), so that
+// its peers, whatever they wait for, fail promptly with CorruptData naming the
+// original fault, or Aborted naming the rank that aborted, instead of waiting
+// for their deadline; a peer that sees such a close closes its own ends the
+// same way (and sets its AbortFlag, for an abort), so the notice spreads to
+// every rank that waits. The first reason a transport closes with stays.
 #pragma once
 
 #include <atomic>
@@ -55,7 +65,7 @@
 namespace ncclz::transport {
 
 constexpr uint32_t kRingMagic = 0x475a434e;  // "NCZG"
-constexpr uint32_t kRingVersion = 2;         // 2: per-slot CRC, close reasons
+constexpr uint32_t kRingVersion = 3;         // 2: per-slot CRC, close reasons; 3: abort notes
 constexpr int kSpinIters = 256;
 constexpr int kWaitSliceMs = 20;
 constexpr size_t kCloseNoteBytes = 448;
@@ -64,6 +74,7 @@ constexpr size_t kCloseNoteBytes = 448;
 enum CloseWhy : uint32_t {
   kClosedNormally = 0,  ///< the end was destroyed (or the socket proxy failed: see RingHooks::closed_reason)
   kClosedCorrupt = 1,   ///< this rank or one it heard from found corrupt data; the note says where
+  kClosedAborted = 2,   ///< this rank's communicator was aborted (here or by a peer); the note says who and why
 };
 
 /// What the producer records about one posted slot.
@@ -129,8 +140,9 @@ struct RingView {
 /// closed flag (so a reader that sees the flag sees both), and wakes whoever
 /// sleeps on the ring. `producer`: the producer's side, else the consumer's.
 void ring_close(RingHeader* hdr, bool producer, CloseWhy why, const std::string& note);
-/// The other side's close note (empty unless it closed with kClosedCorrupt).
-std::string ring_corrupt_note(const RingHeader* hdr, bool producer);
+/// The close note of side `producer` and its reason (*why): empty, with
+/// kClosedNormally, unless it closed with kClosedCorrupt or kClosedAborted.
+std::string ring_close_note(const RingHeader* hdr, bool producer, CloseWhy* why);
 
 /// Transport-specific behaviour around a ring end.
 class RingHooks {
@@ -145,6 +157,11 @@ class RingHooks {
   virtual std::string closed_reason() { return ""; }
   /// SendConn::flush: default returns at once (the slot is the peer's memory).
   virtual bool flush_waits_for_drain() const { return false; }
+  /// A counter of bytes moved with this end's peer by a transport agent (the
+  /// socket proxy: every channel's connection to that peer, both ways): a
+  /// change is progress for the wait's timeout even before a whole slot is
+  /// in. 0 where slots move whole (memory rings).
+  virtual uint64_t progress() const { return 0; }
 };
 
 class RingEnd;
@@ -161,15 +178,16 @@ struct LinkFault {
 /// transport and joins every end that connect() returns to it (so the
 /// transports need not thread it through their constructors):
 ///  - whether slots carry a CRC-32C (the agreed NCCLZ_CHECKSUM);
-///  - the live ends, so that poison() can close all of them, and listeners
-///    (the socket proxies) that pass the notice on to their peers;
+///  - the live ends, so that poison() and abort() can close all of them, and
+///    listeners (the socket proxies) that pass the notice on to their peers;
+///  - the communicator's AbortFlag, which abort() sets;
 ///  - the test-only fault plan of NCCLZ_TEST_CORRUPT (flip one bit of one
 ///    slot after its checksum was taken: corruption in flight).
 class LinkGroup {
  public:
   using Fault = LinkFault;
 
-  LinkGroup(int rank, bool checksum, Fault fault = Fault());
+  LinkGroup(int rank, bool checksum, Fault fault = Fault(), std::shared_ptr<AbortFlag> abort = nullptr);
   int rank() const { return rank_; }
   bool checksum() const { return checksum_; }
 
@@ -179,11 +197,18 @@ class LinkGroup {
   int add_listener(std::function<void()> f);
   void remove_listener(int id);
 
-  /// The first call records `note` and closes every joined end with it
-  /// (kClosedCorrupt), then runs the listeners; later calls do nothing.
-  void poison(const std::string& note);
+  /// Corrupt data: close(kClosedCorrupt, note).
+  void poison(const std::string& note) { close(kClosedCorrupt, note); }
+  /// The communicator was aborted (here, or by the peer whose note this is):
+  /// sets the AbortFlag (unless set), then close(kClosedAborted, note).
+  void abort(const std::string& note);
+  /// The first call of poison/abort records `why` and `note` and closes every
+  /// joined end (and every end that joins later) with them, then runs the
+  /// listeners; later calls do nothing.
+  void close(CloseWhy why, const std::string& note);
   bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
-  /// The note of the first poison() ("" before).
+  /// The reason and note of the first close (kClosedNormally and "" before).
+  CloseWhy why() const { return why_.load(std::memory_order_acquire); }
   std::string note() const;
 
   /// Test hook: whether the post that is about to go to `peer` (or, with
@@ -200,7 +225,9 @@ class LinkGroup {
   std::vector<RingEnd*> ends_;
   std::vector<std::pair<int, std::function<void()>>> listeners_;
   int next_listener_ = 0;
+  std::shared_ptr<AbortFlag> abort_;
   std::atomic<bool> poisoned_{false};
+  std::atomic<CloseWhy> why_{kClosedNormally};
   std::string note_;
 };
 
@@ -222,10 +249,10 @@ class RingEnd {
  public:
   virtual ~RingEnd() = default;
   /// Joins `group` (once, before the end is used): from then on the end
-  /// follows its checksum setting and is closed by its poison().
+  /// follows its checksum setting and is closed by its close().
   virtual void join(std::shared_ptr<LinkGroup> group) = 0;
-  /// Closes this end's side of the ring with kClosedCorrupt and `note`.
-  virtual void poison(const std::string& note) = 0;
+  /// Closes this end's side of the ring with `why` and `note`.
+  virtual void close(CloseWhy why, const std::string& note) = 0;
 };
 
 /// The sending end over a ring (memory kept alive by `owner`).
@@ -235,7 +262,7 @@ class RingSendConn final : public SendConn, public RingEnd {
                std::unique_ptr<RingHooks> hooks);
   ~RingSendConn() override;
   void join(std::shared_ptr<LinkGroup> group) override;
-  void poison(const std::string& note) override;
+  void close(CloseWhy why, const std::string& note) override;
   uint8_t* acquire(Clock::time_point deadline) override;
   void post(size_t bytes) override;
   void flush(Clock::time_point deadline) override;
@@ -262,7 +289,7 @@ class RingRecvConn final : public RecvConn, public RingEnd {
                std::unique_ptr<RingHooks> hooks);
   ~RingRecvConn() override;
   void join(std::shared_ptr<LinkGroup> group) override;
-  void poison(const std::string& note) override;
+  void close(CloseWhy why, const std::string& note) override;
   SlotView wait(Clock::time_point deadline) override;
   void release() override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }

@@ -68,8 +68,8 @@ namespace {
 
 constexpr uint32_t kFrameMagic = 0x46535a4e;  // "NZSF"
 constexpr uint32_t kHelloMagic = 0x48535a4e;  // "NZSH"
-constexpr uint32_t kHelloVersion = 2;         // 2: 24-byte frame headers with CRCs
-constexpr uint32_t kFrameData = 0, kFrameNotice = 1;
+constexpr uint32_t kHelloVersion = 3;         // 2: 24-byte frame headers with CRCs; 3: abort notices
+constexpr uint32_t kFrameData = 0, kFrameNotice = 1, kFrameAbort = 2;
 constexpr size_t kMaxNoticeBytes = 1024;
 constexpr int kSocketBuffer = 4 << 20;
 constexpr auto kDrainGrace = std::chrono::seconds(1);
@@ -79,13 +79,15 @@ constexpr int kIdlePollMs = 100;
 
 struct FrameHeader {
   uint32_t magic;  // kFrameMagic
-  uint32_t seq;    // data: the slot counter; notice: 0
+  uint32_t seq;    // data: the slot counter; notices: 0
   uint32_t bytes;  // bytes after the header
-  uint32_t crc;    // data: the slot's CRC-32C (0 with checksums off); notice: the note's
-  uint32_t kind;   // kFrameData, kFrameNotice
+  uint32_t crc;    // data: the slot's CRC-32C (0 with checksums off); notices: the note's
+  uint32_t kind;   // kFrameData, kFrameNotice (corrupt data), kFrameAbort (the sender's communicator aborted)
   uint32_t hcrc;   // CRC-32C of the 20 bytes before (always)
 };
 static_assert(sizeof(FrameHeader) == 24, "frame header is 24 bytes");
+
+bool is_notice(uint32_t kind) { return kind == kFrameNotice || kind == kFrameAbort; }
 
 FrameHeader make_frame(uint32_t kind, uint32_t seq, uint32_t bytes, uint32_t crc) {
   FrameHeader h{kFrameMagic, seq, bytes, crc, kind, 0};
@@ -145,13 +147,17 @@ class SocketProxy {
     std::atomic<bool> failed{false};
     std::string error;                                             // written before `failed`
     std::atomic<bool> send_end_gone{false}, recv_end_gone{false};  // the local ends were destroyed
-    // Corrupt-data notices: the one this proxy sends (kNoticeNone until the
-    // group is poisoned), and the one it reads from the peer.
+    // Corrupt-data and abort notices: the one this proxy sends (kNoticeNone
+    // until the group is closed), and the one it reads from the peer.
     int notice = kNoticeNone;
     std::string notice_out;  // header + note
     size_t notice_off = 0;
     bool reading_done = false;  // a notice arrived, or the stream cannot be parsed any more
     std::string notice_in;
+    // Bytes moved on the socket (RingHooks::progress, through peer_bytes: a
+    // wait's timeout counts them as progress, so a large slot crawling over a
+    // slow link is not stuck).
+    std::atomic<uint64_t> bytes_out{0}, bytes_in{0};
   };
   static constexpr int kNoticeNone = 0, kNoticePending = 1, kNoticeSent = 2;
 
@@ -189,6 +195,19 @@ class SocketProxy {
   }
 
   Conn* conn(size_t i) { return conns_[i].get(); }
+
+  /// Bytes moved so far, both ways, on every connection of this proxy with
+  /// `peer` (all channels: they share the link, so one channel's bytes are
+  /// progress for a wait on another that the throttle or the link starves).
+  uint64_t peer_bytes(int peer) const {
+    uint64_t n = 0;
+    for (const auto& c : conns_) {
+      if (c->peer == peer) {
+        n += c->bytes_out.load(std::memory_order_relaxed) + c->bytes_in.load(std::memory_order_relaxed);
+      }
+    }
+    return n;
+  }
 
   /// Wakes the proxy if it sleeps in poll() (called after posts and releases).
   void wake() {
@@ -238,7 +257,7 @@ class SocketProxy {
   // frame's payload only into a free slot.
   bool want_read(const Conn& c) const {
     if (c.finished || c.reading_done) return false;
-    if (c.recv_off < sizeof(FrameHeader) || c.recv_hdr.kind == kFrameNotice) return true;
+    if (c.recv_off < sizeof(FrameHeader) || is_notice(c.recv_hdr.kind)) return true;
     return recv_room(c);
   }
 
@@ -252,19 +271,22 @@ class SocketProxy {
   // dribbling of tiny writes).
   static double throttle_need(size_t left) { return static_cast<double>(std::min<size_t>(left, 64 << 10)); }
 
-  // The group was poisoned: every connection closes its proxy-side ring ends
-  // with the note (local waiters fail with CorruptData) and, after the frame
-  // it may be writing, sends the note to its peer instead of further slots.
+  // The group was closed (corrupt data, or the communicator aborted): every
+  // connection closes its proxy-side ring ends with the note (local waiters
+  // fail with CorruptData or Aborted) and, after the frame it may be writing,
+  // sends the note to its peer instead of further slots.
   void apply_poison() {
     if (poison_applied_ || !group_->poisoned()) return;
     poison_applied_ = true;
+    const CloseWhy why = group_->why();
     const std::string note = group_->note().substr(0, kMaxNoticeBytes);
     for (auto& cp : conns_) {
       Conn& c = *cp;
-      ring_close(c.send.hdr, false, kClosedCorrupt, note);
-      ring_close(c.recv.hdr, true, kClosedCorrupt, note);
+      ring_close(c.send.hdr, false, why, note);
+      ring_close(c.recv.hdr, true, why, note);
       if (c.finished) continue;
-      FrameHeader h = make_frame(kFrameNotice, 0, uint32_t(note.size()), base::crc32c(note.data(), note.size()));
+      FrameHeader h = make_frame(why == kClosedAborted ? kFrameAbort : kFrameNotice, 0, uint32_t(note.size()),
+                                 base::crc32c(note.data(), note.size()));
       c.notice_out.assign(reinterpret_cast<const char*>(&h), sizeof h);
       c.notice_out += note;
       c.notice = kNoticePending;
@@ -346,6 +368,7 @@ class SocketProxy {
       }
       progressed = true;
       c.send_off += static_cast<size_t>(w);
+      c.bytes_out.fetch_add(uint64_t(w), std::memory_order_relaxed);
       if (rate_ > 0) tokens_ -= static_cast<double>(w);
       if (c.send_off == total) {
         c.send_off = 0;
@@ -375,9 +398,9 @@ class SocketProxy {
       corrupt_header(c, idx, "its CRC-32C does not match");
       return false;
     }
-    if (h.magic != kFrameMagic || (h.kind != kFrameData && h.kind != kFrameNotice) ||
+    if (h.magic != kFrameMagic || (h.kind != kFrameData && !is_notice(h.kind)) ||
         (h.kind == kFrameData && (h.seq != idx || h.bytes > c.recv.slot_bytes)) ||
-        (h.kind == kFrameNotice && h.bytes > kMaxNoticeBytes)) {
+        (is_notice(h.kind) && h.bytes > kMaxNoticeBytes)) {
       fail(c, "unexpected frame (kind " + std::to_string(h.kind) + ", slot " + std::to_string(h.seq) + " expected " +
                   std::to_string(idx) + ", " + std::to_string(h.bytes) + " bytes for slots of " +
                   std::to_string(c.recv.slot_bytes) + "): mismatched ncclz versions or slot sizes?");
@@ -396,7 +419,7 @@ class SocketProxy {
       if (c.recv_off < sizeof(FrameHeader)) {
         dst = reinterpret_cast<uint8_t*>(&c.recv_hdr) + c.recv_off;
         want = sizeof(FrameHeader) - c.recv_off;
-      } else if (c.recv_hdr.kind == kFrameNotice) {
+      } else if (is_notice(c.recv_hdr.kind)) {
         const size_t off = c.recv_off - sizeof(FrameHeader);
         c.notice_in.resize(c.recv_hdr.bytes);
         dst = reinterpret_cast<uint8_t*>(&c.notice_in[0]) + off;
@@ -421,6 +444,7 @@ class SocketProxy {
       progressed = true;
       const size_t before = c.recv_off;
       c.recv_off += static_cast<size_t>(r);
+      c.bytes_in.fetch_add(uint64_t(r), std::memory_order_relaxed);
       if (before < sizeof(FrameHeader) && c.recv_off == sizeof(FrameHeader)) {
         // Header just completed: check it before trusting its length, and
         // look again whether there is room for a data frame.
@@ -429,12 +453,15 @@ class SocketProxy {
       }
       if (c.recv_off < sizeof(FrameHeader) || c.recv_off != sizeof(FrameHeader) + c.recv_hdr.bytes) continue;
       c.recv_off = 0;
-      if (c.recv_hdr.kind == kFrameNotice) {
-        // The peer found corrupt data: pass its note on (this rank's waiters
-        // and its other peers); the peer sends nothing after it.
+      if (is_notice(c.recv_hdr.kind)) {
+        // The peer found corrupt data, or its communicator was aborted: pass
+        // its note on (this rank's waiters and its other peers); the peer
+        // sends nothing after it.
         c.reading_done = true;
         if (base::crc32c(c.notice_in.data(), c.notice_in.size()) != c.recv_hdr.crc) {
-          corrupt_header(c, idx, "a corrupt-data notice whose own CRC-32C does not match");
+          corrupt_header(c, idx, "a notice whose own CRC-32C does not match");
+        } else if (c.recv_hdr.kind == kFrameAbort) {
+          group_->abort(c.notice_in);
         } else {
           group_->poison(c.notice_in);
         }
@@ -559,6 +586,7 @@ class SocketHooks final : public RingHooks {
   void notify() override { proxy_->wake(); }
   std::string closed_reason() override { return conn_->failed.load() ? conn_->error : std::string(); }
   bool flush_waits_for_drain() const override { return send_; }
+  uint64_t progress() const override { return proxy_->peer_bytes(conn_->peer); }
 
  private:
   std::shared_ptr<SocketProxy> proxy_;

@@ -18,7 +18,8 @@
 // nothing crosses a wire, and the CRC's extra passes over every slot cost
 // more than 10% of a large call; bench/results/integrity.md). The transport
 // that create_transport returns joins every link connect() makes to one
-// LinkGroup (slot_ring.hpp), which carries the setting to the ring ends.
+// LinkGroup (slot_ring.hpp), which carries the setting to the ring ends and
+// closes them all when the communicator aborts (Transport::abort).
 #include <cstring>
 #include <sstream>
 
@@ -112,6 +113,7 @@ class GroupedTransport final : public Transport {
     }
     return links;
   }
+  void abort(const std::string& note) override { group_->abort(note); }
 
  private:
   void join(RingEnd* end) {
@@ -234,7 +236,7 @@ std::unique_ptr<Transport> create_transport(Bootstrap& bootstrap, const Transpor
   cfg.kind = kind;
   const bool crc = checksum < 0 ? auto_checksum(kind) : checksum == 1;
   cfg.checksum = crc ? "on" : "off";
-  ctx.group = std::make_shared<LinkGroup>(me, crc, fault);
+  ctx.group = std::make_shared<LinkGroup>(me, crc, fault, ctx.abort);
   NCCLZ_INFO(me, "transport: %s (%s), %d slots x %zu bytes, checksums %s%s%s%s", kind_name(kind),
              forced >= 0 ? "forced by NCCLZ_TRANSPORT or the config" : "automatic", cfg.nslots, cfg.slot_bytes,
              crc ? "on (CRC-32C, " : "off", crc ? base::crc32c_impl() : "", crc ? ")" : "",

@@ -13,7 +13,17 @@
 // Every wait takes a deadline and watches an abort flag: a dead or stuck peer
 // makes the waiting call throw ncclz::Timeout or ncclz::RemoteError (closed
 // connection) instead of hanging, and abort() on the communicator wakes every
-// waiter with ncclz::Aborted.
+// waiter with ncclz::Aborted. The deadline bounds the wait's time WITHOUT
+// PROGRESS: the budget it gives (deadline - the time the wait began) starts
+// again whenever the awaited counter moves or the transport reports bytes
+// moving on the connection (slot_ring.hpp), so a slow link that still moves
+// data never times out, and a stuck one does after the budget.
+//
+// Aborting (Transport::abort): every connection is closed with a note naming
+// the rank that aborted and why; a peer waiting on any of them fails at once
+// with ncclz::Aborted carrying the note, sets its own AbortFlag and closes its
+// own connections with the same note, so the abort reaches every rank of the
+// communicator, whatever it waits for (slot_ring.hpp, "Closing with a reason").
 //
 // Integrity: with checksums on (NCCLZ_CHECKSUM; on by default for sockets)
 // every slot carries a CRC-32C from post() to wait(), and a slot that does not
@@ -26,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,7 +51,17 @@ using Clock = std::chrono::steady_clock;
 /// Shared by all connections of a communicator: set to make every wait throw Aborted.
 struct AbortFlag {
   std::atomic<bool> aborted{false};
-  std::string reason;  // written before `aborted` is set
+  std::string reason;  // written before `aborted` is set, never after
+  /// Sets the flag with `why` unless it is set already (the first reason
+  /// stays); true when this call set it. Thread-safe.
+  bool set(const std::string& why) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (aborted.load(std::memory_order_acquire)) return false;
+    reason = why;
+    aborted.store(true, std::memory_order_release);
+    return true;
+  }
+  std::mutex mu;
 };
 
 /// Sending end of a connection.
@@ -121,6 +142,12 @@ class Transport {
   /// rank passes the same.
   virtual std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
                                                      Clock::time_point deadline, size_t slot_bytes = 0) = 0;
+  /// Closes every connection made so far (and any made later) with `note`
+  /// ("rank R aborted the communicator: why"): peers fail at once with
+  /// Aborted(note) and pass it on. Sets the AbortFlag first. The first note
+  /// (or corrupt-data notice) wins. Thread-safe; the transport create_transport
+  /// returns implements it.
+  virtual void abort(const std::string& note) { (void)note; }
 };
 
 /// Picks the transport for this job (all ranks on one host: SharedMemory,
