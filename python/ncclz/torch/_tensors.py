@@ -125,6 +125,32 @@ def movable(t: torch.Tensor) -> tuple:
     return _flat(c).view(torch.uint8), True
 
 
+def rows(t: torch.Tensor) -> tuple:
+    """(rows, elements per row) of ``t`` along its first dimension (a 0-d tensor is one row of one)."""
+    if t.dim() == 0:
+        return 1, 1
+    row = 1
+    for n in t.shape[1:]:
+        row *= int(n)
+    return int(t.shape[0]), row
+
+
+def row_major(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a tensor the runtime can move whose first dimension is still ``t``'s rows (split sizes
+    count rows): ``t`` itself when native and contiguous, complex as float pairs, else each row's bytes."""
+    n, row = rows(t)
+    if t.dim() == 0:
+        t = t.reshape(1)
+    if t.dtype in NATIVE and t.is_contiguous():
+        return t
+    c = t.contiguous()
+    if c.dtype in NATIVE:
+        return c
+    if c.is_complex():
+        return torch.view_as_real(c)
+    return c.reshape(n, row).view(torch.uint8)
+
+
 def reducible(t: torch.Tensor, op: ReduceOp, what: str) -> tuple:
     """(staged tensor, ncclz op name, dtype to cast back to or None) for a reduction of ``t``.
 

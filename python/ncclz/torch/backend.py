@@ -35,10 +35,12 @@ How a group works:
   the communicators; ``abort`` and interpreter exit abort them first, so no
   call outlives the process and no thread is left blocked.
 
-Not available yet (they raise ``InvalidArgumentError`` naming the call): reduce,
-gather, scatter, all_to_all / all_to_all_single, recv from any source. The
-runtime has no such collective yet; each will be a job calling it (see
-``_ROUND2``).
+- An argument error that only one rank can see (the root's gather / scatter
+  list, this rank's all-to-all split sizes) raises ``InvalidArgumentError``
+  there after that rank issued a call that differs from the others' (a
+  one-byte broadcast): the runtime's call check fails the others' call at once
+  with ``RemoteError`` naming that rank, instead of leaving them waiting for
+  the group's timeout (:meth:`ProcessGroupNCCLZ._refuse`).
 """
 
 from __future__ import annotations
@@ -70,15 +72,6 @@ BACKEND = "ncclz"
 
 #: Devices the backend registers for (CUDA joins when the runtime's GPU path reaches Python).
 DEVICES = ("cpu",)
-
-#: Calls the runtime has no collective for yet, with what each needs.
-_ROUND2 = {
-    "reduce": "reduce",
-    "gather": "gather",
-    "scatter": "scatter",
-    "all_to_all": "all-to-all(v)",
-    "all_to_all_single": "all-to-all(v)",
-}
 
 _live_groups: weakref.WeakSet = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -354,6 +347,11 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         work = Work(op, outputs, self._abort_on_timeout)
 
         def run(w: Work) -> None:
+            if self._failure is not None:  # an earlier call of this group failed after this one was issued
+                raise AbortedError(
+                    f"ncclz process group {self._group_id!r}: {op} not started: a call issued before it failed "
+                    f"({self._failure})"
+                )
             try:
                 job(w)
             except RemoteError as e:
@@ -395,21 +393,28 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         op: T.ReduceOp,
         spec: Any,
         out: torch.Tensor | None,
+        root: int | None = None,
     ) -> None:
-        """One all_reduce (out None: in place on src) or reduce_scatter (into out) of native tensors,
-        with PREMUL_SUM's factor and error feedback."""
+        """One all_reduce (out None: in place on src), reduce (root given: in place on the root's src,
+        src only read elsewhere) or reduce_scatter (into out) of native tensors, with PREMUL_SUM's
+        factor and error feedback."""
+        writable = out is None and (root is None or root == self._rank_)  # src receives the result
         x = src
         if op.factor is not None:
-            x = T.scale(x, op.factor, in_place=(out is None))
+            x = T.scale(x, op.factor, in_place=writable)
         ef = self._ef if isinstance(spec, Lossy) and op.sum_like else None
         key = before = None
         if ef is not None:
             key = ef.key((coll, str(x.dtype), x.numel()))
             res = ef.take(key)
             if res is not None:
-                x = x.add_(res) if (out is None or x is not src) else x + res
+                x = x.add_(res) if (writable or x is not src) else x + res
             before = x.clone()
-        if out is None:
+        if root is not None:
+            comm.reduce(x, root=root, op=op.name, compression=spec)
+            if writable and x is not src:
+                src.copy_(x)
+        elif out is None:
             comm.all_reduce(x, op=op.name, compression=spec)
             if x is not src:
                 src.copy_(x)
@@ -792,24 +797,173 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             "matched with its sender through the pair's own link; pass src="
         )
 
-    # not yet in the runtime ----------------------------------------------------------------------
-    def _round2(self, name: str) -> None:
+    # rooted collectives and all-to-all --------------------------------------------------------------
+    def _root(self, opts: Any, what: str) -> int:
+        root = int(opts.rootRank) if opts is not None else 0
+        if not 0 <= root < self._size_:
+            raise InvalidArgumentError(
+                f"{what}: root {root} is not a rank of this group (size {self._size_})"
+            )
+        if opts is not None and int(getattr(opts, "rootTensor", 0)) != 0:
+            raise InvalidArgumentError(f"{what}: rootTensor must be 0 (one tensor per process)")
+        return root
+
+    def _refuse(self, op: str, error: InvalidArgumentError) -> None:
+        """Raises ``error``, an argument error of ``op`` that only this rank can see (a root-only list,
+        this rank's split sizes). The other ranks are making ``op``: so that they do not wait for the
+        group's timeout, this rank first issues a call that certainly differs from theirs (a one-byte
+        broadcast), which the runtime's call check turns into RemoteError on every rank at once (it
+        names this rank and its call). Where every rank refuses alike the broadcast just completes."""
+        poison = torch.zeros(1, dtype=torch.uint8)
+
+        def job(work: Work) -> None:
+            self._comm.broadcast(poison, root=0)
+
+        try:
+            self._submit(f"{op} (refused on rank {self._rank_})", [], job)
+        except Exception:  # noqa: BLE001, S110 - a group already shut down or failed: nobody waits
+            pass
         raise InvalidArgumentError(
-            f"the ncclz backend does not offer {name} yet: the ncclz runtime has no {_ROUND2[name]} collective yet. "
-            f"Run this call on a gloo group (dist.new_group(backend='gloo')) meanwhile"
-        )
+            f"rank {self._rank_}: {error}. The call was cancelled on every rank (the others' {op} fails with "
+            "RemoteError naming this rank)"
+        ) from None
+
+    def _root_list(self, lists: Any, like: torch.Tensor, what: str, name: str) -> list:
+        """The root's list of world-size tensors (``gather_list`` / ``scatter_list``), each like ``like``."""
+        w = self._size_
+        if not isinstance(lists, (list, tuple)) or len(lists) != 1:
+            raise InvalidArgumentError(f"{what}: the root takes one {name} per process")
+        ts = list(lists[0])
+        if len(ts) != w:
+            raise InvalidArgumentError(
+                f"{what}: {name} has {len(ts)} tensors on the root, expected world size {w}"
+            )
+        for r, t in enumerate(ts):
+            T.check_tensor(t, f"{what} {name}[{r}]")
+            if t.dtype != like.dtype:
+                raise InvalidArgumentError(
+                    f"{what}: {name}[{r}] is {t.dtype} but this rank's tensor {like.dtype}"
+                )
+            if t.numel() != like.numel():
+                raise InvalidArgumentError(
+                    f"{what}: {name}[{r}] has {t.numel()} elements (shape {tuple(t.shape)}) but this rank's tensor "
+                    f"{like.numel()} (shape {tuple(like.shape)}); every block has the same size"
+                )
+        return ts
 
     def reduce(self, tensors: list, opts: Any = None) -> Work:
-        self._round2("reduce")
+        t = T.check_one(tensors, "reduce")
+        root = self._root(opts, "reduce")
+        op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        staged, name, cast = T.reducible(t, op, "reduce")
+        spec = self._spec("reduce", t, op.sum_like) if cast is None else None
+        op_run = T.ReduceOp(op.kind, name, op.factor)
+        is_root = self._rank_ == root
+
+        def job(work: Work) -> None:
+            self._reduce_into(self._comm, work, "reduce", staged, op_run, spec, None, root)
+            if is_root:
+                T.write_back(t, staged, cast)
+
+        return self._submit("reduce", tensors, job)
 
     def gather(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
-        self._round2("gather")
+        inp = T.check_one(input_tensors, "gather input")
+        root = self._root(opts, "gather")
+        outs = None
+        if self._rank_ == root:
+            try:
+                outs = self._root_list(output_lists, inp, "gather", "gather_list")
+            except InvalidArgumentError as e:
+                self._refuse("gather", e)
+        x, _ = T.movable(inp)
+        spec = self._spec("gather", inp)
+
+        def job(work: Work) -> None:
+            buf = self._comm.gather(x, root=root, compression=spec)
+            self._note(work, self._comm)
+            if outs is not None:
+                for r, o in enumerate(outs):
+                    _copy_bytes_into(o, buf[r])
+
+        return self._submit("gather", output_lists if outs is not None else [], job)
 
     def scatter(self, output_tensors: list, input_lists: list, opts: Any = None) -> Work:
-        self._round2("scatter")
+        out = T.check_one(output_tensors, "scatter output")
+        root = self._root(opts, "scatter")
+        y, staged = T.movable(out)
+        y1 = y.reshape(1) if y.dim() == 0 else y  # blocks along the first dimension
+        x = None
+        if self._rank_ == root:
+            try:
+                parts = self._root_list(input_lists, out, "scatter", "scatter_list")
+            except InvalidArgumentError as e:
+                self._refuse("scatter", e)
+            x = torch.cat([T.movable(p)[0].reshape(y1.shape) for p in parts])  # read now, as the call's input
+        spec = self._spec("scatter", out)
 
-    def alltoall(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Work:
-        self._round2("all_to_all")
+        def job(work: Work) -> None:
+            self._comm.scatter(x, root=root, compression=spec, out=y1)
+            self._note(work, self._comm)
+            if staged:
+                _copy_bytes_into(out, y)
+
+        return self._submit("scatter", output_tensors, job)
+
+    def _a2a_job(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list, in_splits: list, what: str):
+        """A job exchanging the rows of ``inp`` into ``out`` (``in_splits[j]`` rows to rank j,
+        ``out_splits[j]`` rows from rank j; both empty: equal blocks)."""
+        w = self._size_
+        if inp.dtype != out.dtype:
+            raise InvalidArgumentError(f"{what}: input {inp.dtype} and output {out.dtype} differ")
+        rows_in, row_in = T.rows(inp)
+        rows_out, row_out = T.rows(out)
+        uneven = bool(in_splits) or bool(out_splits)
+        sc = _splits(in_splits, rows_in, w, "input", what)
+        rc = _splits(out_splits, rows_out, w, "output", what)
+        if row_in != row_out:
+            raise InvalidArgumentError(
+                f"{what}: a row of the input has {row_in} elements (shape {tuple(inp.shape)}) but a row of the "
+                f"output {row_out} (shape {tuple(out.shape)}); they must match"
+            )
+        if not uneven and inp.numel() != out.numel():
+            raise InvalidArgumentError(
+                f"{what}: input has {inp.numel()} elements but output {out.numel()}; with equal blocks they match"
+            )
+        x = T.row_major(inp)
+        if T.overlaps(inp, out):
+            x = x.clone()  # the runtime wants separate buffers
+        direct = out.dtype in T.NATIVE and out.is_contiguous()
+        target = (
+            out.reshape(rows_out, *x.shape[1:])
+            if direct
+            else torch.empty((rows_out, *x.shape[1:]), dtype=x.dtype)
+        )
+        # equal blocks: every rank's input has the same size; uneven: decided in the job (below)
+        spec = self._spec("all_to_all", inp) if not uneven else None
+        eligible = (
+            uneven
+            and inp.dtype in T.NATIVE
+            and self._options.compression is not None
+            and inp.dtype in self._options.dtypes
+        )
+
+        def job(work: Work) -> None:
+            comp = spec
+            if eligible:
+                # min_elements is compared with the average rank's input, which needs every rank's total
+                totals = self._comm.all_gather(np.array([sum(sc) * row_in], dtype=np.int64))
+                avg = int(totals.sum()) // w
+                comp = self._options.spec_for_count("all_to_all", inp.dtype, avg, False)
+            if uneven:
+                self._comm.all_to_all(x, compression=comp, out=target, send_counts=sc, recv_counts=rc)
+            else:
+                self._comm.all_to_all(x, compression=comp, out=target)
+            self._note(work, self._comm)
+            if not direct:
+                _copy_bytes_into(out, target)
+
+        return job
 
     def all_to_all_single(
         self,
@@ -819,9 +973,48 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         input_split_sizes: Any = None,
         opts: Any = None,
     ) -> Work:
-        self._round2("all_to_all_single")
+        out = T.check_tensor(output, "all_to_all_single output")
+        inp = T.check_tensor(input, "all_to_all_single input")
+        try:
+            job = self._a2a_job(
+                out, inp, list(output_split_sizes or []), list(input_split_sizes or []), "all_to_all_single"
+            )
+        except InvalidArgumentError as e:
+            self._refuse("all_to_all_single", e)
+        return self._submit("all_to_all_single", [output], job)
 
     alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Work:
+        w = self._size_
+        try:
+            outs = [T.check_tensor(t, "all_to_all output") for t in output_tensors]
+            ins = [T.check_tensor(t, "all_to_all input") for t in input_tensors]
+            if len(outs) != w or len(ins) != w:
+                raise InvalidArgumentError(
+                    f"all_to_all: {len(ins)} input and {len(outs)} output tensors, expected world size {w} of each"
+                )
+            dt = ins[0].dtype
+            if any(t.dtype != dt for t in ins + outs):
+                raise InvalidArgumentError("all_to_all: every input and output tensor must have one dtype")
+            n_in, n_out = [t.numel() for t in ins], [t.numel() for t in outs]
+            flat_in = torch.cat([t.reshape(-1) for t in ins])
+            flat_out = torch.empty(sum(n_out), dtype=dt)
+            even = len(set(n_in + n_out)) == 1
+            job_a2a = self._a2a_job(
+                flat_out, flat_in, [] if even else n_out, [] if even else n_in, "all_to_all"
+            )
+        except InvalidArgumentError as e:
+            self._refuse("all_to_all", e)
+
+        def job(work: Work) -> None:
+            job_a2a(work)
+            pos = 0
+            for o in outs:
+                o.copy_(flat_out[pos : pos + o.numel()].view(o.shape))
+                pos += o.numel()
+
+        return self._submit("all_to_all", output_tensors, job)
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         raise InvalidArgumentError(
@@ -913,6 +1106,31 @@ def _from_bytes(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if buf.dtype == like.dtype:
         return buf.reshape(like.shape)
     return buf.reshape(-1).view(like.dtype).reshape(like.shape)
+
+
+def _splits(sizes: list, rows: int, w: int, which: str, what: str) -> list:
+    """Split sizes (rows per rank) as given, or equal blocks when empty; checked against ``rows``."""
+    if not sizes:
+        if rows % w:
+            raise InvalidArgumentError(
+                f"{what}: no {which}_split_sizes, so the {which}'s first dimension ({rows}) must divide by the "
+                f"world size {w}"
+            )
+        return [rows // w] * w
+    try:
+        vals = [int(v) for v in sizes]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{what}: {which}_split_sizes must be integers, got {sizes!r}") from None
+    if len(vals) != w or any(v < 0 for v in vals):
+        raise InvalidArgumentError(
+            f"{what}: {which}_split_sizes must have one non-negative size per rank ({w}), got {vals}"
+        )
+    if sum(vals) != rows:
+        raise InvalidArgumentError(
+            f"{what}: {which}_split_sizes {vals} add up to {sum(vals)} rows but the {which} has {rows} (its first "
+            "dimension)"
+        )
+    return vals
 
 
 def _abort_all_at_exit() -> None:
