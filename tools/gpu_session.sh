@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One-call GPU session for the device codec (docs/GPU.md): build with CUDA for
-# the machine's GPU, run the device-codec tests, compute-sanitizer, and the
-# throughput benchmark, writing logs and results to $OUT.
+# One-call GPU session (docs/GPU.md): a standalone CUDA smoke test, then the
+# build (CUDA for the machine's GPU, tests, benchmark, the Python module), the
+# device-codec GoogleTests, the Python GPU tests, the codec benchmark, the
+# multi-rank all-reduce benchmark and compute-sanitizer, writing logs and
+# results to $OUT.
 #
 # Usage (from the repository root):
 #   bash tools/gpu_session.sh prepare        # HERE, on the machine without a GPU:
@@ -10,30 +12,41 @@
 #                                            # which has no GTest and no network
 #   bash tools/gpu_session.sh [PHASE ...]    # ON the GPU machine; PHASES (default: all):
 #       env       nvidia-smi, nvcc --version, compilers, cmake (always run first)
-#       build     configure + build (CUDA ON, the GPU's arch, tests, benchmark)
-#       test      the CudaCodec GoogleTests (ctest-independent: runs the binary)
-#       sanitize  compute-sanitizer memcheck, racecheck and initcheck on a filter
+#       smoke     tools/gpu_smoke.cu built with nvcc and run: device, a ballot/reduce
+#                 kernel, cudaMallocAsync, cudaHostRegister of a /dev/shm mapping,
+#                 CUDA IPC of a buffer and an event between two processes
+#       build     configure + build (CUDA ON, the GPU's arch, tests, benchmark, the
+#                 Python module _core), then an importable package in
+#                 /tmp/ncclz-py (PYTHONPATH for the later phases)
+#       test      the CudaCodec GoogleTests with NCCLZ_REQUIRE_GPU=1 (runs the binary)
+#       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
+#                 sanity subset of tests/python/test_comm.py
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D
+#       ranks     bench/gpu_ranks.py: 2 and 4 ranks sharing the GPU, socket
+#                 transport throttled, all_reduce none/lossless/lossy
+#       sanitize  compute-sanitizer memcheck and racecheck on a filter (initcheck: NCCLZ_SAN_INIT=1)
 #       alltests  the whole GoogleTest suite (CPU tests too); not in "all"
 #       profile   Nsight Compute per-kernel times and DRAM bytes of one small
 #                 benchmark run -> $OUT/profile.csv; not in "all"
-#       all       env build test bench sanitize
+#       all       env smoke build test pytest bench ranks sanitize
+#       dry       print the plan (phases, limits, commands' key flags); runs nothing
 #
-# With the device tool (one command, at most 10 minutes; build outputs stay on
-# a warm machine between calls, so a second call skips the build):
+# With the device tool (one command, at most 10 minutes):
 #   run(command="bash tools/gpu_session.sh all", carry=[".gtest"], timeout_s=600)
-#   or split:  "bash tools/gpu_session.sh build test bench"  then  "... sanitize"
-# Results: $OUT/{summary.md,env.txt,build.log,test.log,sanitize.log,bench.log,
-# bench.json,bench.md} (8 files: the tool returns at most 8). Without $OUT
-# (local runs) they go to build/gpu-out/.
+# Results, at most 8 files (the tool returns no more): $OUT/{summary.md,
+# env.txt (env + smoke), build.log, test.log (GoogleTest + pytest), bench.log
+# (codec benchmark + ranks), bench.json, ranks.json, sanitize.log}; summary.md
+# is also printed last. Without $OUT (local runs) they go to build/gpu-out/.
 #
 # Environment knobs: NCCLZ_GPU_DEADLINE (seconds for the whole script, default
-# 560), NCCLZ_GPU_ARCH (e.g. 90; default from nvidia-smi), NCCLZ_GPU_JOBS,
+# 540), NCCLZ_GPU_ARCH (e.g. 90; default from nvidia-smi), NCCLZ_GPU_JOBS,
 # NCCLZ_SAN_FILTER (gtest filter for compute-sanitizer), NCCLZ_BENCH_MIB (256),
+# NCCLZ_RANKS_ARGS (extra arguments of bench/gpu_ranks.py),
 # NCCLZ_FORCE_CARRIED_GTEST=1 (build .gtest even where a system GTest exists).
 #
 # Robust on purpose: no `set -e`; every step runs under `timeout`, its exit
-# code and duration go to the summary, and the next step runs anyway.
+# code and duration go to the summary, and the next step runs anyway. The
+# step limits below add up to the 540 s deadline.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -58,44 +71,72 @@ fi
 for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer /opt/nvidia/nsight-compute/*; do
   [ -d "$d" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH=$PATH:$d ;; esac
 done
-export PATH
+export PATH PYTHONUNBUFFERED=1
 
 OUT_DIR=${OUT:-$ROOT/build/gpu-out}
 mkdir -p "$OUT_DIR"
 BUILD=$ROOT/build/gpu
+SCRATCH=/tmp/ncclz-gpu-session  # side files that must not add to the 8 in $OUT
+mkdir -p "$SCRATCH"
+PYPKG=/tmp/ncclz-py             # the importable package the build assembles
 START=$(date +%s)
-DEADLINE=${NCCLZ_GPU_DEADLINE:-560}
+DEADLINE=${NCCLZ_GPU_DEADLINE:-540}
 JOBS=${NCCLZ_GPU_JOBS:-$(nproc 2>/dev/null || echo 8)}
+PY=$(command -v python3 || echo python3)
 SUMMARY=$OUT_DIR/summary.md
 TESTBIN=$BUILD/tests/cpp/ncclz_tests
 BENCHBIN=$BUILD/cuda/gpu_codec_bench
-SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus:CudaCodec.QuantizerF16MatchesCpu:CudaCodec.OneCodecManyCalls}
+SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus}
 INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.CorruptSlicesGiveTheCpuStatus}
+
+# Step limits in seconds; they add up to the 540 s deadline (the build's three
+# are one phase: GoogleTest, configure, compile; the module copy is instant).
+L_ENV=15 L_SMOKE=25 L_GTEST=20 L_CONFIGURE=25 L_BUILD=140 L_MODULE=10 L_TEST=40 L_PYTEST=150 L_PYCPU=0
+L_BENCH=30 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=25
+# NCCLZ_GPU_LIMIT_SCALE=N multiplies every limit (rehearsals on a slow machine; with a deadline to match).
+if [ -n "${NCCLZ_GPU_LIMIT_SCALE:-}" ]; then
+  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK; do
+    eval "$v=\$(($v * NCCLZ_GPU_LIMIT_SCALE))"
+  done
+fi
 
 [ -f "$SUMMARY" ] || printf '# GPU session summary\n\n| step | rc | seconds |\n|---|---|---|\n' >"$SUMMARY"
 
 remaining() { echo $((DEADLINE - ($(date +%s) - START))); }
 
+# excerpt TITLE N FILE PATTERN: the first N lines of FILE matching PATTERN, into the summary.
+excerpt() {
+  local title=$1 n=$2 file=$3 pat=$4 lines
+  [ -f "$file" ] || return 0
+  lines=$(grep -E -m "$n" -e "$pat" "$file" | cut -c1-400)
+  [ -n "$lines" ] && printf '\n%s (first %s matching lines of %s):\n```\n%s\n```\n\n' "$title" "$n" "$(basename "$file")" "$lines" >>"$SUMMARY"
+  return 0
+}
+
 # step NAME LOG LIMIT_S CMD...: runs CMD with `timeout min(LIMIT, remaining)`,
 # appending its output (with set -x tracing) to LOG; records rc and seconds.
+# rc 124/137: the step ran out of time.
 step() {
   local name=$1 log=$2 limit=$3
   shift 3
   local left
   left=$(remaining)
-  if [ "$left" -lt 15 ]; then
+  if [ "$left" -lt 10 ]; then
     echo "| $name | skipped (deadline) | 0 |" >>"$SUMMARY"
     echo "== $name: skipped, deadline reached" | tee -a "$log"
     return 99
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name (limit ${limit}s) $(date -u +%T)" | tee -a "$log"
-  local t0=$(date +%s)
-  timeout --signal=TERM --kill-after=10 "$limit" bash -xc "$*" >>"$log" 2>&1
+  local t0
+  t0=$(date +%s)
+  timeout --signal=TERM --kill-after=5 "$limit" bash -xc "$*" >>"$log" 2>&1
   local rc=$?
   local dt=$(($(date +%s) - t0))
-  echo "| $name | $rc | $dt |" >>"$SUMMARY"
-  echo "== $name: rc=$rc in ${dt}s" | tee -a "$log"
+  local note=""
+  case $rc in 124 | 137) note=" (time limit ${limit}s)" ;; esac
+  echo "| $name | $rc$note | $dt |" >>"$SUMMARY"
+  echo "== $name: rc=$rc$note in ${dt}s" | tee -a "$log"
   return $rc
 }
 
@@ -104,9 +145,10 @@ phase_env() {
   {
     echo "date: $(date -u)"; echo "host: $(uname -a)"; echo "root: $ROOT"
     echo "git: $(git -C "$ROOT" log --oneline -1 2>/dev/null || echo 'no git')"
-    echo "nproc: $(nproc)"; free -g 2>/dev/null | head -2
-  } >"$log" 2>&1
-  step env "$log" 60 "nvidia-smi; nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv; nvcc --version; which nvcc compute-sanitizer ncu; ls /usr/local/cuda/bin; gcc --version | head -1; cmake --version | head -1; ninja --version"
+    echo "nproc: $(nproc)"; free -g 2>/dev/null | head -2; echo "python3: $PY"
+  } >>"$log" 2>&1
+  step env "$log" $L_ENV "nvidia-smi; nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,driver_version --format=csv; nvcc --version; which nvcc compute-sanitizer ncu ccache; gcc --version | head -1; cmake --version | head -1; ninja --version; '$PY' -c 'import sys, torch, numpy; print(sys.version); print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"available\", torch.cuda.is_available(), \"devices\", torch.cuda.device_count()); print(\"numpy\", numpy.__version__)'; '$PY' -m nanobind --cmake_dir; '$PY' -c 'import sysconfig; print(\"Python.h dir:\", sysconfig.get_paths()[\"include\"])'; ls \$('$PY' -c 'import sysconfig; print(sysconfig.get_paths()[\"include\"])')/Python.h; df -h /tmp /dev/shm | tail -2"
+  grep -m1 -E '^NVIDIA|H100|H200' "$log" | head -1 | sed 's/^/GPU: /' >>"$SUMMARY"
 }
 
 gpu_arch() {
@@ -116,37 +158,86 @@ gpu_arch() {
   [ -n "$cc" ] && echo "$cc" || echo 90
 }
 
+phase_smoke() {
+  local log=$OUT_DIR/env.txt arch
+  arch=$(gpu_arch)
+  echo "== smoke: tools/gpu_smoke.cu for sm_$arch" >>"$log"
+  # Compile and run in one step: the compile takes a few seconds, the checks about one.
+  step smoke "$log" $L_SMOKE "nvcc -O2 -arch=sm_$arch -o '$SCRATCH/gpu_smoke' '$ROOT/tools/gpu_smoke.cu' && '$SCRATCH/gpu_smoke'"
+  excerpt "smoke" 30 "$log" '^(PASS|FAIL|SMOKE)|error:|nvcc fatal|warning:'
+}
+
 phase_build() {
   BUILD_TRIED=1
   local log=$OUT_DIR/build.log
-  local prefix=""
+  local prefix="" launcher=""
   # GoogleTest: the system's if CMake finds it, else the carried sources (.gtest).
   if [ -f "$ROOT/.gtest/CMakeLists.txt" ] && { [ -n "${NCCLZ_FORCE_CARRIED_GTEST:-}" ] ||
       ! ls /usr/lib/*/cmake/GTest/GTestConfig.cmake /usr/lib/cmake/GTest/GTestConfig.cmake /usr/local/lib/cmake/GTest/GTestConfig.cmake >/dev/null 2>&1; }; then
     if [ ! -f /tmp/gtest-install/lib/cmake/GTest/GTestConfig.cmake ] && [ ! -f /tmp/gtest-install/lib64/cmake/GTest/GTestConfig.cmake ]; then
-      step gtest "$log" 180 "cmake -S '$ROOT/.gtest' -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON -DCMAKE_INSTALL_PREFIX=/tmp/gtest-install -DCMAKE_POSITION_INDEPENDENT_CODE=ON && cmake --build /tmp/gtest-build -j $JOBS && cmake --install /tmp/gtest-build"
+      step gtest "$log" $L_GTEST "cmake -S '$ROOT/.gtest' -B /tmp/gtest-build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON -DCMAKE_INSTALL_PREFIX=/tmp/gtest-install -DCMAKE_POSITION_INDEPENDENT_CODE=ON && cmake --build /tmp/gtest-build -j $JOBS && cmake --install /tmp/gtest-build"
     fi
     prefix="-DCMAKE_PREFIX_PATH=/tmp/gtest-install"
   fi
+  command -v ccache >/dev/null 2>&1 && launcher="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
   local arch
   arch=$(gpu_arch)
   echo "CUDA arch: $arch" | tee -a "$log"
   # -Xptxas=-v: registers, shared memory, stack and spills of every kernel go to build.log.
-  step configure "$log" 120 "cmake -S '$ROOT' -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCLZ_BUILD_TESTS=ON -DNCCLZ_CUDA=ON -DNCCLZ_BUILD_GPU_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=$arch -DCMAKE_CUDA_FLAGS=-Xptxas=-v $prefix" || return
+  local common="cmake -S '$ROOT' -B '$BUILD' -G Ninja -DCMAKE_BUILD_TYPE=Release -DNCCLZ_BUILD_TESTS=ON -DNCCLZ_CUDA=ON -DNCCLZ_BUILD_GPU_BENCH=ON -DCMAKE_CUDA_ARCHITECTURES=$arch -DCMAKE_CUDA_FLAGS=-Xptxas=-v $prefix $launcher"
+  if ! step configure "$log" $L_CONFIGURE "$common -DNCCLZ_BUILD_PYTHON=ON -DPython_EXECUTABLE='$PY'"; then
+    # Most likely no Python headers for python3: keep the C++ tests and the benchmark.
+    excerpt "configure errors" 20 "$log" 'CMake Error|Could NOT|error:'
+    step configure-nopython "$log" $L_CONFIGURE "$common -DNCCLZ_BUILD_PYTHON=OFF" || return
+  fi
   # -k 0: keep going, so that the benchmark still builds if a test file does not.
-  step build "$log" 420 "cmake --build '$BUILD' -j $JOBS -- -k 0"
+  step build "$log" $L_BUILD "cmake --build '$BUILD' -j $JOBS -- -k 0"
+  excerpt "build errors" 25 "$log" 'error:|FAILED:|undefined reference|CMake Error|Error [0-9]'
+  # An importable package: python/ncclz plus the module just built.
+  local so
+  so=$(find "$BUILD" -name '_core*.so' -newer "$ROOT/CMakeLists.txt" 2>/dev/null | head -1)
+  [ -z "$so" ] && so=$(find "$BUILD" -name '_core*.so' 2>/dev/null | head -1)
+  step module "$log" $L_MODULE "rm -rf '$PYPKG' && mkdir -p '$PYPKG' && cp -r '$ROOT/python/ncclz' '$PYPKG/ncclz' && test -n '$so' && cp '$so' '$PYPKG/ncclz/' && cd /tmp && PYTHONPATH='$PYPKG' '$PY' -c 'import ncclz; print(ncclz.__file__, ncclz._core.__file__, \"cuda:\", ncclz.built_with_cuda(), ncclz.cuda_device_count())'"
+}
+
+# The assembled package for the Python phases (also when an earlier call built it).
+[ -d "$PYPKG/ncclz" ] && export PYTHONPATH=$PYPKG${PYTHONPATH:+:$PYTHONPATH}
+py_ready() {
+  case ":${PYTHONPATH:-}:" in *":$PYPKG:"*) ;; *) export PYTHONPATH=$PYPKG${PYTHONPATH:+:$PYTHONPATH} ;; esac
 }
 
 BUILD_TRIED=0
-ensure_built() {  # builds once per invocation when a binary is missing
-  if [ "$BUILD_TRIED" = 0 ] && { [ ! -x "$TESTBIN" ] || [ ! -x "$BENCHBIN" ]; }; then phase_build; fi
+ensure_built() {  # builds once per invocation when a binary or the module is missing
+  if [ "$BUILD_TRIED" = 0 ] && { [ ! -x "$TESTBIN" ] || [ ! -x "$BENCHBIN" ] || [ ! -d "$PYPKG/ncclz" ]; }; then phase_build; fi
 }
 
 phase_test() {
   ensure_built
   local log=$OUT_DIR/test.log
-  step test "$log" 300 "'$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
+  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference' "$log" | head -40 >>"$SUMMARY"
+}
+
+phase_pytest() {
+  ensure_built
+  py_ready
+  local log=$OUT_DIR/test.log t240="" t60=""
+  # pytest-timeout is on the GPU machine; without it (a rehearsal) the step's own limit still holds.
+  "$PY" -c 'import pytest_timeout' 2>/dev/null && t240="--timeout 240" && t60="--timeout 60"
+  # Every GPU test file (tests/python/test_*gpu*.py); xdist spreads them over the cores (the
+  # ranks of all tests share the one GPU).
+  local files xdist=""
+  files=$(cd "$ROOT/tests/python" && ls test_*gpu*.py 2>/dev/null | tr '\n' ' ')
+  "$PY" -c 'import xdist' 2>/dev/null && xdist="-n 8"
+  if [ -n "$files" ]; then
+    step pytest-gpu "$log" $L_PYTEST "cd '$ROOT/tests/python' && NCCLZ_REQUIRE_GPU=1 '$PY' -m pytest -q -p no:cacheprovider $xdist $t240 -rfEs $files"
+  else
+    echo "| pytest-gpu | no tests/python/test_*gpu*.py | 0 |" >>"$SUMMARY"
+  fi
+  if [ "$L_PYCPU" -gt 0 ]; then
+    step pytest-cpu "$log" $L_PYCPU "cd '$ROOT/tests/python' && '$PY' -m pytest -q -x -p no:cacheprovider $t60 -rfE test_comm.py -k 'collectives_numpy and socket-2 or single_rank'"
+  fi
+  excerpt "pytest" 30 "$log" '^(FAILED|ERROR)|Error:|[0-9]+ (passed|failed)|no tests ran'
 }
 
 phase_alltests() {
@@ -158,19 +249,33 @@ phase_sanitize() {
   ensure_built
   local log=$OUT_DIR/sanitize.log
   # Every launch is slow under the sanitizers: the tests do less (NCCLZ_CUDA_TEST_QUICK).
-  export NCCLZ_CUDA_TEST_QUICK=1
-  step memcheck "$log" 240 "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER' --gtest_color=no"
-  step racecheck "$log" 150 "compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
-  step initcheck "$log" 100 "compute-sanitizer --tool initcheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER' --gtest_color=no"
-  unset NCCLZ_CUDA_TEST_QUICK
+  export NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1
+  step memcheck "$log" $L_MEMCHECK "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER' --gtest_color=no"
+  step racecheck "$log" $L_RACECHECK "compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
+  if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
+    step initcheck "$log" 60 "compute-sanitizer --tool initcheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER' --gtest_color=no"
+  fi
+  unset NCCLZ_CUDA_TEST_QUICK NCCLZ_REQUIRE_GPU
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Uninitialized|hazard|PASSED|FAILED' "$log" | sort | uniq -c | head -20 >>"$SUMMARY"
 }
 
 phase_bench() {
   ensure_built
   local log=$OUT_DIR/bench.log
-  step bench "$log" 240 "'$BENCHBIN' --mib ${NCCLZ_BENCH_MIB:-256} --rel 1e-3 --reps 10 --json '$OUT_DIR/bench.json' --md '$OUT_DIR/bench.md'"
-  [ -f "$OUT_DIR/bench.md" ] && cat "$OUT_DIR/bench.md" >>"$SUMMARY"
+  rm -f "$SCRATCH/bench.md"
+  step bench "$log" $L_BENCH "'$BENCHBIN' --mib ${NCCLZ_BENCH_MIB:-256} --rel 1e-3 --reps 10 --json '$OUT_DIR/bench.json' --md '$SCRATCH/bench.md'"
+  [ -f "$SCRATCH/bench.md" ] && cat "$SCRATCH/bench.md" | tee -a "$log" >>"$SUMMARY"
+}
+
+phase_ranks() {
+  ensure_built
+  py_ready
+  local log=$OUT_DIR/bench.log
+  rm -f "$SCRATCH/ranks.md"
+  # --budget: the script plans its configurations to end inside the step's limit.
+  step ranks "$log" $L_RANKS "cd '$ROOT' && NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda --budget $((L_RANKS - 10)) --json '$OUT_DIR/ranks.json' --md '$SCRATCH/ranks.md' ${NCCLZ_RANKS_ARGS:-}"
+  [ -f "$SCRATCH/ranks.md" ] && cat "$SCRATCH/ranks.md" >>"$SUMMARY"
+  excerpt "ranks errors" 15 "$log" 'Error|error:|Traceback|FAIL|no GPU'
 }
 
 phase_profile() {
@@ -179,27 +284,40 @@ phase_profile() {
   step profile "$log" 300 "ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed --csv --log-file '$OUT_DIR/profile.csv' '$BENCHBIN' --mib 64 --reps 1 --warm 0"
 }
 
+phase_dry() {
+  echo "deadline ${DEADLINE}s; limits: env $L_ENV smoke $L_SMOKE gtest $L_GTEST configure $L_CONFIGURE build $L_BUILD module $L_MODULE test $L_TEST pytest $L_PYTEST+$L_PYCPU bench $L_BENCH ranks $L_RANKS memcheck $L_MEMCHECK racecheck $L_RACECHECK"
+  echo "sum of limits: $((L_ENV + L_SMOKE + L_GTEST + L_CONFIGURE + L_BUILD + L_MODULE + L_TEST + L_PYTEST + L_PYCPU + L_BENCH + L_RANKS + L_MEMCHECK + L_RACECHECK))"
+  echo "python3: $PY; jobs: $JOBS; ccache: $(command -v ccache || echo none); out: $OUT_DIR; build: $BUILD"
+  echo "gtest sources carried: $([ -f "$ROOT/.gtest/CMakeLists.txt" ] && echo yes || echo NO)"
+  echo "tests/python/test_gpu.py: $([ -f "$ROOT/tests/python/test_gpu.py" ] && echo present || echo missing)"
+}
+
 phases=("$@")
 [ ${#phases[@]} -eq 0 ] && phases=(all)
+if [ "${phases[0]}" = dry ]; then phase_dry; exit 0; fi
 phase_env
 for p in "${phases[@]}"; do
   case "$p" in
-    all) phase_build; phase_test; phase_bench; phase_sanitize ;;
+    all) phase_smoke; phase_build; phase_test; phase_pytest; phase_bench; phase_ranks; phase_sanitize ;;
     env) ;;
+    smoke) phase_smoke ;;
     build) phase_build ;;
     test) phase_test ;;
+    pytest) phase_pytest ;;
     alltests) phase_alltests ;;
     sanitize) phase_sanitize ;;
     bench) phase_bench ;;
+    ranks) phase_ranks ;;
     profile) phase_profile ;;
     *) echo "unknown phase: $p" | tee -a "$SUMMARY" ;;
   esac
 done
 echo "total seconds: $(($(date +%s) - START))" >>"$SUMMARY"
-echo
-cat "$SUMMARY"
-# Keep the logs within what the device tool returns (16 MiB a file).
-for f in "$OUT_DIR"/*.log "$OUT_DIR"/*.txt; do
+# Keep the logs within what the device tool returns (16 MiB a file): the end matters most.
+for f in "$OUT_DIR"/*.log "$OUT_DIR"/*.txt "$OUT_DIR"/*.json; do
   [ -f "$f" ] && [ "$(stat -c %s "$f")" -gt 15000000 ] && tail -c 15000000 "$f" >"$f.tmp" && mv "$f.tmp" "$f"
 done
+echo "files in $OUT_DIR: $(ls "$OUT_DIR" | wc -l) (the device tool returns at most 8): $(ls "$OUT_DIR" | tr '\n' ' ')" >>"$SUMMARY"
+echo
+cat "$SUMMARY"
 exit 0

@@ -8,9 +8,10 @@ frameworks whose arrays are immutable).
 
 Supported: CPU arrays from NumPy (including ``ml_dtypes.bfloat16``), PyTorch
 (``requires_grad`` tensors are detached) and anything else exporting CPU DLPack
-or ``__array__`` (JAX, CuPy-on-host, ...). GPU arrays and non-contiguous
-arrays are refused with an :class:`ncclz.InvalidArgumentError` that says what
-to do.
+or ``__array__`` (JAX, CuPy-on-host, ...); CUDA arrays from PyTorch, CuPy, JAX
+and other CUDA DLPack producers, staged through host memory (``_device.py``: the
+Buffer's ``stage``). Non-contiguous arrays and other devices (ROCm, ...) are
+refused with an :class:`ncclz.InvalidArgumentError` that says what to do.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from ._device import DeviceArray, stage_of
 from .errors import InvalidArgumentError
 
 #: Canonical dtype names, in the order the docs list them.
@@ -49,17 +51,27 @@ class Buffer:
         a ``uint16`` view for NumPy bfloat16, see ``as_dtype``).
     user: the caller's original object.
     dtype: canonical dtype name; shape, size: of the array.
-    framework: "numpy" | "torch" | "jax" | "other".
+    framework: "numpy" | "torch" | "jax" | "other" (of ``native``: a CUDA CuPy array's host copy is NumPy).
     writable: whether collectives may write into it (never for borrowed JAX memory).
+    stage: None for host arrays; for a GPU array the :class:`DeviceArray` whose host copy
+        ``native`` is (:func:`finish` and :func:`to_user` copy results back to the device).
     """
 
-    __slots__ = ("dtype", "framework", "native", "shape", "size", "user", "writable")
+    __slots__ = ("dtype", "framework", "native", "shape", "size", "stage", "user", "writable")
 
     def __init__(
-        self, native: Any, user: Any, dtype: str, shape: tuple, size: int, framework: str, writable: bool
+        self,
+        native: Any,
+        user: Any,
+        dtype: str,
+        shape: tuple,
+        size: int,
+        framework: str,
+        writable: bool,
+        stage: DeviceArray | None = None,
     ):
         self.native, self.user, self.dtype, self.shape = native, user, dtype, shape
-        self.size, self.framework, self.writable = size, framework, writable
+        self.size, self.framework, self.writable, self.stage = size, framework, writable, stage
 
     def replace(self, **changes: Any) -> Buffer:
         fields = {k: getattr(self, k) for k in self.__slots__}
@@ -140,8 +152,7 @@ def _unsupported_dtype(what: str, got: Any) -> InvalidArgumentError:
 
 def _device_error(what: str, device: str) -> InvalidArgumentError:
     return InvalidArgumentError(
-        f"{what} is on device {device}; the Python API takes CPU arrays only for now (the GPU path is "
-        "not implemented yet): copy it to the host first (tensor.cpu(), cupy.asnumpy(x), np.asarray(x))"
+        f"{what} is on device {device}; ncclz takes host (CPU) and CUDA arrays: copy it to one of those first"
     )
 
 
@@ -171,16 +182,24 @@ def _numpy_buffer(arr: np.ndarray, user: Any, what: str, framework: str) -> Buff
     )
 
 
-def as_buffer(x: Any, what: str = "input") -> Buffer:
+def as_buffer(x: Any, what: str = "input", load: bool = True) -> Buffer:
     """Checks ``x`` (device, dtype, contiguity) and returns a :class:`Buffer`.
 
-    Raises InvalidArgumentError for GPU arrays, unsupported dtypes and
-    non-contiguous arrays; TypeError for objects that are not arrays.
+    A CUDA array is staged: the Buffer holds a host copy (``load=False``: an
+    uninitialised host array of its dtype and shape, for outputs whose old
+    contents the collective never reads). Raises InvalidArgumentError for other
+    devices, unsupported dtypes and non-contiguous arrays; TypeError for
+    objects that are not arrays.
     """
     if isinstance(x, Buffer):
         return x
     if isinstance(x, np.ndarray):
         return _numpy_buffer(x, x, what, "numpy")
+    stage = stage_of(x, what)
+    if stage is not None:
+        host = stage.to_host() if load else stage.host_empty(tuple(x.shape), _host_dtype(stage, x))
+        b = as_buffer(host, what)
+        return b.replace(user=x, stage=stage, writable=stage.writable)
     if _is_torch(x):
         t = x
         if t.device.type != "cpu":
@@ -232,10 +251,22 @@ def as_buffer(x: Any, what: str = "input") -> Buffer:
     return buf
 
 
+def _host_dtype(stage: DeviceArray, x: Any) -> Any:
+    """The host dtype matching a device array's (torch dtypes stay torch's; CuPy's and JAX's are NumPy's)."""
+    if stage.framework == "torch":
+        return x.dtype
+    return np.dtype(x.dtype)
+
+
 def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
     """A new, writable, contiguous array of like's dtype and framework (NumPy for
-    frameworks we do not allocate in: the result is converted by :func:`to_user`)."""
+    frameworks we do not allocate in: the result is converted by :func:`to_user`).
+    For a staged ``like`` the array is a host array whose result :func:`to_user`
+    puts on like's device."""
     shape = tuple(int(s) for s in shape)
+    if like.stage is not None:
+        host = like.replace(stage=None)
+        return empty(host, shape).replace(stage=like.stage.for_output())
     if like.framework == "torch":
         torch = _torch()
         t = torch.empty(shape, dtype=like.native.dtype, device="cpu")
@@ -286,8 +317,17 @@ def to_numpy(b: Buffer) -> np.ndarray:
     return arr.reshape(b.shape)
 
 
+def finish(b: Buffer) -> None:
+    """After the native call wrote ``b``: a staged caller's array gets the result (host to device)."""
+    if b.stage is not None and b.stage.user is not None:
+        b.stage.write_back(b.native)
+
+
 def to_user(b: Buffer) -> Any:
     """The object to return to the caller for an output buffer we allocated."""
+    if b.stage is not None:
+        host = b.native if b.framework == "torch" else to_numpy(b)
+        return b.stage.new_array(host)
     if b.framework == "jax":
         import jax.numpy as jnp
 
@@ -295,9 +335,18 @@ def to_user(b: Buffer) -> Any:
     return b.user
 
 
-def check_output(out: Any, like: Buffer, shape: Sequence[int], what: str) -> Buffer:
-    """Checks a caller-provided output: writable, contiguous, like's dtype, shape's size."""
-    b = as_buffer(out, what)
+def check_output(out: Any, like: Buffer, shape: Sequence[int], what: str, load: bool = False) -> Buffer:
+    """Checks a caller-provided output: writable, contiguous, like's dtype and device, shape's size.
+    ``load``: whether the collective reads the output's old contents (a staged output is then
+    copied to the host first)."""
+    b = as_buffer(out, what, load=load)
+    if (b.stage is None) != (like.stage is None) or (
+        b.stage is not None and not b.stage.same_device(like.stage)
+    ):
+        raise InvalidArgumentError(
+            f"{what} is on {device_name(b)} but the input is on {device_name(like)}; pass an output on the "
+            "input's device"
+        )
     if not b.writable:
         raise InvalidArgumentError(f"{what} is read-only; pass a writable array")
     if b.dtype != like.dtype:
@@ -310,6 +359,13 @@ def check_output(out: Any, like: Buffer, shape: Sequence[int], what: str) -> Buf
     return b
 
 
+def device_name(b: Buffer) -> str:
+    """'cpu' or 'cuda:N'."""
+    return "cpu" if b.stage is None else b.stage.name
+
+
 def describe(b: Buffer) -> str:
-    """Short description for error messages: 'float32[1024] (numpy)'."""
+    """Short description for error messages: 'float32[1024] (numpy)', 'float32[8] (torch, cuda:0)'."""
+    if b.stage is not None:
+        return f"{b.dtype}{list(b.shape)} ({b.stage.framework}, {b.stage.name})"
     return f"{b.dtype}{list(b.shape)} ({b.framework})"

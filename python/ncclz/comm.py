@@ -306,6 +306,7 @@ class Communicator:
         self._transport = transport or "auto"
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
+        self._device: Any = None  # the CUDA device of the first GPU array this rank passed (a DeviceArray)
         self._policy = CommPolicy(setting, rank, world_size, nchannels=self._channels(cfg))
 
     def _connect(self, cfg, rank, world_size, timeout, store, unique_id, master_port) -> None:
@@ -366,16 +367,34 @@ class Communicator:
         return f"<ncclz.Communicator rank {self._rank} of {self._world_size} ({state})>"
 
     # ---- helpers ----------------------------------------------------------
-    def _prepare(self, x: Any, what: str, op: str | None, compression: Any) -> tuple:
+    def _prepare(self, x: Any, what: str, op: str | None, compression: Any, load: bool = True) -> tuple:
         """The array and compression as the native layer takes them. Only the Python types are checked
-        here; the runtime checks the call itself (dtype, op, bound, counts, root, peer)."""
-        b = _dlpack.as_buffer(x, what)
+        here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
+        the call only writes x (a GPU array's contents are then not copied to the host first)."""
+        b = _dlpack.as_buffer(x, what, load=load)
+        if b.stage is not None:
+            self._check_device(b, what)
         c = _compression(compression)
         if op is not None:
             if not isinstance(op, str):
                 raise InvalidArgumentError(f"{what}: op must be a string, one of {', '.join(OPS)}; got {op!r}")
             op = op.lower()
         return b, c, op
+
+    def _check_device(self, b: Any, what: str) -> None:
+        """GPU arrays of one rank stay on one device: the first one's (CPU arrays are always taken)."""
+        if self._device is None:
+            self._device = b.stage
+        elif not b.stage.same_device(self._device):
+            raise InvalidArgumentError(
+                f"{what} is on {b.stage.name} but this communicator's GPU arrays are on {self._device.name} "
+                "(the device of the first GPU array it was given); one rank works with one GPU"
+            )
+
+    @property
+    def device(self) -> str | None:
+        """'cuda:N' once this rank passed a GPU array (its device), else None."""
+        return None if self._device is None else self._device.name
 
     @property
     def policy(self) -> Any:
@@ -461,9 +480,7 @@ class Communicator:
             o = _dlpack.empty(b, b.shape)
         st = self._native.all_reduce(b.native, o.native, op, c, b.as_dtype, _hints(d))
         self._record("all_reduce", c, st, d)
-        if o is b:
-            return x
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, x if o is b else out)
 
     @_name_rank
     def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
@@ -493,7 +510,7 @@ class Communicator:
         )
         st = self._native.reduce_scatter(b.native, o.native, op, c, b.as_dtype, _hints(d))
         self._record("reduce_scatter", c, st, d)
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, out)
 
     @_name_rank
     def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None) -> Any:
@@ -509,7 +526,7 @@ class Communicator:
         )
         st = self._native.all_gather(b.native, o.native, c, b.as_dtype, _hints(d))
         self._record("all_gather", c, st, d)
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, out)
 
     @_name_rank
     def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None) -> Any:
@@ -524,7 +541,7 @@ class Communicator:
             _dlpack.copy_into(o, b)
         st = self._native.broadcast(o.native, root, c, o.as_dtype, _hints(d))
         self._record("broadcast", c, st, d)
-        return x if o is b else _dlpack.to_user(o)
+        return _result(o, x if o is b else None)
 
     @_name_rank
     def reduce(self, x: Any, root: int = 0, op: str = "sum", compression: Any = None, out: Any = None, *,
@@ -550,9 +567,7 @@ class Communicator:
         self._record("reduce", c, st, d)
         if o is None:
             return None
-        if o is b:
-            return x
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, x if o is b else out)
 
     @_name_rank
     def gather(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
@@ -571,7 +586,7 @@ class Communicator:
         self._record("gather", c, st, d)
         if o is None:
             return None
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, out)
 
     @_name_rank
     def scatter(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
@@ -608,14 +623,14 @@ class Communicator:
                     f"scatter: rank {self._rank} is not the root ({root}): pass out=, the array that receives "
                     "this rank's block"
                 )
-            o, c, _ = self._prepare(out, "scatter out", None, compression)
+            o, c, _ = self._prepare(out, "scatter out", None, compression, load=False)
             if not o.writable:
                 raise InvalidArgumentError(f"scatter out {_dlpack.describe(o)} is read-only; pass a writable array")
             d = self._decide("scatter", o, c, compression, o.nbytes * w, policy, data=False)
             send = None
         st = self._native.scatter(send, o.native, root, c, o.as_dtype, _hints(d))
         self._record("scatter", c, st, d)
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, out)
 
     @_name_rank
     def all_to_all(self, x: Any, compression: Any = None, out: Any = None, *, send_counts: Any = None,
@@ -661,7 +676,7 @@ class Communicator:
             st = self._native.all_to_allv(b.native, o.native, [n * row for n in sc], [n * row for n in rc], c,
                                           b.as_dtype, _hints(d))
         self._record("all_to_all", c, st, d)
-        return out if out is not None else _dlpack.to_user(o)
+        return _result(o, out)
 
     def _counts(self, counts: Any, what: str) -> list:
         """send_counts / recv_counts as a list of world_size non-negative ints."""
@@ -696,14 +711,14 @@ class Communicator:
     def recv(self, x: Any, peer: int, compression: Any = None) -> Any:
         """Receives from ``peer`` into ``x`` (writable); returns ``x``."""
         peer = self._check_rank(peer, "recv peer")
-        b, c, _ = self._prepare(x, "recv buffer", None, compression)
+        b, c, _ = self._prepare(x, "recv buffer", None, compression, load=False)
         if not b.writable:
             raise InvalidArgumentError(
                 f"recv buffer {_dlpack.describe(b)} is read-only; pass a writable array"
             )
         st = self._native.recv(b.native, peer, c, b.as_dtype)
         self._record("recv", c, st)
-        return x
+        return _result(b, x)
 
     @_name_rank
     def barrier(self) -> None:
@@ -726,6 +741,16 @@ class Communicator:
         if exc_type is not None and not self.closed:
             self.abort(f"exception on rank {self._rank}: {exc_type.__name__}")
         self.close()
+
+
+def _result(o: Any, given: Any) -> Any:
+    """What a collective returns once the native call wrote ``o``: ``given`` (the caller's own
+    array: x in place, or out=) after a staged GPU array got its result back, else a new array
+    (on the input's device for GPU inputs)."""
+    if given is not None:
+        _dlpack.finish(o)
+        return given
+    return _dlpack.to_user(o)
 
 
 def _prod(shape: Any) -> int:

@@ -1,0 +1,180 @@
+"""GPU arrays in the collectives, staged through host memory (the first GPU path).
+
+A CUDA array from PyTorch, CuPy, JAX (or any CUDA DLPack producer that PyTorch or
+CuPy can import) goes through a collective like this:
+
+1. ``to_host``: its framework copies it to host memory. The copy is queued on the
+   framework's current stream (``torch.cuda.current_stream()``, CuPy's current
+   stream; JAX waits for the array's value) and waited for, so everything the
+   caller queued before the call is in the copy.
+2. The collective runs on the host copy: same codecs, same wire format and the
+   same error contract as for CPU arrays. A GPU rank and a CPU rank can therefore
+   be in one communicator.
+3. ``write_back`` / ``new_array``: the result is copied onto the array's device on
+   the framework's current stream (a synchronous copy from pageable memory), into
+   the caller's array (in-place collectives, ``out=``) or into a new array of the
+   input's framework on the input's device.
+
+The call is synchronous, as every ncclz call is. Quantizing and coding on the
+device (cuda/) is the next step (docs/GPU.md); this path makes every collective
+take GPU arrays now, with results identical to the CPU path's.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+DL_CUDA = 2  # DLPack's kDLCUDA
+DL_CUDA_MANAGED = 13
+
+
+def _torch() -> Any:
+    return sys.modules.get("torch")
+
+
+def _framework(x: Any) -> str:
+    mod = type(x).__module__ or ""
+    if mod.startswith("cupy"):
+        return "cupy"
+    if mod.startswith(("jax", "jaxlib")):
+        return "jax"
+    return "other"
+
+
+class DeviceArray:
+    """Where a staged array lives and how to move data between it and the host.
+
+    user: the caller's device array (None for an output ncclz allocates).
+    framework: "torch" | "cupy" | "jax".
+    index: the CUDA device ordinal.
+    writable: whether collectives may write the result back into ``user``.
+    """
+
+    __slots__ = ("framework", "index", "like", "user", "writable")
+
+    def __init__(self, user: Any, framework: str, index: int, writable: bool, like: Any = None):
+        self.user, self.framework, self.index, self.writable = user, framework, index, writable
+        self.like = like if like is not None else user  # an array on the device (JAX places by it)
+
+    @property
+    def name(self) -> str:
+        return f"cuda:{self.index}"
+
+    def same_device(self, other: DeviceArray | None) -> bool:
+        return other is not None and other.index == self.index
+
+    # ---- device -> host ---------------------------------------------------
+    def to_host(self) -> Any:
+        """A host copy of ``user``: a CPU torch tensor for PyTorch, else a NumPy array."""
+        x = self.user
+        if self.framework == "torch":
+            return x.detach().cpu()  # queued on the current stream, then waited for
+        if self.framework == "cupy":
+            return x.get()  # the current stream, then waited for
+        return np.asarray(x)  # JAX: waits for the value
+
+    def host_empty(self, shape: tuple, dtype: Any) -> Any:
+        """An uninitialised host array for an output whose old contents are not read."""
+        if self.framework == "torch":
+            return _torch().empty(shape, dtype=dtype, device="cpu")
+        return np.empty(shape, dtype=dtype)
+
+    # ---- host -> device ---------------------------------------------------
+    def write_back(self, host: Any) -> None:
+        """Copies the host result into ``user`` (same element count)."""
+        x = self.user
+        if self.framework == "torch":
+            x.detach().view(-1).copy_(host.reshape(-1))
+        elif self.framework == "cupy":
+            x.reshape(-1).set(np.ascontiguousarray(host).reshape(-1))
+        else:  # pragma: no cover - JAX arrays are immutable: never writable
+            raise InvalidArgumentError("internal: write-back into an immutable array")
+
+    def new_array(self, host: Any) -> Any:
+        """A new array of the framework on this device holding ``host``."""
+        if self.framework == "torch":
+            return host.to(f"cuda:{self.index}")
+        if self.framework == "cupy":
+            import cupy
+
+            with cupy.cuda.Device(self.index):
+                return cupy.asarray(host)
+        import jax
+
+        return jax.device_put(host, next(iter(self.like.devices())))
+
+    def for_output(self) -> DeviceArray:
+        """The stage of a new output on this device (no user array yet)."""
+        return DeviceArray(None, self.framework, self.index, True, like=self.like)
+
+
+def _refuse_managed(what: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{what} is in CUDA managed memory; ncclz takes device or host arrays")
+
+
+def stage_of(x: Any, what: str) -> DeviceArray | None:
+    """The DeviceArray of a CUDA array, None for host arrays (and for objects that are no arrays).
+
+    Checks what must be checked before anything is copied: contiguity (a
+    non-contiguous device array is refused, as on the host).
+    """
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.device.type != "cuda":
+            return None
+        if not x.is_contiguous():
+            raise InvalidArgumentError(
+                f"{what} is a non-contiguous CUDA tensor; make it contiguous first (tensor.contiguous())"
+            )
+        return DeviceArray(x, "torch", int(x.device.index or 0), True)
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None:
+        return None
+    try:
+        dev_type, dev_id = dev()
+    except Exception:  # noqa: BLE001 - a broken producer: treated as a host array
+        return None
+    dev_type = int(dev_type)
+    if dev_type == DL_CUDA_MANAGED:
+        raise _refuse_managed(what)
+    if dev_type != DL_CUDA:
+        return None
+    fw = _framework(x)
+    if fw == "cupy":
+        if not x.flags.c_contiguous:
+            raise InvalidArgumentError(
+                f"{what} is a non-contiguous CuPy array; make it contiguous first (cupy.ascontiguousarray(x))"
+            )
+        return DeviceArray(x, "cupy", int(dev_id), True)
+    if fw == "jax":
+        return DeviceArray(x, "jax", int(dev_id), False)  # immutable: results are new arrays
+    # Another CUDA producer: through PyTorch (or CuPy) by DLPack, zero-copy.
+    try:
+        if torch is None:
+            try:
+                import torch
+            except ImportError:
+                torch = None
+        if torch is not None:
+            imported = torch.from_dlpack(x)
+        else:
+            try:
+                import cupy
+            except ImportError:
+                raise InvalidArgumentError(
+                    f"{what} is a CUDA array of {type(x).__name__}; ncclz imports foreign CUDA arrays through "
+                    "PyTorch or CuPy, and neither is installed"
+                ) from None
+            imported = cupy.from_dlpack(x)
+    except InvalidArgumentError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the producer's or the importer's failure, whatever its type
+        raise InvalidArgumentError(
+            f"{what}: could not import this CUDA array ({type(x).__name__}) through DLPack: {e}"
+        ) from e
+    return stage_of(imported, what)

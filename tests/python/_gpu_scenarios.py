@@ -1,0 +1,256 @@
+"""Rank programs for the GPU tests (tests/python/test_gpu.py), run by _workers.py.
+
+CUDA arrays from PyTorch, CuPy and JAX through the collectives. Each rank checks
+that results stay on the input's device, every element against the fp64
+reference and the promised bound, and that a GPU call gives the same bits as
+the same call on host arrays (the staged path must not change a single bit).
+Calls pass policy="off" where bits are compared, so that the compression
+policy cannot choose differently between the two calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from _checks import Checker, as_f64, bits, bound_of, modes, plain_tolerance, rank_input, reference
+
+
+def _torch_in(torch, a, device="cuda"):
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16).to(device)
+    return torch.from_numpy(a.copy()).to(device)
+
+
+def _torch_out(ck, torch, t):
+    ck.require(t.device.type == "cuda", f"a result is on {t.device}, expected the GPU")
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_bf16())
+    return t.numpy()
+
+
+def _bf16():
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def scenario_gpu_rooted(ncclz, comm, args):
+    """reduce, gather, scatter and all_to_all (equal and uneven blocks) of CUDA torch tensors in
+    every mode: on the device, within the bound, and bit-identical to the same call on host arrays."""
+    import torch
+
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    n = 4099 * W
+    seed = 500
+    for dtype in ("float32", "bfloat16"):
+        for mname, comp in modes(ncclz, dtype):
+            seed += 1
+            inputs = [rank_input(k, n, dtype, seed) for k in range(W)]
+            E = bound_of(comp, inputs)
+
+            # reduce onto the last rank, in place there
+            root = W - 1
+            x = _torch_in(torch, inputs[r])
+            y = comm.reduce(x, root=root, compression=comp, policy="off")
+            host = comm.reduce(inputs[r].copy(), root=root, compression=comp, policy="off")
+            name = f"gpu/reduce/{dtype}/{mname}"
+            if r == root:
+                ck.require(y is x, f"{name}: not in place")
+                got = _torch_out(ck, torch, y)
+                ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
+                ref = reference(inputs, "sum")
+                if E is None:
+                    ck.require(bits(got) == bits(host), name)
+                else:
+                    ck.check_close(name, got, ref, E, mname, dtype)
+            else:
+                ck.require(y is None and host is None, f"{name}: non-root got a result")
+
+            # gather onto rank 0: a new CUDA tensor (W, n)
+            x = _torch_in(torch, inputs[r])
+            y = comm.gather(x, root=0, compression=comp, policy="off")
+            host = comm.gather(inputs[r].copy(), root=0, compression=comp, policy="off")
+            name = f"gpu/gather/{dtype}/{mname}"
+            if r == 0:
+                got = _torch_out(ck, torch, y)
+                ck.require(tuple(got.shape) == (W, n), f"{name}: shape {tuple(got.shape)}")
+                ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
+                exact = np.stack([as_f64(a) for a in inputs])
+                if E is None:
+                    ck.require(bits(got) == bits(np.stack(inputs)), f"{name}: not exact")
+                else:
+                    ck.check_close(name, got, exact, E, mname, dtype)
+
+            # scatter from rank 0: other ranks receive into a CUDA out=
+            blk = n // W
+            if r == 0:
+                x = _torch_in(torch, inputs[0])
+                y = comm.scatter(x, root=0, compression=comp, policy="off")
+                host = comm.scatter(inputs[0].copy(), root=0, compression=comp, policy="off")
+            else:
+                out = torch.full(
+                    (blk,), 7.0, dtype=_torch_in(torch, inputs[0][:1], "cpu").dtype, device="cuda"
+                )
+                y = comm.scatter(None, root=0, compression=comp, out=out, policy="off")
+                ck.require(y is out, "scatter must return out=")
+                host = comm.scatter(
+                    None, root=0, compression=comp, out=np.zeros(blk, inputs[0].dtype), policy="off"
+                )
+            name = f"gpu/scatter/{dtype}/{mname}"
+            got = _torch_out(ck, torch, y)
+            ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
+            want = inputs[0][r * blk : (r + 1) * blk]
+            if E is None:
+                ck.require(bits(got) == bits(want), f"{name}: not exact")
+            else:
+                ck.check_close(name, got, as_f64(want), bound_of(comp, [inputs[0]]), mname, dtype)
+
+            # all_to_all, equal blocks then uneven ones (rank i sends i + j + 1 rows to rank j)
+            x = _torch_in(torch, inputs[r])
+            y = comm.all_to_all(x, compression=comp, policy="off")
+            host = comm.all_to_all(inputs[r].copy(), compression=comp, policy="off")
+            name = f"gpu/all_to_all/{dtype}/{mname}"
+            got = _torch_out(ck, torch, y)
+            ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
+            want = np.concatenate([inputs[j][r * blk : (r + 1) * blk] for j in range(W)])
+            if E is None:
+                ck.require(bits(got) == bits(want), f"{name}: not exact")
+            else:
+                ck.check_close(name, got, as_f64(want), E, mname, dtype)
+            sc = [r + j + 1 for j in range(W)]
+            rc = [j + r + 1 for j in range(W)]
+            xs = inputs[r][: sum(sc)]
+            y = comm.all_to_all(
+                _torch_in(torch, xs), compression=comp, send_counts=sc, recv_counts=rc, policy="off"
+            )
+            host = comm.all_to_all(xs.copy(), compression=comp, send_counts=sc, recv_counts=rc, policy="off")
+            got = _torch_out(ck, torch, y)
+            ck.require(bits(got) == bits(host), f"{name}/uneven: differs from the host call")
+    comm.barrier()
+    return {"hashes": ck.hashes, "checks": ck.checks}
+
+
+def scenario_gpu_frameworks(ncclz, comm, args):
+    """CuPy and JAX CUDA arrays (whichever args name), and the frameworks' current streams: work
+    queued on a side stream before a call is in the call's input, and the result is there for work
+    queued after it."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    n = 1 << 20
+    inputs = [rank_input(k, n, "float32", 77) for k in range(W)]
+    ref = reference(inputs, "sum")
+    comp = ncclz.Lossy(rel=1e-3)
+    E = bound_of(comp, inputs)
+
+    if "torch" in args:
+        import torch
+
+        s = torch.cuda.Stream()
+        x = torch.zeros(n, device="cuda")
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(50_000_000)  # the copy below would lose a race with the call
+            x.copy_(torch.from_numpy(inputs[r]).to("cuda", non_blocking=True))
+            y = comm.all_reduce(x, compression=comp)
+            z = y * 2  # queued on s after the call: must see the result
+        torch.cuda.synchronize()
+        ck.require(y is x, "torch all_reduce must be in place")
+        ck.check_close("gpu/torch/stream", z.cpu().numpy() / 2, ref, E, "rel", "float32")
+
+    if "cupy" in args:
+        import cupy
+
+        with cupy.cuda.Stream(non_blocking=True):
+            x = cupy.zeros(n, dtype=cupy.float32)
+            x += cupy.asarray(inputs[r])  # queued on the side stream
+            y = comm.all_reduce(x, compression=comp)
+        ck.require(y is x and isinstance(y, cupy.ndarray), "cupy all_reduce must be in place")
+        ck.check_close("gpu/cupy/all_reduce", cupy.asnumpy(y), ref, E, "rel", "float32")
+        out = cupy.empty(n, dtype=cupy.float32)
+        ck.require(comm.all_reduce(cupy.asarray(inputs[r]), out=out) is out, "cupy out= must be returned")
+        ck.check_close(
+            "gpu/cupy/out",
+            cupy.asnumpy(out),
+            ref,
+            plain_tolerance("float32", ref, inputs, "sum"),
+            "none",
+            "float32",
+        )
+        g = comm.all_gather(cupy.asarray(inputs[r][:1000]))
+        ck.require(isinstance(g, cupy.ndarray) and g.shape == (W, 1000), f"cupy all_gather gave {type(g)}")
+        ck.require(
+            bits(cupy.asnumpy(g)) == bits(np.stack([a[:1000] for a in inputs])), "cupy all_gather not exact"
+        )
+        b = cupy.asarray(inputs[r][:1000])
+        ck.require(comm.broadcast(b, root=W - 1) is b, "cupy broadcast must be in place")
+        ck.require(bits(cupy.asnumpy(b)) == bits(inputs[W - 1][:1000]), "cupy broadcast not exact")
+
+    if "jax" in args:
+        import jax
+        import jax.numpy as jnp
+
+        gpu = jax.devices("gpu")[0]
+        for dtype in ("float32", "bfloat16"):
+            inp = [rank_input(k, 50_000, dtype, 78) for k in range(W)]
+            x = jax.device_put(jnp.asarray(inp[r]), gpu)
+            y = comm.all_reduce(x, compression=ncclz.Lossy(rel=1e-2))
+            ck.require(
+                y is not x and list(y.devices()) == [gpu], f"jax all_reduce gave {type(y)} on {y.devices()}"
+            )
+            ck.require(bits(np.asarray(x)) == bits(inp[r]), "jax input changed")
+            ck.check_close(
+                f"gpu/jax/{dtype}",
+                np.asarray(y),
+                reference(inp, "sum"),
+                bound_of(ncclz.Lossy(rel=1e-2), inp),
+                "rel",
+                dtype,
+            )
+            g = comm.all_gather(x)
+            ck.require(
+                list(g.devices()) == [gpu] and g.shape == (W, 50_000), "jax all_gather: device or shape"
+            )
+            ck.require(bits(np.asarray(g)) == bits(np.stack(inp)), "jax all_gather not exact")
+    comm.barrier()
+    return {"checks": ck.checks}
+
+
+def scenario_gpu_bad_input(ncclz, comm, args):
+    """Bad GPU input raises InvalidArgumentError naming the problem; the communicator stays usable."""
+    import torch
+
+    r = comm.rank
+    ck = Checker(comm)
+
+    def expect(name, fn, *words):
+        try:
+            fn()
+        except ncclz.InvalidArgumentError as e:
+            msg = str(e)
+            ck.require(all(w in msg for w in words), f"{name}: message {msg!r} lacks {words}")
+            return
+        ck.fail(f"rank {r}: {name}: no InvalidArgumentError")
+
+    x = torch.arange(64, dtype=torch.float32, device="cuda").reshape(8, 8)
+    expect("non-contiguous", lambda: comm.all_reduce(x.t()), "non-contiguous")
+    expect(
+        "cpu out for a cuda input", lambda: comm.all_reduce(x, out=np.empty(64, np.float32)), "cuda:0", "cpu"
+    )
+    expect(
+        "cuda out for a cpu input", lambda: comm.all_reduce(np.ones(64, np.float32), out=x), "cuda:0", "cpu"
+    )
+    expect(
+        "cuda out of another dtype",
+        lambda: comm.all_gather(
+            x, out=torch.empty((comm.world_size, 8, 8), dtype=torch.float64, device="cuda")
+        ),
+        "dtype",
+    )
+    expect(
+        "complex cuda", lambda: comm.all_reduce(torch.ones(4, dtype=torch.complex64, device="cuda")), "dtype"
+    )
+    ck.require(comm.device == "cuda:0", f"comm.device is {comm.device!r}")
+    y = comm.all_reduce(torch.ones(1000, device="cuda"))
+    ck.require(bool((y == comm.world_size).all()), "all_reduce after the errors is wrong")
+    comm.barrier()
+    return {"checks": ck.checks}

@@ -1,0 +1,116 @@
+"""GPU arrays through the collectives (python/ncclz/_device.py: staged through host memory).
+
+Needs a CUDA GPU visible to PyTorch: without one every test here skips, and fails
+under NCCLZ_REQUIRE_GPU=1 (tools/gpu_session.sh sets it on the GPU machine). The
+ranks are processes sharing GPU 0. The device-mismatch test at the end needs no GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+from test_comm import assert_same_on_all_ranks, run_ranks
+
+REQUIRE = os.environ.get("NCCLZ_REQUIRE_GPU") == "1"
+# JAX takes 75% of the GPU's memory per process by default; the ranks share one GPU.
+GPU_ENV = {
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+    "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
+}
+
+
+def _gpu_reason() -> str | None:
+    """None when PyTorch sees a CUDA GPU, else why not."""
+    if importlib.util.find_spec("torch") is None:
+        return "PyTorch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return f"torch.cuda.is_available() is False (torch {torch.__version__}, CUDA {torch.version.cuda})"
+    return None
+
+
+@pytest.fixture
+def gpu():
+    why = _gpu_reason()
+    if why is not None:
+        if REQUIRE:
+            pytest.fail(f"NCCLZ_REQUIRE_GPU=1 but no GPU: {why}", pytrace=False)
+        pytest.skip(f"no GPU: {why}")
+
+
+def _need(module: str):
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed")
+
+
+@pytest.mark.parametrize("transport,n", [("shm", 2), ("shm", 4), ("socket", 2)])
+def test_gpu_collectives(gpu, tmp_path, transport, n):
+    """all_reduce (every op, mode, dtype), reduce_scatter, all_gather, broadcast, send/recv of CUDA
+    tensors: on the device, every element within the bound, identical on all ranks."""
+    ranks = run_ranks(tmp_path, "collectives", n, transport, args=["cuda"], timeout=300, env=GPU_ENV)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] > 20
+    assert_same_on_all_ranks(ranks.results)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_gpu_rooted_and_all_to_all(gpu, tmp_path, n):
+    """reduce, gather, scatter, all_to_all of CUDA tensors, bit-identical to the host calls."""
+    ranks = run_ranks(tmp_path, "gpu_rooted", n, "shm", timeout=300, env=GPU_ENV)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] > 0
+
+
+def test_gpu_mixed_cpu_and_gpu_ranks(gpu, tmp_path):
+    """Rank 0 passes CUDA tensors, rank 1 CPU tensors, rank 2 CUDA again: one communicator, the
+    same bits everywhere."""
+    rank_env = {
+        0: {"NCCLZ_TEST_DEVICE": "cuda"},
+        1: {"NCCLZ_TEST_DEVICE": "cpu"},
+        2: {"NCCLZ_TEST_DEVICE": "cuda"},
+    }
+    ranks = run_ranks(
+        tmp_path, "collectives", 3, "shm", args=["torch"], timeout=300, env=GPU_ENV, rank_env=rank_env
+    )
+    ranks.assert_ok()
+    assert_same_on_all_ranks(ranks.results)
+
+
+@pytest.mark.parametrize("framework", ["torch", "cupy", "jax"])
+def test_gpu_frameworks_and_streams(gpu, tmp_path, framework):
+    """CuPy and JAX arrays (in place / new arrays on the input's device), and the current stream."""
+    _need(framework)
+    ranks = run_ranks(tmp_path, "gpu_frameworks", 2, "shm", args=[framework], timeout=240, env=GPU_ENV)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] > 0
+
+
+def test_gpu_bad_input(gpu, tmp_path):
+    ranks = run_ranks(tmp_path, "gpu_bad_input", 2, "shm", timeout=120, env=GPU_ENV)
+    ranks.assert_ok()
+
+
+def test_one_gpu_per_rank_is_enforced():
+    """A rank's GPU arrays must stay on one device (no GPU needed: two device descriptions)."""
+    import ncclz
+    from ncclz import _dlpack
+    from ncclz._device import DeviceArray
+
+    with ncclz.Communicator(rank=0, world_size=1, transport="inproc", master_port=0) as comm:
+        on = {
+            i: _dlpack.as_buffer(np.zeros(4, np.float32)).replace(stage=DeviceArray(None, "torch", i, True))
+            for i in (0, 1)
+        }
+        assert comm.device is None
+        comm._check_device(on[0], "x")
+        assert comm.device == "cuda:0"
+        comm._check_device(on[0], "x")
+        with pytest.raises(ncclz.InvalidArgumentError, match=r"x is on cuda:1 .* on cuda:0"):
+            comm._check_device(on[1], "x")
+        # an output on another device than its input
+        with pytest.raises(ncclz.InvalidArgumentError, match="cuda:1 but the input is on cuda:0"):
+            _dlpack.check_output(on[1], on[0], (4,), "out")
