@@ -733,6 +733,92 @@ def _rooted(rank: int, world: int, out: dict) -> None:
     dist.barrier()
 
 
+def _anysource_timeouts(rank: int, world: int, out: dict) -> None:
+    """recv without src (Options(any_source=True)), its refusal without the option, and c10d's
+    per-call timeout (opts.timeout)."""
+    import ncclz.torch as nt
+    import torch.distributed as dist
+
+    try:
+        dist.recv(torch.empty(2))
+    except ncclz.InvalidArgumentError as e:
+        assert "any_source=True" in str(e), e
+    else:
+        raise AssertionError("recv from any source without the option did not raise")
+
+    g = dist.new_group(backend="ncclz", pg_options=nt.Options(any_source=True))
+    # every rank sends two messages to every other rank (sync recv and irecv take them in turn)
+    sends = []
+    for dst in range(world):
+        if dst != rank:
+            for k in range(2):
+                sends.append(dist.isend(torch.full((5,), 10.0 * rank + k), dst, group=g))
+    got = []
+    for i in range(2 * (world - 1)):
+        t = torch.empty(5)
+        if i % 2 == 0:
+            src = dist.recv(t, group=g)
+        else:
+            w = dist.irecv(t, group=g)
+            w.wait()
+            src = dist.get_global_rank(g, w._source_rank())
+        assert src != rank and 0 <= src < world, src
+        got.append((src, t[0].item()))
+        assert torch.equal(t, torch.full((5,), t[0].item())), t
+    for q in sends:
+        q.wait()
+    # each sender's two messages arrive, in its order
+    for src in range(world):
+        if src != rank:
+            vals = [v for s_, v in got if s_ == src]
+            assert vals == [10.0 * src, 10.0 * src + 1], (src, got)
+    # a recv with src and one without, mixed: each takes its own message (after a barrier: a recv
+    # without src may take any rank's next message, also one sent after this rank's previous phase)
+    dist.barrier()
+    if rank == 0:
+        dist.send(torch.full((3,), 1.0), 1, group=g)
+        dist.send(torch.full((3,), 2.0), 1, group=g)
+    elif rank == 1:
+        a, b = torch.empty(3), torch.empty(3)
+        dist.recv(a, 0, group=g)
+        assert (
+            dist.recv(b, group=g) == 0
+            and torch.equal(a, torch.full((3,), 1.0))
+            and torch.equal(b, torch.full((3,), 2.0))
+        ), (a, b)
+    dist.barrier()
+
+    # per-call timeout (c10d's opts.timeout): not reached, then reached on rank 0 alone
+    pg = dist.new_group(backend="ncclz")
+    opts = dist.AllreduceOptions()
+    opts.timeout = datetime.timedelta(seconds=60)
+    x = torch.ones(10)
+    pg.allreduce([x], opts).wait()
+    assert torch.equal(x, torch.full((10,), float(world)))
+    dist.barrier()
+    if rank == 0:
+        opts.timeout = datetime.timedelta(seconds=1)
+        t0 = time.monotonic()
+        w = pg.allreduce([torch.ones(10)], opts)
+        try:
+            w.wait()
+        except ncclz.TimeoutError as e:
+            assert "within its timeout of 1 s" in str(e), e
+            out["timeout_s"] = time.monotonic() - t0
+        else:
+            raise AssertionError("the per-call timeout did not fire")
+        assert out["timeout_s"] < 15, out
+    dist.barrier()
+    if rank != 0:
+        try:
+            dist.all_reduce(torch.ones(10), group=pg)
+        except ncclz.RemoteError:
+            pass
+        else:
+            raise AssertionError("a peer of a timed-out call completed it")
+    dist.barrier()
+
+
 def _lossy(rank: int, world: int, out: dict) -> None:
     """Lossy groups: every element within the E each call reported; what stays exact stays exact."""
     import ncclz.torch as nt
@@ -942,6 +1028,7 @@ SCENARIOS = {
     "ops": _ops,
     "lossy": _lossy,
     "rooted": _rooted,
+    "anysource_timeouts": _anysource_timeouts,
     "train": _train,
     "bad_options": _bad_options,
     "dead_peer": _dead_peer,
@@ -1029,6 +1116,11 @@ def test_reduce_gather_scatter_all_to_all(tmp_path):
     assert min(sends) < 1500 <= sum(sends) // 3, sends
 
 
+def test_recv_from_any_source_and_per_call_timeouts(tmp_path):
+    _run("anysource_timeouts", 3, tmp_path)
+    assert 0.9 < _results(tmp_path, [0])[0]["timeout_s"] < 15
+
+
 def test_lossy_groups_bound_every_element(tmp_path):
     _run("lossy", 3, tmp_path)
     res = _results(tmp_path, range(3))
@@ -1109,12 +1201,13 @@ def test_options_validation():
     )
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_cuda_tensors_are_refused_clearly():
+def test_other_devices_are_refused_clearly():
     from ncclz.torch import _tensors
 
-    with pytest.raises(ncclz.InvalidArgumentError, match="CPU tensors for now"):
-        _tensors.check_tensor(torch.ones(4, device="cuda"), "all_reduce")
+    with pytest.raises(ncclz.InvalidArgumentError, match="CPU and CUDA tensors"):
+        _tensors.check_tensor(torch.ones(4, device="meta"), "all_reduce")
+    with pytest.raises(ncclz.InvalidArgumentError, match="one device"):
+        _tensors.same_device([torch.ones(1), torch.ones(1, device="meta")], "all_gather")
 
 
 def test_registered_on_import():
@@ -1122,7 +1215,7 @@ def test_registered_on_import():
     import torch.distributed as dist
 
     assert "ncclz" in dist.Backend.backend_list
-    assert dist.Backend.backend_capability["ncclz"] == ["cpu"]
+    assert dist.Backend.backend_capability["ncclz"] == ["cpu", "cuda"]
     assert dist.Backend("ncclz") == "ncclz"
 
 

@@ -50,6 +50,7 @@ import collections
 import datetime
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -60,9 +61,10 @@ import torch.distributed as dist
 from .. import store as _store
 from ..comm import Communicator, make_unique_id
 from ..errors import AbortedError, InvalidArgumentError, RemoteError
+from ..errors import TimeoutError as NcclzTimeoutError
 from ..spec import Lossy
 from . import _tensors as T
-from ._work import Work, Worker
+from ._work import Work, Worker, caller_stream, timeout_seconds
 from .options import Options
 
 __all__ = ["BACKEND", "ProcessGroupNCCLZ", "Traffic", "register"]
@@ -70,8 +72,9 @@ __all__ = ["BACKEND", "ProcessGroupNCCLZ", "Traffic", "register"]
 #: The name to pass to ``init_process_group`` / ``new_group``.
 BACKEND = "ncclz"
 
-#: Devices the backend registers for (CUDA joins when the runtime's GPU path reaches Python).
-DEVICES = ("cpu",)
+#: Devices the backend registers for. CUDA tensors are staged through host memory by
+#: ncclz.Communicator (python/ncclz/_device.py); results stay on the input's device.
+DEVICES = ("cpu", "cuda")
 
 _live_groups: weakref.WeakSet = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -220,6 +223,8 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._traffic = Traffic()
         self._p2p: dict = {}
+        self._claimed: collections.Counter = collections.Counter()  # messages claimed per sender (recvs)
+        self._anysource: Worker | None = None
         self._shut = False
         self._failure: str | None = None
         self._ef = _ErrorFeedback() if self._options.error_feedback else None
@@ -333,7 +338,19 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             if st.error_bound > t.max_error_bound:
                 t.max_error_bound = float(st.error_bound)
 
-    def _submit(self, op: str, outputs: Any, job: Any, worker: Worker | None = None) -> Work:
+    def _submit(
+        self,
+        op: str,
+        outputs: Any,
+        job: Any,
+        worker: Worker | None = None,
+        opts: Any = None,
+        work: Work | None = None,
+        inputs: Any = None,
+    ) -> Work:
+        """Queues ``job`` on the group's worker (or ``worker``) and returns its Work (``work``: complete
+        that one instead of a new one). ``opts.timeout``, where torch's options carry one that is set,
+        is the call's own deadline, counted from now (see :meth:`_watch`)."""
         if self._shut:
             raise InvalidArgumentError(
                 f"ncclz process group {self._group_id!r}: {op} after the group was shut down "
@@ -344,21 +361,60 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 f"ncclz process group {self._group_id!r}: {op} on a group whose communication failed earlier "
                 f"({self._failure}); create a new group (or restart the job)"
             )
-        work = Work(op, outputs, self._abort_on_timeout)
+        if work is None:
+            work = self._work(op, outputs, inputs)
+        timer = self._watch(op, work, timeout_seconds(getattr(opts, "timeout", None)))
 
         def run(w: Work) -> None:
-            if self._failure is not None:  # an earlier call of this group failed after this one was issued
-                raise AbortedError(
-                    f"ncclz process group {self._group_id!r}: {op} not started: a call issued before it failed "
-                    f"({self._failure})"
-                )
             try:
-                job(w)
-            except RemoteError as e:
-                self._fail(e)
-                raise
+                if (
+                    self._failure is not None
+                ):  # an earlier call of this group failed after this one was issued
+                    raise AbortedError(
+                        f"ncclz process group {self._group_id!r}: {op} not started: a call issued before it failed "
+                        f"({self._failure})"
+                    )
+                try:
+                    job(w)
+                except RemoteError as e:
+                    self._fail(e)
+                    raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
         return (worker or self._worker).submit(run, work)
+
+    def _work(self, op: str, outputs: Any, inputs: Any = None) -> Work:
+        """A Work for ``outputs``; CUDA calls remember the caller's current stream (the job runs with it,
+        see :mod:`._work`) and give the Future the outputs' devices."""
+        stream = caller_stream([outputs, inputs])
+        devices = T.cuda_devices(outputs) if stream is not None else None
+        return Work(op, outputs, self._abort_on_timeout, devices=devices, stream=stream)
+
+    def _watch(self, op: str, work: Work, seconds: float | None) -> threading.Timer | None:
+        """A per-call timeout (c10d's ``opts.timeout``, e.g. ``pg.allreduce([t], opts)``): if ``work``
+        has not completed ``seconds`` after it was issued, it fails with ncclz.TimeoutError and the
+        group is aborted, as for ``Work.wait(timeout)`` (a collective cannot be taken back once peers may
+        be in it; aborting makes them fail at once). Unset (torch's default): the group's timeout."""
+        if seconds is None:
+            return None
+
+        def fire() -> None:
+            if work.is_completed():
+                return
+            msg = (
+                f"ncclz process group {self._group_id!r}: {op} did not complete within its timeout of {seconds:g} s "
+                "(opts.timeout); the group's communicator was aborted"
+            )
+            work._fail(NcclzTimeoutError(msg))
+            self.abort(msg)
+
+        timer = threading.Timer(seconds, fire)
+        timer.daemon = True
+        timer.name = f"ncclz-pg{self._group_id}-timeout"
+        timer.start()
+        return timer
 
     def _fail(self, error: BaseException) -> None:
         """A call failed because of a peer (or an abort): the group is dead. Its communicators are
@@ -438,7 +494,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             self._reduce_into(self._comm, work, "all_reduce", staged, op_run, spec, None)
             T.write_back(t, staged, cast)
 
-        return self._submit("all_reduce", tensors, job)
+        return self._submit("all_reduce", tensors, job, opts=opts)
 
     def allreduce_coalesced(self, tensors: list, opts: Any = None) -> Work:
         ts = [T.check_tensor(t, "all_reduce_coalesced") for t in tensors]
@@ -469,11 +525,12 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                     m.copy_(result.reshape(-1)[pos : pos + n].view(m.shape))
                     pos += n
 
-        return self._submit("all_reduce_coalesced", tensors, job)
+        return self._submit("all_reduce_coalesced", tensors, job, opts=opts)
 
     def _rs_job(self, out: torch.Tensor, inp: torch.Tensor, op: T.ReduceOp, what: str):
         """A job reducing ``inp`` (size * out.numel() elements) and scattering block r into ``out``."""
         w = self._size_
+        T.same_device([out, inp], what)
         if inp.dtype != out.dtype:
             raise InvalidArgumentError(f"{what}: input {inp.dtype} and output {out.dtype} differ")
         if inp.numel() != w * out.numel():
@@ -497,7 +554,11 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 target, x_run = out, x  # natural shapes: the codec sees the rows
             else:
                 x_run = x.reshape(-1)
-                target = out.reshape(-1) if direct else torch.empty(x_run.numel() // w, dtype=x_run.dtype)
+                target = (
+                    out.reshape(-1)
+                    if direct
+                    else torch.empty(x_run.numel() // w, dtype=x_run.dtype, device=x_run.device)
+                )
             self._reduce_into(self._comm, work, "reduce_scatter", x_run, op_run, spec, target)
             if not direct:
                 T.write_back(out, target, cast)
@@ -509,7 +570,10 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         inp = T.check_tensor(input, "reduce_scatter_single input")
         op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         return self._submit(
-            "reduce_scatter_single", [output], self._rs_job(out, inp, op, "reduce_scatter_single")
+            "reduce_scatter_single",
+            [output],
+            self._rs_job(out, inp, op, "reduce_scatter_single"),
+            opts=opts,
         )
 
     _reduce_scatter_base = reduce_scatter_single
@@ -534,7 +598,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             for j in jobs:
                 j(work)
 
-        return self._submit("reduce_scatter_single_coalesced", list(outputs), job)
+        return self._submit("reduce_scatter_single_coalesced", list(outputs), job, opts=opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -547,12 +611,16 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         if len(parts) != w:
             raise InvalidArgumentError(f"reduce_scatter: {len(parts)} input tensors, expected world size {w}")
         op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        T.same_device([out, *parts], "reduce_scatter")
         if any(p.dtype != out.dtype for p in parts):
             raise InvalidArgumentError("reduce_scatter: the input tensors' dtypes must match the output's")
         if all(p.numel() == out.numel() for p in parts):
             flat = torch.cat([p.reshape(-1) for p in parts]).view(w * out.numel()) if parts else out
             return self._submit(
-                "reduce_scatter", output_tensors, self._rs_job(out, flat, op, "reduce_scatter")
+                "reduce_scatter",
+                output_tensors,
+                self._rs_job(out, flat, op, "reduce_scatter"),
+                opts=opts,
             )
         # uneven blocks (reduce_scatter_v): one all_reduce of the concatenation, each rank keeps its block
         if parts[self._rank_].numel() != out.numel():
@@ -573,11 +641,12 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             mine = staged[start : start + out.numel()]
             T.write_back(out, mine.to(cast) if cast is not None else mine, None)
 
-        return self._submit("reduce_scatter", output_tensors, job)
+        return self._submit("reduce_scatter", output_tensors, job, opts=opts)
 
     # data movement --------------------------------------------------------------------------------
     def _ag_job(self, out: torch.Tensor, inp: torch.Tensor, what: str):
         w = self._size_
+        T.same_device([out, inp], what)
         if inp.dtype != out.dtype:
             raise InvalidArgumentError(f"{what}: input {inp.dtype} and output {out.dtype} differ")
         if out.numel() != w * inp.numel():
@@ -604,7 +673,9 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         out = T.check_tensor(output, "all_gather_single output")
         inp = T.check_tensor(input, "all_gather_single input")
-        return self._submit("all_gather_single", [output], self._ag_job(out, inp, "all_gather_single"))
+        return self._submit(
+            "all_gather_single", [output], self._ag_job(out, inp, "all_gather_single"), opts=opts
+        )
 
     _allgather_base = all_gather_single
 
@@ -626,7 +697,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             for j in jobs:
                 j(work)
 
-        return self._submit("all_gather_single_coalesced", list(outputs), job)
+        return self._submit("all_gather_single_coalesced", list(outputs), job, opts=opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -635,6 +706,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         w = self._size_
         if len(outs) != w:
             raise InvalidArgumentError(f"{what}: {len(outs)} output tensors, expected world size {w}")
+        T.same_device([inp, *outs], what)
         for o in outs:
             T.check_tensor(o, f"{what} output")
             if o.dtype != inp.dtype:
@@ -674,7 +746,10 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         if not isinstance(output_lists, (list, tuple)) or len(output_lists) != 1:
             raise InvalidArgumentError("all_gather: the ncclz backend takes one output list per process")
         return self._submit(
-            "all_gather", output_lists, self._gather_list_job(list(output_lists[0]), inp, "all_gather")
+            "all_gather",
+            output_lists,
+            self._gather_list_job(list(output_lists[0]), inp, "all_gather"),
+            opts=opts,
         )
 
     def allgather_coalesced(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
@@ -700,7 +775,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             for j in jobs:
                 j(work)
 
-        return self._submit("all_gather_coalesced", output_lists, job)
+        return self._submit("all_gather_coalesced", output_lists, job, opts=opts)
 
     def broadcast(self, tensors: list, opts: Any = None) -> Work:
         t = T.check_one(tensors, "broadcast")
@@ -720,13 +795,13 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             if staged:
                 _copy_bytes_into(t, x)
 
-        return self._submit("broadcast", tensors, job)
+        return self._submit("broadcast", tensors, job, opts=opts)
 
     def barrier(self, opts: Any = None) -> Work:
         def job(work: Work) -> None:
             self._comm.barrier()
 
-        return self._submit("barrier", [], job)
+        return self._submit("barrier", [], job, opts=opts)
 
     # point to point ----------------------------------------------------------------------------
     def _p2p_channel(self, src: int, dst: int) -> tuple:
@@ -768,7 +843,11 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         spec = self._spec("send", t)
         worker, holder = self._p2p_channel(self._rank_, dst)
 
+        announce = self._options.any_source
+
         def job(work: Work) -> None:
+            if announce:  # a recv without src on dst counts the sends to it (before the pair's link exists)
+                self._store.add(_sent_key(self._rank_, dst), 1)
             comm = self._p2p_comm(holder, self._rank_, dst)
             comm.send(x, 1, compression=spec)
             self._note(work, comm)
@@ -778,24 +857,83 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
     def recv(self, tensors: list, src: int, tag: int = 0) -> Work:
         t = T.check_one(tensors, "recv")
         src = self._check_peer(src, "recv")
+        with self._lock:
+            self._claimed[src] += 1  # this recv takes the next message from src (recv_anysource counts it)
+        return self._post_recv(tensors, t, src)
+
+    def _post_recv(self, tensors: list, t: torch.Tensor, src: int, work: Work | None = None) -> Work:
         x, staged = T.movable(t)
         spec = self._spec("send", t)
         worker, holder = self._p2p_channel(src, self._rank_)
 
-        def job(work: Work) -> None:
+        def job(w: Work) -> None:
             comm = self._p2p_comm(holder, src, self._rank_)
             comm.recv(x, 0, compression=spec)
-            self._note(work, comm)
+            self._note(w, comm)
             if staged:
                 _copy_bytes_into(t, x)
+            w.source = src
 
-        return self._submit("recv", tensors, job, worker)
+        return self._submit("recv", tensors, job, worker, work=work)
 
     def recv_anysource(self, tensors: list, tag: int = 0) -> Work:
-        raise InvalidArgumentError(
-            "recv from any source (dist.recv(t) without src) is not supported by the ncclz backend: a recv is "
-            "matched with its sender through the pair's own link; pass src="
-        )
+        """A recv from whichever rank has sent this rank a message that no recv has claimed yet.
+
+        Needs ``Options(any_source=True)`` on every rank (then each send counts itself in the group's
+        store). A thread of its own polls the counters of the ranks in turn (from 1 ms, backing off to
+        20 ms) and, once one shows a message more than this rank's recvs from it have claimed, posts the
+        recv on that pair's link; the Work then completes with that recv and ``_source_rank()`` names
+        the rank. No such message within the group's timeout: ncclz.TimeoutError. A recv with src
+        posted before the sender is picked claims its message first."""
+        t = T.check_one(tensors, "recv")
+        if not self._options.any_source:
+            raise InvalidArgumentError(
+                f"rank {self._rank_}: recv from any source (dist.recv / irecv without src) needs "
+                "pg_options=ncclz.torch.Options(any_source=True) (or NCCLZ_TORCH_ANY_SOURCE=1) on every rank of the "
+                "group: every send then counts itself in the group's store (one store add per send), which a recv "
+                "without src reads to pick its sender. Otherwise pass src="
+            )
+        outer = self._work("recv_anysource", tensors)
+        with self._lock:
+            if self._anysource is None:
+                self._anysource = Worker(f"ncclz-pg{self._group_id}-anysource-r{self._rank_}")
+            picker = self._anysource
+
+        def pick(_: Work) -> None:
+            try:
+                src = self._pick_sender()
+                self._post_recv(tensors, t, src, work=outer)
+            except BaseException as e:  # noqa: BLE001 - delivered through the caller's Work
+                outer._fail(e)
+
+        self._submit("recv_anysource (picking the sender)", [], pick, picker)
+        return outer
+
+    def _pick_sender(self) -> int:
+        deadline = time.monotonic() + self._timeout_s
+        delay = 0.001
+        peers = [r for r in range(self._size_) if r != self._rank_]
+        start = 0
+        while True:
+            for k in range(len(peers)):
+                r = peers[(start + k) % len(peers)]
+                sent = int(self._store.add(_sent_key(r, self._rank_), 0))
+                with self._lock:
+                    if sent > self._claimed[r]:
+                        self._claimed[r] += 1
+                        return r
+            if self._shut or self._failure is not None:
+                raise AbortedError(
+                    f"ncclz process group {self._group_id!r}: recv from any source: the group closed"
+                )
+            if time.monotonic() > deadline:
+                raise NcclzTimeoutError(
+                    f"rank {self._rank_}: recv from any source: no rank of group {self._group_id!r} sent a message "
+                    f"that no recv had claimed within the group's timeout of {self._timeout_s:g} s"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+            start += 1
 
     # rooted collectives and all-to-all --------------------------------------------------------------
     def _root(self, opts: Any, what: str) -> int:
@@ -840,6 +978,10 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             )
         for r, t in enumerate(ts):
             T.check_tensor(t, f"{what} {name}[{r}]")
+            if t.device != like.device:
+                raise InvalidArgumentError(
+                    f"{what}: {name}[{r}] is on {t.device} but this rank's tensor on {like.device}"
+                )
             if t.dtype != like.dtype:
                 raise InvalidArgumentError(
                     f"{what}: {name}[{r}] is {t.dtype} but this rank's tensor {like.dtype}"
@@ -865,7 +1007,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             if is_root:
                 T.write_back(t, staged, cast)
 
-        return self._submit("reduce", tensors, job)
+        return self._submit("reduce", tensors, job, opts=opts)
 
     def gather(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
         inp = T.check_one(input_tensors, "gather input")
@@ -886,7 +1028,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 for r, o in enumerate(outs):
                     _copy_bytes_into(o, buf[r])
 
-        return self._submit("gather", output_lists if outs is not None else [], job)
+        return self._submit("gather", output_lists if outs is not None else [], job, opts=opts, inputs=[inp])
 
     def scatter(self, output_tensors: list, input_lists: list, opts: Any = None) -> Work:
         out = T.check_one(output_tensors, "scatter output")
@@ -908,12 +1050,13 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             if staged:
                 _copy_bytes_into(out, y)
 
-        return self._submit("scatter", output_tensors, job)
+        return self._submit("scatter", output_tensors, job, opts=opts)
 
     def _a2a_job(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list, in_splits: list, what: str):
         """A job exchanging the rows of ``inp`` into ``out`` (``in_splits[j]`` rows to rank j,
         ``out_splits[j]`` rows from rank j; both empty: equal blocks)."""
         w = self._size_
+        T.same_device([out, inp], what)
         if inp.dtype != out.dtype:
             raise InvalidArgumentError(f"{what}: input {inp.dtype} and output {out.dtype} differ")
         rows_in, row_in = T.rows(inp)
@@ -937,7 +1080,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         target = (
             out.reshape(rows_out, *x.shape[1:])
             if direct
-            else torch.empty((rows_out, *x.shape[1:]), dtype=x.dtype)
+            else torch.empty((rows_out, *x.shape[1:]), dtype=x.dtype, device=x.device)
         )
         # equal blocks: every rank's input has the same size; uneven: decided in the job (below)
         spec = self._spec("all_to_all", inp) if not uneven else None
@@ -981,7 +1124,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             )
         except InvalidArgumentError as e:
             self._refuse("all_to_all_single", e)
-        return self._submit("all_to_all_single", [output], job)
+        return self._submit("all_to_all_single", [output], job, opts=opts)
 
     alltoall_base = all_to_all_single
 
@@ -999,7 +1142,8 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 raise InvalidArgumentError("all_to_all: every input and output tensor must have one dtype")
             n_in, n_out = [t.numel() for t in ins], [t.numel() for t in outs]
             flat_in = torch.cat([t.reshape(-1) for t in ins])
-            flat_out = torch.empty(sum(n_out), dtype=dt)
+            T.same_device(ins + outs, "all_to_all")
+            flat_out = torch.empty(sum(n_out), dtype=dt, device=ins[0].device)
             even = len(set(n_in + n_out)) == 1
             job_a2a = self._a2a_job(
                 flat_out, flat_in, [] if even else n_out, [] if even else n_in, "all_to_all"
@@ -1014,7 +1158,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 o.copy_(flat_out[pos : pos + o.numel()].view(o.shape))
                 pos += o.numel()
 
-        return self._submit("all_to_all", output_tensors, job)
+        return self._submit("all_to_all", output_tensors, job, opts=opts)
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         raise InvalidArgumentError(
@@ -1025,7 +1169,8 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
     # ---- lifetime ------------------------------------------------------------------------------
     def _workers(self) -> list:
         with self._lock:
-            return [self._worker] + [w for w, _ in self._p2p.values()]
+            extra = [self._anysource] if self._anysource is not None else []
+            return [self._worker] + extra + [w for w, _ in self._p2p.values()]
 
     def _comms(self) -> list:
         with self._lock:
@@ -1106,6 +1251,11 @@ def _from_bytes(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if buf.dtype == like.dtype:
         return buf.reshape(like.shape)
     return buf.reshape(-1).view(like.dtype).reshape(like.shape)
+
+
+def _sent_key(src: int, dst: int) -> str:
+    """The store counter of sends from group rank src to dst (kept only with Options(any_source=True))."""
+    return f"ncclz/sent/{src}to{dst}"
 
 
 def _splits(sizes: list, rows: int, w: int, which: str, what: str) -> list:

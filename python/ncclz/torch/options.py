@@ -80,6 +80,7 @@ REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
 MOVEMENT = ("all_gather", "broadcast", "send", "gather", "scatter", "all_to_all")
 
 _ENV = "NCCLZ_TORCH_COMPRESSION"
+_ENV_ANY = "NCCLZ_TORCH_ANY_SOURCE"
 _LOSSLESS = Lossless()  # the default compression (specs are frozen: one instance serves all)
 
 
@@ -137,6 +138,11 @@ class Options:
     policy: the Communicator's compression policy, "auto" (may run a call with a
         lighter mode where compressing would not pay) or "off"; None: NCCLZ_POLICY.
     transport: "shm", "socket", "inproc" or None (NCCLZ_TRANSPORT / automatic).
+    any_source: let ``dist.recv(t)`` / ``irecv`` without ``src`` work (default
+        False; NCCLZ_TORCH_ANY_SOURCE=1 for groups without pg_options): every
+        send then also counts itself in the group's store (one store ``add``
+        per send), and a recv without src polls those counters to pick a rank
+        with a message no recv has claimed yet. Without it such a recv raises.
     """
 
     compression: Any = _LOSSLESS
@@ -147,6 +153,7 @@ class Options:
     error_feedback: bool = False
     policy: str | None = None
     transport: str | None = None
+    any_source: bool = False
 
     def __post_init__(self):
         _check_spec(self.compression, "Options.compression")
@@ -216,6 +223,8 @@ class Options:
                 f"Options.error_feedback=True needs a lossy compression (ncclz.Lossy(...)), got "
                 f"{self.compression!r}: exact modes leave no residual"
             )
+        if not isinstance(self.any_source, bool):
+            raise InvalidArgumentError(f"Options.any_source must be True or False, got {self.any_source!r}")
         if self.policy is not None and self.policy not in ("auto", "off"):
             raise InvalidArgumentError(f"Options.policy must be 'auto', 'off' or None, got {self.policy!r}")
         if self.transport is not None and self.transport not in ("shm", "socket", "inproc", "auto"):
@@ -225,11 +234,18 @@ class Options:
 
     @classmethod
     def from_env(cls) -> Options:
-        """The defaults, with ``compression`` from NCCLZ_TORCH_COMPRESSION when it is set."""
+        """The defaults, with ``compression`` from NCCLZ_TORCH_COMPRESSION and ``any_source`` from
+        NCCLZ_TORCH_ANY_SOURCE (0 or 1) when they are set."""
+        kw: dict = {}
         v = os.environ.get(_ENV)
-        if v is None or v.strip() == "":
-            return cls()
-        return cls(compression=parse_spec(v))
+        if v is not None and v.strip() != "":
+            kw["compression"] = parse_spec(v)
+        a = os.environ.get(_ENV_ANY, "").strip()
+        if a not in ("", "0", "1"):
+            raise InvalidArgumentError(f"{_ENV_ANY}={a!r}: use 0 or 1")
+        if a == "1":
+            kw["any_source"] = True
+        return cls(**kw)
 
     @classmethod
     def coerce(cls, value: Any) -> Options:
@@ -264,6 +280,7 @@ class Options:
             f"error_feedback={self.error_feedback}",
             f"policy={self.policy}",
             f"transport={self.transport}",
+            f"any_source={self.any_source}",
         ]
         return "Options(" + ", ".join(parts) + ")"
 
