@@ -13,6 +13,14 @@ and ``then`` callbacks see results and errors alike. ``wait(timeout)`` that runs
 out aborts the communicator (a collective cannot be taken back once peers may
 be in it; aborting makes them fail fast instead of waiting for their own
 timeout) and raises ``ncclz.TimeoutError``.
+
+CUDA calls: the Work holds the caller's current CUDA stream at issue time; the
+worker runs the job and completes the Work with that stream current, so the
+Communicator's copies (device to host before the collective, host to device
+after it) are queued behind what the caller queued before the call. The Future
+is made with the outputs' devices (it records that stream when it completes and
+its users wait for it), and ``wait()`` / ``synchronize()`` make the caller's
+current stream wait for the call's stream.
 """
 
 from __future__ import annotations

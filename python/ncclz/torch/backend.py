@@ -29,12 +29,17 @@ How a group works:
   pair, never wait for each other; calls in one direction are matched in
   order (tags are not used). A send completes once its receiver has posted the
   matching recv (a synchronous send, as in NCCL).
+  A recv without src needs ``Options(any_source=True)`` (see
+  :meth:`ProcessGroupNCCLZ.recv_anysource`).
+- CPU and CUDA tensors (CUDA staged through host memory by the Communicator); a
+  CUDA call runs with the caller's current stream (see :mod:`._work`).
+- ``opts.timeout`` of a call, where set, is that call's deadline
+  (:meth:`ProcessGroupNCCLZ._watch`).
 - Each tensor gets the compression its group's :class:`Options` give it
   (dtype, size, collective, op); see :mod:`ncclz.torch.options`.
 - ``destroy_process_group`` (``shutdown``) waits for queued work, then closes
   the communicators; ``abort`` and interpreter exit abort them first, so no
   call outlives the process and no thread is left blocked.
-
 - An argument error that only one rank can see (the root's gather / scatter
   list, this rank's all-to-all split sizes) raises ``InvalidArgumentError``
   there after that rank issued a call that differs from the others' (a
