@@ -15,13 +15,18 @@ CuPy can import) goes through a collective like this:
    the caller's array (in-place collectives, ``out=``) or into a new array of the
    input's framework on the input's device.
 
-The call is synchronous, as every ncclz call is. Quantizing and coding on the
+Host copies live in page-locked (pinned) memory from the framework's own caching
+pool (``torch.empty(..., pin_memory=True)``, ``cupyx.empty_pinned``), so both copies
+run at the bus's speed and the pool reuses its blocks from call to call;
+``NCCLZ_STAGING=pageable`` uses ordinary memory instead (an A/B switch for the
+benchmarks). The call is synchronous, as every ncclz call is. Quantizing and coding on the
 device (cuda/) is the next step (docs/GPU.md); this path makes every collective
 take GPU arrays now, with results identical to the CPU path's.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -35,6 +40,14 @@ DL_CUDA_MANAGED = 13
 
 def _torch() -> Any:
     return sys.modules.get("torch")
+
+
+def _pinned() -> bool:
+    """Whether host copies go to page-locked memory (NCCLZ_STAGING: pinned, the default, or pageable)."""
+    mode = os.environ.get("NCCLZ_STAGING", "pinned").strip().lower() or "pinned"
+    if mode not in ("pinned", "pageable"):
+        raise InvalidArgumentError(f"NCCLZ_STAGING must be pinned or pageable, got {mode!r}")
+    return mode == "pinned"
 
 
 def _framework(x: Any) -> str:
@@ -73,15 +86,21 @@ class DeviceArray:
         """A host copy of ``user``: a CPU torch tensor for PyTorch, else a NumPy array."""
         x = self.user
         if self.framework == "torch":
-            return x.detach().cpu()  # queued on the current stream, then waited for
+            host = self.host_empty(tuple(x.shape), x.dtype)
+            host.copy_(x.detach())  # queued on the current stream, then waited for
+            return host
         if self.framework == "cupy":
-            return x.get()  # the current stream, then waited for
+            return x.get(out=self.host_empty(x.shape, x.dtype))  # the current stream, then waited for
         return np.asarray(x)  # JAX: waits for the value
 
     def host_empty(self, shape: tuple, dtype: Any) -> Any:
         """An uninitialised host array for an output whose old contents are not read."""
         if self.framework == "torch":
-            return _torch().empty(shape, dtype=dtype, device="cpu")
+            return _torch().empty(shape, dtype=dtype, device="cpu", pin_memory=_pinned())
+        if self.framework == "cupy" and _pinned():
+            import cupyx
+
+            return cupyx.empty_pinned(shape, dtype=dtype)
         return np.empty(shape, dtype=dtype)
 
     # ---- host -> device ---------------------------------------------------
@@ -173,7 +192,7 @@ def stage_of(x: Any, what: str) -> DeviceArray | None:
             imported = cupy.from_dlpack(x)
     except InvalidArgumentError:
         raise
-    except Exception as e:  # noqa: BLE001 - the producer's or the importer's failure, whatever its type
+    except Exception as e:  # the producer's or the importer's failure, whatever its type
         raise InvalidArgumentError(
             f"{what}: could not import this CUDA array ({type(x).__name__}) through DLPack: {e}"
         ) from e

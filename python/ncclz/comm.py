@@ -493,16 +493,7 @@ class Communicator:
         """
         b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
         d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy)
-        w = self._world_size
-        if len(b.shape) >= 1 and b.shape[0] % w == 0:
-            shape = (b.shape[0] // w, *b.shape[1:])
-        elif b.size % w == 0:
-            shape = (b.size // w,)
-        else:
-            raise InvalidArgumentError(
-                f"reduce_scatter input {_dlpack.describe(b)}: neither the first dimension nor the element "
-                f"count ({b.size}) is divisible by the world size {w}"
-            )
+        shape = _block_shape(b, self._world_size, "reduce_scatter input")
         o = (
             _dlpack.check_output(out, b, shape, "reduce_scatter out")
             if out is not None
@@ -605,15 +596,7 @@ class Communicator:
             if x is None:
                 raise InvalidArgumentError(f"scatter: rank {root} is the root and needs x (the blocks to scatter)")
             b, c, _ = self._prepare(x, "scatter input", None, compression)
-            if len(b.shape) >= 1 and b.shape[0] % w == 0:
-                shape = (b.shape[0] // w, *b.shape[1:])
-            elif b.size % w == 0:
-                shape = (b.size // w,)
-            else:
-                raise InvalidArgumentError(
-                    f"scatter input {_dlpack.describe(b)}: neither the first dimension nor the element count "
-                    f"({b.size}) is divisible by the world size {w}"
-                )
+            shape = _block_shape(b, w, "scatter input")
             o = _dlpack.check_output(out, b, shape, "scatter out") if out is not None else _dlpack.empty(b, shape)
             d = self._decide("scatter", b, c, compression, b.nbytes, policy)
             send = b.native
@@ -741,6 +724,19 @@ class Communicator:
         if exc_type is not None and not self.closed:
             self.abort(f"exception on rank {self._rank}: {exc_type.__name__}")
         self.close()
+
+
+def _block_shape(b: Any, w: int, what: str) -> tuple:
+    """The shape of one of w blocks of b: along the first dimension when it divides, else 1-D of
+    the element count."""
+    if len(b.shape) >= 1 and b.shape[0] % w == 0:
+        return (b.shape[0] // w, *b.shape[1:])
+    if b.size % w == 0:
+        return (b.size // w,)
+    raise InvalidArgumentError(
+        f"{what} {_dlpack.describe(b)}: neither the first dimension nor the element count ({b.size}) is "
+        f"divisible by the world size {w}"
+    )
 
 
 def _result(o: Any, given: Any) -> Any:

@@ -19,6 +19,7 @@
 #include "ncclz/error.hpp"
 #include "ncclz/policy_hints.hpp"
 #include "ncclz/unique_id.hpp"
+#include "test_ranks.hpp"
 
 using namespace ncclz;
 
@@ -26,44 +27,7 @@ namespace {
 
 using Mode = Compression::Mode;
 
-/// n ranks as threads; tweak(rank, cfg) adjusts each rank's configuration.
-struct Ranks {
-  std::vector<std::unique_ptr<Communicator>> comms;
-  explicit Ranks(int n, const std::function<void(int, CommConfig&)>& tweak = nullptr) {
-    const UniqueId id = make_unique_id("127.0.0.1", 0);
-    comms.resize(size_t(n));
-    run_all(n, [&](int r) {
-      CommConfig cfg;
-      cfg.transport = "inproc";
-      cfg.slot_bytes = 1024;
-      cfg.sparse_slice_bytes = 4096;
-      cfg.timeout_s = 60;
-      if (tweak) tweak(r, cfg);
-      comms[size_t(r)] = Communicator::create(id, r, n, cfg);
-    });
-  }
-  int size() const { return int(comms.size()); }
-  void run(const std::function<void(int, Communicator&)>& fn) {
-    run_all(size(), [&](int r) { fn(r, *comms[size_t(r)]); });
-  }
-  static void run_all(int n, const std::function<void(int)>& fn) {
-    std::vector<std::thread> th;
-    std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      th.emplace_back([&, r] {
-        try {
-          fn(r);
-        } catch (...) {
-          errs[size_t(r)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : th) t.join();
-    for (auto& e : errs) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
-};
+using ncclz_test::Ranks;
 
 std::vector<float> input(size_t n, int r, bool with_nan = false) {
   std::vector<float> x(n);

@@ -29,6 +29,7 @@
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/unique_id.hpp"
+#include "test_ranks.hpp"
 
 using namespace ncclz;
 
@@ -36,45 +37,10 @@ namespace {
 
 // ---- ranks as threads -------------------------------------------------------------------------
 
-/// n ranks; tweak(rank, cfg) adjusts a rank's configuration. Small slots, so
-/// that blocks take several slices.
-struct Ranks {
-  std::vector<std::unique_ptr<Communicator>> comms;
-  explicit Ranks(int n, const std::function<void(int, CommConfig&)>& tweak = nullptr) {
-    const UniqueId id = make_unique_id("127.0.0.1", 0);
-    comms.resize(size_t(n));
-    run_all(n, [&](int r) {
-      CommConfig cfg;
-      cfg.transport = "inproc";
-      cfg.slot_bytes = 1024;
-      cfg.sparse_slice_bytes = 4096;
-      cfg.nchannels = 2;
-      cfg.timeout_s = 60;
-      if (tweak) tweak(r, cfg);
-      comms[size_t(r)] = Communicator::create(id, r, n, cfg);
-    });
-  }
-  int size() const { return int(comms.size()); }
-  void run(const std::function<void(int, Communicator&)>& fn) {
-    run_all(size(), [&](int r) { fn(r, *comms[size_t(r)]); });
-  }
-  static void run_all(int n, const std::function<void(int)>& fn) {
-    std::vector<std::thread> th;
-    std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      th.emplace_back([&, r] {
-        try {
-          fn(r);
-        } catch (...) {
-          errs[size_t(r)] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : th) t.join();
-    for (auto& e : errs) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
+/// n ranks with two channels each (the helper's small slots); tweak as Ranks'.
+struct Ranks : ncclz_test::Ranks {
+  explicit Ranks(int n, const std::function<void(int, CommConfig&)>& tweak = nullptr)
+      : ncclz_test::Ranks(n, tweak, 2) {}
 };
 
 /// Shared worlds for the sweeps.

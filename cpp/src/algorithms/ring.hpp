@@ -20,10 +20,11 @@ struct RingPos {
   int nranks = 1;
 };
 
-/// Elements one ring chunk may hold per loop: `slices_per_chunk` slices
-/// (half the FIFO depth, at least one). A ring step sends at most this many
-/// slices before it receives, which keeps every ring deadlock-free for any
-/// K >= 1 slots.
+/// Elements one ring chunk may hold per loop: K/2 slices (at least one). A
+/// ring step sends at most this many slices before it receives, which keeps
+/// every ring deadlock-free for K >= 2 slots per connection (K = 1 could
+/// deadlock: FORWARD holds its incoming slot while it acquires the outgoing
+/// one; docs/ALGORITHMS.md, "Deadlock freedom").
 size_t ring_segment_elems(const prims::Prims& p, int nslots);
 
 /// Allreduce of `count` elements: src -> dst (may alias).

@@ -10,8 +10,9 @@
 // Speed: where the CPU has SSE4.2 (checked once at run time) three streams of
 // the `crc32` instruction run interleaved over three parts of the buffer and
 // are combined with a table that shifts a CRC over a fixed number of zero
-// bytes (~20 GB/s per core, about memory speed); elsewhere a slicing-by-8
-// table version (~2 GB/s). Both give the same values.
+// bytes (about memory speed); elsewhere a slicing-by-8 table version, about a
+// tenth of that (docs/BENCHMARKS.md, "Measurements behind the code"). Both give
+// the same values.
 #pragma once
 
 #include <cstddef>

@@ -103,6 +103,16 @@ bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, con
   return err <= 0.5 * E;
 }
 
+bool f32_sum_keeps_bound(codec::ElemType t, int nranks, double E, const DataStats& g) {
+  if (t != codec::ElemType::F16 && t != codec::ElemType::BF16) return false;
+  if (g.nonfinite || !(E > 0) || !std::isfinite(E)) return false;
+  const double N = double(nranks);
+  const double R = N * g.maxabs * (1 + std::ldexp(1.0, -30));
+  if (!(R < largest_finite(t))) return false;
+  const double err = (N - 1) * half_ulp_bound(codec::ElemType::F32, R) + half_ulp_bound(t, R);
+  return err <= E;
+}
+
 double blob_bound(double abs_bound, double rel_bound, bool any_finite, double lo, double hi, double max_eb) {
   double eb;
   if (abs_bound > 0) {

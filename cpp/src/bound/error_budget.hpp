@@ -89,6 +89,12 @@ LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const
 /// most (N-1) half-ulps of N*A; a mean adds one rounding of the division.
 bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g);
 
+/// Whether a ring sum of a 16-bit float type t accumulated in float32 and
+/// rounded once to t keeps E: N-1 float32 roundings of partial sums bounded by
+/// N*A, plus one half-ulp of t at N*A (t to float32 is exact). The exact
+/// path's middle way, half the bytes of float64.
+bool f32_sum_keeps_bound(codec::ElemType t, int nranks, double E, const DataStats& g);
+
 /// The standalone codec's bound for one blob (codec::compress): abs_bound when
 /// it is > 0, else rel_bound * (hi - lo) of the finite values (any_finite:
 /// whether there are any). Degenerate spans still get a grid: no finite value

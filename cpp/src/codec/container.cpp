@@ -571,7 +571,7 @@ void seal(ByteBuffer& out) {
 /// (glibc's mmap threshold never exceeds 32 MiB on 64-bit), so their unused
 /// tail was never touched, holds no memory, and goes back to the kernel with
 /// the buffer: shrinking them would only copy the blob into fresh pages
-/// (measured ~5% of a 32 MiB encode).
+/// (docs/BENCHMARKS.md, "Measurements behind the code").
 void release_slack(ByteBuffer& out) {
   constexpr size_t kMmapOnly = size_t(32) << 20;
   if (out.capacity() >= kMmapOnly) return;

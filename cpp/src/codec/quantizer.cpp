@@ -140,7 +140,8 @@ bool is_finite_bits(double x) { return (bits_of(x) & 0x7FF0000000000000ull) != 0
 // maximum (vminps/vmaxps return their second operand when one is NaN). Returns
 // false when some element is non-finite: the caller then runs the careful loop,
 // which excludes +-Inf from the range (the common case, all finite, pays one
-// pass; the careful loop did ~5 GB/s, this ~10 GB/s on one core).
+// pass at about twice the careful loop's speed: docs/BENCHMARKS.md,
+// "Measurements behind the code").
 NCCLZ_QUANT_AVX2 bool all_finite_minmax_avx2(const float* x, size_t n, float* lo, float* hi) {
   __m256 l0 = _mm256_set1_ps(INFINITY), l1 = l0, h0 = _mm256_set1_ps(-INFINITY), h1 = h0;
   const __m256i m = _mm256_set1_epi32(0x7F800000);

@@ -555,7 +555,8 @@ bool decode_framed(const uint8_t* src, size_t len, size_t n, uint32_t max_sym, D
   DecTable* dt = &tls_table;
 #if defined(__GNUC__)
   // An opaque pointer: addressed as the thread_local itself, every table load
-  // in the decode loop took a %fs segment prefix (measured ~8 % slower).
+  // in the decode loop took a %fs segment prefix (slower: docs/BENCHMARKS.md,
+  // "Measurements behind the code").
   asm("" : "+r"(dt));
 #endif
   build_decoder(freq, bytes, dt);

@@ -31,7 +31,7 @@ struct EncodeOptions {
   /// fast codecs without rans_margin. sparse_min_zeros above 1: never Sparse
   /// (unless forced). (Sparse's estimate runs above Rans's even where Sparse
   /// is smaller: Rans's leaves out its 12-bit table's loss on rare symbols.
-  /// 0.10 measured best on smooth3d, gradients, reanalysis and sparse data.)
+  /// Why 0.10: docs/BENCHMARKS.md, "Measurements behind the code".)
   double sparse_min_zeros = 0.7;
   double sparse_fast_zeros = 0.9;
   double sparse_margin = 0.10;

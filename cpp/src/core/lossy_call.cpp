@@ -116,20 +116,45 @@ void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& al
     rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
     return;
   }
-  // Sums accumulate in float64 and round once.
-  double* din = static_cast<double*>(rt_.work[0].get(cd_.in_count * 8));
-  double* dout = cd_.codes_in_place ? din : static_cast<double*>(rt_.work[1].get(cd_.out_count * 8));
-  to_f64(t_, cd_.send, cd_.in_count, din, rt_.pool.get(), nch_);
-  Wire w;
-  w.type = ElemType::F64;
-  w.raw_esize = dsize(t_);
+  // Sums: in T itself where its own rounding keeps the bound (the uncompressed
+  // call, byte for byte); for 16-bit floats next in float32 (half float64's
+  // bytes); else in float64, rounded once to T.
+  const DataStats g = merge_stats(all);
+  if (bound::exact_keeps_bound(elem_of(t_), cd_.how, rt_.nranks, plan.E, g)) {
+    rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
+    return;
+  }
+  if (cd_.how == Combine::Sum && !mostly_zero(all) && bound::f32_sum_keeps_bound(elem_of(t_), rt_.nranks, plan.E, g)) {
+    run_widened(ElemType::F32, false);
+    return;
+  }
   // Mostly-zero inputs on every rank: the doubles go losslessly coded (the
   // selector takes Sparse over their bit patterns), not 8 raw bytes each.
   // Same schedule, same additions: the same bits.
-  if (mostly_zero(all)) w.mode = prims::WireMode::Coded;
-  rt_.channels.run_schedule(cd_, din, dout, w, nch_, call_);
-  from_f64(t_, dout, cd_.out_count, cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0, cd_.recv, rt_.pool.get(),
-           nch_);
+  run_widened(ElemType::F64, mostly_zero(all));
+}
+
+void LossyCall::run_widened(ElemType acc, bool coded) {
+  const bool f32 = acc == ElemType::F32;
+  const size_t es = f32 ? 4 : 8;
+  void* in = rt_.work[0].get(cd_.in_count * es);
+  void* out = cd_.codes_in_place ? in : rt_.work[1].get(cd_.out_count * es);
+  if (f32) {
+    to_f32(t_, cd_.send, cd_.in_count, static_cast<float*>(in), rt_.pool.get(), nch_);
+  } else {
+    to_f64(t_, cd_.send, cd_.in_count, static_cast<double*>(in), rt_.pool.get(), nch_);
+  }
+  Wire w;
+  w.type = acc;
+  w.raw_esize = dsize(t_);
+  if (coded) w.mode = prims::WireMode::Coded;
+  rt_.channels.run_schedule(cd_, in, out, w, nch_, call_);
+  if (f32) {
+    from_f32(t_, static_cast<const float*>(out), cd_.out_count, cd_.recv, rt_.pool.get(), nch_);
+  } else {
+    from_f64(t_, static_cast<const double*>(out), cd_.out_count,
+             cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0, cd_.recv, rt_.pool.get(), nch_);
+  }
 }
 
 void LossyCall::plan_send(CallDesc& d) {

@@ -73,6 +73,9 @@ class LossyCall {
   static bool mostly_zero(const std::vector<CallDesc>& all);
   void run_staged(const LossyPlan& plan, const std::vector<CallDesc>& all);
   void run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all);
+  /// The exact path's sum in a wider float type acc (F32 for 16-bit T, or F64), rounded once to T;
+  /// coded: the wide values go losslessly coded.
+  void run_widened(codec::ElemType acc, bool coded);
   /// The output's grid step: 2*eb, or 2*eb / N for a mean.
   double out_step(const LossyPlan& plan) const;
   /// Eager path: the output codes dequantized, but for this rank's own block

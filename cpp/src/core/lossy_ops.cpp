@@ -70,9 +70,7 @@ DataStats scan_typed(const T* x, size_t n) {
 /// cache lines are written without being read first.
 #if NCCLZ_STREAM_STORES
 /// stream_copy with 64-byte non-temporal stores (AVX-512F): one store per cache
-/// line where SSE2 takes four. Measured on this project's AVX-512 VM: the
-/// out-of-place output of a 2^21-element float32 slice with 4% nonzeros (fill,
-/// scatter, stream) 0.40 -> 0.31 ms; memset alone 0.17 ms.
+/// line where SSE2 takes four (docs/BENCHMARKS.md, "Measurements behind the code").
 __attribute__((target("avx512f"))) void stream_copy_avx512(uint8_t* dst, const uint8_t* src, size_t bytes) {
   const size_t head = std::min(bytes, size_t((64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64));
   std::memcpy(dst, src, head);
@@ -399,6 +397,26 @@ void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool, 
     const T* p = static_cast<const T*>(x);
     base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
       for (size_t i = b; i < e; ++i) out[i] = codec::to_double(p[i]);
+    });
+  });
+}
+
+void to_f32(DataType t, const void* x, size_t n, float* out, WorkerPool* pool, int parts) {
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = static_cast<const T*>(x);
+    base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
+      for (size_t i = b; i < e; ++i) out[i] = float(codec::to_double(p[i]));
+    });
+  });
+}
+
+void from_f32(DataType t, const float* in, size_t n, void* out, WorkerPool* pool, int parts) {
+  with_float_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(out);
+    base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
+      for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(double(in[i]));
     });
   });
 }

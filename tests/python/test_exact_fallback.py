@@ -1,0 +1,75 @@
+"""The lossy calls' exact path for 16-bit floats (docs/ALGORITHMS.md, "The exact path").
+
+A bound that quantization cannot meet in bfloat16/float16 (their own rounding is 2^-9 / 2^-12
+of a value) runs the sum exactly: in the element type itself when its N-1 roundings keep the
+bound (the uncompressed call's bytes), else accumulated in float32 (2x the raw bytes), else in
+float64 (4x). Ranks are threads of this process (in-process transport).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import ncclz
+import numpy as np
+import pytest
+
+N_ELEMS = 1 << 16
+
+
+def _inputs(world, dtype):
+    t = np.linspace(0, 20, N_ELEMS)
+    return [(10 * np.sin(t) + k).astype(dtype) for k in range(world)]
+
+
+def _run(world, dtype, spec):
+    inputs = _inputs(world, dtype)
+    out, stats, errors = [None] * world, [None] * world, []
+
+    def one(r):
+        try:
+            with ncclz.Communicator(rank=r, world_size=world, transport="inproc") as c:
+                out[r] = c.all_reduce(inputs[r].copy(), compression=spec, policy="off")
+                stats[r] = c.last_stats
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append((r, repr(e)))
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    ref = np.sum([a.astype(np.float64) for a in inputs], axis=0)
+    return inputs, ref, out, stats
+
+
+# (world, dtype, rel, bytes on the wire per raw byte): which accumulation the exact path takes.
+CASES = [
+    (2, ml_dtypes.bfloat16, 1e-2, 1.0),  # bf16's one rounding keeps E: the uncompressed bytes
+    (4, ml_dtypes.bfloat16, 1e-2, 2.0),  # 3 bf16 roundings would not: float32
+    (4, ml_dtypes.bfloat16, 1e-3, 4.0),  # below bf16's own rounding of the result: float64
+    (4, np.float16, 3e-3, 2.0),
+]
+
+
+@pytest.mark.parametrize("world,dtype,rel,wire_per_raw", CASES)
+def test_exact_path_accumulates_in_the_narrowest_type_that_keeps_the_bound(world, dtype, rel, wire_per_raw):
+    inputs, ref, out, stats = _run(world, dtype, ncclz.Lossy(rel=rel))
+    E = rel * (
+        np.max([a.astype(np.float64).max() for a in inputs])
+        - np.min([a.astype(np.float64).min() for a in inputs])
+    )
+    # half an ulp of the result: at most |v| * 2^-8 (bf16) or 2^-11 (f16)
+    half_ulp = np.abs(ref) * (2.0**-8 if dtype is ml_dtypes.bfloat16 else 2.0**-11)
+    for r in range(world):
+        st = stats[r]
+        assert st.exact_fallback, f"rank {r}: expected the exact path, got {st}"
+        assert st.wire_bytes / st.raw_bytes == pytest.approx(wire_per_raw, rel=0.02), st
+        assert out[r].tobytes() == out[0].tobytes(), f"rank {r} differs from rank 0"
+        err = np.abs(out[r].astype(np.float64) - ref)
+        if wire_per_raw < 4:  # the bound holds on every element
+            assert np.all(err <= E), f"rank {r}: max error {err.max()} > E {E}"
+        else:  # no method can meet E: one rounding of the exact sum
+            assert np.all(err <= half_ulp + 1e-12), f"rank {r}: max error {err.max()} over half an ulp"
