@@ -1146,8 +1146,8 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             if any(t.dtype != dt for t in ins + outs):
                 raise InvalidArgumentError("all_to_all: every input and output tensor must have one dtype")
             n_in, n_out = [t.numel() for t in ins], [t.numel() for t in outs]
-            flat_in = torch.cat([t.reshape(-1) for t in ins])
             T.same_device(ins + outs, "all_to_all")
+            flat_in = torch.cat([t.reshape(-1) for t in ins])
             flat_out = torch.empty(sum(n_out), dtype=dt, device=ins[0].device)
             even = len(set(n_in + n_out)) == 1
             job_a2a = self._a2a_job(
