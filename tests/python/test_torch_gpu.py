@@ -218,7 +218,7 @@ def _training(rank: int, out: dict) -> None:
     # the DDP hook on a gloo-free setup: DDP's own group is the ncclz world group, the hook its own communicator
     comm = nt.communicator()
     model = DDP(fresh())
-    state = nt.HookState(comm, compression=ncclz.Lossless())
+    state = nt.HookState(comm, compression=ncclz.Lossless(), overlap=True)  # the background thread's stream
     model.register_comm_hook(state, nt.ddp_hook)
     params = train(model, torch.optim.SGD(model.parameters(), lr=0.1))
     for p, q in zip(params, ref):
