@@ -33,9 +33,8 @@ then differs from the exact step by at most ``lr * E``.
 
 Limits: one param group (the wrapped optimizer's hyper-parameters apply to
 all shards), all parameters on one device (the CPU or one CUDA device) and of
-one floating dtype. The
-parameters must start equal on all ranks (``broadcast_initial=True``, the
-default, copies rank 0's).
+one floating dtype. The parameters must start equal on all ranks
+(``broadcast_initial=True``, the default, copies rank 0's).
 """
 
 from __future__ import annotations
