@@ -3,7 +3,12 @@
 // next to a cudaMemcpy device-to-device of the same bytes, in one run.
 //
 //   gpu_codec_bench [--mib 256] [--rel 1e-3] [--reps 10] [--warm 3] [--slice 262144]
-//                   [--json out.json] [--md out.md]
+//                   [--kernels 12] [--json out.json] [--md out.md]
+//
+// --kernels: which slice kernels (DeviceCodec::set_kernels) get a row each,
+// one after the other on the same data: "12" (default) both, "1" or "2" one.
+// Where v1 ran first, every later row's slices are also compared with v1's,
+// byte for byte ("same bytes as v1").
 //
 // Datasets (generated on the device): "gaussian" (N(0,1), hashed Box-Muller)
 // and "smooth" (a sum of slow sines). Bound: abs E = rel * (max - min), grid
@@ -82,6 +87,16 @@ __global__ void minmax_kernel(const float* x, size_t n, unsigned* lo, unsigned* 
   }
 }
 
+// Counts the bytes where the slices of two encodes differ (sizes included).
+__global__ void diff_kernel(const uint8_t* a, const uint8_t* b, const uint64_t* sa, const uint64_t* sb, size_t S,
+                            size_t slot, unsigned long long* ndiff) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < S * slot; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t k = i / slot, j = i - k * slot;
+    const bool bad = (j == 0 && sa[k] != sb[k]) || (j < sa[k] && a[i] != b[i]);
+    if (bad) atomicAdd(ndiff, 1ull);
+  }
+}
+
 float key_to_float(unsigned key) {
   const unsigned u = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
   float f;
@@ -120,6 +135,8 @@ struct Timer {
 
 struct Row {
   std::string data, pred;
+  int kernels = 2;
+  int same_as_v1 = -1;  // -1: not compared
   double ratio = 0, enc_ms = 0, dec_ms = 0, q_ms = 0, e_ms = 0, d_ms = 0, dq_ms = 0;
   uint64_t outliers = 0, bytes = 0;
   bool ok = false;
@@ -132,7 +149,7 @@ int main(int argc, char** argv) {
   double rel = 1e-3;
   int reps = 10, warm = 3;
   uint32_t L = 1u << 18;
-  std::string json_path, md_path;
+  std::string json_path, md_path, kernel_list = "12";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--mib")
@@ -145,6 +162,8 @@ int main(int argc, char** argv) {
       warm = std::max(0, std::atoi(argv[i + 1]));
     else if (a == "--slice")
       L = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
+    else if (a == "--kernels")
+      kernel_list = argv[i + 1];
     else if (a == "--json")
       json_path = argv[i + 1];
     else if (a == "--md")
@@ -166,8 +185,9 @@ int main(int argc, char** argv) {
   CL(codec.reserve(n, L));
   float *x, *y, *x2;
   int32_t *q, *q2;
-  uint8_t* slots;
-  uint64_t *sizes, *count, *idx;
+  uint8_t *slots, *slots_v1;
+  uint64_t *sizes, *sizes_v1, *count, *idx;
+  unsigned long long* ndiff;
   int* status;
   unsigned* mm;
   const size_t idx_cap = n / 64 + 1024;
@@ -178,6 +198,9 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&q2, bytes));
   CK(cudaMalloc(&slots, S * slot));
   CK(cudaMalloc(&sizes, S * 8));
+  CK(cudaMalloc(&slots_v1, S * slot));
+  CK(cudaMalloc(&sizes_v1, S * 8));
+  CK(cudaMalloc(&ndiff, 8));
   CK(cudaMalloc(&status, S * 4));
   CK(cudaMalloc(&count, 8));
   CK(cudaMalloc(&idx, idx_cap * 8));
@@ -204,78 +227,98 @@ int main(int argc, char** argv) {
     const double lo = key_to_float(keys[0]), hi = key_to_float(keys[1]);
     const double eb = rel * (hi - lo);
     for (Predictor p : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
-      Row r;
-      r.data = kind == 0 ? "gaussian" : "smooth";
-      r.pred = p == Predictor::None ? "none" : p == Predictor::Delta1 ? "delta1" : "delta2";
-      const int64_t limit = int64_t(1) << 20;
-      auto quant = [&] {
-        CL(codec.quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap));
-      };
-      auto enc = [&] { CL(codec.encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots, slot, sizes, status)); };
-      auto dec = [&] { CL(codec.decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status)); };
-      auto deq = [&] {
-        CL(codec.dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32));
-        CL(codec.scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y));
-      };
-      // Check once, untimed.
-      quant();
-      enc();
-      CK(cudaDeviceSynchronize());
-      std::vector<uint64_t> sz(S);
-      std::vector<int> st(S);
-      CK(cudaMemcpy(sz.data(), sizes, S * 8, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(&r.outliers, count, 8, cudaMemcpyDeviceToHost));
-      bool ok = r.outliers <= idx_cap;
-      for (size_t k = 0; k < S; ++k) {
-        ok &= st[k] == 0;
-        r.bytes += sz[k];
+      bool have_v1 = false;
+      for (const char kc : kernel_list) {
+        if (kc != '1' && kc != '2') continue;
+        Row r;
+        r.kernels = kc - '0';
+        codec.set_kernels(r.kernels);
+        r.data = kind == 0 ? "gaussian" : "smooth";
+        r.pred = p == Predictor::None ? "none" : p == Predictor::Delta1 ? "delta1" : "delta2";
+        const int64_t limit = int64_t(1) << 20;
+        auto quant = [&] {
+          CL(codec.quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap));
+        };
+        auto enc = [&] { CL(codec.encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots, slot, sizes, status)); };
+        auto dec = [&] { CL(codec.decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status)); };
+        auto deq = [&] {
+          CL(codec.dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32));
+          CL(codec.scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y));
+        };
+        // Check once, untimed.
+        quant();
+        enc();
+        CK(cudaDeviceSynchronize());
+        std::vector<uint64_t> sz(S);
+        std::vector<int> st(S);
+        CK(cudaMemcpy(sz.data(), sizes, S * 8, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(&r.outliers, count, 8, cudaMemcpyDeviceToHost));
+        bool ok = r.outliers <= idx_cap;
+        for (size_t k = 0; k < S; ++k) {
+          ok &= st[k] == 0;
+          r.bytes += sz[k];
+        }
+        if (r.kernels == 1) {
+          CK(cudaMemcpy(slots_v1, slots, S * slot, cudaMemcpyDeviceToDevice));
+          CK(cudaMemcpy(sizes_v1, sizes, S * 8, cudaMemcpyDeviceToDevice));
+          have_v1 = true;
+        } else if (have_v1) {
+          CK(cudaMemset(ndiff, 0, 8));
+          diff_kernel<<<4096, 256>>>(slots, slots_v1, sizes, sizes_v1, S, slot, ndiff);
+          CK(cudaGetLastError());
+          unsigned long long nd = 0;
+          CK(cudaMemcpy(&nd, ndiff, 8, cudaMemcpyDeviceToHost));
+          r.same_as_v1 = nd == 0;
+          if (nd) std::printf("  %llu bytes differ from the v1 kernels' slices\n", nd);
+          ok &= nd == 0;
+        }
+        CK(cudaMemset(q2, 0xA5, bytes));
+        dec();
+        deq();
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+        for (size_t k = 0; k < S; ++k) ok &= st[k] == 0;
+        {
+          std::vector<int32_t> a(n), b(n);
+          std::vector<float> xa(n), ya(n);
+          CK(cudaMemcpy(a.data(), q, bytes, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(b.data(), q2, bytes, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(xa.data(), x, bytes, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(ya.data(), y, bytes, cudaMemcpyDeviceToHost));
+          ok &= a == b;
+          size_t bad = 0;
+          for (size_t i = 0; i < n; ++i) bad += !(std::fabs(double(xa[i]) - double(ya[i])) <= eb);
+          if (bad) std::printf("  %zu elements outside the bound\n", bad);
+          ok &= bad == 0;
+        }
+        r.ok = ok;
+        all_ok &= ok;
+        r.ratio = double(bytes) / double(r.bytes);
+        r.q_ms = timer.median_ms(quant, warm, reps);
+        r.e_ms = timer.median_ms(enc, warm, reps);
+        r.enc_ms = timer.median_ms(
+            [&] {
+              quant();
+              enc();
+            },
+            warm, reps);
+        r.d_ms = timer.median_ms(dec, warm, reps);
+        r.dq_ms = timer.median_ms(deq, warm, reps);
+        r.dec_ms = timer.median_ms(
+            [&] {
+              dec();
+              deq();
+            },
+            warm, reps);
+        std::printf(
+            "v%d %-8s %-6s ratio %7.2f outliers %llu check %s | quantize+encode %.3f ms = %.0f GB/s "
+            "(q %.3f, enc %.3f) | decode+dequantize %.3f ms = %.0f GB/s (dec %.3f, deq %.3f)\n",
+            r.kernels, r.data.c_str(), r.pred.c_str(), r.ratio, (unsigned long long)r.outliers, ok ? "ok" : "FAILED",
+            r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms);
+        std::fflush(stdout);
+        rows.push_back(r);
       }
-      CK(cudaMemset(q2, 0xA5, bytes));
-      dec();
-      deq();
-      CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
-      for (size_t k = 0; k < S; ++k) ok &= st[k] == 0;
-      {
-        std::vector<int32_t> a(n), b(n);
-        std::vector<float> xa(n), ya(n);
-        CK(cudaMemcpy(a.data(), q, bytes, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(b.data(), q2, bytes, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(xa.data(), x, bytes, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(ya.data(), y, bytes, cudaMemcpyDeviceToHost));
-        ok &= a == b;
-        size_t bad = 0;
-        for (size_t i = 0; i < n; ++i) bad += !(std::fabs(double(xa[i]) - double(ya[i])) <= eb);
-        if (bad) std::printf("  %zu elements outside the bound\n", bad);
-        ok &= bad == 0;
-      }
-      r.ok = ok;
-      all_ok &= ok;
-      r.ratio = double(bytes) / double(r.bytes);
-      r.q_ms = timer.median_ms(quant, warm, reps);
-      r.e_ms = timer.median_ms(enc, warm, reps);
-      r.enc_ms = timer.median_ms(
-          [&] {
-            quant();
-            enc();
-          },
-          warm, reps);
-      r.d_ms = timer.median_ms(dec, warm, reps);
-      r.dq_ms = timer.median_ms(deq, warm, reps);
-      r.dec_ms = timer.median_ms(
-          [&] {
-            dec();
-            deq();
-          },
-          warm, reps);
-      std::printf(
-          "%-8s %-6s ratio %7.2f outliers %llu check %s | quantize+encode %.3f ms = %.0f GB/s "
-          "(q %.3f, enc %.3f) | decode+dequantize %.3f ms = %.0f GB/s (dec %.3f, deq %.3f)\n",
-          r.data.c_str(), r.pred.c_str(), r.ratio, (unsigned long long)r.outliers, ok ? "ok" : "FAILED", r.enc_ms,
-          bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms);
-      std::fflush(stdout);
-      rows.push_back(r);
     }
   }
 
@@ -290,9 +333,14 @@ int main(int argc, char** argv) {
         const Row& r = rows[i];
         std::fprintf(
             f,
-            "    {\"data\": \"%s\", \"predictor\": \"%s\", \"check_ok\": %s, \"ratio\": %.4f, \"outliers\": %llu, "
+            "    {\"kernels\": %d, \"same_bytes_as_v1\": %s, \"data\": \"%s\", \"predictor\": \"%s\", "
+            "\"check_ok\": %s, \"ratio\": %.4f, \"outliers\": %llu, "
             "\"encode_ms\": %.4f, \"encode_gbs\": %.1f, \"quantize_ms\": %.4f, \"block_encode_ms\": %.4f, "
             "\"decode_ms\": %.4f, \"decode_gbs\": %.1f, \"block_decode_ms\": %.4f, \"dequantize_ms\": %.4f}%s\n",
+            r.kernels,
+            r.same_as_v1 < 0 ? "null"
+            : r.same_as_v1   ? "true"
+                             : "false",
             r.data.c_str(), r.pred.c_str(), r.ok ? "true" : "false", r.ratio, (unsigned long long)r.outliers, r.enc_ms,
             bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms,
             i + 1 < rows.size() ? "," : "");
@@ -309,20 +357,27 @@ int main(int argc, char** argv) {
       std::fprintf(f, "cudaMemcpy D2D: %.3f ms, %.0f GB/s (read+write %.0f GB/s). Median of %d after %d warm-ups.\n\n",
                    copy_ms, copy_gbs, 2 * copy_gbs, reps, warm);
       std::fprintf(f,
-                   "| data | predictor | check | ratio | quantize+encode GB/s | decode+dequantize GB/s | q ms | "
-                   "enc ms | dec ms | deq ms | outliers |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+                   "| kernels | data | predictor | check | same bytes as v1 | ratio | quantize+encode GB/s | "
+                   "decode+dequantize GB/s | q ms | enc ms | dec ms | deq ms | enc GB/s | dec GB/s | outliers |\n"
+                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
       for (const Row& r : rows)
-        std::fprintf(f, "| %s | %s | %s | %.2f | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %llu |\n", r.data.c_str(),
-                     r.pred.c_str(), r.ok ? "ok" : "FAILED", r.ratio, bytes / r.enc_ms / 1e6, bytes / r.dec_ms / 1e6,
-                     r.q_ms, r.e_ms, r.d_ms, r.dq_ms, (unsigned long long)r.outliers);
+        std::fprintf(
+            f, "| v%d | %s | %s | %s | %s | %.2f | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %llu |\n",
+            r.kernels, r.data.c_str(), r.pred.c_str(), r.ok ? "ok" : "FAILED",
+            r.same_as_v1 < 0 ? "-"
+            : r.same_as_v1   ? "yes"
+                             : "NO",
+            r.ratio, bytes / r.enc_ms / 1e6, bytes / r.dec_ms / 1e6, r.q_ms, r.e_ms, r.d_ms, r.dq_ms,
+            bytes / r.e_ms / 1e6, bytes / r.d_ms / 1e6, (unsigned long long)r.outliers);
       std::fprintf(f, "\nIssue target (H100): encode >= 1000 GB/s, decode >= 1300 GB/s (input bytes / time).\n");
       std::fclose(f);
     }
   }
   for (void* p :
        {static_cast<void*>(x), static_cast<void*>(x2), static_cast<void*>(y), static_cast<void*>(q),
-        static_cast<void*>(q2), static_cast<void*>(slots), static_cast<void*>(sizes), static_cast<void*>(status),
-        static_cast<void*>(count), static_cast<void*>(idx), static_cast<void*>(mm)})
+        static_cast<void*>(q2), static_cast<void*>(slots), static_cast<void*>(sizes), static_cast<void*>(slots_v1),
+        static_cast<void*>(sizes_v1), static_cast<void*>(ndiff), static_cast<void*>(status), static_cast<void*>(count),
+        static_cast<void*>(idx), static_cast<void*>(mm)})
     CK(cudaFree(p));
   return all_ok ? 0 : 1;
 }

@@ -3,6 +3,9 @@
 // The kernels are in quantize_kernels.cu and slice_kernels.cu.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "device_common.cuh"
 #include "ncclz/cuda_codec.hpp"
 #include "ncclz/cuda_support.hpp"
@@ -21,13 +24,21 @@ int device_count() {
   return n;
 }
 
-DeviceCodec::DeviceCodec() : own_stream_(true) {
+namespace {
+// NCCLZ_DEVICE_CODEC: v1 selects the first slice kernels, anything else v2.
+int kernels_from_env() {
+  const char* v = std::getenv("NCCLZ_DEVICE_CODEC");
+  return v != nullptr && std::strcmp(v, "v1") == 0 ? 1 : 2;
+}
+}  // namespace
+
+DeviceCodec::DeviceCodec() : own_stream_(true), kernels_(kernels_from_env()) {
   cudaStream_t s = nullptr;
   status_ = int(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_ = s;
 }
 
-DeviceCodec::DeviceCodec(void* stream) : stream_(stream) {}
+DeviceCodec::DeviceCodec(void* stream) : stream_(stream), kernels_(kernels_from_env()) {}
 
 DeviceCodec::~DeviceCodec() {
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);

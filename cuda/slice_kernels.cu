@@ -4,14 +4,16 @@
 // layout are the CPU's own functions (codec/slice_frame.hpp,
 // codec/block_frame.hpp), called here per slice and per block.
 //
-// *** NOT YET RUN ON A GPU. *** Written to be plainly correct, not fast
-// (byte-wise stores, several passes); tests/cpp/test_cuda_codec.cpp compares
-// it with the CPU codec, docs/GPU.md says how to run that.
+// Two sets of kernels write the same bytes (DeviceCodec::set_kernels,
+// NCCLZ_DEVICE_CODEC): v1, described next, written to be plainly correct
+// (byte-wise stores, per-slice scans; it passed tests/cpp/test_cuda_codec.cpp
+// on an H200, GPU run 1), and v2 ("v2 kernels" below), which replaces the
+// kernels that touch the data. docs/GPU.md compares them.
 //
 // The kernels of one call share a SliceBatchRef (slice_batch.cuh), by value:
 // the batch's geometry and the DeviceCodec's scratch for it.
 //
-// Encode
+// v1 encode
 //  E1 width     one warp per block: residuals (predict_at, the CPU's
 //               predictor) -> width w; info[gb] = (block_words(w) << 32) | escaped
 //  scan         exclusive sum of info over all blocks (one CUB scan); a
@@ -24,7 +26,7 @@
 //  E4 planes    one warp per block: sign word and w bit planes (__ballot_sync)
 //               at block_stream_bytes(nb, nesc, words before the block)
 //  E5 raw       one thread per code of a Raw-fallback slice: the code's bytes
-// Decode
+// v1 decode
 //  D1 header    one thread per slice: read_slice_header (the CPU's: header,
 //               type, count), raw_payload_valid; Block: nibbles inside the payload
 //  D2 nibbles   one thread per block: block_nibble_at -> width or escape flag
@@ -45,6 +47,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <type_traits>
 
@@ -429,12 +433,14 @@ __device__ void cta_prefix_sum(U* x, size_t cnt, bool zero_first) {
 // the planes); each pass is parallel over the other axes. Correct but slow
 // for narrow rows (one thread walks a whole row); not tuned.
 template <class Code>
-__global__ void __launch_bounds__(kThreads) dec_predict_kernel(SliceBatchRef r, Code* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    dec_predict_kernel(SliceBatchRef r, Code* __restrict__ out, bool lorenzo_only) {
   using U = codec::UCode<Code>;
   const uint32_t k = blockIdx.x;
   const SliceState s = r.st[k];
   if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Block)) return;  // uniform per CTA
   const Predictor p = Predictor(s.pred);
+  if (lorenzo_only && p != Predictor::Lorenzo2D && p != Predictor::Lorenzo3D) return;  // v2: Delta1/2 done
   const size_t cnt = r.count(k);
   U* x = reinterpret_cast<U*>(out + size_t(k) * r.L);
   switch (p) {
@@ -485,12 +491,410 @@ __global__ void __launch_bounds__(kThreads) dec_predict_kernel(SliceBatchRef r, 
   }
 }
 
+// ---- v2 kernels -------------------------------------------------------------
+// NCCLZ_DEVICE_CODEC=v2 (the default; DeviceCodec::set_kernels). Same bytes
+// and statuses as the v1 kernels above, which stay for side-by-side runs
+// (bench/gpu_codec_bench.cu). What differs is how they touch memory:
+//  - 32-bit block and slice arithmetic (blocks() < 2^32, make_batch), where
+//    v1 divides 64-bit values per thread;
+//  - encode: a block's payload words stored by the lanes of its warp, one
+//    4-byte store per word and lane (coalesced: a block's words are
+//    contiguous), instead of one lane storing byte by byte; where a slice's
+//    words are not 4-byte aligned (odd nibble bytes, escapes) the same lanes
+//    fall back to byte stores;
+//  - decode in tiles of kTile codes (64 blocks), a CTA each: the tile's
+//    payload words (contiguous) copied into shared memory in one coalesced
+//    round, its blocks decoded from there by the warps, the plane checks
+//    (block_check_planes) as warp votes on the decoded magnitudes, the codes
+//    written coalesced; v1 has a warp per block read every plane word byte by
+//    byte, and one lane re-read them for the checks;
+//  - the inverse Delta1/Delta2 predictor in the same tiles, over the whole
+//    batch: tile sums (decoding the tile), one scan of them, then each tile
+//    decoded again and scanned from its prefix, so that every SM works on it
+//    and the codes are written once (v1: one CTA walks each slice, in place,
+//    after the planes kernel wrote it). Delta2's second running sum reads
+//    and writes the codes once more. Lorenzo slices keep v1's per-slice kernel;
+//  - Raw slices copied by CTAs that each own a chunk of one slice and skip
+//    it as a whole when the slice is not Raw (v1: every element of the batch
+//    looks up its slice).
+// Encode: width, scan, slice, nibbles, planes, raw. Decode: header, nibbles,
+// scan, escapes, scan, length (v1's), raw, tile sums (Delta slices), scan,
+// tile decode (every Block slice; Delta: first running sum), scan, tile scan
+// (Delta2's second sum), Lorenzo, status.
+
+constexpr uint32_t kTile = uint32_t(kThreads) * kScanItems;  // elements per scan tile
+constexpr uint32_t kCopyChunk = uint32_t(kThreads) * 16;     // elements per Raw-copy CTA
+
+__device__ __forceinline__ bool aligned_to(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// The encode kernels give each warp kWarpBlocks consecutive blocks and load
+// all their residuals first: that many independent loads in flight per warp
+// (one block per warp leaves the warp waiting on one load at a time).
+constexpr int kWarpBlocks = 8;
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    enc2_width_kernel(const Code* __restrict__ q, SliceBatchRef r, EncodeParams ep) {
+  const size_t g0 = global_warp() * kWarpBlocks;
+  const int lane = threadIdx.x & 31;
+  Code v[kWarpBlocks];
+#pragma unroll
+  for (int j = 0; j < kWarpBlocks; ++j) {  // uniform per warp
+    v[j] = Code(0);
+    if (g0 + j >= r.blocks()) continue;
+    const uint32_t gb = uint32_t(g0 + j), k = gb / r.nbs, b = gb - k * r.nbs;
+    const uint32_t cnt = r.count(k);
+    if (b >= uint32_t(codec::block_count(cnt))) continue;  // past the slice's end: width 0
+    const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+    v[j] = residual_at(q + size_t(k) * r.L, b * kBlockLen + lane, cnt, pe, ep.row, ep.plane);
+  }
+#pragma unroll
+  for (int j = 0; j < kWarpBlocks; ++j) {
+    if (g0 + j >= r.blocks()) break;  // uniform per warp
+    const int w = codec::block_bit_width(warp_or(codec::block_magnitude(v[j])));
+    if (lane == 0) {
+      r.widths[g0 + j] = uint8_t(w);
+      r.info[g0 + j] = pack_info(codec::block_words(w), w >= codec::kBlockEscape);
+    }
+  }
+}
+
+// Word j of a block (0: sign, 1 + p: plane p) is stored by lane j % 32 of
+// its warp, all lanes at once.
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    enc2_planes_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst) {
+  using U = codec::UCode<Code>;
+  constexpr int kRounds = (codec::block_max_width<Code>() + 1 + 31) / 32;
+  const size_t g0 = global_warp() * kWarpBlocks;
+  const int lane = threadIdx.x & 31;
+  Code v[kWarpBlocks];
+  int wv[kWarpBlocks];
+  uint8_t* outv[kWarpBlocks];
+#pragma unroll
+  for (int j = 0; j < kWarpBlocks; ++j) {  // uniform per warp
+    v[j] = Code(0);
+    wv[j] = 0;
+    outv[j] = nullptr;
+    if (g0 + j >= r.blocks()) continue;
+    const uint32_t gb = uint32_t(g0 + j), k = gb / r.nbs, b = gb - k * r.nbs;
+    const SliceState s = r.st[k];
+    if (s.mode != kModeBlock) continue;
+    const uint32_t cnt = r.count(k);
+    const size_t nb = codec::block_count(cnt);
+    if (size_t(b) >= nb) continue;
+    wv[j] = r.widths[gb];
+    if (wv[j] == 0) continue;
+    v[j] = residual_at(q + size_t(k) * r.L, b * kBlockLen + lane, cnt, Predictor(s.pred), s.a0, s.a1);
+    outv[j] = dst + size_t(k) * r.slot + codec::kHeaderBytes +
+              codec::block_stream_bytes(nb, s.nesc, info_words(r.scan[gb] - s.first1));
+  }
+#pragma unroll
+  for (int j = 0; j < kWarpBlocks; ++j) {
+    const int w = wv[j];
+    if (w == 0) continue;  // uniform per warp
+    const U mag = codec::block_magnitude(v[j]);
+    uint32_t word[kRounds];
+#pragma unroll
+    for (int t = 0; t < kRounds; ++t) word[t] = 0;
+    const uint32_t sign = __ballot_sync(kFullMask, v[j] < 0);
+    if (lane == 0) word[0] = sign;
+    for (int p = 0; p < w; ++p) {  // w is uniform per warp
+      const uint32_t plane = __ballot_sync(kFullMask, uint32_t(mag >> p) & 1u);
+      const int i = p + 1;
+#pragma unroll
+      for (int t = 0; t < kRounds; ++t)
+        if ((i >> 5) == t && (i & 31) == lane) word[t] = plane;
+    }
+    uint8_t* out = outv[j];
+    const bool al = aligned_to(out, 4);
+#pragma unroll
+    for (int t = 0; t < kRounds; ++t) {
+      const int i = 32 * t + lane;
+      if (i < w + 1) {
+        if (al)
+          reinterpret_cast<uint32_t*>(out)[i] = word[t];
+        else
+          codec::store_u32(out + 4 * i, word[t]);
+      }
+    }
+  }
+}
+
+// CTA c of slice k (kCopyChunk codes each): slice k's codes as they are, if
+// the slice is Raw.
+template <class Code>
+__device__ void enc2_raw_unit(const Code* __restrict__ q, const SliceBatchRef& r, uint8_t* __restrict__ dst,
+                              uint32_t cps, uint32_t id) {
+  const uint32_t k = id / cps, c = id - k * cps;
+  if (r.st[k].mode != kModeRaw) return;  // uniform per CTA
+  const size_t cnt = r.count(k), end = std::min<size_t>(cnt, size_t(c + 1) * kCopyChunk);
+  const Code* qk = q + size_t(k) * r.L;
+  uint8_t* out = dst + size_t(k) * r.slot + codec::kHeaderBytes;
+  const bool al = aligned_to(out, sizeof(Code));
+  for (size_t i = size_t(c) * kCopyChunk + threadIdx.x; i < end; i += kThreads) {
+    if (al)
+      reinterpret_cast<Code*>(out)[i] = qk[i];
+    else
+      store_le<Code>(out + i * sizeof(Code), qk[i]);
+  }
+}
+
+// The residual of lane `lane` from its block's sign word and its magnitude
+// (w >= 1 planes, m real lanes); with `check`, block_check_planes lane by lane
+// (plane w-1 not empty; no sign on a zero magnitude; nothing in padding lanes;
+// at full width only INT_MIN, sign set and no other bit, has the top bit): a
+// failure marks the slice (*st) Corrupt. Uniform per warp.
+template <class Code>
+__device__ __forceinline__ codec::UCode<Code> dec2_finish(uint32_t sign, codec::UCode<Code> mag, int w, uint32_t m,
+                                                          int lane, bool check, SliceState* st) {
+  using U = codec::UCode<Code>;
+  constexpr int kBits = codec::block_max_width<Code>();
+  const bool neg = (sign >> lane) & 1u;
+  if (check) {  // uniform per warp
+    bool bad = ((warp_or(mag) >> (w - 1)) & 1u) == 0;
+    bad |= __ballot_sync(kFullMask, (neg && mag == 0) || (uint32_t(lane) >= m && mag != 0)) != 0;
+    if (w == kBits)  // uniform per warp
+      bad |= __ballot_sync(kFullMask, ((mag >> (kBits - 1)) & 1u) && (!neg || U(mag << 1) != 0)) != 0;
+    if (bad && lane == 0) set_corrupt(st);
+  }
+  return neg ? U(U(0) - mag) : mag;
+}
+
+// Whether a slice uses Delta1/Delta2 (checked by dec2_tile_sum_kernel).
+__device__ __forceinline__ bool delta_slice(const SliceState& s) {
+  return Predictor(s.pred) == Predictor::Delta1 || Predictor(s.pred) == Predictor::Delta2;
+}
+
+// Tile c of slice k (state s, cnt codes) decoded from the payload into
+// tile[0..kTile), 0 past the slice's end. The tile's blocks' words are
+// contiguous in the payload: the CTA first copies them into shared memory
+// (coalesced, 4-byte loads where the slice's words are aligned), with the
+// blocks' widths and word offsets; then warp j decodes blocks j, j + kWarps,
+// ... from there. Ends with a __syncthreads.
+template <class U>
+__device__ void dec2_decode_tile(const uint8_t* __restrict__ src, const SliceBatchRef& r, const SliceState& s,
+                                 uint32_t k, uint32_t c, uint32_t cnt, bool check, U* tile) {
+  using Code = std::make_signed_t<U>;
+  constexpr uint32_t kTileBlocks = kTile / kBlockLen;
+  constexpr uint32_t kMaxWords = kTileBlocks * codec::block_words(codec::block_max_width<Code>());
+  __shared__ uint32_t words[kMaxWords];
+  __shared__ uint32_t off[kTileBlocks];
+  __shared__ uint8_t wid[kTileBlocks];
+  const uint32_t nb = uint32_t(codec::block_count(cnt)), b0 = c * kTileBlocks;
+  const uint32_t nt = b0 < nb ? (nb - b0 < kTileBlocks ? nb - b0 : kTileBlocks) : 0;  // blocks in the tile
+  const size_t gb0 = size_t(k) * r.nbs + b0;
+  const u64 first = nt ? r.scan2[gb0] : 0;
+  if (threadIdx.x < nt) {
+    off[threadIdx.x] = uint32_t(r.scan2[gb0 + threadIdx.x] - first);
+    wid[threadIdx.x] = r.widths[gb0 + threadIdx.x];
+  }
+  // <= kMaxWords: every width was checked (<= bits) before.
+  const uint32_t total = nt ? uint32_t(r.scan2[gb0 + nt - 1] + r.words[gb0 + nt - 1] - first) : 0;
+  const uint8_t* p =
+      src + size_t(k) * r.slot + codec::kHeaderBytes + codec::block_stream_bytes(nb, s.nesc, first - s.first2);
+  if (aligned_to(p, 4)) {  // uniform per CTA
+    const uint32_t* pw = reinterpret_cast<const uint32_t*>(p);
+    for (uint32_t j = threadIdx.x; j < total; j += kThreads) words[j] = pw[j];
+  } else {
+    for (uint32_t j = threadIdx.x; j < total; j += kThreads) words[j] = codec::load_u32(p + 4 * size_t(j));
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  for (uint32_t j = warp; j < kTileBlocks; j += kWarps) {  // uniform per warp
+    U v = 0;
+    const int w = j < nt ? wid[j] : 0;
+    if (w > 0) {
+      const uint32_t* bw = words + off[j];
+      U mag = 0;
+      for (int q = 0; q < w; ++q) mag |= U((bw[1 + q] >> lane) & 1u) << q;
+      const uint32_t b = b0 + j;
+      const uint32_t m = cnt - b * kBlockLen < uint32_t(kBlockLen) ? cnt - b * kBlockLen : uint32_t(kBlockLen);
+      v = dec2_finish<Code>(bw[0], mag, w, m, lane, check, &r.st[k]);
+    }
+    tile[j * kBlockLen + lane] = v;
+  }
+  __syncthreads();
+}
+
+template <class Code>
+__device__ void dec2_raw_unit(const uint8_t* __restrict__ src, const SliceBatchRef& r, Code* __restrict__ out,
+                              uint32_t cps, uint32_t id) {
+  const uint32_t k = id / cps, c = id - k * cps;
+  const SliceState& s = r.st[k];
+  if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Raw)) return;  // uniform per CTA
+  const size_t cnt = r.count(k), end = std::min<size_t>(cnt, size_t(c + 1) * kCopyChunk);
+  const uint8_t* in = src + size_t(k) * r.slot + codec::kHeaderBytes;
+  Code* ok = out + size_t(k) * r.L;
+  const bool al = aligned_to(in, sizeof(Code));
+  for (size_t i = size_t(c) * kCopyChunk + threadIdx.x; i < end; i += kThreads)
+    ok[i] = al ? reinterpret_cast<const Code*>(in)[i] : load_le<Code>(in + i * sizeof(Code));
+}
+
+// The running sums that invert Delta1 and Delta2 (dec_predict_kernel's
+// cta_prefix_sum calls): pass 0 is the first sum (Delta1, and Delta2 with
+// its first element counted as 0 and then restored), pass 1 Delta2's second.
+__device__ __forceinline__ bool scan_pass_applies(const SliceState& s, int pass) {
+  if (s.status != int(Status::Ok) || s.mode != uint8_t(Codec::Block)) return false;
+  const Predictor p = Predictor(s.pred);
+  return p == Predictor::Delta2 || (pass == 0 && p == Predictor::Delta1);
+}
+
+// Tile t = k * tps + c (kTile codes of slice k from c * kTile): info[t] = the
+// sum of its codes for pass 0 (0 where pass 0 does not apply).
+template <class Code>
+__device__ void dec2_tile_sum_unit(const uint8_t* __restrict__ src, const SliceBatchRef& r, uint32_t tps, uint32_t t) {
+  using U = codec::UCode<Code>;
+  using Reduce = cub::BlockReduce<u64, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  __shared__ U tile[kTile];
+  const uint32_t k = t / tps, c = t - k * tps;
+  const SliceState s = r.st[k];
+  if (!scan_pass_applies(s, 0)) {  // uniform per CTA
+    if (threadIdx.x == 0) r.info[t] = 0;
+    return;
+  }
+  const bool zero_first = Predictor(s.pred) == Predictor::Delta2;
+  const uint32_t cnt = r.count(k);
+  dec2_decode_tile(src, r, s, k, c, cnt, true, tile);
+  U acc = 0;
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+    if (!(zero_first && c == 0 && e == 0)) acc = U(acc + tile[e]);  // 0 past the end
+  }
+  const u64 sum = Reduce(tmp).Sum(u64(acc));  // wraps: its low bits are U's sum
+  if (threadIdx.x == 0) r.info[t] = sum;
+}
+
+// Tile t's running sum for pass `pass`, in place, from its prefix (scan[t] -
+// scan[k * tps]: the exclusive scan of the tile sums, relative to the
+// slice's first tile; exact in wrapping arithmetic). Pass 0 also writes
+// info[t] = the sum of its output where pass 1 follows (Delta2), else 0.
+template <class Code>
+__device__ void dec2_tile_scan_unit(const uint8_t* __restrict__ src, Code* __restrict__ x, const SliceBatchRef& r,
+                                    uint32_t tps, int pass, uint32_t t) {
+  using U = codec::UCode<Code>;
+  using Scan = cub::BlockScan<U, kThreads>;
+  using Reduce = cub::BlockReduce<u64, kThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ typename Reduce::TempStorage reduce_tmp;
+  __shared__ U tile[kTile];
+  const uint32_t k = t / tps, c = t - k * tps;
+  const SliceState s = r.st[k];
+  const bool delta2 = Predictor(s.pred) == Predictor::Delta2;
+  const bool scan = scan_pass_applies(s, pass);
+  // Pass 0 decodes every Block slice; pass 1 only Delta2's.
+  const bool block = s.status == int(Status::Ok) && s.mode == uint8_t(Codec::Block);
+  if (pass == 0 ? !block : !scan) {  // uniform per CTA
+    if (pass == 0 && threadIdx.x == 0) r.info[t] = 0;
+    return;
+  }
+  const bool zero_first = pass == 0 && delta2;
+  const size_t cnt = r.count(k), base = size_t(c) * kTile;
+  U* xk = reinterpret_cast<U*>(x + size_t(k) * r.L);
+  // Into shared memory: pass 0 decodes the tile's residuals from the payload
+  // (for Delta slices dec2_tile_sum_kernel checked them, the others are
+  // checked here), pass 1 loads pass 0's output (coalesced); then
+  // kScanItems consecutive codes per thread.
+  if (pass == 0) {
+    dec2_decode_tile(src, r, s, k, c, uint32_t(cnt), !delta_slice(s), tile);
+    if (!scan) {  // None, Lorenzo (its own kernel follows): the residuals as they are
+#pragma unroll
+      for (int j = 0; j < kScanItems; ++j) {
+        const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+        if (base + e < cnt) xk[base + e] = tile[e];
+      }
+      if (threadIdx.x == 0) r.info[t] = 0;
+      return;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kScanItems; ++j) {
+      const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+      tile[e] = base + e < cnt ? xk[base + e] : U(0);
+    }
+    __syncthreads();
+  }
+  U v[kScanItems];
+  U first_orig = 0;
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = threadIdx.x * kScanItems + j;
+    v[j] = tile[e];
+    if (zero_first && base + e == 0) {
+      first_orig = v[j];
+      v[j] = 0;
+    }
+  }
+  RunningPrefix<U> prefix{U(r.scan[t] - r.scan[size_t(k) * tps])};
+  Scan(scan_tmp).InclusiveSum(v, v, prefix);
+  __syncthreads();  // every thread has read its codes from tile
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = threadIdx.x * kScanItems + j;
+    tile[e] = (zero_first && base + e == 0) ? first_orig : v[j];
+  }
+  __syncthreads();
+  U acc = 0;
+#pragma unroll
+  for (int j = 0; j < kScanItems; ++j) {
+    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+    if (base + e < cnt) {
+      xk[base + e] = tile[e];
+      acc = U(acc + tile[e]);
+    }
+  }
+  if (pass == 0) {
+    u64 sum = 0;
+    if (delta2) sum = Reduce(reduce_tmp).Sum(u64(acc));  // uniform per CTA
+    if (threadIdx.x == 0) r.info[t] = sum;
+  }
+}
+
+// The v2 kernels that work in units (a Raw-copy chunk, a scan tile) loop over
+// them, at most kMaxUnitGrid CTAs: most units of a batch whose slices are
+// not Raw (or not Delta) return at once, and empty CTAs still cost launches.
+constexpr uint32_t kMaxUnitGrid = 8192;
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    enc2_raw_kernel(const Code* __restrict__ q, SliceBatchRef r, uint8_t* __restrict__ dst, uint32_t cps) {
+  for (uint32_t id = blockIdx.x; id < r.S * cps; id += gridDim.x) enc2_raw_unit(q, r, dst, cps, id);
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_raw_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, Code* __restrict__ out, uint32_t cps) {
+  for (uint32_t id = blockIdx.x; id < r.S * cps; id += gridDim.x) dec2_raw_unit(src, r, out, cps, id);
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads)
+    dec2_tile_sum_kernel(const uint8_t* __restrict__ src, SliceBatchRef r, uint32_t tps) {
+  for (uint32_t t = blockIdx.x; t < r.S * tps; t += gridDim.x) {
+    if (t != blockIdx.x) __syncthreads();  // shared memory reused (uniform per CTA)
+    dec2_tile_sum_unit<Code>(src, r, tps, t);
+  }
+}
+
+template <class Code>
+__global__ void __launch_bounds__(kThreads) dec2_tile_scan_kernel(const uint8_t* __restrict__ src, Code* __restrict__ x,
+                                                                  SliceBatchRef r, uint32_t tps, int pass) {
+  for (uint32_t t = blockIdx.x; t < r.S * tps; t += gridDim.x) {
+    if (t != blockIdx.x) __syncthreads();  // shared memory reused (uniform per CTA)
+    dec2_tile_scan_unit(src, x, r, tps, pass, t);
+  }
+}
+
 __global__ void dec_status_kernel(SliceBatchRef r, int* status) {
   const size_t k = global_thread();
   if (k < r.S) status[k] = r.st[k].status;
 }
 
 unsigned grid_warps(size_t warps) { return unsigned((warps + kWarps - 1) / kWarps); }
+// CTAs of kCopyChunk codes per slice of L codes.
+uint32_t copy_chunks(uint32_t L) { return uint32_t((size_t(L) + kCopyChunk - 1) / kCopyChunk); }
 unsigned grid_stride(size_t n) { return unsigned(std::min<size_t>(std::max<size_t>(grid_for(n), 1), 65536)); }
 
 // Host-side checks shared by encode and decode: the handle's geometry.
@@ -511,22 +915,31 @@ int make_batch(ElemType code_t, size_t n, uint32_t L, size_t slot, uint32_t forc
 
 template <class Code>
 cudaError_t encode_launch(const Code* q, const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc,
-                          uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, cudaStream_t stream) {
+                          uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, int kernels, cudaStream_t stream) {
   const size_t G = r.blocks();
-  enc_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
+  if (kernels == 2)
+    enc2_width_kernel<Code><<<grid_warps((G + kWarpBlocks - 1) / kWarpBlocks), kThreads, 0, stream>>>(q, r, ep);
+  else
+    enc_width_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, ep);
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, G, tmp, sc.tmp_bytes, stream);
   if (e != cudaSuccess) return e;
   enc_slice_kernel<Code><<<grid_for(r.S), kThreads, 0, stream>>>(r, ep, dst, sizes, status);
   enc_nibble_kernel<<<grid_for(size_t(r.S) * codec::block_nibble_bytes(r.nbs)), kThreads, 0, stream>>>(r, dst);
-  enc_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
-  if (r.n) enc_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(q, r, dst);
+  if (kernels == 2) {
+    enc2_planes_kernel<Code><<<grid_warps((G + kWarpBlocks - 1) / kWarpBlocks), kThreads, 0, stream>>>(q, r, dst);
+    const uint32_t cps = copy_chunks(r.L);
+    if (r.n) enc2_raw_kernel<Code><<<std::min(r.S * cps, kMaxUnitGrid), kThreads, 0, stream>>>(q, r, dst, cps);
+  } else {
+    enc_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(q, r, dst);
+    if (r.n) enc_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(q, r, dst);
+  }
   return cudaGetLastError();
 }
 
 template <class Code>
 cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceBatchRef& r, const SliceScratch& sc,
-                          uint8_t* tmp, Code* out, int* status, cudaStream_t stream) {
+                          uint8_t* tmp, Code* out, int* status, int kernels, cudaStream_t stream) {
   const size_t G = r.blocks();
   dec_header_kernel<Code><<<grid_for(r.S), kThreads, 0, stream>>>(src, lens, r);
   dec_nibble_kernel<<<grid_for(G), kThreads, 0, stream>>>(src, r);
@@ -539,9 +952,26 @@ cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceB
   if (e == cudaSuccess) e = exclusive_sum_u64(r.words, r.scan2, G, tmp, sc.tmp_bytes, stream);
   if (e != cudaSuccess) return e;
   dec_length_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r);
-  dec_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
-  if (r.n) dec_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(src, r, out);
-  dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out);
+  if (kernels == 2) {
+    const uint32_t cps = copy_chunks(r.L);
+    if (r.n) dec2_raw_kernel<Code><<<std::min(r.S * cps, kMaxUnitGrid), kThreads, 0, stream>>>(src, r, out, cps);
+    // Block slices in tiles; info and scan are free again (tiles <= blocks:
+    // the scans' temporary storage suffices).
+    const uint32_t tps = uint32_t((size_t(r.L) + kTile - 1) / kTile), T = r.S * tps;
+    const uint32_t grid = std::min(T, kMaxUnitGrid);
+    dec2_tile_sum_kernel<Code><<<grid, kThreads, 0, stream>>>(src, r, tps);
+    for (int pass = 0; pass < 2; ++pass) {
+      e = cudaGetLastError();
+      if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, T, tmp, sc.tmp_bytes, stream);
+      if (e != cudaSuccess) return e;
+      dec2_tile_scan_kernel<Code><<<grid, kThreads, 0, stream>>>(src, out, r, tps, pass);
+    }
+    dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out, true);
+  } else {
+    dec_planes_kernel<Code><<<grid_warps(G), kThreads, 0, stream>>>(src, r, out);
+    if (r.n) dec_raw_kernel<Code><<<grid_stride(r.n), kThreads, 0, stream>>>(src, r, out);
+    dec_predict_kernel<Code><<<r.S, kThreads, 0, stream>>>(r, out, false);
+  }
   dec_status_kernel<<<grid_for(r.S), kThreads, 0, stream>>>(r, status);
   return cudaGetLastError();
 }
@@ -570,10 +1000,10 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
   sc.place(base, &r);
   const EncodeParams ep{p, row, plane};
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  return int(
-      code_t == ElemType::I32
-          ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s)
-          : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s));
+  return int(code_t == ElemType::I32 ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
+                                                     d_sizes, d_status, kernels_, s)
+                                     : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
+                                                     d_sizes, d_status, kernels_, s));
 }
 
 int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
@@ -587,9 +1017,10 @@ int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uin
   if (!base) return err;
   sc.place(base, &r);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  return int(code_t == ElemType::I32
-                 ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, s)
-                 : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, s));
+  return int(
+      code_t == ElemType::I32
+          ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, kernels_, s)
+          : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, kernels_, s));
 }
 
 int DeviceCodec::encode_slices_async(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, Predictor p,

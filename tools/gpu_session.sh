@@ -92,7 +92,7 @@ INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.Empt
 # Step limits in seconds; they add up to the 540 s deadline (the build's three
 # are one phase: GoogleTest, configure, compile; the module copy is instant).
 L_ENV=15 L_SMOKE=25 L_GTEST=20 L_CONFIGURE=25 L_BUILD=140 L_MODULE=10 L_TEST=40 L_PYTEST=150 L_PYCPU=0
-L_BENCH=30 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=25
+L_BENCH=30 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=60
 # NCCLZ_GPU_LIMIT_SCALE=N multiplies every limit (rehearsals on a slow machine; with a deadline to match).
 if [ -n "${NCCLZ_GPU_LIMIT_SCALE:-}" ]; then
   for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK; do

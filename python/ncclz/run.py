@@ -4,14 +4,20 @@
     ncclz-run -n 2 --master-port 29600 --timeout 30 script.py   # .py: run with this Python
 
 Each rank is a subprocess with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT (a free port unless given) and NCCLZ_TOKEN (a fresh
-random secret) set, plus NCCLZ_TIMEOUT when --timeout is given. Output lines
-are prefixed with the rank (``[rank 2] ...``). SIGINT/SIGTERM/SIGHUP are
-forwarded to every rank. When a rank fails (non-zero exit or killed by a
-signal) the others get ``--grace`` seconds to notice on their own (ncclz
-raises RemoteError in them), then are terminated; ncclz-run exits with the
-failing rank's code and says which rank failed (the first that failed on its own: ranks
-whose ncclz calls raised RemoteError mark themselves in NCCLZ_RUN_STATE_DIR as followers).
+MASTER_ADDR, MASTER_PORT (a free port unless given), NCCLZ_TOKEN (a fresh
+random secret) and NCCLZ_JOB_ID (a fresh id of this run) set, plus
+NCCLZ_TIMEOUT when --timeout is given. Output lines are prefixed with the rank
+(``[rank 2] ...``). SIGINT/SIGTERM/SIGHUP are forwarded to every rank. When a
+rank fails (non-zero exit or killed by a signal) the others get ``--grace``
+seconds to notice on their own (ncclz raises RemoteError in them), then are
+terminated; ncclz-run exits with the failing rank's code and says which rank
+failed: a rank that is stopped (SIGSTOP, Ctrl-Z, a debugger) while the others
+failed waiting for it, else the first that failed on its own (ranks whose
+ncclz calls raised RemoteError mark themselves in NCCLZ_RUN_STATE_DIR as
+followers). A rank stopped for ``STOPPED_NOTE_S`` seconds is reported at once.
+When every rank has exited, the shared-memory segments of this run that ranks
+killed by a signal could not remove (``/dev/shm/ncclz-j<job tag>*``) are
+removed.
 
 :func:`launch` is the same machinery as a function (used by ncclz-demo and the tests).
 """
@@ -19,6 +25,8 @@ whose ncclz calls raised RemoteError mark themselves in NCCLZ_RUN_STATE_DIR as f
 from __future__ import annotations
 
 import argparse
+import glob
+import hashlib
 import os
 import secrets
 import shutil
@@ -33,6 +41,52 @@ from collections.abc import Sequence
 from typing import IO
 
 _FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: Seconds a rank may stay stopped (state T) before ncclz-run says so.
+STOPPED_NOTE_S = 3.0
+
+
+def job_tag(job_id: str) -> str:
+    """The head of the job key of a run with NCCLZ_JOB_ID=``job_id`` (cpp/src/bootstrap/job_identity.hpp):
+    the first 8 hex digits of SHA-256("NCCLZ_JOB_ID=" + job_id). Shared-memory segments of that run are named
+    ``/dev/shm/ncclz-j<tag>...``."""
+    return hashlib.sha256(f"NCCLZ_JOB_ID={job_id}".encode()).hexdigest()[:8]
+
+
+def remove_shm_leftovers(job_id: str) -> list[str]:
+    """Removes /dev/shm/ncclz-j<tag>* of a run; returns the names removed."""
+    removed = []
+    for path in glob.glob(f"/dev/shm/ncclz-j{job_tag(job_id)}*"):
+        try:
+            os.unlink(path)
+            removed.append(os.path.basename(path))
+        except OSError:
+            pass
+    return removed
+
+
+def stopped_groups() -> set[int]:
+    """Process groups with a stopped process (state T or t: SIGSTOP, Ctrl-Z, a debugger), from /proc.
+
+    Every rank runs in its own process group (its pid), so this also finds a rank whose
+    program is a wrapper and the stopped process one of its children."""
+    groups = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return groups
+    for e in entries:
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # [0] state, [1] ppid, [2] process group
+        if len(fields) > 2 and fields[0] in ("T", "t"):
+            groups.add(int(fields[2]))
+    return groups
 
 
 def free_port(addr: str = "127.0.0.1") -> int:
@@ -51,6 +105,7 @@ def rank_env(
     timeout: float | None = None,
     base: dict | None = None,
     state_dir: str | None = None,
+    job_id: str | None = None,
 ) -> dict:
     """The environment of one rank."""
     env = dict(os.environ if base is None else base)
@@ -62,6 +117,7 @@ def rank_env(
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(master_port),
         NCCLZ_TOKEN=token,
+        NCCLZ_JOB_ID=job_id or token[:16],
         NCCLZ_LAUNCHER="ncclz-run",
         PYTHONUNBUFFERED="1",
     )
@@ -135,6 +191,7 @@ def launch(
     err = err or sys.stderr
     port = master_port or free_port(master_addr)
     token = secrets.token_hex(16)
+    job_id = secrets.token_hex(8)
     # ncclz marks here which ranks failed because of a peer (RemoteError and subclasses),
     # so that the launcher blames the rank that failed first for its own reasons.
     state_dir = tempfile.mkdtemp(prefix="ncclz-run-")
@@ -168,7 +225,7 @@ def launch(
             old_handlers[s] = signal.signal(s, on_signal)
     try:
         for r in range(nproc):
-            e = rank_env(r, nproc, master_addr, port, token, timeout, env, state_dir)
+            e = rank_env(r, nproc, master_addr, port, token, timeout, env, state_dir, job_id)
             p = subprocess.Popen(
                 cmd,
                 env=e,
@@ -200,9 +257,36 @@ def launch(
         def after_peer_error(r: int) -> bool:
             return os.path.exists(os.path.join(state_dir, f"rank{r}.peer_error"))
 
-        def culprit(failed: list[int]) -> int:
+        stopped_since: list[float | None] = [None] * nproc
+        stopped_noted = [False] * nproc
+        next_stop_check = 0.0
+
+        def check_stopped(now: float) -> None:
+            groups = stopped_groups()
+            for r in range(nproc):
+                if exit_times[r] is not None or procs[r].pid not in groups:
+                    stopped_since[r] = None
+                    continue
+                if stopped_since[r] is None:
+                    stopped_since[r] = now
+                if not stopped_noted[r] and now - stopped_since[r] >= STOPPED_NOTE_S:
+                    stopped_noted[r] = True
+                    note(
+                        f"rank {r} (pid {procs[r].pid}) is stopped (SIGSTOP, Ctrl-Z or a debugger): "
+                        "the other ranks wait for it until NCCLZ_TIMEOUT; send it SIGCONT to resume"
+                    )
+
+        def culprit(failed: list[int]) -> tuple[int, str | None]:
+            # A rank stopped while the others failed is the cause (they timed out waiting for it).
+            groups = stopped_groups()
+            for r in range(nproc):
+                if exit_times[r] is None and procs[r].pid in groups:
+                    return (
+                        r,
+                        "is stopped (SIGSTOP, Ctrl-Z or a debugger) and the others failed waiting for it",
+                    )
             # A rank that failed on its own beats one that only saw a peer fail; then the earliest.
-            return min(failed, key=lambda r: (after_peer_error(r), exit_times[r]))
+            return min(failed, key=lambda r: (after_peer_error(r), exit_times[r])), None
 
         status = 0
         decided = False
@@ -216,16 +300,21 @@ def launch(
             if len(done) == nproc:
                 break
             now = time.monotonic()
+            if now >= next_stop_check:
+                check_stopped(now)
+                next_stop_check = now + 1.0
             failed = [r for r in done if procs[r].returncode != 0]
             if failed_at is None and failed:
                 failed_at = now
             if not decided and failed_at is not None and now - failed_at >= min(settle, grace):
                 decided = True
-                r = culprit(failed)
-                status = _exit_status(procs[r].returncode)
+                r, why = culprit(failed)
+                first = min(failed, key=lambda i: exit_times[i])
+                status = _exit_status(procs[first if why else r].returncode)
                 others = [i for i in range(nproc) if exit_times[i] is None]
+                what = why or _describe_exit(procs[r].returncode)
                 note(
-                    f"rank {r} (pid {procs[r].pid}) {_describe_exit(procs[r].returncode)}; "
+                    f"rank {r} (pid {procs[r].pid}) {what}; "
                     f"stopping ranks {others} in {grace:g} s unless they exit first"
                 )
             if failed_at is None and deadline is not None and now - start > deadline:
@@ -234,6 +323,7 @@ def launch(
             if decided:
                 if not terminated and now - failed_at >= grace:
                     signal_all(signal.SIGTERM)
+                    signal_all(signal.SIGCONT)  # a stopped rank acts on SIGTERM only once continued
                     terminated = True
                 elif terminated and not killed and now - failed_at >= grace + 3.0:
                     signal_all(signal.SIGKILL)
@@ -242,7 +332,7 @@ def launch(
         if not decided:
             failed = [r for r in range(nproc) if codes[r] != 0]
             if failed:
-                r = culprit(failed)
+                r, _ = culprit(failed)
                 status = _exit_status(codes[r])
                 if not received:
                     note(f"rank {r} (pid {procs[r].pid}) {_describe_exit(codes[r])}")
@@ -265,13 +355,16 @@ def launch(
         for s, h in old_handlers.items():
             signal.signal(s, h)
         shutil.rmtree(state_dir, ignore_errors=True)
+        left = remove_shm_leftovers(job_id)
+        if left:
+            note(f"removed {len(left)} shared-memory segment(s) that killed ranks left in /dev/shm")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ncclz-run",
         description="Start N local ranks of a program for ncclz (sets RANK, WORLD_SIZE, LOCAL_RANK, "
-        "MASTER_ADDR, MASTER_PORT, NCCLZ_TOKEN).",
+        "MASTER_ADDR, MASTER_PORT, NCCLZ_TOKEN, NCCLZ_JOB_ID).",
         epilog="example: ncclz-run -n 4 python train.py --epochs 3",
     )
     p.add_argument(

@@ -14,9 +14,11 @@ second server fights for that port).
 
 from __future__ import annotations
 
+import builtins
 import datetime
 import itertools
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -58,27 +60,109 @@ def publish(store: Any, key: str, value: bytes) -> None:
         raise RemoteError(f"could not write the ncclz unique id to the store (key {key!r}): {e}") from e
 
 
+def wait_report_first() -> float:
+    """Seconds before the first progress report of a wait (``NCCLZ_WAIT_REPORT``, default 5; 0: never).
+
+    The schedule is the bootstrap's (cpp/src/bootstrap/wait_report.hpp): a report after the
+    first interval R, then after intervals of 2R, 4R, ... at most 60 s."""
+    raw = os.environ.get("NCCLZ_WAIT_REPORT", "").strip()
+    if not raw:
+        return 5.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0.0 <= value <= 1e9):
+        raise InvalidArgumentError(
+            f"NCCLZ_WAIT_REPORT={raw!r}: expected seconds, a number >= 0 (0: no reports)"
+        )
+    return value
+
+
+def _warn(rank: int, text: str) -> None:
+    """One WARN line on stderr, formatted and filtered like the native log (NCCLZ_DEBUG=NONE hides it)."""
+    if os.environ.get("NCCLZ_DEBUG", "").strip().upper() == "NONE":
+        return
+    sys.stderr.write(f"ncclz rank {rank}: WARN {text}\n")
+    sys.stderr.flush()
+
+
+def _is_timeout(e: BaseException) -> bool:
+    msg = str(e).lower()
+    return isinstance(e, builtins.TimeoutError) or "timeout" in msg or "timed out" in msg
+
+
 def fetch(store: Any, key: str, timeout_s: float, rank: int) -> bytes:
-    """The other ranks' half: waits up to ``timeout_s`` for ``key`` and returns its value."""
+    """The other ranks' half: waits up to ``timeout_s`` for ``key`` and returns its value.
+
+    A wait longer than ``NCCLZ_WAIT_REPORT`` seconds says on stderr what it waits for, and again on
+    the schedule of :func:`wait_report_first`, until the key comes or the timeout passes. Stores with
+    ``check(keys)`` (every torch Store) are polled; stores with only ``wait(keys, timedelta)`` wait in
+    slices between reports; others block in ``get``."""
     _check_store(store)
-    deadline = time.monotonic() + timeout_s
+    start = time.monotonic()
+    deadline = start + timeout_s
+    interval = wait_report_first()
+    next_report = start + interval if interval > 0 else float("inf")
+
+    def timed_out(detail: str) -> TimeoutError:
+        return TimeoutError(
+            f"rank {rank}: rank 0 did not publish the ncclz unique id (store key {key!r}) within "
+            f"{timeout_s:g} s; is rank 0 running and using the same store? ({detail})"
+        )
+
+    def report(now: float) -> None:
+        nonlocal interval, next_report
+        _warn(
+            rank,
+            f"store rendezvous: rank {rank} has waited {now - start:.0f} s for rank 0 to put the ncclz unique id "
+            f"into the store ({type(store).__name__}, key {key!r}): is rank 0 running, with the same store, and "
+            "does every rank create its communicators in the same order? "
+            f"(timeout after {timeout_s:g} s, NCCLZ_TIMEOUT)",
+        )
+        interval = min(interval * 2, 60.0)
+        next_report = now + interval
+
+    check = getattr(store, "check", None)
     wait = getattr(store, "wait", None)
     try:
-        if callable(wait):
-            try:
-                wait([key], datetime.timedelta(seconds=timeout_s))
-            except TypeError:  # a wait() without a timeout argument
-                wait([key])
+        if callable(check):
+            pause = 0.005
+            while not check([key]):
+                now = time.monotonic()
+                if now >= deadline:
+                    raise timed_out("the key never appeared")
+                if now >= next_report:
+                    report(now)
+                time.sleep(min(pause, max(0.0, deadline - now)))
+                pause = min(pause * 2, 0.1)
+        elif callable(wait):
+            while True:
+                now = time.monotonic()
+                slice_end = min(deadline, next_report)
+                try:
+                    wait([key], datetime.timedelta(seconds=max(0.001, slice_end - now)))
+                    break
+                except TypeError:  # a wait() without a timeout argument
+                    wait([key])
+                    break
+                except Exception as e:  # a slice that ended without the key, or a failure
+                    now = time.monotonic()
+                    if not _is_timeout(e):
+                        raise
+                    if now >= deadline:
+                        raise timed_out(str(e)) from e
+                    if now >= next_report:
+                        report(now)
         value = store.get(key)
+    except TimeoutError:
+        raise
     except (
         Exception
     ) as e:  # stores raise RuntimeError, DistStoreError, OSError... (re-raised as ncclz errors)
         msg = str(e)
-        if "timeout" in msg.lower() or "timed out" in msg.lower() or time.monotonic() >= deadline:
-            raise TimeoutError(
-                f"rank {rank}: rank 0 did not publish the ncclz unique id (store key {key!r}) within "
-                f"{timeout_s:g} s; is rank 0 running and using the same store? ({msg})"
-            ) from e
+        if _is_timeout(e) or time.monotonic() >= deadline:
+            raise timed_out(msg) from e
         raise RemoteError(
             f"rank {rank}: could not read the ncclz unique id from the store (key {key!r}): {msg}"
         ) from e

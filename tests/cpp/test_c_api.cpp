@@ -218,6 +218,17 @@ TEST(CApi, AbortWakesABlockedCall) {
   EXPECT_EQ(res, ncclzAborted);
 }
 
+TEST(CApi, InitFromEnvNeedsRankAndWorldSize) {
+  // No defaults (docs/ENVIRONMENT.md): without a launcher's RANK/WORLD_SIZE it
+  // is an error, not a silent job of one rank.
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  ncclzComm_t comm = nullptr;
+  EXPECT_EQ(ncclzCommInitFromEnv(&comm), ncclzInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_NE(std::string(ncclzGetLastError(nullptr)).find("RANK and WORLD_SIZE must be set"), std::string::npos);
+}
+
 TEST(CApi, InitFromEnvSingleRank) {
   // One rank: RANK/WORLD_SIZE/MASTER_* from the environment (restored after).
   setenv("RANK", "0", 1);

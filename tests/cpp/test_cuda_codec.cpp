@@ -534,6 +534,58 @@ void quantizer_all(uint32_t seed) {
   }
 }
 
+// The plane checks (block_check_planes) on every predictor, with both kernel
+// versions: a block whose top plane is empty, and a negative zero in a padding
+// lane of the last block, are Corrupt on the CPU and on the device (v2 checks
+// Delta1/Delta2 slices in other kernels than the rest).
+TEST(CudaCodec, PlaneChecksOnEveryPredictorAndKernelVersion) {
+  SKIP_WITHOUT_GPU();
+  const uint32_t n = 1000;  // 32 blocks (16 nibble bytes), the last one with 8 lanes
+  const auto q = make_codes<int32_t>(n, Dist::SmallGauss, 77);
+  const int before = dev().kernels();
+  for (int version : {1, 2}) {
+    dev().set_kernels(version);
+    ASSERT_EQ(dev().kernels(), version);
+    for (int pred : {0, 1, 2, 3}) {
+      Status cst;
+      const auto good = cpu_encode(q.data(), ElemType::I32, n, pred, 40, 0, max_slice_bytes(ElemType::I32, n), &cst);
+      ASSERT_EQ(cst, Status::Ok);
+      ASSERT_EQ(good[4], uint8_t(Codec::Block)) << "pred " << pred;
+      const uint8_t* nib = good.data() + kHeaderBytes;
+      // Where block b's words start: nibbles, no escapes (small widths), words before b.
+      std::vector<size_t> start(33);
+      start[0] = kHeaderBytes + 16;
+      for (int b = 0; b < 32; ++b) {
+        const unsigned w = (nib[b / 2] >> (4 * (b % 2))) & 15u;
+        ASSERT_LT(w, 15u);
+        start[size_t(b) + 1] = start[size_t(b)] + (w ? 4 * (w + 1) : 0);
+      }
+      ASSERT_EQ(start[32], good.size());
+      for (int kind = 0; kind < 2; ++kind) {
+        SCOPED_TRACE(testing::Message() << "kernels v" << version << " pred " << pred << " kind " << kind);
+        std::vector<uint8_t> bad = good;
+        // kind 0: the top plane of block 5 (or the first non-empty one) emptied;
+        // kind 1: the sign of lane 31 of the last block (a padding lane).
+        int b = kind == 0 ? 5 : 31;
+        while (start[size_t(b) + 1] == start[size_t(b)]) b = (b + 1) % 32;
+        const size_t words = (start[size_t(b) + 1] - start[size_t(b)]) / 4;
+        if (kind == 0)
+          std::memset(&bad[start[size_t(b)] + 4 * (words - 1)], 0, 4);
+        else
+          bad[start[size_t(b)] + 3] |= 0x80;
+        std::vector<int32_t> cpu_out(n);
+        ASSERT_EQ(decode_slice(bad.data(), bad.size(), ElemType::I32, n, cpu_out.data()), Status::Corrupt);
+        auto dsrc = to_device(bad);
+        DevBuf dout(n * 4), dstat(4);
+        LAUNCH_OK(
+            dev().decode_slice_async(dsrc->get<uint8_t>(), bad.size(), ElemType::I32, n, dout.get(), dstat.get<int>()));
+        EXPECT_EQ(dstat.download<int>(1)[0], int(Status::Corrupt));
+      }
+    }
+  }
+  dev().set_kernels(before);
+}
+
 TEST(CudaCodec, QuantizerF32MatchesCpu) {
   SKIP_WITHOUT_GPU();
   quantizer_all<float>(1);

@@ -64,6 +64,16 @@ class DeviceCodec {
   void* stream() const { return stream_; }
   /// Waits for the codec's work; returns a cudaError_t.
   int synchronize();
+  /// Which slice kernels the codec launches: 2 (the default; fused memory
+  /// access, tiled predictor inversion) or 1 (the first, correctness-first
+  /// kernels, kept for side-by-side measurements). Both write the same bytes
+  /// and statuses. The initial value comes from NCCLZ_DEVICE_CODEC (v1 or v2,
+  /// read when the codec is created; unset or anything else: 2).
+  int kernels() const { return kernels_; }
+  /// Sets kernels() (1 or 2; any other value is ignored). Affects later calls.
+  void set_kernels(int v) {
+    if (v == 1 || v == 2) kernels_ = v;
+  }
   /// Sizes the scratch for calls of up to n codes (values, for the
   /// quantizer) in slices of slice_len codes: no such call allocates.
   int reserve(size_t n, uint32_t slice_len);
@@ -140,6 +150,7 @@ class DeviceCodec {
   void* stream_ = nullptr;
   bool own_stream_ = false;
   int status_ = 0;
+  int kernels_ = 2;
   uint8_t* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 };

@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "base/env.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/ncclz.h"
@@ -141,6 +142,13 @@ ncclzResult_t ncclzCommInitFromEnv(ncclzComm_t* comm) {
   return guarded([&] {
     if (!comm) throw ncclz::InvalidArgument("ncclzCommInitFromEnv: null comm");
     *comm = nullptr;
+    // No defaults: a program started without its launcher would otherwise run
+    // as N independent one-rank jobs, silently (docs/ENVIRONMENT.md).
+    if (!ncclz::env::get("RANK") || !ncclz::env::get("WORLD_SIZE")) {
+      throw ncclz::InvalidArgument(
+          "ncclzCommInitFromEnv: RANK and WORLD_SIZE must be set (ncclz-run, torchrun and mpirun wrappers set "
+          "them); or use ncclzCommInitRank");
+    }
     auto c = std::make_unique<ncclzComm>();
     c->impl = ncclz::Communicator::create(ncclz::CommConfig::from_env());
     *comm = c.release();

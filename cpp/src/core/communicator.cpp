@@ -189,6 +189,9 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
       for (size_t i = 0; i < others.size(); ++i) rt_->peers.attach(others[i], &p2p_links_[0][i]);
     }
   }
+  // Rank 0's bootstrap may learn later that another process claims a rank of
+  // this job (two jobs on one port): the communicator then aborts.
+  boot_->set_conflict_handler([this](const std::string& why) { fail(why); });
   NCCLZ_INFO(rank_,
              "communicator: %d ranks, %d channels, %d slots x %zu bytes (slices of %zu bytes, %zu for mostly-zero "
              "lossy sums)",
@@ -196,6 +199,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
+  boot_->set_conflict_handler(nullptr);  // no fail() from the bootstrap's thread from here on
   // A call still running on another thread (abort() then destroy, as
   // ncclzCommAbort does) leaves with Aborted first.
   std::lock_guard<std::mutex> lk(call_mu_);

@@ -6,6 +6,7 @@
 
 #include "base/log.hpp"
 #include "core/codec_choice.hpp"
+#include "prims/reduce.hpp"
 
 namespace ncclz::core {
 
@@ -122,6 +123,11 @@ void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& al
   const DataStats g = merge_stats(all);
   if (bound::exact_keeps_bound(elem_of(t_), cd_.how, rt_.nranks, plan.E, g)) {
     rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
+    // avg: the schedule sums; the sum divided once, as the uncompressed call
+    // does (CallRoutine divides only after calls that did not run lossy).
+    if (cd_.how == Combine::Mean && cd_.recv != nullptr) {
+      prims::divide_in_place(elem_of(t_), cd_.recv, cd_.out_count, rt_.nranks);
+    }
     return;
   }
   if (cd_.how == Combine::Sum && !mostly_zero(all) && bound::f32_sum_keeps_bound(elem_of(t_), rt_.nranks, plan.E, g)) {

@@ -9,12 +9,14 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,9 +29,7 @@ void Fd::reset(int fd) {
   fd_ = fd;
 }
 
-std::string errno_text(const char* call, int err) {
-  return std::string(call) + ": " + std::strerror(err);
-}
+std::string errno_text(const char* call, int err) { return std::string(call) + ": " + std::strerror(err); }
 
 std::string Endpoint::str() const {
   if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
@@ -116,7 +116,7 @@ bool is_wildcard(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
 }
 
-Fd listen_tcp(const std::string& host, int port, int bufbytes, int backlog) {
+Fd listen_tcp(const std::string& host, int port, int bufbytes, int backlog, int* bind_errno) {
   socklen_t len = 0;
   sockaddr_storage ss = resolve(host, port, /*passive=*/true, &len);
   Fd fd(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -127,12 +127,12 @@ Fd listen_tcp(const std::string& host, int port, int bufbytes, int backlog) {
   Endpoint ep{host.empty() ? "0.0.0.0" : host, port};
   if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) {
     int e = errno;
-    std::string hint = e == EADDRINUSE
-                           ? " (another process, e.g. another job or torchrun's agent store, already "
-                             "listens there: choose another MASTER_PORT or use make_unique_id)"
-                           : e == EADDRNOTAVAIL ? " (this host has no such address: check MASTER_ADDR / "
-                                                  "NCCLZ_SOCKET_IFNAME)"
-                                                : "";
+    if (bind_errno) *bind_errno = e;
+    std::string hint = e == EADDRINUSE      ? " (another process, e.g. another job or torchrun's agent store, already "
+                                              "listens there: choose another MASTER_PORT or use make_unique_id)"
+                       : e == EADDRNOTAVAIL ? " (this host has no such address: check MASTER_ADDR / "
+                                              "NCCLZ_SOCKET_IFNAME)"
+                                            : "";
     throw SystemError("cannot listen on " + ep.str() + ": " + errno_text("bind", e) + hint);
   }
   if (::listen(fd.get(), backlog) != 0) {
@@ -158,8 +158,8 @@ Endpoint peer_endpoint(int fd) {
   return endpoint_of(ss);
 }
 
-Fd connect_tcp(const Endpoint& ep, Clock::time_point deadline, const AbortCheck& check_abort,
-               bool retry_refused, const std::string& who, int bufbytes) {
+Fd connect_tcp(const Endpoint& ep, Clock::time_point deadline, const AbortCheck& check_abort, bool retry_refused,
+               const std::string& who, int bufbytes, std::string* last_error_out) {
   socklen_t len = 0;
   sockaddr_storage ss = resolve(ep.host, ep.port, /*passive=*/false, &len);
   auto backoff = std::chrono::milliseconds(5);
@@ -196,8 +196,9 @@ Fd connect_tcp(const Endpoint& ep, Clock::time_point deadline, const AbortCheck&
       return fd;
     }
     last_error = errno_text("connect", err);
-    bool transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH ||
-                     err == ENETUNREACH || err == ECONNRESET || err == EAGAIN || err == EINTR;
+    if (last_error_out) *last_error_out = last_error;
+    bool transient = err == ECONNREFUSED || err == ETIMEDOUT || err == EHOSTUNREACH || err == ENETUNREACH ||
+                     err == ECONNRESET || err == EAGAIN || err == EINTR;
     if (!transient || !retry_refused) {
       throw RemoteError(who + ": cannot connect to " + ep.str() + ": " + last_error);
     }
@@ -205,8 +206,8 @@ Fd connect_tcp(const Endpoint& ep, Clock::time_point deadline, const AbortCheck&
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
-  throw Timeout(who + ": could not connect to " + ep.str() + " before the deadline (last error: " +
-                last_error + "); is the peer running and reachable at that address? (check MASTER_ADDR, "
+  throw Timeout(who + ": could not connect to " + ep.str() + " before the deadline (last error: " + last_error +
+                "); is the peer running and reachable at that address? (check MASTER_ADDR, "
                 "MASTER_PORT, NCCLZ_SOCKET_IFNAME, firewalls, NCCLZ_TIMEOUT)");
 }
 
@@ -228,8 +229,65 @@ Fd accept_tcp(int listen_fd, Clock::time_point deadline, const AbortCheck& check
   }
 }
 
-void send_all(int fd, const void* data, size_t n, Clock::time_point deadline,
-              const AbortCheck& check_abort, const std::string& who) {
+namespace {
+
+// A descriptor kept open for accept_or_shed: when the process runs out, it is
+// closed to accept (and drop) one waiting connection, then taken again.
+std::mutex g_reserve_mu;
+int g_reserve_fd = -1;
+
+int open_reserve() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
+}  // namespace
+
+AcceptResult accept_or_shed(int listen_fd, Fd* out) {
+  {
+    std::lock_guard<std::mutex> lk(g_reserve_mu);
+    if (g_reserve_fd < 0) g_reserve_fd = open_reserve();
+  }
+  for (;;) {
+    int c = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c >= 0) {
+      set_nodelay(c);
+      out->reset(c);
+      return AcceptResult::Accepted;
+    }
+    int e = errno;
+    if (e == EINTR || e == ECONNABORTED || e == EPROTO) continue;
+    if (e == EAGAIN || e == EWOULDBLOCK) return AcceptResult::Empty;
+    if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+      std::lock_guard<std::mutex> lk(g_reserve_mu);
+      if (g_reserve_fd >= 0) {
+        ::close(g_reserve_fd);
+        g_reserve_fd = -1;
+      }
+      int d = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (d >= 0) ::close(d);
+      g_reserve_fd = open_reserve();
+      return AcceptResult::Shed;
+    }
+    throw SystemError(errno_text("accept", e));
+  }
+}
+
+long raise_fd_limit() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY ? rlim_t(65536) : std::min<rlim_t>(rl.rlim_max, 65536);
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+      rl.rlim_cur = want;
+      setrlimit(RLIMIT_NOFILE, &rl);  // best effort: a container may forbid it
+    }
+  });
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+  return rl.rlim_cur == RLIM_INFINITY ? -1 : static_cast<long>(rl.rlim_cur);
+}
+
+void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, const AbortCheck& check_abort,
+              const std::string& who) {
   const auto* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
     ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
@@ -256,8 +314,8 @@ void send_all(int fd, const void* data, size_t n, Clock::time_point deadline,
   }
 }
 
-void recv_all(int fd, void* data, size_t n, Clock::time_point deadline,
-              const AbortCheck& check_abort, const std::string& who) {
+void recv_all(int fd, void* data, size_t n, Clock::time_point deadline, const AbortCheck& check_abort,
+              const std::string& who) {
   auto* p = static_cast<uint8_t*>(data);
   size_t want = n;
   while (n > 0) {
@@ -268,9 +326,8 @@ void recv_all(int fd, void* data, size_t n, Clock::time_point deadline,
       continue;
     }
     if (r == 0) {
-      throw RemoteError(who + ": the peer closed the connection after " + std::to_string(want - n) +
-                        " of " + std::to_string(want) +
-                        " bytes; it probably exited or failed: check its log");
+      throw RemoteError(who + ": the peer closed the connection after " + std::to_string(want - n) + " of " +
+                        std::to_string(want) + " bytes; it probably exited or failed: check its log");
     }
     int e = errno;
     if (e != EAGAIN && e != EWOULDBLOCK && e != EINTR) {

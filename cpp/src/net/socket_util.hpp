@@ -63,8 +63,9 @@ struct Endpoint {
 
 /// Binds and listens (SO_REUSEADDR, non-blocking). host "" or "0.0.0.0" = all
 /// IPv4 interfaces, "::" = all; port 0 = the kernel picks. `bufbytes` > 0 sets
-/// SO_SNDBUF/SO_RCVBUF (inherited by accepted sockets).
-Fd listen_tcp(const std::string& host, int port, int bufbytes = 0, int backlog = 1024);
+/// SO_SNDBUF/SO_RCVBUF (inherited by accepted sockets). When bind fails,
+/// *bind_errno (if given) receives its errno before the SystemError is thrown.
+Fd listen_tcp(const std::string& host, int port, int bufbytes = 0, int backlog = 1024, int* bind_errno = nullptr);
 Endpoint local_endpoint(int fd);
 Endpoint peer_endpoint(int fd);
 /// True for 0.0.0.0 / :: (an address peers cannot connect to).
@@ -73,17 +74,36 @@ bool is_wildcard(const std::string& host);
 /// Connects (non-blocking socket, TCP_NODELAY). With retry_refused, a refused
 /// or unreachable connection is retried with backoff until the deadline (the
 /// listener may start later). Throws Timeout naming `who` and the endpoint.
-Fd connect_tcp(const Endpoint& ep, Clock::time_point deadline, const AbortCheck& check_abort,
-               bool retry_refused, const std::string& who, int bufbytes = 0);
+/// `last_error`, when given, holds the last attempt's failure ("connect:
+/// Connection refused") while it retries, for progress reports from check_abort.
+Fd connect_tcp(const Endpoint& ep, Clock::time_point deadline, const AbortCheck& check_abort, bool retry_refused,
+               const std::string& who, int bufbytes = 0, std::string* last_error = nullptr);
 /// Accepts one connection (non-blocking, TCP_NODELAY), or returns an empty Fd
 /// when the deadline passes (the caller words the Timeout).
 Fd accept_tcp(int listen_fd, Clock::time_point deadline, const AbortCheck& check_abort);
 
+/// One non-blocking accept for servers that must survive floods.
+enum class AcceptResult {
+  Accepted,  ///< *out holds the new connection (non-blocking, TCP_NODELAY)
+  Empty,     ///< nothing is waiting
+  Shed,      ///< out of file descriptors: one waiting connection was accepted
+             ///< and closed at once (through a reserved descriptor), so the
+             ///< backlog drains instead of waking poll() forever; the caller
+             ///< should close idle connections of its own to make room
+};
+AcceptResult accept_or_shed(int listen_fd, Fd* out);
+
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit (at most 65536),
+/// once; returns the soft limit in force. Servers hold one descriptor per
+/// pending connection, and a low soft limit (1024 is common) is the easiest
+/// way to starve them.
+long raise_fd_limit();
+
 /// Writes/reads exactly n bytes. EOF or reset -> RemoteError(who + ...).
-void send_all(int fd, const void* data, size_t n, Clock::time_point deadline,
-              const AbortCheck& check_abort, const std::string& who);
-void recv_all(int fd, void* data, size_t n, Clock::time_point deadline,
-              const AbortCheck& check_abort, const std::string& who);
+void send_all(int fd, const void* data, size_t n, Clock::time_point deadline, const AbortCheck& check_abort,
+              const std::string& who);
+void recv_all(int fd, void* data, size_t n, Clock::time_point deadline, const AbortCheck& check_abort,
+              const std::string& who);
 
 void set_nonblocking(int fd);
 void set_nodelay(int fd);

@@ -12,12 +12,28 @@
 //   3. the sender maps the segment, records its pid and start time, and
 //      unlinks the name at once: from then on nothing is left in /dev/shm,
 //      even if both processes crash. (The receiver also unlinks on
-//      destruction, for a sender that never came.) A bootstrap barrier ends
-//      connect(), so no rank tears its rings down before all are mapped.
+//      destruction, for a sender that never came.) A name the receiver
+//      announced but that is gone when the sender opens it, with both on one
+//      /dev/shm (the message carries its st_dev), was removed by the
+//      receiver's failed connect(): a RemoteError naming it; on another
+//      /dev/shm (containers) a SystemError that says so;
+//   4. a bootstrap allgather of every rank's process identity (pid, start
+//      time, pid namespace) ends connect(), so no rank tears its rings down
+//      before all are mapped, and every ring knows its peer process from the
+//      start.
+// A connect() that fails on this rank (a peer died or failed, a timeout)
+// unlinks every segment name of that call between this rank and its peers,
+// in both directions: the ones a dead peer created for this rank to open are
+// gone too, so a rank killed at any moment of setup leaves nothing in
+// /dev/shm once the survivors have failed. (Names start with the job key,
+// whose head is the launcher's job tag: ncclz-run removes what ranks it had
+// to SIGKILL left behind.)
 // Waiting is the ring's spin-then-futex; while waiting, every ~100 ms a rank
 // checks that the peer process still runs (/proc/<pid>/stat: present, not a
 // zombie, same start time), so a killed peer is reported in ~0.1 s as
-// RemoteError("... peer rank R (pid P) died ...") instead of at the deadline.
+// RemoteError("... peer rank R (pid P) died ...") instead of at the deadline,
+// also when it died before the first call. A peer in another pid namespace
+// (its pid means nothing here) is not watched: the deadline bounds the wait.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -52,30 +68,46 @@ struct ShmSegment {
   }
 };
 
-// Liveness of the process at the other end of a ring.
+// Who a rank's process is, exchanged at the end of connect().
+struct ProcessIdentity {
+  int32_t pid;
+  uint32_t pad;
+  uint64_t start;      // /proc/<pid>/stat start time (clock ticks since boot)
+  uint64_t pidns_ino;  // /proc/self/ns/pid: pids compare only within one namespace
+  uint64_t pidns_dev;
+};
+
+ProcessIdentity my_identity(int pid, uint64_t start) {
+  ProcessIdentity id{};
+  id.pid = pid;
+  id.start = start;
+  struct stat st{};
+  if (stat("/proc/self/ns/pid", &st) == 0) {
+    id.pidns_ino = st.st_ino;
+    id.pidns_dev = st.st_dev;
+  }
+  return id;
+}
+
+// Can this rank watch the peer's pid? Same pid namespace (or, where the
+// namespace cannot be read, the pid is visible with the same start time).
+bool watchable(const ProcessIdentity& me, const ProcessIdentity& peer) {
+  if (peer.pid <= 0 || peer.start == 0) return false;
+  if (me.pidns_ino != 0 && peer.pidns_ino != 0) {
+    return me.pidns_ino == peer.pidns_ino && me.pidns_dev == peer.pidns_dev;
+  }
+  return process_start_time(peer.pid) == peer.start;
+}
+
+// Liveness of the process at the other end of a ring, known from connect().
 class ShmHooks final : public RingHooks {
  public:
-  ShmHooks(RingHeader* hdr, bool producer, ConnLabel label) : hdr_(hdr), producer_(producer), label_(label) {}
+  ShmHooks(const ProcessIdentity& peer, bool watch, ConnLabel label)
+      : label_(label), pid_(peer.pid), start_(peer.start), watch_(watch) {}
   void check_peer() override {
     auto now = Clock::now();
     if (now < next_check_) return;
     next_check_ = now + kLivenessPeriod;
-    if (!known_) {
-      int pid = producer_ ? hdr_->consumer_pid.load(std::memory_order_acquire)
-                          : hdr_->producer_pid.load(std::memory_order_acquire);
-      if (pid <= 0) return;  // not attached yet
-      uint64_t start = producer_ ? hdr_->consumer_start : hdr_->producer_start;
-      known_ = true;
-      pid_ = pid;
-      start_ = start;
-      // A peer in another pid namespace cannot be watched: its pid means
-      // something else here. Then only the deadline bounds the wait.
-      watch_ = process_start_time(pid) == start && start != 0;
-      if (!watch_) {
-        NCCLZ_INFO(label_.rank, "%s: peer pid %d is not visible in this pid namespace; liveness not checked",
-                   label_.prefix().c_str(), pid);
-      }
-    }
     if (watch_ && !process_alive(pid_, start_)) {
       throw RemoteError(label_.prefix() + ": peer rank " + std::to_string(label_.peer) + " (pid " +
                         std::to_string(pid_) +
@@ -85,19 +117,18 @@ class ShmHooks final : public RingHooks {
   }
 
  private:
-  RingHeader* hdr_;
-  bool producer_;
   ConnLabel label_;
   Clock::time_point next_check_{};
-  bool known_ = false, watch_ = false;
   int pid_ = 0;
   uint64_t start_ = 0;
+  bool watch_ = false;
 };
 
 struct SetupMsg {
-  uint32_t ok;       // 1: segments created
+  uint32_t ok;  // 1: segments created
   uint32_t nchannels;
-  char error[248];   // why not, when ok == 0
+  uint64_t shm_dev;  // st_dev of the creator's /dev/shm (0: unknown), to explain a name the sender cannot open
+  char error[240];   // why not, when ok == 0
 };
 
 class ShmTransport final : public Transport {
@@ -105,15 +136,36 @@ class ShmTransport final : public Transport {
   explicit ShmTransport(TransportContext ctx) : ctx_(std::move(ctx)) {
     my_pid_ = getpid();
     my_start_ = process_start_time(my_pid_);
+    me_id_ = my_identity(my_pid_, my_start_);
+    struct stat st{};
+    if (stat("/dev/shm", &st) == 0) shm_dev_ = static_cast<uint64_t>(st.st_dev);
   }
   Kind kind() const override { return Kind::SharedMemory; }
 
   std::vector<std::vector<PeerLink>> connect(const std::vector<int>& peers, int nchannels,
                                              Clock::time_point /*deadline*/, size_t slot_bytes) override {
     check_connect_args(ctx_, peers, nchannels);
-    const size_t sb = slot_bytes ? slot_bytes : ctx_.cfg.slot_bytes;
-    const int me = ctx_.bootstrap->rank();
     const int gen = gen_++;
+    try {
+      return connect_rings(peers, nchannels, gen, slot_bytes ? slot_bytes : ctx_.cfg.slot_bytes);
+    } catch (...) {
+      // Whatever this call created or was to open between this rank and its
+      // peers goes, so that nothing stays in /dev/shm (ENOENT: not there).
+      const int me = ctx_.bootstrap->rank();
+      for (int c = 0; c < nchannels; ++c) {
+        for (int p : peers) {
+          if (p == me) continue;
+          shm_unlink(name(gen, me, p, c).c_str());
+          shm_unlink(name(gen, p, me, c).c_str());
+        }
+      }
+      throw;
+    }
+  }
+
+ private:
+  std::vector<std::vector<PeerLink>> connect_rings(const std::vector<int>& peers, int nchannels, int gen, size_t sb) {
+    const int me = ctx_.bootstrap->rank();
     const int tag = kShmTagBase + (gen & 0xffff);
     const size_t nb = ring_bytes(ctx_.cfg.nslots, sb);
     const size_t np = peers.size();
@@ -142,6 +194,7 @@ class ShmTransport final : public Transport {
       SetupMsg m{};
       m.ok = failure.empty() ? 1 : 0;
       m.nchannels = static_cast<uint32_t>(nchannels);
+      m.shm_dev = shm_dev_;
       std::strncpy(m.error, failure.c_str(), sizeof m.error - 1);
       ctx_.bootstrap->send(peers[i], tag, &m, sizeof m);
     }
@@ -164,12 +217,18 @@ class ShmTransport final : public Transport {
       }
       for (int c = 0; c < nchannels; ++c) {
         ConnLabel label{"shm", me, peers[i], c};
-        send_seg[c][i] = open_segment(name(gen, me, peers[i], c), label, sb);
+        send_seg[c][i] = open_segment(name(gen, me, peers[i], c), label, sb, m.shm_dev);
         auto* h = static_cast<RingHeader*>(send_seg[c][i]->mem);
         h->producer_start = my_start_;
         h->producer_pid.store(my_pid_, std::memory_order_release);
       }
     }
+
+    // 4. All rings are mapped (and their names unlinked) before anyone
+    // returns and might tear its end down again; every rank learns which
+    // processes to watch.
+    std::vector<ProcessIdentity> who(static_cast<size_t>(ctx_.bootstrap->size()));
+    ctx_.bootstrap->allgather(&me_id_, sizeof me_id_, who.data());
 
     std::vector<std::vector<PeerLink>> links(static_cast<size_t>(nchannels));
     for (int c = 0; c < nchannels; ++c) {
@@ -179,23 +238,27 @@ class ShmTransport final : public Transport {
           continue;
         }
         ConnLabel label{"shm", me, peers[i], c};
+        const ProcessIdentity& peer = who[static_cast<size_t>(peers[i])];
+        const bool watch = watchable(me_id_, peer);
+        if (!watch && c == 0) {
+          NCCLZ_INFO(me,
+                     "%s: peer pid %d is in another pid namespace; its liveness is not checked (the deadline "
+                     "bounds waits for it)",
+                     label.prefix().c_str(), peer.pid);
+        }
         auto* sh = static_cast<RingHeader*>(send_seg[c][i]->mem);
         auto* rh = static_cast<RingHeader*>(recv_seg[c][i]->mem);
         PeerLink link;
         link.send = std::make_unique<RingSendConn>(send_seg[c][i], sh, label, ctx_.abort,
-                                                   std::make_unique<ShmHooks>(sh, true, label));
+                                                   std::make_unique<ShmHooks>(peer, watch, label));
         link.recv = std::make_unique<RingRecvConn>(recv_seg[c][i], rh, label, ctx_.abort,
-                                                   std::make_unique<ShmHooks>(rh, false, label));
+                                                   std::make_unique<ShmHooks>(peer, watch, label));
         links[c].push_back(std::move(link));
       }
     }
-    // All rings are mapped (and their names unlinked) before anyone returns
-    // and might tear its end down again.
-    ctx_.bootstrap->barrier();
     return links;
   }
 
- private:
   std::string name(int gen, int src, int dst, int ch) const {
     return "/ncclz-" + ctx_.key + "-g" + std::to_string(gen) + "-" + std::to_string(src) + "-" + std::to_string(dst) +
            "-c" + std::to_string(ch);
@@ -215,8 +278,8 @@ class ShmTransport final : public Transport {
     net::Fd f(fd);
     int rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     if (rc != 0) {
-      throw SystemError(who() + ": cannot reserve " + std::to_string(bytes >> 10) + " KiB of shared memory for " +
-                        nm + ": " + net::errno_text("posix_fallocate", rc) +
+      throw SystemError(who() + ": cannot reserve " + std::to_string(bytes >> 10) + " KiB of shared memory for " + nm +
+                        ": " + net::errno_text("posix_fallocate", rc) +
                         " (/dev/shm is too small: enlarge it, e.g. docker --shm-size, or lower NCCLZ_SLOT_BYTES / "
                         "NCCLZ_NSLOTS / NCCLZ_NCHANNELS, or use NCCLZ_TRANSPORT=socket)");
     }
@@ -228,10 +291,22 @@ class ShmTransport final : public Transport {
     return seg;
   }
 
-  std::shared_ptr<ShmSegment> open_segment(const std::string& nm, const ConnLabel& label, size_t slot_bytes) {
+  // `peer_shm_dev`: the st_dev of the creator's /dev/shm. A name it created
+  // that is missing here while both see the same /dev/shm was removed by the
+  // creator's failed connect() (or by a survivor, after the creator died):
+  // the peer's failure, not this rank's.
+  std::shared_ptr<ShmSegment> open_segment(const std::string& nm, const ConnLabel& label, size_t slot_bytes,
+                                           uint64_t peer_shm_dev) {
     auto seg = std::make_shared<ShmSegment>();
     seg->name = nm;
     int fd = shm_open(nm.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ENOENT && peer_shm_dev != 0 && peer_shm_dev == shm_dev_) {
+      throw RemoteError(label.prefix() + ": peer rank " + std::to_string(label.peer) +
+                        " created its shared memory for this rank, but the name was removed before this rank opened "
+                        "it: rank " +
+                        std::to_string(label.peer) +
+                        " failed or was killed during setup (its own error or exit status says why)");
+    }
     if (fd < 0) {
       throw SystemError(label.prefix() + ": cannot open the peer's shared memory " + nm + ": " +
                         net::errno_text("shm_open", errno) +
@@ -256,6 +331,8 @@ class ShmTransport final : public Transport {
   int gen_ = 0;
   int my_pid_ = 0;
   uint64_t my_start_ = 0;
+  ProcessIdentity me_id_{};
+  uint64_t shm_dev_ = 0;  // st_dev of /dev/shm here (0: unknown)
 };
 
 }  // namespace

@@ -9,8 +9,10 @@
 // connector's hello carries the transport key (job key + rank 0's nonce, known
 // only to ranks that passed the bootstrap's token check), the connect() call
 // number, both ranks and the channel; anything else is refused with a warning
-// and the accepting rank keeps waiting until the deadline. A bootstrap barrier
-// ends connect().
+// and the accepting rank keeps waiting until the deadline. The listener lives
+// as long as the transport; connect() reads all hellos side by side (step 2),
+// so connections idling in its backlog never delay the real ones. A bootstrap
+// barrier ends connect().
 //
 // Data path. Both directions of a connection are slot rings in ordinary
 // memory (slot_ring.hpp), so the prims only ever touch slot memory exactly as
@@ -72,6 +74,7 @@ constexpr size_t kMaxNoticeBytes = 1024;
 constexpr int kSocketBuffer = 4 << 20;
 constexpr auto kDrainGrace = std::chrono::seconds(1);
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
+constexpr size_t kMaxPendingHellos = 64;  // connections without a hello yet, beyond the expected ones
 constexpr int kIdlePollMs = 100;
 
 struct FrameHeader {
@@ -639,10 +642,71 @@ class SocketTransport final : public Transport {
         fds[c][i] = std::move(fd);
       }
     }
-    // 2. Accept the lower ranks' connections.
+    // 2. Accept the lower ranks' connections. Their hellos are read side by
+    // side (one poll() over the listener and every pending connection), so an
+    // idle or slow connection never delays a real rank: each has kHelloTimeout
+    // from its accept to deliver its hello; at most kMaxPendingHellos (+ the
+    // expected connections) wait at once, a new one beyond that closing the
+    // oldest that sent nothing, else the oldest; a flood that exhausts this
+    // process's descriptors is shed (net::accept_or_shed), never an error.
+    struct Pending {
+      net::Fd fd;
+      net::Endpoint from;
+      Clock::time_point until;
+      Hello h{};
+      size_t got = 0;
+    };
+    std::vector<Pending> pending;
+    const size_t max_pending = kMaxPendingHellos + static_cast<size_t>(expected);
+    size_t shed = 0;
+    auto refuse = [&](const Pending& p, const std::string& why, bool stranger) {
+      if (stranger) {
+        NCCLZ_INFO(me, "socket transport: closed connection from %s: %s", p.from.str().c_str(), why.c_str());
+      } else {
+        NCCLZ_WARN(me, "socket transport: refused connection from %s: %s", p.from.str().c_str(), why.c_str());
+      }
+    };
+    // A complete hello: takes the connection (true) or refuses it.
+    auto take = [&](Pending& p) {
+      Hello& h = p.h;
+      h.key[sizeof h.key - 1] = '\0';
+      if (h.magic != kHelloMagic || h.version != kHelloVersion) {
+        refuse(p, "bad magic or version", h.magic != kHelloMagic);
+        return false;
+      }
+      if (!net::equal_ct(h.key, std::strlen(h.key), ctx_.key.data(), ctx_.key.size())) {
+        refuse(p, "wrong key (not a rank of this job)", false);
+        return false;
+      }
+      int idx = -1;
+      for (size_t i = 0; i < np; ++i) {
+        if (peers[i] == h.src) idx = static_cast<int>(i);
+      }
+      if (h.gen != gen || h.dst != me || idx < 0 || h.src >= me || h.channel < 0 || h.channel >= nchannels ||
+          fds[static_cast<size_t>(h.channel)][static_cast<size_t>(idx)]) {
+        refuse(p,
+               "unexpected connection (rank " + std::to_string(h.src) + ", channel " + std::to_string(h.channel) +
+                   ", connect call " + std::to_string(h.gen) + ")",
+               false);
+        return false;
+      }
+      fds[static_cast<size_t>(h.channel)][static_cast<size_t>(idx)] = std::move(p.fd);
+      --expected;
+      return true;
+    };
+    // Makes room for one more: the oldest connection that sent nothing, else the oldest.
+    auto evict_one = [&](const char* why) {
+      if (pending.empty()) return;
+      auto victim = std::find_if(pending.begin(), pending.end(), [](const Pending& p) { return p.got == 0; });
+      if (victim == pending.end()) victim = pending.begin();
+      refuse(*victim, why, true);
+      pending.erase(victim);
+    };
+    std::vector<pollfd> pfd;
     while (expected > 0) {
-      net::Fd fd = net::accept_tcp(listen_.get(), deadline, abort_check);
-      if (!fd) {
+      abort_check();
+      const auto now = Clock::now();
+      if (now >= deadline) {
         std::string missing;
         for (int c = 0; c < nchannels; ++c) {
           for (size_t i = 0; i < np; ++i) {
@@ -656,41 +720,58 @@ class SocketTransport final : public Transport {
                       missing + " at " + net::local_endpoint(listen_.get()).str() +
                       " (are they running? can they reach this address? check NCCLZ_SOCKET_IFNAME and firewalls)");
       }
-      net::Endpoint from = net::peer_endpoint(fd.get());
-      auto refuse = [&](const std::string& why) {
-        NCCLZ_WARN(me, "socket transport: refused connection from %s: %s", from.str().c_str(), why.c_str());
-      };
-      Hello h{};
-      try {
-        net::recv_all(fd.get(), &h, sizeof h, std::min(deadline, Clock::now() + kHelloTimeout), abort_check,
-                      "socket transport hello from " + from.str());
-      } catch (const Aborted&) {
-        throw;
-      } catch (const Error& e) {
-        refuse(e.what());
-        continue;
+      auto wake = std::min(deadline, now + std::chrono::milliseconds(net::kPollSliceMs));
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (now >= it->until) {
+          refuse(*it, "no hello within " + std::to_string(kHelloTimeout.count()) + " s", it->got == 0);
+          it = pending.erase(it);
+        } else {
+          wake = std::min(wake, it->until);
+          ++it;
+        }
       }
-      h.key[sizeof h.key - 1] = '\0';
-      if (h.magic != kHelloMagic || h.version != kHelloVersion) {
-        refuse("bad magic or version");
-        continue;
+      pfd.assign(1, pollfd{listen_.get(), POLLIN, 0});
+      for (const Pending& p : pending) pfd.push_back(pollfd{p.fd.get(), POLLIN, 0});
+      const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
+      if (::poll(pfd.data(), static_cast<nfds_t>(pfd.size()), static_cast<int>(std::max<int64_t>(0, ms))) < 0) {
+        if (errno == EINTR) continue;
+        throw SystemError("socket transport rank " + std::to_string(me) + ": " + net::errno_text("poll", errno));
       }
-      if (!net::equal_ct(h.key, std::strlen(h.key), ctx_.key.data(), ctx_.key.size())) {
-        refuse("wrong key (not a rank of this job)");
-        continue;
+      // Pending connections first, from the back, so that erasing one leaves
+      // the poll entries of those not yet looked at in place.
+      for (size_t k = pending.size(); k-- > 0;) {
+        if (!pfd[k + 1].revents) continue;
+        Pending& p = pending[k];
+        const ssize_t n = ::recv(p.fd.get(), reinterpret_cast<char*>(&p.h) + p.got, sizeof p.h - p.got, 0);
+        if (n > 0) {
+          p.got += static_cast<size_t>(n);
+          if (p.got < sizeof p.h) continue;
+          take(p);
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          continue;
+        } else {
+          refuse(p, n == 0 ? "closed before its hello" : net::errno_text("recv", errno), p.got == 0);
+        }
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
       }
-      int idx = -1;
-      for (size_t i = 0; i < np; ++i) {
-        if (peers[i] == h.src) idx = static_cast<int>(i);
+      if (!pfd[0].revents) continue;
+      for (int i = 0; i < 64; ++i) {  // bounded, so that pending hellos are read between bursts
+        net::Fd fd;
+        const net::AcceptResult r = net::accept_or_shed(listen_.get(), &fd);
+        if (r == net::AcceptResult::Empty) break;
+        if (r == net::AcceptResult::Shed) {
+          ++shed;
+          evict_one("closed to make room (out of file descriptors)");
+          continue;
+        }
+        if (pending.size() >= max_pending) evict_one("closed to make room (too many connections without a hello)");
+        net::Endpoint from = net::peer_endpoint(fd.get());
+        pending.push_back(Pending{std::move(fd), std::move(from), Clock::now() + kHelloTimeout});
       }
-      if (h.gen != gen || h.dst != me || idx < 0 || h.src >= me || h.channel < 0 || h.channel >= nchannels ||
-          fds[h.channel][idx]) {
-        refuse("unexpected connection (rank " + std::to_string(h.src) + ", channel " + std::to_string(h.channel) +
-               ", connect call " + std::to_string(h.gen) + ")");
-        continue;
-      }
-      fds[h.channel][idx] = std::move(fd);
-      --expected;
+    }
+    if (shed > 0) {
+      NCCLZ_WARN(me, "socket transport: out of file descriptors while connecting; closed %zu waiting connection(s)",
+                 shed);
     }
 
     // 3. Rings, one proxy for all of them, and the links.
