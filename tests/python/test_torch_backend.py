@@ -322,28 +322,18 @@ def _ops(rank: int, world: int, out: dict) -> None:
 
     y = funcol.all_reduce(torch.full((4,), float(rank)), "sum", dist.group.WORLD)
     assert torch.equal(y.wait() if hasattr(y, "wait") else y, torch.full((4,), s)), "funcol all_reduce"
+    from torch.distributed.tensor import distribute_tensor
+
     mesh = init_device_mesh("cpu", (world,))
     full = torch.arange(world * 6 * 4, dtype=torch.float32).reshape(world * 6, 4)
-    # (distribute_tensor scatters from rank 0: scatter is not offered yet; from_local needs no scatter)
     d = DTensor.from_local(full[rank * 6 : (rank + 1) * 6].clone(), mesh, [Shard(0)])
     assert torch.equal(d.full_tensor(), full), "DTensor full_tensor"
+    # distribute_tensor scatters rank 0's tensor
+    src = full.clone() if rank == 0 else torch.zeros_like(full)
+    dd = distribute_tensor(src, mesh, [Shard(0)])
+    assert torch.equal(dd.to_local(), full[rank * 6 : (rank + 1) * 6]), "distribute_tensor (scatter)"
     r = d.redistribute(mesh, [Shard(1)]) if world <= 4 else d
     assert torch.equal(r.full_tensor(), full), "DTensor redistribute"
-
-    # calls the runtime has no collective for yet: clear errors, before any communication
-    for name, call in (
-        ("reduce", lambda: dist.reduce(torch.ones(2), 0)),
-        ("gather", lambda: dist.gather(torch.ones(2), [torch.ones(2)] * world if rank == 0 else None, 0)),
-        ("scatter", lambda: dist.scatter(torch.ones(2), [torch.ones(2)] * world if rank == 0 else None, 0)),
-        ("all_to_all_single", lambda: dist.all_to_all_single(torch.ones(world), torch.ones(world))),
-        ("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world)),
-    ):
-        try:
-            call()
-        except ncclz.InvalidArgumentError as e:
-            assert "not offer" in str(e) and "yet" in str(e), f"{name}: {e}"
-        else:
-            raise AssertionError(f"{name} did not raise")
 
     # a subgroup [1, 2, ...] (rank 0 is not a member): its own communicator
     sub_ranks = list(range(1, world))
@@ -397,6 +387,435 @@ def _ops(rank: int, world: int, out: dict) -> None:
             assert time.monotonic() - t0 < 30, e
         else:
             raise AssertionError("a peer of an aborted call completed it")
+    dist.barrier()
+
+
+def _send_rows(i: int, j: int) -> int:
+    """Rows rank i sends to rank j in the uneven all-to-all tests (zero for some pairs)."""
+    return (i + 2 * j) % 4
+
+
+def _a2a_input(rank: int, world: int, dtype, cols: int = 3):
+    """Rank ``rank``'s uneven all-to-all input: block j has _send_rows(rank, j) rows; every element
+    names its sender, receiver, row and column."""
+    blocks = []
+    for j in range(world):
+        n = _send_rows(rank, j)
+        v = torch.arange(n * cols, dtype=torch.float64).reshape(n, cols) + 1000 * rank + 100 * j
+        blocks.append(v)
+    x = torch.cat(blocks)
+    if dtype == torch.bool:
+        return (x.long() % 3 == 0).reshape(-1, cols)
+    return x.to(dtype)
+
+
+def _a2a_expected(rank: int, world: int, dtype, cols: int = 3):
+    """What rank ``rank`` receives: block j of rank j's input, in rank order."""
+    parts = []
+    for j in range(world):
+        x = _a2a_input(j, world, dtype, cols)
+        start = sum(_send_rows(j, k) for k in range(rank))
+        parts.append(x[start : start + _send_rows(j, rank)])
+    return torch.cat(parts)
+
+
+def _rooted(rank: int, world: int, out: dict) -> None:
+    """reduce, gather, scatter, all_to_all (equal and uneven) in none / lossless / lossy groups, and
+    the argument errors: on the rank that sees them a clear error, on the others a fast RemoteError."""
+    import ncclz.torch as nt
+    import torch.distributed as dist
+    from torch.distributed import ReduceOp
+
+    ops = {
+        "sum": ReduceOp.SUM,
+        "avg": ReduceOp.AVG,
+        "max": ReduceOp.MAX,
+        "min": ReduceOp.MIN,
+        "prod": ReduceOp.PRODUCT,
+    }
+    exact = dist.new_group(backend="ncclz", pg_options=nt.Options(compression=None))
+    lossless = dist.new_group(
+        backend="ncclz", pg_options=nt.Options(compression=ncclz.Lossless(), min_elements=1, policy="off")
+    )
+    seed = 300
+    for gname, g in (("none", exact), ("lossless", lossless)):
+        # reduce: every root, ops and dtypes; non-roots' tensors are only read
+        for root in range(world):
+            for dt, name in (
+                (torch.float32, "sum"),
+                (torch.float64, "avg"),
+                (torch.int64, "max"),
+                (torch.int32, "prod"),
+                (torch.int8, "sum"),
+                (torch.bool, "sum"),
+                (torch.complex64, "sum"),
+                (torch.bfloat16, "min"),
+            ):
+                seed += 1
+                xs = _inputs(world, (9, 17), dt, seed)
+                if name == "prod":
+                    xs = [(t % 3 + 1).to(dt) for t in xs]
+                x, before = xs[rank].clone(), xs[rank].clone()
+                w = dist.reduce(x, dst=root, op=ops[name], group=g, async_op=True)
+                w.wait()
+                if rank == root:
+                    ref = _reference(xs, name)
+                    _close_to(
+                        x,
+                        ref,
+                        world,
+                        f"{gname} reduce {name} {dt} root {root}",
+                        0.0,
+                        xs if name in ("sum", "avg") else None,
+                    )
+                    out[f"{gname}/reduce/{dt}/{name}/{root}"] = _digest(x)
+                    assert torch.equal(w.get_future().value()[0], x)
+                else:
+                    assert torch.equal(x, before), f"reduce changed a non-root's tensor ({dt} {name})"
+        xs = _inputs(world, (40, 8), torch.float32, 350)
+        x, before = xs[rank].clone(), xs[rank].clone()
+        dist.reduce(x, dst=1, op=dist._make_nccl_premul_sum(0.5), group=g)
+        if rank == 1:
+            half = [t * 0.5 for t in xs]
+            _close_to(x, _reference(half, "sum"), world, "reduce premul_sum", 0.0, half)
+        else:
+            assert torch.equal(x, before), "reduce premul_sum changed a non-root's tensor"
+        base = xs[rank].clone()
+        dist.reduce(base.t(), dst=0, group=g)  # non-contiguous
+        if rank == 0:
+            _close_to(base, _reference(xs, "sum"), world, "reduce non-contiguous", 0.0, xs)
+
+        # gather and scatter: every root, several dtypes (bytes, float pairs), in place on the root
+        for root in range(world):
+            for dt in (torch.float32, torch.int16, torch.bool, torch.complex64, torch.float16):
+                seed += 1
+                xs = _inputs(world, (4, 5), dt, seed)
+                gl = [torch.empty_like(xs[0]) for _ in range(world)] if rank == root else None
+                dist.gather(xs[rank], gl, dst=root, group=g)
+                if rank == root:
+                    assert all(torch.equal(a, b) for a, b in zip(gl, xs)), f"{gname} gather {dt} root {root}"
+                o = torch.full_like(xs[0], 7) if dt != torch.bool else torch.zeros_like(xs[0])
+                dist.scatter(o, xs if rank == root else None, src=root, group=g)
+                assert torch.equal(o, xs[rank]), f"{gname} scatter {dt} root {root}"
+            gl = [torch.zeros(6) for _ in range(world)]
+            mine = torch.full((6,), float(rank))
+            if rank == root:
+                gl[root] = mine  # in place: the root's input is its own entry of the list
+            dist.gather(mine, gl if rank == root else None, dst=root, group=g)
+            if rank == root:
+                assert all(torch.equal(gl[r], torch.full((6,), float(r))) for r in range(world)), (
+                    "gather in place"
+                )
+        o = torch.empty(3, 4)[:, ::2]  # non-contiguous output
+        dist.scatter(
+            o, [torch.full((3, 2), float(r)) for r in range(world)] if rank == 0 else None, src=0, group=g
+        )
+        assert torch.equal(o, torch.full((3, 2), float(rank))), "scatter into a non-contiguous tensor"
+
+        # all_to_all_single: equal blocks, uneven splits (some empty), several dtypes, non-contiguous input
+        for dt in (torch.float32, torch.int64, torch.bool, torch.complex64, torch.bfloat16):
+            x = (torch.arange(world * 2 * 3, dtype=torch.float64).reshape(world * 2, 3) + 100 * rank).to(dt)
+            o = torch.empty_like(x)
+            dist.all_to_all_single(o, x, group=g)
+            want = torch.cat(
+                [
+                    (torch.arange(world * 2 * 3, dtype=torch.float64).reshape(world * 2, 3) + 100 * j).to(dt)[
+                        rank * 2 : rank * 2 + 2
+                    ]
+                    for j in range(world)
+                ]
+            )
+            assert torch.equal(o, want), f"{gname} all_to_all_single equal {dt}"
+            x = _a2a_input(rank, world, dt)
+            want = _a2a_expected(rank, world, dt)
+            o = torch.empty_like(want)
+            dist.all_to_all_single(
+                o,
+                x,
+                output_split_sizes=[_send_rows(j, rank) for j in range(world)],
+                input_split_sizes=[_send_rows(rank, j) for j in range(world)],
+                group=g,
+            )
+            assert torch.equal(o, want), f"{gname} all_to_all_single uneven {dt}"
+            out[f"{gname}/a2a/{dt}"] = _digest(o)
+        xt = (
+            _a2a_input(rank, world, torch.float32, cols=4).t().contiguous().t()
+        )  # column-major: non-contiguous
+        want = _a2a_expected(rank, world, torch.float32, cols=4)
+        o = torch.empty_like(want)
+        dist.all_to_all_single(
+            o,
+            xt,
+            output_split_sizes=[_send_rows(j, rank) for j in range(world)],
+            input_split_sizes=[_send_rows(rank, j) for j in range(world)],
+            group=g,
+        )
+        assert torch.equal(o, want), "all_to_all_single of a non-contiguous input"
+        # all_to_all (lists): uneven sizes and shapes, then equal
+        ins = [torch.full((_send_rows(rank, j) + 1, 2), float(10 * rank + j)) for j in range(world)]
+        outs = [torch.empty(_send_rows(j, rank) + 1, 2) for j in range(world)]
+        dist.all_to_all(outs, ins, group=g)
+        assert all(
+            torch.equal(outs[j], torch.full_like(outs[j], float(10 * j + rank))) for j in range(world)
+        ), "all_to_all lists"
+        ins = [torch.full((5,), rank * 10 + j, dtype=torch.int32) for j in range(world)]
+        outs = [torch.empty(5, dtype=torch.int32) for _ in range(world)]
+        dist.all_to_all(outs, ins, group=g)
+        assert all(
+            torch.equal(outs[j], torch.full((5,), j * 10 + rank, dtype=torch.int32)) for j in range(world)
+        )
+
+    # lossy: every element within the E each call reported; own blocks exact
+    opts = nt.Options(
+        compression=ncclz.Lossy(rel=1e-3),
+        min_elements=1500,
+        policy="off",
+        lossy_collectives=("reduce", "gather", "scatter", "all_to_all"),
+    )
+    lg = dist.new_group(backend="ncclz", pg_options=opts)
+
+    def stat(w):
+        w.wait()
+        (st,) = w.stats
+        assert st.compression.startswith("lossy") and st.error_bound > 0, st
+        return st.error_bound
+
+    xs = _inputs(world, (64, 128), torch.float32, 400)
+    for name in ("sum", "avg"):
+        x = xs[rank].clone()
+        e = stat(dist.reduce(x, dst=2, op=ops[name], group=lg, async_op=True))
+        if rank == 2:
+            _close_to(x, _reference(xs, name), world, f"lossy reduce {name}", e, xs)
+            out[f"lossy/reduce/{name}"] = _digest(x)
+    gl = [torch.empty(64, 128) for _ in range(world)] if rank == 0 else None
+    e = stat(dist.gather(xs[rank], gl, dst=0, group=lg, async_op=True))
+    if rank == 0:
+        assert torch.equal(gl[0], xs[0]), "lossy gather: the root's own block is exact"
+        for r in range(world):
+            _close_to(gl[r], xs[r].double(), world, f"lossy gather block {r}", e)
+        out["lossy/gather"] = _digest(torch.stack(gl))
+    o = torch.empty(64, 128)
+    e = stat(dist.scatter(o, xs if rank == 1 else None, src=1, group=lg, async_op=True))
+    if rank == 1:
+        assert torch.equal(o, xs[1]), "lossy scatter: the root's own block is exact"
+    _close_to(o, xs[rank].double(), world, "lossy scatter", e)
+    x = _inputs(world, (world * 32, 128), torch.float32, 401)[rank]
+    o = torch.empty_like(x)
+    e = stat(dist.all_to_all_single(o, x, group=lg, async_op=True))
+    all_x = _inputs(world, (world * 32, 128), torch.float32, 401)
+    want = torch.cat([all_x[j][rank * 32 : (rank + 1) * 32] for j in range(world)])
+    assert torch.equal(o[rank * 32 : (rank + 1) * 32], want[rank * 32 : (rank + 1) * 32]), "own block exact"
+    _close_to(o, want.double(), world, "lossy all_to_all_single", e)
+    # uneven: this rank's input may be under min_elements while the average is over it: every rank
+    # still runs the same mode (the backend compares the average)
+    cols = 64
+    x = _a2a_input(rank, world, torch.float32, cols=cols).repeat(8, 1)
+    sends = [8 * _send_rows(rank, j) for j in range(world)]
+    recvs = [8 * _send_rows(j, rank) for j in range(world)]
+    o = torch.empty(sum(recvs), cols)
+    w = dist.all_to_all_single(
+        o, x, output_split_sizes=recvs, input_split_sizes=sends, group=lg, async_op=True
+    )
+    e = stat(w)
+    out["lossy/a2av/mode"] = w.stats[0].compression
+    for j, blk in enumerate(o.split(recvs)):
+        src_x = _a2a_input(j, world, torch.float32, cols=cols).repeat(8, 1)
+        start = sum(8 * _send_rows(j, k) for k in range(rank))
+        _close_to(blk, src_x[start : start + recvs[j]].double(), world, f"lossy a2av from {j}", e)
+    # default lossy_collectives: reduce is lossy, gather stays exact
+    dg = dist.new_group(
+        backend="ncclz",
+        pg_options=nt.Options(compression=ncclz.Lossy(rel=1e-3), min_elements=1024, policy="off"),
+    )
+    x = xs[rank].clone()
+    stat(dist.reduce(x, dst=0, group=dg, async_op=True))
+    gl = [torch.empty(64, 128) for _ in range(world)] if rank == 0 else None
+    w = dist.gather(xs[rank], gl, dst=0, group=dg, async_op=True)
+    w.wait()
+    assert w.stats[0].error_bound == 0 and not w.stats[0].compression.startswith("lossy"), w.stats
+    if rank == 0:
+        assert all(torch.equal(a, b) for a, b in zip(gl, xs)), "gather in a lossy group is exact by default"
+
+    # errors every rank sees alike: every rank raises, and the group still works afterwards
+    for what, call in (
+        (
+            "not divisible",
+            lambda: dist.all_to_all_single(torch.empty(world + 1), torch.ones(world + 1), group=exact),
+        ),
+        (
+            "splits sum",
+            lambda: dist.all_to_all_single(
+                torch.empty(4), torch.ones(4), [1] * world, [2] * world, group=exact
+            ),
+        ),
+        (
+            "row size",
+            lambda: dist.all_to_all_single(torch.empty(world, 2), torch.ones(world, 3), group=exact),
+        ),
+    ):
+        try:
+            call()
+        except ncclz.InvalidArgumentError as e:
+            assert f"rank {rank}" in str(e) and (
+                "split" in str(e)
+                or "element" in str(e)
+                or "divide" in str(e)
+                or "dtype" in str(e)
+                or "float" in str(e)
+                or "tensors" in str(e)
+            ), (what, str(e))
+            out[f"err/{what}"] = "ncclz"
+        else:
+            raise AssertionError(f"{what}: no error")
+        x = torch.ones(3)
+        dist.all_reduce(x, group=exact)
+        assert torch.equal(x, torch.full((3,), float(world))), f"{what}: the group broke"
+
+    # an error only one rank sees: a clear error there, RemoteError on the others at once (no wait
+    # for the group's timeout), the group failed
+    cases = {
+        "gather_list": lambda g: dist.gather(
+            torch.ones(4),
+            [torch.empty(4), torch.empty(5), torch.empty(4)][:world] if rank == 0 else None,
+            0,
+            group=g,
+        ),
+        "scatter_list": lambda g: dist.scatter(
+            torch.empty(4),
+            [torch.ones(4)] * (world - 1) + [torch.ones(5)] if rank == 0 else None,
+            0,
+            group=g,
+        ),
+        "splits": lambda g: dist.all_to_all_single(
+            torch.empty(world),
+            torch.ones(world),
+            None,
+            [2] + [0] * (world - 1) if rank == 1 else None,
+            group=g,
+        ),
+        "mismatched_splits": lambda g: dist.all_to_all_single(
+            torch.empty(world + (rank == 2)),
+            torch.ones(world),
+            [1] * (world - 1) + [1 + (rank == 2)],
+            None,
+            group=g,
+        ),
+    }
+    for what, call in cases.items():
+        g = dist.new_group(backend="ncclz", pg_options=nt.Options(compression=None))
+        t0 = time.monotonic()
+        try:
+            call(g)
+        except ncclz.InvalidArgumentError as e:
+            msg = f"InvalidArgumentError: {e}"
+        except ncclz.RemoteError as e:
+            msg = f"RemoteError: {e}"
+        else:
+            raise AssertionError(f"{what}: no error on rank {rank}")
+        took = time.monotonic() - t0
+        assert took < 20, f"{what}: {took:.1f} s"
+        bad_rank = {"gather_list": 0, "scatter_list": 0, "splits": 1}.get(what)
+        if bad_rank == rank:
+            assert msg.startswith("InvalidArgumentError") and f"rank {rank}" in msg and "cancelled" in msg, (
+                msg
+            )
+        elif bad_rank is not None:
+            assert msg.startswith("RemoteError") and f"rank {bad_rank}" in msg, msg
+        else:  # counts that disagree between ranks: the runtime names them on every rank
+            assert msg.startswith("RemoteError") and "mismatched counts" in msg, msg
+        out[f"err1/{what}/{rank}"] = msg[:200]
+        try:
+            dist.all_reduce(torch.ones(2), group=g)
+        except (ncclz.AbortedError, ncclz.RemoteError):
+            pass
+        else:
+            raise AssertionError(f"{what}: the group still ran calls after the cancelled one")
+    dist.barrier()
+
+
+def _anysource_timeouts(rank: int, world: int, out: dict) -> None:
+    """recv without src (Options(any_source=True)), its refusal without the option, and c10d's
+    per-call timeout (opts.timeout)."""
+    import ncclz.torch as nt
+    import torch.distributed as dist
+
+    try:
+        dist.recv(torch.empty(2))
+    except ncclz.InvalidArgumentError as e:
+        assert "any_source=True" in str(e), e
+    else:
+        raise AssertionError("recv from any source without the option did not raise")
+
+    g = dist.new_group(backend="ncclz", pg_options=nt.Options(any_source=True))
+    # every rank sends two messages to every other rank (sync recv and irecv take them in turn)
+    sends = []
+    for dst in range(world):
+        if dst != rank:
+            for k in range(2):
+                sends.append(dist.isend(torch.full((5,), 10.0 * rank + k), dst, group=g))
+    got = []
+    for i in range(2 * (world - 1)):
+        t = torch.empty(5)
+        if i % 2 == 0:
+            src = dist.recv(t, group=g)
+        else:
+            w = dist.irecv(t, group=g)
+            w.wait()
+            src = dist.get_global_rank(g, w._source_rank())
+        assert src != rank and 0 <= src < world, src
+        got.append((src, t[0].item()))
+        assert torch.equal(t, torch.full((5,), t[0].item())), t
+    for q in sends:
+        q.wait()
+    # each sender's two messages arrive, in its order
+    for src in range(world):
+        if src != rank:
+            vals = [v for s_, v in got if s_ == src]
+            assert vals == [10.0 * src, 10.0 * src + 1], (src, got)
+    # a recv with src and one without, mixed: each takes its own message (after a barrier: a recv
+    # without src may take any rank's next message, also one sent after this rank's previous phase)
+    dist.barrier()
+    if rank == 0:
+        dist.send(torch.full((3,), 1.0), 1, group=g)
+        dist.send(torch.full((3,), 2.0), 1, group=g)
+    elif rank == 1:
+        a, b = torch.empty(3), torch.empty(3)
+        dist.recv(a, 0, group=g)
+        assert (
+            dist.recv(b, group=g) == 0
+            and torch.equal(a, torch.full((3,), 1.0))
+            and torch.equal(b, torch.full((3,), 2.0))
+        ), (a, b)
+    dist.barrier()
+
+    # per-call timeout (c10d's opts.timeout): not reached, then reached on rank 0 alone
+    pg = dist.new_group(backend="ncclz")
+    opts = dist.AllreduceOptions()
+    opts.timeout = datetime.timedelta(seconds=60)
+    x = torch.ones(10)
+    pg.allreduce([x], opts).wait()
+    assert torch.equal(x, torch.full((10,), float(world)))
+    dist.barrier()
+    if rank == 0:
+        opts.timeout = datetime.timedelta(seconds=1)
+        t0 = time.monotonic()
+        w = pg.allreduce([torch.ones(10)], opts)
+        try:
+            w.wait()
+        except ncclz.TimeoutError as e:
+            assert "within its timeout of 1 s" in str(e), e
+            out["timeout_s"] = time.monotonic() - t0
+        else:
+            raise AssertionError("the per-call timeout did not fire")
+        assert out["timeout_s"] < 15, out
+    dist.barrier()
+    if rank != 0:
+        try:
+            dist.all_reduce(torch.ones(10), group=pg)
+        except ncclz.RemoteError:
+            pass
+        else:
+            raise AssertionError("a peer of a timed-out call completed it")
     dist.barrier()
 
 
@@ -608,6 +1027,8 @@ def _exit_pending(rank: int, world: int, out: dict, tmp: str) -> None:
 SCENARIOS = {
     "ops": _ops,
     "lossy": _lossy,
+    "rooted": _rooted,
+    "anysource_timeouts": _anysource_timeouts,
     "train": _train,
     "bad_options": _bad_options,
     "dead_peer": _dead_peer,
@@ -682,6 +1103,24 @@ def test_collectives_dtypes_ops_and_refusals(tmp_path):
     assert len(shared[0]) > 40 and all(r == shared[0] for r in shared), "ranks disagree on some result"
 
 
+def test_reduce_gather_scatter_all_to_all(tmp_path):
+    _run("rooted", 3, tmp_path)
+    res = _results(tmp_path, range(3))
+    assert res[0]["lossy/a2av/mode"].startswith("lossy")
+    assert all(r["lossy/a2av/mode"] == res[0]["lossy/a2av/mode"] for r in res)
+    # results each rank holds for everyone agree bit for bit
+    for key in ("none/a2a/torch.float32", "lossless/a2a/torch.complex64"):
+        assert key in res[0]
+    # the uneven lossy all-to-all: rank totals differ around min_elements, the mode is the same
+    sends = [sum(8 * _send_rows(i, j) * 64 for j in range(3)) for i in range(3)]
+    assert min(sends) < 1500 <= sum(sends) // 3, sends
+
+
+def test_recv_from_any_source_and_per_call_timeouts(tmp_path):
+    _run("anysource_timeouts", 3, tmp_path)
+    assert 0.9 < _results(tmp_path, [0])[0]["timeout_s"] < 15
+
+
 def test_lossy_groups_bound_every_element(tmp_path):
     _run("lossy", 3, tmp_path)
     res = _results(tmp_path, range(3))
@@ -724,7 +1163,7 @@ def test_options_validation():
     with pytest.raises(ncclz.InvalidArgumentError, match="exact_compression"):
         nt.Options(exact_compression=ncclz.Lossy(rel=1e-3))
     with pytest.raises(ncclz.InvalidArgumentError, match="unknown collective"):
-        nt.Options(lossy_collectives=("all_reduce", "gather"))
+        nt.Options(lossy_collectives=("all_reduce", "alltoall"))
     with pytest.raises(ncclz.InvalidArgumentError, match="cannot compress"):
         nt.Options(dtypes=(torch.int8,))
     with pytest.raises(ncclz.InvalidArgumentError, match="strings"):
@@ -751,14 +1190,24 @@ def test_options_validation():
     assert o.spec_for("all_reduce", small, True) is None
     assert o.spec_for("all_reduce", big.long(), True) is None
     assert nt.Options(min_elements=100).spec_for("broadcast", big, False) == ncclz.Lossless()
+    assert o.spec_for("reduce", big, True) == ncclz.Lossy(rel=1e-3)  # reduce is a gradient reduction
+    for coll in ("gather", "scatter", "all_to_all"):  # data movement: exact unless named
+        assert o.spec_for(coll, big, False) is None
+    o2 = nt.Options(compression=ncclz.Lossy(rel=1e-3), min_elements=100, lossy_collectives=("all_to_all",))
+    assert o2.spec_for("all_to_all", big, False) == ncclz.Lossy(rel=1e-3)
+    assert (
+        o2.spec_for("all_reduce", big, True) is None
+        and o2.spec_for_count("all_to_all", torch.float32, 99, False) is None
+    )
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_cuda_tensors_are_refused_clearly():
+def test_other_devices_are_refused_clearly():
     from ncclz.torch import _tensors
 
-    with pytest.raises(ncclz.InvalidArgumentError, match="CPU tensors for now"):
-        _tensors.check_tensor(torch.ones(4, device="cuda"), "all_reduce")
+    with pytest.raises(ncclz.InvalidArgumentError, match="CPU and CUDA tensors"):
+        _tensors.check_tensor(torch.ones(4, device="meta"), "all_reduce")
+    with pytest.raises(ncclz.InvalidArgumentError, match="one device"):
+        _tensors.same_device([torch.ones(1), torch.ones(1, device="meta")], "all_gather")
 
 
 def test_registered_on_import():
@@ -766,7 +1215,7 @@ def test_registered_on_import():
     import torch.distributed as dist
 
     assert "ncclz" in dist.Backend.backend_list
-    assert dist.Backend.backend_capability["ncclz"] == ["cpu"]
+    assert dist.Backend.backend_capability["ncclz"] == ["cpu", "cuda"]
     assert dist.Backend("ncclz") == "ncclz"
 
 

@@ -4,7 +4,7 @@ The whole suite (torch_suite/ncclz_dist_suite.py, run as that file says) takes
 well over an hour on a 2-core machine: every test spawns 3 processes that import
 torch. This subset takes a few minutes and covers what DDP and FSDP2 lean on:
 DDP on CPU (buckets, futures), asynchronous all-reduces, coalesced all-gathers,
-broadcast on a new_group and send/recv with tags. Each named test must
+broadcast on a new_group, send/recv with tags, and reduce, gather and scatter. Each named test must
 pass (a skip counts as a failure here). bench/results/torch_suite.md has the
 whole suite's counts.
 """
@@ -28,6 +28,9 @@ SUBSET = [
     "test_all_gather_coalesced_simple",
     "test_broadcast_full_group",
     "test_send_recv_with_tag",
+    "test_reduce_sum",
+    "test_gather",
+    "test_scatter",
 ]
 TIMEOUT_S = 900
 

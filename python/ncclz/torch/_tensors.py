@@ -1,7 +1,8 @@
 """Torch tensors as the ncclz runtime takes them, and c10d reduce ops as ncclz ops.
 
-The runtime moves contiguous CPU arrays of float32, float64, float16, bfloat16,
-int32, int64 and uint8. Everything else is *staged* into such a tensor and
+The runtime moves contiguous arrays of float32, float64, float16, bfloat16,
+int32, int64 and uint8, on the CPU or on a CUDA device (staged through host
+memory by ``ncclz.Communicator``; results come back onto the input's device). Everything else is *staged* into such a tensor and
 copied back after the call:
 
 - data movement (all-gather, broadcast, send/recv) of any other dtype travels
@@ -80,7 +81,7 @@ def reduce_op(op: Any) -> ReduceOp:
 
 
 def check_tensor(t: Any, what: str) -> torch.Tensor:
-    """A dense CPU tensor, or a clear error."""
+    """A dense CPU or CUDA tensor, or a clear error."""
     if not isinstance(t, torch.Tensor):
         raise InvalidArgumentError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
     if t.is_sparse or t.layout != torch.strided:
@@ -88,12 +89,34 @@ def check_tensor(t: Any, what: str) -> torch.Tensor:
             f"{what}: {t.layout} tensors are not supported by the ncclz backend; pass a dense tensor "
             "(t.to_dense())"
         )
-    if t.device.type != "cpu":
+    if t.device.type not in ("cpu", "cuda"):
         raise InvalidArgumentError(
-            f"{what} is on {t.device}: the ncclz backend takes CPU tensors for now (the runtime's GPU path is "
-            "not wired to Python yet); move it to the CPU, or use the nccl backend for CUDA tensors"
+            f"{what} is on {t.device}: the ncclz backend takes CPU and CUDA tensors; move it to one of them"
         )
     return t
+
+
+def same_device(tensors: list, what: str) -> None:
+    """All tensors of one call on one device (results stay on the inputs' device)."""
+    devs = {t.device for t in tensors}
+    if len(devs) > 1:
+        raise InvalidArgumentError(
+            f"{what}: the tensors of one call must be on one device, got {', '.join(sorted(str(d) for d in devs))}"
+        )
+
+
+def cuda_devices(tensors: Any) -> list:
+    """The CUDA devices of the tensors in ``tensors`` (nested lists too), for a Future's ``devices``."""
+    found: set = set()
+    stack = [tensors]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            if x.is_cuda:
+                found.add(x.device)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return sorted(found, key=str)
 
 
 def check_one(tensors: Any, what: str) -> torch.Tensor:
@@ -123,6 +146,32 @@ def movable(t: torch.Tensor) -> tuple:
     if c.is_complex():
         return torch.view_as_real(c), True
     return _flat(c).view(torch.uint8), True
+
+
+def rows(t: torch.Tensor) -> tuple:
+    """(rows, elements per row) of ``t`` along its first dimension (a 0-d tensor is one row of one)."""
+    if t.dim() == 0:
+        return 1, 1
+    row = 1
+    for n in t.shape[1:]:
+        row *= int(n)
+    return int(t.shape[0]), row
+
+
+def row_major(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a tensor the runtime can move whose first dimension is still ``t``'s rows (split sizes
+    count rows): ``t`` itself when native and contiguous, complex as float pairs, else each row's bytes."""
+    n, row = rows(t)
+    if t.dim() == 0:
+        t = t.reshape(1)
+    if t.dtype in NATIVE and t.is_contiguous():
+        return t
+    c = t.contiguous()
+    if c.dtype in NATIVE:
+        return c
+    if c.is_complex():
+        return torch.view_as_real(c)
+    return c.reshape(n, row).view(torch.uint8)
 
 
 def reducible(t: torch.Tensor, op: ReduceOp, what: str) -> tuple:
@@ -173,7 +222,7 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 def scale(t: torch.Tensor, factor: Any, in_place: bool) -> torch.Tensor:
     """``t * factor`` (PREMUL_SUM's pre-multiplication), in ``t``'s dtype."""
     if isinstance(factor, torch.Tensor):
-        factor = factor.to(device="cpu")
+        factor = factor.to(device=t.device)
     return t.mul_(factor) if in_place else t * factor
 
 

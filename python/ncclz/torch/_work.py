@@ -13,11 +13,20 @@ and ``then`` callbacks see results and errors alike. ``wait(timeout)`` that runs
 out aborts the communicator (a collective cannot be taken back once peers may
 be in it; aborting makes them fail fast instead of waiting for their own
 timeout) and raises ``ncclz.TimeoutError``.
+
+CUDA calls: the Work holds the caller's current CUDA stream at issue time; the
+worker runs the job and completes the Work with that stream current, so the
+Communicator's copies (device to host before the collective, host to device
+after it) are queued behind what the caller queued before the call. The Future
+is made with the outputs' devices (it records that stream when it completes and
+its users wait for it), and ``wait()`` / ``synchronize()`` make the caller's
+current stream wait for the call's stream.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
 import threading
 import weakref
@@ -46,26 +55,57 @@ def timeout_seconds(timeout: Any) -> float | None:
 class Work(dist.Work):
     """One call of an ncclz process group: completes with its output tensors or its error."""
 
-    def __init__(self, op: str, outputs: Any, on_timeout: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        op: str,
+        outputs: Any,
+        on_timeout: Callable[[str], None] | None = None,
+        devices: list | None = None,
+        stream: Any = None,
+    ):
         super().__init__()
         self._op = op
         self._outputs = outputs
+        #: The caller's CUDA stream when it issued the call (None for CPU calls): the job runs and
+        #: completes with it current, so the staging copies follow what the caller queued before.
+        self.stream = stream
         self._done = threading.Event()
+        self._settle_lock = threading.Lock()
+        self._settled = False
         self._error: BaseException | None = None
-        self._future: torch.futures.Future = torch.futures.Future()
+        # with CUDA outputs the Future records their streams when it completes, and whoever uses its
+        # value waits for them (a Future without devices refuses CUDA tensors)
+        self._future: torch.futures.Future = (
+            torch.futures.Future(devices=list(devices)) if devices else torch.futures.Future()
+        )
         # weak: torch may keep a Work (and so what it references) alive in C++ until exit
         self._on_timeout = weakref.WeakMethod(on_timeout) if on_timeout is not None else None
         #: ncclz.CallStats of the native calls this work made (filled on the worker thread).
         self.stats: list = []
+        #: The sender's group rank of a recv from any source, once it is chosen (torch reads _source_rank()).
+        self.source: int = -1
 
     # ---- completion (worker thread) -----------------------------------------------
     # The Future completes first (its callbacks run here, on the worker thread), then wait() returns:
     # a caller of wait() finds the Future done.
+    # A Work completes once: a per-call timeout (``opts.timeout``) may fail it while its job still runs;
+    # what the job does after that (the abort's error, or a late success) is dropped.
+    def _settle(self) -> bool:
+        with self._settle_lock:
+            if self._settled:
+                return False
+            self._settled = True
+            return True
+
     def _finish(self) -> None:
+        if not self._settle():
+            return
         self._future.set_result(self._outputs)
         self._done.set()
 
     def _fail(self, error: BaseException) -> None:
+        if not self._settle():
+            return
         self._error = error
         try:
             self._future.set_exception(error)
@@ -86,6 +126,7 @@ class Work(dist.Work):
             raise NcclzTimeoutError(msg)
         if self._error is not None:
             raise self._error
+        self.synchronize()
         return True
 
     def is_completed(self) -> bool:
@@ -101,15 +142,46 @@ class Work(dist.Work):
         self.wait()
         return self._outputs
 
+    def _source_rank(self) -> int:
+        """The sender of a recv (from any source: the rank it picked), for ``dist.recv`` / ``irecv``."""
+        self.wait()
+        return self.source
+
+    source_rank = _source_rank
+
     def get_future(self) -> torch.futures.Future:
         return self._future
 
-    def synchronize(self) -> None:  # CPU tensors: nothing is queued on a stream
-        return None
+    def synchronize(self) -> None:
+        """CUDA calls: the caller's current stream waits for the stream the call's results were copied
+        on (they are the same unless the caller switched streams). CPU calls: nothing to do."""
+        s = self.stream
+        if s is not None:
+            current = torch.cuda.current_stream(s.device)
+            if current != s:
+                current.wait_stream(s)
 
     def __repr__(self) -> str:
         state = "pending" if not self._done.is_set() else ("failed" if self._error else "completed")
         return f"<ncclz Work {self._op} {state}>"
+
+
+def caller_stream(tensors: Any) -> Any:
+    """The current CUDA stream of the first CUDA tensor's device in ``tensors``, else None."""
+    stack = [tensors]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            if x.is_cuda:
+                return torch.cuda.current_stream(x.device)
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return None
+
+
+def on_stream(stream: Any) -> Any:
+    """``torch.cuda.stream(stream)`` for a CUDA stream, a no-op context for None."""
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
 
 
 class Worker:
@@ -150,17 +222,18 @@ class Worker:
                     return
                 job, work = self._jobs.popleft()
                 self._idle = False
-            try:
-                job(work)
-            except BaseException as e:  # noqa: BLE001 - delivered through the Work and its Future
-                work._fail(e)
-            else:
+            with on_stream(work.stream):
                 try:
-                    work._finish()
-                except BaseException as e:  # noqa: BLE001 - a Future callback raised: the Work fails
-                    if not work._done.is_set():
-                        work._error = e
-                        work._done.set()
+                    job(work)
+                except BaseException as e:  # noqa: BLE001 - delivered through the Work and its Future
+                    work._fail(e)
+                else:
+                    try:
+                        work._finish()
+                    except BaseException as e:  # noqa: BLE001 - a Future callback raised: the Work fails
+                        if not work._done.is_set():
+                            work._error = e
+                            work._done.set()
             job = work = None  # the job's closure holds its group: keep nothing while idle
 
     def pending(self) -> int:

@@ -29,16 +29,23 @@ How a group works:
   pair, never wait for each other; calls in one direction are matched in
   order (tags are not used). A send completes once its receiver has posted the
   matching recv (a synchronous send, as in NCCL).
+  A recv without src needs ``Options(any_source=True)`` (see
+  :meth:`ProcessGroupNCCLZ.recv_anysource`).
+- CPU and CUDA tensors (CUDA staged through host memory by the Communicator); a
+  CUDA call runs with the caller's current stream (see :mod:`._work`).
+- ``opts.timeout`` of a call, where set, is that call's deadline
+  (:meth:`ProcessGroupNCCLZ._watch`).
 - Each tensor gets the compression its group's :class:`Options` give it
   (dtype, size, collective, op); see :mod:`ncclz.torch.options`.
 - ``destroy_process_group`` (``shutdown``) waits for queued work, then closes
   the communicators; ``abort`` and interpreter exit abort them first, so no
   call outlives the process and no thread is left blocked.
-
-Not available yet (they raise ``InvalidArgumentError`` naming the call): reduce,
-gather, scatter, all_to_all / all_to_all_single, recv from any source. The
-runtime has no such collective yet; each will be a job calling it (see
-``_ROUND2``).
+- An argument error that only one rank can see (the root's gather / scatter
+  list, this rank's all-to-all split sizes) raises ``InvalidArgumentError``
+  there after that rank issued a call that differs from the others' (a
+  one-byte broadcast): the runtime's call check fails the others' call at once
+  with ``RemoteError`` naming that rank, instead of leaving them waiting for
+  the group's timeout (:meth:`ProcessGroupNCCLZ._refuse`).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import collections
 import datetime
 import os
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -58,9 +66,10 @@ import torch.distributed as dist
 from .. import store as _store
 from ..comm import Communicator, make_unique_id
 from ..errors import AbortedError, InvalidArgumentError, RemoteError
+from ..errors import TimeoutError as NcclzTimeoutError
 from ..spec import Lossy
 from . import _tensors as T
-from ._work import Work, Worker
+from ._work import Work, Worker, caller_stream, timeout_seconds
 from .options import Options
 
 __all__ = ["BACKEND", "ProcessGroupNCCLZ", "Traffic", "register"]
@@ -68,17 +77,9 @@ __all__ = ["BACKEND", "ProcessGroupNCCLZ", "Traffic", "register"]
 #: The name to pass to ``init_process_group`` / ``new_group``.
 BACKEND = "ncclz"
 
-#: Devices the backend registers for (CUDA joins when the runtime's GPU path reaches Python).
-DEVICES = ("cpu",)
-
-#: Calls the runtime has no collective for yet, with what each needs.
-_ROUND2 = {
-    "reduce": "reduce",
-    "gather": "gather",
-    "scatter": "scatter",
-    "all_to_all": "all-to-all(v)",
-    "all_to_all_single": "all-to-all(v)",
-}
+#: Devices the backend registers for. CUDA tensors are staged through host memory by
+#: ncclz.Communicator (python/ncclz/_device.py); results stay on the input's device.
+DEVICES = ("cpu", "cuda")
 
 _live_groups: weakref.WeakSet = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -227,6 +228,8 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         self._lock = threading.Lock()
         self._traffic = Traffic()
         self._p2p: dict = {}
+        self._claimed: collections.Counter = collections.Counter()  # messages claimed per sender (recvs)
+        self._anysource: Worker | None = None
         self._shut = False
         self._failure: str | None = None
         self._ef = _ErrorFeedback() if self._options.error_feedback else None
@@ -340,7 +343,19 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             if st.error_bound > t.max_error_bound:
                 t.max_error_bound = float(st.error_bound)
 
-    def _submit(self, op: str, outputs: Any, job: Any, worker: Worker | None = None) -> Work:
+    def _submit(
+        self,
+        op: str,
+        outputs: Any,
+        job: Any,
+        worker: Worker | None = None,
+        opts: Any = None,
+        work: Work | None = None,
+        inputs: Any = None,
+    ) -> Work:
+        """Queues ``job`` on the group's worker (or ``worker``) and returns its Work (``work``: complete
+        that one instead of a new one). ``opts.timeout``, where torch's options carry one that is set,
+        is the call's own deadline, counted from now (see :meth:`_watch`)."""
         if self._shut:
             raise InvalidArgumentError(
                 f"ncclz process group {self._group_id!r}: {op} after the group was shut down "
@@ -351,16 +366,60 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 f"ncclz process group {self._group_id!r}: {op} on a group whose communication failed earlier "
                 f"({self._failure}); create a new group (or restart the job)"
             )
-        work = Work(op, outputs, self._abort_on_timeout)
+        if work is None:
+            work = self._work(op, outputs, inputs)
+        timer = self._watch(op, work, timeout_seconds(getattr(opts, "timeout", None)))
 
         def run(w: Work) -> None:
             try:
-                job(w)
-            except RemoteError as e:
-                self._fail(e)
-                raise
+                if (
+                    self._failure is not None
+                ):  # an earlier call of this group failed after this one was issued
+                    raise AbortedError(
+                        f"ncclz process group {self._group_id!r}: {op} not started: a call issued before it failed "
+                        f"({self._failure})"
+                    )
+                try:
+                    job(w)
+                except RemoteError as e:
+                    self._fail(e)
+                    raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
         return (worker or self._worker).submit(run, work)
+
+    def _work(self, op: str, outputs: Any, inputs: Any = None) -> Work:
+        """A Work for ``outputs``; CUDA calls remember the caller's current stream (the job runs with it,
+        see :mod:`._work`) and give the Future the outputs' devices."""
+        stream = caller_stream([outputs, inputs])
+        devices = T.cuda_devices(outputs) if stream is not None else None
+        return Work(op, outputs, self._abort_on_timeout, devices=devices, stream=stream)
+
+    def _watch(self, op: str, work: Work, seconds: float | None) -> threading.Timer | None:
+        """A per-call timeout (c10d's ``opts.timeout``, e.g. ``pg.allreduce([t], opts)``): if ``work``
+        has not completed ``seconds`` after it was issued, it fails with ncclz.TimeoutError and the
+        group is aborted, as for ``Work.wait(timeout)`` (a collective cannot be taken back once peers may
+        be in it; aborting makes them fail at once). Unset (torch's default): the group's timeout."""
+        if seconds is None:
+            return None
+
+        def fire() -> None:
+            if work.is_completed():
+                return
+            msg = (
+                f"ncclz process group {self._group_id!r}: {op} did not complete within its timeout of {seconds:g} s "
+                "(opts.timeout); the group's communicator was aborted"
+            )
+            work._fail(NcclzTimeoutError(msg))
+            self.abort(msg)
+
+        timer = threading.Timer(seconds, fire)
+        timer.daemon = True
+        timer.name = f"ncclz-pg{self._group_id}-timeout"
+        timer.start()
+        return timer
 
     def _fail(self, error: BaseException) -> None:
         """A call failed because of a peer (or an abort): the group is dead. Its communicators are
@@ -395,21 +454,28 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         op: T.ReduceOp,
         spec: Any,
         out: torch.Tensor | None,
+        root: int | None = None,
     ) -> None:
-        """One all_reduce (out None: in place on src) or reduce_scatter (into out) of native tensors,
-        with PREMUL_SUM's factor and error feedback."""
+        """One all_reduce (out None: in place on src), reduce (root given: in place on the root's src,
+        src only read elsewhere) or reduce_scatter (into out) of native tensors, with PREMUL_SUM's
+        factor and error feedback."""
+        writable = out is None and (root is None or root == self._rank_)  # src receives the result
         x = src
         if op.factor is not None:
-            x = T.scale(x, op.factor, in_place=(out is None))
+            x = T.scale(x, op.factor, in_place=writable)
         ef = self._ef if isinstance(spec, Lossy) and op.sum_like else None
         key = before = None
         if ef is not None:
             key = ef.key((coll, str(x.dtype), x.numel()))
             res = ef.take(key)
             if res is not None:
-                x = x.add_(res) if (out is None or x is not src) else x + res
+                x = x.add_(res) if (writable or x is not src) else x + res
             before = x.clone()
-        if out is None:
+        if root is not None:
+            comm.reduce(x, root=root, op=op.name, compression=spec)
+            if writable and x is not src:
+                src.copy_(x)
+        elif out is None:
             comm.all_reduce(x, op=op.name, compression=spec)
             if x is not src:
                 src.copy_(x)
@@ -433,7 +499,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             self._reduce_into(self._comm, work, "all_reduce", staged, op_run, spec, None)
             T.write_back(t, staged, cast)
 
-        return self._submit("all_reduce", tensors, job)
+        return self._submit("all_reduce", tensors, job, opts=opts)
 
     def allreduce_coalesced(self, tensors: list, opts: Any = None) -> Work:
         ts = [T.check_tensor(t, "all_reduce_coalesced") for t in tensors]
@@ -464,11 +530,12 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                     m.copy_(result.reshape(-1)[pos : pos + n].view(m.shape))
                     pos += n
 
-        return self._submit("all_reduce_coalesced", tensors, job)
+        return self._submit("all_reduce_coalesced", tensors, job, opts=opts)
 
     def _rs_job(self, out: torch.Tensor, inp: torch.Tensor, op: T.ReduceOp, what: str):
         """A job reducing ``inp`` (size * out.numel() elements) and scattering block r into ``out``."""
         w = self._size_
+        T.same_device([out, inp], what)
         if inp.dtype != out.dtype:
             raise InvalidArgumentError(f"{what}: input {inp.dtype} and output {out.dtype} differ")
         if inp.numel() != w * out.numel():
@@ -492,7 +559,11 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 target, x_run = out, x  # natural shapes: the codec sees the rows
             else:
                 x_run = x.reshape(-1)
-                target = out.reshape(-1) if direct else torch.empty(x_run.numel() // w, dtype=x_run.dtype)
+                target = (
+                    out.reshape(-1)
+                    if direct
+                    else torch.empty(x_run.numel() // w, dtype=x_run.dtype, device=x_run.device)
+                )
             self._reduce_into(self._comm, work, "reduce_scatter", x_run, op_run, spec, target)
             if not direct:
                 T.write_back(out, target, cast)
@@ -504,7 +575,10 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         inp = T.check_tensor(input, "reduce_scatter_single input")
         op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         return self._submit(
-            "reduce_scatter_single", [output], self._rs_job(out, inp, op, "reduce_scatter_single")
+            "reduce_scatter_single",
+            [output],
+            self._rs_job(out, inp, op, "reduce_scatter_single"),
+            opts=opts,
         )
 
     _reduce_scatter_base = reduce_scatter_single
@@ -529,7 +603,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             for j in jobs:
                 j(work)
 
-        return self._submit("reduce_scatter_single_coalesced", list(outputs), job)
+        return self._submit("reduce_scatter_single_coalesced", list(outputs), job, opts=opts)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -542,12 +616,16 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         if len(parts) != w:
             raise InvalidArgumentError(f"reduce_scatter: {len(parts)} input tensors, expected world size {w}")
         op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        T.same_device([out, *parts], "reduce_scatter")
         if any(p.dtype != out.dtype for p in parts):
             raise InvalidArgumentError("reduce_scatter: the input tensors' dtypes must match the output's")
         if all(p.numel() == out.numel() for p in parts):
             flat = torch.cat([p.reshape(-1) for p in parts]).view(w * out.numel()) if parts else out
             return self._submit(
-                "reduce_scatter", output_tensors, self._rs_job(out, flat, op, "reduce_scatter")
+                "reduce_scatter",
+                output_tensors,
+                self._rs_job(out, flat, op, "reduce_scatter"),
+                opts=opts,
             )
         # uneven blocks (reduce_scatter_v): one all_reduce of the concatenation, each rank keeps its block
         if parts[self._rank_].numel() != out.numel():
@@ -568,11 +646,12 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             mine = staged[start : start + out.numel()]
             T.write_back(out, mine.to(cast) if cast is not None else mine, None)
 
-        return self._submit("reduce_scatter", output_tensors, job)
+        return self._submit("reduce_scatter", output_tensors, job, opts=opts)
 
     # data movement --------------------------------------------------------------------------------
     def _ag_job(self, out: torch.Tensor, inp: torch.Tensor, what: str):
         w = self._size_
+        T.same_device([out, inp], what)
         if inp.dtype != out.dtype:
             raise InvalidArgumentError(f"{what}: input {inp.dtype} and output {out.dtype} differ")
         if out.numel() != w * inp.numel():
@@ -599,7 +678,9 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         out = T.check_tensor(output, "all_gather_single output")
         inp = T.check_tensor(input, "all_gather_single input")
-        return self._submit("all_gather_single", [output], self._ag_job(out, inp, "all_gather_single"))
+        return self._submit(
+            "all_gather_single", [output], self._ag_job(out, inp, "all_gather_single"), opts=opts
+        )
 
     _allgather_base = all_gather_single
 
@@ -621,7 +702,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             for j in jobs:
                 j(work)
 
-        return self._submit("all_gather_single_coalesced", list(outputs), job)
+        return self._submit("all_gather_single_coalesced", list(outputs), job, opts=opts)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -630,6 +711,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         w = self._size_
         if len(outs) != w:
             raise InvalidArgumentError(f"{what}: {len(outs)} output tensors, expected world size {w}")
+        T.same_device([inp, *outs], what)
         for o in outs:
             T.check_tensor(o, f"{what} output")
             if o.dtype != inp.dtype:
@@ -669,7 +751,10 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         if not isinstance(output_lists, (list, tuple)) or len(output_lists) != 1:
             raise InvalidArgumentError("all_gather: the ncclz backend takes one output list per process")
         return self._submit(
-            "all_gather", output_lists, self._gather_list_job(list(output_lists[0]), inp, "all_gather")
+            "all_gather",
+            output_lists,
+            self._gather_list_job(list(output_lists[0]), inp, "all_gather"),
+            opts=opts,
         )
 
     def allgather_coalesced(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
@@ -695,7 +780,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             for j in jobs:
                 j(work)
 
-        return self._submit("all_gather_coalesced", output_lists, job)
+        return self._submit("all_gather_coalesced", output_lists, job, opts=opts)
 
     def broadcast(self, tensors: list, opts: Any = None) -> Work:
         t = T.check_one(tensors, "broadcast")
@@ -715,13 +800,13 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             if staged:
                 _copy_bytes_into(t, x)
 
-        return self._submit("broadcast", tensors, job)
+        return self._submit("broadcast", tensors, job, opts=opts)
 
     def barrier(self, opts: Any = None) -> Work:
         def job(work: Work) -> None:
             self._comm.barrier()
 
-        return self._submit("barrier", [], job)
+        return self._submit("barrier", [], job, opts=opts)
 
     # point to point ----------------------------------------------------------------------------
     def _p2p_channel(self, src: int, dst: int) -> tuple:
@@ -763,7 +848,11 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         spec = self._spec("send", t)
         worker, holder = self._p2p_channel(self._rank_, dst)
 
+        announce = self._options.any_source
+
         def job(work: Work) -> None:
+            if announce:  # a recv without src on dst counts the sends to it (before the pair's link exists)
+                self._store.add(_sent_key(self._rank_, dst), 1)
             comm = self._p2p_comm(holder, self._rank_, dst)
             comm.send(x, 1, compression=spec)
             self._note(work, comm)
@@ -773,43 +862,256 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
     def recv(self, tensors: list, src: int, tag: int = 0) -> Work:
         t = T.check_one(tensors, "recv")
         src = self._check_peer(src, "recv")
+        with self._lock:
+            self._claimed[src] += 1  # this recv takes the next message from src (recv_anysource counts it)
+        return self._post_recv(tensors, t, src)
+
+    def _post_recv(self, tensors: list, t: torch.Tensor, src: int, work: Work | None = None) -> Work:
         x, staged = T.movable(t)
         spec = self._spec("send", t)
         worker, holder = self._p2p_channel(src, self._rank_)
 
-        def job(work: Work) -> None:
+        def job(w: Work) -> None:
             comm = self._p2p_comm(holder, src, self._rank_)
             comm.recv(x, 0, compression=spec)
-            self._note(work, comm)
+            self._note(w, comm)
             if staged:
                 _copy_bytes_into(t, x)
+            w.source = src
 
-        return self._submit("recv", tensors, job, worker)
+        return self._submit("recv", tensors, job, worker, work=work)
 
     def recv_anysource(self, tensors: list, tag: int = 0) -> Work:
-        raise InvalidArgumentError(
-            "recv from any source (dist.recv(t) without src) is not supported by the ncclz backend: a recv is "
-            "matched with its sender through the pair's own link; pass src="
-        )
+        """A recv from whichever rank has sent this rank a message that no recv has claimed yet.
 
-    # not yet in the runtime ----------------------------------------------------------------------
-    def _round2(self, name: str) -> None:
+        Needs ``Options(any_source=True)`` on every rank (then each send counts itself in the group's
+        store). A thread of its own polls the counters of the ranks in turn (from 1 ms, backing off to
+        20 ms) and, once one shows a message more than this rank's recvs from it have claimed, posts the
+        recv on that pair's link; the Work then completes with that recv and ``_source_rank()`` names
+        the rank. No such message within the group's timeout: ncclz.TimeoutError. A recv with src
+        posted before the sender is picked claims its message first."""
+        t = T.check_one(tensors, "recv")
+        if not self._options.any_source:
+            raise InvalidArgumentError(
+                f"rank {self._rank_}: recv from any source (dist.recv / irecv without src) needs "
+                "pg_options=ncclz.torch.Options(any_source=True) (or NCCLZ_TORCH_ANY_SOURCE=1) on every rank of the "
+                "group: every send then counts itself in the group's store (one store add per send), which a recv "
+                "without src reads to pick its sender. Otherwise pass src="
+            )
+        outer = self._work("recv_anysource", tensors)
+        with self._lock:
+            if self._anysource is None:
+                self._anysource = Worker(f"ncclz-pg{self._group_id}-anysource-r{self._rank_}")
+            picker = self._anysource
+
+        def pick(_: Work) -> None:
+            try:
+                src = self._pick_sender()
+                self._post_recv(tensors, t, src, work=outer)
+            except BaseException as e:  # noqa: BLE001 - delivered through the caller's Work
+                outer._fail(e)
+
+        self._submit("recv_anysource (picking the sender)", [], pick, picker)
+        return outer
+
+    def _pick_sender(self) -> int:
+        deadline = time.monotonic() + self._timeout_s
+        delay = 0.001
+        peers = [r for r in range(self._size_) if r != self._rank_]
+        start = 0
+        while True:
+            for k in range(len(peers)):
+                r = peers[(start + k) % len(peers)]
+                sent = int(self._store.add(_sent_key(r, self._rank_), 0))
+                with self._lock:
+                    if sent > self._claimed[r]:
+                        self._claimed[r] += 1
+                        return r
+            if self._shut or self._failure is not None:
+                raise AbortedError(
+                    f"ncclz process group {self._group_id!r}: recv from any source: the group closed"
+                )
+            if time.monotonic() > deadline:
+                raise NcclzTimeoutError(
+                    f"rank {self._rank_}: recv from any source: no rank of group {self._group_id!r} sent a message "
+                    f"that no recv had claimed within the group's timeout of {self._timeout_s:g} s"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+            start += 1
+
+    # rooted collectives and all-to-all --------------------------------------------------------------
+    def _root(self, opts: Any, what: str) -> int:
+        root = int(opts.rootRank) if opts is not None else 0
+        if not 0 <= root < self._size_:
+            raise InvalidArgumentError(
+                f"{what}: root {root} is not a rank of this group (size {self._size_})"
+            )
+        if opts is not None and int(getattr(opts, "rootTensor", 0)) != 0:
+            raise InvalidArgumentError(f"{what}: rootTensor must be 0 (one tensor per process)")
+        return root
+
+    def _refuse(self, op: str, error: InvalidArgumentError) -> None:
+        """Raises ``error``, an argument error of ``op`` that only this rank can see (a root-only list,
+        this rank's split sizes). The other ranks are making ``op``: so that they do not wait for the
+        group's timeout, this rank first issues a call that certainly differs from theirs (a one-byte
+        broadcast), which the runtime's call check turns into RemoteError on every rank at once (it
+        names this rank and its call). Where every rank refuses alike the broadcast just completes."""
+        poison = torch.zeros(1, dtype=torch.uint8)
+
+        def job(work: Work) -> None:
+            self._comm.broadcast(poison, root=0)
+
+        try:
+            self._submit(f"{op} (refused on rank {self._rank_})", [], job)
+        except Exception:  # noqa: BLE001, S110 - a group already shut down or failed: nobody waits
+            pass
         raise InvalidArgumentError(
-            f"the ncclz backend does not offer {name} yet: the ncclz runtime has no {_ROUND2[name]} collective yet. "
-            f"Run this call on a gloo group (dist.new_group(backend='gloo')) meanwhile"
-        )
+            f"rank {self._rank_}: {error}. The call was cancelled on every rank (the others' {op} fails with "
+            "RemoteError naming this rank)"
+        ) from None
+
+    def _root_list(self, lists: Any, like: torch.Tensor, what: str, name: str) -> list:
+        """The root's list of world-size tensors (``gather_list`` / ``scatter_list``), each like ``like``."""
+        w = self._size_
+        if not isinstance(lists, (list, tuple)) or len(lists) != 1:
+            raise InvalidArgumentError(f"{what}: the root takes one {name} per process")
+        ts = list(lists[0])
+        if len(ts) != w:
+            raise InvalidArgumentError(
+                f"{what}: {name} has {len(ts)} tensors on the root, expected world size {w}"
+            )
+        for r, t in enumerate(ts):
+            T.check_tensor(t, f"{what} {name}[{r}]")
+            if t.device != like.device:
+                raise InvalidArgumentError(
+                    f"{what}: {name}[{r}] is on {t.device} but this rank's tensor on {like.device}"
+                )
+            if t.dtype != like.dtype:
+                raise InvalidArgumentError(
+                    f"{what}: {name}[{r}] is {t.dtype} but this rank's tensor {like.dtype}"
+                )
+            if t.numel() != like.numel():
+                raise InvalidArgumentError(
+                    f"{what}: {name}[{r}] has {t.numel()} elements (shape {tuple(t.shape)}) but this rank's tensor "
+                    f"{like.numel()} (shape {tuple(like.shape)}); every block has the same size"
+                )
+        return ts
 
     def reduce(self, tensors: list, opts: Any = None) -> Work:
-        self._round2("reduce")
+        t = T.check_one(tensors, "reduce")
+        root = self._root(opts, "reduce")
+        op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
+        staged, name, cast = T.reducible(t, op, "reduce")
+        spec = self._spec("reduce", t, op.sum_like) if cast is None else None
+        op_run = T.ReduceOp(op.kind, name, op.factor)
+        is_root = self._rank_ == root
+
+        def job(work: Work) -> None:
+            self._reduce_into(self._comm, work, "reduce", staged, op_run, spec, None, root)
+            if is_root:
+                T.write_back(t, staged, cast)
+
+        return self._submit("reduce", tensors, job, opts=opts)
 
     def gather(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
-        self._round2("gather")
+        inp = T.check_one(input_tensors, "gather input")
+        root = self._root(opts, "gather")
+        outs = None
+        if self._rank_ == root:
+            try:
+                outs = self._root_list(output_lists, inp, "gather", "gather_list")
+            except InvalidArgumentError as e:
+                self._refuse("gather", e)
+        x, _ = T.movable(inp)
+        spec = self._spec("gather", inp)
+
+        def job(work: Work) -> None:
+            buf = self._comm.gather(x, root=root, compression=spec)
+            self._note(work, self._comm)
+            if outs is not None:
+                for r, o in enumerate(outs):
+                    _copy_bytes_into(o, buf[r])
+
+        return self._submit("gather", output_lists if outs is not None else [], job, opts=opts, inputs=[inp])
 
     def scatter(self, output_tensors: list, input_lists: list, opts: Any = None) -> Work:
-        self._round2("scatter")
+        out = T.check_one(output_tensors, "scatter output")
+        root = self._root(opts, "scatter")
+        y, staged = T.movable(out)
+        y1 = y.reshape(1) if y.dim() == 0 else y  # blocks along the first dimension
+        x = None
+        if self._rank_ == root:
+            try:
+                parts = self._root_list(input_lists, out, "scatter", "scatter_list")
+            except InvalidArgumentError as e:
+                self._refuse("scatter", e)
+            x = torch.cat([T.movable(p)[0].reshape(y1.shape) for p in parts])  # read now, as the call's input
+        spec = self._spec("scatter", out)
 
-    def alltoall(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Work:
-        self._round2("all_to_all")
+        def job(work: Work) -> None:
+            self._comm.scatter(x, root=root, compression=spec, out=y1)
+            self._note(work, self._comm)
+            if staged:
+                _copy_bytes_into(out, y)
+
+        return self._submit("scatter", output_tensors, job, opts=opts)
+
+    def _a2a_job(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list, in_splits: list, what: str):
+        """A job exchanging the rows of ``inp`` into ``out`` (``in_splits[j]`` rows to rank j,
+        ``out_splits[j]`` rows from rank j; both empty: equal blocks)."""
+        w = self._size_
+        T.same_device([out, inp], what)
+        if inp.dtype != out.dtype:
+            raise InvalidArgumentError(f"{what}: input {inp.dtype} and output {out.dtype} differ")
+        rows_in, row_in = T.rows(inp)
+        rows_out, row_out = T.rows(out)
+        uneven = bool(in_splits) or bool(out_splits)
+        sc = _splits(in_splits, rows_in, w, "input", what)
+        rc = _splits(out_splits, rows_out, w, "output", what)
+        if row_in != row_out:
+            raise InvalidArgumentError(
+                f"{what}: a row of the input has {row_in} elements (shape {tuple(inp.shape)}) but a row of the "
+                f"output {row_out} (shape {tuple(out.shape)}); they must match"
+            )
+        if not uneven and inp.numel() != out.numel():
+            raise InvalidArgumentError(
+                f"{what}: input has {inp.numel()} elements but output {out.numel()}; with equal blocks they match"
+            )
+        x = T.row_major(inp)
+        if T.overlaps(inp, out):
+            x = x.clone()  # the runtime wants separate buffers
+        direct = out.dtype in T.NATIVE and out.is_contiguous()
+        target = (
+            out.reshape(rows_out, *x.shape[1:])
+            if direct
+            else torch.empty((rows_out, *x.shape[1:]), dtype=x.dtype, device=x.device)
+        )
+        # equal blocks: every rank's input has the same size; uneven: decided in the job (below)
+        spec = self._spec("all_to_all", inp) if not uneven else None
+        eligible = (
+            uneven
+            and inp.dtype in T.NATIVE
+            and self._options.compression is not None
+            and inp.dtype in self._options.dtypes
+        )
+
+        def job(work: Work) -> None:
+            comp = spec
+            if eligible:
+                # min_elements is compared with the average rank's input, which needs every rank's total
+                totals = self._comm.all_gather(np.array([sum(sc) * row_in], dtype=np.int64))
+                avg = int(totals.sum()) // w
+                comp = self._options.spec_for_count("all_to_all", inp.dtype, avg, False)
+            if uneven:
+                self._comm.all_to_all(x, compression=comp, out=target, send_counts=sc, recv_counts=rc)
+            else:
+                self._comm.all_to_all(x, compression=comp, out=target)
+            self._note(work, self._comm)
+            if not direct:
+                _copy_bytes_into(out, target)
+
+        return job
 
     def all_to_all_single(
         self,
@@ -819,9 +1121,49 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         input_split_sizes: Any = None,
         opts: Any = None,
     ) -> Work:
-        self._round2("all_to_all_single")
+        out = T.check_tensor(output, "all_to_all_single output")
+        inp = T.check_tensor(input, "all_to_all_single input")
+        try:
+            job = self._a2a_job(
+                out, inp, list(output_split_sizes or []), list(input_split_sizes or []), "all_to_all_single"
+            )
+        except InvalidArgumentError as e:
+            self._refuse("all_to_all_single", e)
+        return self._submit("all_to_all_single", [output], job, opts=opts)
 
     alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Work:
+        w = self._size_
+        try:
+            outs = [T.check_tensor(t, "all_to_all output") for t in output_tensors]
+            ins = [T.check_tensor(t, "all_to_all input") for t in input_tensors]
+            if len(outs) != w or len(ins) != w:
+                raise InvalidArgumentError(
+                    f"all_to_all: {len(ins)} input and {len(outs)} output tensors, expected world size {w} of each"
+                )
+            dt = ins[0].dtype
+            if any(t.dtype != dt for t in ins + outs):
+                raise InvalidArgumentError("all_to_all: every input and output tensor must have one dtype")
+            n_in, n_out = [t.numel() for t in ins], [t.numel() for t in outs]
+            T.same_device(ins + outs, "all_to_all")
+            flat_in = torch.cat([t.reshape(-1) for t in ins])
+            flat_out = torch.empty(sum(n_out), dtype=dt, device=ins[0].device)
+            even = len(set(n_in + n_out)) == 1
+            job_a2a = self._a2a_job(
+                flat_out, flat_in, [] if even else n_out, [] if even else n_in, "all_to_all"
+            )
+        except InvalidArgumentError as e:
+            self._refuse("all_to_all", e)
+
+        def job(work: Work) -> None:
+            job_a2a(work)
+            pos = 0
+            for o in outs:
+                o.copy_(flat_out[pos : pos + o.numel()].view(o.shape))
+                pos += o.numel()
+
+        return self._submit("all_to_all", output_tensors, job, opts=opts)
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         raise InvalidArgumentError(
@@ -832,7 +1174,8 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
     # ---- lifetime ------------------------------------------------------------------------------
     def _workers(self) -> list:
         with self._lock:
-            return [self._worker] + [w for w, _ in self._p2p.values()]
+            extra = [self._anysource] if self._anysource is not None else []
+            return [self._worker] + extra + [w for w, _ in self._p2p.values()]
 
     def _comms(self) -> list:
         with self._lock:
@@ -913,6 +1256,36 @@ def _from_bytes(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if buf.dtype == like.dtype:
         return buf.reshape(like.shape)
     return buf.reshape(-1).view(like.dtype).reshape(like.shape)
+
+
+def _sent_key(src: int, dst: int) -> str:
+    """The store counter of sends from group rank src to dst (kept only with Options(any_source=True))."""
+    return f"ncclz/sent/{src}to{dst}"
+
+
+def _splits(sizes: list, rows: int, w: int, which: str, what: str) -> list:
+    """Split sizes (rows per rank) as given, or equal blocks when empty; checked against ``rows``."""
+    if not sizes:
+        if rows % w:
+            raise InvalidArgumentError(
+                f"{what}: no {which}_split_sizes, so the {which}'s first dimension ({rows}) must divide by the "
+                f"world size {w}"
+            )
+        return [rows // w] * w
+    try:
+        vals = [int(v) for v in sizes]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{what}: {which}_split_sizes must be integers, got {sizes!r}") from None
+    if len(vals) != w or any(v < 0 for v in vals):
+        raise InvalidArgumentError(
+            f"{what}: {which}_split_sizes must have one non-negative size per rank ({w}), got {vals}"
+        )
+    if sum(vals) != rows:
+        raise InvalidArgumentError(
+            f"{what}: {which}_split_sizes {vals} add up to {sum(vals)} rows but the {which} has {rows} (its first "
+            "dimension)"
+        )
+    return vals
 
 
 def _abort_all_at_exit() -> None:

@@ -315,10 +315,9 @@ def ddp_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[
             "register with model.register_comm_hook(ncclz.torch.HookState(comm, ...), ncclz.torch.ddp_hook)"
         )
     buf = bucket.buffer()
-    if buf.device.type != "cpu":
+    if buf.device.type not in ("cpu", "cuda"):
         raise InvalidArgumentError(
-            f"ddp_hook: bucket {bucket.index()} is on {buf.device}; ncclz's Python runtime takes CPU "
-            "tensors for now (the GPU path is not wired to Python yet)"
+            f"ddp_hook: bucket {bucket.index()} is on {buf.device}; ncclz takes CPU and CUDA tensors"
         )
     spec = state.compression if state.enabled else None
     lossy = _layout.is_lossy(spec)
@@ -336,19 +335,25 @@ def ddp_hook(state: HookState, bucket: dist.GradBucket) -> torch.futures.Future[
         state.exact_compression if state.enabled else None,
         runs,
     )
-    fut: torch.futures.Future = torch.futures.Future()
+    # A CUDA bucket is staged through host memory by the communicator, on the current stream of the
+    # thread that calls it: the overlap thread takes backward's stream, so the copy follows the
+    # gradient kernels; the Future (with the bucket's device) records that stream for DDP to wait on.
+    cuda = buf.is_cuda
+    stream = torch.cuda.current_stream(buf.device) if cuda else None
+    fut: torch.futures.Future = torch.futures.Future(devices=[buf.device]) if cuda else torch.futures.Future()
     if state._executor is None:
         _average_bucket(state, *job)
         fut.set_result(buf)
         return fut
 
     def run():
-        try:
-            _average_bucket(state, *job)
-        except BaseException as e:  # noqa: BLE001 - handed to DDP through the Future
-            fut.set_exception(e)
-        else:
-            fut.set_result(buf)
+        with torch.cuda.stream(stream) if cuda else contextlib.nullcontext():
+            try:
+                _average_bucket(state, *job)
+            except BaseException as e:  # noqa: BLE001 - handed to DDP through the Future
+                fut.set_exception(e)
+            else:
+                fut.set_result(buf)
 
     state._executor.submit(run)
     return fut

@@ -13,13 +13,22 @@ every rank decides the same):
   default) and it has at least ``min_elements`` elements. Integer tensors, small
   tensors and DDP's bookkeeping (shape all-gathers, flags) go exact.
 - An eligible tensor of a sum-like reduction (SUM, AVG, PREMUL_SUM) of a
-  collective named in ``lossy_collectives`` (all_reduce and reduce_scatter by
-  default: gradients) gets ``compression``.
+  collective named in ``lossy_collectives`` (all_reduce, reduce_scatter and
+  reduce by default: gradients) gets ``compression``.
+- An eligible tensor of data movement (all_gather, broadcast, send/recv, gather,
+  scatter, all_to_all) gets ``compression`` when its collective is named in
+  ``lossy_collectives`` (none is by default).
 - Every other eligible tensor (all-gathers and broadcasts of parameters, MIN /
   MAX / PRODUCT) gets ``compression`` when it is exact (``Lossless()``), else
   ``exact_compression`` (``None`` or ``Lossless()``). So with a lossy spec,
   DDP's initial parameter broadcast and FSDP2's parameter all-gathers stay exact
   unless you add them to ``lossy_collectives``.
+
+The size that ``min_elements`` is compared with is the same on every rank: the
+tensor of an all-reduce / reduce / broadcast / send, one rank's block of an
+all-gather / reduce-scatter / gather / scatter, and for all_to_all one rank's
+input (with uneven splits, the average over the ranks: the backend exchanges
+the totals in one small all-gather first, only where compression could apply).
 
 Without ``pg_options`` a group takes :meth:`Options.from_env`: the defaults, with
 ``compression`` from NCCLZ_TORCH_COMPRESSION (``none``, ``lossless``,
@@ -54,9 +63,24 @@ FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _CODEC_DTYPES = FLOAT_DTYPES + (torch.int32, torch.int64, torch.uint8)
 
 #: Collective names accepted in ``lossy_collectives``.
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "send")
+COLLECTIVES = (
+    "all_reduce",
+    "reduce_scatter",
+    "reduce",
+    "all_gather",
+    "broadcast",
+    "send",
+    "gather",
+    "scatter",
+    "all_to_all",
+)
+
+#: Reductions (a lossy spec applies to their sum-like ops) and data movement (any eligible tensor).
+REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
+MOVEMENT = ("all_gather", "broadcast", "send", "gather", "scatter", "all_to_all")
 
 _ENV = "NCCLZ_TORCH_COMPRESSION"
+_ENV_ANY = "NCCLZ_TORCH_ANY_SOURCE"
 _LOSSLESS = Lossless()  # the default compression (specs are frozen: one instance serves all)
 
 
@@ -101,9 +125,10 @@ class Options:
     min_elements: tensors with fewer elements go exact (default 16384).
     dtypes: dtypes that may be compressed (default the floating types; lossless
         also takes int32, int64, uint8).
-    lossy_collectives: where a lossy spec applies (default all_reduce and
-        reduce_scatter, the gradient reductions); add "all_gather", "broadcast"
-        or "send" to make parameter traffic lossy too.
+    lossy_collectives: where a lossy spec applies (default all_reduce,
+        reduce_scatter and reduce, the gradient reductions); add "all_gather",
+        "broadcast", "send", "gather", "scatter" or "all_to_all" to make that
+        data movement lossy too.
     exact_compression: ``None`` (default) or ``ncclz.Lossless()`` for the eligible
         tensors a lossy spec does not apply to.
     error_feedback: keep each rank's quantization residual of every lossy
@@ -113,16 +138,22 @@ class Options:
     policy: the Communicator's compression policy, "auto" (may run a call with a
         lighter mode where compressing would not pay) or "off"; None: NCCLZ_POLICY.
     transport: "shm", "socket", "inproc" or None (NCCLZ_TRANSPORT / automatic).
+    any_source: let ``dist.recv(t)`` / ``irecv`` without ``src`` work (default
+        False; NCCLZ_TORCH_ANY_SOURCE=1 for groups without pg_options): every
+        send then also counts itself in the group's store (one store ``add``
+        per send), and a recv without src polls those counters to pick a rank
+        with a message no recv has claimed yet. Without it such a recv raises.
     """
 
     compression: Any = _LOSSLESS
     min_elements: int = DEFAULT_MIN_ELEMENTS
     dtypes: tuple = FLOAT_DTYPES
-    lossy_collectives: tuple = ("all_reduce", "reduce_scatter")
+    lossy_collectives: tuple = ("all_reduce", "reduce_scatter", "reduce")
     exact_compression: Any = None
     error_feedback: bool = False
     policy: str | None = None
     transport: str | None = None
+    any_source: bool = False
 
     def __post_init__(self):
         _check_spec(self.compression, "Options.compression")
@@ -192,6 +223,8 @@ class Options:
                 f"Options.error_feedback=True needs a lossy compression (ncclz.Lossy(...)), got "
                 f"{self.compression!r}: exact modes leave no residual"
             )
+        if not isinstance(self.any_source, bool):
+            raise InvalidArgumentError(f"Options.any_source must be True or False, got {self.any_source!r}")
         if self.policy is not None and self.policy not in ("auto", "off"):
             raise InvalidArgumentError(f"Options.policy must be 'auto', 'off' or None, got {self.policy!r}")
         if self.transport is not None and self.transport not in ("shm", "socket", "inproc", "auto"):
@@ -201,11 +234,18 @@ class Options:
 
     @classmethod
     def from_env(cls) -> Options:
-        """The defaults, with ``compression`` from NCCLZ_TORCH_COMPRESSION when it is set."""
+        """The defaults, with ``compression`` from NCCLZ_TORCH_COMPRESSION and ``any_source`` from
+        NCCLZ_TORCH_ANY_SOURCE (0 or 1) when they are set."""
+        kw: dict = {}
         v = os.environ.get(_ENV)
-        if v is None or v.strip() == "":
-            return cls()
-        return cls(compression=parse_spec(v))
+        if v is not None and v.strip() != "":
+            kw["compression"] = parse_spec(v)
+        a = os.environ.get(_ENV_ANY, "").strip()
+        if a not in ("", "0", "1"):
+            raise InvalidArgumentError(f"{_ENV_ANY}={a!r}: use 0 or 1")
+        if a == "1":
+            kw["any_source"] = True
+        return cls(**kw)
 
     @classmethod
     def coerce(cls, value: Any) -> Options:
@@ -240,6 +280,7 @@ class Options:
             f"error_feedback={self.error_feedback}",
             f"policy={self.policy}",
             f"transport={self.transport}",
+            f"any_source={self.any_source}",
         ]
         return "Options(" + ", ".join(parts) + ")"
 
@@ -251,13 +292,15 @@ class Options:
     # ---- the per-tensor rule --------------------------------------------------
     def spec_for(self, collective: str, tensor: torch.Tensor, sum_like: bool) -> Any:
         """The compression for one tensor of one call (see the module doc)."""
+        return self.spec_for_count(collective, tensor.dtype, int(tensor.numel()), sum_like)
+
+    def spec_for_count(self, collective: str, dtype: torch.dtype, numel: int, sum_like: bool) -> Any:
+        """The same rule from the dtype and the element count that the module doc says is compared."""
         spec = self.compression
-        if spec is None or tensor.dtype not in self.dtypes or tensor.numel() < self.min_elements:
+        if spec is None or dtype not in self.dtypes or numel < self.min_elements:
             return None
         if isinstance(spec, Lossy):
-            if sum_like and collective in self.lossy_collectives:
-                return spec
-            if collective in ("all_gather", "broadcast", "send") and collective in self.lossy_collectives:
+            if collective in self.lossy_collectives and (sum_like or collective in MOVEMENT):
                 return spec
             return self.exact_compression
         return spec

@@ -32,9 +32,9 @@ the lossy gradients over all ranks); for SGD without momentum a parameter
 then differs from the exact step by at most ``lr * E``.
 
 Limits: one param group (the wrapped optimizer's hyper-parameters apply to
-all shards), CPU tensors, all parameters of one floating dtype. The
-parameters must start equal on all ranks (``broadcast_initial=True``, the
-default, copies rank 0's).
+all shards), all parameters on one device (the CPU or one CUDA device) and of
+one floating dtype. The parameters must start equal on all ranks
+(``broadcast_initial=True``, the default, copies rank 0's).
 """
 
 from __future__ import annotations
@@ -64,13 +64,14 @@ class _Group:
         self.padded = self.shard * world
         self.start = rank * self.shard
         self.dtype = params[0].dtype
+        self.device = params[0].device  # CUDA parameters: shards, masters and optimizer state stay there
         flat = self.flatten([p.detach() for p in params])
         self.master = torch.nn.Parameter(
             flat[self.start : self.start + self.shard].to(master_dtype).clone(), requires_grad=True
         )
 
     def flatten(self, tensors: list) -> torch.Tensor:
-        out = torch.zeros(self.padded, dtype=self.dtype)
+        out = torch.zeros(self.padded, dtype=self.dtype, device=self.device)
         pos = 0
         for p, t in zip(self.params, tensors):
             n = int(p.numel())
@@ -149,11 +150,12 @@ class ShardedOptimizer:
         dtype = params[0].dtype
         if dtype not in _FLOAT_DTYPES:
             raise InvalidArgumentError(f"ShardedOptimizer needs floating-point parameters, got {dtype}")
-        for p in params:
-            if p.device.type != "cpu":
-                raise InvalidArgumentError(
-                    f"ShardedOptimizer: a parameter is on {p.device}; ncclz's Python runtime takes CPU tensors for now"
-                )
+        devices = {p.device for p in params}
+        if len(devices) != 1 or next(iter(devices)).type not in ("cpu", "cuda"):
+            raise InvalidArgumentError(
+                "ShardedOptimizer needs all parameters on one device, the CPU or one CUDA device; got "
+                f"{', '.join(sorted(str(d) for d in devices))}"
+            )
         self.comm = comm
         self.compression = _layout.check_spec(compression, "ShardedOptimizer compression")
         self.exact_compression = _layout.check_spec(exact_compression, "ShardedOptimizer exact_compression")
