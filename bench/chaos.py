@@ -254,12 +254,12 @@ def episode(k, rng, workdir, python, lab=None):
         procs = [lab.spawn(r, cmd, lab.rank_env(r, n, int(env["MASTER_PORT"]), token, {
                      k: v for k, v in env.items() if k.startswith("NCCLZ_") and k != "NCCLZ_TOKEN"}),
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=open(out / f"rank{r}.err", "w"))  # noqa: SIM115 - closed with the process
+                           stderr=open(out / f"rank{r}.err", "w"))
                  for r in range(n)]
     else:
         procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL,
-                                  stderr=open(out / f"rank{r}.err", "w"))  # noqa: SIM115 - closed with the process
+                                  stderr=open(out / f"rank{r}.err", "w"))
                  for r in range(n)]
     t_start = time.monotonic()
     t_fault = None

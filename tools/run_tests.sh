@@ -2,7 +2,8 @@
 # Runs every test of ncclz: the GoogleTest suite (plain and under
 # AddressSanitizer) through ctest, the device kernels' tests in the CPU
 # emulator (tools/cuda_emu: no GPU needed), then the pytest suite against the
-# installed package. Usage: bash tools/run_tests.sh   (from the repo root)
+# installed package, after the style checks (tools/check_style.sh, when ruff and
+# clang-format are installed). Usage: bash tools/run_tests.sh   (from the repo root)
 # Environment: NCCLZ_TEST_ASAN=0 skips the AddressSanitizer build;
 #              NCCLZ_TEST_JOBS sets the build parallelism (default: nproc).
 set -euo pipefail
@@ -19,6 +20,12 @@ run_ctest() {  # $1: build dir, rest: extra cmake args
 }
 
 mkdir -p build
+echo "== Style (ruff, clang-format: tools/check_style.sh) =="
+if command -v ruff >/dev/null 2>&1 && command -v clang-format >/dev/null 2>&1; then
+  bash tools/check_style.sh
+else
+  echo "SKIPPED: ruff or clang-format is missing (pip install ruff==0.17.6 clang-format==23.1.5; CI installs them)"
+fi
 echo "== GoogleTest (release, CUDA code built when nvcc is present) =="
 run_ctest build/tests
 echo "== Device kernels in the CPU emulator (tools/cuda_emu: CudaCodec tests, quick) =="

@@ -35,9 +35,9 @@ class WorkerPool {
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int)>* job_ = nullptr;
-  int njob_ = 0;          // parts of the current job (part 0 is the caller's)
+  int njob_ = 0;  // parts of the current job (part 0 is the caller's)
   unsigned long long generation_ = 0;
-  int pending_ = 0;       // worker parts not finished yet
+  int pending_ = 0;  // worker parts not finished yet
   bool stop_ = false;
 };
 

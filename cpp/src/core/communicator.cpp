@@ -169,7 +169,7 @@ class CommunicatorImpl final : public Communicator {
   std::vector<std::vector<transport::PeerLink>> intra_links_, inter_links_;
   std::unique_ptr<core::Runtime> rt_;
   std::unique_ptr<core::CallRoutine> routine_;
-  std::mutex call_mu_;   // one call at a time
+  std::mutex call_mu_;  // one call at a time
   std::mutex running_mu_;
   std::string running_;  // the call holding call_mu_ and its thread, for the concurrent-use error
   std::mutex abort_mu_;  // abort()/fail() against each other

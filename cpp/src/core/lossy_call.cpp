@@ -179,8 +179,8 @@ void LossyCall::run_widened(ElemType acc, bool coded) {
   if (f32) {
     from_f32(t_, static_cast<const float*>(out), cd_.out_count, cd_.recv, rt_.pool.get(), nch_);
   } else {
-    from_f64(t_, static_cast<const double*>(out), cd_.out_count,
-             cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0, cd_.recv, rt_.pool.get(), nch_);
+    from_f64(t_, static_cast<const double*>(out), cd_.out_count, cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0,
+             cd_.recv, rt_.pool.get(), nch_);
   }
 }
 
