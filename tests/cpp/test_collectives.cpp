@@ -27,6 +27,7 @@
 #include "core/lossy_plan.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
+#include "test_values.hpp"
 
 using namespace ncclz;
 
@@ -133,43 +134,7 @@ const char* name(RedOp o) {
   return n[int(o)];
 }
 
-double get(DataType t, const std::vector<uint8_t>& b, size_t i) {
-  const uint8_t* p = b.data() + i * dsize(t);
-  switch (t) {
-    case DataType::F32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::F64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DataType::F16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return codec::f16_to_float(v);
-    }
-    case DataType::BF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return codec::bf16_to_float(v);
-    }
-    case DataType::I32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::I64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return double(v);
-    }
-    case DataType::U8: return p[0];
-  }
-  return 0;
-}
+double get(DataType t, const std::vector<uint8_t>& b, size_t i) { return ncclz_test::value_at(t, b.data(), i); }
 
 int64_t get_int(DataType t, const std::vector<uint8_t>& b, size_t i) {
   const uint8_t* p = b.data() + i * dsize(t);

@@ -26,6 +26,7 @@
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/policy_hints.hpp"
+#include "test_values.hpp"
 #include "topology/topology.hpp"
 
 using namespace ncclz;
@@ -108,37 +109,7 @@ bool is_float(DataType t) {
   return t == DataType::F32 || t == DataType::F64 || t == DataType::F16 || t == DataType::BF16;
 }
 
-double get(DataType t, const std::vector<uint8_t>& b, size_t i) {
-  const uint8_t* p = b.data() + i * dsize(t);
-  switch (t) {
-    case DataType::F32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::F64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DataType::F16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return codec::f16_to_float(v);
-    }
-    case DataType::BF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return codec::bf16_to_float(v);
-    }
-    case DataType::I32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    default: return 0;
-  }
-}
+double get(DataType t, const std::vector<uint8_t>& b, size_t i) { return ncclz_test::value_at(t, b.data(), i); }
 
 void set(DataType t, std::vector<uint8_t>& b, size_t i, double v) {
   uint8_t* p = b.data() + i * dsize(t);

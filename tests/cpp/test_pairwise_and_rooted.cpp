@@ -30,6 +30,7 @@
 #include "ncclz/error.hpp"
 #include "ncclz/unique_id.hpp"
 #include "test_ranks.hpp"
+#include "test_values.hpp"
 
 using namespace ncclz;
 
@@ -63,43 +64,7 @@ const char* name(DataType t) { return dtype_name(t); }
 
 using Bytes = std::vector<uint8_t>;
 
-double get(DataType t, const Bytes& b, size_t i) {
-  const uint8_t* p = b.data() + i * dtype_size(t);
-  switch (t) {
-    case DataType::F32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::F64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DataType::F16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return codec::f16_to_float(v);
-    }
-    case DataType::BF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return codec::bf16_to_float(v);
-    }
-    case DataType::I32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::I64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return double(v);
-    }
-    case DataType::U8: return p[0];
-  }
-  return 0;
-}
+double get(DataType t, const Bytes& b, size_t i) { return ncclz_test::value_at(t, b.data(), i); }
 
 void set(DataType t, Bytes& b, size_t i, double v) {
   uint8_t* p = b.data() + i * dtype_size(t);
