@@ -46,6 +46,29 @@ double half_ulp_bound(codec::ElemType t, double v) {
 
 double relative_bound(double r, double lo, double hi) { return r * (hi - lo); }
 
+namespace {
+
+/// The plan's code type and the quantizer's limit: int32 when n_add codes of
+/// magnitude m add up below 2^31 - 1, else int64 below 2^62; false (why_not
+/// set) when neither holds.
+bool choose_code_width(LossyPlan& p, double m, double n_add) {
+  const int64_t lim32 = int64_t(2147483647.0 / n_add);
+  const int64_t lim64 = int64_t(std::ldexp(1.0, 62) / n_add);
+  if (m <= double(lim32)) {
+    p.wide = false;
+    p.limit = lim32;
+  } else if (m <= double(lim64) * 0.999) {
+    p.wide = true;
+    p.limit = lim64;
+  } else {
+    p.why_not = "the codes would not fit 64 bits";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g) {
   LossyPlan p;
   p.E = E;
@@ -74,18 +97,7 @@ LossyPlan plan_lossy(codec::ElemType t, Combine how, int nranks, double E, const
   }
   const double m = A / (2 * eb) + 2;  // largest |code| any rank emits
   const double n_add = how == Combine::Sum ? N : 1;
-  const int64_t lim32 = int64_t(2147483647.0 / n_add);
-  const int64_t lim64 = int64_t(std::ldexp(1.0, 62) / n_add);
-  if (m <= double(lim32)) {
-    p.wide = false;
-    p.limit = lim32;
-  } else if (m <= double(lim64) * 0.999) {
-    p.wide = true;
-    p.limit = lim64;
-  } else {
-    p.why_not = "the codes would not fit 64 bits";
-    return p;
-  }
+  if (!choose_code_width(p, m, n_add)) return p;
   p.eb = eb;
   p.check_eb = eb + half_ulp_bound(t, A + E) + 2 * (A + E) * tiny;
   p.compress = true;
@@ -137,18 +149,7 @@ LossyPlan plan_lossy_hier(codec::ElemType t, Combine how, int nhosts, int local_
   }
   const double m = M / (2 * eb) + 2;  // largest |code| any host emits
   const double n_add = sums ? H : 1;
-  const int64_t lim32 = int64_t(2147483647.0 / n_add);
-  const int64_t lim64 = int64_t(std::ldexp(1.0, 62) / n_add);
-  if (m <= double(lim32)) {
-    p.wide = false;
-    p.limit = lim32;
-  } else if (m <= double(lim64) * 0.999) {
-    p.wide = true;
-    p.limit = lim64;
-  } else {
-    p.why_not = "the codes would not fit 64 bits";
-    return p;
-  }
+  if (!choose_code_width(p, m, n_add)) return p;
   p.eb = eb;
   p.check_eb = eb + half_ulp_bound(t, M + V) + 2 * (M + V) * tiny;
   p.compress = true;
