@@ -196,10 +196,14 @@ def test_two_threads_at_once_never_mix_calls(tmp_path):
                 assert c["kind"] in ("returned", "InvalidArgumentError", "AbortedError", "RemoteError"), c
                 if c["kind"] == "InvalidArgumentError":
                     misuse.append(c["message"])
-    assert misuse, res  # the threads overlapped: someone was told
-    m = misuse[0]
-    assert "two threads called the communicator at once" in m, m
-    assert m.count("all_reduce(count=100") == 2, m  # both calls named (counts 1000 and 1001)
+    # Calls that overlapped on a rank are refused there (InvalidArgumentError naming both); calls
+    # that did not overlap but paired up differently across ranks fail as mismatched
+    # (RemoteError); which of the two happens depends on the threads' timing.
+    told = [c for r in (0, 1) for calls in res[r]["threads"].values() for c in calls if c["kind"] != "returned"]
+    assert told, res  # the two threads' calls cannot all pair up: someone was told
+    for m in misuse:
+        assert "two threads called the communicator at once" in m, m
+        assert m.count("all_reduce(count=100") == 2, m  # both calls named (counts 1000 and 1001)
 
 
 def test_threads_taking_turns_and_the_achieved_bound(tmp_path):
