@@ -151,38 +151,7 @@ int64_t get_int(DataType t, const std::vector<uint8_t>& b, size_t i) {
   return p[0];
 }
 
-void set(DataType t, std::vector<uint8_t>& b, size_t i, double v) {
-  uint8_t* p = b.data() + i * dsize(t);
-  switch (t) {
-    case DataType::F32: {
-      float f = float(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DataType::F64: std::memcpy(p, &v, 8); return;
-    case DataType::F16: {
-      uint16_t h = codec::float_to_f16(float(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DataType::BF16: {
-      uint16_t h = codec::float_to_bf16(float(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DataType::I32: {
-      int32_t x = int32_t(v);
-      std::memcpy(p, &x, 4);
-      return;
-    }
-    case DataType::I64: {
-      int64_t x = int64_t(v);
-      std::memcpy(p, &x, 8);
-      return;
-    }
-    case DataType::U8: p[0] = uint8_t(int(v)); return;
-  }
-}
+void set(DataType t, std::vector<uint8_t>& b, size_t i, double v) { ncclz_test::store_value(t, b.data(), i, v); }
 
 /// Deterministic inputs of rank r: floats in [-1, 1] (a smooth part plus noise,
 /// so that codecs have something to find), integers small (prod stays in range
@@ -204,15 +173,7 @@ std::vector<uint8_t> make_input(DataType t, size_t n, int r, uint64_t salt = 0) 
   return b;
 }
 
-double unit_roundoff(DataType t) {
-  switch (t) {
-    case DataType::F32: return std::ldexp(1.0, -24);
-    case DataType::F64: return std::ldexp(1.0, -53);
-    case DataType::F16: return std::ldexp(1.0, -11);
-    case DataType::BF16: return std::ldexp(1.0, -8);
-    default: return 0;
-  }
-}
+using ncclz_test::unit_roundoff;
 
 /// A bound E that the lossy path can honour for inputs in [-1, 1] on up to 8 ranks.
 double lossy_bound(DataType t) {

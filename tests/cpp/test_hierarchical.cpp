@@ -111,33 +111,7 @@ bool is_float(DataType t) {
 
 double get(DataType t, const std::vector<uint8_t>& b, size_t i) { return ncclz_test::value_at(t, b.data(), i); }
 
-void set(DataType t, std::vector<uint8_t>& b, size_t i, double v) {
-  uint8_t* p = b.data() + i * dsize(t);
-  switch (t) {
-    case DataType::F32: {
-      const float f = float(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DataType::F64: std::memcpy(p, &v, 8); return;
-    case DataType::F16: {
-      const uint16_t h = codec::float_to_f16(float(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DataType::BF16: {
-      const uint16_t h = codec::float_to_bf16(float(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DataType::I32: {
-      const int32_t x = int32_t(v);
-      std::memcpy(p, &x, 4);
-      return;
-    }
-    default: return;
-  }
-}
+void set(DataType t, std::vector<uint8_t>& b, size_t i, double v) { ncclz_test::store_value(t, b.data(), i, v); }
 
 /// Rank r's input: a smooth part plus noise in about [-1, 1] (floats), small integers.
 std::vector<uint8_t> input(DataType t, size_t n, int r, uint64_t salt = 0) {
@@ -151,15 +125,7 @@ std::vector<uint8_t> input(DataType t, size_t n, int r, uint64_t salt = 0) {
   return b;
 }
 
-double unit_roundoff(DataType t) {
-  switch (t) {
-    case DataType::F32: return std::ldexp(1.0, -24);
-    case DataType::F64: return std::ldexp(1.0, -53);
-    case DataType::F16: return std::ldexp(1.0, -11);
-    case DataType::BF16: return std::ldexp(1.0, -8);
-    default: return 0;
-  }
-}
+using ncclz_test::unit_roundoff;
 
 /// A bound E the lossy path honours for these inputs on up to 8 ranks.
 double lossy_bound(DataType t) {

@@ -66,38 +66,7 @@ using Bytes = std::vector<uint8_t>;
 
 double get(DataType t, const Bytes& b, size_t i) { return ncclz_test::value_at(t, b.data(), i); }
 
-void set(DataType t, Bytes& b, size_t i, double v) {
-  uint8_t* p = b.data() + i * dtype_size(t);
-  switch (t) {
-    case DataType::F32: {
-      const float f = float(v);
-      std::memcpy(p, &f, 4);
-      return;
-    }
-    case DataType::F64: std::memcpy(p, &v, 8); return;
-    case DataType::F16: {
-      const uint16_t h = codec::float_to_f16(float(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DataType::BF16: {
-      const uint16_t h = codec::float_to_bf16(float(v));
-      std::memcpy(p, &h, 2);
-      return;
-    }
-    case DataType::I32: {
-      const int32_t x = int32_t(v);
-      std::memcpy(p, &x, 4);
-      return;
-    }
-    case DataType::I64: {
-      const int64_t x = int64_t(v);
-      std::memcpy(p, &x, 8);
-      return;
-    }
-    case DataType::U8: p[0] = uint8_t(int(v)); return;
-  }
-}
+void set(DataType t, Bytes& b, size_t i, double v) { ncclz_test::store_value(t, b.data(), i, v); }
 
 /// Rank r's input of n elements: a smooth field plus a little noise (floats:
 /// the wire codec finds something), small integers otherwise.
@@ -461,15 +430,7 @@ int64_t int_reduce(DataType t, RedOp op, int64_t a, int64_t b) {
   return 0;
 }
 
-double unit_roundoff(DataType t) {
-  switch (t) {
-    case DataType::F32: return std::ldexp(1.0, -24);
-    case DataType::F64: return std::ldexp(1.0, -53);
-    case DataType::F16: return std::ldexp(1.0, -11);
-    case DataType::BF16: return std::ldexp(1.0, -8);
-    default: return 0;
-  }
-}
+using ncclz_test::unit_roundoff;
 
 /// The root's output against the reduction of every rank's input: integers
 /// exactly (wrapping), floats within E (lossy) or the plain float

@@ -2,6 +2,7 @@
 // DataType t, as a double (16-bit floats widened exactly).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -47,6 +48,54 @@ inline double value_at(ncclz::DataType t, const uint8_t* base, size_t i) {
     case DataType::U8: return p[0];
   }
   return 0;
+}
+
+/// Stores v as element i of a byte buffer of DataType t (rounded to t once;
+/// integers truncated).
+inline void store_value(ncclz::DataType t, uint8_t* base, size_t i, double v) {
+  using ncclz::DataType;
+  uint8_t* p = base + i * ncclz::dtype_size(t);
+  switch (t) {
+    case DataType::F32: {
+      const float f = float(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    case DataType::F64: std::memcpy(p, &v, 8); return;
+    case DataType::F16: {
+      const uint16_t h = ncclz::codec::float_to_f16(float(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case DataType::BF16: {
+      const uint16_t h = ncclz::codec::float_to_bf16(float(v));
+      std::memcpy(p, &h, 2);
+      return;
+    }
+    case DataType::I32: {
+      const int32_t x = int32_t(v);
+      std::memcpy(p, &x, 4);
+      return;
+    }
+    case DataType::I64: {
+      const int64_t x = int64_t(v);
+      std::memcpy(p, &x, 8);
+      return;
+    }
+    case DataType::U8: p[0] = uint8_t(int(v)); return;
+  }
+}
+
+/// The float types' unit roundoff (half an ulp of 1); 0 for integers.
+inline double unit_roundoff(ncclz::DataType t) {
+  using ncclz::DataType;
+  switch (t) {
+    case DataType::F32: return std::ldexp(1.0, -24);
+    case DataType::F64: return std::ldexp(1.0, -53);
+    case DataType::F16: return std::ldexp(1.0, -11);
+    case DataType::BF16: return std::ldexp(1.0, -8);
+    default: return 0;
+  }
 }
 
 }  // namespace ncclz_test
