@@ -139,3 +139,10 @@ class Checker:
 
     def record(self, name, out):
         self.hashes[name] = digest(out)
+
+
+def layout_field(rank, rows=384, cols=512):
+    """A smooth 2-D field, different on every rank (for the shape-hint scenario)."""
+    y, x = np.meshgrid(np.linspace(0, 1, rows), np.linspace(0, 1, cols), indexing="ij")
+    f = np.sin(6 * x + 3 * y + 0.3 * rank) + np.cos(5 * y - 2 * x) + np.exp(-((x - 0.4) ** 2 + (y - 0.6) ** 2) / 0.02)
+    return f.astype(np.float32)

@@ -6,9 +6,9 @@ themselves and write their output hashes to rank<R>.json; here we check
 exit codes, that all ranks agree, and that failures surface quickly. Every
 test is bounded by subprocess timeouts (a hang fails the test, never the run).
 
-To add a case: add a scenario_<name>(ncclz, comm, args) function to
-_workers.py returning a JSON-able dict, and a test here that calls
-run_ranks("<name>", ...).
+To add a case: add a scenario_<name>(ncclz, comm, args) function returning a
+JSON-able dict to the scenario file of its area (tests/README.md), and a test
+here that calls run_ranks("<name>", ...).
 """
 
 from __future__ import annotations
@@ -430,7 +430,7 @@ def test_single_rank_communicator():
 
 def test_runtime_configuration_is_exposed(monkeypatch):
     """The runtime's defaults without a communicator, the environment's effect, and what a
-    communicator actually uses (comm._native.config): nothing in Python needs to guess them."""
+    communicator actually uses (comm.config): nothing in Python needs to guess them."""
     for k in ("NCCLZ_NCHANNELS", "NCCLZ_SLOT_BYTES", "NCCLZ_NSLOTS", "NCCLZ_SPARSE_SLICE_BYTES",
               "NCCLZ_PIPELINE_QUANTIZE", "NCCLZ_SPARSE_INPUT", "NCCLZ_P2P", "NCCLZ_TRANSPORT"):
         monkeypatch.delenv(k, raising=False)
@@ -446,7 +446,7 @@ def test_runtime_configuration_is_exposed(monkeypatch):
     assert C.from_env().nchannels == 3 and C().resolved().pipeline_quantize == 0
     assert C.defaults().nchannels == 2  # the built-in default, whatever the environment says
     with ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="secret", timeout=10) as comm:
-        cfg = comm._native.config
+        cfg = comm.config
         assert cfg.nchannels == 3 and cfg.pipeline_quantize == 0 and cfg.slot_bytes == 1 << 20
         assert cfg.transport in ("inproc", "shm", "socket") and cfg.timeout_s == 10.0
         assert cfg.token == "" and "token" not in cfg.as_dict() and "secret" not in repr(cfg)
