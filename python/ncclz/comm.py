@@ -342,8 +342,9 @@ class Communicator:
     communicator is running raises InvalidArgumentError naming both calls and
     aborts the communicator (on every rank), since the ranks would otherwise
     pair calls differently and mix their data silently. Make the calls from
-    one thread, order them yourself the same way on every rank, or give each
-    thread its own communicator.
+    one thread (``async_op=True`` queues them, to overlap them with work),
+    order them yourself the same way on every rank, or give each thread its
+    own communicator.
     """
 
     def __init__(
