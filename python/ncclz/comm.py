@@ -315,8 +315,10 @@ class Communicator:
     Arguments left as None come from the environment: RANK, WORLD_SIZE,
     MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), NCCLZ_TOKEN,
     NCCLZ_TIMEOUT (seconds, default 300), NCCLZ_TRANSPORT (shm | socket |
-    inproc; default: automatic), NCCLZ_NCHANNELS. OMPI_COMM_WORLD_* and
-    PMI_* are read when RANK / WORLD_SIZE are absent.
+    inproc; default: automatic), NCCLZ_NCHANNELS (default: a channel per
+    core of this rank's share of its host, 2-8, the smallest over the
+    ranks). OMPI_COMM_WORLD_* and PMI_* are read when RANK / WORLD_SIZE are
+    absent.
 
     store: a ``torch.distributed`` Store (TCPStore, FileStore, ...) shared by
         all ranks. Rank 0 makes the bootstrap id and puts it in the store; the
