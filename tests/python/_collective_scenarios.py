@@ -11,6 +11,7 @@ import numpy as np
 from _checks import (
     FLOAT_DTYPES,
     Checker,
+    Errors,
     as_f64,
     bits,
     bound_of,
@@ -413,18 +414,8 @@ def scenario_pairwise_rooted_errors(ncclz, comm, args):
     """Bad input to the new collectives raises InvalidArgumentError (each rank its own), mismatched
     calls and counts RemoteError on every rank; no hang, and the communicator stays usable."""
     W, r = comm.world_size, comm.rank
-    errs = {}
-
-    def expect(name, fn, exc=None):
-        exc = exc or ncclz.InvalidArgumentError
-        try:
-            fn()
-        except exc as e:
-            if exc is ncclz.RemoteError and isinstance(e, (ncclz.TimeoutError, ncclz.AbortedError)):
-                raise AssertionError(f"{name}: {type(e).__name__} instead of a mismatch: {e}") from e
-            errs[name] = f"{type(e).__name__}: {e}"
-            return
-        raise AssertionError(f"{name}: no {exc.__name__}")
+    errs = Errors(ncclz)
+    expect = errs.expect
 
     f = np.ones((W * 4, 3), np.float32)
     expect("bad_root_reduce", lambda: comm.reduce(f.copy(), root=W))

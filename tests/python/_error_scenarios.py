@@ -8,6 +8,7 @@ import os
 import time
 
 import numpy as np
+from _checks import Errors
 
 
 def scenario_kill(ncclz, comm, args):
@@ -77,16 +78,8 @@ def scenario_mismatch(ncclz, comm, args):
 
 def scenario_badinput(ncclz, comm, args):
     """Bad arguments raise InvalidArgumentError before any communication; the communicator stays usable."""
-    errs = {}
-
-    def expect(name, fn, exc=None):
-        exc = exc or ncclz.InvalidArgumentError
-        try:
-            fn()
-        except exc as e:
-            errs[name] = str(e)
-            return
-        raise AssertionError(f"{name}: no {exc.__name__}")
+    errs = Errors(ncclz)
+    expect = errs.expect
 
     a = np.ones((8, 8), np.float32)
     expect("noncontig", lambda: comm.all_reduce(a[:, ::2]))

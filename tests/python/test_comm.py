@@ -350,7 +350,8 @@ def test_bad_inputs(tmp_path):
     assert "root" in errs["bad_root"]
     # A CUDA producer that cannot be imported (no CUDA here, a broken __dlpack__) says so.
     assert "could not import this CUDA array" in errs.get("gpu", "could not import this CUDA array")
-    assert all(m.startswith("rank 0") for k, m in errs.items() if k != "not_array")
+    # each "ExcType: message" (_checks.Errors); the messages say where they come from
+    assert all(m.split(": ", 1)[1].startswith("rank 0") for k, m in errs.items() if k != "not_array"), errs
 
 
 # ---- rendezvous ---------------------------------------------------------------------------------------
