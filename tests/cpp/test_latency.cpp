@@ -548,6 +548,24 @@ TEST(LatencyErrors, ACollectiveAgainstASendAbortsEveryRankPromptly) {
   w.run([](int, Communicator& comm) { EXPECT_THROW(comm.barrier(), ncclz::Aborted); });
 }
 
+// Rank 0 posts its small call's message to everyone, times out waiting for
+// the others (who come late) and aborts: they find its message, but must not
+// complete the call rank 0 failed (the ring could not have: it needs rank 0
+// after the exchange), so they fail with its notice.
+TEST(LatencyErrors, LatePeersOfACallTheFirstRankGaveUpOnFailToo) {
+  Ranks w = world(3, [](int r, ncclz::CommConfig& c) { c.timeout_s = r == 0 ? 0.5 : 30; });
+  std::vector<float> a(64, 1.f), b(64);
+  const auto got = outcomes(w, [&](int r, Communicator& comm) {
+    if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+  });
+  EXPECT_TRUE(has(got[0], "timeout: ")) << got[0];
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_TRUE(has(got[size_t(r)], "aborted: ") && has(got[size_t(r)], "rank 0 aborted the communicator"))
+        << got[size_t(r)];
+  }
+}
+
 TEST(LatencyErrors, AMissingRankIsATimeoutAndAbortWakesTheOthers) {
   {
     Ranks w = world(3, [](int, ncclz::CommConfig& c) { c.timeout_s = 0.5; });

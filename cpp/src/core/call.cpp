@@ -79,7 +79,7 @@ algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType 
 }
 
 void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried,
-                              uint64_t seq, CallState& call) {
+                              const CallDesc& d, CallState& call) {
   uint64_t sent = 0;
   for (int q = 0; q < rt_.nranks; ++q) {
     if (q == rt_.rank) continue;
@@ -87,16 +87,17 @@ void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart
     const size_t want = algorithms::expected_bytes(cd.latency, part, q);
     if (carried.in[size_t(q)].size != want) {
       const std::string why = "rank " + std::to_string(q) + " sent " + std::to_string(carried.in[size_t(q)].size) +
-                              " bytes of data with its descriptor of call #" + std::to_string(seq) +
+                              " bytes of data with its descriptor of call #" + std::to_string(d.seq) +
                               " where this rank expected " + std::to_string(want);
       rt_.fail("latency algorithm: " + why);
       throw RemoteError("ncclz rank " + std::to_string(rt_.rank) + ": " + why +
                         " (the point-to-point links are out of step); the communicator was aborted");
     }
   }
+  rt_.protocol.check_no_notice(d);
   cd.latency.combine(part, carried.in.data());
   rt_.protocol.release_carried();
-  if (cd.latency.again) sent += rt_.protocol.second_round(cd.latency, part, seq, call);
+  if (cd.latency.again) sent += rt_.protocol.second_round(cd.latency, part, d.seq, call);
   call.ch.assign(1, prims::ChannelStats{});
   call.ch[0].raw_bytes = call.ch[0].wire_bytes = sent;  // raw: the exact modes' values as they are
 }
@@ -173,7 +174,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
   cd.algorithm = call.algorithm = decide_algorithm(all, cd);
   if (cd.algorithm == Algorithm::Latency) {
-    run_latency(cd, part, carried, d.seq, call);  // 6. (exact modes: the values as they came)
+    run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
   } else if (is_lossy(run)) {
     lossy.run(all);  // 5.-6.
   } else {

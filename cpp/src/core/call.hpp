@@ -81,7 +81,7 @@ class CallRoutine {
   algorithms::OneHopPart one_hop_part(const Collective& cd, DataType t);
   /// Step 6 of the latency algorithm: checks the sizes that came, combines
   /// them into the output, releases their slots.
-  void run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried, uint64_t seq,
+  void run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried, const CallDesc& d,
                    CallState& call);
   /// What this rank proposes in its descriptor when the hints name none:
   /// CommConfig::algorithm (NCCLZ_ALGO), 1 + int(Algorithm), 0 for auto.

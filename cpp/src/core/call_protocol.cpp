@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ncclz/error.hpp"
+#include "transport/slot_ring.hpp"
 
 namespace ncclz::core {
 
@@ -152,6 +153,20 @@ uint64_t CallProtocol::second_round(const algorithms::OneHop& s, const algorithm
     throw;
   }
   return sent;
+}
+
+void CallProtocol::check_no_notice(const CallDesc& mine) {
+  for (int q = 0; q < nranks_; ++q) {
+    if (q == rank_) continue;
+    const auto* end = dynamic_cast<const transport::RingEnd*>(peers_.link(q)->recv.get());
+    std::string note;
+    const transport::CloseWhy why = end ? end->other_side(&note) : transport::kClosedNormally;
+    if (why == transport::kClosedNormally) continue;
+    fail_("a peer's notice during " + describe(mine) + ": " + note);
+    const std::string what = me() + describe(mine) + " (call #" + std::to_string(mine.seq) + "): " + note;
+    if (why == transport::kClosedCorrupt) throw CorruptData(what);
+    throw Aborted(what);
+  }
 }
 
 void CallProtocol::release_carried() {

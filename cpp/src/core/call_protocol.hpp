@@ -65,6 +65,13 @@ class CallProtocol {
   std::vector<CallDesc> exchange(const CallDesc& mine, CallState& call, Carried* carry = nullptr);
   /// Releases the slots exchange() kept for carried data (none: nothing).
   void release_carried();
+  /// Throws Aborted (or CorruptData) when a peer closed its link to this
+  /// rank with a notice: it aborted the communicator, maybe after it posted
+  /// its message of this round (its own call then failed). The latency
+  /// algorithm checks it before it uses carried data, so that peers joining
+  /// a call late fail too instead of completing it (as the ring, which needs
+  /// every rank's work after the exchange).
+  void check_no_notice(const CallDesc& mine);
   /// The second round of a two-hop schedule (after exchange() carried the
   /// first and its combine ran): s.again(part, q) to every peer q, then every
   /// peer's bytes copied to s.land(part, j), each size checked. A failure
