@@ -220,6 +220,8 @@ def worker(args) -> int:
                             "exact_fallback": st.get("exact_fallback"), "error_bound": st.get("error_bound"),
                             "encode_s": st.get("encode_s"), "decode_s": st.get("decode_s"),
                             "quantize_s": st.get("quantize_s"), "wait_s": st.get("wait_s"),
+                            "nchannels": int(comm.config.nchannels),
+                            "staging": os.environ.get("NCCLZ_STAGING", "pinned"),
                         }
                         if m == "lossless":
                             row["bit_identical_to_none"] = same
@@ -298,8 +300,8 @@ def fmt(v, spec):
 
 
 def table(rows: list) -> str:
-    lines = ["| ranks | Gbit/s | dtype | MiB | data | mode | ms (median) | speedup | ratio | speedup/ratio | check |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| ranks | channels | Gbit/s | dtype | MiB | data | mode | ms (median) | speedup | ratio | speedup/ratio | check |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         check = ""
         if "bit_identical_to_none" in r:
@@ -309,7 +311,7 @@ def table(rows: list) -> str:
             if r.get("exact_fallback"):
                 check += ", exact fallback"
         lines.append(
-            f"| {r['ranks']} | {r['gbps']:g} | {r['dtype']} | {r['mib']:g} | {r['data']} | {r['mode']} "
+            f"| {r['ranks']} | {r.get('nchannels', '')} | {r['gbps']:g} | {r['dtype']} | {r['mib']:g} | {r['data']} | {r['mode']} "
             f"| {r['median_s'] * 1e3:.1f} | {fmt(r['speedup'], '.2f')} | {fmt(r['ratio'], '.2f')} "
             f"| {fmt(r.get('speedup_over_ratio'), '.2f')} | {check} |")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """ncclz: compression-enabled collective communication for GPUs and CPUs."""
 
 from . import _core, codec, comm, errors
+from ._async import Work
 from .comm import CallStats, Communicator, Topology, init
 from .errors import (
     AbortedError,
@@ -28,6 +29,7 @@ __all__ = [
     "SystemError",
     "TimeoutError",
     "Topology",
+    "Work",
     "built_with_cuda",
     "codec",
     "comm",

@@ -26,6 +26,7 @@ take GPU arrays now, with results identical to the CPU path's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import Any
@@ -130,6 +131,41 @@ class DeviceArray:
     def for_output(self) -> DeviceArray:
         """The stage of a new output on this device (no user array yet)."""
         return DeviceArray(None, self.framework, self.index, True, like=self.like)
+
+
+def caller_streams(args: Any) -> list:
+    """For a call queued now and run later on another thread (ncclz/_async.py): context-manager
+    factories that make the caller's current stream of each GPU array's device current there again
+    (PyTorch's, CuPy's), so that the call's staging copies are ordered after the work the caller
+    queued before the call. Empty for host arrays and JAX (whose values are waited for)."""
+    found, seen = [], set()
+    for x in args:
+        for a in x if isinstance(x, (list, tuple)) else (x,):
+            try:
+                st = stage_of(a, "array")
+            except InvalidArgumentError:
+                continue  # the call itself reports it
+            if st is None or (st.framework, st.index) in seen:
+                continue
+            seen.add((st.framework, st.index))
+            if st.framework == "torch":
+                torch = _torch()
+                stream = torch.cuda.current_stream(st.index)
+                found.append(lambda s=stream: _torch().cuda.stream(s))
+            elif st.framework == "cupy":
+                import cupy
+
+                with cupy.cuda.Device(st.index):
+                    stream = cupy.cuda.get_current_stream()
+
+                def use(s=stream, index=st.index):
+                    stack = contextlib.ExitStack()
+                    stack.enter_context(cupy.cuda.Device(index))
+                    stack.enter_context(s)
+                    return stack
+
+                found.append(use)
+    return found
 
 
 def _refuse_managed(what: str) -> InvalidArgumentError:

@@ -25,7 +25,9 @@ NCCLZ_POLICY=off) turns it off; ``policy="off"`` on one call forces the mode.
 
 Arrays are CPU arrays of NumPy, PyTorch, JAX or any DLPack producer
 (see :mod:`ncclz._dlpack`). Every call blocks until this rank's part is done
-and releases the GIL while it communicates. Errors raise ncclz exceptions:
+and releases the GIL while it communicates, unless made with ``async_op=True``:
+then it is queued and returns a :class:`ncclz.Work` (see :mod:`ncclz._async`;
+``comm.synchronize()`` waits for every queued call). Errors raise ncclz exceptions:
 InvalidArgumentError for bad calls (raised before any communication),
 RemoteError / TimeoutError / AbortedError when a peer fails or a call does
 not match across ranks.
@@ -35,10 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 from typing import Any
 
-from . import _core, _dlpack
+from . import _async, _core, _dlpack
 from . import store as _store
 from .errors import InvalidArgumentError, RemoteError
 from .policy import POLICIES, Call, CommPolicy, Decision, resolve_setting
@@ -241,6 +244,33 @@ def _name_rank(method):
     return wrapper
 
 
+def _queueable(method):
+    """Adds ``async_op`` to a collective. ``async_op=True`` queues the call on the communicator's call
+    queue and returns a :class:`ncclz.Work`; a synchronous call made while calls are queued goes
+    behind them (ncclz/_async.py), else it runs here on the caller's thread."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self, *args, async_op: bool = False, **kwargs):
+        if not isinstance(async_op, bool):
+            raise InvalidArgumentError(f"rank {self._rank}: {name}: async_op must be True or False, got {async_op!r}")
+        q = self._queue
+        if not async_op and (q is None or q.idle()):
+            return method(self, *args, **kwargs)
+        if self.closed:
+            raise InvalidArgumentError(f"rank {self._rank}: {name}: the communicator is closed")
+        if q is None:
+            q = self._queue = _async.CallQueue(f"ncclz-calls-rank{self._rank}")
+        work = q.submit(name, lambda: method(self, *args, **kwargs), (*args, *kwargs.values()))
+        return work if async_op else work.wait()
+
+    sig = inspect.signature(method)
+    params = list(sig.parameters.values())
+    params.append(inspect.Parameter("async_op", inspect.Parameter.KEYWORD_ONLY, default=False, annotation="bool"))
+    wrapper.__signature__ = sig.replace(parameters=params)
+    return wrapper
+
+
 def _describe_compression(c: Any) -> str:
     if c.mode in ("lossy_abs", "lossy_rel"):
         return f"{c.mode}({c.bound:g})"
@@ -285,8 +315,10 @@ class Communicator:
     Arguments left as None come from the environment: RANK, WORLD_SIZE,
     MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), NCCLZ_TOKEN,
     NCCLZ_TIMEOUT (seconds, default 300), NCCLZ_TRANSPORT (shm | socket |
-    inproc; default: automatic), NCCLZ_NCHANNELS. OMPI_COMM_WORLD_* and
-    PMI_* are read when RANK / WORLD_SIZE are absent.
+    inproc; default: automatic), NCCLZ_NCHANNELS (default: a channel per
+    core of this rank's share of its host, 2-8, the smallest over the
+    ranks). OMPI_COMM_WORLD_* and PMI_* are read when RANK / WORLD_SIZE are
+    absent.
 
     store: a ``torch.distributed`` Store (TCPStore, FileStore, ...) shared by
         all ranks. Rank 0 makes the bootstrap id and puts it in the store; the
@@ -312,8 +344,9 @@ class Communicator:
     communicator is running raises InvalidArgumentError naming both calls and
     aborts the communicator (on every rank), since the ranks would otherwise
     pair calls differently and mix their data silently. Make the calls from
-    one thread, order them yourself the same way on every rank, or give each
-    thread its own communicator.
+    one thread (``async_op=True`` queues them, to overlap them with work),
+    order them yourself the same way on every rank, or give each thread its
+    own communicator.
     """
 
     def __init__(
@@ -378,6 +411,7 @@ class Communicator:
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
         self._device: Any = None  # the CUDA device of the first GPU array this rank passed (a DeviceArray)
+        self._queue: _async.CallQueue | None = None  # asynchronous calls (async_op=True), made on first use
         self._topology = self._find_topology()
         self._policy = CommPolicy(setting, rank, world_size, nchannels=self._channels(cfg),
                                   topology=self._topology, algorithm=self._configured_algorithm())
@@ -446,6 +480,13 @@ class Communicator:
         """Which ranks share a host (:class:`Topology`), as found at creation: from the host names,
         or NCCLZ_TOPO_HOST / NCCLZ_TOPO_HOSTS (docs/ENVIRONMENT.md)."""
         return self._topology
+
+    @property
+    def config(self) -> Any:
+        """The configuration this communicator runs with (a ``CommConfig``: the environment read once,
+        defaults resolved, the transport chosen; ``as_dict()`` for all fields; the token is not
+        reported). docs/PYTHON_API.md, "The runtime's configuration"."""
+        return self._native.config
 
     @property
     def last_stats(self) -> CallStats | None:
@@ -560,6 +601,7 @@ class Communicator:
         return int(r)  # its range is the runtime's check
 
     # ---- collectives ------------------------------------------------------
+    @_queueable
     @_name_rank
     def all_reduce(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
                    policy: str | None = None, algorithm: str | None = None) -> Any:
@@ -586,6 +628,7 @@ class Communicator:
         self._record("all_reduce", c, st, d)
         return _result(o, x if o is b else out)
 
+    @_queueable
     @_name_rank
     def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
                        policy: str | None = None, algorithm: str | None = None) -> Any:
@@ -607,6 +650,7 @@ class Communicator:
         self._record("reduce_scatter", c, st, d)
         return _result(o, out)
 
+    @_queueable
     @_name_rank
     def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None,
                    algorithm: str | None = None) -> Any:
@@ -624,6 +668,7 @@ class Communicator:
         self._record("all_gather", c, st, d)
         return _result(o, out)
 
+    @_queueable
     @_name_rank
     def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None,
                   algorithm: str | None = None) -> Any:
@@ -640,6 +685,7 @@ class Communicator:
         self._record("broadcast", c, st, d)
         return _result(o, x if o is b else None)
 
+    @_queueable
     @_name_rank
     def reduce(self, x: Any, root: int = 0, op: str = "sum", compression: Any = None, out: Any = None, *,
                policy: str | None = None) -> Any:
@@ -666,6 +712,7 @@ class Communicator:
             return None
         return _result(o, x if o is b else out)
 
+    @_queueable
     @_name_rank
     def gather(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
                policy: str | None = None) -> Any:
@@ -685,6 +732,7 @@ class Communicator:
             return None
         return _result(o, out)
 
+    @_queueable
     @_name_rank
     def scatter(self, x: Any, root: int = 0, compression: Any = None, out: Any = None, *,
                 policy: str | None = None) -> Any:
@@ -721,6 +769,7 @@ class Communicator:
         self._record("scatter", c, st, d)
         return _result(o, out)
 
+    @_queueable
     @_name_rank
     def all_to_all(self, x: Any, compression: Any = None, out: Any = None, *, send_counts: Any = None,
                    recv_counts: Any = None, policy: str | None = None) -> Any:
@@ -788,6 +837,7 @@ class Communicator:
         self._native.all_to_all(mine, theirs, _NO_COMPRESSION, "", None)
         return [int(v) for v in theirs]
 
+    @_queueable
     @_name_rank
     def send(self, x: Any, peer: int, compression: Any = None) -> None:
         """Sends ``x`` to ``peer`` (which must call recv with the same count, dtype and compression)."""
@@ -796,6 +846,7 @@ class Communicator:
         st = self._native.send(b.native, peer, c, b.as_dtype)
         self._record("send", c, st)
 
+    @_queueable
     @_name_rank
     def recv(self, x: Any, peer: int, compression: Any = None) -> Any:
         """Receives from ``peer`` into ``x`` (writable); returns ``x``."""
@@ -809,6 +860,7 @@ class Communicator:
         self._record("recv", c, st)
         return _result(b, x)
 
+    @_queueable
     @_name_rank
     def barrier(self) -> None:
         """Returns when every rank has called barrier()."""
@@ -819,8 +871,19 @@ class Communicator:
         """Makes pending and future calls fail with AbortedError (here and, where reachable, on peers)."""
         self._native.abort(str(reason))
 
+    def synchronize(self) -> None:
+        """Waits for every call queued with ``async_op=True`` so far; raises the first exception among
+        them that no ``Work.wait()`` has raised yet (the others still ran). Returns at once when
+        nothing is queued."""
+        if self._queue is not None:
+            self._queue.synchronize()
+
     def close(self) -> None:
-        """Releases the connections. Further calls raise InvalidArgumentError."""
+        """Waits for the queued asynchronous calls, then releases the connections. Further calls raise
+        InvalidArgumentError."""
+        q = getattr(self, "_queue", None)
+        if q is not None:
+            q.stop()
         self._native.close()
 
     def __enter__(self) -> Communicator:  # noqa: PYI034 - Self needs Python 3.11

@@ -4,7 +4,9 @@
 // and on every path), the policy's hints, the configuration in effect, and
 // Communicator::check_call. The per-collective sweeps are test_collectives.cpp.
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/config.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/policy_hints.hpp"
@@ -360,7 +363,7 @@ struct CleanEnv {
 TEST(CallRoutineConfig, DefaultsEnvironmentAndExplicitSettings) {
   const CleanEnv clean;
   const CommConfig d = CommConfig::defaults();
-  EXPECT_EQ(d.nchannels, 2);
+  EXPECT_EQ(d.nchannels, 0);  // unset: the ranks agree on it at creation (ProposedChannels)
   EXPECT_EQ(d.slot_bytes, size_t(1) << 20);
   EXPECT_EQ(d.nslots, 4);
   EXPECT_EQ(d.sparse_slice_bytes, size_t(8) << 20);
@@ -401,6 +404,31 @@ TEST(CallRoutineConfig, DefaultsEnvironmentAndExplicitSettings) {
   bad = CommConfig{};
   bad.pipeline_quantize = 7;
   EXPECT_THROW(bad.resolved(), InvalidArgument);
+}
+
+TEST(CallRoutineConfig, ProposedChannels) {
+  {
+    ScopedEnv a("NCCLZ_CORES_PER_RANK", "5.5");
+    EXPECT_EQ(core::proposed_channels(1), 5);
+    EXPECT_EQ(core::proposed_channels(64), 5);  // the variable is per rank already
+  }
+  {
+    ScopedEnv a("NCCLZ_CORES_PER_RANK", "0.25");
+    EXPECT_EQ(core::proposed_channels(1), core::kMinAutoChannels);
+  }
+  {
+    ScopedEnv a("NCCLZ_CORES_PER_RANK", "1000");
+    EXPECT_EQ(core::proposed_channels(1), core::kMaxAutoChannels);
+  }
+  ScopedEnv unset("NCCLZ_CORES_PER_RANK", nullptr);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  for (int local : {1, 2, 3, 16}) {
+    EXPECT_EQ(core::proposed_channels(local), std::clamp(cpus / local, core::kMinAutoChannels, core::kMaxAutoChannels))
+        << local << " ranks on the host";
+  }
 }
 
 TEST(CallRoutineConfig, TheCommunicatorReportsWhatItUses) {

@@ -139,3 +139,33 @@ class Checker:
 
     def record(self, name, out):
         self.hashes[name] = digest(out)
+
+
+def layout_field(rank, rows=384, cols=512):
+    """A smooth 2-D field, different on every rank (for the shape-hint scenario)."""
+    y, x = np.meshgrid(np.linspace(0, 1, rows), np.linspace(0, 1, cols), indexing="ij")
+    f = np.sin(6 * x + 3 * y + 0.3 * rank) + np.cos(5 * y - 2 * x) + np.exp(-((x - 0.4) ** 2 + (y - 0.6) ** 2) / 0.02)
+    return f.astype(np.float32)
+
+
+class Errors(dict):
+    """The errors of calls that must fail, by name: ``errs.expect(name, fn, exc)`` runs ``fn`` and
+    records ``"ExcType: message"`` (default exc: InvalidArgumentError); a call that does not raise
+    fails the scenario. Expecting RemoteError (a mismatch) refuses its TimeoutError and AbortedError
+    subclasses: those mean a rank waited or gave up, not that the ranks compared their calls."""
+
+    def __init__(self, ncclz):
+        super().__init__()
+        self._ncclz = ncclz
+
+    def expect(self, name, fn, exc=None):
+        nz = self._ncclz
+        exc = exc or nz.InvalidArgumentError
+        try:
+            fn()
+        except exc as e:
+            if exc is nz.RemoteError and isinstance(e, (nz.TimeoutError, nz.AbortedError)):
+                raise AssertionError(f"{name}: {type(e).__name__} instead of a mismatch: {e}") from e
+            self[name] = f"{type(e).__name__}: {e}"
+            return
+        raise AssertionError(f"{name}: no {exc.__name__}")

@@ -156,6 +156,15 @@ def scenario_gpu_frameworks(ncclz, comm, args):
         torch.cuda.synchronize()
         ck.require(y is x, "torch all_reduce must be in place")
         ck.check_close("gpu/torch/stream", z.cpu().numpy() / 2, ref, E, "rel", "float32")
+        # queued (async_op=True): the call runs on another thread, still after the side stream's work
+        a = torch.zeros(n, device="cuda")
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(50_000_000)
+            a.copy_(torch.from_numpy(inputs[r]).to("cuda", non_blocking=True))
+            w = comm.all_reduce(a, compression=comp, async_op=True)
+        ck.require(w.wait(timeout=120) is a, "torch async all_reduce must return the tensor")
+        torch.cuda.synchronize()
+        ck.check_close("gpu/torch/async", a.cpu().numpy(), ref, E, "rel", "float32")
 
     if "cupy" in args:
         import cupy
@@ -166,6 +175,14 @@ def scenario_gpu_frameworks(ncclz, comm, args):
             y = comm.all_reduce(x, compression=comp)
         ck.require(y is x and isinstance(y, cupy.ndarray), "cupy all_reduce must be in place")
         ck.check_close("gpu/cupy/all_reduce", cupy.asnumpy(y), ref, E, "rel", "float32")
+        side = cupy.cuda.Stream(non_blocking=True)
+        with side:
+            a = cupy.zeros(n, dtype=cupy.float32)
+            a += cupy.asarray(inputs[r])  # queued on the side stream before the queued call
+            w = comm.all_reduce(a, compression=comp, async_op=True)
+        ck.require(w.wait(timeout=120) is a, "cupy async all_reduce must return the array")
+        side.synchronize()
+        ck.check_close("gpu/cupy/async", cupy.asnumpy(a), ref, E, "rel", "float32")
         out = cupy.empty(n, dtype=cupy.float32)
         ck.require(comm.all_reduce(cupy.asarray(inputs[r]), out=out) is out, "cupy out= must be returned")
         ck.check_close(

@@ -2,7 +2,7 @@
 
 Run as ``python _topo_workers.py SCENARIO OUTDIR [ARGS...]`` in every rank with the environment of
 test_comm.run_ranks (RANK, WORLD_SIZE, ..., NCCLZ_TOPO_HOSTS or NCCLZ_TOPO_HOST). Each rank checks
-every element against the fp64 reference (the helpers of _workers.py) and writes OUTDIR/rank<R>.json
+every element against the fp64 reference (the helpers of _checks.py) and writes OUTDIR/rank<R>.json
 with what it saw: the topology, each call's algorithm, and hashes of its outputs.
 """
 
@@ -17,7 +17,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _workers import Checker, as_f64, bound_of, modes, plain_tolerance, rank_input, reference
+from _checks import Checker, as_f64, bound_of, modes, plain_tolerance, rank_input, reference
 
 
 def topology_of(comm) -> dict:

@@ -6,9 +6,9 @@ themselves and write their output hashes to rank<R>.json; here we check
 exit codes, that all ranks agree, and that failures surface quickly. Every
 test is bounded by subprocess timeouts (a hang fails the test, never the run).
 
-To add a case: add a scenario_<name>(ncclz, comm, args) function to
-_workers.py returning a JSON-able dict, and a test here that calls
-run_ranks("<name>", ...).
+To add a case: add a scenario_<name>(ncclz, comm, args) function returning a
+JSON-able dict to the scenario file of its area (tests/README.md), and a test
+here that calls run_ranks("<name>", ...).
 """
 
 from __future__ import annotations
@@ -350,7 +350,8 @@ def test_bad_inputs(tmp_path):
     assert "root" in errs["bad_root"]
     # A CUDA producer that cannot be imported (no CUDA here, a broken __dlpack__) says so.
     assert "could not import this CUDA array" in errs.get("gpu", "could not import this CUDA array")
-    assert all(m.startswith("rank 0") for k, m in errs.items() if k != "not_array")
+    # each "ExcType: message" (_checks.Errors); the messages say where they come from
+    assert all(m.split(": ", 1)[1].startswith("rank 0") for k, m in errs.items() if k != "not_array"), errs
 
 
 # ---- rendezvous ---------------------------------------------------------------------------------------
@@ -430,13 +431,13 @@ def test_single_rank_communicator():
 
 def test_runtime_configuration_is_exposed(monkeypatch):
     """The runtime's defaults without a communicator, the environment's effect, and what a
-    communicator actually uses (comm._native.config): nothing in Python needs to guess them."""
+    communicator actually uses (comm.config): nothing in Python needs to guess them."""
     for k in ("NCCLZ_NCHANNELS", "NCCLZ_SLOT_BYTES", "NCCLZ_NSLOTS", "NCCLZ_SPARSE_SLICE_BYTES",
               "NCCLZ_PIPELINE_QUANTIZE", "NCCLZ_SPARSE_INPUT", "NCCLZ_P2P", "NCCLZ_TRANSPORT"):
         monkeypatch.delenv(k, raising=False)
     C = ncclz._core.comm.CommConfig
     d = C.defaults()
-    assert (d.nchannels, d.slot_bytes, d.nslots, d.sparse_slice_bytes) == (2, 1 << 20, 4, 8 << 20)
+    assert (d.nchannels, d.slot_bytes, d.nslots, d.sparse_slice_bytes) == (0, 1 << 20, 4, 8 << 20)  # 0: agreed
     assert (d.pipeline_quantize, d.sparse_input, d.p2p, d.timeout_s) == (1, 1, 1, 300.0)
     tuning = ("nchannels", "slot_bytes", "nslots", "sparse_slice_bytes", "pipeline_quantize", "sparse_input", "p2p")
     env = C.from_env()
@@ -444,9 +445,9 @@ def test_runtime_configuration_is_exposed(monkeypatch):
     monkeypatch.setenv("NCCLZ_NCHANNELS", "3")
     monkeypatch.setenv("NCCLZ_PIPELINE_QUANTIZE", "0")
     assert C.from_env().nchannels == 3 and C().resolved().pipeline_quantize == 0
-    assert C.defaults().nchannels == 2  # the built-in default, whatever the environment says
+    assert C.defaults().nchannels == 0  # the built-in default (agreed at creation), whatever the environment says
     with ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="secret", timeout=10) as comm:
-        cfg = comm._native.config
+        cfg = comm.config
         assert cfg.nchannels == 3 and cfg.pipeline_quantize == 0 and cfg.slot_bytes == 1 << 20
         assert cfg.transport in ("inproc", "shm", "socket") and cfg.timeout_s == 10.0
         assert cfg.token == "" and "token" not in cfg.as_dict() and "secret" not in repr(cfg)
@@ -465,6 +466,35 @@ def test_runtime_configuration_of_a_communicator(tmp_path, transport):
         want = res["slot_bytes"] if transport == "shm" else 8 << 20
         assert res["sparse_slice_bytes"] == want, res
     assert {**ranks.results[0], "wall": 0} == {**ranks.results[1], "rank": 0, "wall": 0}
+
+
+def test_unset_channel_count_is_agreed(tmp_path, monkeypatch):
+    """NCCLZ_NCHANNELS unset: every rank proposes a channel per core of its share (NCCLZ_CORES_PER_RANK
+    here), rounded down, within [2, 8], and all run the smallest proposal; set on some ranks only, the
+    communicator fails on every rank, saying which rank left it unset."""
+    monkeypatch.delenv("NCCLZ_NCHANNELS", raising=False)
+    cores = {0: {"NCCLZ_CORES_PER_RANK": "5.5"}, 1: {"NCCLZ_CORES_PER_RANK": "3.9"}, 2: {"NCCLZ_CORES_PER_RANK": "100"}}
+    ranks = run_ranks(tmp_path, "config", 3, "shm", rank_env=cores, timeout=60)
+    ranks.assert_ok()
+    assert [res["nchannels"] for res in ranks.results] == [3, 3, 3], ranks.results
+    capped = {r: {"NCCLZ_CORES_PER_RANK": "100"} for r in range(2)}
+    ranks = run_ranks(tmp_path, "config", 2, "socket", rank_env=capped, timeout=60)
+    ranks.assert_ok()
+    assert [res["nchannels"] for res in ranks.results] == [8, 8], ranks.results
+    floor = {r: {"NCCLZ_CORES_PER_RANK": "0.5"} for r in range(2)}
+    ranks = run_ranks(tmp_path, "config", 2, "shm", rank_env=floor, timeout=60)
+    ranks.assert_ok()
+    assert [res["nchannels"] for res in ranks.results] == [2, 2], ranks.results
+    mixed = {0: {"NCCLZ_NCHANNELS": "4"}}
+    ranks = run_ranks(tmp_path, "config", 2, "shm", rank_env=mixed, timeout=60)
+    assert len(ranks.results) == 2, ranks
+    for res in ranks.results:
+        assert res.get("init_error") == "InvalidArgumentError", res
+        assert "NCCLZ_NCHANNELS" in res["message"] and "unset" in res["message"], res
+    # one rank, no variable: a channel per CPU it may run on, within [2, 8]
+    monkeypatch.delenv("NCCLZ_CORES_PER_RANK", raising=False)
+    with ncclz.Communicator(rank=0, world_size=1, master_port=free_port(), token="t", timeout=10) as comm:
+        assert comm.config.nchannels == min(max(len(os.sched_getaffinity(0)), 2), 8)
 
 
 def test_missing_rank_env(monkeypatch):

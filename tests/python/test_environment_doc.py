@@ -53,7 +53,7 @@ def test_documented_defaults_are_the_runtimes():
     assert t["NCCLZ_TRANSPORT"] == "auto" and d.transport == ""
     assert t["NCCLZ_SOCKET_IFNAME"] == '""' and d.socket_ifname == ""
     assert float(t["NCCLZ_SOCKET_THROTTLE_GBPS"]) == d.throttle_gbps
-    assert int(t["NCCLZ_NCHANNELS"]) == d.nchannels
+    assert t["NCCLZ_NCHANNELS"] == "a core each, 2-8" and d.nchannels == 0  # 0: agreed at creation
     assert _size(t["NCCLZ_SLOT_BYTES"]) == d.slot_bytes
     assert int(t["NCCLZ_NSLOTS"]) == d.nslots
     assert int(t["NCCLZ_PIPELINE_QUANTIZE"]) == d.pipeline_quantize

@@ -1,5 +1,5 @@
 """Multi-process tests of all_to_all (equal blocks and uneven splits), reduce, gather and scatter:
-real ranks over shared memory and sockets (tests/python/_workers.py scenario_pairwise_rooted*).
+real ranks over shared memory and sockets (tests/python/_collective_scenarios.py scenario_pairwise_rooted*).
 
 Each rank checks every element itself (fp64 reference; the bound in lossy mode; the same bits for
 data movement in none / lossless and for a rank's own block in every mode; lossless the same bits as

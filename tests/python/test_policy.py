@@ -1,6 +1,6 @@
 """The compression policy (ncclz.policy) and the Communicator's use of it (ncclz.comm).
 
-Real ranks (processes, tests/python/_workers.py scenario_policy): each checks every element of
+Real ranks (processes, tests/python/_policy_scenarios.py scenario_policy): each checks every element of
 every result against the requested bound (bit-identity for lossless) and reports the mode each
 call ran with; here we check which mode ran, that all ranks ran the same one even when their
 local inputs (link rate, data) differ, the opt-outs, and the errors for bad configuration.

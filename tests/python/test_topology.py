@@ -91,7 +91,7 @@ def test_hierarchical_bound_is_split_among_hosts(tmp_path, topo_workers):
 
 @pytest.mark.parametrize("layout,n,transport", [("2x2", 4, "socket"), ("4x2", 8, "shm")])
 def test_shared_scenario_under_a_hierarchical_topology(tmp_path, layout, n, transport):
-    """_workers.py's collectives scenario (every collective, mode, dtype and op; send/recv) as is,
+    """_collective_scenarios.py's collectives scenario (every collective, mode, dtype and op; send/recv) as is,
     with the hosts overridden: the default algorithm is then hierarchical."""
     ranks = run_ranks(tmp_path, "collectives", n, transport, args=["count=3001"], env=_env(layout), timeout=420)
     ranks.assert_ok()

@@ -118,7 +118,7 @@ struct CommConfig {
   std::string token;       ///< NCCLZ_TOKEN
   double timeout_s = 300;  ///< NCCLZ_TIMEOUT
   std::string transport;   ///< "", "inproc", "shm", "socket" (NCCLZ_TRANSPORT; "": automatic)
-  int nchannels = 0;       ///< parallel rings (NCCLZ_NCHANNELS, default 2)
+  int nchannels = 0;       ///< parallel rings (NCCLZ_NCHANNELS); 0: a core each, 2..8, agreed at creation
   size_t slot_bytes = 0;   ///< data bytes of a slice, one per slot (NCCLZ_SLOT_BYTES, default 1 MiB, >= 1024)
   int nslots = 0;          ///< slots per connection (NCCLZ_NSLOTS, default 4, >= 2)
   /// Slot bytes of the slices of mostly-zero lossy sums (their slots carry a

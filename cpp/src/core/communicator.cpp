@@ -197,11 +197,22 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
     for (size_t k = 0; k < kAgreed; ++k) {
       const int64_t theirs = all[kAgreed * size_t(r) + k];
       if (theirs != all[k]) {
-        throw InvalidArgument("ncclz: ranks disagree on " + std::string(agreed_what[k]) +
-                              " (rank 0: " + std::to_string(all[k]) + ", rank " + std::to_string(r) + ": " +
-                              std::to_string(theirs) + "); set it the same way on every rank");
+        // (an unset channel count travels as 0)
+        auto said = [k](int64_t v) { return k == 0 && v == 0 ? std::string("unset") : std::to_string(v); };
+        throw InvalidArgument("ncclz: ranks disagree on " + std::string(agreed_what[k]) + " (rank 0: " + said(all[k]) +
+                              ", rank " + std::to_string(r) + ": " + said(theirs) +
+                              "); set it the same way on every rank");
       }
     }
+  }
+  // An unset channel count (0 on every rank, as just checked): each rank
+  // proposes one from its share of the host's cores, and all take the
+  // smallest, so that no rank runs more rings than its cores can drive.
+  if (cfg.nchannels == 0) {
+    const int64_t mine_ch = core::proposed_channels(topo.local_size);
+    std::vector<int64_t> proposals(static_cast<size_t>(size_), 0);
+    boot_->allgather(&mine_ch, sizeof mine_ch, proposals.data());
+    cfg.nchannels = int(*std::min_element(proposals.begin(), proposals.end()));
   }
 
   abort_ = std::make_shared<transport::AbortFlag>();

@@ -5,7 +5,12 @@
 // communicator never does once these have been resolved.
 #include "core/config.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <thread>
 
 #include "base/env.hpp"
 #include "ncclz/error.hpp"
@@ -60,11 +65,24 @@ int parse_algorithm(const std::string& s, bool* ok) {
   return -1;
 }
 
+int proposed_channels(int local_size) {
+  double cores = env::get_double("NCCLZ_CORES_PER_RANK", 0, 0, 1e6);
+  if (!(cores > 0)) {
+    int cpus = 0;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) cpus = CPU_COUNT(&set);
+    if (cpus <= 0) cpus = int(std::thread::hardware_concurrency());
+    cores = double(std::max(cpus, 1)) / double(std::max(local_size, 1));
+  }
+  return std::clamp(int(std::floor(cores)), kMinAutoChannels, kMaxAutoChannels);
+}
+
 }  // namespace core
 
 CommConfig CommConfig::defaults() {
   CommConfig c;
-  c.nchannels = core::kDefaultChannels;
+  c.nchannels = 0;  // agreed at creation (core::proposed_channels)
   c.slot_bytes = core::kDefaultSlotBytes;
   c.nslots = core::kDefaultSlots;
   c.sparse_slice_bytes = core::kDefaultSparseSliceBytes;
@@ -90,7 +108,7 @@ CommConfig CommConfig::resolved() const {
   CommConfig c = *this;
   read_tuning_env(c);
   const CommConfig d = defaults();
-  if (c.nchannels <= 0) c.nchannels = d.nchannels;
+  if (c.nchannels < 0) c.nchannels = 0;  // 0: unset, agreed at creation
   if (c.slot_bytes == 0) c.slot_bytes = d.slot_bytes;
   if (c.nslots <= 0) c.nslots = d.nslots;
   if (c.sparse_slice_bytes == 0) c.sparse_slice_bytes = d.sparse_slice_bytes;

@@ -12,7 +12,12 @@
 
 namespace ncclz::core {
 
-constexpr int kDefaultChannels = 2;
+/// Channels (rings) when CommConfig::nchannels / NCCLZ_NCHANNELS is unset: each
+/// rank proposes one per core of its share of the host, at least kMinAutoChannels
+/// and at most kMaxAutoChannels, and every rank takes the smallest proposal
+/// (proposed_channels; the communicator agrees on it at creation).
+constexpr int kMinAutoChannels = 2;
+constexpr int kMaxAutoChannels = 8;
 constexpr size_t kDefaultSlotBytes = size_t(1) << 20;
 constexpr int kDefaultSlots = 4;
 /// Slices of mostly-zero lossy sums (NCCLZ_SPARSE_SLICE_BYTES): their slots
@@ -32,6 +37,11 @@ constexpr size_t slot_of(size_t bytes) { return bytes + codec::kHeaderBytes; }
 
 /// The longest host id NCCLZ_TOPO_HOST takes (it travels in a fixed record).
 constexpr size_t kMaxTopoHostId = 63;
+
+/// This rank's proposal for an unset channel count: its cores (NCCLZ_CORES_PER_RANK,
+/// else the CPUs this process may run on divided by `local_size`, the ranks on
+/// its host), rounded down, within [kMinAutoChannels, kMaxAutoChannels].
+int proposed_channels(int local_size);
 
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
 /// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for

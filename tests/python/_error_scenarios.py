@@ -1,0 +1,128 @@
+"""Rank programs of the errors a user meets (test_comm.py): a killed rank, abort, mismatched calls, bad input.
+
+Run by _workers.py (its docstring says how); each scenario returns a JSON-able dict."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from _checks import Errors
+
+
+def scenario_kill(ncclz, comm, args):
+    """Rank VICTIM dies (SIGKILL) right after its first call returns; the others must raise quickly.
+
+    The survivors may already fail that first call: the victim's call can return while its
+    last bytes are still on their way (socket proxy), and they die with it.
+    """
+    victim = comm.world_size - 1
+    t0 = time.monotonic()
+    calls = 0
+    try:
+        comm.all_reduce(np.ones(1 << 16, np.float32))
+        calls += 1
+        if comm.rank == victim:
+            os.kill(os.getpid(), 9)
+        for _ in range(100000):
+            comm.all_reduce(np.ones(1 << 16, np.float32))
+            calls += 1
+    except ncclz.RemoteError as e:  # TimeoutError and AbortedError derive from it
+        return {
+            "error": type(e).__name__,
+            "message": str(e),
+            "elapsed": time.monotonic() - t0,
+            "calls": calls,
+        }
+    raise AssertionError("all_reduce kept working after a rank died")
+
+
+def scenario_abort(ncclz, comm, args):
+    """abort() from another thread wakes a call that waits for a peer that never comes."""
+    import threading
+
+    if comm.rank == 0:
+        t = threading.Timer(1.0, comm.abort, args=("test abort",))
+        t.start()
+        t0 = time.monotonic()
+        try:
+            comm.recv(np.empty(10, np.float32), 1)
+        except ncclz.RemoteError as e:
+            return {"error": type(e).__name__, "elapsed": time.monotonic() - t0}
+        raise AssertionError("recv returned without a sender")
+    time.sleep(3.0)
+    return {"error": None}
+
+
+def scenario_mismatch(ncclz, comm, args):
+    """Ranks disagree about the call; every rank must raise (not hang, not corrupt memory)."""
+    what = args[0]
+    r = comm.rank
+    if what == "count":
+        x = np.ones(1000 + 100 * r, np.float32)
+    elif what == "dtype":
+        x = np.ones(1000, np.float32 if r == 0 else np.float64)
+    elif what == "compression":
+        x = np.ones(1000, np.float32)
+    else:
+        raise ValueError(what)
+    comp = ncclz.Lossy(rel=1e-3) if (what == "compression" and r == 0) else None
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(x, compression=comp)
+    except ncclz.Error as e:
+        return {"error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - t0}
+    raise AssertionError(f"mismatched all_reduce ({what}) returned normally on rank {r}")
+
+
+def scenario_badinput(ncclz, comm, args):
+    """Bad arguments raise InvalidArgumentError before any communication; the communicator stays usable."""
+    errs = Errors(ncclz)
+    expect = errs.expect
+
+    a = np.ones((8, 8), np.float32)
+    expect("noncontig", lambda: comm.all_reduce(a[:, ::2]))
+    expect("noncontig_T", lambda: comm.all_reduce(a.T))
+    expect("bad_dtype", lambda: comm.all_reduce(np.ones(4, np.int16)))
+    expect("complex", lambda: comm.all_reduce(np.ones(4, np.complex64)))
+    expect("lossy_int", lambda: comm.all_reduce(np.ones(4, np.int32), compression=ncclz.Lossy(abs=1.0)))
+    expect(
+        "lossy_prod",
+        lambda: comm.all_reduce(np.ones(4, np.float32), op="prod", compression=ncclz.Lossy(rel=1e-3)),
+    )
+    expect("bad_op", lambda: comm.all_reduce(np.ones(4, np.float32), op="xor"))
+    expect("bad_root", lambda: comm.broadcast(np.ones(4, np.float32), root=comm.world_size))
+    expect("neg_root", lambda: comm.broadcast(np.ones(4, np.float32), root=-1))
+    expect("bad_peer", lambda: comm.send(np.ones(4, np.float32), peer=comm.world_size + 3))
+    if comm.world_size > 1:
+        expect("rs_indivisible", lambda: comm.reduce_scatter(np.ones(comm.world_size * 5 + 1, np.float32)))
+    expect("bad_out", lambda: comm.all_gather(np.ones(4, np.float32), out=np.empty(3, np.float32)))
+    expect("bad_compression", lambda: comm.all_reduce(np.ones(4, np.float32), compression="zstd"))
+    expect("not_array", lambda: comm.all_reduce([1.0, 2.0]), TypeError)
+    ro = np.ones(4, np.float32)
+    ro.flags.writeable = False
+    expect("recv_readonly", lambda: comm.recv(ro, 0))
+    try:
+        import torch
+
+        t = torch.ones(4, 4)
+        expect("torch_noncontig", lambda: comm.all_reduce(t.t()))
+        expect("torch_bool", lambda: comm.all_reduce(torch.ones(4, dtype=torch.bool)))
+
+        class FakeGpu:  # a DLPack producer that says it lives on CUDA
+            def __dlpack_device__(self):
+                return (2, 0)
+
+            def __dlpack__(self, **kw):
+                raise BufferError("not here")
+
+        expect("gpu", lambda: comm.all_reduce(FakeGpu()))
+        expect("meta", lambda: comm.all_reduce(torch.ones(4, device="meta")))
+    except ImportError:
+        pass
+    # Still usable, and every rank agrees.
+    x = np.full(100, comm.rank + 1, np.float32)
+    comm.all_reduce(x)
+    assert np.all(x == sum(range(1, comm.world_size + 1)))
+    return {"errors": errs}
