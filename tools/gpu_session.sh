@@ -260,7 +260,7 @@ phase_sanitize() {
   step racecheck "$log" $L_RACECHECK "compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
   # The v3 kernels (tile kernels, fused calls; their look-back is in global memory, which racecheck does not see).
   step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
-  step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:$SAN3_FILTER' --gtest_color=no"
+  step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
   if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
     step initcheck "$log" 60 "compute-sanitizer --tool initcheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER' --gtest_color=no"
   fi
