@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -164,6 +165,10 @@ def scenario_turns(comm, outdir):
 
 def main():
     outdir, scenario = sys.argv[1:3]
+    # Python's own Ctrl-C handler, as in an interactive program: a process started in the background
+    # by a non-interactive shell (a CI job under `cmd &`) inherits SIGINT ignored, and Python then
+    # leaves it ignored, which would make the SIGINT test test the shell instead of ncclz.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import ncclz
 
     comm = ncclz.init()
