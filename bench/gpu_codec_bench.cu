@@ -3,12 +3,15 @@
 // next to a cudaMemcpy device-to-device of the same bytes, in one run.
 //
 //   gpu_codec_bench [--mib 256] [--rel 1e-3] [--reps 10] [--warm 3] [--slice 262144]
-//                   [--kernels 12] [--json out.json] [--md out.md]
+//                   [--kernels 123] [--json out.json] [--md out.md]
 //
 // --kernels: which slice kernels (DeviceCodec::set_kernels) get a row each,
-// one after the other on the same data: "12" (default) both, "1" or "2" one.
-// Where v1 ran first, every later row's slices are also compared with v1's,
-// byte for byte ("same bytes as v1").
+// one after the other on the same data: "123" (default) all three, or any
+// subset ("2", "13"). Where v1 ran first, every later row's slices are also
+// compared with v1's, byte for byte ("same bytes as v1"). The v3 row also
+// times the fused calls, quantize_encode_slices_async (floats to slices) and
+// decode_dequantize_slices_async (slices to floats), their slices compared
+// with v1's and their values with dequantize_async's ("fused" columns).
 //
 // Datasets (generated on the device): "gaussian" (N(0,1), hashed Box-Muller)
 // and "smooth" (a sum of slow sines). Bound: abs E = rel * (max - min), grid
@@ -137,7 +140,9 @@ struct Row {
   std::string data, pred;
   int kernels = 2;
   int same_as_v1 = -1;  // -1: not compared
+  int fused_same_as_v1 = -1;
   double ratio = 0, enc_ms = 0, dec_ms = 0, q_ms = 0, e_ms = 0, d_ms = 0, dq_ms = 0;
+  double fenc_ms = 0, fdec_ms = 0;  // fused calls (v3 rows), 0: not run
   uint64_t outliers = 0, bytes = 0;
   bool ok = false;
 };
@@ -149,7 +154,7 @@ int main(int argc, char** argv) {
   double rel = 1e-3;
   int reps = 10, warm = 3;
   uint32_t L = 1u << 18;
-  std::string json_path, md_path, kernel_list = "12";
+  std::string json_path, md_path, kernel_list = "123";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--mib")
@@ -186,7 +191,7 @@ int main(int argc, char** argv) {
   float *x, *y, *x2;
   int32_t *q, *q2;
   uint8_t *slots, *slots_v1;
-  uint64_t *sizes, *sizes_v1, *count, *idx;
+  uint64_t *sizes, *sizes_v1, *count, *count2, *idx;
   unsigned long long* ndiff;
   int* status;
   unsigned* mm;
@@ -203,6 +208,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&ndiff, 8));
   CK(cudaMalloc(&status, S * 4));
   CK(cudaMalloc(&count, 8));
+  CK(cudaMalloc(&count2, 8));
   CK(cudaMalloc(&idx, idx_cap * 8));
   CK(cudaMalloc(&mm, 8));
   Timer timer;
@@ -229,7 +235,7 @@ int main(int argc, char** argv) {
     for (Predictor p : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
       bool have_v1 = false;
       for (const char kc : kernel_list) {
-        if (kc != '1' && kc != '2') continue;
+        if (kc < '1' || kc > '3') continue;
         Row r;
         r.kernels = kc - '0';
         codec.set_kernels(r.kernels);
@@ -244,6 +250,24 @@ int main(int argc, char** argv) {
         auto deq = [&] {
           CL(codec.dequantize_async(q2, ElemType::I32, n, eb, y, ElemType::F32));
           CL(codec.scatter_outliers_async(x, ElemType::F32, idx, count, idx_cap, y));
+        };
+        // Bytes where this row's slices differ from v1's (sizes included).
+        auto differs_from_v1 = [&] {
+          CK(cudaMemset(ndiff, 0, 8));
+          diff_kernel<<<4096, 256>>>(slots, slots_v1, sizes, sizes_v1, S, slot, ndiff);
+          CK(cudaGetLastError());
+          unsigned long long nd = 0;
+          CK(cudaMemcpy(&nd, ndiff, 8, cudaMemcpyDeviceToHost));
+          if (nd) std::printf("  %llu bytes differ from the v1 kernels' slices\n", nd);
+          return nd;
+        };
+        auto fenc = [&] {
+          CL(codec.quantize_encode_slices_async(x, ElemType::F32, n, eb, limit, ElemType::I32, L, p, 0, 0, slots, slot,
+                                                sizes, status, count2));
+        };
+        auto fdec = [&] {
+          CL(codec.decode_dequantize_slices_async(slots, slot, sizes, n, L, ElemType::I32, eb, y, ElemType::F32,
+                                                  status));
         };
         // Check once, untimed.
         quant();
@@ -264,14 +288,8 @@ int main(int argc, char** argv) {
           CK(cudaMemcpy(sizes_v1, sizes, S * 8, cudaMemcpyDeviceToDevice));
           have_v1 = true;
         } else if (have_v1) {
-          CK(cudaMemset(ndiff, 0, 8));
-          diff_kernel<<<4096, 256>>>(slots, slots_v1, sizes, sizes_v1, S, slot, ndiff);
-          CK(cudaGetLastError());
-          unsigned long long nd = 0;
-          CK(cudaMemcpy(&nd, ndiff, 8, cudaMemcpyDeviceToHost));
-          r.same_as_v1 = nd == 0;
-          if (nd) std::printf("  %llu bytes differ from the v1 kernels' slices\n", nd);
-          ok &= nd == 0;
+          r.same_as_v1 = differs_from_v1() == 0;
+          ok &= r.same_as_v1 == 1;
         }
         CK(cudaMemset(q2, 0xA5, bytes));
         dec();
@@ -292,6 +310,38 @@ int main(int argc, char** argv) {
           if (bad) std::printf("  %zu elements outside the bound\n", bad);
           ok &= bad == 0;
         }
+        if (r.kernels == 3) {  // the fused calls: same slices, same outliers, values within the bound
+          fenc();
+          CK(cudaDeviceSynchronize());
+          uint64_t fout = 0;
+          CK(cudaMemcpy(&fout, count2, 8, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+          bool fok = fout == r.outliers;
+          for (size_t k = 0; k < S; ++k) fok &= st[k] == 0;
+          if (have_v1) {
+            r.fused_same_as_v1 = differs_from_v1() == 0;
+            fok &= r.fused_same_as_v1 == 1;
+          }
+          CK(cudaMemset(y, 0xA5, bytes));
+          fdec();
+          CK(cudaDeviceSynchronize());
+          CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+          for (size_t k = 0; k < S; ++k) fok &= st[k] == 0;
+          // The values must be dequantize_async's of the decoded codes (q2), bit
+          // for bit (outliers included: the fused path has no indices to
+          // scatter; a caller with outliers falls back).
+          CL(codec.dequantize_async(q2, ElemType::I32, n, eb, x2, ElemType::F32));
+          CK(cudaDeviceSynchronize());
+          std::vector<float> xa(n), ya(n);
+          CK(cudaMemcpy(xa.data(), x2, bytes, cudaMemcpyDeviceToHost));
+          CK(cudaMemcpy(ya.data(), y, bytes, cudaMemcpyDeviceToHost));
+          const size_t bad = std::memcmp(xa.data(), ya.data(), bytes) != 0;
+          if (bad) std::printf("  fused: values differ from dequantize_async's\n");
+          if (!fok)
+            std::printf("  fused calls: check FAILED (outliers %llu vs %llu)\n", (unsigned long long)fout,
+                        (unsigned long long)r.outliers);
+          ok &= fok && bad == 0;
+        }
         r.ok = ok;
         all_ok &= ok;
         r.ratio = double(bytes) / double(r.bytes);
@@ -311,11 +361,20 @@ int main(int argc, char** argv) {
               deq();
             },
             warm, reps);
+        if (r.kernels == 3) {
+          r.fenc_ms = timer.median_ms(fenc, warm, reps);
+          r.fdec_ms = timer.median_ms(fdec, warm, reps);
+        }
         std::printf(
             "v%d %-8s %-6s ratio %7.2f outliers %llu check %s | quantize+encode %.3f ms = %.0f GB/s "
             "(q %.3f, enc %.3f) | decode+dequantize %.3f ms = %.0f GB/s (dec %.3f, deq %.3f)\n",
             r.kernels, r.data.c_str(), r.pred.c_str(), r.ratio, (unsigned long long)r.outliers, ok ? "ok" : "FAILED",
             r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms);
+        if (r.kernels == 3)
+          std::printf(
+              "v3 %-8s %-6s fused | quantize_encode_slices %.3f ms = %.0f GB/s | "
+              "decode_dequantize_slices %.3f ms = %.0f GB/s\n",
+              r.data.c_str(), r.pred.c_str(), r.fenc_ms, bytes / r.fenc_ms / 1e6, r.fdec_ms, bytes / r.fdec_ms / 1e6);
         std::fflush(stdout);
         rows.push_back(r);
       }
@@ -331,19 +390,25 @@ int main(int argc, char** argv) {
       std::fprintf(f, "  \"memcpy_d2d_ms\": %.4f, \"memcpy_d2d_gbs\": %.1f,\n  \"rows\": [\n", copy_ms, copy_gbs);
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
-        std::fprintf(
-            f,
-            "    {\"kernels\": %d, \"same_bytes_as_v1\": %s, \"data\": \"%s\", \"predictor\": \"%s\", "
-            "\"check_ok\": %s, \"ratio\": %.4f, \"outliers\": %llu, "
-            "\"encode_ms\": %.4f, \"encode_gbs\": %.1f, \"quantize_ms\": %.4f, \"block_encode_ms\": %.4f, "
-            "\"decode_ms\": %.4f, \"decode_gbs\": %.1f, \"block_decode_ms\": %.4f, \"dequantize_ms\": %.4f}%s\n",
-            r.kernels,
-            r.same_as_v1 < 0 ? "null"
-            : r.same_as_v1   ? "true"
-                             : "false",
-            r.data.c_str(), r.pred.c_str(), r.ok ? "true" : "false", r.ratio, (unsigned long long)r.outliers, r.enc_ms,
-            bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms,
-            i + 1 < rows.size() ? "," : "");
+        std::fprintf(f,
+                     "    {\"kernels\": %d, \"same_bytes_as_v1\": %s, \"data\": \"%s\", \"predictor\": \"%s\", "
+                     "\"check_ok\": %s, \"ratio\": %.4f, \"outliers\": %llu, "
+                     "\"encode_ms\": %.4f, \"encode_gbs\": %.1f, \"quantize_ms\": %.4f, \"block_encode_ms\": %.4f, "
+                     "\"decode_ms\": %.4f, \"decode_gbs\": %.1f, \"block_decode_ms\": %.4f, \"dequantize_ms\": %.4f, "
+                     "\"fused_same_bytes_as_v1\": %s, \"fused_encode_ms\": %.4f, \"fused_encode_gbs\": %.1f, "
+                     "\"fused_decode_ms\": %.4f, \"fused_decode_gbs\": %.1f}%s\n",
+                     r.kernels,
+                     r.same_as_v1 < 0 ? "null"
+                     : r.same_as_v1   ? "true"
+                                      : "false",
+                     r.data.c_str(), r.pred.c_str(), r.ok ? "true" : "false", r.ratio, (unsigned long long)r.outliers,
+                     r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms,
+                     r.dq_ms,
+                     r.fused_same_as_v1 < 0 ? "null"
+                     : r.fused_same_as_v1   ? "true"
+                                            : "false",
+                     r.fenc_ms, r.fenc_ms > 0 ? bytes / r.fenc_ms / 1e6 : 0.0, r.fdec_ms,
+                     r.fdec_ms > 0 ? bytes / r.fdec_ms / 1e6 : 0.0, i + 1 < rows.size() ? "," : "");
       }
       std::fprintf(f, "  ]\n}\n");
       std::fclose(f);
@@ -358,18 +423,25 @@ int main(int argc, char** argv) {
                    copy_ms, copy_gbs, 2 * copy_gbs, reps, warm);
       std::fprintf(f,
                    "| kernels | data | predictor | check | same bytes as v1 | ratio | quantize+encode GB/s | "
-                   "decode+dequantize GB/s | q ms | enc ms | dec ms | deq ms | enc GB/s | dec GB/s | outliers |\n"
-                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-      for (const Row& r : rows)
+                   "decode+dequantize GB/s | q ms | enc ms | dec ms | deq ms | enc GB/s | dec GB/s | outliers | "
+                   "fused q+enc GB/s | fused dec+deq GB/s | fused same bytes as v1 |\n"
+                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      auto same = [](int v) { return v < 0 ? "-" : v ? "yes" : "NO"; };
+      for (const Row& r : rows) {
+        char fe[32] = "-", fd[32] = "-";
+        if (r.fenc_ms > 0) std::snprintf(fe, sizeof fe, "%.0f", bytes / r.fenc_ms / 1e6);
+        if (r.fdec_ms > 0) std::snprintf(fd, sizeof fd, "%.0f", bytes / r.fdec_ms / 1e6);
         std::fprintf(
-            f, "| v%d | %s | %s | %s | %s | %.2f | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %llu |\n",
-            r.kernels, r.data.c_str(), r.pred.c_str(), r.ok ? "ok" : "FAILED",
-            r.same_as_v1 < 0 ? "-"
-            : r.same_as_v1   ? "yes"
-                             : "NO",
-            r.ratio, bytes / r.enc_ms / 1e6, bytes / r.dec_ms / 1e6, r.q_ms, r.e_ms, r.d_ms, r.dq_ms,
-            bytes / r.e_ms / 1e6, bytes / r.d_ms / 1e6, (unsigned long long)r.outliers);
-      std::fprintf(f, "\nIssue target (H100): encode >= 1000 GB/s, decode >= 1300 GB/s (input bytes / time).\n");
+            f,
+            "| v%d | %s | %s | %s | %s | %.2f | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %.0f | %.0f | %llu | "
+            "%s | %s | %s |\n",
+            r.kernels, r.data.c_str(), r.pred.c_str(), r.ok ? "ok" : "FAILED", same(r.same_as_v1), r.ratio,
+            bytes / r.enc_ms / 1e6, bytes / r.dec_ms / 1e6, r.q_ms, r.e_ms, r.d_ms, r.dq_ms, bytes / r.e_ms / 1e6,
+            bytes / r.d_ms / 1e6, (unsigned long long)r.outliers, fe, fd, same(r.fused_same_as_v1));
+      }
+      std::fprintf(f,
+                   "\nIssue 21's targets (H100/H200): encode >= 1200 GB/s, decode >= 1600 GB/s of float32 input "
+                   "(input bytes / time).\n");
       std::fclose(f);
     }
   }
@@ -377,7 +449,7 @@ int main(int argc, char** argv) {
        {static_cast<void*>(x), static_cast<void*>(x2), static_cast<void*>(y), static_cast<void*>(q),
         static_cast<void*>(q2), static_cast<void*>(slots), static_cast<void*>(sizes), static_cast<void*>(slots_v1),
         static_cast<void*>(sizes_v1), static_cast<void*>(ndiff), static_cast<void*>(status), static_cast<void*>(count),
-        static_cast<void*>(idx), static_cast<void*>(mm)})
+        static_cast<void*>(count2), static_cast<void*>(idx), static_cast<void*>(mm)})
     CK(cudaFree(p));
   return all_ok ? 0 : 1;
 }

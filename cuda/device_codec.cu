@@ -25,10 +25,12 @@ int device_count() {
 }
 
 namespace {
-// NCCLZ_DEVICE_CODEC: v1 selects the first slice kernels, anything else v2.
+// NCCLZ_DEVICE_CODEC: v1 or v3 selects those slice kernels, anything else v2.
 int kernels_from_env() {
   const char* v = std::getenv("NCCLZ_DEVICE_CODEC");
-  return v != nullptr && std::strcmp(v, "v1") == 0 ? 1 : 2;
+  if (v != nullptr && std::strcmp(v, "v1") == 0) return 1;
+  if (v != nullptr && std::strcmp(v, "v3") == 0) return 3;
+  return 2;
 }
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cub/device/device_scan.cuh>
 
+#include "codec/quantizer.hpp"
 #include "ncclz/codec/format.hpp"
 
 namespace ncclz::cuda::detail {
@@ -60,6 +61,28 @@ inline cudaError_t exclusive_sum_u64(const unsigned long long* in, unsigned long
 /// DeviceCodec::reserve.
 size_t quantize_scratch_bytes(size_t n);
 size_t slice_scratch_bytes(size_t n, uint32_t L);
+
+// Calls f(T{}) for the value type of t (F32, F64, F16, BF16: the quantizer's
+// types, codec/quantizer.hpp); false for others.
+template <class F>
+bool with_float_type(codec::ElemType t, F&& f) {
+  switch (t) {
+    case codec::ElemType::F32: f(float{}); return true;
+    case codec::ElemType::F64: f(double{}); return true;
+    case codec::ElemType::F16: f(codec::F16{}); return true;
+    case codec::ElemType::BF16: f(codec::Bf16{}); return true;
+    default: return false;
+  }
+}
+// Calls f(Code{}) for the code type t (I32, I64); false for others.
+template <class F>
+bool with_code_type(codec::ElemType t, F&& f) {
+  switch (t) {
+    case codec::ElemType::I32: f(int32_t{}); return true;
+    case codec::ElemType::I64: f(int64_t{}); return true;
+    default: return false;
+  }
+}
 
 /// Stores/loads a little-endian value of `bytes` bytes at an unaligned address.
 template <class Code>

@@ -101,26 +101,6 @@ __global__ void scatter_kernel(const T* __restrict__ x, const uint64_t* __restri
     out[idx[k]] = x[idx[k]];
 }
 
-// Calls f(T{}) for the value type of t (F32, F64, F16, BF16); false for others.
-template <class F>
-bool with_float_type(ElemType t, F&& f) {
-  switch (t) {
-    case ElemType::F32: f(float{}); return true;
-    case ElemType::F64: f(double{}); return true;
-    case ElemType::F16: f(codec::F16{}); return true;
-    case ElemType::BF16: f(codec::Bf16{}); return true;
-    default: return false;
-  }
-}
-template <class F>
-bool with_code_type(ElemType t, F&& f) {
-  switch (t) {
-    case ElemType::I32: f(int32_t{}); return true;
-    case ElemType::I64: f(int64_t{}); return true;
-    default: return false;
-  }
-}
-
 unsigned stride_grid(size_t n) { return unsigned(std::min<size_t>(grid_for(n), 65536)); }
 
 }  // namespace

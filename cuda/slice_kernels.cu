@@ -4,11 +4,13 @@
 // layout are the CPU's own functions (codec/slice_frame.hpp,
 // codec/block_frame.hpp), called here per slice and per block.
 //
-// Two sets of kernels write the same bytes (DeviceCodec::set_kernels,
+// Two sets of kernels here write the same bytes (DeviceCodec::set_kernels,
 // NCCLZ_DEVICE_CODEC): v1, described next, written to be plainly correct
 // (byte-wise stores, per-slice scans; it passed tests/cpp/test_cuda_codec.cpp
 // on an H200, GPU run 1), and v2 ("v2 kernels" below), which replaces the
-// kernels that touch the data. docs/GPU.md compares them.
+// kernels that touch the data. The third, v3 (tiles, two launches each way),
+// is encode_v3.cu and decode_v3.cu; DeviceCodec::encode_batch/decode_batch
+// below hand it the batch. docs/GPU.md compares them.
 //
 // The kernels of one call share a SliceBatchRef (slice_batch.cuh), by value:
 // the batch's geometry and the DeviceCodec's scratch for it.
@@ -74,17 +76,6 @@ constexpr int kWarps = kThreads / 32;
 __device__ __forceinline__ size_t global_warp() { return (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
 __device__ __forceinline__ size_t global_thread() { return size_t(blockIdx.x) * blockDim.x + threadIdx.x; }
 
-__device__ __forceinline__ uint32_t warp_or(uint32_t x) { return __reduce_or_sync(kFullMask, x); }
-__device__ __forceinline__ uint64_t warp_or(uint64_t x) {
-  const uint32_t lo = __reduce_or_sync(kFullMask, uint32_t(x));
-  const uint32_t hi = __reduce_or_sync(kFullMask, uint32_t(x >> 32));
-  return (uint64_t(hi) << 32) | lo;
-}
-
-__device__ __forceinline__ u64 pack_info(int words, int escaped) { return (u64(words) << 32) | u64(escaped); }
-__device__ __forceinline__ uint32_t info_words(u64 v) { return uint32_t(v >> 32); }
-__device__ __forceinline__ uint32_t info_escapes(u64 v) { return uint32_t(v); }
-
 // Residual of local element i of slice codes qk (cnt codes), 0 past the end.
 template <class Code>
 __device__ __forceinline__ Code residual_at(const Code* qk, uint32_t i, uint32_t cnt, Predictor p, uint32_t a0,
@@ -95,11 +86,6 @@ __device__ __forceinline__ Code residual_at(const Code* qk, uint32_t i, uint32_t
 }
 
 // ---- encode ---------------------------------------------------------------
-
-struct EncodeParams {
-  Predictor p;
-  uint32_t row, plane;
-};
 
 template <class Code>
 __global__ void __launch_bounds__(kThreads)
@@ -381,17 +367,6 @@ __global__ void dec_raw_kernel(const uint8_t* __restrict__ src, SliceBatchRef r,
   }
 }
 
-// Running-sum callback for cub::BlockScan across tiles.
-template <class U>
-struct RunningPrefix {
-  U total;
-  __device__ U operator()(U aggregate) {
-    const U old = total;
-    total += aggregate;
-    return old;
-  }
-};
-
 constexpr int kScanItems = 8;
 
 // In-place inclusive prefix sum of x[0..cnt) (wrapping) by one CTA. With
@@ -525,8 +500,6 @@ __global__ void __launch_bounds__(kThreads)
 constexpr uint32_t kTile = uint32_t(kThreads) * kScanItems;  // elements per scan tile
 constexpr uint32_t kCopyChunk = uint32_t(kThreads) * 16;     // elements per Raw-copy CTA
 
-__device__ __forceinline__ bool aligned_to(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
-
 // The encode kernels give each warp kWarpBlocks consecutive blocks and load
 // all their residuals first: that many independent loads in flight per warp
 // (one block per warp leaves the warp waiting on one load at a time).
@@ -649,15 +622,8 @@ template <class Code>
 __device__ __forceinline__ codec::UCode<Code> dec2_finish(uint32_t sign, codec::UCode<Code> mag, int w, uint32_t m,
                                                           int lane, bool check, SliceState* st) {
   using U = codec::UCode<Code>;
-  constexpr int kBits = codec::block_max_width<Code>();
   const bool neg = (sign >> lane) & 1u;
-  if (check) {  // uniform per warp
-    bool bad = ((warp_or(mag) >> (w - 1)) & 1u) == 0;
-    bad |= __ballot_sync(kFullMask, (neg && mag == 0) || (uint32_t(lane) >= m && mag != 0)) != 0;
-    if (w == kBits)  // uniform per warp
-      bad |= __ballot_sync(kFullMask, ((mag >> (kBits - 1)) & 1u) && (!neg || U(mag << 1) != 0)) != 0;
-    if (bad && lane == 0) set_corrupt(st);
-  }
+  if (check && warp_planes_bad<Code>(sign, mag, w, m, lane) && lane == 0) set_corrupt(st);  // uniform per warp
   return neg ? U(U(0) - mag) : mag;
 }
 
@@ -897,22 +863,6 @@ unsigned grid_warps(size_t warps) { return unsigned((warps + kWarps - 1) / kWarp
 uint32_t copy_chunks(uint32_t L) { return uint32_t((size_t(L) + kCopyChunk - 1) / kCopyChunk); }
 unsigned grid_stride(size_t n) { return unsigned(std::min<size_t>(std::max<size_t>(grid_for(n), 1), 65536)); }
 
-// Host-side checks shared by encode and decode: the handle's geometry.
-int make_batch(ElemType code_t, size_t n, uint32_t L, size_t slot, uint32_t forced_S, SliceBatchRef* r) {
-  if (code_t != ElemType::I32 && code_t != ElemType::I64) return host_error(Status::Unsupported);
-  if (L == 0) return host_error(Status::BadHeader);
-  r->n = n;
-  r->L = L;
-  r->slot = slot;
-  const size_t S = forced_S ? forced_S : (n + L - 1) / L;
-  if (S > 0x7fffffffu) return host_error(Status::Unsupported);
-  r->S = uint32_t(S);
-  r->nbs = uint32_t(codec::block_count(L));
-  // info packs per-block payload words (<= 65) and escapes into 32 bits each.
-  if (r->blocks() >= (size_t(1) << 32) / 66) return host_error(Status::Unsupported);
-  return 0;
-}
-
 template <class Code>
 cudaError_t encode_launch(const Code* q, const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc,
                           uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, int kernels, cudaStream_t stream) {
@@ -979,6 +929,29 @@ cudaError_t decode_launch(const uint8_t* src, const uint64_t* lens, const SliceB
 }  // namespace
 
 namespace detail {
+int make_batch(ElemType code_t, size_t n, uint32_t L, size_t slot, uint32_t forced_S, SliceBatchRef* r) {
+  if (code_t != ElemType::I32 && code_t != ElemType::I64) return host_error(Status::Unsupported);
+  if (L == 0) return host_error(Status::BadHeader);
+  r->n = n;
+  r->L = L;
+  r->slot = slot;
+  const size_t S = forced_S ? forced_S : (n + L - 1) / L;
+  if (S > 0x7fffffffu) return host_error(Status::Unsupported);
+  r->S = uint32_t(S);
+  r->nbs = uint32_t(codec::block_count(L));
+  // info packs per-block payload words (<= 65) and escapes into 32 bits each.
+  if (r->blocks() >= (size_t(1) << 32) / 66) return host_error(Status::Unsupported);
+  return 0;
+}
+
+int lorenzo_inverse(const SliceBatchRef& r, ElemType code_t, void* out, cudaStream_t stream) {
+  if (code_t == ElemType::I32)
+    dec_predict_kernel<int32_t><<<r.S, kThreads, 0, stream>>>(r, static_cast<int32_t*>(out), true);
+  else
+    dec_predict_kernel<int64_t><<<r.S, kThreads, 0, stream>>>(r, static_cast<int64_t*>(out), true);
+  return int(cudaGetLastError());
+}
+
 size_t slice_scratch_bytes(size_t n, uint32_t L) {
   if (n == 0 || L == 0) return 0;
   const size_t S = (n + L - 1) / L;
@@ -991,7 +964,7 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
                               uint64_t* d_sizes, int* d_status) {
   if (uint8_t(p) >= codec::kNumPredictors) return host_error(Status::BadHeader);
   SliceBatchRef r;
-  if (const int e = make_batch(code_t, n, slice_len, slot_bytes, forced_slices, &r)) return e;
+  if (const int e = detail::make_batch(code_t, n, slice_len, slot_bytes, forced_slices, &r)) return e;
   if (r.S == 0) return 0;
   const SliceScratch sc = SliceScratch::of(r.S, r.nbs);
   int err = 0;
@@ -1000,6 +973,7 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
   sc.place(base, &r);
   const EncodeParams ep{p, row, plane};
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  if (kernels_ == 3) return detail::encode3_codes(d_q, code_t, r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s);
   return int(code_t == ElemType::I32 ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
                                                      d_sizes, d_status, kernels_, s)
                                      : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
@@ -1009,7 +983,7 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
 int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
                               uint32_t slice_len, uint32_t forced_slices, ElemType code_t, void* d_out, int* d_status) {
   SliceBatchRef r;
-  if (const int e = make_batch(code_t, n, slice_len, slot_bytes, forced_slices, &r)) return e;
+  if (const int e = detail::make_batch(code_t, n, slice_len, slot_bytes, forced_slices, &r)) return e;
   if (r.S == 0) return 0;
   const SliceScratch sc = SliceScratch::of(r.S, r.nbs);
   int err = 0;
@@ -1017,6 +991,7 @@ int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uin
   if (!base) return err;
   sc.place(base, &r);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  if (kernels_ == 3) return detail::decode3(d_src, d_lens, code_t, r, d_out, code_t, 0, d_status, s);
   return int(
       code_t == ElemType::I32
           ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, kernels_, s)

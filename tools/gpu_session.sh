@@ -18,13 +18,16 @@
 #       build     configure + build (CUDA ON, the GPU's arch, tests, benchmark, the
 #                 Python module _core), then an importable package in
 #                 /tmp/ncclz-py (PYTHONPATH for the later phases)
-#       test      the CudaCodec GoogleTests with NCCLZ_REQUIRE_GPU=1 (runs the binary)
+#       test      the CudaCodec GoogleTests with NCCLZ_REQUIRE_GPU=1 (runs the binary),
+#                 with the default (v2) slice kernels, then again with v3
+#                 (NCCLZ_DEVICE_CODEC=v3; the fused tests run in this pass)
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D
 #       ranks     bench/gpu_ranks.py: 2 and 4 ranks sharing the GPU, socket
 #                 transport throttled, all_reduce none/lossless/lossy
-#       sanitize  compute-sanitizer memcheck and racecheck on a filter (initcheck: NCCLZ_SAN_INIT=1)
+#       sanitize  compute-sanitizer memcheck and racecheck on a filter, with the
+#                 default kernels and with v3 (initcheck: NCCLZ_SAN_INIT=1)
 #       alltests  the whole GoogleTest suite (CPU tests too); not in "all"
 #       profile   Nsight Compute per-kernel times and DRAM bytes of one small
 #                 benchmark run -> $OUT/profile.csv; not in "all"
@@ -46,7 +49,8 @@
 #
 # Robust on purpose: no `set -e`; every step runs under `timeout`, its exit
 # code and duration go to the summary, and the next step runs anyway. The
-# step limits below add up to the 540 s deadline.
+# step limits below are ceilings (together more than the 540 s deadline, which
+# stops whatever is left; a whole run took 94-245 s on an H200).
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -87,15 +91,16 @@ SUMMARY=$OUT_DIR/summary.md
 TESTBIN=$BUILD/tests/cpp/ncclz_tests
 BENCHBIN=$BUILD/cuda/gpu_codec_bench
 SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus}
+SAN3_FILTER=${NCCLZ_SAN3_FILTER:-CudaCodec.FusedDecodeOfCpuSlices:CudaCodec.FusedQuantizeEncodeF32}
 INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.CorruptSlicesGiveTheCpuStatus}
 
-# Step limits in seconds; they add up to the 540 s deadline (the build's three
-# are one phase: GoogleTest, configure, compile; the module copy is instant).
+# Step limits in seconds, each a ceiling (the build's three are one phase:
+# GoogleTest, configure, compile; the module copy is instant).
 L_ENV=15 L_SMOKE=25 L_GTEST=20 L_CONFIGURE=25 L_BUILD=140 L_MODULE=10 L_TEST=40 L_PYTEST=150 L_PYCPU=0
-L_BENCH=30 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=60
+L_BENCH=40 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30
 # NCCLZ_GPU_LIMIT_SCALE=N multiplies every limit (rehearsals on a slow machine; with a deadline to match).
 if [ -n "${NCCLZ_GPU_LIMIT_SCALE:-}" ]; then
-  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK; do
+  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3; do
     eval "$v=\$(($v * NCCLZ_GPU_LIMIT_SCALE))"
   done
 fi
@@ -214,7 +219,8 @@ ensure_built() {  # builds once per invocation when a binary or the module is mi
 phase_test() {
   ensure_built
   local log=$OUT_DIR/test.log
-  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
+  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:-CudaCodec.Fused*' --gtest_color=no"
+  step test-v3 "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference' "$log" | head -40 >>"$SUMMARY"
 }
 
@@ -252,6 +258,9 @@ phase_sanitize() {
   export NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1
   step memcheck "$log" $L_MEMCHECK "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER' --gtest_color=no"
   step racecheck "$log" $L_RACECHECK "compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
+  # The v3 kernels (tile kernels, fused calls; their look-back is in global memory, which racecheck does not see).
+  step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
+  step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
   if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
     step initcheck "$log" 60 "compute-sanitizer --tool initcheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER' --gtest_color=no"
   fi
@@ -285,8 +294,8 @@ phase_profile() {
 }
 
 phase_dry() {
-  echo "deadline ${DEADLINE}s; limits: env $L_ENV smoke $L_SMOKE gtest $L_GTEST configure $L_CONFIGURE build $L_BUILD module $L_MODULE test $L_TEST pytest $L_PYTEST+$L_PYCPU bench $L_BENCH ranks $L_RANKS memcheck $L_MEMCHECK racecheck $L_RACECHECK"
-  echo "sum of limits: $((L_ENV + L_SMOKE + L_GTEST + L_CONFIGURE + L_BUILD + L_MODULE + L_TEST + L_PYTEST + L_PYCPU + L_BENCH + L_RANKS + L_MEMCHECK + L_RACECHECK))"
+  echo "deadline ${DEADLINE}s; limits: env $L_ENV smoke $L_SMOKE gtest $L_GTEST configure $L_CONFIGURE build $L_BUILD module $L_MODULE test $L_TEST x2 pytest $L_PYTEST+$L_PYCPU bench $L_BENCH ranks $L_RANKS memcheck $L_MEMCHECK racecheck $L_RACECHECK memcheck-v3, racecheck-v3 $L_SAN3 each"
+  echo "sum of limits: $((L_ENV + L_SMOKE + L_GTEST + L_CONFIGURE + L_BUILD + L_MODULE + 2 * L_TEST + L_PYTEST + L_PYCPU + L_BENCH + L_RANKS + L_MEMCHECK + L_RACECHECK + 2 * L_SAN3)) (the deadline stops what is left)"
   echo "python3: $PY; jobs: $JOBS; ccache: $(command -v ccache || echo none); out: $OUT_DIR; build: $BUILD"
   echo "gtest sources carried: $([ -f "$ROOT/.gtest/CMakeLists.txt" ] && echo yes || echo NO)"
   echo "tests/python/test_gpu.py: $([ -f "$ROOT/tests/python/test_gpu.py" ] && echo present || echo missing)"

@@ -458,6 +458,27 @@ TEST(CudaCodec, CorruptSlicesGiveTheCpuStatus) {
         if (want == Status::Ok) {
           ASSERT_TRUE(dout.download<uint8_t>(cpu_out.size()) == cpu_out) << "trial " << trial;
         }
+        // The fused decode to values: the same status (but a valid Block
+        // header with a Lorenzo predictor is Unsupported there whatever the
+        // payload, as Rans is), and the CPU's dequantized codes.
+        DevBuf dval(size_t(count) * 8);
+        LAUNCH_OK(dev().decode_dequantize_slices_async(dsrc->get<uint8_t>(), len, nullptr, count, count ? count : 1, t,
+                                                       0.25, dval.get(), ElemType::F64, dstat.get<int>()));
+        const bool lorenzo_block = read_header(bad.data(), len, &h) == Status::Ok && h.elem_type == t &&
+                                   h.count == count && h.codec == Codec::Block &&
+                                   (h.predictor == Predictor::Lorenzo2D || h.predictor == Predictor::Lorenzo3D);
+        const Status fused_want = lorenzo_block ? Status::Unsupported : want;
+        ASSERT_EQ(dstat.download<int>(1)[0], int(fused_want)) << "fused, trial " << trial;
+        if (fused_want == Status::Ok) {
+          std::vector<double> wantv(count);
+          if (t == ElemType::I32)
+            dequantize<double, int32_t>(reinterpret_cast<const int32_t*>(cpu_out.data()), count,
+                                        QuantGrid::from_bound(0.25), wantv.data());
+          else
+            dequantize<double, int64_t>(reinterpret_cast<const int64_t*>(cpu_out.data()), count,
+                                        QuantGrid::from_bound(0.25), wantv.data());
+          ASSERT_TRUE(dval.download<double>(count) == wantv) << "fused, trial " << trial;
+        }
         ++mutations;
       }
     }
@@ -534,16 +555,17 @@ void quantizer_all(uint32_t seed) {
   }
 }
 
-// The plane checks (block_check_planes) on every predictor, with both kernel
-// versions: a block whose top plane is empty, and a negative zero in a padding
+// The plane checks (block_check_planes) on every predictor, with every kernel
+// version: a block whose top plane is empty, and a negative zero in a padding
 // lane of the last block, are Corrupt on the CPU and on the device (v2 checks
-// Delta1/Delta2 slices in other kernels than the rest).
+// Delta1/Delta2 slices in other kernels than the rest; v3 in its tile kernel,
+// before the look-back of Delta slices).
 TEST(CudaCodec, PlaneChecksOnEveryPredictorAndKernelVersion) {
   SKIP_WITHOUT_GPU();
   const uint32_t n = 1000;  // 32 blocks (16 nibble bytes), the last one with 8 lanes
   const auto q = make_codes<int32_t>(n, Dist::SmallGauss, 77);
   const int before = dev().kernels();
-  for (int version : {1, 2}) {
+  for (int version : {1, 2, 3}) {
     dev().set_kernels(version);
     ASSERT_EQ(dev().kernels(), version);
     for (int pred : {0, 1, 2, 3}) {
@@ -584,6 +606,167 @@ TEST(CudaCodec, PlaneChecksOnEveryPredictorAndKernelVersion) {
     }
   }
   dev().set_kernels(before);
+}
+
+// The fused quantize + encode (quantize_encode_slices_async) against the CPU:
+// its slices, sizes and statuses are the CPU's encode_slice of the CPU
+// quantizer's codes, its outlier count the CPU's; and the fused decode
+// (decode_dequantize_slices_async) of those slices gives the CPU's
+// dequantized codes, bit for bit.
+template <class T, class Code>
+void fused_matches_cpu(size_t n, uint32_t L, int pred, double eb, int64_t limit, bool specials, uint32_t seed) {
+  SCOPED_TRACE(testing::Message() << "T size " << sizeof(T) << " code size " << sizeof(Code) << " n=" << n << " L=" << L
+                                  << " pred=" << pred << " eb=" << eb << " limit=" << limit
+                                  << " specials=" << specials);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> g(0, 1);
+  std::vector<T> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    // Gaussian, or a smooth field (Delta predictors shrink it), some far out.
+    double v = seed % 2 ? 10 * g(rng) : 50 * std::sin(0.001 * double(i)) + 0.01 * g(rng);
+    if (i % 997 == 5) v *= 1e7;
+    x[i] = from_double<T>(v);
+  }
+  if (specials && n > 10) {
+    x[1] = from_double<T>(std::numeric_limits<double>::quiet_NaN());
+    x[3] = from_double<T>(std::numeric_limits<double>::infinity());
+    x[n - 1] = from_double<T>(-std::numeric_limits<double>::infinity());
+  }
+  const ElemType t = elem_type_of<T>(), ct = code_type<Code>();
+  std::vector<Code> cq(n);
+  std::vector<uint64_t> outl;
+  quantize<T, Code>(x.data(), n, QuantGrid::from_bound(eb), limit, cq.data(), &outl);
+  const size_t S = (n + L - 1) / L, slot = nc::slice_slot_bytes(ct, L);
+  auto dx = to_device(x);
+  DevBuf dst(S * slot), dsizes(S * 8), dstat(S * 4), dcount(8, 0x5A);
+  LAUNCH_OK(dev().quantize_encode_slices_async(dx->get(), t, n, eb, limit, ct, L, Predictor(pred), 0, 0,
+                                               dst.get<uint8_t>(), slot, dsizes.get<uint64_t>(), dstat.get<int>(),
+                                               dcount.get<uint64_t>()));
+  ASSERT_EQ(dcount.download<uint64_t>(1)[0], outl.size()) << "outlier count";
+  if (specials && n > 10) {
+    ASSERT_GE(outl.size(), 3u);
+  }
+  const auto sizes = dsizes.download<uint64_t>(S);
+  const auto stats = dstat.download<int>(S);
+  const auto bytes = dst.download<uint8_t>(S * slot);
+  for (size_t k = 0; k < S; ++k) {
+    const uint32_t cnt = uint32_t(std::min<size_t>(L, n - k * L));
+    Status cst;
+    const auto cpu = cpu_encode(cq.data() + k * L, ct, cnt, pred, 0, 0, slot, &cst);
+    ASSERT_EQ(stats[k], int(cst)) << "slice " << k;
+    ASSERT_EQ(sizes[k], cpu.size()) << "slice " << k;
+    const std::vector<uint8_t> gpu(bytes.begin() + k * slot, bytes.begin() + k * slot + sizes[k]);
+    ASSERT_TRUE(gpu == cpu) << "slice " << k << ": " << hex_diff(cpu, gpu);
+  }
+  // Back to values, in one call (exact lengths).
+  DevBuf dy(n * sizeof(T));
+  LAUNCH_OK(dev().decode_dequantize_slices_async(dst.get<uint8_t>(), slot, dsizes.get<uint64_t>(), n, L, ct, eb,
+                                                 dy.get(), t, dstat.get<int>()));
+  for (int st : dstat.download<int>(S)) ASSERT_EQ(st, int(Status::Ok));
+  std::vector<T> want(n);
+  dequantize<T, Code>(cq.data(), n, QuantGrid::from_bound(eb), want.data());
+  const auto got = dy.download<T>(n);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), n * sizeof(T))) << "dequantized values differ";
+}
+
+template <class T>
+void fused_all(uint32_t seed) {
+  struct Case {
+    size_t n;
+    uint32_t L;
+  };
+  // One slice of one code, one tile, tile edges, several tiles per slice and
+  // many slices with a short last one.
+  const Case cases[] = {{1, 1}, {33, 33}, {2048, 2048}, {2049, 4096}, {100003, 5000}, {size_t(1) << 18, 65536}};
+  for (const Case& c : cases) {
+    if (quick() && c.n == (size_t(1) << 18)) continue;
+    for (int pred = 0; pred < 3; ++pred) {
+      fused_matches_cpu<T, int32_t>(c.n, c.L, pred, 1e-3, default_code_limit<int32_t>(), false, seed++);
+      fused_matches_cpu<T, int64_t>(c.n, c.L, pred, 0.37, default_code_limit<int64_t>(), true, seed++);
+      fused_matches_cpu<T, int32_t>(c.n, c.L, pred, 0.01, 1000, c.n > 5000, seed++);  // outliers over the limit
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(CudaCodec, FusedQuantizeEncodeF32) {
+  SKIP_WITHOUT_GPU();
+  fused_all<float>(1);
+}
+TEST(CudaCodec, FusedQuantizeEncodeF64) {
+  SKIP_WITHOUT_GPU();
+  fused_all<double>(100);
+}
+TEST(CudaCodec, FusedQuantizeEncodeF16) {
+  SKIP_WITHOUT_GPU();
+  fused_all<F16>(200);
+}
+TEST(CudaCodec, FusedQuantizeEncodeBf16) {
+  SKIP_WITHOUT_GPU();
+  fused_all<Bf16>(300);
+}
+
+// The fused decode of slices the CPU wrote (every forced predictor, Raw
+// fallbacks): the CPU decoder's codes, dequantized; Lorenzo slices are
+// Unsupported there, and decode with decode_slices_async.
+TEST(CudaCodec, FusedDecodeOfCpuSlices) {
+  SKIP_WITHOUT_GPU();
+  const uint32_t n = 10000;
+  const double eb = 0.5;
+  uint32_t seed = 500;
+  for (Dist d : {Dist::SmallGauss, Dist::WideGauss, Dist::Smooth, Dist::FullRange, Dist::Zeros}) {
+    const auto q = make_codes<int64_t>(n, d, seed++);
+    for (int pred = 0; pred < kNumPredictors; ++pred) {
+      SCOPED_TRACE(testing::Message() << "dist=" << dist_name(d) << " pred=" << pred);
+      Status cst;
+      const auto slice =
+          cpu_encode(q.data(), ElemType::I64, n, pred, 100, 1000, max_slice_bytes(ElemType::I64, n), &cst);
+      ASSERT_EQ(cst, Status::Ok);
+      auto dsrc = to_device(slice);
+      DevBuf dy(n * 4), dstat(4);
+      LAUNCH_OK(dev().decode_dequantize_slices_async(dsrc->get<uint8_t>(), slice.size(), nullptr, n, n, ElemType::I64,
+                                                     eb, dy.get(), ElemType::F32, dstat.get<int>()));
+      SliceHeader h;
+      ASSERT_EQ(read_header(slice.data(), slice.size(), &h), Status::Ok);
+      if (h.codec == Codec::Block && (h.predictor == Predictor::Lorenzo2D || h.predictor == Predictor::Lorenzo3D)) {
+        EXPECT_EQ(dstat.download<int>(1)[0], int(Status::Unsupported));
+        continue;
+      }
+      ASSERT_EQ(dstat.download<int>(1)[0], int(Status::Ok));
+      std::vector<float> want(n);
+      dequantize<float, int64_t>(q.data(), n, QuantGrid::from_bound(eb), want.data());
+      ASSERT_EQ(0, std::memcmp(dy.download<float>(n).data(), want.data(), n * 4));
+    }
+  }
+}
+
+TEST(CudaCodec, FusedCallsRejectBadArguments) {
+  // Refused on the host, before anything is enqueued (no device needed).
+  uint64_t counter = 0;  // never written: every call below is refused first
+  EXPECT_EQ(dev().quantize_encode_slices_async(nullptr, ElemType::F32, 10, 0.1, 100, ElemType::I32, 10,
+                                               Predictor::Lorenzo2D, 5, 0, nullptr, 64, nullptr, nullptr, &counter),
+            -int(Status::Unsupported));
+  EXPECT_EQ(dev().quantize_encode_slices_async(nullptr, ElemType::I32, 10, 0.1, 100, ElemType::I32, 10, Predictor::None,
+                                               0, 0, nullptr, 64, nullptr, nullptr, &counter),
+            -int(Status::Unsupported));
+  EXPECT_EQ(dev().quantize_encode_slices_async(nullptr, ElemType::F32, 10, 0.1, 100, ElemType::F32, 10, Predictor::None,
+                                               0, 0, nullptr, 64, nullptr, nullptr, &counter),
+            -int(Status::Unsupported));
+  EXPECT_EQ(dev().quantize_encode_slices_async(nullptr, ElemType::F32, 10, 0.1, 100, ElemType::I32, 10, Predictor::None,
+                                               0, 0, nullptr, 64, nullptr, nullptr, nullptr),
+            -int(Status::BadHeader));  // null counter
+  EXPECT_EQ(dev().quantize_encode_slices_async(nullptr, ElemType::F32, 10, -1.0, 100, ElemType::I32, 10,
+                                               Predictor::None, 0, 0, nullptr, 64, nullptr, nullptr, &counter),
+            -int(Status::BadHeader));
+  EXPECT_EQ(dev().decode_dequantize_slices_async(nullptr, 64, nullptr, 10, 10, ElemType::I32, 0.1, nullptr,
+                                                 ElemType::I32, nullptr),
+            -int(Status::Unsupported));
+  EXPECT_EQ(dev().decode_dequantize_slices_async(nullptr, 64, nullptr, 10, 10, ElemType::F32, 0.1, nullptr,
+                                                 ElemType::F32, nullptr),
+            -int(Status::Unsupported));
+  EXPECT_EQ(dev().decode_dequantize_slices_async(nullptr, 64, nullptr, 10, 0, ElemType::I32, 0.1, nullptr,
+                                                 ElemType::F32, nullptr),
+            -int(Status::BadHeader));
 }
 
 TEST(CudaCodec, QuantizerF32MatchesCpu) {

@@ -1,6 +1,7 @@
 // Device codec: quantizer, predictors and the Block coder on a CUDA GPU,
 // producing the same bytes as the CPU codec (docs/FORMAT.md). Implemented in
-// cuda/ (device_codec.cu, quantize_kernels.cu, slice_kernels.cu); built only
+// cuda/ (device_codec.cu, quantize_kernels.cu, slice_kernels.cu, and the v3
+// kernels encode_v3.cu, decode_v3.cu); built only
 // with CUDA (NCCLZ_WITH_CUDA). Declared here without CUDA headers.
 //
 // Checked on a GPU (an NVIDIA H200, bench/results/gpu.md) and in the CPU
@@ -63,14 +64,17 @@ class DeviceCodec {
   /// Waits for the codec's work; returns a cudaError_t.
   int synchronize();
   /// Which slice kernels the codec launches: 2 (the default; fused memory
-  /// access, tiled predictor inversion) or 1 (the first, correctness-first
-  /// kernels, kept for side-by-side measurements). Both write the same bytes
-  /// and statuses. The initial value comes from NCCLZ_DEVICE_CODEC (v1 or v2,
-  /// read when the codec is created; unset or anything else: 2).
+  /// access, tiled predictor inversion), 1 (the first, correctness-first
+  /// kernels, kept for side-by-side measurements) or 3 (tile kernels: two
+  /// launches and one scan to encode, two launches to decode; docs/GPU.md,
+  /// cuda/encode_v3.cu, cuda/decode_v3.cu; the default once a GPU run shows
+  /// it faster). All write the same bytes and statuses. The initial value
+  /// comes from NCCLZ_DEVICE_CODEC (v1, v2 or v3, read when the codec is
+  /// created; unset or anything else: 2).
   int kernels() const { return kernels_; }
-  /// Sets kernels() (1 or 2; any other value is ignored). Affects later calls.
+  /// Sets kernels() (1, 2 or 3; any other value is ignored). Affects later calls.
   void set_kernels(int v) {
-    if (v == 1 || v == 2) kernels_ = v;
+    if (v >= 1 && v <= 3) kernels_ = v;
   }
   /// Sizes the scratch for calls of up to n codes (values, for the
   /// quantizer) in slices of slice_len codes: no such call allocates.
@@ -127,6 +131,34 @@ class DeviceCodec {
   /// status to d_status[k]; after an error that slice's output is unspecified.
   int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n, uint32_t slice_len,
                           codec::ElemType code_t, void* d_out, int* d_status);
+
+  /// Fused quantize + encode (the v3 tile kernels, whatever kernels() says):
+  /// the n values of type t (F32, F64, F16, BF16) at d_x quantized as
+  /// quantize_async(d_x, t, n, eb, limit, ...) would into codes of type code_t,
+  /// and those codes encoded as encode_slices_async(codes, code_t, n,
+  /// slice_len, p, row, plane, d_dst, slot_bytes, d_sizes, d_status) would:
+  /// the same slices, sizes and statuses, without the codes ever reaching
+  /// memory. The number of outliers (values quantize_async reports: non-finite,
+  /// over the limit, bound not met; coded as 0 here too) goes to
+  /// *d_outlier_count; it is not 0 when some value is not within eb in the
+  /// slices: the caller then falls back (quantize_async gives the indices),
+  /// as the CPU's lossy path does when any rank has outliers. The Lorenzo
+  /// predictors are Unsupported here (quantize_async + encode_slices_async).
+  int quantize_encode_slices_async(const void* d_x, codec::ElemType t, size_t n, double eb, int64_t limit,
+                                   codec::ElemType code_t, uint32_t slice_len, codec::Predictor p, uint32_t row,
+                                   uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes, int* d_status,
+                                   uint64_t* d_outlier_count);
+
+  /// Fused decode + dequantize (the v3 tile kernels, whatever kernels() says):
+  /// decode_slices_async of the batch (same arguments and per-slice
+  /// statuses) followed by dequantize_async(codes, code_t, n, eb, d_out, t),
+  /// writing the n values of type t (F32, F64, F16, BF16) at d_out without
+  /// the codes reaching memory. A Block slice with a Lorenzo predictor gives
+  /// Status::Unsupported whatever its payload, as Rans does (decode_slices_async
+  /// + dequantize_async decode it).
+  int decode_dequantize_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
+                                     uint32_t slice_len, codec::ElemType code_t, double eb, void* d_out,
+                                     codec::ElemType t, int* d_status);
 
   /// One slice: encode_slices_async with slice_len = count (d_size, d_status: one each).
   int encode_slice_async(const void* d_q, codec::ElemType code_t, uint32_t count, codec::Predictor p, uint32_t row,

@@ -30,6 +30,10 @@
 #include <functional>
 #include <vector>
 
+// Code that must know it runs here (decode_v3.cu: a look-back that would wait
+// is a bug in the emulator, where blocks run in order, so it aborts).
+#define NCCLZ_CUDA_EMULATED 1
+
 // ---- keywords -------------------------------------------------------------
 #define __global__
 #define __device__
@@ -44,6 +48,9 @@ struct dim3 {
 };
 struct uint3 {
   unsigned x = 0, y = 0, z = 0;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
 };
 
 inline uint3 threadIdx, blockIdx;
@@ -443,6 +450,13 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
   if (v > o) *p = v;
   return o;
 }
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  const unsigned o = *p;
+  *p += v;
+  return o;
+}
+// One block at a time, in order: every store is visible to the blocks after it.
+inline void __threadfence() {}
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   const unsigned long long o = *p;
   *p += v;

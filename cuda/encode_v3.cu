@@ -1,0 +1,295 @@
+// v3 slice encoder (DeviceCodec::set_kernels(3), NCCLZ_DEVICE_CODEC=v3) and
+// the fused float encoder (DeviceCodec::quantize_encode_slices_async): the
+// same bytes, sizes and statuses as v1/v2 and the CPU's encode_slice with
+// the codec forced to Block, built from the same framing functions
+// (codec/slice_frame.hpp, codec/block_frame.hpp).
+//
+// Schedule: two kernels and one scan per batch, all in tiles of kTile3 codes
+// (tile_v3.cuh; T = S * tiles_per_slice(L) CTAs, tile t = k * tps + c is
+// tile c of slice k):
+//  E1 sums     per tile: the codes (read, or quantized from floats), their
+//              residuals (None/Delta1/Delta2 from the tile in shared memory
+//              and the two codes before it; Lorenzo, codes only, by
+//              predict_at on the codes in global memory), each block's width
+//              by a warp OR (__reduce_or_sync), and the tile's payload words
+//              and escapes, packed, to info[t]; float input also adds its
+//              outliers to the caller's counter
+//  scan        exclusive sum of info over the T tiles (CUB): a tile's words and
+//              escapes before it in its slice are scan[t] - scan[first tile],
+//              the slice's totals those of its last tile plus its info
+//  E2 write    per tile, the same codes and residuals again, then: the
+//              slice's framing from the totals (frame_slice: Block, the Raw
+//              fallback, NoSpace), computed alike by every tile of the slice,
+//              tile 0 writing the header, size and status; Block: the tile's
+//              width nibbles (its 64 blocks own 32 whole nibble bytes), its
+//              escape bytes, and its blocks' sign words and planes (a
+//              __ballot_sync per plane) staged in shared memory at offsets
+//              from a CTA scan, then stored with 16-byte stores
+//              (cta_store_bytes); Raw: the tile's codes, the same way
+// So the input is read twice (E1, E2) and the slices written once; no
+// per-block scratch (v1/v2 write and re-read widths, offsets and scans per
+// block of 32). The codes of a float input never reach memory.
+#include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "codec/slice_frame.hpp"
+#include "ncclz/cuda_codec.hpp"
+#include "slice_batch.cuh"
+#include "tile_v3.cuh"
+
+namespace ncclz::cuda {
+namespace {
+
+using namespace detail;
+using codec::Codec;
+using codec::ElemType;
+using codec::kBlockLen;
+using codec::Predictor;
+using codec::Status;
+
+__device__ __forceinline__ bool is_lorenzo(Predictor p) {
+  return p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D;
+}
+
+// Tile c of slice k (cnt codes): the codes into tile[0 .. kTile3) (0 past the
+// slice's end), then this thread's residuals res[j] of elements
+// j * kThreads + threadIdx.x (0 past the end; predictor pe). Returns the
+// outliers this thread met (float input). Ends after a barrier.
+template <class In>
+__device__ __forceinline__ int load_residuals(const In& in, const SliceBatchRef& r, uint32_t k, uint32_t c,
+                                              uint32_t cnt, Predictor pe, const EncodeParams& ep,
+                                              typename In::CodeT* tile, typename In::CodeT* halo,
+                                              typename In::CodeT (&res)[kItems3]) {
+  using Code = typename In::CodeT;
+  const size_t s0 = size_t(k) * r.L;  // the slice's first code
+  const uint32_t b = c * kTile3;
+  int bad = 0;
+#pragma unroll
+  for (int j = 0; j < kItems3; ++j) {
+    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x, i = b + e;
+    tile[e] = i < cnt ? in.at(s0 + i, bad) : Code(0);
+  }
+  if (threadIdx.x < 2) {  // codes b - 2, b - 1 (the previous tile's: its outliers are its own)
+    int other = 0;
+    halo[threadIdx.x] = c > 0 ? in.at(s0 + b - 2 + threadIdx.x, other) : Code(0);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kItems3; ++j) {
+    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x, i = b + e;
+    Code v = Code(0);
+    if (i < cnt) {
+      if constexpr (In::kHasCodes) {
+        if (is_lorenzo(pe)) {
+          using U = codec::UCode<Code>;
+          const Code* qk = in.q + s0;
+          v = Code(U(qk[i]) - codec::predict_at(qk, i, pe, ep.row, ep.plane));
+          res[j] = v;
+          continue;
+        }
+      }
+      const Code p1 = e >= 1 ? tile[e - 1] : halo[1];
+      const Code p2 = e >= 2 ? tile[e - 2] : halo[e];
+      v = delta_residual(p2, p1, tile[e], i, pe);
+    }
+    res[j] = v;
+  }
+  return bad;
+}
+
+template <class Code>
+__device__ __forceinline__ int block_width_of(Code v) {
+  return codec::block_bit_width(warp_or(codec::block_magnitude(v)));
+}
+
+template <class In>
+__global__ void __launch_bounds__(kThreads)
+    enc3_sum_kernel(In in, SliceBatchRef r, EncodeParams ep, uint32_t tps, unsigned long long* outliers) {
+  using Code = typename In::CodeT;
+  using Reduce = cub::BlockReduce<u64, kThreads>;
+  using ReduceBad = cub::BlockReduce<int, kThreads>;
+  __shared__ typename Reduce::TempStorage tmp;
+  __shared__ typename ReduceBad::TempStorage tmp_bad;
+  __shared__ Code tile[kTile3];
+  __shared__ Code halo[2];
+  const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps, cnt = r.count(k);
+  if (size_t(c) * kTile3 >= cnt) {  // past the slice's end (uniform per CTA)
+    if (threadIdx.x == 0) r.info[t] = 0;
+    return;
+  }
+  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+  Code res[kItems3];
+  [[maybe_unused]] const int bad = load_residuals(in, r, k, c, cnt, pe, ep, tile, halo, res);
+  u64 mine = 0;
+#pragma unroll
+  for (int j = 0; j < kItems3; ++j) {
+    const int w = block_width_of(res[j]);
+    mine += pack_info(int(codec::block_words(w)), w >= codec::kBlockEscape);
+  }
+  const u64 sum = Reduce(tmp).Sum((threadIdx.x & 31) == 0 ? mine : u64(0));
+  if (threadIdx.x == 0) r.info[t] = sum;
+  if constexpr (!In::kHasCodes) {
+    const int nbad = ReduceBad(tmp_bad).Sum(bad);
+    if (threadIdx.x == 0 && nbad) atomicAdd(outliers, (unsigned long long)nbad);
+  }
+}
+
+template <class In>
+__global__ void __launch_bounds__(kThreads) enc3_write_kernel(In in, SliceBatchRef r, EncodeParams ep, uint32_t tps,
+                                                              uint8_t* __restrict__ dst, uint64_t* sizes, int* status) {
+  using Code = typename In::CodeT;
+  constexpr uint32_t kMaxWords = kTileBlocks3 * codec::block_words(codec::block_max_width<Code>());
+  using Scan = cub::BlockScan<uint32_t, kThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  // The codes (Raw: also the staged payload), one padding word for cta_store_bytes.
+  __shared__ Code tile[kTile3 + 4 / sizeof(Code) + 1];
+  __shared__ Code halo[2];
+  __shared__ uint32_t stage[kMaxWords + 1];  // the tile's block words
+  __shared__ uint32_t boff[kTileBlocks3];    // per block: escapes before it << 16 | words before it
+  __shared__ uint8_t wid[kTileBlocks3];
+  const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps, cnt = r.count(k);
+  const uint32_t b0 = c * kTile3;
+  if (c > 0 && b0 >= cnt) return;  // past the slice's end; tile 0 always frames its slice (uniform)
+  // The slice, framed from the tile sums exactly as v1's slice kernel does.
+  const size_t first = size_t(k) * tps;
+  const u64 before = r.scan[t] - r.scan[first];
+  const u64 total = r.scan[first + tps - 1] + r.info[first + tps - 1] - r.scan[first];
+  const size_t nb = codec::block_count(cnt);
+  const size_t coded = nb ? codec::block_stream_bytes(nb, info_escapes(total), info_words(total)) : ~size_t(0);
+  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+  uint32_t a0, a1;
+  codec::slice_predictor_args(pe, ep.row, ep.plane, &a0, &a1);
+  const ElemType ct = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
+  codec::SliceHeader h;
+  const Status f = codec::frame_slice(ct, cnt, r.slot, Codec::Block, pe, a0, a1, coded, &h);
+  uint8_t* slot = dst + size_t(k) * r.slot;
+  if (c == 0 && threadIdx.x == 0) {
+    if (f == Status::Ok) codec::write_header(slot, h);
+    sizes[k] = f == Status::Ok ? codec::kHeaderBytes + h.payload_bytes : 0;
+    status[k] = int(f);
+  }
+  if (f != Status::Ok || cnt == 0) return;  // NoSpace, or a header-only slice (uniform)
+  Code res[kItems3];
+  load_residuals(in, r, k, c, cnt, pe, ep, tile, halo, res);
+  uint8_t* payload = slot + codec::kHeaderBytes;
+  if (h.codec == Codec::Raw) {  // the codes' own bytes (little-endian, as in shared memory)
+    const uint32_t m = cnt - b0 < kTile3 ? cnt - b0 : kTile3;
+    cta_store_bytes(payload + size_t(b0) * sizeof(Code), reinterpret_cast<const uint32_t*>(tile),
+                    m * uint32_t(sizeof(Code)));
+    return;
+  }
+  // Block: widths, then each block's escapes and words before it in the tile.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  int wv[kItems3];
+#pragma unroll
+  for (int j = 0; j < kItems3; ++j) {
+    wv[j] = block_width_of(res[j]);
+    if (lane == 0) wid[j * kWarps3 + warp] = uint8_t(wv[j]);
+  }
+  __syncthreads();
+  uint32_t v = 0;
+  if (threadIdx.x < kTileBlocks3) {
+    const int w = wid[threadIdx.x];
+    v = (uint32_t(w >= codec::kBlockEscape) << 16) | codec::block_words(w);
+  }
+  uint32_t off, agg;
+  Scan(scan_tmp).ExclusiveSum(v, off, agg);
+  if (threadIdx.x < kTileBlocks3) boff[threadIdx.x] = off;
+  __syncthreads();
+  // Nibble bytes (blocks 2j, 2j + 1 of the tile; b0 / 32 is even) and escape bytes.
+  const uint32_t gb0 = b0 / kBlockLen;  // the tile's first block in the slice
+  if (threadIdx.x < kTileBlocks3 / 2) {
+    const uint32_t gb = gb0 + 2 * threadIdx.x;
+    if (gb < nb)
+      payload[gb / 2] = codec::block_nibble_byte(wid[2 * threadIdx.x], gb + 1 < nb ? wid[2 * threadIdx.x + 1] : 0);
+  }
+  if (threadIdx.x < kTileBlocks3 && wid[threadIdx.x] >= codec::kBlockEscape)
+    payload[codec::block_stream_bytes(nb, info_escapes(before) + (off >> 16), 0)] = wid[threadIdx.x];
+  // Sign word and planes of every block into the stage: word i of a block by
+  // lane i % 32 after the warp's ballot.
+#pragma unroll
+  for (int j = 0; j < kItems3; ++j) {
+    const int w = wv[j];
+    if (w == 0) continue;  // uniform per warp
+    uint32_t* out = stage + (boff[j * kWarps3 + warp] & 0xffffu);
+    const auto mag = codec::block_magnitude(res[j]);
+    const uint32_t sign = __ballot_sync(kFullMask, res[j] < 0);
+    if (lane == 0) out[0] = sign;
+    for (int p = 0; p < w; ++p) {  // w is uniform per warp
+      const uint32_t plane = __ballot_sync(kFullMask, uint32_t(mag >> p) & 1u);
+      if (lane == ((p + 1) & 31)) out[1 + p] = plane;
+    }
+  }
+  __syncthreads();
+  const size_t words_at = codec::block_stream_bytes(nb, info_escapes(total), info_words(before));
+  cta_store_bytes(payload + words_at, stage, 4 * (agg & 0xffffu));
+}
+
+template <class In>
+cudaError_t encode3_launch(const In& in, const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc,
+                           uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, unsigned long long* outliers,
+                           cudaStream_t stream) {
+  const uint32_t tps = tiles_per_slice(r.L), T = r.S * tps;
+  enc3_sum_kernel<In><<<T, kThreads, 0, stream>>>(in, r, ep, tps, outliers);
+  cudaError_t e = cudaGetLastError();
+  // Tiles <= blocks: the scratch's per-block arrays and scan storage suffice.
+  if (e == cudaSuccess) e = exclusive_sum_u64(r.info, r.scan, T, tmp, sc.tmp_bytes, stream);
+  if (e != cudaSuccess) return e;
+  enc3_write_kernel<In><<<T, kThreads, 0, stream>>>(in, r, ep, tps, dst, sizes, status);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+namespace detail {
+int encode3_codes(const void* q, ElemType code_t, const SliceBatchRef& r, const EncodeParams& ep,
+                  const SliceScratch& sc, uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status,
+                  cudaStream_t stream) {
+  if (code_t == ElemType::I32)
+    return int(encode3_launch(CodesIn<int32_t>{static_cast<const int32_t*>(q)}, r, ep, sc, tmp, dst, sizes, status,
+                              nullptr, stream));
+  return int(encode3_launch(CodesIn<int64_t>{static_cast<const int64_t*>(q)}, r, ep, sc, tmp, dst, sizes, status,
+                            nullptr, stream));
+}
+}  // namespace detail
+
+int DeviceCodec::quantize_encode_slices_async(const void* d_x, ElemType t, size_t n, double eb, int64_t limit,
+                                              ElemType code_t, uint32_t slice_len, Predictor p, uint32_t row,
+                                              uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
+                                              int* d_status, uint64_t* d_outlier_count) {
+  if (status_) return status_;
+  if (!(eb > 0) || !(eb < 1e300) || d_outlier_count == nullptr || uint8_t(p) >= codec::kNumPredictors)
+    return host_error(Status::BadHeader);
+  // Lorenzo predicts from codes rows and planes away, which a tile of floats
+  // does not hold: quantize_async + encode_slices_async for those.
+  if (p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D) return host_error(Status::Unsupported);
+  if (t != ElemType::F32 && t != ElemType::F64 && t != ElemType::F16 && t != ElemType::BF16)
+    return host_error(Status::Unsupported);
+  SliceBatchRef r;
+  if (const int e = make_batch(code_t, n, slice_len, slot_bytes, 0, &r)) return e;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  cudaError_t e = cudaMemsetAsync(d_outlier_count, 0, sizeof(uint64_t), s);
+  if (e != cudaSuccess || r.S == 0) return int(e);
+  const SliceScratch sc = SliceScratch::of(r.S, r.nbs);
+  int err = 0;
+  uint8_t* base = scratch(sc.bytes, &err);
+  if (!base) return err;
+  sc.place(base, &r);
+  const codec::QuantGrid g = codec::QuantGrid::from_bound(eb);
+  const EncodeParams ep{p, row, plane};
+  auto* outliers = reinterpret_cast<unsigned long long*>(d_outlier_count);
+  with_float_type(t, [&](auto tv) {
+    using T = decltype(tv);
+    with_code_type(code_t, [&](auto cv) {
+      using Code = decltype(cv);
+      const int64_t lim = limit < 0 ? 0 : limit > codec::max_code_limit<Code>() ? codec::max_code_limit<Code>() : limit;
+      const FloatsIn<T, Code> in{static_cast<const T*>(d_x), g, lim};
+      e = encode3_launch(in, r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, outliers, s);
+    });
+  });
+  return int(e);
+}
+
+}  // namespace ncclz::cuda
