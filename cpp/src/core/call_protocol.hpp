@@ -66,11 +66,13 @@ class CallProtocol {
   /// Releases the slots exchange() kept for carried data (none: nothing).
   void release_carried();
   /// Throws Aborted (or CorruptData) when a peer closed its link to this
-  /// rank with a notice: it aborted the communicator, maybe after it posted
-  /// its message of this round (its own call then failed). The latency
-  /// algorithm checks it before it uses carried data, so that peers joining
-  /// a call late fail too instead of completing it (as the ring, which needs
-  /// every rank's work after the exchange).
+  /// rank with a notice without having read this rank's message of the round:
+  /// it aborted after it posted its own message but before it had everyone's
+  /// (its own call failed, e.g. it timed out waiting for this rank). The
+  /// latency algorithm checks it before it uses carried data, so that peers
+  /// joining a call late fail too instead of completing it (as on the ring,
+  /// which needs every rank after the exchange); a peer that had read this
+  /// rank's message and aborted afterwards leaves the call to complete.
   void check_no_notice(const CallDesc& mine);
   /// The second round of a two-hop schedule (after exchange() carried the
   /// first and its combine ran): s.again(part, q) to every peer q, then every

@@ -288,6 +288,9 @@ class RingSendConn final : public SendConn, public RingEnd {
   size_t slot_bytes() const override { return ring_.slot_bytes; }
   int peer() const override { return label_.peer; }
   const RingView& ring() const { return ring_; }
+  /// Whether the other side released every slot posted so far (the socket
+  /// transport's proxy: wrote it to the socket).
+  bool consumed() const { return ring_.hdr->head.load(std::memory_order_acquire) == tail_; }
 
  private:
   std::shared_ptr<void> owner_;
