@@ -524,6 +524,8 @@ void register_comm(nb::module_& m) {
       .def_rw("topo_host", &CommConfig::topo_host)
       .def_rw("topo_hosts", &CommConfig::topo_hosts)
       .def_rw("algorithm", &CommConfig::algorithm)
+      .def_rw("latency_bytes", &CommConfig::latency_bytes)
+      .def_rw("spin_us", &CommConfig::spin_us)
       .def(
           "as_dict",
           [](const CommConfig& x) {
@@ -546,6 +548,8 @@ void register_comm(nb::module_& m) {
             d["topo_host"] = x.topo_host;
             d["topo_hosts"] = x.topo_hosts;
             d["algorithm"] = x.algorithm;
+            d["latency_bytes"] = x.latency_bytes;
+            d["spin_us"] = x.spin_us;
             return d;
           },
           "Every field but the token")
@@ -555,7 +559,7 @@ void register_comm(nb::module_& m) {
           << "', nchannels=" << x.nchannels << ", slot_bytes=" << x.slot_bytes << ", nslots=" << x.nslots
           << ", sparse_slice_bytes=" << x.sparse_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
           << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", algorithm='" << x.algorithm
-          << "', timeout_s=" << x.timeout_s << ")";
+          << "', latency_bytes=" << x.latency_bytes << ", timeout_s=" << x.timeout_s << ")";
         return s.str();
       });
 

@@ -81,8 +81,10 @@ class CallStats:
         (lossy not predicted >= 20% faster than none; predicted ...)"``,
         ``"off"``, or on ranks other than 0 ``"auto: rank 0 chose none"``.
         ``compression`` is the mode that ran.
-    algorithm: the algorithm the call ran, "ring" or "hierarchical" (exact
-        inside each host, compressed between hosts; see :attr:`Communicator.topology`).
+    algorithm: the algorithm the call ran, "ring", "hierarchical" (exact
+        inside each host, compressed between hosts; see :attr:`Communicator.topology`)
+        or "latency" (small uncompressed or lossless calls: one round of
+        messages, the data with the call descriptor; NCCLZ_LATENCY_BYTES).
         A hierarchical call's raw_bytes, wire_bytes and ratio count its
         inter-host links (the ones that compress); local_bytes the bytes it
         sent to ranks on its own host (uncompressed; 0 for ring calls).
@@ -414,7 +416,8 @@ class Communicator:
         self._queue: _async.CallQueue | None = None  # asynchronous calls (async_op=True), made on first use
         self._topology = self._find_topology()
         self._policy = CommPolicy(setting, rank, world_size, nchannels=self._channels(cfg),
-                                  topology=self._topology, algorithm=self._configured_algorithm())
+                                  topology=self._topology, algorithm=self._configured_algorithm(),
+                                  latency_bytes=self._latency_bytes())
 
     def _connect(self, cfg, rank, world_size, timeout, store, unique_id, master_port) -> None:
         """Rendezvous: torchrun's store, a given store or unique id, or MASTER_ADDR:MASTER_PORT."""
@@ -458,6 +461,12 @@ class Communicator:
         "hierarchical")."""
         effective = getattr(self._native, "config", None)
         return str(getattr(effective, "algorithm", "auto") or "auto")
+
+    def _latency_bytes(self) -> int:
+        """The native communicator's latency_bytes (NCCLZ_LATENCY_BYTES): exact calls up to it run the
+        latency algorithm."""
+        effective = getattr(self._native, "config", None)
+        return int(getattr(effective, "latency_bytes", 0) or 0)
 
     @staticmethod
     def _base_config() -> Any:
@@ -613,8 +622,9 @@ class Communicator:
         (see the module doc); None: the communicator's setting.
         ``algorithm``: "ring" or "hierarchical" for this call (rank 0's counts;
         hierarchical runs where :attr:`topology` allows it, else the ring);
-        None or "auto": the policy's choice, else NCCLZ_ALGO, else
-        hierarchical where the topology allows it.
+        None or "auto": the policy's choice, else NCCLZ_ALGO, else the latency
+        algorithm for exact calls up to NCCLZ_LATENCY_BYTES (64 KiB), else
+        hierarchical where the topology allows it, else the ring.
         """
         b, c, op = self._prepare(x, "all_reduce input", op, compression)
         d = self._decide("all_reduce", b, c, compression, b.nbytes, policy, op, algorithm)

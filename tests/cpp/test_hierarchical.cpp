@@ -54,6 +54,7 @@ struct World {
       cfg.nslots = 4;
       cfg.timeout_s = 60;
       cfg.topo_hosts = topo_hosts;
+      cfg.latency_bytes = 0;  // the hierarchical schedules at every size (test_latency.cpp has the latency algorithm)
       if (!per_rank.empty()) cfg.topo_host = per_rank[size_t(r)];
       comms[size_t(r)] = Communicator::create(id, r, n, cfg);
     });

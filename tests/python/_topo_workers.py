@@ -116,8 +116,9 @@ def scenario_policy(ncclz, comm, args):
 
 
 def scenario_topology(ncclz, comm, args):
-    """The topology as reported, and one small all_reduce."""
-    x = np.full(1000, comm.rank + 1.0, np.float32)
+    """The topology as reported, and one all_reduce (128 KiB: above NCCLZ_LATENCY_BYTES, so the
+    algorithm the topology gives it, not the latency algorithm of small calls)."""
+    x = np.full(1 << 15, comm.rank + 1.0, np.float32)
     comm.all_reduce(x)
     assert np.all(x == comm.world_size * (comm.world_size + 1) / 2)
     return {"topology": topology_of(comm), "algorithm": comm.last_stats.algorithm}

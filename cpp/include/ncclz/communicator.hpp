@@ -64,10 +64,14 @@ struct Compression {
 const char* mode_name(Compression::Mode m);
 
 /// The algorithm of a collective call (docs/ALGORITHMS.md): the flat ring over
-/// all ranks, or hierarchical (exact inside each host, the ring between hosts
-/// among the ranks of the same local rank; Topology::hierarchical()).
-enum class Algorithm : uint8_t { Ring, Hierarchical };
-/// "ring", "hierarchical" ("?" outside the enum).
+/// all ranks, hierarchical (exact inside each host, the ring between hosts
+/// among the ranks of the same local rank; Topology::hierarchical()), or the
+/// latency algorithm of small exact calls (one hop: every rank sends each peer
+/// what it needs over the point-to-point links, in the call descriptor's own
+/// message; CommConfig::latency_bytes). The runtime picks Latency by itself;
+/// proposals (PolicyHints, NCCLZ_ALGO) name Ring or Hierarchical.
+enum class Algorithm : uint8_t { Ring, Hierarchical, Latency };
+/// "ring", "hierarchical", "latency" ("?" outside the enum).
 const char* algorithm_name(Algorithm a);
 
 /// Per-call statistics (comm.last_stats in Python).
@@ -141,11 +145,26 @@ struct CommConfig {
   /// The topology override (ncclz/topology.hpp): this rank's host id
   /// (NCCLZ_TOPO_HOST), or every rank's ("0,0,1,1" or "2x2"; NCCLZ_TOPO_HOSTS).
   std::string topo_host, topo_hosts;
-  /// The collectives' algorithm: "" (NCCLZ_ALGO, default "auto": hierarchical
-  /// where the topology allows it, else the ring), "auto", "ring",
-  /// "hierarchical". Rank 0's setting decides for every rank (it travels in
-  /// the call descriptor), unless the policy's hints name one.
+  /// The collectives' algorithm: "" (NCCLZ_ALGO, default "auto": the latency
+  /// algorithm for small exact calls (latency_bytes), else hierarchical where
+  /// the topology allows it, else the ring), "auto", "ring", "hierarchical"
+  /// (these two: for every size). Rank 0's setting decides for every rank (it
+  /// travels in the call descriptor), unless the policy's hints name one.
   std::string algorithm;
+  /// Exact calls (none, lossless) of all_reduce, reduce_scatter, reduce,
+  /// all_gather and broadcast whose message has at most this many bytes run
+  /// the latency algorithm where the algorithm is auto (needs the
+  /// point-to-point links); 0: never. -1: NCCLZ_LATENCY_BYTES, default 64 KiB.
+  /// At most slot_bytes - 128 (larger values are lowered to it). Every rank
+  /// must have the same (checked at creation).
+  int64_t latency_bytes = -1;
+  /// Microseconds a wait for a slot polls, giving the CPU to other ready
+  /// threads between checks, before it sleeps in the kernel. -1:
+  /// NCCLZ_SPIN_US, else automatic: 20 where the ranks on this machine have a
+  /// CPU each (at most as many as the CPUs this process may run on), 0 where
+  /// they outnumber them (a poller would take the CPU the awaited rank needs).
+  /// Per rank; Communicator::config() reports the value chosen.
+  int spin_us = -1;
 
   /// Every field from the environment (RANK, WORLD_SIZE, MASTER_ADDR,
   /// MASTER_PORT, NCCLZ_*), defaults for the variables that are unset:

@@ -59,7 +59,56 @@ uint8_t CallRoutine::configured_algorithm() const {
   return ok && a >= 0 ? uint8_t(a + 1) : 0;
 }
 
-Algorithm CallRoutine::decide_algorithm(const CallDesc& rank0, const Collective& cd) const {
+bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes) const {
+  return cd.latency && !is_lossy(m) && !cd.per_peer() && rt_.cfg.latency_bytes > 0 &&
+         bytes <= uint64_t(rt_.cfg.latency_bytes) && rt_.protocol.one_hop();
+}
+
+algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType t) {
+  algorithms::OneHopPart p;
+  p.rank = rt_.rank;
+  p.nranks = rt_.nranks;
+  p.src = static_cast<const uint8_t*>(cd.send);
+  p.dst = static_cast<uint8_t*>(cd.recv);
+  p.count = cd.split;
+  p.esize = dsize(t);
+  p.root = cd.root;
+  if (cd.reduces) p.reduce = prims::reduce_fn(elem_of(t), cd.op);
+  p.scratch = rt_.channels.scratch(0);
+  return p;
+}
+
+void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried,
+                              const CallDesc& d, CallState& call) {
+  uint64_t sent = 0;
+  for (int q = 0; q < rt_.nranks; ++q) {
+    if (q == rt_.rank) continue;
+    sent += carried.out[size_t(q)].size;
+    const size_t want = algorithms::expected_bytes(cd.latency, part, q);
+    if (carried.in[size_t(q)].size != want) {
+      const std::string why = "rank " + std::to_string(q) + " sent " + std::to_string(carried.in[size_t(q)].size) +
+                              " bytes of data with its descriptor of call #" + std::to_string(d.seq) +
+                              " where this rank expected " + std::to_string(want);
+      rt_.fail("latency algorithm: " + why);
+      throw RemoteError("ncclz rank " + std::to_string(rt_.rank) + ": " + why +
+                        " (the point-to-point links are out of step); the communicator was aborted");
+    }
+  }
+  rt_.protocol.check_no_notice(d);
+  cd.latency.combine(part, carried.in.data());
+  rt_.protocol.release_carried();
+  if (cd.latency.again) sent += rt_.protocol.second_round(cd.latency, part, d.seq, call);
+  call.ch.assign(1, prims::ChannelStats{});
+  call.ch[0].raw_bytes = call.ch[0].wire_bytes = sent;  // raw: the exact modes' values as they are
+}
+
+Algorithm CallRoutine::decide_algorithm(const std::vector<CallDesc>& all, const Collective& cd) const {
+  const CallDesc& rank0 = all[0];
+  // Latency: the data is here already (every rank carried it) and rank 0
+  // named no other algorithm (NCCLZ_ALGO, the policy's or the call's).
+  bool carried = true;
+  for (const CallDesc& x : all) carried = carried && (x.flags & kCarried) != 0;
+  if (carried && rank0.algorithm == 0) return Algorithm::Latency;
   // Hierarchical needs its links (the topology allows it) and a schedule.
   if (!rt_.hier || !cd.hier) return Algorithm::Ring;
   if (rank0.algorithm == 1 + int(Algorithm::Ring)) return Algorithm::Ring;
@@ -87,8 +136,28 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   if (!d.algorithm) d.algorithm = configured_algorithm();
   LossyCall lossy(rt_, cd, t, c, nch, call);
   if (is_lossy(m) && err.empty()) lossy.describe(d);
-  // 3. exchange
-  const auto all = rt_.protocol.exchange(d, call);
+  // The latency algorithm's data rides with the descriptor (3.).
+  const bool carry = err.empty() && carries(cd, m, bytes);
+  algorithms::OneHopPart part;
+  Carried carried;
+  if (carry) {
+    d.flags |= kCarried;
+    // One hop, or two where one would send too much (the same choice on
+    // every rank of a matching call: the size and N decide).
+    if (cd.latency_wide && bytes * size_t(rt_.nranks - 1) > kOneHopBytes) cd.latency = cd.latency_wide;
+    part = one_hop_part(cd, t);
+    carried.out.assign(size_t(rt_.nranks), algorithms::Bytes{});
+    for (int q = 0; q < rt_.nranks; ++q) {
+      if (q != rt_.rank) carried.out[size_t(q)] = cd.latency.send(part, q);
+    }
+  }
+  // 3. exchange (the slots of carried data are held until released, or until
+  // this call ends however it ends: the links stay in step)
+  const auto all = rt_.protocol.exchange(d, call, carry ? &carried : nullptr);
+  struct ReleaseCarried {
+    CallProtocol& p;
+    ~ReleaseCarried() { p.release_carried(); }
+  } release{rt_.protocol};
   rt_.protocol.check_all(all, err);
   if (cd.per_peer()) {
     // Per-peer counts: matched pair by pair; the message is the average
@@ -103,10 +172,13 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   }
   // 4. decide
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
-  cd.algorithm = call.algorithm = decide_algorithm(all[0], cd);
-  if (is_lossy(run)) {
+  cd.algorithm = call.algorithm = decide_algorithm(all, cd);
+  if (cd.algorithm == Algorithm::Latency) {
+    run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
+  } else if (is_lossy(run)) {
     lossy.run(all);  // 5.-6.
   } else {
+    rt_.protocol.release_carried();  // carried data not used: rank 0 named another algorithm
     // 6. the user's buffers through raw slots (none) or the selector
     // (lossless; a lightened call with the selector's own choice).
     const Compression& wire_c = run == m ? c : Compression{};

@@ -9,17 +9,24 @@
 //                policy's hints, and for lossy modes this rank's input
 //                statistics (core/lossy_call.hpp)
 //   3. exchange  every rank's descriptor: mismatched or invalid calls raise
-//                on every rank before any data moves
+//                on every rank before any data is used. A small exact call
+//                (at most CommConfig::latency_bytes, with a one-hop schedule)
+//                carries its data in the same message, after the
+//                descriptor: the latency algorithm is then one round in all
 //   4. decide    the mode every rank runs: rank 0's lighter proposal where it
 //                keeps the bound (bound::exact_keeps_bound), else the request;
-//                and the algorithm (Collective::algorithm): rank 0's proposal
-//                or setting where the topology allows it, else the default
-//                (hierarchical where there are several hosts with the same
-//                number L > 1 of ranks each, else the ring)
+//                and the algorithm (Collective::algorithm): the latency
+//                algorithm where every rank carried its data and rank 0
+//                names no algorithm; else rank 0's proposal or setting where
+//                the topology allows it, else the default (hierarchical
+//                where there are several hosts with the same number L > 1 of
+//                ranks each, else the ring)
 //   5. prepare   lossy: the plan from the global statistics, then quantize
 //                (staged or eager) or take the exact path
 //   6. run       the collective's schedule on the channels (core/channels.hpp):
-//                on the rings, or on the point-to-point links (lanes)
+//                on the rings, or on the point-to-point links (lanes); the
+//                latency algorithm combines the data that came in step 3
+//                (algorithms/one_hop.hpp), on the calling thread
 //   7. finish    dequantize / divide (avg), this rank's own block (copied,
 //                exact, in every mode), and the CallStats
 //
@@ -35,6 +42,8 @@
 // them); a failure while data moves aborts it (core/channels.hpp).
 #pragma once
 
+#include "algorithms/one_hop.hpp"
+#include "core/call_protocol.hpp"
 #include "core/call_state.hpp"
 #include "core/collective.hpp"
 #include "core/runtime.hpp"
@@ -62,7 +71,18 @@ class CallRoutine {
   Mode decide_mode(const std::vector<CallDesc>& all, Mode m, DataType t, Combine how, const Compression& c,
                    CallState& call) const;
   /// Step 4: the algorithm every rank runs the call with (see above).
-  Algorithm decide_algorithm(const CallDesc& rank0, const Collective& cd) const;
+  Algorithm decide_algorithm(const std::vector<CallDesc>& all, const Collective& cd) const;
+  /// Step 3: whether this rank's descriptor carries its data (the latency
+  /// algorithm): an exact call of at most latency_bytes with a one-hop
+  /// schedule, on point-to-point links. Every rank of a matching call
+  /// decides the same (latency_bytes and the links are agreed at creation).
+  bool carries(const Collective& cd, Mode m, size_t bytes) const;
+  /// This rank's side of `cd` under its one-hop schedule.
+  algorithms::OneHopPart one_hop_part(const Collective& cd, DataType t);
+  /// Step 6 of the latency algorithm: checks the sizes that came, combines
+  /// them into the output, releases their slots.
+  void run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried, const CallDesc& d,
+                   CallState& call);
   /// What this rank proposes in its descriptor when the hints name none:
   /// CommConfig::algorithm (NCCLZ_ALGO), 1 + int(Algorithm), 0 for auto.
   uint8_t configured_algorithm() const;

@@ -1,7 +1,8 @@
 // The call descriptor: what a rank is about to do, exchanged before each call.
 //
-// Before every collective the ranks allgather one fixed-size CallDesc around
-// the ring on channel 0 (one raw slot per hop). Each rank then compares all N
+// Before every collective the ranks allgather one fixed-size CallDesc: one hop
+// over the point-to-point links (a small exact call's data follows it in the
+// same message), or around the ring on channel 0 without those links. Each rank then compares all N
 // descriptors itself, so a mismatch (another collective, count, type, op, root,
 // compression, or a skipped call: the sequence number) raises RemoteError on
 // every rank with the same message, before any data moved and without hanging.
@@ -53,6 +54,11 @@ enum DescFlags : uint8_t {
   /// hold the outlier round (NCCLZ_PIPELINE_QUANTIZE=0). Only rank 0's flag
   /// counts, so every rank takes the same path whatever its environment says.
   kEagerQuantize = 64,
+  /// This rank's data for the receiving peer follows the descriptor in the
+  /// same message (the latency algorithm, core/call_protocol.hpp): the call is
+  /// exact, has a one-hop schedule and at most CommConfig::latency_bytes.
+  /// Matching calls set it on every rank alike; not part of the match.
+  kCarried = 128,
 };
 
 struct CallDesc {

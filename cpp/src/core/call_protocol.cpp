@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include "ncclz/error.hpp"
+#include "transport/slot_ring.hpp"
 
 namespace ncclz::core {
 
@@ -34,11 +36,158 @@ CallDesc make_desc(const Collective& cd, DataType t, Mode m, const Compression& 
 }
 
 CallProtocol::CallProtocol(int rank, int nranks, RingChannels& channels, PeerLinks& peers, FailFn fail)
-    : rank_(rank), nranks_(nranks), channels_(channels), peers_(peers), fail_(std::move(fail)) {}
+    : rank_(rank),
+      nranks_(nranks),
+      held_(size_t(nranks), 0),
+      channels_(channels),
+      peers_(peers),
+      fail_(std::move(fail)) {}
 
 std::string CallProtocol::me() const { return "ncclz rank " + std::to_string(rank_) + ": "; }
 
-std::vector<CallDesc> CallProtocol::exchange(const CallDesc& mine, CallState& call) {
+bool CallProtocol::one_hop() const { return nranks_ > 1 && peers_.link((rank_ + 1) % nranks_) != nullptr; }
+
+// One hop (call_protocol.hpp): send this rank's message to every peer first
+// (rank+1, rank+2, ...), then read one from every peer (rank-1, rank-2, ...).
+// Sending never waits for a receive: a link holds at most this round's
+// message and the previous round's (its receiver releases that one before its
+// call returns), and K >= 2.
+std::vector<CallDesc> CallProtocol::exchange(const CallDesc& mine, CallState& call, Carried* carry) {
+  if (!one_hop()) return ring_exchange(mine, call);
+  const size_t N = size_t(nranks_);
+  std::vector<CallDesc> all(N);
+  all[size_t(rank_)] = mine;
+  if (carry) carry->in.assign(N, algorithms::Bytes{});
+  try {
+    for (int k = 1; k < nranks_; ++k) {
+      const int q = (rank_ + k) % nranks_;
+      post_desc(q, mine, carry ? carry->out[size_t(q)] : algorithms::Bytes{}, call);
+    }
+    for (int k = 1; k < nranks_; ++k) {
+      const int q = (rank_ + nranks_ - k) % nranks_;
+      const algorithms::Bytes extra = wait_desc(q, &all[size_t(q)], call);
+      if (carry && extra.size) {
+        carry->in[size_t(q)] = extra;
+        held_[size_t(q)] = 1;
+      } else {
+        peers_.link(q)->recv->release();
+      }
+    }
+    // A rank may leave right after a barrier: its messages must have left it.
+    flush_peers(call);
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string("call descriptor exchange failed: ") + e.what());
+    throw;
+  }
+  // A send or recv here is another kind of message on the same links (its
+  // data follows): they are out of step for good.
+  for (size_t q = 0; q < N; ++q) {
+    const Coll c = Coll(all[q].coll);
+    if (q != size_t(rank_) && (c == Coll::Send || c == Coll::Recv)) {
+      const std::string why = "rank " + std::to_string(q) + " called " + describe(all[q]) + " where this rank called " +
+                              describe(mine) + " (call #" + std::to_string(mine.seq) + ")";
+      fail_("mismatched calls: " + why);
+      throw RemoteError(me() + "mismatched calls: " + why +
+                        ". Every rank must make the same collective calls in the same order, and each send must "
+                        "meet its recv; the point-to-point links are out of step, so the communicator was aborted");
+    }
+  }
+  return all;
+}
+
+void CallProtocol::post_desc(int q, const CallDesc& d, algorithms::Bytes extra, CallState& call) {
+  transport::SendConn* s = peers_.link(q)->send.get();
+  uint8_t* slot = s->acquire(call.deadline());
+  std::memcpy(slot, &d, sizeof d);
+  if (extra.size) std::memcpy(slot + sizeof d, extra.data, extra.size);
+  s->post(sizeof d + extra.size);
+}
+
+algorithms::Bytes CallProtocol::wait_desc(int q, CallDesc* d, CallState& call) {
+  transport::RecvConn* r = peers_.link(q)->recv.get();
+  const transport::SlotView v = r->wait(call.deadline());
+  if (v.bytes < sizeof(CallDesc)) {
+    r->release();
+    throw RemoteError(me() + "rank " + std::to_string(q) + " sent a message of " + std::to_string(v.bytes) +
+                      " bytes where this rank expected a call descriptor (" + std::to_string(sizeof(CallDesc)) +
+                      " bytes or more): the point-to-point links are out of step");
+  }
+  std::memcpy(d, v.data, sizeof(CallDesc));
+  return {v.data + sizeof(CallDesc), v.bytes - sizeof(CallDesc)};
+}
+
+uint64_t CallProtocol::second_round(const algorithms::OneHop& s, const algorithms::OneHopPart& part, uint64_t seq,
+                                    CallState& call) {
+  uint64_t sent = 0;
+  try {
+    for (int k = 1; k < nranks_; ++k) {
+      const int q = (rank_ + k) % nranks_;
+      const algorithms::Bytes out = s.again(part, q);
+      transport::SendConn* c = peers_.link(q)->send.get();
+      uint8_t* slot = c->acquire(call.deadline());
+      if (out.size) std::memcpy(slot, out.data, out.size);
+      c->post(out.size);
+      sent += out.size;
+    }
+    for (int k = 1; k < nranks_; ++k) {
+      const int j = (rank_ + nranks_ - k) % nranks_;
+      transport::RecvConn* c = peers_.link(j)->recv.get();
+      const transport::SlotView v = c->wait(call.deadline());
+      const size_t want = algorithms::expected_bytes(s, part, j, true);
+      if (v.bytes != want) {
+        c->release();
+        throw RemoteError(me() + "rank " + std::to_string(j) + " sent " + std::to_string(v.bytes) +
+                          " bytes in the second round of call #" + std::to_string(seq) + " where this rank expected " +
+                          std::to_string(want) + ": the point-to-point links are out of step");
+      }
+      if (want) std::memcpy(s.land(part, j), v.data, want);
+      c->release();
+    }
+    flush_peers(call);
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string("latency algorithm, second round: ") + e.what());
+    throw;
+  }
+  return sent;
+}
+
+void CallProtocol::check_no_notice(const CallDesc& mine) {
+  for (int q = 0; q < nranks_; ++q) {
+    if (q == rank_) continue;
+    const auto* end = dynamic_cast<const transport::RingEnd*>(peers_.link(q)->recv.get());
+    std::string note;
+    const transport::CloseWhy why = end ? end->other_side(&note) : transport::kClosedNormally;
+    if (why == transport::kClosedNormally) continue;
+    // It read this rank's message before it closed: it had its part of the
+    // call (and maybe finished it) when it aborted; the data stands.
+    const auto* out = dynamic_cast<const transport::RingSendConn*>(peers_.link(q)->send.get());
+    if (out && out->consumed()) continue;
+    fail_("a peer's notice during " + describe(mine) + ": " + note);
+    const std::string what = me() + describe(mine) + " (call #" + std::to_string(mine.seq) + "): " + note;
+    if (why == transport::kClosedCorrupt) throw CorruptData(what);
+    throw Aborted(what);
+  }
+}
+
+void CallProtocol::release_carried() {
+  for (int q = 0; q < nranks_; ++q) {
+    if (!held_[size_t(q)]) continue;
+    held_[size_t(q)] = 0;
+    peers_.link(q)->recv->release();
+  }
+}
+
+void CallProtocol::flush_peers(CallState& call) {
+  for (int q = 0; q < nranks_; ++q) {
+    if (q != rank_) peers_.link(q)->send->flush(call.deadline());
+  }
+}
+
+std::vector<CallDesc> CallProtocol::ring_exchange(const CallDesc& mine, CallState& call) {
   std::vector<CallDesc> all(static_cast<size_t>(nranks_));
   if (nranks_ == 1) {
     all[0] = mine;
@@ -161,23 +310,27 @@ CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, c
                                  CallState& call) {
   CallDesc theirs;
   try {
-    prims::ChannelStats ctl;
-    prims::Prims p = peers_.prims(peer, Wire{}, call, &ctl);
-    if (sending) {
-      p.send(&mine, sizeof mine);
-      p.recv(&theirs, sizeof theirs);
-    } else {
-      p.recv(&theirs, sizeof theirs);
-      p.send(&mine, sizeof mine);
-    }
+    if (sending) post_desc(peer, mine, {}, call);
+    wait_desc(peer, &theirs, call);  // (a collective's carried data, if any, is not looked at)
+    peers_.link(peer)->recv->release();
+    if (!sending) post_desc(peer, mine, {}, call);
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {
     fail_(std::string(sending ? "send" : "recv") + " handshake failed: " + e.what());
     throw;
   }
-  if (!my_err.empty()) throw InvalidArgument(me() + describe(mine) + ": " + my_err);
   const std::string p = std::to_string(peer), r = std::to_string(rank_);
+  if (theirs.coll != uint8_t(Coll::Send) && theirs.coll != uint8_t(Coll::Recv)) {
+    // A collective's descriptor (and maybe its data) where this rank's
+    // send/recv expected the pair's: the links are out of step for good.
+    const std::string why = "rank " + p + " called " + describe(theirs) + " where this rank called " + describe(mine);
+    fail_("mismatched calls: " + why);
+    throw RemoteError(me() + "mismatched calls: " + why +
+                      ". Every rank must make the same collective calls in the same order, and each send must meet "
+                      "its recv; the point-to-point links are out of step, so the communicator was aborted");
+  }
+  if (!my_err.empty()) throw InvalidArgument(me() + describe(mine) + ": " + my_err);
   if (theirs.flags & kInvalid) {
     throw RemoteError(me() + describe(mine) + ": the " + (sending ? "receiving" : "sending") + " rank " + p +
                       " called " + describe(theirs) + " with invalid arguments; the transfer was cancelled");

@@ -3,8 +3,15 @@
 // that turn a bad or mismatched call into the same error on every rank before
 // any data moves.
 //
-// Collectives: every rank allgathers its descriptor around channel 0's ring
-// (one raw slot per hop) and compares all N itself. A second, smaller round
+// Collectives: every rank sends its descriptor to every other rank over the
+// point-to-point links, one message each (one hop), and compares all N
+// itself; a call on the latency path carries its data in the same message,
+// after the descriptor (algorithms/one_hop.hpp: what each peer gets), so that
+// it is one round of messages in all. Every rank sends exactly one message to
+// each peer and reads exactly one from each in every round, whatever its call
+// was, so the links stay in step after a mismatch. Without point-to-point
+// links (NCCLZ_P2P=0) the descriptors go around channel 0's ring instead
+// (one raw slot per hop, N-1 hops) and nothing is carried. A second, smaller round
 // follows only on the eager lossy path (the quantizer's outliers). all_to_allv
 // holds a counts round after a matching descriptor round: every rank
 // allgathers its send and receive counts (2N uint64 each, so N^2 numbers
@@ -21,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/one_hop.hpp"
 #include "core/call_desc.hpp"
 #include "core/call_state.hpp"
 #include "core/channels.hpp"
@@ -34,12 +42,46 @@ namespace ncclz::core {
 /// Lossless < lossy), and a codec effort in [0, 1].
 CallDesc make_desc(const Collective& cd, DataType t, Mode m, const Compression& c, const PolicyHints* hints);
 
+/// The data a collective carries in its descriptor messages (the latency
+/// algorithm): out[q], this rank's bytes for rank q (sent after the
+/// descriptor); in[q], filled by exchange(): the bytes rank q sent after its
+/// descriptor, read in place in the slot they came in until
+/// CallProtocol::release_carried().
+struct Carried {
+  std::vector<algorithms::Bytes> out, in;
+};
+
 class CallProtocol {
  public:
   CallProtocol(int rank, int nranks, RingChannels& channels, PeerLinks& peers, FailFn fail);
 
-  /// Every rank's descriptor (all[r] is rank r's).
-  std::vector<CallDesc> exchange(const CallDesc& mine, CallState& call);
+  /// Whether descriptors go one hop over the point-to-point links (and can
+  /// carry data); else around the ring.
+  bool one_hop() const;
+  /// Every rank's descriptor (all[r] is rank r's). With `carry` (needs
+  /// one_hop()), this rank's carry->out[q] goes to rank q after its
+  /// descriptor, and carry->in[q] is what rank q sent after its own (empty if
+  /// nothing): those slots stay held until release_carried().
+  std::vector<CallDesc> exchange(const CallDesc& mine, CallState& call, Carried* carry = nullptr);
+  /// Releases the slots exchange() kept for carried data (none: nothing).
+  void release_carried();
+  /// Throws Aborted (or CorruptData) when a peer closed its link to this
+  /// rank with a notice without having read this rank's message of the round:
+  /// it aborted after it posted its own message but before it had everyone's
+  /// (its own call failed, e.g. it timed out waiting for this rank). The
+  /// latency algorithm checks it before it uses carried data, so that peers
+  /// joining a call late fail too instead of completing it (as on the ring,
+  /// which needs every rank after the exchange); a peer that had read this
+  /// rank's message and aborted afterwards leaves the call to complete.
+  void check_no_notice(const CallDesc& mine);
+  /// The second round of a two-hop schedule (after exchange() carried the
+  /// first and its combine ran): s.again(part, q) to every peer q, then every
+  /// peer's bytes copied to s.land(part, j), each size checked. A failure
+  /// aborts the communicator. Returns the bytes this rank sent.
+  uint64_t second_round(const algorithms::OneHop& s, const algorithms::OneHopPart& part, uint64_t seq, CallState& call);
+  /// Flushes the point-to-point links this rank sent on (complete only once
+  /// the bytes have left the process: the socket proxy may still write them).
+  void flush_peers(CallState& call);
   /// Throws InvalidArgument for this rank's own argument error (my_err), else
   /// RemoteError for another rank's, or for calls that do not match.
   void check_all(const std::vector<CallDesc>& all, const std::string& my_err) const;
@@ -61,7 +103,14 @@ class CallProtocol {
 
  private:
   std::string me() const;
+  std::vector<CallDesc> ring_exchange(const CallDesc& mine, CallState& call);
+  /// One message to rank q on its point-to-point link: d, then `extra`.
+  void post_desc(int q, const CallDesc& d, algorithms::Bytes extra, CallState& call);
+  /// The next message from rank q: its descriptor into *d, and the bytes
+  /// after it (in the slot, which stays held: the caller releases it).
+  algorithms::Bytes wait_desc(int q, CallDesc* d, CallState& call);
   int rank_, nranks_;
+  std::vector<uint8_t> held_;  ///< by peer: a slot with carried data is held
   RingChannels& channels_;
   PeerLinks& peers_;
   FailFn fail_;

@@ -114,6 +114,8 @@ int RingChannels::pick(size_t bytes) const {
   return int(std::max<size_t>(1, std::min<size_t>(ch_.size(), n)));
 }
 
+uint8_t* RingChannels::scratch(int c) { return static_cast<uint8_t*>(ch_[size_t(c)].scratch.get(slot_capacity_ + 64)); }
+
 prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int channel, size_t slot_bytes) {
   return args_of(w, call, rank, channel, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes));
 }

@@ -79,6 +79,8 @@ class RingChannels {
   int count() const { return int(ch_.size()); }
   /// Channels a call of `bytes` uses: one per kBytesPerChannel, 1..nchannels.
   int pick(size_t bytes) const;
+  /// Channel c's slot scratch (a slot's bytes and more, 8-byte aligned).
+  uint8_t* scratch(int c);
   /// Channel c's send connection (flushed at destruction), nullptr without peers.
   transport::SendConn* send_conn(int c) const { return ch_[size_t(c)].send; }
 

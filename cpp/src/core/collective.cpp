@@ -83,6 +83,8 @@ Collective all_reduce_desc(const void* send, void* recv, size_t count, RedOp op)
   c.codes_in_place = true;
   c.schedule = all_reduce_schedule;
   c.hier = hier_all_reduce_schedule;
+  c.latency = algorithms::one_hop_all_reduce();
+  c.latency_wide = algorithms::two_hop_all_reduce();
   return c;
 }
 
@@ -98,6 +100,7 @@ Collective reduce_scatter_desc(const void* send, void* recv, size_t recv_count, 
   c.how = combine_of(op);
   c.schedule = reduce_scatter_schedule;
   c.hier = hier_reduce_scatter_schedule;
+  c.latency = algorithms::one_hop_reduce_scatter();
   return c;
 }
 
@@ -110,6 +113,7 @@ Collective all_gather_desc(const void* send, void* recv, size_t send_count, int 
   c.out_count = c.message = send_count * size_t(nranks);
   c.schedule = all_gather_schedule;
   c.hier = hier_all_gather_schedule;
+  c.latency = algorithms::one_hop_all_gather();
   return c;
 }
 
@@ -124,6 +128,7 @@ Collective broadcast_desc(void* buf, size_t count, int root, int rank) {
   c.codes_in_place = true;
   c.schedule = broadcast_schedule;
   c.hier = hier_broadcast_schedule;
+  c.latency = algorithms::one_hop_broadcast();
   return c;
 }
 
@@ -199,6 +204,7 @@ Collective reduce_desc(const void* send, void* recv, size_t count, RedOp op, int
   c.how = combine_of(op);
   c.root = root;
   c.schedule = reduce_schedule;
+  c.latency = algorithms::one_hop_reduce();
   return c;
 }
 

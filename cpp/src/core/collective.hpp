@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "algorithms/hierarchical.hpp"
+#include "algorithms/one_hop.hpp"
 #include "algorithms/pairwise.hpp"
 #include "algorithms/ring.hpp"
 #include "core/call_desc.hpp"
@@ -118,6 +119,12 @@ struct Collective {
   /// The hierarchical schedule (algorithms/hierarchical.hpp); nullptr where
   /// the collective has none.
   HierSchedule hier = nullptr;
+  /// The latency algorithm's one-hop schedule (algorithms/one_hop.hpp):
+  /// small exact calls carry their data in the descriptor message. Empty
+  /// where the collective has none. `latency_wide`, where set, replaces it
+  /// where one hop would send more than kOneHopBytes per rank (all_reduce's
+  /// two hops: fewer bytes for a second round; core/call.cpp).
+  algorithms::OneHop latency, latency_wide;
   /// The algorithm this call runs: chosen per call by the call routine from
   /// rank 0's proposal and the topology (core/call.hpp, step 4).
   Algorithm algorithm = Algorithm::Ring;

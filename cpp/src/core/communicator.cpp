@@ -39,6 +39,8 @@
 // abort() from any thread at any time.
 #include "ncclz/communicator.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -171,7 +173,14 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<core::CallRoutine> routine_;
   std::mutex call_mu_;  // one call at a time
   std::mutex running_mu_;
-  std::string running_;  // the call holding call_mu_ and its thread, for the concurrent-use error
+  /// The call holding call_mu_ and its thread, for the concurrent-use error
+  /// (kept as it is and put in words only for that error: calls stay cheap).
+  struct Running {
+    const char* what = nullptr;  // nullptr: none
+    size_t count = 0;
+    DataType type = DataType::U8;
+    std::thread::id thread;
+  } running_;
   std::mutex abort_mu_;  // abort()/fail() against each other
 };
 
@@ -185,12 +194,15 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // Every rank must run the same number of rings, agree on point-to-point
   // links and slice the same way (both ends of a connection compute the same
   // slices from the slot sizes).
-  constexpr size_t kAgreed = 5;
-  const char* agreed_what[kAgreed] = {"NCCLZ_NCHANNELS", "NCCLZ_P2P", "NCCLZ_SLOT_BYTES", "NCCLZ_NSLOTS",
-                                      "NCCLZ_SPARSE_SLICE_BYTES"};
+  // And on which calls carry their data in the descriptor message (the
+  // latency algorithm): a rank that carries must meet ranks that expect it.
+  constexpr size_t kAgreed = 6;
+  const char* agreed_what[kAgreed] = {"NCCLZ_NCHANNELS",          "NCCLZ_P2P",
+                                      "NCCLZ_SLOT_BYTES",         "NCCLZ_NSLOTS",
+                                      "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES"};
   std::vector<int64_t> all(static_cast<size_t>(size_) * kAgreed, 0);
-  const int64_t mine[kAgreed] = {cfg.nchannels, cfg.p2p, int64_t(cfg.slot_bytes), cfg.nslots,
-                                 int64_t(cfg.sparse_slice_bytes)};
+  const int64_t mine[kAgreed] = {
+      cfg.nchannels, cfg.p2p, int64_t(cfg.slot_bytes), cfg.nslots, int64_t(cfg.sparse_slice_bytes), cfg.latency_bytes};
   boot_->allgather(mine, sizeof mine, all.data());
   Topology topo = topology::find(*boot_, cfg);
   for (int r = 0; r < size_; ++r) {
@@ -215,6 +227,17 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
     cfg.nchannels = int(*std::min_element(proposals.begin(), proposals.end()));
   }
 
+  // The waits poll before they sleep only where this machine's ranks have a
+  // CPU each (CommConfig::spin_us; the bootstrap's host ids, not the topology
+  // override, say which ranks share the machine).
+  if (cfg.spin_us < 0) {
+    int here = 0;
+    for (int r = 0; r < size_; ++r) here += boot_->host_id(r) == boot_->host_id(rank_) ? 1 : 0;
+    cpu_set_t cpus;
+    const int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    cfg.spin_us = here <= ncpu ? core::kDefaultSpinUs : 0;
+  }
+
   abort_ = std::make_shared<transport::AbortFlag>();
   transport::TransportConfig tc;
   tc.transport = cfg.transport;
@@ -223,6 +246,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   tc.socket_ifname = cfg.socket_ifname;
   tc.throttle_gbps = cfg.throttle_gbps;
   transport_ = transport::create_transport(*boot_, tc, abort_);
+  transport_->set_spin_ns(int64_t(cfg.spin_us) * 1000);
   cfg.transport = transport::kind_name(transport_->kind());
   // The ring links' slots hold the larger slices too, except where slots are
   // reserved memory (shared memory: posix_fallocate'd for the whole ring):
@@ -304,6 +328,7 @@ void CommunicatorImpl::connect_hierarchical(const transport::TransportConfig& tc
     htc.throttle_gbps = 0;
     topology::with_note(host_boot_->note(), [&] {
       host_transport_ = transport::create_transport(*host_boot_, htc, abort_);
+      host_transport_->set_spin_ns(int64_t(cfg.spin_us) * 1000);
       intra_links_ = host_transport_->connect(ring_peers((l + L - 1) % L, (l + 1) % L), nch, deadline, slot);
     });
     topo.intra_link = transport::kind_name(host_transport_->kind());
@@ -375,21 +400,26 @@ void CommunicatorImpl::fail(const std::string& reason) {
   }
 }
 
-std::string thread_name() {
+/// "all_reduce(count=8, float32) on thread 1234", "barrier() on thread 1234".
+std::string call_words(const char* what, size_t count, DataType t, std::thread::id thread) {
   std::ostringstream o;
-  o << "thread " << std::this_thread::get_id();
+  if (std::string(what) == "barrier") {
+    o << "barrier()";
+  } else {
+    o << what << "(count=" << count << ", " << dtype_name(t) << ")";
+  }
+  o << " on thread " << thread;
   return o.str();
 }
 
 CommunicatorImpl::CallGuard::CallGuard(CommunicatorImpl* c, const char* what, size_t count, DataType t) : c_(c) {
-  std::string me = std::string(what) + "(count=" + std::to_string(count) + ", " + dtype_name(t) + ")";
-  if (std::string(what) == "barrier") me = "barrier()";
-  me += " on " + thread_name();
   if (!c_->call_mu_.try_lock()) {
+    const std::string me = call_words(what, count, t, std::this_thread::get_id());
     std::string other;
     {
       std::lock_guard<std::mutex> lk(c_->running_mu_);
-      other = c_->running_.empty() ? std::string("another call") : c_->running_;
+      const Running& r = c_->running_;
+      other = r.what ? call_words(r.what, r.count, r.type, r.thread) : std::string("another call");
     }
     const std::string why = "two threads called the communicator at once: " + me + " while " + other +
                             " was running. A communicator runs one call at a time, and every rank must make its "
@@ -401,13 +431,13 @@ CommunicatorImpl::CallGuard::CallGuard(CommunicatorImpl* c, const char* what, si
                           ". The communicator was aborted: the ranks' call orders can no longer be trusted");
   }
   std::lock_guard<std::mutex> lk(c_->running_mu_);
-  c_->running_ = std::move(me);
+  c_->running_ = Running{what, count, t, std::this_thread::get_id()};
 }
 
 CommunicatorImpl::CallGuard::~CallGuard() {
   {
     std::lock_guard<std::mutex> lk(c_->running_mu_);
-    c_->running_.clear();
+    c_->running_.what = nullptr;
   }
   c_->call_mu_.unlock();
 }

@@ -41,6 +41,8 @@ void read_tuning_env(CommConfig& c) {
   if (c.topo_host.empty()) c.topo_host = env::get_string("NCCLZ_TOPO_HOST", "");
   if (c.topo_hosts.empty()) c.topo_hosts = env::get_string("NCCLZ_TOPO_HOSTS", "");
   if (c.algorithm.empty()) c.algorithm = env::get_string("NCCLZ_ALGO", "");
+  if (c.latency_bytes < 0) c.latency_bytes = env::get_int("NCCLZ_LATENCY_BYTES", -1, 0, kMaxSlotBytes);
+  if (c.spin_us < 0) c.spin_us = int(env::get_int("NCCLZ_SPIN_US", -1, 0, 1000000));
 }
 
 void check_flag(int v, const char* name, const char* var) {
@@ -90,6 +92,7 @@ CommConfig CommConfig::defaults() {
   c.sparse_input = 1;
   c.p2p = 1;
   c.algorithm = "auto";
+  c.latency_bytes = core::kDefaultLatencyBytes;
   return c;
 }
 
@@ -118,6 +121,7 @@ CommConfig CommConfig::resolved() const {
   if (c.pipeline_quantize < 0) c.pipeline_quantize = d.pipeline_quantize;
   if (c.sparse_input < 0) c.sparse_input = d.sparse_input;
   if (c.p2p < 0) c.p2p = d.p2p;
+  if (c.latency_bytes < 0) c.latency_bytes = d.latency_bytes;
   if (c.nchannels > 64) {
     throw InvalidArgument("ncclz: nchannels must be in [1, 64], got " + std::to_string(c.nchannels));
   }
@@ -130,6 +134,8 @@ CommConfig CommConfig::resolved() const {
     throw InvalidArgument("ncclz: slot_bytes must be at least 1024, got " + std::to_string(c.slot_bytes));
   }
   if (c.sparse_slice_bytes <= c.slot_bytes) c.sparse_slice_bytes = c.slot_bytes;  // no larger slices
+  // The latency algorithm's message (descriptor and data) fits one slot.
+  c.latency_bytes = std::min<int64_t>(c.latency_bytes, int64_t(c.slot_bytes - core::kLatencyHeadroom));
   if (c.algorithm.empty()) c.algorithm = "auto";
   bool known = false;
   const int algo = core::parse_algorithm(c.algorithm, &known);

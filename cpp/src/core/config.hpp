@@ -25,6 +25,18 @@ constexpr int kDefaultSlots = 4;
 /// frame setup), so they pay for larger ones than dense data, which overlaps
 /// codec and link better with the smaller default.
 constexpr size_t kDefaultSparseSliceBytes = size_t(8) << 20;
+/// Exact calls up to this many bytes take the latency algorithm by default
+/// (CommConfig::latency_bytes, NCCLZ_LATENCY_BYTES; bench/results/latency.md).
+constexpr int64_t kDefaultLatencyBytes = int64_t(64) << 10;
+/// The latency algorithm takes a collective's two-hop schedule (where it has
+/// one: all_reduce) where one hop would send more than this many bytes per
+/// rank ((N-1) x the message; bench/results/latency.md).
+constexpr size_t kOneHopBytes = size_t(48) << 10;
+/// The waits' polling time where ranks have a CPU each (CommConfig::spin_us).
+constexpr int kDefaultSpinUs = 20;
+/// What the latency algorithm's message holds besides the data, at most (the
+/// call descriptor): latency_bytes is at most slot_bytes minus this.
+constexpr size_t kLatencyHeadroom = 128;
 /// A call uses one more channel per this many bytes (up to nchannels).
 constexpr size_t kBytesPerChannel = size_t(256) << 10;
 

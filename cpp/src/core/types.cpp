@@ -29,6 +29,7 @@ const char* algorithm_name(Algorithm a) {
   switch (a) {
     case Algorithm::Ring: return "ring";
     case Algorithm::Hierarchical: return "hierarchical";
+    case Algorithm::Latency: return "latency";
   }
   return "?";
 }

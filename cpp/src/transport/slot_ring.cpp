@@ -1,6 +1,7 @@
 #include "transport/slot_ring.hpp"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -176,6 +177,15 @@ void LinkGroup::close(CloseWhy why, const std::string& note) {
   for (auto& l : listeners_) l.second();
 }
 
+CloseWhy LinkGroup::peer_notice(std::string* note) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const RingEnd* e : ends_) {
+    const CloseWhy why = e->other_side(note);
+    if (why != kClosedNormally) return why;
+  }
+  return kClosedNormally;
+}
+
 std::string LinkGroup::note() const {
   std::lock_guard<std::mutex> lk(mu_);
   return note_;
@@ -256,6 +266,18 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
     if (ready(word->load(std::memory_order_acquire))) return;
     cpu_relax();
   }
+  // Then, where the ranks have a CPU each, poll for the group's spin budget,
+  // giving the CPU to whatever else is ready between checks: a short wait
+  // then ends without a sleep and a wake-up (a futex round trip is tens of
+  // microseconds on a VM). Where ranks outnumber CPUs the budget is 0: a
+  // poller would take the CPU the awaited rank needs (LinkGroup::spin_ns).
+  if (const int64_t budget_ns = group ? group->spin_ns() : 0) {
+    const auto until = Clock::now() + std::chrono::nanoseconds(budget_ns);
+    do {
+      sched_yield();
+      if (ready(word->load(std::memory_order_acquire))) return;
+    } while (Clock::now() < until);
+  }
   // The budget without progress, and what progress looks like.
   const auto start = Clock::now();
   const auto budget = deadline - start;
@@ -288,6 +310,18 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
     if (slept) {
       if (const char* why = base::poll_interrupt()) {
         throw Interrupted(label.prefix() + ": interrupted (" + why + ") while waiting for " + what);
+      }
+      // A notice on another of this transport's links (another peer aborted
+      // or found corrupt data): pass it on and fail with it, as for this one.
+      std::string note;
+      const CloseWhy why = group ? group->peer_notice(&note) : kClosedNormally;
+      if (why == kClosedCorrupt) {
+        group->poison(note);
+        throw CorruptData(label.prefix() + ": the call failed on every rank because " + note + "." + kCorruptAdvice);
+      }
+      if (why == kClosedAborted) {
+        group->abort(note);
+        throw Aborted(label.prefix() + ": aborted while waiting for " + what + ": " + note);
       }
     }
     auto now = Clock::now();
@@ -348,6 +382,13 @@ void RingSendConn::join(std::shared_ptr<LinkGroup> group) {
 void RingSendConn::close(CloseWhy why, const std::string& note) {
   ring_close(ring_.hdr, true, why, note);
   if (hooks_) hooks_->notify();
+}
+
+CloseWhy RingSendConn::other_side(std::string* note) const {
+  if (!ring_.hdr->consumer_closed.load(std::memory_order_acquire)) return kClosedNormally;
+  CloseWhy why;
+  *note = ring_close_note(ring_.hdr, false, &why);
+  return why;
 }
 
 uint8_t* RingSendConn::acquire(Clock::time_point deadline) {
@@ -425,6 +466,13 @@ void RingRecvConn::join(std::shared_ptr<LinkGroup> group) {
 void RingRecvConn::close(CloseWhy why, const std::string& note) {
   ring_close(ring_.hdr, false, why, note);
   if (hooks_) hooks_->notify();
+}
+
+CloseWhy RingRecvConn::other_side(std::string* note) const {
+  if (!ring_.hdr->producer_closed.load(std::memory_order_acquire)) return kClosedNormally;
+  CloseWhy why;
+  *note = ring_close_note(ring_.hdr, true, &why);
+  return why;
 }
 
 SlotView RingRecvConn::wait(Clock::time_point deadline) {

@@ -17,7 +17,9 @@
 // shared-memory segment (shared-memory transport): all counters are
 // address-free std::atomic<uint32_t>.
 //
-// Waiting: spin kSpinIters pause instructions, then sleep in FUTEX_WAIT on the
+// Waiting: spin kSpinIters pause instructions, then poll for the group's spin
+// budget (LinkGroup::spin_ns: where ranks have a CPU each) yielding the CPU
+// between checks, then sleep in FUTEX_WAIT on the
 // counter being waited for, in slices of at most kWaitSliceMs; the other side
 // calls FUTEX_WAKE only when the waiter's "waiting" flag is set (the flag and
 // the counter are both seq_cst, so a wake-up cannot be lost). Between slices
@@ -67,6 +69,7 @@ namespace ncclz::transport {
 constexpr uint32_t kRingMagic = 0x475a434e;  // "NCZG"
 constexpr uint32_t kRingVersion = 3;         // 2: per-slot CRC, close reasons; 3: abort notes
 constexpr int kSpinIters = 256;
+
 constexpr int kWaitSliceMs = 20;
 constexpr size_t kCloseNoteBytes = 448;
 
@@ -207,6 +210,17 @@ class LinkGroup {
   /// listeners; later calls do nothing.
   void close(CloseWhy why, const std::string& note);
   bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
+  /// The first joined end whose other side closed with a notice (corrupt
+  /// data or an abort; kClosedNormally: none), its note in *note. A wait on
+  /// one link checks it between its sleeps, so that a notice from any peer
+  /// ends it, not only one on the link it waits on (the call descriptors
+  /// wait on one peer while another may abort).
+  CloseWhy peer_notice(std::string* note) const;
+  /// How long a wait of these ends polls after its pause spin and before it
+  /// sleeps, in nanoseconds (0: it sleeps at once; set by the communicator
+  /// from CommConfig::spin_us).
+  int64_t spin_ns() const { return spin_ns_.load(std::memory_order_relaxed); }
+  void set_spin_ns(int64_t ns) { spin_ns_.store(ns, std::memory_order_relaxed); }
   /// The reason and note of the first close (kClosedNormally and "" before).
   CloseWhy why() const { return why_.load(std::memory_order_acquire); }
   std::string note() const;
@@ -227,6 +241,7 @@ class LinkGroup {
   int next_listener_ = 0;
   std::shared_ptr<AbortFlag> abort_;
   std::atomic<bool> poisoned_{false};
+  std::atomic<int64_t> spin_ns_{0};
   std::atomic<CloseWhy> why_{kClosedNormally};
   std::string note_;
 };
@@ -253,6 +268,9 @@ class RingEnd {
   virtual void join(std::shared_ptr<LinkGroup> group) = 0;
   /// Closes this end's side of the ring with `why` and `note`.
   virtual void close(CloseWhy why, const std::string& note) = 0;
+  /// Why the other side closed the ring (kClosedNormally while it is open or
+  /// closed normally), with its note in *note otherwise.
+  virtual CloseWhy other_side(std::string* note) const = 0;
 };
 
 /// The sending end over a ring (memory kept alive by `owner`).
@@ -263,12 +281,16 @@ class RingSendConn final : public SendConn, public RingEnd {
   ~RingSendConn() override;
   void join(std::shared_ptr<LinkGroup> group) override;
   void close(CloseWhy why, const std::string& note) override;
+  CloseWhy other_side(std::string* note) const override;
   uint8_t* acquire(Clock::time_point deadline) override;
   void post(size_t bytes) override;
   void flush(Clock::time_point deadline) override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }
   int peer() const override { return label_.peer; }
   const RingView& ring() const { return ring_; }
+  /// Whether the other side released every slot posted so far (the socket
+  /// transport's proxy: wrote it to the socket).
+  bool consumed() const { return ring_.hdr->head.load(std::memory_order_acquire) == tail_; }
 
  private:
   std::shared_ptr<void> owner_;
@@ -290,6 +312,7 @@ class RingRecvConn final : public RecvConn, public RingEnd {
   ~RingRecvConn() override;
   void join(std::shared_ptr<LinkGroup> group) override;
   void close(CloseWhy why, const std::string& note) override;
+  CloseWhy other_side(std::string* note) const override;
   SlotView wait(Clock::time_point deadline) override;
   void release() override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }

@@ -114,6 +114,7 @@ class GroupedTransport final : public Transport {
     return links;
   }
   void abort(const std::string& note) override { group_->abort(note); }
+  void set_spin_ns(int64_t ns) override { group_->set_spin_ns(ns); }
 
  private:
   void join(RingEnd* end) {

@@ -148,6 +148,10 @@ class Transport {
   /// (or corrupt-data notice) wins. Thread-safe; the transport create_transport
   /// returns implements it.
   virtual void abort(const std::string& note) { (void)note; }
+  /// How long this transport's waits poll before they sleep, in nanoseconds
+  /// (0: they sleep after a short pause spin; slot_ring.hpp, "Waiting").
+  /// Thread-safe; the transport create_transport returns implements it.
+  virtual void set_spin_ns(int64_t ns) { (void)ns; }
 };
 
 /// Picks the transport for this job (all ranks on one host: SharedMemory,

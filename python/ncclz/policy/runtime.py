@@ -178,10 +178,13 @@ class CommPolicy:
     setting: from :func:`resolve_setting`; nchannels: the communicator's channel count (the cost
     model caps a call's codec cores at it), None if unknown; topology: the communicator's
     (:class:`ncclz.Topology`, None: one host); algorithm: NCCLZ_ALGO as the communicator resolved it
-    ("auto": the policy proposes one where the topology allows a choice)."""
+    ("auto": the policy proposes one where the topology allows a choice); latency_bytes: the
+    communicator's NCCLZ_LATENCY_BYTES: calls up to this size get no algorithm proposal, so that the
+    runtime runs the exact ones with its latency algorithm (the policy's model has no per-hop
+    latency term to weigh it with)."""
 
     def __init__(self, setting: Setting, rank: int, world_size: int, nchannels: int | None = None,
-                 topology: Any = None, algorithm: str = "auto"):
+                 topology: Any = None, algorithm: str = "auto", latency_bytes: int = 0):
         self.mode = setting.mode
         self.rank, self.world_size = int(rank), int(world_size)
         self.nchannels = None if not nchannels else int(nchannels)
@@ -189,6 +192,7 @@ class CommPolicy:
         self.local_size = int(getattr(topology, "local_size", 1) or 1)
         self.hierarchical = bool(getattr(topology, "hierarchical", False))
         self.algorithm = algorithm if algorithm in ("ring", "hierarchical") else ""
+        self.latency_bytes = max(0, int(latency_bytes or 0))
         self._model = None
         self._decides = self.mode == "auto" and self.rank == 0
         if setting.model is not None:
@@ -234,7 +238,8 @@ class CommPolicy:
         # the algorithm is the policy's to propose where the topology offers a choice and neither
         # NCCLZ_ALGO nor the call fixed it
         fixed = call.algorithm or self.algorithm
-        algo_choice = learn and mode == "auto" and self.hierarchical and not fixed
+        algo_choice = (learn and mode == "auto" and self.hierarchical and not fixed
+                       and call.nbytes > self.latency_bytes)
         if call.mode == "none":
             if algo_choice and hasattr(self.model, "choose_algorithm"):
                 try:

@@ -1,0 +1,603 @@
+// The latency algorithm (docs/ALGORITHMS.md, "The latency algorithm";
+// algorithms/one_hop.hpp): small exact calls carry their data in the call
+// descriptor's message and combine it in one hop. Ranks are threads over the
+// in-process transport. Checked: the reduction's exact value (rank order, the
+// element type's arithmetic) and bits on every rank, data movement and
+// max/min bit-identical to the ring, lossless bit-identical to none, in
+// place, the size limit and who decides, and that mismatches, bad
+// arguments, a missing rank and abort still end the call on every rank.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/types.hpp"
+#include "ncclz/communicator.hpp"
+#include "ncclz/error.hpp"
+#include "ncclz/policy_hints.hpp"
+#include "prims/reduce.hpp"
+#include "test_ranks.hpp"
+#include "test_values.hpp"
+
+namespace {
+
+using ncclz::Algorithm;
+using ncclz::CallStats;
+using ncclz::Communicator;
+using ncclz::Compression;
+using ncclz::DataType;
+using ncclz::RedOp;
+using ncclz_test::Ranks;
+using Bytes = std::vector<uint8_t>;
+
+constexpr int64_t kLimit = 8192;  // latency_bytes of these tests
+
+/// n ranks with 64 KiB slots and the latency algorithm up to kLimit bytes
+/// (tweak adjusts further).
+Ranks world(int n, const std::function<void(int, ncclz::CommConfig&)>& tweak = nullptr) {
+  return Ranks(n, [&](int r, ncclz::CommConfig& c) {
+    c.slot_bytes = 65536;
+    c.latency_bytes = kLimit;
+    c.timeout_s = 30;
+    if (tweak) tweak(r, c);
+  });
+}
+
+size_t es(DataType t) { return ncclz::dtype_size(t); }
+
+/// Rank r's input: n values of t, varied and not exactly representable sums
+/// (floats), or small integers.
+Bytes input(DataType t, size_t n, int r, int seed = 0) {
+  Bytes b(n * es(t));
+  for (size_t i = 0; i < n; ++i) {
+    const double x = std::sin(0.37 * double(i) + r + seed) * 7.3 + 0.01 * double(r * 31 + seed);
+    const bool integer = t == DataType::I32 || t == DataType::I64 || t == DataType::U8;
+    ncclz_test::store_value(t, b.data(), i, integer ? std::floor(std::fabs(x) * 5) : x);
+  }
+  return b;
+}
+
+/// The documented result: acc = x_0, then acc = x_j op acc for j = 1..N-1, in
+/// the element type's own arithmetic (prims::ReduceFn); avg divides once.
+Bytes rank_order(DataType t, RedOp op, const std::vector<Bytes>& x, size_t n) {
+  Bytes acc = x[0];
+  const auto e = ncclz::core::elem_of(t);
+  const auto fn = ncclz::prims::reduce_fn(e, op);
+  for (size_t j = 1; j < x.size(); ++j) fn(acc.data(), x[j].data(), acc.data(), n);
+  if (op == RedOp::Avg) ncclz::prims::divide_in_place(e, acc.data(), n, int(x.size()));
+  return acc;
+}
+
+enum class Coll { AllReduce, ReduceScatter, Reduce, AllGather, Broadcast };
+const char* name(Coll c) {
+  switch (c) {
+    case Coll::AllReduce: return "all_reduce";
+    case Coll::ReduceScatter: return "reduce_scatter";
+    case Coll::Reduce: return "reduce";
+    case Coll::AllGather: return "all_gather";
+    case Coll::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+/// One call of `c` on every rank with `count` elements per block (the message:
+/// count, or count * N for reduce_scatter and all_gather); inputs from `seed`.
+/// in_place: the output is the input (NCCL's in-place forms).
+struct Call {
+  Coll coll = Coll::AllReduce;
+  DataType t = DataType::F32;
+  RedOp op = RedOp::Sum;
+  Compression comp = Compression::none();
+  size_t count = 0;
+  int root = 0;
+  bool in_place = false;
+  int seed = 0;
+  std::function<const ncclz::PolicyHints*(int)> hints;
+};
+
+struct Outcome {
+  std::vector<Bytes> in, out;  // by rank
+  std::vector<CallStats> st;
+};
+
+Outcome run(Ranks& w, const Call& k) {
+  const int N = w.size();
+  const size_t n = k.count, b = n * es(k.t);
+  Outcome o;
+  o.in.resize(size_t(N));
+  o.out.resize(size_t(N));
+  o.st.resize(size_t(N));
+  for (int r = 0; r < N; ++r) {
+    const size_t in_n = k.coll == Coll::ReduceScatter ? n * size_t(N) : n;
+    o.in[size_t(r)] = input(k.t, in_n, r, k.seed);
+  }
+  w.run([&](int r, Communicator& comm) {
+    const Bytes& x = o.in[size_t(r)];
+    Bytes& y = o.out[size_t(r)];
+    CallStats* st = &o.st[size_t(r)];
+    const ncclz::PolicyHints* h = k.hints ? k.hints(r) : nullptr;
+    switch (k.coll) {
+      case Coll::AllReduce:
+        y = x;
+        comm.all_reduce(k.in_place ? y.data() : x.data(), y.data(), n, k.t, k.op, k.comp, st, h);
+        break;
+      case Coll::ReduceScatter:
+        if (k.in_place) {  // recv = send + rank * recv_count
+          Bytes buf = x;
+          comm.reduce_scatter(buf.data(), buf.data() + size_t(r) * b, n, k.t, k.op, k.comp, st, h);
+          y.assign(buf.begin() + long(size_t(r) * b), buf.begin() + long(size_t(r + 1) * b));
+        } else {
+          y.assign(b, 0xEE);
+          comm.reduce_scatter(x.data(), y.data(), n, k.t, k.op, k.comp, st, h);
+        }
+        break;
+      case Coll::Reduce:
+        y = x;
+        comm.reduce(k.in_place ? y.data() : x.data(), r == k.root ? y.data() : nullptr, n, k.t, k.op, k.root, k.comp,
+                    st, h);
+        break;
+      case Coll::AllGather:
+        y.assign(b * size_t(N), 0xEE);
+        if (k.in_place) {  // send = recv + rank * send_count
+          std::memcpy(y.data() + size_t(r) * b, x.data(), b);
+          comm.all_gather(y.data() + size_t(r) * b, y.data(), n, k.t, k.comp, st, h);
+        } else {
+          comm.all_gather(x.data(), y.data(), n, k.t, k.comp, st, h);
+        }
+        break;
+      case Coll::Broadcast:
+        y = x;
+        comm.broadcast(y.data(), n, k.t, k.root, k.comp, st, h);
+        break;
+    }
+  });
+  return o;
+}
+
+/// What rank r must hold after `k`, exactly.
+Bytes expected(const Call& k, const Outcome& o, int r, int N) {
+  const size_t n = k.count, b = n * es(k.t);
+  switch (k.coll) {
+    case Coll::AllReduce: return rank_order(k.t, k.op, o.in, n);
+    case Coll::Reduce: return r == k.root ? rank_order(k.t, k.op, o.in, n) : o.in[size_t(r)];
+    case Coll::ReduceScatter: {
+      std::vector<Bytes> blocks;
+      for (int j = 0; j < N; ++j) {
+        blocks.emplace_back(o.in[size_t(j)].begin() + long(size_t(r) * b),
+                            o.in[size_t(j)].begin() + long(size_t(r + 1) * b));
+      }
+      return rank_order(k.t, k.op, blocks, n);
+    }
+    case Coll::AllGather: {
+      Bytes all;
+      for (int j = 0; j < N; ++j) all.insert(all.end(), o.in[size_t(j)].begin(), o.in[size_t(j)].end());
+      return all;
+    }
+    case Coll::Broadcast: return o.in[size_t(k.root)];
+  }
+  return {};
+}
+
+std::string what(const Call& k, int N) {
+  return std::string(name(k.coll)) + " N=" + std::to_string(N) + " " + ncclz::dtype_name(k.t) + " " +
+         ncclz::op_name(k.op) + " " + ncclz::mode_name(k.comp.mode) + " count=" + std::to_string(k.count) +
+         " root=" + std::to_string(k.root) + (k.in_place ? " in place" : "");
+}
+
+std::vector<RedOp> ops_of(DataType t) {
+  std::vector<RedOp> ops = {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Min};
+  if (t != DataType::U8) ops.push_back(RedOp::Prod);
+  return ops;
+}
+
+class LatencyWorlds : public ::testing::TestWithParam<int> {};
+
+TEST_P(LatencyWorlds, EveryCollectiveTypeOpModeAndCountIsExactInRankOrder) {
+  const int N = GetParam();
+  Ranks w = world(N);
+  int seed = 0;
+  for (Coll coll : {Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast}) {
+    const bool reduces = coll == Coll::AllReduce || coll == Coll::ReduceScatter || coll == Coll::Reduce;
+    for (DataType t :
+         {DataType::F32, DataType::F64, DataType::F16, DataType::BF16, DataType::I32, DataType::I64, DataType::U8}) {
+      for (RedOp op : reduces ? ops_of(t) : std::vector<RedOp>{RedOp::Sum}) {
+        for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(200)}) {
+          for (bool in_place : {false, true}) {
+            Call k;
+            k.coll = coll;
+            k.t = t;
+            k.op = op;
+            k.count = count;
+            k.in_place = in_place;
+            k.root = (seed++) % N;
+            k.seed = seed;
+            Bytes none_bits[8];
+            for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+              k.comp = c;
+              const Outcome o = run(w, k);
+              for (int r = 0; r < N; ++r) {
+                const std::string at = what(k, N) + " rank " + std::to_string(r);
+                EXPECT_EQ(o.st[size_t(r)].algorithm, Algorithm::Latency) << at;
+                const Bytes want = expected(k, o, r, N);
+                ASSERT_EQ(o.out[size_t(r)].size(), want.size()) << at;
+                EXPECT_TRUE(o.out[size_t(r)] == want) << at;
+                if (c.mode == Compression::Mode::None) {
+                  none_bits[r] = o.out[size_t(r)];
+                } else {
+                  EXPECT_TRUE(o.out[size_t(r)] == none_bits[r]) << at << ": lossless differs from none";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Latency, LatencyWorlds, ::testing::Values(2, 3, 4, 5));
+
+TEST(Latency, AllReduceInTwoHopsWhereOneWouldSendTooMuch) {
+  // latency_bytes 32 KiB: a message near it sends (N-1) x 32 KiB in one hop,
+  // more than kOneHopBytes (48 KiB) for N >= 3: the two-hop schedule.
+  for (int N : {3, 4, 5}) {
+    Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.latency_bytes = 32768; });
+    for (DataType t : {DataType::F32, DataType::BF16, DataType::F64, DataType::I32}) {
+      for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
+        for (bool in_place : {false, true}) {
+          Call k;
+          k.t = t;
+          k.op = op;
+          k.count = 32768 / es(t) - 3;  // blocks of uneven sizes
+          k.in_place = in_place;
+          k.seed = N + int(t);
+          Bytes none_bits[8];
+          for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+            k.comp = c;
+            const Outcome o = run(w, k);
+            const Bytes want = expected(k, o, 0, N);
+            for (int r = 0; r < N; ++r) {
+              const std::string at = what(k, N) + " rank " + std::to_string(r);
+              EXPECT_EQ(o.st[size_t(r)].algorithm, Algorithm::Latency) << at;
+              // two hops: 2(N-1)/N of the message, not (N-1) x
+              EXPECT_LT(o.st[size_t(r)].raw_bytes, 2 * k.count * es(t)) << at;
+              EXPECT_TRUE(o.out[size_t(r)] == want) << at;
+              if (c.mode == Compression::Mode::None) {
+                none_bits[r] = o.out[size_t(r)];
+              } else {
+                EXPECT_TRUE(o.out[size_t(r)] == none_bits[r]) << at << ": lossless differs from none";
+              }
+            }
+          }
+        }
+      }
+    }
+    // two small ones after: the links are in step
+    Call k;
+    k.count = 10;
+    const Outcome o = run(w, k);
+    for (int r = 0; r < N; ++r) EXPECT_TRUE(o.out[size_t(r)] == expected(k, o, r, N));
+  }
+}
+
+TEST(Latency, DataMovementMaxAndMinAreBitIdenticalToTheRing) {
+  for (int N : {3, 4}) {
+    Ranks w = world(N);
+    ncclz::PolicyHints ring;
+    ring.algorithm = int(Algorithm::Ring);
+    for (Coll coll : {Coll::AllGather, Coll::Broadcast, Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce}) {
+      for (RedOp op : {RedOp::Max, RedOp::Min}) {
+        Call k;
+        k.coll = coll;
+        k.t = DataType::BF16;
+        k.op = op;
+        k.count = 333;
+        k.root = 1;
+        const Outcome fast = run(w, k);
+        k.hints = [&](int) { return &ring; };
+        const Outcome slow = run(w, k);
+        for (int r = 0; r < N; ++r) {
+          EXPECT_EQ(fast.st[size_t(r)].algorithm, Algorithm::Latency);
+          EXPECT_EQ(slow.st[size_t(r)].algorithm, Algorithm::Ring);
+          EXPECT_TRUE(fast.out[size_t(r)] == slow.out[size_t(r)]) << what(k, N) << " rank " << r;
+        }
+        if (coll == Coll::AllGather || coll == Coll::Broadcast) break;  // no op
+      }
+    }
+  }
+}
+
+TEST(Latency, SumsAgreeWithTheRingWithinRoundingAndOnEveryRank) {
+  const int N = 4;
+  Ranks w = world(N);
+  ncclz::PolicyHints ring;
+  ring.algorithm = int(Algorithm::Ring);
+  Call k;
+  k.t = DataType::F32;
+  k.count = 2048;  // exactly kLimit bytes: still the latency algorithm
+  const Outcome fast = run(w, k);
+  k.hints = [&](int) { return &ring; };
+  const Outcome slow = run(w, k);
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(fast.st[size_t(r)].algorithm, Algorithm::Latency);
+    EXPECT_TRUE(fast.out[size_t(r)] == fast.out[0]) << "rank " << r << " differs from rank 0";
+    for (size_t i = 0; i < k.count; ++i) {
+      const double a = ncclz_test::value_at(k.t, fast.out[size_t(r)].data(), i);
+      const double b = ncclz_test::value_at(k.t, slow.out[size_t(r)].data(), i);
+      double mag = 0;
+      for (int j = 0; j < N; ++j) mag += std::fabs(ncclz_test::value_at(k.t, fast.in[size_t(j)].data(), i));
+      ASSERT_LE(std::fabs(a - b), 2 * N * mag * 0x1p-24) << "element " << i;
+    }
+  }
+}
+
+TEST(Latency, StatsCountWhatEachRankSent) {
+  const int N = 3;
+  Ranks w = world(N);
+  Call k;
+  k.count = 100;
+  Outcome o = run(w, k);
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(o.st[size_t(r)].raw_bytes, uint64_t((N - 1) * 400));  // the whole input to every peer
+    EXPECT_EQ(o.st[size_t(r)].wire_bytes, o.st[size_t(r)].raw_bytes);
+    EXPECT_GT(o.st[size_t(r)].wall_s, 0);
+  }
+  k.coll = Coll::Broadcast;
+  k.root = 2;
+  o = run(w, k);
+  for (int r = 0; r < N; ++r) EXPECT_EQ(o.st[size_t(r)].raw_bytes, r == 2 ? uint64_t((N - 1) * 400) : 0u);
+  k.coll = Coll::ReduceScatter;
+  o = run(w, k);
+  for (int r = 0; r < N; ++r) EXPECT_EQ(o.st[size_t(r)].raw_bytes, uint64_t((N - 1) * 400));  // block q to q
+}
+
+TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
+  const int N = 3;
+  Call k;
+  k.t = DataType::I32;  // sums exact in any order: the ring's results are checked exactly too
+  auto algos = [&](Ranks& w, const Call& c) {
+    const Outcome o = run(w, c);
+    for (int r = 1; r < N; ++r) EXPECT_EQ(o.st[size_t(r)].algorithm, o.st[0].algorithm);
+    for (int r = 0; r < N; ++r) EXPECT_TRUE(o.out[size_t(r)] == expected(c, o, r, N)) << what(c, N);
+    return o.st[0].algorithm;
+  };
+  {
+    Ranks w = world(N);
+    k.count = kLimit / 4;
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.count = kLimit / 4 + 1;  // one element over: the ring
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.coll = Coll::AllGather;  // the message is N blocks
+    k.count = kLimit / 4 / N;
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.count = kLimit / 4 / N + 1;
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    // lossy calls exchange statistics first: never the latency algorithm
+    std::vector<float> x(16, 1.f), y(16);
+    w.run([&](int, Communicator& comm) {
+      CallStats st;
+      comm.all_reduce(x.data(), y.data(), 16, DataType::F32, RedOp::Sum, Compression::lossy_abs(1e-3), &st);
+      EXPECT_EQ(st.algorithm, Algorithm::Ring);
+      EXPECT_NEAR(y[3], 3.0, 1e-3);
+    });
+    // rank 0's proposal decides: the ring for everyone (the data that came
+    // with the descriptors is dropped); another rank's is ignored
+    ncclz::PolicyHints ring;
+    ring.algorithm = int(Algorithm::Ring);
+    k.coll = Coll::AllReduce;
+    k.count = 100;
+    k.hints = [&](int r) { return r == 0 ? &ring : nullptr; };
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.hints = [&](int r) { return r == 1 ? &ring : nullptr; };
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.hints = nullptr;
+  }
+  {
+    // NCCLZ_ALGO=ring on rank 0 alone: every rank runs the ring
+    Ranks w = world(N, [](int r, ncclz::CommConfig& c) { c.algorithm = r == 0 ? "ring" : "auto"; });
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+  }
+  {
+    Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.latency_bytes = 0; });  // off
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+  }
+  {
+    // without point-to-point links: descriptors around the ring, no latency algorithm
+    Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.p2p = 0; });
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    w.run([](int, Communicator& comm) { comm.barrier(); });
+  }
+  // latency_bytes is agreed at creation, and lowered to fit a slot
+  EXPECT_THROW(world(2, [](int r, ncclz::CommConfig& c) { c.latency_bytes = r == 0 ? 1024 : 2048; }),
+               ncclz::InvalidArgument);
+  ncclz::CommConfig c;
+  c.slot_bytes = 4096;
+  c.latency_bytes = 1 << 20;
+  EXPECT_EQ(c.resolved().latency_bytes, 4096 - 128);
+  c.latency_bytes = -1;
+  EXPECT_EQ(ncclz::CommConfig::defaults().latency_bytes, 65536);
+}
+
+TEST(Latency, SendRecvAndCollectivesInterleave) {
+  const int N = 3;
+  Ranks w = world(N);
+  w.run([&](int r, Communicator& comm) {
+    for (int it = 0; it < 20; ++it) {
+      std::vector<float> x(50, float(r + it)), y(50);
+      comm.all_reduce(x.data(), y.data(), 50, DataType::F32, RedOp::Sum, Compression::none());
+      ASSERT_EQ(y[7], float(3 * it + 3));
+      // a ring of sends: even ranks send first
+      std::vector<float> s(3000, float(r)), got(3000);
+      const int to = (r + 1) % N, from = (r + N - 1) % N;
+      if (r % 2 == 0) {
+        comm.send(s.data(), s.size(), DataType::F32, to, Compression::none());
+        comm.recv(got.data(), got.size(), DataType::F32, from, Compression::none());
+      } else {
+        comm.recv(got.data(), got.size(), DataType::F32, from, Compression::none());
+        comm.send(s.data(), s.size(), DataType::F32, to, Compression::none());
+      }
+      ASSERT_EQ(got[11], float(from));
+      comm.barrier();
+    }
+  });
+}
+
+// ---- errors ------------------------------------------------------------------------------------
+
+std::vector<std::string> outcomes(Ranks& w, const std::function<void(int, Communicator&)>& fn) {
+  std::vector<std::string> got(size_t(w.size()));
+  w.run([&](int r, Communicator& comm) {
+    try {
+      fn(r, comm);
+      got[size_t(r)] = "ok";
+    } catch (const ncclz::InvalidArgument& e) {
+      got[size_t(r)] = std::string("invalid: ") + e.what();
+    } catch (const ncclz::Aborted& e) {
+      got[size_t(r)] = std::string("aborted: ") + e.what();
+    } catch (const ncclz::Timeout& e) {
+      got[size_t(r)] = std::string("timeout: ") + e.what();
+    } catch (const ncclz::RemoteError& e) {
+      got[size_t(r)] = std::string("remote: ") + e.what();
+    }
+  });
+  return got;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+void expect_usable(Ranks& w) {
+  Call k;
+  k.count = 64;
+  const Outcome o = run(w, k);
+  for (int r = 0; r < w.size(); ++r) {
+    EXPECT_EQ(o.st[size_t(r)].algorithm, Algorithm::Latency);
+    EXPECT_TRUE(o.out[size_t(r)] == expected(k, o, r, w.size())) << "after the error, rank " << r;
+  }
+}
+
+TEST(LatencyErrors, MismatchesRaiseOnEveryRankAndLeaveTheLinksInStep) {
+  const int N = 4;
+  Ranks w = world(N);
+  std::vector<float> a(40000, 1.f), b(40000);
+  // a carried call against one that is not (too large for the limit)
+  auto got = outcomes(w, [&](int r, Communicator& comm) {
+    comm.all_reduce(a.data(), b.data(), r == 2 ? 30000 : 64, DataType::F32, RedOp::Sum, Compression::none());
+  });
+  for (int r = 0; r < N; ++r) {
+    EXPECT_TRUE(has(got[size_t(r)], "remote: ncclz rank " + std::to_string(r) + ": mismatched calls: rank 0 called"))
+        << got[size_t(r)];
+    EXPECT_TRUE(has(got[size_t(r)], "rank 2 called call #0 all_reduce(count=30000")) << got[size_t(r)];
+  }
+  expect_usable(w);
+  // two small calls of different collectives, both carried
+  got = outcomes(w, [&](int r, Communicator& comm) {
+    if (r == 1) {
+      comm.all_gather(a.data(), b.data(), 16, DataType::F32, Compression::none());
+    } else {
+      comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+    }
+  });
+  for (int r = 0; r < N; ++r)
+    EXPECT_TRUE(has(got[size_t(r)], "remote: ") && has(got[size_t(r)], "all_gather(send_count=16")) << got[size_t(r)];
+  expect_usable(w);
+  // the same call in different modes (lossy exchanges statistics, the others carry data)
+  got = outcomes(w, [&](int r, Communicator& comm) {
+    comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum,
+                    r == 3 ? Compression::lossy_abs(1e-3) : Compression::lossless());
+  });
+  for (int r = 0; r < N; ++r)
+    EXPECT_TRUE(has(got[size_t(r)], "remote: ") && has(got[size_t(r)], "lossy_abs")) << got[size_t(r)];
+  expect_usable(w);
+  // a rank with a bad argument raises InvalidArgument, the others RemoteError
+  got = outcomes(w, [&](int r, Communicator& comm) {
+    comm.all_reduce(r == 0 ? nullptr : a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+  });
+  EXPECT_TRUE(has(got[0], "invalid: ")) << got[0];
+  for (int r = 1; r < N; ++r)
+    EXPECT_TRUE(has(got[size_t(r)], "remote: ") && has(got[size_t(r)], "rank 0 called")) << got[size_t(r)];
+  expect_usable(w);
+}
+
+TEST(LatencyErrors, ACollectiveAgainstASendAbortsEveryRankPromptly) {
+  const int N = 3;
+  Ranks w = world(N);
+  std::vector<float> a(64, 1.f), b(64);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto got = outcomes(w, [&](int r, Communicator& comm) {
+    if (r == 1) {
+      comm.send(a.data(), 64, DataType::F32, 0, Compression::none());
+    } else {
+      comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+    }
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);  // timeout: 30 s
+  for (int r = 0; r < N; ++r) {
+    EXPECT_TRUE(has(got[size_t(r)], "remote: ") || has(got[size_t(r)], "aborted: ")) << got[size_t(r)];
+  }
+  // rank 0 read rank 1's send where it expected a descriptor (or heard rank 1's abort first)
+  EXPECT_TRUE(has(got[0] + got[1], "mismatched calls: rank 1 called send(count=64") ||
+              has(got[0] + got[1], "mismatched calls: rank 0 called all_reduce(count=64"))
+      << got[0] << "\n"
+      << got[1];
+  w.run([](int, Communicator& comm) { EXPECT_THROW(comm.barrier(), ncclz::Aborted); });
+}
+
+// Rank 0 posts its small call's message to everyone, times out waiting for
+// the others (who come late) and aborts: they find its message, but must not
+// complete the call rank 0 failed (the ring could not have: it needs rank 0
+// after the exchange), so they fail with its notice.
+TEST(LatencyErrors, LatePeersOfACallTheFirstRankGaveUpOnFailToo) {
+  Ranks w = world(3, [](int r, ncclz::CommConfig& c) { c.timeout_s = r == 0 ? 0.5 : 30; });
+  std::vector<float> a(64, 1.f), b(64);
+  const auto got = outcomes(w, [&](int r, Communicator& comm) {
+    if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+  });
+  EXPECT_TRUE(has(got[0], "timeout: ")) << got[0];
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_TRUE(has(got[size_t(r)], "aborted: ") && has(got[size_t(r)], "rank 0 aborted the communicator"))
+        << got[size_t(r)];
+  }
+}
+
+TEST(LatencyErrors, AMissingRankIsATimeoutAndAbortWakesTheOthers) {
+  {
+    Ranks w = world(3, [](int, ncclz::CommConfig& c) { c.timeout_s = 0.5; });
+    std::vector<float> a(64, 1.f), b(64);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto got = outcomes(w, [&](int r, Communicator& comm) {
+      if (r == 2) return;  // never calls
+      comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+    });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(has(got[size_t(r)], "timeout: ") || has(got[size_t(r)], "aborted: ")) << got[size_t(r)];
+    }
+    EXPECT_TRUE(has(got[0] + got[1], "peer rank 2")) << got[0] << "\n" << got[1];
+    EXPECT_THROW(w.comms[0]->barrier(), ncclz::Aborted);
+  }
+  {
+    Ranks w = world(3);
+    std::vector<float> a(64, 1.f), b(64);
+    std::thread killer([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      w.comms[0]->abort("test abort");
+    });
+    const auto got = outcomes(w, [&](int r, Communicator& comm) {
+      if (r == 0) return;  // aborts instead of calling
+      comm.all_reduce(a.data(), b.data(), 64, DataType::F32, RedOp::Sum, Compression::none());
+    });
+    killer.join();
+    for (int r = 1; r < 3; ++r) {
+      EXPECT_TRUE(has(got[size_t(r)], "aborted: ") && has(got[size_t(r)], "test abort")) << got[size_t(r)];
+    }
+  }
+}
+
+}  // namespace

@@ -1,0 +1,175 @@
+"""Rank programs of the latency-algorithm tests (tests/python/test_latency.py).
+
+Run as ``python _latency_workers.py SCENARIO OUTDIR [ARGS...]`` in every rank with the environment of
+test_comm.run_ranks (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, NCCLZ_TOKEN, NCCLZ_TRANSPORT). Each
+rank checks every element against the fp64 reference itself (the helpers of _checks.py) and writes
+OUTDIR/rank<R>.json with what it saw: each call's algorithm, hashes of its outputs, the errors of the
+fault scenarios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _checks import Checker, bits, np_dtype, plain_tolerance, rank_input, reference
+
+
+def _reduction(comm, coll, x, block_input, op, comp):
+    """One reduction of a copy of the input (reduce: to rank 1)."""
+    if coll == "all_reduce":
+        return comm.all_reduce(x.copy(), op, comp, policy="off")
+    if coll == "reduce_scatter":
+        return comm.reduce_scatter(block_input.copy(), op, comp, policy="off")
+    return comm.reduce(x.copy(), 1, op, comp, policy="off")
+
+
+def scenario_latency(ncclz, comm, args):
+    """Every collective of the latency algorithm, in both exact modes, on small messages: every element
+    against the fp64 reference, lossless bit-identical to none, data movement bit-identical to the ring,
+    and the algorithm each call reports."""
+    count = int(args[0]) if args else 1000
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    algos = {}
+    seed = 0
+    for dtype in ("float32", "bfloat16", "float64", "int32"):
+        for op in ("sum", "avg", "max"):
+            seed += 1
+            inputs = [rank_input(j, count, dtype, seed) for j in range(W)]
+            blocks = [rank_input(j, count * W, dtype, seed) for j in range(W)]
+            ref = reference(inputs, op)
+            ref_rs = reference(blocks, op)[r * count:(r + 1) * count]
+            tol = plain_tolerance(dtype, ref, inputs, op)
+            tol_rs = plain_tolerance(dtype, ref_rs, [b[r * count:(r + 1) * count] for b in blocks], op)
+            if dtype == "int32" and op == "avg":  # the integer mean truncates toward zero
+                tol = tol_rs = 1.0
+            none_bits = {}
+            for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+                name = f"{dtype}/{op}/{mode}"
+                for coll in ("all_reduce", "reduce_scatter", "reduce"):
+                    out = _reduction(comm, coll, inputs[r], blocks[r], op, comp)
+                    algos[f"{coll}/{name}"] = comm.last_stats.algorithm
+                    if coll == "reduce" and r != 1:
+                        continue
+                    want, allowed = (ref_rs, tol_rs) if coll == "reduce_scatter" else (ref, tol)
+                    ck.check_close(f"{coll}/{name}", out, want, allowed, mode, dtype)
+                    ck.record(f"{coll}/{name}", out)
+                    if mode == "none":
+                        none_bits[coll] = bits(out)
+                    else:
+                        ck.require(bits(out) == none_bits[coll], f"{coll}/{name}: lossless differs from none")
+            if op != "sum":
+                continue
+            # data movement: the inputs exactly, and the ring's bits
+            for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+                name = f"{dtype}/{mode}"
+                g = comm.all_gather(inputs[r], comp, policy="off")
+                algos[f"all_gather/{name}"] = comm.last_stats.algorithm
+                ck.require(bits(np.asarray(g).reshape(-1)) == bits(np.concatenate(inputs)),
+                           f"all_gather/{name}: not the inputs")
+                g_ring = comm.all_gather(inputs[r], comp, policy="off", algorithm="ring")
+                ck.require(comm.last_stats.algorithm == "ring", "algorithm='ring' did not run the ring")
+                ck.require(bits(g) == bits(g_ring), f"all_gather/{name}: not the ring's bits")
+                b = comm.broadcast(inputs[r].copy(), 2 % W, comp, policy="off")
+                algos[f"broadcast/{name}"] = comm.last_stats.algorithm
+                ck.require(bits(b) == bits(inputs[2 % W]), f"broadcast/{name}: not the root's input")
+                ck.record(f"all_gather/{name}", g)
+    # all_reduce near the limit: two hops where one would send (N-1) x 40 KB (docs/ALGORITHMS.md)
+    for dtype in ("float32", "bfloat16"):
+        n = 40000 // np_dtype(dtype).itemsize
+        inputs = [rank_input(j, n, dtype, 99) for j in range(W)]
+        ref = reference(inputs, "sum")
+        for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+            out = comm.all_reduce(inputs[r].copy(), "sum", comp, policy="off")
+            name = f"all_reduce/wide/{dtype}/{mode}"
+            algos[name] = comm.last_stats.algorithm
+            ck.check_close(name, out, ref, plain_tolerance(dtype, ref, inputs, "sum"), mode, dtype)
+            ck.record(name, out)
+    comm.barrier()
+    return {"algorithms": algos, "hashes": ck.hashes, "checks": ck.checks}
+
+
+def scenario_latency_mismatch(ncclz, comm, args):
+    """Ranks disagree about a small call (a count over the limit, another collective, another mode):
+    every rank raises, and the next call works on every rank (the links stay in step)."""
+    r = comm.rank
+    errors = {}
+    cases = {
+        "count": lambda: comm.all_reduce(np.ones(1000 if r != 1 else 100000, np.float32), policy="off"),
+        "collective": lambda: (comm.all_gather(np.ones(250, np.float32), policy="off") if r == 2
+                               else comm.all_reduce(np.ones(1000, np.float32), policy="off")),
+        "mode": lambda: comm.all_reduce(np.ones(1000, np.float32),
+                                        compression=ncclz.Lossy(rel=1e-3) if r == 0 else ncclz.Lossless(),
+                                        policy="off"),
+    }
+    for name, fn in cases.items():
+        try:
+            fn()
+            errors[name] = None
+        except ncclz.Error as e:
+            errors[name] = {"kind": type(e).__name__, "message": str(e)}
+        x = np.full(1000, float(r + 1), np.float32)
+        comm.all_reduce(x, policy="off")
+        ok = bool(np.all(x == comm.world_size * (comm.world_size + 1) / 2))
+        errors[name + "/after"] = {"ok": ok, "algorithm": comm.last_stats.algorithm}
+    return {"errors": errors}
+
+
+def scenario_latency_fault(ncclz, comm, args):
+    """A rank fails during a small call: `kill` (the last rank exits without calling), `stall` (it
+    sleeps past NCCLZ_TIMEOUT) or `abort` (rank 0 aborts from another thread while blocked in a call
+    the last rank never joins). Every other rank must raise, within seconds."""
+    what = args[0]
+    W, r = comm.world_size, comm.rank
+    last = W - 1
+    x = np.full(1000, float(r + 1), np.float32)
+    comm.all_reduce(x, policy="off")  # one good call first
+    first = comm.last_stats.algorithm
+    if r == last:
+        if what == "kill":
+            time.sleep(0.5)  # the others finish the first call (its bytes reached them) and block in the next
+            os._exit(0)
+        time.sleep(8.0 if what == "stall" else 4.0)
+        return {"first": first, "error": None}
+    if what == "abort" and r == 0:
+        threading.Timer(0.5, comm.abort, args=("the latency test aborts",)).start()
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(x, policy="off")
+    except ncclz.Error as e:
+        return {"first": first, "error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - t0}
+    raise AssertionError(f"rank {r}: the small all_reduce returned although rank {last} never called it")
+
+
+SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
+
+
+def main():
+    name, outdir, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    import ncclz
+
+    rank = int(os.environ["RANK"])
+    t0 = time.monotonic()
+    with ncclz.init() as comm:
+        result = SCENARIOS[name](ncclz, comm, args) or {}
+    result["rank"] = rank
+    result["wall"] = time.monotonic() - t0
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:  # noqa: BLE001 - any failure: traceback, exit 1
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

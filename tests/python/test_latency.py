@@ -1,0 +1,97 @@
+"""The latency algorithm with real ranks (processes) over shared memory and sockets: small exact calls
+carry their data in the call descriptor's message (docs/ALGORITHMS.md, "The latency algorithm").
+
+The ranks check every element against the fp64 reference themselves (_latency_workers.py); here we
+check that they ran the latency algorithm, that all ranks got the same bits, and that mismatches, a
+killed or stalled rank and abort still end a small call on every rank, within seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ncclz
+import pytest
+import test_comm
+from test_comm import assert_same_on_all_ranks, run_ranks
+
+LATENCY_WORKERS = Path(__file__).with_name("_latency_workers.py")
+# the runtime's own choice: no policy proposals, no algorithm or limit from the environment
+DEFAULTS = {"NCCLZ_POLICY": "off", "NCCLZ_ALGO": "", "NCCLZ_LATENCY_BYTES": "", "NCCLZ_P2P": ""}
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(ncclz._core, "comm"), reason="ncclz._core was built without the collective runtime bindings"
+)
+
+
+@pytest.fixture(autouse=True)
+def latency_workers(monkeypatch):
+    """run_ranks with _latency_workers.py's scenarios."""
+    monkeypatch.setattr(test_comm, "WORKERS", LATENCY_WORKERS)
+
+
+@pytest.mark.parametrize("transport,n", [("shm", 4), ("socket", 3), ("shm", 2)])
+def test_every_collective_is_exact_and_the_same_on_every_rank(tmp_path, transport, n):
+    ranks = run_ranks(tmp_path, "latency", n, transport, env=DEFAULTS, timeout=240)
+    ranks.assert_ok()
+    res = ranks.results
+    assert res[0]["checks"] > 20
+    for r, rr in enumerate(res):
+        wrong = {k: a for k, a in rr["algorithms"].items() if a != "latency"}
+        assert not wrong, f"rank {r} ran other algorithms: {wrong}"
+    assert_same_on_all_ranks(res, prefixes=("all_reduce", "all_gather"))
+
+
+def test_the_limit_turns_it_off(tmp_path):
+    env = dict(DEFAULTS, NCCLZ_LATENCY_BYTES="0")
+    ranks = run_ranks(tmp_path, "latency", 3, "shm", env=env, args=["300"], timeout=240)
+    ranks.assert_ok()
+    algos = set(ranks.results[0]["algorithms"].values())
+    assert algos == {"ring"}, algos
+    assert_same_on_all_ranks(ranks.results, prefixes=("all_reduce", "all_gather"))
+
+
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+def test_mismatched_small_calls_raise_on_every_rank(tmp_path, transport):
+    ranks = run_ranks(tmp_path, "latency_mismatch", 4, transport, env=DEFAULTS)
+    ranks.assert_ok()
+    for r, rr in enumerate(ranks.results):
+        e = rr["errors"]
+        for case, needle in (("count", "count=100000"), ("collective", "all_gather(send_count=250"),
+                             ("mode", "lossy_rel")):
+            assert e[case] and e[case]["kind"] == "RemoteError", f"rank {r}, {case}: {e[case]}"
+            assert "mismatched calls" in e[case]["message"] and needle in e[case]["message"], e[case]
+            assert e[case + "/after"] == {"ok": True, "algorithm": "latency"}, f"rank {r}, {case}: {e}"
+
+
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+def test_a_killed_rank_ends_a_small_call_on_every_rank(tmp_path, transport):
+    ranks = run_ranks(tmp_path, "latency_fault", 4, transport, args=["kill"], env=DEFAULTS, nccl_timeout=60)
+    assert ranks.codes[:3] == [0, 0, 0], ranks.log()
+    for r in range(3):
+        rr = ranks.results[r]
+        assert rr["first"] == "latency", rr
+        assert rr["error"] in ("RemoteError", "AbortedError"), rr
+        assert rr["elapsed"] < 20, rr  # the timeout is 60 s: the death was noticed, not waited out
+    assert any("rank 3" in ranks.results[r]["message"] for r in range(3)), [ranks.results[r] for r in range(3)]
+
+
+def test_a_stalled_rank_is_a_timeout(tmp_path):
+    ranks = run_ranks(tmp_path, "latency_fault", 3, "shm", args=["stall"], env=DEFAULTS, nccl_timeout=2.0)
+    ranks.assert_ok()
+    kinds = sorted(ranks.results[r]["error"] for r in (0, 1))
+    assert "TimeoutError" in kinds and set(kinds) <= {"TimeoutError", "AbortedError"}, ranks.results
+    timed_out = next(ranks.results[r] for r in (0, 1) if ranks.results[r]["error"] == "TimeoutError")
+    assert "peer rank 2" in timed_out["message"], timed_out
+    assert all(ranks.results[r]["elapsed"] < 10 for r in (0, 1)), ranks.results
+
+
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+def test_abort_wakes_a_small_call_on_every_rank(tmp_path, transport):
+    ranks = run_ranks(tmp_path, "latency_fault", 3, transport, args=["abort"], env=DEFAULTS, nccl_timeout=60)
+    ranks.assert_ok()
+    for r in (0, 1):
+        rr = ranks.results[r]
+        assert rr["error"] == "AbortedError", rr
+        assert rr["elapsed"] < 10, rr
+    assert "the latency test aborts" in ranks.results[1]["message"], ranks.results[1]
