@@ -5,7 +5,11 @@ Checker that tests every element against it and records hashes of the outputs.""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import sys
+import time
+import traceback
 
 import numpy as np
 
@@ -169,3 +173,32 @@ class Errors(dict):
             self[name] = f"{type(e).__name__}: {e}"
             return
         raise AssertionError(f"{name}: no {exc.__name__}")
+
+
+def run_rank_program(scenarios: dict) -> None:
+    """The main of a rank program run as ``python PROGRAM SCENARIO OUTDIR [ARGS...]`` in every rank (the
+    environment of test_comm.run_ranks): creates the communicator (ncclz.init()), runs
+    ``scenarios[SCENARIO](ncclz, comm, args)`` and writes its dict, with "rank" and "wall", to
+    OUTDIR/rank<R>.json; a failed creation is reported there ("init_error", "message"). Any other
+    failure prints its traceback and exits 1 at once (no teardown that could hang)."""
+    try:
+        name, outdir, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+        import ncclz
+
+        rank = int(os.environ["RANK"])
+        t0 = time.monotonic()
+        try:
+            comm = ncclz.init()
+        except ncclz.Error as e:
+            result = {"init_error": type(e).__name__, "message": str(e)}
+        else:
+            with comm:
+                result = scenarios[name](ncclz, comm, args) or {}
+        result["rank"] = rank
+        result["wall"] = time.monotonic() - t0
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump(result, f)
+    except BaseException:  # noqa: BLE001 - any failure: traceback, exit 1
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)

@@ -9,17 +9,15 @@ fault scenarios.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _checks import Checker, bits, np_dtype, plain_tolerance, rank_input, reference
+from _checks import Checker, bits, np_dtype, plain_tolerance, rank_input, reference, run_rank_program
 
 
 def _reduction(comm, coll, x, block_input, op, comp):
@@ -152,24 +150,5 @@ def scenario_latency_fault(ncclz, comm, args):
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}
 
 
-def main():
-    name, outdir, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    import ncclz
-
-    rank = int(os.environ["RANK"])
-    t0 = time.monotonic()
-    with ncclz.init() as comm:
-        result = SCENARIOS[name](ncclz, comm, args) or {}
-    result["rank"] = rank
-    result["wall"] = time.monotonic() - t0
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump(result, f)
-
-
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:  # noqa: BLE001 - any failure: traceback, exit 1
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+    run_rank_program(SCENARIOS)

@@ -8,16 +8,13 @@ with what it saw: the topology, each call's algorithm, and hashes of its outputs
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-import traceback
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _checks import Checker, as_f64, bound_of, modes, plain_tolerance, rank_input, reference
+from _checks import Checker, as_f64, bound_of, modes, plain_tolerance, rank_input, reference, run_rank_program
 
 
 def topology_of(comm) -> dict:
@@ -127,30 +124,5 @@ def scenario_topology(ncclz, comm, args):
 SCENARIOS = {"hier": scenario_hier, "policy": scenario_policy, "topology": scenario_topology}
 
 
-def main():
-    name, outdir, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    import ncclz
-
-    rank = int(os.environ["RANK"])
-    t0 = time.monotonic()
-    try:
-        comm = ncclz.init()
-    except ncclz.Error as e:
-        result = {"init_error": type(e).__name__, "message": str(e)}
-        comm = None
-    if comm is not None:
-        with comm:
-            result = SCENARIOS[name](ncclz, comm, args) or {}
-    result["rank"] = rank
-    result["wall"] = time.monotonic() - t0
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump(result, f)
-
-
 if __name__ == "__main__":
-    try:
-        main()
-    except BaseException:  # noqa: BLE001 - any failure: traceback, exit 1
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
+    run_rank_program(SCENARIOS)
