@@ -18,6 +18,7 @@ averaged gradients (what tests compare between backends).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 
 import ncclz.torch  # registers the "ncclz" backend
@@ -65,8 +66,15 @@ def train(backend: str, steps: int, init_method: str | None = None, verbose: boo
     }
     if dist.get_backend() == "ncclz" and verbose and rank == 0:
         print(ncclz.torch.traffic(), flush=True)  # calls, raw and wire bytes of this rank
-    dist.barrier()  # every call of this rank has completed everywhere before the group goes
+    # Every call of this rank has completed everywhere before the group goes. The barrier's work is
+    # kept until the group is gone: PyTorch's gloo can deadlock when a group is destroyed (with the
+    # GIL held) while its worker thread drops the last reference to a finished work.
+    done = dist.barrier(async_op=True)
+    done.wait()
+    del ddp, opt  # DDP's reducer holds the group: let it go first, so the group ends right here
+    gc.collect()
     dist.destroy_process_group()
+    del done
     return result
 
 

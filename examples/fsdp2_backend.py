@@ -70,8 +70,13 @@ def train(backend: str, steps: int, init_method: str | None = None, verbose: boo
     result = {"params": full, "grads": first_grads, "bound": first_bound, "loss": loss.item()}
     if dist.get_backend() == "ncclz" and verbose and rank == 0:
         print(ncclz.torch.traffic(), flush=True)  # calls, raw and wire bytes of this rank
-    dist.barrier()  # every call of this rank has completed everywhere before the group goes
+    # Every call of this rank has completed everywhere before the group goes. The barrier's work is
+    # kept until the group is gone: PyTorch's gloo can deadlock when a group is destroyed (with the
+    # GIL held) while its worker thread drops the last reference to a finished work.
+    done = dist.barrier(async_op=True)
+    done.wait()
     dist.destroy_process_group()
+    del done
     return result
 
 
