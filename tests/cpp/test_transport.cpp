@@ -24,6 +24,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "ncclz/error.hpp"
 #include "test_threads.hpp"
+#include "transport/slot_ring.hpp"
 #include "transport/transport.hpp"
 
 using namespace ncclz;
@@ -50,8 +51,10 @@ struct JobSpec {
   int nchannels = 1;
   int nslots = 4;
   size_t slot_bytes = 4096;
-  bool full_mesh = true;  // else ring neighbours
-  std::string checksum;   // TransportConfig::checksum ("": NCCLZ_CHECKSUM or auto)
+  bool full_mesh = true;    // else ring neighbours
+  std::string checksum;     // TransportConfig::checksum ("": NCCLZ_CHECKSUM or auto)
+  int pauses = kSpinIters;  // Transport::set_wait
+  int64_t spin_ns = 0;
 };
 
 std::vector<Rank> make_ranks(const JobSpec& s) {
@@ -66,6 +69,7 @@ std::vector<Rank> make_ranks(const JobSpec& s) {
     cfg.slot_bytes = s.slot_bytes;
     cfg.checksum = s.checksum;
     me.transport = create_transport(*me.boot, cfg, me.abort);
+    me.transport->set_wait(s.pauses, s.spin_ns);
     for (int p = 0; p < s.n; ++p) {
       if (p == r) continue;
       if (s.full_mesh || p == (r + 1) % s.n || p == (r + s.n - 1) % s.n) me.peers.push_back(p);
@@ -170,13 +174,17 @@ std::string corrupt_wait(Rank& at, int from, int ch, double timeout_s) {
 
 // Many slots with random sizes (0 and full included) through a K-slot ring,
 // both directions, several channels, all pairs of 3 ranks at once.
-TEST_P(TransportKinds, OrderedDeliveryRandomSizes) {
+// Every slot arrives whole and in order, whether the waits sleep at once or
+// poll first (no pause spin and a long poll: the oversubscribed setting).
+void ordered_delivery(const std::string& kind, int pauses, int64_t spin_ns) {
   JobSpec s;
   s.n = 3;
-  s.kind = GetParam();
+  s.kind = kind;
   s.nchannels = 2;
   s.nslots = 4;
   s.slot_bytes = 8192;
+  s.pauses = pauses;
+  s.spin_ns = spin_ns;
   auto ranks = make_ranks(s);
   EXPECT_EQ(kind_name(ranks[0].transport->kind()), s.kind);
   const int nmsg = 300;
@@ -236,6 +244,47 @@ TEST_P(TransportKinds, OrderedDeliveryRandomSizes) {
   }
   for (auto& t : ts) t.join();
   for (auto& e : errors) ADD_FAILURE() << e;
+}
+
+TEST_P(TransportKinds, OrderedDeliveryRandomSizes) { ordered_delivery(GetParam(), kSpinIters, 0); }
+TEST_P(TransportKinds, OrderedDeliveryWhilePolling) { ordered_delivery(GetParam(), 0, 500000); }
+
+// The waits' poll budget (LinkGroup::poll_ns): it starts at the maximum,
+// halves after each poll that ran out and drops to 0 below 1/64 of the
+// maximum, then polls only every 32nd wait (an eighth of the maximum), and
+// climbs back by an eighth per poll that saw its data, never above the
+// maximum; set_wait starts it again.
+TEST(Transport, PollBudgetAdapts) {
+  LinkGroup g(0, false);
+  EXPECT_EQ(g.poll_ns(), 0);  // nothing set: no polling, ever
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(g.poll_ns(), 0);
+  const int64_t max = 64000;
+  g.set_wait(0, max);
+  EXPECT_EQ(g.pause_iters(), 0);
+  EXPECT_EQ(g.poll_ns(), max);
+  int64_t expect = max;
+  for (int miss = 0; miss < 6; ++miss) {
+    g.poll_done(false);
+    expect = expect / 2 < max / 64 ? 0 : expect / 2;
+    EXPECT_EQ(g.poll_ns(), expect) << "after miss " << miss + 1;
+  }
+  g.poll_done(false);
+  int probes = 0;
+  for (int i = 0; i < 64; ++i) {
+    const int64_t b = g.poll_ns();
+    EXPECT_TRUE(b == 0 || b == max / 8) << b;
+    probes += b > 0 ? 1 : 0;
+  }
+  EXPECT_EQ(probes, 2);
+  g.poll_done(true);  // a probe that saw its data
+  EXPECT_EQ(g.poll_ns(), max / 4);
+  for (int i = 0; i < 10; ++i) g.poll_done(true);
+  EXPECT_EQ(g.poll_ns(), max);
+  g.poll_done(false);
+  EXPECT_EQ(g.poll_ns(), max / 2);
+  g.set_wait(kSpinIters, 2 * max);
+  EXPECT_EQ(g.pause_iters(), kSpinIters);
+  EXPECT_EQ(g.poll_ns(), 2 * max);
 }
 
 // The sender can run only a bounded number of slots ahead of the receiver:

@@ -158,12 +158,13 @@ struct CommConfig {
   /// At most slot_bytes - 128 (larger values are lowered to it). Every rank
   /// must have the same (checked at creation).
   int64_t latency_bytes = -1;
-  /// Microseconds a wait for a slot polls, giving the CPU to other ready
-  /// threads between checks, before it sleeps in the kernel. -1:
-  /// NCCLZ_SPIN_US, else automatic: 20 where the ranks on this machine have a
-  /// CPU each (at most as many as the CPUs this process may run on), 0 where
-  /// they outnumber them (a poller would take the CPU the awaited rank needs).
-  /// Per rank; Communicator::config() reports the value chosen.
+  /// The most microseconds a wait for a slot polls, giving the CPU to other
+  /// ready threads between checks, before it sleeps in the kernel (the
+  /// budget adapts below it: it halves when polls run out; docs/TRANSPORTS.md,
+  /// "Waiting"). -1: NCCLZ_SPIN_US, else automatic: 20 where the ranks on
+  /// this machine have a CPU each (at most as many as the CPUs this process
+  /// may run on), 200 where they outnumber them. 0: no polling. Per rank;
+  /// Communicator::config() reports the value chosen.
   int spin_us = -1;
 
   /// Every field from the environment (RANK, WORLD_SIZE, MASTER_ADDR,

@@ -171,7 +171,8 @@ class CommunicatorImpl final : public Communicator {
   std::vector<std::vector<transport::PeerLink>> intra_links_, inter_links_;
   std::unique_ptr<core::Runtime> rt_;
   std::unique_ptr<core::CallRoutine> routine_;
-  std::mutex call_mu_;  // one call at a time
+  int wait_pauses_ = transport::kSpinIters;  // the waits' pause spin (0 where ranks outnumber CPUs)
+  std::mutex call_mu_;                       // one call at a time
   std::mutex running_mu_;
   /// The call holding call_mu_ and its thread, for the concurrent-use error
   /// (kept as it is and put in words only for that error: calls stay cheap).
@@ -227,15 +228,21 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
     cfg.nchannels = int(*std::min_element(proposals.begin(), proposals.end()));
   }
 
-  // The waits poll before they sleep only where this machine's ranks have a
-  // CPU each (CommConfig::spin_us; the bootstrap's host ids, not the topology
-  // override, say which ranks share the machine).
-  if (cfg.spin_us < 0) {
+  // How the waits wait before they sleep (CommConfig::spin_us, Transport::
+  // set_wait): where this machine's ranks have a CPU each, a pause spin and a
+  // short poll; where they outnumber its CPUs, no pause spin (the awaited rank
+  // may need this CPU) and a longer poll that yields the CPU between checks,
+  // so that a rank runs as soon as a peer posts instead of sleeping until it
+  // is woken (the bootstrap's host ids, not the topology override, say which
+  // ranks share the machine).
+  {
     int here = 0;
     for (int r = 0; r < size_; ++r) here += boot_->host_id(r) == boot_->host_id(rank_) ? 1 : 0;
     cpu_set_t cpus;
     const int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    cfg.spin_us = here <= ncpu ? core::kDefaultSpinUs : 0;
+    const bool shared_cpus = here > ncpu;
+    wait_pauses_ = shared_cpus ? 0 : transport::kSpinIters;
+    if (cfg.spin_us < 0) cfg.spin_us = shared_cpus ? core::kDefaultSharedSpinUs : core::kDefaultSpinUs;
   }
 
   abort_ = std::make_shared<transport::AbortFlag>();
@@ -246,7 +253,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   tc.socket_ifname = cfg.socket_ifname;
   tc.throttle_gbps = cfg.throttle_gbps;
   transport_ = transport::create_transport(*boot_, tc, abort_);
-  transport_->set_spin_ns(int64_t(cfg.spin_us) * 1000);
+  transport_->set_wait(wait_pauses_, int64_t(cfg.spin_us) * 1000);
   cfg.transport = transport::kind_name(transport_->kind());
   // The ring links' slots hold the larger slices too, except where slots are
   // reserved memory (shared memory: posix_fallocate'd for the whole ring):
@@ -328,7 +335,7 @@ void CommunicatorImpl::connect_hierarchical(const transport::TransportConfig& tc
     htc.throttle_gbps = 0;
     topology::with_note(host_boot_->note(), [&] {
       host_transport_ = transport::create_transport(*host_boot_, htc, abort_);
-      host_transport_->set_spin_ns(int64_t(cfg.spin_us) * 1000);
+      host_transport_->set_wait(wait_pauses_, int64_t(cfg.spin_us) * 1000);
       intra_links_ = host_transport_->connect(ring_peers((l + L - 1) % L, (l + 1) % L), nch, deadline, slot);
     });
     topo.intra_link = transport::kind_name(host_transport_->kind());

@@ -32,8 +32,10 @@ constexpr int64_t kDefaultLatencyBytes = int64_t(64) << 10;
 /// one: all_reduce) where one hop would send more than this many bytes per
 /// rank ((N-1) x the message; bench/results/latency.md).
 constexpr size_t kOneHopBytes = size_t(48) << 10;
-/// The waits' polling time where ranks have a CPU each (CommConfig::spin_us).
+/// The waits' polling time (CommConfig::spin_us) where the ranks on a machine
+/// have a CPU each, and where they outnumber its CPUs (bench/results/latency.md).
 constexpr int kDefaultSpinUs = 20;
+constexpr int kDefaultSharedSpinUs = 200;
 /// What the latency algorithm's message holds besides the data, at most (the
 /// call descriptor): latency_bytes is at most slot_bytes minus this.
 constexpr size_t kLatencyHeadroom = 128;

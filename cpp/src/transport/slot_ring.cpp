@@ -262,21 +262,33 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
       throw Aborted(label.prefix() + ": aborted while waiting for " + what + ": " + note);
     }
   };
-  for (int i = 0; i < kSpinIters; ++i) {
-    if (ready(word->load(std::memory_order_acquire))) return;
+  if (ready(word->load(std::memory_order_acquire))) return;
+  // A short pause spin where the ranks have a CPU each (none where they
+  // outnumber the CPUs: the rank this one waits for may need this CPU).
+  const int pauses = group ? group->pause_iters() : kSpinIters;
+  for (int i = 0; i < pauses; ++i) {
     cpu_relax();
+    if (ready(word->load(std::memory_order_acquire))) return;
   }
-  // Then, where the ranks have a CPU each, poll for the group's spin budget,
-  // giving the CPU to whatever else is ready between checks: a short wait
-  // then ends without a sleep and a wake-up (a futex round trip is tens of
-  // microseconds on a VM). Where ranks outnumber CPUs the budget is 0: a
-  // poller would take the CPU the awaited rank needs (LinkGroup::spin_ns).
-  if (const int64_t budget_ns = group ? group->spin_ns() : 0) {
+  // Then poll, giving the CPU to whatever else is ready between checks: a
+  // short wait then ends without a sleep and a wake-up (a futex round trip is
+  // tens of microseconds on a VM, and a rank that sleeps must be woken by the
+  // peer it waits for). How long: the group's adaptive budget
+  // (LinkGroup::poll_ns), which grows while polls succeed and halves when one
+  // runs out: where ranks outnumber CPUs, sched_yield hands the CPU to a ready
+  // rank only when the fair scheduler deems this one ahead of it, and on a
+  // loaded machine a long poll burns this rank's share of the CPU before the
+  // awaited rank runs (bench/results/latency.md).
+  if (const int64_t budget_ns = group ? group->poll_ns() : 0) {
     const auto until = Clock::now() + std::chrono::nanoseconds(budget_ns);
     do {
       sched_yield();
-      if (ready(word->load(std::memory_order_acquire))) return;
+      if (ready(word->load(std::memory_order_acquire))) {
+        group->poll_done(true);
+        return;
+      }
     } while (Clock::now() < until);
+    group->poll_done(false);
   }
   // The budget without progress, and what progress looks like.
   const auto start = Clock::now();

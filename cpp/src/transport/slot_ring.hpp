@@ -17,9 +17,10 @@
 // shared-memory segment (shared-memory transport): all counters are
 // address-free std::atomic<uint32_t>.
 //
-// Waiting: spin kSpinIters pause instructions, then poll for the group's spin
-// budget (LinkGroup::spin_ns: where ranks have a CPU each) yielding the CPU
-// between checks, then sleep in FUTEX_WAIT on the
+// Waiting: spin the group's pause count (LinkGroup::pause_iters: kSpinIters
+// where ranks have a CPU each, none where they outnumber the CPUs), then poll
+// for the group's spin budget (LinkGroup::spin_ns) yielding the CPU between
+// checks, then sleep in FUTEX_WAIT on the
 // counter being waited for, in slices of at most kWaitSliceMs; the other side
 // calls FUTEX_WAKE only when the waiter's "waiting" flag is set (the flag and
 // the counter are both seq_cst, so a wake-up cannot be lost). Between slices
@@ -53,6 +54,7 @@
 // every rank that waits. The first reason a transport closes with stays.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -68,7 +70,6 @@ namespace ncclz::transport {
 
 constexpr uint32_t kRingMagic = 0x475a434e;  // "NCZG"
 constexpr uint32_t kRingVersion = 3;         // 2: per-slot CRC, close reasons; 3: abort notes
-constexpr int kSpinIters = 256;
 
 constexpr int kWaitSliceMs = 20;
 constexpr size_t kCloseNoteBytes = 448;
@@ -218,9 +219,31 @@ class LinkGroup {
   CloseWhy peer_notice(std::string* note) const;
   /// How long a wait of these ends polls after its pause spin and before it
   /// sleeps, in nanoseconds (0: it sleeps at once; set by the communicator
-  /// from CommConfig::spin_us).
+  /// from CommConfig::spin_us), and how many pause instructions it spins
+  /// before that (Transport::set_wait).
   int64_t spin_ns() const { return spin_ns_.load(std::memory_order_relaxed); }
-  void set_spin_ns(int64_t ns) { spin_ns_.store(ns, std::memory_order_relaxed); }
+  int pause_iters() const { return pause_iters_.load(std::memory_order_relaxed); }
+  void set_wait(int pause_iters, int64_t spin_ns) {
+    pause_iters_.store(pause_iters, std::memory_order_relaxed);
+    spin_ns_.store(spin_ns, std::memory_order_relaxed);
+    poll_ns_.store(spin_ns, std::memory_order_relaxed);
+  }
+  /// The poll budget of the next wait, at most spin_ns: poll_done(true)
+  /// after a poll that saw its data raises it by spin_ns / 8; poll_done(false),
+  /// after one that ran out, halves it (below spin_ns / 64: 0). At 0 every
+  /// 32nd wait polls for spin_ns / 8 anyway, to notice when polling pays
+  /// again. Racy updates from several threads only blur the estimate.
+  int64_t poll_ns() {
+    const int64_t cur = poll_ns_.load(std::memory_order_relaxed);
+    if (cur > 0) return cur;
+    return (probe_.fetch_add(1, std::memory_order_relaxed) & 31) == 31 ? spin_ns() / 8 : 0;
+  }
+  void poll_done(bool hit) {
+    const int64_t max = spin_ns(), cur = poll_ns_.load(std::memory_order_relaxed);
+    int64_t next = hit ? std::min(max, std::max(cur, max / 8) + max / 8) : cur / 2;
+    if (next < max / 64) next = 0;
+    if (next != cur) poll_ns_.store(next, std::memory_order_relaxed);
+  }
   /// The reason and note of the first close (kClosedNormally and "" before).
   CloseWhy why() const { return why_.load(std::memory_order_acquire); }
   std::string note() const;
@@ -242,6 +265,9 @@ class LinkGroup {
   std::shared_ptr<AbortFlag> abort_;
   std::atomic<bool> poisoned_{false};
   std::atomic<int64_t> spin_ns_{0};
+  std::atomic<int> pause_iters_{kSpinIters};
+  std::atomic<int64_t> poll_ns_{0};
+  std::atomic<uint32_t> probe_{0};
   std::atomic<CloseWhy> why_{kClosedNormally};
   std::string note_;
 };

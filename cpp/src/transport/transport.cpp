@@ -114,7 +114,7 @@ class GroupedTransport final : public Transport {
     return links;
   }
   void abort(const std::string& note) override { group_->abort(note); }
-  void set_spin_ns(int64_t ns) override { group_->set_spin_ns(ns); }
+  void set_wait(int pause_iters, int64_t spin_ns) override { group_->set_wait(pause_iters, spin_ns); }
 
  private:
   void join(RingEnd* end) {

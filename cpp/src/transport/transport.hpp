@@ -46,6 +46,10 @@ class Bootstrap;
 
 namespace transport {
 
+/// The pause instructions a wait spins before it polls (Transport::set_wait)
+/// where the ranks have a CPU each.
+constexpr int kSpinIters = 256;
+
 using Clock = std::chrono::steady_clock;
 
 /// Shared by all connections of a communicator: set to make every wait throw Aborted.
@@ -148,10 +152,16 @@ class Transport {
   /// (or corrupt-data notice) wins. Thread-safe; the transport create_transport
   /// returns implements it.
   virtual void abort(const std::string& note) { (void)note; }
-  /// How long this transport's waits poll before they sleep, in nanoseconds
-  /// (0: they sleep after a short pause spin; slot_ring.hpp, "Waiting").
-  /// Thread-safe; the transport create_transport returns implements it.
-  virtual void set_spin_ns(int64_t ns) { (void)ns; }
+  /// How this transport's waits wait before they sleep: `pause_iters` pause
+  /// instructions (a few microseconds at most; 0 where ranks outnumber the
+  /// CPUs: the awaited rank needs this CPU), then polling for `spin_ns`
+  /// nanoseconds, giving the CPU to other ready threads between checks (0:
+  /// they sleep then; slot_ring.hpp, "Waiting"). Thread-safe; the transport
+  /// create_transport returns implements it.
+  virtual void set_wait(int pause_iters, int64_t spin_ns) {
+    (void)pause_iters;
+    (void)spin_ns;
+  }
 };
 
 /// Picks the transport for this job (all ranks on one host: SharedMemory,
