@@ -29,6 +29,15 @@ def _reduction(comm, coll, x, block_input, op, comp):
     return comm.reduce(x.copy(), 1, op, comp, policy="off")
 
 
+def _reduce(comm, coll, y, op, comp, **kw):
+    """all_reduce, reduce_scatter or reduce (to rank 1) of y."""
+    if coll == "all_reduce":
+        return comm.all_reduce(y, op, comp, **kw)
+    if coll == "reduce_scatter":
+        return comm.reduce_scatter(y, op, comp, **kw)
+    return comm.reduce(y, 1, op, comp, **kw)
+
+
 def scenario_latency(ncclz, comm, args):
     """Every collective of the latency algorithm, in both exact modes, on small messages: every element
     against the fp64 reference, lossless bit-identical to none, data movement bit-identical to the ring,
@@ -93,6 +102,77 @@ def scenario_latency(ncclz, comm, args):
             ck.record(name, out)
     comm.barrier()
     return {"algorithms": algos, "hashes": ck.hashes, "checks": ck.checks}
+
+
+def scenario_latency_lossy(ncclz, comm, args):
+    """Small lossy requests under the default policy: rank 0 proposes none (latency-bound), every rank
+    carries its data with the descriptor, and the call runs the latency algorithm exactly, with the same
+    bits as the uncompressed call; every element against the fp64 reference within the plain sum's
+    rounding (and within E). With policy="off" the same request runs lossy on the ring within E, and a
+    bound below the exact sum's rounding makes the lightened proposal fail: the call runs lossy on the
+    ring although every rank carried its data."""
+    count = int(args[0]) if args else 1000
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    seen = {}
+    for dtype in ("float32", "float64", "bfloat16"):
+        for op in ("sum", "avg", "max"):
+            inputs = [rank_input(j, count, dtype, 7) for j in range(W)]
+            blocks = [rank_input(j, count * W, dtype, 8) for j in range(W)]
+            ref = reference(inputs, op)
+            ref_rs = reference(blocks, op)[r * count:(r + 1) * count]
+            tol = plain_tolerance(dtype, ref, inputs, op)
+            tol_rs = plain_tolerance(dtype, ref_rs, [b[r * count:(r + 1) * count] for b in blocks], op)
+            # a bound the exact bfloat16 sum keeps (its own rounding exceeds 1e-3 and 5e-2 of the range here)
+            rel = 0.2 if dtype == "bfloat16" else 1e-3
+            lossy = ncclz.Lossy(rel=rel)
+            for coll in ("all_reduce", "reduce_scatter", "reduce"):
+                name = f"{coll}/{dtype}/{op}"
+                x = blocks[r] if coll == "reduce_scatter" else inputs[r]
+                plain = _reduce(comm, coll, x.copy(), op, None, policy="off")
+                out = _reduce(comm, coll, x.copy(), op, lossy)  # the communicator's policy: auto
+                st = comm.last_stats
+                seen[name] = [st.compression, st.algorithm, st.requested]
+                ck.require(st.compression == "none" and st.algorithm == "latency",
+                           f"{name}: ran {st.compression} / {st.algorithm} ({st.policy})")
+                if coll == "reduce" and r != 1:
+                    continue
+                want, allowed = (ref_rs, tol_rs) if coll == "reduce_scatter" else (ref, tol)
+                ck.check_close(name, out, want, allowed, "none", dtype)
+                ck.require(bits(out) == bits(plain), f"{name}: the lightened call differs from none")
+                ck.record(name, out)
+                if op == "sum" and coll == "all_reduce":
+                    # policy off: the lossy ring within E (rel of the sum's range)
+                    forced = _reduce(comm, coll, x.copy(), op, lossy, policy="off")
+                    st = comm.last_stats
+                    ck.require(st.compression.startswith("lossy") and st.algorithm == "ring",
+                               f"{name}/off: ran {st.compression} / {st.algorithm}")
+                    E = rel * float(ref.max() - ref.min())
+                    ck.check_close(f"{name}/off", forced, ref, E * (1 + 1e-6) + tol, "lossy", dtype)
+                    ck.record(f"{name}/off", forced)
+        g = comm.all_gather(inputs[r], ncclz.Lossy(rel=5e-2))
+        st = comm.last_stats
+        seen[f"all_gather/{dtype}"] = [st.compression, st.algorithm, st.requested]
+        ck.require(st.algorithm == "latency", f"all_gather/{dtype}: ran {st.algorithm}")
+        ck.require(bits(np.asarray(g).reshape(-1)) == bits(np.concatenate(inputs)), f"all_gather/{dtype}: not the inputs")
+        b = comm.broadcast(inputs[r].copy(), 2 % W, ncclz.Lossy(abs=0.5))
+        st = comm.last_stats
+        seen[f"broadcast/{dtype}"] = [st.compression, st.algorithm, st.requested]
+        ck.require(st.algorithm == "latency", f"broadcast/{dtype}: ran {st.algorithm}")
+        ck.require(bits(b) == bits(inputs[2 % W]), f"broadcast/{dtype}: not the root's input")
+    # a bound below the exact float32 sum's rounding: the proposal is not taken, the lossy ring runs
+    inputs = [rank_input(j, count, "float32", 9) * 1000 for j in range(W)]
+    ref = reference(inputs, "sum")
+    out = comm.all_reduce(inputs[r].copy(), "sum", ncclz.Lossy(rel=1e-12))
+    st = comm.last_stats
+    seen["all_reduce/tiny"] = [st.compression, st.algorithm, st.requested]
+    ck.require(st.compression.startswith("lossy") and st.algorithm == "ring",
+               f"tiny bound: ran {st.compression} / {st.algorithm}")
+    ck.require("not taken" in st.policy or r != 0, f"tiny bound: policy says {st.policy!r}")
+    ck.check_close("all_reduce/tiny", out, ref, plain_tolerance("float32", ref, inputs, "sum"), "lossy", "float32")
+    ck.record("all_reduce/tiny", out)
+    comm.barrier()
+    return {"seen": seen, "hashes": ck.hashes, "checks": ck.checks}
 
 
 def scenario_latency_mismatch(ncclz, comm, args):

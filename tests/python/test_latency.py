@@ -51,6 +51,22 @@ def test_the_limit_turns_it_off(tmp_path):
     assert_same_on_all_ranks(ranks.results, prefixes=("all_reduce", "all_gather"))
 
 
+@pytest.mark.parametrize("transport,n", [("shm", 4), ("socket", 3)])
+def test_small_lossy_requests_run_exact_with_the_latency_algorithm(tmp_path, transport, n):
+    """The default policy runs small lossy requests as none on the latency algorithm (the ranks check
+    every element, the bits of the uncompressed call, and the fallbacks: policy="off" and a bound below
+    the exact sum's rounding run the lossy ring)."""
+    env = dict(DEFAULTS, NCCLZ_POLICY="auto", NCCLZ_LINK_GBPS="")
+    ranks = run_ranks(tmp_path, "latency_lossy", n, transport, env=env, timeout=240)
+    ranks.assert_ok()
+    res = ranks.results
+    assert res[0]["checks"] > 20
+    for rr in res:
+        assert rr["seen"]["all_reduce/float32/sum"][:2] == ["none", "latency"], rr["seen"]
+        assert rr["seen"]["all_reduce/tiny"][1] == "ring", rr["seen"]
+    assert_same_on_all_ranks(res, prefixes=("all_reduce",))
+
+
 @pytest.mark.parametrize("transport", ["shm", "socket"])
 def test_mismatched_small_calls_raise_on_every_rank(tmp_path, transport):
     ranks = run_ranks(tmp_path, "latency_mismatch", 4, transport, env=DEFAULTS)

@@ -285,7 +285,24 @@ def test_comm_policy_only_rank_0_decides_and_learns():
     assert d.describe("none", True) == "auto: rank 0 chose none"
     assert d.describe("lossy_rel", False) == "auto: rank 0 kept the requested mode"
     follower.record(d, _Stats("none", 0.2, 64 << 20, lightened=True))
-    assert follower._model is None  # a follower never builds (or calibrates) a model
+    # a small compressed call: the follower expects rank 0 to run it exact (its hints say so, so that
+    # it sends its data with the descriptor); above latency_bytes, or with no latency_bytes, it does not
+    small = CommPolicy(resolve_setting("auto"), rank=1, world_size=4, latency_bytes=64 << 10)
+    assert small.choose(_call(nbytes=4096)).lighter == "none"
+    assert small.choose(_call(nbytes=64 << 10)).lighter == "none"
+    assert small.choose(_call(nbytes=(64 << 10) + 4)).lighter == ""
+    assert small.choose(_call(nbytes=4096, mode="none")).lighter == ""
+    assert follower.choose(_call(nbytes=4096)).lighter == ""
+    assert small.choose(_call(nbytes=4096)).describe("none", True) == "auto: rank 0 chose none"
+    # ... and below a given model's min_bytes only
+    tight = CommPolicy(resolve_setting(Policy(min_bytes=1024)), rank=1, world_size=4, latency_bytes=64 << 10)
+    assert tight.choose(_call(nbytes=1000)).lighter == "none" and tight.choose(_call(nbytes=4096)).lighter == ""
+    assert follower._model is None and small._model is None  # a follower never builds (or calibrates) a model
+    # rank 0 proposes none for a small call at once (the model's first rule, no calibration)
+    lead = CommPolicy(resolve_setting("auto"), rank=0, world_size=4, latency_bytes=64 << 10)
+    d = lead.choose(_call(nbytes=4096, data=lambda: pytest.fail("a small call needs no data")))
+    assert d.lighter == "none" and d.learn and "latency-bound" in d.describe("none", True)
+    assert "not taken" in d.describe("lossy_rel", False)
 
     slow = CommPolicy(resolve_setting(_pinned(gbps=0.5)), rank=0, world_size=4)
     d = slow.choose(_call())
@@ -355,6 +372,9 @@ def test_policy_choose_rules(monkeypatch):
     pol = Policy(4, cores_per_rank=1, efforts=False)
     assert pol.link_gbps is None
     assert pol.choose("all_reduce", x, ncclz.Lossy(rel=1e-3)).mode == "lossy"  # unknown link: as asked
+    # ... except a small message, latency-bound on any link: none
+    ch = pol.choose("all_reduce", np.zeros(1000, np.float32), ncclz.Lossy(rel=1e-3))
+    assert ch.mode == "none" and "latency-bound" in ch.reason, ch
     pol.link_gbps = 1.0
     # a codec that barely compresses is not worth it; one that compresses 10x at 1 GB/s is
     pol.pin("lossless", ratio=1.05, enc_Bps=1e9, dec_Bps=1e9).pin("lossy", ratio=10, enc_Bps=1e9, dec_Bps=1e9)

@@ -59,8 +59,9 @@ uint8_t CallRoutine::configured_algorithm() const {
   return ok && a >= 0 ? uint8_t(a + 1) : 0;
 }
 
-bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes) const {
-  return cd.latency && !is_lossy(m) && !cd.per_peer() && rt_.cfg.latency_bytes > 0 &&
+bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const PolicyHints* hints) const {
+  const bool exact_expected = !is_lossy(m) || (hints && hints->lighter >= 0);
+  return cd.latency && exact_expected && !cd.per_peer() && rt_.cfg.latency_bytes > 0 &&
          bytes <= uint64_t(rt_.cfg.latency_bytes) && rt_.protocol.one_hop();
 }
 
@@ -102,11 +103,13 @@ void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart
   call.ch[0].raw_bytes = call.ch[0].wire_bytes = sent;  // raw: the exact modes' values as they are
 }
 
-Algorithm CallRoutine::decide_algorithm(const std::vector<CallDesc>& all, const Collective& cd) const {
+Algorithm CallRoutine::decide_algorithm(const std::vector<CallDesc>& all, const Collective& cd, Mode run) const {
   const CallDesc& rank0 = all[0];
-  // Latency: the data is here already (every rank carried it) and rank 0
-  // named no other algorithm (NCCLZ_ALGO, the policy's or the call's).
-  bool carried = true;
+  // Latency: the data is here already (every rank carried it), the call runs
+  // exact (a lossy request that rank 0 lightened, where the exact run keeps
+  // the bound) and rank 0 named no other algorithm (NCCLZ_ALGO, the policy's
+  // or the call's).
+  bool carried = !is_lossy(run);
   for (const CallDesc& x : all) carried = carried && (x.flags & kCarried) != 0;
   if (carried && rank0.algorithm == 0) return Algorithm::Latency;
   // Hierarchical needs its links (the topology allows it) and a schedule.
@@ -137,7 +140,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   LossyCall lossy(rt_, cd, t, c, nch, call);
   if (is_lossy(m) && err.empty()) lossy.describe(d);
   // The latency algorithm's data rides with the descriptor (3.).
-  const bool carry = err.empty() && carries(cd, m, bytes);
+  const bool carry = err.empty() && carries(cd, m, bytes, hints);
   algorithms::OneHopPart part;
   Carried carried;
   if (carry) {
@@ -172,10 +175,11 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   }
   // 4. decide
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
-  cd.algorithm = call.algorithm = decide_algorithm(all, cd);
+  cd.algorithm = call.algorithm = decide_algorithm(all, cd, run);
   if (cd.algorithm == Algorithm::Latency) {
     run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
   } else if (is_lossy(run)) {
+    rt_.protocol.release_carried();  // a lossy request that runs as asked: carried data not used
     lossy.run(all);  // 5.-6.
   } else {
     rt_.protocol.release_carried();  // carried data not used: rank 0 named another algorithm

@@ -70,13 +70,19 @@ class CallRoutine {
   /// outcome and rank 0's codec effort in `call`.
   Mode decide_mode(const std::vector<CallDesc>& all, Mode m, DataType t, Combine how, const Compression& c,
                    CallState& call) const;
-  /// Step 4: the algorithm every rank runs the call with (see above).
-  Algorithm decide_algorithm(const std::vector<CallDesc>& all, const Collective& cd) const;
+  /// Step 4: the algorithm every rank runs the call with (see above); `run`:
+  /// the mode decided (the latency algorithm runs exact modes only).
+  Algorithm decide_algorithm(const std::vector<CallDesc>& all, const Collective& cd, Mode run) const;
   /// Step 3: whether this rank's descriptor carries its data (the latency
-  /// algorithm): an exact call of at most latency_bytes with a one-hop
-  /// schedule, on point-to-point links. Every rank of a matching call
-  /// decides the same (latency_bytes and the links are agreed at creation).
-  bool carries(const Collective& cd, Mode m, size_t bytes) const;
+  /// algorithm): a call of at most latency_bytes with a one-hop schedule, on
+  /// point-to-point links, that is exact, or lossy with this rank's hints
+  /// expecting rank 0 to run it exact (`hints->lighter`: the policy proposes
+  /// none for small messages, and the ranks that follow rank 0 pass the same
+  /// expectation). Matching exact calls carry on every rank (latency_bytes
+  /// and the links are agreed at creation); a lossy one runs the latency
+  /// algorithm only where every rank carried and the exact run keeps the
+  /// bound (4.), else its carried data goes unused.
+  bool carries(const Collective& cd, Mode m, size_t bytes, const PolicyHints* hints) const;
   /// This rank's side of `cd` under its one-hop schedule.
   algorithms::OneHopPart one_hop_part(const Collective& cd, DataType t);
   /// Step 6 of the latency algorithm: checks the sizes that came, combines

@@ -119,6 +119,10 @@ def env_float(*names: str) -> float | None:
     return None
 
 
+#: Policy.min_bytes by default: messages below it are latency-bound (none runs them).
+DEFAULT_MIN_BYTES = 256 << 10
+
+
 class Policy:
     """Chooses none / lossless / lossy per call (see the module doc).
 
@@ -132,7 +136,7 @@ class Policy:
                  cores_per_rank: float | None = None, *, nchannels: int | None = None,
                  hosts: int | None = None, hierarchical: bool | None = None,
                  alpha_s: float = 50e-6, goodput: float = 0.95, overlap: float = 0.25, margin: float = 0.2,
-                 min_bytes: int = 256 << 10, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3,
+                 min_bytes: int = DEFAULT_MIN_BYTES, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3,
                  measured_margin: float = 0.05, probe_factor: float = 2.0, probe_every: int = 64,
                  window: int = 4, efforts: bool = True, intra_Bps: float = 4e9):
         self.n = None if world_size is None else int(world_size)
@@ -335,11 +339,13 @@ class Policy:
             return early("none", None, "no compression requested", none_algo)
         if n <= 1:
             return early(req, requested, "one rank: nothing goes over a link")
+        # a small message is latency-bound whatever the link (its time is the hops, not the bytes): known
+        # or not, none runs it fastest, and exactly (the runtime's latency algorithm, where it has one)
+        if nbytes < self.min_bytes:
+            return early("none", None, f"message {nbytes} B < {self.min_bytes} B: latency-bound", none_algo)
         if self._link_gbps is None:
             return early(req, requested, "link rate unknown: as requested (set NCCLZ_LINK_GBPS, or make an "
                                          "uncompressed call >= 1 MiB for the policy to observe)")
-        if nbytes < self.min_bytes:
-            return early("none", None, f"message {nbytes} B < {self.min_bytes} B: latency-bound", none_algo)
         # candidates: (name, spec, codec effort); "lossy/mid" and "lossy/fast" are the requested bound
         # with another codec effort (same guarantee: only the wire coder differs)
         cands = [("lossless", requested if req == "lossless" else Lossless(), "")]

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..spec import Lossless, Lossy
-from .decision import Policy, env_float
+from .decision import DEFAULT_MIN_BYTES, Policy, env_float
 from .modes import effort_of_margin
 
 #: Values of ``Communicator(policy=...)``, the per-call ``policy=`` and NCCLZ_POLICY.
@@ -161,6 +161,10 @@ class Decision:
 _AS_REQUESTED = Decision(None)  # no compression requested, nothing to learn
 _OFF = Decision(None, "off")
 _FOLLOW = Decision(None, "auto")  # a rank that follows rank 0
+# ... on a small compressed call, which rank 0's policy runs exact (Policy.min_bytes): this rank's
+# hints say so, and the runtime sends its data with the call descriptor (the latency algorithm; the
+# mode is still rank 0's proposal alone)
+_FOLLOW_SMALL = Decision(None, "auto", lighter="none")
 
 
 class _Observation:
@@ -194,6 +198,7 @@ class CommPolicy:
         self.algorithm = algorithm if algorithm in ("ring", "hierarchical") else ""
         self.latency_bytes = max(0, int(latency_bytes or 0))
         self._model = None
+        self._small = None  # _small_bytes(), once known
         self._decides = self.mode == "auto" and self.rank == 0
         if setting.model is not None:
             self._model = self._bind(setting.model)
@@ -229,6 +234,7 @@ class CommPolicy:
     def reset(self, model: Any = None) -> None:
         """Forgets what the model learned: a fresh default Policy, or `model` from now on."""
         self._model = None if model is None else self._bind(model)
+        self._small = None
 
     # ---- ask ------------------------------------------------------------------------------
     def choose(self, call: Call, override: str | None = None) -> Decision:
@@ -251,7 +257,12 @@ class CommPolicy:
         if mode == "off":
             return Decision(call, "off", learn=True) if learn else _OFF
         if not learn:
-            return _FOLLOW
+            return _FOLLOW_SMALL if 0 < call.nbytes <= self._small_bytes() and self.world_size > 1 else _FOLLOW
+        model = self.model
+        if isinstance(model, Policy) and call.nbytes < model.min_bytes and not algo_choice and not fixed:
+            # the model's first rule, without its calibration and predictions (small calls are many)
+            return Decision(call, f"auto: none (message {call.nbytes} B < {model.min_bytes} B: latency-bound)",
+                            lighter="none", learn=True)
         arr = call.array()
         if arr is None:
             return Decision(call, "auto: as requested (no NumPy view of the data to calibrate on)", learn=True)
@@ -280,6 +291,18 @@ class CommPolicy:
             if _DEBUG:
                 print(f"ncclz rank {self.rank}: INFO {msg}", file=sys.stderr, flush=True)
         return d
+
+    def _small_bytes(self) -> int:
+        """The calls rank 0's policy runs exact by size alone, as far as this rank can tell: up to the
+        communicator's latency_bytes, and below the model's min_bytes (0: none)."""
+        if self._small is None:
+            small = self.latency_bytes
+            # the model's min_bytes where one was given (a follower builds none of its own)
+            mb = DEFAULT_MIN_BYTES if self._model is None else getattr(self._model, "min_bytes", None)
+            if isinstance(mb, (int, float)):
+                small = min(small, int(mb) - 1)
+            self._small = max(0, small)
+        return self._small
 
     # ---- tell -----------------------------------------------------------------------------
     def record(self, decision: Decision | None, stats: Any) -> None:
