@@ -378,7 +378,7 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     EXPECT_EQ(algos(w, k), Algorithm::Latency);
     k.count = kLimit / 4 / N + 1;
     EXPECT_EQ(algos(w, k), Algorithm::Ring);
-    // lossy calls exchange statistics first: never the latency algorithm
+    // lossy calls with no hint exchange statistics first: never the latency algorithm
     std::vector<float> x(16, 1.f), y(16);
     w.run([&](int, Communicator& comm) {
       CallStats st;
@@ -422,6 +422,59 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
   EXPECT_EQ(c.resolved().latency_bytes, 4096 - 128);
   c.latency_bytes = -1;
   EXPECT_EQ(ncclz::CommConfig::defaults().latency_bytes, 65536);
+}
+
+// A lossy call whose hints expect an exact run (the policy's proposal of none
+// for small messages) carries its data: where every rank carried and rank 0's
+// proposal keeps the bound, the latency algorithm runs it exactly (the bits
+// of the uncompressed call); where a rank did not carry, or the proposal is
+// refused (a bound below the sum's rounding), the lossy ring runs as asked.
+TEST(Latency, SmallLossyCallsThatRankZeroRunsExact) {
+  const int N = 3;
+  Ranks w = world(N);
+  ncclz::PolicyHints none;
+  none.lighter = int(Compression::Mode::None);
+  Call k;
+  k.t = DataType::F32;
+  k.count = 500;
+  k.seed = 4;
+  const Outcome plain = run(w, k);
+  for (Coll c : {Coll::AllReduce, Coll::ReduceScatter, Coll::Reduce, Coll::AllGather, Coll::Broadcast}) {
+    Call l = k;
+    l.coll = c;
+    l.root = 1;
+    l.comp = Compression::lossy_rel(1e-3);
+    l.hints = [&](int) { return &none; };
+    const Outcome o = run(w, l);
+    for (int r = 0; r < N; ++r) {
+      EXPECT_EQ(o.st[size_t(r)].algorithm, Algorithm::Latency) << what(l, N);
+      EXPECT_EQ(o.st[size_t(r)].ran_mode, Compression::Mode::None) << what(l, N);
+      EXPECT_TRUE(o.out[size_t(r)] == expected(l, o, r, N)) << what(l, N) << " rank " << r;
+    }
+  }
+  // the same bits as the uncompressed call
+  Call l = k;
+  l.comp = Compression::lossy_rel(1e-3);
+  l.hints = [&](int) { return &none; };
+  const Outcome o = run(w, l);
+  for (int r = 0; r < N; ++r) EXPECT_TRUE(o.out[size_t(r)] == plain.out[size_t(r)]) << "rank " << r;
+  // rank 2 expected the lossy run (no hint): nobody takes the latency algorithm
+  l.hints = [&](int r) { return r == 2 ? nullptr : &none; };
+  const Outcome mixed = run(w, l);
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(mixed.st[size_t(r)].algorithm, Algorithm::Ring);
+    EXPECT_EQ(mixed.st[size_t(r)].ran_mode, Compression::Mode::None);  // rank 0's proposal still holds
+  }
+  // a bound below the exact float sum's rounding: the proposal is refused,
+  // the lossy ring runs (within the bound it reports), the same on every rank
+  l.hints = [&](int) { return &none; };
+  l.comp = Compression::lossy_rel(1e-12);
+  const Outcome tiny = run(w, l);
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(tiny.st[size_t(r)].algorithm, Algorithm::Ring);
+    EXPECT_EQ(tiny.st[size_t(r)].ran_mode, Compression::Mode::LossyRel);
+    EXPECT_TRUE(tiny.out[size_t(r)] == tiny.out[0]) << "rank " << r;
+  }
 }
 
 TEST(Latency, SendRecvAndCollectivesInterleave) {
