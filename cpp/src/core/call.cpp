@@ -180,7 +180,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
   } else if (is_lossy(run)) {
     rt_.protocol.release_carried();  // a lossy request that runs as asked: carried data not used
-    lossy.run(all);  // 5.-6.
+    lossy.run(all);                  // 5.-6.
   } else {
     rt_.protocol.release_carried();  // carried data not used: rank 0 named another algorithm
     // 6. the user's buffers through raw slots (none) or the selector
