@@ -136,15 +136,35 @@ def rank_env(
 
 
 def _pump(stream: IO[bytes], sink: IO[str], prefix: str, lock: threading.Lock) -> None:
-    """Copies lines from a rank's pipe to our stdout/stderr, prefixed."""
+    """Copies lines from a rank's pipe to our stdout/stderr, prefixed. Where our reader has gone (a
+    closed pipe: ``ncclz-run ... | head``) it keeps draining the rank's pipe, so the rank never blocks
+    writing, and drops the lines."""
+    gone = False
     for raw in iter(stream.readline, b""):
+        if gone:
+            continue
         line = raw.decode("utf-8", errors="replace")
         if not line.endswith("\n"):
             line += "\n"
         with lock:
-            sink.write(prefix + line)
-            sink.flush()
+            try:
+                sink.write(prefix + line)
+                sink.flush()
+            except (BrokenPipeError, ValueError):  # ValueError: the sink was closed
+                gone = True
+                _silence(sink)
     stream.close()
+
+
+def _silence(sink: IO[str]) -> None:
+    """Points a sink whose reader has gone at /dev/null, so that writing (and Python's own flush at
+    exit) raises no BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sink.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _describe_exit(code: int) -> str:

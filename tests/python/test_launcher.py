@@ -41,6 +41,21 @@ def test_sets_the_environment_and_prefixes_lines():
     assert len({f[5] for f in fields}) == 1 and len(fields[0][5]) >= 16  # one random token
 
 
+def test_a_reader_that_goes_away_stops_nothing(tmp_path):
+    """`ncclz-run ... | head`: the ranks run to the end (their pipes keep draining), the launcher exits 0
+    and prints no BrokenPipeError."""
+    code = ("import os, sys\nfor i in range(3000): print(i, 'x' * 100)\n"
+            f"open(os.path.join({str(tmp_path)!r}, 'done' + os.environ['RANK']), 'w').close()")
+    p = subprocess.Popen(RUN + ["-n", "2", sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()  # the reader goes away after one line
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err.decode()
+    assert b"BrokenPipe" not in err, err.decode()
+    assert all((tmp_path / f"done{r}").exists() for r in range(2)), list(tmp_path.iterdir())
+
+
 def test_thread_pools_default_to_a_share_of_the_cpus_unless_set():
     code = "import os; print(os.environ['OMP_NUM_THREADS'])"
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
