@@ -247,13 +247,16 @@ void ordered_delivery(const std::string& kind, int pauses, int64_t spin_ns) {
 }
 
 TEST_P(TransportKinds, OrderedDeliveryRandomSizes) { ordered_delivery(GetParam(), kSpinIters, 0); }
-TEST_P(TransportKinds, OrderedDeliveryWhilePolling) { ordered_delivery(GetParam(), 0, 500000); }
+TEST_P(TransportKinds, OrderedDeliveryWhilePolling) {
+  const ShortWaits short_waits;  // with no pause spin, only short waits poll
+  ordered_delivery(GetParam(), 0, 500000);
+}
 
 // The waits' poll budget (LinkGroup::poll_ns): it starts at the maximum,
 // halves after each poll that ran out and drops to 0 below 1/64 of the
 // maximum, then polls only every 32nd wait (an eighth of the maximum), and
 // climbs back by an eighth per poll that saw its data, never above the
-// maximum; set_wait starts it again.
+// maximum; each thread has its own; set_wait starts it again.
 TEST(Transport, PollBudgetAdapts) {
   LinkGroup g(0, false);
   EXPECT_EQ(g.poll_ns(), 0);  // nothing set: no polling, ever
@@ -261,6 +264,10 @@ TEST(Transport, PollBudgetAdapts) {
   const int64_t max = 64000;
   g.set_wait(0, max);
   EXPECT_EQ(g.pause_iters(), 0);
+  EXPECT_EQ(g.poll_ns(), 0);  // no pause spin (ranks outnumber CPUs): only short waits poll
+  EXPECT_FALSE(ShortWaits::active());
+  const ShortWaits short_waits;
+  EXPECT_TRUE(ShortWaits::active());
   EXPECT_EQ(g.poll_ns(), max);
   int64_t expect = max;
   for (int miss = 0; miss < 6; ++miss) {
@@ -269,6 +276,12 @@ TEST(Transport, PollBudgetAdapts) {
     EXPECT_EQ(g.poll_ns(), expect) << "after miss " << miss + 1;
   }
   g.poll_done(false);
+  int64_t other = -1;  // another thread's budget is its own
+  std::thread([&] {
+    const ShortWaits in_thread;
+    other = g.poll_ns();
+  }).join();
+  EXPECT_EQ(other, max);
   int probes = 0;
   for (int i = 0; i < 64; ++i) {
     const int64_t b = g.poll_ns();

@@ -196,7 +196,9 @@ def worker(scenarios: str, rank: int, world: int, store_path: str, outdir: str) 
 
 # ---------------------------------------------------------------- test side
 def _run(tmp_path, scenarios: str, world: int) -> list:
-    env = dict(os.environ, OMP_NUM_THREADS="1", NCCLZ_TIMEOUT=str(WORKER_TIMEOUT_S))
+    # policy off: the hook's calls run the modes it asks for (the default policy would run this small
+    # model's buckets, latency-bound, uncompressed)
+    env = dict(os.environ, OMP_NUM_THREADS="1", NCCLZ_TIMEOUT=str(WORKER_TIMEOUT_S), NCCLZ_POLICY="off")
     store = tmp_path / "store"
     procs = [
         subprocess.Popen(

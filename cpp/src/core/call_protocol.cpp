@@ -53,6 +53,7 @@ bool CallProtocol::one_hop() const { return nranks_ > 1 && peers_.link((rank_ + 
 // message and the previous round's (its receiver releases that one before its
 // call returns), and K >= 2.
 std::vector<CallDesc> CallProtocol::exchange(const CallDesc& mine, CallState& call, Carried* carry) {
+  const transport::ShortWaits short_waits;
   if (!one_hop()) return ring_exchange(mine, call);
   const size_t N = size_t(nranks_);
   std::vector<CallDesc> all(N);
@@ -120,6 +121,7 @@ algorithms::Bytes CallProtocol::wait_desc(int q, CallDesc* d, CallState& call) {
 
 uint64_t CallProtocol::second_round(const algorithms::OneHop& s, const algorithms::OneHopPart& part, uint64_t seq,
                                     CallState& call) {
+  const transport::ShortWaits short_waits;
   uint64_t sent = 0;
   try {
     for (int k = 1; k < nranks_; ++k) {
@@ -249,6 +251,7 @@ bool CallProtocol::any_outliers(uint64_t seq, size_t mine, CallState& call) {
 
 uint64_t CallProtocol::exchange_counts(const CallDesc& mine, const size_t* send_counts, const size_t* recv_counts,
                                        CallState& call) {
+  const transport::ShortWaits short_waits;
   // Rank r's record: its call's sequence number, then send_counts[0..N), then
   // recv_counts[0..N).
   const size_t N = size_t(nranks_), rec = 2 * N + 1;
@@ -308,6 +311,7 @@ uint64_t CallProtocol::exchange_counts(const CallDesc& mine, const size_t* send_
 
 CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err,
                                  CallState& call) {
+  const transport::ShortWaits short_waits;
   CallDesc theirs;
   try {
     if (sending) post_desc(peer, mine, {}, call);

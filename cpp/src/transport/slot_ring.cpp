@@ -237,6 +237,52 @@ std::string fmt_limit(Clock::duration d) { return fmt_s(std::chrono::duration<do
 
 }  // namespace
 
+// ---- the waits' poll budget (per thread; LinkGroup::poll_ns) ------------------
+
+namespace {
+
+// Every LinkGroup::set_wait takes a new epoch: a thread's budget belongs to
+// one group and epoch, and starts again at spin_ns when either changes.
+std::atomic<uint64_t> g_wait_epochs{0};
+
+struct PollBudget {
+  const LinkGroup* group = nullptr;
+  uint64_t epoch = 0;
+  int64_t ns = 0;
+  uint32_t probe = 0;
+};
+thread_local PollBudget t_poll;
+thread_local int t_short_waits = 0;
+
+}  // namespace
+
+ShortWaits::ShortWaits() { ++t_short_waits; }
+ShortWaits::~ShortWaits() { --t_short_waits; }
+bool ShortWaits::active() { return t_short_waits > 0; }
+
+void LinkGroup::set_wait(int pause_iters, int64_t spin_ns) {
+  pause_iters_.store(pause_iters, std::memory_order_relaxed);
+  spin_ns_.store(spin_ns, std::memory_order_relaxed);
+  wait_epoch_.store(g_wait_epochs.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+int64_t LinkGroup::poll_ns() {
+  if (pause_iters() == 0 && !ShortWaits::active()) return 0;  // ranks outnumber CPUs: short waits only
+  const uint64_t epoch = wait_epoch_.load(std::memory_order_acquire);
+  PollBudget& b = t_poll;
+  if (b.group != this || b.epoch != epoch) b = PollBudget{this, epoch, spin_ns(), 0};
+  if (b.ns > 0) return b.ns;
+  return (++b.probe & 31) == 0 ? spin_ns() / 8 : 0;
+}
+
+void LinkGroup::poll_done(bool hit) {
+  PollBudget& b = t_poll;
+  if (b.group != this) return;
+  const int64_t max = spin_ns();
+  int64_t next = hit ? std::min(max, std::max(b.ns, max / 8) + max / 8) : b.ns / 2;
+  b.ns = next < max / 64 ? 0 : next;
+}
+
 // Waits until ready(*word). `other_producer`: whether the side this end
 // waits on is the ring's producer (a receiver waits on the producer, a sender
 // on the consumer); its closed flag and reason decide what a close means.

@@ -223,27 +223,17 @@ class LinkGroup {
   /// before that (Transport::set_wait).
   int64_t spin_ns() const { return spin_ns_.load(std::memory_order_relaxed); }
   int pause_iters() const { return pause_iters_.load(std::memory_order_relaxed); }
-  void set_wait(int pause_iters, int64_t spin_ns) {
-    pause_iters_.store(pause_iters, std::memory_order_relaxed);
-    spin_ns_.store(spin_ns, std::memory_order_relaxed);
-    poll_ns_.store(spin_ns, std::memory_order_relaxed);
-  }
-  /// The poll budget of the next wait, at most spin_ns: poll_done(true)
-  /// after a poll that saw its data raises it by spin_ns / 8; poll_done(false),
-  /// after one that ran out, halves it (below spin_ns / 64: 0). At 0 every
-  /// 32nd wait polls for spin_ns / 8 anyway, to notice when polling pays
-  /// again. Racy updates from several threads only blur the estimate.
-  int64_t poll_ns() {
-    const int64_t cur = poll_ns_.load(std::memory_order_relaxed);
-    if (cur > 0) return cur;
-    return (probe_.fetch_add(1, std::memory_order_relaxed) & 31) == 31 ? spin_ns() / 8 : 0;
-  }
-  void poll_done(bool hit) {
-    const int64_t max = spin_ns(), cur = poll_ns_.load(std::memory_order_relaxed);
-    int64_t next = hit ? std::min(max, std::max(cur, max / 8) + max / 8) : cur / 2;
-    if (next < max / 64) next = 0;
-    if (next != cur) poll_ns_.store(next, std::memory_order_relaxed);
-  }
+  void set_wait(int pause_iters, int64_t spin_ns);
+  /// The calling thread's poll budget for its next wait on these ends, at
+  /// most spin_ns: poll_done(true) after a poll that saw its data raises it
+  /// by spin_ns / 8; poll_done(false), after one that ran out, halves it
+  /// (below spin_ns / 64: 0). At 0 every 32nd wait polls for spin_ns / 8
+  /// anyway, to notice when polling pays again. Per thread: a channel's
+  /// thread whose ring steps wait for busy peers stops polling while the
+  /// caller's short waits keep it. set_wait starts every thread afresh.
+  /// With no pause spin (ranks outnumber CPUs) only ShortWaits poll.
+  int64_t poll_ns();
+  void poll_done(bool hit);
   /// The reason and note of the first close (kClosedNormally and "" before).
   CloseWhy why() const { return why_.load(std::memory_order_acquire); }
   std::string note() const;
@@ -266,8 +256,7 @@ class LinkGroup {
   std::atomic<bool> poisoned_{false};
   std::atomic<int64_t> spin_ns_{0};
   std::atomic<int> pause_iters_{kSpinIters};
-  std::atomic<int64_t> poll_ns_{0};
-  std::atomic<uint32_t> probe_{0};
+  std::atomic<uint64_t> wait_epoch_{0};  // which set_wait a thread's budget belongs to
   std::atomic<CloseWhy> why_{kClosedNormally};
   std::string note_;
 };

@@ -50,6 +50,21 @@ namespace transport {
 /// where the ranks have a CPU each.
 constexpr int kSpinIters = 256;
 
+/// While one lives, the calling thread's waits are short ones: a call's
+/// descriptors and the latency algorithm's messages, where a peer is one
+/// message behind. Where ranks outnumber CPUs (Transport::set_wait with no
+/// pause spin) only these poll before they sleep; a ring step's wait for a
+/// busy peer sleeps at once there, leaving the CPU to the ranks that work.
+class ShortWaits {
+ public:
+  ShortWaits();
+  ~ShortWaits();
+  ShortWaits(const ShortWaits&) = delete;
+  ShortWaits& operator=(const ShortWaits&) = delete;
+  /// Whether the calling thread is inside one.
+  static bool active();
+};
+
 using Clock = std::chrono::steady_clock;
 
 /// Shared by all connections of a communicator: set to make every wait throw Aborted.
