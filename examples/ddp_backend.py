@@ -10,6 +10,9 @@ does the rest: DDP's parameter broadcast, its bookkeeping and the gradient
 all-reduces run on ncclz. The compression comes from ``pg_options``
 (``ncclz.torch.Options``) or, as here, from NCCLZ_TORCH_COMPRESSION (none,
 lossless, rel=R, abs=E), so the script does not change between modes.
+The default compression policy runs calls under 256 KiB uncompressed (they are
+latency-bound; this toy model's buckets are that small); NCCLZ_POLICY=off runs
+the requested mode whatever the size.
 
 ``--out FILE``: rank 0 saves the final parameters and the first step's
 averaged gradients (what tests compare between backends).

@@ -8,6 +8,9 @@ FSDP2 all-gathers each layer's parameters before use and reduce-scatters its
 gradients (ReduceOp.AVG) after backward; on the "ncclz" backend both run on
 ncclz. With a lossy NCCLZ_TORCH_COMPRESSION only the gradient reduce-scatters
 are lossy (parameters are gathered exactly; see ncclz.torch.Options).
+The default compression policy runs calls under 256 KiB uncompressed (they are
+latency-bound; this toy model's are that small); NCCLZ_POLICY=off runs the
+requested mode whatever the size.
 
 ``--out FILE``: rank 0 saves the final full parameters and the first step's
 averaged gradients (what tests compare between backends).
