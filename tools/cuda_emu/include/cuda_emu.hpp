@@ -13,6 +13,11 @@
 // warp-synchronous code and block scans behave as on a GPU. `__shared__`
 // becomes `static` (one block at a time). Device memory is host memory.
 //
+// Host threads (ranks as threads, each with its own stream) may launch at
+// the same time: launches are serialised by one process-wide lock (the
+// scheduler's state, threadIdx and `__shared__` are global), as if the
+// threads' streams took turns on one GPU.
+//
 // What it cannot show: races between blocks or within a warp outside the
 // collectives, performance, the device-only branches of NCCLZ_HD code
 // (__CUDA_ARCH__ is not defined, so the host branches run), nvcc quirks.
@@ -28,6 +33,7 @@
 #include <ctime>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <vector>
 
 // Code that must know it runs here (decode_v3.cu: a look-back that would wait
@@ -93,6 +99,9 @@ cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) {
   return cudaMallocAsync(reinterpret_cast<void**>(p), n, s);
 }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+// Page-locked host memory: plain host memory here (device memory is host memory too).
+inline cudaError_t cudaMallocHost(void** p, size_t n) { return cudaMalloc(p, n); }
+inline cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
   std::memset(p, v, n);
   return cudaSuccess;
@@ -381,9 +390,16 @@ inline uint64_t warp_or_collective(uint64_t v) {
   return w.result;
 }
 
+/// The lock that serialises launches of different host threads.
+inline std::recursive_mutex& launch_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
 template <class F>
 void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
   if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
+  std::lock_guard<std::recursive_mutex> one_at_a_time(launch_mutex());
   const std::function<void()> body = f;
   BlockRun& r = run();
   const int nt = int(block.x);

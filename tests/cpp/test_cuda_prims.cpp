@@ -1,0 +1,466 @@
+// Device ranks in the send/receive loops (prims::DeviceSliceCodec,
+// cpp/src/prims/device_slices.hpp; cuda/device_slice_codec.cu,
+// cuda/slice_reduce.cu): the real ring schedules (algorithms/ring.cpp) over
+// the real step routine (prims/prims.cpp), ranks as threads joined by
+// in-memory slot FIFOs (test_fifo.hpp), values in device memory on the device
+// ranks. Every run is compared with the same run on CPU ranks only: outputs
+// equal bit for bit (and to the exact wrapping integer result), and the
+// bytes posted on every link identical, slot by slot; in one communicator
+// device and CPU ranks mix.
+//
+// Built with CUDA (NCCLZ_WITH_CUDA; tests/cpp/CMakeLists.txt: skips without
+// a GPU, fails under NCCLZ_REQUIRE_GPU=1) and in the CPU emulator
+// (tools/cuda_emu: ncclz_cuda_emu_prims_tests, run by `run.sh ci` with each
+// slice-kernel version; about 2 s each there).
+#if defined(NCCLZ_WITH_CUDA)
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/ring.hpp"
+#include "codec/slice.hpp"
+#include "ncclz/cuda_support.hpp"
+#include "ncclz/error.hpp"
+#include "prims/device_slices.hpp"
+#include "prims/prims.hpp"
+#include "prims/reduce.hpp"
+#include "test_fifo.hpp"
+
+using namespace ncclz;
+using codec::ElemType;
+using codec::Predictor;
+using ncclz_test::FakeRecv;
+using ncclz_test::FakeSend;
+using ncclz_test::Fifo;
+using prims::WireMode;
+using transport::Clock;
+
+namespace {
+
+bool env_on(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return dflt;
+  return std::strcmp(v, "0") != 0;
+}
+bool gpu_required() { return env_on("NCCLZ_REQUIRE_GPU", false); }
+
+std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : "no CUDA device visible";
+}
+
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    if (cuda::device_count() == 0) {                                                         \
+      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();       \
+      GTEST_SKIP() << "no CUDA device: device prims not run (" << no_device_reason() << ")"; \
+    }                                                                                        \
+  } while (0)
+
+/// Exactly `bytes` of device memory (freed with the object).
+class DevMem {
+ public:
+  explicit DevMem(size_t bytes) {
+    const cudaError_t e = cudaMalloc(&p_, bytes ? bytes : 1);
+    if (e != cudaSuccess) throw Error(std::string("cudaMalloc: ") + cudaGetErrorString(e));
+  }
+  ~DevMem() { cudaFree(p_); }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+};
+
+void to_device(void* d, const std::vector<uint8_t>& h) {
+  if (!h.empty() && cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice) != cudaSuccess) throw Error("H2D");
+}
+std::vector<uint8_t> from_device(const void* d, size_t bytes) {
+  std::vector<uint8_t> h(bytes);
+  if (bytes && cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) throw Error("D2H");
+  return h;
+}
+
+enum class Coll { AllReduce, ReduceScatter, AllGather };
+const char* name(Coll c) {
+  return c == Coll::AllReduce ? "all_reduce" : c == Coll::ReduceScatter ? "reduce_scatter" : "all_gather";
+}
+
+constexpr size_t kSlot = 1024;  // slot bytes: 250 int32 or 125 int64 per slice
+constexpr int kSlots = 4;       // slots per connection: ring chunks of 2 slices
+
+/// How the ranks code: the wire mode, the code type and, in Coded mode, the
+/// forced Block predictor (the device's only coded choice; CPU ranks get the
+/// same options).
+struct Wire {
+  WireMode mode = WireMode::Coded;
+  ElemType type = ElemType::I32;
+  Predictor pred = Predictor::None;
+};
+std::string describe(const Wire& w) {
+  return std::string(w.mode == WireMode::Raw ? "raw" : "coded") + (w.type == ElemType::I32 ? " int32" : " int64") +
+         (w.mode == WireMode::Coded ? " predictor " + std::to_string(int(w.pred)) : "");
+}
+
+prims::PrimsArgs make_args(const Wire& w, int rank) {
+  prims::PrimsArgs a;
+  a.type = w.type;
+  a.mode = w.mode;
+  a.reduce = prims::reduce_fn(w.type, RedOp::Sum);
+  a.int_sum = true;
+  a.raw_esize = codec::elem_size(w.type);
+  a.deadline = Clock::now() + std::chrono::seconds(120);
+  a.rank = rank;
+  if (w.mode == WireMode::Coded) {
+    a.enc.choice = codec::EncodeOptions::Choice::Block;
+    a.enc.predictor = int(w.pred);
+  }
+  return a;
+}
+
+/// Codes with structure: a smooth walk with noise (Block and the delta
+/// predictors compress it), a stretch of large values (Block falls back to
+/// Raw there) and values near the type's limits (sums wrap).
+std::vector<uint8_t> make_codes(ElemType t, size_t n, uint64_t seed) {
+  const size_t es = codec::elem_size(t);
+  std::vector<uint8_t> b(n * es);
+  std::mt19937_64 rng(seed);
+  int64_t walk = int64_t(rng() % 1000) - 500;
+  for (size_t i = 0; i < n; ++i) {
+    walk += int64_t(rng() % 7) - 3;
+    int64_t v = walk + int64_t(rng() % 5) - 2;
+    const size_t phase = (i / 300) % 5;
+    if (phase == 3) v = int64_t(rng());  // incompressible: Raw fallback
+    if (phase == 4 && i % 97 == 0) v = es == 4 ? int64_t(INT32_MAX) - int64_t(rng() % 3) : INT64_MAX;
+    if (es == 4) {
+      const int32_t c = int32_t(uint32_t(uint64_t(v)));
+      std::memcpy(&b[i * 4], &c, 4);
+    } else {
+      std::memcpy(&b[i * 8], &v, 8);
+    }
+  }
+  return b;
+}
+
+/// Wrapping sum of element i of every buffer.
+void add_into(ElemType t, std::vector<uint8_t>& acc, const uint8_t* x, size_t n) {
+  prims::reduce_fn(t, RedOp::Sum)(acc.data(), acc.data(), x, n);
+}
+
+struct RingRun {
+  std::vector<std::vector<uint8_t>> out;                // per rank
+  std::vector<std::vector<std::vector<uint8_t>>> wire;  // per link r -> r+1: every posted slot
+  std::vector<std::string> errors;                      // per rank ("" if none)
+};
+
+/// One collective on N = device.size() ranks (device[r]: rank r's values in
+/// device memory, coded by a DeviceSliceCodec), count elements per rank
+/// (all_reduce: the buffer; reduce_scatter: each block; all_gather: each
+/// rank's part), inputs in[r].
+RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t count,
+                 const std::vector<std::vector<uint8_t>>& in) {
+  const int N = int(device.size());
+  const size_t es = codec::elem_size(w.type);
+  const size_t in_elems = c == Coll::ReduceScatter ? count * size_t(N) : count;
+  const size_t out_elems = c == Coll::AllGather ? count * size_t(N) : count;
+  std::vector<std::unique_ptr<Fifo>> links;
+  for (int r = 0; r < N; ++r) links.push_back(std::make_unique<Fifo>(kSlot, kSlots));
+  RingRun res;
+  res.out.assign(size_t(N), {});
+  res.errors.assign(size_t(N), "");
+  std::vector<std::thread> ts;
+  for (int r = 0; r < N; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        FakeSend s(links[size_t(r)].get());
+        FakeRecv rv(links[size_t((r + N - 1) % N)].get());
+        prims::PrimsArgs a = make_args(w, r);
+        const size_t slice = prims::slice_elems_for(kSlot, es);
+        prims::ChannelStats st;
+        std::unique_ptr<prims::DeviceSliceCodec> dc;
+        std::unique_ptr<DevMem> dsrc, ddst, dscr;
+        std::vector<uint8_t> hsrc = in[size_t(r)], hdst(out_elems * es, 0xEE);
+        std::vector<uint64_t> hscr((slice * es + 7) / 8);
+        const uint8_t* src = hsrc.data();
+        uint8_t* dst = hdst.data();
+        void* scratch = hscr.data();
+        if (device[size_t(r)]) {
+          dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, true, kSlot, slice);
+          a.device = dc.get();
+          dsrc = std::make_unique<DevMem>(in_elems * es);
+          ddst = std::make_unique<DevMem>(out_elems * es);
+          dscr = std::make_unique<DevMem>(slice * es);
+          to_device(dsrc->get(), hsrc);
+          to_device(ddst->get(), hdst);
+          src = dsrc->get();
+          dst = ddst->get();
+          scratch = dscr->get();
+        }
+        prims::Prims p(&s, &rv, a, &st, scratch);
+        const size_t seg = algorithms::ring_segment_elems(p, kSlots);
+        const algorithms::RingPos pos{r, N};
+        if (c == Coll::AllReduce) {
+          algorithms::ring_all_reduce(p, pos, src, dst, count, seg);
+        } else if (c == Coll::ReduceScatter) {
+          algorithms::ring_reduce_scatter(p, pos, src, count, dst, count, seg);
+        } else {
+          algorithms::ring_all_gather(p, pos, src, dst, count, count, seg);
+        }
+        if (dc) {
+          if (cudaStreamSynchronize(static_cast<cudaStream_t>(dc->stream())) != cudaSuccess) throw Error("sync");
+          res.out[size_t(r)] = from_device(dst, out_elems * es);
+        } else {
+          res.out[size_t(r)] = hdst;
+        }
+      } catch (const std::exception& e) {
+        res.errors[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < N; ++r) res.wire.push_back(links[size_t(r)]->log);
+  return res;
+}
+
+/// The exact result of the collective for rank r (wrapping integer sums).
+std::vector<uint8_t> expected(Coll c, ElemType t, int N, int r, size_t count,
+                              const std::vector<std::vector<uint8_t>>& in) {
+  const size_t es = codec::elem_size(t);
+  if (c == Coll::AllGather) {
+    std::vector<uint8_t> o;
+    for (int j = 0; j < N; ++j) o.insert(o.end(), in[size_t(j)].begin(), in[size_t(j)].end());
+    return o;
+  }
+  const size_t off = c == Coll::ReduceScatter ? size_t(r) * count * es : 0;
+  std::vector<uint8_t> acc(count * es, 0);
+  for (int j = 0; j < N; ++j) add_into(t, acc, in[size_t(j)].data() + off, count);
+  return acc;
+}
+
+/// Runs c on CPU ranks, then with each device pattern, and compares.
+void check_collective(Coll c, const Wire& w, int N, size_t count, const std::vector<std::vector<bool>>& patterns) {
+  SCOPED_TRACE(testing::Message() << name(c) << ", " << describe(w) << ", " << N << " ranks, count " << count);
+  const size_t in_elems = c == Coll::ReduceScatter ? count * size_t(N) : count;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < N; ++r) in.push_back(make_codes(w.type, in_elems, uint64_t(1000 * N + 17 * r) + count));
+  const RingRun ref = run_ring(c, w, std::vector<bool>(size_t(N), false), count, in);
+  for (int r = 0; r < N; ++r) {
+    ASSERT_EQ(ref.errors[size_t(r)], "") << "CPU rank " << r;
+    ASSERT_EQ(ref.out[size_t(r)], expected(c, w.type, N, r, count, in)) << "CPU rank " << r;
+  }
+  size_t slots = 0;
+  for (const auto& l : ref.wire) slots += l.size();
+  EXPECT_GT(slots, size_t(0));
+  if (w.mode == WireMode::Coded) {
+    // The coded wire carries slices of the forced codec: Block, or Raw where Block is larger.
+    for (const auto& l : ref.wire) {
+      for (const auto& b : l) {
+        codec::SliceHeader h;
+        ASSERT_EQ(codec::read_header(b.data(), b.size(), &h), codec::Status::Ok);
+        ASSERT_TRUE(h.codec == codec::Codec::Block || h.codec == codec::Codec::Raw);
+      }
+    }
+  }
+  for (const auto& dev : patterns) {
+    std::string pat;
+    for (bool d : dev) pat += d ? 'G' : 'C';
+    SCOPED_TRACE("ranks " + pat + " (G: device rank, C: CPU rank)");
+    const RingRun got = run_ring(c, w, dev, count, in);
+    for (int r = 0; r < N; ++r) {
+      ASSERT_EQ(got.errors[size_t(r)], "") << "rank " << r;
+      ASSERT_EQ(got.out[size_t(r)], ref.out[size_t(r)]) << "rank " << r << ": output differs from the CPU ranks'";
+    }
+    for (int l = 0; l < N; ++l) {
+      ASSERT_EQ(got.wire[size_t(l)].size(), ref.wire[size_t(l)].size()) << "link " << l << " -> " << (l + 1) % N;
+      for (size_t k = 0; k < ref.wire[size_t(l)].size(); ++k) {
+        ASSERT_EQ(got.wire[size_t(l)][k], ref.wire[size_t(l)][k])
+            << "link " << l << " -> " << (l + 1) % N << ", slot " << k << ": wire bytes differ";
+      }
+    }
+  }
+}
+
+/// Counts per rank: one element, exactly one slice, a short last slice, and
+/// several ring loops with short and empty last chunks.
+std::vector<size_t> counts(ElemType t, int N) {
+  const size_t slice = prims::slice_elems_for(kSlot, codec::elem_size(t));
+  return {1, slice, 2 * slice + 37,
+          2 * slice * size_t(N) * 2 + slice / 3};  // the last: two ring loops and a short third
+}
+
+std::vector<std::vector<bool>> patterns(int N) {
+  std::vector<bool> all(size_t(N), true), mixed(size_t(N), false), one(size_t(N), false);
+  for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
+  one[size_t(N - 1)] = true;
+  return {all, mixed, one};
+}
+
+class CudaPrimsRing : public ::testing::TestWithParam<Coll> {};
+
+TEST_P(CudaPrimsRing, CodedInt32MatchesCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {2, 3, 4}) {
+    for (Predictor p : {Predictor::None, Predictor::Delta1}) {
+      for (size_t n : counts(ElemType::I32, N))
+        check_collective(GetParam(), Wire{WireMode::Coded, ElemType::I32, p}, N, n, patterns(N));
+    }
+  }
+}
+
+TEST_P(CudaPrimsRing, RawInt32MatchesCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {2, 4}) {
+    for (size_t n : counts(ElemType::I32, N))
+      check_collective(GetParam(), Wire{WireMode::Raw, ElemType::I32}, N, n, patterns(N));
+  }
+}
+
+TEST_P(CudaPrimsRing, Int64AndDelta2MatchCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  const int N = 3;
+  for (size_t n : counts(ElemType::I64, N)) {
+    check_collective(GetParam(), Wire{WireMode::Coded, ElemType::I64, Predictor::Delta2}, N, n, patterns(N));
+    check_collective(GetParam(), Wire{WireMode::Raw, ElemType::I64}, N, n, {patterns(N)[1]});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, CudaPrimsRing,
+                         ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather),
+                         [](const testing::TestParamInfo<Coll>& i) {
+                           return std::string(i.param == Coll::AllReduce       ? "AllReduce"
+                                              : i.param == Coll::ReduceScatter ? "ReduceScatter"
+                                                                               : "AllGather");
+                         });
+
+// The codec's three calls directly, against SliceCodec with the same options.
+TEST(CudaPrims, SliceCodecCallsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::I32, ElemType::I64}) {
+    for (Predictor pred : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
+      SCOPED_TRACE(testing::Message() << "esize " << codec::elem_size(t) << " predictor " << int(pred));
+      const size_t es = codec::elem_size(t);
+      const size_t slice = prims::slice_elems_for(kSlot, es);
+      Wire w{WireMode::Coded, t, pred};
+      const prims::PrimsArgs a = make_args(w, 0);
+      std::vector<uint64_t> scr((slice * es + 7) / 8);
+      prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+      prims::DeviceSliceCodec dev(t, w.mode, a.enc, true, kSlot, slice);
+      for (size_t n : {size_t(1), size_t(2), size_t(31), size_t(33), slice - 1, slice}) {
+        SCOPED_TRACE(testing::Message() << "n " << n);
+        for (uint64_t seed : {1u, 2u}) {
+          const auto x = make_codes(t, n, seed * 77 + n), y = make_codes(t, n, seed * 91 + n + 5);
+          DevMem dx(n * es), dy(n * es), dto(n * es);
+          to_device(dx.get(), x);
+          to_device(dy.get(), y);
+          // encode
+          std::vector<uint8_t> cs(kSlot), ds(kSlot, 0xCC);
+          size_t cb = 0, db = 0;
+          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
+          ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(dx.get()), n, ds.data(), &db), codec::Status::Ok);
+          ASSERT_EQ(db, cb);
+          ASSERT_EQ(0, std::memcmp(ds.data(), cs.data(), cb)) << "device slice differs from the CPU's";
+          // decode (a CPU slice on the device)
+          prims::SliceValues v;
+          ASSERT_EQ(dev.decode(cs.data(), cb, n, dto.get(), &v), codec::Status::Ok);
+          ASSERT_EQ(v.dense, dto.get());
+          ASSERT_EQ(from_device(dto.get(), n * es), x);
+          // reduce: incoming x + local y, fused (decode-and-add) and not,
+          // into another buffer and in place into the local values
+          std::vector<uint8_t> want = y;
+          add_into(t, want, x.data(), n);
+          for (bool fused : {false, true}) {
+            SCOPED_TRACE(fused ? "fused decode-and-add" : "decode, then add");
+            dev.set_fused(fused);
+            to_device(dy.get(), y);
+            ASSERT_EQ(dev.reduce(cs.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v),
+                      codec::Status::Ok);
+            ASSERT_EQ(from_device(dto.get(), n * es), want);
+            ASSERT_EQ(dev.reduce(cs.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dy.get(), &v),
+                      codec::Status::Ok);
+            ASSERT_EQ(from_device(dy.get(), n * es), want);
+            // Corrupt planes (a byte of the payload flipped) are an error on both paths, never a quiet sum.
+            if (cb > codec::kHeaderBytes + 8) {
+              std::vector<uint8_t> bad(cs.begin(), cs.begin() + long(cb));
+              codec::SliceHeader hb;
+              ASSERT_EQ(codec::read_header(bad.data(), cb, &hb), codec::Status::Ok);
+              if (hb.codec == codec::Codec::Block) {
+                bad[codec::kHeaderBytes] = 0xFF;  // first width nibbles: 15 and an escape that is not there
+                std::vector<uint8_t> cpu_out(n * es);
+                size_t used = 0;
+                const codec::Status cpu_s = codec::decode_slice(bad.data(), cb, t, uint32_t(n), cpu_out.data(), &used);
+                const codec::Status dev_s =
+                    dev.reduce(bad.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v);
+                EXPECT_EQ(dev_s == codec::Status::Ok, cpu_s == codec::Status::Ok && used == cb);
+              }
+            }
+          }
+          // A byte after the slice is corruption, as on the CPU; a truncated slice fails.
+          cs[cb] = 0;
+          ASSERT_EQ(dev.decode(cs.data(), cb + 1, n, dto.get(), &v), codec::Status::Corrupt);
+          ASSERT_NE(dev.decode(cs.data(), cb - 1, n, dto.get(), &v), codec::Status::Ok);
+          ASSERT_NE(dev.decode(cs.data(), cb, n + 1, dto.get(), &v), codec::Status::Ok);  // wrong count
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPrims, UnsupportedSlicesAndOptions) {
+  SKIP_WITHOUT_GPU();
+  const size_t slice = prims::slice_elems_for(kSlot, 4);
+  Wire w{WireMode::Coded, ElemType::I32, Predictor::None};
+  prims::PrimsArgs a = make_args(w, 0);
+  // Coded mode needs a forced Block predictor (no device selector yet), integer codes, room for a slice.
+  codec::EncodeOptions autosel;
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, autosel, true, kSlot, slice), InvalidArgument);
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Coded, a.enc, true, kSlot, slice), InvalidArgument);
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice + 1), InvalidArgument);
+  // A Sparse slice (a CPU rank with the selector free may send one) is not
+  // decoded on the device: the step reports it as an undecodable slice.
+  prims::DeviceSliceCodec dev(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice);
+  std::vector<int32_t> x(slice, 0);
+  x[3] = 5;
+  std::vector<uint8_t> buf(kSlot);
+  codec::EncodeOptions sp;
+  sp.choice = codec::EncodeOptions::Choice::Sparse;
+  sp.predictor = 0;
+  codec::SliceInfo info;
+  ASSERT_EQ(codec::encode_slice(x.data(), ElemType::I32, uint32_t(slice), buf.data(), buf.size(), sp, &info),
+            codec::Status::Ok);
+  Fifo f(kSlot, 2);
+  FakeSend s(&f);
+  FakeRecv r(&f);
+  std::memcpy(s.acquire(Clock::now() + std::chrono::seconds(1)), buf.data(), info.bytes);
+  s.post(info.bytes);
+  DevMem out(slice * 4), scr(slice * 4);
+  prims::ChannelStats st;
+  a.device = &dev;
+  prims::Prims p(nullptr, &r, a, &st, scr.get());
+  EXPECT_THROW(p.recv(out.get(), slice), CorruptData);
+  // A device rank takes no Stage, and its codec's wire mode.
+  struct NoStage : prims::Stage {
+    void* prepare(const void* src, size_t) override { return const_cast<void*>(src); }
+    void finish(const void*, const void*, size_t) override {}
+  } stage;
+  prims::PrimsArgs b = a;
+  b.stage = &stage;
+  EXPECT_THROW(prims::Prims(nullptr, &r, b, &st, scr.get()), InvalidArgument);
+  b = a;
+  b.mode = WireMode::Raw;
+  EXPECT_THROW(prims::Prims(nullptr, &r, b, &st, scr.get()), InvalidArgument);
+}
+
+}  // namespace
+
+#endif  // NCCLZ_WITH_CUDA
