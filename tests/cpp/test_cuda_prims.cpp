@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,7 +27,9 @@
 #include <vector>
 
 #include "algorithms/ring.hpp"
+#include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
+#include "ncclz/cuda_codec.hpp"
 #include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
 #include "prims/device_slices.hpp"
@@ -342,6 +345,122 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CudaPrimsRing,
                                               : i.param == Coll::ReduceScatter ? "ReduceScatter"
                                                                                : "AllGather");
                          });
+
+// The lossy all_reduce's shape on device ranks: float32 inputs quantized on
+// the device (DeviceCodec::quantize_async) into int32 codes, the ring
+// all_reduce of the codes through the device slice codec, the sum
+// dequantized on the device (dequantize_async); CPU ranks do the same with
+// the CPU quantizer (quantize_one / dequantize_one). Every rank's output is
+// the all-CPU run's bit for bit and within N * eb (+ float rounding) of the
+// exact sum.
+struct QuantRun {
+  std::vector<std::vector<float>> out;
+  std::vector<std::string> errors;
+  std::vector<std::vector<std::vector<uint8_t>>> wire;
+};
+
+QuantRun run_quantized_all_reduce(const std::vector<bool>& device, const std::vector<std::vector<float>>& x, double eb,
+                                  Predictor pred) {
+  const int N = int(device.size());
+  const size_t n = x[0].size();
+  const Wire w{WireMode::Coded, ElemType::I32, pred};
+  const codec::QuantGrid g = codec::QuantGrid::from_bound(eb);
+  const int64_t limit = codec::max_code_limit<int32_t>() / N;  // sums of N codes never wrap
+  std::vector<std::unique_ptr<Fifo>> links;
+  for (int r = 0; r < N; ++r) links.push_back(std::make_unique<Fifo>(kSlot, kSlots));
+  QuantRun res;
+  res.out.assign(size_t(N), {});
+  res.errors.assign(size_t(N), "");
+  std::vector<std::thread> ts;
+  for (int r = 0; r < N; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        FakeSend s(links[size_t(r)].get());
+        FakeRecv rv(links[size_t((r + N - 1) % N)].get());
+        prims::PrimsArgs a = make_args(w, r);
+        const size_t slice = prims::slice_elems_for(kSlot, 4);
+        prims::ChannelStats st;
+        std::vector<float> out(n);
+        if (!device[size_t(r)]) {
+          std::vector<int32_t> q(n);
+          for (size_t i = 0; i < n; ++i) {
+            if (!codec::quantize_one<float, int32_t>(x[size_t(r)][i], g, limit, &q[i])) throw Error("CPU outlier");
+          }
+          std::vector<uint64_t> scr((slice * 4 + 7) / 8);
+          prims::Prims p(&s, &rv, a, &st, scr.data());
+          algorithms::ring_all_reduce(p, {r, N}, q.data(), q.data(), n, algorithms::ring_segment_elems(p, kSlots));
+          for (size_t i = 0; i < n; ++i) out[i] = codec::dequantize_one<float, int32_t>(q[i], g);
+        } else {
+          prims::DeviceSliceCodec dc(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice);
+          a.device = &dc;
+          cuda::DeviceCodec qc(dc.stream());  // the quantizer, on the slice codec's stream
+          DevMem dx(n * 4), dq(n * 4), dout(n * 4), dcount(8), dscr(slice * 4);
+          std::vector<uint8_t> hx(n * 4);
+          std::memcpy(hx.data(), x[size_t(r)].data(), n * 4);
+          to_device(dx.get(), hx);
+          uint64_t* d_count = reinterpret_cast<uint64_t*>(dcount.get());
+          if (qc.quantize_async(dx.get(), ElemType::F32, n, eb, limit, dq.get(), ElemType::I32, d_count, nullptr, 0) !=
+              0) {
+            throw Error("quantize_async");
+          }
+          if (qc.synchronize() != 0) throw Error("sync");
+          uint64_t outliers = 0;
+          std::memcpy(&outliers, from_device(d_count, 8).data(), 8);
+          if (outliers != 0) throw Error("device outliers");
+          prims::Prims p(&s, &rv, a, &st, dscr.get());
+          algorithms::ring_all_reduce(p, {r, N}, dq.get(), dq.get(), n, algorithms::ring_segment_elems(p, kSlots));
+          if (qc.dequantize_async(dq.get(), ElemType::I32, n, eb, dout.get(), ElemType::F32) != 0) {
+            throw Error("dequantize_async");
+          }
+          if (qc.synchronize() != 0) throw Error("sync");
+          std::memcpy(out.data(), from_device(dout.get(), n * 4).data(), n * 4);
+        }
+        res.out[size_t(r)] = out;
+      } catch (const std::exception& e) {
+        res.errors[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < N; ++r) res.wire.push_back(links[size_t(r)]->log);
+  return res;
+}
+
+TEST(CudaPrims, QuantizedAllReduceMatchesCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {2, 4}) {
+    for (size_t n : {size_t(1), size_t(777), size_t(4321)}) {
+      SCOPED_TRACE(testing::Message() << N << " ranks, " << n << " floats");
+      std::vector<std::vector<float>> x(static_cast<size_t>(N), std::vector<float>(n));
+      std::mt19937 rng(uint32_t(N * 1000 + n));
+      std::normal_distribution<float> noise(0.f, 0.05f);
+      for (int r = 0; r < N; ++r) {
+        for (size_t i = 0; i < n; ++i) x[size_t(r)][i] = std::sin(0.01f * float(i) + float(r)) + noise(rng);
+      }
+      const double eb = 1e-3 / N;  // each rank's share of a 1e-3 bound
+      const QuantRun ref = run_quantized_all_reduce(std::vector<bool>(size_t(N), false), x, eb, Predictor::Delta1);
+      for (int r = 0; r < N; ++r) {
+        ASSERT_EQ(ref.errors[size_t(r)], "");
+        ASSERT_EQ(ref.out[size_t(r)], ref.out[0]) << "CPU rank " << r;  // every rank ends with the same bits
+      }
+      for (size_t i = 0; i < n; ++i) {
+        double exact = 0;
+        for (int r = 0; r < N; ++r) exact += double(x[size_t(r)][i]);
+        // N codes, each within eb of its value, then one rounding to float.
+        ASSERT_LE(std::fabs(double(ref.out[0][i]) - exact), N * eb + 1e-6 * std::fabs(exact) + 1e-7) << "element " << i;
+      }
+      for (const auto& dev : patterns(N)) {
+        const QuantRun got = run_quantized_all_reduce(dev, x, eb, Predictor::Delta1);
+        for (int r = 0; r < N; ++r) {
+          ASSERT_EQ(got.errors[size_t(r)], "") << "rank " << r;
+          ASSERT_EQ(0, std::memcmp(got.out[size_t(r)].data(), ref.out[0].data(), n * 4))
+              << "rank " << r << ": output differs from the CPU ranks'";
+        }
+        ASSERT_EQ(got.wire, ref.wire) << "wire bytes differ";
+      }
+    }
+  }
+}
 
 // The codec's three calls directly, against SliceCodec with the same options.
 TEST(CudaPrims, SliceCodecCallsMatchCpu) {
