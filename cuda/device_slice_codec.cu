@@ -93,6 +93,9 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
           "(EncodeOptions::choice = Block, predictor >= 0); the device selector is not there yet");
     }
   }
+  if (int_sum && !codec::is_code_type(type)) {
+    throw InvalidArgument("ncclz device slice codec: reductions are wrapping sums of int32 or int64 codes");
+  }
   if (slice_elems == 0 || slice_elems > 0xFFFFFFFFu ||
       slot_bytes < codec::max_slice_bytes(type, uint32_t(slice_elems))) {
     throw InvalidArgument("ncclz device slice codec: slots of " + std::to_string(slot_bytes) +

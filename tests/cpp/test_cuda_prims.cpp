@@ -95,9 +95,13 @@ std::vector<uint8_t> from_device(const void* d, size_t bytes) {
   return h;
 }
 
-enum class Coll { AllReduce, ReduceScatter, AllGather };
+enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast };
+constexpr int kRoot = 1;  // the broadcasts' root (a relay before it from 3 ranks on)
 const char* name(Coll c) {
-  return c == Coll::AllReduce ? "all_reduce" : c == Coll::ReduceScatter ? "reduce_scatter" : "all_gather";
+  return c == Coll::AllReduce       ? "all_reduce"
+         : c == Coll::ReduceScatter ? "reduce_scatter"
+         : c == Coll::AllGather     ? "all_gather"
+                                    : "broadcast";
 }
 
 constexpr size_t kSlot = 1024;  // slot bytes: 250 int32 or 125 int64 per slice
@@ -121,7 +125,7 @@ prims::PrimsArgs make_args(const Wire& w, int rank) {
   a.type = w.type;
   a.mode = w.mode;
   a.reduce = prims::reduce_fn(w.type, RedOp::Sum);
-  a.int_sum = true;
+  a.int_sum = codec::is_code_type(w.type);
   a.raw_esize = codec::elem_size(w.type);
   a.deadline = Clock::now() + std::chrono::seconds(120);
   a.rank = rank;
@@ -169,8 +173,9 @@ struct RingRun {
 
 /// One collective on N = device.size() ranks (device[r]: rank r's values in
 /// device memory, coded by a DeviceSliceCodec), count elements per rank
-/// (all_reduce: the buffer; reduce_scatter: each block; all_gather: each
-/// rank's part), inputs in[r].
+/// (all_reduce, broadcast: the buffer; reduce_scatter: each block;
+/// all_gather: each rank's part), inputs in[r] (broadcast: in place from
+/// rank kRoot's, the chain along the ring).
 RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t count,
                  const std::vector<std::vector<uint8_t>>& in) {
   const int N = int(device.size());
@@ -194,12 +199,13 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
         std::unique_ptr<prims::DeviceSliceCodec> dc;
         std::unique_ptr<DevMem> dsrc, ddst, dscr;
         std::vector<uint8_t> hsrc = in[size_t(r)], hdst(out_elems * es, 0xEE);
+        if (c == Coll::Broadcast) hdst = hsrc;  // in place
         std::vector<uint64_t> hscr((slice * es + 7) / 8);
         const uint8_t* src = hsrc.data();
         uint8_t* dst = hdst.data();
         void* scratch = hscr.data();
         if (device[size_t(r)]) {
-          dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, true, kSlot, slice);
+          dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, a.int_sum, kSlot, slice);
           a.device = dc.get();
           dsrc = std::make_unique<DevMem>(in_elems * es);
           ddst = std::make_unique<DevMem>(out_elems * es);
@@ -217,8 +223,10 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
           algorithms::ring_all_reduce(p, pos, src, dst, count, seg);
         } else if (c == Coll::ReduceScatter) {
           algorithms::ring_reduce_scatter(p, pos, src, count, dst, count, seg);
-        } else {
+        } else if (c == Coll::AllGather) {
           algorithms::ring_all_gather(p, pos, src, dst, count, count, seg);
+        } else {
+          algorithms::chain_broadcast(p, pos, kRoot % N, dst, count);
         }
         if (dc) {
           if (cudaStreamSynchronize(static_cast<cudaStream_t>(dc->stream())) != cudaSuccess) throw Error("sync");
@@ -240,6 +248,7 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
 std::vector<uint8_t> expected(Coll c, ElemType t, int N, int r, size_t count,
                               const std::vector<std::vector<uint8_t>>& in) {
   const size_t es = codec::elem_size(t);
+  if (c == Coll::Broadcast) return in[size_t(kRoot % N)];
   if (c == Coll::AllGather) {
     std::vector<uint8_t> o;
     for (int j = 0; j < N; ++j) o.insert(o.end(), in[size_t(j)].begin(), in[size_t(j)].end());
@@ -338,12 +347,22 @@ TEST_P(CudaPrimsRing, Int64AndDelta2MatchCpuRanks) {
   }
 }
 
+// Raw mode moves elements of any type: float32 (here as its bytes) gathered and broadcast.
+TEST(CudaPrims, RawFloat32MovesMatchCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (Coll c : {Coll::AllGather, Coll::Broadcast}) {
+    for (size_t n : counts(ElemType::F32, 3))
+      check_collective(c, Wire{WireMode::Raw, ElemType::F32}, 3, n, patterns(3));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Collectives, CudaPrimsRing,
-                         ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather),
+                         ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast),
                          [](const testing::TestParamInfo<Coll>& i) {
                            return std::string(i.param == Coll::AllReduce       ? "AllReduce"
                                               : i.param == Coll::ReduceScatter ? "ReduceScatter"
-                                                                               : "AllGather");
+                                              : i.param == Coll::AllGather     ? "AllGather"
+                                                                               : "Broadcast");
                          });
 
 // The lossy all_reduce's shape on device ranks: float32 inputs quantized on
@@ -545,6 +564,7 @@ TEST(CudaPrims, UnsupportedSlicesAndOptions) {
   EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, autosel, true, kSlot, slice), InvalidArgument);
   EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Coded, a.enc, true, kSlot, slice), InvalidArgument);
   EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice + 1), InvalidArgument);
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Raw, a.enc, true, kSlot, slice), InvalidArgument);
   // A Sparse slice (a CPU rank with the selector free may send one) is not
   // decoded on the device: the step reports it as an undecodable slice.
   prims::DeviceSliceCodec dev(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice);
