@@ -1,7 +1,8 @@
 // Device ranks in the send/receive loops (prims::DeviceSliceCodec,
 // cpp/src/prims/device_slices.hpp; cuda/device_slice_codec.cu,
-// cuda/slice_reduce.cu): the real ring schedules (algorithms/ring.cpp) over
-// the real step routine (prims/prims.cpp), ranks as threads joined by
+// cuda/slice_reduce.cu): the real ring and chain schedules
+// (algorithms/ring.cpp: all_reduce, reduce_scatter, all_gather, broadcast)
+// over the real step routine (prims/prims.cpp), ranks as threads joined by
 // in-memory slot FIFOs (test_fifo.hpp), values in device memory on the device
 // ranks. Every run is compared with the same run on CPU ranks only: outputs
 // equal bit for bit (and to the exact wrapping integer result), and the
