@@ -122,6 +122,12 @@ DeviceSliceCodec::~DeviceSliceCodec() = default;
 
 void* DeviceSliceCodec::stream() const { return d_->dc.stream(); }
 
+std::string DeviceSliceCodec::device_error() const {
+  if (cuda_error_ == 0) return {};
+  const cudaError_t e = cudaError_t(cuda_error_);
+  return "CUDA error " + std::to_string(cuda_error_) + " (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")";
+}
+
 Status DeviceSliceCodec::fail(int e) {
   cuda_error_ = e > 0 ? e : cuda_error_;
   return e < 0 ? Status(-e) : Status::Unsupported;
@@ -165,6 +171,7 @@ Status DeviceSliceCodec::decode_staged(const uint8_t* in, size_t len, size_t n, 
 }
 
 Status DeviceSliceCodec::decode(const uint8_t* in, size_t len, size_t n, uint8_t* to, SliceValues* out) {
+  cuda_error_ = 0;
   *out = SliceValues::of_dense(to);
   if (mode_ == WireMode::Raw) {
     if (len != n * esize_) return Status::CountMismatch;
@@ -179,6 +186,7 @@ Status DeviceSliceCodec::decode(const uint8_t* in, size_t len, size_t n, uint8_t
 
 Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
                                 SliceValues* out) {
+  cuda_error_ = 0;
   *out = SliceValues::of_dense(to);
   if (local.is_list || !int_sum_) return Status::Unsupported;
   if (mode_ == WireMode::Raw) {
@@ -225,6 +233,7 @@ Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const S
 }
 
 Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) {
+  cuda_error_ = 0;
   *bytes = 0;
   if (v.is_list) return Status::Unsupported;
   const cudaStream_t s = static_cast<cudaStream_t>(stream());
@@ -255,6 +264,7 @@ Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, si
 }
 
 Status DeviceSliceCodec::copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  cuda_error_ = 0;
   if (bytes == 0 || dst == src) return Status::Ok;
   const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream()));
   return e == cudaSuccess ? Status::Ok : fail(int(e));

@@ -601,6 +601,44 @@ TEST(CudaPrims, UnsupportedSlicesAndOptions) {
   EXPECT_THROW(prims::Prims(nullptr, &r, b, &st, scr.get()), InvalidArgument);
 }
 
+// A CUDA failure inside the codec (here a copy to a null device pointer,
+// cudaErrorInvalidValue) is reported by the step as a device failure with the
+// CUDA error, not as a corrupt slice from the peer.
+TEST(CudaPrims, CudaFailuresAreNotBlamedOnThePeer) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 10;
+  Wire w{WireMode::Raw, ElemType::I32};
+  prims::PrimsArgs a = make_args(w, 3);
+  prims::DeviceSliceCodec dev(ElemType::I32, WireMode::Raw, a.enc, true, kSlot, prims::slice_elems_for(kSlot, 4));
+  a.device = &dev;
+  Fifo f(kSlot, 2);
+  FakeSend s(&f);
+  FakeRecv r(&f);
+  std::memset(s.acquire(Clock::now() + std::chrono::seconds(1)), 7, n * 4);
+  s.post(n * 4);
+  prims::ChannelStats st;
+  prims::Prims p(nullptr, &r, a, &st, nullptr);
+  try {
+    p.recv(nullptr, n);
+    FAIL() << "no error";
+  } catch (const CorruptData& e) {
+    FAIL() << "blamed on the peer: " << e.what();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("device slice codec failed"), std::string::npos) << what;
+    EXPECT_NE(what.find("CUDA error"), std::string::npos) << what;
+  }
+  EXPECT_NE(dev.cuda_error(), 0);
+  // The next call starts clean.
+  prims::SliceValues v;
+  DevMem to(n * 4);
+  std::vector<uint8_t> slot(n * 4, 1);
+  EXPECT_EQ(dev.decode(slot.data(), slot.size(), n, to.get(), &v), codec::Status::Ok);
+  EXPECT_EQ(dev.cuda_error(), 0);
+  EXPECT_EQ(dev.device_error(), "");
+}
+
 }  // namespace
 
 #endif  // NCCLZ_WITH_CUDA

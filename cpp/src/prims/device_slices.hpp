@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "codec/slice.hpp"
 #include "prims/slice_codec.hpp"
@@ -57,6 +58,9 @@ class DeviceSlices {
   virtual codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) = 0;
   /// bytes from src to dst, both device memory (the COPY verbs' output).
   virtual codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
+  /// The CUDA error the last failed call failed with ("" where it failed on
+  /// the data): the step then reports a device failure, not a corrupt slice.
+  virtual std::string device_error() const { return {}; }
 };
 
 /// DeviceSlices on the device codec (cpp/include/ncclz/cuda_codec.hpp).
@@ -95,9 +99,11 @@ class DeviceSliceCodec final : public DeviceSlices {
   codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) override;
   codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) override;
 
-  /// The last CUDA error (a cudaError_t) a call failed with, 0 if none: a
+  /// The CUDA error (a cudaError_t) the last call failed with, 0 if none: a
   /// call that fails in CUDA returns Status::Unsupported and sets it.
   int cuda_error() const { return cuda_error_; }
+  /// "CUDA error N (name: text)" for cuda_error(), "" for 0.
+  std::string device_error() const override;
   /// The codec's stream (a cudaStream_t).
   void* stream() const;
   /// Whether reduce() decodes and adds in one pass (cuda::decode_add_slice_async,

@@ -73,6 +73,14 @@ void Prims::post_out(size_t bytes, size_t n) {
 void Prims::check_decoded(const transport::SlotView& in, size_t n, codec::Status s) const {
   if (s == codec::Status::Ok) return;
   const std::string where = "ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel);
+  if (dev_) {
+    const std::string e = dev_->device_error();
+    if (!e.empty()) {
+      throw Error(where + ": the device slice codec failed on the slice received from rank " +
+                  std::to_string(recv_->peer()) + " (" + std::to_string(in.bytes) + " bytes, " + std::to_string(n) +
+                  " elements): " + e);
+    }
+  }
   if (codec_.mode() == WireMode::Raw) {
     throw CorruptData(where + ": received " + std::to_string(in.bytes) + " bytes from rank " +
                       std::to_string(recv_->peer()) + " where " + std::to_string(n * esize_) +
@@ -158,7 +166,8 @@ size_t Prims::encode(const SliceValues& v, size_t n, uint8_t* out) {
                   : "a slice of " + std::to_string(n) + " elements";
     throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) + ": encoding " +
                 what + " for rank " + std::to_string(send_->peer()) + " failed: " + codec::status_string(s) +
-                " (a forced codec that does not accept this element type?)");
+                (dev_ && !dev_->device_error().empty() ? " on the device: " + dev_->device_error()
+                                                       : " (a forced codec that does not accept this element type?)"));
   }
   return bytes;
 }
@@ -170,7 +179,8 @@ void Prims::output(const SliceValues& v, uint8_t* dst, size_t n) {
       std::memcpy(dst, v.dense, n * esize_);
     } else if (dev_->copy(dst, v.dense, n * esize_) != codec::Status::Ok) {
       throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
-                  ": copying a slice of " + std::to_string(n) + " elements to the output on the device failed");
+                  ": copying a slice of " + std::to_string(n) +
+                  " elements to the output on the device failed: " + dev_->device_error());
     }
     return;
   }

@@ -91,6 +91,12 @@ typedef struct CUstream_st* cudaStream_t;
 inline const char* cudaGetErrorString(cudaError_t e) {
   return e == cudaSuccess ? "no error (emulated)" : "emulated error";
 }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  return e == cudaSuccess                 ? "cudaSuccess"
+         : e == cudaErrorInvalidValue     ? "cudaErrorInvalidValue"
+         : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
+                                          : "cudaErrorUnknown";
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 
 // ---- emulated device memory (see the file comment) -------------------------
@@ -289,6 +295,7 @@ inline cudaError_t cudaMemset(void* p, int v, size_t n) {
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  if (n && (d == nullptr || s == nullptr)) return cudaErrorInvalidValue;  // as CUDA answers a null pointer
   emu::DeviceAccess on;
   if (n) std::memmove(d, s, n);
   return cudaSuccess;
