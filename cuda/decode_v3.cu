@@ -43,6 +43,7 @@
 
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <type_traits>
 
 #include "codec/slice_frame.hpp"
 #include "ncclz/cuda_codec.hpp"
@@ -69,6 +70,16 @@ struct CodesOut {
   using CodeT = Code;
   Code* out;
   __device__ __forceinline__ void put(size_t i, Code v) const { out[i] = v; }
+};
+// Decoded codes added into a local slice, wrapping (decode_add_slice_async,
+// the reduction step of a device rank): out[i] = code + local[i].
+template <class Code>
+struct AddOut {
+  using CodeT = Code;
+  using U = std::make_unsigned_t<Code>;
+  Code* out;
+  const Code* local;
+  __device__ __forceinline__ void put(size_t i, Code v) const { out[i] = Code(U(U(v) + U(local[i]))); }
 };
 template <class T, class Code>
 struct ValuesOut {
@@ -369,6 +380,21 @@ int decode3(const uint8_t* src, const uint64_t* lens, ElemType code_t, const Sli
     });
   });
   return int(e);
+}
+int decode3_add(const uint8_t* src, const uint64_t* lens, ElemType code_t, const SliceBatchRef& r, const void* local,
+                void* out, int* status, cudaStream_t stream) {
+  const uint32_t tps = tiles_per_slice(r.L);
+  cudaError_t e = cudaSuccess;
+  const bool typed = with_code_type(code_t, [&](auto cv) {
+    using Code = decltype(cv);
+    // values = true: a Lorenzo slice is Unsupported here (its inverse is not fused).
+    dec3_index_kernel<Code><<<r.S, kThreads, 0, stream>>>(src, lens, r, tps, true, status);
+    e = cudaGetLastError();
+    if (e == cudaSuccess)
+      e = decode3_tiles(src, r, tps, AddOut<Code>{static_cast<Code*>(out), static_cast<const Code*>(local)}, status,
+                        stream);
+  });
+  return typed ? int(e) : host_error(Status::Unsupported);
 }
 }  // namespace detail
 

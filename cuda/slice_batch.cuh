@@ -123,6 +123,10 @@ int encode3_codes(const void* q, codec::ElemType code_t, const SliceBatchRef& r,
 int lorenzo_inverse(const SliceBatchRef& r, codec::ElemType code_t, void* out, cudaStream_t stream);
 int decode3(const uint8_t* src, const uint64_t* lens, codec::ElemType code_t, const SliceBatchRef& r, void* out,
             codec::ElemType t, double eb, int* status, cudaStream_t stream);
+/// decode3 to codes fused with a wrapping add: out[i] = code + local[i]
+/// (out may be local); a Lorenzo slice is Unsupported (decode_v3.cu).
+int decode3_add(const uint8_t* src, const uint64_t* lens, codec::ElemType code_t, const SliceBatchRef& r,
+                const void* local, void* out, int* status, cudaStream_t stream);
 
 /// The scratch a batch of S slices of nbs blocks each takes (scans' temporary
 /// storage included): its layout's offsets, and the bytes in all.

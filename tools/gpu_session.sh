@@ -20,7 +20,10 @@
 #                 /tmp/ncclz-py (PYTHONPATH for the later phases)
 #       test      the CudaCodec GoogleTests with NCCLZ_REQUIRE_GPU=1 (runs the binary),
 #                 with the default (v2) slice kernels, then again with v3
-#                 (NCCLZ_DEVICE_CODEC=v3; the fused tests run in this pass)
+#                 (NCCLZ_DEVICE_CODEC=v3; the fused tests run in this pass);
+#                 then the CudaPrims tests (device ranks in the ring
+#                 collectives, tests/cpp/test_cuda_prims.cpp) with v2 and
+#                 with v3 (the fused decode-and-add)
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D
@@ -97,10 +100,10 @@ INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.Empt
 # Step limits in seconds, each a ceiling (the build's three are one phase:
 # GoogleTest, configure, compile; the module copy is instant).
 L_ENV=15 L_SMOKE=25 L_GTEST=20 L_CONFIGURE=25 L_BUILD=140 L_MODULE=10 L_TEST=40 L_PYTEST=150 L_PYCPU=0
-L_BENCH=40 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30
+L_BENCH=40 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30 L_PRIMS=30
 # NCCLZ_GPU_LIMIT_SCALE=N multiplies every limit (rehearsals on a slow machine; with a deadline to match).
 if [ -n "${NCCLZ_GPU_LIMIT_SCALE:-}" ]; then
-  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3; do
+  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3 L_PRIMS; do
     eval "$v=\$(($v * NCCLZ_GPU_LIMIT_SCALE))"
   done
 fi
@@ -221,6 +224,9 @@ phase_test() {
   local log=$OUT_DIR/test.log
   step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:-CudaCodec.Fused*' --gtest_color=no"
   step test-v3 "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
+  # Device ranks in the ring collectives (prims::DeviceSliceCodec): outputs and wire bytes against CPU ranks.
+  step test-prims "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
+  step test-prims-v3 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference' "$log" | head -40 >>"$SUMMARY"
 }
 
@@ -261,6 +267,8 @@ phase_sanitize() {
   # The v3 kernels (tile kernels, fused calls; their look-back is in global memory, which racecheck does not see).
   step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
   step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
+  # The device slice codec's three calls (fused decode-and-add and not), one process of direct calls.
+  step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions' --gtest_color=no"
   if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
     step initcheck "$log" 60 "compute-sanitizer --tool initcheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER' --gtest_color=no"
   fi
@@ -294,8 +302,8 @@ phase_profile() {
 }
 
 phase_dry() {
-  echo "deadline ${DEADLINE}s; limits: env $L_ENV smoke $L_SMOKE gtest $L_GTEST configure $L_CONFIGURE build $L_BUILD module $L_MODULE test $L_TEST x2 pytest $L_PYTEST+$L_PYCPU bench $L_BENCH ranks $L_RANKS memcheck $L_MEMCHECK racecheck $L_RACECHECK memcheck-v3, racecheck-v3 $L_SAN3 each"
-  echo "sum of limits: $((L_ENV + L_SMOKE + L_GTEST + L_CONFIGURE + L_BUILD + L_MODULE + 2 * L_TEST + L_PYTEST + L_PYCPU + L_BENCH + L_RANKS + L_MEMCHECK + L_RACECHECK + 2 * L_SAN3)) (the deadline stops what is left)"
+  echo "deadline ${DEADLINE}s; limits: env $L_ENV smoke $L_SMOKE gtest $L_GTEST configure $L_CONFIGURE build $L_BUILD module $L_MODULE test $L_TEST x2 pytest $L_PYTEST+$L_PYCPU bench $L_BENCH ranks $L_RANKS memcheck $L_MEMCHECK racecheck $L_RACECHECK memcheck-v3, racecheck-v3 $L_SAN3 each, test-prims x2 and memcheck-prims $L_PRIMS each"
+  echo "sum of limits: $((L_ENV + L_SMOKE + L_GTEST + L_CONFIGURE + L_BUILD + L_MODULE + 2 * L_TEST + L_PYTEST + L_PYCPU + L_BENCH + L_RANKS + L_MEMCHECK + L_RACECHECK + 2 * L_SAN3 + 3 * L_PRIMS)) (the deadline stops what is left)"
   echo "python3: $PY; jobs: $JOBS; ccache: $(command -v ccache || echo none); out: $OUT_DIR; build: $BUILD"
   echo "gtest sources carried: $([ -f "$ROOT/.gtest/CMakeLists.txt" ] && echo yes || echo NO)"
   echo "tests/python/test_gpu.py: $([ -f "$ROOT/tests/python/test_gpu.py" ] && echo present || echo missing)"

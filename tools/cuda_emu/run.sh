@@ -5,15 +5,18 @@
 # the CudaCodec GoogleTests on it. This checks the kernels' logic (every CUDA
 # thread a coroutine), not the GPU: tools/gpu_session.sh does that.
 #
-# Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | bench | GTEST_FILTER]
+# Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | bench | GTEST_FILTER]
 #   (none)        every CudaCodec test
 #   GTEST_FILTER  those tests (e.g. 'CudaCodec.Batches*')
 #   ci            what tools/run_tests.sh runs on every CPU CI run: every
 #                 CudaCodec test with the v3 slice kernels (the fused float
 #                 calls too, which are v3's whatever the setting), again with
 #                 v2 and with v1 (NCCLZ_DEVICE_CODEC; the fused tests once),
+#                 the device-rank prims tests (ncclz_cuda_emu_prims_tests:
+#                 ring collectives with device and CPU ranks) with v3, v2, v1,
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's)
+#   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp)
 #   bench         bench/gpu_codec_bench.cu on 1 MiB: its checks (its timings mean nothing)
 # Environment: NCCLZ_CUDA_TEST_QUICK (default 1: fewer sizes and cases; 0: all,
 # about 4x longer); EMU_SANITIZE=address (AddressSanitizer: an out-of-bounds
@@ -28,7 +31,7 @@ command -v ninja >/dev/null 2>&1 && args+=(-G Ninja)
 command -v ccache >/dev/null 2>&1 && args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 mkdir -p build
 cmake -S . -B "$B" "${args[@]}" >"$B.configure.log" 2>&1 || { cat "$B.configure.log"; exit 1; }
-cmake --build "$B" -j "${NCCLZ_TEST_JOBS:-$(nproc)}" --target ncclz_cuda_emu_tests ncclz_cuda_emu_bench
+cmake --build "$B" -j "${NCCLZ_TEST_JOBS:-$(nproc)}" --target ncclz_cuda_emu_tests ncclz_cuda_emu_prims_tests ncclz_cuda_emu_bench
 E=$B/tools/cuda_emu
 export NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1}
 case "${1:-}" in
@@ -38,10 +41,15 @@ case "${1:-}" in
       echo "again with the $v slice kernels (NCCLZ_DEVICE_CODEC=$v):"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:-CudaCodec.Fused*' --gtest_brief=1
     done
+    for v in v3 v2 v1; do
+      echo "device ranks in the send/receive loops (test_cuda_prims.cpp), $v slice kernels:"
+      NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
+    done
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
     ;;
   bench) "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" ;;
+  prims) "$E/ncclz_cuda_emu_prims_tests" ;;
   *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*}" ;;
 esac

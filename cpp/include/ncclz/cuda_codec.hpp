@@ -185,4 +185,32 @@ class DeviceCodec {
   size_t scratch_bytes_ = 0;
 };
 
+// ---------------------------------------------------------------------------
+// Reductions of slices on the device (cuda/slice_reduce.cu): the REDUCE step
+// of a device rank's send/receive loops (prims::DeviceSliceCodec,
+// cpp/src/prims/device_slices.hpp). Same return convention as DeviceCodec's
+// methods; asynchronous on `stream` (a cudaStream_t; nullptr: the legacy
+// default stream); no allocation.
+
+/// d_out[i] = d_a[i] + d_b[i] for i < n, n codes of type t (I32 or I64) in
+/// wrapping two's-complement arithmetic (prims::reduce_fn(t, Sum)'s bits).
+/// d_out may be d_a or d_b. Other types: -Status::Unsupported.
+int add_codes_async(void* stream, codec::ElemType t, void* d_out, const void* d_a, const void* d_b, size_t n);
+
+/// Device scratch bytes decode_add_slice_async needs for slices of up to
+/// `count` codes (the v3 decoder's per-slice index and per-tile state).
+size_t decode_add_scratch_bytes(codec::ElemType code_t, uint32_t count);
+
+/// Fused decode and add of one slice (the v3 tile decoder whatever a
+/// DeviceCodec's kernels() says, writing each decoded code added to the
+/// local one): d_out[i] = code_i + d_local[i] (wrapping; d_out may be
+/// d_local) for the `count` codes of type code_t (I32, I64) of the slice of
+/// `len` bytes at d_src; its status, as decode_slice_async's, to *d_status.
+/// Raw and Block slices with the predictors None, Delta1, Delta2; a Lorenzo
+/// slice is Status::Unsupported (decode_slice_async + add_codes_async).
+/// d_scratch: decode_add_scratch_bytes(code_t, count) bytes of device memory
+/// the caller owns (nothing is allocated). After an error d_out is unspecified.
+int decode_add_slice_async(void* stream, uint8_t* d_scratch, const uint8_t* d_src, size_t len, codec::ElemType code_t,
+                           uint32_t count, const void* d_local, void* d_out, int* d_status);
+
 }  // namespace ncclz::cuda

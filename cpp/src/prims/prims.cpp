@@ -35,7 +35,13 @@ Prims::Prims(transport::SendConn* send, transport::RecvConn* recv, const PrimsAr
       slice_(
           slice_elems_for(args.slice_bytes && args.slice_bytes < slot_bytes_ ? args.slice_bytes : slot_bytes_, esize_)),
       codec_(args.type, args.mode, args.enc, args.reduce, args.int_sum, slot_bytes_, scratch_),
-      list_stage_(dynamic_cast<ListStage*>(args.stage)) {}
+      dev_(args.device),
+      list_stage_(dynamic_cast<ListStage*>(args.stage)) {
+  if (dev_ && (args.stage || dev_->mode() != args.mode)) {
+    throw InvalidArgument("ncclz rank " + std::to_string(args.rank) +
+                          ": a device rank's primitives take no Stage and the device codec's wire mode");
+  }
+}
 
 transport::SlotView Prims::wait_in() {
   const auto t0 = Clock::now();
@@ -67,6 +73,14 @@ void Prims::post_out(size_t bytes, size_t n) {
 void Prims::check_decoded(const transport::SlotView& in, size_t n, codec::Status s) const {
   if (s == codec::Status::Ok) return;
   const std::string where = "ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel);
+  if (dev_) {
+    const std::string e = dev_->device_error();
+    if (!e.empty()) {
+      throw Error(where + ": the device slice codec failed on the slice received from rank " +
+                  std::to_string(recv_->peer()) + " (" + std::to_string(in.bytes) + " bytes, " + std::to_string(n) +
+                  " elements): " + e);
+    }
+  }
   if (codec_.mode() == WireMode::Raw) {
     throw CorruptData(where + ": received " + std::to_string(in.bytes) + " bytes from rank " +
                       std::to_string(recv_->peer()) + " where " + std::to_string(n * esize_) +
@@ -107,8 +121,9 @@ uint8_t* Prims::reduce_to(uint8_t* out, uint8_t* dst) const {
 SliceValues Prims::decode(const transport::SlotView& in, size_t n, uint8_t* dst) {
   const auto t0 = Clock::now();
   SliceValues v;
-  const codec::Status s =
-      codec_.decode(in.data, in.bytes, n, list_stage_ != nullptr, dst && !a_.stage ? dst : scratch_, &v);
+  uint8_t* to = dst && !a_.stage ? dst : scratch_;
+  const codec::Status s = dev_ ? dev_->decode(in.data, in.bytes, n, to, &v)
+                               : codec_.decode(in.data, in.bytes, n, list_stage_ != nullptr, to, &v);
   st_->decode_s += seconds_since(t0);
   check_decoded(in, n, s);
   return v;
@@ -120,6 +135,12 @@ SliceValues Prims::reduce(const transport::SlotView& in, size_t n, const SliceVa
   SliceValues v;
   // The slot goes back as soon as the codec has read it (before a reduction pass).
   const SlotDone done{[](void* p) { static_cast<Prims*>(p)->release_in(); }, this};
+  if (dev_) {
+    const codec::Status s = dev_->reduce(in.data, in.bytes, n, local, reduce_to(out, dst), &v);
+    st_->decode_s += seconds_since(t0);
+    check_decoded(in, n, s);
+    return v;
+  }
   codec::Status s = codec_.reduce(in.data, in.bytes, n, local, reduce_to(out, dst), &v, done);
   if (s == codec::Status::Unsupported && local.is_list) {
     // Not a Sparse slice, or a sum too dense for a list: the dense way, on
@@ -137,7 +158,7 @@ SliceValues Prims::reduce(const transport::SlotView& in, size_t n, const SliceVa
 size_t Prims::encode(const SliceValues& v, size_t n, uint8_t* out) {
   const auto t0 = Clock::now();
   size_t bytes = 0;
-  const codec::Status s = codec_.encode(v, n, out, &bytes);
+  const codec::Status s = dev_ ? dev_->encode(v, n, out, &bytes) : codec_.encode(v, n, out, &bytes);
   st_->encode_s += seconds_since(t0);
   if (s != codec::Status::Ok) {
     const std::string what =
@@ -145,14 +166,22 @@ size_t Prims::encode(const SliceValues& v, size_t n, uint8_t* out) {
                   : "a slice of " + std::to_string(n) + " elements";
     throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) + ": encoding " +
                 what + " for rank " + std::to_string(send_->peer()) + " failed: " + codec::status_string(s) +
-                " (a forced codec that does not accept this element type?)");
+                (dev_ && !dev_->device_error().empty() ? " on the device: " + dev_->device_error()
+                                                       : " (a forced codec that does not accept this element type?)"));
   }
   return bytes;
 }
 
 void Prims::output(const SliceValues& v, uint8_t* dst, size_t n) {
   if (!a_.stage) {
-    if (v.dense != dst) std::memcpy(dst, v.dense, n * esize_);
+    if (v.dense == dst) return;
+    if (!dev_) {
+      std::memcpy(dst, v.dense, n * esize_);
+    } else if (dev_->copy(dst, v.dense, n * esize_) != codec::Status::Ok) {
+      throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
+                  ": copying a slice of " + std::to_string(n) +
+                  " elements to the output on the device failed: " + dev_->device_error());
+    }
     return;
   }
   const auto t0 = Clock::now();
@@ -183,7 +212,8 @@ SliceValues Prims::step(const SliceValues& local, const uint8_t* src, uint8_t* d
       v = decode(in, n, dst);
     } else if constexpr (kRed) {
       // Mode none: the values are the slot bytes, so the sum goes straight into the outgoing slot.
-      if (kS && codec_.mode() == WireMode::Raw) out = acquire_out();
+      // (Not on a device rank: its sum goes to device memory.)
+      if (kS && codec_.mode() == WireMode::Raw && !dev_) out = acquire_out();
       v = reduce(in, n, local, src, out, kC ? dst : nullptr);
     } else {
       v = decode(in, n, dst);

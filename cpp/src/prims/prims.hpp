@@ -55,6 +55,17 @@
 // from the FIFO: while slice k sits in a slot being drained (socket proxy) or
 // read (peer), slice k+1 is already being encoded into the next slot.
 //
+// Device ranks (PrimsArgs::device, prims/device_slices.hpp): the values live
+// in device memory (src, dst and the scratch are device pointers) and the
+// three codec calls and the output copy go to the DeviceSlices object
+// instead; slot bytes stay in host memory and are the same bytes a CPU rank
+// with the same options sends, so CPU and device ranks mix in one ring. No
+// Stage there (the caller quantizes on the device before the verbs), and
+// Raw reductions add into device memory, not into the outgoing slot (one
+// device-to-host copy then, the slot acquired after the incoming one is
+// released). A CPU rank takes the same code with one predictable branch per
+// codec call.
+//
 // FORWARD and the Raw reductions hold their incoming slot while acquiring the
 // outgoing one, so rings need K >= 2 slots (docs/ALGORITHMS.md, "Deadlock
 // freedom").
@@ -64,6 +75,7 @@
 #include <cstdint>
 
 #include "codec/slice.hpp"
+#include "prims/device_slices.hpp"
 #include "prims/reduce.hpp"
 #include "prims/slice_codec.hpp"
 #include "transport/transport.hpp"
@@ -143,6 +155,9 @@ struct PrimsArgs {
   /// elements); 0, or more than the connection's slots: the slots' own. Both
   /// ends of a connection must use the same.
   size_t slice_bytes = 0;
+  /// Non-null: a device rank (see above). The Prims does not own it; it must
+  /// code `type` in `mode`, and `stage` must be null.
+  DeviceSlices* device = nullptr;
 };
 
 /// Elements per slice for slots of `slot_bytes` and wire elements of `esize`
@@ -184,7 +199,8 @@ class Prims {
   /// The stage's prepared copy of [src, src + n), or src itself without a stage.
   SliceValues prepared(const uint8_t* src, size_t n);
   /// Where a reduction leaves its values: the outgoing slot (Raw: `out`), the
-  /// output (COPY without a stage: `dst`), else the scratch (SliceCodec::reduce
+  /// output (COPY without a stage: `dst`), else the scratch (device ranks: the
+  /// output or the scratch, never a slot) (SliceCodec::reduce
   /// may add into a writable local slice instead).
   uint8_t* reduce_to(uint8_t* out, uint8_t* dst) const;
   /// The COPY verbs' output of a slice's final values: to dst, or to the stage.
@@ -219,6 +235,7 @@ class Prims {
   size_t slot_bytes_;
   size_t slice_;
   SliceCodec codec_;
+  DeviceSlices* dev_ = nullptr;      ///< a_.device: values in device memory
   ListStage* list_stage_ = nullptr;  ///< a_.stage as a ListStage, if it is one
   bool in_held_ = false;             ///< an incoming slot is waited for and not yet released
 };

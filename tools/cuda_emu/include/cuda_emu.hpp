@@ -13,21 +13,42 @@
 // warp-synchronous code and block scans behave as on a GPU. `__shared__`
 // becomes `static` (one block at a time). Device memory is host memory.
 //
+// Host threads (ranks as threads, each with its own stream) may launch at
+// the same time: device work (launches, copies, memsets, scans) is
+// serialised by one process-wide lock (the scheduler's state, threadIdx and
+// `__shared__` are global), as if the threads' streams took turns on one GPU.
+//
+// Device memory is host memory, but host code must not touch it (on a GPU
+// that is a crash or garbage): outside AddressSanitizer builds, cudaMalloc
+// takes pages of one reserved arena that is PROT_NONE except while emulated
+// device work runs, so a host access to device memory is a SIGSEGV, reported
+// as such (NCCLZ_EMU_PROTECT=0 turns this off). Page-locked host memory
+// (cudaMallocHost) is ordinary host memory. While one thread's device work
+// runs, the arena is open to every thread: the check is strict for
+// one-thread programs and partial for ranks as threads.
+//
 // What it cannot show: races between blocks or within a warp outside the
 // collectives, performance, the device-only branches of NCCLZ_HD code
 // (__CUDA_ARCH__ is not defined, so the host branches run), nvcc quirks.
 #pragma once
 
+#include <signal.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <deque>
 #include <functional>
+#include <iterator>
+#include <map>
+#include <mutex>
 #include <vector>
 
 // Code that must know it runs here (decode_v3.cu: a look-back that would wait
@@ -70,13 +91,178 @@ typedef struct CUstream_st* cudaStream_t;
 inline const char* cudaGetErrorString(cudaError_t e) {
   return e == cudaSuccess ? "no error (emulated)" : "emulated error";
 }
+inline const char* cudaGetErrorName(cudaError_t e) {
+  return e == cudaSuccess                 ? "cudaSuccess"
+         : e == cudaErrorInvalidValue     ? "cudaErrorInvalidValue"
+         : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
+                                          : "cudaErrorUnknown";
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+// ---- emulated device memory (see the file comment) -------------------------
+namespace emu {
+
+/// Held by all emulated device work; allocation takes it too.
+inline std::recursive_mutex& device_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kArena = false;  // plain malloc: ASan reports accesses past an allocation instead
+#else
+constexpr bool kArena = true;
+#endif
+
+struct Arena {
+  static constexpr size_t kReserve = size_t(64) << 30;  // address space only (MAP_NORESERVE)
+  uint8_t* base = nullptr;
+  size_t top = 0;                      // bytes in use from base (high-water mark)
+  std::map<size_t, size_t> free_list;  // offset -> bytes, merged with neighbours
+  std::map<uintptr_t, size_t> live;    // allocation -> bytes
+  bool protect = true;
+  int depth = 0;  // nesting of DeviceAccess
+};
+inline Arena& arena() {
+  static Arena* a = [] {
+    Arena* x = new Arena;
+    if (const char* v = std::getenv("NCCLZ_EMU_PROTECT")) x->protect = std::strcmp(v, "0") != 0;
+    return x;
+  }();
+  return *a;
+}
+inline size_t page_bytes() {
+  static const size_t p = size_t(sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+inline struct sigaction& previous_segv() {
+  static struct sigaction a;
+  return a;
+}
+inline void segv_report(int sig, siginfo_t* info, void* ctx) {
+  const Arena& m = arena();
+  const uint8_t* a = static_cast<const uint8_t*>(info->si_addr);
+  if (m.base != nullptr && a >= m.base && a < m.base + Arena::kReserve) {
+    char msg[220];
+    const int len = std::snprintf(msg, sizeof msg,
+                                  "\ncuda_emu: host code touched emulated DEVICE memory at %p (arena offset %zu): on a "
+                                  "GPU this is a host access to a device pointer\n",
+                                  info->si_addr, size_t(a - m.base));
+    if (len > 0) (void)!write(2, msg, size_t(len));
+  }
+  struct sigaction& prev = previous_segv();
+  if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction) {
+    prev.sa_sigaction(sig, info, ctx);
+    return;
+  }
+  if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+    prev.sa_handler(sig);
+    return;
+  }
+  signal(SIGSEGV, SIG_DFL);  // returning re-runs the access: it faults again, with the default action
+}
+
+inline void set_arena_open(bool open) {
+  Arena& m = arena();
+  if (!kArena || !m.protect || m.base == nullptr || m.top == 0) return;
+  mprotect(m.base, m.top, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+/// Emulated device work: the device lock, and device memory open for its scope.
+class DeviceAccess {
+ public:
+  DeviceAccess() : lock_(device_mutex()) {
+    if (arena().depth++ == 0) set_arena_open(true);
+  }
+  ~DeviceAccess() {
+    if (--arena().depth == 0) set_arena_open(false);
+  }
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+
+ private:
+  std::lock_guard<std::recursive_mutex> lock_;
+};
+
+inline void* device_alloc(size_t n) {
+  std::lock_guard<std::recursive_mutex> lk(device_mutex());
+  Arena& m = arena();
+  if (n == 0) n = 1;
+  if (!kArena) {
+    void* p = std::malloc(n);
+    if (p) m.live[reinterpret_cast<uintptr_t>(p)] = n;
+    return p;
+  }
+  if (m.base == nullptr) {
+    void* b = mmap(nullptr, Arena::kReserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (b == MAP_FAILED) return nullptr;
+    m.base = static_cast<uint8_t*>(b);
+    if (m.protect) {
+      struct sigaction a{};
+      a.sa_sigaction = &segv_report;
+      a.sa_flags = SA_SIGINFO;
+      sigemptyset(&a.sa_mask);
+      sigaction(SIGSEGV, &a, &previous_segv());
+    }
+  }
+  const size_t bytes = (n + page_bytes() - 1) / page_bytes() * page_bytes();
+  size_t off = ~size_t(0);
+  for (auto it = m.free_list.begin(); it != m.free_list.end(); ++it) {
+    if (it->second < bytes) continue;
+    off = it->first;
+    const size_t rest = it->second - bytes;
+    m.free_list.erase(it);
+    if (rest) m.free_list[off + bytes] = rest;
+    break;
+  }
+  if (off == ~size_t(0)) {
+    if (m.top + bytes > Arena::kReserve) return nullptr;
+    off = m.top;
+    m.top += bytes;
+  }
+  // The new pages take the arena's current state (open inside device work).
+  mprotect(m.base + off, bytes, (!m.protect || m.depth > 0) ? PROT_READ | PROT_WRITE : PROT_NONE);
+  void* p = m.base + off;
+  m.live[reinterpret_cast<uintptr_t>(p)] = bytes;
+  return p;
+}
+
+inline void device_free(void* p) {
+  if (p == nullptr) return;
+  std::lock_guard<std::recursive_mutex> lk(device_mutex());
+  Arena& m = arena();
+  auto it = m.live.find(reinterpret_cast<uintptr_t>(p));
+  if (it == m.live.end()) return;
+  const size_t bytes = it->second;
+  m.live.erase(it);
+  if (!kArena) {
+    std::free(p);
+    return;
+  }
+  madvise(p, bytes, MADV_DONTNEED);  // the pages go back (zeroed); the range stays reserved
+  auto cur = m.free_list.emplace(size_t(static_cast<uint8_t*>(p) - m.base), bytes).first;
+  auto next = std::next(cur);
+  if (next != m.free_list.end() && cur->first + cur->second == next->first) {
+    cur->second += next->second;
+    m.free_list.erase(next);
+  }
+  if (cur != m.free_list.begin()) {
+    auto prev = std::prev(cur);
+    if (prev->first + prev->second == cur->first) {
+      prev->second += cur->second;
+      m.free_list.erase(cur);
+    }
+  }
+}
+
+}  // namespace emu
 inline cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
   return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void** p, size_t n) {
-  *p = std::malloc(n ? n : 1);
+  *p = emu::device_alloc(n);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 template <class T>
@@ -84,7 +270,7 @@ cudaError_t cudaMalloc(T** p, size_t n) {
   return cudaMalloc(reinterpret_cast<void**>(p), n);
 }
 inline cudaError_t cudaFree(void* p) {
-  std::free(p);
+  emu::device_free(p);
   return cudaSuccess;
 }
 inline cudaError_t cudaMallocAsync(void** p, size_t n, cudaStream_t) { return cudaMalloc(p, n); }
@@ -93,12 +279,24 @@ cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) {
   return cudaMallocAsync(reinterpret_cast<void**>(p), n, s);
 }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+// Page-locked host memory: plain host memory here.
+inline cudaError_t cudaMallocHost(void** p, size_t n) {
+  *p = std::malloc(n ? n : 1);
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+  emu::DeviceAccess on;
   std::memset(p, v, n);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  if (n && (d == nullptr || s == nullptr)) return cudaErrorInvalidValue;  // as CUDA answers a null pointer
+  emu::DeviceAccess on;
   if (n) std::memmove(d, s, n);
   return cudaSuccess;
 }
@@ -384,6 +582,7 @@ inline uint64_t warp_or_collective(uint64_t v) {
 template <class F>
 void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
   if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
+  DeviceAccess on;  // one thread's device work at a time; device memory open to it
   const std::function<void()> body = f;
   BlockRun& r = run();
   const int nt = int(block.x);
@@ -540,6 +739,7 @@ struct DeviceScan {
       bytes = 16;
       return cudaSuccess;
     }
+    emu::DeviceAccess on;
     T acc = T(0);
     for (long long i = 0; i < n; ++i) {
       const T v = in[i];

@@ -1,0 +1,273 @@
+// prims::DeviceSliceCodec (cpp/src/prims/device_slices.hpp): the slice codec
+// of a rank whose values live in device memory, on the device codec.
+//
+// Per call, on the codec's stream, in order (slots are host memory, values
+// and staging device memory; nothing is allocated here after construction):
+//
+//   decode  Raw:   slot -> `to` (one H2D copy)                      ; sync
+//           Coded: slot -> staging_in (H2D), decode kernels -> `to`,
+//                  status -> host word (D2H)                         ; sync
+//   reduce  Raw:   slot -> staging_in (H2D), add kernel (`to` = in + local) ; sync
+//           Coded: slot -> staging_in (H2D), fused decode-and-add kernels
+//                  (`to` = decoded + local; fused(): the v3 tile decoder
+//                  with an adding output) or decode kernels -> values and
+//                  the add kernel; status (D2H)                      ; sync
+//   encode  Raw:   values -> slot (D2H)                              ; sync
+//           Coded: Block encode kernels -> staging_out, size and status
+//                  -> host words (D2H)                               ; sync
+//                  staging_out -> slot, `size` bytes (D2H)           ; sync
+//   copy    D2D copy                                                 ; (ordered, no sync)
+//
+// The sync at the end of each call is what the slot protocol needs: the step
+// releases the received slot right after decode/reduce and posts the
+// outgoing one right after encode. The received slot's header is read by the
+// host (it is host memory) only to compare the slice's length with the
+// slot's (bytes after the slice are Corrupt, as SliceCodec says) and for the
+// incoming predictor.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+
+#include "codec/slice_frame.hpp"
+#include "ncclz/cuda_codec.hpp"
+#include "ncclz/error.hpp"
+#include "prims/device_slices.hpp"
+
+namespace ncclz::prims {
+
+using codec::ElemType;
+using codec::Status;
+
+struct DeviceSliceCodec::Impl {
+  explicit Impl(void* stream) : dc(stream) {}
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  /// Waits for the stream's work, then frees (null pointers are no-ops).
+  ~Impl() {
+    dc.synchronize();
+    cudaFree(staging_in);
+    cudaFree(staging_out);
+    cudaFree(values);
+    cudaFree(d_size);
+    cudaFreeHost(h_size);
+    cudaFree(fuse);
+  }
+  cuda::DeviceCodec dc;
+  uint8_t* staging_in = nullptr;   ///< device: a received slot's bytes
+  uint8_t* staging_out = nullptr;  ///< device: an encoded slice
+  uint8_t* values = nullptr;       ///< device: a decoded incoming slice (reductions)
+  uint64_t* d_size = nullptr;      ///< device: [0] size, [1] status
+  uint64_t* h_size = nullptr;      ///< page-locked host: the same, read back
+  uint8_t* fuse = nullptr;         ///< device: decode_add_slice_async's scratch (Coded)
+};
+
+namespace {
+
+std::string cuda_what(const char* what, int e) {
+  return std::string("ncclz device slice codec: ") + what +
+         " failed: " + (e > 0 ? cudaGetErrorString(cudaError_t(e)) : "rejected on the host") + " (" +
+         std::to_string(e) + ")";
+}
+
+}  // namespace
+
+DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::EncodeOptions& enc, bool int_sum,
+                                   size_t slot_bytes, size_t slice_elems, void* stream)
+    : type_(type),
+      mode_(mode),
+      enc_(enc),
+      int_sum_(int_sum),
+      slot_bytes_(slot_bytes),
+      slice_elems_(slice_elems),
+      esize_(codec::elem_size(type)) {
+  if (mode == WireMode::Coded) {
+    if (!codec::is_code_type(type)) {
+      throw InvalidArgument("ncclz device slice codec: Coded mode codes integer codes (int32, int64) only");
+    }
+    if (enc.choice != codec::EncodeOptions::Choice::Block || enc.predictor < 0 ||
+        enc.predictor > int(codec::Predictor::Lorenzo3D)) {
+      throw InvalidArgument(
+          "ncclz device slice codec: Coded mode needs the Block codec with a forced predictor "
+          "(EncodeOptions::choice = Block, predictor >= 0); the device selector is not there yet");
+    }
+  }
+  if (int_sum && !codec::is_code_type(type)) {
+    throw InvalidArgument("ncclz device slice codec: reductions are wrapping sums of int32 or int64 codes");
+  }
+  if (slice_elems == 0 || slice_elems > 0xFFFFFFFFu ||
+      slot_bytes < codec::max_slice_bytes(type, uint32_t(slice_elems))) {
+    throw InvalidArgument("ncclz device slice codec: slots of " + std::to_string(slot_bytes) +
+                          " bytes cannot hold slices of " + std::to_string(slice_elems) + " elements");
+  }
+  d_ = stream ? std::make_unique<Impl>(stream) : std::make_unique<Impl>();
+  int e = d_->dc.status();
+  if (e == 0 && mode == WireMode::Coded) e = d_->dc.reserve(slice_elems, uint32_t(slice_elems));
+  if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->staging_in), slot_bytes));
+  if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->staging_out), slot_bytes));
+  if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->values), slice_elems * esize_));
+  if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->d_size), 2 * sizeof(uint64_t)));
+  if (e == 0) e = int(cudaMallocHost(reinterpret_cast<void**>(&d_->h_size), 2 * sizeof(uint64_t)));
+  if (e == 0 && mode == WireMode::Coded) {
+    e = int(
+        cudaMalloc(reinterpret_cast<void**>(&d_->fuse), cuda::decode_add_scratch_bytes(type, uint32_t(slice_elems))));
+  }
+  fused_ = d_->dc.kernels() == 3;
+  if (e == 0) e = d_->dc.synchronize();
+  if (e != 0) throw Error(cuda_what("setting up (device memory, stream)", e));  // d_ frees what was allocated
+}
+
+DeviceSliceCodec::~DeviceSliceCodec() = default;
+
+void* DeviceSliceCodec::stream() const { return d_->dc.stream(); }
+
+std::string DeviceSliceCodec::device_error() const {
+  if (cuda_error_ == 0) return {};
+  const cudaError_t e = cudaError_t(cuda_error_);
+  return "CUDA error " + std::to_string(cuda_error_) + " (" + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) + ")";
+}
+
+Status DeviceSliceCodec::fail(int e) {
+  cuda_error_ = e > 0 ? e : cuda_error_;
+  return e < 0 ? Status(-e) : Status::Unsupported;
+}
+
+bool DeviceSliceCodec::sync() {
+  const int e = d_->dc.synchronize();
+  if (e != 0) cuda_error_ = e;
+  return e == 0;
+}
+
+codec::Predictor DeviceSliceCodec::predictor_for(const SliceValues&, size_t) const {
+  return codec::Predictor(enc_.predictor);
+}
+
+bool DeviceSliceCodec::stage_in(const uint8_t* in, size_t len) {
+  const cudaError_t e =
+      cudaMemcpyAsync(d_->staging_in, in, len, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream()));
+  if (e != cudaSuccess) cuda_error_ = int(e);
+  return e == cudaSuccess;
+}
+
+Status DeviceSliceCodec::decode_staged(const uint8_t* in, size_t len, size_t n, uint8_t* to) {
+  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
+  int r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), to, d_status);
+  if (r != 0) return fail(r);
+  r = int(cudaMemcpyAsync(d_->h_size + 1, d_status, sizeof(int), cudaMemcpyDeviceToHost,
+                          static_cast<cudaStream_t>(stream())));
+  if (r != 0) return fail(r);
+  if (!sync()) return Status::Unsupported;
+  int st = 0;
+  std::memcpy(&st, d_->h_size + 1, sizeof st);
+  const Status s = Status(st);
+  if (s != Status::Ok) return s;
+  // The whole slot is the slice (SliceCodec: bytes after it are Corrupt).
+  codec::SliceHeader h;
+  if (codec::read_header(in, len, &h) != Status::Ok || codec::kHeaderBytes + size_t(h.payload_bytes) != len) {
+    return Status::Corrupt;
+  }
+  return Status::Ok;
+}
+
+Status DeviceSliceCodec::decode(const uint8_t* in, size_t len, size_t n, uint8_t* to, SliceValues* out) {
+  cuda_error_ = 0;
+  *out = SliceValues::of_dense(to);
+  if (mode_ == WireMode::Raw) {
+    if (len != n * esize_) return Status::CountMismatch;
+    const cudaError_t e = cudaMemcpyAsync(to, in, len, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream()));
+    if (e != cudaSuccess) return fail(int(e));
+    return sync() ? Status::Ok : Status::Unsupported;
+  }
+  if (len > slot_bytes_) return Status::Corrupt;
+  if (!stage_in(in, len)) return Status::Unsupported;
+  return decode_staged(in, len, n, to);
+}
+
+Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                                SliceValues* out) {
+  cuda_error_ = 0;
+  *out = SliceValues::of_dense(to);
+  if (local.is_list || !int_sum_) return Status::Unsupported;
+  if (mode_ == WireMode::Raw) {
+    if (len != n * esize_) return Status::CountMismatch;
+    if (!stage_in(in, len)) return Status::Unsupported;
+    const int r = cuda::add_codes_async(stream(), type_, to, d_->staging_in, local.dense, n);
+    if (r != 0) return fail(r);
+    return sync() ? Status::Ok : Status::Unsupported;
+  }
+  if (len > slot_bytes_) return Status::Corrupt;
+  if (!stage_in(in, len)) return Status::Unsupported;
+  // Fused (decode_add_slice_async: the codes never reach memory) unless the
+  // slice's predictor is a Lorenzo one; else decode into the codec's values,
+  // then add. The add is enqueued before the status is read back: on an
+  // error the result is unspecified and unused.
+  codec::SliceHeader h0;
+  const bool lorenzo = codec::read_header(in, len, &h0) == Status::Ok &&
+                       (h0.predictor == codec::Predictor::Lorenzo2D || h0.predictor == codec::Predictor::Lorenzo3D);
+  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
+  int r = 0;
+  if (fused_ && !lorenzo) {
+    r = cuda::decode_add_slice_async(stream(), d_->fuse, d_->staging_in, len, type_, uint32_t(n), local.dense, to,
+                                     d_status);
+  } else {
+    r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), d_->values, d_status);
+    if (r == 0) r = cuda::add_codes_async(stream(), type_, to, d_->values, local.dense, n);
+  }
+  if (r == 0) {
+    r = int(cudaMemcpyAsync(d_->h_size + 1, d_status, sizeof(int), cudaMemcpyDeviceToHost,
+                            static_cast<cudaStream_t>(stream())));
+  }
+  if (r != 0) return fail(r);
+  if (!sync()) return Status::Unsupported;
+  int st = 0;
+  std::memcpy(&st, d_->h_size + 1, sizeof st);
+  if (Status(st) != Status::Ok) return Status(st);
+  codec::SliceHeader h;
+  if (codec::read_header(in, len, &h) != Status::Ok || codec::kHeaderBytes + size_t(h.payload_bytes) != len) {
+    return Status::Corrupt;
+  }
+  // As SliceCodec: a partial sum keeps its incoming slice's predictor (for a selector).
+  if (h.codec != codec::Codec::Raw) out->predictor = int(h.predictor);
+  return Status::Ok;
+}
+
+Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) {
+  cuda_error_ = 0;
+  *bytes = 0;
+  if (v.is_list) return Status::Unsupported;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream());
+  if (mode_ == WireMode::Raw) {
+    const cudaError_t e = cudaMemcpyAsync(out, v.dense, n * esize_, cudaMemcpyDeviceToHost, s);
+    if (e != cudaSuccess) return fail(int(e));
+    if (!sync()) return Status::Unsupported;
+    *bytes = n * esize_;
+    return Status::Ok;
+  }
+  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
+  int r = d_->dc.encode_slice_async(v.dense, type_, uint32_t(n), predictor_for(v, n), enc_.row, enc_.plane,
+                                    d_->staging_out, slot_bytes_, d_->d_size, d_status);
+  if (r == 0) r = int(cudaMemcpyAsync(d_->h_size, d_->d_size, 2 * sizeof(uint64_t), cudaMemcpyDeviceToHost, s));
+  if (r != 0) return fail(r);
+  if (!sync()) return Status::Unsupported;
+  int st = 0;
+  std::memcpy(&st, d_->h_size + 1, sizeof st);
+  if (Status(st) != Status::Ok) return Status(st);
+  const size_t size = size_t(d_->h_size[0]);
+  if (size == 0 || size > slot_bytes_) return Status::NoSpace;
+  // Only the slice's own bytes cross to the host.
+  const cudaError_t e = cudaMemcpyAsync(out, d_->staging_out, size, cudaMemcpyDeviceToHost, s);
+  if (e != cudaSuccess) return fail(int(e));
+  if (!sync()) return Status::Unsupported;
+  *bytes = size;
+  return Status::Ok;
+}
+
+Status DeviceSliceCodec::copy(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  cuda_error_ = 0;
+  if (bytes == 0 || dst == src) return Status::Ok;
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream()));
+  return e == cudaSuccess ? Status::Ok : fail(int(e));
+}
+
+}  // namespace ncclz::prims

@@ -1,0 +1,644 @@
+// Device ranks in the send/receive loops (prims::DeviceSliceCodec,
+// cpp/src/prims/device_slices.hpp; cuda/device_slice_codec.cu,
+// cuda/slice_reduce.cu): the real ring and chain schedules
+// (algorithms/ring.cpp: all_reduce, reduce_scatter, all_gather, broadcast)
+// over the real step routine (prims/prims.cpp), ranks as threads joined by
+// in-memory slot FIFOs (test_fifo.hpp), values in device memory on the device
+// ranks. Every run is compared with the same run on CPU ranks only: outputs
+// equal bit for bit (and to the exact wrapping integer result), and the
+// bytes posted on every link identical, slot by slot; in one communicator
+// device and CPU ranks mix.
+//
+// Built with CUDA (NCCLZ_WITH_CUDA; tests/cpp/CMakeLists.txt: skips without
+// a GPU, fails under NCCLZ_REQUIRE_GPU=1) and in the CPU emulator
+// (tools/cuda_emu: ncclz_cuda_emu_prims_tests, run by `run.sh ci` with each
+// slice-kernel version; about 2 s each there).
+#if defined(NCCLZ_WITH_CUDA)
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/ring.hpp"
+#include "codec/quantizer.hpp"
+#include "codec/slice.hpp"
+#include "ncclz/cuda_codec.hpp"
+#include "ncclz/cuda_support.hpp"
+#include "ncclz/error.hpp"
+#include "prims/device_slices.hpp"
+#include "prims/prims.hpp"
+#include "prims/reduce.hpp"
+#include "test_fifo.hpp"
+
+using namespace ncclz;
+using codec::ElemType;
+using codec::Predictor;
+using ncclz_test::FakeRecv;
+using ncclz_test::FakeSend;
+using ncclz_test::Fifo;
+using prims::WireMode;
+using transport::Clock;
+
+namespace {
+
+bool env_on(const char* name, bool dflt) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return dflt;
+  return std::strcmp(v, "0") != 0;
+}
+bool gpu_required() { return env_on("NCCLZ_REQUIRE_GPU", false); }
+
+std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  cudaGetLastError();
+  return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : "no CUDA device visible";
+}
+
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    if (cuda::device_count() == 0) {                                                         \
+      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();       \
+      GTEST_SKIP() << "no CUDA device: device prims not run (" << no_device_reason() << ")"; \
+    }                                                                                        \
+  } while (0)
+
+/// Exactly `bytes` of device memory (freed with the object).
+class DevMem {
+ public:
+  explicit DevMem(size_t bytes) {
+    const cudaError_t e = cudaMalloc(&p_, bytes ? bytes : 1);
+    if (e != cudaSuccess) throw Error(std::string("cudaMalloc: ") + cudaGetErrorString(e));
+  }
+  ~DevMem() { cudaFree(p_); }
+  DevMem(const DevMem&) = delete;
+  DevMem& operator=(const DevMem&) = delete;
+  uint8_t* get() const { return static_cast<uint8_t*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+};
+
+void to_device(void* d, const std::vector<uint8_t>& h) {
+  if (!h.empty() && cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice) != cudaSuccess) throw Error("H2D");
+}
+std::vector<uint8_t> from_device(const void* d, size_t bytes) {
+  std::vector<uint8_t> h(bytes);
+  if (bytes && cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) throw Error("D2H");
+  return h;
+}
+
+enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast };
+constexpr int kRoot = 1;  // the broadcasts' root (a relay before it from 3 ranks on)
+const char* name(Coll c) {
+  return c == Coll::AllReduce       ? "all_reduce"
+         : c == Coll::ReduceScatter ? "reduce_scatter"
+         : c == Coll::AllGather     ? "all_gather"
+                                    : "broadcast";
+}
+
+constexpr size_t kSlot = 1024;  // slot bytes: 250 int32 or 125 int64 per slice
+constexpr int kSlots = 4;       // slots per connection: ring chunks of 2 slices
+
+/// How the ranks code: the wire mode, the code type and, in Coded mode, the
+/// forced Block predictor (the device's only coded choice; CPU ranks get the
+/// same options).
+struct Wire {
+  WireMode mode = WireMode::Coded;
+  ElemType type = ElemType::I32;
+  Predictor pred = Predictor::None;
+};
+std::string describe(const Wire& w) {
+  return std::string(w.mode == WireMode::Raw ? "raw" : "coded") + (w.type == ElemType::I32 ? " int32" : " int64") +
+         (w.mode == WireMode::Coded ? " predictor " + std::to_string(int(w.pred)) : "");
+}
+
+prims::PrimsArgs make_args(const Wire& w, int rank) {
+  prims::PrimsArgs a;
+  a.type = w.type;
+  a.mode = w.mode;
+  a.reduce = prims::reduce_fn(w.type, RedOp::Sum);
+  a.int_sum = codec::is_code_type(w.type);
+  a.raw_esize = codec::elem_size(w.type);
+  a.deadline = Clock::now() + std::chrono::seconds(120);
+  a.rank = rank;
+  if (w.mode == WireMode::Coded) {
+    a.enc.choice = codec::EncodeOptions::Choice::Block;
+    a.enc.predictor = int(w.pred);
+  }
+  return a;
+}
+
+/// Codes with structure: a smooth walk with noise (Block and the delta
+/// predictors compress it), a stretch of large values (Block falls back to
+/// Raw there) and values near the type's limits (sums wrap).
+std::vector<uint8_t> make_codes(ElemType t, size_t n, uint64_t seed) {
+  const size_t es = codec::elem_size(t);
+  std::vector<uint8_t> b(n * es);
+  std::mt19937_64 rng(seed);
+  int64_t walk = int64_t(rng() % 1000) - 500;
+  for (size_t i = 0; i < n; ++i) {
+    walk += int64_t(rng() % 7) - 3;
+    int64_t v = walk + int64_t(rng() % 5) - 2;
+    const size_t phase = (i / 300) % 5;
+    if (phase == 3) v = int64_t(rng());  // incompressible: Raw fallback
+    if (phase == 4 && i % 97 == 0) v = es == 4 ? int64_t(INT32_MAX) - int64_t(rng() % 3) : INT64_MAX;
+    if (es == 4) {
+      const int32_t c = int32_t(uint32_t(uint64_t(v)));
+      std::memcpy(&b[i * 4], &c, 4);
+    } else {
+      std::memcpy(&b[i * 8], &v, 8);
+    }
+  }
+  return b;
+}
+
+/// Wrapping sum of element i of every buffer.
+void add_into(ElemType t, std::vector<uint8_t>& acc, const uint8_t* x, size_t n) {
+  prims::reduce_fn(t, RedOp::Sum)(acc.data(), acc.data(), x, n);
+}
+
+struct RingRun {
+  std::vector<std::vector<uint8_t>> out;                // per rank
+  std::vector<std::vector<std::vector<uint8_t>>> wire;  // per link r -> r+1: every posted slot
+  std::vector<std::string> errors;                      // per rank ("" if none)
+};
+
+/// One collective on N = device.size() ranks (device[r]: rank r's values in
+/// device memory, coded by a DeviceSliceCodec), count elements per rank
+/// (all_reduce, broadcast: the buffer; reduce_scatter: each block;
+/// all_gather: each rank's part), inputs in[r] (broadcast: in place from
+/// rank kRoot's, the chain along the ring).
+RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t count,
+                 const std::vector<std::vector<uint8_t>>& in) {
+  const int N = int(device.size());
+  const size_t es = codec::elem_size(w.type);
+  const size_t in_elems = c == Coll::ReduceScatter ? count * size_t(N) : count;
+  const size_t out_elems = c == Coll::AllGather ? count * size_t(N) : count;
+  std::vector<std::unique_ptr<Fifo>> links;
+  for (int r = 0; r < N; ++r) links.push_back(std::make_unique<Fifo>(kSlot, kSlots));
+  RingRun res;
+  res.out.assign(size_t(N), {});
+  res.errors.assign(size_t(N), "");
+  std::vector<std::thread> ts;
+  for (int r = 0; r < N; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        FakeSend s(links[size_t(r)].get());
+        FakeRecv rv(links[size_t((r + N - 1) % N)].get());
+        prims::PrimsArgs a = make_args(w, r);
+        const size_t slice = prims::slice_elems_for(kSlot, es);
+        prims::ChannelStats st;
+        std::unique_ptr<prims::DeviceSliceCodec> dc;
+        std::unique_ptr<DevMem> dsrc, ddst, dscr;
+        std::vector<uint8_t> hsrc = in[size_t(r)], hdst(out_elems * es, 0xEE);
+        if (c == Coll::Broadcast) hdst = hsrc;  // in place
+        std::vector<uint64_t> hscr((slice * es + 7) / 8);
+        const uint8_t* src = hsrc.data();
+        uint8_t* dst = hdst.data();
+        void* scratch = hscr.data();
+        if (device[size_t(r)]) {
+          dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, a.int_sum, kSlot, slice);
+          a.device = dc.get();
+          dsrc = std::make_unique<DevMem>(in_elems * es);
+          ddst = std::make_unique<DevMem>(out_elems * es);
+          dscr = std::make_unique<DevMem>(slice * es);
+          to_device(dsrc->get(), hsrc);
+          to_device(ddst->get(), hdst);
+          src = dsrc->get();
+          dst = ddst->get();
+          scratch = dscr->get();
+        }
+        prims::Prims p(&s, &rv, a, &st, scratch);
+        const size_t seg = algorithms::ring_segment_elems(p, kSlots);
+        const algorithms::RingPos pos{r, N};
+        if (c == Coll::AllReduce) {
+          algorithms::ring_all_reduce(p, pos, src, dst, count, seg);
+        } else if (c == Coll::ReduceScatter) {
+          algorithms::ring_reduce_scatter(p, pos, src, count, dst, count, seg);
+        } else if (c == Coll::AllGather) {
+          algorithms::ring_all_gather(p, pos, src, dst, count, count, seg);
+        } else {
+          algorithms::chain_broadcast(p, pos, kRoot % N, dst, count);
+        }
+        if (dc) {
+          if (cudaStreamSynchronize(static_cast<cudaStream_t>(dc->stream())) != cudaSuccess) throw Error("sync");
+          res.out[size_t(r)] = from_device(dst, out_elems * es);
+        } else {
+          res.out[size_t(r)] = hdst;
+        }
+      } catch (const std::exception& e) {
+        res.errors[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < N; ++r) res.wire.push_back(links[size_t(r)]->log);
+  return res;
+}
+
+/// The exact result of the collective for rank r (wrapping integer sums).
+std::vector<uint8_t> expected(Coll c, ElemType t, int N, int r, size_t count,
+                              const std::vector<std::vector<uint8_t>>& in) {
+  const size_t es = codec::elem_size(t);
+  if (c == Coll::Broadcast) return in[size_t(kRoot % N)];
+  if (c == Coll::AllGather) {
+    std::vector<uint8_t> o;
+    for (int j = 0; j < N; ++j) o.insert(o.end(), in[size_t(j)].begin(), in[size_t(j)].end());
+    return o;
+  }
+  const size_t off = c == Coll::ReduceScatter ? size_t(r) * count * es : 0;
+  std::vector<uint8_t> acc(count * es, 0);
+  for (int j = 0; j < N; ++j) add_into(t, acc, in[size_t(j)].data() + off, count);
+  return acc;
+}
+
+/// Runs c on CPU ranks, then with each device pattern, and compares.
+void check_collective(Coll c, const Wire& w, int N, size_t count, const std::vector<std::vector<bool>>& patterns) {
+  SCOPED_TRACE(testing::Message() << name(c) << ", " << describe(w) << ", " << N << " ranks, count " << count);
+  const size_t in_elems = c == Coll::ReduceScatter ? count * size_t(N) : count;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < N; ++r) in.push_back(make_codes(w.type, in_elems, uint64_t(1000 * N + 17 * r) + count));
+  const RingRun ref = run_ring(c, w, std::vector<bool>(size_t(N), false), count, in);
+  for (int r = 0; r < N; ++r) {
+    ASSERT_EQ(ref.errors[size_t(r)], "") << "CPU rank " << r;
+    ASSERT_EQ(ref.out[size_t(r)], expected(c, w.type, N, r, count, in)) << "CPU rank " << r;
+  }
+  size_t slots = 0;
+  for (const auto& l : ref.wire) slots += l.size();
+  EXPECT_GT(slots, size_t(0));
+  if (w.mode == WireMode::Coded) {
+    // The coded wire carries slices of the forced codec: Block, or Raw where Block is larger.
+    for (const auto& l : ref.wire) {
+      for (const auto& b : l) {
+        codec::SliceHeader h;
+        ASSERT_EQ(codec::read_header(b.data(), b.size(), &h), codec::Status::Ok);
+        ASSERT_TRUE(h.codec == codec::Codec::Block || h.codec == codec::Codec::Raw);
+      }
+    }
+  }
+  for (const auto& dev : patterns) {
+    std::string pat;
+    for (bool d : dev) pat += d ? 'G' : 'C';
+    SCOPED_TRACE("ranks " + pat + " (G: device rank, C: CPU rank)");
+    const RingRun got = run_ring(c, w, dev, count, in);
+    for (int r = 0; r < N; ++r) {
+      ASSERT_EQ(got.errors[size_t(r)], "") << "rank " << r;
+      ASSERT_EQ(got.out[size_t(r)], ref.out[size_t(r)]) << "rank " << r << ": output differs from the CPU ranks'";
+    }
+    for (int l = 0; l < N; ++l) {
+      ASSERT_EQ(got.wire[size_t(l)].size(), ref.wire[size_t(l)].size()) << "link " << l << " -> " << (l + 1) % N;
+      for (size_t k = 0; k < ref.wire[size_t(l)].size(); ++k) {
+        ASSERT_EQ(got.wire[size_t(l)][k], ref.wire[size_t(l)][k])
+            << "link " << l << " -> " << (l + 1) % N << ", slot " << k << ": wire bytes differ";
+      }
+    }
+  }
+}
+
+/// Counts per rank: one element, exactly one slice, a short last slice, and
+/// several ring loops with short and empty last chunks.
+std::vector<size_t> counts(ElemType t, int N) {
+  const size_t slice = prims::slice_elems_for(kSlot, codec::elem_size(t));
+  return {1, slice, 2 * slice + 37,
+          2 * slice * size_t(N) * 2 + slice / 3};  // the last: two ring loops and a short third
+}
+
+std::vector<std::vector<bool>> patterns(int N) {
+  std::vector<bool> all(size_t(N), true), mixed(size_t(N), false), one(size_t(N), false);
+  for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
+  one[size_t(N - 1)] = true;
+  return {all, mixed, one};
+}
+
+class CudaPrimsRing : public ::testing::TestWithParam<Coll> {};
+
+TEST_P(CudaPrimsRing, CodedInt32MatchesCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {2, 3, 4}) {
+    for (Predictor p : {Predictor::None, Predictor::Delta1}) {
+      for (size_t n : counts(ElemType::I32, N))
+        check_collective(GetParam(), Wire{WireMode::Coded, ElemType::I32, p}, N, n, patterns(N));
+    }
+  }
+}
+
+TEST_P(CudaPrimsRing, RawInt32MatchesCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {2, 4}) {
+    for (size_t n : counts(ElemType::I32, N))
+      check_collective(GetParam(), Wire{WireMode::Raw, ElemType::I32}, N, n, patterns(N));
+  }
+}
+
+TEST_P(CudaPrimsRing, Int64AndDelta2MatchCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  const int N = 3;
+  for (size_t n : counts(ElemType::I64, N)) {
+    check_collective(GetParam(), Wire{WireMode::Coded, ElemType::I64, Predictor::Delta2}, N, n, patterns(N));
+    check_collective(GetParam(), Wire{WireMode::Raw, ElemType::I64}, N, n, {patterns(N)[1]});
+  }
+}
+
+// Raw mode moves elements of any type: float32 (here as its bytes) gathered and broadcast.
+TEST(CudaPrims, RawFloat32MovesMatchCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (Coll c : {Coll::AllGather, Coll::Broadcast}) {
+    for (size_t n : counts(ElemType::F32, 3))
+      check_collective(c, Wire{WireMode::Raw, ElemType::F32}, 3, n, patterns(3));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, CudaPrimsRing,
+                         ::testing::Values(Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast),
+                         [](const testing::TestParamInfo<Coll>& i) {
+                           return std::string(i.param == Coll::AllReduce       ? "AllReduce"
+                                              : i.param == Coll::ReduceScatter ? "ReduceScatter"
+                                              : i.param == Coll::AllGather     ? "AllGather"
+                                                                               : "Broadcast");
+                         });
+
+// The lossy all_reduce's shape on device ranks: float32 inputs quantized on
+// the device (DeviceCodec::quantize_async) into int32 codes, the ring
+// all_reduce of the codes through the device slice codec, the sum
+// dequantized on the device (dequantize_async); CPU ranks do the same with
+// the CPU quantizer (quantize_one / dequantize_one). Every rank's output is
+// the all-CPU run's bit for bit and within N * eb (+ float rounding) of the
+// exact sum.
+struct QuantRun {
+  std::vector<std::vector<float>> out;
+  std::vector<std::string> errors;
+  std::vector<std::vector<std::vector<uint8_t>>> wire;
+};
+
+QuantRun run_quantized_all_reduce(const std::vector<bool>& device, const std::vector<std::vector<float>>& x, double eb,
+                                  Predictor pred) {
+  const int N = int(device.size());
+  const size_t n = x[0].size();
+  const Wire w{WireMode::Coded, ElemType::I32, pred};
+  const codec::QuantGrid g = codec::QuantGrid::from_bound(eb);
+  const int64_t limit = codec::max_code_limit<int32_t>() / N;  // sums of N codes never wrap
+  std::vector<std::unique_ptr<Fifo>> links;
+  for (int r = 0; r < N; ++r) links.push_back(std::make_unique<Fifo>(kSlot, kSlots));
+  QuantRun res;
+  res.out.assign(size_t(N), {});
+  res.errors.assign(size_t(N), "");
+  std::vector<std::thread> ts;
+  for (int r = 0; r < N; ++r) {
+    ts.emplace_back([&, r] {
+      try {
+        FakeSend s(links[size_t(r)].get());
+        FakeRecv rv(links[size_t((r + N - 1) % N)].get());
+        prims::PrimsArgs a = make_args(w, r);
+        const size_t slice = prims::slice_elems_for(kSlot, 4);
+        prims::ChannelStats st;
+        std::vector<float> out(n);
+        if (!device[size_t(r)]) {
+          std::vector<int32_t> q(n);
+          for (size_t i = 0; i < n; ++i) {
+            if (!codec::quantize_one<float, int32_t>(x[size_t(r)][i], g, limit, &q[i])) throw Error("CPU outlier");
+          }
+          std::vector<uint64_t> scr((slice * 4 + 7) / 8);
+          prims::Prims p(&s, &rv, a, &st, scr.data());
+          algorithms::ring_all_reduce(p, {r, N}, q.data(), q.data(), n, algorithms::ring_segment_elems(p, kSlots));
+          for (size_t i = 0; i < n; ++i) out[i] = codec::dequantize_one<float, int32_t>(q[i], g);
+        } else {
+          prims::DeviceSliceCodec dc(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice);
+          a.device = &dc;
+          cuda::DeviceCodec qc(dc.stream());  // the quantizer, on the slice codec's stream
+          DevMem dx(n * 4), dq(n * 4), dout(n * 4), dcount(8), dscr(slice * 4);
+          std::vector<uint8_t> hx(n * 4);
+          std::memcpy(hx.data(), x[size_t(r)].data(), n * 4);
+          to_device(dx.get(), hx);
+          uint64_t* d_count = reinterpret_cast<uint64_t*>(dcount.get());
+          if (qc.quantize_async(dx.get(), ElemType::F32, n, eb, limit, dq.get(), ElemType::I32, d_count, nullptr, 0) !=
+              0) {
+            throw Error("quantize_async");
+          }
+          if (qc.synchronize() != 0) throw Error("sync");
+          uint64_t outliers = 0;
+          std::memcpy(&outliers, from_device(d_count, 8).data(), 8);
+          if (outliers != 0) throw Error("device outliers");
+          prims::Prims p(&s, &rv, a, &st, dscr.get());
+          algorithms::ring_all_reduce(p, {r, N}, dq.get(), dq.get(), n, algorithms::ring_segment_elems(p, kSlots));
+          if (qc.dequantize_async(dq.get(), ElemType::I32, n, eb, dout.get(), ElemType::F32) != 0) {
+            throw Error("dequantize_async");
+          }
+          if (qc.synchronize() != 0) throw Error("sync");
+          std::memcpy(out.data(), from_device(dout.get(), n * 4).data(), n * 4);
+        }
+        res.out[size_t(r)] = out;
+      } catch (const std::exception& e) {
+        res.errors[size_t(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < N; ++r) res.wire.push_back(links[size_t(r)]->log);
+  return res;
+}
+
+TEST(CudaPrims, QuantizedAllReduceMatchesCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {2, 4}) {
+    for (size_t n : {size_t(1), size_t(777), size_t(4321)}) {
+      SCOPED_TRACE(testing::Message() << N << " ranks, " << n << " floats");
+      std::vector<std::vector<float>> x(static_cast<size_t>(N), std::vector<float>(n));
+      std::mt19937 rng(uint32_t(N * 1000 + n));
+      std::normal_distribution<float> noise(0.f, 0.05f);
+      for (int r = 0; r < N; ++r) {
+        for (size_t i = 0; i < n; ++i) x[size_t(r)][i] = std::sin(0.01f * float(i) + float(r)) + noise(rng);
+      }
+      const double eb = 1e-3 / N;  // each rank's share of a 1e-3 bound
+      const QuantRun ref = run_quantized_all_reduce(std::vector<bool>(size_t(N), false), x, eb, Predictor::Delta1);
+      for (int r = 0; r < N; ++r) {
+        ASSERT_EQ(ref.errors[size_t(r)], "");
+        ASSERT_EQ(ref.out[size_t(r)], ref.out[0]) << "CPU rank " << r;  // every rank ends with the same bits
+      }
+      for (size_t i = 0; i < n; ++i) {
+        double exact = 0;
+        for (int r = 0; r < N; ++r) exact += double(x[size_t(r)][i]);
+        // N codes, each within eb of its value, then one rounding to float.
+        ASSERT_LE(std::fabs(double(ref.out[0][i]) - exact), N * eb + 1e-6 * std::fabs(exact) + 1e-7) << "element " << i;
+      }
+      for (const auto& dev : patterns(N)) {
+        const QuantRun got = run_quantized_all_reduce(dev, x, eb, Predictor::Delta1);
+        for (int r = 0; r < N; ++r) {
+          ASSERT_EQ(got.errors[size_t(r)], "") << "rank " << r;
+          ASSERT_EQ(0, std::memcmp(got.out[size_t(r)].data(), ref.out[0].data(), n * 4))
+              << "rank " << r << ": output differs from the CPU ranks'";
+        }
+        ASSERT_EQ(got.wire, ref.wire) << "wire bytes differ";
+      }
+    }
+  }
+}
+
+// The codec's three calls directly, against SliceCodec with the same options.
+TEST(CudaPrims, SliceCodecCallsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::I32, ElemType::I64}) {
+    for (Predictor pred : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
+      SCOPED_TRACE(testing::Message() << "esize " << codec::elem_size(t) << " predictor " << int(pred));
+      const size_t es = codec::elem_size(t);
+      const size_t slice = prims::slice_elems_for(kSlot, es);
+      Wire w{WireMode::Coded, t, pred};
+      const prims::PrimsArgs a = make_args(w, 0);
+      std::vector<uint64_t> scr((slice * es + 7) / 8);
+      prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+      prims::DeviceSliceCodec dev(t, w.mode, a.enc, true, kSlot, slice);
+      for (size_t n : {size_t(1), size_t(2), size_t(31), size_t(33), slice - 1, slice}) {
+        SCOPED_TRACE(testing::Message() << "n " << n);
+        for (uint64_t seed : {1u, 2u}) {
+          const auto x = make_codes(t, n, seed * 77 + n), y = make_codes(t, n, seed * 91 + n + 5);
+          DevMem dx(n * es), dy(n * es), dto(n * es);
+          to_device(dx.get(), x);
+          to_device(dy.get(), y);
+          // encode
+          std::vector<uint8_t> cs(kSlot), ds(kSlot, 0xCC);
+          size_t cb = 0, db = 0;
+          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
+          ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(dx.get()), n, ds.data(), &db), codec::Status::Ok);
+          ASSERT_EQ(db, cb);
+          ASSERT_EQ(0, std::memcmp(ds.data(), cs.data(), cb)) << "device slice differs from the CPU's";
+          // decode (a CPU slice on the device)
+          prims::SliceValues v;
+          ASSERT_EQ(dev.decode(cs.data(), cb, n, dto.get(), &v), codec::Status::Ok);
+          ASSERT_EQ(v.dense, dto.get());
+          ASSERT_EQ(from_device(dto.get(), n * es), x);
+          // reduce: incoming x + local y, fused (decode-and-add) and not,
+          // into another buffer and in place into the local values
+          std::vector<uint8_t> want = y;
+          add_into(t, want, x.data(), n);
+          for (bool fused : {false, true}) {
+            SCOPED_TRACE(fused ? "fused decode-and-add" : "decode, then add");
+            dev.set_fused(fused);
+            to_device(dy.get(), y);
+            ASSERT_EQ(dev.reduce(cs.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v),
+                      codec::Status::Ok);
+            ASSERT_EQ(from_device(dto.get(), n * es), want);
+            ASSERT_EQ(dev.reduce(cs.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dy.get(), &v),
+                      codec::Status::Ok);
+            ASSERT_EQ(from_device(dy.get(), n * es), want);
+            // Corrupt planes (a byte of the payload flipped) are an error on both paths, never a quiet sum.
+            if (cb > codec::kHeaderBytes + 8) {
+              std::vector<uint8_t> bad(cs.begin(), cs.begin() + long(cb));
+              codec::SliceHeader hb;
+              ASSERT_EQ(codec::read_header(bad.data(), cb, &hb), codec::Status::Ok);
+              if (hb.codec == codec::Codec::Block) {
+                bad[codec::kHeaderBytes] = 0xFF;  // first width nibbles: 15 and an escape that is not there
+                std::vector<uint8_t> cpu_out(n * es);
+                size_t used = 0;
+                const codec::Status cpu_s = codec::decode_slice(bad.data(), cb, t, uint32_t(n), cpu_out.data(), &used);
+                const codec::Status dev_s =
+                    dev.reduce(bad.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v);
+                EXPECT_EQ(dev_s == codec::Status::Ok, cpu_s == codec::Status::Ok && used == cb);
+              }
+            }
+          }
+          // A byte after the slice is corruption, as on the CPU; a truncated slice fails.
+          cs[cb] = 0;
+          ASSERT_EQ(dev.decode(cs.data(), cb + 1, n, dto.get(), &v), codec::Status::Corrupt);
+          ASSERT_NE(dev.decode(cs.data(), cb - 1, n, dto.get(), &v), codec::Status::Ok);
+          ASSERT_NE(dev.decode(cs.data(), cb, n + 1, dto.get(), &v), codec::Status::Ok);  // wrong count
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaPrims, UnsupportedSlicesAndOptions) {
+  SKIP_WITHOUT_GPU();
+  const size_t slice = prims::slice_elems_for(kSlot, 4);
+  Wire w{WireMode::Coded, ElemType::I32, Predictor::None};
+  prims::PrimsArgs a = make_args(w, 0);
+  // Coded mode needs a forced Block predictor (no device selector yet), integer codes, room for a slice.
+  codec::EncodeOptions autosel;
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, autosel, true, kSlot, slice), InvalidArgument);
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Coded, a.enc, true, kSlot, slice), InvalidArgument);
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice + 1), InvalidArgument);
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Raw, a.enc, true, kSlot, slice), InvalidArgument);
+  // A Sparse slice (a CPU rank with the selector free may send one) is not
+  // decoded on the device: the step reports it as an undecodable slice.
+  prims::DeviceSliceCodec dev(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice);
+  std::vector<int32_t> x(slice, 0);
+  x[3] = 5;
+  std::vector<uint8_t> buf(kSlot);
+  codec::EncodeOptions sp;
+  sp.choice = codec::EncodeOptions::Choice::Sparse;
+  sp.predictor = 0;
+  codec::SliceInfo info;
+  ASSERT_EQ(codec::encode_slice(x.data(), ElemType::I32, uint32_t(slice), buf.data(), buf.size(), sp, &info),
+            codec::Status::Ok);
+  Fifo f(kSlot, 2);
+  FakeSend s(&f);
+  FakeRecv r(&f);
+  std::memcpy(s.acquire(Clock::now() + std::chrono::seconds(1)), buf.data(), info.bytes);
+  s.post(info.bytes);
+  DevMem out(slice * 4), scr(slice * 4);
+  prims::ChannelStats st;
+  a.device = &dev;
+  prims::Prims p(nullptr, &r, a, &st, scr.get());
+  EXPECT_THROW(p.recv(out.get(), slice), CorruptData);
+  // A device rank takes no Stage, and its codec's wire mode.
+  struct NoStage : prims::Stage {
+    void* prepare(const void* src, size_t) override { return const_cast<void*>(src); }
+    void finish(const void*, const void*, size_t) override {}
+  } stage;
+  prims::PrimsArgs b = a;
+  b.stage = &stage;
+  EXPECT_THROW(prims::Prims(nullptr, &r, b, &st, scr.get()), InvalidArgument);
+  b = a;
+  b.mode = WireMode::Raw;
+  EXPECT_THROW(prims::Prims(nullptr, &r, b, &st, scr.get()), InvalidArgument);
+}
+
+// A CUDA failure inside the codec (here a copy to a null device pointer,
+// cudaErrorInvalidValue) is reported by the step as a device failure with the
+// CUDA error, not as a corrupt slice from the peer.
+TEST(CudaPrims, CudaFailuresAreNotBlamedOnThePeer) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 10;
+  Wire w{WireMode::Raw, ElemType::I32};
+  prims::PrimsArgs a = make_args(w, 3);
+  prims::DeviceSliceCodec dev(ElemType::I32, WireMode::Raw, a.enc, true, kSlot, prims::slice_elems_for(kSlot, 4));
+  a.device = &dev;
+  Fifo f(kSlot, 2);
+  FakeSend s(&f);
+  FakeRecv r(&f);
+  std::memset(s.acquire(Clock::now() + std::chrono::seconds(1)), 7, n * 4);
+  s.post(n * 4);
+  prims::ChannelStats st;
+  prims::Prims p(nullptr, &r, a, &st, nullptr);
+  try {
+    p.recv(nullptr, n);
+    FAIL() << "no error";
+  } catch (const CorruptData& e) {
+    FAIL() << "blamed on the peer: " << e.what();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 3"), std::string::npos) << what;
+    EXPECT_NE(what.find("device slice codec failed"), std::string::npos) << what;
+    EXPECT_NE(what.find("CUDA error"), std::string::npos) << what;
+  }
+  EXPECT_NE(dev.cuda_error(), 0);
+  // The next call starts clean.
+  prims::SliceValues v;
+  DevMem to(n * 4);
+  std::vector<uint8_t> slot(n * 4, 1);
+  EXPECT_EQ(dev.decode(slot.data(), slot.size(), n, to.get(), &v), codec::Status::Ok);
+  EXPECT_EQ(dev.cuda_error(), 0);
+  EXPECT_EQ(dev.device_error(), "");
+}
+
+}  // namespace
+
+#endif  // NCCLZ_WITH_CUDA
