@@ -320,6 +320,8 @@ class CommPolicy:
         if decision is None or not decision.learn or not hasattr(model, "record"):
             return
         call = decision.call
+        if call.nbytes <= self.latency_bytes and call.nbytes < getattr(model, "min_bytes", 0):
+            return  # nothing to learn: the size alone decides these calls (and no algorithm is proposed)
         ran = stats.ran_mode
         effort = ""
         if stats.lightened or ran == "none":
