@@ -36,6 +36,10 @@
 
 #include "ncclz/codec/format.hpp"
 
+namespace ncclz::codec {
+struct EncodeOptions;  // codec/slice.hpp (the selecting encodes' options)
+}  // namespace ncclz::codec
+
 namespace ncclz::cuda {
 
 /// Slot size that always suffices for a slice of slice_len codes: max_slice_bytes(code_t, slice_len).
@@ -183,6 +187,39 @@ class DeviceCodec {
   int kernels_ = 2;
   uint8_t* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+
+ public:
+  // -------------------------------------------------------------------------
+  // Selecting encodes (the device selector: cuda/select_kernels.cu, its
+  // schedule at the top; docs/GPU.md "Device selector"). Per slice, the CPU
+  // selector's rule (codec/select_rule.hpp) on the same sample picks Raw,
+  // Block with a predictor, or Sparse, with no host round trip, and records
+  // it in the slice header: slice k is byte-identical to the CPU's
+  //   encode_slice(q_k, code_t, count_k, dst, slot_bytes, opt')
+  // where opt' is opt with allow_rans = false (the device has no Rans coder:
+  // where the CPU would pick Rans, the best fast codec). opt.choice: Auto,
+  // Raw, Block or Sparse (Rans, FloatExp: -Unsupported); every other field
+  // as on the CPU (predictor, row/plane for the Lorenzo candidates, the
+  // margins, the sample). Layout, sizes and statuses as encode_slices_async;
+  // the slices decode with decode_slices_async (Sparse included) and on the
+  // CPU. Scratch: the v3 encoder's plus 4 bytes per code (the Sparse
+  // slices' nonzero positions), grown on the first call of a size. Whatever
+  // kernels() says, the Block slices are written by the v3 kernels.
+
+  /// Selecting encode of the n codes of type code_t (I32, I64) at d_q.
+  int encode_slices_select_async(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len,
+                                 const codec::EncodeOptions& opt, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
+                                 int* d_status);
+
+  /// Fused quantize + selecting encode: the slices of quantize_async(d_x, t,
+  /// n, eb, limit, codes, code_t, ...) followed by encode_slices_select_async
+  /// of those codes, without the codes reaching memory; the outlier count as
+  /// quantize_encode_slices_async. opt.row > 1 (Lorenzo candidates) is
+  /// Unsupported here.
+  int quantize_encode_slices_select_async(const void* d_x, codec::ElemType t, size_t n, double eb, int64_t limit,
+                                          codec::ElemType code_t, uint32_t slice_len, const codec::EncodeOptions& opt,
+                                          uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes, int* d_status,
+                                          uint64_t* d_outlier_count);
 };
 
 }  // namespace ncclz::cuda
