@@ -1,7 +1,8 @@
-// Device codec: quantizer, predictors and the Block coder on a CUDA GPU,
-// producing the same bytes as the CPU codec (docs/FORMAT.md). Implemented in
-// cuda/ (device_codec.cu, quantize_kernels.cu, slice_kernels.cu, and the v3
-// kernels encode_v3.cu, decode_v3.cu); built only
+// Device codec: quantizer, predictors, the Block and Sparse coders and the
+// slice selector on a CUDA GPU, producing the same bytes as the CPU codec
+// (docs/FORMAT.md). Implemented in cuda/ (device_codec.cu, quantize_kernels.cu,
+// slice_kernels.cu, the v3 kernels encode_v3.cu, decode_v3.cu, and the
+// selector with the Sparse coder, select_kernels.cu); built only
 // with CUDA (NCCLZ_WITH_CUDA). Declared here without CUDA headers.
 //
 // Checked on a GPU (an NVIDIA H200, bench/results/gpu.md) and in the CPU
@@ -130,9 +131,11 @@ class DeviceCodec {
   /// (slot k at d_src + k*slot_bytes; slice k's bytes are within the first
   /// d_lens[k] bytes of its slot, or slot_bytes when d_lens is null) into n
   /// codes of type code_t at d_out. Accepts Raw and Block slices with any
-  /// predictor (FORMAT.md checks, as decode_slice); Rans, Sparse and FloatExp
-  /// slices give Status::Unsupported (no device decoder yet). Per-slice
-  /// status to d_status[k]; after an error that slice's output is unspecified.
+  /// predictor (FORMAT.md checks, as decode_slice) and Sparse slices with any
+  /// predictor (select_kernels.cu: the CPU decoder's checks and statuses;
+  /// one thread per Sparse slice); Rans and FloatExp slices give
+  /// Status::Unsupported (no device decoder). Per-slice status to
+  /// d_status[k]; after an error that slice's output is unspecified.
   int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n, uint32_t slice_len,
                           codec::ElemType code_t, void* d_out, int* d_status);
 
@@ -158,8 +161,8 @@ class DeviceCodec {
   /// statuses) followed by dequantize_async(codes, code_t, n, eb, d_out, t),
   /// writing the n values of type t (F32, F64, F16, BF16) at d_out without
   /// the codes reaching memory. A Block slice with a Lorenzo predictor gives
-  /// Status::Unsupported whatever its payload, as Rans does (decode_slices_async
-  /// + dequantize_async decode it).
+  /// Status::Unsupported whatever its payload, as Rans and Sparse slices do
+  /// (decode_slices_async + dequantize_async decode the Lorenzo and Sparse ones).
   int decode_dequantize_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
                                      uint32_t slice_len, codec::ElemType code_t, double eb, void* d_out,
                                      codec::ElemType t, int* d_status);
