@@ -110,8 +110,8 @@ __global__ void diff_kernel(const uint8_t* a, const uint8_t* b, const uint64_t* 
 
 // Counts the bytes where slices of `a` whose header says (codec, pred) differ
 // from b's (sizes included), and those slices.
-__global__ void diff_choice_kernel(const uint8_t* a, const uint8_t* b, const uint64_t* sa, const uint64_t* sb,
-                                   size_t S, size_t slot, uint8_t codec, uint8_t pred, unsigned long long* ndiff,
+__global__ void diff_choice_kernel(const uint8_t* a, const uint8_t* b, const uint64_t* sa, const uint64_t* sb, size_t S,
+                                   size_t slot, uint8_t codec, uint8_t pred, unsigned long long* ndiff,
                                    unsigned long long* nslices) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < S * slot; i += size_t(gridDim.x) * blockDim.x) {
     const size_t k = i / slot, j = i - k * slot;
@@ -421,7 +421,9 @@ int main(int argc, char** argv) {
       const int64_t limit = int64_t(1) << 20;
       const ncclz::codec::EncodeOptions opt;  // the CPU's defaults (allow_rans = false on the device)
       CL(codec.quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap));
-      auto senc = [&] { CL(codec.encode_slices_select_async(q, ElemType::I32, n, L, opt, slots, slot, sizes, status)); };
+      auto senc = [&] {
+        CL(codec.encode_slices_select_async(q, ElemType::I32, n, L, opt, slots, slot, sizes, status));
+      };
       auto sfenc = [&] {
         CL(codec.quantize_encode_slices_select_async(x, ElemType::F32, n, eb, limit, ElemType::I32, L, opt, slots, slot,
                                                      sizes, status, count2));

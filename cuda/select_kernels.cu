@@ -63,14 +63,12 @@ using codec::kBlockLen;
 using codec::Predictor;
 using codec::Status;
 
-__device__ __forceinline__ bool lorenzo(Predictor p) {
-  return p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D;
-}
+__device__ __forceinline__ bool lorenzo(Predictor p) { return p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D; }
 
 // The residual of slice element i (slice start s0) under predictor p (args a0, a1).
 template <class In>
 __device__ __forceinline__ typename In::CodeT residual_at(const In& in, size_t s0, uint32_t i, Predictor p, uint32_t a0,
-                                                         uint32_t a1) {
+                                                          uint32_t a1) {
   using Code = typename In::CodeT;
   using U = codec::UCode<Code>;
   int bad = 0;  // outliers are counted by the Block encoder's pass
@@ -217,7 +215,8 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (raw) {  // the Raw fallback: the codes' own bytes
     int bad = 0;
-    for (uint32_t i = threadIdx.x; i < cnt; i += kThreads) store_le(payload + size_t(i) * sizeof(Code), in.at(s0 + i, bad));
+    for (uint32_t i = threadIdx.x; i < cnt; i += kThreads)
+      store_le(payload + size_t(i) * sizeof(Code), in.at(s0 + i, bad));
   }
 }
 
@@ -226,7 +225,8 @@ __global__ void __launch_bounds__(kThreads)
     sparse_dec_kernel(const uint8_t* src, const uint64_t* lens, SliceBatchRef r, Code* out, int* status) {
   using U = codec::UCode<Code>;
   __shared__ DevDecTable tg, tv;
-  __shared__ codec::SliceHeader hh;
+  __shared__ uint32_t plen, pa0, pa1;
+  __shared__ uint8_t pred;
   __shared__ int go;
   const uint32_t k = blockIdx.x, cnt = r.count(k);
   const uint8_t* slice = src + size_t(k) * r.slot;
@@ -236,7 +236,10 @@ __global__ void __launch_bounds__(kThreads)
     const ElemType ct = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
     codec::SliceHeader h;
     go = codec::read_slice_header(slice, len, ct, cnt, &h) == Status::Ok && h.codec == Codec::Sparse;
-    hh = h;
+    plen = h.payload_bytes;
+    pred = uint8_t(h.predictor);
+    pa0 = h.pred_arg0;
+    pa1 = h.pred_arg1;
   }
   __syncthreads();
   if (!go) return;  // uniform: not a Sparse slice (the other kernels' status stands)
@@ -244,10 +247,10 @@ __global__ void __launch_bounds__(kThreads)
   for (uint32_t i = threadIdx.x; i < cnt; i += kThreads) o[i] = Code(0);
   __syncthreads();
   if (threadIdx.x == 0) {
-    Status s = dev_sparse_decode<Code>(slice + codec::kHeaderBytes, hh.payload_bytes, cnt, o, &tg, &tv);
-    if (s == Status::Ok && hh.predictor != Predictor::None) {
-      for (uint32_t i = 0; i < cnt; ++i)
-        o[i] = Code(U(U(o[i]) + codec::predict_at(o, i, hh.predictor, hh.pred_arg0, hh.pred_arg1)));
+    const Status s = dev_sparse_decode<Code>(slice + codec::kHeaderBytes, plen, cnt, o, &tg, &tv);
+    const Predictor p = Predictor(pred);
+    if (s == Status::Ok && p != Predictor::None) {
+      for (uint32_t i = 0; i < cnt; ++i) o[i] = Code(U(U(o[i]) + codec::predict_at(o, i, p, pa0, pa1)));
     }
     status[k] = int(s);
   }
@@ -283,10 +286,10 @@ int check_select_options(const EncodeOptions& opt) {
 // The value type of a FloatsIn.
 template <class T>
 constexpr ElemType float_elem() {
-  return std::is_same_v<T, float>           ? ElemType::F32
-         : std::is_same_v<T, double>        ? ElemType::F64
-         : std::is_same_v<T, codec::F16>    ? ElemType::F16
-                                            : ElemType::BF16;
+  return std::is_same_v<T, float>        ? ElemType::F32
+         : std::is_same_v<T, double>     ? ElemType::F64
+         : std::is_same_v<T, codec::F16> ? ElemType::F16
+                                         : ElemType::BF16;
 }
 template <class T, class Code>
 int encode3_any(const FloatsIn<T, Code>& in, const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc,
@@ -317,8 +320,8 @@ cudaError_t select_launch(const In& in, const SliceBatchRef& r, const EncodeOpti
   ep.sel = sel;
   e = cudaError_t(encode3_any(in, r, ep, ss.sc, base + ss.sc.tmp, dst, sizes, status, outliers, stream));
   if (e != cudaSuccess) return e;
-  sparse_enc_kernel<In><<<r.S, kThreads, 0, stream>>>(in, r, opt, sel, reinterpret_cast<uint32_t*>(base + ss.pos), dst,
-                                                      sizes, status);
+  sparse_enc_kernel<In>
+      <<<r.S, kThreads, 0, stream>>>(in, r, opt, sel, reinterpret_cast<uint32_t*>(base + ss.pos), dst, sizes, status);
   return cudaGetLastError();
 }
 
@@ -352,8 +355,8 @@ int DeviceCodec::encode_slices_select_async(const void* d_q, ElemType code_t, si
   cudaError_t e = cudaSuccess;
   with_code_type(code_t, [&](auto cv) {
     using Code = decltype(cv);
-    e = select_launch(CodesIn<Code>{static_cast<const Code*>(d_q)}, r, opt, ss, base, d_dst, d_sizes, d_status,
-                      nullptr, s);
+    e = select_launch(CodesIn<Code>{static_cast<const Code*>(d_q)}, r, opt, ss, base, d_dst, d_sizes, d_status, nullptr,
+                      s);
   });
   return int(e);
 }

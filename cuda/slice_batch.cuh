@@ -124,10 +124,9 @@ int encode3_codes(const void* q, codec::ElemType code_t, const SliceBatchRef& r,
                   cudaStream_t stream);
 /// The same from floats of type t quantized on the fly (quantize_one on grid
 /// g, codes clamped to `limit`, outliers added to *outliers).
-int encode3_floats(const void* x, codec::ElemType t, const codec::QuantGrid& g, int64_t limit,
-                   codec::ElemType code_t, const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc,
-                   uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status, unsigned long long* outliers,
-                   cudaStream_t stream);
+int encode3_floats(const void* x, codec::ElemType t, const codec::QuantGrid& g, int64_t limit, codec::ElemType code_t,
+                   const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc, uint8_t* tmp, uint8_t* dst,
+                   uint64_t* sizes, int* status, unsigned long long* outliers, cudaStream_t stream);
 /// Sparse slices of a decoded batch (select_kernels.cu): each slot whose
 /// header reads as a Sparse slice of code_t is decoded into out, its status
 /// replacing the Unsupported of the other decode kernels. 0 or a cudaError_t.

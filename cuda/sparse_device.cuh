@@ -59,7 +59,7 @@ __device__ __forceinline__ uint64_t low_mask64(int nb) { return nb >= 64 ? ~uint
 struct DevBitWriter {
   uint8_t* w;
   uint64_t acc = 0;
-  uint32_t n = 0;  // pending bits, < 8 between calls
+  uint32_t n = 0;                                 // pending bits, < 8 between calls
   __device__ void put(uint64_t v, uint32_t nb) {  // any nb <= 64
     while (nb > 0) {
       const uint32_t take = nb > 32 ? 32 : nb;
@@ -295,8 +295,7 @@ __device__ size_t dev_sparse_encode(const uint32_t* pos, const Res& res, size_t 
   const size_t gbytes = dev_rans_encode([&](size_t i) { return uint64_t(gap(i) >> gs); }, k, dst + at, cap - at, s);
   if (gbytes == codec::kNoFit) return codec::kNoFit;
   at += gbytes;
-  const size_t vbytes =
-      dev_rans_encode([&](size_t i) { return uint64_t(U(val(i) >> vs)); }, k, dst + at, cap - at, s);
+  const size_t vbytes = dev_rans_encode([&](size_t i) { return uint64_t(U(val(i) >> vs)); }, k, dst + at, cap - at, s);
   if (vbytes == codec::kNoFit) return codec::kNoFit;
   at += vbytes;
   codec::store_u32(dst, uint32_t(k));
@@ -327,7 +326,7 @@ struct DevFrameDec {
   size_t xbytes = 0;
   uint64_t xpos = 0;
   uint32_t x[codec::kRansLanes];
-  int single = -1;  // the symbol of a single-symbol table
+  int single = -1;   // the symbol of a single-symbol table
   bool any = false;  // symbols with extra bits
   bool ok = true;
   size_t i = 0;

@@ -14,10 +14,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -120,19 +120,19 @@ constexpr ElemType code_type() {
 enum class Data { Zeros, Constant, MostlyZero, SteppedRuns, Smooth, Linear, SmallNoise, Random, Grid };
 const char* data_name(Data d) {
   switch (d) {
-    case Data::Zeros: return "zeros";              // Sparse with k = 0 (zero elision)
-    case Data::Constant: return "constant";        // Sparse after Delta1 (one nonzero)
-    case Data::MostlyZero: return "mostly-zero";   // Sparse, predictor None
-    case Data::SteppedRuns: return "stepped-runs"; // Sparse after Delta1
-    case Data::Smooth: return "smooth";            // Block, Delta1/Delta2
-    case Data::Linear: return "kinked-linear";  // Delta2 residuals zero but at the kinks: Sparse
-    case Data::SmallNoise: return "small-noise";   // Block, None
-    case Data::Random: return "random";            // Raw
-    case Data::Grid: return "grid";                // a 2D field (Lorenzo candidates)
+    case Data::Zeros: return "zeros";               // Sparse with k = 0 (zero elision)
+    case Data::Constant: return "constant";         // Sparse after Delta1 (one nonzero)
+    case Data::MostlyZero: return "mostly-zero";    // Sparse, predictor None
+    case Data::SteppedRuns: return "stepped-runs";  // Sparse after Delta1
+    case Data::Smooth: return "smooth";             // Block, Delta1/Delta2
+    case Data::Linear: return "kinked-linear";      // Delta2 residuals zero but at the kinks: Sparse
+    case Data::SmallNoise: return "small-noise";    // Block, None
+    case Data::Random: return "random";             // Raw
+    case Data::Grid: return "grid";                 // a 2D field (Lorenzo candidates)
   }
   return "?";
 }
-constexpr Data kAllData[] = {Data::Zeros,    Data::Constant,   Data::MostlyZero, Data::SteppedRuns, Data::Smooth,
+constexpr Data kAllData[] = {Data::Zeros,  Data::Constant,   Data::MostlyZero, Data::SteppedRuns, Data::Smooth,
                              Data::Linear, Data::SmallNoise, Data::Random,     Data::Grid};
 
 template <class Code>
@@ -151,7 +151,9 @@ std::vector<Code> make_data(size_t n, Data d, uint32_t seed) {
         if (q[i] == 0 && r % 100 < 4) q[i] = 1;
         break;
       }
-      case Data::SteppedRuns: q[i] = i == 0 ? Code(5) : (rng() % 50 == 0 ? Code(q[i - 1] + Code(rng() % 1000) - 500) : q[i - 1]); break;
+      case Data::SteppedRuns:
+        q[i] = i == 0 ? Code(5) : (rng() % 50 == 0 ? Code(q[i - 1] + Code(rng() % 1000) - 500) : q[i - 1]);
+        break;
       case Data::Smooth: q[i] = Code(std::llround(3000.0 * std::sin(double(i) * 0.001 + seed) + g(rng) * 2)); break;
       case Data::Linear: {  // slope changes every ~60 codes
         static thread_local int64_t slope = 0;
@@ -199,8 +201,8 @@ using Tally = std::map<std::pair<int, int>, int>;  // (codec, predictor) -> slic
 // false: sizes, statuses, bytes; then the device's slices decode on the CPU
 // and on the device to q. Adds the choices to *tally.
 template <class Code>
-void select_matches_cpu(const std::vector<Code>& q, uint32_t L, const EncodeOptions& opt_in, size_t slot,
-                        Tally* tally, const std::string& what) {
+void select_matches_cpu(const std::vector<Code>& q, uint32_t L, const EncodeOptions& opt_in, size_t slot, Tally* tally,
+                        const std::string& what) {
   SCOPED_TRACE(what);
   EncodeOptions opt = opt_in;
   opt.allow_rans = false;
@@ -222,8 +224,8 @@ void select_matches_cpu(const std::vector<Code>& q, uint32_t L, const EncodeOpti
     SliceHeader gh;
     const bool gh_ok = read_header(got.data() + k * slot, slot, &gh) == Status::Ok;
     ASSERT_EQ(gsizes[k], wsizes[k]) << "slice " << k << " cpu codec " << int(infos[k].codec) << " predictor "
-                                    << int(infos[k].predictor) << "; device codec "
-                                    << (gh_ok ? int(gh.codec) : -1) << " predictor " << (gh_ok ? int(gh.predictor) : -1);
+                                    << int(infos[k].predictor) << "; device codec " << (gh_ok ? int(gh.codec) : -1)
+                                    << " predictor " << (gh_ok ? int(gh.predictor) : -1);
     for (size_t b = 0; b < wsizes[k]; ++b)
       ASSERT_EQ(got[k * slot + b], want[k * slot + b])
           << "slice " << k << ": first difference at byte " << b << " (cpu codec " << int(infos[k].codec)
@@ -235,7 +237,8 @@ void select_matches_cpu(const std::vector<Code>& q, uint32_t L, const EncodeOpti
   for (size_t k = 0; k < S; ++k) {
     const size_t cnt = std::min<size_t>(L, n - k * L);
     std::vector<Code> back(cnt);
-    ASSERT_EQ(decode_slice(got.data() + k * slot, gsizes[k], code_type<Code>(), uint32_t(cnt), back.data()), Status::Ok);
+    ASSERT_EQ(decode_slice(got.data() + k * slot, gsizes[k], code_type<Code>(), uint32_t(cnt), back.data()),
+              Status::Ok);
     ASSERT_TRUE(std::equal(back.begin(), back.end(), q.begin() + long(k * L))) << "slice " << k;
   }
   // And on the device (exact lengths per slot).
@@ -254,8 +257,8 @@ void select_over_data(uint32_t seed0) {
   uint32_t seed = seed0;
   const std::vector<std::pair<size_t, uint32_t>> shapes =
       quick() ? std::vector<std::pair<size_t, uint32_t>>{{5000, 2048}, {20001, 20001}, {700, 256}}
-              : std::vector<std::pair<size_t, uint32_t>>{{5000, 2048}, {20001, 20001}, {700, 256}, {65537, 16384},
-                                                         {100, 7}, {131072, 65536}};
+              : std::vector<std::pair<size_t, uint32_t>>{{5000, 2048},   {20001, 20001}, {700, 256},
+                                                         {65537, 16384}, {100, 7},       {131072, 65536}};
   for (auto [n, L] : shapes) {
     for (Data d : kAllData) {
       const auto q = make_data<Code>(n, d, seed++);
@@ -276,8 +279,8 @@ void select_over_data(uint32_t seed0) {
   EXPECT_TRUE(made(Codec::Sparse, Predictor::Delta2));
   std::string seen;
   for (auto& [cp, count] : tally)
-    seen += " (codec " + std::to_string(cp.first) + ", pred " + std::to_string(cp.second) + "): " +
-            std::to_string(count);
+    seen +=
+        " (codec " + std::to_string(cp.first) + ", pred " + std::to_string(cp.second) + "): " + std::to_string(count);
   testing::Test::RecordProperty("choices", seen);
   std::printf("choices (codec, predictor): slices:%s\n", seen.c_str());
 }
@@ -438,10 +441,10 @@ TEST(CudaSelect, CorruptSparseSlicesGiveTheCpuStatus) {
         uint32_t count = n;
         const size_t pl = bad.size() - kHeaderBytes;
         switch (trial % 6) {
-          case 0: len = kHeaderBytes + rng() % pl; break;                         // truncated
-          case 1: bad[kHeaderBytes + rng() % pl] ^= uint8_t(1u << (rng() % 8)); break;  // one bit
+          case 0: len = kHeaderBytes + rng() % pl; break;                                        // truncated
+          case 1: bad[kHeaderBytes + rng() % pl] ^= uint8_t(1u << (rng() % 8)); break;           // one bit
           case 2: bad[kHeaderBytes + rng() % std::min<size_t>(pl, 10)] = uint8_t(rng()); break;  // k, gs, vs, G
-          case 3: bad[kHeaderBytes + 10 + rng() % (pl - 10)] = uint8_t(rng()); break;  // bits and frames
+          case 3: bad[kHeaderBytes + 10 + rng() % (pl - 10)] = uint8_t(rng()); break;            // bits and frames
           case 4: bad[kHeaderBytes + pl - 1 - rng() % std::min<size_t>(pl, 40)] ^= uint8_t(1u << (rng() % 8)); break;
           case 5: count = n - 1; break;
         }
@@ -452,8 +455,8 @@ TEST(CudaSelect, CorruptSparseSlicesGiveTheCpuStatus) {
         const Status want = decode_slice(bad.data(), len, ElemType::I32, count, cpu_out.data());
         auto dsrc = to_device(bad);
         DevBuf dout(size_t(count) * 4), dstat(4);
-        LAUNCH_OK(dev().decode_slice_async(dsrc->get<uint8_t>(), len, ElemType::I32, count, dout.get(),
-                                           dstat.get<int>()));
+        LAUNCH_OK(
+            dev().decode_slice_async(dsrc->get<uint8_t>(), len, ElemType::I32, count, dout.get(), dstat.get<int>()));
         ASSERT_EQ(dstat.download<int>(1)[0], int(want))
             << data_name(d) << " pred " << pred << " trial " << trial << " cpu: " << status_string(want);
         if (want == Status::Ok) {
@@ -482,10 +485,10 @@ TEST(CudaSelect, FusedMatchesQuantizeThenCpuSelect) {
     std::vector<float> x(n);
     for (size_t i = 0; i < n; ++i) {
       switch (kind) {
-        case 0: x[i] = 0.f; break;                                             // zeros: Sparse k = 0
-        case 1: x[i] = rng() % 50 == 0 ? g(rng) : 0.f; break;                  // mostly zero: Sparse
-        case 2: x[i] = std::sin(float(i) * 0.001f) + 0.001f * g(rng); break;   // smooth: Block, Delta
-        default: x[i] = g(rng); break;                                         // Gaussian: Block None
+        case 0: x[i] = 0.f; break;                                            // zeros: Sparse k = 0
+        case 1: x[i] = rng() % 50 == 0 ? g(rng) : 0.f; break;                 // mostly zero: Sparse
+        case 2: x[i] = std::sin(float(i) * 0.001f) + 0.001f * g(rng); break;  // smooth: Block, Delta
+        default: x[i] = g(rng); break;                                        // Gaussian: Block None
       }
     }
     if (kind == 3) x[17] = std::nanf("");  // an outlier
@@ -506,10 +509,9 @@ TEST(CudaSelect, FusedMatchesQuantizeThenCpuSelect) {
     std::vector<SliceInfo> infos;
     cpu_batch(q, L, slot, opt, &want, &wsizes, &wstatus, &infos);
     DevBuf ddst(S * slot, 0), dsizes(S * 8), dstatus(S * 4), dout(8);
-    LAUNCH_OK(dev().quantize_encode_slices_select_async(dx->get(), ElemType::F32, n, eb, limit, ElemType::I32, L,
-                                                        EncodeOptions{}, ddst.get<uint8_t>(), slot,
-                                                        dsizes.get<uint64_t>(), dstatus.get<int>(),
-                                                        dout.get<uint64_t>()));
+    LAUNCH_OK(dev().quantize_encode_slices_select_async(
+        dx->get(), ElemType::F32, n, eb, limit, ElemType::I32, L, EncodeOptions{}, ddst.get<uint8_t>(), slot,
+        dsizes.get<uint64_t>(), dstatus.get<int>(), dout.get<uint64_t>()));
     EXPECT_EQ(dout.download<uint64_t>(1)[0], outliers);
     const auto got = ddst.download<uint8_t>(S * slot);
     const auto gsizes = dsizes.download<uint64_t>(S);
@@ -533,22 +535,22 @@ TEST(CudaSelect, RejectsBadOptions) {
   DevBuf d(1024);
   EncodeOptions o;
   o.choice = EncodeOptions::Choice::Rans;
-  EXPECT_EQ(dev().encode_slices_select_async(d.get(), ElemType::I32, 10, 10, o, d.get<uint8_t>(), 100, nullptr,
-                                             nullptr),
-            -int(Status::Unsupported));
+  EXPECT_EQ(
+      dev().encode_slices_select_async(d.get(), ElemType::I32, 10, 10, o, d.get<uint8_t>(), 100, nullptr, nullptr),
+      -int(Status::Unsupported));
   o.choice = EncodeOptions::Choice::FloatExp;
-  EXPECT_EQ(dev().encode_slices_select_async(d.get(), ElemType::I32, 10, 10, o, d.get<uint8_t>(), 100, nullptr,
-                                             nullptr),
-            -int(Status::Unsupported));
+  EXPECT_EQ(
+      dev().encode_slices_select_async(d.get(), ElemType::I32, 10, 10, o, d.get<uint8_t>(), 100, nullptr, nullptr),
+      -int(Status::Unsupported));
   o = EncodeOptions{};
   o.predictor = kNumPredictors;
-  EXPECT_EQ(dev().encode_slices_select_async(d.get(), ElemType::I32, 10, 10, o, d.get<uint8_t>(), 100, nullptr,
-                                             nullptr),
-            -int(Status::BadHeader));
+  EXPECT_EQ(
+      dev().encode_slices_select_async(d.get(), ElemType::I32, 10, 10, o, d.get<uint8_t>(), 100, nullptr, nullptr),
+      -int(Status::BadHeader));
   o = EncodeOptions{};
-  EXPECT_EQ(dev().encode_slices_select_async(d.get(), ElemType::F32, 10, 10, o, d.get<uint8_t>(), 100, nullptr,
-                                             nullptr),
-            -int(Status::Unsupported));
+  EXPECT_EQ(
+      dev().encode_slices_select_async(d.get(), ElemType::F32, 10, 10, o, d.get<uint8_t>(), 100, nullptr, nullptr),
+      -int(Status::Unsupported));
   o.row = 10;
   EXPECT_EQ(dev().quantize_encode_slices_select_async(d.get(), ElemType::F32, 10, 0.1, 100, ElemType::I32, 10, o,
                                                       d.get<uint8_t>(), 100, nullptr, nullptr, d.get<uint64_t>()),
@@ -561,8 +563,7 @@ TEST(CudaSelect, RejectsBadOptions) {
                                                       d.get<uint8_t>(), 100, nullptr, nullptr, d.get<uint64_t>()),
             -int(Status::BadHeader));
   // n = 0: nothing to do.
-  EXPECT_EQ(dev().encode_slices_select_async(d.get(), ElemType::I32, 0, 10, o, d.get<uint8_t>(), 100, nullptr,
-                                             nullptr),
+  EXPECT_EQ(dev().encode_slices_select_async(d.get(), ElemType::I32, 0, 10, o, d.get<uint8_t>(), 100, nullptr, nullptr),
             0);
 }
 

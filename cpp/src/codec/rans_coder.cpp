@@ -28,7 +28,7 @@ constexpr uint32_t kM = 1u << kRansScaleBits;  // frequency total
 constexpr uint32_t kL = 1u << 16;              // lower bound of a normalized state
 constexpr size_t kBitmapBytes = kRansBitmapBytes;
 constexpr size_t kFixedBytes = kRansFixedBytes;  // two lengths + the states
-constexpr int kHistTables = 8;  // histogram sub-tables (no store-to-load chain on repeated symbols)
+constexpr int kHistTables = 8;                   // histogram sub-tables (no store-to-load chain on repeated symbols)
 
 // ---------------------------------------------------------------- scratch
 // Per-thread scratch buffers (symbols, extra bits), grown on demand.

@@ -48,12 +48,18 @@ struct SelectChoice {
 };
 
 /// What the selector gathers from the sampled residuals of one predictor.
+/// Trivial (no initializers: the device keeps one in shared memory); zero()
+/// it before counting.
 struct SampleStats {
-  uint64_t block_cost = 0;      ///< sum of block_cost_halfbytes over the sampled blocks
-  uint64_t sampled = 0;         ///< residuals sampled
-  uint64_t extra_bits = 0;      ///< their Rans extra bits
-  uint64_t sampled_blocks = 0;  ///< blocks sampled
+  uint64_t block_cost;           ///< sum of block_cost_halfbytes over the sampled blocks
+  uint64_t sampled;              ///< residuals sampled
+  uint64_t extra_bits;           ///< their Rans extra bits
+  uint64_t sampled_blocks;       ///< blocks sampled
   uint32_t hist[kRansAlphabet];  ///< Rans symbols of the sampled residuals
+  NCCLZ_HD void zero() {
+    block_cost = sampled = extra_bits = sampled_blocks = 0;
+    for (uint32_t& h : hist) h = 0;
+  }
 };
 
 /// Every how many blocks of 32 the selector samples a slice of n values.
@@ -154,8 +160,7 @@ struct SelectRule {
     // where the residuals are mostly zeros it competes with the fast codecs as
     // it is.
     SelectChoice entropy = best_rans;
-    if (best_sparse.est != ~size_t(0) &&
-        double(best_rans.est) >= (1.0 - opt.sparse_margin) * double(best_sparse.est)) {
+    if (best_sparse.est != ~size_t(0) && double(best_rans.est) >= (1.0 - opt.sparse_margin) * double(best_sparse.est)) {
       entropy = best_sparse;
       if (sparse_fast && best_sparse.est < best_fast.est) return best_sparse;
     }

@@ -103,7 +103,7 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
     uint32_t a0, a1;
     predictor_args(p, opt, &a0, &a1);
     SampleStats st;
-    for (uint32_t& h : st.hist) h = 0;
+    st.zero();
     Code r[kBlockLen];
     for (size_t b = 0; b < nblocks; b += every) {
       const size_t off = b * kBlockLen;
