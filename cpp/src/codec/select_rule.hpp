@@ -93,11 +93,15 @@ struct SelectRule {
     best_sparse = SelectChoice{Codec::Sparse, Predictor::None, kNone};
   }
 
-  /// Codec and predictor both forced (or an empty slice): the choice, without
-  /// a sample. The predictor, where it cannot run on this slice, becomes None
+  /// Codec and predictor both forced, Raw forced, or an empty slice: the
+  /// choice, without a sample. The predictor, where it cannot run on this slice, becomes None
   /// (slice_predictor).
   NCCLZ_HD bool forced(const EncodeOptions& opt, SelectChoice* c) const {
     if (n == 0) {
+      *c = SelectChoice{Codec::Raw, Predictor::None, 0};
+      return true;
+    }
+    if (opt.choice == Choice::Raw) {  // (encode_slice does not even ask)
       *c = SelectChoice{Codec::Raw, Predictor::None, 0};
       return true;
     }
