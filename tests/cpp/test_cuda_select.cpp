@@ -477,35 +477,37 @@ TEST(CudaSelect, CorruptSparseSlicesGiveTheCpuStatus) {
 
 // The fused quantize + select: the slices of quantize_async's codes encoded by
 // the CPU with the same options, and the same outlier count.
-TEST(CudaSelect, FusedMatchesQuantizeThenCpuSelect) {
-  SKIP_WITHOUT_GPU();
-  Tally tally;
+template <class T, class Code>
+void fused_matches(Tally* tally_out) {
+  Tally& tally = *tally_out;
+  constexpr ElemType kT = sizeof(T) == 4 ? ElemType::F32 : ElemType::F64;
+  SCOPED_TRACE(testing::Message() << "value bytes " << sizeof(T) << ", code bytes " << sizeof(Code));
   const size_t n = quick() ? 20000 : 100000;
   const uint32_t L = 8192;
   for (int kind = 0; kind < 4; ++kind) {
     std::mt19937 rng{uint32_t(kind)};
-    std::normal_distribution<float> g(0, 1);
-    std::vector<float> x(n);
+    std::normal_distribution<T> g(0, 1);
+    std::vector<T> x(n);
     for (size_t i = 0; i < n; ++i) {
       switch (kind) {
-        case 0: x[i] = 0.f; break;                                            // zeros: Sparse k = 0
-        case 1: x[i] = rng() % 50 == 0 ? g(rng) : 0.f; break;                 // mostly zero: Sparse
-        case 2: x[i] = std::sin(float(i) * 0.001f) + 0.001f * g(rng); break;  // smooth: Block, Delta
-        default: x[i] = g(rng); break;                                        // Gaussian: Block None
+        case 0: x[i] = T(0); break;                                                     // zeros: Sparse k = 0
+        case 1: x[i] = rng() % 50 == 0 ? g(rng) : T(0); break;                          // mostly zero: Sparse
+        case 2: x[i] = T(std::sin(double(i) * 0.001) + 0.001 * double(g(rng))); break;  // smooth: Block, Delta
+        default: x[i] = g(rng); break;                                                  // Gaussian: Block None
       }
     }
-    if (kind == 3) x[17] = std::nanf("");  // an outlier
+    if (kind == 3) x[17] = T(std::nan(""));  // an outlier
     const double eb = 1e-3;
     const int64_t limit = 1 << 20;
     auto dx = to_device(x);
-    DevBuf dq(n * 4), dcount(8), didx(64 * 8);
-    LAUNCH_OK(dev().quantize_async(dx->get(), ElemType::F32, n, eb, limit, dq.get(), ElemType::I32,
-                                   dcount.get<uint64_t>(), didx.get<uint64_t>(), 64));
-    const auto q = dq.download<int32_t>(n);
+    DevBuf dq(n * sizeof(Code)), dcount(8), didx(64 * 8);
+    LAUNCH_OK(dev().quantize_async(dx->get(), kT, n, eb, limit, dq.get(), code_type<Code>(), dcount.get<uint64_t>(),
+                                   didx.get<uint64_t>(), 64));
+    const auto q = dq.download<Code>(n);
     const uint64_t outliers = dcount.download<uint64_t>(1)[0];
     EncodeOptions opt;
     opt.allow_rans = false;
-    const size_t slot = nc::slice_slot_bytes(ElemType::I32, L), S = (n + L - 1) / L;
+    const size_t slot = nc::slice_slot_bytes(code_type<Code>(), L), S = (n + L - 1) / L;
     std::vector<uint8_t> want;
     std::vector<uint64_t> wsizes;
     std::vector<int> wstatus;
@@ -513,7 +515,7 @@ TEST(CudaSelect, FusedMatchesQuantizeThenCpuSelect) {
     cpu_batch(q, L, slot, opt, &want, &wsizes, &wstatus, &infos);
     DevBuf ddst(S * slot, 0), dsizes(S * 8), dstatus(S * 4), dout(8);
     LAUNCH_OK(dev().quantize_encode_slices_select_async(
-        dx->get(), ElemType::F32, n, eb, limit, ElemType::I32, L, EncodeOptions{}, ddst.get<uint8_t>(), slot,
+        dx->get(), kT, n, eb, limit, code_type<Code>(), L, EncodeOptions{}, ddst.get<uint8_t>(), slot,
         dsizes.get<uint64_t>(), dstatus.get<int>(), dout.get<uint64_t>()));
     EXPECT_EQ(dout.download<uint64_t>(1)[0], outliers);
     const auto got = ddst.download<uint8_t>(S * slot);
@@ -528,6 +530,15 @@ TEST(CudaSelect, FusedMatchesQuantizeThenCpuSelect) {
       ++tally[{int(infos[k].codec), int(infos[k].predictor)}];
     }
   }
+}
+
+TEST(CudaSelect, FusedMatchesQuantizeThenCpuSelect) {
+  SKIP_WITHOUT_GPU();
+  Tally tally;
+  fused_matches<float, int32_t>(&tally);
+  if (testing::Test::HasFatalFailure()) return;
+  fused_matches<double, int64_t>(&tally);
+  if (testing::Test::HasFatalFailure()) return;
   EXPECT_GT(tally.count({int(Codec::Sparse), int(Predictor::None)}), 0u);
   EXPECT_GT(tally.count({int(Codec::Block), int(Predictor::None)}), 0u);
 }
