@@ -37,8 +37,9 @@
 // Sparse slice as Unsupported): one CTA per slice whose header reads as a
 // Sparse slice of the batch's type and count: the CTA zeroes the slice's
 // output, then one thread decodes the payload (both Rans frames in lockstep,
-// the low bits, the CPU's checks: its status) and undoes the predictor
-// serially (predict_at, as the CPU's reconstruct computes it).
+// the low bits, the CPU's checks: its status); the CTA undoes Delta1/Delta2
+// with block scans carried across chunks of 256 codes (Lorenzo: serially on
+// one thread, predict_at as the CPU's reconstruct computes it).
 #include <cuda_runtime.h>
 
 #include <cub/block/block_scan.cuh>
@@ -227,7 +228,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ DevDecTable tg, tv;
   __shared__ uint32_t plen, pa0, pa1;
   __shared__ uint8_t pred;
-  __shared__ int go;
+  __shared__ int go, ok;
+  using ScanU = cub::BlockScan<U, kThreads>;
+  __shared__ typename ScanU::TempStorage scan_tmp;
   const uint32_t k = blockIdx.x, cnt = r.count(k);
   const uint8_t* slice = src + size_t(k) * r.slot;
   if (threadIdx.x == 0) {
@@ -246,13 +249,32 @@ __global__ void __launch_bounds__(kThreads)
   Code* o = out + size_t(k) * r.L;
   for (uint32_t i = threadIdx.x; i < cnt; i += kThreads) o[i] = Code(0);
   __syncthreads();
+  const Predictor p = Predictor(pred);
   if (threadIdx.x == 0) {
     const Status s = dev_sparse_decode<Code>(slice + codec::kHeaderBytes, plen, cnt, o, &tg, &tv);
-    const Predictor p = Predictor(pred);
-    if (s == Status::Ok && p != Predictor::None) {
+    if (s == Status::Ok && p != Predictor::None && p != Predictor::Delta1 && p != Predictor::Delta2) {
+      // Lorenzo: serially, as the CPU's reconstruct defines it.
       for (uint32_t i = 0; i < cnt; ++i) o[i] = Code(U(U(o[i]) + codec::predict_at(o, i, p, pa0, pa1)));
     }
     status[k] = int(s);
+    ok = s == Status::Ok;
+  }
+  __syncthreads();
+  if (!ok || (p != Predictor::Delta1 && p != Predictor::Delta2)) return;  // uniform
+  // Delta1: codes = running sum of the residuals; Delta2: twice, the first
+  // over r' with r'[1] = r[1] - r[0] (predict_at predicts q[1] by q[0]).
+  // A CTA scan per 256 codes, carried across chunks (RunningPrefix).
+  const int passes = p == Predictor::Delta2 ? 2 : 1;
+  for (int pass = 0; pass < passes; ++pass) {
+    RunningPrefix<U> carry{U(0)};
+    for (uint32_t b = 0; b < cnt; b += kThreads) {
+      const uint32_t i = b + threadIdx.x;
+      U v[1] = {i < cnt ? U(o[i]) : U(0)};
+      if (passes == 2 && pass == 0 && i == 1) v[0] = U(v[0] - U(o[0]));
+      ScanU(scan_tmp).InclusiveSum(v, v, carry);
+      if (i < cnt) o[i] = Code(v[0]);
+      __syncthreads();  // scan_tmp reused; o[0] read above before thread 0 writes it
+    }
   }
 }
 
