@@ -3,7 +3,7 @@
 // next to a cudaMemcpy device-to-device of the same bytes, in one run.
 //
 //   gpu_codec_bench [--mib 256] [--rel 1e-3] [--reps 10] [--warm 3] [--slice 262144]
-//                   [--kernels 123] [--json out.json] [--md out.md]
+//                   [--kernels 123] [--select 1] [--json out.json] [--md out.md]
 //
 // --kernels: which slice kernels (DeviceCodec::set_kernels) get a row each,
 // one after the other on the same data: "123" (default) all three, or any
@@ -12,6 +12,13 @@
 // times the fused calls, quantize_encode_slices_async (floats to slices) and
 // decode_dequantize_slices_async (slices to floats), their slices compared
 // with v1's and their values with dequantize_async's ("fused" columns).
+// Then, per dataset, the selecting encodes (the device selector,
+// cuda/select_kernels.cu): encode_slices_select_async of the quantized codes
+// and the fused quantize_encode_slices_select_async, default EncodeOptions:
+// the choices per slice, the ratio, their time, the round trip through
+// decode_slices_async, and every slice that chose Block with predictor p
+// compared byte for byte with the v1 kernels' slice for p ("select" rows;
+// --select 0 leaves them out).
 //
 // Datasets (generated on the device): "gaussian" (N(0,1), hashed Box-Muller)
 // and "smooth" (a sum of slow sines). Bound: abs E = rel * (max - min), grid
@@ -33,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/slice.hpp"
 #include "ncclz/cuda_codec.hpp"
 
 using ncclz::codec::ElemType;
@@ -100,6 +108,21 @@ __global__ void diff_kernel(const uint8_t* a, const uint8_t* b, const uint64_t* 
   }
 }
 
+// Counts the bytes where slices of `a` whose header says (codec, pred) differ
+// from b's (sizes included), and those slices.
+__global__ void diff_choice_kernel(const uint8_t* a, const uint8_t* b, const uint64_t* sa, const uint64_t* sb, size_t S,
+                                   size_t slot, uint8_t codec, uint8_t pred, unsigned long long* ndiff,
+                                   unsigned long long* nslices) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < S * slot; i += size_t(gridDim.x) * blockDim.x) {
+    const size_t k = i / slot, j = i - k * slot;
+    const uint8_t* h = a + k * slot;
+    if (sa[k] < 24 || h[4] != codec || h[6] != pred) continue;
+    if (j == 0) atomicAdd(nslices, 1ull);
+    const bool bad = (j == 0 && sa[k] != sb[k]) || (j < sa[k] && a[i] != b[i]);
+    if (bad) atomicAdd(ndiff, 1ull);
+  }
+}
+
 float key_to_float(unsigned key) {
   const unsigned u = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
   float f;
@@ -147,6 +170,15 @@ struct Row {
   bool ok = false;
 };
 
+// A selecting encode's row (per dataset).
+struct SelRow {
+  std::string data, choices;
+  double ratio = 0, enc_ms = 0, fenc_ms = 0;
+  unsigned long long block_slices = 0;  // slices that chose Block, compared with v1's
+  int same_as_v1 = -1;
+  bool ok = false;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,6 +187,7 @@ int main(int argc, char** argv) {
   int reps = 10, warm = 3;
   uint32_t L = 1u << 18;
   std::string json_path, md_path, kernel_list = "123";
+  int select = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--mib")
@@ -169,6 +202,8 @@ int main(int argc, char** argv) {
       L = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
     else if (a == "--kernels")
       kernel_list = argv[i + 1];
+    else if (a == "--select")
+      select = std::atoi(argv[i + 1]);
     else if (a == "--json")
       json_path = argv[i + 1];
     else if (a == "--md")
@@ -221,6 +256,7 @@ int main(int argc, char** argv) {
               2 * copy_gbs);
 
   std::vector<Row> rows;
+  std::vector<SelRow> sel_rows;
   bool all_ok = true;
   for (int kind = 0; kind < 2; ++kind) {
     gen_kernel<<<4096, 256>>>(x, n, kind);
@@ -379,6 +415,104 @@ int main(int argc, char** argv) {
         rows.push_back(r);
       }
     }
+    if (select) {
+      SelRow sr;
+      sr.data = kind == 0 ? "gaussian" : "smooth";
+      const int64_t limit = int64_t(1) << 20;
+      const ncclz::codec::EncodeOptions opt;  // the CPU's defaults (allow_rans = false on the device)
+      CL(codec.quantize_async(x, ElemType::F32, n, eb, limit, q, ElemType::I32, count, idx, idx_cap));
+      auto senc = [&] {
+        CL(codec.encode_slices_select_async(q, ElemType::I32, n, L, opt, slots, slot, sizes, status));
+      };
+      auto sfenc = [&] {
+        CL(codec.quantize_encode_slices_select_async(x, ElemType::F32, n, eb, limit, ElemType::I32, L, opt, slots, slot,
+                                                     sizes, status, count2));
+      };
+      // Check once, untimed (the first call also grows the scratch).
+      sfenc();
+      CK(cudaDeviceSynchronize());
+      std::vector<uint64_t> fsz(S);
+      CK(cudaMemcpy(fsz.data(), sizes, S * 8, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(slots_v1, slots, S * slot, cudaMemcpyDeviceToDevice));  // the fused call's slices
+      senc();
+      CK(cudaDeviceSynchronize());
+      std::vector<uint64_t> sz(S);
+      std::vector<int> st(S);
+      CK(cudaMemcpy(sz.data(), sizes, S * 8, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+      bool ok = fsz == sz;
+      if (!ok) std::printf("  select: the fused call's sizes differ from quantize + select\n");
+      uint64_t total = 0;
+      int tally[8][8] = {};
+      for (size_t k = 0; k < S; ++k) {
+        ok &= st[k] == 0;
+        total += sz[k];
+        uint8_t h[24] = {};
+        CK(cudaMemcpy(h, slots + k * slot, 24, cudaMemcpyDeviceToHost));
+        ++tally[h[4] & 7][h[6] & 7];
+      }
+      {
+        unsigned long long nd = 0;
+        CK(cudaMemset(ndiff, 0, 8));
+        diff_kernel<<<4096, 256>>>(slots, slots_v1, sizes, sizes, S, slot, ndiff);
+        CK(cudaMemcpy(&nd, ndiff, 8, cudaMemcpyDeviceToHost));
+        if (nd) std::printf("  select: the fused call's slices differ in %llu bytes\n", nd);
+        ok &= nd == 0;
+      }
+      static const char* codec_names[] = {"raw", "block", "rans", "floatexp", "sparse", "?", "?", "?"};
+      static const char* pred_names[] = {"none", "delta1", "delta2", "lorenzo2d", "lorenzo3d", "?", "?", "?"};
+      for (int c = 0; c < 8; ++c)
+        for (int pp = 0; pp < 8; ++pp)
+          if (tally[c][pp])
+            sr.choices += std::string(sr.choices.empty() ? "" : " ") + codec_names[c] + "/" + pred_names[pp] + ":" +
+                          std::to_string(tally[c][pp]);
+      sr.ratio = double(bytes) / double(total);
+      // Round trip: decode_slices_async gives the codes back.
+      CK(cudaMemset(q2, 0xA5, bytes));
+      CL(codec.decode_slices_async(slots, slot, sizes, n, L, ElemType::I32, q2, status));
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(st.data(), status, S * 4, cudaMemcpyDeviceToHost));
+      for (size_t k = 0; k < S; ++k) ok &= st[k] == 0;
+      {
+        std::vector<int32_t> a(n), b(n);
+        CK(cudaMemcpy(a.data(), q, bytes, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(b.data(), q2, bytes, cudaMemcpyDeviceToHost));
+        if (a != b) std::printf("  select: decoded codes differ\n");
+        ok &= a == b;
+      }
+      // Slices that chose Block with predictor p: v1's bytes for p.
+      sr.same_as_v1 = 1;
+      for (Predictor p : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
+        codec.set_kernels(1);
+        CL(codec.encode_slices_async(q, ElemType::I32, n, L, p, 0, 0, slots_v1, slot, sizes_v1, status));
+        unsigned long long* cnt2 = reinterpret_cast<unsigned long long*>(count2);
+        CK(cudaMemset(ndiff, 0, 8));
+        CK(cudaMemset(cnt2, 0, 8));
+        diff_choice_kernel<<<4096, 256>>>(slots, slots_v1, sizes, sizes_v1, S, slot, 1, uint8_t(p), ndiff, cnt2);
+        CK(cudaGetLastError());
+        unsigned long long nd = 0, ns = 0;
+        CK(cudaMemcpy(&nd, ndiff, 8, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(&ns, cnt2, 8, cudaMemcpyDeviceToHost));
+        sr.block_slices += ns;
+        if (nd) {
+          std::printf("  select: %llu bytes of Block/%d slices differ from v1's\n", nd, int(p));
+          sr.same_as_v1 = 0;
+        }
+      }
+      ok &= sr.same_as_v1 == 1;
+      codec.set_kernels(2);
+      sr.ok = ok;
+      all_ok &= ok;
+      sr.enc_ms = timer.median_ms(senc, warm, reps);
+      sr.fenc_ms = timer.median_ms(sfenc, warm, reps);
+      std::printf(
+          "select %-8s ratio %7.2f check %s | choices %s | encode_slices_select %.3f ms = %.0f GB/s | "
+          "quantize_encode_slices_select %.3f ms = %.0f GB/s | %llu Block slices same as v1: %s\n",
+          sr.data.c_str(), sr.ratio, ok ? "ok" : "FAILED", sr.choices.c_str(), sr.enc_ms, bytes / sr.enc_ms / 1e6,
+          sr.fenc_ms, bytes / sr.fenc_ms / 1e6, sr.block_slices, sr.same_as_v1 ? "yes" : "NO");
+      std::fflush(stdout);
+      sel_rows.push_back(sr);
+    }
   }
 
   if (!json_path.empty()) {
@@ -410,6 +544,17 @@ int main(int argc, char** argv) {
                      r.fenc_ms, r.fenc_ms > 0 ? bytes / r.fenc_ms / 1e6 : 0.0, r.fdec_ms,
                      r.fdec_ms > 0 ? bytes / r.fdec_ms / 1e6 : 0.0, i + 1 < rows.size() ? "," : "");
       }
+      std::fprintf(f, "  ],\n  \"select\": [\n");
+      for (size_t i = 0; i < sel_rows.size(); ++i) {
+        const SelRow& r = sel_rows[i];
+        std::fprintf(f,
+                     "    {\"data\": \"%s\", \"check_ok\": %s, \"ratio\": %.4f, \"choices\": \"%s\", "
+                     "\"select_encode_ms\": %.4f, \"select_encode_gbs\": %.1f, \"fused_select_encode_ms\": %.4f, "
+                     "\"fused_select_encode_gbs\": %.1f, \"block_slices\": %llu, \"block_same_bytes_as_v1\": %s}%s\n",
+                     r.data.c_str(), r.ok ? "true" : "false", r.ratio, r.choices.c_str(), r.enc_ms,
+                     bytes / r.enc_ms / 1e6, r.fenc_ms, bytes / r.fenc_ms / 1e6, r.block_slices,
+                     r.same_as_v1 ? "true" : "false", i + 1 < sel_rows.size() ? "," : "");
+      }
       std::fprintf(f, "  ]\n}\n");
       std::fclose(f);
     }
@@ -438,6 +583,16 @@ int main(int argc, char** argv) {
             r.kernels, r.data.c_str(), r.pred.c_str(), r.ok ? "ok" : "FAILED", same(r.same_as_v1), r.ratio,
             bytes / r.enc_ms / 1e6, bytes / r.dec_ms / 1e6, r.q_ms, r.e_ms, r.d_ms, r.dq_ms, bytes / r.e_ms / 1e6,
             bytes / r.d_ms / 1e6, (unsigned long long)r.outliers, fe, fd, same(r.fused_same_as_v1));
+      }
+      if (!sel_rows.empty()) {
+        std::fprintf(f,
+                     "\nSelecting encodes (default EncodeOptions; codes from quantize_async, or fused from the "
+                     "floats):\n\n| data | check | ratio | choices (codec/predictor:slices) | select enc GB/s | "
+                     "fused q+select GB/s | Block slices | same bytes as v1 |\n|---|---|---|---|---|---|---|---|\n");
+        for (const SelRow& r : sel_rows)
+          std::fprintf(f, "| %s | %s | %.2f | %s | %.0f | %.0f | %llu | %s |\n", r.data.c_str(), r.ok ? "ok" : "FAILED",
+                       r.ratio, r.choices.c_str(), bytes / r.enc_ms / 1e6, bytes / r.fenc_ms / 1e6, r.block_slices,
+                       r.same_as_v1 ? "yes" : "NO");
       }
       std::fprintf(f,
                    "\nIssue 21's targets (H100/H200): encode >= 1200 GB/s, decode >= 1600 GB/s of float32 input "

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) r.info[t] = 0;
     return;
   }
-  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+  const Predictor pe = ep.sel ? Predictor(ep.sel[2 * k + 1]) : codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
   Code res[kItems3];
   [[maybe_unused]] const int bad = load_residuals(in, r, k, c, cnt, pe, ep, tile, halo, res);
   u64 mine = 0;
@@ -152,18 +152,22 @@ __global__ void __launch_bounds__(kThreads) enc3_write_kernel(In in, SliceBatchR
   const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps, cnt = r.count(k);
   const uint32_t b0 = c * kTile3;
   if (c > 0 && b0 >= cnt) return;  // past the slice's end; tile 0 always frames its slice (uniform)
+  // The selector's choice (select_kernels.cu), else Block: Sparse slices are written there.
+  const Codec want = ep.sel ? Codec(ep.sel[2 * k]) : Codec::Block;
+  if (want == Codec::Sparse) return;  // uniform
   // The slice, framed from the tile sums exactly as v1's slice kernel does.
   const size_t first = size_t(k) * tps;
   const u64 before = r.scan[t] - r.scan[first];
   const u64 total = r.scan[first + tps - 1] + r.info[first + tps - 1] - r.scan[first];
   const size_t nb = codec::block_count(cnt);
   const size_t coded = nb ? codec::block_stream_bytes(nb, info_escapes(total), info_words(total)) : ~size_t(0);
-  const Predictor pe = codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
+  const Predictor pe = ep.sel ? Predictor(ep.sel[2 * k + 1]) : codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
   uint32_t a0, a1;
   codec::slice_predictor_args(pe, ep.row, ep.plane, &a0, &a1);
   const ElemType ct = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
   codec::SliceHeader h;
-  const Status f = codec::frame_slice(ct, cnt, r.slot, Codec::Block, pe, a0, a1, coded, &h);
+  const Status f = want == Codec::Raw ? codec::frame_slice(ct, cnt, r.slot, Codec::Raw, pe, a0, a1, ~size_t(0), &h)
+                                      : codec::frame_slice(ct, cnt, r.slot, Codec::Block, pe, a0, a1, coded, &h);
   uint8_t* slot = dst + size_t(k) * r.slot;
   if (c == 0 && threadIdx.x == 0) {
     if (f == Status::Ok) codec::write_header(slot, h);
@@ -252,6 +256,20 @@ int encode3_codes(const void* q, ElemType code_t, const SliceBatchRef& r, const 
                               nullptr, stream));
   return int(encode3_launch(CodesIn<int64_t>{static_cast<const int64_t*>(q)}, r, ep, sc, tmp, dst, sizes, status,
                             nullptr, stream));
+}
+int encode3_floats(const void* x, ElemType t, const codec::QuantGrid& g, int64_t limit, ElemType code_t,
+                   const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc, uint8_t* tmp, uint8_t* dst,
+                   uint64_t* sizes, int* status, unsigned long long* outliers, cudaStream_t stream) {
+  cudaError_t e = cudaSuccess;
+  with_float_type(t, [&](auto tv) {
+    using T = decltype(tv);
+    with_code_type(code_t, [&](auto cv) {
+      using Code = decltype(cv);
+      const FloatsIn<T, Code> in{static_cast<const T*>(x), g, limit};
+      e = encode3_launch(in, r, ep, sc, tmp, dst, sizes, status, outliers, stream);
+    });
+  });
+  return int(e);
 }
 }  // namespace detail
 

@@ -35,9 +35,13 @@ struct SliceState {
 enum : uint8_t { kModeBlock = 0, kModeRaw = 1, kModeNone = 2 };
 
 /// What the encoder is asked for: the predictor and the grid it may need.
+/// sel (the v3 encoder only; select_kernels.cu): per slice k, the selector's
+/// codec sel[2k] and predictor sel[2k + 1], which replace p: a Block slice
+/// with that predictor, a Raw slice as Raw, a Sparse slice left alone.
 struct EncodeParams {
   codec::Predictor p;
   uint32_t row, plane;
+  const uint8_t* sel = nullptr;
 };
 
 /// A block's (or a run of blocks') payload words and escaped widths, packed
@@ -118,6 +122,16 @@ struct SliceScratch;
 int encode3_codes(const void* q, codec::ElemType code_t, const SliceBatchRef& r, const EncodeParams& ep,
                   const SliceScratch& sc, uint8_t* tmp, uint8_t* dst, uint64_t* sizes, int* status,
                   cudaStream_t stream);
+/// The same from floats of type t quantized on the fly (quantize_one on grid
+/// g, codes clamped to `limit`, outliers added to *outliers).
+int encode3_floats(const void* x, codec::ElemType t, const codec::QuantGrid& g, int64_t limit, codec::ElemType code_t,
+                   const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc, uint8_t* tmp, uint8_t* dst,
+                   uint64_t* sizes, int* status, unsigned long long* outliers, cudaStream_t stream);
+/// Sparse slices of a decoded batch (select_kernels.cu): each slot whose
+/// header reads as a Sparse slice of code_t is decoded into out, its status
+/// replacing the Unsupported of the other decode kernels. 0 or a cudaError_t.
+int sparse_decode(const uint8_t* src, const uint64_t* lens, codec::ElemType code_t, const SliceBatchRef& r, void* out,
+                  int* status, cudaStream_t stream);
 /// v1's per-slice inverse of the Lorenzo predictors on decoded residuals
 /// (slice_kernels.cu; the other slices are left alone). 0 or a cudaError_t.
 int lorenzo_inverse(const SliceBatchRef& r, codec::ElemType code_t, void* out, cudaStream_t stream);

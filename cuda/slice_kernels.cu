@@ -991,11 +991,17 @@ int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uin
   if (!base) return err;
   sc.place(base, &r);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  if (kernels_ == 3) return detail::decode3(d_src, d_lens, code_t, r, d_out, code_t, 0, d_status, s);
-  return int(
-      code_t == ElemType::I32
-          ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, kernels_, s)
-          : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, kernels_, s));
+  int e = 0;
+  if (kernels_ == 3)
+    e = detail::decode3(d_src, d_lens, code_t, r, d_out, code_t, 0, d_status, s);
+  else
+    e = int(
+        code_t == ElemType::I32
+            ? decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int32_t*>(d_out), d_status, kernels_, s)
+            : decode_launch(d_src, d_lens, r, sc, base + sc.tmp, static_cast<int64_t*>(d_out), d_status, kernels_, s));
+  // Sparse slices (reported Unsupported above) are decoded after (select_kernels.cu).
+  if (e == 0) e = detail::sparse_decode(d_src, d_lens, code_t, r, d_out, d_status, s);
+  return e;
 }
 
 int DeviceCodec::encode_slices_async(const void* d_q, ElemType code_t, size_t n, uint32_t slice_len, Predictor p,

@@ -18,7 +18,7 @@
 #       build     configure + build (CUDA ON, the GPU's arch, tests, benchmark, the
 #                 Python module _core), then an importable package in
 #                 /tmp/ncclz-py (PYTHONPATH for the later phases)
-#       test      the CudaCodec GoogleTests with NCCLZ_REQUIRE_GPU=1 (runs the binary),
+#       test      the CudaCodec and CudaSelect GoogleTests with NCCLZ_REQUIRE_GPU=1 (runs the binary),
 #                 with the default (v2) slice kernels, then again with v3
 #                 (NCCLZ_DEVICE_CODEC=v3; the fused tests run in this pass);
 #                 then the CudaPrims tests (device ranks in the ring
@@ -26,7 +26,7 @@
 #                 with v3 (the fused decode-and-add)
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
-#       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D
+#       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes)
 #       ranks     bench/gpu_ranks.py: 2 and 4 ranks sharing the GPU, socket
 #                 transport throttled, all_reduce none/lossless/lossy
 #       sanitize  compute-sanitizer memcheck and racecheck on a filter, with the
@@ -94,7 +94,7 @@ SUMMARY=$OUT_DIR/summary.md
 TESTBIN=$BUILD/tests/cpp/ncclz_tests
 BENCHBIN=$BUILD/cuda/gpu_codec_bench
 SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus}
-SAN3_FILTER=${NCCLZ_SAN3_FILTER:-CudaCodec.FusedDecodeOfCpuSlices:CudaCodec.FusedQuantizeEncodeF32}
+SAN3_FILTER=${NCCLZ_SAN3_FILTER:-CudaCodec.FusedDecodeOfCpuSlices:CudaCodec.FusedQuantizeEncodeF32:CudaSelect.CpuSparseSlicesDecodeOnDevice:CudaSelect.FusedMatchesQuantizeThenCpuSelect}
 INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.CorruptSlicesGiveTheCpuStatus}
 
 # Step limits in seconds, each a ceiling (the build's three are one phase:
@@ -222,8 +222,8 @@ ensure_built() {  # builds once per invocation when a binary or the module is mi
 phase_test() {
   ensure_built
   local log=$OUT_DIR/test.log
-  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:-CudaCodec.Fused*' --gtest_color=no"
-  step test-v3 "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
+  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*:-CudaCodec.Fused*' --gtest_color=no"
+  step test-v3 "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*' --gtest_color=no"
   # Device ranks in the ring collectives (prims::DeviceSliceCodec): outputs and wire bytes against CPU ranks.
   step test-prims "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   step test-prims-v3 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"

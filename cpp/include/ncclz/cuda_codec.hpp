@@ -1,7 +1,8 @@
-// Device codec: quantizer, predictors and the Block coder on a CUDA GPU,
-// producing the same bytes as the CPU codec (docs/FORMAT.md). Implemented in
-// cuda/ (device_codec.cu, quantize_kernels.cu, slice_kernels.cu, and the v3
-// kernels encode_v3.cu, decode_v3.cu); built only
+// Device codec: quantizer, predictors, the Block and Sparse coders and the
+// slice selector on a CUDA GPU, producing the same bytes as the CPU codec
+// (docs/FORMAT.md). Implemented in cuda/ (device_codec.cu, quantize_kernels.cu,
+// slice_kernels.cu, the v3 kernels encode_v3.cu, decode_v3.cu, and the
+// selector with the Sparse coder, select_kernels.cu); built only
 // with CUDA (NCCLZ_WITH_CUDA). Declared here without CUDA headers.
 //
 // Checked on a GPU (an NVIDIA H200, bench/results/gpu.md) and in the CPU
@@ -35,6 +36,10 @@
 #include <cstdint>
 
 #include "ncclz/codec/format.hpp"
+
+namespace ncclz::codec {
+struct EncodeOptions;  // codec/slice.hpp (the selecting encodes' options)
+}  // namespace ncclz::codec
 
 namespace ncclz::cuda {
 
@@ -126,9 +131,11 @@ class DeviceCodec {
   /// (slot k at d_src + k*slot_bytes; slice k's bytes are within the first
   /// d_lens[k] bytes of its slot, or slot_bytes when d_lens is null) into n
   /// codes of type code_t at d_out. Accepts Raw and Block slices with any
-  /// predictor (FORMAT.md checks, as decode_slice); Rans, Sparse and FloatExp
-  /// slices give Status::Unsupported (no device decoder yet). Per-slice
-  /// status to d_status[k]; after an error that slice's output is unspecified.
+  /// predictor (FORMAT.md checks, as decode_slice) and Sparse slices with any
+  /// predictor (select_kernels.cu: the CPU decoder's checks and statuses;
+  /// one thread per Sparse slice); Rans and FloatExp slices give
+  /// Status::Unsupported (no device decoder). Per-slice status to
+  /// d_status[k]; after an error that slice's output is unspecified.
   int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n, uint32_t slice_len,
                           codec::ElemType code_t, void* d_out, int* d_status);
 
@@ -154,8 +161,8 @@ class DeviceCodec {
   /// statuses) followed by dequantize_async(codes, code_t, n, eb, d_out, t),
   /// writing the n values of type t (F32, F64, F16, BF16) at d_out without
   /// the codes reaching memory. A Block slice with a Lorenzo predictor gives
-  /// Status::Unsupported whatever its payload, as Rans does (decode_slices_async
-  /// + dequantize_async decode it).
+  /// Status::Unsupported whatever its payload, as Rans and Sparse slices do
+  /// (decode_slices_async + dequantize_async decode the Lorenzo and Sparse ones).
   int decode_dequantize_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n,
                                      uint32_t slice_len, codec::ElemType code_t, double eb, void* d_out,
                                      codec::ElemType t, int* d_status);
@@ -183,6 +190,39 @@ class DeviceCodec {
   int kernels_ = 2;
   uint8_t* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+
+ public:
+  // -------------------------------------------------------------------------
+  // Selecting encodes (the device selector: cuda/select_kernels.cu, its
+  // schedule at the top; docs/GPU.md "Device selector"). Per slice, the CPU
+  // selector's rule (codec/select_rule.hpp) on the same sample picks Raw,
+  // Block with a predictor, or Sparse, with no host round trip, and records
+  // it in the slice header: slice k is byte-identical to the CPU's
+  //   encode_slice(q_k, code_t, count_k, dst, slot_bytes, opt')
+  // where opt' is opt with allow_rans = false (the device has no Rans coder:
+  // where the CPU would pick Rans, the best fast codec). opt.choice: Auto,
+  // Raw, Block or Sparse (Rans, FloatExp: -Unsupported); every other field
+  // as on the CPU (predictor, row/plane for the Lorenzo candidates, the
+  // margins, the sample). Layout, sizes and statuses as encode_slices_async;
+  // the slices decode with decode_slices_async (Sparse included) and on the
+  // CPU. Scratch: the v3 encoder's plus 4 bytes per code (the Sparse
+  // slices' nonzero positions), grown on the first call of a size. Whatever
+  // kernels() says, the Block slices are written by the v3 kernels.
+
+  /// Selecting encode of the n codes of type code_t (I32, I64) at d_q.
+  int encode_slices_select_async(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len,
+                                 const codec::EncodeOptions& opt, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
+                                 int* d_status);
+
+  /// Fused quantize + selecting encode: the slices of quantize_async(d_x, t,
+  /// n, eb, limit, codes, code_t, ...) followed by encode_slices_select_async
+  /// of those codes, without the codes reaching memory; the outlier count as
+  /// quantize_encode_slices_async. opt.row > 1 (Lorenzo candidates) is
+  /// Unsupported here.
+  int quantize_encode_slices_select_async(const void* d_x, codec::ElemType t, size_t n, double eb, int64_t limit,
+                                          codec::ElemType code_t, uint32_t slice_len, const codec::EncodeOptions& opt,
+                                          uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes, int* d_status,
+                                          uint64_t* d_outlier_count);
 };
 
 // ---------------------------------------------------------------------------

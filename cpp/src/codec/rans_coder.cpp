@@ -26,9 +26,9 @@ namespace {
 
 constexpr uint32_t kM = 1u << kRansScaleBits;  // frequency total
 constexpr uint32_t kL = 1u << 16;              // lower bound of a normalized state
-constexpr size_t kBitmapBytes = kRansAlphabet / 8;
-constexpr size_t kFixedBytes = 8 + 4 * size_t(kRansLanes);  // two lengths + the states
-constexpr int kHistTables = 8;  // histogram sub-tables (no store-to-load chain on repeated symbols)
+constexpr size_t kBitmapBytes = kRansBitmapBytes;
+constexpr size_t kFixedBytes = kRansFixedBytes;  // two lengths + the states
+constexpr int kHistTables = 8;                   // histogram sub-tables (no store-to-load chain on repeated symbols)
 
 // ---------------------------------------------------------------- scratch
 // Per-thread scratch buffers (symbols, extra bits), grown on demand.
@@ -843,28 +843,6 @@ void rans_normalize(const uint32_t* hist, uint64_t total, uint32_t* freq) {
               [&](uint32_t a, uint32_t b) { return rem[a] != rem[b] ? rem[a] > rem[b] : a < b; });
     for (uint32_t k = 0; k < left; ++k) ++freq[present[k]];
   }
-}
-
-size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n) {
-  if (n == 0) return 0;
-  uint64_t sum_h = 0;
-  uint32_t present = 0;
-  for (int s = 0; s < kRansAlphabet; ++s) {
-    sum_h += hist[s];
-    present += hist[s] != 0;
-  }
-  if (sum_h == 0) return kBitmapBytes + kFixedBytes + n;  // nothing sampled: a guess
-  // Shannon entropy of the sample (the encoder's normalized table codes within
-  // a fraction of a percent of it for slices of useful size), plus the extra
-  // bits scaled to n, plus the table (bitmap + about 1.5 bytes a symbol).
-  double bits = 0;
-  const double log_total = std::log2(double(sum_h));
-  for (int s = 0; s < kRansAlphabet; ++s)
-    if (hist[s]) bits += double(hist[s]) * (log_total - std::log2(double(hist[s])));
-  const double per_sym = bits / double(sum_h);
-  const double scale = double(n) / double(sampled_total ? sampled_total : sum_h);
-  const double payload = (double(n) * per_sym + double(sampled_extra_bits) * scale) / 8.0;
-  return kBitmapBytes + size_t(1.5 * present) + kFixedBytes + size_t(payload + 1.0);
 }
 
 bool rans_impl_available(RansImpl impl) {

@@ -13,6 +13,8 @@
 //   z = ((2 | (j & 1)) << (L-2)) | extra   with j = symbol-128, L = 8 + j/2.
 #pragma once
 
+#include <math.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -82,11 +84,38 @@ NCCLZ_HD void rans_symbol_of(Code r, uint32_t* sym, uint32_t* extra_bits) {
   rans_map_zigzag(uint64_t(rans_zigzag(r)), sym, extra_bits, &v);
 }
 
+/// A frame's table bitmap (one bit per symbol) and its fixed fields (the
+/// two lengths and the 8 states): docs/FORMAT.md, "Rans".
+constexpr size_t kRansBitmapBytes = kRansAlphabet / 8;
+constexpr size_t kRansFixedBytes = 8 + 4 * size_t(kRansLanes);
+
 /// Estimated payload bytes for n residuals whose sampled symbol histogram is
-/// hist[kRansAlphabet] (sampled_total symbols, sampled_extra_bits extra bits).
-/// Uses the same frequency normalization as the encoder (cross-entropy of the
-/// sample against its own normalized table) plus the table, lengths and states.
-size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n);
+/// hist[kRansAlphabet] (sampled_total symbols, sampled_extra_bits extra bits):
+/// the sample's Shannon entropy (the encoder's normalized table codes within
+/// a fraction of a percent of it for slices of useful size), plus the extra
+/// bits scaled to n, plus the table (bitmap + about 1.5 bytes a symbol),
+/// lengths and states. NCCLZ_HD: the slice selector's rule (select_rule.hpp)
+/// and the Sparse coder's shift choice run it on the device too, where log2
+/// is CUDA's (within 1 ulp of the host's; docs/GPU.md, "Device selector").
+NCCLZ_HD size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits,
+                                    size_t n) {
+  if (n == 0) return 0;
+  uint64_t sum_h = 0;
+  uint32_t present = 0;
+  for (int s = 0; s < kRansAlphabet; ++s) {
+    sum_h += hist[s];
+    present += hist[s] != 0;
+  }
+  if (sum_h == 0) return kRansBitmapBytes + kRansFixedBytes + n;  // nothing sampled: a guess
+  double bits = 0;
+  const double log_total = ::log2(double(sum_h));
+  for (int s = 0; s < kRansAlphabet; ++s)
+    if (hist[s]) bits += double(hist[s]) * (log_total - ::log2(double(hist[s])));
+  const double per_sym = bits / double(sum_h);
+  const double scale = double(n) / double(sampled_total ? sampled_total : sum_h);
+  const double payload = (double(n) * per_sym + double(sampled_extra_bits) * scale) / 8.0;
+  return kRansBitmapBytes + size_t(1.5 * present) + kRansFixedBytes + size_t(payload + 1.0);
+}
 
 /// Encodes r[0..n); returns payload bytes, or kNoFit (block_coder.hpp) if more than cap.
 template <class Code>

@@ -12,6 +12,9 @@
 // proportion to the nonzeros, so it takes Rans's place unless Rans is smaller
 // than it by more than `sparse_margin`, and from `sparse_fast_zeros` on it
 // competes with Block and Raw without `rans_margin`.
+// The rule for codes (estimates and choice) is select_rule.hpp, NCCLZ_HD and
+// shared with the device's selecting encode (EncodeOptions::allow_rans =
+// false there: no Rans); this file gathers the sample's statistics.
 // Floats in lossless mode choose between FloatExp and Raw the same way. The
 // encoder falls back to Raw whenever the chosen coder's output would be larger
 // than Raw, so a slice never exceeds max_slice_bytes().
@@ -27,6 +30,7 @@
 #include "codec/float_sparse.hpp"
 #include "codec/predictor.hpp"
 #include "codec/rans_coder.hpp"
+#include "codec/select_rule.hpp"
 #include "codec/slice_frame.hpp"
 #include "codec/sparse_coder.hpp"
 
@@ -40,10 +44,6 @@ uint8_t* scratch(size_t bytes) {
   thread_local std::vector<uint8_t> buf;
   if (buf.size() < bytes) buf.resize(std::max(bytes, buf.size() * 2));
   return buf.data();
-}
-
-bool predictor_applies(Predictor p, const EncodeOptions& opt, size_t n) {
-  return int(p) < kNumPredictors && predictor_fits(p, opt.row, opt.plane, n);
 }
 
 void predictor_args(Predictor p, const EncodeOptions& opt, uint32_t* a0, uint32_t* a1) {
@@ -81,106 +81,56 @@ void sample_residuals(const Code* q, size_t off, int m, Predictor p, uint32_t a0
 }
 
 // Every how many blocks of 32 the selector samples a slice of n values.
-size_t sample_stride(size_t n, const EncodeOptions& opt) {
-  const size_t nblocks = (n + kBlockLen - 1) / kBlockLen;
-  size_t every = std::max<size_t>(1, opt.sample_every);
-  if (opt.max_sample_blocks > 0) every = std::max(every, (nblocks + opt.max_sample_blocks - 1) / opt.max_sample_blocks);
-  return every;
-}
+size_t sample_stride(size_t n, const EncodeOptions& opt) { return select_sample_stride(n, opt); }
 
-// Chooses codec and predictor for integer codes q[0..n).
+// Chooses codec and predictor for integer codes q[0..n): the statistics of
+// the sample here, the rule itself in select_rule.hpp (shared with the device).
 template <class Code>
 Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
-  const size_t raw = n * sizeof(Code);
-  // A forced Block starts from an infinite estimate so that some Block candidate wins.
-  Candidate best_fast = opt.choice == Choice::Block ? Candidate{Codec::Block, Predictor::None, ~size_t(0)}
-                                                    : Candidate{Codec::Raw, Predictor::None, raw};
-  Candidate best_rans{Codec::Rans, Predictor::None, ~size_t(0)};
-  Candidate best_sparse{Codec::Sparse, Predictor::None, ~size_t(0)};
-  bool sparse_fast = false;  // best_sparse's residuals are mostly zero: about as fast as Block
-  if (n == 0) return Candidate{Codec::Raw, Predictor::None, 0};
-  const bool want_block = opt.choice == Choice::Auto || opt.choice == Choice::Block;
-  const bool want_sparse = opt.choice == Choice::Auto || opt.choice == Choice::Sparse;
-  // The Rans symbol histogram also gives the Sparse estimate (symbol 0 counts the zeros).
-  const bool want_rans = opt.choice == Choice::Auto || opt.choice == Choice::Rans || want_sparse;
-  // Codec and predictor both forced: nothing to choose (the predictor, where
-  // it cannot run on this slice, becomes None: slice_predictor, the device
-  // encoder's rule too).
-  if (opt.choice != Choice::Auto && opt.predictor >= 0) {
-    return Candidate{opt.choice == Choice::Block  ? Codec::Block
-                     : opt.choice == Choice::Rans ? Codec::Rans
-                                                  : Codec::Sparse,
-                     slice_predictor(Predictor(opt.predictor), opt.row, opt.plane, n), 0};
-  }
+  SelectRule rule(opt, n, sizeof(Code));
+  SelectChoice forced;
+  if (rule.forced(opt, &forced)) return Candidate{forced.codec, forced.predictor, forced.est};
+  const bool want_block = SelectRule::wants_block(opt);
+  const bool want_rans = SelectRule::wants_hist(opt);
   // Sample blocks spread evenly over the slice: every `sample_every`-th, and
   // at most `max_sample_blocks` of them.
-  const size_t nblocks = (n + kBlockLen - 1) / kBlockLen;
+  const size_t nblocks = rule.nblocks;
   const size_t every = sample_stride(n, opt);
 
   for (int pi = 0; pi < kNumPredictors; ++pi) {
+    if (!rule.applies(pi, opt)) continue;
     const Predictor p = Predictor(pi);
-    if (opt.predictor >= 0 && opt.predictor != pi) continue;
-    if (!predictor_applies(p, opt, n)) continue;
     uint32_t a0, a1;
     predictor_args(p, opt, &a0, &a1);
-    uint64_t block_cost = 0, sampled = 0, extra_bits = 0, sampled_blocks = 0;
-    uint32_t hist[kRansAlphabet] = {};
+    SampleStats st;
+    st.zero();
     Code r[kBlockLen];
     for (size_t b = 0; b < nblocks; b += every) {
       const size_t off = b * kBlockLen;
       const int m = int(std::min<size_t>(kBlockLen, n - off));
       sample_residuals(q, off, m, p, a0, a1, r);
-      if (want_block) block_cost += block_cost_halfbytes(r, m);
+      if (want_block) st.block_cost += block_cost_halfbytes(r, m);
       if (want_rans) {
         Code any = 0;
         for (int k = 0; k < m; ++k) any |= r[k];
         if (any == 0) {
-          hist[0] += uint32_t(m);  // an all-zero block (sparse data: most of them)
+          st.hist[0] += uint32_t(m);  // an all-zero block (sparse data: most of them)
         } else {
           for (int k = 0; k < m; ++k) {
             uint32_t s, e;
             rans_symbol_of(r[k], &s, &e);
-            ++hist[s];
-            extra_bits += e;
+            ++st.hist[s];
+            st.extra_bits += e;
           }
         }
       }
-      sampled += size_t(m);
-      ++sampled_blocks;
+      st.sampled += size_t(m);
+      ++st.sampled_blocks;
     }
-    if (want_block) {
-      const size_t est = size_t(double(block_cost) * double(nblocks) / double(sampled_blocks) / 2.0);
-      if (est < best_fast.est) best_fast = {Codec::Block, p, est};
-    }
-    if (want_rans) {
-      const size_t est = rans_estimate_bytes(hist, sampled, extra_bits, n);
-      if (est < best_rans.est) best_rans = {Codec::Rans, p, est};
-    }
-    // Sparse only where the sample is mostly zeros (else it is no faster than
-    // Rans and no smaller), or when forced.
-    const double zeros = double(hist[0]) / double(sampled);
-    if (want_sparse && (opt.choice == Choice::Sparse || zeros >= opt.sparse_min_zeros)) {
-      const size_t est = sparse_estimate_bytes(hist, sampled, extra_bits, n);
-      if (est < best_sparse.est) {
-        best_sparse = {Codec::Sparse, p, est};
-        sparse_fast = zeros >= opt.sparse_fast_zeros;
-      }
-    }
+    rule.add(p, st, opt);
   }
-  if (opt.choice == Choice::Rans) return best_rans;
-  if (opt.choice == Choice::Block) return best_fast;
-  if (opt.choice == Choice::Sparse) return best_sparse;
-  // Sparse decodes in O(nonzeros) and encodes in one scan plus O(nonzeros):
-  // it takes the place of Rans unless Rans beats it by sparse_margin, and
-  // where the residuals are mostly zeros it competes with the fast codecs as
-  // it is.
-  Candidate entropy = best_rans;
-  if (best_sparse.est != ~size_t(0) && double(best_rans.est) >= (1.0 - opt.sparse_margin) * double(best_sparse.est)) {
-    entropy = best_sparse;
-    if (sparse_fast && best_sparse.est < best_fast.est) return best_sparse;
-  }
-  if (double(entropy.est) < (1.0 - opt.rans_margin) * double(best_fast.est)) return entropy;
-  return best_fast;
+  const SelectChoice c = rule.finish(opt);
+  return Candidate{c.codec, c.predictor, c.est};
 }
 
 template <class Code>

@@ -45,6 +45,12 @@ struct EncodeOptions {
   int interp = -1;
   /// log2 of its grid factor k (1..6): codes on a grid k times finer than 2 eb.
   int interp_log2k = 3;
+  /// false: the selector never picks Rans (where it would, the best fast
+  /// codec instead; Sparse is chosen as with true). The device codec's
+  /// selecting encode always applies the rule so (it has no Rans encoder):
+  /// encode_slice with allow_rans = false writes the same bytes
+  /// (codec/select_rule.hpp, docs/GPU.md "Device selector").
+  bool allow_rans = true;
 };
 
 /// What the selector saw and chose (for stats and tests).

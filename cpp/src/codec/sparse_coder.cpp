@@ -638,27 +638,6 @@ Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint3
   return s;
 }
 
-double sparse_gap_bytes(size_t n, double p) {
-  // Geometric gaps: n * H(p) bits in all; the gap frame's table and fixed fields.
-  const double h = p <= 0.0 || p >= 1.0 ? 0.0 : -(p * std::log2(p) + (1.0 - p) * std::log2(1.0 - p));
-  return double(n) * h / 8.0 + kSparseFrameFixed;
-}
-
-size_t sparse_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n) {
-  if (n == 0) return 0;
-  if (sampled_total == 0 || hist[0] > sampled_total) return kNoFit;
-  const uint64_t c = sampled_total - hist[0];
-  if (c == 0) return 4;
-  const double p = double(c) / double(sampled_total);
-  const double k = p * double(n);
-  const double gap = sparse_gap_bytes(n, p);
-  uint32_t vh[kRansAlphabet];
-  std::memcpy(vh, hist, sizeof vh);
-  vh[0] = 0;
-  const size_t value = rans_estimate_bytes(vh, c, sampled_extra_bits, std::max<size_t>(1, size_t(k + 0.5)));
-  return kSparseHeadBytes + size_t(gap) + value;
-}
-
 template size_t sparse_encode<int32_t>(const int32_t*, size_t, uint8_t*, size_t);
 template size_t sparse_encode<int64_t>(const int64_t*, size_t, uint8_t*, size_t);
 template Status sparse_decode<int32_t>(const uint8_t*, size_t, size_t, int32_t*);

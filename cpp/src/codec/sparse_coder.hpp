@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codec/block_coder.hpp"
+#include "codec/rans_coder.hpp"
 #include "ncclz/codec/format.hpp"
 
 namespace ncclz::codec {
@@ -67,19 +69,39 @@ template <class Code>
 Status sparse_decode_merge(const uint8_t* src, size_t len, size_t n, const uint32_t* apos, const Code* aval, size_t ka,
                            uint32_t* pos, Code* val, size_t* k);
 
+/// A frame's fixed bytes in the estimates (bitmap, lengths, states, a typical table).
+constexpr double kSparseFrameFixed = 110.0;
+/// The estimated bytes of the gap frame for n positions of which a share p is
+/// nonzero (independent positions: n * H(p) bits), with its fixed bytes.
+NCCLZ_HD double sparse_gap_bytes(size_t n, double p) {
+  // Geometric gaps: n * H(p) bits in all; the gap frame's table and fixed fields.
+  const double h = p <= 0.0 || p >= 1.0 ? 0.0 : -(p * ::log2(p) + (1.0 - p) * ::log2(1.0 - p));
+  return double(n) * h / 8.0 + kSparseFrameFixed;
+}
+
 /// Estimated payload bytes for n residuals of a B-bit type from a sample:
 /// hist[kRansAlphabet] is the sampled histogram of Rans symbols
 /// (rans_symbol_of; hist[0] counts the zeros), sampled_total the sampled
 /// residuals and sampled_extra_bits their Rans extra bits. Models the gaps as
 /// geometric (independent positions): n * H(p) bits with p the sampled
 /// nonzero fraction, plus the values' Rans estimate and the framing.
-size_t sparse_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits, size_t n);
-
-/// A frame's fixed bytes in the estimates (bitmap, lengths, states, a typical table).
-constexpr double kSparseFrameFixed = 110.0;
-/// The estimated bytes of the gap frame for n positions of which a share p is
-/// nonzero (independent positions: n * H(p) bits), with its fixed bytes.
-double sparse_gap_bytes(size_t n, double p);
+/// NCCLZ_HD: the selector's rule on the device too (select_rule.hpp).
+NCCLZ_HD size_t sparse_estimate_bytes(const uint32_t* hist, uint64_t sampled_total, uint64_t sampled_extra_bits,
+                                      size_t n) {
+  if (n == 0) return 0;
+  if (sampled_total == 0 || hist[0] > sampled_total) return kNoFit;
+  const uint64_t c = sampled_total - hist[0];
+  if (c == 0) return 4;
+  const double p = double(c) / double(sampled_total);
+  const double k = p * double(n);
+  const double gap = sparse_gap_bytes(n, p);
+  uint32_t vh[kRansAlphabet];
+  vh[0] = 0;
+  for (int s = 1; s < kRansAlphabet; ++s) vh[s] = hist[s];
+  const size_t kk = size_t(k + 0.5);
+  const size_t value = rans_estimate_bytes(vh, c, sampled_extra_bits, kk > 1 ? kk : 1);
+  return kSparseHeadBytes + size_t(gap) + value;
+}
 
 /// The encoder's scan for nonzeros: positions of the nonzero values of
 /// r[0..n) into pos and the values into val (room for n each), in increasing
