@@ -134,6 +134,13 @@ def _numpy_dtype_name(dt: np.dtype) -> str | None:
     return _NUMPY_DTYPES.get(dt)
 
 
+def plain_numpy_dtype(dt: np.dtype) -> str | None:
+    """The canonical name of a native-endian NumPy dtype that the native layer takes as it is (not
+    bfloat16, which travels as a uint16 view); None otherwise."""
+    name = _NUMPY_DTYPES.get(dt)
+    return None if name == "bfloat16" else name
+
+
 _TORCH_DTYPES: dict = {}
 
 

@@ -187,6 +187,9 @@ def scenario_latency_mismatch(ncclz, comm, args):
         "mode": lambda: comm.all_reduce(np.ones(1000, np.float32),
                                         compression=ncclz.Lossy(rel=1e-3) if r == 0 else ncclz.Lossless(),
                                         policy="off"),
+        # the short way (positional arguments only, Communicator._small_plain_all_reduce) on every rank
+        "count/short": lambda: comm.all_reduce(np.ones(1000 if r != 1 else 2000, np.float32)),
+        "dtype/short": lambda: comm.all_reduce(np.ones(1000, np.float32 if r != 2 else np.float64)),
     }
     for name, fn in cases.items():
         try:
@@ -195,10 +198,62 @@ def scenario_latency_mismatch(ncclz, comm, args):
         except ncclz.Error as e:
             errors[name] = {"kind": type(e).__name__, "message": str(e)}
         x = np.full(1000, float(r + 1), np.float32)
-        comm.all_reduce(x, policy="off")
+        if name.endswith("/short"):
+            comm.all_reduce(x)
+        else:
+            comm.all_reduce(x, policy="off")
         ok = bool(np.all(x == comm.world_size * (comm.world_size + 1) / 2))
         errors[name + "/after"] = {"ok": ok, "algorithm": comm.last_stats.algorithm}
     return {"errors": errors}
+
+
+def scenario_latency_short(ncclz, comm, args):
+    """The short way of small uncompressed all_reduces (positional arguments only): the same bits and
+    last_stats as the full path (out= takes that), every element against the fp64 reference; calls it
+    does not take (read-only, non-contiguous, bfloat16, an op in capitals, a bad op, async_op) behave as
+    before."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    for dtype in ("float32", "float64", "float16", "int32", "int64"):
+        for op in ("sum", "avg", "max", "min"):
+            inputs = [rank_input(j, 777, dtype, 31) for j in range(W)]
+            ref = reference(inputs, op)
+            tol = plain_tolerance(dtype, ref, inputs, op)
+            if dtype in ("int32", "int64") and op == "avg":  # the integer mean truncates toward zero
+                tol = 1.0
+            x = inputs[r].copy()
+            y = comm.all_reduce(x, op) if op != "sum" else comm.all_reduce(x)
+            ck.require(y is x, f"{dtype}/{op}: not in place")
+            st = comm.last_stats
+            ck.require((st.op, st.compression, st.requested, st.algorithm, st.policy)
+                       == ("all_reduce", "none", "none", "latency", ""), f"{dtype}/{op}: last_stats {st}")
+            ck.require(st.raw_bytes == (W - 1) * x.nbytes, f"{dtype}/{op}: raw_bytes {st.raw_bytes}")
+            full = comm.all_reduce(inputs[r].copy(), op, out=np.empty_like(x))  # out=: the full path
+            ck.require(bits(y) == bits(full), f"{dtype}/{op}: the short way differs from the full path")
+            ck.check_close(f"{dtype}/{op}", y, ref, tol, "none", dtype)
+            ck.record(f"all_reduce/{dtype}/{op}", y)
+    x = rank_input(r, 500, "float32", 3)
+    ref = reference([rank_input(j, 500, "float32", 3) for j in range(W)], "sum")
+    tol = plain_tolerance("float32", ref, [rank_input(j, 500, "float32", 3) for j in range(W)], "sum")
+    ro = x.copy()
+    ro.setflags(write=False)
+    y = comm.all_reduce(ro)  # read-only: a new array
+    ck.require(y is not ro and bits(ro) == bits(x), "read-only input: written or returned")
+    ck.check_close("readonly", y, ref, tol, "none", "float32")
+    z = comm.all_reduce(x.copy(), "SUM")
+    ck.check_close("capitals", z, ref, tol, "none", "float32")
+    w = comm.all_reduce(x.copy(), async_op=True).wait(60)
+    ck.check_close("async", w, ref, tol, "none", "float32")
+    errors = {}
+    for name, fn in (("strided", lambda: comm.all_reduce(np.ones(1000, np.float32)[::2])),
+                     ("bad op", lambda: comm.all_reduce(np.ones(100, np.float32), "bogus"))):
+        try:
+            fn()
+            errors[name] = None
+        except ncclz.Error as e:
+            errors[name] = {"kind": type(e).__name__, "message": str(e)}
+    comm.barrier()
+    return {"hashes": ck.hashes, "checks": ck.checks, "errors": errors}
 
 
 def scenario_latency_fault(ncclz, comm, args):

@@ -51,6 +51,22 @@ def test_the_limit_turns_it_off(tmp_path):
     assert_same_on_all_ranks(ranks.results, prefixes=("all_reduce", "all_gather"))
 
 
+@pytest.mark.parametrize("transport,n", [("shm", 4), ("socket", 2)])
+def test_the_short_way_is_the_full_path(tmp_path, transport, n):
+    """Small uncompressed all_reduces with positional arguments skip most of the Python layer: the ranks
+    check the same bits and stats as the full path, every element, and the calls it leaves alone."""
+    ranks = run_ranks(tmp_path, "latency_short", n, transport, env=DEFAULTS, timeout=240)
+    ranks.assert_ok()
+    res = ranks.results
+    assert res[0]["checks"] > 20
+    assert_same_on_all_ranks(res, prefixes=("all_reduce",))
+    for r, rr in enumerate(res):
+        e = rr["errors"]
+        assert e["strided"]["kind"] == "InvalidArgumentError" and "not contiguous" in e["strided"]["message"], e
+        assert e["strided"]["message"].startswith(f"rank {r}:"), e
+        assert e["bad op"]["kind"] in ("InvalidArgumentError", "RemoteError") and "bogus" in e["bad op"]["message"], e
+
+
 @pytest.mark.parametrize("transport,n", [("shm", 4), ("socket", 3)])
 def test_small_lossy_requests_run_exact_with_the_latency_algorithm(tmp_path, transport, n):
     """The default policy runs small lossy requests as none on the latency algorithm (the ranks check
@@ -74,7 +90,7 @@ def test_mismatched_small_calls_raise_on_every_rank(tmp_path, transport):
     for r, rr in enumerate(ranks.results):
         e = rr["errors"]
         for case, needle in (("count", "count=100000"), ("collective", "all_gather(send_count=250"),
-                             ("mode", "lossy_rel")):
+                             ("mode", "lossy_rel"), ("count/short", "count=2000"), ("dtype/short", "float64")):
             assert e[case] and e[case]["kind"] == "RemoteError", f"rank {r}, {case}: {e[case]}"
             assert "mismatched calls" in e[case]["message"] and needle in e[case]["message"], e[case]
             assert e[case + "/after"] == {"ok": True, "algorithm": "latency"}, f"rank {r}, {case}: {e}"

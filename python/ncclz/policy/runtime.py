@@ -198,7 +198,7 @@ class CommPolicy:
         self.algorithm = algorithm if algorithm in ("ring", "hierarchical") else ""
         self.latency_bytes = max(0, int(latency_bytes or 0))
         self._model = None
-        self._small = None  # _small_bytes(), once known
+        self._small = None  # small_bytes(), once known
         self._decides = self.mode == "auto" and self.rank == 0
         if setting.model is not None:
             self._model = self._bind(setting.model)
@@ -257,7 +257,7 @@ class CommPolicy:
         if mode == "off":
             return Decision(call, "off", learn=True) if learn else _OFF
         if not learn:
-            return _FOLLOW_SMALL if 0 < call.nbytes <= self._small_bytes() and self.world_size > 1 else _FOLLOW
+            return _FOLLOW_SMALL if 0 < call.nbytes <= self.small_bytes() and self.world_size > 1 else _FOLLOW
         model = self.model
         if isinstance(model, Policy) and call.nbytes < model.min_bytes and not algo_choice and not fixed:
             # the model's first rule, without its calibration and predictions (small calls are many)
@@ -292,9 +292,9 @@ class CommPolicy:
                 print(f"ncclz rank {self.rank}: INFO {msg}", file=sys.stderr, flush=True)
         return d
 
-    def _small_bytes(self) -> int:
-        """The calls rank 0's policy runs exact by size alone, as far as this rank can tell: up to the
-        communicator's latency_bytes, and below the model's min_bytes (0: none)."""
+    def small_bytes(self) -> int:
+        """The calls rank 0's policy runs exact by size alone, as far as this rank can tell, and learns
+        nothing from: up to the communicator's latency_bytes, and below the model's min_bytes (0: none)."""
         if self._small is None:
             small = self.latency_bytes
             # the model's min_bytes where one was given (a follower builds none of its own)
