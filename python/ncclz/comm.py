@@ -647,7 +647,9 @@ class Communicator:
         proposes nor learns anything from it (CommPolicy.small_bytes). The same native call and
         last_stats as the full path, with a fraction of its Python (with 4 ranks on 2 cores the
         Python layer was most of a 4 KiB call). None: take the full path."""
-        if type(x) is not np.ndarray or compression is not None or out is not None or op not in _PLAIN_OPS:
+        if type(x) is not np.ndarray or compression is not None or out is not None:
+            return None
+        if type(op) is not str or op not in _PLAIN_OPS:
             return None
         if x.nbytes > self._policy.small_bytes() or policy not in _PLAIN_POLICIES:
             return None

@@ -246,7 +246,8 @@ def scenario_latency_short(ncclz, comm, args):
     ck.check_close("async", w, ref, tol, "none", "float32")
     errors = {}
     for name, fn in (("strided", lambda: comm.all_reduce(np.ones(1000, np.float32)[::2])),
-                     ("bad op", lambda: comm.all_reduce(np.ones(100, np.float32), "bogus"))):
+                     ("bad op", lambda: comm.all_reduce(np.ones(100, np.float32), "bogus")),
+                     ("array op", lambda: comm.all_reduce(np.ones(100, np.float32), np.ones(2)))):
         try:
             fn()
             errors[name] = None

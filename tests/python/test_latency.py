@@ -65,6 +65,7 @@ def test_the_short_way_is_the_full_path(tmp_path, transport, n):
         assert e["strided"]["kind"] == "InvalidArgumentError" and "not contiguous" in e["strided"]["message"], e
         assert e["strided"]["message"].startswith(f"rank {r}:"), e
         assert e["bad op"]["kind"] in ("InvalidArgumentError", "RemoteError") and "bogus" in e["bad op"]["message"], e
+        assert e["array op"]["kind"] == "InvalidArgumentError" and "op must be a string" in e["array op"]["message"], e
 
 
 @pytest.mark.parametrize("transport,n", [("shm", 4), ("socket", 3)])
