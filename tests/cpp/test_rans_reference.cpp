@@ -474,19 +474,22 @@ TEST(RansReference, SingleSymbolFramesLikeReference) {
       std::vector<uint8_t> buf(64 + 600 + n * 10);
       buf.resize(rans_encode(r.data(), n, buf.data(), buf.size()));
       expect_decoders_match<int32_t>(buf, n, "single");
-      size_t tb = 32;  // bitmap + one frequency (4095: 2 bytes)
-      tb += 2;
-      ASSERT_EQ(buf[32], 0xFF);
-      for (int k = 0; k < 8; ++k) {  // a state other than 2^16
+      const size_t tb = 32 + 2;  // bitmap + one frequency (4095: 2 bytes)
+      // The frame holds its header and all 8 states (the bytes changed
+      // below); .at() keeps every index checked (and provably in bounds for
+      // GCC 13's -Wstringop-overflow, which cannot see rans_encode's size).
+      ASSERT_GE(buf.size(), tb + 8 + 4 * 8) << "n " << n << " v " << v;
+      ASSERT_EQ(buf.at(32), 0xFF);
+      for (size_t k = 0; k < 8; ++k) {  // a state other than 2^16
         auto d = buf;
-        d[tb + 8 + 4 * k] ^= 1;
+        d.at(tb + 8 + 4 * k) ^= 1;
         expect_decoders_match<int32_t>(d, n, "single, state " + std::to_string(k));
         d = buf;
-        d[tb + 8 + 4 * k + 3] = 1;
+        d.at(tb + 8 + 4 * k + 3) = 1;
         expect_decoders_match<int32_t>(d, n, "single, big state " + std::to_string(k));
       }
       auto d = buf;  // a word that nothing consumes
-      d[tb + 4] = 2;
+      d.at(tb + 4) = 2;
       d.push_back(0);
       d.push_back(0);
       expect_decoders_match<int32_t>(d, n, "single, extra word");
