@@ -30,6 +30,7 @@
 #include "algorithms/ring.hpp"
 #include "codec/quantizer.hpp"
 #include "codec/slice.hpp"
+#include "cuda_test_util.hpp"
 #include "ncclz/cuda_codec.hpp"
 #include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
@@ -41,60 +42,16 @@
 using namespace ncclz;
 using codec::ElemType;
 using codec::Predictor;
+using ncclz_test::DevBuf;
 using ncclz_test::FakeRecv;
 using ncclz_test::FakeSend;
 using ncclz_test::Fifo;
+using ncclz_test::from_device;
+using ncclz_test::to_device;
 using prims::WireMode;
 using transport::Clock;
 
 namespace {
-
-bool env_on(const char* name, bool dflt) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == 0) return dflt;
-  return std::strcmp(v, "0") != 0;
-}
-bool gpu_required() { return env_on("NCCLZ_REQUIRE_GPU", false); }
-
-std::string no_device_reason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  cudaGetLastError();
-  return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : "no CUDA device visible";
-}
-
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    if (cuda::device_count() == 0) {                                                         \
-      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();       \
-      GTEST_SKIP() << "no CUDA device: device prims not run (" << no_device_reason() << ")"; \
-    }                                                                                        \
-  } while (0)
-
-/// Exactly `bytes` of device memory (freed with the object).
-class DevMem {
- public:
-  explicit DevMem(size_t bytes) {
-    const cudaError_t e = cudaMalloc(&p_, bytes ? bytes : 1);
-    if (e != cudaSuccess) throw Error(std::string("cudaMalloc: ") + cudaGetErrorString(e));
-  }
-  ~DevMem() { cudaFree(p_); }
-  DevMem(const DevMem&) = delete;
-  DevMem& operator=(const DevMem&) = delete;
-  uint8_t* get() const { return static_cast<uint8_t*>(p_); }
-
- private:
-  void* p_ = nullptr;
-};
-
-void to_device(void* d, const std::vector<uint8_t>& h) {
-  if (!h.empty() && cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice) != cudaSuccess) throw Error("H2D");
-}
-std::vector<uint8_t> from_device(const void* d, size_t bytes) {
-  std::vector<uint8_t> h(bytes);
-  if (bytes && cudaMemcpy(h.data(), d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) throw Error("D2H");
-  return h;
-}
 
 enum class Coll { AllReduce, ReduceScatter, AllGather, Broadcast };
 constexpr int kRoot = 1;  // the broadcasts' root (a relay before it from 3 ranks on)
@@ -198,7 +155,7 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
         const size_t slice = prims::slice_elems_for(kSlot, es);
         prims::ChannelStats st;
         std::unique_ptr<prims::DeviceSliceCodec> dc;
-        std::unique_ptr<DevMem> dsrc, ddst, dscr;
+        std::unique_ptr<DevBuf> dsrc, ddst, dscr;
         std::vector<uint8_t> hsrc = in[size_t(r)], hdst(out_elems * es, 0xEE);
         if (c == Coll::Broadcast) hdst = hsrc;  // in place
         std::vector<uint64_t> hscr((slice * es + 7) / 8);
@@ -208,9 +165,9 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
         if (device[size_t(r)]) {
           dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, a.int_sum, kSlot, slice);
           a.device = dc.get();
-          dsrc = std::make_unique<DevMem>(in_elems * es);
-          ddst = std::make_unique<DevMem>(out_elems * es);
-          dscr = std::make_unique<DevMem>(slice * es);
+          dsrc = std::make_unique<DevBuf>(in_elems * es);
+          ddst = std::make_unique<DevBuf>(out_elems * es);
+          dscr = std::make_unique<DevBuf>(slice * es);
           to_device(dsrc->get(), hsrc);
           to_device(ddst->get(), hdst);
           src = dsrc->get();
@@ -414,7 +371,7 @@ QuantRun run_quantized_all_reduce(const std::vector<bool>& device, const std::ve
           prims::DeviceSliceCodec dc(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice);
           a.device = &dc;
           cuda::DeviceCodec qc(dc.stream());  // the quantizer, on the slice codec's stream
-          DevMem dx(n * 4), dq(n * 4), dout(n * 4), dcount(8), dscr(slice * 4);
+          DevBuf dx(n * 4), dq(n * 4), dout(n * 4), dcount(8), dscr(slice * 4);
           std::vector<uint8_t> hx(n * 4);
           std::memcpy(hx.data(), x[size_t(r)].data(), n * 4);
           to_device(dx.get(), hx);
@@ -499,7 +456,7 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
         SCOPED_TRACE(testing::Message() << "n " << n);
         for (uint64_t seed : {1u, 2u}) {
           const auto x = make_codes(t, n, seed * 77 + n), y = make_codes(t, n, seed * 91 + n + 5);
-          DevMem dx(n * es), dy(n * es), dto(n * es);
+          DevBuf dx(n * es), dy(n * es), dto(n * es);
           to_device(dx.get(), x);
           to_device(dy.get(), y);
           // encode
@@ -583,7 +540,7 @@ TEST(CudaPrims, UnsupportedSlicesAndOptions) {
   FakeRecv r(&f);
   std::memcpy(s.acquire(Clock::now() + std::chrono::seconds(1)), buf.data(), info.bytes);
   s.post(info.bytes);
-  DevMem out(slice * 4), scr(slice * 4);
+  DevBuf out(slice * 4), scr(slice * 4);
   prims::ChannelStats st;
   a.device = &dev;
   prims::Prims p(nullptr, &r, a, &st, scr.get());
@@ -634,7 +591,7 @@ TEST(CudaPrims, CudaFailuresAreNotBlamedOnThePeer) {
   EXPECT_NE(dev.cuda_error(), 0);
   // The next call starts clean.
   prims::SliceValues v;
-  DevMem to(n * 4);
+  DevBuf to(n * 4);
   std::vector<uint8_t> slot(n * 4, 1);
   EXPECT_EQ(dev.decode(slot.data(), slot.size(), n, to.get(), &v), codec::Status::Ok);
   EXPECT_EQ(dev.cuda_error(), 0);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "codec/slice.hpp"
+#include "cuda_test_util.hpp"
 #include "ncclz/cuda_codec.hpp"
 #include "ncclz/cuda_support.hpp"
 
@@ -34,86 +35,14 @@ namespace nc = ncclz::cuda;
 
 namespace {
 
-bool gpu_required() {
-  const char* v = std::getenv("NCCLZ_REQUIRE_GPU");
-  return v != nullptr && *v != 0 && std::strcmp(v, "0") != 0;
-}
-std::string no_device_reason() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  cudaGetLastError();
-  return e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : "no CUDA device visible";
-}
-bool quick() {
-  const char* v = std::getenv("NCCLZ_CUDA_TEST_QUICK");
-  return v != nullptr && *v != 0 && std::strcmp(v, "0") != 0;
-}
-
-#define SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                       \
-    if (nc::device_count() == 0) {                                                           \
-      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();       \
-      GTEST_SKIP() << "no CUDA device: device codec not run (" << no_device_reason() << ")"; \
-    }                                                                                        \
-  } while (0)
-
-#define CUDA_OK(expr)                                                      \
-  do {                                                                     \
-    const cudaError_t e_ = (expr);                                         \
-    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
-  } while (0)
-
-#define LAUNCH_OK(expr)                      \
-  do {                                       \
-    const int r_ = (expr);                   \
-    ASSERT_EQ(r_, 0) << #expr;               \
-    CUDA_OK(cudaStreamSynchronize(nullptr)); \
-    CUDA_OK(cudaGetLastError());             \
-  } while (0)
+using ncclz_test::code_type;
+using ncclz_test::DevBuf;
+using ncclz_test::quick;
+using ncclz_test::to_device;
 
 nc::DeviceCodec& dev() {
   static nc::DeviceCodec* c = new nc::DeviceCodec(nullptr);
   return *c;
-}
-
-// Device memory of exactly `bytes` bytes, filled with a poison byte.
-class DevBuf {
- public:
-  explicit DevBuf(size_t bytes, int poison = 0xA5) {
-    if (cudaMalloc(&p_, bytes ? bytes : 1) != cudaSuccess) p_ = nullptr;
-    if (p_) cudaMemset(p_, poison, bytes ? bytes : 1);
-  }
-  ~DevBuf() {
-    if (p_) cudaFree(p_);
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  template <class T = void>
-  T* get() const {
-    return static_cast<T*>(p_);
-  }
-  void upload(const void* src, size_t bytes) { cudaMemcpy(p_, src, bytes, cudaMemcpyHostToDevice); }
-  template <class T>
-  std::vector<T> download(size_t count) const {
-    std::vector<T> v(count);
-    if (count) cudaMemcpy(v.data(), p_, count * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-  }
-
- private:
-  void* p_ = nullptr;
-};
-
-template <class T>
-std::unique_ptr<DevBuf> to_device(const std::vector<T>& v) {
-  auto b = std::make_unique<DevBuf>(v.size() * sizeof(T));
-  if (!v.empty()) b->upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class Code>
-constexpr ElemType code_type() {
-  return sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
 }
 
 // Data that makes each choice win.
