@@ -261,14 +261,8 @@ int encode3_floats(const void* x, ElemType t, const codec::QuantGrid& g, int64_t
                    const SliceBatchRef& r, const EncodeParams& ep, const SliceScratch& sc, uint8_t* tmp, uint8_t* dst,
                    uint64_t* sizes, int* status, unsigned long long* outliers, cudaStream_t stream) {
   cudaError_t e = cudaSuccess;
-  with_float_type(t, [&](auto tv) {
-    using T = decltype(tv);
-    with_code_type(code_t, [&](auto cv) {
-      using Code = decltype(cv);
-      const FloatsIn<T, Code> in{static_cast<const T*>(x), g, limit};
-      e = encode3_launch(in, r, ep, sc, tmp, dst, sizes, status, outliers, stream);
-    });
-  });
+  with_floats_in(x, t, g, limit, code_t,
+                 [&](const auto& in) { e = encode3_launch(in, r, ep, sc, tmp, dst, sizes, status, outliers, stream); });
   return int(e);
 }
 }  // namespace detail
@@ -278,34 +272,24 @@ int DeviceCodec::quantize_encode_slices_async(const void* d_x, ElemType t, size_
                                               uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes,
                                               int* d_status, uint64_t* d_outlier_count) {
   if (status_) return status_;
-  if (!(eb > 0) || !(eb < 1e300) || d_outlier_count == nullptr || uint8_t(p) >= codec::kNumPredictors)
-    return host_error(Status::BadHeader);
+  if (!fused_bound_ok(eb, d_outlier_count) || uint8_t(p) >= codec::kNumPredictors) return host_error(Status::BadHeader);
   // Lorenzo predicts from codes rows and planes away, which a tile of floats
   // does not hold: quantize_async + encode_slices_async for those.
   if (p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D) return host_error(Status::Unsupported);
-  if (t != ElemType::F32 && t != ElemType::F64 && t != ElemType::F16 && t != ElemType::BF16)
-    return host_error(Status::Unsupported);
   SliceBatchRef r;
-  if (const int e = make_batch(code_t, n, slice_len, slot_bytes, 0, &r)) return e;
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  cudaError_t e = cudaMemsetAsync(d_outlier_count, 0, sizeof(uint64_t), s);
-  if (e != cudaSuccess || r.S == 0) return int(e);
+  int ret = 0;
+  if (!fused_batch_start(t, n, code_t, slice_len, slot_bytes, d_outlier_count, s, &r, &ret)) return ret;
   const SliceScratch sc = SliceScratch::of(r.S, r.nbs);
   int err = 0;
   uint8_t* base = scratch(sc.bytes, &err);
   if (!base) return err;
   sc.place(base, &r);
-  const codec::QuantGrid g = codec::QuantGrid::from_bound(eb);
   const EncodeParams ep{p, row, plane};
   auto* outliers = reinterpret_cast<unsigned long long*>(d_outlier_count);
-  with_float_type(t, [&](auto tv) {
-    using T = decltype(tv);
-    with_code_type(code_t, [&](auto cv) {
-      using Code = decltype(cv);
-      const int64_t lim = limit < 0 ? 0 : limit > codec::max_code_limit<Code>() ? codec::max_code_limit<Code>() : limit;
-      const FloatsIn<T, Code> in{static_cast<const T*>(d_x), g, lim};
-      e = encode3_launch(in, r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, outliers, s);
-    });
+  cudaError_t e = cudaSuccess;
+  with_floats_in(d_x, t, codec::QuantGrid::from_bound(eb), limit, code_t, [&](const auto& in) {
+    e = encode3_launch(in, r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, outliers, s);
   });
   return int(e);
 }

@@ -114,6 +114,38 @@ struct SliceBatchRef {
 /// (slice_kernels.cu; shared by every kernel version).
 int make_batch(codec::ElemType code_t, size_t n, uint32_t L, size_t slot, uint32_t forced_S, SliceBatchRef* r);
 
+/// The arguments every fused quantize + encode call checks first (minus
+/// BadHeader where false): a finite positive error bound and somewhere to
+/// count the outliers.
+inline bool fused_bound_ok(double eb, const uint64_t* d_outlier_count) {
+  return eb > 0 && eb < 1e300 && d_outlier_count != nullptr;
+}
+
+/// What the fused quantize + encode calls (DeviceCodec::
+/// quantize_encode_slices_async, encode_v3.cu, and
+/// quantize_encode_slices_select_async, select_kernels.cu) do after their
+/// own argument checks: refuse input that is not a quantizer float type,
+/// make the batch's geometry in *r (make_batch) and zero the outlier count on
+/// stream s. True: go on to place the scratch and launch; false: the call
+/// returns *ret (minus a Status, a cudaError_t, or 0 for a batch of no
+/// slices, whose outlier count is then 0).
+inline bool fused_batch_start(codec::ElemType t, size_t n, codec::ElemType code_t, uint32_t slice_len,
+                              size_t slot_bytes, uint64_t* d_outlier_count, cudaStream_t s, SliceBatchRef* r,
+                              int* ret) {
+  if (t != codec::ElemType::F32 && t != codec::ElemType::F64 && t != codec::ElemType::F16 &&
+      t != codec::ElemType::BF16) {
+    *ret = host_error(codec::Status::Unsupported);
+    return false;
+  }
+  if (const int e = make_batch(code_t, n, slice_len, slot_bytes, 0, r)) {
+    *ret = e;
+    return false;
+  }
+  const cudaError_t e = cudaMemsetAsync(d_outlier_count, 0, sizeof(uint64_t), s);
+  *ret = int(e);
+  return e == cudaSuccess && r->S != 0;
+}
+
 struct SliceScratch;
 
 /// The v3 kernels (encode_v3.cu, decode_v3.cu) on a placed batch: encode of

@@ -68,6 +68,23 @@ struct FloatsIn {
   }
 };
 
+/// Calls f(FloatsIn<T, Code>) for the floats at x of type t (F32, F64, F16,
+/// BF16) quantized on grid g to codes of type code_t (I32, I64), with
+/// |code| <= limit clamped to [0, max_code_limit<Code>]: how the fused
+/// quantize + encode calls read their input. Other types: f is not called.
+template <class F>
+void with_floats_in(const void* x, codec::ElemType t, const codec::QuantGrid& g, int64_t limit, codec::ElemType code_t,
+                    F&& f) {
+  with_float_type(t, [&](auto tv) {
+    using T = decltype(tv);
+    with_code_type(code_t, [&](auto cv) {
+      using Code = decltype(cv);
+      const int64_t lim = limit < 0 ? 0 : limit > codec::max_code_limit<Code>() ? codec::max_code_limit<Code>() : limit;
+      f(FloatsIn<T, Code>{static_cast<const T*>(x), g, lim});
+    });
+  });
+}
+
 /// Residual of code `cur` at slice index i for None, Delta1 or Delta2, given
 /// the two codes before it (p1 at i - 1, p2 at i - 2; unused where i < 2):
 /// predict_at itself, on a window of at most three codes.
