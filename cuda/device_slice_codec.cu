@@ -86,12 +86,17 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
     if (!codec::is_code_type(type)) {
       throw InvalidArgument("ncclz device slice codec: Coded mode codes integer codes (int32, int64) only");
     }
-    if (enc.choice != codec::EncodeOptions::Choice::Block || enc.predictor < 0 ||
-        enc.predictor > int(codec::Predictor::Lorenzo3D)) {
+    using Choice = codec::EncodeOptions::Choice;
+    const bool forced_block =
+        enc.choice == Choice::Block && enc.predictor >= 0 && enc.predictor <= int(codec::Predictor::Lorenzo3D);
+    const bool selects = enc.choice == Choice::Auto || enc.choice == Choice::Raw || enc.choice == Choice::Sparse;
+    if (!forced_block && !selects) {
       throw InvalidArgument(
-          "ncclz device slice codec: Coded mode needs the Block codec with a forced predictor "
-          "(EncodeOptions::choice = Block, predictor >= 0); the device selector is not there yet");
+          "ncclz device slice codec: Coded mode codes with the selector (EncodeOptions::choice Auto, Raw or Sparse: "
+          "the device selector, without Rans) or the Block codec with a forced predictor (choice = Block, "
+          "predictor >= 0); not with rANS or FloatExp");
     }
+    selects_ = selects;
   }
   if (int_sum && !codec::is_code_type(type)) {
     throw InvalidArgument("ncclz device slice codec: reductions are wrapping sums of int32 or int64 codes");
@@ -202,12 +207,14 @@ Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const S
   // slice's predictor is a Lorenzo one; else decode into the codec's values,
   // then add. The add is enqueued before the status is read back: on an
   // error the result is unspecified and unused.
+  // Only Block slices without a Lorenzo predictor fuse (Raw and Sparse
+  // slices, e.g. from the selector, take the two steps).
   codec::SliceHeader h0;
-  const bool lorenzo = codec::read_header(in, len, &h0) == Status::Ok &&
-                       (h0.predictor == codec::Predictor::Lorenzo2D || h0.predictor == codec::Predictor::Lorenzo3D);
+  const bool fusable = codec::read_header(in, len, &h0) == Status::Ok && h0.codec == codec::Codec::Block &&
+                       h0.predictor != codec::Predictor::Lorenzo2D && h0.predictor != codec::Predictor::Lorenzo3D;
   int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
   int r = 0;
-  if (fused_ && !lorenzo) {
+  if (fused_ && fusable) {
     r = cuda::decode_add_slice_async(stream(), d_->fuse, d_->staging_in, len, type_, uint32_t(n), local.dense, to,
                                      d_status);
   } else {
@@ -245,8 +252,18 @@ Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, si
     return Status::Ok;
   }
   int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
-  int r = d_->dc.encode_slice_async(v.dense, type_, uint32_t(n), predictor_for(v, n), enc_.row, enc_.plane,
-                                    d_->staging_out, slot_bytes_, d_->d_size, d_status);
+  int r = 0;
+  if (selects_) {
+    // The device selector (one slice): the CPU's choice among Raw, Block x
+    // predictor and Sparse, without Rans.
+    codec::EncodeOptions o = enc_;
+    o.allow_rans = false;
+    r = d_->dc.encode_slices_select_async(v.dense, type_, n, uint32_t(n), o, d_->staging_out, slot_bytes_, d_->d_size,
+                                          d_status);
+  } else {
+    r = d_->dc.encode_slice_async(v.dense, type_, uint32_t(n), predictor_for(v, n), enc_.row, enc_.plane,
+                                  d_->staging_out, slot_bytes_, d_->d_size, d_status);
+  }
   if (r == 0) r = int(cudaMemcpyAsync(d_->h_size, d_->d_size, 2 * sizeof(uint64_t), cudaMemcpyDeviceToHost, s));
   if (r != 0) return fail(r);
   if (!sync()) return Status::Unsupported;

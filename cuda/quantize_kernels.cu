@@ -119,10 +119,24 @@ size_t quantize_scratch_bytes(size_t n) {
 
 int DeviceCodec::quantize_async(const void* d_x, ElemType t, size_t n, double eb, int64_t limit, void* d_q,
                                 ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx, size_t idx_cap) {
+  return quantize_grid_async(d_x, t, n, eb, eb, limit, d_q, code_t, d_outlier_count, d_outlier_idx, idx_cap);
+}
+
+int DeviceCodec::quantize_checked_async(const void* d_x, ElemType t, size_t n, double eb, double check_eb,
+                                        int64_t limit, void* d_q, ElemType code_t, uint64_t* d_outlier_count) {
+  return quantize_grid_async(d_x, t, n, eb, check_eb, limit, d_q, code_t, d_outlier_count, nullptr, 0);
+}
+
+int DeviceCodec::quantize_grid_async(const void* d_x, ElemType t, size_t n, double eb, double check_eb, int64_t limit,
+                                     void* d_q, ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx,
+                                     size_t idx_cap) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   if (status_) return status_;
-  if (!(eb > 0) || !(eb < 1e300) || d_outlier_count == nullptr) return host_error(Status::BadHeader);
-  const QuantGrid g = QuantGrid::from_bound(eb);
+  if (!(eb > 0) || !(eb < 1e300) || !(check_eb >= eb) || !(check_eb < 1e300) || d_outlier_count == nullptr) {
+    return host_error(Status::BadHeader);
+  }
+  QuantGrid g = QuantGrid::from_bound(eb);
+  g.eb = check_eb;  // the grid is 2*eb; the check (core::quantize_buf's rule)
   if (n == 0) {
     return int(cudaMemsetAsync(d_outlier_count, 0, sizeof(uint64_t), stream));
   }

@@ -23,7 +23,8 @@
 #                 (NCCLZ_DEVICE_CODEC=v3; the fused tests run in this pass);
 #                 then the CudaPrims tests (device ranks in the ring
 #                 collectives, tests/cpp/test_cuda_prims.cpp) with v2 and
-#                 with v3 (the fused decode-and-add)
+#                 with v3 (the fused decode-and-add); then the CudaComm
+#                 tests (device buffers through the communicator) with v2 and v3
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes)
@@ -227,6 +228,9 @@ phase_test() {
   # Device ranks in the ring collectives (prims::DeviceSliceCodec): outputs and wire bytes against CPU ranks.
   step test-prims "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   step test-prims-v3 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
+  # Device buffers through the communicator (core/device_work.hpp): the host calls' bits, within E.
+  step test-comm "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
+  step test-comm-v3 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference' "$log" | head -40 >>"$SUMMARY"
 }
 
@@ -269,6 +273,8 @@ phase_sanitize() {
   step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
   # The device slice codec's three calls (fused decode-and-add and not), one process of direct calls.
   step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions' --gtest_color=no"
+  # Device buffers through a communicator of device and host ranks (the device path's kernels and copies).
+  step memcheck-comm "$log" $L_PRIMS "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaComm.DeviceAndHostRanksMix' --gtest_color=no"
   if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
     step initcheck "$log" 60 "compute-sanitizer --tool initcheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER' --gtest_color=no"
   fi
@@ -302,7 +308,7 @@ phase_profile() {
 }
 
 phase_dry() {
-  echo "deadline ${DEADLINE}s; limits: env $L_ENV smoke $L_SMOKE gtest $L_GTEST configure $L_CONFIGURE build $L_BUILD module $L_MODULE test $L_TEST x2 pytest $L_PYTEST+$L_PYCPU bench $L_BENCH ranks $L_RANKS memcheck $L_MEMCHECK racecheck $L_RACECHECK memcheck-v3, racecheck-v3 $L_SAN3 each, test-prims x2 and memcheck-prims $L_PRIMS each"
+  echo "deadline ${DEADLINE}s; limits: env $L_ENV smoke $L_SMOKE gtest $L_GTEST configure $L_CONFIGURE build $L_BUILD module $L_MODULE test $L_TEST x2 pytest $L_PYTEST+$L_PYCPU bench $L_BENCH ranks $L_RANKS memcheck $L_MEMCHECK racecheck $L_RACECHECK memcheck-v3, racecheck-v3 $L_SAN3 each, test-prims x2, test-comm x2, memcheck-prims and memcheck-comm $L_PRIMS each"
   echo "sum of limits: $((L_ENV + L_SMOKE + L_GTEST + L_CONFIGURE + L_BUILD + L_MODULE + 2 * L_TEST + L_PYTEST + L_PYCPU + L_BENCH + L_RANKS + L_MEMCHECK + L_RACECHECK + 2 * L_SAN3 + 3 * L_PRIMS)) (the deadline stops what is left)"
   echo "python3: $PY; jobs: $JOBS; ccache: $(command -v ccache || echo none); out: $OUT_DIR; build: $BUILD"
   echo "gtest sources carried: $([ -f "$ROOT/.gtest/CMakeLists.txt" ] && echo yes || echo NO)"

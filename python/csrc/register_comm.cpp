@@ -26,6 +26,7 @@
 
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -33,6 +34,7 @@
 #include <utility>
 
 #include "ncclz/communicator.hpp"
+#include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/policy_hints.hpp"
 #include "ncclz/unique_id.hpp"
@@ -81,15 +83,19 @@ struct Buffer {
   size_t count = 0;
   DataType type = DataType::F32;
   uint32_t row = 0, plane = 0;  ///< the array's last dimension / last two (0: fewer dimensions)
+  int device = -1;              ///< the CUDA device of a device array (-1: host memory)
 };
 
 /// `as_dtype` is "" (type from the array's DLPack dtype) or "bfloat16": the
 /// array holds bfloat16 bits as uint16 (NumPy arrays of ml_dtypes.bfloat16
 /// cannot be exported through DLPack, so the Python layer passes a view).
+/// device_ok: the call takes CUDA device arrays (all_reduce, reduce_scatter,
+/// all_gather, broadcast: ncclz::set_buffer_device), where ncclz was built with CUDA.
 template <typename Array>
-Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtype) {
+Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtype, bool device_ok = false) {
   const int dev = a.device_type();
-  if (dev != nb::device::cpu::value && dev != nb::device::cuda_host::value) {
+  const bool on_device = dev == nb::device::cuda::value && device_ok && ncclz::cuda::built_with_cuda();
+  if (dev != nb::device::cpu::value && dev != nb::device::cuda_host::value && !on_device) {
     std::ostringstream s;
     s << what << " is on a GPU or other device (DLPack device type " << dev << ", id " << a.device_id()
       << "); the Python API takes CPU arrays only for now: copy it to the host (e.g. tensor.cpu())";
@@ -154,6 +160,7 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
   }
   b.data = const_cast<void*>(static_cast<const void*>(a.data()));
   b.count = count;
+  if (on_device) b.device = int(a.device_id());
   // Shape hint for the wire codec's 2-D/3-D predictors (Compression::row/plane).
   const size_t nd = a.ndim();
   if (nd >= 2 && a.shape(nd - 1) <= 0xFFFFFFFFu) b.row = uint32_t(a.shape(nd - 1));
@@ -161,6 +168,31 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
     b.plane = uint32_t(a.shape(nd - 1) * a.shape(nd - 2));
   return b;
 }
+
+/// The device of a call's buffers (-1: host memory): every buffer on the
+/// same device, or every one in host memory.
+int call_device(const char* call, std::initializer_list<const Buffer*> bufs) {
+  int dev = -2;
+  for (const Buffer* b : bufs) {
+    if (dev == -2) dev = b->device;
+    if (b->device != dev) {
+      throw ncclz::InvalidArgument(std::string(call) + ": its arrays are on different devices (" +
+                                   (dev < 0 ? std::string("host") : "cuda:" + std::to_string(dev)) + " and " +
+                                   (b->device < 0 ? std::string("host") : "cuda:" + std::to_string(b->device)) +
+                                   "); pass them on one device");
+    }
+  }
+  return dev < 0 ? -1 : dev;
+}
+
+/// The calling thread's buffer device for one call (ncclz::set_buffer_device).
+class BufferDevice {
+ public:
+  explicit BufferDevice(int device) { ncclz::set_buffer_device(device); }
+  ~BufferDevice() { ncclz::set_buffer_device(-1); }
+  BufferDevice(const BufferDevice&) = delete;
+  BufferDevice& operator=(const BufferDevice&) = delete;
+};
 
 /// A buffer used on the root only: None elsewhere is no buffer (of the other
 /// array's type, so that check_call compares what is there).
@@ -306,46 +338,61 @@ class CommHandle {
 
   CallStats all_reduce(const InArray& send, const OutArray& recv, const std::string& op, const Compression& c,
                        const std::string& as_dtype, const PolicyHints* hints) {
-    Buffer in = check_buffer(send, "all_reduce input", as_dtype);
-    Buffer out = check_buffer(recv, "all_reduce output", as_dtype);
+    Buffer in = check_buffer(send, "all_reduce input", as_dtype, true);
+    Buffer out = check_buffer(recv, "all_reduce output", as_dtype, true);
+    const int dev = call_device("all_reduce", {&in, &out});
     const RedOp r = parse_op(op, "all_reduce");
     auto comm = get();
     comm->check_call(args(CallKind::AllReduce, in, out, r, 0, c));
     CallStats st;
-    blocking([&] { comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st, hints); });
+    blocking([&] {
+      BufferDevice d(dev);
+      comm->all_reduce(in.data, out.data, in.count, in.type, r, with_layout(c, in), &st, hints);
+    });
     return st;
   }
 
   CallStats reduce_scatter(const InArray& send, const OutArray& recv, const std::string& op, const Compression& c,
                            const std::string& as_dtype, const PolicyHints* hints) {
-    Buffer in = check_buffer(send, "reduce_scatter input", as_dtype);
-    Buffer out = check_buffer(recv, "reduce_scatter output", as_dtype);
+    Buffer in = check_buffer(send, "reduce_scatter input", as_dtype, true);
+    Buffer out = check_buffer(recv, "reduce_scatter output", as_dtype, true);
+    const int dev = call_device("reduce_scatter", {&in, &out});
     const RedOp r = parse_op(op, "reduce_scatter");
     auto comm = get();
     comm->check_call(args(CallKind::ReduceScatter, in, out, r, 0, c));
     CallStats st;
-    blocking([&] { comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st, hints); });
+    blocking([&] {
+      BufferDevice d(dev);
+      comm->reduce_scatter(in.data, out.data, out.count, in.type, r, with_layout(c, in), &st, hints);
+    });
     return st;
   }
 
   CallStats all_gather(const InArray& send, const OutArray& recv, const Compression& c, const std::string& as_dtype,
                        const PolicyHints* hints) {
-    Buffer in = check_buffer(send, "all_gather input", as_dtype);
-    Buffer out = check_buffer(recv, "all_gather output", as_dtype);
+    Buffer in = check_buffer(send, "all_gather input", as_dtype, true);
+    Buffer out = check_buffer(recv, "all_gather output", as_dtype, true);
+    const int dev = call_device("all_gather", {&in, &out});
     auto comm = get();
     comm->check_call(args(CallKind::AllGather, in, out, RedOp::Sum, 0, c));
     CallStats st;
-    blocking([&] { comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st, hints); });
+    blocking([&] {
+      BufferDevice d(dev);
+      comm->all_gather(in.data, out.data, in.count, in.type, with_layout(c, in), &st, hints);
+    });
     return st;
   }
 
   CallStats broadcast(const OutArray& buf, int root, const Compression& c, const std::string& as_dtype,
                       const PolicyHints* hints) {
-    Buffer b = check_buffer(buf, "broadcast buffer", as_dtype);
+    Buffer b = check_buffer(buf, "broadcast buffer", as_dtype, true);
     auto comm = get();
     comm->check_call(args(CallKind::Broadcast, Buffer{}, b, RedOp::Sum, root, c));
     CallStats st;
-    blocking([&] { comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st, hints); });
+    blocking([&] {
+      BufferDevice d(b.device);
+      comm->broadcast(b.data, b.count, b.type, root, with_layout(c, b), &st, hints);
+    });
     return st;
   }
 
@@ -654,6 +701,7 @@ void register_comm(nb::module_& m) {
       .def_ro("error_bound", &CallStats::error_bound)
       .def_ro("requested_bound", &CallStats::requested_bound)
       .def_ro("exact_fallback", &CallStats::exact_fallback)
+      .def_ro("on_device", &CallStats::on_device)
       .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(ncclz::mode_name(x.ran_mode)); })
       .def_ro("lightened", &CallStats::lightened)
       .def_prop_ro("algorithm", [](const CallStats& x) { return std::string(ncclz::algorithm_name(x.algorithm)); })

@@ -55,9 +55,11 @@ class Buffer:
     writable: whether collectives may write into it (never for borrowed JAX memory).
     stage: None for host arrays; for a GPU array the :class:`DeviceArray` whose host copy
         ``native`` is (:func:`finish` and :func:`to_user` copy results back to the device).
+    device: for a GPU array the native layer takes as it is (the device path: ``as_buffer``'s
+        ``direct``), its :class:`DeviceArray`; ``native`` is then the array on the device.
     """
 
-    __slots__ = ("dtype", "framework", "native", "shape", "size", "stage", "user", "writable")
+    __slots__ = ("device", "dtype", "framework", "native", "shape", "size", "stage", "user", "writable")
 
     def __init__(
         self,
@@ -69,9 +71,16 @@ class Buffer:
         framework: str,
         writable: bool,
         stage: DeviceArray | None = None,
+        device: DeviceArray | None = None,
     ):
         self.native, self.user, self.dtype, self.shape = native, user, dtype, shape
         self.size, self.framework, self.writable, self.stage = size, framework, writable, stage
+        self.device = device
+
+    @property
+    def gpu(self) -> DeviceArray | None:
+        """The DeviceArray of a GPU array, staged or direct; None for host arrays."""
+        return self.stage if self.stage is not None else self.device
 
     def replace(self, **changes: Any) -> Buffer:
         fields = {k: getattr(self, k) for k in self.__slots__}
@@ -189,20 +198,24 @@ def _numpy_buffer(arr: np.ndarray, user: Any, what: str, framework: str) -> Buff
     )
 
 
-def as_buffer(x: Any, what: str = "input", load: bool = True) -> Buffer:
+def as_buffer(x: Any, what: str = "input", load: bool = True, direct: bool = False) -> Buffer:
     """Checks ``x`` (device, dtype, contiguity) and returns a :class:`Buffer`.
 
     A CUDA array is staged: the Buffer holds a host copy (``load=False``: an
     uninitialised host array of its dtype and shape, for outputs whose old
-    contents the collective never reads). Raises InvalidArgumentError for other
-    devices, unsupported dtypes and non-contiguous arrays; TypeError for
-    objects that are not arrays.
+    contents the collective never reads). ``direct``: a CUDA PyTorch tensor or
+    CuPy array goes to the native layer as it is (the device path, after the
+    caller's current stream is waited for: :func:`direct_buffer`). Raises
+    InvalidArgumentError for other devices, unsupported dtypes and
+    non-contiguous arrays; TypeError for objects that are not arrays.
     """
     if isinstance(x, Buffer):
         return x
     if isinstance(x, np.ndarray):
         return _numpy_buffer(x, x, what, "numpy")
     stage = stage_of(x, what)
+    if stage is not None and direct and stage.framework in ("torch", "cupy"):
+        return direct_buffer(x, stage, what)
     if stage is not None:
         host = stage.to_host() if load else stage.host_empty(tuple(x.shape), _host_dtype(stage, x))
         b = as_buffer(host, what)
@@ -258,6 +271,29 @@ def as_buffer(x: Any, what: str = "input", load: bool = True) -> Buffer:
     return buf
 
 
+def direct_buffer(x: Any, stage: DeviceArray, what: str) -> Buffer:
+    """A Buffer whose native array is the CUDA array x itself (PyTorch or CuPy): the native
+    layer codes it on the device. The work queued on the caller's current stream is waited for
+    first (ncclz's own streams then read it), so the call sees everything queued before it."""
+    if stage.framework == "torch":
+        t = x.detach() if x.requires_grad else x
+        name = _torch_dtype_name(t.dtype)
+        if name is None:
+            raise _unsupported_dtype(what, t.dtype)
+        _torch().cuda.current_stream(stage.index).synchronize()
+        return Buffer(native=t, user=x, dtype=name, shape=tuple(t.shape), size=int(t.numel()), framework="torch",
+                      writable=True, device=stage)
+    import cupy
+
+    name = _numpy_dtype_name(np.dtype(x.dtype))
+    if name is None:
+        raise _unsupported_dtype(what, x.dtype)
+    with cupy.cuda.Device(stage.index):
+        cupy.cuda.get_current_stream().synchronize()
+    return Buffer(native=x, user=x, dtype=name, shape=tuple(x.shape), size=int(x.size), framework="cupy",
+                  writable=True, device=stage)
+
+
 def _host_dtype(stage: DeviceArray, x: Any) -> Any:
     """The host dtype matching a device array's (torch dtypes stay torch's; CuPy's and JAX's are NumPy's)."""
     if stage.framework == "torch":
@@ -271,6 +307,8 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
     For a staged ``like`` the array is a host array whose result :func:`to_user`
     puts on like's device."""
     shape = tuple(int(s) for s in shape)
+    if like.device is not None:
+        return _device_empty(like, shape)
     if like.stage is not None:
         host = like.replace(stage=None)
         return empty(host, shape).replace(stage=like.stage.for_output())
@@ -296,6 +334,28 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
     return b.replace(framework=like.framework if like.framework in ("jax",) else "numpy")
 
 
+def _device_empty(like: Buffer, shape: tuple) -> Buffer:
+    """A new array of like's dtype and framework on like's device (the device path's outputs)."""
+    index = like.device.index
+    if like.framework == "torch":
+        t = _torch().empty(shape, dtype=like.native.dtype, device=f"cuda:{index}")
+        arr = t
+    else:
+        import cupy
+
+        with cupy.cuda.Device(index):
+            arr = cupy.empty(shape, dtype=like.native.dtype)
+    return Buffer(native=arr, user=arr, dtype=like.dtype, shape=shape, size=_size(shape), framework=like.framework,
+                  writable=True, device=like.device.for_output())
+
+
+def _size(shape: tuple) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
 def copy_into(dst: Buffer, src: Buffer) -> None:
     """dst[...] = src (same dtype and size; shapes may differ)."""
     if dst.framework == "torch" and src.framework == "torch":
@@ -315,7 +375,10 @@ def _as_numpy(b: Buffer) -> np.ndarray:
 
 
 def to_numpy(b: Buffer) -> np.ndarray:
-    """A NumPy view of the buffer (bfloat16 as ml_dtypes.bfloat16)."""
+    """A NumPy view of the buffer (bfloat16 as ml_dtypes.bfloat16); a host copy of a GPU array
+    the native layer takes as it is."""
+    if b.device is not None:
+        return to_numpy(as_buffer(DeviceArray(b.native, b.framework, b.device.index, False).to_host(), "array"))
     arr = _as_numpy(b)
     if b.dtype == "bfloat16":
         import ml_dtypes
@@ -346,9 +409,9 @@ def check_output(out: Any, like: Buffer, shape: Sequence[int], what: str, load: 
     """Checks a caller-provided output: writable, contiguous, like's dtype and device, shape's size.
     ``load``: whether the collective reads the output's old contents (a staged output is then
     copied to the host first)."""
-    b = as_buffer(out, what, load=load)
-    if (b.stage is None) != (like.stage is None) or (
-        b.stage is not None and not b.stage.same_device(like.stage)
+    b = as_buffer(out, what, load=load, direct=like.device is not None)
+    if (b.gpu is None) != (like.gpu is None) or (b.gpu is not None and not b.gpu.same_device(like.gpu)) or (
+        (b.device is None) != (like.device is None)
     ):
         raise InvalidArgumentError(
             f"{what} is on {device_name(b)} but the input is on {device_name(like)}; pass an output on the "
@@ -368,11 +431,11 @@ def check_output(out: Any, like: Buffer, shape: Sequence[int], what: str, load: 
 
 def device_name(b: Buffer) -> str:
     """'cpu' or 'cuda:N'."""
-    return "cpu" if b.stage is None else b.stage.name
+    return "cpu" if b.gpu is None else b.gpu.name
 
 
 def describe(b: Buffer) -> str:
     """Short description for error messages: 'float32[1024] (numpy)', 'float32[8] (torch, cuda:0)'."""
-    if b.stage is not None:
-        return f"{b.dtype}{list(b.shape)} ({b.stage.framework}, {b.stage.name})"
+    if b.gpu is not None:
+        return f"{b.dtype}{list(b.shape)} ({b.gpu.framework}, {b.gpu.name})"
     return f"{b.dtype}{list(b.shape)} ({b.framework})"

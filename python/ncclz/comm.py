@@ -90,6 +90,9 @@ class CallStats:
         A hierarchical call's raw_bytes, wire_bytes and ratio count its
         inter-host links (the ones that compress); local_bytes the bytes it
         sent to ranks on its own host (uncompressed; 0 for ring calls).
+    on_device: the call's arrays were CUDA arrays that it quantized, coded and dequantized on the
+        GPU (a lossy all_reduce, reduce_scatter, all_gather or broadcast of PyTorch or CuPy
+        arrays on the compressed ring); False where it ran on host copies.
     """
 
     op: str
@@ -109,6 +112,7 @@ class CallStats:
     policy: str = ""
     algorithm: str = "ring"
     local_bytes: int = 0
+    on_device: bool = False
 
     @property
     def codec_s(self) -> float:
@@ -302,6 +306,18 @@ def _queueable(method):
     params.append(inspect.Parameter("async_op", inspect.Parameter.KEYWORD_ONLY, default=False, annotation="bool"))
     wrapper.__signature__ = sig.replace(parameters=params)
     return wrapper
+
+
+_LOSSY_MODES = ("lossy_abs", "lossy_rel")
+
+
+def _device_path_on() -> bool:
+    """Whether lossy calls of CUDA arrays code on the device (NCCLZ_DEVICE_PATH: auto, the default,
+    where ncclz was built with CUDA; staged: through host copies, the first GPU path)."""
+    mode = os.environ.get("NCCLZ_DEVICE_PATH", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "staged"):
+        raise InvalidArgumentError(f"NCCLZ_DEVICE_PATH must be auto or staged, got {mode!r}")
+    return mode == "auto" and bool(_core.built_with_cuda())
 
 
 def _describe_compression(c: Any) -> str:
@@ -544,14 +560,19 @@ class Communicator:
         return f"<ncclz.Communicator rank {self._rank} of {self._world_size} ({state})>"
 
     # ---- helpers ----------------------------------------------------------
-    def _prepare(self, x: Any, what: str, op: str | None, compression: Any, load: bool = True) -> tuple:
+    def _prepare(self, x: Any, what: str, op: str | None, compression: Any, load: bool = True,
+                 device_path: bool = False) -> tuple:
         """The array and compression as the native layer takes them. Only the Python types are checked
         here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
-        the call only writes x (a GPU array's contents are then not copied to the host first)."""
-        b = _dlpack.as_buffer(x, what, load=load)
-        if b.stage is not None:
-            self._check_device(b, what)
+        the call only writes x (a GPU array's contents are then not copied to the host first).
+        ``device_path``: the collective codes CUDA arrays on the device (all_reduce, reduce_scatter,
+        all_gather, broadcast): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
+        (docs/GPU.md, "Device buffers"; NCCLZ_DEVICE_PATH=staged turns it off)."""
         c = _compression(compression)
+        direct = device_path and c.mode in _LOSSY_MODES and _device_path_on()
+        b = _dlpack.as_buffer(x, what, load=load, direct=direct)
+        if b.gpu is not None:
+            self._check_device(b, what)
         if op is not None:
             if not isinstance(op, str):
                 raise InvalidArgumentError(f"{what}: op must be a string, one of {', '.join(OPS)}; got {op!r}")
@@ -561,10 +582,10 @@ class Communicator:
     def _check_device(self, b: Any, what: str) -> None:
         """GPU arrays of one rank stay on one device: the first one's (CPU arrays are always taken)."""
         if self._device is None:
-            self._device = b.stage
-        elif not b.stage.same_device(self._device):
+            self._device = b.gpu
+        elif not b.gpu.same_device(self._device):
             raise InvalidArgumentError(
-                f"{what} is on {b.stage.name} but this communicator's GPU arrays are on {self._device.name} "
+                f"{what} is on {b.gpu.name} but this communicator's GPU arrays are on {self._device.name} "
                 "(the device of the first GPU array it was given); one rank works with one GPU"
             )
 
@@ -633,6 +654,7 @@ class Communicator:
             policy=d.describe(ran, bool(st.lightened)) if d is not None else "",
             algorithm=str(getattr(st, "algorithm", "ring")),
             local_bytes=int(getattr(st, "local_bytes", 0)),
+            on_device=bool(getattr(st, "on_device", False)),
         )
 
     def _check_rank(self, r: Any, what: str) -> int:
@@ -684,7 +706,7 @@ class Communicator:
             y = self._small_plain_all_reduce(x, op, compression, out, policy)
             if y is not None:
                 return y
-        b, c, op = self._prepare(x, "all_reduce input", op, compression)
+        b, c, op = self._prepare(x, "all_reduce input", op, compression, device_path=True)
         d = self._decide("all_reduce", b, c, compression, b.nbytes, policy, op, algorithm)
         if out is not None:
             o = _dlpack.check_output(out, b, b.shape, "all_reduce out")
@@ -706,7 +728,7 @@ class Communicator:
         ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element
         count (result: 1-D of ``x.size // world_size``). ``policy``, ``algorithm``: as in all_reduce.
         """
-        b, c, op = self._prepare(x, "reduce_scatter input", op, compression)
+        b, c, op = self._prepare(x, "reduce_scatter input", op, compression, device_path=True)
         d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy, op, algorithm)
         shape = _block_shape(b, self._world_size, "reduce_scatter input")
         o = (
@@ -724,7 +746,7 @@ class Communicator:
                    algorithm: str | None = None) -> Any:
         """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
         ``policy``, ``algorithm``: as in all_reduce."""
-        b, c, _ = self._prepare(x, "all_gather input", None, compression)
+        b, c, _ = self._prepare(x, "all_gather input", None, compression, device_path=True)
         d = self._decide("all_gather", b, c, compression, b.nbytes * self._world_size, policy, None, algorithm)
         shape = (self._world_size, *b.shape)
         o = (
@@ -743,7 +765,7 @@ class Communicator:
         """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only).
         ``policy``, ``algorithm``: as in all_reduce (rank 0 decides even when another rank is the root)."""
         root = self._check_rank(root, "broadcast root")
-        b, c, _ = self._prepare(x, "broadcast buffer", None, compression)
+        b, c, _ = self._prepare(x, "broadcast buffer", None, compression, device_path=True)
         d = self._decide("broadcast", b, c, compression, b.nbytes, policy, None, algorithm)
         o = b
         if not b.writable:

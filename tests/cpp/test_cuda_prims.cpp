@@ -517,9 +517,14 @@ TEST(CudaPrims, UnsupportedSlicesAndOptions) {
   const size_t slice = prims::slice_elems_for(kSlot, 4);
   Wire w{WireMode::Coded, ElemType::I32, Predictor::None};
   prims::PrimsArgs a = make_args(w, 0);
-  // Coded mode needs a forced Block predictor (no device selector yet), integer codes, room for a slice.
-  codec::EncodeOptions autosel;
-  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, autosel, true, kSlot, slice), InvalidArgument);
+  // Coded mode codes with the device selector or a forced Block predictor
+  // (not rANS, FloatExp, or Block without a predictor), integer codes, room for a slice.
+  for (auto choice : {codec::EncodeOptions::Choice::Rans, codec::EncodeOptions::Choice::FloatExp,
+                      codec::EncodeOptions::Choice::Block}) {
+    codec::EncodeOptions o;
+    o.choice = choice;
+    EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, o, true, kSlot, slice), InvalidArgument);
+  }
   EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Coded, a.enc, true, kSlot, slice), InvalidArgument);
   EXPECT_THROW(prims::DeviceSliceCodec(ElemType::I32, WireMode::Coded, a.enc, true, kSlot, slice + 1), InvalidArgument);
   EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Raw, a.enc, true, kSlot, slice), InvalidArgument);

@@ -271,3 +271,95 @@ def scenario_gpu_bad_input(ncclz, comm, args):
     ck.require(bool((y == comm.world_size).all()), "all_reduce after the errors is wrong")
     comm.barrier()
     return {"checks": ck.checks}
+
+
+def scenario_gpu_device_path(ncclz, comm, args):
+    """Lossy all_reduce (sum, avg), reduce_scatter, all_gather and broadcast of CUDA arrays (torch,
+    and CuPy where installed) on the device path: last_stats.on_device, the results on the input's
+    device, every element within the bound, and the same bits as the same call on host arrays and
+    as the staged GPU path (NCCLZ_DEVICE_PATH=staged). Uncompressed calls of CUDA arrays stay
+    off the device path."""
+    import os
+
+    import torch
+
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    n = 65536 * W
+    seed = 900
+    frameworks = ["torch"]
+    try:
+        import cupy  # noqa: F401
+
+        frameworks.append("cupy")
+    except ImportError:
+        pass
+
+    def to_gpu(fw, a):
+        if fw == "torch":
+            return _torch_in(torch, a)
+        import cupy
+
+        return cupy.asarray(a)
+
+    def to_host(fw, y):
+        if fw == "torch":
+            return _torch_out(ck, torch, y)
+        import cupy
+
+        ck.require(isinstance(y, cupy.ndarray), f"a result is a {type(y).__name__}, expected a CuPy array")
+        return cupy.asnumpy(y)
+
+    def run(coll, x, comp, op):
+        if coll == "all_reduce":
+            return comm.all_reduce(x, op=op, compression=comp, policy="off")
+        if coll == "reduce_scatter":
+            return comm.reduce_scatter(x, op=op, compression=comp, policy="off")
+        if coll == "all_gather":
+            return comm.all_gather(x, compression=comp, policy="off")
+        return comm.broadcast(x, root=W - 1, compression=comp, policy="off")
+
+    for fw in frameworks:
+        for dtype in ("float32", "float64", "bfloat16"):
+            if fw == "cupy" and dtype == "bfloat16":
+                continue
+            for mname, comp in modes(ncclz, dtype)[2:]:
+                for coll, op in (
+                    ("all_reduce", "sum"),
+                    ("all_reduce", "avg"),
+                    ("reduce_scatter", "sum"),
+                    ("all_gather", None),
+                    ("broadcast", None),
+                ):
+                    seed += 1
+                    m = n if coll == "reduce_scatter" else n // W
+                    inputs = [rank_input(k, m, dtype, seed) for k in range(W)]
+                    name = f"device/{fw}/{coll}/{op}/{dtype}/{mname}"
+                    host = run(coll, inputs[r].copy(), comp, op)
+                    dev = run(coll, to_gpu(fw, inputs[r]), comp, op)
+                    st = comm.last_stats
+                    got = to_host(fw, dev)
+                    ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
+                    # bf16 sums at these bounds may run exact (the plan's budget): off the device then
+                    ck.require(st.on_device or st.exact_fallback, f"{name}: neither on the device nor exact")
+                    if dtype != "bfloat16":
+                        ck.require(st.on_device, f"{name}: did not run on the device ({st})")
+                    os.environ["NCCLZ_DEVICE_PATH"] = "staged"
+                    try:
+                        staged = run(coll, to_gpu(fw, inputs[r]), comp, op)
+                        ck.require(not comm.last_stats.on_device, f"{name}: staged call ran on the device")
+                    finally:
+                        del os.environ["NCCLZ_DEVICE_PATH"]
+                    ck.require(bits(to_host(fw, staged)) == bits(host), f"{name}: differs from the staged call")
+                    if coll in ("all_reduce", "broadcast", "all_gather"):
+                        ck.record(name, got)
+                    if coll == "all_reduce":
+                        ref = reference(inputs, op)
+                        ck.check_close(name, got, ref, bound_of(comp, inputs), mname, dtype)
+    # Uncompressed CUDA arrays: host copies (on_device False), same bits as the host call.
+    x = rank_input(r, 4096, "float32", 77)
+    y = _torch_out(ck, torch, comm.all_reduce(_torch_in(torch, x), policy="off"))
+    ck.require(not comm.last_stats.on_device, "an uncompressed call ran on the device")
+    ck.require(bits(y) == bits(comm.all_reduce(x.copy(), policy="off")), "uncompressed: differs from the host call")
+    comm.barrier()
+    return {"hashes": ck.hashes, "checks": ck.checks}

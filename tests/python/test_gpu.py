@@ -1,4 +1,5 @@
-"""GPU arrays through the collectives (python/ncclz/_device.py: staged through host memory).
+"""GPU arrays through the collectives: staged through host memory (python/ncclz/_device.py), and
+the device path of lossy ring collectives (cpp/src/core/device_work.hpp).
 
 Needs a CUDA GPU visible to PyTorch: without one every test here skips, and fails
 under NCCLZ_REQUIRE_GPU=1 (tools/gpu_session.sh sets it on the GPU machine). The
@@ -87,6 +88,16 @@ def test_gpu_frameworks_and_streams(gpu, tmp_path, framework):
     ranks = run_ranks(tmp_path, "gpu_frameworks", 2, "shm", args=[framework], timeout=240, env=GPU_ENV)
     ranks.assert_ok()
     assert ranks.results[0]["checks"] > 0
+
+
+@pytest.mark.parametrize("transport,n", [("shm", 2), ("shm", 3), ("socket", 4)])
+def test_gpu_device_path(gpu, tmp_path, transport, n):
+    """Lossy ring collectives of CUDA arrays quantize, code and dequantize on the GPU
+    (last_stats.on_device), with the host call's bits and the staged path's, within the bound."""
+    ranks = run_ranks(tmp_path, "gpu_device_path", n, transport, timeout=300, env=GPU_ENV)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] > 10
+    assert_same_on_all_ranks(ranks.results)
 
 
 def test_gpu_bad_input(gpu, tmp_path):

@@ -18,6 +18,7 @@
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's)
 #   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp)
+#   comm          device buffers through the communicator (tests/cpp/test_cuda_comm.cpp)
 #   bench         bench/gpu_codec_bench.cu on 1 MiB: its checks (its timings mean nothing)
 # Environment: NCCLZ_CUDA_TEST_QUICK (default 1: fewer sizes and cases; 0: all,
 # about 4x longer); EMU_SANITIZE=address (AddressSanitizer: an out-of-bounds
@@ -32,7 +33,8 @@ command -v ninja >/dev/null 2>&1 && args+=(-G Ninja)
 command -v ccache >/dev/null 2>&1 && args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 mkdir -p build
 cmake -S . -B "$B" "${args[@]}" >"$B.configure.log" 2>&1 || { cat "$B.configure.log"; exit 1; }
-cmake --build "$B" -j "${NCCLZ_TEST_JOBS:-$(nproc)}" --target ncclz_cuda_emu_tests ncclz_cuda_emu_prims_tests ncclz_cuda_emu_bench
+cmake --build "$B" -j "${NCCLZ_TEST_JOBS:-$(nproc)}" --target ncclz_cuda_emu_tests ncclz_cuda_emu_prims_tests ncclz_cuda_emu_comm_tests \
+  ncclz_cuda_emu_bench
 E=$B/tools/cuda_emu
 export NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1}
 case "${1:-}" in
@@ -47,11 +49,15 @@ case "${1:-}" in
       echo "device ranks in the send/receive loops (test_cuda_prims.cpp), $v slice kernels:"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
     done
+    echo "device buffers through the communicator (test_cuda_comm.cpp), default and v3 slice kernels:"
+    "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
+    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.Lossy*:CudaComm.DeviceAndHost*'
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
     ;;
   bench) "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" ;;
   prims) "$E/ncclz_cuda_emu_prims_tests" ;;
+  comm) "$E/ncclz_cuda_emu_comm_tests" ;;
   *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*}" ;;
 esac

@@ -105,6 +105,10 @@ struct CallStats {
   /// Hierarchical calls: bytes this rank sent to ranks on its own host
   /// (uncompressed, not in raw_bytes / wire_bytes); 0 for ring calls.
   uint64_t local_bytes = 0;
+  /// The call's buffers were device memory and it quantized, coded and
+  /// dequantized on the device (set_buffer_device); false where it ran on
+  /// host copies (an exact mode or path) or on host buffers.
+  bool on_device = false;
 };
 
 /// Communicator settings. Every NCCLZ_* variable the runtime reads is parsed in
@@ -305,6 +309,19 @@ class Communicator {
   /// transport can reach them, on its peers) fail with Aborted. Thread-safe.
   virtual void abort(const std::string& reason = "aborted by user") = 0;
 };
+
+/// Where the buffers of the calls this thread makes live from now on: -1,
+/// host memory (the default), or the ordinal of a CUDA device whose memory
+/// they are (as cudaSetDevice, per thread). all_reduce, reduce_scatter,
+/// all_gather and broadcast take device buffers (other calls raise
+/// InvalidArgument): lossy calls quantize, code and dequantize on the device
+/// (only coded slices cross to the host), every other path runs on host
+/// copies (docs/GPU.md, "Device buffers"). The caller's work that writes the
+/// input must be complete when the call starts; the output is complete when
+/// it returns. One device per communicator. The Python layer sets it for
+/// CUDA arrays.
+void set_buffer_device(int device);
+int buffer_device();
 
 /// An interrupt check for blocking calls made by the calling thread: while a
 /// call of this thread waits (for a peer's slot, for its own channels), it

@@ -99,6 +99,14 @@ class DeviceCodec {
   int quantize_async(const void* d_x, codec::ElemType t, size_t n, double eb, int64_t limit, void* d_q,
                      codec::ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx, size_t idx_cap);
 
+  /// quantize_async with the bound checked at check_eb (>= eb) instead of eb:
+  /// the grid of half step eb, an element an outlier where |x - its value| >
+  /// check_eb after rounding to t. The lossy paths' rule (core::quantize_buf:
+  /// the check allows for T's own rounding), for the device path of the
+  /// collectives (core/device_work.hpp). No indices.
+  int quantize_checked_async(const void* d_x, codec::ElemType t, size_t n, double eb, double check_eb, int64_t limit,
+                             void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count);
+
   /// out[i] = t(q[i] * 2 eb), rounded once to t (the CPU's dequantize).
   int dequantize_async(const void* d_q, codec::ElemType code_t, size_t n, double eb, void* d_out, codec::ElemType t);
 
@@ -178,6 +186,9 @@ class DeviceCodec {
  private:
   /// At least `bytes` of scratch (grown in stream order), or nullptr with *err set.
   uint8_t* scratch(size_t bytes, int* err);
+  int quantize_grid_async(const void* d_x, codec::ElemType t, size_t n, double eb, double check_eb, int64_t limit,
+                          void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx,
+                          size_t idx_cap);
   int encode_batch(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len, uint32_t forced_slices,
                    codec::Predictor p, uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes,
                    uint64_t* d_sizes, int* d_status);

@@ -9,6 +9,7 @@
 
 #include "base/log.hpp"
 #include "core/config.hpp"
+#include "core/device_call.hpp"
 #include "core/hier_call.hpp"
 #include "core/lossy_call.hpp"
 #include "core/validate.hpp"
@@ -130,17 +131,30 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   size_t bytes = cd.message * dsize(t);
   Mode m = cd.per_peer() ? c.mode : effective_mode(c, bytes);
   int nch = rt_.channels.pick(bytes);
-  const std::string err = check_args(cd, t, m, c, hints, rt_.nranks, rt_.cfg.p2p != 0);
+  std::string err = check_args(cd, t, m, c, hints, rt_.nranks, rt_.cfg.p2p != 0);
+  // Device buffers (core/device_call.hpp): the collectives that take them,
+  // and the device's work object made here, so that a missing device fails
+  // the call on every rank.
+  cd.device = buffer_device();
+  if (cd.device >= 0 && err.empty()) {
+    err = check_device_call(cd, cd.device);
+    try {
+      if (err.empty()) device_work(rt_, cd.device);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
   // 2. describe
   CallDesc d = make_desc(cd, t, m, c, hints);
   d.seq = rt_.seq++;
   if (!err.empty()) d.flags |= kInvalid;
+  if (cd.device >= 0 && err.empty()) d.device = 1;
   if (!rt_.cfg.pipeline_quantize) d.flags |= kEagerQuantize;
   if (!d.algorithm) d.algorithm = configured_algorithm();
   LossyCall lossy(rt_, cd, t, c, nch, call);
   if (is_lossy(m) && err.empty()) lossy.describe(d);
   // The latency algorithm's data rides with the descriptor (3.).
-  const bool carry = err.empty() && carries(cd, m, bytes, hints);
+  const bool carry = err.empty() && cd.device < 0 && carries(cd, m, bytes, hints);
   algorithms::OneHopPart part;
   Carried carried;
   if (carry) {
@@ -176,13 +190,17 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   // 4. decide
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
   cd.algorithm = call.algorithm = decide_algorithm(all, cd, run);
+  // Device buffers: a lossy call decides in LossyCall::run whether it runs
+  // on the device; everything else runs on host copies.
+  HostStaging staging(rt_, cd, t);
   if (cd.algorithm == Algorithm::Latency) {
     run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
   } else if (is_lossy(run)) {
     rt_.protocol.release_carried();  // a lossy request that runs as asked: carried data not used
-    lossy.run(all);                  // 5.-6.
+    lossy.run(all, staging);         // 5.-6.
   } else {
     rt_.protocol.release_carried();  // carried data not used: rank 0 named another algorithm
+    staging.begin();
     // 6. the user's buffers through raw slots (none) or the selector
     // (lossless; a lightened call with the selector's own choice).
     const Compression& wire_c = run == m ? c : Compression{};
@@ -201,6 +219,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     if (to != from) std::memcpy(to, from, cd.self_count * es);  // equal: gather/scatter in place (NCCL's way)
   }
   if (!is_lossy(run) && cd.op == RedOp::Avg) prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
+  staging.end();  // host copies: the output back to the device
   call.finish();
 }
 
@@ -219,7 +238,8 @@ void CallRoutine::point_to_point(const Collective& cd, DataType t, const Compres
   const Mode m = effective_mode(c, bytes);
   const int nch = rt_.channels.pick(bytes);
   call.ran = m;
-  const std::string err = check_args(cd, t, m, c, nullptr, rt_.nranks);
+  std::string err = check_args(cd, t, m, c, nullptr, rt_.nranks);
+  if (err.empty() && buffer_device() >= 0) err = check_device_call(cd, buffer_device());
   // 2. describe; 4.-5. the sender decides and prepares alone
   CallDesc d = make_desc(cd, t, m, c, nullptr);
   d.seq = (sending ? rt_.send_seq : rt_.recv_seq)[size_t(peer)]++;

@@ -51,8 +51,9 @@ enum DescFlags : uint8_t {
   kCompress = 16,  ///< send/recv: the sender's data travels as codes with eb
   kWide = 32,      ///< send/recv: int64 codes
   /// Lossy collectives: quantize the whole input before the transfers and
-  /// hold the outlier round (NCCLZ_PIPELINE_QUANTIZE=0). Only rank 0's flag
-  /// counts, so every rank takes the same path whatever its environment says.
+  /// hold the outlier round (NCCLZ_PIPELINE_QUANTIZE=0). Any rank's flag
+  /// counts for every rank (each sees every descriptor), so every rank takes
+  /// the same path whatever its environment says.
   kEagerQuantize = 64,
   /// This rank's data for the receiving peer follows the descriptor in the
   /// same message (the latency algorithm, core/call_protocol.hpp): the call is
@@ -88,7 +89,12 @@ struct CallDesc {
   /// mostly-zero calls run with larger slices (core/lossy_call.hpp).
   /// Not part of the match.
   uint8_t density = 0;
-  char codec[15] = {};  ///< forced codec name ("" = selector)
+  char codec[14] = {};  ///< forced codec name ("" = selector)
+  /// 1: this rank's buffers are device memory and its lossy calls code on the
+  /// device (core/device_work.hpp). Where any rank's is 1, every rank takes
+  /// the eager lossy path and codes without Rans, which the device does not
+  /// decode (core/lossy_call.cpp). Not part of the match.
+  uint8_t device = 0;
   /// Rank 0's algorithm: 1 + int(Algorithm) (PolicyHints::algorithm, else
   /// CommConfig::algorithm / NCCLZ_ALGO), 0 for the default. Every rank runs
   /// all[0]'s where the topology allows it (core/call.hpp, step 4); not part

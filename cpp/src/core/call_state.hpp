@@ -28,6 +28,7 @@ struct CallState {
   double bound = 0;                                 ///< the bound the result meets (CallStats::error_bound)
   double requested = 0;                             ///< E asked for (CallStats::requested_bound)
   bool fallback = false;                            ///< a lossy call that ran exactly
+  bool on_device = false;                           ///< coded on the device (CallStats::on_device)
   Compression::Mode ran = Compression::Mode::None;  ///< the mode the call ran with
   bool lightened = false;                           ///< rank 0's lighter proposal was taken
   double rans_margin = -1;  ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
@@ -54,6 +55,7 @@ struct CallState {
     r.error_bound = bound;
     r.requested_bound = requested;
     r.exact_fallback = fallback;
+    r.on_device = on_device;
     r.ran_mode = ran;
     r.lightened = lightened;
     r.algorithm = algorithm;

@@ -8,6 +8,7 @@
 #include "base/worker_pool.hpp"
 #include "core/codec_choice.hpp"
 #include "core/config.hpp"
+#include "core/device_work.hpp"
 #include "ncclz/error.hpp"
 
 namespace ncclz::core {
@@ -123,6 +124,15 @@ prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int 
 prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
   const prims::PrimsArgs a = args_of(w, call, rank_, c, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_));
   Channel& ch = ch_[size_t(c)];
+  if (w.device) {
+    // A device rank: the slice codec and the scratch slice live on the device.
+    prims::PrimsArgs d = a;
+    const size_t slot = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_);
+    const size_t slice = prims::slice_elems_for(slot, codec::elem_size(w.type));
+    d.device = w.device->slices(c, a, slot, slice);
+    return prims::Prims(ch.send, ch.recv, d, &call.ch[size_t(c)],
+                        w.device->scratch(c, slice * codec::elem_size(w.type)));
+  }
   return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
 }
 

@@ -39,6 +39,8 @@ class WorkerPool;
 
 namespace ncclz::core {
 
+class DeviceWork;
+
 /// What the prims of one call move: wire type, slot format, reduction, codec.
 struct Wire {
   ElemType type = ElemType::U8;
@@ -48,6 +50,9 @@ struct Wire {
   codec::EncodeOptions enc;
   prims::Stage* stage = nullptr;  ///< slice-by-slice quantize/dequantize (core::LossyStage)
   size_t slice_bytes = 0;         ///< slot bytes a slice is sized for (0: NCCLZ_SLOT_BYTES)
+  /// Non-null: the values are device memory, coded on the device (each
+  /// channel's prims get its slice codec and device scratch; rings only).
+  DeviceWork* device = nullptr;
 };
 
 /// The user's values: raw slots (Mode::None) or slices through the selector.

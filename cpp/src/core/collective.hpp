@@ -144,6 +144,9 @@ struct Collective {
   /// send at self_src to recv at self_dst, copied by the routine in the user's
   /// type after the schedule, in every mode (exact: within any lossy bound).
   size_t self_count = 0, self_src = 0, self_dst = 0;
+  /// The CUDA device whose memory send and recv are (ncclz::set_buffer_device),
+  /// -1 for host memory: core/device_call.hpp, core/device_work.hpp.
+  int device = -1;
 
   bool p2p() const { return coll == Coll::Send || coll == Coll::Recv; }
   /// The call's message size is known only after the counts round (all_to_allv).

@@ -6,6 +6,7 @@
 
 #include "base/log.hpp"
 #include "core/codec_choice.hpp"
+#include "core/device_call.hpp"
 #include "core/hier_call.hpp"
 #include "prims/reduce.hpp"
 
@@ -16,7 +17,9 @@ LossyCall::LossyCall(Runtime& rt, const Collective& cd, DataType t, const Compre
 
 void LossyCall::describe(CallDesc& d) {
   const auto t0 = Clock::now();
-  if (cd_.input_here) {
+  if (cd_.input_here && cd_.device >= 0) {
+    put_stats(d, device_work(rt_, cd_.device).scan(elem_of(t_), cd_.send, cd_.in_count));
+  } else if (cd_.input_here) {
     // Sums of a mostly-zero input: the scan lists its nonzeros, and the
     // staged path carries them as lists (LossyStage::prepare_nonzeros), where
     // the wire codec may be Sparse (an unknown name is an argument error).
@@ -47,7 +50,27 @@ double LossyCall::out_step(const LossyPlan& plan) const {
   return cd_.how == Combine::Mean ? 2 * plan.eb / double(rt_.nranks) : 2 * plan.eb;
 }
 
-void LossyCall::run(const std::vector<CallDesc>& all) {
+bool LossyCall::any_flag(const std::vector<CallDesc>& all, uint8_t flag) {
+  for (const CallDesc& d : all) {
+    if (d.flags & flag) return true;
+  }
+  return false;
+}
+
+bool LossyCall::any_device(const std::vector<CallDesc>& all) {
+  for (const CallDesc& d : all) {
+    if (d.device) return true;
+  }
+  return false;
+}
+
+Wire LossyCall::codes_wire(bool wide, const std::vector<CallDesc>& all) const {
+  Wire w = code_wire(t_, wide, cd_.op, c_);
+  if (any_device(all)) w.enc.allow_rans = false;  // what a device rank decodes
+  return w;
+}
+
+void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
   const DataStats g = merge_stats(all);
   const double E = resolve_bound(c_, g);
   // Hierarchical calls quantize each host's combined values (its sum, or max /
@@ -57,11 +80,21 @@ void LossyCall::run(const std::vector<CallDesc>& all) {
                         : plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
   apply_min_bytes(plan, c_, cd_.message * dsize(t_));
   call_.bound = call_.requested = E;
+  // Device buffers: the compressed flat ring codes on the device; every other
+  // path runs on host copies (core/device_call.hpp).
+  const bool device_run = cd_.device >= 0 && plan.compress && !hier && rt_.nranks > 1;
+  if (cd_.device >= 0 && !device_run) staging.begin();
+  if (device_run) {
+    run_device(plan, all, staging);
+    return;
+  }
   if (plan.compress && hier && cd_.reduces) {
     run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_);
     return;
   }
-  if (plan.compress && !hier && rt_.nranks > 1 && !(all[0].flags & kEagerQuantize)) {
+  // Staged unless a rank asked for the eager path or codes on the device
+  // (the same path on every rank: the outlier round is the eager path's).
+  if (plan.compress && !hier && rt_.nranks > 1 && !any_flag(all, kEagerQuantize) && !any_device(all)) {
     run_staged(plan, all);
     return;
   }
@@ -87,9 +120,36 @@ void LossyCall::run(const std::vector<CallDesc>& all) {
   if (hier) {
     run_hier_codes(rt_, cd_, t_, plan.wide, codes, out_codes, c_, nch_, call_);
   } else {
-    rt_.channels.run_schedule(cd_, codes, out_codes, code_wire(t_, plan.wide, cd_.op, c_), nch_, call_);
+    rt_.channels.run_schedule(cd_, codes, out_codes, codes_wire(plan.wide, all), nch_, call_);
   }
   dequantize_output(plan, out_codes);
+}
+
+void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, HostStaging& staging) {
+  DeviceWork& dw = device_work(rt_, cd_.device);
+  const auto t1 = Clock::now();
+  const size_t cs = plan.wide ? 8 : 4;
+  void* codes = dw.codes(0, cd_.in_count * cs);
+  void* out_codes = cd_.codes_in_place ? codes : dw.codes(1, cd_.out_count * cs);
+  size_t outliers = 0;
+  if (cd_.input_here) {
+    outliers = dw.quantize(elem_of(t_), plan.eb, plan.check_eb, plan.limit, plan.wide, cd_.send, cd_.in_count, codes);
+  }
+  call_.quantize_s += seconds(t1, Clock::now());
+  if (rt_.protocol.any_outliers(all[0].seq, outliers, call_)) {
+    plan.compress = false;
+    plan.why_not = "quantizer outliers";
+    staging.begin();
+    run_exact(plan, all);
+    return;
+  }
+  Wire w = codes_wire(plan.wide, all);
+  w.device = &dw;
+  rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
+  const auto t2 = Clock::now();
+  dw.dequantize(elem_of(t_), plan.wide, out_codes, cd_.out_count, out_step(plan), cd_.recv);
+  call_.quantize_s += seconds(t2, Clock::now());
+  call_.on_device = true;
 }
 
 void LossyCall::dequantize_output(const LossyPlan& plan, const void* out_codes) {
@@ -114,7 +174,7 @@ void LossyCall::run_staged(const LossyPlan& plan, const std::vector<CallDesc>& a
   void* out_codes = cd_.codes_in_place ? codes : rt_.work[1].get(cd_.out_count * cs);
   LossyStage stage(t_, plan, cd_.send, codes, cd_.recv, out_codes, out_step(plan), index_,
                    cd_.codes_in_place && cd_.send == cd_.recv);
-  Wire w = code_wire(t_, plan.wide, cd_.op, c_);
+  Wire w = codes_wire(plan.wide, all);
   w.stage = &stage;
   const size_t sparse_slice = rt_.cfg.sparse_slice_bytes;
   w.slice_bytes = mostly_zero(all) && sparse_slice > rt_.cfg.slot_bytes ? sparse_slice : 0;

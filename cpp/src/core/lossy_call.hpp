@@ -19,9 +19,12 @@
 //            with the transfers; mostly-zero sums carry lists of nonzeros and
 //            run with larger slices (NCCLZ_SPARSE_SLICE_BYTES). The plan rules
 //            outliers out, so no rank waits for the others to quantize.
-//   eager    (rank 0 set NCCLZ_PIPELINE_QUANTIZE=0, or one rank) quantize the
-//            whole input, agree in a second round that no rank had outliers,
-//            run the schedule on the codes, dequantize the whole output.
+//   eager    (a rank set NCCLZ_PIPELINE_QUANTIZE=0 or codes on the device,
+//            or one rank) quantize the whole input, agree in a second round
+//            that no rank had outliers, run the schedule on the codes,
+//            dequantize the whole output. A rank whose buffers are device
+//            memory does all of it on the device (core/device_work.hpp), and
+//            then every rank codes without Rans.
 //   exact    (non-finite inputs, outliers, a bound below the type's own
 //            rounding, codes that would not fit 64 bits, a message under
 //            min_bytes): sums and means add in float64 and round once
@@ -41,6 +44,7 @@
 #include "core/call_desc.hpp"
 #include "core/call_state.hpp"
 #include "core/collective.hpp"
+#include "core/device_call.hpp"
 #include "core/lossy_plan.hpp"
 #include "core/runtime.hpp"
 
@@ -54,7 +58,10 @@ class LossyCall {
   /// of nonzeros) into its descriptor.
   void describe(CallDesc& d);
   /// Collectives, after it: plan, prepare, run the schedule, finish.
-  void run(const std::vector<CallDesc>& all);
+  /// Device buffers (Collective::device): the compressed flat ring runs on
+  /// the device (core/device_work.hpp), every other path after
+  /// staging.begin() on host copies.
+  void run(const std::vector<CallDesc>& all, HostStaging& staging);
   /// The channel count, when the exchange fixed it (all_to_allv's counts round).
   void use_channels(int nch) { nch_ = nch; }
 
@@ -76,6 +83,14 @@ class LossyCall {
   /// below the share where the selector takes Sparse, so the sum is mostly
   /// zero too. A function of all descriptors: every rank decides the same.
   static bool mostly_zero(const std::vector<CallDesc>& all);
+  static bool any_flag(const std::vector<CallDesc>& all, uint8_t flag);
+  /// Whether any rank codes on the device (CallDesc::device).
+  static bool any_device(const std::vector<CallDesc>& all);
+  /// The codes' wire: code_wire, without Rans where a rank codes on the device.
+  Wire codes_wire(bool wide, const std::vector<CallDesc>& all) const;
+  /// The eager path on the device: quantize, the outlier round, the ring on
+  /// device codes, dequantize (the exact path on host copies after outliers).
+  void run_device(LossyPlan plan, const std::vector<CallDesc>& all, HostStaging& staging);
   void run_staged(const LossyPlan& plan, const std::vector<CallDesc>& all);
   void run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all);
   /// The exact path's sum in a wider float type acc (F32 for 16-bit T, or F64), rounded once to T;

@@ -12,6 +12,7 @@
 #include "core/buffer.hpp"
 #include "core/call_protocol.hpp"
 #include "core/channels.hpp"
+#include "core/device_work.hpp"
 #include "core/hier_channels.hpp"
 #include "core/lossy_ops.hpp"
 #include "ncclz/communicator.hpp"
@@ -43,11 +44,13 @@ struct Runtime {
   RingChannels channels;
   PeerLinks peers;
   CallProtocol protocol;
-  Topology topo;                       ///< which ranks share a host (core/communicator.cpp finds it)
-  std::unique_ptr<HierChannels> hier;  ///< the hierarchical links, where topo.hierarchical()
-  Buffer work[2];                      ///< the lossy paths' code and float64 buffers
-  NonzeroIndex nonzeros;               ///< the lossy sums' list of input nonzeros (LossyStage)
-  uint64_t seq = 0;                    ///< collective calls so far (CallDesc::seq)
+  Topology topo;                            ///< which ranks share a host (core/communicator.cpp finds it)
+  std::unique_ptr<HierChannels> hier;       ///< the hierarchical links, where topo.hierarchical()
+  Buffer work[2];                           ///< the lossy paths' code and float64 buffers
+  Buffer staging[2];                        ///< host copies of a device call's buffers (core/device_call.hpp)
+  std::unique_ptr<DeviceWork> device_work;  ///< device calls' work (core/device_work.hpp), made by the first
+  NonzeroIndex nonzeros;                    ///< the lossy sums' list of input nonzeros (LossyStage)
+  uint64_t seq = 0;                         ///< collective calls so far (CallDesc::seq)
   std::vector<uint64_t> send_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< sends so far, by peer
   std::vector<uint64_t> recv_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< receives so far, by peer
 };

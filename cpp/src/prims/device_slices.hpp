@@ -24,9 +24,8 @@
 //
 // So only the slices' bytes cross PCIe (coded bytes in Coded mode). What is
 // not there yet (docs/GPU.md, "Where the device codec goes next"): lists of
-// nonzeros (no Stage on a device rank), the selector (a forced Block
-// predictor, or Raw mode; the seam is DeviceSliceCodec::predictor_for), the
-// fused decode-and-add as the default (it is v3's: on with NCCLZ_DEVICE_CODEC=v3), writing into
+// nonzeros (no Stage on a device rank), the fused decode-and-add as the
+// default (it is v3's: on with NCCLZ_DEVICE_CODEC=v3), writing into
 // mapped slots directly (one copy each way instead), overlap of the next
 // slice's coding with the current slot's transfer inside one rank.
 #pragma once
@@ -69,12 +68,14 @@ class DeviceSlices {
 ///
 /// Wire modes: Raw (a slot is the elements' bytes: any element type to move,
 /// reductions for I32/I64 sums) and Coded for integer codes (I32/I64, the
-/// lossy path's wire type) with enc.choice == Block and enc.predictor forced:
-/// the bytes are then the CPU SliceCodec's with the same options, byte for
-/// byte (the device Block encoder is byte-identical to codec::encode_slice
-/// with that forced choice). It decodes Raw and Block slices with any
-/// predictor (what any rank with those options sends). Reductions: wrapping
-/// integer sums (int_sum) only.
+/// lossy path's wire type), either with the device selector (enc.choice
+/// Auto, Raw or Sparse: per slice the CPU selector's rule picks Raw, Block
+/// with a predictor, or Sparse, never Rans; byte-identical to
+/// codec::encode_slice with the same options and allow_rans = false) or with
+/// enc.choice == Block and enc.predictor forced (byte-identical to
+/// codec::encode_slice with that forced choice). It decodes Raw, Block and
+/// Sparse slices with any predictor (what any rank that codes without Rans
+/// sends). Reductions: wrapping integer sums (int_sum) only.
 ///
 /// Owns a DeviceCodec (on `stream`, a cudaStream_t, or a stream of its own
 /// when null) reserved for slices of slice_elems, two device staging slots
@@ -139,6 +140,7 @@ class DeviceSliceCodec final : public DeviceSlices {
   size_t esize_;
   int cuda_error_ = 0;
   bool fused_ = false;
+  bool selects_ = false;  ///< encode() runs the device selector (enc.choice Auto, Raw or Sparse)
 };
 
 }  // namespace ncclz::prims

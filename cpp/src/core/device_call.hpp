@@ -1,0 +1,43 @@
+// What the call routine (core/call.hpp) does for a call whose buffers are
+// CUDA device memory (ncclz::set_buffer_device): which calls may, and the
+// host copies of the buffers for every path that does not run on the device
+// (core/device_work.hpp says which runs there).
+#pragma once
+
+#include <string>
+
+#include "core/collective.hpp"
+#include "core/runtime.hpp"
+
+namespace ncclz::core {
+
+/// "" where `cd` may take device buffers of `t` on this rank, else why not
+/// (an argument error: the call fails on every rank). Device buffers: the
+/// ring collectives (all_reduce, reduce_scatter, all_gather, broadcast),
+/// both buffers on the device, a build with CUDA.
+std::string check_device_call(const Collective& cd, int device);
+
+/// The device's work object of the runtime (made on first use; a device
+/// other than the first call's is an InvalidArgument: one device per
+/// communicator, as NCCL's).
+DeviceWork& device_work(Runtime& rt, int device);
+
+/// Host copies of a device call's buffers, for the paths that run on the
+/// host: begin() copies the input to host memory and points the Collective
+/// at the copies (the output too); end() copies the output back to the
+/// device. A host call, or one that never began, does nothing.
+class HostStaging {
+ public:
+  HostStaging(Runtime& rt, Collective& cd, DataType t) : rt_(rt), cd_(cd), t_(t) {}
+  void begin();
+  void end();
+  bool active() const { return dev_out_ != nullptr; }
+
+ private:
+  Runtime& rt_;
+  Collective& cd_;
+  DataType t_;
+  void* dev_out_ = nullptr;  ///< the device output, while the call runs on host copies
+};
+
+}  // namespace ncclz::core

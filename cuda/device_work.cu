@@ -1,0 +1,271 @@
+// core::DeviceWork on the device codec (see cpp/src/core/device_work.hpp):
+// the statistics reduction, the quantizer and dequantizer passes over a
+// whole buffer, the device buffers, and each channel's slice codec.
+//
+// Statistics: one kernel, a grid-stride loop of kStatsBlocks CTAs that each
+// reduce their elements' finite min / max and non-finite flag in shared
+// memory and write one record; the host combines the records (at most
+// kStatsBlocks, read back in one copy). Min and max are exact, so the
+// result is the host scan's, whatever the order.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/device_work.hpp"
+#include "device_common.cuh"
+#include "ncclz/cuda_codec.hpp"
+#include "ncclz/error.hpp"
+
+namespace ncclz::core {
+namespace {
+
+using codec::ElemType;
+
+constexpr int kStatsThreads = 256;
+constexpr unsigned kStatsBlocks = 512;
+
+/// One CTA's statistics: finite min and max, whether it saw a finite element
+/// and a non-finite one (as doubles, so the record is one array).
+struct StatsRecord {
+  double lo, hi, any, nonfinite;
+};
+
+template <class T>
+__global__ void __launch_bounds__(kStatsThreads) stats_kernel(const T* __restrict__ x, size_t n, StatsRecord* out) {
+  __shared__ double s_lo[kStatsThreads], s_hi[kStatsThreads];
+  __shared__ int s_any[kStatsThreads], s_bad[kStatsThreads];
+  double lo = 0, hi = 0;
+  int any = 0, bad = 0;
+  const size_t stride = size_t(gridDim.x) * kStatsThreads;
+  for (size_t i = size_t(blockIdx.x) * kStatsThreads + threadIdx.x; i < n; i += stride) {
+    const double v = codec::to_double(x[i]);
+    if (v == v && codec::abs_of(v) <= 1.7976931348623157e308) {
+      lo = any ? (v < lo ? v : lo) : v;
+      hi = any ? (v > hi ? v : hi) : v;
+      any = 1;
+    } else {
+      bad = 1;
+    }
+  }
+  s_lo[threadIdx.x] = lo;
+  s_hi[threadIdx.x] = hi;
+  s_any[threadIdx.x] = any;
+  s_bad[threadIdx.x] = bad;
+  __syncthreads();
+  for (int w = kStatsThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) {
+      const int o = int(threadIdx.x) + w;
+      if (s_any[o]) {
+        if (!s_any[threadIdx.x]) {
+          s_lo[threadIdx.x] = s_lo[o];
+          s_hi[threadIdx.x] = s_hi[o];
+        } else {
+          s_lo[threadIdx.x] = s_lo[o] < s_lo[threadIdx.x] ? s_lo[o] : s_lo[threadIdx.x];
+          s_hi[threadIdx.x] = s_hi[o] > s_hi[threadIdx.x] ? s_hi[o] : s_hi[threadIdx.x];
+        }
+        s_any[threadIdx.x] = 1;
+      }
+      s_bad[threadIdx.x] |= s_bad[o];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[blockIdx.x] = StatsRecord{s_lo[0], s_hi[0], double(s_any[0]), double(s_bad[0])};
+  }
+}
+
+std::string cuda_text(int e) {
+  if (e < 0) return "rejected on the host (status " + std::to_string(-e) + ")";
+  return std::string(cudaGetErrorName(cudaError_t(e))) + ": " + cudaGetErrorString(cudaError_t(e)) + " (" +
+         std::to_string(e) + ")";
+}
+
+void check(int e, int device, const char* what) {
+  if (e != 0) {
+    throw Error("ncclz device path (CUDA device " + std::to_string(device) + "): " + what + " failed: " + cuda_text(e));
+  }
+}
+
+class DeviceWorkImpl final : public DeviceWork {
+ public:
+  explicit DeviceWorkImpl(int device) : dev_(device) {
+    check(dc_.status(), dev_, "creating a stream");
+    check(int(cudaMalloc(reinterpret_cast<void**>(&d_stats_), kStatsBlocks * sizeof(StatsRecord))), dev_, "cudaMalloc");
+    check(int(cudaMallocHost(reinterpret_cast<void**>(&h_stats_), kStatsBlocks * sizeof(StatsRecord))), dev_,
+          "cudaMallocHost");
+    check(int(cudaMalloc(reinterpret_cast<void**>(&d_count_), sizeof(uint64_t))), dev_, "cudaMalloc");
+    check(int(cudaMallocHost(reinterpret_cast<void**>(&h_count_), sizeof(uint64_t))), dev_, "cudaMallocHost");
+  }
+  ~DeviceWorkImpl() override {
+    cudaSetDevice(dev_);
+    dc_.synchronize();
+    ch_.clear();  // the slice codecs wait for their streams
+    for (void* p : buf_) cudaFree(p);
+    cudaFree(d_stats_);
+    cudaFreeHost(h_stats_);
+    cudaFree(d_count_);
+    cudaFreeHost(h_count_);
+  }
+
+  int device() const override { return dev_; }
+
+  bound::DataStats scan(ElemType t, const void* d_x, size_t n) override {
+    here();
+    bound::DataStats s;
+    if (n == 0) return s;
+    const unsigned blocks = unsigned(std::min<size_t>(kStatsBlocks, (n + kStatsThreads - 1) / kStatsThreads));
+    const cudaStream_t st = stream();
+    const bool ok = cuda::detail::with_float_type(t, [&](auto tv) {
+      using T = decltype(tv);
+      stats_kernel<T><<<blocks, kStatsThreads, 0, st>>>(static_cast<const T*>(d_x), n, d_stats_);
+    });
+    if (!ok) throw InvalidArgument("ncclz device path: statistics of a type that is not a float");
+    check(int(cudaGetLastError()), dev_, "the statistics kernel");
+    check(int(cudaMemcpyAsync(h_stats_, d_stats_, blocks * sizeof(StatsRecord), cudaMemcpyDeviceToHost, st)), dev_,
+          "reading the statistics back");
+    check(dc_.synchronize(), dev_, "the statistics kernel");
+    for (unsigned b = 0; b < blocks; ++b) {
+      const StatsRecord& r = h_stats_[b];
+      s.nonfinite = s.nonfinite || r.nonfinite != 0;
+      if (r.any == 0) continue;
+      s.lo = s.any_finite ? std::min(s.lo, r.lo) : r.lo;
+      s.hi = s.any_finite ? std::max(s.hi, r.hi) : r.hi;
+      s.any_finite = true;
+    }
+    if (s.any_finite) s.maxabs = std::max(std::fabs(s.lo), std::fabs(s.hi));
+    return s;
+  }
+
+  size_t quantize(ElemType t, double eb, double check_eb, int64_t limit, bool wide, const void* d_x, size_t n,
+                  void* d_q) override {
+    here();
+    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
+    check(dc_.quantize_checked_async(d_x, t, n, eb, check_eb, limit, d_q, ct, d_count_), dev_, "quantizing");
+    check(int(cudaMemcpyAsync(h_count_, d_count_, sizeof(uint64_t), cudaMemcpyDeviceToHost, stream())), dev_,
+          "reading the outlier count back");
+    check(dc_.synchronize(), dev_, "quantizing");
+    return size_t(*h_count_);
+  }
+
+  void dequantize(ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) override {
+    here();
+    if (n == 0) return;
+    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
+    check(dc_.dequantize_async(d_q, ct, n, step / 2, d_out, t), dev_, "dequantizing");
+    check(dc_.synchronize(), dev_, "dequantizing");
+  }
+
+  void* codes(int i, size_t bytes) override {
+    here();
+    if (bytes > cap_[i]) {
+      cudaFree(buf_[i]);
+      buf_[i] = nullptr;
+      cap_[i] = 0;
+      check(int(cudaMalloc(&buf_[i], bytes)), dev_, "cudaMalloc of the codes");
+      cap_[i] = bytes;
+    }
+    return buf_[i];
+  }
+
+  void to_host(void* h, const void* d, size_t bytes) override {
+    here();
+    if (bytes == 0) return;
+    check(int(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, stream())), dev_, "copying to the host");
+    check(dc_.synchronize(), dev_, "copying to the host");
+  }
+
+  void to_device(void* d, const void* h, size_t bytes) override {
+    here();
+    if (bytes == 0) return;
+    check(int(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream())), dev_, "copying to the device");
+    check(dc_.synchronize(), dev_, "copying to the device");
+  }
+
+  prims::DeviceSlices* slices(int c, const prims::PrimsArgs& a, size_t slot_bytes, size_t slice_elems) override {
+    here();  // the channel's thread: its current device
+    Channel& ch = channel(c);
+    const bool same = ch.codec && ch.type == a.type && ch.mode == a.mode && ch.int_sum == a.int_sum &&
+                      ch.slot_bytes == slot_bytes && ch.slice_elems == slice_elems && same_enc(ch.enc, a.enc);
+    if (!same) {
+      ch.codec.reset();
+      ch.codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems);
+      ch.type = a.type;
+      ch.mode = a.mode;
+      ch.int_sum = a.int_sum;
+      ch.slot_bytes = slot_bytes;
+      ch.slice_elems = slice_elems;
+      ch.enc = a.enc;
+    }
+    return ch.codec.get();
+  }
+
+  void* scratch(int c, size_t bytes) override {
+    Channel& ch = channel(c);
+    if (bytes > ch.scratch_cap) {
+      ch.scratch.reset();
+      void* p = nullptr;
+      check(int(cudaMalloc(&p, bytes)), dev_, "cudaMalloc of a channel's scratch");
+      ch.scratch.reset(p);
+      ch.scratch_cap = bytes;
+    }
+    return ch.scratch.get();
+  }
+
+ private:
+  struct CudaFree {
+    void operator()(void* p) const { cudaFree(p); }
+  };
+  struct Channel {
+    std::unique_ptr<prims::DeviceSliceCodec> codec;
+    ElemType type = ElemType::U8;
+    prims::WireMode mode = prims::WireMode::Raw;
+    bool int_sum = false;
+    size_t slot_bytes = 0, slice_elems = 0;
+    codec::EncodeOptions enc;
+    std::unique_ptr<void, CudaFree> scratch;
+    size_t scratch_cap = 0;
+  };
+
+  static bool same_enc(const codec::EncodeOptions& x, const codec::EncodeOptions& y) {
+    return x.choice == y.choice && x.predictor == y.predictor && x.row == y.row && x.plane == y.plane &&
+           x.allow_rans == y.allow_rans;
+  }
+
+  /// Channel c's state. Channels are used by their own threads at the same
+  /// time, so the table has a fixed size and never moves.
+  Channel& channel(int c) {
+    if (c < 0 || c >= int(kMaxChannels)) throw Error("ncclz device path: channel " + std::to_string(c));
+    return ch_[size_t(c)];
+  }
+  void here() const { cudaSetDevice(dev_); }
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(dc_.stream()); }
+
+  static constexpr size_t kMaxChannels = 64;
+  int dev_;
+  cuda::DeviceCodec dc_;
+  void* buf_[2] = {nullptr, nullptr};
+  size_t cap_[2] = {0, 0};
+  StatsRecord* d_stats_ = nullptr;
+  StatsRecord* h_stats_ = nullptr;
+  uint64_t* d_count_ = nullptr;
+  uint64_t* h_count_ = nullptr;
+  std::vector<Channel> ch_ = std::vector<Channel>(kMaxChannels);
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceWork> DeviceWork::create(int device) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  if (device < 0 || device >= n) {
+    throw InvalidArgument("ncclz device path: CUDA device " + std::to_string(device) + " is not there (" +
+                          std::to_string(n) + " visible)");
+  }
+  check(int(cudaSetDevice(device)), device, "cudaSetDevice");
+  return std::make_unique<DeviceWorkImpl>(device);
+}
+
+}  // namespace ncclz::core

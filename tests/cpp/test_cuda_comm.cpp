@@ -1,0 +1,345 @@
+// Device buffers through the communicator (ncclz::set_buffer_device; the
+// device path of core/device_work.hpp, core/device_call.hpp): ranks as
+// threads over the in-process transport, each rank's buffers in device
+// memory or host memory. A lossy all_reduce, reduce_scatter, all_gather or
+// broadcast on device buffers quantizes, codes (the device selector in the
+// send/receive loops) and dequantizes on the device; the results must be
+// the same bits as the same call on host buffers (the same codes, summed in
+// the same order), within the bound on every element against a float64
+// reference, and the same on every rank. Paths that run on host copies
+// (none, one rank, non-finite inputs), a communicator mixing device and
+// host ranks, and the errors (collectives that take host buffers only, a
+// device that is not there) are checked too.
+//
+// Built with CUDA (skips without a GPU, fails under NCCLZ_REQUIRE_GPU=1) and
+// in the CPU emulator (tools/cuda_emu: ncclz_cuda_emu_comm_tests, with the
+// emulator's memory protection: a host access to device memory crashes).
+#if defined(NCCLZ_WITH_CUDA)
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/quantizer.hpp"
+#include "cuda_test_util.hpp"
+#include "ncclz/communicator.hpp"
+#include "ncclz/cuda_support.hpp"
+#include "ncclz/error.hpp"
+#include "test_ranks.hpp"
+
+using namespace ncclz;
+using ncclz_test::DevBuf;
+using ncclz_test::from_device;
+using ncclz_test::gpu_required;
+using ncclz_test::no_device_reason;
+using ncclz_test::Ranks;
+
+namespace {
+
+enum class Op { AllReduce, ReduceScatter, AllGather, Broadcast };
+constexpr int kRoot = 1;
+
+const char* name(Op o) {
+  return o == Op::AllReduce       ? "all_reduce"
+         : o == Op::ReduceScatter ? "reduce_scatter"
+         : o == Op::AllGather     ? "all_gather"
+                                  : "broadcast";
+}
+
+size_t esize(DataType t) {
+  switch (t) {
+    case DataType::F64: return 8;
+    case DataType::F16:
+    case DataType::BF16: return 2;
+    default: return 4;
+  }
+}
+
+/// Element i of a buffer of type t as a double.
+double value_at(DataType t, const std::vector<uint8_t>& b, size_t i) {
+  switch (t) {
+    case DataType::F64: {
+      double v;
+      std::memcpy(&v, b.data() + 8 * i, 8);
+      return v;
+    }
+    case DataType::BF16: {
+      codec::Bf16 v;
+      std::memcpy(&v.bits, b.data() + 2 * i, 2);
+      return codec::to_double(v);
+    }
+    default: {
+      float v;
+      std::memcpy(&v, b.data() + 4 * i, 4);
+      return v;
+    }
+  }
+}
+
+void put_value(DataType t, std::vector<uint8_t>& b, size_t i, double x) {
+  switch (t) {
+    case DataType::F64: std::memcpy(b.data() + 8 * i, &x, 8); break;
+    case DataType::BF16: {
+      const codec::Bf16 v = codec::from_double<codec::Bf16>(x);
+      std::memcpy(b.data() + 2 * i, &v.bits, 2);
+      break;
+    }
+    default: {
+      const float v = float(x);
+      std::memcpy(b.data() + 4 * i, &v, 4);
+    }
+  }
+}
+
+/// Rank r's input of n elements: a smooth field plus noise, different per rank.
+std::vector<uint8_t> input(DataType t, size_t n, int r, unsigned seed) {
+  std::mt19937 g(seed * 131u + unsigned(r));
+  std::normal_distribution<double> noise(0, 0.05);
+  std::vector<uint8_t> b(n * esize(t));
+  for (size_t i = 0; i < n; ++i) put_value(t, b, i, std::sin(0.01 * double(i) + r) * (1 + r) + noise(g));
+  return b;
+}
+
+/// Elements each rank sends and receives in `o` on `nranks` ranks of `count`.
+size_t in_count(Op o, size_t count, int nranks) { return o == Op::ReduceScatter ? count * size_t(nranks) : count; }
+size_t out_count(Op o, size_t count, int nranks) { return o == Op::AllGather ? count * size_t(nranks) : count; }
+
+struct Result {
+  std::vector<uint8_t> out;
+  CallStats stats;
+  std::string error;  ///< the exception's message, "" if none
+};
+
+/// Runs `o` on every rank of R; rank r's buffers on the device where dev[r].
+std::vector<Result> run(Ranks& R, Op o, DataType t, RedOp op, const Compression& c, size_t count,
+                        const std::vector<std::vector<uint8_t>>& in, const std::vector<bool>& dev) {
+  std::vector<Result> res(size_t(R.size()));
+  R.run([&](int r, Communicator& comm) {
+    const int N = comm.size();
+    const size_t es = esize(t), ni = in_count(o, count, N), no = out_count(o, count, N);
+    Result& x = res[size_t(r)];
+    std::unique_ptr<DevBuf> dsend, drecv;
+    std::vector<uint8_t> hsend = in[size_t(r)], hrecv(no * es);
+    const void* send = hsend.data();
+    void* recv = hrecv.data();
+    if (dev[size_t(r)]) {
+      dsend = std::make_unique<DevBuf>(ni * es);
+      ncclz_test::to_device(dsend->get(), hsend);
+      drecv = std::make_unique<DevBuf>(no * es);
+      send = dsend->get();
+      recv = drecv->get();
+      set_buffer_device(0);
+    }
+    try {
+      switch (o) {
+        case Op::AllReduce: comm.all_reduce(send, recv, count, t, op, c, &x.stats); break;
+        case Op::ReduceScatter: comm.reduce_scatter(send, recv, count, t, op, c, &x.stats); break;
+        case Op::AllGather: comm.all_gather(send, recv, count, t, c, &x.stats); break;
+        case Op::Broadcast: comm.broadcast(const_cast<void*>(send), count, t, kRoot, c, &x.stats); break;
+      }
+    } catch (const std::exception& e) {
+      x.error = e.what();
+    }
+    set_buffer_device(-1);
+    const void* result = o == Op::Broadcast ? send : recv;
+    if (dev[size_t(r)]) {
+      x.out = from_device(result, no * es);
+    } else {
+      x.out.assign(static_cast<const uint8_t*>(result), static_cast<const uint8_t*>(result) + no * es);
+    }
+  });
+  return res;
+}
+
+/// The float64 reference of rank r's output.
+std::vector<double> reference(Op o, DataType t, RedOp op, size_t count, int N, int r,
+                              const std::vector<std::vector<uint8_t>>& in) {
+  const size_t no = out_count(o, count, N);
+  std::vector<double> ref(no, 0.0);
+  for (size_t i = 0; i < no; ++i) {
+    if (o == Op::AllGather) {
+      ref[i] = value_at(t, in[i / count], i % count);
+    } else if (o == Op::Broadcast) {
+      ref[i] = value_at(t, in[kRoot], i);
+    } else {
+      const size_t j = o == Op::ReduceScatter ? size_t(r) * count + i : i;
+      for (int q = 0; q < N; ++q) ref[i] += value_at(t, in[size_t(q)], j);
+      if (op == RedOp::Avg) ref[i] /= N;
+    }
+  }
+  return ref;
+}
+
+#define SKIP_WITHOUT_DEVICE()                                                                  \
+  do {                                                                                         \
+    if (cuda::device_count() == 0) {                                                           \
+      if (gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << no_device_reason();         \
+      GTEST_SKIP() << "no CUDA device: device buffers not run (" << no_device_reason() << ")"; \
+    }                                                                                          \
+  } while (0)
+
+Ranks make_ranks(int n, int nchannels = 2) {
+  return Ranks(n, [](int, CommConfig& cfg) { cfg.slot_bytes = 4096; }, nchannels);
+}
+
+}  // namespace
+
+// Every ring collective, lossy, on 2-4 ranks with all buffers on the device:
+// on the device (CallStats::on_device), the host call's bits, within E.
+TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  for (int N : {2, 3, 4}) {
+    Ranks R = make_ranks(N);
+    for (DataType t : {DataType::F32, DataType::F64, DataType::BF16}) {
+      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+        for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
+          if (op == RedOp::Avg && (o == Op::AllGather || o == Op::Broadcast)) continue;
+          const double E = t == DataType::BF16 ? 0.5 : 1e-3;
+          const Compression c = Compression::lossy_abs(E);
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 7));
+          const auto host = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), false));
+          const auto dev = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), true));
+          for (int r = 0; r < N; ++r) {
+            SCOPED_TRACE(std::string(name(o)) + (op == RedOp::Avg ? " avg" : "") + " N=" + std::to_string(N) +
+                         " type " + std::to_string(int(t)) + " rank " + std::to_string(r));
+            const Result& h = host[size_t(r)];
+            const Result& d = dev[size_t(r)];
+            ASSERT_EQ(h.error, "");
+            ASSERT_EQ(d.error, "");
+            EXPECT_FALSE(h.stats.on_device);
+            EXPECT_TRUE(d.stats.on_device);
+            EXPECT_FALSE(d.stats.exact_fallback);
+            EXPECT_EQ(d.out, h.out) << "device and host results differ";
+            if (o != Op::ReduceScatter) {
+              EXPECT_EQ(d.out, dev[0].out) << "ranks' results differ";
+            }
+            if (d.stats.raw_bytes > 0) {
+              EXPECT_GT(d.stats.ratio, 1.5);  // (a broadcast's last rank sends nothing)
+            }
+            const auto ref = reference(o, t, op, count, N, r, in);
+            double worst = 0;
+            for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
+            EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
+            EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+          }
+        }
+      }
+    }
+  }
+}
+
+// A communicator whose ranks 0 and 2 hold device buffers and 1 and 3 host
+// buffers: every rank the all-host call's bits (CPU ranks code without rANS
+// where a rank codes on the device), on the device where the buffers are.
+TEST(CudaComm, DeviceAndHostRanksMix) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 4000 : 30000;
+  const int N = 4;
+  Ranks R = make_ranks(N);
+  const std::vector<bool> mixed{true, false, true, false};
+  for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+    SCOPED_TRACE(name(o));
+    const Compression c = Compression::lossy_rel(1e-3);
+    std::vector<std::vector<uint8_t>> in;
+    for (int r = 0; r < N; ++r) in.push_back(input(DataType::F32, in_count(o, count, N), r, 11));
+    const auto host = run(R, o, DataType::F32, RedOp::Sum, c, count, in, std::vector<bool>(N, false));
+    const auto mix = run(R, o, DataType::F32, RedOp::Sum, c, count, in, mixed);
+    for (int r = 0; r < N; ++r) {
+      ASSERT_EQ(mix[size_t(r)].error, "") << "rank " << r;
+      EXPECT_EQ(mix[size_t(r)].stats.on_device, mixed[size_t(r)]) << "rank " << r;
+      EXPECT_EQ(mix[size_t(r)].out, host[size_t(r)].out) << "rank " << r;
+    }
+  }
+}
+
+// Paths that run on host copies of device buffers: uncompressed and lossless
+// calls, one rank, non-finite inputs (the exact fallback), a lossy call
+// rank 0's proposal does not touch. Every one the host call's bits, the
+// output back on the device, on_device false.
+TEST(CudaComm, HostCopiesForTheOtherPaths) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = 2000;
+  for (int N : {1, 3}) {
+    Ranks R = make_ranks(N);
+    for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+      if (o == Op::Broadcast && N == 1) continue;  // kRoot is rank 1
+      for (int k = 0; k < 3; ++k) {
+        const Compression c = k == 0   ? Compression::none()
+                              : k == 1 ? Compression::lossless()
+                                       : Compression::lossy_abs(1e-3);
+        std::vector<std::vector<uint8_t>> in;
+        for (int r = 0; r < N; ++r) in.push_back(input(DataType::F32, in_count(o, count, N), r, 3));
+        // A NaN in data that moves: the exact fallback (a broadcast's root's).
+        if (k == 2 && N > 1) put_value(DataType::F32, in[o == Op::Broadcast ? kRoot : size_t(N - 1)], 5, std::nan(""));
+        const auto host = run(R, o, DataType::F32, RedOp::Sum, c, count, in, std::vector<bool>(size_t(N), false));
+        const auto dev = run(R, o, DataType::F32, RedOp::Sum, c, count, in, std::vector<bool>(size_t(N), true));
+        for (int r = 0; r < N; ++r) {
+          SCOPED_TRACE(std::string(name(o)) + " N=" + std::to_string(N) + " mode " + std::to_string(k) + " rank " +
+                       std::to_string(r));
+          ASSERT_EQ(dev[size_t(r)].error, "");
+          EXPECT_FALSE(dev[size_t(r)].stats.on_device);
+          EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out);
+          if (k == 2 && N > 1) {
+            EXPECT_TRUE(dev[size_t(r)].stats.exact_fallback);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Device buffers where the call takes host buffers only, or on a device that
+// is not there: InvalidArgument on the rank that passed them, RemoteError on
+// the others; the communicator still works afterwards.
+TEST(CudaComm, DeviceBuffersWhereTheyAreNotTaken) {
+  SKIP_WITHOUT_DEVICE();
+  const int N = 2;
+  const size_t count = 256;
+  Ranks R = make_ranks(N);
+  R.run([&](int r, Communicator& comm) {
+    DevBuf s(count * N * 4), d(count * N * 4);
+    std::vector<float> hs(count * N, 1.0f), hd(count * N);
+    if (r == 0) set_buffer_device(0);
+    const void* send = r == 0 ? static_cast<const void*>(s.get()) : hs.data();
+    void* recv = r == 0 ? static_cast<void*>(d.get()) : hd.data();
+    try {
+      comm.all_to_all(send, recv, count, DataType::F32, Compression::none());
+      ADD_FAILURE() << "all_to_all took device buffers on rank 0";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(r, 0);
+      EXPECT_NE(std::string(e.what()).find("host buffers"), std::string::npos) << e.what();
+    } catch (const RemoteError&) {
+      EXPECT_EQ(r, 1);
+    }
+    set_buffer_device(r == 0 ? 7 : -1);  // a device that is not there (the emulator has one, a test GPU few)
+    const int ndev = cuda::device_count();
+    if (ndev <= 7) {
+      try {
+        comm.all_reduce(r == 0 ? static_cast<const void*>(s.get()) : hs.data(),
+                        r == 0 ? static_cast<void*>(d.get()) : hd.data(), count, DataType::F32, RedOp::Sum,
+                        Compression::lossy_abs(1e-3));
+        ADD_FAILURE() << "a call on device 7 ran";
+      } catch (const InvalidArgument& e) {
+        EXPECT_EQ(r, 0);
+        EXPECT_NE(std::string(e.what()).find("device 7"), std::string::npos) << e.what();
+      } catch (const RemoteError&) {
+        EXPECT_EQ(r, 1);
+      }
+    }
+    set_buffer_device(-1);
+    std::vector<float> a(count, float(r + 1)), b(count);
+    comm.all_reduce(a.data(), b.data(), count, DataType::F32, RedOp::Sum, Compression::none());
+    for (float v : b) ASSERT_EQ(v, 3.0f);
+  });
+}
+
+#endif  // NCCLZ_WITH_CUDA
