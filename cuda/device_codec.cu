@@ -25,12 +25,12 @@ int device_count() {
 }
 
 namespace {
-// NCCLZ_DEVICE_CODEC: v1 or v3 selects those slice kernels, anything else v2.
+// NCCLZ_DEVICE_CODEC: v1 or v2 selects those slice kernels, anything else v3.
 int kernels_from_env() {
   const char* v = std::getenv("NCCLZ_DEVICE_CODEC");
   if (v != nullptr && std::strcmp(v, "v1") == 0) return 1;
-  if (v != nullptr && std::strcmp(v, "v3") == 0) return 3;
-  return 2;
+  if (v != nullptr && std::strcmp(v, "v2") == 0) return 2;
+  return 3;
 }
 }  // namespace
 

@@ -19,12 +19,12 @@
 #                 Python module _core), then an importable package in
 #                 /tmp/ncclz-py (PYTHONPATH for the later phases)
 #       test      the CudaCodec and CudaSelect GoogleTests with NCCLZ_REQUIRE_GPU=1 (runs the binary),
-#                 with the default (v2) slice kernels, then again with v3
-#                 (NCCLZ_DEVICE_CODEC=v3; the fused tests run in this pass);
-#                 then the CudaPrims tests (device ranks in the ring
-#                 collectives, tests/cpp/test_cuda_prims.cpp) with v2 and
-#                 with v3 (the fused decode-and-add); then the CudaComm
-#                 tests (device buffers through the communicator) with v2 and v3
+#                 with the default (v3) slice kernels (the fused tests too), then
+#                 again with v2 (NCCLZ_DEVICE_CODEC=v2); then the CudaPrims
+#                 tests (device ranks in the ring collectives,
+#                 tests/cpp/test_cuda_prims.cpp) with v3 (the fused
+#                 decode-and-add) and v2; then the CudaComm tests (device
+#                 buffers through the communicator) with v3 and v2
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes)
@@ -223,14 +223,14 @@ ensure_built() {  # builds once per invocation when a binary or the module is mi
 phase_test() {
   ensure_built
   local log=$OUT_DIR/test.log
-  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*:-CudaCodec.Fused*' --gtest_color=no"
-  step test-v3 "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*' --gtest_color=no"
+  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*' --gtest_color=no"
+  step test-v2 "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*:-CudaCodec.Fused*' --gtest_color=no"
   # Device ranks in the ring collectives (prims::DeviceSliceCodec): outputs and wire bytes against CPU ranks.
   step test-prims "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
-  step test-prims-v3 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
+  step test-prims-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   # Device buffers through the communicator (core/device_work.hpp): the host calls' bits, within E.
   step test-comm "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
-  step test-comm-v3 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v3 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
+  step test-comm-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference' "$log" | head -40 >>"$SUMMARY"
 }
 
@@ -266,8 +266,8 @@ phase_sanitize() {
   local log=$OUT_DIR/sanitize.log
   # Every launch is slow under the sanitizers: the tests do less (NCCLZ_CUDA_TEST_QUICK).
   export NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1
-  step memcheck "$log" $L_MEMCHECK "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER' --gtest_color=no"
-  step racecheck "$log" $L_RACECHECK "compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
+  step memcheck "$log" $L_MEMCHECK "NCCLZ_DEVICE_CODEC=v2 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER' --gtest_color=no"
+  step racecheck "$log" $L_RACECHECK "NCCLZ_DEVICE_CODEC=v2 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
   # The v3 kernels (tile kernels, fused calls; their look-back is in global memory, which racecheck does not see).
   step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
   step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"

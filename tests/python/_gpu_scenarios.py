@@ -334,7 +334,7 @@ def scenario_gpu_device_path(ncclz, comm, args):
                     seed += 1
                     m = n if coll == "reduce_scatter" else n // W
                     inputs = [rank_input(k, m, dtype, seed) for k in range(W)]
-                    name = f"device/{fw}/{coll}/{op}/{dtype}/{mname}"
+                    name = f"{coll}/device/{fw}/{op}/{dtype}/{mname}"
                     host = run(coll, inputs[r].copy(), comp, op)
                     dev = run(coll, to_gpu(fw, inputs[r]), comp, op)
                     st = comm.last_stats

@@ -5,7 +5,7 @@
 # the CudaCodec GoogleTests on it. This checks the kernels' logic (every CUDA
 # thread a coroutine), not the GPU: tools/gpu_session.sh does that.
 #
-# Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | bench | GTEST_FILTER]
+# Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | comm | bench | GTEST_FILTER]
 #   (none)        every CudaCodec and CudaSelect test
 #   GTEST_FILTER  those tests (e.g. 'CudaCodec.Batches*')
 #   ci            what tools/run_tests.sh runs on every CPU CI run: every
@@ -15,6 +15,8 @@
 #                 the selected slices; the fused CudaCodec tests once),
 #                 the device-rank prims tests (ncclz_cuda_emu_prims_tests:
 #                 ring collectives with device and CPU ranks) with v3, v2, v1,
+#                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
+#                 with v3 and v2,
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's)
 #   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp)
@@ -49,9 +51,9 @@ case "${1:-}" in
       echo "device ranks in the send/receive loops (test_cuda_prims.cpp), $v slice kernels:"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
     done
-    echo "device buffers through the communicator (test_cuda_comm.cpp), default and v3 slice kernels:"
+    echo "device buffers through the communicator (test_cuda_comm.cpp), v3 (the default) and v2 slice kernels:"
     "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
-    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.Lossy*:CudaComm.DeviceAndHost*'
+    NCCLZ_DEVICE_CODEC=v2 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.Lossy*:CudaComm.DeviceAndHost*'
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"

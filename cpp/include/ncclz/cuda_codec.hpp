@@ -68,14 +68,15 @@ class DeviceCodec {
   void* stream() const { return stream_; }
   /// Waits for the codec's work; returns a cudaError_t.
   int synchronize();
-  /// Which slice kernels the codec launches: 2 (the default; fused memory
-  /// access, tiled predictor inversion), 1 (the first, correctness-first
-  /// kernels, kept for side-by-side measurements) or 3 (tile kernels: two
-  /// launches and one scan to encode, two launches to decode; docs/GPU.md,
-  /// cuda/encode_v3.cu, cuda/decode_v3.cu; the default once a GPU run shows
-  /// it faster). All write the same bytes and statuses. The initial value
-  /// comes from NCCLZ_DEVICE_CODEC (v1, v2 or v3, read when the codec is
-  /// created; unset or anything else: 2).
+  /// Which slice kernels the codec launches: 3 (the default: tile kernels,
+  /// two launches and one scan to encode, two launches to decode;
+  /// docs/GPU.md, cuda/encode_v3.cu, cuda/decode_v3.cu; measured faster than
+  /// v2 on an H200, bench/results/gpu.md runs 4 and 5), 2 (fused memory
+  /// access, tiled predictor inversion) or 1 (the first, correctness-first
+  /// kernels), the last two kept for side-by-side measurements. All write
+  /// the same bytes and statuses. The initial value comes from
+  /// NCCLZ_DEVICE_CODEC (v1, v2 or v3, read when the codec is created; unset
+  /// or anything else: 3).
   int kernels() const { return kernels_; }
   /// Sets kernels() (1, 2 or 3; any other value is ignored). Affects later calls.
   void set_kernels(int v) {
@@ -198,7 +199,7 @@ class DeviceCodec {
   void* stream_ = nullptr;
   bool own_stream_ = false;
   int status_ = 0;
-  int kernels_ = 2;
+  int kernels_ = 3;
   uint8_t* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 
