@@ -3,6 +3,7 @@
 // The kernels are in quantize_kernels.cu and slice_kernels.cu.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -49,9 +50,10 @@ DeviceCodec::~DeviceCodec() {
 }
 
 int DeviceCodec::reserve(size_t n, uint32_t slice_len) {
-  const size_t q = detail::quantize_scratch_bytes(n), s = detail::slice_scratch_bytes(n, slice_len);
+  const size_t q = detail::quantize_scratch_bytes(n), s = detail::slice_scratch_bytes(n, slice_len),
+               sel = detail::select_scratch_bytes(n, slice_len);
   int err = 0;
-  scratch(q > s ? q : s, &err);
+  scratch(std::max({q, s, sel}), &err);
   return err;
 }
 

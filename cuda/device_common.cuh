@@ -61,6 +61,7 @@ inline cudaError_t exclusive_sum_u64(const unsigned long long* in, unsigned long
 /// DeviceCodec::reserve.
 size_t quantize_scratch_bytes(size_t n);
 size_t slice_scratch_bytes(size_t n, uint32_t L);
+size_t select_scratch_bytes(size_t n, uint32_t L);
 
 // Calls f(T{}) for the value type of t (F32, F64, F16, BF16: the quantizer's
 // types, codec/quantizer.hpp); false for others.

@@ -350,6 +350,15 @@ cudaError_t select_launch(const In& in, const SliceBatchRef& r, const EncodeOpti
 }  // namespace
 
 namespace detail {
+size_t select_scratch_bytes(size_t n, uint32_t L) {
+  if (n == 0 || L == 0) return 0;
+  SliceBatchRef r;
+  r.S = uint32_t(std::min<size_t>((n + L - 1) / L, 0x7fffffffu));
+  r.L = L;
+  r.nbs = uint32_t(codec::block_count(L));
+  return SelectScratch::of(r).bytes;
+}
+
 int sparse_decode(const uint8_t* src, const uint64_t* lens, ElemType code_t, const SliceBatchRef& r, void* out,
                   int* status, cudaStream_t stream) {
   if (code_t == ElemType::I32)

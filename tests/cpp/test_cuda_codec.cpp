@@ -709,6 +709,44 @@ TEST(CudaCodec, QuantizerBf16MatchesCpu) {
   quantizer_all<Bf16>(3000);
 }
 
+// reserve(n, L) sizes the scratch for every call on up to n codes in slices
+// of L: the quantizer, the Block encode and decode of each kernel version,
+// the selecting encode (the device path's slice codecs reserve once and must
+// not allocate per call).
+TEST(CudaCodec, ReserveCoversEveryCall) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 20000;
+  const uint32_t L = 4096;
+  for (int v : {1, 2, 3}) {
+    for (ElemType t : {ElemType::I32, ElemType::I64}) {
+      SCOPED_TRACE(testing::Message() << "kernels v" << v << (t == ElemType::I64 ? " int64" : " int32"));
+      nc::DeviceCodec own;
+      own.set_kernels(v);
+      ASSERT_EQ(own.reserve(n, L), 0);
+      const size_t cap = own.scratch_capacity();
+      EXPECT_GT(cap, 0u);
+      const size_t es = t == ElemType::I64 ? 8 : 4, slot = max_slice_bytes(t, L), S = (n + L - 1) / L;
+      DevBuf dx(n * 4), dq(n * es), dst(S * slot), dsizes(S * 8), dstat(S * 4), dcount(8), dout(n * es);
+      CUDA_OK(cudaMemset(dx.get(), 0, n * 4));
+      ASSERT_EQ(own.quantize_async(dx.get(), ElemType::F32, n, 1e-3, 1 << 20, dq.get(), t, dcount.get<uint64_t>(),
+                                   nullptr, 0),
+                0);
+      ASSERT_EQ(own.encode_slices_async(dq.get(), t, n, L, Predictor::Delta1, 0, 0, dst.get<uint8_t>(), slot,
+                                        dsizes.get<uint64_t>(), dstat.get<int>()),
+                0);
+      ASSERT_EQ(own.decode_slices_async(dst.get<uint8_t>(), slot, dsizes.get<uint64_t>(), n, L, t, dout.get(),
+                                        dstat.get<int>()),
+                0);
+      EncodeOptions o;
+      ASSERT_EQ(own.encode_slices_select_async(dq.get(), t, n, L, o, dst.get<uint8_t>(), slot, dsizes.get<uint64_t>(),
+                                               dstat.get<int>()),
+                0);
+      ASSERT_EQ(own.synchronize(), 0);
+      EXPECT_EQ(own.scratch_capacity(), cap) << "a call after reserve() grew the scratch";
+    }
+  }
+}
+
 // One codec, many calls of different sizes, types and predictors in turn:
 // its scratch is grown and reused (what a call leaves in it never reaches the
 // next call's slices), and the codec's own stream orders the work.

@@ -83,8 +83,11 @@ class DeviceCodec {
     if (v >= 1 && v <= 3) kernels_ = v;
   }
   /// Sizes the scratch for calls of up to n codes (values, for the
-  /// quantizer) in slices of slice_len codes: no such call allocates.
+  /// quantizer) in slices of slice_len codes: no such call allocates (the
+  /// selecting encodes' included).
   int reserve(size_t n, uint32_t slice_len);
+  /// The scratch's bytes now (what reserve() and the calls have grown it to).
+  size_t scratch_capacity() const { return scratch_bytes_; }
 
   // -------------------------------------------------------------------------
   // Quantizer (the CPU rules of cpp/src/codec/quantizer.hpp, element by
