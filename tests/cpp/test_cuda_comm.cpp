@@ -185,19 +185,26 @@ std::vector<double> reference(Op o, DataType t, RedOp op, size_t count, int N, i
     }                                                                                          \
   } while (0)
 
-Ranks make_ranks(int n, int nchannels = 2) {
-  return Ranks(n, [](int, CommConfig& cfg) { cfg.slot_bytes = 4096; }, nchannels);
+/// Slots of 4 KiB; larger slices of 16 KiB where `large` (which the device
+/// path then takes: NCCLZ_SPARSE_SLICE_BYTES), else none.
+Ranks make_ranks(int n, bool large = false) {
+  return Ranks(n, [large](int, CommConfig& cfg) {
+    cfg.slot_bytes = 4096;
+    cfg.sparse_slice_bytes = large ? 16384 : 4096;
+  });
 }
 
 }  // namespace
 
 // Every ring collective, lossy, on 2-4 ranks with all buffers on the device:
-// on the device (CallStats::on_device), the host call's bits, within E.
+// on the device (CallStats::on_device), the host call's bits, within E; with
+// the ordinary slices and with the larger ones (3 ranks).
 TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
-  for (int N : {2, 3, 4}) {
-    Ranks R = make_ranks(N);
+  for (int N : {2, 3, 4, -3}) {
+    Ranks R = make_ranks(N < 0 ? -N : N, N < 0);
+    N = N < 0 ? -N : N;
     for (DataType t : {DataType::F32, DataType::F64, DataType::BF16}) {
       for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
         for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
@@ -244,7 +251,7 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 4000 : 30000;
   const int N = 4;
-  Ranks R = make_ranks(N);
+  Ranks R = make_ranks(N, true);  // the larger slices: the host ranks take them too
   const std::vector<bool> mixed{true, false, true, false};
   for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
     SCOPED_TRACE(name(o));

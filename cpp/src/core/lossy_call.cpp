@@ -66,7 +66,13 @@ bool LossyCall::any_device(const std::vector<CallDesc>& all) {
 
 Wire LossyCall::codes_wire(bool wide, const std::vector<CallDesc>& all) const {
   Wire w = code_wire(t_, wide, cd_.op, c_);
-  if (any_device(all)) w.enc.allow_rans = false;  // what a device rank decodes
+  if (any_device(all)) {
+    w.enc.allow_rans = false;  // what a device rank decodes
+    // The larger slices where the links have them (NCCLZ_SPARSE_SLICE_BYTES):
+    // a device rank's cost per slice is launches and stream syncs, so fewer,
+    // larger slices (every rank the same: each sees every descriptor).
+    if (rt_.cfg.sparse_slice_bytes > rt_.cfg.slot_bytes) w.slice_bytes = rt_.cfg.sparse_slice_bytes;
+  }
   return w;
 }
 

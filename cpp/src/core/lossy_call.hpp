@@ -86,7 +86,8 @@ class LossyCall {
   static bool any_flag(const std::vector<CallDesc>& all, uint8_t flag);
   /// Whether any rank codes on the device (CallDesc::device).
   static bool any_device(const std::vector<CallDesc>& all);
-  /// The codes' wire: code_wire, without Rans where a rank codes on the device.
+  /// The codes' wire: code_wire; where a rank codes on the device, without
+  /// Rans and in the larger slices (NCCLZ_SPARSE_SLICE_BYTES) where the links have them.
   Wire codes_wire(bool wide, const std::vector<CallDesc>& all) const;
   /// The eager path on the device: quantize, the outlier round, the ring on
   /// device codes, dequantize (the exact path on host copies after outliers).
