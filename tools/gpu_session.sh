@@ -30,6 +30,10 @@
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes)
 #       ranks     bench/gpu_ranks.py: 2 and 4 ranks sharing the GPU, socket
 #                 transport throttled, all_reduce none/lossless/lossy
+#       devpath   bench/gpu_ranks.py's lossy all_reduce of CUDA tensors (2 and 4 ranks,
+#                 64 MiB, 10 and 1 Gbit/s) on the device path, the staged path
+#                 (NCCLZ_DEVICE_PATH=staged) and the ordinary slices
+#                 (NCCLZ_SPARSE_SLICE_BYTES=0), side by side; not in "all"
 #       sanitize  compute-sanitizer memcheck and racecheck on a filter, with the
 #                 default kernels and with v3 (initcheck: NCCLZ_SAN_INIT=1)
 #       alltests  the whole GoogleTest suite (CPU tests too); not in "all"
@@ -101,7 +105,7 @@ INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.Empt
 # Step limits in seconds, each a ceiling (the build's three are one phase:
 # GoogleTest, configure, compile; the module copy is instant).
 L_ENV=15 L_SMOKE=25 L_GTEST=20 L_CONFIGURE=25 L_BUILD=140 L_MODULE=10 L_TEST=40 L_PYTEST=150 L_PYCPU=0
-L_BENCH=40 L_RANKS=60 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30 L_PRIMS=30
+L_BENCH=40 L_RANKS=60 L_DEVPATH=40 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30 L_PRIMS=30
 # NCCLZ_GPU_LIMIT_SCALE=N multiplies every limit (rehearsals on a slow machine; with a deadline to match).
 if [ -n "${NCCLZ_GPU_LIMIT_SCALE:-}" ]; then
   for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3 L_PRIMS; do
@@ -301,6 +305,22 @@ phase_ranks() {
   excerpt "ranks errors" 15 "$log" 'Error|error:|Traceback|FAIL|no GPU'
 }
 
+# The device path against its alternatives in one run (docs/GPU.md, "Device
+# buffers"): the default, the staged path (NCCLZ_DEVICE_PATH=staged) and the
+# ordinary slices (NCCLZ_SPARSE_SLICE_BYTES=0); tables to the summary and
+# bench.log, JSON to the scratch folder (the device tool returns 8 files).
+phase_devpath() {
+  ensure_built
+  py_ready
+  local log=$OUT_DIR/bench.log v name
+  for v in default NCCLZ_DEVICE_PATH=staged NCCLZ_SPARSE_SLICE_BYTES=0; do
+    name=${v%%=*}
+    rm -f "$SCRATCH/devpath_$name.md"
+    step "devpath-$name" "$log" $L_DEVPATH "cd '$ROOT' && env $([ "$v" = default ] || echo "$v") NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda --ranks 2,4 --sizes 64M --dtypes float32 --gbps 10 --extra-gbps 1 --budget $((L_DEVPATH - 12)) --json '$SCRATCH/devpath_$name.json' --md '$SCRATCH/devpath_$name.md'"
+    [ -f "$SCRATCH/devpath_$name.md" ] && { echo "devpath ($v):"; cat "$SCRATCH/devpath_$name.md"; } | tee -a "$log" >>"$SUMMARY"
+  done
+}
+
 phase_profile() {
   ensure_built
   local log=$OUT_DIR/bench.log
@@ -331,6 +351,7 @@ for p in "${phases[@]}"; do
     sanitize) phase_sanitize ;;
     bench) phase_bench ;;
     ranks) phase_ranks ;;
+    devpath) phase_devpath ;;
     profile) phase_profile ;;
     *) echo "unknown phase: $p" | tee -a "$SUMMARY" ;;
   esac
