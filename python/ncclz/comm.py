@@ -561,15 +561,17 @@ class Communicator:
 
     # ---- helpers ----------------------------------------------------------
     def _prepare(self, x: Any, what: str, op: str | None, compression: Any, load: bool = True,
-                 device_path: bool = False) -> tuple:
+                 device_path: bool = False, policy: Any = None) -> tuple:
         """The array and compression as the native layer takes them. Only the Python types are checked
         here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
         the call only writes x (a GPU array's contents are then not copied to the host first).
         ``device_path``: the collective codes CUDA arrays on the device (all_reduce, reduce_scatter,
         all_gather, broadcast): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
-        (docs/GPU.md, "Device buffers"; NCCLZ_DEVICE_PATH=staged turns it off)."""
+        (docs/GPU.md, "Device buffers"; NCCLZ_DEVICE_PATH=staged turns it off), except where the
+        policy runs the call exact by its size alone (``policy``: the call's own setting): those
+        take the staged path's latency algorithm."""
         c = _compression(compression)
-        direct = device_path and c.mode in _LOSSY_MODES and _device_path_on()
+        direct = device_path and c.mode in _LOSSY_MODES and _device_path_on() and not self._small_for_policy(x, policy)
         b = _dlpack.as_buffer(x, what, load=load, direct=direct)
         if b.gpu is not None:
             self._check_device(b, what)
@@ -578,6 +580,15 @@ class Communicator:
                 raise InvalidArgumentError(f"{what}: op must be a string, one of {', '.join(OPS)}; got {op!r}")
             op = op.lower()
         return b, c, op
+
+    def _small_for_policy(self, x: Any, policy: Any) -> bool:
+        """Whether rank 0's policy runs a call of x exact by its size alone (CommPolicy.small_bytes)."""
+        if (policy if policy is not None else self._policy.mode) == "off":
+            return False
+        n = getattr(x, "nbytes", None)
+        if n is None and hasattr(x, "numel"):
+            n = x.numel() * x.element_size()
+        return n is not None and int(n) <= self._policy.small_bytes()
 
     def _check_device(self, b: Any, what: str) -> None:
         """GPU arrays of one rank stay on one device: the first one's (CPU arrays are always taken)."""
@@ -706,7 +717,7 @@ class Communicator:
             y = self._small_plain_all_reduce(x, op, compression, out, policy)
             if y is not None:
                 return y
-        b, c, op = self._prepare(x, "all_reduce input", op, compression, device_path=True)
+        b, c, op = self._prepare(x, "all_reduce input", op, compression, device_path=True, policy=policy)
         d = self._decide("all_reduce", b, c, compression, b.nbytes, policy, op, algorithm)
         if out is not None:
             o = _dlpack.check_output(out, b, b.shape, "all_reduce out")
@@ -728,7 +739,7 @@ class Communicator:
         ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element
         count (result: 1-D of ``x.size // world_size``). ``policy``, ``algorithm``: as in all_reduce.
         """
-        b, c, op = self._prepare(x, "reduce_scatter input", op, compression, device_path=True)
+        b, c, op = self._prepare(x, "reduce_scatter input", op, compression, device_path=True, policy=policy)
         d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy, op, algorithm)
         shape = _block_shape(b, self._world_size, "reduce_scatter input")
         o = (
@@ -746,7 +757,7 @@ class Communicator:
                    algorithm: str | None = None) -> Any:
         """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
         ``policy``, ``algorithm``: as in all_reduce."""
-        b, c, _ = self._prepare(x, "all_gather input", None, compression, device_path=True)
+        b, c, _ = self._prepare(x, "all_gather input", None, compression, device_path=True, policy=policy)
         d = self._decide("all_gather", b, c, compression, b.nbytes * self._world_size, policy, None, algorithm)
         shape = (self._world_size, *b.shape)
         o = (
@@ -765,7 +776,7 @@ class Communicator:
         """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only).
         ``policy``, ``algorithm``: as in all_reduce (rank 0 decides even when another rank is the root)."""
         root = self._check_rank(root, "broadcast root")
-        b, c, _ = self._prepare(x, "broadcast buffer", None, compression, device_path=True)
+        b, c, _ = self._prepare(x, "broadcast buffer", None, compression, device_path=True, policy=policy)
         d = self._decide("broadcast", b, c, compression, b.nbytes, policy, None, algorithm)
         o = b
         if not b.writable:

@@ -125,3 +125,18 @@ def test_one_gpu_per_rank_is_enforced():
         # an output on another device than its input
         with pytest.raises(ncclz.InvalidArgumentError, match="cuda:1 but the input is on cuda:0"):
             _dlpack.check_output(on[1], on[0], (4,), "out")
+
+
+def test_small_calls_keep_the_staged_path():
+    """The device path is skipped where rank 0's policy runs the call exact by its size alone (the
+    staged path's latency algorithm is faster there); policy="off" keeps it. No GPU needed."""
+    import ncclz
+
+    with ncclz.Communicator(rank=0, world_size=1, transport="inproc", master_port=0) as comm:
+        small = comm._policy.small_bytes()
+        assert small > 0
+        assert comm._small_for_policy(np.zeros(small // 4, np.float32), None)
+        assert not comm._small_for_policy(np.zeros(small // 4 + 1, np.float32), None)
+        assert not comm._small_for_policy(np.zeros(16, np.float32), "off")
+    with ncclz.Communicator(rank=0, world_size=1, transport="inproc", master_port=0, policy="off") as comm:
+        assert not comm._small_for_policy(np.zeros(16, np.float32), None)
