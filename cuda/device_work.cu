@@ -184,6 +184,13 @@ class DeviceWorkImpl final : public DeviceWork {
     check(dc_.synchronize(), dev_, "copying to the device");
   }
 
+  void copy(void* dst, const void* src, size_t bytes) override {
+    here();
+    if (bytes == 0 || dst == src) return;
+    check(int(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream())), dev_, "copying on the device");
+    check(dc_.synchronize(), dev_, "copying on the device");
+  }
+
   prims::DeviceSlices* slices(int c, const prims::PrimsArgs& a, size_t slot_bytes, size_t slice_elems) override {
     here();  // the channel's thread: its current device
     Channel& ch = channel(c);

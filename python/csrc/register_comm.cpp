@@ -84,13 +84,14 @@ struct Buffer {
   DataType type = DataType::F32;
   uint32_t row = 0, plane = 0;  ///< the array's last dimension / last two (0: fewer dimensions)
   int device = -1;              ///< the CUDA device of a device array (-1: host memory)
+  bool given = true;            ///< false: no array (a buffer used on the root only)
 };
 
 /// `as_dtype` is "" (type from the array's DLPack dtype) or "bfloat16": the
 /// array holds bfloat16 bits as uint16 (NumPy arrays of ml_dtypes.bfloat16
 /// cannot be exported through DLPack, so the Python layer passes a view).
-/// device_ok: the call takes CUDA device arrays (all_reduce, reduce_scatter,
-/// all_gather, broadcast: ncclz::set_buffer_device), where ncclz was built with CUDA.
+/// device_ok: the call takes CUDA device arrays (the collectives, not send
+/// and recv: ncclz::set_buffer_device), where ncclz was built with CUDA.
 template <typename Array>
 Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtype, bool device_ok = false) {
   const int dev = a.device_type();
@@ -174,6 +175,7 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
 int call_device(const char* call, std::initializer_list<const Buffer*> bufs) {
   int dev = -2;
   for (const Buffer* b : bufs) {
+    if (!b->given) continue;  // a buffer used on the root only, absent here
     if (dev == -2) dev = b->device;
     if (b->device != dev) {
       throw ncclz::InvalidArgument(std::string(call) + ": its arrays are on different devices (" +
@@ -197,13 +199,15 @@ class BufferDevice {
 /// A buffer used on the root only: None elsewhere is no buffer (of the other
 /// array's type, so that check_call compares what is there).
 template <typename Array>
-Buffer optional_buffer(const Array& a, const char* what, const std::string& as_dtype, DataType other) {
+Buffer optional_buffer(const Array& a, const char* what, const std::string& as_dtype, DataType other,
+                       bool device_ok = false) {
   if (!a.is_valid()) {
     Buffer b;
     b.type = other;
+    b.given = false;
     return b;
   }
-  return check_buffer(a, what, as_dtype);
+  return check_buffer(a, what, as_dtype, device_ok);
 }
 
 /// `c` with the layout hint of the array the call codes.
@@ -416,46 +420,60 @@ class CommHandle {
 
   CallStats reduce(const InArray& send, const OutArray& recv, const std::string& op, int root, const Compression& c,
                    const std::string& as_dtype, const PolicyHints* hints) {
-    Buffer in = check_buffer(send, "reduce input", as_dtype);
-    Buffer out = optional_buffer(recv, "reduce output", as_dtype, in.type);
+    Buffer in = check_buffer(send, "reduce input", as_dtype, true);
+    Buffer out = optional_buffer(recv, "reduce output", as_dtype, in.type, true);
+    const int dev = call_device("reduce", {&in, &out});
     const RedOp r = parse_op(op, "reduce");
     auto comm = get();
     comm->check_call(args(CallKind::Reduce, in, out, r, root, c));
     CallStats st;
-    blocking([&] { comm->reduce(in.data, out.data, in.count, in.type, r, root, with_layout(c, in), &st, hints); });
+    blocking([&] {
+      BufferDevice d(dev);
+      comm->reduce(in.data, out.data, in.count, in.type, r, root, with_layout(c, in), &st, hints);
+    });
     return st;
   }
 
   CallStats gather(const InArray& send, const OutArray& recv, int root, const Compression& c,
                    const std::string& as_dtype, const PolicyHints* hints) {
-    Buffer in = check_buffer(send, "gather input", as_dtype);
-    Buffer out = optional_buffer(recv, "gather output", as_dtype, in.type);
+    Buffer in = check_buffer(send, "gather input", as_dtype, true);
+    Buffer out = optional_buffer(recv, "gather output", as_dtype, in.type, true);
+    const int dev = call_device("gather", {&in, &out});
     auto comm = get();
     comm->check_call(args(CallKind::Gather, in, out, RedOp::Sum, root, c));
     CallStats st;
-    blocking([&] { comm->gather(in.data, out.data, in.count, in.type, root, with_layout(c, in), &st, hints); });
+    blocking([&] {
+      BufferDevice d(dev);
+      comm->gather(in.data, out.data, in.count, in.type, root, with_layout(c, in), &st, hints);
+    });
     return st;
   }
 
   CallStats scatter(const InArray& send, const OutArray& recv, int root, const Compression& c,
                     const std::string& as_dtype, const PolicyHints* hints) {
-    Buffer out = check_buffer(recv, "scatter output", as_dtype);
-    Buffer in = optional_buffer(send, "scatter input", as_dtype, out.type);
+    Buffer out = check_buffer(recv, "scatter output", as_dtype, true);
+    Buffer in = optional_buffer(send, "scatter input", as_dtype, out.type, true);
+    const int dev = call_device("scatter", {&in, &out});
     auto comm = get();
     comm->check_call(args(CallKind::Scatter, in, out, RedOp::Sum, root, c));
     CallStats st;
-    blocking([&] { comm->scatter(in.data, out.data, out.count, out.type, root, with_layout(c, out), &st, hints); });
+    blocking([&] {
+      BufferDevice d(dev);
+      comm->scatter(in.data, out.data, out.count, out.type, root, with_layout(c, out), &st, hints);
+    });
     return st;
   }
 
   CallStats all_to_all(const InArray& send, const OutArray& recv, const Compression& c, const std::string& as_dtype,
                        const PolicyHints* hints) {
-    Buffer in = check_buffer(send, "all_to_all input", as_dtype);
-    Buffer out = check_buffer(recv, "all_to_all output", as_dtype);
+    Buffer in = check_buffer(send, "all_to_all input", as_dtype, true);
+    Buffer out = check_buffer(recv, "all_to_all output", as_dtype, true);
+    const int dev = call_device("all_to_all", {&in, &out});
     auto comm = get();
     comm->check_call(args(CallKind::AllToAll, in, out, RedOp::Sum, 0, c));
     CallStats st;
     blocking([&] {
+      BufferDevice d(dev);
       comm->all_to_all(in.data, out.data, in.count / size_t(size_), in.type, with_layout(c, in), &st, hints);
     });
     return st;
@@ -464,8 +482,9 @@ class CommHandle {
   CallStats all_to_allv(const InArray& send, const OutArray& recv, const std::vector<size_t>& send_counts,
                         const std::vector<size_t>& recv_counts, const Compression& c, const std::string& as_dtype,
                         const PolicyHints* hints) {
-    Buffer in = check_buffer(send, "all_to_all input", as_dtype);
-    Buffer out = check_buffer(recv, "all_to_all output", as_dtype);
+    Buffer in = check_buffer(send, "all_to_all input", as_dtype, true);
+    Buffer out = check_buffer(recv, "all_to_all output", as_dtype, true);
+    const int dev = call_device("all_to_all", {&in, &out});
     for (const auto* v : {&send_counts, &recv_counts}) {
       if (v->size() != size_t(size_)) {
         throw ncclz::InvalidArgument(std::string("all_to_allv: ") + (v == &send_counts ? "send" : "recv") +
@@ -480,6 +499,7 @@ class CommHandle {
     comm->check_call(a);
     CallStats st;
     blocking([&] {
+      BufferDevice d(dev);
       comm->all_to_allv(in.data, send_counts.data(), out.data, recv_counts.data(), in.type, with_layout(c, in), &st,
                         hints);
     });

@@ -565,8 +565,8 @@ class Communicator:
         """The array and compression as the native layer takes them. Only the Python types are checked
         here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
         the call only writes x (a GPU array's contents are then not copied to the host first).
-        ``device_path``: the collective codes CUDA arrays on the device (all_reduce, reduce_scatter,
-        all_gather, broadcast): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
+        ``device_path``: the collective codes CUDA arrays on the device (every collective but
+        send / recv): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
         (docs/GPU.md, "Device buffers"; NCCLZ_DEVICE_PATH=staged turns it off), except where the
         policy runs the call exact by its size alone (``policy``: the call's own setting): those
         take the staged path's latency algorithm."""
@@ -797,7 +797,7 @@ class Communicator:
         bounds as all_reduce's with the same op. ``policy``: as in all_reduce.
         """
         root = self._check_rank(root, "reduce root")
-        b, c, op = self._prepare(x, "reduce input", op, compression)
+        b, c, op = self._prepare(x, "reduce input", op, compression, device_path=True, policy=policy)
         d = self._decide("reduce", b, c, compression, b.nbytes, policy)
         o = None
         if self._rank == root:
@@ -821,7 +821,7 @@ class Communicator:
         (rank r's at [r]; into ``out=`` if given), None elsewhere. Every rank's ``x`` must have the
         same size. ``policy``: as in all_reduce."""
         root = self._check_rank(root, "gather root")
-        b, c, _ = self._prepare(x, "gather input", None, compression)
+        b, c, _ = self._prepare(x, "gather input", None, compression, device_path=True, policy=policy)
         d = self._decide("gather", b, c, compression, b.nbytes * self._world_size, policy)
         o = None
         if self._rank == root:
@@ -850,7 +850,7 @@ class Communicator:
         if self._rank == root:
             if x is None:
                 raise InvalidArgumentError(f"scatter: rank {root} is the root and needs x (the blocks to scatter)")
-            b, c, _ = self._prepare(x, "scatter input", None, compression)
+            b, c, _ = self._prepare(x, "scatter input", None, compression, device_path=True, policy=policy)
             shape = _block_shape(b, w, "scatter input")
             o = _dlpack.check_output(out, b, shape, "scatter out") if out is not None else _dlpack.empty(b, shape)
             d = self._decide("scatter", b, c, compression, b.nbytes, policy)
@@ -861,7 +861,7 @@ class Communicator:
                     f"scatter: rank {self._rank} is not the root ({root}): pass out=, the array that receives "
                     "this rank's block"
                 )
-            o, c, _ = self._prepare(out, "scatter out", None, compression, load=False)
+            o, c, _ = self._prepare(out, "scatter out", None, compression, load=False, device_path=True, policy=policy)
             if not o.writable:
                 raise InvalidArgumentError(f"scatter out {_dlpack.describe(o)} is read-only; pass a writable array")
             d = self._decide("scatter", o, c, compression, o.nbytes * w, policy, data=False)
@@ -886,7 +886,7 @@ class Communicator:
         all_to_all). Every block crosses one link (pairwise exchange); a rank's own block is copied
         exactly. ``out=``: the result array. ``policy``: as in all_reduce.
         """
-        b, c, _ = self._prepare(x, "all_to_all input", None, compression)
+        b, c, _ = self._prepare(x, "all_to_all input", None, compression, device_path=True, policy=policy)
         w = self._world_size
         d = self._decide("all_to_all", b, c, compression, b.nbytes, policy)
         if send_counts is None and recv_counts is None:

@@ -43,15 +43,26 @@ using ncclz_test::Ranks;
 
 namespace {
 
-enum class Op { AllReduce, ReduceScatter, AllGather, Broadcast };
+enum class Op { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, Gather, Scatter, AllToAll };
+constexpr Op kAllOps[] = {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast,
+                          Op::Reduce,    Op::Gather,        Op::Scatter,   Op::AllToAll};
 constexpr int kRoot = 1;
 
 const char* name(Op o) {
-  return o == Op::AllReduce       ? "all_reduce"
-         : o == Op::ReduceScatter ? "reduce_scatter"
-         : o == Op::AllGather     ? "all_gather"
-                                  : "broadcast";
+  switch (o) {
+    case Op::AllReduce: return "all_reduce";
+    case Op::ReduceScatter: return "reduce_scatter";
+    case Op::AllGather: return "all_gather";
+    case Op::Broadcast: return "broadcast";
+    case Op::Reduce: return "reduce";
+    case Op::Gather: return "gather";
+    case Op::Scatter: return "scatter";
+    default: return "all_to_all";
+  }
 }
+bool reduces(Op o) { return o == Op::AllReduce || o == Op::ReduceScatter || o == Op::Reduce; }
+/// Whether rank r has an output (reduce and gather: the root only).
+bool has_output(Op o, int r) { return (o != Op::Reduce && o != Op::Gather) || r == kRoot; }
 
 size_t esize(DataType t) {
   switch (t) {
@@ -107,9 +118,13 @@ std::vector<uint8_t> input(DataType t, size_t n, int r, unsigned seed) {
   return b;
 }
 
-/// Elements each rank sends and receives in `o` on `nranks` ranks of `count`.
-size_t in_count(Op o, size_t count, int nranks) { return o == Op::ReduceScatter ? count * size_t(nranks) : count; }
-size_t out_count(Op o, size_t count, int nranks) { return o == Op::AllGather ? count * size_t(nranks) : count; }
+/// Elements each rank's input and output buffers hold in `o` on `nranks` ranks of `count`.
+size_t in_count(Op o, size_t count, int nranks) {
+  return o == Op::ReduceScatter || o == Op::Scatter || o == Op::AllToAll ? count * size_t(nranks) : count;
+}
+size_t out_count(Op o, size_t count, int nranks) {
+  return o == Op::AllGather || o == Op::Gather || o == Op::AllToAll ? count * size_t(nranks) : count;
+}
 
 struct Result {
   std::vector<uint8_t> out;
@@ -143,6 +158,10 @@ std::vector<Result> run(Ranks& R, Op o, DataType t, RedOp op, const Compression&
         case Op::ReduceScatter: comm.reduce_scatter(send, recv, count, t, op, c, &x.stats); break;
         case Op::AllGather: comm.all_gather(send, recv, count, t, c, &x.stats); break;
         case Op::Broadcast: comm.broadcast(const_cast<void*>(send), count, t, kRoot, c, &x.stats); break;
+        case Op::Reduce: comm.reduce(send, recv, count, t, op, kRoot, c, &x.stats); break;
+        case Op::Gather: comm.gather(send, recv, count, t, kRoot, c, &x.stats); break;
+        case Op::Scatter: comm.scatter(send, recv, count, t, kRoot, c, &x.stats); break;
+        case Op::AllToAll: comm.all_to_all(send, recv, count, t, c, &x.stats); break;
       }
     } catch (const std::exception& e) {
       x.error = e.what();
@@ -164,10 +183,14 @@ std::vector<double> reference(Op o, DataType t, RedOp op, size_t count, int N, i
   const size_t no = out_count(o, count, N);
   std::vector<double> ref(no, 0.0);
   for (size_t i = 0; i < no; ++i) {
-    if (o == Op::AllGather) {
+    if (o == Op::AllGather || o == Op::Gather) {
       ref[i] = value_at(t, in[i / count], i % count);
     } else if (o == Op::Broadcast) {
       ref[i] = value_at(t, in[kRoot], i);
+    } else if (o == Op::Scatter) {
+      ref[i] = value_at(t, in[kRoot], size_t(r) * count + i);
+    } else if (o == Op::AllToAll) {
+      ref[i] = value_at(t, in[i / count], size_t(r) * count + i % count);
     } else {
       const size_t j = o == Op::ReduceScatter ? size_t(r) * count + i : i;
       for (int q = 0; q < N; ++q) ref[i] += value_at(t, in[size_t(q)], j);
@@ -196,9 +219,10 @@ Ranks make_ranks(int n, bool large = false) {
 
 }  // namespace
 
-// Every ring collective, lossy, on 2-4 ranks with all buffers on the device:
-// on the device (CallStats::on_device), the host call's bits, within E; with
-// the ordinary slices and with the larger ones (3 ranks).
+// Every collective, lossy, on 2-4 ranks with all buffers on the device (the
+// rings' and the point-to-point links' schedules): on the device
+// (CallStats::on_device), the host call's bits, within E; with the ordinary
+// slices and with the larger ones (3 ranks).
 TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
@@ -206,9 +230,9 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
     Ranks R = make_ranks(N < 0 ? -N : N, N < 0);
     N = N < 0 ? -N : N;
     for (DataType t : {DataType::F32, DataType::F64, DataType::BF16}) {
-      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+      for (Op o : kAllOps) {
         for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
-          if (op == RedOp::Avg && (o == Op::AllGather || o == Op::Broadcast)) continue;
+          if (op == RedOp::Avg && !reduces(o)) continue;
           const double E = t == DataType::BF16 ? 0.5 : 1e-3;
           const Compression c = Compression::lossy_abs(E);
           std::vector<std::vector<uint8_t>> in;
@@ -225,12 +249,13 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
             EXPECT_FALSE(h.stats.on_device);
             EXPECT_TRUE(d.stats.on_device);
             EXPECT_FALSE(d.stats.exact_fallback);
-            EXPECT_EQ(d.out, h.out) << "device and host results differ";
-            if (o != Op::ReduceScatter) {
-              EXPECT_EQ(d.out, dev[0].out) << "ranks' results differ";
-            }
             if (d.stats.raw_bytes > 0) {
               EXPECT_GT(d.stats.ratio, 1.5);  // (a broadcast's last rank sends nothing)
+            }
+            if (!has_output(o, r)) continue;
+            EXPECT_EQ(d.out, h.out) << "device and host results differ";
+            if (o == Op::AllReduce || o == Op::AllGather || o == Op::Broadcast) {
+              EXPECT_EQ(d.out, dev[0].out) << "ranks' results differ";
             }
             const auto ref = reference(o, t, op, count, N, r, in);
             double worst = 0;
@@ -253,7 +278,7 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
   const int N = 4;
   Ranks R = make_ranks(N, true);  // the larger slices: the host ranks take them too
   const std::vector<bool> mixed{true, false, true, false};
-  for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+  for (Op o : kAllOps) {
     SCOPED_TRACE(name(o));
     const Compression c = Compression::lossy_rel(1e-3);
     std::vector<std::vector<uint8_t>> in;
@@ -263,7 +288,9 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
     for (int r = 0; r < N; ++r) {
       ASSERT_EQ(mix[size_t(r)].error, "") << "rank " << r;
       EXPECT_EQ(mix[size_t(r)].stats.on_device, mixed[size_t(r)]) << "rank " << r;
-      EXPECT_EQ(mix[size_t(r)].out, host[size_t(r)].out) << "rank " << r;
+      if (has_output(o, r)) {
+        EXPECT_EQ(mix[size_t(r)].out, host[size_t(r)].out) << "rank " << r;
+      }
     }
   }
 }
@@ -277,16 +304,18 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
   const size_t count = 2000;
   for (int N : {1, 3}) {
     Ranks R = make_ranks(N);
-    for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
-      if (o == Op::Broadcast && N == 1) continue;  // kRoot is rank 1
+    for (Op o : kAllOps) {
+      const bool rooted = o == Op::Broadcast || o == Op::Reduce || o == Op::Gather || o == Op::Scatter;
+      if (rooted && N == 1) continue;  // kRoot is rank 1
       for (int k = 0; k < 3; ++k) {
         const Compression c = k == 0   ? Compression::none()
                               : k == 1 ? Compression::lossless()
                                        : Compression::lossy_abs(1e-3);
         std::vector<std::vector<uint8_t>> in;
         for (int r = 0; r < N; ++r) in.push_back(input(DataType::F32, in_count(o, count, N), r, 3));
-        // A NaN in data that moves: the exact fallback (a broadcast's root's).
-        if (k == 2 && N > 1) put_value(DataType::F32, in[o == Op::Broadcast ? kRoot : size_t(N - 1)], 5, std::nan(""));
+        // A NaN in data that moves: the exact fallback (a broadcast's or scatter's root's).
+        const bool from_root = o == Op::Broadcast || o == Op::Scatter;
+        if (k == 2 && N > 1) put_value(DataType::F32, in[from_root ? kRoot : size_t(N - 1)], 5, std::nan(""));
         const auto host = run(R, o, DataType::F32, RedOp::Sum, c, count, in, std::vector<bool>(size_t(N), false));
         const auto dev = run(R, o, DataType::F32, RedOp::Sum, c, count, in, std::vector<bool>(size_t(N), true));
         for (int r = 0; r < N; ++r) {
@@ -294,7 +323,9 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
                        std::to_string(r));
           ASSERT_EQ(dev[size_t(r)].error, "");
           EXPECT_FALSE(dev[size_t(r)].stats.on_device);
-          EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out);
+          if (has_output(o, r)) {
+            EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out);
+          }
           if (k == 2 && N > 1) {
             EXPECT_TRUE(dev[size_t(r)].stats.exact_fallback);
           }
@@ -304,9 +335,9 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
   }
 }
 
-// Device buffers where the call takes host buffers only, or on a device that
-// is not there: InvalidArgument on the rank that passed them, RemoteError on
-// the others; the communicator still works afterwards.
+// Device buffers where the call takes host buffers only (send, recv), or on a
+// device that is not there: InvalidArgument on the rank that passed them,
+// RemoteError on the others; the communicator still works afterwards.
 TEST(CudaComm, DeviceBuffersWhereTheyAreNotTaken) {
   SKIP_WITHOUT_DEVICE();
   const int N = 2;
@@ -319,8 +350,12 @@ TEST(CudaComm, DeviceBuffersWhereTheyAreNotTaken) {
     const void* send = r == 0 ? static_cast<const void*>(s.get()) : hs.data();
     void* recv = r == 0 ? static_cast<void*>(d.get()) : hd.data();
     try {
-      comm.all_to_all(send, recv, count, DataType::F32, Compression::none());
-      ADD_FAILURE() << "all_to_all took device buffers on rank 0";
+      if (r == 0) {
+        comm.send(send, count, DataType::F32, 1, Compression::none());
+      } else {
+        comm.recv(recv, count, DataType::F32, 0, Compression::none());
+      }
+      ADD_FAILURE() << "send took device buffers on rank 0";
     } catch (const InvalidArgument& e) {
       EXPECT_EQ(r, 0);
       EXPECT_NE(std::string(e.what()).find("host buffers"), std::string::npos) << e.what();

@@ -274,8 +274,8 @@ def scenario_gpu_bad_input(ncclz, comm, args):
 
 
 def scenario_gpu_device_path(ncclz, comm, args):
-    """Lossy all_reduce (sum, avg), reduce_scatter, all_gather and broadcast of CUDA arrays (torch,
-    and CuPy where installed) on the device path: last_stats.on_device, the results on the input's
+    """Lossy all_reduce (sum, avg), reduce_scatter, all_gather, broadcast, reduce, gather, scatter and
+    all_to_all of CUDA arrays (torch, and CuPy where installed) on the device path: last_stats.on_device, the results on the input's
     device, every element within the bound, and the same bits as the same call on host arrays and
     as the staged GPU path (NCCLZ_DEVICE_PATH=staged). Uncompressed calls of CUDA arrays stay
     off the device path."""
@@ -317,6 +317,14 @@ def scenario_gpu_device_path(ncclz, comm, args):
             return comm.reduce_scatter(x, op=op, compression=comp, policy="off")
         if coll == "all_gather":
             return comm.all_gather(x, compression=comp, policy="off")
+        if coll == "reduce":
+            return comm.reduce(x, root=W - 1, op=op, compression=comp, policy="off")
+        if coll == "gather":
+            return comm.gather(x, root=W - 1, compression=comp, policy="off")
+        if coll == "scatter":
+            return comm.scatter(x, root=W - 1, compression=comp, policy="off")
+        if coll == "all_to_all":
+            return comm.all_to_all(x, compression=comp, policy="off")
         return comm.broadcast(x, root=W - 1, compression=comp, policy="off")
 
     for fw in frameworks:
@@ -330,26 +338,48 @@ def scenario_gpu_device_path(ncclz, comm, args):
                     ("reduce_scatter", "sum"),
                     ("all_gather", None),
                     ("broadcast", None),
+                    ("reduce", "sum"),
+                    ("gather", None),
+                    ("scatter", None),
+                    ("all_to_all", None),
                 ):
                     seed += 1
-                    m = n if coll == "reduce_scatter" else n // W
+                    m = n if coll in ("reduce_scatter", "scatter", "all_to_all") else n // W
                     inputs = [rank_input(k, m, dtype, seed) for k in range(W)]
                     name = f"{coll}/device/{fw}/{op}/{dtype}/{mname}"
-                    host = run(coll, inputs[r].copy(), comp, op)
-                    dev = run(coll, to_gpu(fw, inputs[r]), comp, op)
-                    st = comm.last_stats
-                    got = to_host(fw, dev)
-                    ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
+                    if coll == "scatter" and r != W - 1:
+                        # a non-root rank passes out= (its block) and no input: three calls as the root's
+                        blk = m // W
+                        host = comm.scatter(None, root=W - 1, compression=comp, policy="off",
+                                            out=np.zeros(blk, inputs[0].dtype))
+                        dev = comm.scatter(None, root=W - 1, compression=comp, policy="off",
+                                           out=to_gpu(fw, np.zeros(blk, inputs[0].dtype)))
+                        st = comm.last_stats
+                        os.environ["NCCLZ_DEVICE_PATH"] = "staged"
+                        try:
+                            staged = comm.scatter(None, root=W - 1, compression=comp, policy="off",
+                                                  out=to_gpu(fw, np.zeros(blk, inputs[0].dtype)))
+                        finally:
+                            del os.environ["NCCLZ_DEVICE_PATH"]
+                    else:
+                        host = run(coll, inputs[r].copy(), comp, op)
+                        dev = run(coll, to_gpu(fw, inputs[r]), comp, op)
+                        st = comm.last_stats
+                        os.environ["NCCLZ_DEVICE_PATH"] = "staged"
+                        try:
+                            staged = run(coll, to_gpu(fw, inputs[r]), comp, op)
+                        finally:
+                            del os.environ["NCCLZ_DEVICE_PATH"]
+                    ck.require(not comm.last_stats.on_device, f"{name}: the staged call ran on the device")
                     # bf16 sums at these bounds may run exact (the plan's budget): off the device then
                     ck.require(st.on_device or st.exact_fallback, f"{name}: neither on the device nor exact")
                     if dtype != "bfloat16":
                         ck.require(st.on_device, f"{name}: did not run on the device ({st})")
-                    os.environ["NCCLZ_DEVICE_PATH"] = "staged"
-                    try:
-                        staged = run(coll, to_gpu(fw, inputs[r]), comp, op)
-                        ck.require(not comm.last_stats.on_device, f"{name}: staged call ran on the device")
-                    finally:
-                        del os.environ["NCCLZ_DEVICE_PATH"]
+                    if host is None:  # reduce, gather: not the root
+                        ck.require(dev is None and staged is None, f"{name}: a non-root rank got a result")
+                        continue
+                    got = to_host(fw, dev)
+                    ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
                     ck.require(bits(to_host(fw, staged)) == bits(host), f"{name}: differs from the staged call")
                     if coll in ("all_reduce", "broadcast", "all_gather"):
                         ck.record(name, got)

@@ -216,7 +216,11 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     const size_t es = dsize(t);
     uint8_t* to = static_cast<uint8_t*>(cd.recv) + cd.self_dst * es;
     const uint8_t* from = static_cast<const uint8_t*>(cd.send) + cd.self_src * es;
-    if (to != from) std::memcpy(to, from, cd.self_count * es);  // equal: gather/scatter in place (NCCL's way)
+    if (to != from && cd.device >= 0 && !staging.active()) {
+      device_work(rt_, cd.device).copy(to, from, cd.self_count * es);  // device buffers (the device path)
+    } else if (to != from) {
+      std::memcpy(to, from, cd.self_count * es);  // equal: gather/scatter in place (NCCL's way)
+    }
   }
   if (!is_lossy(run) && cd.op == RedOp::Avg) prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
   staging.end();  // host copies: the output back to the device

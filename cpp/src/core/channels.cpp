@@ -236,8 +236,15 @@ void RingChannels::run_peer_schedule(const Collective& cd, const void* src, void
   run(lanes, call, [&](int c) {
     // The links' slots are the ordinary size (w.slice_bytes, larger slices of
     // mostly-zero sums, are for the rings), and channel -1 names them in errors.
-    const prims::PrimsArgs a = args_of(w, call, rank_, -1, slot_of(slot_bytes_));
-    LanePrims links(*peers_, a, &call.ch[size_t(c)], ch_[size_t(c)].scratch.get(slot_capacity_ + 64));
+    prims::PrimsArgs a = args_of(w, call, rank_, -1, slot_of(slot_bytes_));
+    void* scratch = ch_[size_t(c)].scratch.get(slot_capacity_ + 64);
+    if (w.device) {
+      // A device rank: the lane's slice codec and scratch slice on the device.
+      const size_t slice = prims::slice_elems_for(a.slice_bytes, codec::elem_size(w.type));
+      a.device = w.device->slices(c, a, a.slice_bytes, slice);
+      scratch = w.device->scratch(c, slice * codec::elem_size(w.type));
+    }
+    LanePrims links(*peers_, a, &call.ch[size_t(c)], scratch);
     PeerPart part;
     part.lane = {rank_, nranks_, c, lanes};
     part.src = static_cast<const uint8_t*>(src);

@@ -25,14 +25,11 @@ std::string check_device_call(const Collective& cd, int device) {
            ", and this ncclz was built without CUDA (rebuild with nvcc present, or pass host buffers)";
   }
   switch (cd.coll) {
-    case Coll::AllReduce:
-    case Coll::ReduceScatter:
-    case Coll::AllGather:
-    case Coll::Broadcast: return "";
-    default:
-      return std::string(
-                 "buffers on a CUDA device are taken by all_reduce, reduce_scatter, all_gather and broadcast; ") +
-             coll_name(cd.coll) + " takes host buffers (copy them to the host first)";
+    case Coll::Send:
+    case Coll::Recv:
+      return std::string("buffers on a CUDA device are taken by the collectives; ") + coll_name(cd.coll) +
+             " takes host buffers (copy them to the host first)";
+    default: return "";
   }
 }
 
@@ -68,12 +65,14 @@ void HostStaging::begin() {
   }
   dev_out_ = r;
   cd_.recv = host_out;
+  active_ = true;
 }
 
 void HostStaging::end() {
   if (!active()) return;
-  device_work(rt_, cd_.device).to_device(dev_out_, cd_.recv, cd_.out_count * dsize(t_));
+  if (dev_out_ != nullptr) device_work(rt_, cd_.device).to_device(dev_out_, cd_.recv, cd_.out_count * dsize(t_));
   dev_out_ = nullptr;
+  active_ = false;
 }
 
 }  // namespace core

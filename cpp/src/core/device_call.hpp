@@ -12,9 +12,8 @@
 namespace ncclz::core {
 
 /// "" where `cd` may take device buffers of `t` on this rank, else why not
-/// (an argument error: the call fails on every rank). Device buffers: the
-/// ring collectives (all_reduce, reduce_scatter, all_gather, broadcast),
-/// both buffers on the device, a build with CUDA.
+/// (an argument error: the call fails on every rank). Device buffers: every
+/// collective (not send / recv), a build with CUDA.
 std::string check_device_call(const Collective& cd, int device);
 
 /// The device's work object of the runtime (made on first use; a device
@@ -31,12 +30,14 @@ class HostStaging {
   HostStaging(Runtime& rt, Collective& cd, DataType t) : rt_(rt), cd_(cd), t_(t) {}
   void begin();
   void end();
-  bool active() const { return dev_out_ != nullptr; }
+  /// Whether the call runs on host copies (begin() was called for a device call).
+  bool active() const { return active_; }
 
  private:
   Runtime& rt_;
   Collective& cd_;
   DataType t_;
+  bool active_ = false;
   void* dev_out_ = nullptr;  ///< the device output, while the call runs on host copies
 };
 

@@ -4,8 +4,8 @@
 // made by the first device call).
 //
 // A device call (ncclz::set_buffer_device, the Python layer for CUDA arrays)
-// of all_reduce, reduce_scatter, all_gather or broadcast in a lossy mode
-// runs like this on a rank whose buffers are on the device:
+// of a collective in a lossy mode runs like this on a rank whose buffers are
+// on the device:
 //
 //   describe  the input's statistics (finite min / max / max|x|, non-finite)
 //             by a reduction kernel, read back: the descriptor's, as the
@@ -15,11 +15,14 @@
 //             (the CPU's quantize_one per element: the same codes and
 //             outliers), the outlier count read back; the ranks agree that
 //             nobody had outliers (the eager path's round)
-//   run       the ring schedule on the device codes: each channel's prims
+//   run       the schedule on the device codes (the rings' or the
+//             point-to-point links' lanes): each channel's (lane's) prims
 //             code slices with a prims::DeviceSliceCodec (quantized codes
 //             never leave the GPU; only slice bytes cross PCIe to and from
 //             the transport's slots) and a device scratch slice
-//   finish    the output codes dequantized on the device into the output
+//   finish    the output codes dequantized on the device into the output,
+//             and a rank's own block (all_to_all, gather, scatter) copied on
+//             the device, exact, as on the host
 //
 // Everything else a device call may take (none or lossless, a small call
 // rank 0 runs exact, the exact fallback after outliers, the hierarchical
@@ -72,6 +75,8 @@ class DeviceWork {
   /// Copies between host and device memory.
   virtual void to_host(void* h, const void* d, size_t bytes) = 0;
   virtual void to_device(void* d, const void* h, size_t bytes) = 0;
+  /// Copies bytes between device buffers.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   /// Channel c's slice codec for prims moving `a.type` in `a.mode` with
   /// a.enc (the slice codec is made again when these or the slot size
   /// change), and its device scratch slice (slice_elems elements).

@@ -152,8 +152,14 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   Wire w = codes_wire(plan.wide, all);
   w.device = &dw;
   rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
+  // As dequantize_output: the output but this rank's own block (the routine copies it).
   const auto t2 = Clock::now();
-  dw.dequantize(elem_of(t_), plan.wide, out_codes, cd_.out_count, out_step(plan), cd_.recv);
+  const size_t es = dsize(t_), a = cd_.self_count ? cd_.self_dst : cd_.out_count, b = a + cd_.self_count;
+  const auto* q = static_cast<const uint8_t*>(out_codes);
+  auto* out = static_cast<uint8_t*>(cd_.recv);
+  dw.dequantize(elem_of(t_), plan.wide, q, a, out_step(plan), out);
+  if (b < cd_.out_count)
+    dw.dequantize(elem_of(t_), plan.wide, q + b * cs, cd_.out_count - b, out_step(plan), out + b * es);
   call_.quantize_s += seconds(t2, Clock::now());
   call_.on_device = true;
 }
