@@ -90,8 +90,8 @@ struct Buffer {
 /// `as_dtype` is "" (type from the array's DLPack dtype) or "bfloat16": the
 /// array holds bfloat16 bits as uint16 (NumPy arrays of ml_dtypes.bfloat16
 /// cannot be exported through DLPack, so the Python layer passes a view).
-/// device_ok: the call takes CUDA device arrays (the collectives, not send
-/// and recv: ncclz::set_buffer_device), where ncclz was built with CUDA.
+/// device_ok: the call takes CUDA device arrays (ncclz::set_buffer_device:
+/// every call of the Python API), where ncclz was built with CUDA.
 template <typename Array>
 Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtype, bool device_ok = false) {
   const int dev = a.device_type();
@@ -401,20 +401,26 @@ class CommHandle {
   }
 
   CallStats send(const InArray& buf, int peer, const Compression& c, const std::string& as_dtype) {
-    Buffer b = check_buffer(buf, "send buffer", as_dtype);
+    Buffer b = check_buffer(buf, "send buffer", as_dtype, true);
     auto comm = get();
     comm->check_call(args(CallKind::Send, b, Buffer{}, RedOp::Sum, peer, c));
     CallStats st;
-    blocking([&] { comm->send(b.data, b.count, b.type, peer, with_layout(c, b), &st); });
+    blocking([&] {
+      BufferDevice d(b.device);
+      comm->send(b.data, b.count, b.type, peer, with_layout(c, b), &st);
+    });
     return st;
   }
 
   CallStats recv(const OutArray& buf, int peer, const Compression& c, const std::string& as_dtype) {
-    Buffer b = check_buffer(buf, "recv buffer", as_dtype);
+    Buffer b = check_buffer(buf, "recv buffer", as_dtype, true);
     auto comm = get();
     comm->check_call(args(CallKind::Recv, Buffer{}, b, RedOp::Sum, peer, c));
     CallStats st;
-    blocking([&] { comm->recv(b.data, b.count, b.type, peer, c, &st); });
+    blocking([&] {
+      BufferDevice d(b.device);
+      comm->recv(b.data, b.count, b.type, peer, c, &st);
+    });
     return st;
   }
 

@@ -565,8 +565,8 @@ class Communicator:
         """The array and compression as the native layer takes them. Only the Python types are checked
         here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
         the call only writes x (a GPU array's contents are then not copied to the host first).
-        ``device_path``: the collective codes CUDA arrays on the device (every collective but
-        send / recv): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
+        ``device_path``: the call codes CUDA arrays on the device (every collective, send and
+        recv): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
         (docs/GPU.md, "Device buffers"; NCCLZ_DEVICE_PATH=staged turns it off), except where the
         policy runs the call exact by its size alone (``policy``: the call's own setting): those
         take the staged path's latency algorithm."""
@@ -943,7 +943,7 @@ class Communicator:
     def send(self, x: Any, peer: int, compression: Any = None) -> None:
         """Sends ``x`` to ``peer`` (which must call recv with the same count, dtype and compression)."""
         peer = self._check_rank(peer, "send peer")
-        b, c, _ = self._prepare(x, "send buffer", None, compression)
+        b, c, _ = self._prepare(x, "send buffer", None, compression, device_path=True, policy="off")
         st = self._native.send(b.native, peer, c, b.as_dtype)
         self._record("send", c, st)
 
@@ -952,7 +952,7 @@ class Communicator:
     def recv(self, x: Any, peer: int, compression: Any = None) -> Any:
         """Receives from ``peer`` into ``x`` (writable); returns ``x``."""
         peer = self._check_rank(peer, "recv peer")
-        b, c, _ = self._prepare(x, "recv buffer", None, compression, load=False)
+        b, c, _ = self._prepare(x, "recv buffer", None, compression, load=False, device_path=True, policy="off")
         if not b.writable:
             raise InvalidArgumentError(
                 f"recv buffer {_dlpack.describe(b)} is read-only; pass a writable array"

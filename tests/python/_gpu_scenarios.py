@@ -386,6 +386,21 @@ def scenario_gpu_device_path(ncclz, comm, args):
                     if coll == "all_reduce":
                         ref = reference(inputs, op)
                         ck.check_close(name, got, ref, bound_of(comp, inputs), mname, dtype)
+    # send / recv of CUDA tensors, lossy: coded on the device on both sides, the host pair's bits.
+    if W >= 2 and r < 2:
+        x = rank_input(0, 100000, "float32", 55)
+        comp = ncclz.Lossy(abs=1e-3)
+        if r == 0:
+            comm.send(x.copy(), 1, compression=comp)
+            comm.send(_torch_in(torch, x), 1, compression=comp)
+            ck.require(comm.last_stats.on_device, "send: did not run on the device")
+        else:
+            host = comm.recv(np.zeros_like(x), 0, compression=comp)
+            dev = comm.recv(_torch_in(torch, np.zeros_like(x)), 0, compression=comp)
+            ck.require(comm.last_stats.on_device, "recv: did not run on the device")
+            got = _torch_out(ck, torch, dev)
+            ck.require(bits(got) == bits(host), "send/recv: differs from the host pair")
+            ck.check_close("send/recv", got, as_f64(x), 1e-3, "abs1e-3", "float32")
     # Uncompressed CUDA arrays: host copies (on_device False), same bits as the host call.
     x = rank_input(r, 4096, "float32", 77)
     y = _torch_out(ck, torch, comm.all_reduce(_torch_in(torch, x), policy="off"))

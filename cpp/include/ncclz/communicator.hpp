@@ -312,10 +312,10 @@ class Communicator {
 
 /// Where the buffers of the calls this thread makes live from now on: -1,
 /// host memory (the default), or the ordinal of a CUDA device whose memory
-/// they are (as cudaSetDevice, per thread). Every collective takes device
-/// buffers (send and recv raise InvalidArgument): lossy calls quantize, code
-/// and dequantize on the device (only coded slices cross to the host), every
-/// other path runs on host copies (docs/GPU.md, "Device buffers"). The caller's work that writes the
+/// they are (as cudaSetDevice, per thread). Every collective and send / recv
+/// take device buffers: lossy calls quantize, code and dequantize on the
+/// device (only coded slices cross to the host), every other path runs on
+/// host copies (docs/GPU.md, "Device buffers"). The caller's work that writes the
 /// input must be complete when the call starts; the output is complete when
 /// it returns. One device per communicator. The Python layer sets it for
 /// CUDA arrays.

@@ -227,8 +227,9 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   call.finish();
 }
 
-void CallRoutine::point_to_point(const Collective& cd, DataType t, const Compression& c, CallStats* stats) {
+void CallRoutine::point_to_point(const Collective& given, DataType t, const Compression& c, CallStats* stats) {
   CallState call = begin(stats);
+  Collective cd = given;  // a copy: device buffers may run on host copies (HostStaging)
   const bool sending = cd.coll == Coll::Send;
   const int peer = sending ? cd.peer : cd.root;
   // 1. check: a peer that is no peer fails here alone (there is no link to
@@ -243,13 +244,30 @@ void CallRoutine::point_to_point(const Collective& cd, DataType t, const Compres
   const int nch = rt_.channels.pick(bytes);
   call.ran = m;
   std::string err = check_args(cd, t, m, c, nullptr, rt_.nranks);
-  if (err.empty() && buffer_device() >= 0) err = check_device_call(cd, buffer_device());
+  cd.device = buffer_device();
+  if (cd.device >= 0 && err.empty()) {
+    err = check_device_call(cd, cd.device);
+    try {
+      if (err.empty()) device_work(rt_, cd.device);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
   // 2. describe; 4.-5. the sender decides and prepares alone
   CallDesc d = make_desc(cd, t, m, c, nullptr);
   d.seq = (sending ? rt_.send_seq : rt_.recv_seq)[size_t(peer)]++;
   if (!err.empty()) d.flags |= kInvalid;
+  if (cd.device >= 0 && err.empty()) d.device = 1;
   LossyCall lossy(rt_, cd, t, c, nch, call);
-  if (sending && is_lossy(m) && err.empty()) lossy.plan_send(d);
+  // Device buffers: a lossy send codes on the device (plan_send), a lossy
+  // recv decides after the handshake (recv_target); everything else runs on
+  // host copies.
+  HostStaging staging(rt_, cd, t);
+  if (sending && is_lossy(m) && err.empty()) {
+    lossy.plan_send(d, staging);
+  } else if (sending && err.empty()) {
+    staging.begin();
+  }
   // 3. exchange with the peer
   call.ch.assign(1, prims::ChannelStats{});
   const CallDesc theirs = rt_.protocol.handshake(peer, sending, d, err, call);
@@ -266,18 +284,19 @@ void CallRoutine::point_to_point(const Collective& cd, DataType t, const Compres
   };
   if (sending) {
     step("send", [&] {
-      prims::Prims p = rt_.peers.prims(peer, lossy.send_wire(m), call, &call.ch[0]);
+      prims::Prims p = rt_.peers.prims(peer, lossy.send_wire(m, theirs), call, &call.ch[0]);
       p.send(lossy.send_data(), cd.count);
       rt_.peers.link(peer)->send->flush(call.deadline());  // complete only once the bytes have left this process
     });
   } else {
-    void* target = lossy.recv_target(theirs, m);
+    void* target = lossy.recv_target(theirs, m, staging);
     step("recv", [&] {
       prims::Prims p = rt_.peers.prims(peer, lossy.recv_wire(theirs, m), call, &call.ch[0]);
       p.recv(target, cd.count);
     });
     lossy.finish_recv(theirs);
   }
+  staging.end();
   call.finish();
 }
 

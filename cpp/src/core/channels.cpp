@@ -273,6 +273,14 @@ prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::C
   a.channel = -1;
   a.slice_bytes = slot_of(slot_bytes_);
   transport::PeerLink& l = *links_[size_t(peer)];
+  if (w.device) {
+    // A device rank: the pair's slice codec and scratch slice on the device
+    // (the point-to-point calls' own entry of the DeviceWork).
+    const size_t slice = prims::slice_elems_for(a.slice_bytes, codec::elem_size(w.type));
+    a.device = w.device->slices(DeviceWork::kPointToPoint, a, a.slice_bytes, slice);
+    return prims::Prims(l.send.get(), l.recv.get(), a, st,
+                        w.device->scratch(DeviceWork::kPointToPoint, slice * codec::elem_size(w.type)));
+  }
   return prims::Prims(l.send.get(), l.recv.get(), a, st, scratch_.get(slot_of(slot_bytes_) + 64));
 }
 

@@ -12,8 +12,8 @@
 namespace ncclz::core {
 
 /// "" where `cd` may take device buffers of `t` on this rank, else why not
-/// (an argument error: the call fails on every rank). Device buffers: every
-/// collective (not send / recv), a build with CUDA.
+/// (an argument error: the call fails on every rank). Every collective and
+/// send / recv take device buffers where ncclz was built with CUDA.
 std::string check_device_call(const Collective& cd, int device);
 
 /// The device's work object of the runtime (made on first use; a device

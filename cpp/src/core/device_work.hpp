@@ -58,6 +58,9 @@ class DeviceWork {
   /// it for the object's calls). Throws Error (built without CUDA, no such
   /// device, a CUDA failure: with the CUDA error).
   static std::unique_ptr<DeviceWork> create(int device);
+  /// The slice codec and scratch entry of send / recv (channels and lanes
+  /// take 0 .. nchannels - 1; calls do not overlap on a communicator).
+  static constexpr int kPointToPoint = 63;
   virtual ~DeviceWork() = default;
 
   virtual int device() const = 0;

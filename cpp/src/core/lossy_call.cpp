@@ -256,17 +256,27 @@ void LossyCall::run_widened(ElemType acc, bool coded) {
   }
 }
 
-void LossyCall::plan_send(CallDesc& d) {
+void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
   const auto t1 = Clock::now();
-  const DataStats s = scan(t_, cd_.send, cd_.in_count, rt_.pool.get(), nch_);
+  DeviceWork* dw = cd_.device >= 0 ? &device_work(rt_, cd_.device) : nullptr;
+  const DataStats s =
+      dw ? dw->scan(elem_of(t_), cd_.send, cd_.in_count) : scan(t_, cd_.send, cd_.in_count, rt_.pool.get(), nch_);
   const double E = resolve_bound(c_, s);
   plan_ = plan_lossy(elem_of(t_), Combine::Select, 1, E, s);
   apply_min_bytes(plan_, c_, cd_.message * dsize(t_));
   call_.requested = E;
-  if (plan_.compress) {
+  if (plan_.compress && dw) {
+    // Device buffers: the codes on the device (the receiver gets the same bytes).
+    codes_ = dw->codes(0, cd_.in_count * (plan_.wide ? 8 : 4));
+    const size_t bad =
+        dw->quantize(elem_of(t_), plan_.eb, plan_.check_eb, plan_.limit, plan_.wide, cd_.send, cd_.in_count, codes_);
+    if (bad > 0) plan_.compress = false;
+  } else if (plan_.compress) {
     codes_ = rt_.work[0].get(cd_.in_count * (plan_.wide ? 8 : 4));
     if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) plan_.compress = false;
   }
+  if (dw && !plan_.compress) staging.begin();  // the values themselves go, from a host copy
+  call_.on_device = dw != nullptr && plan_.compress;
   call_.fallback = !plan_.compress;
   call_.bound = plan_.compress ? E : 0;  // the exact path moves the values themselves
   if (plan_.compress) {
@@ -280,12 +290,15 @@ void LossyCall::plan_send(CallDesc& d) {
 
 const void* LossyCall::send_data() const { return plan_.compress ? codes_ : cd_.send; }
 
-Wire LossyCall::send_wire(Mode m) const {
-  return plan_.compress ? code_wire(t_, plan_.wide, RedOp::Sum, c_)
-                        : native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+Wire LossyCall::send_wire(Mode m, const CallDesc& receiver) const {
+  if (!plan_.compress) return native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+  Wire w = code_wire(t_, plan_.wide, RedOp::Sum, c_);
+  if (cd_.device >= 0 || receiver.device) w.enc.allow_rans = false;  // what a device rank decodes
+  if (cd_.device >= 0) w.device = rt_.device_work.get();
+  return w;
 }
 
-void* LossyCall::recv_target(const CallDesc& sender, Mode m) {
+void* LossyCall::recv_target(const CallDesc& sender, Mode m, HostStaging& staging) {
   const bool compressed = (sender.flags & kCompress) != 0;
   const bool wide = (sender.flags & kWide) != 0;
   if (is_lossy(m)) {
@@ -293,19 +306,36 @@ void* LossyCall::recv_target(const CallDesc& sender, Mode m) {
     call_.requested = sender.E;
     call_.bound = compressed ? sender.E : 0;
   }
-  codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
+  // Device buffers: codes arrive into device memory; the values of an
+  // uncompressed call into a host copy.
+  const bool device = cd_.device >= 0 && compressed && is_lossy(m);
+  if (cd_.device >= 0 && !device) staging.begin();
+  if (device) {
+    codes_ = device_work(rt_, cd_.device).codes(0, cd_.out_count * (wide ? 8 : 4));
+  } else {
+    codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
+  }
+  call_.on_device = device;
   return codes_;
 }
 
 Wire LossyCall::recv_wire(const CallDesc& sender, Mode m) const {
-  return (sender.flags & kCompress) ? code_wire(t_, (sender.flags & kWide) != 0, RedOp::Sum, c_)
-                                    : native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+  if (!(sender.flags & kCompress)) return native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+  Wire w = code_wire(t_, (sender.flags & kWide) != 0, RedOp::Sum, c_);
+  if (call_.on_device) w.device = rt_.device_work.get();
+  return w;
 }
 
 void LossyCall::finish_recv(const CallDesc& sender) {
   if (!(sender.flags & kCompress)) return;
   const auto t2 = Clock::now();
-  dequantize_buf(t_, (sender.flags & kWide) != 0, codes_, cd_.out_count, 2 * sender.eb, cd_.recv, rt_.pool.get(), nch_);
+  if (call_.on_device) {
+    device_work(rt_, cd_.device)
+        .dequantize(elem_of(t_), (sender.flags & kWide) != 0, codes_, cd_.out_count, 2 * sender.eb, cd_.recv);
+  } else {
+    dequantize_buf(t_, (sender.flags & kWide) != 0, codes_, cd_.out_count, 2 * sender.eb, cd_.recv, rt_.pool.get(),
+                   nch_);
+  }
   call_.quantize_s += seconds(t2, Clock::now());
 }
 

@@ -67,14 +67,19 @@ class LossyCall {
 
   /// Send, before the handshake: plans over this rank's input alone and
   /// quantizes it; the descriptor carries the plan (kCompress, kWide, eb, E).
-  void plan_send(CallDesc& d);
+  /// Device buffers: the statistics and codes on the device; a call that
+  /// sends its values (no compression) after staging.begin() from a host copy.
+  void plan_send(CallDesc& d, HostStaging& staging);
   /// What goes on the wire after the handshake: the codes or the user's
   /// values, and how they travel.
   const void* send_data() const;
-  Wire send_wire(Mode m) const;
+  /// `receiver`: the peer's descriptor (a device receiver: no Rans).
+  Wire send_wire(Mode m, const CallDesc& receiver) const;
   /// Recv: where the data arrives (the codes when the sender compressed),
   /// how it travels, and the output written from the codes afterwards.
-  void* recv_target(const CallDesc& sender, Mode m);
+  /// Device buffers: device codes where the sender compressed, else (after
+  /// staging.begin()) the host copy of the output.
+  void* recv_target(const CallDesc& sender, Mode m, HostStaging& staging);
   Wire recv_wire(const CallDesc& sender, Mode m) const;
   void finish_recv(const CallDesc& sender);
 
