@@ -325,8 +325,11 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
   // rank only when the fair scheduler deems this one ahead of it, and on a
   // loaded machine a long poll burns this rank's share of the CPU before the
   // awaited rank runs (bench/results/latency.md).
+  // The wait starts here (its poll counts as time without progress): the
+  // budget is the caller's whole timeout, as the message reports it.
+  const auto start = Clock::now();
   if (const int64_t budget_ns = group ? group->poll_ns() : 0) {
-    const auto until = Clock::now() + std::chrono::nanoseconds(budget_ns);
+    const auto until = start + std::chrono::nanoseconds(budget_ns);
     do {
       sched_yield();
       if (ready(word->load(std::memory_order_acquire))) {
@@ -337,7 +340,6 @@ static void ring_wait(RingHeader* h, bool other_producer, std::atomic<uint32_t>*
     group->poll_done(false);
   }
   // The budget without progress, and what progress looks like.
-  const auto start = Clock::now();
   const auto budget = deadline - start;
   uint32_t seen_word = word->load(std::memory_order_acquire);
   uint64_t seen_bytes = hooks ? hooks->progress() : 0;
