@@ -152,7 +152,19 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   if (!rt_.cfg.pipeline_quantize) d.flags |= kEagerQuantize;
   if (!d.algorithm) d.algorithm = configured_algorithm();
   LossyCall lossy(rt_, cd, t, c, nch, call);
-  if (is_lossy(m) && err.empty()) lossy.describe(d);
+  // A device call whose statistics fail on the device (a CUDA error) still
+  // takes part in the exchange, marked invalid, so that the other ranks raise
+  // instead of waiting for it; this rank then raises the device's error.
+  std::exception_ptr describe_failed;
+  if (is_lossy(m) && err.empty()) {
+    try {
+      lossy.describe(d);
+    } catch (...) {
+      if (cd.device < 0) throw;
+      describe_failed = std::current_exception();
+      d.flags |= kInvalid;
+    }
+  }
   // The latency algorithm's data rides with the descriptor (3.).
   const bool carry = err.empty() && cd.device < 0 && carries(cd, m, bytes, hints);
   algorithms::OneHopPart part;
@@ -175,6 +187,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     CallProtocol& p;
     ~ReleaseCarried() { p.release_carried(); }
   } release{rt_.protocol};
+  if (describe_failed) std::rethrow_exception(describe_failed);
   rt_.protocol.check_all(all, err);
   if (cd.per_peer()) {
     // Per-peer counts: matched pair by pair; the message is the average
