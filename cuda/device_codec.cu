@@ -25,6 +25,11 @@ int device_count() {
   return n;
 }
 
+int copy_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return 0;
+  return int(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
 namespace {
 // NCCLZ_DEVICE_CODEC: v1 or v2 selects those slice kernels, anything else v3.
 int kernels_from_env() {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "ncclz/cuda_support.hpp"
 #include "ncclz/ncclz.h"
 
 namespace {
@@ -248,6 +249,36 @@ TEST(CApi, InitFromEnvSingleRank) {
   ASSERT_EQ(ncclzAllReduce(x, y, 3, ncclzFloat32, ncclzAvg, ncclzCompressionLossyRel(1e-3), comm), ncclzSuccess);
   EXPECT_NEAR(y[2], 3.0f, 2e-3);
   EXPECT_EQ(ncclzCommDestroy(comm), ncclzSuccess);
+}
+
+}  // namespace
+
+namespace {
+
+// ncclzSetBufferDevice: host memory again with -1; device buffers need a CUDA
+// build, and a device that is there: on a machine without one a call fails on
+// every rank, naming the device, and the communicator goes on with host buffers.
+TEST(CApi, SetBufferDevice) {
+  EXPECT_EQ(ncclzSetBufferDevice(-1), ncclzSuccess);
+  if (!ncclz::cuda::built_with_cuda()) {
+    EXPECT_EQ(ncclzSetBufferDevice(0), ncclzInvalidArgument);
+    EXPECT_NE(std::string(ncclzGetLastError(nullptr)).find("without CUDA"), std::string::npos);
+    return;
+  }
+  if (ncclz::cuda::device_count() > 0) GTEST_SKIP() << "a GPU is there (tests/cpp/test_cuda_comm.cpp uses it)";
+  CWorld w(2);
+  const size_t n = 64;
+  w.run([&](int r, ncclzComm_t comm) {
+    std::vector<float> x(n, float(r + 1)), y(n);
+    ASSERT_EQ(ncclzSetBufferDevice(0), ncclzSuccess);
+    EXPECT_EQ(ncclzAllReduce(x.data(), y.data(), n, ncclzFloat32, ncclzSum, ncclzCompressionLossyAbs(1e-3), comm),
+              ncclzInvalidArgument);
+    EXPECT_NE(std::string(ncclzGetLastError(comm)).find("CUDA device 0"), std::string::npos) << ncclzGetLastError(comm);
+    ASSERT_EQ(ncclzSetBufferDevice(-1), ncclzSuccess);
+    ASSERT_EQ(ncclzAllReduce(x.data(), y.data(), n, ncclzFloat32, ncclzSum, ncclzCompressionNone(), comm),
+              ncclzSuccess);
+    for (float v : y) EXPECT_EQ(v, 3.0f);
+  });
 }
 
 }  // namespace

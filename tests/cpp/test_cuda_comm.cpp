@@ -32,6 +32,7 @@
 #include "ncclz/communicator.hpp"
 #include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
+#include "ncclz/ncclz.h"
 #include "test_ranks.hpp"
 
 using namespace ncclz;
@@ -417,6 +418,52 @@ TEST(CudaComm, DeviceBuffersOnADeviceThatIsNotThere) {
     comm.all_reduce(a.data(), b.data(), count, DataType::F32, RedOp::Sum, Compression::none());
     for (float v : b) ASSERT_EQ(v, 3.0f);
   });
+}
+
+// The C API with device buffers (ncclzSetBufferDevice): a lossy allreduce and
+// a broadcast whose root's sendbuff is not its recvbuff, the same results as
+// with host buffers.
+TEST(CudaComm, CApiTakesDeviceBuffers) {
+  SKIP_WITHOUT_DEVICE();
+  const int N = 2;
+  const size_t n = 3000;
+  ncclzUniqueId id;
+  ASSERT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
+  std::vector<ncclzComm_t> comms(N, nullptr);
+  ncclz_test::run_threads(N, [&](int r) { EXPECT_EQ(ncclzCommInitRank(&comms[size_t(r)], N, id, r), ncclzSuccess); });
+  std::vector<std::vector<uint8_t>> host(N), dev(N), bhost(N), bdev(N);
+  for (bool on_device : {false, true}) {
+    ncclz_test::run_threads(N, [&](int r) {
+      const std::vector<uint8_t> x = input(DataType::F32, n, r, 31);
+      std::vector<uint8_t> y(x.size()), b(x.size(), 0);
+      void *send = const_cast<uint8_t*>(x.data()), *recv = y.data(), *bsend = send, *brecv = b.data();
+      std::unique_ptr<DevBuf> ds, dr, db;
+      if (on_device) {
+        ds = std::make_unique<DevBuf>(x.size());
+        dr = std::make_unique<DevBuf>(x.size());
+        db = std::make_unique<DevBuf>(x.size());
+        ncclz_test::to_device(ds->get(), x);
+        ncclz_test::to_device(db->get(), b);
+        send = bsend = ds->get();
+        recv = dr->get();
+        brecv = db->get();
+        ASSERT_EQ(ncclzSetBufferDevice(0), ncclzSuccess);
+      }
+      ncclzComm_t c = comms[size_t(r)];
+      ASSERT_EQ(ncclzAllReduce(send, recv, n, ncclzFloat32, ncclzSum, ncclzCompressionLossyAbs(1e-3), c), ncclzSuccess)
+          << ncclzGetLastError(c);
+      ASSERT_EQ(ncclzBroadcast(bsend, brecv, n, ncclzFloat32, 1, ncclzCompressionLossyAbs(1e-3), c), ncclzSuccess)
+          << ncclzGetLastError(c);
+      ASSERT_EQ(ncclzSetBufferDevice(-1), ncclzSuccess);
+      (on_device ? dev : host)[size_t(r)] = on_device ? from_device(recv, x.size()) : y;
+      (on_device ? bdev : bhost)[size_t(r)] = on_device ? from_device(brecv, x.size()) : b;
+    });
+  }
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(dev[size_t(r)], host[size_t(r)]) << "allreduce, rank " << r;
+    EXPECT_EQ(bdev[size_t(r)], bhost[size_t(r)]) << "broadcast, rank " << r;
+  }
+  for (ncclzComm_t c : comms) ncclzCommDestroy(c);
 }
 
 #endif  // NCCLZ_WITH_CUDA

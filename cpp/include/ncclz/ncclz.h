@@ -5,7 +5,9 @@
  * last error raised on the calling thread (it says what failed, on which rank,
  * with which peer, op and size).
  *
- * Calls are blocking and host-side (CPU buffers); there is no stream argument.
+ * Calls are blocking; there is no stream argument. Buffers are host memory,
+ * or CUDA device memory after ncclzSetBufferDevice(device) on the calling
+ * thread.
  * Compression is an explicit argument of every data call:
  *
  *   ncclzCompression_t c = ncclzCompressionLossyAbs(1e-3);
@@ -149,6 +151,12 @@ ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t data
 ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm);
 ncclzResult_t ncclzBarrier(ncclzComm_t comm);
+/* Where the buffers of the calls this thread makes from now on live: -1, host memory (the default), or memory of
+ * CUDA device `device` (one device per communicator). Every call takes device buffers: lossy calls quantize, code
+ * and dequantize on that GPU (only coded bytes cross to the host), the others run on host copies. The work that
+ * writes a call's input must be complete when the call starts; its output is complete when it returns.
+ * ncclzInvalidArgument for device >= 0 where ncclz was built without CUDA. */
+ncclzResult_t ncclzSetBufferDevice(int device);
 ncclzResult_t ncclzCommGetLastStats(const ncclzComm_t comm, ncclzCallStats_t* stats);
 
 const char* ncclzGetErrorString(ncclzResult_t result);

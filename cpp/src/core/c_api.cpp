@@ -8,6 +8,7 @@
 
 #include "base/env.hpp"
 #include "ncclz/communicator.hpp"
+#include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/ncclz.h"
 #include "ncclz/unique_id.hpp"
@@ -210,7 +211,17 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
     ncclz::Communicator& c = comm_or_throw(comm);
     const ncclz::DataType t = dtype_or_throw(datatype);
     if (c.rank() == root && sendbuff && recvbuff && sendbuff != recvbuff && count) {
-      std::memmove(recvbuff, sendbuff, count * ncclz::dtype_size(t));
+      const size_t bytes = count * ncclz::dtype_size(t);
+      if (ncclz::buffer_device() >= 0) {  // device buffers (ncclzSetBufferDevice)
+        if (const int e = ncclz::cuda::copy_device(recvbuff, sendbuff, bytes)) {
+          throw ncclz::Error(
+              "ncclzBroadcast: copying the root's sendbuff to its recvbuff on the device failed (CUDA "
+              "error " +
+              std::to_string(e) + ")");
+        }
+      } else {
+        std::memmove(recvbuff, sendbuff, bytes);
+      }
     }
     c.broadcast(recvbuff, count, t, root, to_compression(compression), &comm->last);
   });
@@ -267,6 +278,16 @@ ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, 
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
     comm_or_throw(comm).recv(recvbuff, count, dtype_or_throw(datatype), peer, to_compression(compression), &comm->last);
+  });
+}
+
+ncclzResult_t ncclzSetBufferDevice(int device) {
+  return guarded([&] {
+    if (device >= 0 && !ncclz::cuda::built_with_cuda()) {
+      throw ncclz::InvalidArgument("ncclzSetBufferDevice(" + std::to_string(device) +
+                                   "): this ncclz was built without CUDA; its calls take host buffers");
+    }
+    ncclz::set_buffer_device(device);
   });
 }
 

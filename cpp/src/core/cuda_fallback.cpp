@@ -8,6 +8,7 @@
 namespace ncclz::cuda {
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
+int copy_device(void*, const void*, size_t) { return -1; }
 }  // namespace ncclz::cuda
 
 namespace ncclz::core {
