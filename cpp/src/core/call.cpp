@@ -132,18 +132,10 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   Mode m = cd.per_peer() ? c.mode : effective_mode(c, bytes);
   int nch = rt_.channels.pick(bytes);
   std::string err = check_args(cd, t, m, c, hints, rt_.nranks, rt_.cfg.p2p != 0);
-  // Device buffers (core/device_call.hpp): the collectives that take them,
-  // and the device's work object made here, so that a missing device fails
-  // the call on every rank.
+  // Device buffers (core/device_call.hpp): checked here, so that a missing
+  // device fails the call on every rank.
   cd.device = buffer_device();
-  if (cd.device >= 0 && err.empty()) {
-    err = check_device_call(cd, cd.device);
-    try {
-      if (err.empty()) device_work(rt_, cd.device);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-  }
+  if (err.empty()) err = check_device_call(rt_, cd);
   // 2. describe
   CallDesc d = make_desc(cd, t, m, c, hints);
   d.seq = rt_.seq++;
@@ -258,14 +250,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   call.ran = m;
   std::string err = check_args(cd, t, m, c, nullptr, rt_.nranks);
   cd.device = buffer_device();
-  if (cd.device >= 0 && err.empty()) {
-    err = check_device_call(cd, cd.device);
-    try {
-      if (err.empty()) device_work(rt_, cd.device);
-    } catch (const std::exception& e) {
-      err = e.what();
-    }
-  }
+  if (err.empty()) err = check_device_call(rt_, cd);
   // 2. describe; 4.-5. the sender decides and prepares alone
   CallDesc d = make_desc(cd, t, m, c, nullptr);
   d.seq = (sending ? rt_.send_seq : rt_.recv_seq)[size_t(peer)]++;

@@ -19,12 +19,17 @@ namespace core {
 
 int buffer_device() { return t_buffer_device; }
 
-std::string check_device_call(const Collective& cd, int device) {
+std::string check_device_call(Runtime& rt, const Collective& cd) {
+  if (cd.device < 0) return "";
   if (!cuda::built_with_cuda()) {
-    return "its buffers are on CUDA device " + std::to_string(device) +
+    return "its buffers are on CUDA device " + std::to_string(cd.device) +
            ", and this ncclz was built without CUDA (rebuild with nvcc present, or pass host buffers)";
   }
-  (void)cd;  // every collective and send / recv takes them
+  try {
+    device_work(rt, cd.device);  // the device is there (made once per communicator)
+  } catch (const std::exception& e) {
+    return e.what();
+  }
   return "";
 }
 

@@ -11,10 +11,11 @@
 
 namespace ncclz::core {
 
-/// "" where `cd` may take device buffers of `t` on this rank, else why not
-/// (an argument error: the call fails on every rank). Every collective and
-/// send / recv take device buffers where ncclz was built with CUDA.
-std::string check_device_call(const Collective& cd, int device);
+/// "" where `cd` may run with its buffers (host memory, or device memory of
+/// Collective::device: a build with CUDA and that device there, whose
+/// DeviceWork it makes), else why not (an argument error: the call fails on
+/// every rank). Every collective and send / recv take device buffers.
+std::string check_device_call(Runtime& rt, const Collective& cd);
 
 /// The device's work object of the runtime (made on first use; a device
 /// other than the first call's is an InvalidArgument: one device per
