@@ -194,19 +194,32 @@ class DeviceWorkImpl final : public DeviceWork {
   prims::DeviceSlices* slices(int c, const prims::PrimsArgs& a, size_t slot_bytes, size_t slice_elems) override {
     here();  // the channel's thread: its current device
     Channel& ch = channel(c);
-    const bool same = ch.codec && ch.type == a.type && ch.mode == a.mode && ch.int_sum == a.int_sum &&
-                      ch.slot_bytes == slot_bytes && ch.slice_elems == slice_elems && same_enc(ch.enc, a.enc);
-    if (!same) {
-      ch.codec.reset();
-      ch.codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems);
-      ch.type = a.type;
-      ch.mode = a.mode;
-      ch.int_sum = a.int_sum;
-      ch.slot_bytes = slot_bytes;
-      ch.slice_elems = slice_elems;
-      ch.enc = a.enc;
+    // Two slice codecs per channel, the least recently used one replaced: calls
+    // that alternate between two wires (ring slices and the lanes' ordinary
+    // ones, int32 and int64 codes) do not make a codec every call.
+    Coder* use = nullptr;
+    for (Coder& k : ch.coders) {
+      if (k.codec && k.type == a.type && k.mode == a.mode && k.int_sum == a.int_sum && k.slot_bytes == slot_bytes &&
+          k.slice_elems == slice_elems && same_enc(k.enc, a.enc)) {
+        use = &k;
+      }
     }
-    return ch.codec.get();
+    if (use == nullptr) {
+      use = &ch.coders[0];
+      for (Coder& k : ch.coders) {
+        if (!k.codec || k.used < use->used) use = &k;
+      }
+      use->codec.reset();
+      use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems);
+      use->type = a.type;
+      use->mode = a.mode;
+      use->int_sum = a.int_sum;
+      use->slot_bytes = slot_bytes;
+      use->slice_elems = slice_elems;
+      use->enc = a.enc;
+    }
+    use->used = ++ch.tick;
+    return use->codec.get();
   }
 
   void* scratch(int c, size_t bytes) override {
@@ -225,13 +238,18 @@ class DeviceWorkImpl final : public DeviceWork {
   struct CudaFree {
     void operator()(void* p) const { cudaFree(p); }
   };
-  struct Channel {
+  struct Coder {
     std::unique_ptr<prims::DeviceSliceCodec> codec;
     ElemType type = ElemType::U8;
     prims::WireMode mode = prims::WireMode::Raw;
     bool int_sum = false;
     size_t slot_bytes = 0, slice_elems = 0;
     codec::EncodeOptions enc;
+    uint64_t used = 0;  ///< the channel's tick when last used
+  };
+  struct Channel {
+    Coder coders[2];
+    uint64_t tick = 0;
     std::unique_ptr<void, CudaFree> scratch;
     size_t scratch_cap = 0;
   };
