@@ -157,19 +157,23 @@ bool DeviceSliceCodec::stage_in(const uint8_t* in, size_t len) {
 
 Status DeviceSliceCodec::decode_staged(const uint8_t* in, size_t len, size_t n, uint8_t* to) {
   int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
-  int r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), to, d_status);
-  if (r != 0) return fail(r);
-  r = int(cudaMemcpyAsync(d_->h_size + 1, d_status, sizeof(int), cudaMemcpyDeviceToHost,
-                          static_cast<cudaStream_t>(stream())));
+  codec::SliceHeader h;
+  return finish_decode(d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), to, d_status), in, len, &h);
+}
+
+Status DeviceSliceCodec::finish_decode(int r, const uint8_t* in, size_t len, codec::SliceHeader* h) {
+  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
+  if (r == 0) {
+    r = int(cudaMemcpyAsync(d_->h_size + 1, d_status, sizeof(int), cudaMemcpyDeviceToHost,
+                            static_cast<cudaStream_t>(stream())));
+  }
   if (r != 0) return fail(r);
   if (!sync()) return Status::Unsupported;
   int st = 0;
   std::memcpy(&st, d_->h_size + 1, sizeof st);
-  const Status s = Status(st);
-  if (s != Status::Ok) return s;
+  if (Status(st) != Status::Ok) return Status(st);
   // The whole slot is the slice (SliceCodec: bytes after it are Corrupt).
-  codec::SliceHeader h;
-  if (codec::read_header(in, len, &h) != Status::Ok || codec::kHeaderBytes + size_t(h.payload_bytes) != len) {
+  if (codec::read_header(in, len, h) != Status::Ok || codec::kHeaderBytes + size_t(h->payload_bytes) != len) {
     return Status::Corrupt;
   }
   return Status::Ok;
@@ -221,19 +225,8 @@ Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const S
     r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), d_->values, d_status);
     if (r == 0) r = cuda::add_codes_async(stream(), type_, to, d_->values, local.dense, n);
   }
-  if (r == 0) {
-    r = int(cudaMemcpyAsync(d_->h_size + 1, d_status, sizeof(int), cudaMemcpyDeviceToHost,
-                            static_cast<cudaStream_t>(stream())));
-  }
-  if (r != 0) return fail(r);
-  if (!sync()) return Status::Unsupported;
-  int st = 0;
-  std::memcpy(&st, d_->h_size + 1, sizeof st);
-  if (Status(st) != Status::Ok) return Status(st);
   codec::SliceHeader h;
-  if (codec::read_header(in, len, &h) != Status::Ok || codec::kHeaderBytes + size_t(h.payload_bytes) != len) {
-    return Status::Corrupt;
-  }
+  if (const Status s = finish_decode(r, in, len, &h); s != Status::Ok) return s;
   // As SliceCodec: a partial sum keeps its incoming slice's predictor (for a selector).
   if (h.codec != codec::Codec::Raw) out->predictor = int(h.predictor);
   return Status::Ok;

@@ -126,6 +126,9 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// the status back (syncs): the decoder's status, Corrupt for bytes after
   /// the slice, Unsupported on a CUDA error.
   codec::Status decode_staged(const uint8_t* in, size_t len, size_t n, uint8_t* to);
+  /// After a decode's launch (r: its return value): reads the device status
+  /// back (syncs) and checks that the slice fills the slot; the header in *h.
+  codec::Status finish_decode(int r, const uint8_t* in, size_t len, codec::SliceHeader* h);
   codec::Status fail(int cuda_error);
   bool sync();
 
