@@ -200,10 +200,11 @@ def worker(args) -> int:
                             st = comm.last_stats  # before slowest(): its all_reduce replaces last_stats
                             dt = slowest(comm, dt)
                             if rep == 0:
-                                stats[m] = st.as_dict() if st is not None else {}
                                 outs[m] = x.clone()
                             else:
                                 times[m].append(dt)
+                                # The last timed call's statistics (the warm-up's include set-up costs).
+                                stats[m] = st.as_dict() if st is not None else {}
                     # Checks (rank 0's output; every rank has the same).
                     same = bool(torch.equal(outs["lossless"].view(torch.int16 if x.element_size() == 2 else torch.int32),
                                             outs["none"].view(torch.int16 if x.element_size() == 2 else torch.int32)))

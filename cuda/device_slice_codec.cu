@@ -13,8 +13,11 @@
 //                  with an adding output) or decode kernels -> values and
 //                  the add kernel; status (D2H)                      ; sync
 //   encode  Raw:   values -> slot (D2H)                              ; sync
-//           Coded: Block encode kernels -> staging_out, size and status
-//                  -> host words (D2H)                               ; sync
+//           Coded: Block encode kernels -> staging_out;
+//                  registered slot (HostPins): copy_sized_async kernel
+//                  staging_out -> the slot's device address, size and
+//                  status -> host words (D2H)                        ; sync
+//                  else: size and status -> host words (D2H)         ; sync
 //                  staging_out -> slot, `size` bytes (D2H)           ; sync
 //   copy    D2D copy                                                 ; (ordered, no sync)
 //
@@ -74,14 +77,15 @@ std::string cuda_what(const char* what, int e) {
 }  // namespace
 
 DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::EncodeOptions& enc, bool int_sum,
-                                   size_t slot_bytes, size_t slice_elems, void* stream)
+                                   size_t slot_bytes, size_t slice_elems, void* stream, const HostPins* pins)
     : type_(type),
       mode_(mode),
       enc_(enc),
       int_sum_(int_sum),
       slot_bytes_(slot_bytes),
       slice_elems_(slice_elems),
-      esize_(codec::elem_size(type)) {
+      esize_(codec::elem_size(type)),
+      pins_(pins) {
   if (mode == WireMode::Coded) {
     if (!codec::is_code_type(type)) {
       throw InvalidArgument("ncclz device slice codec: Coded mode codes integer codes (int32, int64) only");
@@ -257,6 +261,10 @@ Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, si
     r = d_->dc.encode_slice_async(v.dense, type_, uint32_t(n), predictor_for(v, n), enc_.row, enc_.plane,
                                   d_->staging_out, slot_bytes_, d_->d_size, d_status);
   }
+  // A registered slot takes the slice from the device (the size is known
+  // there only) before the size is read back: one synchronisation.
+  void* d_slot = pins_ ? pins_->device_pointer(out, slot_bytes_) : nullptr;
+  if (r == 0 && d_slot) r = cuda::copy_sized_async(s, d_slot, d_->staging_out, d_->d_size, d_status, slot_bytes_);
   if (r == 0) r = int(cudaMemcpyAsync(d_->h_size, d_->d_size, 2 * sizeof(uint64_t), cudaMemcpyDeviceToHost, s));
   if (r != 0) return fail(r);
   if (!sync()) return Status::Unsupported;
@@ -265,10 +273,12 @@ Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, si
   if (Status(st) != Status::Ok) return Status(st);
   const size_t size = size_t(d_->h_size[0]);
   if (size == 0 || size > slot_bytes_) return Status::NoSpace;
-  // Only the slice's own bytes cross to the host.
-  const cudaError_t e = cudaMemcpyAsync(out, d_->staging_out, size, cudaMemcpyDeviceToHost, s);
-  if (e != cudaSuccess) return fail(int(e));
-  if (!sync()) return Status::Unsupported;
+  if (d_slot == nullptr) {
+    // Only the slice's own bytes cross to the host.
+    const cudaError_t e = cudaMemcpyAsync(out, d_->staging_out, size, cudaMemcpyDeviceToHost, s);
+    if (e != cudaSuccess) return fail(int(e));
+    if (!sync()) return Status::Unsupported;
+  }
   *bytes = size;
   return Status::Ok;
 }

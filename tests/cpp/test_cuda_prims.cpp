@@ -512,6 +512,93 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
   }
 }
 
+// A registered slot (prims::HostPins: what core::DeviceWork does with the
+// transport's slots) takes the slice from the device (copy_sized_async): the
+// same bytes and size as the unregistered slot's copy and the CPU encoder's,
+// nothing written past the slice, and the selector's every choice (Block,
+// Sparse for mostly-zero codes, Raw for noise) on both paths.
+TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::I32, ElemType::I64}) {
+    const size_t es = codec::elem_size(t);
+    const size_t slice = prims::slice_elems_for(kSlot, es);
+    Wire w{WireMode::Coded, t, Predictor::Delta1};
+    prims::PrimsArgs a = make_args(w, 0);
+    a.enc.choice = codec::EncodeOptions::Choice::Auto;  // the device selector
+    a.enc.allow_rans = false;
+    std::vector<uint64_t> scr((slice * es + 7) / 8);
+    prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+    // Two slots in one registered range, at an offset that is not 16-byte aligned too (the kernel's byte path).
+    // Page-aligned, as the transports' slot memory is.
+    const size_t ring_bytes = 3 * kSlot + 4096;
+    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, ring_bytes)),
+                                                            &std::free);
+    ASSERT_NE(ring_mem, nullptr);
+    uint8_t* ring = ring_mem.get();
+    prims::HostPins pins(true);
+    ASSERT_TRUE(pins.pin(ring, ring_bytes));
+    EXPECT_EQ(pins.pinned_bytes(), ring_bytes);
+    prims::DeviceSliceCodec plain(t, w.mode, a.enc, true, kSlot, slice);
+    prims::DeviceSliceCodec mapped(t, w.mode, a.enc, true, kSlot, slice, nullptr, &pins);
+    for (size_t n : {size_t(1), size_t(33), slice / 3, slice}) {
+      for (int kind = 0; kind < 3; ++kind) {  // smooth codes, mostly zeros, noise
+        SCOPED_TRACE(testing::Message() << "esize " << es << " n " << n << " kind " << kind);
+        std::vector<uint8_t> x = make_codes(t, n, 11 * n + uint64_t(kind));
+        if (kind == 1) {
+          for (size_t i = 0; i < n; ++i) {
+            if (i % 37 != 0) std::memset(x.data() + i * es, 0, es);
+          }
+        } else if (kind == 2) {
+          std::mt19937_64 g(n);
+          for (auto& b : x) b = uint8_t(g());
+        }
+        DevBuf dx(n * es);
+        to_device(dx.get(), x);
+        std::vector<uint8_t> cs(kSlot), ps(kSlot, 0xCC);
+        size_t cb = 0, pb = 0, mb = 0;
+        ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
+        ASSERT_EQ(plain.encode(prims::SliceValues::of_dense(dx.get()), n, ps.data(), &pb), codec::Status::Ok);
+        for (size_t off : {size_t(0), kSlot + 7}) {
+          std::memset(ring, 0xAB, ring_bytes);
+          uint8_t* slot = ring + off;
+          ASSERT_NE(pins.device_pointer(slot, kSlot), nullptr);  // the codec writes it from the device
+          ASSERT_EQ(mapped.encode(prims::SliceValues::of_dense(dx.get()), n, slot, &mb), codec::Status::Ok);
+          ASSERT_EQ(mb, cb);
+          ASSERT_EQ(pb, cb);
+          EXPECT_EQ(0, std::memcmp(slot, cs.data(), cb)) << "registered slot differs from the CPU's slice";
+          EXPECT_EQ(0, std::memcmp(ps.data(), cs.data(), cb)) << "copied slot differs from the CPU's slice";
+          for (size_t i = 0; i < ring_bytes; ++i) {
+            if (i < off || i >= off + mb) ASSERT_EQ(ring[i], 0xAB) << "byte " << i << " outside the slice written";
+          }
+        }
+      }
+    }
+  }
+}
+
+// HostPins: ranges are looked up inside what was registered; a range is tried
+// once; disabled (NCCLZ_DEVICE_PIN=0) registers nothing and maps nothing.
+TEST(CudaPrims, HostPinsLookUpRegisteredRanges) {
+  SKIP_WITHOUT_GPU();
+  std::vector<uint8_t> mem(1 << 16), other(4096);
+  prims::HostPins pins(true);
+  EXPECT_FALSE(pins.pin(nullptr, 10));
+  EXPECT_FALSE(pins.pin(mem.data(), 0));
+  EXPECT_EQ(pins.device_pointer(mem.data(), 1), nullptr);
+  ASSERT_TRUE(pins.pin(mem.data(), mem.size()));
+  ASSERT_TRUE(pins.pin(mem.data() + 100, 200));  // inside: no second registration
+  EXPECT_EQ(pins.pinned_bytes(), mem.size());
+  uint8_t* d0 = static_cast<uint8_t*>(pins.device_pointer(mem.data(), mem.size()));
+  ASSERT_NE(d0, nullptr);
+  EXPECT_EQ(pins.device_pointer(mem.data() + 1000, 24), d0 + 1000);
+  EXPECT_EQ(pins.device_pointer(mem.data() + 1000, mem.size()), nullptr);  // runs past the range
+  EXPECT_EQ(pins.device_pointer(other.data(), 16), nullptr);
+  prims::HostPins off(false);
+  EXPECT_FALSE(off.pin(other.data(), other.size()));
+  EXPECT_EQ(off.device_pointer(other.data(), 16), nullptr);
+  EXPECT_EQ(off.pinned_bytes(), 0u);
+}
+
 TEST(CudaPrims, UnsupportedSlicesAndOptions) {
   SKIP_WITHOUT_GPU();
   const size_t slice = prims::slice_elems_for(kSlot, 4);

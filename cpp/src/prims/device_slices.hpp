@@ -8,26 +8,28 @@
 // codec points instead of SliceCodec's (same contract, same wire bytes):
 //
 //   memory   received and outgoing slot bytes: host memory (the transport's
-//            slots; page-locked where registered, pageable otherwise: every
-//            copy below is a cudaMemcpyAsync, correct either way);
+//            slots; page-locked and mapped where registered, HostPins:
+//            then copies are DMA and a coded encode writes its slice into
+//            the slot from the device; pageable otherwise: every copy is a
+//            cudaMemcpyAsync, correct either way);
 //            values (the verbs' src and dst, the Prims scratch, `to`,
 //            `local`, SliceValues::dense): device memory; the codec's own
 //            staging: device memory it owns (nothing is allocated per call).
 //   stream   every copy and kernel goes on the codec's stream (its own, or
 //            the caller's, e.g. the framework's current stream), in order.
 //   sync     each call returns only after its work on the stream finished
-//            (one cudaStreamSynchronize per call, two for a coded encode:
-//            the slice's size is read back before its bytes are copied):
+//            (one cudaStreamSynchronize per call; two for a coded encode
+//            into an unregistered slot: the slice's size is read back
+//            before its bytes are copied):
 //            the step then releases the received slot and posts the
 //            outgoing one, so a slot's bytes are never read or written by
 //            the device after the peer may reuse them.
 //
 // So only the slices' bytes cross PCIe (coded bytes in Coded mode). What is
 // not there yet (docs/GPU.md, "Where the device codec goes next"): lists of
-// nonzeros (no Stage on a device rank), the fused decode-and-add as the
-// default (it is v3's: on with NCCLZ_DEVICE_CODEC=v3), writing into
-// mapped slots directly (one copy each way instead), overlap of the next
-// slice's coding with the current slot's transfer inside one rank.
+// nonzeros (no Stage on a device rank), decoding from a mapped slot
+// directly (one DMA copy into staging instead), overlap of the next slice's
+// coding with the current slot's transfer inside one rank.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +38,7 @@
 #include <string>
 
 #include "codec/slice.hpp"
+#include "prims/host_pins.hpp"
 #include "prims/slice_codec.hpp"
 
 namespace ncclz::prims {
@@ -83,12 +86,14 @@ class DeviceSlices {
 /// (the decoded incoming slice of a reduction), a device word for the size
 /// and status, and page-locked host words they are read back into: all
 /// allocated here, none per call. One object per Prims, used by its thread.
+/// `pins` (may be null; outlives the codec): the registered slots, looked up
+/// per encode.
 class DeviceSliceCodec final : public DeviceSlices {
  public:
   /// Throws InvalidArgument for a configuration it does not code (and says
   /// which), Error for a CUDA failure (with the CUDA error).
   DeviceSliceCodec(codec::ElemType type, WireMode mode, const codec::EncodeOptions& enc, bool int_sum,
-                   size_t slot_bytes, size_t slice_elems, void* stream = nullptr);
+                   size_t slot_bytes, size_t slice_elems, void* stream = nullptr, const HostPins* pins = nullptr);
   ~DeviceSliceCodec() override;
   DeviceSliceCodec(const DeviceSliceCodec&) = delete;
   DeviceSliceCodec& operator=(const DeviceSliceCodec&) = delete;
@@ -144,6 +149,7 @@ class DeviceSliceCodec final : public DeviceSlices {
   int cuda_error_ = 0;
   bool fused_ = false;
   bool selects_ = false;  ///< encode() runs the device selector (enc.choice Auto, Raw or Sparse)
+  const HostPins* pins_ = nullptr;
 };
 
 }  // namespace ncclz::prims

@@ -288,6 +288,18 @@ inline cudaError_t cudaFreeHost(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+// Registering host memory (page-locking it, mapping it for the device): host
+// memory is what the emulated device reads and writes already, so the device
+// pointer of a registered range is the host pointer.
+enum { cudaHostRegisterDefault = 0, cudaHostRegisterPortable = 1, cudaHostRegisterMapped = 2 };
+inline cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
+  return p && n ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaHostUnregister(void* p) { return p ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
+  *d = h;
+  return h ? cudaSuccess : cudaErrorInvalidValue;
+}
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
   emu::DeviceAccess on;
   std::memset(p, v, n);
