@@ -568,7 +568,9 @@ TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
           EXPECT_EQ(0, std::memcmp(slot, cs.data(), cb)) << "registered slot differs from the CPU's slice";
           EXPECT_EQ(0, std::memcmp(ps.data(), cs.data(), cb)) << "copied slot differs from the CPU's slice";
           for (size_t i = 0; i < ring_bytes; ++i) {
-            if (i < off || i >= off + mb) ASSERT_EQ(ring[i], 0xAB) << "byte " << i << " outside the slice written";
+            if (i < off || i >= off + mb) {
+              ASSERT_EQ(ring[i], 0xAB) << "byte " << i << " outside the slice written";
+            }
           }
         }
       }
