@@ -213,6 +213,7 @@ class DeviceWorkImpl final : public DeviceWork {
       use->codec.reset();
       use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems,
                                                              nullptr, &pins_);
+      use->codec->set_fused_step(fused_step_);
       use->type = a.type;
       use->mode = a.mode;
       use->int_sum = a.int_sum;
@@ -278,7 +279,8 @@ class DeviceWorkImpl final : public DeviceWork {
 
   static constexpr size_t kMaxChannels = 64;
   int dev_;
-  prims::HostPins pins_{env::get_bool("NCCLZ_DEVICE_PIN", true)};  ///< declared before ch_: outlives the codecs
+  prims::HostPins pins_{env::get_bool("NCCLZ_DEVICE_PIN", true)};     ///< declared before ch_: outlives the codecs
+  bool fused_step_ = env::get_bool("NCCLZ_DEVICE_FUSED_STEP", true);  ///< DeviceSliceCodec::set_fused_step
   cuda::DeviceCodec dc_;
   void* buf_[2] = {nullptr, nullptr};
   size_t cap_[2] = {0, 0};

@@ -578,6 +578,69 @@ TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
   }
 }
 
+// reduce_encode (a ring step that reduces and sends): the sum and the slice
+// of reduce() then encode(), with one sync (fused step) or two calls, into a
+// registered slot and an ordinary one; a slice that does not decode is the
+// reduction's failure, and nothing is reported as encoded.
+TEST(CudaPrims, ReduceEncodeMatchesReduceThenEncode) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::I32, ElemType::I64}) {
+    const size_t es = codec::elem_size(t);
+    const size_t slice = prims::slice_elems_for(kSlot, es);
+    Wire w{WireMode::Coded, t, Predictor::Delta1};
+    prims::PrimsArgs a = make_args(w, 0);
+    a.enc.choice = codec::EncodeOptions::Choice::Auto;
+    a.enc.allow_rans = false;
+    std::vector<uint64_t> scr((slice * es + 7) / 8);
+    prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 2 * kSlot)),
+                                                            &std::free);
+    ASSERT_NE(ring_mem, nullptr);
+    prims::HostPins pins(true);
+    ASSERT_TRUE(pins.pin(ring_mem.get(), 2 * kSlot));
+    for (bool mapped : {false, true}) {
+      for (bool fused_step : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "esize " << es << (mapped ? " registered slot" : " ordinary slot")
+                                        << (fused_step ? ", one sync" : ", reduce then encode"));
+        prims::DeviceSliceCodec dev(t, w.mode, a.enc, true, kSlot, slice, nullptr, mapped ? &pins : nullptr);
+        dev.set_fused_step(fused_step);
+        EXPECT_EQ(dev.fused_step(), fused_step);
+        std::vector<uint8_t> plain(kSlot);
+        uint8_t* slot = mapped ? ring_mem.get() + 64 : plain.data();
+        for (size_t n : {size_t(1), size_t(40), slice}) {
+          SCOPED_TRACE(testing::Message() << "n " << n);
+          const auto x = make_codes(t, n, 5 * n + 1), y = make_codes(t, n, 7 * n + 2);
+          std::vector<uint8_t> sum = y;
+          add_into(t, sum, x.data(), n);
+          std::vector<uint8_t> in(kSlot), want(kSlot);
+          size_t ib = 0, wb = 0;
+          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, in.data(), &ib), codec::Status::Ok);
+          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(sum.data()), n, want.data(), &wb), codec::Status::Ok);
+          DevBuf dy(n * es), dto(n * es);
+          to_device(dy.get(), y);
+          prims::SliceValues v;
+          size_t bytes = 0;
+          codec::Status rs = codec::Status::Unsupported, enc = codec::Status::Unsupported;
+          dev.reduce_encode(in.data(), ib, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v, slot, &bytes, &rs,
+                            &enc);
+          ASSERT_EQ(rs, codec::Status::Ok);
+          ASSERT_EQ(enc, codec::Status::Ok);
+          EXPECT_EQ(v.dense, dto.get());
+          EXPECT_EQ(from_device(dto.get(), n * es), sum);
+          ASSERT_EQ(bytes, wb);
+          EXPECT_EQ(0, std::memcmp(slot, want.data(), wb)) << "the sum's slice differs from the CPU's";
+          // A slice one byte short does not decode: the reduction's failure, nothing encoded.
+          dev.reduce_encode(in.data(), ib - 1, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v, slot, &bytes,
+                            &rs, &enc);
+          EXPECT_NE(rs, codec::Status::Ok);
+          EXPECT_EQ(bytes, 0u);
+          EXPECT_NE(enc, codec::Status::Ok);
+        }
+      }
+    }
+  }
+}
+
 // HostPins: ranges are looked up inside what was registered; a range is tried
 // once; disabled (NCCLZ_DEVICE_PIN=0) registers nothing and maps nothing.
 TEST(CudaPrims, HostPinsLookUpRegisteredRanges) {

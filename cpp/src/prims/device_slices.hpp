@@ -60,6 +60,19 @@ class DeviceSlices {
   virtual codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) = 0;
   /// bytes from src to dst, both device memory (the COPY verbs' output).
   virtual codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
+  /// reduce() into `to`, then encode() of the sum into `slot`, for a step
+  /// that reduces and sends: *reduce_status is reduce's status, and
+  /// *encode_status encode's where the reduction succeeded. An
+  /// implementation may run both before one synchronisation (the received
+  /// slot is read and the outgoing one written when it returns).
+  virtual void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                             SliceValues* v, uint8_t* slot, size_t* bytes, codec::Status* reduce_status,
+                             codec::Status* encode_status) {
+    *bytes = 0;
+    *encode_status = codec::Status::Unsupported;
+    *reduce_status = reduce(in, len, n, local, to, v);
+    if (*reduce_status == codec::Status::Ok) *encode_status = encode(*v, n, slot, bytes);
+  }
   /// The CUDA error the last failed call failed with ("" where it failed on
   /// the data): the step then reports a device failure, not a corrupt slice.
   virtual std::string device_error() const { return {}; }
@@ -104,6 +117,10 @@ class DeviceSliceCodec final : public DeviceSlices {
                        SliceValues* out) override;
   codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) override;
   codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  /// Reduce's and encode's work on the stream, then one synchronisation
+  /// (unless set_fused_step(false)).
+  void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to, SliceValues* v,
+                     uint8_t* slot, size_t* bytes, codec::Status* reduce_status, codec::Status* encode_status) override;
 
   /// The CUDA error (a cudaError_t) the last call failed with, 0 if none: a
   /// call that fails in CUDA returns Status::Unsupported and sets it.
@@ -118,6 +135,10 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// so that the default follows the kernels a GPU run has proven. Same bits.
   bool fused() const { return fused_; }
   void set_fused(bool on) { fused_ = on; }
+  /// Whether reduce_encode() synchronises once for both (the default) or
+  /// runs reduce() and encode() (NCCLZ_DEVICE_FUSED_STEP=0, an A/B switch).
+  bool fused_step() const { return fused_step_; }
+  void set_fused_step(bool on) { fused_step_ = on; }
 
  private:
   /// The predictor slice values are Block-coded with. The seam for the
@@ -131,9 +152,25 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// the status back (syncs): the decoder's status, Corrupt for bytes after
   /// the slice, Unsupported on a CUDA error.
   codec::Status decode_staged(const uint8_t* in, size_t len, size_t n, uint8_t* to);
-  /// After a decode's launch (r: its return value): reads the device status
-  /// back (syncs) and checks that the slice fills the slot; the header in *h.
-  codec::Status finish_decode(int r, const uint8_t* in, size_t len, codec::SliceHeader* h);
+  /// After a decode's launch (r: its return value): enqueues the read-back
+  /// of the decoder's status (Ok, or the failure).
+  codec::Status read_decode_status(int r);
+  /// After the sync: the decoder's status, and whether the slice fills the
+  /// slot (Corrupt otherwise); the header in *h.
+  codec::Status decoded(const uint8_t* in, size_t len, codec::SliceHeader* h) const;
+  /// reduce()'s work enqueued (no sync); Ok, or why it could not be.
+  codec::Status reduce_async(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                             SliceValues* out);
+  /// reduce()'s end after the sync (statuses; the incoming predictor).
+  codec::Status reduced(const uint8_t* in, size_t len, SliceValues* out) const;
+  /// encode()'s work enqueued (no sync): *d_slot is the registered slot's
+  /// device address the slice was copied to, or null (copied after the sync).
+  codec::Status encode_async(const SliceValues& v, size_t n, uint8_t* out, void** d_slot);
+  /// encode()'s end after the sync: statuses, size, and the slice's copy
+  /// into an unregistered slot (a second sync).
+  codec::Status encoded(size_t n, uint8_t* out, const void* d_slot, size_t* bytes);
+  /// Device status word i (kEncStatus, kDecStatus in the .cu file).
+  int* status_word(int i) const;
   codec::Status fail(int cuda_error);
   bool sync();
 
@@ -148,6 +185,7 @@ class DeviceSliceCodec final : public DeviceSlices {
   size_t esize_;
   int cuda_error_ = 0;
   bool fused_ = false;
+  bool fused_step_ = true;
   bool selects_ = false;  ///< encode() runs the device selector (enc.choice Auto, Raw or Sparse)
   const HostPins* pins_ = nullptr;
 };
