@@ -32,7 +32,13 @@ bool HostPins::pin(void* p, size_t bytes) {
       e = cudaHostGetDevicePointer(&d, p, 0);
       if (e == cudaSuccess) r.dev = reinterpret_cast<uintptr_t>(d);
     }
-    if (e != cudaSuccess) {
+    if (e == cudaErrorHostMemoryAlreadyRegistered) {
+      // Another communicator of this process registered it (ranks as threads
+      // share their rings): page-locked already, so copies are DMA; its device
+      // address is not used here, since the other owner unregisters it when
+      // it goes.
+      (void)cudaGetLastError();
+    } else if (e != cudaSuccess) {
       // Not fatal: the codecs copy through the driver's staging instead.
       NCCLZ_WARN(-1,
                  "device path: registering %zu bytes of slots with CUDA failed (%s); copies to and from them are "

@@ -658,6 +658,15 @@ TEST(CudaPrims, HostPinsLookUpRegisteredRanges) {
   EXPECT_EQ(pins.device_pointer(mem.data() + 1000, 24), d0 + 1000);
   EXPECT_EQ(pins.device_pointer(mem.data() + 1000, mem.size()), nullptr);  // runs past the range
   EXPECT_EQ(pins.device_pointer(other.data(), 16), nullptr);
+  // A second owner of the same memory (another communicator of this process)
+  // finds it registered: page-locked, but not mapped for it.
+  {
+    prims::HostPins second(true);
+    EXPECT_FALSE(second.pin(mem.data(), mem.size()));
+    EXPECT_EQ(second.device_pointer(mem.data(), 16), nullptr);
+    EXPECT_EQ(second.pinned_bytes(), 0u);
+  }
+  EXPECT_EQ(pins.device_pointer(mem.data(), 16), d0);  // the first owner's registration stays
   prims::HostPins off(false);
   EXPECT_FALSE(off.pin(other.data(), other.size()));
   EXPECT_EQ(off.device_pointer(other.data(), 16), nullptr);
