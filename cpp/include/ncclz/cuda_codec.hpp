@@ -107,9 +107,10 @@ class DeviceCodec {
   /// the grid of half step eb, an element an outlier where |x - its value| >
   /// check_eb after rounding to t. The lossy paths' rule (core::quantize_buf:
   /// the check allows for T's own rounding), for the device path of the
-  /// collectives (core/device_work.hpp). No indices.
+  /// collectives (core/device_work.hpp). No indices. exact_check: the check
+  /// in double (codec::QuantGrid::exact_check, bound::LossyPlan's).
   int quantize_checked_async(const void* d_x, codec::ElemType t, size_t n, double eb, double check_eb, int64_t limit,
-                             void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count);
+                             void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count, bool exact_check = false);
 
   /// out[i] = t(q[i] * 2 eb), rounded once to t (the CPU's dequantize).
   int dequantize_async(const void* d_q, codec::ElemType code_t, size_t n, double eb, void* d_out, codec::ElemType t);
@@ -192,7 +193,7 @@ class DeviceCodec {
   uint8_t* scratch(size_t bytes, int* err);
   int quantize_grid_async(const void* d_x, codec::ElemType t, size_t n, double eb, double check_eb, int64_t limit,
                           void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx,
-                          size_t idx_cap);
+                          size_t idx_cap, bool exact_check = false);
   int encode_batch(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len, uint32_t forced_slices,
                    codec::Predictor p, uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes,
                    uint64_t* d_sizes, int* d_status);
@@ -251,6 +252,13 @@ class DeviceCodec {
 /// wrapping two's-complement arithmetic (prims::reduce_fn(t, Sum)'s bits).
 /// d_out may be d_a or d_b. Other types: -Status::Unsupported.
 int add_codes_async(void* stream, codec::ElemType t, void* d_out, const void* d_a, const void* d_b, size_t n);
+
+/// Copies d_size[0] bytes from d_src to d_dst, a size known only on the
+/// device (an encode's output; d_dst: e.g. the device address of a mapped,
+/// page-locked host slot), unless *d_status is nonzero or the size exceeds
+/// `cap` (then nothing: the caller reads both back and reports it).
+int copy_sized_async(void* stream, void* d_dst, const void* d_src, const uint64_t* d_size, const int* d_status,
+                     size_t cap);
 
 /// Device scratch bytes decode_add_slice_async needs for slices of up to
 /// `count` codes (the v3 decoder's per-slice index and per-tile state).
