@@ -340,6 +340,22 @@ TEST(CallRoutineHints, AnUnkeepableBoundTakesTheProposalWhereTheExactPathRunsThe
   for (size_t i = 0; i < n; ++i) {
     ASSERT_LE(std::fabs(double(out[1][0][i]) - (double(x0[i]) + double(x1[i]))), st[1][0].error_bound) << i;
   }
+  // 5e-7: the float32 sum's one rounding (<= 3.7e-7) keeps it, but not with
+  // half of it to spare (the policy's margin): not taken, although the
+  // request's exact path then runs the plain sum too
+  w.run([&](int r, Communicator& comm) {
+    const auto x = input(n, r);
+    comm.all_reduce(x.data(), out[1][size_t(r)].data(), n, DataType::F32, RedOp::Sum, Compression::lossy_abs(5e-7),
+                    &st[1][size_t(r)], r == 0 ? &none : nullptr);
+  });
+  for (int r = 0; r < 2; ++r) {
+    const CallStats& s = st[1][size_t(r)];
+    EXPECT_FALSE(s.lightened) << r;
+    EXPECT_TRUE(s.exact_fallback) << r;
+    EXPECT_EQ(s.wire_bytes, s.raw_bytes) << r;  // in float32 itself: within E
+    EXPECT_LE(s.error_bound, 5e-7) << r;
+    EXPECT_TRUE(same_bits(out[0][size_t(r)], out[1][size_t(r)])) << r;
+  }
 }
 
 TEST(CallRoutineHints, BadHintsAreTheProposingRanksArgumentError) {

@@ -44,8 +44,8 @@ Mode CallRoutine::decide_mode(const std::vector<CallDesc>& all, Mode m, DataType
     // path runs the same plain collective (bound::choose_exact). So a lighter
     // mode never gives a result that the request would have bettered.
     const bound::ExactChoice x = bound::choose_exact(elem_of(t), how, rt_.nranks, E, g, true);
-    const bool in_t = x.acc == bound::Accumulation::InT;
-    if (!in_t || (!x.keeps && lossy_could_keep(t, how, E, g))) {
+    const bool unkeepable_in_t = x.acc == bound::Accumulation::InT && !x.keeps && !lossy_could_keep(t, how, E, g);
+    if (!bound::exact_keeps_bound(elem_of(t), how, rt_.nranks, E, g) && !unkeepable_in_t) {
       NCCLZ_TRACE(rt_.rank,
                   "call #%llu: policy proposal %s ignored: the exact sum in the element type may exceed the bound",
                   (unsigned long long)all[0].seq, p == 0 ? "none" : "lossless");
