@@ -200,10 +200,11 @@ def worker(args) -> int:
                             st = comm.last_stats  # before slowest(): its all_reduce replaces last_stats
                             dt = slowest(comm, dt)
                             if rep == 0:
-                                stats[m] = st.as_dict() if st is not None else {}
                                 outs[m] = x.clone()
                             else:
                                 times[m].append(dt)
+                                # The last timed call's statistics (the warm-up's include set-up costs).
+                                stats[m] = st.as_dict() if st is not None else {}
                     # Checks (rank 0's output; every rank has the same).
                     same = bool(torch.equal(outs["lossless"].view(torch.int16 if x.element_size() == 2 else torch.int32),
                                             outs["none"].view(torch.int16 if x.element_size() == 2 else torch.int32)))
@@ -299,9 +300,18 @@ def fmt(v, spec):
     return "" if v is None else format(v, spec)
 
 
+def parts(r: dict) -> str:
+    """The last timed call's time split (CallStats: encode_s, decode_s, wait_s, quantize_s), in ms."""
+    keys = ("encode_s", "decode_s", "wait_s", "quantize_s")
+    if any(r.get(k) is None for k in keys):
+        return ""
+    return " / ".join(f"{r[k] * 1e3:.1f}" for k in keys)
+
+
 def table(rows: list) -> str:
-    lines = ["| ranks | channels | Gbit/s | dtype | MiB | data | mode | ms (median) | speedup | ratio | speedup/ratio | check |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| ranks | channels | Gbit/s | dtype | MiB | data | mode | ms (median) | speedup | ratio | speedup/ratio "
+              "| check | encode / decode / wait / quantize ms (rank 0, channels summed) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         check = ""
         if "bit_identical_to_none" in r:
@@ -313,7 +323,7 @@ def table(rows: list) -> str:
         lines.append(
             f"| {r['ranks']} | {r.get('nchannels', '')} | {r['gbps']:g} | {r['dtype']} | {r['mib']:g} | {r['data']} | {r['mode']} "
             f"| {r['median_s'] * 1e3:.1f} | {fmt(r['speedup'], '.2f')} | {fmt(r['ratio'], '.2f')} "
-            f"| {fmt(r.get('speedup_over_ratio'), '.2f')} | {check} |")
+            f"| {fmt(r.get('speedup_over_ratio'), '.2f')} | {check} | {parts(r)} |")
     return "\n".join(lines)
 
 

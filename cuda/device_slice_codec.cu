@@ -13,9 +13,15 @@
 //                  with an adding output) or decode kernels -> values and
 //                  the add kernel; status (D2H)                      ; sync
 //   encode  Raw:   values -> slot (D2H)                              ; sync
-//           Coded: Block encode kernels -> staging_out, size and status
-//                  -> host words (D2H)                               ; sync
+//           Coded: Block encode kernels -> staging_out;
+//                  registered slot (HostPins): copy_sized_async kernel
+//                  staging_out -> the slot's device address, size and
+//                  status -> host words (D2H)                        ; sync
+//                  else: size and status -> host words (D2H)         ; sync
 //                  staging_out -> slot, `size` bytes (D2H)           ; sync
+//   reduce_encode (a step that reduces and sends: recvReduceSend,
+//           recvReduceCopySend): reduce's work, then encode's, then one
+//           sync for both (set_fused_step(false): reduce, then encode)
 //   copy    D2D copy                                                 ; (ordered, no sync)
 //
 // The sync at the end of each call is what the slot protocol needs: the step
@@ -39,6 +45,13 @@ namespace ncclz::prims {
 using codec::ElemType;
 using codec::Status;
 
+// The codec's device words (d_size) and their page-locked copies (h_size):
+// [0] the encoded slice's size, [1] the encoder's status, [2] the decoder's
+// status (a fused reduce-and-encode reads all three after one sync).
+namespace {
+constexpr int kEncStatus = 1, kDecStatus = 2, kWords = 3;
+}  // namespace
+
 struct DeviceSliceCodec::Impl {
   explicit Impl(void* stream) : dc(stream) {}
   Impl() = default;
@@ -58,7 +71,7 @@ struct DeviceSliceCodec::Impl {
   uint8_t* staging_in = nullptr;   ///< device: a received slot's bytes
   uint8_t* staging_out = nullptr;  ///< device: an encoded slice
   uint8_t* values = nullptr;       ///< device: a decoded incoming slice (reductions)
-  uint64_t* d_size = nullptr;      ///< device: [0] size, [1] status
+  uint64_t* d_size = nullptr;      ///< device: [0] size, [1] encode status, [2] decode status (kWords)
   uint64_t* h_size = nullptr;      ///< page-locked host: the same, read back
   uint8_t* fuse = nullptr;         ///< device: decode_add_slice_async's scratch (Coded)
 };
@@ -74,14 +87,15 @@ std::string cuda_what(const char* what, int e) {
 }  // namespace
 
 DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::EncodeOptions& enc, bool int_sum,
-                                   size_t slot_bytes, size_t slice_elems, void* stream)
+                                   size_t slot_bytes, size_t slice_elems, void* stream, const HostPins* pins)
     : type_(type),
       mode_(mode),
       enc_(enc),
       int_sum_(int_sum),
       slot_bytes_(slot_bytes),
       slice_elems_(slice_elems),
-      esize_(codec::elem_size(type)) {
+      esize_(codec::elem_size(type)),
+      pins_(pins) {
   if (mode == WireMode::Coded) {
     if (!codec::is_code_type(type)) {
       throw InvalidArgument("ncclz device slice codec: Coded mode codes integer codes (int32, int64) only");
@@ -112,8 +126,8 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->staging_in), slot_bytes));
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->staging_out), slot_bytes));
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->values), slice_elems * esize_));
-  if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->d_size), 2 * sizeof(uint64_t)));
-  if (e == 0) e = int(cudaMallocHost(reinterpret_cast<void**>(&d_->h_size), 2 * sizeof(uint64_t)));
+  if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->d_size), kWords * sizeof(uint64_t)));
+  if (e == 0) e = int(cudaMallocHost(reinterpret_cast<void**>(&d_->h_size), kWords * sizeof(uint64_t)));
   if (e == 0 && mode == WireMode::Coded) {
     e = int(
         cudaMalloc(reinterpret_cast<void**>(&d_->fuse), cuda::decode_add_scratch_bytes(type, uint32_t(slice_elems))));
@@ -155,22 +169,27 @@ bool DeviceSliceCodec::stage_in(const uint8_t* in, size_t len) {
   return e == cudaSuccess;
 }
 
+int* DeviceSliceCodec::status_word(int i) const { return reinterpret_cast<int*>(d_->d_size + i); }
+
 Status DeviceSliceCodec::decode_staged(const uint8_t* in, size_t len, size_t n, uint8_t* to) {
-  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
   codec::SliceHeader h;
-  return finish_decode(d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), to, d_status), in, len, &h);
+  const int r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), to, status_word(kDecStatus));
+  if (const Status s = read_decode_status(r); s != Status::Ok) return s;
+  if (!sync()) return Status::Unsupported;
+  return decoded(in, len, &h);
 }
 
-Status DeviceSliceCodec::finish_decode(int r, const uint8_t* in, size_t len, codec::SliceHeader* h) {
-  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
+Status DeviceSliceCodec::read_decode_status(int r) {
   if (r == 0) {
-    r = int(cudaMemcpyAsync(d_->h_size + 1, d_status, sizeof(int), cudaMemcpyDeviceToHost,
+    r = int(cudaMemcpyAsync(d_->h_size + kDecStatus, status_word(kDecStatus), sizeof(int), cudaMemcpyDeviceToHost,
                             static_cast<cudaStream_t>(stream())));
   }
-  if (r != 0) return fail(r);
-  if (!sync()) return Status::Unsupported;
+  return r == 0 ? Status::Ok : fail(r);
+}
+
+Status DeviceSliceCodec::decoded(const uint8_t* in, size_t len, codec::SliceHeader* h) const {
   int st = 0;
-  std::memcpy(&st, d_->h_size + 1, sizeof st);
+  std::memcpy(&st, d_->h_size + kDecStatus, sizeof st);
   if (Status(st) != Status::Ok) return Status(st);
   // The whole slot is the slice (SliceCodec: bytes after it are Corrupt).
   if (codec::read_header(in, len, h) != Status::Ok || codec::kHeaderBytes + size_t(h->payload_bytes) != len) {
@@ -193,17 +212,15 @@ Status DeviceSliceCodec::decode(const uint8_t* in, size_t len, size_t n, uint8_t
   return decode_staged(in, len, n, to);
 }
 
-Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
-                                SliceValues* out) {
-  cuda_error_ = 0;
+Status DeviceSliceCodec::reduce_async(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                                      SliceValues* out) {
   *out = SliceValues::of_dense(to);
   if (local.is_list || !int_sum_) return Status::Unsupported;
   if (mode_ == WireMode::Raw) {
     if (len != n * esize_) return Status::CountMismatch;
     if (!stage_in(in, len)) return Status::Unsupported;
     const int r = cuda::add_codes_async(stream(), type_, to, d_->staging_in, local.dense, n);
-    if (r != 0) return fail(r);
-    return sync() ? Status::Ok : Status::Unsupported;
+    return r == 0 ? Status::Ok : fail(r);
   }
   if (len > slot_bytes_) return Status::Corrupt;
   if (!stage_in(in, len)) return Status::Unsupported;
@@ -216,35 +233,43 @@ Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const S
   codec::SliceHeader h0;
   const bool fusable = codec::read_header(in, len, &h0) == Status::Ok && h0.codec == codec::Codec::Block &&
                        h0.predictor != codec::Predictor::Lorenzo2D && h0.predictor != codec::Predictor::Lorenzo3D;
-  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
   int r = 0;
   if (fused_ && fusable) {
     r = cuda::decode_add_slice_async(stream(), d_->fuse, d_->staging_in, len, type_, uint32_t(n), local.dense, to,
-                                     d_status);
+                                     status_word(kDecStatus));
   } else {
-    r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), d_->values, d_status);
+    r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), d_->values, status_word(kDecStatus));
     if (r == 0) r = cuda::add_codes_async(stream(), type_, to, d_->values, local.dense, n);
   }
+  return read_decode_status(r);
+}
+
+Status DeviceSliceCodec::reduced(const uint8_t* in, size_t len, SliceValues* out) const {
+  if (mode_ == WireMode::Raw) return Status::Ok;
   codec::SliceHeader h;
-  if (const Status s = finish_decode(r, in, len, &h); s != Status::Ok) return s;
+  if (const Status s = decoded(in, len, &h); s != Status::Ok) return s;
   // As SliceCodec: a partial sum keeps its incoming slice's predictor (for a selector).
   if (h.codec != codec::Codec::Raw) out->predictor = int(h.predictor);
   return Status::Ok;
 }
 
-Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) {
+Status DeviceSliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                                SliceValues* out) {
   cuda_error_ = 0;
-  *bytes = 0;
+  if (const Status s = reduce_async(in, len, n, local, to, out); s != Status::Ok) return s;
+  if (!sync()) return Status::Unsupported;
+  return reduced(in, len, out);
+}
+
+Status DeviceSliceCodec::encode_async(const SliceValues& v, size_t n, uint8_t* out, void** d_slot) {
+  *d_slot = nullptr;
   if (v.is_list) return Status::Unsupported;
   const cudaStream_t s = static_cast<cudaStream_t>(stream());
   if (mode_ == WireMode::Raw) {
     const cudaError_t e = cudaMemcpyAsync(out, v.dense, n * esize_, cudaMemcpyDeviceToHost, s);
-    if (e != cudaSuccess) return fail(int(e));
-    if (!sync()) return Status::Unsupported;
-    *bytes = n * esize_;
-    return Status::Ok;
+    return e == cudaSuccess ? Status::Ok : fail(int(e));
   }
-  int* d_status = reinterpret_cast<int*>(d_->d_size + 1);
+  int* d_status = status_word(kEncStatus);
   int r = 0;
   if (selects_) {
     // The device selector (one slice): the CPU's choice among Raw, Block x
@@ -257,20 +282,68 @@ Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, si
     r = d_->dc.encode_slice_async(v.dense, type_, uint32_t(n), predictor_for(v, n), enc_.row, enc_.plane,
                                   d_->staging_out, slot_bytes_, d_->d_size, d_status);
   }
+  // A registered slot takes the slice from the device (the size is known
+  // there only) before the size is read back: one synchronisation.
+  *d_slot = pins_ ? pins_->device_pointer(out, slot_bytes_) : nullptr;
+  if (r == 0 && *d_slot) r = cuda::copy_sized_async(s, *d_slot, d_->staging_out, d_->d_size, d_status, slot_bytes_);
   if (r == 0) r = int(cudaMemcpyAsync(d_->h_size, d_->d_size, 2 * sizeof(uint64_t), cudaMemcpyDeviceToHost, s));
-  if (r != 0) return fail(r);
-  if (!sync()) return Status::Unsupported;
+  return r == 0 ? Status::Ok : fail(r);
+}
+
+Status DeviceSliceCodec::encoded(size_t n, uint8_t* out, const void* d_slot, size_t* bytes) {
+  if (mode_ == WireMode::Raw) {
+    *bytes = n * esize_;
+    return Status::Ok;
+  }
   int st = 0;
-  std::memcpy(&st, d_->h_size + 1, sizeof st);
+  std::memcpy(&st, d_->h_size + kEncStatus, sizeof st);
   if (Status(st) != Status::Ok) return Status(st);
   const size_t size = size_t(d_->h_size[0]);
   if (size == 0 || size > slot_bytes_) return Status::NoSpace;
-  // Only the slice's own bytes cross to the host.
-  const cudaError_t e = cudaMemcpyAsync(out, d_->staging_out, size, cudaMemcpyDeviceToHost, s);
-  if (e != cudaSuccess) return fail(int(e));
-  if (!sync()) return Status::Unsupported;
+  if (d_slot == nullptr) {
+    // Only the slice's own bytes cross to the host.
+    const cudaError_t e =
+        cudaMemcpyAsync(out, d_->staging_out, size, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream()));
+    if (e != cudaSuccess) return fail(int(e));
+    if (!sync()) return Status::Unsupported;
+  }
   *bytes = size;
   return Status::Ok;
+}
+
+Status DeviceSliceCodec::encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) {
+  cuda_error_ = 0;
+  *bytes = 0;
+  void* d_slot = nullptr;
+  if (const Status s = encode_async(v, n, out, &d_slot); s != Status::Ok) return s;
+  if (!sync()) return Status::Unsupported;
+  return encoded(n, out, d_slot, bytes);
+}
+
+void DeviceSliceCodec::reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                                     SliceValues* v, uint8_t* slot, size_t* bytes, Status* reduce_status,
+                                     Status* encode_status) {
+  if (!fused_step_) {
+    DeviceSlices::reduce_encode(in, len, n, local, to, v, slot, bytes, reduce_status, encode_status);
+    return;
+  }
+  cuda_error_ = 0;
+  *bytes = 0;
+  *encode_status = Status::Unsupported;
+  // Both on the stream, one synchronisation: the encoder reads the sum the
+  // reduction wrote; a failed decode is reported first (its sum is garbage
+  // and what was encoded from it is not posted).
+  *reduce_status = reduce_async(in, len, n, local, to, v);
+  if (*reduce_status != Status::Ok) return;
+  void* d_slot = nullptr;
+  const Status es = encode_async(*v, n, slot, &d_slot);
+  if (!sync()) {
+    *reduce_status = Status::Unsupported;
+    return;
+  }
+  *reduce_status = reduced(in, len, v);
+  if (*reduce_status != Status::Ok) return;
+  *encode_status = es != Status::Ok ? es : encoded(n, slot, d_slot, bytes);
 }
 
 Status DeviceSliceCodec::copy(uint8_t* dst, const uint8_t* src, size_t bytes) {

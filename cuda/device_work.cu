@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.hpp"
 #include "core/device_work.hpp"
 #include "device_common.cuh"
 #include "ncclz/cuda_codec.hpp"
@@ -210,7 +211,9 @@ class DeviceWorkImpl final : public DeviceWork {
         if (!k.codec || k.used < use->used) use = &k;
       }
       use->codec.reset();
-      use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems);
+      use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems,
+                                                             nullptr, &pins_);
+      use->codec->set_fused_step(fused_step_);
       use->type = a.type;
       use->mode = a.mode;
       use->int_sum = a.int_sum;
@@ -233,6 +236,12 @@ class DeviceWorkImpl final : public DeviceWork {
     }
     return ch.scratch.get();
   }
+
+  void pin_slots(const transport::SlotMemory& m) override {
+    here();
+    pins_.pin(m.data, m.bytes);
+  }
+  size_t pinned_bytes() const override { return pins_.pinned_bytes(); }
 
  private:
   struct CudaFree {
@@ -270,6 +279,8 @@ class DeviceWorkImpl final : public DeviceWork {
 
   static constexpr size_t kMaxChannels = 64;
   int dev_;
+  prims::HostPins pins_{env::get_bool("NCCLZ_DEVICE_PIN", true)};     ///< declared before ch_: outlives the codecs
+  bool fused_step_ = env::get_bool("NCCLZ_DEVICE_FUSED_STEP", true);  ///< DeviceSliceCodec::set_fused_step
   cuda::DeviceCodec dc_;
   void* buf_[2] = {nullptr, nullptr};
   size_t cap_[2] = {0, 0};

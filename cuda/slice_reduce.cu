@@ -4,6 +4,9 @@
 // unsigned values, so sums wrap as prims::reduce_fn's do on the CPU (same
 // bits, no undefined behaviour).
 //  add_codes_async         one thread per element, grid-stride loop
+//  copy_sized_async        a copy whose size is in device memory (an encoded
+//                          slice into its mapped host slot): 16-byte loads and
+//                          stores where both ends are 16-byte aligned
 //  decode_add_slice_async  the v3 tile decoder (decode_v3.cu) with an output
 //                          that adds each decoded code to the local one: the
 //                          codes never reach memory (2 kernels per slice:
@@ -27,7 +30,35 @@ __global__ void __launch_bounds__(kThreads) add_kernel(U* __restrict__ out, cons
   for (size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) out[i] = U(a[i] + b[i]);
 }
 
+__global__ void __launch_bounds__(kThreads)
+    copy_sized_kernel(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, const uint64_t* size,
+                      const int* status, size_t cap) {
+  if (*status != 0 || *size > cap) return;
+  const size_t n = size_t(*size);
+  const size_t stride = size_t(gridDim.x) * kThreads;
+  const size_t first = size_t(blockIdx.x) * kThreads + threadIdx.x;
+  size_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    const size_t n16 = n / 16;
+    auto* d = reinterpret_cast<uint4*>(dst);
+    const auto* s = reinterpret_cast<const uint4*>(src);
+    for (size_t i = first; i < n16; i += stride) d[i] = s[i];
+    done = n16 * 16;
+  }
+  for (size_t i = done + first; i < n; i += stride) dst[i] = src[i];
+}
+
 }  // namespace
+
+int copy_sized_async(void* stream, void* d_dst, const void* d_src, const uint64_t* d_size, const int* d_status,
+                     size_t cap) {
+  if (cap == 0) return 0;
+  // Enough CTAs for PCIe's bandwidth on a few MiB; the size is not known here.
+  const unsigned grid = unsigned(std::min<size_t>(grid_for((cap + 15) / 16), 264));
+  copy_sized_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<uint8_t*>(d_dst), static_cast<const uint8_t*>(d_src), d_size, d_status, cap);
+  return int(cudaGetLastError());
+}
 
 int add_codes_async(void* stream, codec::ElemType t, void* d_out, const void* d_a, const void* d_b, size_t n) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);

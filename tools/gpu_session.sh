@@ -33,7 +33,8 @@
 #       devpath   bench/gpu_ranks.py's lossy all_reduce of CUDA tensors (2 and 4 ranks,
 #                 64 MiB, 10 and 1 Gbit/s) on the device path, the staged path
 #                 (NCCLZ_DEVICE_PATH=staged) and the ordinary slices
-#                 (NCCLZ_SPARSE_SLICE_BYTES=0), side by side; not in "all"
+#                 (NCCLZ_SPARSE_SLICE_BYTES=0), side by side; other settings
+#                 and cases: NCCLZ_DEVPATH_VARIANTS, NCCLZ_DEVPATH_ARGS; not in "all"
 #       sanitize  compute-sanitizer memcheck and racecheck on a filter, with the
 #                 default kernels and with v3 (initcheck: NCCLZ_SAN_INIT=1)
 #       alltests  the whole GoogleTest suite (CPU tests too); not in "all"
@@ -235,6 +236,8 @@ phase_test() {
   # Device buffers through the communicator (core/device_work.hpp): the host calls' bits, within E.
   step test-comm "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
   step test-comm-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
+  # Slots not registered with CUDA (the copies staged by the driver, two syncs per coded encode).
+  step test-comm-nopin "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_PIN=0 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference' "$log" | head -40 >>"$SUMMARY"
 }
 
@@ -276,7 +279,7 @@ phase_sanitize() {
   step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
   step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
   # The device slice codec's three calls (fused decode-and-add and not), one process of direct calls.
-  step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions' --gtest_color=no"
+  step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions:CudaPrims.EncodeIntoRegisteredSlotsMatchesCpu:CudaPrims.HostPinsLookUpRegisteredRanges' --gtest_color=no"
   # Device buffers through a communicator of device and host ranks (the device path's kernels and copies).
   step memcheck-comm "$log" $L_PRIMS "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaComm.DeviceAndHostRanksMix' --gtest_color=no"
   if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
@@ -309,15 +312,23 @@ phase_ranks() {
 # buffers"): the default, the staged path (NCCLZ_DEVICE_PATH=staged) and the
 # ordinary slices (NCCLZ_SPARSE_SLICE_BYTES=0); tables to the summary and
 # bench.log, JSON to the scratch folder (the device tool returns 8 files).
+# NCCLZ_DEVPATH_VARIANTS: the settings to compare, space-separated, each
+# "default" or VAR=VALUE[,VAR=VALUE...]; NCCLZ_DEVPATH_ARGS: gpu_ranks.py's
+# case arguments (default: 2 and 4 ranks, 64 MiB float32, 10 and 1 Gbit/s).
 phase_devpath() {
   ensure_built
   py_ready
-  local log=$OUT_DIR/bench.log v name
-  for v in default NCCLZ_DEVICE_PATH=staged NCCLZ_SPARSE_SLICE_BYTES=0; do
-    name=${v%%=*}
+  local log=$OUT_DIR/bench.log v name i=0
+  local variants=${NCCLZ_DEVPATH_VARIANTS:-default NCCLZ_DEVICE_PATH=staged NCCLZ_SPARSE_SLICE_BYTES=0}
+  local cases=${NCCLZ_DEVPATH_ARGS:---ranks 2,4 --sizes 64M --dtypes float32 --gbps 10 --extra-gbps 1}
+  for v in $variants; do
+    i=$((i + 1))
+    name="$i-${v%%=*}"
     rm -f "$SCRATCH/devpath_$name.md"
-    step "devpath-$name" "$log" $L_DEVPATH "cd '$ROOT' && env $([ "$v" = default ] || echo "$v") NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda --ranks 2,4 --sizes 64M --dtypes float32 --gbps 10 --extra-gbps 1 --budget $((L_DEVPATH - 12)) --json '$SCRATCH/devpath_$name.json' --md '$SCRATCH/devpath_$name.md'"
+    step "devpath-$name" "$log" $L_DEVPATH "cd '$ROOT' && env $([ "$v" = default ] || echo "${v//,/ }") NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda $cases --budget $((L_DEVPATH - 12)) --json '$SCRATCH/devpath_$name.json' --md '$SCRATCH/devpath_$name.md'"
     [ -f "$SCRATCH/devpath_$name.md" ] && { echo "devpath ($v):"; cat "$SCRATCH/devpath_$name.md"; } | tee -a "$log" >>"$SUMMARY"
+    # The per-call statistics (encode / decode / wait seconds) of every row, for the raw results.
+    [ -f "$SCRATCH/devpath_$name.json" ] && { echo "devpath ($v) json:"; cat "$SCRATCH/devpath_$name.json"; echo; } >>"$log"
   done
 }
 

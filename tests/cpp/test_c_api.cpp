@@ -67,6 +67,7 @@ TEST(CApi, CollectivesAndStats) {
     EXPECT_EQ(st.errorBound, E);
     EXPECT_GT(st.wireBytes, 0u);
     EXPECT_EQ(st.exactFallback, 0);
+    EXPECT_EQ(st.onDevice, 0);  // host buffers
 
     // allreduce, lossless: bit-identical to none.
     std::vector<float> a(n), b(n);

@@ -452,6 +452,10 @@ TEST(CudaComm, CApiTakesDeviceBuffers) {
       ncclzComm_t c = comms[size_t(r)];
       ASSERT_EQ(ncclzAllReduce(send, recv, n, ncclzFloat32, ncclzSum, ncclzCompressionLossyAbs(1e-3), c), ncclzSuccess)
           << ncclzGetLastError(c);
+      ncclzCallStats_t st;
+      ASSERT_EQ(ncclzCommGetLastStats(c, &st), ncclzSuccess);
+      EXPECT_EQ(st.onDevice, on_device ? 1 : 0) << "rank " << r;
+      EXPECT_EQ(st.exactFallback, 0) << "rank " << r;
       ASSERT_EQ(ncclzBroadcast(bsend, brecv, n, ncclzFloat32, 1, ncclzCompressionLossyAbs(1e-3), c), ncclzSuccess)
           << ncclzGetLastError(c);
       ASSERT_EQ(ncclzSetBufferDevice(-1), ncclzSuccess);

@@ -512,6 +512,167 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
   }
 }
 
+// A registered slot (prims::HostPins: what core::DeviceWork does with the
+// transport's slots) takes the slice from the device (copy_sized_async): the
+// same bytes and size as the unregistered slot's copy and the CPU encoder's,
+// nothing written past the slice, and the selector's every choice (Block,
+// Sparse for mostly-zero codes, Raw for noise) on both paths.
+TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::I32, ElemType::I64}) {
+    const size_t es = codec::elem_size(t);
+    const size_t slice = prims::slice_elems_for(kSlot, es);
+    Wire w{WireMode::Coded, t, Predictor::Delta1};
+    prims::PrimsArgs a = make_args(w, 0);
+    a.enc.choice = codec::EncodeOptions::Choice::Auto;  // the device selector
+    a.enc.allow_rans = false;
+    std::vector<uint64_t> scr((slice * es + 7) / 8);
+    prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+    // Two slots in one registered range, at an offset that is not 16-byte aligned too (the kernel's byte path).
+    // Page-aligned, as the transports' slot memory is.
+    const size_t ring_bytes = 3 * kSlot + 4096;
+    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, ring_bytes)),
+                                                            &std::free);
+    ASSERT_NE(ring_mem, nullptr);
+    uint8_t* ring = ring_mem.get();
+    prims::HostPins pins(true);
+    ASSERT_TRUE(pins.pin(ring, ring_bytes));
+    EXPECT_EQ(pins.pinned_bytes(), ring_bytes);
+    prims::DeviceSliceCodec plain(t, w.mode, a.enc, true, kSlot, slice);
+    prims::DeviceSliceCodec mapped(t, w.mode, a.enc, true, kSlot, slice, nullptr, &pins);
+    for (size_t n : {size_t(1), size_t(33), slice / 3, slice}) {
+      for (int kind = 0; kind < 3; ++kind) {  // smooth codes, mostly zeros, noise
+        SCOPED_TRACE(testing::Message() << "esize " << es << " n " << n << " kind " << kind);
+        std::vector<uint8_t> x = make_codes(t, n, 11 * n + uint64_t(kind));
+        if (kind == 1) {
+          for (size_t i = 0; i < n; ++i) {
+            if (i % 37 != 0) std::memset(x.data() + i * es, 0, es);
+          }
+        } else if (kind == 2) {
+          std::mt19937_64 g(n);
+          for (auto& b : x) b = uint8_t(g());
+        }
+        DevBuf dx(n * es);
+        to_device(dx.get(), x);
+        std::vector<uint8_t> cs(kSlot), ps(kSlot, 0xCC);
+        size_t cb = 0, pb = 0, mb = 0;
+        ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
+        ASSERT_EQ(plain.encode(prims::SliceValues::of_dense(dx.get()), n, ps.data(), &pb), codec::Status::Ok);
+        for (size_t off : {size_t(0), kSlot + 7}) {
+          std::memset(ring, 0xAB, ring_bytes);
+          uint8_t* slot = ring + off;
+          ASSERT_NE(pins.device_pointer(slot, kSlot), nullptr);  // the codec writes it from the device
+          ASSERT_EQ(mapped.encode(prims::SliceValues::of_dense(dx.get()), n, slot, &mb), codec::Status::Ok);
+          ASSERT_EQ(mb, cb);
+          ASSERT_EQ(pb, cb);
+          EXPECT_EQ(0, std::memcmp(slot, cs.data(), cb)) << "registered slot differs from the CPU's slice";
+          EXPECT_EQ(0, std::memcmp(ps.data(), cs.data(), cb)) << "copied slot differs from the CPU's slice";
+          for (size_t i = 0; i < ring_bytes; ++i) {
+            if (i < off || i >= off + mb) {
+              ASSERT_EQ(ring[i], 0xAB) << "byte " << i << " outside the slice written";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// reduce_encode (a ring step that reduces and sends): the sum and the slice
+// of reduce() then encode(), with one sync (fused step) or two calls, into a
+// registered slot and an ordinary one; a slice that does not decode is the
+// reduction's failure, and nothing is reported as encoded.
+TEST(CudaPrims, ReduceEncodeMatchesReduceThenEncode) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::I32, ElemType::I64}) {
+    const size_t es = codec::elem_size(t);
+    const size_t slice = prims::slice_elems_for(kSlot, es);
+    Wire w{WireMode::Coded, t, Predictor::Delta1};
+    prims::PrimsArgs a = make_args(w, 0);
+    a.enc.choice = codec::EncodeOptions::Choice::Auto;
+    a.enc.allow_rans = false;
+    std::vector<uint64_t> scr((slice * es + 7) / 8);
+    prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 2 * kSlot)),
+                                                            &std::free);
+    ASSERT_NE(ring_mem, nullptr);
+    prims::HostPins pins(true);
+    ASSERT_TRUE(pins.pin(ring_mem.get(), 2 * kSlot));
+    for (bool mapped : {false, true}) {
+      for (bool fused_step : {true, false}) {
+        SCOPED_TRACE(testing::Message() << "esize " << es << (mapped ? " registered slot" : " ordinary slot")
+                                        << (fused_step ? ", one sync" : ", reduce then encode"));
+        prims::DeviceSliceCodec dev(t, w.mode, a.enc, true, kSlot, slice, nullptr, mapped ? &pins : nullptr);
+        dev.set_fused_step(fused_step);
+        EXPECT_EQ(dev.fused_step(), fused_step);
+        std::vector<uint8_t> plain(kSlot);
+        uint8_t* slot = mapped ? ring_mem.get() + 64 : plain.data();
+        for (size_t n : {size_t(1), size_t(40), slice}) {
+          SCOPED_TRACE(testing::Message() << "n " << n);
+          const auto x = make_codes(t, n, 5 * n + 1), y = make_codes(t, n, 7 * n + 2);
+          std::vector<uint8_t> sum = y;
+          add_into(t, sum, x.data(), n);
+          std::vector<uint8_t> in(kSlot), want(kSlot);
+          size_t ib = 0, wb = 0;
+          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, in.data(), &ib), codec::Status::Ok);
+          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(sum.data()), n, want.data(), &wb), codec::Status::Ok);
+          DevBuf dy(n * es), dto(n * es);
+          to_device(dy.get(), y);
+          prims::SliceValues v;
+          size_t bytes = 0;
+          codec::Status rs = codec::Status::Unsupported, enc = codec::Status::Unsupported;
+          dev.reduce_encode(in.data(), ib, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v, slot, &bytes, &rs,
+                            &enc);
+          ASSERT_EQ(rs, codec::Status::Ok);
+          ASSERT_EQ(enc, codec::Status::Ok);
+          EXPECT_EQ(v.dense, dto.get());
+          EXPECT_EQ(from_device(dto.get(), n * es), sum);
+          ASSERT_EQ(bytes, wb);
+          EXPECT_EQ(0, std::memcmp(slot, want.data(), wb)) << "the sum's slice differs from the CPU's";
+          // A slice one byte short does not decode: the reduction's failure, nothing encoded.
+          dev.reduce_encode(in.data(), ib - 1, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v, slot, &bytes,
+                            &rs, &enc);
+          EXPECT_NE(rs, codec::Status::Ok);
+          EXPECT_EQ(bytes, 0u);
+          EXPECT_NE(enc, codec::Status::Ok);
+        }
+      }
+    }
+  }
+}
+
+// HostPins: ranges are looked up inside what was registered; a range is tried
+// once; disabled (NCCLZ_DEVICE_PIN=0) registers nothing and maps nothing.
+TEST(CudaPrims, HostPinsLookUpRegisteredRanges) {
+  SKIP_WITHOUT_GPU();
+  std::vector<uint8_t> mem(1 << 16), other(4096);
+  prims::HostPins pins(true);
+  EXPECT_FALSE(pins.pin(nullptr, 10));
+  EXPECT_FALSE(pins.pin(mem.data(), 0));
+  EXPECT_EQ(pins.device_pointer(mem.data(), 1), nullptr);
+  ASSERT_TRUE(pins.pin(mem.data(), mem.size()));
+  ASSERT_TRUE(pins.pin(mem.data() + 100, 200));  // inside: no second registration
+  EXPECT_EQ(pins.pinned_bytes(), mem.size());
+  uint8_t* d0 = static_cast<uint8_t*>(pins.device_pointer(mem.data(), mem.size()));
+  ASSERT_NE(d0, nullptr);
+  EXPECT_EQ(pins.device_pointer(mem.data() + 1000, 24), d0 + 1000);
+  EXPECT_EQ(pins.device_pointer(mem.data() + 1000, mem.size()), nullptr);  // runs past the range
+  EXPECT_EQ(pins.device_pointer(other.data(), 16), nullptr);
+  // A second owner of the same memory (another communicator of this process)
+  // finds it registered: page-locked, but not mapped for it.
+  {
+    prims::HostPins second(true);
+    EXPECT_FALSE(second.pin(mem.data(), mem.size()));
+    EXPECT_EQ(second.device_pointer(mem.data(), 16), nullptr);
+    EXPECT_EQ(second.pinned_bytes(), 0u);
+  }
+  EXPECT_EQ(pins.device_pointer(mem.data(), 16), d0);  // the first owner's registration stays
+  prims::HostPins off(false);
+  EXPECT_FALSE(off.pin(other.data(), other.size()));
+  EXPECT_EQ(off.device_pointer(other.data(), 16), nullptr);
+  EXPECT_EQ(off.pinned_bytes(), 0u);
+}
+
 TEST(CudaPrims, UnsupportedSlicesAndOptions) {
   SKIP_WITHOUT_GPU();
   const size_t slice = prims::slice_elems_for(kSlot, 4);

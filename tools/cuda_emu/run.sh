@@ -51,9 +51,10 @@ case "${1:-}" in
       echo "device ranks in the send/receive loops (test_cuda_prims.cpp), $v slice kernels:"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
     done
-    echo "device buffers through the communicator (test_cuda_comm.cpp), v3 (the default) and v2 slice kernels:"
+    echo "device buffers through the communicator (test_cuda_comm.cpp), v3 (the default) with registered slots,"
+    echo "and v2 slice kernels with unregistered ones (NCCLZ_DEVICE_PIN=0):"
     "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
-    NCCLZ_DEVICE_CODEC=v2 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.Lossy*:CudaComm.DeviceAndHost*'
+    NCCLZ_DEVICE_CODEC=v2 NCCLZ_DEVICE_PIN=0 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.Lossy*:CudaComm.DeviceAndHost*'
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"

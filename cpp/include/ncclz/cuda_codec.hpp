@@ -252,6 +252,13 @@ class DeviceCodec {
 /// d_out may be d_a or d_b. Other types: -Status::Unsupported.
 int add_codes_async(void* stream, codec::ElemType t, void* d_out, const void* d_a, const void* d_b, size_t n);
 
+/// Copies d_size[0] bytes from d_src to d_dst, a size known only on the
+/// device (an encode's output; d_dst: e.g. the device address of a mapped,
+/// page-locked host slot), unless *d_status is nonzero or the size exceeds
+/// `cap` (then nothing: the caller reads both back and reports it).
+int copy_sized_async(void* stream, void* d_dst, const void* d_src, const uint64_t* d_size, const int* d_status,
+                     size_t cap);
+
 /// Device scratch bytes decode_add_slice_async needs for slices of up to
 /// `count` codes (the v3 decoder's per-slice index and per-tile state).
 size_t decode_add_scratch_bytes(codec::ElemType code_t, uint32_t count);

@@ -99,6 +99,7 @@ typedef struct {
   double encodeSeconds, decodeSeconds, quantizeSeconds, waitSeconds, wallSeconds;
   double errorBound; /* E promised for the call (0 for exact modes) */
   int exactFallback; /* lossy call that ran exactly */
+  int onDevice;      /* this rank quantized and coded on the GPU (device buffers: ncclzSetBufferDevice, docs/GPU.md) */
 } ncclzCallStats_t;
 
 /* Made by one process (the future rank 0's), shared with the others out of band. */

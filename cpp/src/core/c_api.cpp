@@ -310,6 +310,7 @@ ncclzResult_t ncclzCommGetLastStats(const ncclzComm_t comm, ncclzCallStats_t* st
     stats->wallSeconds = s.wall_s;
     stats->errorBound = s.error_bound;
     stats->exactFallback = s.exact_fallback ? 1 : 0;
+    stats->onDevice = s.on_device ? 1 : 0;
   });
 }
 

@@ -119,6 +119,16 @@ int RingChannels::pick(size_t bytes) const {
 
 uint8_t* RingChannels::scratch(int c) { return static_cast<uint8_t*>(ch_[size_t(c)].scratch.get(slot_capacity_ + 64)); }
 
+namespace {
+
+/// A device rank's link: its slots registered with CUDA (once per ring; DeviceWork::pin_slots).
+void pin_link(DeviceWork* dw, const transport::SendConn* send, const transport::RecvConn* recv) {
+  if (send) dw->pin_slots(send->slot_memory());
+  if (recv) dw->pin_slots(recv->slot_memory());
+}
+
+}  // namespace
+
 prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int channel, size_t slot_bytes) {
   return args_of(w, call, rank, channel, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes));
 }
@@ -132,6 +142,7 @@ prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
     const size_t slot = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_);
     const size_t slice = prims::slice_elems_for(slot, codec::elem_size(w.type));
     d.device = w.device->slices(c, a, slot, slice);
+    pin_link(w.device, ch.send, ch.recv);
     return prims::Prims(ch.send, ch.recv, d, &call.ch[size_t(c)],
                         w.device->scratch(c, slice * codec::elem_size(w.type)));
   }
@@ -237,6 +248,11 @@ void RingChannels::run_peer_schedule(const Collective& cd, const void* src, void
   }
   const int lanes = std::max(1, std::min(nch, nranks_ - 1));
   call.slice_bytes = slot_bytes_;
+  if (w.device) {
+    for (int q = 0; q < nranks_; ++q) {
+      if (const transport::PeerLink* l = peers_->link(q)) pin_link(w.device, l->send.get(), l->recv.get());
+    }
+  }
   run(lanes, call, [&](int c) {
     // The links' slots are the ordinary size (w.slice_bytes, larger slices of
     // mostly-zero sums, are for the rings), and channel -1 names them in errors.
@@ -282,6 +298,7 @@ prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::C
     // (the point-to-point calls' own entry of the DeviceWork).
     const size_t slice = prims::slice_elems_for(a.slice_bytes, codec::elem_size(w.type));
     a.device = w.device->slices(DeviceWork::kPointToPoint, a, a.slice_bytes, slice);
+    pin_link(w.device, l.send.get(), l.recv.get());
     return prims::Prims(l.send.get(), l.recv.get(), a, st,
                         w.device->scratch(DeviceWork::kPointToPoint, slice * codec::elem_size(w.type)));
   }

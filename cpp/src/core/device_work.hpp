@@ -31,7 +31,11 @@
 //
 // Memory: the codes, the channels' scratch slices and the slice codecs are
 // device memory this object owns, grown on demand, never per call once a
-// size was seen. Streams: each slice codec has its own stream, this object
+// size was seen. The transport's slots a device call uses are registered
+// with CUDA once (pin_slots, prims::HostPins: DMA copies, and encodes write
+// slices into them from the device) and unregistered when this object goes
+// (before the links: core::Runtime's member order); NCCLZ_DEVICE_PIN=0 leaves
+// them pageable. Streams: each slice codec has its own stream, this object
 // one more; every method returns after its work finished (the call is
 // synchronous, as every ncclz call): the caller orders its own work before
 // the call (the Python layer synchronises the framework's current stream).
@@ -49,6 +53,7 @@
 #include "ncclz/codec/format.hpp"
 #include "prims/device_slices.hpp"
 #include "prims/prims.hpp"
+#include "transport/transport.hpp"
 
 namespace ncclz::core {
 
@@ -85,6 +90,11 @@ class DeviceWork {
   /// change), and its device scratch slice (slice_elems elements).
   virtual prims::DeviceSlices* slices(int c, const prims::PrimsArgs& a, size_t slot_bytes, size_t slice_elems) = 0;
   virtual void* scratch(int c, size_t bytes) = 0;
+  /// Registers a connection's slots with CUDA (once per range; best effort:
+  /// where it fails the copies stay staged by the driver). Thread-safe.
+  virtual void pin_slots(const transport::SlotMemory& m) = 0;
+  /// Bytes of slots registered so far.
+  virtual size_t pinned_bytes() const = 0;
 };
 
 /// The calling thread's buffer device for the calls it makes (-1: host

@@ -8,26 +8,28 @@
 // codec points instead of SliceCodec's (same contract, same wire bytes):
 //
 //   memory   received and outgoing slot bytes: host memory (the transport's
-//            slots; page-locked where registered, pageable otherwise: every
-//            copy below is a cudaMemcpyAsync, correct either way);
+//            slots; page-locked and mapped where registered, HostPins:
+//            then copies are DMA and a coded encode writes its slice into
+//            the slot from the device; pageable otherwise: every copy is a
+//            cudaMemcpyAsync, correct either way);
 //            values (the verbs' src and dst, the Prims scratch, `to`,
 //            `local`, SliceValues::dense): device memory; the codec's own
 //            staging: device memory it owns (nothing is allocated per call).
 //   stream   every copy and kernel goes on the codec's stream (its own, or
 //            the caller's, e.g. the framework's current stream), in order.
 //   sync     each call returns only after its work on the stream finished
-//            (one cudaStreamSynchronize per call, two for a coded encode:
-//            the slice's size is read back before its bytes are copied):
+//            (one cudaStreamSynchronize per call; two for a coded encode
+//            into an unregistered slot: the slice's size is read back
+//            before its bytes are copied):
 //            the step then releases the received slot and posts the
 //            outgoing one, so a slot's bytes are never read or written by
 //            the device after the peer may reuse them.
 //
 // So only the slices' bytes cross PCIe (coded bytes in Coded mode). What is
 // not there yet (docs/GPU.md, "Where the device codec goes next"): lists of
-// nonzeros (no Stage on a device rank), the fused decode-and-add as the
-// default (it is v3's: on with NCCLZ_DEVICE_CODEC=v3), writing into
-// mapped slots directly (one copy each way instead), overlap of the next
-// slice's coding with the current slot's transfer inside one rank.
+// nonzeros (no Stage on a device rank), decoding from a mapped slot
+// directly (one DMA copy into staging instead), overlap of the next slice's
+// coding with the current slot's transfer inside one rank.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +38,7 @@
 #include <string>
 
 #include "codec/slice.hpp"
+#include "prims/host_pins.hpp"
 #include "prims/slice_codec.hpp"
 
 namespace ncclz::prims {
@@ -57,6 +60,19 @@ class DeviceSlices {
   virtual codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) = 0;
   /// bytes from src to dst, both device memory (the COPY verbs' output).
   virtual codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
+  /// reduce() into `to`, then encode() of the sum into `slot`, for a step
+  /// that reduces and sends: *reduce_status is reduce's status, and
+  /// *encode_status encode's where the reduction succeeded. An
+  /// implementation may run both before one synchronisation (the received
+  /// slot is read and the outgoing one written when it returns).
+  virtual void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                             SliceValues* v, uint8_t* slot, size_t* bytes, codec::Status* reduce_status,
+                             codec::Status* encode_status) {
+    *bytes = 0;
+    *encode_status = codec::Status::Unsupported;
+    *reduce_status = reduce(in, len, n, local, to, v);
+    if (*reduce_status == codec::Status::Ok) *encode_status = encode(*v, n, slot, bytes);
+  }
   /// The CUDA error the last failed call failed with ("" where it failed on
   /// the data): the step then reports a device failure, not a corrupt slice.
   virtual std::string device_error() const { return {}; }
@@ -83,12 +99,14 @@ class DeviceSlices {
 /// (the decoded incoming slice of a reduction), a device word for the size
 /// and status, and page-locked host words they are read back into: all
 /// allocated here, none per call. One object per Prims, used by its thread.
+/// `pins` (may be null; outlives the codec): the registered slots, looked up
+/// per encode.
 class DeviceSliceCodec final : public DeviceSlices {
  public:
   /// Throws InvalidArgument for a configuration it does not code (and says
   /// which), Error for a CUDA failure (with the CUDA error).
   DeviceSliceCodec(codec::ElemType type, WireMode mode, const codec::EncodeOptions& enc, bool int_sum,
-                   size_t slot_bytes, size_t slice_elems, void* stream = nullptr);
+                   size_t slot_bytes, size_t slice_elems, void* stream = nullptr, const HostPins* pins = nullptr);
   ~DeviceSliceCodec() override;
   DeviceSliceCodec(const DeviceSliceCodec&) = delete;
   DeviceSliceCodec& operator=(const DeviceSliceCodec&) = delete;
@@ -99,6 +117,10 @@ class DeviceSliceCodec final : public DeviceSlices {
                        SliceValues* out) override;
   codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) override;
   codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  /// Reduce's and encode's work on the stream, then one synchronisation
+  /// (unless set_fused_step(false)).
+  void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to, SliceValues* v,
+                     uint8_t* slot, size_t* bytes, codec::Status* reduce_status, codec::Status* encode_status) override;
 
   /// The CUDA error (a cudaError_t) the last call failed with, 0 if none: a
   /// call that fails in CUDA returns Status::Unsupported and sets it.
@@ -113,6 +135,10 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// so that the default follows the kernels a GPU run has proven. Same bits.
   bool fused() const { return fused_; }
   void set_fused(bool on) { fused_ = on; }
+  /// Whether reduce_encode() synchronises once for both (the default) or
+  /// runs reduce() and encode() (NCCLZ_DEVICE_FUSED_STEP=0, an A/B switch).
+  bool fused_step() const { return fused_step_; }
+  void set_fused_step(bool on) { fused_step_ = on; }
 
  private:
   /// The predictor slice values are Block-coded with. The seam for the
@@ -126,9 +152,25 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// the status back (syncs): the decoder's status, Corrupt for bytes after
   /// the slice, Unsupported on a CUDA error.
   codec::Status decode_staged(const uint8_t* in, size_t len, size_t n, uint8_t* to);
-  /// After a decode's launch (r: its return value): reads the device status
-  /// back (syncs) and checks that the slice fills the slot; the header in *h.
-  codec::Status finish_decode(int r, const uint8_t* in, size_t len, codec::SliceHeader* h);
+  /// After a decode's launch (r: its return value): enqueues the read-back
+  /// of the decoder's status (Ok, or the failure).
+  codec::Status read_decode_status(int r);
+  /// After the sync: the decoder's status, and whether the slice fills the
+  /// slot (Corrupt otherwise); the header in *h.
+  codec::Status decoded(const uint8_t* in, size_t len, codec::SliceHeader* h) const;
+  /// reduce()'s work enqueued (no sync); Ok, or why it could not be.
+  codec::Status reduce_async(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
+                             SliceValues* out);
+  /// reduce()'s end after the sync (statuses; the incoming predictor).
+  codec::Status reduced(const uint8_t* in, size_t len, SliceValues* out) const;
+  /// encode()'s work enqueued (no sync): *d_slot is the registered slot's
+  /// device address the slice was copied to, or null (copied after the sync).
+  codec::Status encode_async(const SliceValues& v, size_t n, uint8_t* out, void** d_slot);
+  /// encode()'s end after the sync: statuses, size, and the slice's copy
+  /// into an unregistered slot (a second sync).
+  codec::Status encoded(size_t n, uint8_t* out, const void* d_slot, size_t* bytes);
+  /// Device status word i (kEncStatus, kDecStatus in the .cu file).
+  int* status_word(int i) const;
   codec::Status fail(int cuda_error);
   bool sync();
 
@@ -143,7 +185,9 @@ class DeviceSliceCodec final : public DeviceSlices {
   size_t esize_;
   int cuda_error_ = 0;
   bool fused_ = false;
+  bool fused_step_ = true;
   bool selects_ = false;  ///< encode() runs the device selector (enc.choice Auto, Raw or Sparse)
+  const HostPins* pins_ = nullptr;
 };
 
 }  // namespace ncclz::prims

@@ -160,16 +160,31 @@ size_t Prims::encode(const SliceValues& v, size_t n, uint8_t* out) {
   size_t bytes = 0;
   const codec::Status s = dev_ ? dev_->encode(v, n, out, &bytes) : codec_.encode(v, n, out, &bytes);
   st_->encode_s += seconds_since(t0);
-  if (s != codec::Status::Ok) {
-    const std::string what =
-        v.is_list ? "a list of " + std::to_string(v.list.k) + " nonzeros of a " + std::to_string(n) + "-element slice"
-                  : "a slice of " + std::to_string(n) + " elements";
-    throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) + ": encoding " +
-                what + " for rank " + std::to_string(send_->peer()) + " failed: " + codec::status_string(s) +
-                (dev_ && !dev_->device_error().empty() ? " on the device: " + dev_->device_error()
-                                                       : " (a forced codec that does not accept this element type?)"));
-  }
+  check_encoded(v, n, s);
   return bytes;
+}
+
+void Prims::check_encoded(const SliceValues& v, size_t n, codec::Status s) const {
+  if (s == codec::Status::Ok) return;
+  const std::string what =
+      v.is_list ? "a list of " + std::to_string(v.list.k) + " nonzeros of a " + std::to_string(n) + "-element slice"
+                : "a slice of " + std::to_string(n) + " elements";
+  throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) + ": encoding " +
+              what + " for rank " + std::to_string(send_->peer()) + " failed: " + codec::status_string(s) +
+              (dev_ && !dev_->device_error().empty() ? " on the device: " + dev_->device_error()
+                                                     : " (a forced codec that does not accept this element type?)"));
+}
+
+SliceValues Prims::reduce_encode(const transport::SlotView& in, size_t n, const SliceValues& local, uint8_t* dst,
+                                 uint8_t* out, size_t* bytes) {
+  const auto t0 = Clock::now();
+  SliceValues v;
+  codec::Status rs = codec::Status::Ok, es = codec::Status::Ok;
+  dev_->reduce_encode(in.data, in.bytes, n, local, reduce_to(nullptr, dst), &v, out, bytes, &rs, &es);
+  st_->encode_s += seconds_since(t0);  // the reduction's share too: they end in one sync
+  check_decoded(in, n, rs);
+  check_encoded(v, n, es);
+  return v;
 }
 
 void Prims::output(const SliceValues& v, uint8_t* dst, size_t n) {
@@ -210,10 +225,20 @@ SliceValues Prims::step(const SliceValues& local, const uint8_t* src, uint8_t* d
       std::memcpy(out, in.data, in.bytes);
       post_out(in.bytes, n);
       v = decode(in, n, dst);
-    } else if constexpr (kRed) {
+    } else if constexpr (kRed && kS) {
+      if (dev_) {
+        // A device rank reduces and encodes before one sync (DeviceSlices::reduce_encode).
+        out = acquire_out();
+        size_t bytes = 0;
+        v = reduce_encode(in, n, local, kC ? dst : nullptr, out, &bytes);
+        release_in();
+        post_out(bytes, n);
+        return v;
+      }
       // Mode none: the values are the slot bytes, so the sum goes straight into the outgoing slot.
-      // (Not on a device rank: its sum goes to device memory.)
-      if (kS && codec_.mode() == WireMode::Raw && !dev_) out = acquire_out();
+      if (codec_.mode() == WireMode::Raw) out = acquire_out();
+      v = reduce(in, n, local, src, out, kC ? dst : nullptr);
+    } else if constexpr (kRed) {
       v = reduce(in, n, local, src, out, kC ? dst : nullptr);
     } else {
       v = decode(in, n, dst);

@@ -225,6 +225,13 @@ class Prims {
   size_t encode(const SliceValues& v, size_t n, uint8_t* out);
   /// Throws CorruptData naming rank, channel and peer unless s is Ok.
   void check_decoded(const transport::SlotView& in, size_t n, codec::Status s) const;
+  /// Throws the encode failure s (Ok: nothing).
+  void check_encoded(const SliceValues& v, size_t n, codec::Status s) const;
+  /// A device rank's reduction and encoding of one slice into `out`
+  /// (DeviceSlices::reduce_encode), *bytes encoded; throws as reduce() and
+  /// encode() do.
+  SliceValues reduce_encode(const transport::SlotView& in, size_t n, const SliceValues& local, uint8_t* dst,
+                            uint8_t* out, size_t* bytes);
 
   transport::SendConn* send_;
   transport::RecvConn* recv_;

@@ -302,6 +302,7 @@ class RingSendConn final : public SendConn, public RingEnd {
   void flush(Clock::time_point deadline) override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }
   int peer() const override { return label_.peer; }
+  SlotMemory slot_memory() const override { return {ring_.data, ring_.stride * ring_.nslots}; }
   const RingView& ring() const { return ring_; }
   /// Whether the other side released every slot posted so far (the socket
   /// transport's proxy: wrote it to the socket).
@@ -332,6 +333,7 @@ class RingRecvConn final : public RecvConn, public RingEnd {
   void release() override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }
   int peer() const override { return label_.peer; }
+  SlotMemory slot_memory() const override { return {ring_.data, ring_.stride * ring_.nslots}; }
 
  private:
   std::shared_ptr<void> owner_;

@@ -83,6 +83,16 @@ struct AbortFlag {
   std::mutex mu;
 };
 
+/// Where a connection's slots live: one range of host memory holding all of
+/// them ({nullptr, 0} where the transport does not say). A rank whose values
+/// are on a GPU registers it with CUDA (core::DeviceWork::pin_slots): its
+/// copies to and from the slots are then DMA from page-locked memory, and the
+/// device can write a slot directly.
+struct SlotMemory {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 /// Sending end of a connection.
 class SendConn {
  public:
@@ -98,6 +108,8 @@ class SendConn {
   virtual void flush(Clock::time_point deadline) = 0;
   virtual size_t slot_bytes() const = 0;
   virtual int peer() const = 0;
+  /// The memory holding every slot acquire() returns (see SlotMemory).
+  virtual SlotMemory slot_memory() const { return {}; }
 };
 
 /// A posted slot as the receiver sees it.
@@ -118,6 +130,8 @@ class RecvConn {
   virtual void release() = 0;
   virtual size_t slot_bytes() const = 0;
   virtual int peer() const = 0;
+  /// The memory holding every slot wait() returns (see SlotMemory).
+  virtual SlotMemory slot_memory() const { return {}; }
 };
 
 /// One send and one receive connection with a peer, on one channel.

@@ -78,7 +78,12 @@ inline uint3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;
 
 // ---- runtime API ----------------------------------------------------------
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorHostMemoryAlreadyRegistered = 712
+};
 enum cudaMemcpyKind {
   cudaMemcpyHostToHost,
   cudaMemcpyHostToDevice,
@@ -287,6 +292,40 @@ inline cudaError_t cudaMallocHost(void** p, size_t n) {
 inline cudaError_t cudaFreeHost(void* p) {
   std::free(p);
   return cudaSuccess;
+}
+// Registering host memory (page-locking it, mapping it for the device): host
+// memory is what the emulated device reads and writes already, so the device
+// pointer of a registered range is the host pointer.
+// As CUDA, a range that overlaps a registered one is refused (ranks as threads
+// share their rings), and only a registered start address unregisters.
+enum { cudaHostRegisterDefault = 0, cudaHostRegisterPortable = 1, cudaHostRegisterMapped = 2 };
+namespace emu {
+inline std::mutex& host_registry_mu() {
+  static std::mutex m;
+  return m;
+}
+inline std::map<uintptr_t, size_t>& host_registry() {
+  static std::map<uintptr_t, size_t> r;
+  return r;
+}
+}  // namespace emu
+inline cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
+  if (!p || !n) return cudaErrorInvalidValue;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + n;
+  std::lock_guard<std::mutex> lk(emu::host_registry_mu());
+  for (const auto& [a, len] : emu::host_registry()) {
+    if (lo < a + len && a < hi) return cudaErrorHostMemoryAlreadyRegistered;
+  }
+  emu::host_registry()[lo] = n;
+  return cudaSuccess;
+}
+inline cudaError_t cudaHostUnregister(void* p) {
+  std::lock_guard<std::mutex> lk(emu::host_registry_mu());
+  return emu::host_registry().erase(reinterpret_cast<uintptr_t>(p)) ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
+  *d = h;
+  return h ? cudaSuccess : cudaErrorInvalidValue;
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
   emu::DeviceAccess on;
