@@ -76,9 +76,9 @@ constexpr size_t kOneRingSliceBytes = size_t(128) << 10;
 ///     allgathered at creation). There a second ring only adds a thread that
 ///     must be scheduled at every step, and slot-sized slices leave a ring
 ///     step one slice with nothing to pipeline: 4 ranks on 2 CPUs, float32
-///     sum, 1 MiB 742 -> 635 us, 4 MiB 2057 -> 1835, 16 MiB 9221 -> 7722,
-///     64 MiB 40392 -> 36226; 2 ranks on 2 CPUs 1 MiB 340 -> 148, 16 MiB
-///     6049 -> 4240 (bench/results/latency.md);
+///     sum, 1 MiB 801 -> 659 us, 4 MiB 2185 -> 1958, 16 MiB 9563 -> 7852,
+///     64 MiB 39593 -> 38029; 2 ranks on 2 CPUs 1 MiB 193 -> 164, 16 MiB
+///     2779 -> 2244 (bench/results/latency.md);
 ///   - else today's shape: nchannels rings of slot_bytes slices.
 /// Set values are kept (exact_nchannels at most nchannels, exact_slice_bytes
 /// at most slot_bytes). Per call, an exact ring call of `bytes` runs
