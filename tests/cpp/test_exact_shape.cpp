@@ -68,35 +68,40 @@ CommConfig with_channels(int nchannels, size_t slot) {
 TEST(ExactShape, TheRuleResolves) {
   // Auto channels and some rank short of cores: one ring of 128 KiB slices.
   CommConfig c = with_channels(2, size_t(1) << 20);
-  core::resolve_exact_shape(c, true, true);
+  core::resolve_exact_shape(c, true, true, false);
   EXPECT_EQ(c.exact_nchannels, 1);
   EXPECT_EQ(c.exact_slice_bytes, core::kOneRingSliceBytes);
   // Cores enough: today's shape.
   c = with_channels(4, size_t(1) << 20);
-  core::resolve_exact_shape(c, true, false);
+  core::resolve_exact_shape(c, true, false, false);
   EXPECT_EQ(c.exact_nchannels, 4);
   EXPECT_EQ(c.exact_slice_bytes, size_t(1) << 20);
   // A channel count the user set: kept for exact calls too.
   c = with_channels(2, size_t(1) << 20);
-  core::resolve_exact_shape(c, false, true);
+  core::resolve_exact_shape(c, false, true, false);
+  EXPECT_EQ(c.exact_nchannels, 2);
+  EXPECT_EQ(c.exact_slice_bytes, size_t(1) << 20);
+  // Sockets: today's shape.
+  c = with_channels(2, size_t(1) << 20);
+  core::resolve_exact_shape(c, true, true, true);
   EXPECT_EQ(c.exact_nchannels, 2);
   EXPECT_EQ(c.exact_slice_bytes, size_t(1) << 20);
   // Slots smaller than the one ring's slices: the slots' size.
   c = with_channels(2, 4096);
-  core::resolve_exact_shape(c, true, true);
+  core::resolve_exact_shape(c, true, true, false);
   EXPECT_EQ(c.exact_nchannels, 1);
   EXPECT_EQ(c.exact_slice_bytes, 4096u);
   // Set values win, within [1, nchannels] and at most slot_bytes.
   c = with_channels(3, 65536);
   c.exact_nchannels = 2;
   c.exact_slice_bytes = 8192;
-  core::resolve_exact_shape(c, true, true);
+  core::resolve_exact_shape(c, true, true, false);
   EXPECT_EQ(c.exact_nchannels, 2);
   EXPECT_EQ(c.exact_slice_bytes, 8192u);
   c = with_channels(3, 65536);
   c.exact_nchannels = 9;
   c.exact_slice_bytes = 1 << 20;
-  core::resolve_exact_shape(c, false, false);
+  core::resolve_exact_shape(c, false, false, false);
   EXPECT_EQ(c.exact_nchannels, 3);
   EXPECT_EQ(c.exact_slice_bytes, 65536u);
 }

@@ -502,13 +502,14 @@ def test_exact_shape_is_agreed(tmp_path, monkeypatch):
     cores for two rings (here rank 0 alone, by NCCLZ_CORES_PER_RANK): every rank agrees, whatever its
     own cores, and reports the shape; results are the same on every rank and lossless equals none.
     Compressed calls keep the communicator's rings and slot-sized slices. With cores enough on every
-    rank, exact calls keep that shape too."""
+    rank, or on sockets, exact calls keep that shape too."""
     for k in ("NCCLZ_NCHANNELS", "NCCLZ_EXACT_NCHANNELS", "NCCLZ_EXACT_SLICE_BYTES", "NCCLZ_SLOT_BYTES"):
         monkeypatch.delenv(k, raising=False)
     short = {0: {"NCCLZ_CORES_PER_RANK": "0.5"}, 1: {"NCCLZ_CORES_PER_RANK": "100"}, 2: {"NCCLZ_CORES_PER_RANK": "3"}}
     enough = {r: {"NCCLZ_CORES_PER_RANK": "2"} for r in range(3)}
-    for rank_env, shape in ((short, (1, 128 << 10)), (enough, (2, 1 << 20))):
-        ranks = run_ranks(tmp_path, "exact_shape", 3, "shm", rank_env=rank_env, timeout=120)
+    cases = ((short, "shm", (1, 128 << 10)), (enough, "shm", (2, 1 << 20)), (short, "socket", (2, 1 << 20)))
+    for rank_env, transport, shape in cases:
+        ranks = run_ranks(tmp_path, "exact_shape", 3, transport, rank_env=rank_env, timeout=120)
         ranks.assert_ok()
         for res in ranks.results:
             cfg = res["config"]

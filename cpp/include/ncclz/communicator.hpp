@@ -142,8 +142,9 @@ struct CommConfig {
   size_t sparse_slice_bytes = 0;
   /// The most rings an exact ring call (none, lossless) runs on
   /// (NCCLZ_EXACT_NCHANNELS); 0: agreed at creation: 1 where nchannels is
-  /// unset and some rank has fewer cores than two rings need (its share of
-  /// its host; NCCLZ_CORES_PER_RANK), else nchannels. At most nchannels.
+  /// unset, some rank has fewer cores than two rings need (its share of its
+  /// host; NCCLZ_CORES_PER_RANK) and the transport is not sockets, else
+  /// nchannels. At most nchannels.
   int exact_nchannels = 0;
   /// Data bytes of the slices of exact ring calls (NCCLZ_EXACT_SLICE_BYTES,
   /// >= 1024); 0: agreed at creation: 128 KiB where exact calls run one ring

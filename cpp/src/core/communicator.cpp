@@ -229,21 +229,21 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // smallest, so that no rank runs more rings than its cores can drive. The
   // same round says whether some rank is short of cores for two rings, which
   // fixes the exact calls' shape (core::resolve_exact_shape) the same way on
-  // every rank, whatever each one's CPUs or NCCLZ_CORES_PER_RANK.
+  // every rank, whatever each one's CPUs or NCCLZ_CORES_PER_RANK (resolved
+  // once the transport is known, below).
+  const bool auto_channels = cfg.nchannels == 0;
+  bool short_of_cores = false;
   {
-    const bool auto_channels = cfg.nchannels == 0;
     const int64_t mine_p[2] = {core::proposed_channels(topo.local_size),
                                core::rings_share_cores(topo.local_size) ? 1 : 0};
     std::vector<int64_t> proposals(static_cast<size_t>(size_) * 2, 0);
     boot_->allgather(mine_p, sizeof mine_p, proposals.data());
-    bool short_of_cores = false;
     int64_t fewest = mine_p[0];
     for (int r = 0; r < size_; ++r) {
       fewest = std::min(fewest, proposals[2 * size_t(r)]);
       short_of_cores = short_of_cores || proposals[2 * size_t(r) + 1] != 0;
     }
     if (auto_channels) cfg.nchannels = int(fewest);
-    core::resolve_exact_shape(cfg, auto_channels, short_of_cores);
   }
 
   // How the waits wait before they sleep (CommConfig::spin_us, Transport::
@@ -273,6 +273,8 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   transport_ = transport::create_transport(*boot_, tc, abort_);
   transport_->set_wait(wait_pauses_, int64_t(cfg.spin_us) * 1000);
   cfg.transport = transport::kind_name(transport_->kind());
+  // Every rank has the same transport kind, so every rank resolves the same shape.
+  core::resolve_exact_shape(cfg, auto_channels, short_of_cores, transport_->kind() == transport::Kind::Socket);
   // The ring links' slots hold the larger slices too, except where slots are
   // reserved memory (shared memory: posix_fallocate'd for the whole ring):
   // there mostly-zero sums keep the ordinary slices. Every rank has the same

@@ -96,8 +96,8 @@ int proposed_channels(int local_size) {
 
 bool rings_share_cores(int local_size) { return int(std::floor(cores_per_rank(local_size))) < kMinAutoChannels; }
 
-void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_cores) {
-  const bool one_ring = auto_channels && short_of_cores;
+void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_cores, bool sockets) {
+  const bool one_ring = auto_channels && short_of_cores && !sockets;
   if (cfg.exact_nchannels <= 0) cfg.exact_nchannels = one_ring ? 1 : cfg.nchannels;
   cfg.exact_nchannels = std::clamp(cfg.exact_nchannels, 1, std::max(cfg.nchannels, 1));
   if (cfg.exact_slice_bytes == 0) cfg.exact_slice_bytes = one_ring ? kOneRingSliceBytes : cfg.slot_bytes;
