@@ -4,7 +4,9 @@
     python bench/gpu_ranks.py --device cpu --ranks 2 --sizes 4M --gbps 1 --reps 2   # a rehearsal, no GPU
     python bench/gpu_ranks.py --ranks 2,4 --sizes 64M,256M --dtypes float32,bfloat16 --gbps 1,10,25
 
-Ranks are processes on this machine (this script, run with --worker), every one on GPU 0
+Ranks are processes on this machine (this script, run with --worker), or with --threads threads of
+this process (one CUDA context: without MPS the GPU time-slices the contexts of several processes,
+so their short kernels queue behind each other), every one on GPU 0
 (torch.cuda; the machine this was written for has one GPU), over the socket transport
 (NCCLZ_TRANSPORT=socket) paced by NCCLZ_SOCKET_THROTTLE_GBPS, i.e. link emulation without latency
 or loss (docs/ENVIRONMENT.md). Each case (ranks, Gbit/s, dtype, size, data) runs the modes side by
@@ -48,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -124,10 +127,12 @@ def smooth_input(torch, nd, rank: int, count: int, dev):
 
 
 # ---- rank side -------------------------------------------------------------------------------------
-def worker(args) -> int:
-    rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    deadline = float(os.environ["GPU_RANKS_DEADLINE"])
-    ports = [int(p) for p in os.environ["GPU_RANKS_PORTS"].split(",")]
+def worker(args, env=None) -> int:
+    """One rank (a process: --worker; or a thread: --threads, with its own `env`)."""
+    env = os.environ if env is None else env
+    rank, n = int(env["RANK"]), int(env["WORLD_SIZE"])
+    deadline = float(env["GPU_RANKS_DEADLINE"])
+    ports = [int(p) for p in env["GPU_RANKS_PORTS"].split(",")]
     res_path = os.path.join(args.worker, f"rank{rank}.json")
     res: dict = {"rank": rank, "rows": [], "skipped": [], "error": None}
 
@@ -263,11 +268,26 @@ def run_group(args, nranks: int, deadline: float, tmp: str) -> tuple:
                NCCLZ_TOKEN=f"gpu_ranks{os.getpid()}", NCCLZ_TIMEOUT=str(args.rank_timeout),
                GPU_RANKS_DEADLINE=str(deadline), GPU_RANKS_PORTS=",".join(map(str, ports)),
                PYTHONUNBUFFERED="1")
-    procs = []
-    for r in range(nranks):
-        procs.append(subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
     errors = []
     hard = deadline + args.grace  # a case that started in time may run past the deadline
+    if args.threads:
+        # Ranks as threads of this process: one CUDA context, each rank's channels on their own
+        # streams, so the GPU runs their kernels side by side instead of time-slicing processes.
+        # The settings every rank shares go to this process's environment (the ranks read them
+        # there when their communicators start).
+        args.worker = gdir
+        os.environ.update({k: v for k, v in env.items() if k.startswith("NCCLZ_")})
+        threads = [threading.Thread(target=worker, args=(args, dict(env, RANK=str(r), LOCAL_RANK=str(r))),
+                                    daemon=True) for r in range(nranks)]
+        for t in threads:
+            t.start()
+        for r, t in enumerate(threads):
+            t.join(timeout=max(1.0, hard - time.time()))
+            if t.is_alive():
+                errors.append(f"{nranks} ranks: rank {r} still running at the hard deadline (a thread: not killed)")
+        procs = []
+    else:
+        procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nranks)]
     for r, p in enumerate(procs):
         try:
             p.wait(timeout=max(1.0, hard - time.time()))
@@ -286,7 +306,8 @@ def run_group(args, nranks: int, deadline: float, tmp: str) -> tuple:
             with open(f) as fh:
                 res = json.load(fh)
         if res is None:
-            errors.append(f"{nranks} ranks: rank {r} wrote no result (exit code {procs[r].returncode})")
+            code = procs[r].returncode if procs else "none: a thread"
+            errors.append(f"{nranks} ranks: rank {r} wrote no result (exit code {code})")
         elif res.get("error"):
             errors.append(res["error"] + "\n" + res.get("traceback", ""))
         results.append(res)
@@ -359,6 +380,8 @@ def main() -> int:
     ap.add_argument("--rank-timeout", type=float, default=60.0, help="NCCLZ_TIMEOUT of the ranks")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
+    ap.add_argument("--threads", action="store_true",
+                    help="ranks as threads of this process (one CUDA context) instead of processes")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     for d in args.data:
@@ -407,6 +430,7 @@ def main() -> int:
             dev_name = dev_name or name
     bad = check_rows(rows)
     head = (f"gpu_ranks: {dev_name or args.device}, socket transport throttled, Lossy(rel={args.rel:g}), "
+            f"ranks as {'threads of one process' if args.threads else 'processes'}, "
             f"median of {args.reps} after a warm-up, slowest rank; {time.time() - start:.0f} s")
     md = [head, "", table(rows)]
     if skipped:

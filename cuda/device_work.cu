@@ -141,10 +141,11 @@ class DeviceWorkImpl final : public DeviceWork {
   }
 
   size_t quantize(ElemType t, double eb, double check_eb, int64_t limit, bool wide, const void* d_x, size_t n,
-                  void* d_q) override {
+                  void* d_q, bool exact_check) override {
     here();
     const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
-    check(dc_.quantize_checked_async(d_x, t, n, eb, check_eb, limit, d_q, ct, d_count_), dev_, "quantizing");
+    check(dc_.quantize_checked_async(d_x, t, n, eb, check_eb, limit, d_q, ct, d_count_, exact_check), dev_,
+          "quantizing");
     check(int(cudaMemcpyAsync(h_count_, d_count_, sizeof(uint64_t), cudaMemcpyDeviceToHost, stream())), dev_,
           "reading the outlier count back");
     check(dc_.synchronize(), dev_, "quantizing");

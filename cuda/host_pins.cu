@@ -24,7 +24,14 @@ bool HostPins::pin(void* p, size_t bytes) {
   Range r;
   r.lo = lo;
   r.hi = hi;
-  if (enabled_) {
+  // Registered already (another communicator of this process: ranks as
+  // threads share their rings)? Asked first, so that no CUDA call fails (a
+  // failed call is an error to compute-sanitizer).
+  cudaPointerAttributes at{};
+  const cudaError_t ae = cudaPointerGetAttributes(&at, p);
+  if (ae != cudaSuccess) (void)cudaGetLastError();  // not left for a later launch check to find
+  const bool registered = ae == cudaSuccess && at.type == cudaMemoryTypeHost;
+  if (enabled_ && !registered) {
     cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped);
     if (e == cudaSuccess) {
       r.ours = true;
@@ -33,10 +40,7 @@ bool HostPins::pin(void* p, size_t bytes) {
       if (e == cudaSuccess) r.dev = reinterpret_cast<uintptr_t>(d);
     }
     if (e == cudaErrorHostMemoryAlreadyRegistered) {
-      // Another communicator of this process registered it (ranks as threads
-      // share their rings): page-locked already, so copies are DMA; its device
-      // address is not used here, since the other owner unregisters it when
-      // it goes.
+      // Part of it was (see below).
       (void)cudaGetLastError();
     } else if (e != cudaSuccess) {
       // Not fatal: the codecs copy through the driver's staging instead.
@@ -47,6 +51,9 @@ bool HostPins::pin(void* p, size_t bytes) {
       (void)cudaGetLastError();
     }
   }
+  // A range another owner registered: page-locked already, so copies are DMA;
+  // its device address is not used here, since that owner unregisters it when
+  // it goes.
   ranges_.push_back(r);  // tried once, whatever came of it
   return r.dev != 0;
 }

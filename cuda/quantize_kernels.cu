@@ -123,13 +123,14 @@ int DeviceCodec::quantize_async(const void* d_x, ElemType t, size_t n, double eb
 }
 
 int DeviceCodec::quantize_checked_async(const void* d_x, ElemType t, size_t n, double eb, double check_eb,
-                                        int64_t limit, void* d_q, ElemType code_t, uint64_t* d_outlier_count) {
-  return quantize_grid_async(d_x, t, n, eb, check_eb, limit, d_q, code_t, d_outlier_count, nullptr, 0);
+                                        int64_t limit, void* d_q, ElemType code_t, uint64_t* d_outlier_count,
+                                        bool exact_check) {
+  return quantize_grid_async(d_x, t, n, eb, check_eb, limit, d_q, code_t, d_outlier_count, nullptr, 0, exact_check);
 }
 
 int DeviceCodec::quantize_grid_async(const void* d_x, ElemType t, size_t n, double eb, double check_eb, int64_t limit,
                                      void* d_q, ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx,
-                                     size_t idx_cap) {
+                                     size_t idx_cap, bool exact_check) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   if (status_) return status_;
   if (!(eb > 0) || !(eb < 1e300) || !(check_eb >= eb) || !(check_eb < 1e300) || d_outlier_count == nullptr) {
@@ -137,6 +138,7 @@ int DeviceCodec::quantize_grid_async(const void* d_x, ElemType t, size_t n, doub
   }
   QuantGrid g = QuantGrid::from_bound(eb);
   g.eb = check_eb;  // the grid is 2*eb; the check (core::quantize_buf's rule)
+  g.exact_check = exact_check;
   if (n == 0) {
     return int(cudaMemsetAsync(d_outlier_count, 0, sizeof(uint64_t), stream));
   }

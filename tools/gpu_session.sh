@@ -54,7 +54,9 @@
 # 540), NCCLZ_GPU_ARCH (e.g. 90; default from nvidia-smi), NCCLZ_GPU_JOBS,
 # NCCLZ_SAN_FILTER (gtest filter for compute-sanitizer), NCCLZ_BENCH_MIB (256),
 # NCCLZ_RANKS_ARGS (extra arguments of bench/gpu_ranks.py),
-# NCCLZ_FORCE_CARRIED_GTEST=1 (build .gtest even where a system GTest exists).
+# NCCLZ_FORCE_CARRIED_GTEST=1 (build .gtest even where a system GTest exists),
+# NCCLZ_SAN_QUICK=1 (sanitize: memcheck steps only), NCCLZ_DEVPATH_VARIANTS and
+# NCCLZ_DEVPATH_ARGS (devpath, below).
 #
 # Robust on purpose: no `set -e`; every step runs under `timeout`, its exit
 # code and duration go to the summary, and the next step runs anyway. The
@@ -274,10 +276,11 @@ phase_sanitize() {
   # Every launch is slow under the sanitizers: the tests do less (NCCLZ_CUDA_TEST_QUICK).
   export NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1
   step memcheck "$log" $L_MEMCHECK "NCCLZ_DEVICE_CODEC=v2 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER' --gtest_color=no"
-  step racecheck "$log" $L_RACECHECK "NCCLZ_DEVICE_CODEC=v2 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
+  # NCCLZ_SAN_QUICK=1: memcheck only (racecheck's kernels unchanged since a clean run).
+  [ -z "${NCCLZ_SAN_QUICK:-}" ] && step racecheck "$log" $L_RACECHECK "NCCLZ_DEVICE_CODEC=v2 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER:CudaCodec.BatchesMatchCpu' --gtest_color=no"
   # The v3 kernels (tile kernels, fused calls; their look-back is in global memory, which racecheck does not see).
   step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
-  step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
+  [ -z "${NCCLZ_SAN_QUICK:-}" ] && step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
   # The device slice codec's three calls (fused decode-and-add and not), one process of direct calls.
   step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions:CudaPrims.EncodeIntoRegisteredSlotsMatchesCpu:CudaPrims.HostPinsLookUpRegisteredRanges' --gtest_color=no"
   # Device buffers through a communicator of device and host ranks (the device path's kernels and copies).

@@ -597,6 +597,49 @@ TEST(CollectiveAllReduce, TightBoundsOnWideRangesStayWithinE) {
   }
 }
 
+// float16 / bfloat16 near their resolution: the quantizer checks codes in
+// double (LossyPlan::exact_check), so only the one final rounding of T is in
+// the budget and bounds that used to run exactly (bf16 at rel 1e-2 on 2 and 4
+// ranks; f16 at rel 1e-3 on 2) compress, within E on every element.
+TEST(CollectiveAllReduce, SixteenBitFloatsCompressNearTheirResolution) {
+  struct Case {
+    DataType t;
+    int N;
+    double rel;
+  };
+  for (const Case c : {Case{DataType::BF16, 2, 1e-2}, Case{DataType::BF16, 4, 1e-2}, Case{DataType::F16, 2, 1e-3}}) {
+    std::unique_ptr<World> own;
+    if (c.N != 2) own = std::make_unique<World>(c.N, 2048);
+    World& w = c.N == 2 ? world(2) : *own;
+    const size_t count = 3000;
+    std::vector<std::vector<uint8_t>> in;
+    for (int r = 0; r < c.N; ++r) {
+      in.push_back(make_input(c.t, count, r, 5));
+      // A smooth field with a little noise (gradient-like magnitudes).
+      for (size_t i = 0; i < count; ++i) {
+        set(c.t, in.back(), i, std::sin(0.01 * double(i) + r) + 0.05 * get(c.t, in.back(), i));
+      }
+    }
+    double lo = 1e300, hi = -1e300;
+    for (auto& b : in) {
+      for (size_t i = 0; i < count; ++i) {
+        lo = std::min(lo, get(c.t, b, i));
+        hi = std::max(hi, get(c.t, b, i));
+      }
+    }
+    const double E = c.rel * (hi - lo);
+    for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
+      const std::string what = std::string(name(c.t)) + " " + name(op) + " on " + std::to_string(c.N) + " ranks";
+      std::vector<CallStats> st;
+      const auto out = run_all_reduce(w, c.t, op, count, lossy_rel(c.rel), in, &st);
+      EXPECT_FALSE(st[0].exact_fallback) << what;
+      EXPECT_GT(st[0].ratio, 1.5) << what;
+      check_reduced(c.t, op, c.N, in, 0, out[0], count, true, E, what);
+      expect_same_bytes(out, count * dsize(c.t), what);
+    }
+  }
+}
+
 // ---- mostly-zero inputs ---------------------------------------------------------------
 
 /// Rank r's input: `density` of the elements drawn from [-1, 1], the rest +0.0,
@@ -776,6 +819,16 @@ TEST(CollectiveLossyPlan, BudgetAndCodeWidth) {
   g.maxabs = 1;
   EXPECT_FALSE(core::plan_lossy(codec::ElemType::F16, Combine::Sum, 8, 1e-3, g).compress);
   EXPECT_TRUE(core::plan_lossy(codec::ElemType::F16, Combine::Select, 8, 1e-2, g).compress);
+  // 16-bit floats check their codes in double (only the final rounding of T in
+  // the budget); the others after rounding to T.
+  p = core::plan_lossy(codec::ElemType::BF16, Combine::Sum, 2, 0.02, g);
+  ASSERT_TRUE(p.compress);
+  EXPECT_TRUE(p.exact_check);
+  const double R2 = (2 * (1 + 0.02) + 0.02) * (1 + std::ldexp(1.0, -30)), hu_r = R2 * std::ldexp(1.0, -8);
+  EXPECT_LE(2 * (p.eb + 3 * (1 + 0.02) * std::ldexp(1.0, -50)) + hu_r + R2 * std::ldexp(1.0, -50), 0.02 * (1 + 1e-14));
+  EXPECT_GT(p.eb, 0.99 * (0.02 - hu_r) / 2);
+  EXPECT_LT(p.check_eb - p.eb, 1e-12);
+  EXPECT_FALSE(core::plan_lossy(codec::ElemType::F32, Combine::Sum, 2, 0.02, g).exact_check);
   EXPECT_FALSE(core::plan_lossy(codec::ElemType::F32, Combine::Sum, 2, 0, g).compress);
   g.nonfinite = true;
   EXPECT_FALSE(core::plan_lossy(codec::ElemType::F32, Combine::Sum, 2, 1, g).compress);

@@ -512,6 +512,28 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
   }
 }
 
+/// The device selector's options (choice Auto, no Rans) for codes of type t,
+/// and the CPU's slice codec with them: what a device slice must match.
+struct SelectingCpu {
+  explicit SelectingCpu(ElemType t)
+      : w{WireMode::Coded, t, Predictor::Delta1},
+        a(selecting(make_args(w, 0))),
+        es(codec::elem_size(t)),
+        slice(prims::slice_elems_for(kSlot, es)),
+        scr((slice * es + 7) / 8),
+        codec(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data())) {}
+  static prims::PrimsArgs selecting(prims::PrimsArgs a) {
+    a.enc.choice = codec::EncodeOptions::Choice::Auto;
+    a.enc.allow_rans = false;
+    return a;
+  }
+  Wire w;
+  prims::PrimsArgs a;
+  size_t es, slice;
+  std::vector<uint64_t> scr;
+  prims::SliceCodec codec;
+};
+
 // A registered slot (prims::HostPins: what core::DeviceWork does with the
 // transport's slots) takes the slice from the device (copy_sized_async): the
 // same bytes and size as the unregistered slot's copy and the CPU encoder's,
@@ -520,14 +542,7 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
 TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
   SKIP_WITHOUT_GPU();
   for (ElemType t : {ElemType::I32, ElemType::I64}) {
-    const size_t es = codec::elem_size(t);
-    const size_t slice = prims::slice_elems_for(kSlot, es);
-    Wire w{WireMode::Coded, t, Predictor::Delta1};
-    prims::PrimsArgs a = make_args(w, 0);
-    a.enc.choice = codec::EncodeOptions::Choice::Auto;  // the device selector
-    a.enc.allow_rans = false;
-    std::vector<uint64_t> scr((slice * es + 7) / 8);
-    prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+    SelectingCpu sel(t);
     // Two slots in one registered range, at an offset that is not 16-byte aligned too (the kernel's byte path).
     // Page-aligned, as the transports' slot memory is.
     const size_t ring_bytes = 3 * kSlot + 4096;
@@ -538,25 +553,25 @@ TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
     prims::HostPins pins(true);
     ASSERT_TRUE(pins.pin(ring, ring_bytes));
     EXPECT_EQ(pins.pinned_bytes(), ring_bytes);
-    prims::DeviceSliceCodec plain(t, w.mode, a.enc, true, kSlot, slice);
-    prims::DeviceSliceCodec mapped(t, w.mode, a.enc, true, kSlot, slice, nullptr, &pins);
-    for (size_t n : {size_t(1), size_t(33), slice / 3, slice}) {
+    prims::DeviceSliceCodec plain(t, sel.w.mode, sel.a.enc, true, kSlot, sel.slice);
+    prims::DeviceSliceCodec mapped(t, sel.w.mode, sel.a.enc, true, kSlot, sel.slice, nullptr, &pins);
+    for (size_t n : {size_t(1), size_t(33), sel.slice / 3, sel.slice}) {
       for (int kind = 0; kind < 3; ++kind) {  // smooth codes, mostly zeros, noise
-        SCOPED_TRACE(testing::Message() << "esize " << es << " n " << n << " kind " << kind);
+        SCOPED_TRACE(testing::Message() << "esize " << sel.es << " n " << n << " kind " << kind);
         std::vector<uint8_t> x = make_codes(t, n, 11 * n + uint64_t(kind));
         if (kind == 1) {
           for (size_t i = 0; i < n; ++i) {
-            if (i % 37 != 0) std::memset(x.data() + i * es, 0, es);
+            if (i % 37 != 0) std::memset(x.data() + i * sel.es, 0, sel.es);
           }
         } else if (kind == 2) {
           std::mt19937_64 g(n);
           for (auto& b : x) b = uint8_t(g());
         }
-        DevBuf dx(n * es);
+        DevBuf dx(n * sel.es);
         to_device(dx.get(), x);
         std::vector<uint8_t> cs(kSlot), ps(kSlot, 0xCC);
         size_t cb = 0, pb = 0, mb = 0;
-        ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
+        ASSERT_EQ(sel.codec.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
         ASSERT_EQ(plain.encode(prims::SliceValues::of_dense(dx.get()), n, ps.data(), &pb), codec::Status::Ok);
         for (size_t off : {size_t(0), kSlot + 7}) {
           std::memset(ring, 0xAB, ring_bytes);
@@ -585,14 +600,7 @@ TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
 TEST(CudaPrims, ReduceEncodeMatchesReduceThenEncode) {
   SKIP_WITHOUT_GPU();
   for (ElemType t : {ElemType::I32, ElemType::I64}) {
-    const size_t es = codec::elem_size(t);
-    const size_t slice = prims::slice_elems_for(kSlot, es);
-    Wire w{WireMode::Coded, t, Predictor::Delta1};
-    prims::PrimsArgs a = make_args(w, 0);
-    a.enc.choice = codec::EncodeOptions::Choice::Auto;
-    a.enc.allow_rans = false;
-    std::vector<uint64_t> scr((slice * es + 7) / 8);
-    prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, true, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+    SelectingCpu sel(t);
     std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 2 * kSlot)),
                                                             &std::free);
     ASSERT_NE(ring_mem, nullptr);
@@ -600,23 +608,24 @@ TEST(CudaPrims, ReduceEncodeMatchesReduceThenEncode) {
     ASSERT_TRUE(pins.pin(ring_mem.get(), 2 * kSlot));
     for (bool mapped : {false, true}) {
       for (bool fused_step : {true, false}) {
-        SCOPED_TRACE(testing::Message() << "esize " << es << (mapped ? " registered slot" : " ordinary slot")
+        SCOPED_TRACE(testing::Message() << "esize " << sel.es << (mapped ? " registered slot" : " ordinary slot")
                                         << (fused_step ? ", one sync" : ", reduce then encode"));
-        prims::DeviceSliceCodec dev(t, w.mode, a.enc, true, kSlot, slice, nullptr, mapped ? &pins : nullptr);
+        prims::DeviceSliceCodec dev(t, sel.w.mode, sel.a.enc, true, kSlot, sel.slice, nullptr,
+                                    mapped ? &pins : nullptr);
         dev.set_fused_step(fused_step);
         EXPECT_EQ(dev.fused_step(), fused_step);
         std::vector<uint8_t> plain(kSlot);
         uint8_t* slot = mapped ? ring_mem.get() + 64 : plain.data();
-        for (size_t n : {size_t(1), size_t(40), slice}) {
+        for (size_t n : {size_t(1), size_t(40), sel.slice}) {
           SCOPED_TRACE(testing::Message() << "n " << n);
           const auto x = make_codes(t, n, 5 * n + 1), y = make_codes(t, n, 7 * n + 2);
           std::vector<uint8_t> sum = y;
           add_into(t, sum, x.data(), n);
           std::vector<uint8_t> in(kSlot), want(kSlot);
           size_t ib = 0, wb = 0;
-          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, in.data(), &ib), codec::Status::Ok);
-          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(sum.data()), n, want.data(), &wb), codec::Status::Ok);
-          DevBuf dy(n * es), dto(n * es);
+          ASSERT_EQ(sel.codec.encode(prims::SliceValues::of_dense(x.data()), n, in.data(), &ib), codec::Status::Ok);
+          ASSERT_EQ(sel.codec.encode(prims::SliceValues::of_dense(sum.data()), n, want.data(), &wb), codec::Status::Ok);
+          DevBuf dy(n * sel.es), dto(n * sel.es);
           to_device(dy.get(), y);
           prims::SliceValues v;
           size_t bytes = 0;
@@ -626,7 +635,7 @@ TEST(CudaPrims, ReduceEncodeMatchesReduceThenEncode) {
           ASSERT_EQ(rs, codec::Status::Ok);
           ASSERT_EQ(enc, codec::Status::Ok);
           EXPECT_EQ(v.dense, dto.get());
-          EXPECT_EQ(from_device(dto.get(), n * es), sum);
+          EXPECT_EQ(from_device(dto.get(), n * sel.es), sum);
           ASSERT_EQ(bytes, wb);
           EXPECT_EQ(0, std::memcmp(slot, want.data(), wb)) << "the sum's slice differs from the CPU's";
           // A slice one byte short does not decode: the reduction's failure, nothing encoded.

@@ -330,6 +330,56 @@ TEST(Quantizer, VectorPathMatchesPortableFloat32Int32) {
   }
   EXPECT_EQ(checked, int(std::size(kDists)) * 4 * int(std::size(limits)));
 }
+// QuantGrid::exact_check (the collectives' rule for 16-bit floats): every code
+// that is not an outlier has an exact value within eb of x (no rounding of T in
+// the check), outliers only where no code does, and the block loop gives
+// quantize_one's codes element by element; float32 through the generic loop
+// (its vector path has the rounded check).
+template <class T>
+void check_exact_grid() {
+  const double ebs[] = {1e-3, 0.05, 1.0 / 3.0};
+  for (Dist d : kDists) {
+    for (size_t k = 0; k < 3; ++k) {
+      const size_t n = 2500 + 7 * k;
+      const auto x = make_data<T>(d, n, ebs[k], uint32_t(31 * k + int(d) + 3));
+      double A = 0;
+      for (const T& v : x) A = std::isfinite(to_double(v)) ? std::max(A, std::fabs(to_double(v))) : A;
+      QuantGrid g = QuantGrid::from_bound(ebs[k]);
+      g.eb = ebs[k] + 2 * (A + ebs[k]) * std::ldexp(1.0, -50);  // bound::plan_lossy's check_eb with exact_check
+      g.exact_check = true;
+      const int64_t limit = 1000;
+      std::vector<int32_t> q(n);
+      std::vector<uint64_t> out;
+      const size_t bad = quantize(x.data(), n, g, limit, q.data(), &out);
+      EXPECT_EQ(bad, out.size());
+      size_t next = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const double xd = to_double(x[i]);
+        int32_t one = 0;
+        const bool ok = quantize_one(x[i], g, limit, &one);
+        ASSERT_EQ(q[i], one) << tname<T>() << " element " << i;
+        const bool listed = next < out.size() && out[next] == i;
+        if (listed) ++next;
+        ASSERT_EQ(!ok, listed) << tname<T>() << " element " << i;
+        if (ok) {
+          const long double err = std::fabs((long double)xd - (long double)q[i] * (long double)g.step);
+          // delta = 3(A+E)2^-50 over eb (error_budget.hpp)
+          ASSERT_LE(err, (long double)ebs[k] + 3 * (long double)(A + ebs[k]) * std::ldexp(1.0L, -50))
+              << tname<T>() << " element " << i << " x=" << xd;
+        } else if (std::isfinite(xd) && std::fabs(xd * g.inv_step) < double(limit) - 2) {
+          ADD_FAILURE() << tname<T>() << " element " << i << " x=" << xd << " is an outlier within the limit";
+        }
+      }
+    }
+  }
+}
+
+TEST(Quantizer, ExactCheckBoundsTheCodesExactValue) {
+  check_exact_grid<Bf16>();
+  check_exact_grid<F16>();
+  check_exact_grid<float>();
+}
+
 TEST(Quantizer, PropertiesFloat32Int64) { run_properties<float, int64_t>(); }
 TEST(Quantizer, PropertiesFloat64Int32) { run_properties<double, int32_t>(); }
 TEST(Quantizer, PropertiesFloat64Int64) { run_properties<double, int64_t>(); }

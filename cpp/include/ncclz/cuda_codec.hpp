@@ -107,9 +107,10 @@ class DeviceCodec {
   /// the grid of half step eb, an element an outlier where |x - its value| >
   /// check_eb after rounding to t. The lossy paths' rule (core::quantize_buf:
   /// the check allows for T's own rounding), for the device path of the
-  /// collectives (core/device_work.hpp). No indices.
+  /// collectives (core/device_work.hpp). No indices. exact_check: the check
+  /// in double (codec::QuantGrid::exact_check, bound::LossyPlan's).
   int quantize_checked_async(const void* d_x, codec::ElemType t, size_t n, double eb, double check_eb, int64_t limit,
-                             void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count);
+                             void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count, bool exact_check = false);
 
   /// out[i] = t(q[i] * 2 eb), rounded once to t (the CPU's dequantize).
   int dequantize_async(const void* d_q, codec::ElemType code_t, size_t n, double eb, void* d_out, codec::ElemType t);
@@ -192,7 +193,7 @@ class DeviceCodec {
   uint8_t* scratch(size_t bytes, int* err);
   int quantize_grid_async(const void* d_x, codec::ElemType t, size_t n, double eb, double check_eb, int64_t limit,
                           void* d_q, codec::ElemType code_t, uint64_t* d_outlier_count, uint64_t* d_outlier_idx,
-                          size_t idx_cap);
+                          size_t idx_cap, bool exact_check = false);
   int encode_batch(const void* d_q, codec::ElemType code_t, size_t n, uint32_t slice_len, uint32_t forced_slices,
                    codec::Predictor p, uint32_t row, uint32_t plane, uint8_t* d_dst, size_t slot_bytes,
                    uint64_t* d_sizes, int* d_status);

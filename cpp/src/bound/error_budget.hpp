@@ -17,6 +17,16 @@
 // the grid points never turns ordinary values into outliers. The exact value
 // of the code then differs from x by at most eb_check + hu(A+E) + (A+E)*2^-50:
 //   delta = 2*hu(A + E) + 3*(A + E) * 2^-50  (over eb).
+// For float16 and bfloat16 (unit roundoff 2^-11, 2^-8) those two roundings of
+// T would take most of any bound near T's resolution, so there the quantizer
+// checks the code's value in double instead (LossyPlan::exact_check,
+// codec::QuantGrid::exact_check): |x - fl(q*step)| <= eb_check with
+// eb_check = eb + 2(A+E)*2^-50 (fl(q*step) is within (A+E)*2^-53 of q*step,
+// so the nearest code still always passes), and the code's exact value is
+// within eb_check + (A+E)*2^-50 of x:
+//   delta = 3*(A + E) * 2^-50  (16-bit floats, flat collectives).
+// (The hierarchical budget below keeps the rounded check: its hosts' partial
+// sums are values of T.)
 // The collective adds/selects codes exactly (integers), and the result is
 // dequantized once: out = T(fl(Q * step)) (sum), T(fl(Q * fl(step/N))) (avg),
 // T(fl(Q * step)) (max/min/data movement). That last step costs at most
@@ -64,8 +74,13 @@ struct LossyPlan {
   double E = 0;              ///< the bound promised for the call
   double eb = 0;             ///< half the grid step (step = 2*eb)
   double check_eb = 0;       ///< the bound the quantizer checks after rounding
-  bool wide = false;         ///< int64 codes (else int32)
-  int64_t limit = 0;         ///< |code| limit passed to the quantizer
+  /// The quantizer checks the codes' values in double, not rounded to T
+  /// (codec::QuantGrid::exact_check): plan_lossy's choice for float16 and
+  /// bfloat16, where T's rounding in the check would cost two roundings of T
+  /// per rank (delta) of the budget.
+  bool exact_check = false;
+  bool wide = false;  ///< int64 codes (else int32)
+  int64_t limit = 0;  ///< |code| limit passed to the quantizer
 };
 
 /// Unit roundoff and half-ulp bound of a float type (see above).

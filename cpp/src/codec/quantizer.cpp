@@ -60,7 +60,7 @@ __attribute__((always_inline)) inline Code code_from_double(double r) {
   }
 }
 
-template <class T, class Code, bool kSmall>
+template <class T, class Code, bool kSmall, bool kExact>
 __attribute__((always_inline)) inline bool quantize_block_fast(const T* __restrict x, size_t n, double inv_step,
                                                                double step, double eb, double limd, Code* __restrict q,
                                                                uint8_t* __restrict flag) {
@@ -70,7 +70,8 @@ __attribute__((always_inline)) inline bool quantize_block_fast(const T* __restri
     const double r = round_to_integer(xd * inv_step);
     const bool in = abs_le(r, limd);
     const double rc = double_of(bits_of(r) & (uint64_t(0) - uint64_t(in)));
-    const double back = to_double(from_double<T>(rc * step));
+    double back = rc * step;  // QuantGrid::exact_check: the check in double
+    if constexpr (!kExact) back = to_double(from_double<T>(back));
     const bool ok = in & abs_le(xd - back, eb);
     q[i] = code_from_double<Code, kSmall>(rc);
     flag[i] = uint8_t(!ok);
@@ -89,8 +90,14 @@ NCCLZ_MULTIVERSION size_t quantize_impl(const T* x, size_t n, const QuantGrid& g
   uint8_t flag[kBlock];
   for (size_t b = 0; b < n; b += kBlock) {
     const size_t m = std::min(kBlock, n - b);
-    const bool any = small ? quantize_block_fast<T, Code, true>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag)
-                           : quantize_block_fast<T, Code, false>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag);
+    bool any = false;
+    if (g.exact_check) {
+      any = small ? quantize_block_fast<T, Code, true, true>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag)
+                  : quantize_block_fast<T, Code, false, true>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag);
+    } else {
+      any = small ? quantize_block_fast<T, Code, true, false>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag)
+                  : quantize_block_fast<T, Code, false, false>(x + b, m, g.inv_step, g.step, g.eb, limd, q + b, flag);
+    }
     if (!any) continue;
     for (size_t k = 0; k < m; ++k) {
       if (!flag[k]) continue;
@@ -427,7 +434,10 @@ template <class T, class Code>
 size_t quantize(const T* x, size_t n, const QuantGrid& g, int64_t limit, Code* q, std::vector<uint64_t>* outliers) {
 #if defined(NCCLZ_QUANT_HAVE_AVX512)
   if constexpr (std::is_same_v<T, float> && std::is_same_v<Code, int32_t>) {
-    if (cpu_has_avx512f() && !quantize_force_portable()) return quantize_f32_i32_avx512(x, n, g, limit, q, outliers);
+    // (Its check is float32's rounding; the exact check takes the generic loop.)
+    if (cpu_has_avx512f() && !quantize_force_portable() && !g.exact_check) {
+      return quantize_f32_i32_avx512(x, n, g, limit, q, outliers);
+    }
   }
 #endif
   return quantize_impl<T, Code>(x, n, g, limit, q, outliers);

@@ -52,7 +52,13 @@ struct QuantGrid {
   double eb = 0;        ///< bound: |x - dequantized| <= eb for every finite non-outlier element
   double step = 0;      ///< 2 * eb
   double inv_step = 0;  ///< 1 / step
-  NCCLZ_HD static QuantGrid from_bound(double eb) { return QuantGrid{eb, 2 * eb, 1 / (2 * eb)}; }
+  /// The check's reconstruction: false (the codec's rule): the code's value
+  /// rounded to T, T(fl(q * step)), what a decompressed element is; true (the
+  /// collectives' rule for 16-bit floats, bound::LossyPlan::exact_check):
+  /// fl(q * step) in double, what the codes add up to before the one final
+  /// rounding, so the check costs no rounding of T (2^-9 of a value in bf16).
+  bool exact_check = false;
+  NCCLZ_HD static QuantGrid from_bound(double eb) { return QuantGrid{eb, 2 * eb, 1 / (2 * eb), false}; }
 };
 
 /// Largest |code| the quantizer emits for a code type (leaves headroom for sums).
@@ -305,10 +311,12 @@ NCCLZ_HD double round_to_integer(double v) {
 #endif
 }
 
-/// Whether code c reconstructs x within the bound.
+/// Whether code c reconstructs x within the bound (QuantGrid::exact_check: in
+/// double, else after rounding to T).
 template <class T>
 NCCLZ_HD bool code_fits(double xd, int64_t c, const QuantGrid& g) {
-  return abs_le(xd - to_double(from_double<T>(double(c) * g.step)), g.eb);
+  const double v = double(c) * g.step;
+  return abs_le(xd - (g.exact_check ? v : to_double(from_double<T>(v))), g.eb);
 }
 
 /// T(q * step).

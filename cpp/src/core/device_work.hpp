@@ -75,7 +75,7 @@ class DeviceWork {
   /// d_q on the grid of half step eb, checked against check_eb, |code| <=
   /// limit (core::quantize_buf's rule); returns the number of outliers.
   virtual size_t quantize(codec::ElemType t, double eb, double check_eb, int64_t limit, bool wide, const void* d_x,
-                          size_t n, void* d_q) = 0;
+                          size_t n, void* d_q, bool exact_check = false) = 0;
   /// out[i] = T(q[i] * step), n codes (I32, or I64 when wide) into values of type t.
   virtual void dequantize(codec::ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) = 0;
   /// Device buffer i (0, 1) of at least `bytes` bytes (contents not kept when it grows).

@@ -139,7 +139,8 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   void* out_codes = cd_.codes_in_place ? codes : dw.codes(1, cd_.out_count * cs);
   size_t outliers = 0;
   if (cd_.input_here) {
-    outliers = dw.quantize(elem_of(t_), plan.eb, plan.check_eb, plan.limit, plan.wide, cd_.send, cd_.in_count, codes);
+    outliers = dw.quantize(elem_of(t_), plan.eb, plan.check_eb, plan.limit, plan.wide, cd_.send, cd_.in_count, codes,
+                           plan.exact_check);
   }
   call_.quantize_s += seconds(t1, Clock::now());
   if (rt_.protocol.any_outliers(all[0].seq, outliers, call_)) {
@@ -268,8 +269,8 @@ void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
   if (plan_.compress && dw) {
     // Device buffers: the codes on the device (the receiver gets the same bytes).
     codes_ = dw->codes(0, cd_.in_count * (plan_.wide ? 8 : 4));
-    const size_t bad =
-        dw->quantize(elem_of(t_), plan_.eb, plan_.check_eb, plan_.limit, plan_.wide, cd_.send, cd_.in_count, codes_);
+    const size_t bad = dw->quantize(elem_of(t_), plan_.eb, plan_.check_eb, plan_.limit, plan_.wide, cd_.send,
+                                    cd_.in_count, codes_, plan_.exact_check);
     if (bad > 0) plan_.compress = false;
   } else if (plan_.compress) {
     codes_ = rt_.work[0].get(cd_.in_count * (plan_.wide ? 8 : 4));

@@ -230,6 +230,7 @@ DataStats merge_stats(const std::vector<CallDesc>& all) {
 size_t quantize_buf(DataType t, const LossyPlan& p, const void* x, size_t n, void* q, WorkerPool* pool, int parts) {
   codec::QuantGrid g = codec::QuantGrid::from_bound(p.eb);
   g.eb = p.check_eb;  // the grid is 2*eb; the check allows for T's rounding (lossy_plan.hpp)
+  g.exact_check = p.exact_check;
   std::vector<size_t> outliers(size_t(std::max(1, parts)), 0);
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
@@ -318,6 +319,7 @@ bool LossyStage::prepare_nonzeros(const void* src, size_t n, size_t max_k, prims
   if (codes.size() < listed) codes.resize(listed);
   codec::QuantGrid g = codec::QuantGrid::from_bound(plan_.eb);
   g.eb = plan_.check_eb;  // as quantize_buf
+  g.exact_check = plan_.exact_check;
   size_t k = 0;
   with_float_type(t_, [&](auto tag) {
     using T = decltype(tag);

@@ -319,6 +319,27 @@ inline cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
   emu::host_registry()[lo] = n;
   return cudaSuccess;
 }
+// What a pointer is: registered host memory here (device memory is reported as
+// unregistered: nothing here asks about it).
+enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
+struct cudaPointerAttributes {
+  cudaMemoryType type = cudaMemoryTypeUnregistered;
+  int device = 0;
+  void* devicePointer = nullptr;
+  void* hostPointer = nullptr;
+};
+inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  *a = cudaPointerAttributes{};
+  const uintptr_t x = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lk(emu::host_registry_mu());
+  for (const auto& [lo, len] : emu::host_registry()) {
+    if (x >= lo && x < lo + len) {
+      a->type = cudaMemoryTypeHost;
+      a->devicePointer = a->hostPointer = const_cast<void*>(p);
+    }
+  }
+  return cudaSuccess;
+}
 inline cudaError_t cudaHostUnregister(void* p) {
   std::lock_guard<std::mutex> lk(emu::host_registry_mu());
   return emu::host_registry().erase(reinterpret_cast<uintptr_t>(p)) ? cudaSuccess : cudaErrorInvalidValue;
