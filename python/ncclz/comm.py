@@ -72,9 +72,11 @@ class CallStats:
     error_bound: the bound the result meets, max |out - exact| over the finite
         elements (0 for exact modes): the requested E where the call ran
         compressed; where a lossy call ran exactly (exact_fallback, or the
-        policy's lighter mode), what that achieved: 0 for a copy, the
-        dtype's rounding of the sum for sums and means (which may exceed a
-        requested E below that rounding).
+        policy's lighter mode), what that achieved: 0 for a copy, for sums
+        and means the rounding of the accumulation taken (the dtype itself,
+        float32 for 16-bit floats, or float64: the narrowest that keeps E,
+        or where none can, the narrowest about as good as float64), which
+        may exceed a requested E below the dtype's own rounding.
     requested_bound: the bound E the call asked for (0 for exact modes).
     exact_fallback: a lossy call that ran exactly instead (non-finite inputs,
         outliers, a bound below the dtype's own rounding, a small message).

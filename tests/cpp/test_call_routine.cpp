@@ -301,6 +301,47 @@ TEST(CallRoutineHints, OnlyRankZerosProposalCountsAndEveryRankRunsIt) {
   }
 }
 
+TEST(CallRoutineHints, AnUnkeepableBoundTakesTheProposalWhereTheExactPathRunsThePlainSum) {
+  // 1e-9 is below float32's rounding of any sum of values up to ~3.1: nothing
+  // keeps it. On 2 ranks the plain float32 sum (one rounding of the exact
+  // sum) is as good as any exact run, and the request's exact path runs it
+  // (bound::choose_exact): rank 0's "none" gives the same bits and bound, so
+  // it is taken. On 3 ranks two float32 roundings are not as good as
+  // float64's one: not taken (OnlyRankZerosProposalCounts... above).
+  Ranks w(2);
+  const size_t n = 4000;
+  PolicyHints none;
+  none.lighter = int(Mode::None);
+  std::vector<std::vector<float>> out[2];
+  std::vector<CallStats> st[2];
+  for (int k = 0; k < 2; ++k) {
+    out[k].assign(2, std::vector<float>(n));
+    st[k].assign(2, CallStats{});
+    w.run([&](int r, Communicator& comm) {
+      const auto x = input(n, r);
+      comm.all_reduce(x.data(), out[k][size_t(r)].data(), n, DataType::F32, RedOp::Sum, Compression::lossy_abs(1e-9),
+                      &st[k][size_t(r)], k == 1 && r == 0 ? &none : nullptr);
+    });
+  }
+  for (int r = 0; r < 2; ++r) {
+    const CallStats& asked = st[0][size_t(r)];
+    const CallStats& lighter = st[1][size_t(r)];
+    EXPECT_TRUE(asked.exact_fallback);  // the request alone: its exact path, in float32
+    EXPECT_EQ(asked.wire_bytes, asked.raw_bytes);
+    EXPECT_TRUE(lighter.lightened) << r;
+    EXPECT_EQ(lighter.ran_mode, Mode::None);
+    EXPECT_FALSE(lighter.exact_fallback);
+    EXPECT_EQ(lighter.requested_bound, 1e-9);
+    EXPECT_EQ(lighter.error_bound, asked.error_bound);  // one float32 rounding of the sum, above 1e-9
+    EXPECT_GT(lighter.error_bound, 1e-9);
+    EXPECT_TRUE(same_bits(out[0][size_t(r)], out[1][size_t(r)])) << r;
+  }
+  const auto x0 = input(n, 0), x1 = input(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_LE(std::fabs(double(out[1][0][i]) - (double(x0[i]) + double(x1[i]))), st[1][0].error_bound) << i;
+  }
+}
+
 TEST(CallRoutineHints, BadHintsAreTheProposingRanksArgumentError) {
   Ranks w(2);
   std::vector<float> x(100, 1.f), y(100);

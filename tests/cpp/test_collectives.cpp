@@ -504,44 +504,180 @@ TEST(CollectiveAllReduce, BoundBelowTheTypesRoundingRunsExactly) {
   }
 }
 
-TEST(CollectiveAllReduce, ExactFallbackOfMostlyZeroInputsIsCompressed) {
-  // The exact path carries fp64 partial sums: 4x the bytes of a 16-bit input.
-  // Where every rank's input is mostly zeros its slices go lossless (Sparse
-  // over the doubles' bit patterns), so the fallback moves far fewer bytes
-  // than even an uncompressed call, with the same result: the exact sum,
-  // rounded once.
-  World w(4, 64 << 10);
-  for (DataType t : {DataType::BF16, DataType::F16}) {
-    const size_t count = 200003, es = dsize(t);
-    std::vector<std::vector<uint8_t>> in;
+codec::ElemType elem_of(DataType t) {
+  return t == DataType::BF16 ? codec::ElemType::BF16 : t == DataType::F16 ? codec::ElemType::F16 : codec::ElemType::F32;
+}
+
+/// Every rank's input statistics as the exchange merges them (max |x|).
+bound::DataStats stats_of(DataType t, const std::vector<std::vector<uint8_t>>& in, size_t count) {
+  bound::DataStats g;
+  g.any_finite = true;
+  for (const auto& x : in) {
+    for (size_t i = 0; i < count; ++i) g.maxabs = std::max(g.maxabs, std::fabs(get(t, x, i)));
+  }
+  return g;
+}
+
+/// Checks every element of every rank against the fp64 sum (or mean) of the
+/// inputs, within `bound`; the ranks' outputs are the same bits.
+void expect_within(DataType t, RedOp op, const std::vector<std::vector<uint8_t>>& in,
+                   const std::vector<std::vector<uint8_t>>& out, size_t count, double bound, const std::string& what) {
+  const int N = int(in.size());
+  expect_same_bytes(out, count * dsize(t), what);
+  double worst = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double exact = 0;  // exact in double: N 16-bit values
+    for (int r = 0; r < N; ++r) exact += get(t, in[size_t(r)], i);
+    if (op == RedOp::Avg) exact /= N;
+    worst = std::max(worst, std::fabs(get(t, out[0], i) - exact));
+  }
+  EXPECT_LE(worst, bound) << what;
+}
+
+TEST(CollectiveAllReduce, ExactPathBelowTheTypesRoundingMovesNoWiderValuesThanItNeeds) {
+  // rel 1e-3 of bf16 values in [-1, 1] (E ~ 2e-3), rel 1e-4 of float16 ones:
+  // below the type's own rounding of any sum or mean (2^-8, 2^-11 of it), so
+  // neither quantization nor any exact run keeps E. The exact path then takes
+  // the narrowest accumulation as good as float64's (bound::choose_exact): on
+  // 2 ranks the type itself (one rounding of the exact sum, the uncompressed
+  // call's bytes and bits), on 3 and 4 float32 (twice the bytes), not float64
+  // (4x); every element within the bound it reports.
+  for (int N : {2, 3, 4}) {
+    World& w = world(N);
+    const size_t count = 3001;
+    for (DataType t : {DataType::BF16, DataType::F16}) {
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) in.push_back(make_input(t, count, r, 17));
+      const bound::DataStats g = stats_of(t, in, count);
+      const double rel = t == DataType::BF16 ? 1e-3 : 1e-4;
+      for (RedOp op : {RedOp::Sum, RedOp::Avg}) {
+        const std::string what = std::string("n=") + std::to_string(N) + " " + name(t) + " " + name(op);
+        const bound::Combine how = op == RedOp::Avg ? bound::Combine::Mean : bound::Combine::Sum;
+        std::vector<CallStats> none_st, st;
+        const auto none = run_all_reduce(w, t, op, count, Compression::none(), in, &none_st);
+        const auto out = run_all_reduce(w, t, op, count, lossy_rel(rel), in, &st);
+        const double f64 = bound::exact_error(elem_of(t), how, N, g, true);
+        for (int r = 0; r < N; ++r) {
+          const CallStats& s = st[size_t(r)];
+          ASSERT_TRUE(s.exact_fallback) << what;
+          ASSERT_GT(f64, s.requested_bound) << what;                       // no exact run keeps E
+          EXPECT_LE(s.error_bound, f64 * bound::kBestExactSlack) << what;  // and this one is as good as any
+          EXPECT_EQ(s.raw_bytes, none_st[size_t(r)].raw_bytes) << what;
+          if (N == 2) {
+            EXPECT_EQ(s.wire_bytes, none_st[size_t(r)].wire_bytes) << what << " rank " << r;
+          } else {
+            EXPECT_GT(s.wire_bytes, none_st[size_t(r)].wire_bytes) << what << " rank " << r;      // float32 ...
+            EXPECT_LE(s.wire_bytes, 2 * none_st[size_t(r)].wire_bytes) << what << " rank " << r;  // ... not float64
+          }
+        }
+        expect_within(t, op, in, out, count, st[0].error_bound, what);
+        if (N == 2) {
+          // one rounding of the exact sum either way (a mean's halving is exact)
+          for (int r = 0; r < N; ++r) {
+            ASSERT_EQ(0, std::memcmp(none[size_t(r)].data(), out[size_t(r)].data(), count * dsize(t))) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CollectiveAllReduce, ExactPathKeepsABoundThatItCanKeep) {
+  // E that an exact run keeps and quantization does not (a narrow window for
+  // 16-bit floats, whose quantizer needs only about the result's rounding):
+  // the narrowest accumulation that keeps it. bf16 on 4 ranks: three bf16
+  // roundings of the sum (3 * 2^-6 at |x| <= 1) do not keep E just above
+  // float32's bound, float32's do (twice the bytes); an E between float64's
+  // bound and float32's only float64 keeps (4x). 2 ranks: bf16's own one
+  // rounding keeps E just above it (without the half to spare that the
+  // policy asks): the type itself, the uncompressed call's bytes and bits.
+  World& w = world(4);
+  const size_t count = 3001;
+  const DataType t = DataType::BF16;
+  using bound::Accumulation;
+  using bound::Combine;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < 4; ++r) in.push_back(make_input(t, count, r, 23));
+  const bound::DataStats g = stats_of(t, in, count);
+  const double f64 = bound::accumulation_error(elem_of(t), Combine::Sum, 4, g, Accumulation::F64);
+  const double f32 = bound::accumulation_error(elem_of(t), Combine::Sum, 4, g, Accumulation::F32);
+  ASSERT_LT(f64, f32);
+  struct Case {
+    double E;
+    uint64_t wire_per_raw;
+  };
+  for (const Case& c : {Case{f32 * (1 + 1.0 / 256), 2}, Case{(f64 + f32) / 2, 4}}) {
+    const std::string what = "E=" + std::to_string(c.E);
+    ASSERT_FALSE(bound::plan_lossy(elem_of(t), Combine::Sum, 4, c.E, g).compress) << what;
+    std::vector<CallStats> none_st, st;
+    run_all_reduce(w, t, RedOp::Sum, count, Compression::none(), in, &none_st);
+    const auto out = run_all_reduce(w, t, RedOp::Sum, count, lossy_abs(c.E), in, &st);
     for (int r = 0; r < 4; ++r) {
-      auto x = make_input(t, count, r);
-      std::mt19937 rng(uint32_t(91 + r));
+      const CallStats& s = st[size_t(r)];
+      ASSERT_TRUE(s.exact_fallback) << what;
+      EXPECT_LE(s.error_bound, c.E) << what;
+      EXPECT_EQ(s.wire_bytes, c.wire_per_raw * none_st[size_t(r)].wire_bytes) << what << " rank " << r;
+    }
+    expect_within(t, RedOp::Sum, in, out, count, st[0].error_bound, what);
+  }
+  World& w2 = world(2);
+  const std::vector<std::vector<uint8_t>> in2(in.begin(), in.begin() + 2);
+  const bound::DataStats g2 = stats_of(t, in2, count);
+  const double E2 = bound::accumulation_error(elem_of(t), Combine::Sum, 2, g2, Accumulation::InT) * (1 + 1.0 / 256);
+  ASSERT_FALSE(bound::plan_lossy(elem_of(t), Combine::Sum, 2, E2, g2).compress);
+  ASSERT_FALSE(bound::exact_keeps_bound(elem_of(t), Combine::Sum, 2, E2, g2));  // not with half to spare
+  std::vector<CallStats> none_st, st;
+  const auto none = run_all_reduce(w2, t, RedOp::Sum, count, Compression::none(), in2, &none_st);
+  const auto out = run_all_reduce(w2, t, RedOp::Sum, count, lossy_abs(E2), in2, &st);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(st[size_t(r)].exact_fallback);
+    EXPECT_LE(st[size_t(r)].error_bound, E2);
+    EXPECT_EQ(st[size_t(r)].wire_bytes, none_st[size_t(r)].wire_bytes);
+    ASSERT_EQ(0, std::memcmp(none[size_t(r)].data(), out[size_t(r)].data(), count * dsize(t)));
+  }
+}
+
+TEST(CollectiveAllReduce, ExactFallbackOfMostlyZeroInputsIsCompressed) {
+  // At 1e-9 no exact run keeps the bound: on 4 ranks the exact path carries
+  // fp64 partial sums (4x the bytes of a 16-bit input), on 2 the type's own
+  // (one rounding of the exact sum). Where every rank's input is mostly
+  // zeros its slices go lossless (Sparse over the bit patterns), so the
+  // fallback moves far fewer bytes than even an uncompressed call, with the
+  // same result: the exact sum, rounded once.
+  for (int N : {2, 4}) {
+    World w(N, 64 << 10);
+    for (DataType t : {DataType::BF16, DataType::F16}) {
+      const size_t count = 200003, es = dsize(t);
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) {
+        auto x = make_input(t, count, r);
+        std::mt19937 rng(uint32_t(91 + r));
+        for (size_t i = 0; i < count; ++i) {
+          if (rng() % 100 != 0) std::memset(x.data() + i * es, 0, es);
+        }
+        in.push_back(std::move(x));
+      }
+      std::vector<CallStats> st;
+      run_all_reduce(w, t, RedOp::Sum, count, Compression::none(), in, &st);
+      const uint64_t none_wire = st[0].wire_bytes;
+      const auto out = run_all_reduce(w, t, RedOp::Sum, count, lossy_abs(1e-9), in, &st);
+      ASSERT_TRUE(st[0].exact_fallback);
+      EXPECT_LT(st[0].wire_bytes * 4, none_wire) << int(t) << " n=" << N;
       for (size_t i = 0; i < count; ++i) {
-        if (rng() % 100 != 0) std::memset(x.data() + i * es, 0, es);
+        double exact = 0;  // exact in double: 16-bit values
+        for (int r = 0; r < N; ++r) exact += get(t, in[size_t(r)], i);
+        uint16_t want = 0;  // rounded once, from the double
+        if (t == DataType::BF16) {
+          const codec::Bf16 v = codec::from_double<codec::Bf16>(exact);
+          std::memcpy(&want, &v, 2);
+        } else {
+          const codec::F16 v = codec::from_double<codec::F16>(exact);
+          std::memcpy(&want, &v, 2);
+        }
+        ASSERT_EQ(0, std::memcmp(out[0].data() + i * es, &want, es)) << int(t) << " n=" << N << " element " << i;
       }
-      in.push_back(std::move(x));
+      for (int r = 1; r < N; ++r) ASSERT_EQ(0, std::memcmp(out[0].data(), out[size_t(r)].data(), count * es));
     }
-    std::vector<CallStats> st;
-    run_all_reduce(w, t, RedOp::Sum, count, Compression::none(), in, &st);
-    const uint64_t none_wire = st[0].wire_bytes;
-    const auto out = run_all_reduce(w, t, RedOp::Sum, count, lossy_abs(1e-9), in, &st);
-    ASSERT_TRUE(st[0].exact_fallback);
-    EXPECT_LT(st[0].wire_bytes * 4, none_wire) << int(t);
-    for (size_t i = 0; i < count; ++i) {
-      double exact = 0;  // exact in double: four 16-bit values
-      for (int r = 0; r < 4; ++r) exact += get(t, in[size_t(r)], i);
-      uint16_t want = 0;  // rounded once, from the double
-      if (t == DataType::BF16) {
-        const codec::Bf16 v = codec::from_double<codec::Bf16>(exact);
-        std::memcpy(&want, &v, 2);
-      } else {
-        const codec::F16 v = codec::from_double<codec::F16>(exact);
-        std::memcpy(&want, &v, 2);
-      }
-      ASSERT_EQ(0, std::memcmp(out[0].data() + i * es, &want, es)) << int(t) << " element " << i;
-    }
-    for (int r = 1; r < 4; ++r) ASSERT_EQ(0, std::memcmp(out[0].data(), out[size_t(r)].data(), count * es));
   }
 }
 

@@ -87,8 +87,10 @@ struct CallStats {
   /// The bound the result meets, max |out - exact| over the finite elements
   /// (0 for exact modes): E for a compressed lossy call; where a lossy call
   /// ran exactly (exact_fallback), what that path achieves (0 for a copy or
-  /// select, the float64-accumulated sum's rounding for a sum or mean, which
-  /// may exceed a requested E below the type's own rounding).
+  /// select; for a sum or mean the rounding of the accumulation it took, in
+  /// T, float32 or float64, the narrowest that keeps E, or where none can, the
+  /// narrowest about as good as float64: docs/ALGORITHMS.md "The exact path";
+  /// it may exceed a requested E below the type's own rounding).
   double error_bound = 0;
   double requested_bound = 0;  ///< the bound E the call asked for (0 for exact modes)
   /// Lossy call that ran exactly instead (non-finite inputs, quantizer outliers,

@@ -16,7 +16,9 @@ struct PolicyHints {
   /// mode. Lighter means None < Lossless < lossy, and only a strictly lighter
   /// mode is taken. An exact mode keeps any lossy bound, except where the
   /// plain sum in the element type could exceed it (tiny bounds, non-finite
-  /// inputs: bound::exact_keeps_bound): then the lossy call runs as asked.
+  /// inputs: bound::exact_keeps_bound): then the lossy call runs as asked,
+  /// unless nothing could keep the bound and its exact path would run the
+  /// same plain sum (bound::choose_exact: e.g. bfloat16 on 2 ranks).
   int lighter = -1;
   /// The codec effort: the selector's margin for the slow, high-ratio Rans
   /// coder over Block/Raw (codec::EncodeOptions::rans_margin; < 0: the

@@ -175,25 +175,48 @@ double exact_error(codec::ElemType t, Combine how, int nranks, const DataStats& 
   const double R = N * A;
   if (!in_f64) {
     const double err = (N - 1) * half_ulp_bound(t, R);
-    return how == Combine::Mean ? err / N + half_ulp_bound(t, A) : err;
+    if (how != Combine::Mean) return err;
+    const bool exact_division = (nranks & (nranks - 1)) == 0 && nranks <= (1 << 16);
+    return err / N + (exact_division ? smallest_subnormal(t) / 2 : half_ulp_bound(t, A));
   }
   const double u64 = std::ldexp(1.0, -53);
   const double acc = (N - 1) * R * u64;
   return how == Combine::Mean ? acc / N + A * u64 + half_ulp_bound(t, A) : acc + half_ulp_bound(t, R);
 }
 
-double f32_sum_error(codec::ElemType t, int nranks, const DataStats& g) {
+double accumulation_error(codec::ElemType t, Combine how, int nranks, const DataStats& g, Accumulation acc) {
+  if (acc != Accumulation::F32) return exact_error(t, how, nranks, g, acc == Accumulation::F64);
+  if (how == Combine::Select || nranks <= 1) return 0;
   const double N = double(nranks);
-  const double R = N * g.maxabs * (1 + std::ldexp(1.0, -30));
-  return (N - 1) * half_ulp_bound(codec::ElemType::F32, R) + half_ulp_bound(t, R);
+  const double A = g.maxabs * (1 + std::ldexp(1.0, -30));
+  const double R = N * A;
+  const double e32 = (N - 1) * half_ulp_bound(codec::ElemType::F32, R);
+  if (how == Combine::Mean) return e32 / N + A * std::ldexp(1.0, -53) + half_ulp_bound(t, A);
+  return e32 + half_ulp_bound(t, R + e32);
 }
 
-bool f32_sum_keeps_bound(codec::ElemType t, int nranks, double E, const DataStats& g) {
-  if (t != codec::ElemType::F16 && t != codec::ElemType::BF16) return false;
-  if (g.nonfinite || !(E > 0) || !std::isfinite(E)) return false;
+ExactChoice choose_exact(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g, bool f32_ok) {
+  auto choice = [&](Accumulation acc) {
+    ExactChoice c;
+    c.acc = acc;
+    c.error = accumulation_error(t, how, nranks, g, acc);
+    c.keeps = c.error <= E;
+    return c;
+  };
+  if (how == Combine::Select) return choice(Accumulation::InT);
+  const ExactChoice f64 = choice(Accumulation::F64);
   const double R = double(nranks) * g.maxabs * (1 + std::ldexp(1.0, -30));
-  if (!(R < largest_finite(t))) return false;
-  return f32_sum_error(t, nranks, g) <= E;
+  if (g.nonfinite || !(R < largest_finite(t))) return f64;
+  // Within E, or where not even float64 is, as good as float64.
+  const double target = f64.keeps ? E : f64.error * kBestExactSlack;
+  const ExactChoice in_t = choice(Accumulation::InT);
+  if (in_t.error <= target) return in_t;
+  const bool half = t == codec::ElemType::F16 || t == codec::ElemType::BF16;
+  if (half && f32_ok) {
+    const ExactChoice f32 = choice(Accumulation::F32);
+    if (f32.error <= target) return f32;
+  }
+  return f64;
 }
 
 double blob_bound(double abs_bound, double rel_bound, bool any_finite, double lo, double hi, double max_eb) {

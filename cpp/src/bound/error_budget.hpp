@@ -1,9 +1,9 @@
 // Every error-bound computation of ncclz, in one place: the collectives' lossy
 // budget (from the promised bound E to the quantizer's bound eb and the code
 // width), whether the exact run in the element type keeps a bound (the
-// policy's proposals), relative bounds, and the standalone codec's bound and
-// grid (codec::compress). Below both the codec and the runtime: it depends on
-// nothing but the element types.
+// policy's proposals), the exact path's accumulation and its bound, relative
+// bounds, and the standalone codec's bound and grid (codec::compress). Below
+// both the codec and the runtime: it depends on nothing but the element types.
 //
 // Notation: N ranks, A = the largest finite |x| over the inputs that take part,
 // T the user's float type with unit roundoff u (2^-24 f32, 2^-53 f64, 2^-11
@@ -44,7 +44,7 @@
 // (the quantizer's limit is set to (2^31-1)/N or 2^62/N, so the sum can never
 // wrap). When eb <= 0 (E below what T's own rounding allows), the codes would
 // not fit int64, or R overflows T, compression is off for the call: it runs
-// exactly instead (see Communicator), which is the best any method can do.
+// exactly instead (choose_exact below), which is the best any method can do.
 #pragma once
 
 #include <cstdint>
@@ -141,24 +141,65 @@ LossyPlan plan_lossy_hier(codec::ElemType t, Combine how, int nhosts, int local_
 /// (L-1 + H-1 <= N-1), every partial sum again within N*A: the same bound.
 bool exact_keeps_bound(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g);
 
-/// Whether a ring sum of a 16-bit float type t accumulated in float32 and
-/// rounded once to t keeps E: N-1 float32 roundings of partial sums bounded by
-/// N*A, plus one half-ulp of t at N*A (t to float32 is exact). The exact
-/// path's middle way, half the bytes of float64.
-bool f32_sum_keeps_bound(codec::ElemType t, int nranks, double E, const DataStats& g);
-/// That path's bound: (N-1) * hu_f32(R) + hu_t(R), R = N*A (CallStats::error_bound).
-double f32_sum_error(codec::ElemType t, int nranks, const DataStats& g);
-
 /// The bound on |out - exact| (the exact result in fp64, every finite element)
 /// that an exact run of a lossy call achieves, as CallStats::error_bound
 /// reports it. Select: 0 (one rank's value). Sums and means, R = N*A:
 ///  - in T (in_f64 false; the policy's lighter mode, the plain collective):
-///    (N-1) * hu(R), a mean / N + hu(A) for its division;
-///  - accumulated in float64 and rounded to T once (in_f64; the exact
-///    fallback): (N-1) * R * 2^-53 + hu(R), a mean (N-1) * R * 2^-53 / N +
-///    A * 2^-53 + hu(A).
+///    (N-1) * hu(R); a mean / N, plus hu(A) for its division, or d/2 where N
+///    is a power of two up to 2^16: divide_in_place divides in T (float for
+///    16-bit floats, which holds the quotient exactly), so the quotient is
+///    exact but in T's subnormal range;
+///  - accumulated in float64 and rounded to T once (in_f64): (N-1) * R *
+///    2^-53 + hu(R), a mean (N-1) * R * 2^-53 / N + A * 2^-53 + hu(A).
 /// One rank: 0. (R and A are inflated by 2^-30 relative, as above.)
 double exact_error(codec::ElemType t, Combine how, int nranks, const DataStats& g, bool in_f64);
+
+/// How the exact path accumulates a sum or mean (LossyCall::run_exact).
+enum class Accumulation : uint8_t {
+  InT,  ///< the plain collective in T: the uncompressed call's bytes
+  F32,  ///< in float32, rounded once to T (float16/bfloat16 only: twice T's bytes)
+  F64,  ///< in float64, rounded once to T (4x a 16-bit T's bytes, 2x float32's)
+};
+
+/// The bound of an exact sum or mean accumulated in acc, as exact_error: InT
+/// and F64 are exact_error's; F32 (16-bit T, which float32 holds exactly):
+/// e32 = (N-1) * hu_f32(R) for the N-1 float32 additions, then one rounding to
+/// T of a value within R + e32: a sum e32 + hu(R + e32); a mean divides the
+/// float32 sum in float64 and rounds once: e32 / N + A * 2^-53 + hu(A).
+double accumulation_error(codec::ElemType t, Combine how, int nranks, const DataStats& g, Accumulation acc);
+
+/// The tolerance of choose_exact's last step: an accumulation whose bound is
+/// within this factor of float64's counts as the best an exact run achieves.
+inline constexpr double kBestExactSlack = 1.0 + 1.0 / 1024;
+
+struct ExactChoice {
+  Accumulation acc = Accumulation::F64;
+  double error = 0;    ///< accumulation_error of acc (CallStats::error_bound)
+  bool keeps = false;  ///< error <= E
+};
+
+/// The exact path's accumulation of a sum or mean and the bound it achieves,
+/// the same on every rank (it reads only the exchanged statistics): the
+/// narrowest of T, float32 (16-bit T only) and float64 whose bound is within
+/// E, or, where not even float64's is (E below what any exact run promises:
+/// float64's bound is mostly the one rounding of the result to T; for
+/// float32 and 16-bit T the lossy plan cannot keep such an E either: its own
+/// final rounding hu(R), R = N(A+E)+E, is larger), within
+/// kBestExactSlack of float64's, the best an exact run achieves. So:
+///  - T where its N-1 roundings keep E (the uncompressed call's bytes), and
+///    where E is out of reach, T where its roundings cost no more than
+///    float64's: a sum or a mean on 2 ranks (one rounding of the exact sum,
+///    as float64's; a mean's division by 2 is exact), any float64 T;
+///  - else float32 for float16/bfloat16 (twice T's bytes); out of reach, its
+///    N-1 float32 roundings add (N-1) 2^-16 (bf16) or (N-1) 2^-13 (f16) of
+///    T's one rounding: up to 64 or 8 ranks. f32_ok false skips it: the exact
+///    path's mostly-zero inputs, whose float64 values go losslessly coded;
+///  - else float64, rounded once to T.
+/// Non-finite inputs, or a result that may overflow T: float64.
+/// (exact_keeps_bound, the policy's test for its lighter modes, asks T for
+/// half of E to spare; a call whose T sum keeps E only without it still runs
+/// the plain collective here.)
+ExactChoice choose_exact(codec::ElemType t, Combine how, int nranks, double E, const DataStats& g, bool f32_ok);
 
 /// The standalone codec's bound for one blob (codec::compress): abs_bound when
 /// it is > 0, else rel_bound * (hi - lo) of the finite values (any_finite:

@@ -38,7 +38,14 @@ Mode CallRoutine::decide_mode(const std::vector<CallDesc>& all, Mode m, DataType
   if (is_lossy(m)) {
     const DataStats g = merge_stats(all);
     const double E = resolve_bound(c, g);
-    if (!bound::exact_keeps_bound(elem_of(t), how, rt_.nranks, E, g)) {
+    // Taken where the exact sum in T keeps E with half to spare, or where
+    // nothing keeps E, neither compression nor any exact run, and the sum in
+    // T is as good as the best exact run: there the lossy request's exact
+    // path runs the same plain collective (bound::choose_exact). So a lighter
+    // mode never gives a result that the request would have bettered.
+    const bound::ExactChoice x = bound::choose_exact(elem_of(t), how, rt_.nranks, E, g, true);
+    const bool in_t = x.acc == bound::Accumulation::InT;
+    if (!in_t || (!x.keeps && lossy_could_keep(t, how, E, g))) {
       NCCLZ_TRACE(rt_.rank,
                   "call #%llu: policy proposal %s ignored: the exact sum in the element type may exceed the bound",
                   (unsigned long long)all[0].seq, p == 0 ? "none" : "lossless");
@@ -52,6 +59,11 @@ Mode CallRoutine::decide_mode(const std::vector<CallDesc>& all, Mode m, DataType
   NCCLZ_TRACE(rt_.rank, "call #%llu runs %s instead of %s (rank 0's policy)", (unsigned long long)all[0].seq,
               p == 0 ? "none" : "lossless", mode_string(uint8_t(m), 0, "").c_str());
   return call.ran;
+}
+
+bool CallRoutine::lossy_could_keep(DataType t, Combine how, double E, const DataStats& g) const {
+  if (bound::plan_lossy(elem_of(t), how, rt_.nranks, E, g).compress) return true;
+  return rt_.hier && bound::plan_lossy_hier(elem_of(t), how, rt_.topo.nhosts, rt_.topo.local_size, E, g).compress;
 }
 
 uint8_t CallRoutine::configured_algorithm() const {

@@ -14,7 +14,9 @@
 //                carries its data in the same message, after the
 //                descriptor: the latency algorithm is then one round in all
 //   4. decide    the mode every rank runs: rank 0's lighter proposal where it
-//                keeps the bound (bound::exact_keeps_bound), else the request;
+//                keeps the bound (bound::exact_keeps_bound), or where nothing
+//                keeps it and the request's exact path would run the same
+//                plain collective (bound::choose_exact), else the request;
 //                and the algorithm (Collective::algorithm): the latency
 //                algorithm where every rank carried its data and rank 0
 //                names no algorithm; else rank 0's proposal or setting where
@@ -73,6 +75,9 @@ class CallRoutine {
   /// outcome and rank 0's codec effort in `call`.
   Mode decide_mode(const std::vector<CallDesc>& all, Mode m, DataType t, Combine how, const Compression& c,
                    CallState& call) const;
+  /// Whether the lossy plan (flat, or hierarchical where the topology has
+  /// it) would compress with bound E: then it keeps E.
+  bool lossy_could_keep(DataType t, Combine how, double E, const DataStats& g) const;
   /// Step 4: the algorithm every rank runs the call with (see above); `run`:
   /// the mode decided (the latency algorithm runs exact modes only).
   Algorithm decide_algorithm(const std::vector<CallDesc>& all, const Collective& cd, Mode run) const;

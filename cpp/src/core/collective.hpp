@@ -8,8 +8,9 @@
 // the schedule that runs on each channel. From those the routine derives every
 // path: the message size that picks the mode and the channel count, the
 // checks, the error budget (bound::Combine), the lists of nonzeros (sums
-// only), the exact path (a float64 sum for sum/mean, the plain collective for
-// select), the code buffers.
+// only), the exact path (for sum/mean the narrowest accumulation that keeps
+// the bound, bound::choose_exact; the plain collective for select), the code
+// buffers.
 //
 // Adding a collective is a description here plus its schedule (a function
 // over one channel's prims on the rings, or over one lane's prims on the

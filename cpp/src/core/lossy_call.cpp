@@ -197,41 +197,44 @@ void LossyCall::run_staged(const LossyPlan& plan, const std::vector<CallDesc>& a
 void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all) {
   call_.fallback = true;
   call_.algorithm = Algorithm::Ring;  // the exact path is the flat ring's
-  // What this path achieves (CallStats::error_bound): select is exact, sums
-  // round once from float64 (set again below where they run in T or float32);
-  // may exceed a bound below the type's rounding.
-  const DataStats stats = merge_stats(all);
-  call_.bound = bound::exact_error(elem_of(t_), cd_.how, rt_.nranks, stats, true);
   NCCLZ_TRACE(rt_.rank, "%s: lossy call #%llu runs exactly: %s", coll_name(cd_.coll), (unsigned long long)all[0].seq,
               plan.why_not);
   if (!cd_.sums()) {
     // max/min and data movement return one rank's values: exact in T.
+    call_.bound = 0;
     rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
     return;
   }
-  // Sums: in T itself where its own rounding keeps the bound (the uncompressed
-  // call, byte for byte); for 16-bit floats next in float32 (half float64's
-  // bytes); else in float64, rounded once to T.
-  const DataStats& g = stats;
-  if (bound::exact_keeps_bound(elem_of(t_), cd_.how, rt_.nranks, plan.E, g)) {
-    call_.bound = bound::exact_error(elem_of(t_), cd_.how, rt_.nranks, g, false);
-    rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, native_wire(t_, Mode::None, cd_.op, c_), nch_, call_);
-    // avg: the schedule sums; the sum divided once, as the uncompressed call
-    // does (CallRoutine divides only after calls that did not run lossy).
-    if (cd_.how == Combine::Mean && cd_.recv != nullptr) {
-      prims::divide_in_place(elem_of(t_), cd_.recv, cd_.out_count, rt_.nranks);
-    }
+  // Sums and means: the narrowest accumulation that keeps E, or, where none
+  // does, the narrowest as good as float64's (bound::choose_exact; the same
+  // on every rank: it reads the exchanged statistics). Mostly-zero inputs on
+  // every rank go losslessly coded (the selector takes Sparse over their bit
+  // patterns), not raw: in T, else in float64 (same schedule, same additions:
+  // the same bits).
+  const bool sparse = mostly_zero(all);
+  const bound::ExactChoice x = bound::choose_exact(elem_of(t_), cd_.how, rt_.nranks, plan.E, merge_stats(all), !sparse);
+  call_.bound = x.error;  // what this path achieves (CallStats::error_bound); above E where nothing keeps it
+  const char* acc = x.acc == bound::Accumulation::InT   ? "the element type"
+                    : x.acc == bound::Accumulation::F32 ? "float32"
+                                                        : "float64";
+  NCCLZ_TRACE(rt_.rank, "lossy call #%llu: exact sum in %s, bound %g (E %g)", (unsigned long long)all[0].seq, acc,
+              x.error, plan.E);
+  if (x.acc != bound::Accumulation::InT) {
+    run_widened(x.acc == bound::Accumulation::F32 ? ElemType::F32 : ElemType::F64, sparse);
     return;
   }
-  if (cd_.how == Combine::Sum && !mostly_zero(all) && bound::f32_sum_keeps_bound(elem_of(t_), rt_.nranks, plan.E, g)) {
-    call_.bound = bound::f32_sum_error(elem_of(t_), rt_.nranks, g);
-    run_widened(ElemType::F32, false);
-    return;
+  // The uncompressed call, byte for byte (or its lossless coding).
+  Wire w = native_wire(t_, Mode::None, cd_.op, c_);
+  if (sparse) {
+    w.mode = prims::WireMode::Coded;
+    w.enc = codec::EncodeOptions{};  // the selector, whatever codec the lossy call named
   }
-  // Mostly-zero inputs on every rank: the doubles go losslessly coded (the
-  // selector takes Sparse over their bit patterns), not 8 raw bytes each.
-  // Same schedule, same additions: the same bits.
-  run_widened(ElemType::F64, mostly_zero(all));
+  rt_.channels.run_schedule(cd_, cd_.send, cd_.recv, w, nch_, call_);
+  // avg: the schedule sums; the sum divided once, as the uncompressed call
+  // does (CallRoutine divides only after calls that did not run lossy).
+  if (cd_.how == Combine::Mean && cd_.recv != nullptr) {
+    prims::divide_in_place(elem_of(t_), cd_.recv, cd_.out_count, rt_.nranks);
+  }
 }
 
 void LossyCall::run_widened(ElemType acc, bool coded) {
@@ -249,11 +252,12 @@ void LossyCall::run_widened(ElemType acc, bool coded) {
   w.raw_esize = dsize(t_);
   if (coded) w.mode = prims::WireMode::Coded;
   rt_.channels.run_schedule(cd_, in, out, w, nch_, call_);
+  // avg: the sum divided in double, then rounded once to T.
+  const double div = cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0;
   if (f32) {
-    from_f32(t_, static_cast<const float*>(out), cd_.out_count, cd_.recv, rt_.pool.get(), nch_);
+    from_f32(t_, static_cast<const float*>(out), cd_.out_count, div, cd_.recv, rt_.pool.get(), nch_);
   } else {
-    from_f64(t_, static_cast<const double*>(out), cd_.out_count, cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0,
-             cd_.recv, rt_.pool.get(), nch_);
+    from_f64(t_, static_cast<const double*>(out), cd_.out_count, div, cd_.recv, rt_.pool.get(), nch_);
   }
 }
 

@@ -27,9 +27,12 @@
 //            then every rank codes without Rans.
 //   exact    (non-finite inputs, outliers, a bound below the type's own
 //            rounding, codes that would not fit 64 bits, a message under
-//            min_bytes): sums and means add in float64 and round once
-//            (losslessly coded where every rank's input is mostly zero);
-//            select returns one rank's values exactly, uncompressed.
+//            min_bytes): sums and means add in the narrowest type that
+//            keeps E (T, float32 for 16-bit T, float64 rounded once), or
+//            where none does, the narrowest as good as float64
+//            (bound::choose_exact; losslessly coded where every rank's
+//            input is mostly zero); select returns one rank's values
+//            exactly, uncompressed.
 // Every path gives every rank the same bits; the staged and eager paths the
 // same codes, so the same bits as each other.
 //
@@ -99,8 +102,8 @@ class LossyCall {
   void run_device(LossyPlan plan, const std::vector<CallDesc>& all, HostStaging& staging);
   void run_staged(const LossyPlan& plan, const std::vector<CallDesc>& all);
   void run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all);
-  /// The exact path's sum in a wider float type acc (F32 for 16-bit T, or F64), rounded once to T;
-  /// coded: the wide values go losslessly coded.
+  /// The exact path's sum in a wider float type acc (F32 for 16-bit T, or F64), rounded once to T
+  /// (a mean divided in double first); coded: the wide values go losslessly coded.
   void run_widened(codec::ElemType acc, bool coded);
   /// The output's grid step: 2*eb, or 2*eb / N for a mean.
   double out_step(const LossyPlan& plan) const;

@@ -413,12 +413,12 @@ void to_f32(DataType t, const void* x, size_t n, float* out, WorkerPool* pool, i
   });
 }
 
-void from_f32(DataType t, const float* in, size_t n, void* out, WorkerPool* pool, int parts) {
+void from_f32(DataType t, const float* in, size_t n, double div, void* out, WorkerPool* pool, int parts) {
   with_float_type(t, [&](auto tag) {
     using T = decltype(tag);
     T* p = static_cast<T*>(out);
     base::parallel_for(pool, parts, n, [&](size_t b, size_t e, int) {
-      for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(double(in[i]));
+      for (size_t i = b; i < e; ++i) p[i] = codec::from_double<T>(double(in[i]) / div);
     });
   });
 }

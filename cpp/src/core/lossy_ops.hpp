@@ -170,9 +170,10 @@ bool NonzeroIndex::for_each_span(size_t off, size_t n, Fn&& fn) const {
 
 /// Exact path: x -> double, and double / div -> T with one rounding.
 void to_f64(DataType t, const void* x, size_t n, double* out, WorkerPool* pool = nullptr, int parts = 1);
-/// out[i] = float(x[i]) for a 16-bit float type t (exact); from_f32: out[i] = T(in[i]), one rounding.
+/// out[i] = float(x[i]) for a 16-bit float type t (exact); from_f32: out[i] = T(double(in[i]) / div), one
+/// rounding (div 1: none).
 void to_f32(DataType t, const void* x, size_t n, float* out, WorkerPool* pool = nullptr, int parts = 1);
-void from_f32(DataType t, const float* in, size_t n, void* out, WorkerPool* pool = nullptr, int parts = 1);
+void from_f32(DataType t, const float* in, size_t n, double div, void* out, WorkerPool* pool = nullptr, int parts = 1);
 void from_f64(DataType t, const double* in, size_t n, double div, void* out, WorkerPool* pool = nullptr, int parts = 1);
 
 }  // namespace ncclz::core
