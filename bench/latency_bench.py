@@ -6,6 +6,8 @@ n ranks on one host, side by side in one run (issue 19's latency target).
     python bench/latency_bench.py -n 4 --rounds 3 --sizes 4K,64K,1M --no-mpi  # ncclz only
     python bench/latency_bench.py --base /work/venvs/base/bin/python           # + another build
     python bench/latency_bench.py --ring --env NCCLZ_SPIN_NS=0 --no-mpi       # + this build's ring
+    python bench/latency_bench.py --sizes 1M,4M --variant old:NCCLZ_EXACT_NCHANNELS=2,NCCLZ_EXACT_SLICE_BYTES=1M
+    python bench/latency_bench.py --mode lossless --data gradients --sizes 1M,16M --variant ...  # no MPI
 
 The driver alternates the systems round after round (ncclz under ncclz-run, then MPI under
 mpirun, then ncclz again, ...): on a shared machine one run can be several times slower than the
@@ -17,7 +19,11 @@ median and the 10th percentile of those call times. `--base PYTHON` adds a third
 "ncclz-base": the same ncclz rounds with another interpreter (another build of ncclz installed in
 its own virtual environment, e.g. the branch before a change), for before/after side by side;
 `--ring` adds "ncclz-ring", this build with NCCLZ_LATENCY_BYTES=0 (the ring for every size: the
-latency algorithm's own effect). `--env K=V` sets a variable for every ncclz system (experiments).
+latency algorithm's own effect). `--env K=V` sets a variable for every ncclz system (experiments);
+`--variant NAME:K=V,...` adds a system "ncclz-NAME", this build with those variables too (another
+shape side by side). `--mode lossless|lossy` (rel 1e-3) runs the ncclz systems compressed (no MPI
+then) on `--data smooth|gradients` (each call starts from the same input); the run prints each
+ncclz system's last call of each size as channels x slice bytes and its wire ratio (last_stats).
 ncclz runs with policy="off" (the call as asked: uncompressed) over shared memory; MPI with its
 default shared-memory path (`--mca btl self,vader`). ncclz's `barrier` (one descriptor exchange and
 nothing else) is timed the same way: the fixed part of every call.
@@ -59,14 +65,15 @@ def size_name(b: int) -> str:
 
 # ---- rank role ---------------------------------------------------------------------------------------
 class _Ncclz:
-    def __init__(self):
+    def __init__(self, mode: str = "none"):
         import ncclz
 
         self.comm = ncclz.init(policy="off")
         self.rank, self.size = self.comm.rank, self.comm.world_size
+        self.compression = {"none": None, "lossless": ncclz.Lossless(), "lossy": ncclz.Lossy(rel=1e-3)}[mode]
 
     def all_reduce(self, x):
-        self.comm.all_reduce(x)
+        self.comm.all_reduce(x, compression=self.compression)
 
     def barrier(self):
         self.comm.barrier()
@@ -119,13 +126,35 @@ def _timed(sys_, fn, seconds: float, max_calls: int) -> dict:
     return {"calls": n, "median_us": float(np.median(ts)) * 1e6, "p10_us": float(np.percentile(ts, 10)) * 1e6}
 
 
-def rank_role(system: str, out: str, sizes: list, seconds: float) -> int:
-    sys_ = _Ncclz() if system == "ncclz" else _Mpi()
+def _input(kind: str, n: int, rank: int) -> np.ndarray:
+    """A rank's float32 input: a constant (the latency runs), a smooth field, or gradient-like noise."""
+    if kind == "constant":
+        return np.full(n, float(rank + 1), dtype=np.float32)
+    rng = np.random.default_rng(rank)
+    if kind == "smooth":
+        t = np.linspace(0, 40, n)
+        return (50 * np.sin(t + rank) + 0.01 * rng.standard_normal(n)).astype(np.float32)
+    return (rng.standard_normal(n) * 1e-3).astype(np.float32)  # gradients
+
+
+def rank_role(system: str, out: str, sizes: list, seconds: float, mode: str = "none", data: str = "constant") -> int:
+    sys_ = _Ncclz(mode) if system == "ncclz" else _Mpi()
     res = {"system": system, "ranks": sys_.size, "sizes": {}}
     res["barrier"] = _timed(sys_, sys_.barrier, seconds / 2, 20000)
     for b in sizes:
-        x = np.full(b // 4, float(sys_.rank + 1), dtype=np.float32)
-        res["sizes"][str(b)] = _timed(sys_, lambda x=x: sys_.all_reduce(x), seconds, 20000)
+        x0 = _input(data, b // 4, sys_.rank)
+        x = x0.copy()
+
+        def call(x=x, x0=x0):
+            if data != "constant":
+                x[:] = x0  # in place: every call starts from the same input (a sum would grow)
+            sys_.all_reduce(x)
+
+        res["sizes"][str(b)] = _timed(sys_, call, seconds, 20000)
+        if system == "ncclz":
+            call()  # once more: the timing ended with a gather, whose stats these would be
+            st = sys_.comm.last_stats
+            res["sizes"][str(b)].update(ratio=st.ratio, shape=f"{st.channels}x{st.slice_bytes >> 10}K")
     sys_.barrier()
     if sys_.rank == 0:
         with open(out, "w") as f:
@@ -136,10 +165,12 @@ def rank_role(system: str, out: str, sizes: list, seconds: float) -> int:
 
 # ---- driver ------------------------------------------------------------------------------------------
 def _launch(system: str, n: int, sizes: str, seconds: float, out: str, base: str | None = None,
-            extra_env: dict | None = None) -> None:
+            extra_env: dict | None = None, variants: dict | None = None, mode: str = "none",
+            data: str = "constant") -> None:
     py = base if system == "ncclz-base" else sys.executable
     role = "mpi" if system == "mpi" else "ncclz"
-    me = [py, os.path.abspath(__file__), "--rank-role", role, out, "--sizes", sizes, "--seconds", str(seconds)]
+    me = [py, os.path.abspath(__file__), "--rank-role", role, out, "--sizes", sizes, "--seconds", str(seconds),
+          "--mode", mode, "--data", data]
     if role == "ncclz":
         cmd = [py, "-m", "ncclz.run", "-n", str(n), "--timeout", "120", *me]
     else:
@@ -150,12 +181,17 @@ def _launch(system: str, n: int, sizes: str, seconds: float, out: str, base: str
         env.update(extra_env or {})
     if system == "ncclz-ring":
         env["NCCLZ_LATENCY_BYTES"] = "0"
+    env.update((variants or {}).get(system, {}))
     subprocess.run(cmd, check=True, env=env, timeout=900, stdout=subprocess.DEVNULL)
 
 
 def driver(args) -> int:
+    variants = {}
+    for v in args.variant:
+        name, _, kvs = v.partition(":")
+        variants["ncclz-" + name] = dict(kv.split("=", 1) for kv in kvs.split(",") if kv)
     systems = (["ncclz"] + (["ncclz-base"] if args.base else []) + (["ncclz-ring"] if args.ring else [])
-               + ([] if args.no_mpi else ["mpi"]))
+               + list(variants) + ([] if args.no_mpi or args.mode != "none" else ["mpi"]))
     extra_env = dict(kv.split("=", 1) for kv in args.env)
     if "mpi" in systems:
         try:
@@ -171,7 +207,7 @@ def driver(args) -> int:
         for r in range(args.rounds):
             for s in systems:
                 out = os.path.join(tmp, f"{s}{r}.json")
-                _launch(s, args.n, args.sizes, args.seconds, out, args.base, extra_env)
+                _launch(s, args.n, args.sizes, args.seconds, out, args.base, extra_env, variants, args.mode, args.data)
                 with open(out) as f:
                     rounds[s].append(json.load(f))
                 print(f"round {r} {s}: " + ", ".join(
@@ -183,12 +219,18 @@ def driver(args) -> int:
         summary[s] = {size_name(b): statistics.median(x["sizes"][str(b)]["median_us"] for x in rounds[s])
                       for b in sizes}
         summary[s]["barrier"] = statistics.median(x["barrier"]["median_us"] for x in rounds[s])
+    # what each ncclz system's last call of a size reported: the ring shape (channels x slice) and ratio
+    shapes = {s: {size_name(b): "{} ({:.2f}x)".format(rounds[s][-1]["sizes"][str(b)].get("shape", "?"),
+                                                     rounds[s][-1]["sizes"][str(b)].get("ratio", 1.0))
+                  for b in sizes} for s in systems if s != "mpi"}
     doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": _machine(), "ranks": args.n,
-           "base": args.base or "", "env": extra_env,
+           "mode": args.mode, "data": args.data, "shapes": shapes,
+           "base": args.base or "", "env": extra_env, "variants": variants,
            "command": " ".join(["python", "bench/latency_bench.py", *sys.argv[1:]]), "rounds": rounds,
            "median_of_rounds_us": summary}
     print(json.dumps(summary, indent=1))
     print(table(doc))
+    print("\n".join(f"{s}: " + ", ".join(f"{k} {v}" for k, v in shape.items()) for s, shape in shapes.items()))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)
@@ -239,6 +281,12 @@ def main(argv=None) -> int:
     ap.add_argument("--base", metavar="PYTHON", help="also run ncclz with this interpreter (another build)")
     ap.add_argument("--ring", action="store_true", help="also run this build with NCCLZ_LATENCY_BYTES=0")
     ap.add_argument("--env", action="append", default=[], metavar="K=V", help="a variable for the ncclz systems")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:K=V[,K=V]",
+                    help="also run this build as system ncclz-NAME with these variables (on top of --env)")
+    ap.add_argument("--mode", default="none", choices=("none", "lossless", "lossy"),
+                    help="the ncclz systems' compression (lossy: rel 1e-3; other than none: no MPI)")
+    ap.add_argument("--data", default="constant", choices=("constant", "smooth", "gradients"),
+                    help="the inputs (default constant; otherwise each call starts from the same input)")
     ap.add_argument("--out", help="JSON of every round and the medians")
     ap.add_argument("--render", metavar="JSON", help="print the table of a run's JSON (measures nothing)")
     args = ap.parse_args(argv)
@@ -248,7 +296,7 @@ def main(argv=None) -> int:
         return 0
     if args.rank_role:
         sizes = [parse_size(s) for s in args.sizes.split(",")]
-        return rank_role(args.rank_role[0], args.rank_role[1], sizes, args.seconds)
+        return rank_role(args.rank_role[0], args.rank_role[1], sizes, args.seconds, args.mode, args.data)
     return driver(args)
 
 

@@ -589,6 +589,8 @@ void register_comm(nb::module_& m) {
       .def_rw("slot_bytes", &CommConfig::slot_bytes)
       .def_rw("nslots", &CommConfig::nslots)
       .def_rw("sparse_slice_bytes", &CommConfig::sparse_slice_bytes)
+      .def_rw("exact_nchannels", &CommConfig::exact_nchannels)
+      .def_rw("exact_slice_bytes", &CommConfig::exact_slice_bytes)
       .def_rw("throttle_gbps", &CommConfig::throttle_gbps)
       .def_rw("socket_ifname", &CommConfig::socket_ifname)
       .def_rw("pipeline_quantize", &CommConfig::pipeline_quantize)
@@ -613,6 +615,8 @@ void register_comm(nb::module_& m) {
             d["slot_bytes"] = x.slot_bytes;
             d["nslots"] = x.nslots;
             d["sparse_slice_bytes"] = x.sparse_slice_bytes;
+            d["exact_nchannels"] = x.exact_nchannels;
+            d["exact_slice_bytes"] = x.exact_slice_bytes;
             d["throttle_gbps"] = x.throttle_gbps;
             d["socket_ifname"] = x.socket_ifname;
             d["pipeline_quantize"] = x.pipeline_quantize;
@@ -630,7 +634,8 @@ void register_comm(nb::module_& m) {
         std::ostringstream s;
         s << "CommConfig(rank=" << x.rank << ", size=" << x.size << ", transport='" << x.transport
           << "', nchannels=" << x.nchannels << ", slot_bytes=" << x.slot_bytes << ", nslots=" << x.nslots
-          << ", sparse_slice_bytes=" << x.sparse_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
+          << ", sparse_slice_bytes=" << x.sparse_slice_bytes << ", exact_nchannels=" << x.exact_nchannels
+          << ", exact_slice_bytes=" << x.exact_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
           << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", algorithm='" << x.algorithm
           << "', latency_bytes=" << x.latency_bytes << ", timeout_s=" << x.timeout_s << ")";
         return s.str();
@@ -731,7 +736,9 @@ void register_comm(nb::module_& m) {
       .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(ncclz::mode_name(x.ran_mode)); })
       .def_ro("lightened", &CallStats::lightened)
       .def_prop_ro("algorithm", [](const CallStats& x) { return std::string(ncclz::algorithm_name(x.algorithm)); })
-      .def_ro("local_bytes", &CallStats::local_bytes);
+      .def_ro("local_bytes", &CallStats::local_bytes)
+      .def_ro("channels", &CallStats::channels)
+      .def_ro("slice_bytes", &CallStats::slice_bytes);
 
   nb::class_<CommHandle>(c, "Communicator", "Raw communicator; ncclz.Communicator wraps it")
       .def_static(

@@ -95,6 +95,11 @@ class CallStats:
     on_device: the call's arrays were CUDA arrays that it quantized, coded and dequantized on the
         GPU (a lossy all_reduce, reduce_scatter, all_gather or broadcast of PyTorch or CuPy
         arrays on the compressed ring); False where it ran on host copies.
+    channels: the rings the call's data moved on (lanes for all_to_all, gather and scatter; 1 for
+        send/recv and the latency algorithm). Exact calls may run fewer rings than compressed ones
+        (``comm.config.exact_nchannels``).
+    slice_bytes: the data bytes each slice (one per slot) was sized for; 0 for the latency
+        algorithm. Exact calls use ``comm.config.exact_slice_bytes``.
     """
 
     op: str
@@ -115,6 +120,8 @@ class CallStats:
     algorithm: str = "ring"
     local_bytes: int = 0
     on_device: bool = False
+    channels: int = 0
+    slice_bytes: int = 0
 
     @property
     def codec_s(self) -> float:
@@ -668,6 +675,8 @@ class Communicator:
             algorithm=str(getattr(st, "algorithm", "ring")),
             local_bytes=int(getattr(st, "local_bytes", 0)),
             on_device=bool(getattr(st, "on_device", False)),
+            channels=int(getattr(st, "channels", 0)),
+            slice_bytes=int(getattr(st, "slice_bytes", 0)),
         )
 
     def _check_rank(self, r: Any, what: str) -> int:

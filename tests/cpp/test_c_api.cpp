@@ -68,6 +68,8 @@ TEST(CApi, CollectivesAndStats) {
     EXPECT_GT(st.wireBytes, 0u);
     EXPECT_EQ(st.exactFallback, 0);
     EXPECT_EQ(st.onDevice, 0);  // host buffers
+    EXPECT_GE(st.channels, 1);
+    EXPECT_GT(st.sliceBytes, 0u);
 
     // allreduce, lossless: bit-identical to none.
     std::vector<float> a(n), b(n);

@@ -168,3 +168,26 @@ def scenario_effort(ncclz, comm, args):
 def scenario_config(ncclz, comm, args):
     """The configuration the communicator uses (the runtime's, defaults resolved)."""
     return comm.config.as_dict()
+
+
+def scenario_exact_shape(ncclz, comm, args):
+    """The exact calls' ring shape (docs/ALGORITHMS.md, "The exact calls' shape"): the configuration,
+    then float32 sums of 1 MiB and 4 MiB (rings) uncompressed and lossless, with the shape each call
+    reported and the hashes of their results (the same on every rank, lossless the same as none),
+    and a lossy call's shape."""
+    import hashlib
+
+    import numpy as np
+
+    out = {"config": comm.config.as_dict(), "calls": {}}
+    rng = np.random.default_rng(comm.rank)
+    for n in (1 << 18, 1 << 20):
+        x = rng.standard_normal(n).astype(np.float32)
+        for mode, c in (("none", None), ("lossless", ncclz.Lossless())):
+            y = x.copy()
+            comm.all_reduce(y, compression=c, policy="off")
+            st = comm.last_stats
+            out["calls"][f"{n}/{mode}"] = [st.channels, st.slice_bytes, hashlib.sha1(y.tobytes()).hexdigest()]
+    comm.all_reduce(rng.standard_normal(1 << 20).astype(np.float32), compression=ncclz.Lossy(rel=1e-3), policy="off")
+    out["lossy"] = [comm.last_stats.channels, comm.last_stats.slice_bytes]
+    return out

@@ -497,6 +497,32 @@ def test_unset_channel_count_is_agreed(tmp_path, monkeypatch):
         assert comm.config.nchannels == min(max(len(os.sched_getaffinity(0)), 2), 8)
 
 
+def test_exact_shape_is_agreed(tmp_path, monkeypatch):
+    """Uncompressed and lossless calls run one ring of 128 KiB slices where some rank is short of
+    cores for two rings (here rank 0 alone, by NCCLZ_CORES_PER_RANK): every rank agrees, whatever its
+    own cores, and reports the shape; results are the same on every rank and lossless equals none.
+    Compressed calls keep the communicator's rings and slot-sized slices. With cores enough on every
+    rank, or on sockets, exact calls keep that shape too."""
+    for k in ("NCCLZ_NCHANNELS", "NCCLZ_EXACT_NCHANNELS", "NCCLZ_EXACT_SLICE_BYTES", "NCCLZ_SLOT_BYTES"):
+        monkeypatch.delenv(k, raising=False)
+    short = {0: {"NCCLZ_CORES_PER_RANK": "0.5"}, 1: {"NCCLZ_CORES_PER_RANK": "100"}, 2: {"NCCLZ_CORES_PER_RANK": "3"}}
+    enough = {r: {"NCCLZ_CORES_PER_RANK": "2"} for r in range(3)}
+    cases = ((short, "shm", (1, 128 << 10)), (enough, "shm", (2, 1 << 20)), (short, "socket", (2, 1 << 20)))
+    for rank_env, transport, shape in cases:
+        ranks = run_ranks(tmp_path, "exact_shape", 3, transport, rank_env=rank_env, timeout=120)
+        ranks.assert_ok()
+        for res in ranks.results:
+            cfg = res["config"]
+            assert cfg["nchannels"] == 2 and (cfg["exact_nchannels"], cfg["exact_slice_bytes"]) == shape, cfg
+            for key, (channels, slice_bytes, digest) in res["calls"].items():
+                n = int(key.split("/")[0])
+                assert (channels, slice_bytes) == (min(shape[0], max(1, 4 * n // (256 << 10))), shape[1]), (key, res)
+                assert digest == ranks.results[0]["calls"][key][2], key  # the same bits on every rank
+            for n in (1 << 18, 1 << 20):
+                assert res["calls"][f"{n}/none"][2] == res["calls"][f"{n}/lossless"][2], n
+            assert res["lossy"] == [2, 1 << 20], res["lossy"]
+
+
 def test_missing_rank_env(monkeypatch):
     for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE"):
         monkeypatch.delenv(k, raising=False)

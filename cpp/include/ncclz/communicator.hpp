@@ -111,6 +111,12 @@ struct CallStats {
   /// dequantized on the device (set_buffer_device); false where it ran on
   /// host copies (an exact mode or path) or on host buffers.
   bool on_device = false;
+  /// The rings (point-to-point lanes, for all_to_all, gather and scatter)
+  /// the call's data moved on; 1 for send/recv and the latency algorithm.
+  int channels = 0;
+  /// The data bytes each slice of the call was sized for (its slots held a
+  /// slice each); 0 for the latency algorithm (one message per peer).
+  uint64_t slice_bytes = 0;
 };
 
 /// Communicator settings. Every NCCLZ_* variable the runtime reads is parsed in
@@ -136,6 +142,17 @@ struct CommConfig {
   /// above slot_bytes gives them the same slices as other calls (and is
   /// reported as slot_bytes). The transport's slots hold the larger of the two.
   size_t sparse_slice_bytes = 0;
+  /// The most rings an exact ring call (none, lossless) runs on
+  /// (NCCLZ_EXACT_NCHANNELS); 0: agreed at creation: 1 where nchannels is
+  /// unset, some rank has fewer cores than two rings need (its share of its
+  /// host; NCCLZ_CORES_PER_RANK) and the transport is not sockets, else
+  /// nchannels. At most nchannels.
+  int exact_nchannels = 0;
+  /// Data bytes of the slices of exact ring calls (NCCLZ_EXACT_SLICE_BYTES,
+  /// >= 1024); 0: agreed at creation: 128 KiB where exact calls run one ring
+  /// by the rule above, else slot_bytes. At most slot_bytes (larger values
+  /// are lowered to it); the slots stay slot_bytes.
+  size_t exact_slice_bytes = 0;
   double throttle_gbps = 0;   ///< NCCLZ_SOCKET_THROTTLE_GBPS (0: no throttle)
   std::string socket_ifname;  ///< NCCLZ_SOCKET_IFNAME
   /// Lossy reductions quantize slice by slice inside the ring loops (1) or the

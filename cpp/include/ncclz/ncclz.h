@@ -100,6 +100,8 @@ typedef struct {
   double errorBound; /* E promised for the call (0 for exact modes) */
   int exactFallback; /* lossy call that ran exactly */
   int onDevice;      /* this rank quantized and coded on the GPU (device buffers: ncclzSetBufferDevice, docs/GPU.md) */
+  int channels;      /* rings (or lanes) the call ran on */
+  unsigned long long sliceBytes; /* data bytes per slice (0: the latency algorithm) */
 } ncclzCallStats_t;
 
 /* Made by one process (the future rank 0's), shared with the others out of band. */

@@ -311,6 +311,8 @@ ncclzResult_t ncclzCommGetLastStats(const ncclzComm_t comm, ncclzCallStats_t* st
     stats->errorBound = s.error_bound;
     stats->exactFallback = s.exact_fallback ? 1 : 0;
     stats->onDevice = s.on_device ? 1 : 0;
+    stats->channels = s.channels;
+    stats->sliceBytes = s.slice_bytes;
   });
 }
 

@@ -223,8 +223,14 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     const Compression& wire_c = run == m ? c : Compression{};
     if (cd.algorithm == Algorithm::Hierarchical) {
       run_hier_values(rt_, cd, t, run, wire_c, nch, call);
-    } else {
+    } else if (cd.peer_schedule) {
       rt_.channels.run_schedule(cd, cd.send, cd.recv, native_wire(t, run, cd.op, wire_c), nch, call);
+    } else {
+      // The rings' exact shape (core/config.hpp, resolve_exact_shape): the
+      // same for none and lossless, from facts every rank agreed on.
+      Wire w = native_wire(t, run, cd.op, wire_c);
+      w.slice_bytes = rt_.channels.exact_slice_bytes();
+      rt_.channels.run_schedule(cd, cd.send, cd.recv, w, rt_.channels.pick_exact(bytes), call);
     }
   }
   // 7. this rank's own block (never on the wire, exact in every mode); avg:
@@ -280,6 +286,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   }
   // 3. exchange with the peer
   call.ch.assign(1, prims::ChannelStats{});
+  call.slice_bytes = rt_.cfg.slot_bytes;  // the pair's link: ordinary slices
   const CallDesc theirs = rt_.protocol.handshake(peer, sending, d, err, call);
   // 6. run on the pair's link; 7. finish
   auto step = [&](const char* what, auto&& fn) {

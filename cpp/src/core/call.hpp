@@ -26,7 +26,10 @@
 //   5. prepare   lossy: the plan from the global statistics, then quantize
 //                (staged or eager) or take the exact path
 //   6. run       the collective's schedule on the channels (core/channels.hpp):
-//                on the rings, or on the point-to-point links (lanes); the
+//                on the rings (exact calls in the exact shape agreed at
+//                creation, core/config.hpp: resolve_exact_shape; compressed
+//                calls on nchannels rings of slot-sized slices), or on the
+//                point-to-point links (lanes); the
 //                latency algorithm combines the data that came in step 3
 //                (algorithms/one_hop.hpp), on the calling thread
 //   7. finish    dequantize / divide (avg), this rank's own block (copied,

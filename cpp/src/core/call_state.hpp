@@ -32,6 +32,7 @@ struct CallState {
   Compression::Mode ran = Compression::Mode::None;  ///< the mode the call ran with
   bool lightened = false;                           ///< rank 0's lighter proposal was taken
   double rans_margin = -1;  ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
+  size_t slice_bytes = 0;   ///< the data bytes the call's slices were sized for (CallStats::slice_bytes)
   CallStats* out = nullptr;
 
   /// A deadline for one wait starting now.
@@ -60,6 +61,8 @@ struct CallState {
     r.lightened = lightened;
     r.algorithm = algorithm;
     r.local_bytes = local.wire_bytes;
+    r.channels = int(ch.size());
+    r.slice_bytes = slice_bytes;
     *out = r;
   }
 };

@@ -99,6 +99,8 @@ RingChannels::RingChannels(int rank, int nranks, const CommConfig& cfg, size_t s
       nslots_(cfg.nslots),
       slot_bytes_(cfg.slot_bytes),
       slot_capacity_(slot_capacity),
+      exact_nchannels_(std::max(1, cfg.exact_nchannels)),
+      exact_slice_bytes_(cfg.exact_slice_bytes ? cfg.exact_slice_bytes : cfg.slot_bytes),
       pool_(pool),
       fail_(std::move(fail)),
       ch_(size_t(cfg.nchannels)) {
@@ -222,6 +224,7 @@ void RingChannels::run_schedule(const Collective& cd, const void* src, void* dst
     return;
   }
   const size_t es = codec::elem_size(w.type);
+  call.slice_bytes = w.slice_bytes ? w.slice_bytes : slot_bytes_;
   run(nch, call, [&](int c) {
     const size_t b = cd.split * size_t(c) / size_t(nch), e = cd.split * size_t(c + 1) / size_t(nch);
     prims::Prims p = prims(c, w, call);
@@ -244,6 +247,7 @@ void RingChannels::run_peer_schedule(const Collective& cd, const void* src, void
     return;  // nothing leaves this rank: its own block is the routine's copy
   }
   const int lanes = std::max(1, std::min(nch, nranks_ - 1));
+  call.slice_bytes = slot_bytes_;
   if (w.device) {
     for (int q = 0; q < nranks_; ++q) {
       if (const transport::PeerLink* l = peers_->link(q)) pin_link(w.device, l->send.get(), l->recv.get());

@@ -21,6 +21,7 @@
 // channels wake up with Aborted, and the original error is rethrown.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <string>
@@ -84,6 +85,13 @@ class RingChannels {
   int count() const { return int(ch_.size()); }
   /// Channels a call of `bytes` uses: one per kBytesPerChannel, 1..nchannels.
   int pick(size_t bytes) const;
+  /// Channels an exact call (none, lossless) of `bytes` uses on the rings:
+  /// pick(bytes), at most CommConfig::exact_nchannels (core/config.hpp,
+  /// resolve_exact_shape).
+  int pick_exact(size_t bytes) const { return std::min(pick(bytes), exact_nchannels_); }
+  /// Wire::slice_bytes of exact ring calls: CommConfig::exact_slice_bytes, 0
+  /// where that is the slots' own size.
+  size_t exact_slice_bytes() const { return exact_slice_bytes_ < slot_bytes_ ? exact_slice_bytes_ : 0; }
   /// Channel c's slot scratch (a slot's bytes and more, 8-byte aligned).
   uint8_t* scratch(int c);
   /// Channel c's send connection (flushed at destruction), nullptr without peers.
@@ -116,6 +124,8 @@ class RingChannels {
   int rank_, nranks_;
   int nslots_;
   size_t slot_bytes_, slot_capacity_;
+  int exact_nchannels_;
+  size_t exact_slice_bytes_;
   base::WorkerPool* pool_;
   FailFn fail_;
   std::vector<Channel> ch_;

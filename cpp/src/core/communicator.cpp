@@ -197,21 +197,27 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // slices from the slot sizes).
   // And on which calls carry their data in the descriptor message (the
   // latency algorithm): a rank that carries must meet ranks that expect it.
-  constexpr size_t kAgreed = 6;
-  const char* agreed_what[kAgreed] = {"NCCLZ_NCHANNELS",          "NCCLZ_P2P",
-                                      "NCCLZ_SLOT_BYTES",         "NCCLZ_NSLOTS",
-                                      "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES"};
+  constexpr size_t kAgreed = 8;
+  const char* agreed_what[kAgreed] = {
+      "NCCLZ_NCHANNELS",          "NCCLZ_P2P",           "NCCLZ_SLOT_BYTES",      "NCCLZ_NSLOTS",
+      "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES", "NCCLZ_EXACT_NCHANNELS", "NCCLZ_EXACT_SLICE_BYTES"};
   std::vector<int64_t> all(static_cast<size_t>(size_) * kAgreed, 0);
-  const int64_t mine[kAgreed] = {
-      cfg.nchannels, cfg.p2p, int64_t(cfg.slot_bytes), cfg.nslots, int64_t(cfg.sparse_slice_bytes), cfg.latency_bytes};
+  const int64_t mine[kAgreed] = {cfg.nchannels,
+                                 cfg.p2p,
+                                 int64_t(cfg.slot_bytes),
+                                 cfg.nslots,
+                                 int64_t(cfg.sparse_slice_bytes),
+                                 cfg.latency_bytes,
+                                 cfg.exact_nchannels,
+                                 int64_t(cfg.exact_slice_bytes)};
   boot_->allgather(mine, sizeof mine, all.data());
   Topology topo = topology::find(*boot_, cfg);
   for (int r = 0; r < size_; ++r) {
     for (size_t k = 0; k < kAgreed; ++k) {
       const int64_t theirs = all[kAgreed * size_t(r) + k];
       if (theirs != all[k]) {
-        // (an unset channel count travels as 0)
-        auto said = [k](int64_t v) { return k == 0 && v == 0 ? std::string("unset") : std::to_string(v); };
+        // (an unset channel count or exact shape travels as 0)
+        auto said = [k](int64_t v) { return (k == 0 || k >= 6) && v == 0 ? std::string("unset") : std::to_string(v); };
         throw InvalidArgument("ncclz: ranks disagree on " + std::string(agreed_what[k]) + " (rank 0: " + said(all[k]) +
                               ", rank " + std::to_string(r) + ": " + said(theirs) +
                               "); set it the same way on every rank");
@@ -220,12 +226,24 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   }
   // An unset channel count (0 on every rank, as just checked): each rank
   // proposes one from its share of the host's cores, and all take the
-  // smallest, so that no rank runs more rings than its cores can drive.
-  if (cfg.nchannels == 0) {
-    const int64_t mine_ch = core::proposed_channels(topo.local_size);
-    std::vector<int64_t> proposals(static_cast<size_t>(size_), 0);
-    boot_->allgather(&mine_ch, sizeof mine_ch, proposals.data());
-    cfg.nchannels = int(*std::min_element(proposals.begin(), proposals.end()));
+  // smallest, so that no rank runs more rings than its cores can drive. The
+  // same round says whether some rank is short of cores for two rings, which
+  // fixes the exact calls' shape (core::resolve_exact_shape) the same way on
+  // every rank, whatever each one's CPUs or NCCLZ_CORES_PER_RANK (resolved
+  // once the transport is known, below).
+  const bool auto_channels = cfg.nchannels == 0;
+  bool short_of_cores = false;
+  {
+    const int64_t mine_p[2] = {core::proposed_channels(topo.local_size),
+                               core::rings_share_cores(topo.local_size) ? 1 : 0};
+    std::vector<int64_t> proposals(static_cast<size_t>(size_) * 2, 0);
+    boot_->allgather(mine_p, sizeof mine_p, proposals.data());
+    int64_t fewest = mine_p[0];
+    for (int r = 0; r < size_; ++r) {
+      fewest = std::min(fewest, proposals[2 * size_t(r)]);
+      short_of_cores = short_of_cores || proposals[2 * size_t(r) + 1] != 0;
+    }
+    if (auto_channels) cfg.nchannels = int(fewest);
   }
 
   // How the waits wait before they sleep (CommConfig::spin_us, Transport::
@@ -255,6 +273,8 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   transport_ = transport::create_transport(*boot_, tc, abort_);
   transport_->set_wait(wait_pauses_, int64_t(cfg.spin_us) * 1000);
   cfg.transport = transport::kind_name(transport_->kind());
+  // Every rank has the same transport kind, so every rank resolves the same shape.
+  core::resolve_exact_shape(cfg, auto_channels, short_of_cores, transport_->kind() == transport::Kind::Socket);
   // The ring links' slots hold the larger slices too, except where slots are
   // reserved memory (shared memory: posix_fallocate'd for the whole ring):
   // there mostly-zero sums keep the ordinary slices. Every rank has the same
@@ -291,9 +311,9 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   boot_->set_conflict_handler([this](const std::string& why) { fail(why); });
   NCCLZ_INFO(rank_,
              "communicator: %d ranks, %d channels, %d slots x %zu bytes (slices of %zu bytes, %zu for mostly-zero "
-             "lossy sums); topology %s",
+             "lossy sums; exact calls: at most %d channels, slices of %zu bytes); topology %s",
              size_, cfg.nchannels, cfg.nslots, slot_capacity, cfg.slot_bytes, cfg.sparse_slice_bytes,
-             rt_->topo.describe().c_str());
+             cfg.exact_nchannels, cfg.exact_slice_bytes, rt_->topo.describe().c_str());
 }
 
 void CommunicatorImpl::connect_hierarchical(const transport::TransportConfig& tc, Clock::time_point deadline) {

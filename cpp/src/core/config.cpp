@@ -33,6 +33,10 @@ void read_tuning_env(CommConfig& c) {
     if (v) c.sparse_slice_bytes = size_t(env::get_int("NCCLZ_SPARSE_SLICE_BYTES", 0, 0, kMaxSlotBytes));
     if (v && c.sparse_slice_bytes == 0) c.sparse_slice_bytes = 1;  // not above any slot_bytes: off
   }
+  if (c.exact_nchannels <= 0) c.exact_nchannels = int(env::get_int("NCCLZ_EXACT_NCHANNELS", 0, 0, 64));
+  if (c.exact_slice_bytes == 0) {
+    c.exact_slice_bytes = size_t(env::get_int("NCCLZ_EXACT_SLICE_BYTES", 0, 0, kMaxSlotBytes));
+  }
   if (c.throttle_gbps <= 0) c.throttle_gbps = env::get_double("NCCLZ_SOCKET_THROTTLE_GBPS", 0, 0, 1e9);
   if (c.socket_ifname.empty()) c.socket_ifname = env::get_string("NCCLZ_SOCKET_IFNAME", "");
   if (c.pipeline_quantize < 0) c.pipeline_quantize = int(env::get_int("NCCLZ_PIPELINE_QUANTIZE", -1, 0, 1));
@@ -67,7 +71,11 @@ int parse_algorithm(const std::string& s, bool* ok) {
   return -1;
 }
 
-int proposed_channels(int local_size) {
+namespace {
+
+/// This rank's cores: NCCLZ_CORES_PER_RANK, else the CPUs this process may run
+/// on divided by `local_size`.
+double cores_per_rank(int local_size) {
   double cores = env::get_double("NCCLZ_CORES_PER_RANK", 0, 0, 1e6);
   if (!(cores > 0)) {
     int cpus = 0;
@@ -77,7 +85,23 @@ int proposed_channels(int local_size) {
     if (cpus <= 0) cpus = int(std::thread::hardware_concurrency());
     cores = double(std::max(cpus, 1)) / double(std::max(local_size, 1));
   }
-  return std::clamp(int(std::floor(cores)), kMinAutoChannels, kMaxAutoChannels);
+  return cores;
+}
+
+}  // namespace
+
+int proposed_channels(int local_size) {
+  return std::clamp(int(std::floor(cores_per_rank(local_size))), kMinAutoChannels, kMaxAutoChannels);
+}
+
+bool rings_share_cores(int local_size) { return int(std::floor(cores_per_rank(local_size))) < kMinAutoChannels; }
+
+void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_cores, bool sockets) {
+  const bool one_ring = auto_channels && short_of_cores && !sockets;
+  if (cfg.exact_nchannels <= 0) cfg.exact_nchannels = one_ring ? 1 : cfg.nchannels;
+  cfg.exact_nchannels = std::clamp(cfg.exact_nchannels, 1, std::max(cfg.nchannels, 1));
+  if (cfg.exact_slice_bytes == 0) cfg.exact_slice_bytes = one_ring ? kOneRingSliceBytes : cfg.slot_bytes;
+  cfg.exact_slice_bytes = std::min(cfg.exact_slice_bytes, cfg.slot_bytes);
 }
 
 }  // namespace core
@@ -134,6 +158,17 @@ CommConfig CommConfig::resolved() const {
     throw InvalidArgument("ncclz: slot_bytes must be at least 1024, got " + std::to_string(c.slot_bytes));
   }
   if (c.sparse_slice_bytes <= c.slot_bytes) c.sparse_slice_bytes = c.slot_bytes;  // no larger slices
+  if (c.exact_nchannels < 0) c.exact_nchannels = 0;                               // 0: unset, agreed at creation
+  if (c.exact_nchannels > 64) {
+    throw InvalidArgument("ncclz: exact_nchannels (NCCLZ_EXACT_NCHANNELS) must be in [1, 64], got " +
+                          std::to_string(c.exact_nchannels));
+  }
+  if (c.nchannels > 0 && c.exact_nchannels > c.nchannels) c.exact_nchannels = c.nchannels;
+  if (c.exact_slice_bytes != 0 && c.exact_slice_bytes < 1024) {
+    throw InvalidArgument("ncclz: exact_slice_bytes (NCCLZ_EXACT_SLICE_BYTES) must be at least 1024, got " +
+                          std::to_string(c.exact_slice_bytes));
+  }
+  if (c.exact_slice_bytes > c.slot_bytes) c.exact_slice_bytes = c.slot_bytes;  // a slice fills a slot at most
   // The latency algorithm's message (descriptor and data) fits one slot.
   c.latency_bytes = std::min<int64_t>(c.latency_bytes, int64_t(c.slot_bytes - core::kLatencyHeadroom));
   if (c.algorithm.empty()) c.algorithm = "auto";

@@ -57,6 +57,41 @@ constexpr size_t kMaxTopoHostId = 63;
 /// its host), rounded down, within [kMinAutoChannels, kMaxAutoChannels].
 int proposed_channels(int local_size);
 
+/// Whether this rank has fewer cores than kMinAutoChannels rings need (its
+/// cores as proposed_channels counts them, before the clamp): its rings'
+/// threads would share cores.
+bool rings_share_cores(int local_size);
+
+/// The slices of exact ring calls where they run one ring (resolve_exact_shape).
+constexpr size_t kOneRingSliceBytes = size_t(128) << 10;
+
+/// The shape of exact ring calls (none and lossless: the user's values through
+/// raw slots or the lossless coder, with no quantizer or codec work to spread
+/// over cores), fixed at creation from agreed facts, so that every rank runs
+/// the same schedule: CommConfig::exact_nchannels and exact_slice_bytes, where
+/// unset (0), become
+///   - one ring of kOneRingSliceBytes slices where the channel count was left
+///     to the communicator (`auto_channels`), some rank has fewer cores than
+///     two rings need (`short_of_cores`: any rank's rings_share_cores,
+///     allgathered at creation) and the rings are not sockets (shared memory,
+///     in-process). There a second ring only adds a thread that
+///     must be scheduled at every step, and slot-sized slices leave a ring
+///     step one slice with nothing to pipeline: 4 ranks on 2 CPUs, float32
+///     sum, 1 MiB 801 -> 659 us, 4 MiB 2185 -> 1958, 16 MiB 9563 -> 7852,
+///     64 MiB 39593 -> 38029; 2 ranks on 2 CPUs 1 MiB 193 -> 164, 16 MiB
+///     2779 -> 2244 (bench/results/latency.md);
+///   - else today's shape: nchannels rings of slot_bytes slices. On sockets
+///     (every rank has the same transport kind) the one ring of small slices
+///     was 0-8% slower than that, 4 ranks on 2 CPUs (each slot is a wakeup of
+///     the proxy thread that drains it), so they keep it.
+/// Set values are kept (exact_nchannels at most nchannels, exact_slice_bytes
+/// at most slot_bytes). Per call, an exact ring call of `bytes` runs
+/// min(RingChannels::pick(bytes), exact_nchannels) rings. The shape depends
+/// on the mode only through exact/compressed, so none and lossless stay
+/// bit-identical; compressed calls keep nchannels rings of slot_bytes slices
+/// (the lossy codes' sums do not depend on the schedule).
+void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_cores, bool sockets);
+
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
 /// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for
 /// anything else. Case-insensitive.

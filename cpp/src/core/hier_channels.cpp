@@ -43,6 +43,7 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
                                 const Wire& inter, int nch, CallState& call) {
   const size_t ei = codec::elem_size(intra.type), ee = codec::elem_size(inter.type);
   call.local_ch.assign(size_t(nch), prims::ChannelStats{});
+  call.slice_bytes = inter.slice_bytes ? inter.slice_bytes : slot_bytes_;
   auto off = [](const void* p, size_t elems, size_t es) -> uint8_t* {
     return p ? static_cast<uint8_t*>(const_cast<void*>(p)) + elems * es : nullptr;
   };
