@@ -18,6 +18,7 @@ namespaces talk through their shaped NICs). Phases:
          the fp64 reference on every rank (tests/python/_topo_workers.py's "hier" scenario)
   quad   4 hosts x 2 ranks: every collective, uncompressed and at rel 1e-3, ring and hierarchical
   colls  2 hosts x 2 ranks: the same as quad
+  wide   2 hosts x 4 ranks: the pair phase's lossy calls, for their ratios (L = 4 ranks per host)
   one    1 host x 2 ranks over shared memory, uncompressed: the intra-host rate of each collective
          (the scale model's calibration, not a validation point)
 
@@ -79,6 +80,10 @@ PHASES = {
                      "ring,hierarchical", "--iters", "2"], None),
     "quad": (4, 2, ["--size", "16M", "--data", "smooth", "--colls", ALL, "--modes", "none,rel=1e-3", "--algos",
                     "ring,hierarchical", "--iters", "2"], None),
+    # 2 hosts x 4 ranks: the ratios of the pair phase's lossy calls with twice the ranks per host (each
+    # host's sum spans 4 ranks' inputs); 8 ranks on this VM's CPUs, so its times are not reported
+    "wide": (2, 4, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3", "--algos", "ring,hierarchical",
+                    "--iters", "1"], None),
 }
 
 
@@ -141,7 +146,7 @@ def machine() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phases", default="one,pair,colls,quad,check")
+    ap.add_argument("--phases", default="one,pair,colls,quad,wide,check")
     ap.add_argument("--rate", type=float, default=1.0, help="host NIC rate, Gbit/s")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of the timed phases, taking turns")
     ap.add_argument("--report-only", action="store_true")
@@ -150,7 +155,7 @@ def main() -> int:
     if not a.report_only:
         phases = a.phases.split(",")
         os.environ["NCCLZ_POLICY"] = "off"
-        timed = [p for p in ("one", "pair", "colls", "quad") if p in phases]
+        timed = [p for p in ("one", "pair", "colls", "quad", "wide") if p in phases]
         runs: dict = {p: [] for p in timed}
         with Lab(4, a.rate, prefix=PREFIX, subnet=SUBNET) as lab:
             print(lab.describe(), file=sys.stderr)

@@ -27,6 +27,7 @@
 #include "core/lossy_plan.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
+#include "test_ranks.hpp"
 #include "test_values.hpp"
 
 using namespace ncclz;
@@ -883,24 +884,10 @@ TEST(CollectiveSparseInput, ReduceScatterAndForcedSparse) {
 TEST(CollectiveSparseInput, LargerSlicesAreAgreedOrRefused) {
   // Slicing must match on both ends of every connection: ranks that disagree
   // on the larger slices fail at creation, clearly, on every rank.
-  const UniqueId id = Bootstrap::make_unique_id("127.0.0.1", 0);
-  std::vector<std::string> errs(2);
-  std::vector<std::thread> th;
-  for (int r = 0; r < 2; ++r) {
-    th.emplace_back([&, r] {
-      try {
-        CommConfig cfg;
-        cfg.transport = "inproc";
-        cfg.slot_bytes = 4096;
-        cfg.sparse_slice_bytes = r == 0 ? 16384 : 32768;
-        cfg.timeout_s = 20;
-        Communicator::create(id, r, 2, cfg);
-      } catch (const InvalidArgument& e) {
-        errs[size_t(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : th) t.join();
+  const auto errs = ncclz_test::creation_errors(2, [](int r, CommConfig& cfg) {
+    cfg.slot_bytes = 4096;
+    cfg.sparse_slice_bytes = r == 0 ? 16384 : 32768;
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(errs[size_t(r)].find("NCCLZ_SPARSE_SLICE_BYTES"), std::string::npos) << r << ": " << errs[size_t(r)];
   }

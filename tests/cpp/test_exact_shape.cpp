@@ -23,6 +23,7 @@
 #include "test_ranks.hpp"
 
 using namespace ncclz;
+using ncclz_test::creation_errors;
 using ncclz_test::Ranks;
 
 namespace {
@@ -178,25 +179,11 @@ TEST(ExactShape, RanksThatDisagreeFailAtCreation) {
   // one rank only fails the communicator on every rank, naming the variable.
   const ShapeEnv env(nullptr);
   for (int which = 0; which < 2; ++which) {
-    const UniqueId id = Bootstrap::make_unique_id("127.0.0.1", 0);
-    std::vector<std::string> errs(2);
-    std::vector<std::thread> th;
-    for (int r = 0; r < 2; ++r) {
-      th.emplace_back([&, r] {
-        try {
-          CommConfig cfg;
-          cfg.transport = "inproc";
-          cfg.slot_bytes = 65536;
-          cfg.timeout_s = 20;
-          if (r == 1 && which == 0) cfg.exact_slice_bytes = 8192;
-          if (r == 1 && which == 1) cfg.exact_nchannels = 1;
-          Communicator::create(id, r, 2, cfg);
-        } catch (const InvalidArgument& e) {
-          errs[size_t(r)] = e.what();
-        }
-      });
-    }
-    for (auto& t : th) t.join();
+    const auto errs = creation_errors(2, [&](int r, CommConfig& cfg) {
+      cfg.slot_bytes = 65536;
+      if (r == 1 && which == 0) cfg.exact_slice_bytes = 8192;
+      if (r == 1 && which == 1) cfg.exact_nchannels = 1;
+    });
     const char* var = which == 0 ? "NCCLZ_EXACT_SLICE_BYTES" : "NCCLZ_EXACT_NCHANNELS";
     for (int r = 0; r < 2; ++r) {
       EXPECT_NE(errs[size_t(r)].find(var), std::string::npos) << r << ": " << errs[size_t(r)];

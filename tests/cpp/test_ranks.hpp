@@ -4,9 +4,11 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ncclz/communicator.hpp"
+#include "ncclz/error.hpp"
 #include "ncclz/unique_id.hpp"
 #include "test_threads.hpp"
 
@@ -37,5 +39,25 @@ struct Ranks {
     run_threads(size(), [&](int r) { fn(r, *comms[size_t(r)]); });
   }
 };
+
+/// Creates n communicators over the in-process transport (tweak(rank, cfg)
+/// sets what differs) where creation is expected to fail: each rank's
+/// InvalidArgument message ("" where that rank's creation succeeded).
+inline std::vector<std::string> creation_errors(int n, const std::function<void(int, ncclz::CommConfig&)>& tweak) {
+  const ncclz::UniqueId id = ncclz::make_unique_id("127.0.0.1", 0);
+  std::vector<std::string> errs(static_cast<size_t>(n));
+  run_threads(n, [&](int r) {
+    try {
+      ncclz::CommConfig cfg;
+      cfg.transport = "inproc";
+      cfg.timeout_s = 20;
+      tweak(r, cfg);
+      ncclz::Communicator::create(id, r, n, cfg);
+    } catch (const ncclz::InvalidArgument& e) {
+      errs[size_t(r)] = e.what();
+    }
+  });
+  return errs;
+}
 
 }  // namespace ncclz_test
