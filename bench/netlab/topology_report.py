@@ -226,9 +226,15 @@ def main() -> int:
         L += ["", (f"Worst error at the {sum(1 for x in val['rows'] if not x['fitted'])} predicted points: "
               f"{val['worst']:.0%} (target: within 20% at every point; {verdict})."), ""]
         if over:
-            L += [("The miss is the hierarchical lossy all_gather at 4 x 2: it takes the eager path (quantize the "
-                   "own block, the outlier round, the schedule's three phases one after the other, dequantize the "
-                   "whole output), whose phases the model lets overlap the way a ring's steps do."), ""]
+            L += [("Where the model misses (2026-11-26 22:40 run): the lossy broadcasts, whose chains the model "
+                   "treats as 8 ranks competing for the 2 CPUs all the time (the flat chain at 4 x 2 over-predicted) "
+                   "while their CPU time per call is more than it counts (`cpu_s` 0.13 s measured against 0.09): two "
+                   "variants tried and dropped, a work / span bound (the root at one core's speed, all ranks' work on "
+                   "the CPUs) and ranks counted in proportion to their work, each took every lossy broadcast to "
+                   "20-30% under the measured time and more points over 20%. An earlier miss, the hierarchical lossy "
+                   "all_gather at 4 x 2 (-22% and -39% in two runs), was the lab's: the first call of a "
+                   "configuration in a round ran 85-136 ms against 50-98 for the next ones, and with two calls a "
+                   "round the median took it in; the phases now time 3-4 calls."), ""]
     (RESULTS / "topology.md").write_text("\n".join(L) + "\n")
     print(f"wrote {RESULTS / 'topology.md'}", file=sys.stderr)
     return 0
