@@ -7,7 +7,8 @@
 //   decode  Raw:   slot -> `to` (one H2D copy)                      ; sync
 //           Coded: slot -> staging_in (H2D), decode kernels -> `to`,
 //                  status -> host word (D2H)                         ; sync
-//   reduce  Raw:   slot -> staging_in (H2D), add kernel (`to` = in + local) ; sync
+//   reduce  Raw:   slot -> staging_in (H2D), add kernel (`to` = in + local; or
+//                  in op local, set_value_reduction)               ; sync
 //           Coded: slot -> staging_in (H2D), fused decode-and-add kernels
 //                  (`to` = decoded + local; fused(): the v3 tile decoder
 //                  with an adding output) or decode kernels -> values and
@@ -139,6 +140,13 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
 
 DeviceSliceCodec::~DeviceSliceCodec() = default;
 
+void DeviceSliceCodec::set_value_reduction(RedOp op) {
+  if (mode_ != WireMode::Raw) {
+    throw InvalidArgument("ncclz device slice codec: reductions of values run on Raw slices (Coded mode sums codes)");
+  }
+  value_op_ = int(op);
+}
+
 void* DeviceSliceCodec::stream() const { return d_->dc.stream(); }
 
 std::string DeviceSliceCodec::device_error() const {
@@ -215,11 +223,14 @@ Status DeviceSliceCodec::decode(const uint8_t* in, size_t len, size_t n, uint8_t
 Status DeviceSliceCodec::reduce_async(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
                                       SliceValues* out) {
   *out = SliceValues::of_dense(to);
-  if (local.is_list || !int_sum_) return Status::Unsupported;
+  if (local.is_list || (!int_sum_ && value_op_ < 0)) return Status::Unsupported;
   if (mode_ == WireMode::Raw) {
     if (len != n * esize_) return Status::CountMismatch;
     if (!stage_in(in, len)) return Status::Unsupported;
-    const int r = cuda::add_codes_async(stream(), type_, to, d_->staging_in, local.dense, n);
+    // incoming op local, as SliceCodec::reduce on the host
+    const int r = value_op_ >= 0 ? cuda::reduce_values_async(stream(), type_, cuda::ReduceOp(uint8_t(value_op_)), to,
+                                                             d_->staging_in, local.dense, n)
+                                 : cuda::add_codes_async(stream(), type_, to, d_->staging_in, local.dense, n);
     return r == 0 ? Status::Ok : fail(r);
   }
   if (len > slot_bytes_) return Status::Corrupt;

@@ -4,6 +4,8 @@
 // unsigned values, so sums wrap as prims::reduce_fn's do on the CPU (same
 // bits, no undefined behaviour).
 //  add_codes_async         one thread per element, grid-stride loop
+//  reduce_values_async     the same loop for every wire type and operator,
+//                          with the host's arithmetic (cpp/src/prims/reduce.cpp)
 //  copy_sized_async        a copy whose size is in device memory (an encoded
 //                          slice into its mapped host slot): 16-byte loads and
 //                          stores where both ends are 16-byte aligned
@@ -14,7 +16,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
+#include "codec/quantizer.hpp"
 #include "device_common.cuh"
 #include "ncclz/cuda_codec.hpp"
 #include "slice_batch.cuh"
@@ -28,6 +32,62 @@ template <class U>
 __global__ void __launch_bounds__(kThreads) add_kernel(U* __restrict__ out, const U* a, const U* b, size_t n) {
   const size_t stride = size_t(gridDim.x) * kThreads;
   for (size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) out[i] = U(a[i] + b[i]);
+}
+
+// One element of a reduction, as prims::reduce_fn computes it on the host:
+// floats in their own arithmetic (max / min keep a NaN operand), 16-bit
+// floats through float with one rounding, integers through the unsigned type.
+template <class T, ReduceOp Op>
+__device__ T combine(T a, T b) {
+  if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Avg) return a + b;
+  if constexpr (Op == ReduceOp::Prod) return a * b;
+  if constexpr (Op == ReduceOp::Max) return (a > b || a != a) ? a : b;
+  if constexpr (Op == ReduceOp::Min) return (a < b || a != a) ? a : b;
+}
+
+template <class T, ReduceOp Op>
+__device__ T combine_int(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Avg) return T(U(U(a) + U(b)));
+  if constexpr (Op == ReduceOp::Prod) return T(U(uint64_t(U(a)) * uint64_t(U(b))));
+  if constexpr (Op == ReduceOp::Max) return a > b ? a : b;
+  if constexpr (Op == ReduceOp::Min) return a < b ? a : b;
+}
+
+// The wire type's element: T the stored type, `kind` how it combines.
+enum class Kind { Float, Int, F16, BF16 };
+
+template <class T, Kind K, ReduceOp Op>
+__global__ void __launch_bounds__(kThreads) reduce_kernel(T* out, const T* a, const T* b, size_t n) {
+  const size_t stride = size_t(gridDim.x) * kThreads;
+  for (size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
+    if constexpr (K == Kind::Float) {
+      out[i] = combine<T, Op>(a[i], b[i]);
+    } else if constexpr (K == Kind::Int) {
+      out[i] = combine_int<T, Op>(a[i], b[i]);
+    } else if constexpr (K == Kind::F16) {
+      out[i] = codec::float_to_f16(combine<float, Op>(codec::f16_to_float(a[i]), codec::f16_to_float(b[i])));
+    } else {
+      out[i] = codec::float_to_bf16(combine<float, Op>(codec::bf16_to_float(a[i]), codec::bf16_to_float(b[i])));
+    }
+  }
+}
+
+template <class T, Kind K>
+int launch_reduce(cudaStream_t s, ReduceOp op, void* out, const void* a, const void* b, size_t n) {
+  const unsigned grid = unsigned(std::min<size_t>(grid_for(n), 4096));
+  auto* o = static_cast<T*>(out);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: reduce_kernel<T, K, ReduceOp::Sum><<<grid, kThreads, 0, s>>>(o, x, y, n); break;
+    case ReduceOp::Prod: reduce_kernel<T, K, ReduceOp::Prod><<<grid, kThreads, 0, s>>>(o, x, y, n); break;
+    case ReduceOp::Max: reduce_kernel<T, K, ReduceOp::Max><<<grid, kThreads, 0, s>>>(o, x, y, n); break;
+    case ReduceOp::Min: reduce_kernel<T, K, ReduceOp::Min><<<grid, kThreads, 0, s>>>(o, x, y, n); break;
+    default: return host_error(codec::Status::Unsupported);
+  }
+  return int(cudaGetLastError());
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -73,6 +133,24 @@ int add_codes_async(void* stream, codec::ElemType t, void* d_out, const void* d_
                                                    static_cast<const uint64_t*>(d_b), n);
   }
   return int(cudaGetLastError());
+}
+
+int reduce_values_async(void* stream, codec::ElemType t, ReduceOp op, void* d_out, const void* d_a, const void* d_b,
+                        size_t n) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (uint8_t(op) > uint8_t(ReduceOp::Prod)) return host_error(codec::Status::Unsupported);
+  if (n == 0) return 0;
+  using codec::ElemType;
+  switch (t) {
+    case ElemType::F32: return launch_reduce<float, Kind::Float>(s, op, d_out, d_a, d_b, n);
+    case ElemType::F64: return launch_reduce<double, Kind::Float>(s, op, d_out, d_a, d_b, n);
+    case ElemType::F16: return launch_reduce<uint16_t, Kind::F16>(s, op, d_out, d_a, d_b, n);
+    case ElemType::BF16: return launch_reduce<uint16_t, Kind::BF16>(s, op, d_out, d_a, d_b, n);
+    case ElemType::I32: return launch_reduce<int32_t, Kind::Int>(s, op, d_out, d_a, d_b, n);
+    case ElemType::I64: return launch_reduce<int64_t, Kind::Int>(s, op, d_out, d_a, d_b, n);
+    case ElemType::U8: return launch_reduce<uint8_t, Kind::Int>(s, op, d_out, d_a, d_b, n);
+  }
+  return host_error(codec::Status::Unsupported);
 }
 
 size_t decode_add_scratch_bytes(codec::ElemType code_t, uint32_t count) {

@@ -19,8 +19,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -72,18 +74,19 @@ struct Wire {
   WireMode mode = WireMode::Coded;
   ElemType type = ElemType::I32;
   Predictor pred = Predictor::None;
+  RedOp op = RedOp::Sum;  ///< the reductions' operator (floats: Raw mode only)
 };
 std::string describe(const Wire& w) {
-  return std::string(w.mode == WireMode::Raw ? "raw" : "coded") + (w.type == ElemType::I32 ? " int32" : " int64") +
-         (w.mode == WireMode::Coded ? " predictor " + std::to_string(int(w.pred)) : "");
+  return std::string(w.mode == WireMode::Raw ? "raw" : "coded") + " type " + std::to_string(int(w.type)) + " op " +
+         std::to_string(int(w.op)) + (w.mode == WireMode::Coded ? " predictor " + std::to_string(int(w.pred)) : "");
 }
 
 prims::PrimsArgs make_args(const Wire& w, int rank) {
   prims::PrimsArgs a;
   a.type = w.type;
   a.mode = w.mode;
-  a.reduce = prims::reduce_fn(w.type, RedOp::Sum);
-  a.int_sum = codec::is_code_type(w.type);
+  a.reduce = prims::reduce_fn(w.type, w.op);
+  a.int_sum = codec::is_code_type(w.type) && w.op == RedOp::Sum;
   a.raw_esize = codec::elem_size(w.type);
   a.deadline = Clock::now() + std::chrono::seconds(120);
   a.rank = rank;
@@ -113,6 +116,37 @@ std::vector<uint8_t> make_codes(ElemType t, size_t n, uint64_t seed) {
       std::memcpy(&b[i * 4], &c, 4);
     } else {
       std::memcpy(&b[i * 8], &v, 8);
+    }
+  }
+  return b;
+}
+
+/// Values of any type with no NaN (the payload of a NaN that an operation on
+/// NaNs makes differs between x86 and GPUs): floats of every magnitude,
+/// subnormals, signed zeros and infinities of one sign (no inf - inf; none
+/// for products: no 0 x inf); integers of every bit pattern.
+std::vector<uint8_t> make_values(ElemType t, RedOp op, size_t n, uint64_t seed) {
+  const size_t es = codec::elem_size(t);
+  std::vector<uint8_t> b(n * es);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t bits = rng();
+    const int kind = int(bits % 16);
+    double d = std::ldexp(double(int64_t(bits >> 20) % 100000), int((bits >> 4) % 40) - 20);
+    if (kind == 0) d = 0.0;
+    if (kind == 1) d = -0.0;
+    if (kind == 2 && op != RedOp::Prod) d = std::numeric_limits<double>::infinity();
+    if (kind == 3) d = double(std::numeric_limits<float>::denorm_min()) * double(bits >> 60);
+    if (t == ElemType::F32) {
+      const float f = float(d);
+      std::memcpy(&b[i * 4], &f, 4);
+    } else if (t == ElemType::F64) {
+      std::memcpy(&b[i * 8], &d, 8);
+    } else if (t == ElemType::BF16 || t == ElemType::F16) {
+      const uint16_t h = t == ElemType::BF16 ? codec::float_to_bf16(float(d)) : codec::float_to_f16(float(d));
+      std::memcpy(&b[i * 2], &h, 2);
+    } else {
+      std::memcpy(&b[i * es], &bits, es);
     }
   }
   return b;
@@ -164,6 +198,7 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
         void* scratch = hscr.data();
         if (device[size_t(r)]) {
           dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, a.int_sum, kSlot, slice);
+          if (w.mode == WireMode::Raw && !a.int_sum) dc->set_value_reduction(w.op);
           a.device = dc.get();
           dsrc = std::make_unique<DevBuf>(in_elems * es);
           ddst = std::make_unique<DevBuf>(out_elems * es);
@@ -222,12 +257,19 @@ std::vector<uint8_t> expected(Coll c, ElemType t, int N, int r, size_t count,
 void check_collective(Coll c, const Wire& w, int N, size_t count, const std::vector<std::vector<bool>>& patterns) {
   SCOPED_TRACE(testing::Message() << name(c) << ", " << describe(w) << ", " << N << " ranks, count " << count);
   const size_t in_elems = c == Coll::ReduceScatter ? count * size_t(N) : count;
+  const bool codes = codec::is_code_type(w.type) && w.op == RedOp::Sum;
   std::vector<std::vector<uint8_t>> in;
-  for (int r = 0; r < N; ++r) in.push_back(make_codes(w.type, in_elems, uint64_t(1000 * N + 17 * r) + count));
+  for (int r = 0; r < N; ++r) {
+    const uint64_t seed = uint64_t(1000 * N + 17 * r) + count;
+    in.push_back(codes ? make_codes(w.type, in_elems, seed) : make_values(w.type, w.op, in_elems, seed));
+  }
   const RingRun ref = run_ring(c, w, std::vector<bool>(size_t(N), false), count, in);
   for (int r = 0; r < N; ++r) {
     ASSERT_EQ(ref.errors[size_t(r)], "") << "CPU rank " << r;
-    ASSERT_EQ(ref.out[size_t(r)], expected(c, w.type, N, r, count, in)) << "CPU rank " << r;
+    // (Float reductions: the CPU ranks' own order of operations is the reference.)
+    if (codes) {
+      ASSERT_EQ(ref.out[size_t(r)], expected(c, w.type, N, r, count, in)) << "CPU rank " << r;
+    }
   }
   size_t slots = 0;
   for (const auto& l : ref.wire) slots += l.size();
@@ -312,6 +354,29 @@ TEST(CudaPrims, RawFloat32MovesMatchCpuRanks) {
     for (size_t n : counts(ElemType::F32, 3))
       check_collective(c, Wire{WireMode::Raw, ElemType::F32}, 3, n, patterns(3));
   }
+}
+
+// Raw mode reduces values of any type on a device rank (set_value_reduction:
+// an uncompressed device rank's REDUCE step): sums and maxima of floats and
+// integer maxima through the reducing ring collectives, device and CPU ranks
+// mixed: the all-CPU run's output bits and every slot's bytes.
+TEST(CudaPrims, RawValueReductionsMatchCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  const int N = 3;
+  for (ElemType t : {ElemType::F32, ElemType::BF16, ElemType::F16, ElemType::F64, ElemType::I32}) {
+    for (RedOp op : {RedOp::Sum, RedOp::Max, RedOp::Prod}) {
+      if (t == ElemType::I32 && op == RedOp::Sum) continue;  // RawInt32MatchesCpuRanks
+      for (Coll c : {Coll::AllReduce, Coll::ReduceScatter}) {
+        const auto ns = counts(t, N);
+        for (size_t n : {ns[0], ns[2], ns[3]})
+          check_collective(c, Wire{WireMode::Raw, t, Predictor::None, op}, N, n, patterns(N));
+      }
+    }
+  }
+  // Coded mode sums codes: no value reductions there.
+  prims::DeviceSliceCodec coded(ElemType::I32, WireMode::Coded, make_args(Wire{}, 0).enc, true, kSlot,
+                                prims::slice_elems_for(kSlot, 4));
+  EXPECT_THROW(coded.set_value_reduction(RedOp::Max), InvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Collectives, CudaPrimsRing,
@@ -776,3 +841,106 @@ TEST(CudaPrims, CudaFailuresAreNotBlamedOnThePeer) {
 }  // namespace
 
 #endif  // NCCLZ_WITH_CUDA
+
+// Whether element i of v (type t) is a NaN.
+bool is_nan_at(ElemType t, const std::vector<uint8_t>& v, size_t i) {
+  uint64_t x = 0;
+  std::memcpy(&x, v.data() + i * codec::elem_size(t), codec::elem_size(t));
+  switch (t) {
+    case ElemType::F32: return (x & 0x7FFFFFFFu) > 0x7F800000u;
+    case ElemType::F64: return (x & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
+    case ElemType::F16: return (x & 0x7FFFu) > 0x7C00u;
+    case ElemType::BF16: return (x & 0x7FFFu) > 0x7F80u;
+    default: return false;
+  }
+}
+
+// The first element where got and want differ, with both operands' bits
+// (little-endian hex); "" where they are equal. Two NaNs are equal: which
+// payload an operation on NaNs returns is left open by IEEE 754, and x86 and
+// GPUs choose differently (cuda_codec.hpp, reduce_values_async).
+std::string first_difference(ElemType t, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                             const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  const size_t es = codec::elem_size(t);
+  auto hex = [es](const std::vector<uint8_t>& v, size_t i) {
+    uint64_t x = 0;
+    std::memcpy(&x, v.data() + i * es, es);
+    char buf[24];
+    std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(x));
+    return std::string(buf);
+  };
+  for (size_t i = 0; i * es < want.size(); ++i) {
+    if (std::memcmp(got.data() + i * es, want.data() + i * es, es) != 0 &&
+        !(is_nan_at(t, got, i) && is_nan_at(t, want, i))) {
+      return "element " + std::to_string(i) + ": " + hex(a, i) + " op " + hex(b, i) + " = " + hex(got, i) + ", host " +
+             hex(want, i);
+    }
+  }
+  return "";
+}
+
+// The device's element-wise reduction (an uncompressed or lossless device
+// rank's REDUCE step) gives the host's bits for every wire type and operator:
+// random values beside the special ones (signed zeros, infinities, NaNs with
+// payloads, subnormals, sums that overflow), out of place and in place.
+TEST(CudaPrims, ReduceValuesMatchesHostBits) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(7);
+  const size_t n = 4099;
+  auto special32 = [](size_t i) -> uint32_t {
+    static const uint32_t v[] = {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00001u,
+                                 0xFFA00003u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu, 0x3F800000u};
+    return v[i % 10];
+  };
+  auto special16 = [](size_t i) -> uint16_t {
+    static const uint16_t v[] = {0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E01, 0x7F81, 0x0001, 0x83FF, 0x7BFF, 0x7F7F};
+    return v[i % 10];
+  };
+  for (ElemType t :
+       {ElemType::F32, ElemType::F64, ElemType::F16, ElemType::BF16, ElemType::I32, ElemType::I64, ElemType::U8}) {
+    const size_t es = codec::elem_size(t);
+    std::vector<uint8_t> a(n * es), b(n * es);
+    for (size_t i = 0; i < n; ++i) {
+      for (std::vector<uint8_t>* v : {&a, &b}) {
+        uint64_t bits = rng();
+        const bool special = (rng() % 5) == 0;
+        if (t == ElemType::F32) {
+          float f = float(std::ldexp(double(int64_t(bits % 2000001) - 1000000), int(bits >> 58) - 40));
+          uint32_t u;
+          std::memcpy(&u, &f, 4);
+          if (special) u = special32(bits >> 8);
+          std::memcpy(v->data() + i * 4, &u, 4);
+        } else if (t == ElemType::F64) {
+          double d = std::ldexp(double(int64_t(bits % 2000001) - 1000000), int(bits >> 54) - 600);
+          if (special) d = double(float(std::ldexp(1.0, -149))) * double(bits % 3);
+          if (special && (bits & 1)) d = -std::numeric_limits<double>::infinity();
+          std::memcpy(v->data() + i * 8, &d, 8);
+        } else if (es == 2) {
+          uint16_t h = uint16_t(bits);
+          if (special) h = special16(bits >> 8);
+          std::memcpy(v->data() + i * 2, &h, 2);
+        } else {
+          std::memcpy(v->data() + i * es, &bits, es);
+        }
+      }
+    }
+    auto da = to_device(a), db = to_device(b);
+    for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Min, RedOp::Prod}) {
+      std::vector<uint8_t> want(n * es);
+      prims::reduce_fn(t, op)(want.data(), a.data(), b.data(), n);
+      DevBuf out(n * es);
+      const auto dop = cuda::ReduceOp(uint8_t(op));
+      ASSERT_EQ(cuda::reduce_values_async(nullptr, t, dop, out.get(), da->get(), db->get(), n), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(first_difference(t, from_device(out.get(), n * es), want, a, b), "")
+          << "type " << int(t) << " op " << int(op);
+      // In place (out = the incoming operand), as the receive loops reduce.
+      auto inplace = to_device(a);
+      ASSERT_EQ(cuda::reduce_values_async(nullptr, t, dop, inplace->get(), inplace->get(), db->get(), n), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(first_difference(t, from_device(inplace->get(), n * es), want, a, b), "")
+          << "in place, type " << int(t) << " op " << int(op);
+    }
+  }
+  EXPECT_LT(cuda::reduce_values_async(nullptr, ElemType::F32, cuda::ReduceOp(9), nullptr, nullptr, nullptr, 1), 0);
+}

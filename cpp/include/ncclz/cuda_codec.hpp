@@ -253,6 +253,23 @@ class DeviceCodec {
 /// d_out may be d_a or d_b. Other types: -Status::Unsupported.
 int add_codes_async(void* stream, codec::ElemType t, void* d_out, const void* d_a, const void* d_b, size_t n);
 
+/// Element-wise operators of reduce_values_async (ncclz::RedOp's values:
+/// Sum, Avg, Max, Min, Prod; Avg reduces as Sum, its division comes after).
+enum class ReduceOp : uint8_t { Sum = 0, Avg = 1, Max = 2, Min = 3, Prod = 4 };
+
+/// d_out[i] = d_a[i] op d_b[i] for i < n values of type t, the bits of
+/// prims::reduce_fn(t, op) on the host for every input (NaN, infinities and
+/// subnormals included): F32 / F64 in their own IEEE arithmetic, F16 / BF16
+/// widened exactly to float, combined and rounded once, integers (I32, I64,
+/// U8) wrapping; max / min return a NaN operand where there is one. A sum or
+/// product of NaNs is a NaN whose payload may differ from the host's (IEEE
+/// 754 leaves it open; x86 keeps an operand's, GPUs return a canonical one).
+/// a is the incoming operand, b the local one.
+/// The REDUCE step of an uncompressed or lossless device rank. d_out may be
+/// d_a or d_b. An unknown type or op: -Status::Unsupported.
+int reduce_values_async(void* stream, codec::ElemType t, ReduceOp op, void* d_out, const void* d_a, const void* d_b,
+                        size_t n);
+
 /// Copies d_size[0] bytes from d_src to d_dst, a size known only on the
 /// device (an encode's output; d_dst: e.g. the device address of a mapped,
 /// page-locked host slot), unless *d_status is nonzero or the size exceeds

@@ -38,6 +38,7 @@
 #include <string>
 
 #include "codec/slice.hpp"
+#include "ncclz/communicator.hpp"
 #include "prims/host_pins.hpp"
 #include "prims/slice_codec.hpp"
 
@@ -91,7 +92,8 @@ class DeviceSlices {
 /// enc.choice == Block and enc.predictor forced (byte-identical to
 /// codec::encode_slice with that forced choice). It decodes Raw, Block and
 /// Sparse slices with any predictor (what any rank that codes without Rans
-/// sends). Reductions: wrapping integer sums (int_sum) only.
+/// sends). Reductions: wrapping integer sums (int_sum), or in Raw mode any
+/// element type's reduction with an operator (set_value_reduction).
 ///
 /// Owns a DeviceCodec (on `stream`, a cudaStream_t, or a stream of its own
 /// when null) reserved for slices of slice_elems, two device staging slots
@@ -121,6 +123,13 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// (unless set_fused_step(false)).
   void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to, SliceValues* v,
                      uint8_t* slot, size_t* bytes, codec::Status* reduce_status, codec::Status* encode_status) override;
+
+  /// Raw mode: reductions in the values' own arithmetic with `op`, for any
+  /// element type (prims::reduce_fn(type, op)'s bits on the host, but for the
+  /// payload of a NaN an operation on NaNs makes: cuda::reduce_values_async),
+  /// instead of wrapping integer sums only: an uncompressed device rank's
+  /// REDUCE step. Throws InvalidArgument in Coded mode.
+  void set_value_reduction(RedOp op);
 
   /// The CUDA error (a cudaError_t) the last call failed with, 0 if none: a
   /// call that fails in CUDA returns Status::Unsupported and sets it.
@@ -180,6 +189,7 @@ class DeviceSliceCodec final : public DeviceSlices {
   WireMode mode_;
   codec::EncodeOptions enc_;
   bool int_sum_;
+  int value_op_ = -1;  ///< set_value_reduction's operator (a RedOp), -1: none
   size_t slot_bytes_;
   size_t slice_elems_;
   size_t esize_;
