@@ -193,6 +193,13 @@ class DeviceWorkImpl final : public DeviceWork {
     check(dc_.synchronize(), dev_, "copying on the device");
   }
 
+  void divide(ElemType t, void* d, size_t count, int n) override {
+    here();
+    if (count == 0) return;
+    check(cuda::divide_values_async(stream(), t, d, count, n), dev_, "dividing on the device");
+    check(dc_.synchronize(), dev_, "dividing on the device");
+  }
+
   prims::DeviceSlices* slices(int c, const prims::PrimsArgs& a, size_t slot_bytes, size_t slice_elems) override {
     here();  // the channel's thread: its current device
     Channel& ch = channel(c);
@@ -201,8 +208,8 @@ class DeviceWorkImpl final : public DeviceWork {
     // ones, int32 and int64 codes) do not make a codec every call.
     Coder* use = nullptr;
     for (Coder& k : ch.coders) {
-      if (k.codec && k.type == a.type && k.mode == a.mode && k.int_sum == a.int_sum && k.slot_bytes == slot_bytes &&
-          k.slice_elems == slice_elems && same_enc(k.enc, a.enc)) {
+      if (k.codec && k.type == a.type && k.mode == a.mode && k.int_sum == a.int_sum && k.op == a.op &&
+          k.slot_bytes == slot_bytes && k.slice_elems == slice_elems && same_enc(k.enc, a.enc)) {
         use = &k;
       }
     }
@@ -215,9 +222,12 @@ class DeviceWorkImpl final : public DeviceWork {
       use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems,
                                                              nullptr, &pins_);
       use->codec->set_fused_step(fused_step_);
+      // Raw slices of values (an uncompressed call): reduced in their own type.
+      if (a.mode == prims::WireMode::Raw && !a.int_sum) use->codec->set_value_reduction(a.op);
       use->type = a.type;
       use->mode = a.mode;
       use->int_sum = a.int_sum;
+      use->op = a.op;
       use->slot_bytes = slot_bytes;
       use->slice_elems = slice_elems;
       use->enc = a.enc;
@@ -253,6 +263,7 @@ class DeviceWorkImpl final : public DeviceWork {
     ElemType type = ElemType::U8;
     prims::WireMode mode = prims::WireMode::Raw;
     bool int_sum = false;
+    RedOp op = RedOp::Sum;
     size_t slot_bytes = 0, slice_elems = 0;
     codec::EncodeOptions enc;
     uint64_t used = 0;  ///< the channel's tick when last used

@@ -6,6 +6,7 @@
 //  add_codes_async         one thread per element, grid-stride loop
 //  reduce_values_async     the same loop for every wire type and operator,
 //                          with the host's arithmetic (cpp/src/prims/reduce.cpp)
+//  divide_values_async     the avg's division, as prims::divide_in_place
 //  copy_sized_async        a copy whose size is in device memory (an encoded
 //                          slice into its mapped host slot): 16-byte loads and
 //                          stores where both ends are 16-byte aligned
@@ -90,6 +91,27 @@ int launch_reduce(cudaStream_t s, ReduceOp op, void* out, const void* a, const v
   return int(cudaGetLastError());
 }
 
+template <class T, Kind K>
+__global__ void __launch_bounds__(kThreads) divide_kernel(T* d, size_t count, int n) {
+  const size_t stride = size_t(gridDim.x) * kThreads;
+  for (size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x; i < count; i += stride) {
+    if constexpr (K == Kind::Float || K == Kind::Int) {
+      d[i] = T(d[i] / T(n));
+    } else if constexpr (K == Kind::F16) {
+      d[i] = codec::float_to_f16(codec::f16_to_float(d[i]) / float(n));
+    } else {
+      d[i] = codec::float_to_bf16(codec::bf16_to_float(d[i]) / float(n));
+    }
+  }
+}
+
+template <class T, Kind K>
+int launch_divide(cudaStream_t s, void* d, size_t count, int n) {
+  const unsigned grid = unsigned(std::min<size_t>(grid_for(count), 4096));
+  divide_kernel<T, K><<<grid, kThreads, 0, s>>>(static_cast<T*>(d), count, n);
+  return int(cudaGetLastError());
+}
+
 __global__ void __launch_bounds__(kThreads)
     copy_sized_kernel(uint8_t* __restrict__ dst, const uint8_t* __restrict__ src, const uint64_t* size,
                       const int* status, size_t cap) {
@@ -149,6 +171,23 @@ int reduce_values_async(void* stream, codec::ElemType t, ReduceOp op, void* d_ou
     case ElemType::I32: return launch_reduce<int32_t, Kind::Int>(s, op, d_out, d_a, d_b, n);
     case ElemType::I64: return launch_reduce<int64_t, Kind::Int>(s, op, d_out, d_a, d_b, n);
     case ElemType::U8: return launch_reduce<uint8_t, Kind::Int>(s, op, d_out, d_a, d_b, n);
+  }
+  return host_error(codec::Status::Unsupported);
+}
+
+int divide_values_async(void* stream, codec::ElemType t, void* d, size_t count, int n) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (n == 0) return host_error(codec::Status::Unsupported);
+  if (count == 0) return 0;
+  using codec::ElemType;
+  switch (t) {
+    case ElemType::F32: return launch_divide<float, Kind::Float>(s, d, count, n);
+    case ElemType::F64: return launch_divide<double, Kind::Float>(s, d, count, n);
+    case ElemType::F16: return launch_divide<uint16_t, Kind::F16>(s, d, count, n);
+    case ElemType::BF16: return launch_divide<uint16_t, Kind::BF16>(s, d, count, n);
+    case ElemType::I32: return launch_divide<int32_t, Kind::Int>(s, d, count, n);
+    case ElemType::I64: return launch_divide<int64_t, Kind::Int>(s, d, count, n);
+    case ElemType::U8: return launch_divide<uint8_t, Kind::Int>(s, d, count, n);
   }
   return host_error(codec::Status::Unsupported);
 }

@@ -87,6 +87,16 @@ double value_at(DataType t, const std::vector<uint8_t>& b, size_t i) {
       std::memcpy(&v.bits, b.data() + 2 * i, 2);
       return codec::to_double(v);
     }
+    case DataType::F16: {
+      codec::F16 v;
+      std::memcpy(&v.bits, b.data() + 2 * i, 2);
+      return codec::to_double(v);
+    }
+    case DataType::I32: {
+      int32_t v;
+      std::memcpy(&v, b.data() + 4 * i, 4);
+      return double(v);
+    }
     default: {
       float v;
       std::memcpy(&v, b.data() + 4 * i, 4);
@@ -101,6 +111,16 @@ void put_value(DataType t, std::vector<uint8_t>& b, size_t i, double x) {
     case DataType::BF16: {
       const codec::Bf16 v = codec::from_double<codec::Bf16>(x);
       std::memcpy(b.data() + 2 * i, &v.bits, 2);
+      break;
+    }
+    case DataType::F16: {
+      const codec::F16 v = codec::from_double<codec::F16>(x);
+      std::memcpy(b.data() + 2 * i, &v.bits, 2);
+      break;
+    }
+    case DataType::I32: {
+      const int32_t v = int32_t(std::lround(x * 1000));  // distinct integers of both signs
+      std::memcpy(b.data() + 4 * i, &v, 4);
       break;
     }
     default: {
@@ -296,10 +316,9 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
   }
 }
 
-// Paths that run on host copies of device buffers: uncompressed and lossless
-// calls, one rank, non-finite inputs (the exact fallback), a lossy call
-// rank 0's proposal does not touch. Every one the host call's bits, the
-// output back on the device, on_device false.
+// Paths that run on host copies of device buffers: lossless calls, one rank, non-finite inputs (the exact fallback), a
+// lossy call rank 0's proposal does not touch. Every one the host call's bits, the output back on the device, on_device
+// false.
 TEST(CudaComm, HostCopiesForTheOtherPaths) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = 2000;
@@ -323,12 +342,54 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
           SCOPED_TRACE(std::string(name(o)) + " N=" + std::to_string(N) + " mode " + std::to_string(k) + " rank " +
                        std::to_string(r));
           ASSERT_EQ(dev[size_t(r)].error, "");
-          EXPECT_FALSE(dev[size_t(r)].stats.on_device);
+          // (Uncompressed calls of several ranks keep their values on the device: UncompressedCollectivesOnDevice.)
+          EXPECT_EQ(dev[size_t(r)].stats.on_device, k == 0 && N > 1);
           if (has_output(o, r)) {
             EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out);
           }
           if (k == 2 && N > 1) {
             EXPECT_TRUE(dev[size_t(r)].stats.exact_fallback);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Uncompressed collectives of device buffers on 2-4 ranks, all on the
+// device and device and host ranks mixed: the values stay on the device (raw
+// slices between the slots and the device, reduced there in their own type:
+// CallStats::on_device), every output the all-host call's bits, for every
+// collective, float and integer types, and every operator (avg divided on
+// the device). Inputs without NaNs (arithmetic on NaNs leaves their payload
+// to the hardware).
+TEST(CudaComm, UncompressedCollectivesOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  for (int N : {2, 3, 4}) {
+    Ranks R = make_ranks(N);
+    std::vector<bool> mixed(size_t(N), false);
+    for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
+    for (DataType t : {DataType::F32, DataType::F64, DataType::BF16, DataType::F16, DataType::I32}) {
+      for (Op o : kAllOps) {
+        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Prod}) {
+          if (op != RedOp::Sum && !reduces(o)) continue;
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 13));
+          const auto host = run(R, o, t, op, Compression::none(), count, in, std::vector<bool>(size_t(N), false));
+          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+            const auto dev = run(R, o, t, op, Compression::none(), count, in, pattern);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE(std::string(name(o)) + " op " + std::to_string(int(op)) + " N=" + std::to_string(N) +
+                           " type " + std::to_string(int(t)) + " rank " + std::to_string(r) +
+                           (pattern == mixed ? " (mixed)" : ""));
+              ASSERT_EQ(dev[size_t(r)].error, "");
+              EXPECT_EQ(dev[size_t(r)].stats.on_device, bool(pattern[size_t(r)]));
+              EXPECT_FALSE(host[size_t(r)].stats.on_device);
+              if (has_output(o, r)) {
+                EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out) << "device and host results differ";
+              }
+            }
           }
         }
       }

@@ -107,9 +107,11 @@ struct CallStats {
   /// Hierarchical calls: bytes this rank sent to ranks on its own host
   /// (uncompressed, not in raw_bytes / wire_bytes); 0 for ring calls.
   uint64_t local_bytes = 0;
-  /// The call's buffers were device memory and it quantized, coded and
-  /// dequantized on the device (set_buffer_device); false where it ran on
-  /// host copies (an exact mode or path) or on host buffers.
+  /// The call's buffers were device memory and its values stayed there
+  /// (set_buffer_device): a lossy call quantized, coded and dequantized on
+  /// the device, an uncompressed one moved and reduced raw slices there;
+  /// false where it ran on host copies (lossless, the exact fallback,
+  /// hierarchical, one rank) or on host buffers.
   bool on_device = false;
   /// The rings (point-to-point lanes, for all_to_all, gather and scatter)
   /// the call's data moved on; 1 for send/recv and the latency algorithm.

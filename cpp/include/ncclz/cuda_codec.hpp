@@ -270,6 +270,11 @@ enum class ReduceOp : uint8_t { Sum = 0, Avg = 1, Max = 2, Min = 3, Prod = 4 };
 int reduce_values_async(void* stream, codec::ElemType t, ReduceOp op, void* d_out, const void* d_a, const void* d_b,
                         size_t n);
 
+/// d[i] = d[i] / n for `count` values of type t, prims::divide_in_place's
+/// bits (floats divide in their own arithmetic, F16 / BF16 through float,
+/// integers truncate toward zero): the avg of an uncompressed device call.
+int divide_values_async(void* stream, codec::ElemType t, void* d, size_t count, int n);
+
 /// Copies d_size[0] bytes from d_src to d_dst, a size known only on the
 /// device (an encode's output; d_dst: e.g. the device address of a mapped,
 /// page-locked host slot), unless *d_status is nonzero or the size exceeds

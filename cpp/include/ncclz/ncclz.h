@@ -99,7 +99,7 @@ typedef struct {
   double encodeSeconds, decodeSeconds, quantizeSeconds, waitSeconds, wallSeconds;
   double errorBound; /* E promised for the call (0 for exact modes) */
   int exactFallback; /* lossy call that ran exactly */
-  int onDevice;      /* this rank quantized and coded on the GPU (device buffers: ncclzSetBufferDevice, docs/GPU.md) */
+  int onDevice;      /* this rank ran the call on the GPU (device buffers: ncclzSetBufferDevice, docs/GPU.md) */
   int channels;      /* rings (or lanes) the call ran on */
   unsigned long long sliceBytes; /* data bytes per slice (0: the latency algorithm) */
 } ncclzCallStats_t;

@@ -10,6 +10,7 @@
 #include "base/log.hpp"
 #include "core/config.hpp"
 #include "core/device_call.hpp"
+#include "core/device_work.hpp"
 #include "core/hier_call.hpp"
 #include "core/lossy_call.hpp"
 #include "core/validate.hpp"
@@ -217,19 +218,32 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     lossy.run(all, staging);         // 5.-6.
   } else {
     rt_.protocol.release_carried();  // carried data not used: rank 0 named another algorithm
-    staging.begin();
+    // Device buffers of an uncompressed call on the flat schedules: the
+    // values stay on the device (raw slices copied to and from the slots,
+    // reduced there: DeviceSliceCodec::set_value_reduction); every other
+    // exact call of device buffers runs on host copies.
+    DeviceWork* dev = nullptr;
+    if (cd.device >= 0 && run == Mode::None && rt_.nranks > 1 && cd.algorithm != Algorithm::Hierarchical) {
+      dev = &device_work(rt_, cd.device);
+      call.on_device = true;
+    } else {
+      staging.begin();
+    }
     // 6. the user's buffers through raw slots (none) or the selector
     // (lossless; a lightened call with the selector's own choice).
     const Compression& wire_c = run == m ? c : Compression{};
     if (cd.algorithm == Algorithm::Hierarchical) {
       run_hier_values(rt_, cd, t, run, wire_c, nch, call);
     } else if (cd.peer_schedule) {
-      rt_.channels.run_schedule(cd, cd.send, cd.recv, native_wire(t, run, cd.op, wire_c), nch, call);
+      Wire w = native_wire(t, run, cd.op, wire_c);
+      w.device = dev;
+      rt_.channels.run_schedule(cd, cd.send, cd.recv, w, nch, call);
     } else {
       // The rings' exact shape (core/config.hpp, resolve_exact_shape): the
       // same for none and lossless, from facts every rank agreed on.
       Wire w = native_wire(t, run, cd.op, wire_c);
       w.slice_bytes = rt_.channels.exact_slice_bytes();
+      w.device = dev;
       rt_.channels.run_schedule(cd, cd.send, cd.recv, w, rt_.channels.pick_exact(bytes), call);
     }
   }
@@ -245,7 +259,13 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
       std::memcpy(to, from, cd.self_count * es);  // equal: gather/scatter in place (NCCL's way)
     }
   }
-  if (!is_lossy(run) && cd.op == RedOp::Avg) prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
+  if (!is_lossy(run) && cd.op == RedOp::Avg) {
+    if (cd.device >= 0 && !staging.active()) {
+      device_work(rt_, cd.device).divide(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
+    } else {
+      prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
+    }
+  }
   staging.end();  // host copies: the output back to the device
   call.finish();
 }

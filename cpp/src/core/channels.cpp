@@ -32,6 +32,7 @@ prims::PrimsArgs args_of(const Wire& w, const CallState& call, int rank, int cha
   a.type = w.type;
   a.mode = w.mode;
   a.reduce = prims::reduce_fn(w.type, w.op);
+  a.op = w.op;
   a.int_sum = (w.type == ElemType::I32 || w.type == ElemType::I64) && (w.op == RedOp::Sum || w.op == RedOp::Avg);
   a.enc = w.enc;
   if (call.rans_margin >= 0) a.enc.rans_margin = call.rans_margin;  // rank 0's codec effort

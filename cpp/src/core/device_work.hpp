@@ -85,6 +85,9 @@ class DeviceWork {
   virtual void to_device(void* d, const void* h, size_t bytes) = 0;
   /// Copies bytes between device buffers.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  /// d[i] = d[i] / n for `count` values of type t (prims::divide_in_place's
+  /// arithmetic: the avg of an uncompressed call).
+  virtual void divide(codec::ElemType t, void* d, size_t count, int n) = 0;
   /// Channel c's slice codec for prims moving `a.type` in `a.mode` with
   /// a.enc (the slice codec is made again when these or the slot size
   /// change), and its device scratch slice (slice_elems elements).

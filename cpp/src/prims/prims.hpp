@@ -142,6 +142,9 @@ struct PrimsArgs {
   /// `reduce` is wrapping integer addition (I32/I64, Sum): the fused Sparse
   /// paths of SliceCodec::reduce apply. Same result bits.
   bool int_sum = false;
+  /// The operator `reduce` applies (a device rank's Raw reductions of values
+  /// take it: DeviceSliceCodec::set_value_reduction).
+  RedOp op = RedOp::Sum;
   codec::EncodeOptions enc;  ///< Coded mode
   size_t raw_esize = 1;      ///< user element size (for raw_bytes)
   /// Each wait's limit without progress (every wait gets now + timeout; see
