@@ -92,6 +92,18 @@ constexpr size_t kOneRingSliceBytes = size_t(128) << 10;
 /// (the lossy codes' sums do not depend on the schedule).
 void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_cores, bool sockets);
 
+/// CommConfig::two_hop_bytes where unset (-1), from agreed facts: nranks x
+/// slot_bytes (one slot per block) where the transport is not sockets and
+/// the topology is flat, else 0. Above latency_bytes an exact all_reduce
+/// then runs the latency algorithm's two hops, its blocks in pieces of at
+/// most a slot, where it would otherwise take the ring: 4 ranks on 2 CPUs
+/// over shared memory, float32 sum, bench/results/latency.md ("Two hops up
+/// to a slot per peer"). Sockets keep the ring: there the exact calls' bytes
+/// are what a slow link pays for, and lossless (which must run the same
+/// schedule as none) compresses only on the ring. Hierarchical topologies
+/// keep their schedule (fewer bytes between hosts).
+void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchical);
+
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
 /// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for
 /// anything else. Case-insensitive.
