@@ -287,8 +287,8 @@ TEST(Latency, AllReduceInTwoHopsWhereOneWouldSendTooMuch) {
 }
 
 // Above latency_bytes, exact all_reduce runs two hops up to two_hop_bytes
-// (N x slot_bytes by default), each block in pieces of at most a slot less
-// kLatencyHeadroom: sizes at and around every threshold (latency_bytes, one
+// ((2N-3) x slot_bytes / 4 by default, or as set), each block in pieces of at most
+// a slot less kLatencyHeadroom: sizes at and around every threshold (latency_bytes, one
 // piece per block, two_hop_bytes), counts that N does not divide, every type
 // with sum, avg and max in turn, in place and not: every element against the rank-order
 // reduction, the same bits on every rank, lossless bit-identical to none.
@@ -297,22 +297,25 @@ TEST(Latency, AllReduceInPiecesAroundEveryThreshold) {
     int n;
     size_t slot;
     int nslots;
-    int64_t two_hop;  // -1: the default (N x slot)
+    int64_t two_hop;  // -1: the default ((2N-3) x slot / 4: one piece a block); -2: N x slot
   };
   // 64 KiB slots: blocks of one or two pieces; 4 KiB slots: up to 9 pieces a
   // block, also with 2 slots per link (each rank one piece ahead at most)
-  for (const Setup& su : {Setup{2, 65536, 4, -1}, Setup{3, 65536, 4, -1}, Setup{4, 65536, 4, -1},
-                          Setup{5, 65536, 4, -1}, Setup{4, 4096, 2, 131072}, Setup{3, 4096, 4, 100000}}) {
+  for (const Setup& su :
+       {Setup{2, 65536, 4, -1}, Setup{4, 65536, 4, -1}, Setup{2, 65536, 4, -2}, Setup{3, 65536, 4, -2},
+        Setup{4, 65536, 4, -2}, Setup{5, 65536, 4, -2}, Setup{4, 4096, 2, 131072}, Setup{3, 4096, 4, 100000}}) {
     const int N = su.n;
     Ranks w = world(N, [&](int, ncclz::CommConfig& c) {
       c.slot_bytes = su.slot;
       c.nslots = su.nslots;
-      c.two_hop_bytes = su.two_hop;
+      c.two_hop_bytes = su.two_hop == -2 ? int64_t(N) * int64_t(su.slot) : su.two_hop;
     });
     const size_t limit = size_t(w.comms[0]->config().latency_bytes);
     const size_t two_hop = size_t(w.comms[0]->config().two_hop_bytes);
     const size_t piece = su.slot - 128;
-    EXPECT_EQ(two_hop, su.two_hop < 0 ? size_t(N) * su.slot : size_t(su.two_hop));
+    EXPECT_EQ(two_hop, su.two_hop == -1   ? size_t(2 * N - 3) * (su.slot / 4)
+                       : su.two_hop == -2 ? size_t(N) * su.slot
+                                          : size_t(su.two_hop));
     int seed = 100 * N;
     for (DataType t :
          {DataType::F32, DataType::F64, DataType::F16, DataType::BF16, DataType::I32, DataType::I64, DataType::U8}) {
@@ -328,6 +331,7 @@ TEST(Latency, AllReduceInPiecesAroundEveryThreshold) {
                                                     {(two_hop / e - 5) * e, true},
                                                     {(two_hop / e + 1) * e, false}};
       for (const auto& [bytes, latency] : sizes) {
+        if (latency && bytes > two_hop) continue;  // (sizes for larger two_hop_bytes)
         {
           const RedOp op = std::vector<RedOp>{RedOp::Sum, RedOp::Avg, RedOp::Max}[size_t(seed) % 3];  // in turn
           Call k;
@@ -480,9 +484,9 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     EXPECT_EQ(algos(w, k), Algorithm::Latency);
     k.count = kLimit / 4 + 1;  // one element over: all_reduce's two hops, up to N x the slot
     EXPECT_EQ(algos(w, k), Algorithm::Latency);
-    k.count = size_t(N) * 65536 / 4;
+    k.count = size_t(2 * N - 3) * 65536 / 4 / 4;  // two_hop_bytes: (2N-3) x slot_bytes / 4
     EXPECT_EQ(algos(w, k), Algorithm::Latency);
-    k.count = size_t(N) * 65536 / 4 + 1;  // over two_hop_bytes: the ring
+    k.count = size_t(2 * N - 3) * 65536 / 4 / 4 + 1;  // over it: the ring
     EXPECT_EQ(algos(w, k), Algorithm::Ring);
     k.coll = Coll::ReduceScatter;  // no two-hop schedule: the ring over latency_bytes
     k.count = kLimit / 4 / N + 1;
@@ -535,7 +539,7 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
   {
     // lossy requests do not take the two hops (no hint): the lossy ring
     Ranks w = world(N);
-    EXPECT_EQ(w.comms[1]->config().two_hop_bytes, N * 65536);  // agreed: N x slot_bytes
+    EXPECT_EQ(w.comms[1]->config().two_hop_bytes, (2 * N - 3) * 65536 / 4);  // agreed: (2N-3) x slot_bytes / 4
     std::vector<float> x(5000, 1.f), y(5000);
     w.run([&](int, Communicator& comm) {
       CallStats st;
@@ -723,7 +727,7 @@ TEST(LatencyErrors, MismatchesRaiseOnEveryRankAndLeaveTheLinksInStep) {
 
 TEST(LatencyErrors, MismatchedTwoHopCallsRaiseOnEveryRank) {
   const int N = 4;
-  Ranks w = world(N);  // 64 KiB slots: two hops up to 256 KiB
+  Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.two_hop_bytes = 4 * 65536; });  // two hops up to 256 KiB
   std::vector<float> a(100000, 1.f), b(100000);
   // both carried (two hops, pieces), another count
   auto got = outcomes(w, [&](int r, Communicator& comm) {

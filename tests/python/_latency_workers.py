@@ -101,11 +101,11 @@ def scenario_latency(ncclz, comm, args):
             ck.check_close(name, out, ref, plain_tolerance(dtype, ref, inputs, "sum"), mode, dtype)
             ck.record(name, out)
     # all_reduce above latency_bytes: two hops, each block in pieces of at most a slot less 128 bytes,
-    # up to two_hop_bytes (by default N x the slot, not on sockets): one piece a block, and some in two
+    # up to two_hop_bytes (by default (2N-3) x the slot / 4, not on sockets): just over the one, at the other
     cfg = comm.config
     for dtype in ("float32", "bfloat16"):
         isz = np_dtype(dtype).itemsize
-        for n in ((cfg.latency_bytes // isz) + 9, W * (cfg.slot_bytes - 128) // isz + 3):
+        for n in ((cfg.latency_bytes // isz) + 9, max(cfg.two_hop_bytes, 0) // isz):
             if cfg.latency_bytes <= 0 or n * isz > cfg.two_hop_bytes:
                 continue
             inputs = [rank_input(j, n, dtype, 7) for j in range(W)]

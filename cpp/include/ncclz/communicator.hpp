@@ -185,9 +185,9 @@ struct CommConfig {
   /// this many bytes run the latency algorithm too, in two hops with each
   /// rank's block carried in pieces of at most a slot (docs/ALGORITHMS.md,
   /// "The latency algorithm"); needs latency_bytes > 0. -1:
-  /// NCCLZ_TWO_HOP_BYTES, else agreed at creation: nranks x slot_bytes where
-  /// the transport is not sockets and the topology is flat (one host, or one
-  /// rank per host), else 0 (off). Every rank must have the same (checked at
+  /// NCCLZ_TWO_HOP_BYTES, else agreed at creation: (2 nranks - 3) x
+  /// slot_bytes / 4 where the transport is not sockets and the topology is
+  /// flat (one host, or one rank per host), else 0 (off). Every rank must have the same (checked at
   /// creation); Communicator::config() reports the value taken.
   int64_t two_hop_bytes = -1;
   /// The most microseconds a wait for a slot polls, giving the CPU to other

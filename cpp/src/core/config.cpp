@@ -107,7 +107,8 @@ void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_core
 
 void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchical) {
   if (cfg.two_hop_bytes >= 0) return;
-  cfg.two_hop_bytes = sockets || hierarchical ? 0 : int64_t(nranks) * int64_t(cfg.slot_bytes);
+  const int64_t saved_hops = std::max(0, 2 * nranks - 3);  // the ring's 2N-1 (with the descriptor round) less 2
+  cfg.two_hop_bytes = sockets || hierarchical ? 0 : saved_hops * int64_t(cfg.slot_bytes / 4);
 }
 
 }  // namespace core
