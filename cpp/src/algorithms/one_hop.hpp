@@ -10,7 +10,9 @@
 // single round of messages in all. Price: all_reduce sends (N-1) times the
 // message per rank (the ring about twice it); the others send what the ring
 // sends. The call routine takes it for exact calls up to
-// CommConfig::latency_bytes (docs/ALGORITHMS.md, "The latency algorithm").
+// CommConfig::latency_bytes, and all_reduce's two hops for exact all_reduce
+// requests up to CommConfig::two_hop_bytes (docs/ALGORITHMS.md, "The latency
+// algorithm").
 //
 // A schedule is two functions: `send` says which bytes of this rank's input
 // go to a peer (none for some), `combine` writes this rank's output from
