@@ -96,7 +96,7 @@ algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType 
   p.scratch = rt_.channels.scratch(0);
   // Two hops: pieces as large as a slot allows beside the descriptor that
   // rides with the first (fewer pieces, fewer wake-ups: 128 KiB pieces were
-  // 3-8% slower from 1 to 4 MiB, bench/results/latency.md).
+  // 2-9% slower from 1 to 4 MiB, 4 ranks; bench/results/latency.md).
   p.piece_bytes = rt_.cfg.slot_bytes - kLatencyHeadroom;
   return p;
 }

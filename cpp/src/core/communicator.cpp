@@ -218,7 +218,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
     for (size_t k = 0; k < kAgreed; ++k) {
       const int64_t theirs = all[kAgreed * size_t(r) + k];
       if (theirs != all[k]) {
-        // (an unset channel count or exact shape travels as 0)
+        // (an unset channel count or exact shape travels as 0, an unset two_hop_bytes as -1)
         auto said = [k](int64_t v) {
           const bool unset = ((k == 0 || k == 6 || k == 7) && v == 0) || (k == 8 && v < 0);
           return unset ? std::string("unset") : std::to_string(v);
