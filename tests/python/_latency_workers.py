@@ -106,8 +106,8 @@ def scenario_latency(ncclz, comm, args):
     for dtype in ("float32", "bfloat16"):
         isz = np_dtype(dtype).itemsize
         for n in ((cfg.latency_bytes // isz) + 9, max(cfg.two_hop_bytes, 0) // isz):
-            if cfg.latency_bytes <= 0 or n * isz > cfg.two_hop_bytes:
-                continue
+            if cfg.latency_bytes <= 0 or not cfg.latency_bytes < n * isz <= cfg.two_hop_bytes:
+                continue  # (no two hops here: sockets by default, or the latency algorithm off)
             inputs = [rank_input(j, n, dtype, 7) for j in range(W)]
             ref = reference(inputs, "sum")
             none_bits = None
