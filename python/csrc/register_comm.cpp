@@ -600,6 +600,7 @@ void register_comm(nb::module_& m) {
       .def_rw("topo_hosts", &CommConfig::topo_hosts)
       .def_rw("algorithm", &CommConfig::algorithm)
       .def_rw("latency_bytes", &CommConfig::latency_bytes)
+      .def_rw("two_hop_bytes", &CommConfig::two_hop_bytes)
       .def_rw("spin_us", &CommConfig::spin_us)
       .def(
           "as_dict",
@@ -626,6 +627,7 @@ void register_comm(nb::module_& m) {
             d["topo_hosts"] = x.topo_hosts;
             d["algorithm"] = x.algorithm;
             d["latency_bytes"] = x.latency_bytes;
+            d["two_hop_bytes"] = x.two_hop_bytes;
             d["spin_us"] = x.spin_us;
             return d;
           },
@@ -637,7 +639,8 @@ void register_comm(nb::module_& m) {
           << ", sparse_slice_bytes=" << x.sparse_slice_bytes << ", exact_nchannels=" << x.exact_nchannels
           << ", exact_slice_bytes=" << x.exact_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
           << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", algorithm='" << x.algorithm
-          << "', latency_bytes=" << x.latency_bytes << ", timeout_s=" << x.timeout_s << ")";
+          << "', latency_bytes=" << x.latency_bytes << ", two_hop_bytes=" << x.two_hop_bytes
+          << ", timeout_s=" << x.timeout_s << ")";
         return s.str();
       });
 

@@ -88,7 +88,8 @@ class CallStats:
     algorithm: the algorithm the call ran, "ring", "hierarchical" (exact
         inside each host, compressed between hosts; see :attr:`Communicator.topology`)
         or "latency" (small uncompressed or lossless calls: one round of
-        messages, the data with the call descriptor; NCCLZ_LATENCY_BYTES).
+        messages, the data with the call descriptor; NCCLZ_LATENCY_BYTES;
+        all_reduce in two rounds up to NCCLZ_TWO_HOP_BYTES).
         A hierarchical call's raw_bytes, wire_bytes and ratio count its
         inter-host links (the ones that compress); local_bytes the bytes it
         sent to ranks on its own host (uncompressed; 0 for ring calls).
@@ -721,7 +722,8 @@ class Communicator:
         ``algorithm``: "ring" or "hierarchical" for this call (rank 0's counts;
         hierarchical runs where :attr:`topology` allows it, else the ring);
         None or "auto": the policy's choice, else NCCLZ_ALGO, else the latency
-        algorithm for exact calls up to NCCLZ_LATENCY_BYTES (64 KiB), else
+        algorithm for exact calls up to NCCLZ_LATENCY_BYTES (64 KiB; all_reduce
+        up to NCCLZ_TWO_HOP_BYTES, 1.25 MiB with 4 ranks over shared memory), else
         hierarchical where the topology allows it, else the ring.
         """
         if algorithm is None:

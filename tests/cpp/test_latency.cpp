@@ -286,6 +286,117 @@ TEST(Latency, AllReduceInTwoHopsWhereOneWouldSendTooMuch) {
   }
 }
 
+// Above latency_bytes, exact all_reduce runs two hops up to two_hop_bytes
+// ((2N-3) x slot_bytes / 4 by default, or as set), each block in pieces of at most
+// a slot less kLatencyHeadroom: sizes at and around every threshold (latency_bytes, one
+// piece per block, two_hop_bytes), counts that N does not divide, every type
+// with sum, avg and max in turn, in place and not: every element against the rank-order
+// reduction, the same bits on every rank, lossless bit-identical to none.
+TEST(Latency, AllReduceInPiecesAroundEveryThreshold) {
+  struct Setup {
+    int n;
+    size_t slot;
+    int nslots;
+    int64_t two_hop;  // -1: the default ((2N-3) x slot / 4: one piece a block); -2: N x slot
+  };
+  // 64 KiB slots: blocks of one or two pieces; 4 KiB slots: up to 9 pieces a
+  // block, also with 2 slots per link (each rank one piece ahead at most)
+  for (const Setup& su :
+       {Setup{2, 65536, 4, -1}, Setup{4, 65536, 4, -1}, Setup{2, 65536, 4, -2}, Setup{3, 65536, 4, -2},
+        Setup{4, 65536, 4, -2}, Setup{5, 65536, 4, -2}, Setup{4, 4096, 2, 131072}, Setup{3, 4096, 4, 100000}}) {
+    const int N = su.n;
+    Ranks w = world(N, [&](int, ncclz::CommConfig& c) {
+      c.slot_bytes = su.slot;
+      c.nslots = su.nslots;
+      c.two_hop_bytes = su.two_hop == -2 ? int64_t(N) * int64_t(su.slot) : su.two_hop;
+    });
+    const size_t limit = size_t(w.comms[0]->config().latency_bytes);
+    const size_t two_hop = size_t(w.comms[0]->config().two_hop_bytes);
+    const size_t piece = su.slot - 128;
+    EXPECT_EQ(two_hop, su.two_hop == -1   ? size_t(2 * N - 3) * (su.slot / 4)
+                       : su.two_hop == -2 ? size_t(N) * su.slot
+                                          : size_t(su.two_hop));
+    int seed = 100 * N;
+    for (DataType t :
+         {DataType::F32, DataType::F64, DataType::F16, DataType::BF16, DataType::I32, DataType::I64, DataType::U8}) {
+      const size_t e = es(t);
+      // (bytes, whether it runs the latency algorithm)
+      std::vector<std::pair<size_t, bool>> sizes = {{limit / e * e, true},
+                                                    {limit + e, true},
+                                                    {limit + 7 * e, true},  // over latency_bytes
+                                                    {N * piece / e * e, true},
+                                                    {(N * piece / e + 1) * e, true},      // one piece per block
+                                                    {(N * piece / e + N + 3) * e, true},  // some blocks in two
+                                                    {two_hop / e * e, true},
+                                                    {(two_hop / e - 5) * e, true},
+                                                    {(two_hop / e + 1) * e, false}};
+      for (const auto& [bytes, latency] : sizes) {
+        if (latency && bytes > two_hop) continue;  // (sizes for larger two_hop_bytes)
+        {
+          const RedOp op = std::vector<RedOp>{RedOp::Sum, RedOp::Avg, RedOp::Max}[size_t(seed) % 3];  // in turn
+          Call k;
+          k.t = t;
+          k.op = op;
+          k.count = bytes / e;
+          k.seed = ++seed;
+          k.in_place = seed % 2 == 0;
+          Bytes none_bits[8];
+          for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+            k.comp = c;
+            const Outcome o = run(w, k);
+            const Bytes want = expected(k, o, 0, N);
+            for (int r = 0; r < N; ++r) {
+              const std::string at = what(k, N) + " slot " + std::to_string(su.slot) + " rank " + std::to_string(r);
+              ASSERT_EQ(o.st[size_t(r)].algorithm, latency ? Algorithm::Latency : Algorithm::Ring) << at;
+              EXPECT_TRUE(o.out[size_t(r)] == o.out[0]) << at << ": differs from rank 0";
+              if (c.mode == Compression::Mode::None) {
+                none_bits[r] = o.out[size_t(r)];
+              } else {
+                EXPECT_TRUE(o.out[size_t(r)] == none_bits[r]) << at << ": lossless differs from none";
+              }
+              if (!latency) continue;  // the ring sums in its own order (checked elsewhere)
+              ASSERT_TRUE(o.out[size_t(r)] == want) << at;
+              if (bytes > limit) {
+                EXPECT_LT(o.st[size_t(r)].raw_bytes, 2 * bytes) << at;  // two hops: 2(N-1)/N of the message
+              }
+            }
+          }
+        }
+      }
+    }
+    // the links are in step after all of it
+    Call k;
+    k.count = 10;
+    const Outcome o = run(w, k);
+    for (int r = 0; r < N; ++r) EXPECT_TRUE(o.out[size_t(r)] == expected(k, o, r, N));
+  }
+}
+
+// Many pieces back to back, in place, with 2 slots per link, and ranks that
+// arrive at different times: the pieces of one call never mix with the next.
+TEST(Latency, PiecedCallsBackToBack) {
+  const int N = 4;
+  Ranks w = world(N, [](int, ncclz::CommConfig& c) {
+    c.slot_bytes = 4096;
+    c.nslots = 2;
+    c.two_hop_bytes = 1 << 20;
+  });
+  w.run([&](int r, Communicator& comm) {
+    for (int it = 0; it < 30; ++it) {
+      const size_t n = 1000 + size_t(it) * 997;  // 4 KB to 120 KB: 1 to 8 pieces a block
+      std::vector<int32_t> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = int32_t(i % 1000) * (r + 1) + it;
+      if ((it + r) % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      CallStats st;
+      comm.all_reduce(x.data(), x.data(), n, DataType::I32, RedOp::Sum, Compression::none(), &st);
+      ASSERT_EQ(st.algorithm, Algorithm::Latency);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(x[i], int32_t(i % 1000) * (N * (N + 1) / 2) + N * it) << "call " << it << " element " << i;
+      }
+    }
+  });
+}
+
 TEST(Latency, DataMovementMaxAndMinAreBitIdenticalToTheRing) {
   for (int N : {3, 4}) {
     Ranks w = world(N);
@@ -371,7 +482,14 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     Ranks w = world(N);
     k.count = kLimit / 4;
     EXPECT_EQ(algos(w, k), Algorithm::Latency);
-    k.count = kLimit / 4 + 1;  // one element over: the ring
+    k.count = kLimit / 4 + 1;  // one element over: all_reduce's two hops, up to N x the slot
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.count = size_t(2 * N - 3) * 65536 / 4 / 4;  // two_hop_bytes: (2N-3) x slot_bytes / 4
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.count = size_t(2 * N - 3) * 65536 / 4 / 4 + 1;  // over it: the ring
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.coll = Coll::ReduceScatter;  // no two-hop schedule: the ring over latency_bytes
+    k.count = kLimit / 4 / N + 1;
     EXPECT_EQ(algos(w, k), Algorithm::Ring);
     k.coll = Coll::AllGather;  // the message is N blocks
     k.count = kLimit / 4 / N;
@@ -404,8 +522,31 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     EXPECT_EQ(algos(w, k), Algorithm::Ring);
   }
   {
-    Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.latency_bytes = 0; });  // off
+    Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.latency_bytes = 0; });  // off, two hops too
     EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.count = kLimit / 4 + 1;
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.count = 100;
+  }
+  {
+    Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.two_hop_bytes = 0; });  // no two hops above latency_bytes
+    EXPECT_EQ(w.comms[0]->config().two_hop_bytes, 0);
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.count = kLimit / 4 + 1;
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.count = 100;
+  }
+  {
+    // lossy requests do not take the two hops (no hint): the lossy ring
+    Ranks w = world(N);
+    EXPECT_EQ(w.comms[1]->config().two_hop_bytes, (2 * N - 3) * 65536 / 4);  // agreed: (2N-3) x slot_bytes / 4
+    std::vector<float> x(5000, 1.f), y(5000);
+    w.run([&](int, Communicator& comm) {
+      CallStats st;
+      comm.all_reduce(x.data(), y.data(), 5000, DataType::F32, RedOp::Sum, Compression::lossy_abs(1e-3), &st);
+      EXPECT_EQ(st.algorithm, Algorithm::Ring);
+      EXPECT_NEAR(y[3], 3.0, 1e-3);
+    });
   }
   {
     // without point-to-point links: descriptors around the ring, no latency algorithm
@@ -416,6 +557,13 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
   // latency_bytes is agreed at creation, and lowered to fit a slot
   EXPECT_THROW(world(2, [](int r, ncclz::CommConfig& c) { c.latency_bytes = r == 0 ? 1024 : 2048; }),
                ncclz::InvalidArgument);
+  try {
+    world(2, [](int r, ncclz::CommConfig& c) { c.two_hop_bytes = r == 0 ? -1 : 100000; });
+    ADD_FAILURE() << "two_hop_bytes unset on rank 0, set on rank 1: no error";
+  } catch (const ncclz::InvalidArgument& e) {
+    EXPECT_TRUE(std::string(e.what()).find("NCCLZ_TWO_HOP_BYTES (rank 0: unset, rank 1: 100000)") != std::string::npos)
+        << e.what();
+  }
   ncclz::CommConfig c;
   c.slot_bytes = 4096;
   c.latency_bytes = 1 << 20;
@@ -575,6 +723,66 @@ TEST(LatencyErrors, MismatchesRaiseOnEveryRankAndLeaveTheLinksInStep) {
   for (int r = 1; r < N; ++r)
     EXPECT_TRUE(has(got[size_t(r)], "remote: ") && has(got[size_t(r)], "rank 0 called")) << got[size_t(r)];
   expect_usable(w);
+}
+
+TEST(LatencyErrors, MismatchedTwoHopCallsRaiseOnEveryRank) {
+  const int N = 4;
+  Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.two_hop_bytes = 4 * 65536; });  // two hops up to 256 KiB
+  std::vector<float> a(100000, 1.f), b(100000);
+  // both carried (two hops, pieces), another count
+  auto got = outcomes(w, [&](int r, Communicator& comm) {
+    comm.all_reduce(a.data(), b.data(), r == 1 ? 40000 : 60000, DataType::F32, RedOp::Sum, Compression::none());
+  });
+  for (int r = 0; r < N; ++r) {
+    EXPECT_TRUE(has(got[size_t(r)], "remote: ") && has(got[size_t(r)], "mismatched calls") &&
+                has(got[size_t(r)], "count=40000"))
+        << got[size_t(r)];
+  }
+  expect_usable(w);
+  // carried against not carried (over two_hop_bytes), and lossless against lossy
+  got = outcomes(w, [&](int r, Communicator& comm) {
+    comm.all_reduce(a.data(), b.data(), r == 3 ? 100000 : 60000, DataType::F32, RedOp::Sum, Compression::lossless());
+  });
+  for (int r = 0; r < N; ++r) EXPECT_TRUE(has(got[size_t(r)], "count=100000")) << got[size_t(r)];
+  expect_usable(w);
+  got = outcomes(w, [&](int r, Communicator& comm) {
+    comm.all_reduce(a.data(), b.data(), 60000, DataType::F32, RedOp::Sum,
+                    r == 0 ? Compression::lossy_rel(1e-3) : Compression::none());
+  });
+  for (int r = 0; r < N; ++r) {
+    EXPECT_TRUE(has(got[size_t(r)], "remote: ") && has(got[size_t(r)], "lossy_rel")) << got[size_t(r)];
+  }
+  expect_usable(w);
+}
+
+// A rank aborts while the others run pieced two-hop calls (many pieces, 2
+// slots per link): every rank raises within seconds, none hangs.
+TEST(LatencyErrors, AbortDuringPiecedCallsEndsEveryRank) {
+  const int N = 4;
+  Ranks w = world(N, [](int, ncclz::CommConfig& c) {
+    c.slot_bytes = 4096;
+    c.nslots = 2;
+    c.two_hop_bytes = 1 << 20;
+  });
+  std::atomic<int> calls{0};
+  std::thread killer([&] {
+    while (calls.load() < 10) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    w.comms[2]->abort("test abort mid-call");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto got = outcomes(w, [&](int r, Communicator& comm) {
+    std::vector<float> x(60000, float(r));  // blocks of 15000 floats: 15 pieces each
+    for (int it = 0; it < 1000000; ++it) {
+      comm.all_reduce(x.data(), x.data(), x.size(), DataType::F32, RedOp::Max, Compression::none());
+      if (r == 0) calls.fetch_add(1);
+    }
+  });
+  killer.join();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);  // timeout: 30 s
+  for (int r = 0; r < N; ++r) {
+    EXPECT_TRUE(has(got[size_t(r)], "aborted: ") || has(got[size_t(r)], "remote: ")) << got[size_t(r)];
+  }
+  EXPECT_TRUE(has(got[2], "test abort mid-call")) << got[2];
 }
 
 TEST(LatencyErrors, ACollectiveAgainstASendAbortsEveryRankPromptly) {

@@ -100,8 +100,30 @@ def scenario_latency(ncclz, comm, args):
             algos[name] = comm.last_stats.algorithm
             ck.check_close(name, out, ref, plain_tolerance(dtype, ref, inputs, "sum"), mode, dtype)
             ck.record(name, out)
+    # all_reduce above latency_bytes: two hops, each block in pieces of at most a slot less 128 bytes,
+    # up to two_hop_bytes (by default (2N-3) x the slot / 4, not on sockets): just over the one, at the other
+    cfg = comm.config
+    for dtype in ("float32", "bfloat16"):
+        isz = np_dtype(dtype).itemsize
+        for n in ((cfg.latency_bytes // isz) + 9, max(cfg.two_hop_bytes, 0) // isz):
+            if cfg.latency_bytes <= 0 or not cfg.latency_bytes < n * isz <= cfg.two_hop_bytes:
+                continue  # (no two hops here: sockets by default, or the latency algorithm off)
+            inputs = [rank_input(j, n, dtype, 7) for j in range(W)]
+            ref = reference(inputs, "sum")
+            none_bits = None
+            for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+                out = comm.all_reduce(inputs[r].copy(), "sum", comp, policy="off")
+                name = f"all_reduce/two_hop/{n}/{dtype}/{mode}"
+                algos[name] = comm.last_stats.algorithm
+                ck.check_close(name, out, ref, plain_tolerance(dtype, ref, inputs, "sum"), mode, dtype)
+                ck.record(name, out)
+                if none_bits is None:
+                    none_bits = bits(out)
+                else:
+                    ck.require(bits(out) == none_bits, f"{name}: lossless differs from none")
     comm.barrier()
-    return {"algorithms": algos, "hashes": ck.hashes, "checks": ck.checks}
+    return {"algorithms": algos, "hashes": ck.hashes, "checks": ck.checks,
+            "two_hop_bytes": cfg.two_hop_bytes, "slot_bytes": cfg.slot_bytes}
 
 
 def scenario_latency_lossy(ncclz, comm, args):
@@ -264,7 +286,8 @@ def scenario_latency_fault(ncclz, comm, args):
     what = args[0]
     W, r = comm.world_size, comm.rank
     last = W - 1
-    x = np.full(1000, float(r + 1), np.float32)
+    count = int(args[1]) if len(args) > 1 else 1000  # (over latency_bytes: two hops in pieces)
+    x = np.full(count, float(r + 1), np.float32)
     comm.all_reduce(x, policy="off")  # one good call first
     first = comm.last_stats.algorithm
     if r == last:

@@ -114,7 +114,8 @@ def scenario_policy(ncclz, comm, args):
 
 def scenario_topology(ncclz, comm, args):
     """The topology as reported, and one all_reduce (128 KiB: above NCCLZ_LATENCY_BYTES, so the
-    algorithm the topology gives it, not the latency algorithm of small calls)."""
+    algorithm the topology gives it, not the latency algorithm of small calls; on one host also
+    above NCCLZ_TWO_HOP_BYTES where the test sets it to 0)."""
     x = np.full(1 << 15, comm.rank + 1.0, np.float32)
     comm.all_reduce(x)
     assert np.all(x == comm.world_size * (comm.world_size + 1) / 2)

@@ -61,6 +61,8 @@ def test_documented_defaults_are_the_runtimes():
     assert _size(t["NCCLZ_SPARSE_SLICE_BYTES"]) == d.sparse_slice_bytes
     assert int(t["NCCLZ_P2P"]) == d.p2p
     assert _size(t["NCCLZ_LATENCY_BYTES"]) == d.latency_bytes
+    assert t["NCCLZ_TWO_HOP_BYTES"] == "(2N-3) x `NCCLZ_SLOT_BYTES` / 4 or 0"
+    assert d.two_hop_bytes == -1  # agreed at creation
     assert t["NCCLZ_TOKEN"] == '""' and d.token == ""
     assert t["MASTER_ADDR"] == d.master_addr
     assert int(t["MASTER_PORT"]) == d.master_port

@@ -17,7 +17,8 @@ from test_comm import assert_same_on_all_ranks, run_ranks
 
 LATENCY_WORKERS = Path(__file__).with_name("_latency_workers.py")
 # the runtime's own choice: no policy proposals, no algorithm or limit from the environment
-DEFAULTS = {"NCCLZ_POLICY": "off", "NCCLZ_ALGO": "", "NCCLZ_LATENCY_BYTES": "", "NCCLZ_P2P": ""}
+DEFAULTS = {"NCCLZ_POLICY": "off", "NCCLZ_ALGO": "", "NCCLZ_LATENCY_BYTES": "", "NCCLZ_TWO_HOP_BYTES": "",
+            "NCCLZ_P2P": ""}
 
 pytestmark = pytest.mark.skipif(
     not hasattr(ncclz._core, "comm"), reason="ncclz._core was built without the collective runtime bindings"
@@ -40,6 +41,13 @@ def test_every_collective_is_exact_and_the_same_on_every_rank(tmp_path, transpor
         wrong = {k: a for k, a in rr["algorithms"].items() if a != "latency"}
         assert not wrong, f"rank {r} ran other algorithms: {wrong}"
     assert_same_on_all_ranks(res, prefixes=("all_reduce", "all_gather"))
+    # above latency_bytes, all_reduce's two hops: (2N-3) x the slot / 4 over shared memory, off on sockets
+    two_hop = [k for k in res[0]["algorithms"] if k.startswith("all_reduce/two_hop/")]
+    if transport == "shm":
+        assert res[0]["two_hop_bytes"] == (2 * n - 3) * (res[0]["slot_bytes"] // 4), res[0]
+        assert len(two_hop) == 8, two_hop
+    else:
+        assert res[0]["two_hop_bytes"] == 0 and not two_hop, res[0]
 
 
 def test_the_limit_turns_it_off(tmp_path):
@@ -97,9 +105,11 @@ def test_mismatched_small_calls_raise_on_every_rank(tmp_path, transport):
             assert e[case + "/after"] == {"ok": True, "algorithm": "latency"}, f"rank {r}, {case}: {e}"
 
 
-@pytest.mark.parametrize("transport", ["shm", "socket"])
-def test_a_killed_rank_ends_a_small_call_on_every_rank(tmp_path, transport):
-    ranks = run_ranks(tmp_path, "latency_fault", 4, transport, args=["kill"], env=DEFAULTS, nccl_timeout=60)
+@pytest.mark.parametrize("transport,count", [("shm", 1000), ("socket", 1000), ("shm", 250000)])
+def test_a_killed_rank_ends_a_small_call_on_every_rank(tmp_path, transport, count):
+    """(250000 floats: all_reduce's two hops, above latency_bytes.)"""
+    ranks = run_ranks(tmp_path, "latency_fault", 4, transport, args=["kill", str(count)], env=DEFAULTS,
+                      nccl_timeout=60)
     assert ranks.codes[:3] == [0, 0, 0], ranks.log()
     for r in range(3):
         rr = ranks.results[r]

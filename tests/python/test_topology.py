@@ -111,7 +111,9 @@ def test_per_rank_host_ids(tmp_path, topo_workers):
 
 
 def test_no_override_is_one_host_and_the_ring(tmp_path, topo_workers):
-    ranks = run_ranks(tmp_path, "topology", 3, "shm", env=dict(NO_POLICY, NCCLZ_TOPO_HOSTS="", NCCLZ_TOPO_HOST=""))
+    # (NCCLZ_TWO_HOP_BYTES=0: one host's 128 KiB all_reduce would otherwise take the latency algorithm's two hops)
+    ranks = run_ranks(tmp_path, "topology", 3, "shm",
+                      env=dict(NO_POLICY, NCCLZ_TOPO_HOSTS="", NCCLZ_TOPO_HOST="", NCCLZ_TWO_HOP_BYTES="0"))
     ranks.assert_ok()
     for res in ranks.results:
         t = res["topology"]

@@ -183,6 +183,15 @@ struct CommConfig {
   /// At most slot_bytes - 128 (larger values are lowered to it). Every rank
   /// must have the same (checked at creation).
   int64_t latency_bytes = -1;
+  /// Exact (none, lossless) all_reduce calls above latency_bytes and up to
+  /// this many bytes run the latency algorithm too, in two hops with each
+  /// rank's block carried in pieces of at most a slot (docs/ALGORITHMS.md,
+  /// "The latency algorithm"); needs latency_bytes > 0. -1:
+  /// NCCLZ_TWO_HOP_BYTES, else agreed at creation: (2 nranks - 3) x
+  /// slot_bytes / 4 where the transport is not sockets and the topology is
+  /// flat (one host, or one rank per host), else 0 (off). Every rank must have the same (checked at
+  /// creation); Communicator::config() reports the value taken.
+  int64_t two_hop_bytes = -1;
   /// The most microseconds a wait for a slot polls, giving the CPU to other
   /// ready threads between checks, before it sleeps in the kernel (the
   /// budget adapts below it: it halves when polls run out; docs/TRANSPORTS.md,

@@ -47,23 +47,23 @@ Bytes whole_input(const OneHopPart& p, int) { return {p.src, bytes_of(p)}; }
 
 void all_reduce_combine(const OneHopPart& p, const Bytes* in) { reduce_in_rank_order(p, p.src, in, p.dst, p.count); }
 
-// Two hops: block q of the message is [count*q/N, count*(q+1)/N).
+// Two hops: block q of the message is [count*q/N, count*(q+1)/N), piece k
+// of its m elements [m*k/P, m*(k+1)/P) (one_hop.hpp).
 size_t block_begin(const OneHopPart& p, int q) { return p.count * size_t(q) / size_t(p.nranks); }
-Bytes message_block(const OneHopPart& p, const uint8_t* base, int q) {
-  const size_t b = block_begin(p, q), e = block_begin(p, q + 1);
-  return {base + b * p.esize, (e - b) * p.esize};
+size_t block_elems(const OneHopPart& p, int q) { return block_begin(p, q + 1) - block_begin(p, q); }
+// Elements [first, first + n) of piece k of block q.
+void piece_range(const OneHopPart& p, int q, size_t k, size_t* first, size_t* n) {
+  const size_t m = block_elems(p, q), P = two_hop_pieces(p, q);
+  const size_t a = m * k / P, b = m * (k + 1) / P;
+  *first = block_begin(p, q) + a;
+  *n = b - a;
 }
 
-Bytes input_block(const OneHopPart& p, int peer) { return message_block(p, p.src, peer); }
+Bytes input_block(const OneHopPart& p, int peer) { return two_hop_piece(p, p.src, peer, 0); }
 
-void reduce_own_block(const OneHopPart& p, const Bytes* in) {
-  const size_t b = block_begin(p, p.rank);
-  reduce_in_rank_order(p, p.src + b * p.esize, in, p.dst + b * p.esize, block_begin(p, p.rank + 1) - b);
-}
+void reduce_own_block(const OneHopPart& p, const Bytes* in) { two_hop_reduce(p, in, 0); }
 
-Bytes own_result(const OneHopPart& p, int) { return message_block(p, p.dst, p.rank); }
-
-uint8_t* result_of(const OneHopPart& p, int from) { return p.dst + block_begin(p, from) * p.esize; }
+Bytes own_result(const OneHopPart& p, int) { return two_hop_piece(p, p.dst, p.rank, 0); }
 
 Bytes block_for(const OneHopPart& p, int peer) { return {p.src + size_t(peer) * bytes_of(p), bytes_of(p)}; }
 
@@ -98,12 +98,30 @@ void broadcast_combine(const OneHopPart& p, const Bytes* in) {
 
 }  // namespace
 
-OneHop one_hop_all_reduce() { return {whole_input, all_reduce_combine, nullptr, nullptr}; }
-OneHop two_hop_all_reduce() { return {input_block, reduce_own_block, own_result, result_of}; }
-OneHop one_hop_reduce_scatter() { return {block_for, reduce_scatter_combine, nullptr, nullptr}; }
-OneHop one_hop_reduce() { return {input_to_root, reduce_combine, nullptr, nullptr}; }
-OneHop one_hop_all_gather() { return {whole_input, all_gather_combine, nullptr, nullptr}; }
-OneHop one_hop_broadcast() { return {from_root, broadcast_combine, nullptr, nullptr}; }
+size_t two_hop_pieces(const OneHopPart& p, int q) {
+  const size_t m = block_elems(p, q), per = p.piece_bytes / p.esize;
+  if (p.piece_bytes == 0 || m <= per) return 1;
+  return (m + per - 1) / per;  // so that no piece has more than `per` elements
+}
+
+Bytes two_hop_piece(const OneHopPart& p, const uint8_t* base, int q, size_t k) {
+  size_t first = 0, n = 0;
+  piece_range(p, q, k, &first, &n);
+  return {base + first * p.esize, n * p.esize};
+}
+
+void two_hop_reduce(const OneHopPart& p, const Bytes* in, size_t k) {
+  size_t first = 0, n = 0;
+  piece_range(p, p.rank, k, &first, &n);
+  reduce_in_rank_order(p, p.src + first * p.esize, in, p.dst + first * p.esize, n);
+}
+
+OneHop one_hop_all_reduce() { return {whole_input, all_reduce_combine, nullptr}; }
+OneHop two_hop_all_reduce() { return {input_block, reduce_own_block, own_result}; }
+OneHop one_hop_reduce_scatter() { return {block_for, reduce_scatter_combine, nullptr}; }
+OneHop one_hop_reduce() { return {input_to_root, reduce_combine, nullptr}; }
+OneHop one_hop_all_gather() { return {whole_input, all_gather_combine, nullptr}; }
+OneHop one_hop_broadcast() { return {from_root, broadcast_combine, nullptr}; }
 
 size_t expected_bytes(const OneHop& s, const OneHopPart& part, int from, bool second) {
   OneHopPart theirs = part;

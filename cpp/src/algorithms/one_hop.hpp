@@ -10,7 +10,9 @@
 // single round of messages in all. Price: all_reduce sends (N-1) times the
 // message per rank (the ring about twice it); the others send what the ring
 // sends. The call routine takes it for exact calls up to
-// CommConfig::latency_bytes (docs/ALGORITHMS.md, "The latency algorithm").
+// CommConfig::latency_bytes, and all_reduce's two hops for exact all_reduce
+// requests up to CommConfig::two_hop_bytes (docs/ALGORITHMS.md, "The latency
+// algorithm").
 //
 // A schedule is two functions: `send` says which bytes of this rank's input
 // go to a peer (none for some), `combine` writes this rank's output from
@@ -58,7 +60,12 @@ struct OneHopPart {
   size_t esize = 1;
   int root = -1;
   prims::ReduceFn reduce = nullptr;  ///< the reductions
-  uint8_t* scratch = nullptr;        ///< count * esize bytes: the reductions' own input when it overlaps dst
+  /// The reductions' own input when it overlaps dst: count * esize bytes
+  /// (two hops: piece_bytes).
+  uint8_t* scratch = nullptr;
+  /// Two hops: the most data bytes one message carries (a block larger than
+  /// this travels in pieces; two_hop_pieces). 0: a block in one message.
+  size_t piece_bytes = 0;
 };
 
 /// The bytes of this rank's input that go to `peer` (!= part.rank).
@@ -67,10 +74,8 @@ using OneHopSend = Bytes (*)(const OneHopPart& part, int peer);
 using OneHopCombine = void (*)(const OneHopPart& part, const Bytes* in);
 
 /// A second round (two-hop schedules): after combine, this rank sends each
-/// peer again(part, peer), and the bytes rank j sends it land at
-/// land(part, j) (as many as again() gives rank j for this rank).
+/// peer again(part, peer) (its first piece: two_hop_pieces).
 using OneHopAgain = Bytes (*)(const OneHopPart& part, int peer);
-using OneHopLand = uint8_t* (*)(const OneHopPart& part, int from);
 
 /// A collective's one-hop schedule (send null: it has none), with a second
 /// round where `again` is set.
@@ -78,7 +83,6 @@ struct OneHop {
   OneHopSend send = nullptr;
   OneHopCombine combine = nullptr;
   OneHopAgain again = nullptr;
-  OneHopLand land = nullptr;
   explicit operator bool() const { return send != nullptr; }
 };
 
@@ -90,7 +94,24 @@ OneHop one_hop_all_reduce();
 /// copies it into its output (blocks: [count*q/N, count*(q+1)/N)). Each block
 /// is reduced by its owner alone, so outputs are bit-identical on all ranks;
 /// bytes per rank: 2(N-1)/N of the message, as the ring.
+///
+/// In pieces (part.piece_bytes set): block q travels in two_hop_pieces(part,
+/// q) messages of at most piece_bytes data bytes, piece k holding elements
+/// [m*k/P, m*(k+1)/P) of the block's m (P pieces); send, combine and again
+/// give piece 0 (the one that rides with the descriptor), two_hop_piece and
+/// two_hop_reduce any piece. Rank r sends the pieces of block q to rank q in
+/// the first round and the pieces of its reduced block r to every peer in
+/// the second (core/call_protocol.hpp moves them). Each piece is reduced in
+/// rank order as a whole block is, so the result does not depend on the
+/// pieces: the bits are those of one message per block.
 OneHop two_hop_all_reduce();
+/// Pieces of block q (>= 1; 1 where piece_bytes is 0 or the block fits it).
+size_t two_hop_pieces(const OneHopPart& p, int q);
+/// Piece k of block q of `base` (the input or the output).
+Bytes two_hop_piece(const OneHopPart& p, const uint8_t* base, int q, size_t k);
+/// Reduces piece k of this rank's block into its output in rank order; in[j]:
+/// rank j's piece k (in[rank] unused).
+void two_hop_reduce(const OneHopPart& p, const Bytes* in, size_t k);
 OneHop one_hop_reduce_scatter();
 OneHop one_hop_reduce();
 OneHop one_hop_all_gather();

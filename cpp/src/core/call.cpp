@@ -75,8 +75,13 @@ uint8_t CallRoutine::configured_algorithm() const {
 
 bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const PolicyHints* hints) const {
   const bool exact_expected = !is_lossy(m) || (hints && hints->lighter >= 0);
-  return cd.latency && exact_expected && !cd.per_peer() && rt_.cfg.latency_bytes > 0 &&
-         bytes <= uint64_t(rt_.cfg.latency_bytes) && rt_.protocol.one_hop();
+  if (!cd.latency || !exact_expected || cd.per_peer() || rt_.cfg.latency_bytes <= 0 || !rt_.protocol.one_hop()) {
+    return false;
+  }
+  if (bytes <= uint64_t(rt_.cfg.latency_bytes)) return true;
+  // Above it: exact requests of a collective with a two-hop schedule, up to
+  // two_hop_bytes (each block in pieces of at most a slot).
+  return !is_lossy(m) && cd.latency_wide && bytes <= uint64_t(std::max<int64_t>(rt_.cfg.two_hop_bytes, 0));
 }
 
 algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType t) {
@@ -90,6 +95,10 @@ algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType 
   p.root = cd.root;
   if (cd.reduces) p.reduce = prims::reduce_fn(elem_of(t), cd.op);
   p.scratch = rt_.channels.scratch(0);
+  // Two hops: pieces as large as a slot allows beside the descriptor that
+  // rides with the first (fewer pieces, fewer wake-ups: 128 KiB pieces were
+  // 2-9% slower from 1 to 4 MiB, 4 ranks; bench/results/latency.md).
+  p.piece_bytes = rt_.cfg.slot_bytes - kLatencyHeadroom;
   return p;
 }
 
@@ -110,9 +119,14 @@ void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart
     }
   }
   rt_.protocol.check_no_notice(d);
-  cd.latency.combine(part, carried.in.data());
-  rt_.protocol.release_carried();
-  if (cd.latency.again) sent += rt_.protocol.second_round(cd.latency, part, d.seq, call);
+  if (cd.latency.again) {
+    // Two hops, each block in pieces of at most a slot (algorithms/one_hop.hpp).
+    sent += rt_.protocol.two_hop_first(part, carried, d.seq, call);
+    sent += rt_.protocol.two_hop_second(part, d.seq, call);
+  } else {
+    cd.latency.combine(part, carried.in.data());
+    rt_.protocol.release_carried();
+  }
   call.ch.assign(1, prims::ChannelStats{});
   call.ch[0].raw_bytes = call.ch[0].wire_bytes = sent;  // raw: the exact modes' values as they are
 }
@@ -176,9 +190,12 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   Carried carried;
   if (carry) {
     d.flags |= kCarried;
-    // One hop, or two where one would send too much (the same choice on
-    // every rank of a matching call: the size and N decide).
-    if (cd.latency_wide && bytes * size_t(rt_.nranks - 1) > kOneHopBytes) cd.latency = cd.latency_wide;
+    // One hop, or two where one would send too much or the message is above
+    // latency_bytes (the same choice on every rank of a matching call: the
+    // size, N and the agreed latency_bytes decide).
+    if (cd.latency_wide && (bytes * size_t(rt_.nranks - 1) > kOneHopBytes || bytes > uint64_t(rt_.cfg.latency_bytes))) {
+      cd.latency = cd.latency_wide;
+    }
     part = one_hop_part(cd, t);
     carried.out.assign(size_t(rt_.nranks), algorithms::Bytes{});
     for (int q = 0; q < rt_.nranks; ++q) {

@@ -10,9 +10,11 @@
 //                statistics (core/lossy_call.hpp)
 //   3. exchange  every rank's descriptor: mismatched or invalid calls raise
 //                on every rank before any data is used. A small exact call
-//                (at most CommConfig::latency_bytes, with a one-hop schedule)
-//                carries its data in the same message, after the
-//                descriptor: the latency algorithm is then one round in all
+//                (at most CommConfig::latency_bytes, with a one-hop schedule;
+//                an all_reduce up to two_hop_bytes) carries its data in the
+//                same message, after the descriptor: the latency algorithm is
+//                then one round in all (two for all_reduce's two hops, whose
+//                larger blocks follow in pieces once the call matched)
 //   4. decide    the mode every rank runs: rank 0's lighter proposal where it
 //                keeps the bound (bound::exact_keeps_bound), or where nothing
 //                keeps it and the request's exact path would run the same

@@ -119,33 +119,93 @@ algorithms::Bytes CallProtocol::wait_desc(int q, CallDesc* d, CallState& call) {
   return {v.data + sizeof(CallDesc), v.bytes - sizeof(CallDesc)};
 }
 
-uint64_t CallProtocol::second_round(const algorithms::OneHop& s, const algorithms::OneHopPart& part, uint64_t seq,
-                                    CallState& call) {
+void CallProtocol::post_bytes(int q, algorithms::Bytes b, CallState& call) {
+  transport::SendConn* c = peers_.link(q)->send.get();
+  uint8_t* slot = c->acquire(call.deadline());
+  if (b.size) std::memcpy(slot, b.data, b.size);
+  c->post(b.size);
+}
+
+algorithms::Bytes CallProtocol::wait_bytes(int j, size_t want, const char* round, uint64_t seq, CallState& call) {
+  transport::RecvConn* c = peers_.link(j)->recv.get();
+  const transport::SlotView v = c->wait(call.deadline());
+  if (v.bytes != want) {
+    c->release();
+    throw RemoteError(me() + "rank " + std::to_string(j) + " sent " + std::to_string(v.bytes) + " bytes in the " +
+                      round + " of call #" + std::to_string(seq) + " where this rank expected " + std::to_string(want) +
+                      ": the point-to-point links are out of step");
+  }
+  return {v.data, v.bytes};
+}
+
+// Step s posts piece s of every peer's block (s >= 1), then reduces piece
+// s - 1 of this rank's own: a rank is never more than one piece ahead of what
+// it has released, so with K >= 2 slots per link every wait is for a peer's
+// earlier step (no cycle), and pieces travel while the previous one is reduced.
+uint64_t CallProtocol::two_hop_first(const algorithms::OneHopPart& part, const Carried& carried, uint64_t seq,
+                                     CallState& call) {
   const transport::ShortWaits short_waits;
+  const size_t own = algorithms::two_hop_pieces(part, rank_);
+  size_t most = own;
+  for (int q = 0; q < nranks_; ++q) most = std::max(most, algorithms::two_hop_pieces(part, q));
+  uint64_t sent = 0;
+  std::vector<algorithms::Bytes> in(static_cast<size_t>(nranks_));
+  try {
+    for (size_t s = 0; s <= most; ++s) {
+      for (int k = 1; k < nranks_ && s >= 1; ++k) {
+        const int q = (rank_ + k) % nranks_;
+        if (s >= algorithms::two_hop_pieces(part, q)) continue;
+        const algorithms::Bytes b = algorithms::two_hop_piece(part, part.src, q, s);
+        post_bytes(q, b, call);
+        sent += b.size;
+      }
+      if (s == 0 || s > own) continue;
+      const size_t piece = s - 1;
+      if (piece == 0) {
+        algorithms::two_hop_reduce(part, carried.in.data(), 0);
+        release_carried();
+        continue;
+      }
+      const size_t want = algorithms::two_hop_piece(part, part.src, rank_, piece).size;
+      for (int k = 1; k < nranks_; ++k) {
+        const int j = (rank_ + nranks_ - k) % nranks_;
+        in[size_t(j)] = wait_bytes(j, want, "first round", seq, call);
+      }
+      algorithms::two_hop_reduce(part, in.data(), piece);
+      for (int k = 1; k < nranks_; ++k) peers_.link((rank_ + k) % nranks_)->recv->release();
+    }
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string("latency algorithm, first round: ") + e.what());
+    throw;
+  }
+  return sent;
+}
+
+// Step s posts piece s of this rank's result to every peer, then copies
+// piece s of every peer's result as it comes (each released at once).
+uint64_t CallProtocol::two_hop_second(const algorithms::OneHopPart& part, uint64_t seq, CallState& call) {
+  const transport::ShortWaits short_waits;
+  const size_t own = algorithms::two_hop_pieces(part, rank_);
+  size_t most = own;
+  for (int q = 0; q < nranks_; ++q) most = std::max(most, algorithms::two_hop_pieces(part, q));
   uint64_t sent = 0;
   try {
-    for (int k = 1; k < nranks_; ++k) {
-      const int q = (rank_ + k) % nranks_;
-      const algorithms::Bytes out = s.again(part, q);
-      transport::SendConn* c = peers_.link(q)->send.get();
-      uint8_t* slot = c->acquire(call.deadline());
-      if (out.size) std::memcpy(slot, out.data, out.size);
-      c->post(out.size);
-      sent += out.size;
-    }
-    for (int k = 1; k < nranks_; ++k) {
-      const int j = (rank_ + nranks_ - k) % nranks_;
-      transport::RecvConn* c = peers_.link(j)->recv.get();
-      const transport::SlotView v = c->wait(call.deadline());
-      const size_t want = algorithms::expected_bytes(s, part, j, true);
-      if (v.bytes != want) {
-        c->release();
-        throw RemoteError(me() + "rank " + std::to_string(j) + " sent " + std::to_string(v.bytes) +
-                          " bytes in the second round of call #" + std::to_string(seq) + " where this rank expected " +
-                          std::to_string(want) + ": the point-to-point links are out of step");
+    for (size_t s = 0; s < most; ++s) {
+      if (s < own) {
+        const algorithms::Bytes b = algorithms::two_hop_piece(part, part.dst, rank_, s);
+        for (int k = 1; k < nranks_; ++k) post_bytes((rank_ + k) % nranks_, b, call);
+        sent += b.size * uint64_t(nranks_ - 1);
       }
-      if (want) std::memcpy(s.land(part, j), v.data, want);
-      c->release();
+      for (int k = 1; k < nranks_; ++k) {
+        const int j = (rank_ + nranks_ - k) % nranks_;
+        if (s >= algorithms::two_hop_pieces(part, j)) continue;
+        const algorithms::Bytes to = algorithms::two_hop_piece(part, part.dst, j, s);
+        const algorithms::Bytes got = wait_bytes(j, to.size, "second round", seq, call);
+        if (got.size) std::memcpy(const_cast<uint8_t*>(to.data), got.data, got.size);
+        peers_.link(j)->recv->release();
+      }
     }
     flush_peers(call);
   } catch (const Aborted&) {

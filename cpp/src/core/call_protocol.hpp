@@ -74,11 +74,19 @@ class CallProtocol {
   /// which needs every rank after the exchange); a peer that had read this
   /// rank's message and aborted afterwards leaves the call to complete.
   void check_no_notice(const CallDesc& mine);
-  /// The second round of a two-hop schedule (after exchange() carried the
-  /// first and its combine ran): s.again(part, q) to every peer q, then every
-  /// peer's bytes copied to s.land(part, j), each size checked. A failure
-  /// aborts the communicator. Returns the bytes this rank sent.
-  uint64_t second_round(const algorithms::OneHop& s, const algorithms::OneHopPart& part, uint64_t seq, CallState& call);
+  /// The rest of a two-hop schedule's first round (algorithms/one_hop.hpp,
+  /// two_hop_all_reduce), after exchange() carried every block's piece 0 and
+  /// the sizes were checked: pieces 1, 2, ... of block q to rank q, while
+  /// this rank's own block is reduced piece by piece as its pieces come in
+  /// (piece 0 from `carried`, whose slots it releases; each later piece's
+  /// size checked). A failure aborts the communicator. Returns the bytes this
+  /// rank sent after the descriptors.
+  uint64_t two_hop_first(const algorithms::OneHopPart& part, const Carried& carried, uint64_t seq, CallState& call);
+  /// The second round of a two-hop schedule: the pieces of this rank's
+  /// reduced block to every peer, and every peer's pieces into this rank's
+  /// output, each size checked. A failure aborts the communicator. Returns
+  /// the bytes this rank sent.
+  uint64_t two_hop_second(const algorithms::OneHopPart& part, uint64_t seq, CallState& call);
   /// Flushes the point-to-point links this rank sent on (complete only once
   /// the bytes have left the process: the socket proxy may still write them).
   void flush_peers(CallState& call);
@@ -104,6 +112,11 @@ class CallProtocol {
  private:
   std::string me() const;
   std::vector<CallDesc> ring_exchange(const CallDesc& mine, CallState& call);
+  /// Posts `b` alone (no descriptor) as the next message to rank q.
+  void post_bytes(int q, algorithms::Bytes b, CallState& call);
+  /// The next message from rank j, which must hold `want` bytes (else
+  /// RemoteError: the links are out of step); its slot stays held.
+  algorithms::Bytes wait_bytes(int j, size_t want, const char* round, uint64_t seq, CallState& call);
   /// One message to rank q on its point-to-point link: d, then `extra`.
   void post_desc(int q, const CallDesc& d, algorithms::Bytes extra, CallState& call);
   /// The next message from rank q: its descriptor into *d, and the bytes

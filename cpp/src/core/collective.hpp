@@ -123,8 +123,9 @@ struct Collective {
   /// The latency algorithm's one-hop schedule (algorithms/one_hop.hpp):
   /// small exact calls carry their data in the descriptor message. Empty
   /// where the collective has none. `latency_wide`, where set, replaces it
-  /// where one hop would send more than kOneHopBytes per rank (all_reduce's
-  /// two hops: fewer bytes for a second round; core/call.cpp).
+  /// where one hop would send more than kOneHopBytes per rank or the message
+  /// is above latency_bytes (all_reduce's two hops: fewer bytes for a second
+  /// round, up to CommConfig::two_hop_bytes; core/call.cpp).
   algorithms::OneHop latency, latency_wide;
   /// The algorithm this call runs: chosen per call by the call routine from
   /// rank 0's proposal and the topology (core/call.hpp, step 4).

@@ -197,10 +197,11 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // slices from the slot sizes).
   // And on which calls carry their data in the descriptor message (the
   // latency algorithm): a rank that carries must meet ranks that expect it.
-  constexpr size_t kAgreed = 8;
+  constexpr size_t kAgreed = 9;
   const char* agreed_what[kAgreed] = {
       "NCCLZ_NCHANNELS",          "NCCLZ_P2P",           "NCCLZ_SLOT_BYTES",      "NCCLZ_NSLOTS",
-      "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES", "NCCLZ_EXACT_NCHANNELS", "NCCLZ_EXACT_SLICE_BYTES"};
+      "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES", "NCCLZ_EXACT_NCHANNELS", "NCCLZ_EXACT_SLICE_BYTES",
+      "NCCLZ_TWO_HOP_BYTES"};
   std::vector<int64_t> all(static_cast<size_t>(size_) * kAgreed, 0);
   const int64_t mine[kAgreed] = {cfg.nchannels,
                                  cfg.p2p,
@@ -209,15 +210,19 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
                                  int64_t(cfg.sparse_slice_bytes),
                                  cfg.latency_bytes,
                                  cfg.exact_nchannels,
-                                 int64_t(cfg.exact_slice_bytes)};
+                                 int64_t(cfg.exact_slice_bytes),
+                                 cfg.two_hop_bytes};
   boot_->allgather(mine, sizeof mine, all.data());
   Topology topo = topology::find(*boot_, cfg);
   for (int r = 0; r < size_; ++r) {
     for (size_t k = 0; k < kAgreed; ++k) {
       const int64_t theirs = all[kAgreed * size_t(r) + k];
       if (theirs != all[k]) {
-        // (an unset channel count or exact shape travels as 0)
-        auto said = [k](int64_t v) { return (k == 0 || k >= 6) && v == 0 ? std::string("unset") : std::to_string(v); };
+        // (an unset channel count or exact shape travels as 0, an unset two_hop_bytes as -1)
+        auto said = [k](int64_t v) {
+          const bool unset = ((k == 0 || k == 6 || k == 7) && v == 0) || (k == 8 && v < 0);
+          return unset ? std::string("unset") : std::to_string(v);
+        };
         throw InvalidArgument("ncclz: ranks disagree on " + std::string(agreed_what[k]) + " (rank 0: " + said(all[k]) +
                               ", rank " + std::to_string(r) + ": " + said(theirs) +
                               "); set it the same way on every rank");
@@ -275,6 +280,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   cfg.transport = transport::kind_name(transport_->kind());
   // Every rank has the same transport kind, so every rank resolves the same shape.
   core::resolve_exact_shape(cfg, auto_channels, short_of_cores, transport_->kind() == transport::Kind::Socket);
+  core::resolve_two_hop(cfg, size_, transport_->kind() == transport::Kind::Socket, topo.hierarchical());
   // The ring links' slots hold the larger slices too, except where slots are
   // reserved memory (shared memory: posix_fallocate'd for the whole ring):
   // there mostly-zero sums keep the ordinary slices. Every rank has the same

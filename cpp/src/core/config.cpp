@@ -46,6 +46,7 @@ void read_tuning_env(CommConfig& c) {
   if (c.topo_hosts.empty()) c.topo_hosts = env::get_string("NCCLZ_TOPO_HOSTS", "");
   if (c.algorithm.empty()) c.algorithm = env::get_string("NCCLZ_ALGO", "");
   if (c.latency_bytes < 0) c.latency_bytes = env::get_int("NCCLZ_LATENCY_BYTES", -1, 0, kMaxSlotBytes);
+  if (c.two_hop_bytes < 0) c.two_hop_bytes = env::get_int("NCCLZ_TWO_HOP_BYTES", -1, 0, int64_t(1) << 40);
   if (c.spin_us < 0) c.spin_us = int(env::get_int("NCCLZ_SPIN_US", -1, 0, 1000000));
 }
 
@@ -104,6 +105,12 @@ void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_core
   cfg.exact_slice_bytes = std::min(cfg.exact_slice_bytes, cfg.slot_bytes);
 }
 
+void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchical) {
+  if (cfg.two_hop_bytes >= 0) return;
+  const int64_t saved_hops = std::max(0, 2 * nranks - 3);  // the ring's 2N-1 (with the descriptor round) less 2
+  cfg.two_hop_bytes = sockets || hierarchical ? 0 : saved_hops * int64_t(cfg.slot_bytes / 4);
+}
+
 }  // namespace core
 
 CommConfig CommConfig::defaults() {
@@ -146,6 +153,7 @@ CommConfig CommConfig::resolved() const {
   if (c.sparse_input < 0) c.sparse_input = d.sparse_input;
   if (c.p2p < 0) c.p2p = d.p2p;
   if (c.latency_bytes < 0) c.latency_bytes = d.latency_bytes;
+  if (c.two_hop_bytes < -1) c.two_hop_bytes = -1;  // -1: unset, agreed at creation (resolve_two_hop)
   if (c.nchannels > 64) {
     throw InvalidArgument("ncclz: nchannels must be in [1, 64], got " + std::to_string(c.nchannels));
   }

@@ -92,6 +92,25 @@ constexpr size_t kOneRingSliceBytes = size_t(128) << 10;
 /// (the lossy codes' sums do not depend on the schedule).
 void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_cores, bool sockets);
 
+/// CommConfig::two_hop_bytes where unset (-1), from agreed facts: (2N-3) x
+/// slot_bytes / 4 where the transport is not sockets and the topology is
+/// flat, else 0. Above latency_bytes an exact all_reduce then runs the
+/// latency algorithm's two hops where it would otherwise take the ring. The
+/// two rounds save 2N-3 of the ring's 2N-1 hops (the descriptor round
+/// included) but do not pipeline a block's copies and sums, so the size where
+/// they stop paying grows with the hops saved; a quarter slot per saved hop
+/// (blocks of at most a quarter slot, one piece each) is where they paid in
+/// every run on 2 CPUs over shared memory, float32 sum
+/// (bench/results/latency.md, "Two hops above latency_bytes"): 4 ranks
+/// (1.25 MiB) 256 KiB 289 -> 172 us, 1 MiB 655 -> 541, while 2 and 4 MiB
+/// were even or slower than the ring; 2 ranks (256 KiB) 256 KiB 120 -> 96,
+/// while 512 KiB and 1 MiB were 2x and 1.4x slower. Measured at N = 2 and 4
+/// only. Sockets keep the ring: there the exact calls' bytes are what a slow
+/// link pays for, and lossless (which must run the same schedule as none)
+/// compresses only on the ring. Hierarchical topologies keep their schedule
+/// (fewer bytes between hosts).
+void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchical);
+
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
 /// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for
 /// anything else. Case-insensitive.
