@@ -6,10 +6,10 @@
 # thread a coroutine), not the GPU: tools/gpu_session.sh does that.
 #
 # Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | comm | bench | GTEST_FILTER]
-#   (none)        every CudaCodec and CudaSelect test
+#   (none)        every CudaCodec, CudaSelect and CudaFloatHuff test
 #   GTEST_FILTER  those tests (e.g. 'CudaCodec.Batches*')
 #   ci            what tools/run_tests.sh runs on every CPU CI run: every
-#                 CudaCodec and CudaSelect test with the v3 slice kernels (the
+#                 CudaCodec, CudaSelect and CudaFloatHuff test with the v3 slice kernels (the
 #                 fused float calls too, which are v3's whatever the setting),
 #                 again with v2 and with v1 (NCCLZ_DEVICE_CODEC: the decoder of
 #                 the selected slices; the fused CudaCodec tests once),
@@ -41,7 +41,7 @@ E=$B/tools/cuda_emu
 export NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1}
 case "${1:-}" in
   ci)
-    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*' --gtest_brief=1
+    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*' --gtest_brief=1
     for v in v2 v1; do
       echo "again with the $v slice kernels (NCCLZ_DEVICE_CODEC=$v):"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:-CudaCodec.Fused*' \
@@ -62,5 +62,5 @@ case "${1:-}" in
   bench) "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" ;;
   prims) "$E/ncclz_cuda_emu_prims_tests" ;;
   comm) "$E/ncclz_cuda_emu_comm_tests" ;;
-  *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*}" ;;
+  *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*}" ;;
 esac

@@ -150,6 +150,11 @@ NCCLZ_HD bool fh_lengths_valid(const uint8_t* len, uint32_t A) {
   return m == 1 ? one == 1 : (m >= 2 && kraft == kFhLutSize);
 }
 
+/// Bytes of the sign+mantissa plane (floatexp_plane_bytes: FloatExp's layout).
+NCCLZ_HD constexpr uint64_t fh_plane_bytes(ElemType t, uint64_t n) {
+  return t == ElemType::F32 ? 3 * n : t == ElemType::BF16 ? n : (11 * n + 7) / 8;
+}
+
 /// Sizes of a payload of n values with word total `words` and plane bytes `plane`.
 NCCLZ_HD constexpr uint64_t fh_payload_bytes(ElemType t, uint64_t n, uint64_t words, uint64_t plane) {
   return n == 0 ? 0 : fh_index_bytes(t, n) + 4 * words + plane;
