@@ -49,6 +49,9 @@ void build_lut(const uint8_t* len, const uint16_t* code, uint32_t A, uint16_t* l
   }
 }
 
+// Sub-streams the CPU decoder interleaves (independent dependency chains).
+constexpr int kLanes = 4;
+
 // One sub-stream's reader: a 64-bit window, its first bit the highest. Past
 // the sub-stream's last word it shifts in zeros; `used` counts the bits the
 // codes took, which the caller checks against the words it had.
@@ -66,7 +69,8 @@ struct Reader {
     buf = 0;
     used = 0;
   }
-  inline uint32_t next(const uint16_t* lut) {
+  // At least 33 bits in the window afterwards: two codes of up to 12 bits.
+  inline void refill() {
     if (nb <= 32) {
       uint32_t w = 0;
       if (left) {
@@ -77,6 +81,12 @@ struct Reader {
       buf |= uint64_t(w) << (32 - nb);
       nb += 32;
     }
+  }
+  inline uint32_t next(const uint16_t* lut) {
+    refill();
+    return take(lut);
+  }
+  inline uint32_t take(const uint16_t* lut) {
     const uint32_t e = lut[buf >> (64 - kFhMaxLen)];
     const uint32_t l = e & 15;
     buf <<= l;
@@ -250,24 +260,24 @@ Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, vo
     uint16_t lut[kFhLutSize];
     fh_canonical_codes(ln, A, code);
     build_lut(ln, code, A, lut);
-    // Four sub-streams at a time (independent dependency chains), then the rest.
+    // kLanes sub-streams at a time (independent dependency chains), two codes
+    // per refill, then the rest one by one.
     const uint64_t full = n / kFhSubValues;
     uint64_t k = 0, off = 0;
-    Reader r[4];
-    for (; k + 4 <= full; k += 4) {
+    Reader r[kLanes];
+    for (; k + kLanes <= full; k += kLanes) {
       uint64_t o = off;
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kLanes; ++j) {
         r[j].init(wbase + 4 * o, counts[k + j]);
         o += counts[k + j];
       }
       uint8_t* ek = e + k * kFhSubValues;
-      for (uint32_t i = 0; i < kFhSubValues; ++i) {
-        ek[i] = uint8_t(r[0].next(lut));
-        ek[kFhSubValues + i] = uint8_t(r[1].next(lut));
-        ek[2 * kFhSubValues + i] = uint8_t(r[2].next(lut));
-        ek[3 * kFhSubValues + i] = uint8_t(r[3].next(lut));
+      for (uint32_t i = 0; i < kFhSubValues; i += 2) {
+        for (int j = 0; j < kLanes; ++j) r[j].refill();
+        for (int j = 0; j < kLanes; ++j) ek[j * kFhSubValues + i] = uint8_t(r[j].take(lut));
+        for (int j = 0; j < kLanes; ++j) ek[j * kFhSubValues + i + 1] = uint8_t(r[j].take(lut));
       }
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kLanes; ++j) {
         if (!sub_end_ok(wbase + 4 * off, counts[k + j], r[j].used)) return Status::Corrupt;
         off += counts[k + j];
       }
