@@ -109,6 +109,7 @@ cz::EncodeOptions::Choice choice_of(int codec) {
     case 3: return Ch::Rans;
     case 4: return Ch::FloatExp;
     case 5: return Ch::Sparse;
+    case 6: return Ch::FloatHuff;
   }
   throw ncclz::InvalidArgument("ncclz.codec: unknown codec id " + std::to_string(codec));
 }

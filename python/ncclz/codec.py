@@ -25,7 +25,7 @@ from .spec import Lossless, Lossy
 __all__ = ["CODECS", "PREDICTORS", "SUPPORTED_DTYPES", "compress", "decompress", "inspect"]
 
 #: Codec names accepted by ``compress(codec=...)`` (None or "auto": the selector chooses per slice).
-CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4, "sparse": 5}
+CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4, "sparse": 5, "floathuff": 6}
 #: Predictor names accepted by ``compress(predictor=...)`` (None or "auto": the selector chooses).
 PREDICTORS = {"auto": -1, "none": 0, "delta1": 1, "delta2": 2, "lorenzo2d": 3, "lorenzo3d": 4}
 #: Layouts accepted by ``compress(layout=...)`` (None or "auto": classic, interp tried on smooth data).
@@ -95,7 +95,8 @@ def compress(
         codec: None or ``"auto"`` (the selector picks per slice), or force one of ``"raw"``,
             ``"block"``, ``"rans"`` (integer codes or data), ``"sparse"`` (integer codes or
             data, or the bit patterns of lossless floats: mostly-zero data), ``"floatexp"``
-            (lossless float32/float16/bfloat16 only).
+            (lossless float32/float16/bfloat16 only), ``"floathuff"`` (the same, coded as
+            the device codec codes it: parallel Huffman sub-streams, docs/FORMAT.md).
         predictor: None/``"auto"``, or force ``"none"``, ``"delta1"``, ``"delta2"``,
             ``"lorenzo2d"`` (>= 2-D) or ``"lorenzo3d"`` (>= 3-D) for the integer coders.
         layout: lossy mode only. None/``"auto"``: the classic layout (slices of codes on the

@@ -282,11 +282,25 @@ def test_forced_codecs_lossy(name, predictor, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16), BF16], ids=str)
-@pytest.mark.parametrize("name", ["floatexp", "raw"])
+@pytest.mark.parametrize("name", ["floatexp", "floathuff", "raw"])
 def test_forced_lossless_float_codecs(dtype, name, rng):
     x = make(dtype, (1000,), rng)
     y = codec.decompress(codec.compress(x, ncclz.Lossless(), codec=name))
     assert np.array_equal(bits(x), bits(y))
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), BF16], ids=str)
+def test_floathuff_codes_gaussian_floats(dtype, rng):
+    # FloatHuff (the device's lossless float layout) only when forced: its slices
+    # carry it, decode bit-exact, and cost at most 3% more than FloatExp's.
+    x = rng.normal(0, 1e-3, 200_000).astype(np.float32).astype(dtype)
+    huff = codec.compress(x, ncclz.Lossless(), codec="floathuff")
+    exp = codec.compress(x, ncclz.Lossless(), codec="floatexp")
+    auto = codec.compress(x, ncclz.Lossless())
+    assert set(codec.inspect(huff)["codecs"]) == {"floathuff"}
+    assert "floathuff" not in codec.inspect(auto)["codecs"]
+    assert np.array_equal(bits(x), bits(codec.decompress(huff)))
+    assert len(exp) < len(huff) < 1.03 * len(exp)
 
 
 @pytest.mark.parametrize("name", ["block", "rans", "sparse"])
@@ -332,6 +346,8 @@ def test_codec_that_cannot_carry_the_data():
         codec.compress(x, ncclz.Lossy(abs=1e-3), codec="floatexp")
     with pytest.raises(ncclz.InvalidArgumentError, match="floatexp"):
         codec.compress(x.astype(np.float64), ncclz.Lossless(), codec="floatexp")
+    with pytest.raises(ncclz.InvalidArgumentError, match="floathuff"):
+        codec.compress(x.astype(np.float64), ncclz.Lossless(), codec="floathuff")
     with pytest.raises(ncclz.InvalidArgumentError, match="block"):
         codec.compress(x, ncclz.Lossless(), codec="block")
     with pytest.raises(ncclz.InvalidArgumentError, match="rans"):

@@ -6,10 +6,10 @@
 # thread a coroutine), not the GPU: tools/gpu_session.sh does that.
 #
 # Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | comm | bench | GTEST_FILTER]
-#   (none)        every CudaCodec and CudaSelect test
+#   (none)        every CudaCodec, CudaSelect and CudaFloatHuff test
 #   GTEST_FILTER  those tests (e.g. 'CudaCodec.Batches*')
 #   ci            what tools/run_tests.sh runs on every CPU CI run: every
-#                 CudaCodec and CudaSelect test with the v3 slice kernels (the
+#                 CudaCodec, CudaSelect and CudaFloatHuff test with the v3 slice kernels (the
 #                 fused float calls too, which are v3's whatever the setting),
 #                 again with v2 and with v1 (NCCLZ_DEVICE_CODEC: the decoder of
 #                 the selected slices; the fused CudaCodec tests once),
@@ -18,7 +18,8 @@
 #                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
 #                 with v3 and v2,
 #                 then the benchmark's round-trip checks (every version and
-#                 the fused calls, slices compared with v1's)
+#                 the fused calls, slices compared with v1's), and
+#                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes)
 #   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp)
 #   comm          device buffers through the communicator (tests/cpp/test_cuda_comm.cpp)
 #   bench         bench/gpu_codec_bench.cu on 1 MiB: its checks (its timings mean nothing)
@@ -36,12 +37,12 @@ command -v ccache >/dev/null 2>&1 && args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 mkdir -p build
 cmake -S . -B "$B" "${args[@]}" >"$B.configure.log" 2>&1 || { cat "$B.configure.log"; exit 1; }
 cmake --build "$B" -j "${NCCLZ_TEST_JOBS:-$(nproc)}" --target ncclz_cuda_emu_tests ncclz_cuda_emu_prims_tests ncclz_cuda_emu_comm_tests \
-  ncclz_cuda_emu_bench
+  ncclz_cuda_emu_bench ncclz_cuda_emu_float_huff_bench
 E=$B/tools/cuda_emu
 export NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1}
 case "${1:-}" in
   ci)
-    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*' --gtest_brief=1
+    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*' --gtest_brief=1
     for v in v2 v1; do
       echo "again with the $v slice kernels (NCCLZ_DEVICE_CODEC=$v):"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:-CudaCodec.Fused*' \
@@ -58,9 +59,11 @@ case "${1:-}" in
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
+    "$E/ncclz_cuda_emu_float_huff_bench" --mib 1 --reps 1 --warm 0 >"$B/bench_fh.log" 2>&1 || { cat "$B/bench_fh.log"; exit 1; }
+    echo "emulated bench/gpu_float_huff_bench.cu: round trips and CPU bytes checked (log: $B/bench_fh.log)"
     ;;
   bench) "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" ;;
   prims) "$E/ncclz_cuda_emu_prims_tests" ;;
   comm) "$E/ncclz_cuda_emu_comm_tests" ;;
-  *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*}" ;;
+  *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*}" ;;
 esac

@@ -482,9 +482,10 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
                 "; use 'raw' or codec=None");
       break;
     case Choice::FloatExp:
+    case Choice::FloatHuff:
       if (!codec_accepts(Codec::FloatExp, code_type, Predictor::None))
-        invalid(std::string("codec 'floatexp' codes float32, float16 and bfloat16 losslessly, and ") + what + " " +
-                tname +
+        invalid(std::string("codec '") + (opt.choice == Choice::FloatExp ? "floatexp" : "floathuff") +
+                "' codes float32, float16 and bfloat16 losslessly, and " + what + " " + tname +
                 (spec.mode == Spec::Lossy ? "; use 'block', 'rans', 'sparse', 'raw' or codec=None"
                                           : "; use 'raw' or codec=None"));
       break;
@@ -496,7 +497,7 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
       if (!is_code_type(code_type))
         invalid(std::string("predictor '") + predictor_name(p) +
                 "' applies to integer codes only (lossy mode, or int32/int64 data), not to " + tname);
-      if (opt.choice == Choice::Raw || opt.choice == Choice::FloatExp)
+      if (opt.choice == Choice::Raw || opt.choice == Choice::FloatExp || opt.choice == Choice::FloatHuff)
         invalid(std::string("predictor '") + predictor_name(p) + "' needs codec 'block', 'rans' or 'sparse'");
       if (p == Predictor::Lorenzo2D && !(shape.size() >= 2 && l.row > 1))
         invalid("predictor 'lorenzo2d' needs an array of at least 2 dimensions with rows longer than 1");
@@ -648,6 +649,7 @@ const char* codec_name(Codec c) {
     case Codec::Rans: return "rans";
     case Codec::FloatExp: return "floatexp";
     case Codec::Sparse: return "sparse";
+    case Codec::FloatHuff: return "floathuff";
   }
   return "unknown";
 }

@@ -177,6 +177,24 @@ size_t floatexp_plane_bytes(ElemType t, size_t n) {
   }
 }
 
+void floatexp_split(const void* x, ElemType t, size_t n, uint8_t* e, uint8_t* plane) {
+  const uint8_t* src = static_cast<const uint8_t*>(x);
+  switch (t) {
+    case ElemType::F32: split_f32(src, n, e, plane); break;
+    case ElemType::BF16: split_bf16(src, n, e, plane); break;
+    default: split_f16(src, n, e, plane); break;
+  }
+}
+
+bool floatexp_join(const uint8_t* e, const uint8_t* plane, ElemType t, size_t n, void* out) {
+  uint8_t* dst = static_cast<uint8_t*>(out);
+  switch (t) {
+    case ElemType::F32: join_f32(e, plane, n, dst); return true;
+    case ElemType::BF16: join_bf16(e, plane, n, dst); return true;
+    default: return join_f16(e, plane, n, dst);
+  }
+}
+
 size_t floatexp_estimate_bytes(const void* x, ElemType t, size_t n, uint32_t sample_every) {
   if (!is_float_type(t)) return kNoFit;
   if (n == 0) return 0;
@@ -201,11 +219,7 @@ size_t floatexp_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_t
   // The plane goes at the end of the usable capacity first, then moves behind
   // the exponent stream once that stream's length is known.
   uint8_t* tmp_plane = dst + cap - plane;
-  switch (t) {
-    case ElemType::F32: split_f32(src, n, e, tmp_plane); break;
-    case ElemType::BF16: split_bf16(src, n, e, tmp_plane); break;
-    default: split_f16(src, n, e, tmp_plane); break;
-  }
+  floatexp_split(src, t, n, e, tmp_plane);
   const size_t eb = rans_encode_bytes(e, n, dst + 4, cap - 4 - plane);
   if (eb == kNoFit || eb > 0xFFFFFFFFu) return kNoFit;
   store_u32(dst, uint32_t(eb));
@@ -224,15 +238,7 @@ Status floatexp_decode(const uint8_t* src, size_t len, ElemType t, size_t n, voi
   const Status s = rans_decode_bytes(src + 4, size_t(eb), n, e);
   if (s != Status::Ok) return Status::Corrupt;
   const uint8_t* pl = src + 4 + eb;
-  uint8_t* dst = static_cast<uint8_t*>(out);
-  switch (t) {
-    case ElemType::F32: join_f32(e, pl, n, dst); break;
-    case ElemType::BF16: join_bf16(e, pl, n, dst); break;
-    default:
-      if (!join_f16(e, pl, n, dst)) return Status::Corrupt;
-      break;
-  }
-  return Status::Ok;
+  return floatexp_join(e, pl, t, n, out) ? Status::Ok : Status::Corrupt;
 }
 
 }  // namespace ncclz::codec

@@ -19,6 +19,15 @@ namespace ncclz::codec {
 /// Bytes of the raw sign+mantissa plane for n values of type t (0 if t is not F32/F16/BF16).
 size_t floatexp_plane_bytes(ElemType t, size_t n);
 
+/// The split every lossless float codec shares (FloatExp, FloatHuff): the n
+/// values' exponent fields into e[0..n) and their sign+mantissa plane
+/// (floatexp_plane_bytes(t, n) bytes, the layout above) into `plane`. t: F32, F16 or BF16.
+void floatexp_split(const void* x, ElemType t, size_t n, uint8_t* e, uint8_t* plane);
+
+/// The inverse of floatexp_split; false if the F16 plane's padding bits are
+/// not zero or an F16 exponent exceeds 31 (out then holds garbage).
+bool floatexp_join(const uint8_t* e, const uint8_t* plane, ElemType t, size_t n, void* out);
+
 /// Estimated payload bytes (from every sample_every-th element). kNoFit
 /// (block_coder.hpp) if t is not F32, F16 or BF16.
 size_t floatexp_estimate_bytes(const void* x, ElemType t, size_t n, uint32_t sample_every);

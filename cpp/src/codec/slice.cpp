@@ -15,7 +15,8 @@
 // The rule for codes (estimates and choice) is select_rule.hpp, NCCLZ_HD and
 // shared with the device's selecting encode (EncodeOptions::allow_rans =
 // false there: no Rans); this file gathers the sample's statistics.
-// Floats in lossless mode choose between FloatExp and Raw the same way. The
+// Floats in lossless mode choose between FloatExp and Raw the same way
+// (FloatHuff, the device's lossless float coder, only when forced). The
 // encoder falls back to Raw whenever the chosen coder's output would be larger
 // than Raw, so a slice never exceeds max_slice_bytes().
 #include "codec/slice.hpp"
@@ -27,6 +28,7 @@
 
 #include "codec/block_coder.hpp"
 #include "codec/float_coder.hpp"
+#include "codec/float_huff.hpp"
 #include "codec/float_sparse.hpp"
 #include "codec/predictor.hpp"
 #include "codec/rans_coder.hpp"
@@ -162,6 +164,8 @@ Candidate select_for_floats(const void* src, ElemType t, size_t n, const EncodeO
     sp = float_sparse_estimate(src, t, n, sample_stride(n, opt));
   }
   if (opt.choice == Choice::Sparse) return Candidate{Codec::Sparse, Predictor::None, 0, sp.form};
+  // FloatHuff only when forced: the selector keeps FloatExp, smaller on the CPU.
+  if (opt.choice == Choice::FloatHuff) return Candidate{Codec::FloatHuff, Predictor::None, 0};
   if (codec_accepts(Codec::FloatExp, t, Predictor::None) &&
       (opt.choice == Choice::Auto || opt.choice == Choice::FloatExp)) {
     const size_t est = floatexp_estimate_bytes(src, t, n, std::max<uint32_t>(1, opt.sample_every));
@@ -200,6 +204,8 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
   Candidate c;  // Raw unless something better applies
   if (opt.choice == Choice::FloatExp && !codec_accepts(Codec::FloatExp, t, Predictor::None))
     return fail(Status::Unsupported, info);
+  if (opt.choice == Choice::FloatHuff && !codec_accepts(Codec::FloatHuff, t, Predictor::None))
+    return fail(Status::Unsupported, info);
   if ((opt.choice == Choice::Block || opt.choice == Choice::Rans) && !is_code_type(t))
     return fail(Status::Unsupported, info);
   if (opt.choice == Choice::Sparse && !codec_accepts(Codec::Sparse, t, Predictor::None))
@@ -220,6 +226,8 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
     const size_t coder_cap = slice_coder_room(t, count, cap);
     if (c.codec == Codec::FloatExp) {
       bytes = floatexp_encode(src, t, count, payload, coder_cap);
+    } else if (c.codec == Codec::FloatHuff) {
+      bytes = floathuff_encode(src, t, count, payload, coder_cap);
     } else if (!is_code_type(t)) {
       bytes = float_sparse_encode(src, t, count, c.form, payload, coder_cap);
     } else if (t == ElemType::I32) {
@@ -264,6 +272,7 @@ Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, 
       }
       break;
     case Codec::FloatExp: s = floatexp_decode(payload, plen, t, count, dst); break;
+    case Codec::FloatHuff: s = floathuff_decode(payload, plen, t, count, dst); break;
   }
   if (s == Status::Ok && consumed) *consumed = kHeaderBytes + plen;
   return s;

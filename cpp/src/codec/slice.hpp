@@ -12,7 +12,9 @@ namespace ncclz::codec {
 /// What the encoder may do with a slice.
 struct EncodeOptions {
   /// Force a codec (tests, benchmarks); Auto lets the selector choose.
-  enum class Choice : uint8_t { Auto, Raw, Block, Rans, FloatExp, Sparse } choice = Choice::Auto;
+  /// FloatHuff: never chosen by the selector (FloatExp is smaller on the CPU);
+  /// forced, it codes lossless F32/F16/BF16 as the device coder does.
+  enum class Choice : uint8_t { Auto, Raw, Block, Rans, FloatExp, Sparse, FloatHuff } choice = Choice::Auto;
   /// Force a predictor for Block/Rans (-1: the selector chooses).
   int predictor = -1;
   /// Row length and plane size of the data, if known (0: unknown). They enable

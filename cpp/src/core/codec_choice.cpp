@@ -12,6 +12,7 @@ codec::EncodeOptions::Choice parse_codec(const std::string& s, bool* ok) {
   if (s == "rans") return C::Rans;
   if (s == "floatexp" || s == "float") return C::FloatExp;
   if (s == "sparse") return C::Sparse;
+  if (s == "floathuff") return C::FloatHuff;
   *ok = false;
   return C::Auto;
 }
@@ -25,6 +26,7 @@ bool choice_accepts(codec::EncodeOptions::Choice ch, codec::ElemType t) {
     case C::Rans: return codec::codec_accepts(codec::Codec::Rans, t, codec::Predictor::None);
     case C::FloatExp: return codec::codec_accepts(codec::Codec::FloatExp, t, codec::Predictor::None);
     case C::Sparse: return codec::codec_accepts(codec::Codec::Sparse, t, codec::Predictor::None);
+    case C::FloatHuff: return codec::codec_accepts(codec::Codec::FloatHuff, t, codec::Predictor::None);
   }
   return false;
 }

@@ -1,5 +1,6 @@
 // The wire codec a call may force by name (Compression::codec): "" or "auto"
-// (the selector), "raw", "block", "rans", "sparse", "floatexp" ("float").
+// (the selector), "raw", "block", "rans", "sparse", "floatexp" ("float"),
+// "floathuff".
 #pragma once
 
 #include <string>
@@ -9,7 +10,7 @@
 namespace ncclz::core {
 
 /// The names, as error messages list them.
-constexpr const char* kCodecNames = "auto, raw, block, rans, sparse, floatexp";
+constexpr const char* kCodecNames = "auto, raw, block, rans, sparse, floatexp, floathuff";
 
 /// The selector choice a name stands for; *ok false for an unknown name (Auto then).
 codec::EncodeOptions::Choice parse_codec(const std::string& name, bool* ok);

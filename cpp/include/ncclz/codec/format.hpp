@@ -66,8 +66,9 @@ enum class Codec : uint8_t {
   FloatExp = 3,  ///< lossless float: exponents rANS-coded, sign+mantissa raw (F32, F16, BF16)
   Sparse = 4,  ///< mostly-zero integer residuals (I32, I64) or float bit patterns (F32, F64, F16, BF16; no predictor):
                ///< nonzero count, gaps and values
+  FloatHuff = 5,  ///< lossless float: exponents in parallel Huffman sub-streams, sign+mantissa raw (F32, F16, BF16)
 };
-constexpr int kNumCodecs = 5;
+constexpr int kNumCodecs = 6;
 
 /// Predictor applied to integer codes before Block, Rans or Sparse (wrapping arithmetic).
 enum class Predictor : uint8_t {
@@ -170,6 +171,7 @@ NCCLZ_HD constexpr bool codec_accepts(Codec c, ElemType t, Predictor p) {
       return is_code_type(t) || (p == Predictor::None && (t == ElemType::F32 || t == ElemType::F64 ||
                                                           t == ElemType::F16 || t == ElemType::BF16));
     case Codec::FloatExp:
+    case Codec::FloatHuff:
       return p == Predictor::None && (t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16);
   }
   return false;

@@ -1,0 +1,194 @@
+// Throughput of the device FloatHuff coder (ncclz/cuda_float_huff.hpp) on one
+// GPU: lossless encode and decode of Gaussian bf16 and float32 (N(0,1),
+// generated on the device), next to a cudaMemcpy device-to-device of the same
+// bytes, in one run. The issue's target: bf16 Gaussian ratio >= 1.4 at
+// >= 0.5 TB/s both ways (docs/GPU.md).
+//
+//   gpu_float_huff_bench [--mib 256] [--reps 10] [--warm 3] [--md out.md]
+//
+// Throughput = input bytes / median time of the whole call (every kernel,
+// CUDA events, after warm-up); memcpy: bytes / time. Before timing, each
+// dataset's round trip is checked bit-exact and the device payload compared
+// byte for byte with the CPU encoder's (codec/float_huff.hpp); a failure is
+// reported and the program exits non-zero. Ratio: input bytes / (payload + a
+// slice header). Built with -DNCCLZ_BUILD_GPU_BENCH=ON (tools/gpu_session.sh),
+// and in the CPU emulator (tools/cuda_emu/run.sh ci, 1 MiB: checks only).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "codec/block_coder.hpp"
+#include "codec/float_huff.hpp"
+#include "ncclz/cuda_float_huff.hpp"
+
+using ncclz::codec::ElemType;
+
+#define CK(expr)                                                                                  \
+  do {                                                                                            \
+    const cudaError_t e_ = (expr);                                                                \
+    if (e_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                               \
+    }                                                                                             \
+  } while (0)
+#define CL(expr)                                                                      \
+  do {                                                                                \
+    const int r_ = (expr);                                                            \
+    if (r_ != 0) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #expr, r_); \
+      std::exit(2);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+namespace {
+
+__device__ uint32_t mix32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return uint32_t(x);
+}
+
+// N(0,1) by Box-Muller over hashed uniforms; bf16: rounded to nearest even.
+__global__ void gauss_kernel(void* x, size_t n, int bf16) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const float u1 = (float(mix32(2 * i) >> 8) + 1.0f) * (1.0f / 16777216.0f);
+    const float u2 = float(mix32(2 * i + 1) >> 8) * (1.0f / 16777216.0f);
+    const float g = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    const uint32_t b = __float_as_uint(g);
+    if (bf16)
+      static_cast<uint16_t*>(x)[i] = uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+    else
+      static_cast<uint32_t*>(x)[i] = b;
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double time_ms(int warm, int reps, F&& f) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(double(t));
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return median(ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t mib = 256;
+  int reps = 10, warm = 3;
+  std::string md_path;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--mib")
+      mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--reps")
+      reps = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--warm")
+      warm = std::max(0, std::atoi(argv[i + 1]));
+    else if (a == "--md")
+      md_path = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const size_t bytes = mib << 20;
+  std::string md =
+      "| data | values | ratio | encode GB/s | decode GB/s | memcpy D2D GB/s | same bytes as CPU |\n"
+      "|---|---|---|---|---|---|---|\n";
+  std::printf("device: %s; %zu MiB per dataset, median of %d after %d warm-up\n", prop.name, mib, reps, warm);
+  int failed = 0;
+  for (const ElemType t : {ElemType::BF16, ElemType::F32}) {
+    const bool bf16 = t == ElemType::BF16;
+    const size_t n = bytes / ncclz::codec::elem_size(t);
+    const size_t cap = bytes + 4096;
+    void *x = nullptr, *y = nullptr, *c = nullptr;
+    uint8_t* p = nullptr;
+    unsigned long long* d_bytes = nullptr;
+    int* d_status = nullptr;
+    CK(cudaMalloc(&x, bytes));
+    CK(cudaMalloc(&y, bytes));
+    CK(cudaMalloc(&c, bytes));
+    CK(cudaMalloc(&p, cap));
+    CK(cudaMalloc(&d_bytes, 8));
+    CK(cudaMalloc(&d_status, 4));
+    gauss_kernel<<<1024, 256>>>(x, n, bf16 ? 1 : 0);
+    CK(cudaGetLastError());
+    ncclz::cuda::FloatHuffCoder coder(nullptr);
+    CL(coder.reserve(n));
+    CL(coder.encode(x, t, n, p, cap, d_bytes));
+    unsigned long long pb = 0;
+    CK(cudaMemcpy(&pb, d_bytes, 8, cudaMemcpyDeviceToHost));
+    if (pb == ~0ull) {
+      std::printf("%s: payload does not fit %zu bytes\n", bf16 ? "bf16" : "f32", cap);
+      return 1;
+    }
+    CL(coder.decode(p, size_t(pb), t, n, y, d_status));
+    int st = -1;
+    CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
+    // Checks: bit-exact round trip, and the CPU encoder's bytes.
+    std::vector<uint8_t> hx(bytes), hy(bytes), hp(static_cast<size_t>(pb)), cpu(cap);
+    CK(cudaMemcpy(hx.data(), x, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hy.data(), y, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hp.data(), p, size_t(pb), cudaMemcpyDeviceToHost));
+    const size_t cb = ncclz::codec::floathuff_encode(hx.data(), t, n, cpu.data(), cpu.size());
+    const bool same = cb == size_t(pb) && std::memcmp(cpu.data(), hp.data(), cb) == 0;
+    const bool exact = st == 0 && hx == hy;
+    if (!same || !exact) {
+      std::printf("%s: FAILED: decode status %d, round trip %s, CPU bytes %s\n", bf16 ? "bf16" : "f32", st,
+                  exact ? "exact" : "DIFFERS", same ? "same" : "DIFFER");
+      failed = 1;
+    }
+    const double enc = time_ms(warm, reps, [&] { CL(coder.encode(x, t, n, p, cap, d_bytes)); });
+    const double dec = time_ms(warm, reps, [&] { CL(coder.decode(p, size_t(pb), t, n, y, d_status)); });
+    const double cpy = time_ms(warm, reps, [&] { CK(cudaMemcpyAsync(c, x, bytes, cudaMemcpyDeviceToDevice)); });
+    const double ratio = double(bytes) / double(pb + ncclz::codec::kHeaderBytes);
+    char row[256];
+    std::snprintf(row, sizeof row, "| Gaussian %s | %zu | %.4f | %.1f | %.1f | %.1f | %s |\n", bf16 ? "bf16" : "f32", n,
+                  ratio, double(bytes) / enc / 1e6, double(bytes) / dec / 1e6, double(bytes) / cpy / 1e6,
+                  same && exact ? "yes (round trip exact)" : "NO");
+    md += row;
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    CK(cudaFree(c));
+    CK(cudaFree(p));
+    CK(cudaFree(d_bytes));
+    CK(cudaFree(d_status));
+  }
+  std::printf("%s", md.c_str());
+  if (!md_path.empty()) {
+    if (FILE* f = std::fopen(md_path.c_str(), "w")) {
+      std::fprintf(f, "device: %s, %zu MiB per dataset\n\n%s", prop.name, mib, md.c_str());
+      std::fclose(f);
+    }
+  }
+  return failed;
+}

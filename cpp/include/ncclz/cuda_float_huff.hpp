@@ -1,0 +1,64 @@
+// Device coder for FloatHuff (codec 5, docs/FORMAT.md "FloatHuff"): lossless
+// F32 / BF16 / F16 with the exponents in canonical Huffman sub-streams of 256
+// values, one GPU thread per sub-stream. Writes the same payload bytes as the
+// CPU coder (cpp/src/codec/float_huff.cpp) and decodes its payloads. Built
+// only with CUDA (cuda/float_huff.cu); declared here without CUDA headers.
+//
+// Conventions as ncclz/cuda_codec.hpp's: d_* pointers are device memory; the
+// calls are asynchronous on the coder's stream and write their results
+// (payload size, status) to device memory, read after synchronize(); the
+// return value is 0 when enqueued, a positive cudaError_t, or minus a
+// codec::Status for arguments rejected on the host. The coder owns its
+// scratch (grown by cudaMallocAsync in stream order; reserve() sizes it once).
+//
+// The encode is, per call: a histogram kernel (shared-memory atomics), a
+// one-thread table kernel (float_huff.hpp's rule), a word-count kernel, a
+// device scan of the counts, the index kernel, and the kernel that writes the
+// code words and the sign+mantissa plane. The decode is one kernel: each CTA
+// builds the 4096-entry table in shared memory, checks its part of the index,
+// decodes 128 sub-streams (one per thread) into shared memory and writes the
+// values, merged with the plane, with coalesced stores.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ncclz/codec/format.hpp"
+
+namespace ncclz::cuda {
+
+class FloatHuffCoder {
+ public:
+  /// Work ordered on `stream` (a cudaStream_t; nullptr: the legacy default
+  /// stream), which the coder does not own.
+  explicit FloatHuffCoder(void* stream = nullptr);
+  ~FloatHuffCoder();
+  FloatHuffCoder(const FloatHuffCoder&) = delete;
+  FloatHuffCoder& operator=(const FloatHuffCoder&) = delete;
+
+  /// Grows the scratch for encodes of up to n values (decodes need none).
+  int reserve(size_t n);
+
+  /// Encodes n values of type t (F32, BF16, F16) at d_x into the FloatHuff
+  /// payload at d_out (4-byte aligned, `cap` bytes); writes the payload size
+  /// to *d_bytes, or ~0 (the CPU's kNoFit) where it would exceed cap (d_out's
+  /// first bytes are then scratch). n = 0: size 0. -Unsupported for other
+  /// types or an unaligned d_out.
+  int encode(const void* d_x, codec::ElemType t, size_t n, uint8_t* d_out, size_t cap, unsigned long long* d_bytes);
+
+  /// Decodes the payload of `len` bytes at d_in (4-byte aligned) into n
+  /// values of type t at d_out, bit-exact; *d_status: a codec::Status (Ok, or
+  /// Corrupt on any inconsistency, as the CPU decoder's checks; d_out then
+  /// holds anything). The values must not overlap the payload.
+  int decode(const uint8_t* d_in, size_t len, codec::ElemType t, size_t n, void* d_out, int* d_status);
+
+  int synchronize();
+
+ private:
+  uint8_t* scratch(size_t bytes, int* err);
+  void* stream_ = nullptr;
+  uint8_t* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+};
+
+}  // namespace ncclz::cuda

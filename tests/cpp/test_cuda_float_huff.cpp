@@ -1,0 +1,145 @@
+// The device FloatHuff coder (ncclz/cuda_float_huff.hpp) against the CPU one
+// (codec/float_huff.hpp): the device's payload equals the CPU's byte for
+// byte, the device decodes CPU payloads bit-exact, and damaged payloads give
+// Corrupt on both sides alike. Runs on a GPU and in the CPU emulator
+// (tools/cuda_emu/run.sh); skips without a device (fails under NCCLZ_REQUIRE_GPU=1).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/block_coder.hpp"
+#include "codec/float_huff.hpp"
+#include "cuda_test_util.hpp"
+#include "ncclz/cuda_float_huff.hpp"
+
+using namespace ncclz::codec;
+using ncclz_test::DevBuf;
+
+namespace {
+
+std::vector<uint8_t> values(ElemType t, size_t n, int kind, uint32_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, 1e-2f);
+  std::vector<uint8_t> v(n * elem_size(t));
+  for (size_t i = 0; i < n; ++i) {
+    float f = kind == 0 ? d(g) : kind == 1 ? 0.0f : 0.0f;
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if (kind == 2) b = uint32_t(g());  // random bits
+    if (t == ElemType::F32) {
+      std::memcpy(&v[4 * i], &b, 4);
+    } else {
+      // bf16: the top half; f16 from the same Gaussian, truncated (enough as data).
+      uint16_t h = uint16_t(b >> 16);
+      if (t == ElemType::F16 && kind != 2) {
+        const int e = int((b >> 23) & 0xFF) - 112;
+        h = uint16_t(((b >> 16) & 0x8000u) | (e <= 0    ? 0u
+                                              : e >= 31 ? 0x7C00u
+                                                        : (uint32_t(e) << 10) | ((b >> 13) & 0x3FFu)));
+      }
+      std::memcpy(&v[2 * i], &h, 2);
+    }
+  }
+  return v;
+}
+
+std::vector<uint8_t> cpu_encode(const std::vector<uint8_t>& v, ElemType t) {
+  std::vector<uint8_t> p(4096 + 2 * v.size());
+  const size_t b = floathuff_encode(v.data(), t, v.size() / elem_size(t), p.data(), p.size());
+  EXPECT_NE(b, kNoFit);
+  p.resize(b == kNoFit ? 0 : b);
+  return p;
+}
+
+const ElemType kTypes[] = {ElemType::F32, ElemType::BF16, ElemType::F16};
+
+std::vector<size_t> sizes() {
+  std::vector<size_t> s = {1, 7, 255, 256, 257, 8193, 40000};
+  if (!ncclz_test::quick()) s.push_back((size_t(1) << 20) + 3);
+  return s;
+}
+
+}  // namespace
+
+TEST(CudaFloatHuff, EncodeMatchesCpuBytes) {
+  SKIP_WITHOUT_GPU();
+  ncclz::cuda::FloatHuffCoder coder;
+  for (ElemType t : kTypes) {
+    for (size_t n : sizes()) {
+      for (int kind : {0, 1, 2}) {
+        const auto v = values(t, n, kind, uint32_t(n * 3 + kind));
+        const auto want = cpu_encode(v, t);
+        DevBuf x(v.size()), out(want.size() + 64), bytes(8);
+        x.upload(v.data(), v.size());
+        LAUNCH_OK(coder.encode(x.get(), t, n, out.get(), want.size() + 64, bytes.get<unsigned long long>()));
+        const auto b = bytes.download<unsigned long long>(1)[0];
+        ASSERT_EQ(b, want.size()) << "type " << int(t) << " n " << n << " kind " << kind;
+        EXPECT_EQ(ncclz_test::from_device(out.get(), b), want) << "type " << int(t) << " n " << n << " kind " << kind;
+        // One byte less than needed: no fit.
+        LAUNCH_OK(coder.encode(x.get(), t, n, out.get(), want.size() - 1, bytes.get<unsigned long long>()));
+        EXPECT_EQ(bytes.download<unsigned long long>(1)[0], ~0ull);
+      }
+    }
+  }
+  // Empty: size 0; other types: rejected on the host.
+  DevBuf out(64), bytes(8);
+  LAUNCH_OK(coder.encode(out.get(), ElemType::F32, 0, out.get(), 64, bytes.get<unsigned long long>()));
+  EXPECT_EQ(bytes.download<unsigned long long>(1)[0], 0u);
+  EXPECT_EQ(coder.encode(out.get(), ElemType::I32, 4, out.get(), 64, bytes.get<unsigned long long>()),
+            -int(Status::Unsupported));
+}
+
+TEST(CudaFloatHuff, DecodesCpuPayloads) {
+  SKIP_WITHOUT_GPU();
+  ncclz::cuda::FloatHuffCoder coder;
+  for (ElemType t : kTypes) {
+    for (size_t n : sizes()) {
+      for (int kind : {0, 1, 2}) {
+        const auto v = values(t, n, kind, uint32_t(n * 5 + kind));
+        const auto p = cpu_encode(v, t);
+        DevBuf in(p.size()), out(v.size()), st(4);
+        in.upload(p.data(), p.size());
+        LAUNCH_OK(coder.decode(in.get(), p.size(), t, n, out.get(), st.get<int>()));
+        ASSERT_EQ(st.download<int>(1)[0], int(Status::Ok)) << "type " << int(t) << " n " << n << " kind " << kind;
+        EXPECT_EQ(ncclz_test::from_device(out.get(), v.size()), v) << "type " << int(t) << " n " << n;
+      }
+    }
+  }
+}
+
+TEST(CudaFloatHuff, DamagedPayloadsAsCpu) {
+  // Every truncation and many byte flips of a small payload: the device says
+  // Corrupt exactly where the CPU does, and decodes the same values elsewhere.
+  SKIP_WITHOUT_GPU();
+  ncclz::cuda::FloatHuffCoder coder;
+  std::mt19937 g(17);
+  for (ElemType t : kTypes) {
+    const size_t n = 700;
+    const auto v = values(t, n, 0, 99);
+    const auto p = cpu_encode(v, t);
+    std::vector<std::vector<uint8_t>> cases;
+    for (size_t len = 0; len < p.size(); len += ncclz_test::quick() ? 7 : 1)
+      cases.emplace_back(p.begin(), p.begin() + ptrdiff_t(len));
+    for (int rep = 0; rep < (ncclz_test::quick() ? 150 : 1000); ++rep) {
+      auto d = p;
+      const size_t at = g() % d.size();
+      d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
+      cases.push_back(d);
+    }
+    for (const auto& d : cases) {
+      std::vector<uint8_t> cpu(v.size());
+      const Status cs = floathuff_decode(d.data(), d.size(), t, n, cpu.data());
+      DevBuf in(d.size()), out(v.size()), st(4);
+      in.upload(d.data(), d.size());
+      LAUNCH_OK(coder.decode(in.get(), d.size(), t, n, out.get(), st.get<int>()));
+      const int ds = st.download<int>(1)[0];
+      ASSERT_EQ(ds, int(cs)) << "type " << int(t) << " len " << d.size();
+      if (cs == Status::Ok) {
+        EXPECT_EQ(ncclz_test::from_device(out.get(), v.size()), cpu);
+      }
+    }
+  }
+}
