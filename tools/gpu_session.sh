@@ -27,7 +27,8 @@
 #                 buffers through the communicator) with v3 and v2
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
-#       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes)
+#       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes);
+#                 bench/gpu_float_huff_bench.cu: FloatHuff on 256 MiB bf16 and f32 vs the D2D copy
 #       ranks     bench/gpu_ranks.py: 2 and 4 ranks sharing the GPU, socket
 #                 transport throttled, all_reduce none/lossless/lossy
 #       devpath   bench/gpu_ranks.py's lossy all_reduce of CUDA tensors (2 and 4 ranks,
@@ -101,7 +102,7 @@ PY=$(command -v python3 || echo python3)
 SUMMARY=$OUT_DIR/summary.md
 TESTBIN=$BUILD/tests/cpp/ncclz_tests
 BENCHBIN=$BUILD/cuda/gpu_codec_bench
-SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus}
+SAN_FILTER=${NCCLZ_SAN_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.BatchesMatchCpu:CudaCodec.CorruptSlicesGiveTheCpuStatus:CudaFloatHuff.*}
 SAN3_FILTER=${NCCLZ_SAN3_FILTER:-CudaCodec.FusedDecodeOfCpuSlices:CudaCodec.FusedQuantizeEncodeF32:CudaSelect.CpuSparseSlicesDecodeOnDevice:CudaSelect.FusedMatchesQuantizeThenCpuSelect}
 INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.CorruptSlicesGiveTheCpuStatus}
 
@@ -230,7 +231,7 @@ ensure_built() {  # builds once per invocation when a binary or the module is mi
 phase_test() {
   ensure_built
   local log=$OUT_DIR/test.log
-  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*' --gtest_color=no"
+  step test "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*' --gtest_color=no"
   step test-v2 "$log" $L_TEST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='CudaCodec.*:CudaSelect.*:-CudaCodec.Fused*' --gtest_color=no"
   # Device ranks in the ring collectives (prims::DeviceSliceCodec): outputs and wire bytes against CPU ranks.
   step test-prims "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
@@ -282,7 +283,7 @@ phase_sanitize() {
   step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
   [ -z "${NCCLZ_SAN_QUICK:-}" ] && step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
   # The device slice codec's three calls (fused decode-and-add and not), one process of direct calls.
-  step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions:CudaPrims.EncodeIntoRegisteredSlotsMatchesCpu:CudaPrims.HostPinsLookUpRegisteredRanges' --gtest_color=no"
+  step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions:CudaPrims.EncodeIntoRegisteredSlotsMatchesCpu:CudaPrims.HostPinsLookUpRegisteredRanges:CudaPrims.ReduceValuesMatchesHostBits' --gtest_color=no"
   # Device buffers through a communicator of device and host ranks (the device path's kernels and copies).
   step memcheck-comm "$log" $L_PRIMS "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaComm.DeviceAndHostRanksMix' --gtest_color=no"
   if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
@@ -298,6 +299,10 @@ phase_bench() {
   rm -f "$SCRATCH/bench.md"
   step bench "$log" $L_BENCH "'$BENCHBIN' --mib ${NCCLZ_BENCH_MIB:-256} --rel 1e-3 --reps 10 --json '$OUT_DIR/bench.json' --md '$SCRATCH/bench.md'"
   [ -f "$SCRATCH/bench.md" ] && cat "$SCRATCH/bench.md" | tee -a "$log" >>"$SUMMARY"
+  # FloatHuff (lossless floats) encode / decode against the D2D copy, bf16 and f32 (issue 21's lossless target).
+  rm -f "$SCRATCH/fhuff.md"
+  step bench-floathuff "$log" $L_BENCH "'$BUILD/cuda/gpu_float_huff_bench' --mib ${NCCLZ_BENCH_MIB:-256} --reps 10 --md '$SCRATCH/fhuff.md'"
+  [ -f "$SCRATCH/fhuff.md" ] && cat "$SCRATCH/fhuff.md" | tee -a "$log" >>"$SUMMARY"
 }
 
 phase_ranks() {
