@@ -70,28 +70,8 @@ int DeviceCodec::synchronize() {
 uint8_t* DeviceCodec::scratch(size_t bytes, int* err) {
   *err = status_;
   if (status_) return nullptr;
-  if (bytes <= scratch_bytes_) return scratch_;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  // Stream-ordered: work already enqueued on the old block finishes before it
-  // is freed; the new one is usable by what is enqueued next.
-  if (scratch_) {
-    const cudaError_t e = cudaFreeAsync(scratch_, s);
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    if (e != cudaSuccess) {
-      *err = int(e);
-      return nullptr;
-    }
-  }
-  void* p = nullptr;
-  const cudaError_t e = cudaMallocAsync(&p, bytes, s);
-  if (e != cudaSuccess) {
-    *err = int(e);
-    return nullptr;
-  }
-  scratch_ = static_cast<uint8_t*>(p);
-  scratch_bytes_ = bytes;
-  return scratch_;
+  *err = detail::grow_on_stream(static_cast<cudaStream_t>(stream_), &scratch_, &scratch_bytes_, bytes);
+  return *err ? nullptr : scratch_;
 }
 
 }  // namespace ncclz::cuda

@@ -20,6 +20,25 @@ inline int host_error(codec::Status s) { return -int(s); }
 
 inline unsigned grid_for(size_t threads) { return unsigned((threads + kThreads - 1) / kThreads); }
 
+/// A device buffer of a codec (*buf, *cap bytes) grown to at least `bytes`,
+/// stream-ordered on s: work already enqueued on the old block finishes
+/// before it is freed, the new one is usable by what is enqueued next; the
+/// contents are not kept. Returns 0 or the CUDA error (then *buf is null).
+inline int grow_on_stream(cudaStream_t s, uint8_t** buf, size_t* cap, size_t bytes) {
+  if (bytes <= *cap) return 0;
+  if (*buf) {
+    const cudaError_t e = cudaFreeAsync(*buf, s);
+    *buf = nullptr;
+    *cap = 0;
+    if (e != cudaSuccess) return int(e);
+  }
+  void* p = nullptr;
+  if (const cudaError_t e = cudaMallocAsync(&p, bytes, s); e != cudaSuccess) return int(e);
+  *buf = static_cast<uint8_t*>(p);
+  *cap = bytes;
+  return 0;
+}
+
 /// The layout of one call's scratch: pieces added one after the other
 /// (256-byte aligned), then placed at the codec's scratch (DeviceCodec::scratch).
 class ScratchLayout {

@@ -381,27 +381,8 @@ FloatHuffCoder::~FloatHuffCoder() {
 int FloatHuffCoder::synchronize() { return int(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_))); }
 
 uint8_t* FloatHuffCoder::scratch(size_t bytes, int* err) {
-  *err = 0;
-  if (bytes <= scratch_bytes_) return scratch_;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  if (scratch_) {
-    const cudaError_t e = cudaFreeAsync(scratch_, s);
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    if (e != cudaSuccess) {
-      *err = int(e);
-      return nullptr;
-    }
-  }
-  void* p = nullptr;
-  const cudaError_t e = cudaMallocAsync(&p, bytes, s);
-  if (e != cudaSuccess) {
-    *err = int(e);
-    return nullptr;
-  }
-  scratch_ = static_cast<uint8_t*>(p);
-  scratch_bytes_ = bytes;
-  return scratch_;
+  *err = detail::grow_on_stream(static_cast<cudaStream_t>(stream_), &scratch_, &scratch_bytes_, bytes);
+  return *err ? nullptr : scratch_;
 }
 
 namespace {

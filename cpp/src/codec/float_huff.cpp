@@ -3,10 +3,10 @@
 #include "codec/float_huff.hpp"
 
 #include <cstring>
-#include <vector>
 
 #include "codec/block_coder.hpp"
 #include "codec/float_coder.hpp"
+#include "codec/thread_buffer.hpp"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ncclz codecs load and store little-endian words with memcpy: little-endian hosts only"
@@ -15,11 +15,8 @@
 namespace ncclz::codec {
 namespace {
 
-uint8_t* exp_scratch(size_t n) {
-  thread_local std::vector<uint8_t> v;
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
+struct ExpTag {};
+uint8_t* exp_scratch(size_t n) { return thread_buffer<uint8_t, ExpTag>(n); }
 
 inline uint32_t ld32(const void* p) {
   uint32_t v;
