@@ -41,45 +41,20 @@
 #include <vector>
 
 #include "codec/slice.hpp"
+#include "gpu_bench_util.cuh"
 #include "ncclz/cuda_codec.hpp"
 
 using ncclz::codec::ElemType;
 using ncclz::codec::Predictor;
 namespace nc = ncclz::cuda;
 
-#define CK(expr)                                                                                  \
-  do {                                                                                            \
-    const cudaError_t e_ = (expr);                                                                \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                               \
-    }                                                                                             \
-  } while (0)
-#define CL(expr)                                                                      \
-  do {                                                                                \
-    const int r_ = (expr);                                                            \
-    if (r_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #expr, r_); \
-      std::exit(2);                                                                   \
-    }                                                                                 \
-  } while (0)
-
 namespace {
-
-__device__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return uint32_t(x);
-}
 
 __global__ void gen_kernel(float* x, size_t n, int kind) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     if (kind == 0) {
-      const float u1 = (hash32(2 * i) + 1.0f) * 2.3283064e-10f;  // (0, 1]
-      const float u2 = hash32(2 * i + 1) * 2.3283064e-10f;
+      const float u1 = (bench_hash32(2 * i) + 1.0f) * 2.3283064e-10f;  // (0, 1]
+      const float u2 = bench_hash32(2 * i + 1) * 2.3283064e-10f;
       x[i] = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
     } else {
       const double t = double(i);

@@ -25,43 +25,18 @@
 
 #include "codec/block_coder.hpp"
 #include "codec/float_huff.hpp"
+#include "gpu_bench_util.cuh"
 #include "ncclz/cuda_float_huff.hpp"
 
 using ncclz::codec::ElemType;
 
-#define CK(expr)                                                                                  \
-  do {                                                                                            \
-    const cudaError_t e_ = (expr);                                                                \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                               \
-    }                                                                                             \
-  } while (0)
-#define CL(expr)                                                                      \
-  do {                                                                                \
-    const int r_ = (expr);                                                            \
-    if (r_ != 0) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #expr, r_); \
-      std::exit(2);                                                                   \
-    }                                                                                 \
-  } while (0)
-
 namespace {
-
-__device__ uint32_t mix32(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return uint32_t(x);
-}
 
 // N(0,1) by Box-Muller over hashed uniforms; bf16: rounded to nearest even.
 __global__ void gauss_kernel(void* x, size_t n, int bf16) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float u1 = (float(mix32(2 * i) >> 8) + 1.0f) * (1.0f / 16777216.0f);
-    const float u2 = float(mix32(2 * i + 1) >> 8) * (1.0f / 16777216.0f);
+    const float u1 = (float(bench_hash32(2 * i) >> 8) + 1.0f) * (1.0f / 16777216.0f);
+    const float u2 = float(bench_hash32(2 * i + 1) >> 8) * (1.0f / 16777216.0f);
     const float g = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
     const uint32_t b = __float_as_uint(g);
     if (bf16)
