@@ -3,13 +3,14 @@
 // next to a cudaMemcpy device-to-device of the same bytes, in one run.
 //
 //   gpu_codec_bench [--mib 256] [--rel 1e-3] [--reps 10] [--warm 3] [--slice 262144]
-//                   [--kernels 123] [--select 1] [--json out.json] [--md out.md]
+//                   [--kernels 1234] [--select 1] [--json out.json] [--md out.md]
 //
 // --kernels: which slice kernels (DeviceCodec::set_kernels) get a row each,
-// one after the other on the same data: "123" (default) all three, or any
-// subset ("2", "13"). Where v1 ran first, every later row's slices are also
-// compared with v1's, byte for byte ("same bytes as v1"). The v3 row also
-// times the fused calls, quantize_encode_slices_async (floats to slices) and
+// one after the other on the same data: "1234" (default) all four (4 = the
+// CTA slice coder, one CTA per slice: cuda/cta_slice.cuh, the persistent
+// kernels' coder), or any subset ("2", "34"). Where v1 ran first, every later
+// row's slices are also compared with v1's, byte for byte ("same bytes as
+// v1"). The v3 and v4 rows also time the fused calls (v4: the CTA coder's), quantize_encode_slices_async (floats to slices) and
 // decode_dequantize_slices_async (slices to floats), their slices compared
 // with v1's and their values with dequantize_async's ("fused" columns).
 // Then, per dataset, the selecting encodes (the device selector,
@@ -161,7 +162,7 @@ int main(int argc, char** argv) {
   double rel = 1e-3;
   int reps = 10, warm = 3;
   uint32_t L = 1u << 18;
-  std::string json_path, md_path, kernel_list = "123";
+  std::string json_path, md_path, kernel_list = "1234";
   int select = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -246,7 +247,7 @@ int main(int argc, char** argv) {
     for (Predictor p : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
       bool have_v1 = false;
       for (const char kc : kernel_list) {
-        if (kc < '1' || kc > '3') continue;
+        if (kc < '1' || kc > '4') continue;
         Row r;
         r.kernels = kc - '0';
         codec.set_kernels(r.kernels);
@@ -321,7 +322,7 @@ int main(int argc, char** argv) {
           if (bad) std::printf("  %zu elements outside the bound\n", bad);
           ok &= bad == 0;
         }
-        if (r.kernels == 3) {  // the fused calls: same slices, same outliers, values within the bound
+        if (r.kernels >= 3) {  // the fused calls: same slices, same outliers, values within the bound
           fenc();
           CK(cudaDeviceSynchronize());
           uint64_t fout = 0;
@@ -372,7 +373,7 @@ int main(int argc, char** argv) {
               deq();
             },
             warm, reps);
-        if (r.kernels == 3) {
+        if (r.kernels >= 3) {
           r.fenc_ms = timer.median_ms(fenc, warm, reps);
           r.fdec_ms = timer.median_ms(fdec, warm, reps);
         }
@@ -381,11 +382,11 @@ int main(int argc, char** argv) {
             "(q %.3f, enc %.3f) | decode+dequantize %.3f ms = %.0f GB/s (dec %.3f, deq %.3f)\n",
             r.kernels, r.data.c_str(), r.pred.c_str(), r.ratio, (unsigned long long)r.outliers, ok ? "ok" : "FAILED",
             r.enc_ms, bytes / r.enc_ms / 1e6, r.q_ms, r.e_ms, r.dec_ms, bytes / r.dec_ms / 1e6, r.d_ms, r.dq_ms);
-        if (r.kernels == 3)
+        if (r.kernels >= 3)
           std::printf(
-              "v3 %-8s %-6s fused | quantize_encode_slices %.3f ms = %.0f GB/s | "
+              "v%d %-8s %-6s fused | quantize_encode_slices %.3f ms = %.0f GB/s | "
               "decode_dequantize_slices %.3f ms = %.0f GB/s\n",
-              r.data.c_str(), r.pred.c_str(), r.fenc_ms, bytes / r.fenc_ms / 1e6, r.fdec_ms, bytes / r.fdec_ms / 1e6);
+              r.kernels, r.data.c_str(), r.pred.c_str(), r.fenc_ms, bytes / r.fenc_ms / 1e6, r.fdec_ms, bytes / r.fdec_ms / 1e6);
         std::fflush(stdout);
         rows.push_back(r);
       }

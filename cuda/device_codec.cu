@@ -31,11 +31,13 @@ int copy_device(void* dst, const void* src, size_t bytes) {
 }
 
 namespace {
-// NCCLZ_DEVICE_CODEC: v1 or v2 selects those slice kernels, anything else v3.
+// NCCLZ_DEVICE_CODEC: v1 or v2 selects those slice kernels, cta the CTA slice
+// coder's batch form (4), anything else v3.
 int kernels_from_env() {
   const char* v = std::getenv("NCCLZ_DEVICE_CODEC");
   if (v != nullptr && std::strcmp(v, "v1") == 0) return 1;
   if (v != nullptr && std::strcmp(v, "v2") == 0) return 2;
+  if (v != nullptr && std::strcmp(v, "cta") == 0) return 4;
   return 3;
 }
 }  // namespace

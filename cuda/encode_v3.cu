@@ -35,8 +35,10 @@
 #include <cub/block/block_scan.cuh>
 
 #include "codec/slice_frame.hpp"
+#include "cta_slice.cuh"
 #include "ncclz/cuda_codec.hpp"
 #include "slice_batch.cuh"
+#include "tile_coder.cuh"
 #include "tile_v3.cuh"
 
 namespace ncclz::cuda {
@@ -45,64 +47,8 @@ namespace {
 using namespace detail;
 using codec::Codec;
 using codec::ElemType;
-using codec::kBlockLen;
 using codec::Predictor;
 using codec::Status;
-
-__device__ __forceinline__ bool is_lorenzo(Predictor p) {
-  return p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D;
-}
-
-// Tile c of slice k (cnt codes): the codes into tile[0 .. kTile3) (0 past the
-// slice's end), then this thread's residuals res[j] of elements
-// j * kThreads + threadIdx.x (0 past the end; predictor pe). Returns the
-// outliers this thread met (float input). Ends after a barrier.
-template <class In>
-__device__ __forceinline__ int load_residuals(const In& in, const SliceBatchRef& r, uint32_t k, uint32_t c,
-                                              uint32_t cnt, Predictor pe, const EncodeParams& ep,
-                                              typename In::CodeT* tile, typename In::CodeT* halo,
-                                              typename In::CodeT (&res)[kItems3]) {
-  using Code = typename In::CodeT;
-  const size_t s0 = size_t(k) * r.L;  // the slice's first code
-  const uint32_t b = c * kTile3;
-  int bad = 0;
-#pragma unroll
-  for (int j = 0; j < kItems3; ++j) {
-    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x, i = b + e;
-    tile[e] = i < cnt ? in.at(s0 + i, bad) : Code(0);
-  }
-  if (threadIdx.x < 2) {  // codes b - 2, b - 1 (the previous tile's: its outliers are its own)
-    int other = 0;
-    halo[threadIdx.x] = c > 0 ? in.at(s0 + b - 2 + threadIdx.x, other) : Code(0);
-  }
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kItems3; ++j) {
-    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x, i = b + e;
-    Code v = Code(0);
-    if (i < cnt) {
-      if constexpr (In::kHasCodes) {
-        if (is_lorenzo(pe)) {
-          using U = codec::UCode<Code>;
-          const Code* qk = in.q + s0;
-          v = Code(U(qk[i]) - codec::predict_at(qk, i, pe, ep.row, ep.plane));
-          res[j] = v;
-          continue;
-        }
-      }
-      const Code p1 = e >= 1 ? tile[e - 1] : halo[1];
-      const Code p2 = e >= 2 ? tile[e - 2] : halo[e];
-      v = delta_residual(p2, p1, tile[e], i, pe);
-    }
-    res[j] = v;
-  }
-  return bad;
-}
-
-template <class Code>
-__device__ __forceinline__ int block_width_of(Code v) {
-  return codec::block_bit_width(warp_or(codec::block_magnitude(v)));
-}
 
 template <class In>
 __global__ void __launch_bounds__(kThreads)
@@ -121,14 +67,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   const Predictor pe = ep.sel ? Predictor(ep.sel[2 * k + 1]) : codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
   Code res[kItems3];
-  [[maybe_unused]] const int bad = load_residuals(in, r, k, c, cnt, pe, ep, tile, halo, res);
-  u64 mine = 0;
-#pragma unroll
-  for (int j = 0; j < kItems3; ++j) {
-    const int w = block_width_of(res[j]);
-    mine += pack_info(int(codec::block_words(w)), w >= codec::kBlockEscape);
-  }
-  const u64 sum = Reduce(tmp).Sum((threadIdx.x & 31) == 0 ? mine : u64(0));
+  [[maybe_unused]] const int bad = load_residuals(in, size_t(k) * r.L, c, cnt, pe, ep, tile, halo, res);
+  const u64 mine = tile_info_part(res);
+  const u64 sum = Reduce(tmp).Sum(mine);
   if (threadIdx.x == 0) r.info[t] = sum;
   if constexpr (!In::kHasCodes) {
     const int nbad = ReduceBad(tmp_bad).Sum(bad);
@@ -140,15 +81,7 @@ template <class In>
 __global__ void __launch_bounds__(kThreads) enc3_write_kernel(In in, SliceBatchRef r, EncodeParams ep, uint32_t tps,
                                                               uint8_t* __restrict__ dst, uint64_t* sizes, int* status) {
   using Code = typename In::CodeT;
-  constexpr uint32_t kMaxWords = kTileBlocks3 * codec::block_words(codec::block_max_width<Code>());
-  using Scan = cub::BlockScan<uint32_t, kThreads>;
-  __shared__ typename Scan::TempStorage scan_tmp;
-  // The codes (Raw: also the staged payload), one padding word for cta_store_bytes.
-  __shared__ Code tile[kTile3 + 4 / sizeof(Code) + 1];
-  __shared__ Code halo[2];
-  __shared__ uint32_t stage[kMaxWords + 1];  // the tile's block words
-  __shared__ uint32_t boff[kTileBlocks3];    // per block: escapes before it << 16 | words before it
-  __shared__ uint8_t wid[kTileBlocks3];
+  __shared__ EncTileSmem<Code> sm;
   const uint32_t t = blockIdx.x, k = t / tps, c = t - k * tps, cnt = r.count(k);
   const uint32_t b0 = c * kTile3;
   if (c > 0 && b0 >= cnt) return;  // past the slice's end; tile 0 always frames its slice (uniform)
@@ -159,15 +92,9 @@ __global__ void __launch_bounds__(kThreads) enc3_write_kernel(In in, SliceBatchR
   const size_t first = size_t(k) * tps;
   const u64 before = r.scan[t] - r.scan[first];
   const u64 total = r.scan[first + tps - 1] + r.info[first + tps - 1] - r.scan[first];
-  const size_t nb = codec::block_count(cnt);
-  const size_t coded = nb ? codec::block_stream_bytes(nb, info_escapes(total), info_words(total)) : ~size_t(0);
   const Predictor pe = ep.sel ? Predictor(ep.sel[2 * k + 1]) : codec::slice_predictor(ep.p, ep.row, ep.plane, cnt);
-  uint32_t a0, a1;
-  codec::slice_predictor_args(pe, ep.row, ep.plane, &a0, &a1);
-  const ElemType ct = sizeof(Code) == 4 ? ElemType::I32 : ElemType::I64;
   codec::SliceHeader h;
-  const Status f = want == Codec::Raw ? codec::frame_slice(ct, cnt, r.slot, Codec::Raw, pe, a0, a1, ~size_t(0), &h)
-                                      : codec::frame_slice(ct, cnt, r.slot, Codec::Block, pe, a0, a1, coded, &h);
+  const Status f = tile_frame<Code>(want, cnt, r.slot, pe, ep, total, &h);
   uint8_t* slot = dst + size_t(k) * r.slot;
   if (c == 0 && threadIdx.x == 0) {
     if (f == Status::Ok) codec::write_header(slot, h);
@@ -176,59 +103,15 @@ __global__ void __launch_bounds__(kThreads) enc3_write_kernel(In in, SliceBatchR
   }
   if (f != Status::Ok || cnt == 0) return;  // NoSpace, or a header-only slice (uniform)
   Code res[kItems3];
-  load_residuals(in, r, k, c, cnt, pe, ep, tile, halo, res);
+  load_residuals(in, size_t(k) * r.L, c, cnt, pe, ep, sm.tile, sm.halo, res);
   uint8_t* payload = slot + codec::kHeaderBytes;
   if (h.codec == Codec::Raw) {  // the codes' own bytes (little-endian, as in shared memory)
     const uint32_t m = cnt - b0 < kTile3 ? cnt - b0 : kTile3;
-    cta_store_bytes(payload + size_t(b0) * sizeof(Code), reinterpret_cast<const uint32_t*>(tile),
+    cta_store_bytes(payload + size_t(b0) * sizeof(Code), reinterpret_cast<const uint32_t*>(sm.tile),
                     m * uint32_t(sizeof(Code)));
     return;
   }
-  // Block: widths, then each block's escapes and words before it in the tile.
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  int wv[kItems3];
-#pragma unroll
-  for (int j = 0; j < kItems3; ++j) {
-    wv[j] = block_width_of(res[j]);
-    if (lane == 0) wid[j * kWarps3 + warp] = uint8_t(wv[j]);
-  }
-  __syncthreads();
-  uint32_t v = 0;
-  if (threadIdx.x < kTileBlocks3) {
-    const int w = wid[threadIdx.x];
-    v = (uint32_t(w >= codec::kBlockEscape) << 16) | codec::block_words(w);
-  }
-  uint32_t off, agg;
-  Scan(scan_tmp).ExclusiveSum(v, off, agg);
-  if (threadIdx.x < kTileBlocks3) boff[threadIdx.x] = off;
-  __syncthreads();
-  // Nibble bytes (blocks 2j, 2j + 1 of the tile; b0 / 32 is even) and escape bytes.
-  const uint32_t gb0 = b0 / kBlockLen;  // the tile's first block in the slice
-  if (threadIdx.x < kTileBlocks3 / 2) {
-    const uint32_t gb = gb0 + 2 * threadIdx.x;
-    if (gb < nb)
-      payload[gb / 2] = codec::block_nibble_byte(wid[2 * threadIdx.x], gb + 1 < nb ? wid[2 * threadIdx.x + 1] : 0);
-  }
-  if (threadIdx.x < kTileBlocks3 && wid[threadIdx.x] >= codec::kBlockEscape)
-    payload[codec::block_stream_bytes(nb, info_escapes(before) + (off >> 16), 0)] = wid[threadIdx.x];
-  // Sign word and planes of every block into the stage: word i of a block by
-  // lane i % 32 after the warp's ballot.
-#pragma unroll
-  for (int j = 0; j < kItems3; ++j) {
-    const int w = wv[j];
-    if (w == 0) continue;  // uniform per warp
-    uint32_t* out = stage + (boff[j * kWarps3 + warp] & 0xffffu);
-    const auto mag = codec::block_magnitude(res[j]);
-    const uint32_t sign = __ballot_sync(kFullMask, res[j] < 0);
-    if (lane == 0) out[0] = sign;
-    for (int p = 0; p < w; ++p) {  // w is uniform per warp
-      const uint32_t plane = __ballot_sync(kFullMask, uint32_t(mag >> p) & 1u);
-      if (lane == ((p + 1) & 31)) out[1 + p] = plane;
-    }
-  }
-  __syncthreads();
-  const size_t words_at = codec::block_stream_bytes(nb, info_escapes(total), info_words(before));
-  cta_store_bytes(payload + words_at, stage, 4 * (agg & 0xffffu));
+  enc_tile_block(res, b0, uint32_t(codec::block_count(cnt)), before, total, payload, sm);
 }
 
 template <class In>
@@ -288,6 +171,9 @@ int DeviceCodec::quantize_encode_slices_async(const void* d_x, ElemType t, size_
   const EncodeParams ep{p, row, plane};
   auto* outliers = reinterpret_cast<unsigned long long*>(d_outlier_count);
   cudaError_t e = cudaSuccess;
+  if (kernels_ == 4)  // the CTA slice coder (cta_codec.cu)
+    return encode_cta_floats(d_x, t, codec::QuantGrid::from_bound(eb), limit, code_t, r, ep, d_dst, d_sizes, d_status,
+                             outliers, s);
   with_floats_in(d_x, t, codec::QuantGrid::from_bound(eb), limit, code_t, [&](const auto& in) {
     e = encode3_launch(in, r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, outliers, s);
   });

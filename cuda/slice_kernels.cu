@@ -57,6 +57,7 @@
 #include "codec/block_frame.hpp"
 #include "codec/predictor.hpp"
 #include "codec/slice_frame.hpp"
+#include "cta_slice.cuh"
 #include "device_common.cuh"
 #include "ncclz/cuda_codec.hpp"
 #include "slice_batch.cuh"
@@ -974,6 +975,7 @@ int DeviceCodec::encode_batch(const void* d_q, ElemType code_t, size_t n, uint32
   const EncodeParams ep{p, row, plane};
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   if (kernels_ == 3) return detail::encode3_codes(d_q, code_t, r, ep, sc, base + sc.tmp, d_dst, d_sizes, d_status, s);
+  if (kernels_ == 4) return detail::encode_cta_codes(d_q, code_t, r, ep, d_dst, d_sizes, d_status, s);
   return int(code_t == ElemType::I32 ? encode_launch(static_cast<const int32_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
                                                      d_sizes, d_status, kernels_, s)
                                      : encode_launch(static_cast<const int64_t*>(d_q), r, ep, sc, base + sc.tmp, d_dst,
@@ -994,6 +996,8 @@ int DeviceCodec::decode_batch(const uint8_t* d_src, size_t slot_bytes, const uin
   int e = 0;
   if (kernels_ == 3)
     e = detail::decode3(d_src, d_lens, code_t, r, d_out, code_t, 0, d_status, s);
+  else if (kernels_ == 4)
+    e = detail::decode_cta(d_src, d_lens, code_t, r, d_out, code_t, 0, d_status, s);
   else
     e = int(
         code_t == ElemType::I32

@@ -30,7 +30,7 @@ constexpr uint32_t kTileBlocks3 = kTile3 / uint32_t(codec::kBlockLen);  // block
 static_assert(kItems3 * kWarps3 == int(kTileBlocks3), "a warp's lanes hold whole blocks");
 
 /// Tiles of one slot's slice of L codes (the last slice's tail tiles are empty).
-inline uint32_t tiles_per_slice(uint32_t L) { return uint32_t((size_t(L) + kTile3 - 1) / kTile3); }
+__host__ __device__ inline uint32_t tiles_per_slice(uint32_t L) { return uint32_t((size_t(L) + kTile3 - 1) / kTile3); }
 
 /// Running-sum callback for cub::BlockScan across tiles (v2, v3).
 template <class U>

@@ -6,13 +6,14 @@
 # thread a coroutine), not the GPU: tools/gpu_session.sh does that.
 #
 # Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | comm | bench | GTEST_FILTER]
-#   (none)        every CudaCodec, CudaSelect and CudaFloatHuff test
+#   (none)        every CudaCodec, CudaSelect, CudaFloatHuff and CudaCta test
 #   GTEST_FILTER  those tests (e.g. 'CudaCodec.Batches*')
 #   ci            what tools/run_tests.sh runs on every CPU CI run: every
-#                 CudaCodec, CudaSelect and CudaFloatHuff test with the v3 slice kernels (the
-#                 fused float calls too, which are v3's whatever the setting),
+#                 CudaCodec, CudaSelect, CudaFloatHuff and CudaCta test with the v3 slice
+#                 kernels (the fused float calls too: v3's, under cta the CTA coder's),
 #                 again with v2 and with v1 (NCCLZ_DEVICE_CODEC: the decoder of
-#                 the selected slices; the fused CudaCodec tests once),
+#                 the selected slices; the fused CudaCodec tests once), the
+#                 CudaCodec tests with the CTA slice coder (cta: the fused ones too),
 #                 the device-rank prims tests (ncclz_cuda_emu_prims_tests:
 #                 ring collectives with device and CPU ranks) with v3, v2, v1,
 #                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
@@ -42,12 +43,15 @@ E=$B/tools/cuda_emu
 export NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1}
 case "${1:-}" in
   ci)
-    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*' --gtest_brief=1
+    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*' \
+      --gtest_brief=1
     for v in v2 v1; do
       echo "again with the $v slice kernels (NCCLZ_DEVICE_CODEC=$v):"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:-CudaCodec.Fused*' \
         --gtest_brief=1
     done
+    echo "again with the CTA slice coder (NCCLZ_DEVICE_CODEC=cta, cuda/cta_slice.cuh):"
+    NCCLZ_DEVICE_CODEC=cta "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*' --gtest_brief=1
     for v in v3 v2 v1; do
       echo "device ranks in the send/receive loops (test_cuda_prims.cpp), $v slice kernels:"
       NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
@@ -65,5 +69,5 @@ case "${1:-}" in
   bench) "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" ;;
   prims) "$E/ncclz_cuda_emu_prims_tests" ;;
   comm) "$E/ncclz_cuda_emu_comm_tests" ;;
-  *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*}" ;;
+  *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*}" ;;
 esac

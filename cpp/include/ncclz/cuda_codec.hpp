@@ -73,14 +73,16 @@ class DeviceCodec {
   /// docs/GPU.md, cuda/encode_v3.cu, cuda/decode_v3.cu; measured faster than
   /// v2 on an H200, bench/results/gpu.md runs 4 and 5), 2 (fused memory
   /// access, tiled predictor inversion) or 1 (the first, correctness-first
-  /// kernels), the last two kept for side-by-side measurements. All write
-  /// the same bytes and statuses. The initial value comes from
-  /// NCCLZ_DEVICE_CODEC (v1, v2 or v3, read when the codec is created; unset
-  /// or anything else: 3).
+  /// kernels), the last two kept for side-by-side measurements; 4: the CTA
+  /// slice coder, one kernel per batch with one CTA coding each whole slice
+  /// (cuda/cta_slice.cuh: the persistent kernels' coder; the two fused float
+  /// calls use it too under this setting). All write the same bytes and
+  /// statuses. The initial value comes from NCCLZ_DEVICE_CODEC (v1, v2, v3
+  /// or cta, read when the codec is created; unset or anything else: 3).
   int kernels() const { return kernels_; }
-  /// Sets kernels() (1, 2 or 3; any other value is ignored). Affects later calls.
+  /// Sets kernels() (1, 2, 3 or 4; any other value is ignored). Affects later calls.
   void set_kernels(int v) {
-    if (v >= 1 && v <= 3) kernels_ = v;
+    if (v >= 1 && v <= 4) kernels_ = v;
   }
   /// Sizes the scratch for calls of up to n codes (values, for the
   /// quantizer) in slices of slice_len codes: no such call allocates (the
@@ -152,7 +154,7 @@ class DeviceCodec {
   int decode_slices_async(const uint8_t* d_src, size_t slot_bytes, const uint64_t* d_lens, size_t n, uint32_t slice_len,
                           codec::ElemType code_t, void* d_out, int* d_status);
 
-  /// Fused quantize + encode (the v3 tile kernels, whatever kernels() says):
+  /// Fused quantize + encode (the v3 tile kernels, or the CTA coder when kernels() is 4):
   /// the n values of type t (F32, F64, F16, BF16) at d_x quantized as
   /// quantize_async(d_x, t, n, eb, limit, ...) would into codes of type code_t,
   /// and those codes encoded as encode_slices_async(codes, code_t, n,
@@ -169,7 +171,7 @@ class DeviceCodec {
                                    uint32_t plane, uint8_t* d_dst, size_t slot_bytes, uint64_t* d_sizes, int* d_status,
                                    uint64_t* d_outlier_count);
 
-  /// Fused decode + dequantize (the v3 tile kernels, whatever kernels() says):
+  /// Fused decode + dequantize (the v3 tile kernels, or the CTA coder when kernels() is 4):
   /// decode_slices_async of the batch (same arguments and per-slice
   /// statuses) followed by dequantize_async(codes, code_t, n, eb, d_out, t),
   /// writing the n values of type t (F32, F64, F16, BF16) at d_out without
