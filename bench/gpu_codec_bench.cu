@@ -10,7 +10,8 @@
 // CTA slice coder, one CTA per slice: cuda/cta_slice.cuh, the persistent
 // kernels' coder), or any subset ("2", "34"). Where v1 ran first, every later
 // row's slices are also compared with v1's, byte for byte ("same bytes as
-// v1"). The v3 and v4 rows also time the fused calls (v4: the CTA coder's), quantize_encode_slices_async (floats to slices) and
+// v1"). The v3 and v4 rows also time the fused calls (v4: the CTA coder's),
+// quantize_encode_slices_async (floats to slices) and
 // decode_dequantize_slices_async (slices to floats), their slices compared
 // with v1's and their values with dequantize_async's ("fused" columns).
 // Then, per dataset, the selecting encodes (the device selector,
@@ -386,7 +387,8 @@ int main(int argc, char** argv) {
           std::printf(
               "v%d %-8s %-6s fused | quantize_encode_slices %.3f ms = %.0f GB/s | "
               "decode_dequantize_slices %.3f ms = %.0f GB/s\n",
-              r.kernels, r.data.c_str(), r.pred.c_str(), r.fenc_ms, bytes / r.fenc_ms / 1e6, r.fdec_ms, bytes / r.fdec_ms / 1e6);
+              r.kernels, r.data.c_str(), r.pred.c_str(), r.fenc_ms, bytes / r.fenc_ms / 1e6, r.fdec_ms,
+              bytes / r.fdec_ms / 1e6);
         std::fflush(stdout);
         rows.push_back(r);
       }
