@@ -11,12 +11,23 @@
 // round-robin: __syncthreads, __ballot_sync and __reduce_or_sync are
 // barriers (over the threads still running) that switch coroutines, so
 // warp-synchronous code and block scans behave as on a GPU. `__shared__`
-// becomes `static` (one block at a time). Device memory is host memory.
+// becomes `static thread_local` (one block at a time per host thread).
+// Device memory is host memory.
 //
-// Host threads (ranks as threads, each with its own stream) may launch at
-// the same time: device work (launches, copies, memsets, scans) is
-// serialised by one process-wide lock (the scheduler's state, threadIdx and
-// `__shared__` are global), as if the threads' streams took turns on one GPU.
+// Host threads (ranks as threads, each with its own stream) run their device
+// work CONCURRENTLY, as streams of one process do on a GPU: the scheduler's
+// state (the coroutines, threadIdx, blockIdx, `__shared__` storage) is per
+// host thread, and the one process-wide lock guards only what is truly
+// shared (the arena's allocator and its open/closed state). So a kernel may
+// wait for another host thread's kernel (a persistent collective kernel
+// waiting on its peer's FIFO): __nanosleep (ncclz::cuda::detail::spin_pause,
+// cuda/device_sync.cuh) yields the waiting coroutine, and a round of the
+// block's threads in which one spun ends with the host thread yielding the
+// CPU (sleeping briefly after many such rounds). Atomics are real atomics
+// (__atomic builtins) and __threadfence / __threadfence_system real fences.
+// A grid's blocks still run one after the other on their host thread: a
+// kernel whose blocks wait for each other deadlocks here (decode_v3.cu's
+// look-back relies on the order and aborts if it would wait).
 //
 // Device memory is host memory, but host code must not touch it (on a GPU
 // that is a crash or garbage): outside AddressSanitizer builds, cudaMalloc
@@ -49,6 +60,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 // Code that must know it runs here (decode_v3.cu: a look-back that would wait
@@ -60,7 +72,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+#define __shared__ static thread_local
 #define __launch_bounds__(...)
 
 struct dim3 {
@@ -74,8 +86,8 @@ struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
 
-inline uint3 threadIdx, blockIdx;
-inline dim3 blockDim, gridDim;
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
 
 // ---- runtime API ----------------------------------------------------------
 enum cudaError_t {
@@ -107,7 +119,8 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 // ---- emulated device memory (see the file comment) -------------------------
 namespace emu {
 
-/// Held by all emulated device work; allocation takes it too.
+/// Guards the arena (allocation, and its open/closed state with the count of
+/// host threads in device work); held briefly, never across a launch.
 inline std::recursive_mutex& device_mutex() {
   static std::recursive_mutex m;
   return m;
@@ -126,7 +139,7 @@ struct Arena {
   std::map<size_t, size_t> free_list;  // offset -> bytes, merged with neighbours
   std::map<uintptr_t, size_t> live;    // allocation -> bytes
   bool protect = true;
-  int depth = 0;  // nesting of DeviceAccess
+  int depth = 0;  // DeviceAccess scopes open, over every host thread
 };
 inline Arena& arena() {
   static Arena* a = [] {
@@ -174,20 +187,20 @@ inline void set_arena_open(bool open) {
   mprotect(m.base, m.top, open ? PROT_READ | PROT_WRITE : PROT_NONE);
 }
 
-/// Emulated device work: the device lock, and device memory open for its scope.
+/// Emulated device work: device memory open for its scope (open while any
+/// host thread is inside one). Host threads' device work runs concurrently.
 class DeviceAccess {
  public:
-  DeviceAccess() : lock_(device_mutex()) {
+  DeviceAccess() {
+    std::lock_guard<std::recursive_mutex> lk(device_mutex());
     if (arena().depth++ == 0) set_arena_open(true);
   }
   ~DeviceAccess() {
+    std::lock_guard<std::recursive_mutex> lk(device_mutex());
     if (--arena().depth == 0) set_arena_open(false);
   }
   DeviceAccess(const DeviceAccess&) = delete;
   DeviceAccess& operator=(const DeviceAccess&) = delete;
-
- private:
-  std::lock_guard<std::recursive_mutex> lock_;
 };
 
 inline void* device_alloc(size_t n) {
@@ -289,6 +302,8 @@ inline cudaError_t cudaMallocHost(void** p, size_t n) {
   *p = std::malloc(n ? n : 1);
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
+enum { cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2 };
+inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMallocHost(p, n); }
 inline cudaError_t cudaFreeHost(void* p) {
   std::free(p);
   return cudaSuccess;
@@ -513,12 +528,13 @@ struct BlockRun {
   std::vector<int> warp_live;
   int bar_arrived = 0;
   unsigned bar_gen = 0;
+  int spins = 0;  // spin_pause calls in the current round of the block's threads
   std::vector<WarpState> warps;
   const std::function<void()>* body = nullptr;
 };
 
 inline BlockRun& run() {
-  static BlockRun r;
+  static thread_local BlockRun r;
   return r;
 }
 
@@ -557,6 +573,21 @@ inline void to_main() {
 }
 
 inline void yield() { to_main(); }
+
+/// A thread waits for something another host thread (or another of the
+/// block's threads) will do: its coroutine yields; launch() then lets the
+/// host thread yield the CPU after the round (see the file comment).
+inline void spin_pause() {
+  ++run().spins;
+  to_main();
+}
+
+/// Monotonic nanoseconds (the device's %globaltimer here).
+inline uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
 
 // Releases a block barrier / warp collective completed by a thread's exit.
 inline void check_release_after_exit(int t) {
@@ -644,7 +675,7 @@ inline uint64_t warp_or_collective(uint64_t v) {
 template <class F>
 void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
   if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
-  DeviceAccess on;  // one thread's device work at a time; device memory open to it
+  DeviceAccess on;  // device memory open to it (other host threads' work runs meanwhile)
   const std::function<void()> body = f;
   BlockRun& r = run();
   const int nt = int(block.x);
@@ -664,12 +695,22 @@ void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
     r.warps.assign(r.warp_live.size(), WarpState{});
     r.bar_arrived = 0;
     for (int t = 0; t < nt; ++t) r.fibers[size_t(t)].done = false;
+    int idle_rounds = 0;  // consecutive rounds in which some thread spun
     while (r.live > 0) {
+      r.spins = 0;
       for (int t = 0; t < nt; ++t) {
         if (r.fibers[size_t(t)].done) continue;
         r.cur = t;
         threadIdx.x = unsigned(t);
         to_fiber(t);
+      }
+      if (r.spins == 0) {
+        idle_rounds = 0;
+      } else if (++idle_rounds < 64) {
+        std::this_thread::yield();  // let the host thread it waits for run
+      } else {
+        const timespec ts{0, 50000};  // waiting long: 50 us naps, not a busy core
+        nanosleep(&ts, nullptr);
       }
     }
   }
@@ -679,8 +720,9 @@ void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
 }  // namespace emu
 
 inline void __syncthreads() { emu::syncthreads(); }
+inline void __nanosleep(unsigned) { emu::spin_pause(); }
 inline int __syncthreads_count(int p) {
-  static int total;
+  static thread_local int total;
   emu::syncthreads();
   if (threadIdx.x == 0) total = 0;
   emu::syncthreads();
@@ -696,33 +738,37 @@ inline unsigned __ballot_sync(unsigned, int p) {
   return unsigned(emu::warp_or_collective(p ? (uint64_t(1) << lane) : 0));
 }
 inline unsigned __reduce_or_sync(unsigned, unsigned v) { return unsigned(emu::warp_or_collective(v)); }
-inline int atomicExch(int* p, int v) {
-  const int o = *p;
-  *p = v;
+// Atomics: real ones (host threads run device work concurrently).
+inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+template <class T>
+T emu_atomic_update(T* p, T v, bool (*better)(T, T)) {
+  T o = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (better(v, o) && !__atomic_compare_exchange_n(p, &o, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
   return o;
 }
 inline unsigned atomicMin(unsigned* p, unsigned v) {
-  const unsigned o = *p;
-  if (v < o) *p = v;
-  return o;
+  return emu_atomic_update<unsigned>(p, v, [](unsigned a, unsigned b) { return a < b; });
 }
 inline unsigned atomicMax(unsigned* p, unsigned v) {
-  const unsigned o = *p;
-  if (v > o) *p = v;
-  return o;
+  return emu_atomic_update<unsigned>(p, v, [](unsigned a, unsigned b) { return a > b; });
 }
-inline unsigned atomicAdd(unsigned* p, unsigned v) {
-  const unsigned o = *p;
-  *p += v;
-  return o;
-}
-// One block at a time, in order: every store is visible to the blocks after it.
-inline void __threadfence() {}
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
-  const unsigned long long o = *p;
-  *p += v;
-  return o;
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
+inline unsigned atomicCAS(unsigned* p, unsigned cmp, unsigned v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long cmp, unsigned long long v) {
+  __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return cmp;
+}
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 // ---- cub subset -----------------------------------------------------------
 namespace cub {
@@ -734,7 +780,7 @@ class BlockScan {
   explicit BlockScan(TempStorage&) {}
 
   void ExclusiveSum(T in, T& out, T& aggregate) {
-    static T slots[BLOCK_THREADS];
+    static thread_local T slots[BLOCK_THREADS];
     const int t = int(threadIdx.x);
     slots[t] = in;
     emu::syncthreads();
@@ -750,8 +796,8 @@ class BlockScan {
 
   template <int N, class PrefixOp>
   void InclusiveSum(T (&in)[N], T (&out)[N], PrefixOp& op) {
-    static T slots[BLOCK_THREADS];
-    static T bcast;
+    static thread_local T slots[BLOCK_THREADS];
+    static thread_local T bcast;
     const int t = int(threadIdx.x);
     T local[N];
     T s = T(0);
@@ -783,7 +829,7 @@ class BlockReduce {
   struct TempStorage {};
   explicit BlockReduce(TempStorage&) {}
   T Sum(T in) {
-    static T slots[BLOCK_THREADS];
+    static thread_local T slots[BLOCK_THREADS];
     const int t = int(threadIdx.x);
     slots[t] = in;
     emu::syncthreads();
