@@ -52,29 +52,6 @@ namespace nc = ncclz::cuda;
 
 namespace {
 
-__global__ void gen_kernel(float* x, size_t n, int kind) {
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    if (kind == 0) {
-      const float u1 = (bench_hash32(2 * i) + 1.0f) * 2.3283064e-10f;  // (0, 1]
-      const float u2 = bench_hash32(2 * i + 1) * 2.3283064e-10f;
-      x[i] = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-    } else {
-      const double t = double(i);
-      x[i] = float(sin(t * 1e-4) + 0.3 * sin(t * 7.3e-3) + 0.05 * cos(t * 0.11));
-    }
-  }
-}
-
-__global__ void minmax_kernel(const float* x, size_t n, unsigned* lo, unsigned* hi) {
-  // Order-preserving integer keys of floats (finite data only).
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const unsigned u = __float_as_uint(x[i]);
-    const unsigned key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    atomicMin(lo, key);
-    atomicMax(hi, key);
-  }
-}
-
 // Counts the bytes where the slices of two encodes differ (sizes included).
 __global__ void diff_kernel(const uint8_t* a, const uint8_t* b, const uint64_t* sa, const uint64_t* sb, size_t S,
                             size_t slot, unsigned long long* ndiff) {
@@ -98,13 +75,6 @@ __global__ void diff_choice_kernel(const uint8_t* a, const uint8_t* b, const uin
     const bool bad = (j == 0 && sa[k] != sb[k]) || (j < sa[k] && a[i] != b[i]);
     if (bad) atomicAdd(ndiff, 1ull);
   }
-}
-
-float key_to_float(unsigned key) {
-  const unsigned u = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 struct Timer {
@@ -236,7 +206,7 @@ int main(int argc, char** argv) {
   std::vector<SelRow> sel_rows;
   bool all_ok = true;
   for (int kind = 0; kind < 2; ++kind) {
-    gen_kernel<<<4096, 256>>>(x, n, kind);
+    gen_kernel<<<4096, 256>>>(x, n, kind, 0);
     CK(cudaGetLastError());
     const unsigned init[2] = {0xffffffffu, 0u};
     CK(cudaMemcpy(mm, init, 8, cudaMemcpyHostToDevice));

@@ -5,7 +5,7 @@
 # the CudaCodec GoogleTests on it. This checks the kernels' logic (every CUDA
 # thread a coroutine), not the GPU: tools/gpu_session.sh does that.
 #
-# Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | comm | bench | GTEST_FILTER]
+# Usage (from the repo root): bash tools/cuda_emu/run.sh [ci | prims | persistent | comm | bench | GTEST_FILTER]
 #   (none)        every CudaCodec, CudaSelect, CudaFloatHuff and CudaCta test
 #   GTEST_FILTER  those tests (e.g. 'CudaCodec.Batches*')
 #   ci            what tools/run_tests.sh runs on every CPU CI run: every
@@ -16,12 +16,15 @@
 #                 CudaCodec tests with the CTA slice coder (cta: the fused ones too),
 #                 the device-rank prims tests (ncclz_cuda_emu_prims_tests:
 #                 ring collectives with device and CPU ranks) with v3, v2, v1,
+#                 the persistent ring kernels (CudaPersistent, same binary) once,
 #                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
 #                 with v3 and v2,
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's), and
-#                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes)
-#   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp)
+#                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes) and
+#                 bench/gpu_persistent_bench.cu's (4 ranks, 1 MiB each: exact sums)
+#   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp, test_cuda_persistent.cpp)
+#   persistent    the persistent ring kernels' tests alone (test_cuda_persistent.cpp)
 #   comm          device buffers through the communicator (tests/cpp/test_cuda_comm.cpp)
 #   bench         bench/gpu_codec_bench.cu on 1 MiB: its checks (its timings mean nothing)
 # Environment: NCCLZ_CUDA_TEST_QUICK (default 1: fewer sizes and cases; 0: all,
@@ -38,7 +41,7 @@ command -v ccache >/dev/null 2>&1 && args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 mkdir -p build
 cmake -S . -B "$B" "${args[@]}" >"$B.configure.log" 2>&1 || { cat "$B.configure.log"; exit 1; }
 cmake --build "$B" -j "${NCCLZ_TEST_JOBS:-$(nproc)}" --target ncclz_cuda_emu_tests ncclz_cuda_emu_prims_tests ncclz_cuda_emu_comm_tests \
-  ncclz_cuda_emu_bench ncclz_cuda_emu_float_huff_bench
+  ncclz_cuda_emu_bench ncclz_cuda_emu_float_huff_bench ncclz_cuda_emu_persistent_bench
 E=$B/tools/cuda_emu
 export NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1}
 case "${1:-}" in
@@ -54,8 +57,11 @@ case "${1:-}" in
     NCCLZ_DEVICE_CODEC=cta "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*' --gtest_brief=1
     for v in v3 v2 v1; do
       echo "device ranks in the send/receive loops (test_cuda_prims.cpp), $v slice kernels:"
-      NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
+      NCCLZ_DEVICE_CODEC=$v "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1 --gtest_filter='*CudaPrims*'
     done
+    echo "persistent ring kernels (test_cuda_persistent.cpp: ranks as threads, kernels running concurrently):"
+    "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1 --gtest_filter='CudaPersistent.*'
+
     echo "device buffers through the communicator (test_cuda_comm.cpp), v3 (the default) with registered slots,"
     echo "and v2 slice kernels with unregistered ones (NCCLZ_DEVICE_PIN=0):"
     "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
@@ -65,9 +71,13 @@ case "${1:-}" in
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
     "$E/ncclz_cuda_emu_float_huff_bench" --mib 1 --reps 1 --warm 0 >"$B/bench_fh.log" 2>&1 || { cat "$B/bench_fh.log"; exit 1; }
     echo "emulated bench/gpu_float_huff_bench.cu: round trips and CPU bytes checked (log: $B/bench_fh.log)"
+    "$E/ncclz_cuda_emu_persistent_bench" --mib 1 --channels 2 --slot-kib 64 --reps 1 --warm 0 >"$B/bench_persistent.log" 2>&1 ||
+      { cat "$B/bench_persistent.log"; exit 1; }
+    echo "emulated bench/gpu_persistent_bench.cu: 4 ranks' all_reduce results checked (log: $B/bench_persistent.log)"
     ;;
   bench) "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" ;;
   prims) "$E/ncclz_cuda_emu_prims_tests" ;;
+  persistent) "$E/ncclz_cuda_emu_prims_tests" --gtest_filter='CudaPersistent.*' ;;
   comm) "$E/ncclz_cuda_emu_comm_tests" ;;
   *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*}" ;;
 esac

@@ -1,0 +1,142 @@
+// Persistent collective kernels (issue 21, first version): ONE kernel per
+// call and rank runs the whole ring all_reduce on the device, one CTA per
+// channel, its send loop encoding each slice straight into the next rank's
+// FIFO slot with the CTA slice coder (cuda/cta_slice.cuh) and its receive
+// loop waiting on the FIFO's counters, decoding, reducing and re-encoding.
+// Implemented in cuda/persistent_ring.cu; built only with CUDA
+// (NCCLZ_WITH_CUDA). Declared here without CUDA headers. docs/GPU.md,
+// "Persistent ring kernels", has the schedule, the FIFO protocol and how
+// ranks sharing a GPU make progress.
+//
+// This version: ranks as threads of one process on one device (each rank its
+// own stream, one CUDA context, so a FIFO's device pointer is valid in every
+// rank). The FIFO is one device allocation per rank (all its channels), its
+// layout fixed by (channels, slots, slot bytes) alone, so that a later
+// version can hand it to another process with a CUDA IPC handle.
+//
+// Schedule and bytes: the CPU ring's (algorithms/ring.cpp, ring_all_reduce:
+// loops of N chunks of at most slots/2 slices, chunk r-1 sent first; the
+// allgather phase forwards slice bytes unchanged), with the CPU's slicing
+// (prims::slice_elems_for(slot_bytes, element size) elements a slice) and,
+// in Coded mode, the CPU's slices (encode_slice with the Block codec and the
+// predictor forced, the Raw fallback where Block is larger): so the results
+// are the CPU ring's bit for bit, and identical on every rank.
+//
+// Conventions as DeviceCodec's (ncclz/cuda_codec.hpp): device pointers d_*,
+// asynchronous on the ring's stream, 0 / a cudaError_t / minus a
+// codec::Status for arguments refused on the host; no allocation per call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ncclz/codec/format.hpp"
+
+namespace ncclz::cuda {
+
+/// How a persistent call ended (RingReport::error).
+enum class RingError : int {
+  None = 0,
+  Aborted = 1,   ///< the group's abort word was set (by the host, or by a failing peer kernel)
+  TimedOut = 2,  ///< a wait made no progress for Options::timeout_ns
+  Codec = 3,     ///< a slice did not decode (or encode): codec_status says why
+};
+
+/// What one channel's CTA of a call reports (page-locked host memory the
+/// kernel writes; read after synchronize()).
+struct RingReport {
+  int error = 0;         ///< RingError
+  int codec_status = 0;  ///< RingError::Codec: the codec::Status
+  int peer = -1;         ///< the rank waited on (Aborted, TimedOut) or whose slice failed (Codec)
+  uint32_t step = 0;     ///< the ring step (0-based, counting every slice's send/receive) it stopped at
+};
+
+/// The abort word of a group of ranks: page-locked host memory mapped for the
+/// device. The host sets it to stop every waiting kernel of the group; a
+/// kernel that fails sets it so that its peers stop too instead of waiting
+/// for their deadline. Clear it (and reset() every ring) before the next call.
+class RingAbort {
+ public:
+  RingAbort();
+  ~RingAbort();
+  RingAbort(const RingAbort&) = delete;
+  RingAbort& operator=(const RingAbort&) = delete;
+  int status() const { return status_; }  ///< 0, or the cudaError_t of the allocation
+  void set();
+  void clear();
+  bool is_set() const;
+  int* device_ptr() const { return dev_; }  ///< the word as the kernels see it
+
+ private:
+  int* host_ = nullptr;
+  int* dev_ = nullptr;
+  int status_ = 0;
+};
+
+/// One rank's side of a ring of persistent kernels.
+class PersistentRing {
+ public:
+  struct Options {
+    int rank = 0;
+    int nranks = 1;
+    int channels = 1;  ///< CTAs per call; channel c reduces the c-th of `channels` contiguous parts
+    /// The wire element: Coded mode: I32 or I64 codes (wrapping sums); Raw
+    /// mode: F32, F64, I32 or I64 values summed in their type (uncompressed
+    /// calls; the slot bytes are the values).
+    codec::ElemType type = codec::ElemType::I32;
+    bool coded = true;
+    codec::Predictor predictor = codec::Predictor::None;  ///< Coded: None, Delta1 or Delta2
+    size_t slot_bytes = size_t(1) << 20;                  ///< per FIFO slot (a slice and its header)
+    int slots = 4;                                        ///< per FIFO (2..16); chunks of slots/2 slices
+    uint64_t timeout_ns = 30'000'000'000ull;              ///< a wait without progress fails after this
+  };
+
+  /// Allocates this rank's FIFOs (device memory, zeroed), its scratch and
+  /// its reports. stream: a cudaStream_t, or nullptr for a stream of its own
+  /// (non-blocking; ranks as threads must not share one). abort: the group's.
+  PersistentRing(const Options& o, RingAbort* abort, void* stream = nullptr);
+  ~PersistentRing();
+  PersistentRing(const PersistentRing&) = delete;
+  PersistentRing& operator=(const PersistentRing&) = delete;
+
+  /// 0, or the error with which construction failed (minus a codec::Status
+  /// for options it refuses; every call then returns it).
+  int status() const { return status_; }
+  /// This rank's receive FIFOs (device memory): the previous rank sends there.
+  void* fifo() const { return fifo_; }
+  /// The next rank's fifo() (device memory of the same context).
+  void connect(void* next_fifo) { next_ = next_fifo; }
+  /// Elements per slice: prims::slice_elems_for(slot_bytes, element size).
+  size_t slice_elems() const { return slice_; }
+
+  /// All-reduce (sum) of count elements at d_src into d_dst on every rank (in
+  /// place allowed), one kernel on the ring's stream. Every rank of the ring
+  /// must make the same call (count, in order); their kernels wait on each
+  /// other through the FIFOs, so all must be able to run at once (docs/GPU.md).
+  int all_reduce_async(const void* d_src, void* d_dst, size_t count);
+  /// Waits for the ring's stream; returns a cudaError_t, or, if the call
+  /// failed on the device, 1000 + the RingError of the first channel that
+  /// failed (its report in *rep when rep is not null; RingError::None there
+  /// when the call succeeded).
+  int synchronize(RingReport* rep = nullptr);
+  /// After a failed call: the FIFO counters back to zero (every rank of the
+  /// group, with no kernel running, before the abort word is cleared).
+  int reset();
+  void* stream() const { return stream_; }
+
+ private:
+  Options o_;
+  RingAbort* abort_;
+  void* stream_ = nullptr;
+  bool own_stream_ = false;
+  int status_ = 0;
+  size_t slice_ = 1;
+  size_t fifo_bytes_ = 0;
+  void* fifo_ = nullptr;
+  void* next_ = nullptr;
+  void* scratch_ = nullptr;
+  RingReport* rep_host_ = nullptr;
+  RingReport* rep_dev_ = nullptr;
+};
+
+}  // namespace ncclz::cuda
