@@ -24,11 +24,16 @@
 #                 tests (device ranks in the ring collectives,
 #                 tests/cpp/test_cuda_prims.cpp) with v3 (the fused
 #                 decode-and-add) and v2; then the CudaComm tests (device
-#                 buffers through the communicator) with v3 and v2
+#                 buffers through the communicator) with v3 and v2; then the
+#                 CTA slice coder and the persistent ring kernels (CudaCta,
+#                 CudaPersistent) and the CudaCodec tests with the CTA coder
+#                 (NCCLZ_DEVICE_CODEC=cta)
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes);
-#                 bench/gpu_float_huff_bench.cu: FloatHuff on 256 MiB bf16 and f32 vs the D2D copy
+#                 bench/gpu_float_huff_bench.cu: FloatHuff on 256 MiB bf16 and f32 vs the D2D copy;
+#                 bench/gpu_persistent_bench.cu: the persistent ring all_reduce of 4 ranks as
+#                 threads, 64 MiB int32 codes (coded, raw) and float32 (raw) vs the D2D copy
 #       ranks     bench/gpu_ranks.py: 2 and 4 ranks sharing the GPU, socket
 #                 transport throttled, all_reduce none/lossless/lossy
 #       devpath   bench/gpu_ranks.py's lossy all_reduce of CUDA tensors (2 and 4 ranks,
@@ -41,6 +46,9 @@
 #       alltests  the whole GoogleTest suite (CPU tests too); not in "all"
 #       profile   Nsight Compute per-kernel times and DRAM bytes of one small
 #                 benchmark run -> $OUT/profile.csv; not in "all"
+#       persist   only the CTA slice coder's and the persistent kernels' steps (issue 21):
+#                 build, test-cta, test-codec-cta, bench-cta (gpu_codec_bench --kernels 34),
+#                 bench-persistent, memcheck-cta, racecheck-cta, memcheck-persistent
 #       all       env smoke build test pytest bench ranks sanitize
 #       dry       print the plan (phases, limits, commands' key flags); runs nothing
 #
@@ -109,10 +117,10 @@ INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.Empt
 # Step limits in seconds, each a ceiling (the build's three are one phase:
 # GoogleTest, configure, compile; the module copy is instant).
 L_ENV=15 L_SMOKE=25 L_GTEST=20 L_CONFIGURE=25 L_BUILD=140 L_MODULE=10 L_TEST=40 L_PYTEST=150 L_PYCPU=0
-L_BENCH=40 L_RANKS=60 L_DEVPATH=40 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30 L_PRIMS=30
+L_BENCH=40 L_RANKS=60 L_DEVPATH=40 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30 L_PRIMS=30 L_PERSIST=40
 # NCCLZ_GPU_LIMIT_SCALE=N multiplies every limit (rehearsals on a slow machine; with a deadline to match).
 if [ -n "${NCCLZ_GPU_LIMIT_SCALE:-}" ]; then
-  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3 L_PRIMS; do
+  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3 L_PRIMS L_PERSIST; do
     eval "$v=\$(($v * NCCLZ_GPU_LIMIT_SCALE))"
   done
 fi
@@ -241,7 +249,45 @@ phase_test() {
   step test-comm-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
   # Slots not registered with CUDA (the copies staged by the driver, two syncs per coded encode).
   step test-comm-nopin "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_PIN=0 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
+  persist_tests
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference' "$log" | head -40 >>"$SUMMARY"
+}
+
+# Issue 21: the CTA slice coder (cuda/cta_slice.cuh; DeviceCodec::set_kernels(4)) against the CPU
+# and v3, and the persistent ring all_reduce kernels (cuda/persistent_ring.cu) of ranks as threads
+# against the CPU ring; then the CudaCodec suite with the CTA coder.
+persist_tests() {
+  local log=$OUT_DIR/test.log
+  step test-cta "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCta.*:CudaPersistent.*' --gtest_color=no"
+  step test-codec-cta "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=cta '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
+}
+persist_bench() {
+  local log=$OUT_DIR/bench.log
+  rm -f "$SCRATCH/persistent.md"
+  step bench-persistent "$log" $L_PERSIST "'$BUILD/cuda/gpu_persistent_bench' --mib 64 --ranks 4 --channels 8 --slot-kib 1024 --slots 4 --rel 1e-3 --reps 5 --md '$SCRATCH/persistent.md'"
+  [ -f "$SCRATCH/persistent.md" ] && cat "$SCRATCH/persistent.md" | tee -a "$log" >>"$SUMMARY"
+  return 0
+}
+# The sanitizers on the CTA coder (its shared-memory stages) and on one-rank persistent kernels
+# (the wait, abort and report paths: compute-sanitizer may serialise kernels, which a ring of
+# several ranks' kernels cannot survive; memcheck-persistent runs a 1- and 2-rank case with a
+# 20 s timeout, so that a serialising tool shows up as TimedOut, not as a hang).
+persist_sanitize() {
+  local log=$OUT_DIR/sanitize.log
+  step memcheck-cta "$log" $L_PERSIST "NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCta.SmallSlotsGiveNoSpaceAsTheCpu:CudaCta.CorruptSlicesGiveTheCpuStatus:CudaCta.FusedFloatCallsMatchV3:CudaPersistent.TimeoutStopsAWaitingKernel:CudaPersistent.RefusesBadOptions' --gtest_color=no"
+  [ -z "${NCCLZ_SAN_QUICK:-}" ] && step racecheck-cta "$log" $L_PERSIST "NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCta.SmallSlotsGiveNoSpaceAsTheCpu:CudaCta.CorruptSlicesGiveTheCpuStatus:CudaPersistent.TimeoutStopsAWaitingKernel' --gtest_color=no"
+  step memcheck-persistent "$log" $L_PERSIST "NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1 NCCLZ_PERSISTENT_TEST_TIMEOUT_S=20 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPersistent.SmallRing' --gtest_color=no"
+  return 0
+}
+
+phase_persist() {
+  ensure_built
+  persist_tests
+  step bench-cta "$OUT_DIR/bench.log" $L_BENCH "'$BENCHBIN' --mib ${NCCLZ_BENCH_MIB:-256} --rel 1e-3 --reps 10 --kernels 134 --select 0 --md '$SCRATCH/bench.md'"
+  [ -f "$SCRATCH/bench.md" ] && cat "$SCRATCH/bench.md" | tee -a "$OUT_DIR/bench.log" >>"$SUMMARY"
+  persist_bench
+  persist_sanitize
+  grep -hE '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT_DIR/test.log" "$OUT_DIR/sanitize.log" 2>/dev/null | head -40 >>"$SUMMARY"
 }
 
 phase_pytest() {
@@ -286,6 +332,7 @@ phase_sanitize() {
   step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions:CudaPrims.EncodeIntoRegisteredSlotsMatchesCpu:CudaPrims.HostPinsLookUpRegisteredRanges:CudaPrims.ReduceValuesMatchesHostBits' --gtest_color=no"
   # Device buffers through a communicator of device and host ranks (the device path's kernels and copies).
   step memcheck-comm "$log" $L_PRIMS "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaComm.DeviceAndHostRanksMix' --gtest_color=no"
+  persist_sanitize
   if [ -n "${NCCLZ_SAN_INIT:-}" ]; then
     step initcheck "$log" 60 "compute-sanitizer --tool initcheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$INIT_FILTER' --gtest_color=no"
   fi
@@ -303,6 +350,7 @@ phase_bench() {
   rm -f "$SCRATCH/fhuff.md"
   step bench-floathuff "$log" $L_BENCH "'$BUILD/cuda/gpu_float_huff_bench' --mib ${NCCLZ_BENCH_MIB:-256} --reps 10 --md '$SCRATCH/fhuff.md'"
   [ -f "$SCRATCH/fhuff.md" ] && cat "$SCRATCH/fhuff.md" | tee -a "$log" >>"$SUMMARY"
+  persist_bench
 }
 
 phase_ranks() {
@@ -372,6 +420,7 @@ for p in "${phases[@]}"; do
     ranks) phase_ranks ;;
     devpath) phase_devpath ;;
     profile) phase_profile ;;
+    persist) phase_persist ;;
     *) echo "unknown phase: $p" | tee -a "$SUMMARY" ;;
   esac
 done
