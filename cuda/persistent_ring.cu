@@ -398,7 +398,10 @@ int PersistentRing::reset() {
 int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t count) {
   if (status_) return status_;
   if (next_ == nullptr && o_.nranks > 1) return host_error(Status::BadHeader);
-  for (int c = 0; c < o_.channels; ++c) rep_host_[c] = RingReport{};
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  // The reports cleared in stream order (after any earlier call's kernel).
+  if (const cudaError_t e = cudaMemsetAsync(rep_dev_, 0, sizeof(RingReport) * size_t(o_.channels), s); e != cudaSuccess)
+    return int(e);
   RingArgs a;
   a.rank = o_.rank;
   a.nranks = o_.nranks;
@@ -418,7 +421,6 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
   a.abort = abort_->device_ptr();
   a.rep = rep_dev_;
   a.timeout_ns = o_.timeout_ns;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   switch (o_.type) {
     case ElemType::I32:
       return int(o_.coded ? launch<int32_t, true>(a, o_.channels, s) : launch<int32_t, false>(a, o_.channels, s));
