@@ -158,6 +158,8 @@ int main(int argc, char** argv) {
   }
   std::sort(tc.begin(), tc.end());
   const double copy_ms = tc[tc.size() / 2];
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
   std::printf("cudaMemcpy D2D %zu MiB: %.3f ms = %.0f GB/s\n", mib, copy_ms, bytes / copy_ms / 1e6);
 
   const Mode modes[] = {{"coded none", true, ElemType::I32, Predictor::None},
