@@ -222,8 +222,11 @@ class DeviceWorkImpl final : public DeviceWork {
       use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems,
                                                              nullptr, &pins_);
       use->codec->set_fused_step(fused_step_);
-      // Raw slices of values (an uncompressed call): reduced in their own type.
-      if (a.mode == prims::WireMode::Raw && !a.int_sum) use->codec->set_value_reduction(a.op);
+      // Values (an uncompressed call's Raw slices, a lossless call's coded
+      // floats): reduced in their own type.
+      if (!codec::is_code_type(a.type) || (a.mode == prims::WireMode::Raw && !a.int_sum)) {
+        use->codec->set_value_reduction(a.op);
+      }
       use->type = a.type;
       use->mode = a.mode;
       use->int_sum = a.int_sum;

@@ -318,12 +318,10 @@ def _queueable(method):
     return wrapper
 
 
-_LOSSY_MODES = ("lossy_abs", "lossy_rel")
-
-
 def _device_path_on() -> bool:
-    """Whether lossy calls of CUDA arrays code on the device (NCCLZ_DEVICE_PATH: auto, the default,
-    where ncclz was built with CUDA; staged: through host copies, the first GPU path)."""
+    """Whether calls of CUDA arrays pass them to the runtime as they are, which codes them on the
+    device (NCCLZ_DEVICE_PATH: auto, the default, where ncclz was built with CUDA; staged: through
+    host copies made here, the first GPU path)."""
     mode = os.environ.get("NCCLZ_DEVICE_PATH", "auto").strip().lower() or "auto"
     if mode not in ("auto", "staged"):
         raise InvalidArgumentError(f"NCCLZ_DEVICE_PATH must be auto or staged, got {mode!r}")
@@ -576,12 +574,13 @@ class Communicator:
         here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
         the call only writes x (a GPU array's contents are then not copied to the host first).
         ``device_path``: the call codes CUDA arrays on the device (every collective, send and
-        recv): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
-        (docs/GPU.md, "Device buffers"; NCCLZ_DEVICE_PATH=staged turns it off), except where the
-        policy runs the call exact by its size alone (``policy``: the call's own setting): those
-        take the staged path's latency algorithm."""
+        recv): a call of a PyTorch or CuPy CUDA array then passes it as it is, in every mode
+        (docs/GPU.md, "Device buffers": the runtime runs it on the device where it can, on host
+        copies where not; NCCLZ_DEVICE_PATH=staged turns it off), except where the policy runs
+        the call exact by its size alone (``policy``: the call's own setting): those take the
+        staged path's latency algorithm."""
         c = _compression(compression)
-        direct = device_path and c.mode in _LOSSY_MODES and _device_path_on() and not self._small_for_policy(x, policy)
+        direct = device_path and _device_path_on() and not self._small_for_policy(x, policy)
         b = _dlpack.as_buffer(x, what, load=load, direct=direct)
         if b.gpu is not None:
             self._check_device(b, what)

@@ -316,9 +316,9 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
   }
 }
 
-// Paths that run on host copies of device buffers: lossless calls, one rank, non-finite inputs (the exact fallback), a
-// lossy call rank 0's proposal does not touch. Every one the host call's bits, the output back on the device, on_device
-// false.
+// Paths that run on host copies of device buffers: one rank, non-finite inputs (the exact fallback), a lossy call rank
+// 0's proposal does not touch. Every one the host call's bits, the output back on the device, on_device false.
+// (Uncompressed and lossless float32 calls of several ranks run on the device: *CollectivesOnDevice.)
 TEST(CudaComm, HostCopiesForTheOtherPaths) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = 2000;
@@ -342,8 +342,7 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
           SCOPED_TRACE(std::string(name(o)) + " N=" + std::to_string(N) + " mode " + std::to_string(k) + " rank " +
                        std::to_string(r));
           ASSERT_EQ(dev[size_t(r)].error, "");
-          // (Uncompressed calls of several ranks keep their values on the device: UncompressedCollectivesOnDevice.)
-          EXPECT_EQ(dev[size_t(r)].stats.on_device, k == 0 && N > 1);
+          EXPECT_EQ(dev[size_t(r)].stats.on_device, k < 2 && N > 1);
           if (has_output(o, r)) {
             EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out);
           }
@@ -397,20 +396,71 @@ TEST(CudaComm, UncompressedCollectivesOnDevice) {
   }
 }
 
-// send / recv with device buffers on either side or both: a lossy pair codes
-// on the device where the buffers are (the receiver decodes into device
-// codes), an uncompressed pair runs on host copies; the host pair's bits.
+// Lossless collectives of device buffers on 2-4 ranks, all on the device
+// and device and host ranks mixed: float32, bfloat16 and float16 are coded
+// on the device (FloatHuff slices, Raw where not smaller; every rank codes
+// without rANS since one is a device: CallStats::on_device), float64 runs on
+// host copies; every output the bits of the all-host uncompressed call (and
+// of the all-host lossless one), for every collective and operator; the
+// float slices compress (wire bytes below raw on a device rank's ring).
+TEST(CudaComm, LosslessCollectivesOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  for (int N : {2, 3, 4}) {
+    Ranks R = make_ranks(N);
+    std::vector<bool> mixed(size_t(N), false);
+    for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
+    for (DataType t : {DataType::F32, DataType::BF16, DataType::F16, DataType::F64}) {
+      const bool coded = t != DataType::F64;
+      for (Op o : kAllOps) {
+        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
+          if (op != RedOp::Sum && !reduces(o)) continue;
+          if (op == RedOp::Max && (N == 3 || t == DataType::F16)) continue;  // fewer cases: every operator ran above
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 17));
+          const auto none = run(R, o, t, op, Compression::none(), count, in, std::vector<bool>(size_t(N), false));
+          const auto host = run(R, o, t, op, Compression::lossless(), count, in, std::vector<bool>(size_t(N), false));
+          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+            const auto dev = run(R, o, t, op, Compression::lossless(), count, in, pattern);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE(std::string(name(o)) + " op " + std::to_string(int(op)) + " N=" + std::to_string(N) +
+                           " type " + std::to_string(int(t)) + " rank " + std::to_string(r) +
+                           (pattern == mixed ? " (mixed)" : ""));
+              ASSERT_EQ(dev[size_t(r)].error, "");
+              EXPECT_EQ(dev[size_t(r)].stats.on_device, coded && pattern[size_t(r)]);
+              if (has_output(o, r)) {
+                EXPECT_EQ(host[size_t(r)].out, none[size_t(r)].out) << "lossless and none differ on the host";
+                EXPECT_EQ(dev[size_t(r)].out, none[size_t(r)].out) << "device and host results differ";
+              }
+              const bool ring = o == Op::AllReduce || o == Op::ReduceScatter || o == Op::AllGather;
+              if (coded && pattern[size_t(r)] && ring && t == DataType::F32) {
+                EXPECT_LT(dev[size_t(r)].stats.wire_bytes, dev[size_t(r)].stats.raw_bytes) << "nothing compressed";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// send / recv with device buffers on either side or both: each side codes on
+// the device where its buffers are (lossy: the receiver decodes into device
+// codes; uncompressed: raw slices; lossless: FloatHuff slices, which a host
+// peer writes too); the host pair's bits.
 TEST(CudaComm, SendRecvWithDeviceBuffers) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 5000 : 40000;
   Ranks R = make_ranks(2);
   const std::vector<uint8_t> x = input(DataType::F32, count, 0, 21);
-  for (const Compression& c : {Compression::lossy_abs(1e-3), Compression::none()}) {
+  for (const Compression& c : {Compression::lossy_abs(1e-3), Compression::none(), Compression::lossless()}) {
     std::vector<uint8_t> want;  // the host pair's result
     for (int k = 0; k < 4; ++k) {
       const bool send_dev = k & 1, recv_dev = k & 2;
-      SCOPED_TRACE(std::string(c.mode == Compression::Mode::None ? "none" : "lossy") + " send on " +
-                   (send_dev ? "device" : "host") + ", recv on " + (recv_dev ? "device" : "host"));
+      SCOPED_TRACE(std::string(c.mode == Compression::Mode::None       ? "none"
+                               : c.mode == Compression::Mode::Lossless ? "lossless"
+                                                                       : "lossy") +
+                   " send on " + (send_dev ? "device" : "host") + ", recv on " + (recv_dev ? "device" : "host"));
       std::vector<uint8_t> got;
       CallStats sent, recvd;
       R.run([&](int r, Communicator& comm) {
@@ -435,8 +485,11 @@ TEST(CudaComm, SendRecvWithDeviceBuffers) {
       if (k == 0) want = got;
       EXPECT_EQ(got, want) << "differs from the host pair";
       const bool lossy = c.mode != Compression::Mode::None;
-      EXPECT_EQ(sent.on_device, lossy && send_dev);
-      EXPECT_EQ(recvd.on_device, lossy && recv_dev);
+      EXPECT_EQ(sent.on_device, send_dev);
+      EXPECT_EQ(recvd.on_device, recv_dev);
+      if (c.mode == Compression::Mode::Lossless) {
+        EXPECT_LT(sent.wire_bytes, sent.raw_bytes) << "nothing compressed";
+      }
       if (lossy) {
         EXPECT_FALSE(recvd.exact_fallback);
         double worst = 0;

@@ -57,13 +57,6 @@ bool LossyCall::any_flag(const std::vector<CallDesc>& all, uint8_t flag) {
   return false;
 }
 
-bool LossyCall::any_device(const std::vector<CallDesc>& all) {
-  for (const CallDesc& d : all) {
-    if (d.device) return true;
-  }
-  return false;
-}
-
 Wire LossyCall::codes_wire(bool wide, const std::vector<CallDesc>& all) const {
   Wire w = code_wire(t_, wide, cd_.op, c_);
   if (any_device(all)) {
@@ -295,8 +288,23 @@ void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
 
 const void* LossyCall::send_data() const { return plan_.compress ? codes_ : cd_.send; }
 
+Wire LossyCall::exact_wire(Mode m, bool device_peer) const {
+  Wire w = native_wire(t_, m, RedOp::Sum, c_);
+  if (m == Mode::Lossless && (cd_.device >= 0 || device_peer)) w.enc.allow_rans = false;  // what a device decodes
+  return w;
+}
+
+bool LossyCall::exact_on_device(Mode m) const {
+  return cd_.device >= 0 && !is_lossy(m) && device_codes_exact(exact_wire(m, true));
+}
+
 Wire LossyCall::send_wire(Mode m, const CallDesc& receiver) const {
-  if (!plan_.compress) return native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+  if (is_lossy(m) && !plan_.compress) return native_wire(t_, Mode::None, RedOp::Sum, c_);
+  if (!is_lossy(m)) {
+    Wire w = exact_wire(m, receiver.device != 0);
+    if (exact_on_device(m)) w.device = rt_.device_work.get();
+    return w;
+  }
   Wire w = code_wire(t_, plan_.wide, RedOp::Sum, c_);
   if (cd_.device >= 0 || receiver.device) w.enc.allow_rans = false;  // what a device rank decodes
   if (cd_.device >= 0) w.device = rt_.device_work.get();
@@ -311,21 +319,28 @@ void* LossyCall::recv_target(const CallDesc& sender, Mode m, HostStaging& stagin
     call_.requested = sender.E;
     call_.bound = compressed ? sender.E : 0;
   }
-  // Device buffers: codes arrive into device memory; the values of an
-  // uncompressed call into a host copy.
+  // Device buffers: codes arrive into device memory, and so do the values of
+  // an exact call the device codes; those of a lossy call sent uncompressed
+  // (the sender's fallback) into a host copy.
+  const bool exact = exact_on_device(m);
   const bool device = cd_.device >= 0 && compressed && is_lossy(m);
-  if (cd_.device >= 0 && !device) staging.begin();
+  if (cd_.device >= 0 && !device && !exact) staging.begin();
   if (device) {
     codes_ = device_work(rt_, cd_.device).codes(0, cd_.out_count * (wide ? 8 : 4));
   } else {
     codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
   }
-  call_.on_device = device;
+  call_.on_device = device || exact;
   return codes_;
 }
 
 Wire LossyCall::recv_wire(const CallDesc& sender, Mode m) const {
-  if (!(sender.flags & kCompress)) return native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+  if (!is_lossy(m)) {
+    Wire w = exact_wire(m, sender.device != 0);
+    if (call_.on_device) w.device = rt_.device_work.get();
+    return w;
+  }
+  if (!(sender.flags & kCompress)) return native_wire(t_, Mode::None, RedOp::Sum, c_);
   Wire w = code_wire(t_, (sender.flags & kWide) != 0, RedOp::Sum, c_);
   if (call_.on_device) w.device = rt_.device_work.get();
   return w;
