@@ -24,6 +24,7 @@
 //           recvReduceCopySend): reduce's work, then encode's, then one
 //           sync for both (set_fused_step(false): reduce, then encode)
 //   copy    D2D copy                                                 ; (ordered, no sync)
+//   synchronize                                                      ; sync
 //
 // Coded floats (lossless F32 / BF16 / F16: FloatHuff slices, Raw where that
 // is not smaller, as the CPU's encode_slice with allow_rans = false): the
@@ -416,6 +417,11 @@ void DeviceSliceCodec::reduce_encode(const uint8_t* in, size_t len, size_t n, co
   *reduce_status = reduced(in, len, v);
   if (*reduce_status != Status::Ok) return;
   *encode_status = es != Status::Ok ? es : encoded(n, slot, d_slot, bytes);
+}
+
+Status DeviceSliceCodec::synchronize() {
+  cuda_error_ = 0;
+  return sync() ? Status::Ok : Status::Unsupported;
 }
 
 Status DeviceSliceCodec::copy(uint8_t* dst, const uint8_t* src, size_t bytes) {

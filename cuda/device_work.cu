@@ -103,7 +103,15 @@ class DeviceWorkImpl final : public DeviceWork {
   ~DeviceWorkImpl() override {
     cudaSetDevice(dev_);
     dc_.synchronize();
-    ch_.clear();  // the slice codecs wait for their streams
+    // The slice codecs wait for their streams, then the streams go (a second
+    // ring's codecs use their channel's stream).
+    for (Channel& c : ch_) {
+      for (Coder& k : c.coders) k.codec.reset();
+    }
+    for (Channel& c : ch_) {
+      if (c.stream) cudaStreamDestroy(c.stream);
+    }
+    ch_.clear();
     for (void* p : buf_) cudaFree(p);
     cudaFree(d_stats_);
     cudaFreeHost(h_stats_);
@@ -220,7 +228,7 @@ class DeviceWorkImpl final : public DeviceWork {
       }
       use->codec.reset();
       use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems,
-                                                             nullptr, &pins_);
+                                                             stream_of(c), &pins_);
       use->codec->set_fused_step(fused_step_);
       // Values (an uncompressed call's Raw slices, a lossless call's coded
       // floats): reduced in their own type.
@@ -272,6 +280,7 @@ class DeviceWorkImpl final : public DeviceWork {
     uint64_t used = 0;  ///< the channel's tick when last used
   };
   struct Channel {
+    cudaStream_t stream = nullptr;  ///< made on first use; its entries' codecs code on it
     Coder coders[2];
     uint64_t tick = 0;
     std::unique_ptr<void, CudaFree> scratch;
@@ -291,8 +300,15 @@ class DeviceWorkImpl final : public DeviceWork {
   }
   void here() const { cudaSetDevice(dev_); }
   cudaStream_t stream() const { return static_cast<cudaStream_t>(dc_.stream()); }
+  /// The stream of entry c's codecs: its channel's (a second ring's entry
+  /// shares channel c's), made on first use by the channel's own thread.
+  cudaStream_t stream_of(int c) {
+    Channel& ch = channel(c >= kSecondRing ? c - kSecondRing : c);
+    if (!ch.stream) check(int(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking)), dev_, "creating a stream");
+    return ch.stream;
+  }
 
-  static constexpr size_t kMaxChannels = 64;
+  static constexpr size_t kMaxChannels = 2 * size_t(kSecondRing);
   int dev_;
   prims::HostPins pins_{env::get_bool("NCCLZ_DEVICE_PIN", true)};     ///< declared before ch_: outlives the codecs
   bool fused_step_ = env::get_bool("NCCLZ_DEVICE_FUSED_STEP", true);  ///< DeviceSliceCodec::set_fused_step

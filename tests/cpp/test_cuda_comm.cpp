@@ -444,6 +444,52 @@ TEST(CudaComm, LosslessCollectivesOnDevice) {
   }
 }
 
+// The hierarchical schedules with device buffers (hosts from the topology
+// override: 2x2 and 2x3), uncompressed and lossless: both rings (raw slices
+// inside a host, raw or FloatHuff slices between hosts) on the device
+// (CallStats::on_device, algorithm Hierarchical), all ranks on the device
+// and device and host ranks mixed; every output the all-host uncompressed
+// call's bits (lossless and none alike), for the four hierarchical
+// collectives and sum / max.
+TEST(CudaComm, HierarchicalExactCallsOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 2400 : 12000;
+  for (const char* layout : {"2x2", "2x3"}) {
+    const int N = layout[2] == '2' ? 4 : 6;
+    Ranks R(N, [layout](int, CommConfig& cfg) {
+      cfg.slot_bytes = 4096;
+      cfg.topo_hosts = layout;
+      cfg.latency_bytes = 0;  // the hierarchical schedules at every size
+    });
+    std::vector<bool> mixed(size_t(N), false);
+    for (int r = 0; r < N; r += 3) mixed[size_t(r)] = true;
+    for (DataType t : {DataType::F32, DataType::BF16}) {
+      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+        for (RedOp op : {RedOp::Sum, RedOp::Max}) {
+          if (op != RedOp::Sum && !reduces(o)) continue;
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 29));
+          const auto none = run(R, o, t, op, Compression::none(), count, in, std::vector<bool>(size_t(N), false));
+          for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+            for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+              const auto dev = run(R, o, t, op, c, count, in, pattern);
+              for (int r = 0; r < N; ++r) {
+                SCOPED_TRACE(std::string(layout) + " " + name(o) + " op " + std::to_string(int(op)) + " type " +
+                             std::to_string(int(t)) + (c.mode == Compression::Mode::None ? " none" : " lossless") +
+                             " rank " + std::to_string(r) + (pattern == mixed ? " (mixed)" : ""));
+                ASSERT_EQ(dev[size_t(r)].error, "");
+                EXPECT_EQ(dev[size_t(r)].stats.algorithm, Algorithm::Hierarchical);
+                EXPECT_EQ(dev[size_t(r)].stats.on_device, bool(pattern[size_t(r)]));
+                EXPECT_EQ(dev[size_t(r)].out, none[size_t(r)].out) << "differs from the host call";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // send / recv with device buffers on either side or both: each side codes on
 // the device where its buffers are (lossy: the receiver decodes into device
 // codes; uncompressed: raw slices; lossless: FloatHuff slices, which a host

@@ -242,19 +242,20 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     const Compression& wire_c = run == m ? c : Compression{};
     Wire w = native_wire(t, run, cd.op, wire_c);
     if (run == Mode::Lossless && any_device(all)) w.enc.allow_rans = false;
-    // Device buffers on the flat schedules: the values stay on the device,
-    // uncompressed (raw slices copied to and from the slots) or lossless
-    // (device_codes_exact: FloatHuff slices coded there), reduced there
-    // (DeviceSliceCodec::set_value_reduction); every other exact call of
-    // device buffers runs on host copies.
-    if (cd.device >= 0 && rt_.nranks > 1 && cd.algorithm != Algorithm::Hierarchical && device_codes_exact(w)) {
+    // Device buffers: the values stay on the device, uncompressed (raw slices
+    // copied to and from the slots) or lossless (device_codes_exact: FloatHuff
+    // slices coded there), reduced there (DeviceSliceCodec::
+    // set_value_reduction), on the flat schedules and the hierarchical ones
+    // (both rings on the device); every other exact call of device buffers
+    // runs on host copies.
+    if (cd.device >= 0 && rt_.nranks > 1 && device_codes_exact(w)) {
       w.device = &device_work(rt_, cd.device);
       call.on_device = true;
     } else {
       staging.begin();
     }
     if (cd.algorithm == Algorithm::Hierarchical) {
-      run_hier_values(rt_, cd, t, run, wire_c, nch, call);
+      run_hier_values(rt_, cd, t, w, nch, call);
     } else if (cd.peer_schedule) {
       rt_.channels.run_schedule(cd, cd.send, cd.recv, w, nch, call);
     } else {
@@ -343,6 +344,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
     step("send", [&] {
       prims::Prims p = rt_.peers.prims(peer, lossy.send_wire(m, theirs), call, &call.ch[0]);
       p.send(lossy.send_data(), cd.count);
+      p.settle();
       rt_.peers.link(peer)->send->flush(call.deadline());  // complete only once the bytes have left this process
     });
   } else {
@@ -350,6 +352,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
     step("recv", [&] {
       prims::Prims p = rt_.peers.prims(peer, lossy.recv_wire(theirs, m), call, &call.ch[0]);
       p.recv(target, cd.count);
+      p.settle();
     });
     lossy.finish_recv(theirs);
   }

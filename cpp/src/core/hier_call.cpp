@@ -1,6 +1,8 @@
 // A hierarchical call's buffers and wires (see hier_call.hpp).
 #include "core/hier_call.hpp"
 
+#include "core/device_work.hpp"
+
 namespace ncclz::core {
 namespace {
 
@@ -13,16 +15,15 @@ Wire raw(Wire w) {
 
 }  // namespace
 
-void run_hier_values(Runtime& rt, const Collective& cd, DataType t, Mode m, const Compression& c, int nch,
-                     CallState& call) {
-  const Wire inter = native_wire(t, m, cd.op, c);
+void run_hier_values(Runtime& rt, const Collective& cd, DataType t, const Wire& inter, int nch, CallState& call) {
   HierChannels::Buffers b;
   b.src = cd.send;
   b.dst = cd.recv;
   b.mid = cd.recv;
   if (cd.coll == Coll::ReduceScatter) {
     // The host's sums of this local rank's H blocks, then reduced between hosts.
-    b.work = rt.work[0].get(size_t(rt.topo.nhosts) * cd.split * dsize(t));
+    const size_t bytes = size_t(rt.topo.nhosts) * cd.split * dsize(t);
+    b.work = inter.device ? inter.device->codes(0, bytes) : rt.work[0].get(bytes);
     b.mid = b.work;
     b.mid_out = cd.recv;
   }

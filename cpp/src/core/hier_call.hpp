@@ -29,9 +29,10 @@
 
 namespace ncclz::core {
 
-/// none / lossless (m) with the Compression `c` of the inter-host wire.
-void run_hier_values(Runtime& rt, const Collective& cd, DataType t, Mode m, const Compression& c, int nch,
-                     CallState& call);
+/// none / lossless: the user's values, on the inter-host wire `inter`
+/// (native_wire of the call's mode); inside hosts the same values raw. A
+/// device rank (inter.device) runs both rings on its device.
+void run_hier_values(Runtime& rt, const Collective& cd, DataType t, const Wire& inter, int nch, CallState& call);
 
 /// A lossy all_reduce or reduce_scatter with the hierarchical plan; out_step:
 /// the output grid's step (2 eb, or 2 eb / N for a mean).

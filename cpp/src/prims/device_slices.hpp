@@ -59,8 +59,12 @@ class DeviceSlices {
                                SliceValues* out) = 0;
   /// SliceCodec::encode of dense device values into the slot `out` (host memory).
   virtual codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) = 0;
-  /// bytes from src to dst, both device memory (the COPY verbs' output).
+  /// bytes from src to dst, both device memory (the COPY verbs' output);
+  /// ordered on the stream, not waited for (synchronize() waits).
   virtual codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
+  /// Waits for every call's work on the stream (the copies included): the
+  /// end of a schedule, whose outputs another stream or the host reads next.
+  virtual codec::Status synchronize() = 0;
   /// reduce() into `to`, then encode() of the sum into `slot`, for a step
   /// that reduces and sends: *reduce_status is reduce's status, and
   /// *encode_status encode's where the reduction succeeded. An
@@ -122,6 +126,7 @@ class DeviceSliceCodec final : public DeviceSlices {
                        SliceValues* out) override;
   codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) override;
   codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  codec::Status synchronize() override;
   /// Reduce's and encode's work on the stream, then one synchronisation
   /// (unless set_fused_step(false)).
   void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to, SliceValues* v,
