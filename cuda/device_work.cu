@@ -107,6 +107,8 @@ class DeviceWorkImpl final : public DeviceWork {
     // ring's codecs use their channel's stream).
     for (Channel& c : ch_) {
       for (Coder& k : c.coders) k.codec.reset();
+      if (c.quant.dc) c.quant.dc->synchronize();
+      c.quant.dc.reset();
     }
     for (Channel& c : ch_) {
       if (c.stream) cudaStreamDestroy(c.stream);
@@ -151,21 +153,24 @@ class DeviceWorkImpl final : public DeviceWork {
   size_t quantize(ElemType t, double eb, double check_eb, int64_t limit, bool wide, const void* d_x, size_t n,
                   void* d_q, bool exact_check) override {
     here();
-    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
-    check(dc_.quantize_checked_async(d_x, t, n, eb, check_eb, limit, d_q, ct, d_count_, exact_check), dev_,
-          "quantizing");
-    check(int(cudaMemcpyAsync(h_count_, d_count_, sizeof(uint64_t), cudaMemcpyDeviceToHost, stream())), dev_,
-          "reading the outlier count back");
-    check(dc_.synchronize(), dev_, "quantizing");
-    return size_t(*h_count_);
+    return quantize_with(dc_, d_count_, h_count_, t, eb, check_eb, limit, wide, d_x, n, d_q, exact_check);
   }
 
   void dequantize(ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) override {
     here();
-    if (n == 0) return;
-    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
-    check(dc_.dequantize_async(d_q, ct, n, step / 2, d_out, t), dev_, "dequantizing");
-    check(dc_.synchronize(), dev_, "dequantizing");
+    dequantize_with(dc_, t, wide, d_q, n, step, d_out);
+  }
+
+  size_t quantize_on(int c, ElemType t, double eb, double check_eb, int64_t limit, bool wide, const void* d_x, size_t n,
+                     void* d_q, bool exact_check) override {
+    here();
+    Quantizer& q = quantizer(c);
+    return quantize_with(*q.dc, q.d_count, q.h_count, t, eb, check_eb, limit, wide, d_x, n, d_q, exact_check);
+  }
+
+  void dequantize_on(int c, ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) override {
+    here();
+    dequantize_with(*quantizer(c).dc, t, wide, d_q, n, step, d_out);
   }
 
   void* codes(int i, size_t bytes) override {
@@ -279,8 +284,20 @@ class DeviceWorkImpl final : public DeviceWork {
     codec::EncodeOptions enc;
     uint64_t used = 0;  ///< the channel's tick when last used
   };
+  /// A channel's quantizer on its stream (quantize_on, dequantize_on): a
+  /// DeviceCodec and the outlier count's words.
+  struct Quantizer {
+    std::unique_ptr<cuda::DeviceCodec> dc;
+    uint64_t* d_count = nullptr;
+    uint64_t* h_count = nullptr;
+    ~Quantizer() {
+      cudaFree(d_count);
+      cudaFreeHost(h_count);
+    }
+  };
   struct Channel {
     cudaStream_t stream = nullptr;  ///< made on first use; its entries' codecs code on it
+    Quantizer quant;                ///< made on first use
     Coder coders[2];
     uint64_t tick = 0;
     std::unique_ptr<void, CudaFree> scratch;
@@ -306,6 +323,38 @@ class DeviceWorkImpl final : public DeviceWork {
     Channel& ch = channel(c >= kSecondRing ? c - kSecondRing : c);
     if (!ch.stream) check(int(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking)), dev_, "creating a stream");
     return ch.stream;
+  }
+
+  /// Entry c's channel's quantizer, made on first use by its thread.
+  Quantizer& quantizer(int c) {
+    Channel& ch = channel(c >= kSecondRing ? c - kSecondRing : c);
+    if (!ch.quant.dc) {
+      auto dc = std::make_unique<cuda::DeviceCodec>(stream_of(c));
+      check(dc->status(), dev_, "creating a quantizer");
+      check(int(cudaMalloc(reinterpret_cast<void**>(&ch.quant.d_count), sizeof(uint64_t))), dev_, "cudaMalloc");
+      check(int(cudaMallocHost(reinterpret_cast<void**>(&ch.quant.h_count), sizeof(uint64_t))), dev_, "cudaMallocHost");
+      ch.quant.dc = std::move(dc);
+    }
+    return ch.quant;
+  }
+  /// quantize()'s work on dc's stream: the outlier count read back.
+  size_t quantize_with(cuda::DeviceCodec& dc, uint64_t* d_count, uint64_t* h_count, ElemType t, double eb,
+                       double check_eb, int64_t limit, bool wide, const void* d_x, size_t n, void* d_q,
+                       bool exact_check) {
+    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
+    check(dc.quantize_checked_async(d_x, t, n, eb, check_eb, limit, d_q, ct, d_count, exact_check), dev_, "quantizing");
+    check(int(cudaMemcpyAsync(h_count, d_count, sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                              static_cast<cudaStream_t>(dc.stream()))),
+          dev_, "reading the outlier count back");
+    check(dc.synchronize(), dev_, "quantizing");
+    return size_t(*h_count);
+  }
+  void dequantize_with(cuda::DeviceCodec& dc, ElemType t, bool wide, const void* d_q, size_t n, double step,
+                       void* d_out) {
+    if (n == 0) return;
+    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
+    check(dc.dequantize_async(d_q, ct, n, step / 2, d_out, t), dev_, "dequantizing");
+    check(dc.synchronize(), dev_, "dequantizing");
   }
 
   static constexpr size_t kMaxChannels = 2 * size_t(kSecondRing);

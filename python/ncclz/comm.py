@@ -642,7 +642,7 @@ class Communicator:
         `data`: whether b holds the call's input (a scatter's non-root ranks hold only their output)."""
         return self._policy.choose(Call(coll, b.dtype, nbytes, c.mode, c.bound, compression,
                                         (lambda: _dlpack.to_numpy(b)) if data else None, op or "sum",
-                                        _algorithm(algorithm)), policy)
+                                        _algorithm(algorithm), b.device is not None), policy)
 
     def _record(self, name: str, c: Any, st: Any, d: Decision | None = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).

@@ -490,6 +490,64 @@ TEST(CudaComm, HierarchicalExactCallsOnDevice) {
   }
 }
 
+// Lossy calls on the hierarchical schedules with device buffers (2x2 and
+// 2x3 from the topology override): all_gather and broadcast move codes
+// quantized before (raw inside hosts, coded between them), all_reduce and
+// reduce_scatter (sum, avg) quantize the host sums whole between the phases
+// on each channel's stream (algorithms::HostSumCodes; host ranks do it slice
+// by slice in a stage): on the device (algorithm Hierarchical), all ranks
+// and mixed with host ranks; every output the all-host call's bits, within
+// the bound of the fp64 reference. A hierarchical max runs on host copies.
+TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 2400 : 12000;
+  for (const char* layout : {"2x2", "2x3"}) {
+    const int N = layout[2] == '2' ? 4 : 6;
+    Ranks R(N, [layout](int, CommConfig& cfg) {
+      cfg.slot_bytes = 4096;
+      cfg.topo_hosts = layout;
+      cfg.latency_bytes = 0;
+    });
+    std::vector<bool> mixed(size_t(N), false);
+    for (int r = 0; r < N; r += 3) mixed[size_t(r)] = true;
+    for (DataType t : {DataType::F32, DataType::BF16}) {
+      const double E = t == DataType::BF16 ? 1.0 : 1e-3;  // (bf16 sums of 3 ranks near 18 round by 0.06 each)
+      const Compression c = Compression::lossy_abs(E);
+      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
+          if (op != RedOp::Sum && !reduces(o)) continue;
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 31));
+          const auto host = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), false));
+          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+            const auto dev = run(R, o, t, op, c, count, in, pattern);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE(std::string(layout) + " " + name(o) + " op " + std::to_string(int(op)) + " type " +
+                           std::to_string(int(t)) + " rank " + std::to_string(r) +
+                           (pattern == mixed ? " (mixed)" : ""));
+              const Result& h = host[size_t(r)];
+              const Result& d = dev[size_t(r)];
+              ASSERT_EQ(h.error, "");
+              ASSERT_EQ(d.error, "");
+              EXPECT_EQ(d.stats.algorithm, Algorithm::Hierarchical);
+              EXPECT_FALSE(d.stats.exact_fallback);
+              EXPECT_EQ(d.stats.on_device, pattern[size_t(r)] && op != RedOp::Max);
+              EXPECT_EQ(d.out, h.out) << "device and host results differ";
+              if (op == RedOp::Max) continue;
+              const auto ref = reference(o, t, op, count, N, r, in);
+              double worst = 0;
+              for (size_t i = 0; i < ref.size(); ++i)
+                worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
+              EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
+              EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // send / recv with device buffers on either side or both: each side codes on
 // the device where its buffers are (lossy: the receiver decodes into device
 // codes; uncompressed: raw slices; lossless: FloatHuff slices, which a host

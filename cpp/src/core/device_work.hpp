@@ -83,6 +83,14 @@ class DeviceWork {
                           size_t n, void* d_q, bool exact_check = false) = 0;
   /// out[i] = T(q[i] * step), n codes (I32, or I64 when wide) into values of type t.
   virtual void dequantize(codec::ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) = 0;
+  /// quantize() and dequantize() on entry c's channel's stream, in order with
+  /// its slice codecs' work, from the channel's own thread (channels at the
+  /// same time): a hierarchical lossy reduction's host sums
+  /// (algorithms::HostSumCodes). Each waits for its work.
+  virtual size_t quantize_on(int c, codec::ElemType t, double eb, double check_eb, int64_t limit, bool wide,
+                             const void* d_x, size_t n, void* d_q, bool exact_check) = 0;
+  virtual void dequantize_on(int c, codec::ElemType t, bool wide, const void* d_q, size_t n, double step,
+                             void* d_out) = 0;
   /// Device buffer i (0, 1) of at least `bytes` bytes (contents not kept when it grows).
   virtual void* codes(int i, size_t bytes) = 0;
   /// Copies between host and device memory.

@@ -56,14 +56,14 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     const prims::PrimsArgs ae = prims_args(inter, call, rank_, c, slot_bytes_);
     // A device rank (both wires' values on the device): the two rings' slice
     // codecs are DeviceWork entries c and kSecondRing + c, on one stream.
-    prims::Prims pi = intra.device ? device_prims(*intra.device, c, ai, ch.intra_send, ch.intra_recv,
-                                                  &call.local_ch[size_t(c)])
-                                   : prims::Prims(ch.intra_send, ch.intra_recv, ai, &call.local_ch[size_t(c)],
-                                                  ch.scratch[0].get(scratch));
-    prims::Prims pe = inter.device ? device_prims(*inter.device, DeviceWork::kSecondRing + c, ae, ch.inter_send,
-                                                  ch.inter_recv, &call.ch[size_t(c)])
-                                   : prims::Prims(ch.inter_send, ch.inter_recv, ae, &call.ch[size_t(c)],
-                                                  ch.scratch[1].get(scratch));
+    prims::Prims pi =
+        intra.device
+            ? device_prims(*intra.device, c, ai, ch.intra_send, ch.intra_recv, &call.local_ch[size_t(c)])
+            : prims::Prims(ch.intra_send, ch.intra_recv, ai, &call.local_ch[size_t(c)], ch.scratch[0].get(scratch));
+    prims::Prims pe =
+        inter.device ? device_prims(*inter.device, DeviceWork::kSecondRing + c, ae, ch.inter_send, ch.inter_recv,
+                                    &call.ch[size_t(c)])
+                     : prims::Prims(ch.inter_send, ch.inter_recv, ae, &call.ch[size_t(c)], ch.scratch[1].get(scratch));
     HierPart part;
     part.pos = pos_;
     part.src = off(b.src, lo, ei);
@@ -71,6 +71,7 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     part.work = off(b.work, lo, ei);
     part.mid = off(b.mid, lo, ee);
     part.mid_out = off(b.mid_out, lo, ee);
+    part.codes = b.codes;
     part.count = hi - lo;
     part.stride = cd.split;
     part.root = cd.root;

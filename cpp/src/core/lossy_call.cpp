@@ -79,16 +79,21 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
                         : plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
   apply_min_bytes(plan, c_, cd_.message * dsize(t_));
   call_.bound = call_.requested = E;
-  // Device buffers: the compressed flat ring codes on the device; every other
-  // path runs on host copies (core/device_call.hpp).
-  const bool device_run = cd_.device >= 0 && plan.compress && !hier && rt_.nranks > 1;
+  // Device buffers: a compressed call codes on the device, on the flat
+  // schedules and the hierarchical ones (movement: the codes quantized
+  // before; sums: the host sums quantized between the phases); every other
+  // path (a hierarchical max / min among them) runs on host copies
+  // (core/device_call.hpp).
+  const bool device_run = cd_.device >= 0 && plan.compress && rt_.nranks > 1 && (!hier || !cd_.reduces || cd_.sums());
   if (cd_.device >= 0 && !device_run) staging.begin();
-  if (device_run) {
-    run_device(plan, all, staging);
+  if (plan.compress && hier && cd_.reduces) {
+    run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_, any_device(all),
+                             device_run ? &device_work(rt_, cd_.device) : nullptr);
+    call_.on_device = device_run;
     return;
   }
-  if (plan.compress && hier && cd_.reduces) {
-    run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_);
+  if (device_run) {
+    run_device(plan, all, staging);
     return;
   }
   // Staged unless a rank asked for the eager path or codes on the device
@@ -117,7 +122,7 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
     return;
   }
   if (hier) {
-    run_hier_codes(rt_, cd_, t_, plan.wide, codes, out_codes, c_, nch_, call_);
+    run_hier_codes(rt_, cd_, codes, out_codes, codes_wire(plan.wide, all), nch_, call_);
   } else {
     rt_.channels.run_schedule(cd_, codes, out_codes, codes_wire(plan.wide, all), nch_, call_);
   }
@@ -145,7 +150,11 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   }
   Wire w = codes_wire(plan.wide, all);
   w.device = &dw;
-  rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
+  if (cd_.algorithm == Algorithm::Hierarchical) {
+    run_hier_codes(rt_, cd_, codes, out_codes, w, nch_, call_);
+  } else {
+    rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
+  }
   // As dequantize_output: the output but this rank's own block (the routine copies it).
   const auto t2 = Clock::now();
   const size_t es = dsize(t_), a = cd_.self_count ? cd_.self_dst : cd_.out_count, b = a + cd_.self_count;

@@ -176,6 +176,7 @@ class Prims {
 
   size_t slice_elems() const { return slice_; }
   size_t esize() const { return esize_; }
+  int channel() const { return a_.channel; }
 
   void send(const void* src, size_t n);
   void copySend(const void* src, void* dst, size_t n);
