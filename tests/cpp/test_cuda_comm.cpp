@@ -355,38 +355,48 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
   }
 }
 
-// Uncompressed collectives of device buffers on 2-4 ranks, all on the
-// device and device and host ranks mixed: the values stay on the device (raw
-// slices between the slots and the device, reduced there in their own type:
-// CallStats::on_device), every output the all-host call's bits, for every
-// collective, float and integer types, and every operator (avg divided on
-// the device). Inputs without NaNs (arithmetic on NaNs leaves their payload
-// to the hardware).
-TEST(CudaComm, UncompressedCollectivesOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+/// Exact calls (compression c: none or lossless) of every collective on 2-4
+/// ranks, all on the device and device and host ranks mixed, for the types
+/// and operators given (skip: the combinations left out): every output the
+/// bits of the all-host uncompressed call (and of the all-host call with c);
+/// on the device (CallStats::on_device) where the rank's buffers are and
+/// coded(t); where `compresses` the ring collectives' device ranks of float32
+/// send fewer bytes than raw. Inputs without NaNs (arithmetic on NaNs leaves
+/// their payload to the hardware).
+void check_exact_on_device(const Compression& c, const std::vector<DataType>& types, const std::vector<RedOp>& ops,
+                           unsigned seed, const std::function<bool(DataType)>& coded, bool compresses,
+                           const std::function<bool(int, DataType, RedOp)>& skip) {
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  const bool none_mode = c.mode == Compression::Mode::None;
   for (int N : {2, 3, 4}) {
     Ranks R = make_ranks(N);
     std::vector<bool> mixed(size_t(N), false);
     for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
-    for (DataType t : {DataType::F32, DataType::F64, DataType::BF16, DataType::F16, DataType::I32}) {
+    for (DataType t : types) {
       for (Op o : kAllOps) {
-        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Prod}) {
-          if (op != RedOp::Sum && !reduces(o)) continue;
+        for (RedOp op : ops) {
+          if ((op != RedOp::Sum && !reduces(o)) || skip(N, t, op)) continue;
           std::vector<std::vector<uint8_t>> in;
-          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 13));
-          const auto host = run(R, o, t, op, Compression::none(), count, in, std::vector<bool>(size_t(N), false));
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, seed));
+          const std::vector<bool> all_host(size_t(N), false);
+          const auto none = run(R, o, t, op, Compression::none(), count, in, all_host);
+          const auto host = none_mode ? none : run(R, o, t, op, c, count, in, all_host);
           for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
-            const auto dev = run(R, o, t, op, Compression::none(), count, in, pattern);
+            const auto dev = run(R, o, t, op, c, count, in, pattern);
             for (int r = 0; r < N; ++r) {
               SCOPED_TRACE(std::string(name(o)) + " op " + std::to_string(int(op)) + " N=" + std::to_string(N) +
                            " type " + std::to_string(int(t)) + " rank " + std::to_string(r) +
                            (pattern == mixed ? " (mixed)" : ""));
               ASSERT_EQ(dev[size_t(r)].error, "");
-              EXPECT_EQ(dev[size_t(r)].stats.on_device, bool(pattern[size_t(r)]));
+              EXPECT_EQ(dev[size_t(r)].stats.on_device, coded(t) && pattern[size_t(r)]);
               EXPECT_FALSE(host[size_t(r)].stats.on_device);
               if (has_output(o, r)) {
-                EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out) << "device and host results differ";
+                EXPECT_EQ(host[size_t(r)].out, none[size_t(r)].out) << "the host calls differ";
+                EXPECT_EQ(dev[size_t(r)].out, none[size_t(r)].out) << "device and host results differ";
+              }
+              const bool ring = o == Op::AllReduce || o == Op::ReduceScatter || o == Op::AllGather;
+              if (compresses && coded(t) && pattern[size_t(r)] && ring && t == DataType::F32) {
+                EXPECT_LT(dev[size_t(r)].stats.wire_bytes, dev[size_t(r)].stats.raw_bytes) << "nothing compressed";
               }
             }
           }
@@ -396,52 +406,29 @@ TEST(CudaComm, UncompressedCollectivesOnDevice) {
   }
 }
 
-// Lossless collectives of device buffers on 2-4 ranks, all on the device
-// and device and host ranks mixed: float32, bfloat16 and float16 are coded
-// on the device (FloatHuff slices, Raw where not smaller; every rank codes
-// without rANS since one is a device: CallStats::on_device), float64 runs on
-// host copies; every output the bits of the all-host uncompressed call (and
-// of the all-host lossless one), for every collective and operator; the
-// float slices compress (wire bytes below raw on a device rank's ring).
+// Uncompressed collectives of device buffers: the values stay on the device
+// (raw slices between the slots and the device, reduced there in their own
+// type), for float and integer types and every operator (avg divided on the
+// device).
+TEST(CudaComm, UncompressedCollectivesOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  check_exact_on_device(
+      Compression::none(), {DataType::F32, DataType::F64, DataType::BF16, DataType::F16, DataType::I32},
+      {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Prod}, 13, [](DataType) { return true; }, false,
+      [](int, DataType, RedOp) { return false; });
+}
+
+// Lossless collectives of device buffers: float32, bfloat16 and float16 are
+// coded on the device (FloatHuff slices, Raw where not smaller; every rank
+// codes without rANS since one is a device), float64 runs on host copies;
+// lossless bit-identical to none; the float slices compress.
 TEST(CudaComm, LosslessCollectivesOnDevice) {
   SKIP_WITHOUT_DEVICE();
-  const size_t count = ncclz_test::quick() ? 3000 : 20000;
-  for (int N : {2, 3, 4}) {
-    Ranks R = make_ranks(N);
-    std::vector<bool> mixed(size_t(N), false);
-    for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
-    for (DataType t : {DataType::F32, DataType::BF16, DataType::F16, DataType::F64}) {
-      const bool coded = t != DataType::F64;
-      for (Op o : kAllOps) {
-        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
-          if (op != RedOp::Sum && !reduces(o)) continue;
-          if (op == RedOp::Max && (N == 3 || t == DataType::F16)) continue;  // fewer cases: every operator ran above
-          std::vector<std::vector<uint8_t>> in;
-          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 17));
-          const auto none = run(R, o, t, op, Compression::none(), count, in, std::vector<bool>(size_t(N), false));
-          const auto host = run(R, o, t, op, Compression::lossless(), count, in, std::vector<bool>(size_t(N), false));
-          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
-            const auto dev = run(R, o, t, op, Compression::lossless(), count, in, pattern);
-            for (int r = 0; r < N; ++r) {
-              SCOPED_TRACE(std::string(name(o)) + " op " + std::to_string(int(op)) + " N=" + std::to_string(N) +
-                           " type " + std::to_string(int(t)) + " rank " + std::to_string(r) +
-                           (pattern == mixed ? " (mixed)" : ""));
-              ASSERT_EQ(dev[size_t(r)].error, "");
-              EXPECT_EQ(dev[size_t(r)].stats.on_device, coded && pattern[size_t(r)]);
-              if (has_output(o, r)) {
-                EXPECT_EQ(host[size_t(r)].out, none[size_t(r)].out) << "lossless and none differ on the host";
-                EXPECT_EQ(dev[size_t(r)].out, none[size_t(r)].out) << "device and host results differ";
-              }
-              const bool ring = o == Op::AllReduce || o == Op::ReduceScatter || o == Op::AllGather;
-              if (coded && pattern[size_t(r)] && ring && t == DataType::F32) {
-                EXPECT_LT(dev[size_t(r)].stats.wire_bytes, dev[size_t(r)].stats.raw_bytes) << "nothing compressed";
-              }
-            }
-          }
-        }
-      }
-    }
-  }
+  check_exact_on_device(
+      Compression::lossless(), {DataType::F32, DataType::BF16, DataType::F16, DataType::F64},
+      {RedOp::Sum, RedOp::Avg, RedOp::Max}, 17, [](DataType t) { return t != DataType::F64; }, true,
+      // fewer cases: every operator ran uncompressed
+      [](int N, DataType t, RedOp op) { return op == RedOp::Max && (N == 3 || t == DataType::F16); });
 }
 
 // The hierarchical schedules with device buffers (hosts from the topology

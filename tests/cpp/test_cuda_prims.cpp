@@ -557,6 +557,20 @@ TEST(CudaPrims, QuantizedAllReduceMatchesCpuRanks) {
   }
 }
 
+/// Encodes x (n elements; dx: its copy in device memory) with the CPU's slice
+/// codec and the device's into slots of `slot` bytes: the same bytes, or a
+/// failure. *cs: the CPU's slice (slot + 1 bytes of room), *cb its size.
+void encode_on_both(const prims::SliceCodec& cpu, prims::DeviceSliceCodec& dev, const std::vector<uint8_t>& x,
+                    const void* dx, size_t n, size_t slot, std::vector<uint8_t>* cs, size_t* cb) {
+  std::vector<uint8_t> ds(slot + 1, 0xCC);
+  cs->assign(slot + 1, 0);
+  size_t db = 0;
+  ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs->data(), cb), codec::Status::Ok);
+  ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(dx), n, ds.data(), &db), codec::Status::Ok);
+  ASSERT_EQ(db, *cb);
+  ASSERT_EQ(0, std::memcmp(ds.data(), cs->data(), *cb)) << "device slice differs from the CPU's";
+}
+
 // The codec's three calls directly, against SliceCodec with the same options.
 TEST(CudaPrims, SliceCodecCallsMatchCpu) {
   SKIP_WITHOUT_GPU();
@@ -577,13 +591,9 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
           DevBuf dx(n * es), dy(n * es), dto(n * es);
           to_device(dx.get(), x);
           to_device(dy.get(), y);
-          // encode
-          std::vector<uint8_t> cs(kSlot), ds(kSlot, 0xCC);
-          size_t cb = 0, db = 0;
-          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
-          ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(dx.get()), n, ds.data(), &db), codec::Status::Ok);
-          ASSERT_EQ(db, cb);
-          ASSERT_EQ(0, std::memcmp(ds.data(), cs.data(), cb)) << "device slice differs from the CPU's";
+          std::vector<uint8_t> cs;
+          size_t cb = 0;
+          ASSERT_NO_FATAL_FAILURE(encode_on_both(cpu, dev, x, dx.get(), n, kSlot, &cs, &cb));
           // decode (a CPU slice on the device)
           prims::SliceValues v;
           ASSERT_EQ(dev.decode(cs.data(), cb, n, dto.get(), &v), codec::Status::Ok);
@@ -657,12 +667,9 @@ TEST(CudaPrims, FloatSliceCallsMatchCpu) {
           DevBuf dx(n * es), dy(n * es), dto(n * es);
           to_device(dx.get(), x);
           to_device(dy.get(), y);
-          std::vector<uint8_t> cs(slot + 1), ds(slot + 1, 0xCC);
-          size_t cb = 0, db = 0;
-          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
-          ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(dx.get()), n, ds.data(), &db), codec::Status::Ok);
-          ASSERT_EQ(db, cb);
-          ASSERT_EQ(0, std::memcmp(ds.data(), cs.data(), cb)) << "device slice differs from the CPU's";
+          std::vector<uint8_t> cs;
+          size_t cb = 0;
+          ASSERT_NO_FATAL_FAILURE(encode_on_both(cpu, dev, x, dx.get(), n, slot, &cs, &cb));
           codec::SliceHeader h;
           ASSERT_EQ(codec::read_header(cs.data(), cb, &h), codec::Status::Ok);
           if (n == 1 || (kind == 0 && n >= 300)) {
