@@ -355,6 +355,23 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
   }
 }
 
+/// fn(layout, N, ranks, mixed) for the hierarchical layouts 2x2 and 2x3 (hosts
+/// x ranks, from the topology override): N ranks with 4 KiB slots on the
+/// hierarchical schedules at every size; `mixed`: every third rank on the device.
+void for_each_layout(const std::function<void(const char*, int, Ranks&, const std::vector<bool>&)>& fn) {
+  for (const char* layout : {"2x2", "2x3"}) {
+    const int N = layout[2] == '2' ? 4 : 6;
+    Ranks R(N, [layout](int, CommConfig& cfg) {
+      cfg.slot_bytes = 4096;
+      cfg.topo_hosts = layout;
+      cfg.latency_bytes = 0;  // (the latency algorithm below it)
+    });
+    std::vector<bool> mixed(size_t(N), false);
+    for (int r = 0; r < N; r += 3) mixed[size_t(r)] = true;
+    fn(layout, N, R, mixed);
+  }
+}
+
 /// Exact calls (compression c: none or lossless) of every collective on 2-4
 /// ranks, all on the device and device and host ranks mixed, for the types
 /// and operators given (skip: the combinations left out): every output the
@@ -441,15 +458,7 @@ TEST(CudaComm, LosslessCollectivesOnDevice) {
 TEST(CudaComm, HierarchicalExactCallsOnDevice) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 2400 : 12000;
-  for (const char* layout : {"2x2", "2x3"}) {
-    const int N = layout[2] == '2' ? 4 : 6;
-    Ranks R(N, [layout](int, CommConfig& cfg) {
-      cfg.slot_bytes = 4096;
-      cfg.topo_hosts = layout;
-      cfg.latency_bytes = 0;  // the hierarchical schedules at every size
-    });
-    std::vector<bool> mixed(size_t(N), false);
-    for (int r = 0; r < N; r += 3) mixed[size_t(r)] = true;
+  for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
     for (DataType t : {DataType::F32, DataType::BF16}) {
       for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
         for (RedOp op : {RedOp::Sum, RedOp::Max}) {
@@ -474,7 +483,7 @@ TEST(CudaComm, HierarchicalExactCallsOnDevice) {
         }
       }
     }
-  }
+  });
 }
 
 // Lossy calls on the hierarchical schedules with device buffers (2x2 and
@@ -488,15 +497,7 @@ TEST(CudaComm, HierarchicalExactCallsOnDevice) {
 TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 2400 : 12000;
-  for (const char* layout : {"2x2", "2x3"}) {
-    const int N = layout[2] == '2' ? 4 : 6;
-    Ranks R(N, [layout](int, CommConfig& cfg) {
-      cfg.slot_bytes = 4096;
-      cfg.topo_hosts = layout;
-      cfg.latency_bytes = 0;
-    });
-    std::vector<bool> mixed(size_t(N), false);
-    for (int r = 0; r < N; r += 3) mixed[size_t(r)] = true;
+  for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
     for (DataType t : {DataType::F32, DataType::BF16}) {
       const double E = t == DataType::BF16 ? 1.0 : 1e-3;  // (bf16 sums of 3 ranks near 18 round by 0.06 each)
       const Compression c = Compression::lossy_abs(E);
@@ -532,7 +533,7 @@ TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
         }
       }
     }
-  }
+  });
 }
 
 // send / recv with device buffers on either side or both: each side codes on

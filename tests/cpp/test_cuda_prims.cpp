@@ -557,19 +557,31 @@ TEST(CudaPrims, QuantizedAllReduceMatchesCpuRanks) {
   }
 }
 
-/// Encodes x (n elements; dx: its copy in device memory) with the CPU's slice
-/// codec and the device's into slots of `slot` bytes: the same bytes, or a
-/// failure. *cs: the CPU's slice (slot + 1 bytes of room), *cb its size.
-void encode_on_both(const prims::SliceCodec& cpu, prims::DeviceSliceCodec& dev, const std::vector<uint8_t>& x,
-                    const void* dx, size_t n, size_t slot, std::vector<uint8_t>* cs, size_t* cb) {
-  std::vector<uint8_t> ds(slot + 1, 0xCC);
-  cs->assign(slot + 1, 0);
-  size_t db = 0;
-  ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs->data(), cb), codec::Status::Ok);
-  ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(dx), n, ds.data(), &db), codec::Status::Ok);
-  ASSERT_EQ(db, *cb);
-  ASSERT_EQ(0, std::memcmp(ds.data(), cs->data(), *cb)) << "device slice differs from the CPU's";
-}
+/// A slice's operands in device memory (x, y: copies of the host's; `to`:
+/// an output of their size), and x's slice (cs, cb bytes) as encode() made it.
+struct OnDevice {
+  OnDevice(const std::vector<uint8_t>& hx, const std::vector<uint8_t>& hy)
+      : hx_(hx), x(hx.size()), y(hy.size()), to(hx.size()) {
+    to_device(x.get(), hx);
+    to_device(y.get(), hy);
+  }
+  /// Encodes x (n elements) with the CPU's slice codec and the device's into
+  /// slots of `slot` bytes: the same bytes, or a failure; cs: the CPU's slice
+  /// (slot + 1 bytes of room).
+  void encode(const prims::SliceCodec& cpu, prims::DeviceSliceCodec& dev, size_t n, size_t slot) {
+    std::vector<uint8_t> ds(slot + 1, 0xCC);
+    cs.assign(slot + 1, 0);
+    size_t db = 0;
+    ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(hx_.data()), n, cs.data(), &cb), codec::Status::Ok);
+    ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(x.get()), n, ds.data(), &db), codec::Status::Ok);
+    ASSERT_EQ(db, cb);
+    ASSERT_EQ(0, std::memcmp(ds.data(), cs.data(), cb)) << "device slice differs from the CPU's";
+  }
+  const std::vector<uint8_t>& hx_;
+  DevBuf x, y, to;
+  std::vector<uint8_t> cs;
+  size_t cb = 0;
+};
 
 // The codec's three calls directly, against SliceCodec with the same options.
 TEST(CudaPrims, SliceCodecCallsMatchCpu) {
@@ -588,12 +600,11 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
         SCOPED_TRACE(testing::Message() << "n " << n);
         for (uint64_t seed : {1u, 2u}) {
           const auto x = make_codes(t, n, seed * 77 + n), y = make_codes(t, n, seed * 91 + n + 5);
-          DevBuf dx(n * es), dy(n * es), dto(n * es);
-          to_device(dx.get(), x);
-          to_device(dy.get(), y);
-          std::vector<uint8_t> cs;
-          size_t cb = 0;
-          ASSERT_NO_FATAL_FAILURE(encode_on_both(cpu, dev, x, dx.get(), n, kSlot, &cs, &cb));
+          OnDevice d(x, y);
+          ASSERT_NO_FATAL_FAILURE(d.encode(cpu, dev, n, kSlot));
+          const DevBuf &dy = d.y, &dto = d.to;
+          std::vector<uint8_t>& cs = d.cs;
+          const size_t cb = d.cb;
           // decode (a CPU slice on the device)
           prims::SliceValues v;
           ASSERT_EQ(dev.decode(cs.data(), cb, n, dto.get(), &v), codec::Status::Ok);
@@ -664,12 +675,11 @@ TEST(CudaPrims, FloatSliceCallsMatchCpu) {
           SCOPED_TRACE(testing::Message() << "n " << n << " kind " << kind);
           auto x = make_floats(t, n, 5 * n + 1), y = make_floats(t, n, 7 * n + 2);
           if (kind == 1) x = make_values(t, RedOp::Prod, n, 11 * n + 3);
-          DevBuf dx(n * es), dy(n * es), dto(n * es);
-          to_device(dx.get(), x);
-          to_device(dy.get(), y);
-          std::vector<uint8_t> cs;
-          size_t cb = 0;
-          ASSERT_NO_FATAL_FAILURE(encode_on_both(cpu, dev, x, dx.get(), n, slot, &cs, &cb));
+          OnDevice d(x, y);
+          ASSERT_NO_FATAL_FAILURE(d.encode(cpu, dev, n, slot));
+          const DevBuf &dy = d.y, &dto = d.to;
+          std::vector<uint8_t>& cs = d.cs;
+          const size_t cb = d.cb;
           codec::SliceHeader h;
           ASSERT_EQ(codec::read_header(cs.data(), cb, &h), codec::Status::Ok);
           if (n == 1 || (kind == 0 && n >= 300)) {
