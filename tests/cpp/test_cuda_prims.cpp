@@ -781,7 +781,7 @@ TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
     SelectingCpu sel(t);
     // Two slots in one registered range, at an offset that is not 16-byte aligned too (the kernel's byte path).
     // Page-aligned, as the transports' slot memory is.
-    const size_t ring_bytes = 3 * kSlot + 4096;
+    const size_t ring_bytes = (3 * kSlot + 4096 + 4095) / 4096 * 4096;  // (aligned_alloc: a multiple of 4096)
     std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, ring_bytes)),
                                                             &std::free);
     ASSERT_NE(ring_mem, nullptr);
@@ -837,7 +837,9 @@ TEST(CudaPrims, ReduceEncodeMatchesReduceThenEncode) {
   SKIP_WITHOUT_GPU();
   for (ElemType t : {ElemType::I32, ElemType::I64}) {
     SelectingCpu sel(t);
-    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 2 * kSlot)),
+    // Two slots, page-aligned (aligned_alloc's size: a multiple of the alignment).
+    static_assert(2 * kSlot <= 4096, "two slots in one page");
+    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 4096)),
                                                             &std::free);
     ASSERT_NE(ring_mem, nullptr);
     prims::HostPins pins(true);
