@@ -641,8 +641,14 @@ class Communicator:
         descriptor); `policy` and `algorithm` are the call's own ``policy=`` and ``algorithm=``;
         `data`: whether b holds the call's input (a scatter's non-root ranks hold only their output)."""
         return self._policy.choose(Call(coll, b.dtype, nbytes, c.mode, c.bound, compression,
-                                        (lambda: _dlpack.to_numpy(b)) if data else None, op or "sum",
-                                        _algorithm(algorithm), b.device is not None), policy)
+                                        (lambda: _dlpack.to_numpy(b, self._sample_bytes())) if data else None,
+                                        op or "sum", _algorithm(algorithm), b.device is not None), policy)
+
+    def _sample_bytes(self) -> int:
+        """How much of a CUDA array the policy gets as its host copy: its calibration sample
+        (Policy(sample_bytes=...), 4 MiB by default); the device path's arrays are not copied whole."""
+        cal = getattr(self._policy.model, "calibrator", None)
+        return int(getattr(cal, "sample_bytes", 4 << 20))
 
     def _record(self, name: str, c: Any, st: Any, d: Decision | None = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).
