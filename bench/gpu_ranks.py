@@ -16,7 +16,8 @@ synchronised) and taken as the slowest rank's time; a mode's time is the median 
 Every call starts from the same input (copied back in before the barrier, untimed). The
 communicator runs with policy="off": the requested mode, never a lighter one.
 
-Reported per case and mode: time, speedup over none, the compression ratio comm.last_stats
+Reported per case and mode: the algorithm rank 0's call ran (NCCLZ_TOPO_HOSTS=2x2 with 4 ranks:
+hierarchical) and whether on the device, time, speedup over none, the compression ratio comm.last_stats
 measured on rank 0 (raw bytes / wire bytes sent), speedup / ratio (the target at 10 Gbit/s is
 >= 0.8), and checks: lossless output bit-identical to none's; lossy maximum |error| against none's
 output beside the promised bound (none's own float32/bf16 sum rounding is inside that difference).
@@ -227,6 +228,7 @@ def worker(args, env=None) -> int:
                             "encode_s": st.get("encode_s"), "decode_s": st.get("decode_s"),
                             "quantize_s": st.get("quantize_s"), "wait_s": st.get("wait_s"),
                             "nchannels": int(comm.config.nchannels),
+                            "algorithm": st.get("algorithm"), "on_device": st.get("on_device"),
                             "staging": os.environ.get("NCCLZ_STAGING", "pinned"),
                         }
                         if m == "lossless":
@@ -330,9 +332,9 @@ def parts(r: dict) -> str:
 
 
 def table(rows: list) -> str:
-    lines = [("| ranks | channels | Gbit/s | dtype | MiB | data | mode | ms (median) | speedup | ratio | speedup/ratio "
-              "| check | encode / decode / wait / quantize ms (rank 0, channels summed) |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| ranks | channels | Gbit/s | dtype | MiB | data | mode | ran (rank 0) | ms (median) | speedup | ratio "
+              "| speedup/ratio | check | encode / decode / wait / quantize ms (rank 0, channels summed) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         check = ""
         if "bit_identical_to_none" in r:
@@ -343,7 +345,7 @@ def table(rows: list) -> str:
                 check += ", exact fallback"
         lines.append(
             f"| {r['ranks']} | {r.get('nchannels', '')} | {r['gbps']:g} | {r['dtype']} | {r['mib']:g} | {r['data']} | {r['mode']} "
-            f"| {r['median_s'] * 1e3:.1f} | {fmt(r['speedup'], '.2f')} | {fmt(r['ratio'], '.2f')} "
+            f"| {r.get('algorithm') or ''}{', device' if r.get('on_device') else ''} | {r['median_s'] * 1e3:.1f} | {fmt(r['speedup'], '.2f')} | {fmt(r['ratio'], '.2f')} "
             f"| {fmt(r.get('speedup_over_ratio'), '.2f')} | {check} | {parts(r)} |")
     return "\n".join(lines)
 

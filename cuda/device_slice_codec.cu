@@ -24,6 +24,16 @@
 //           recvReduceCopySend): reduce's work, then encode's, then one
 //           sync for both (set_fused_step(false): reduce, then encode)
 //   copy    D2D copy                                                 ; (ordered, no sync)
+//   synchronize                                                      ; sync
+//
+// Coded floats (lossless F32 / BF16 / F16: FloatHuff slices, Raw where that
+// is not smaller, as the CPU's encode_slice with allow_rans = false): the
+// received header is read on the host; a Raw slice's values go straight to
+// their place (H2D), a FloatHuff slice is staged and decoded
+// (FloatHuffCoder); a reduction decodes into the codec's values and
+// reduces them with the local ones in their type (set_value_reduction); an
+// encode writes the whole slice into staging_out (FloatHuffCoder::
+// encode_slice) and continues as the Block encode does.
 //
 // The sync at the end of each call is what the slot protocol needs: the step
 // releases the received slot right after decode/reduce and posts the
@@ -38,6 +48,7 @@
 
 #include "codec/slice_frame.hpp"
 #include "ncclz/cuda_codec.hpp"
+#include "ncclz/cuda_float_huff.hpp"
 #include "ncclz/error.hpp"
 #include "prims/device_slices.hpp"
 
@@ -69,12 +80,13 @@ struct DeviceSliceCodec::Impl {
     cudaFree(fuse);
   }
   cuda::DeviceCodec dc;
-  uint8_t* staging_in = nullptr;   ///< device: a received slot's bytes
-  uint8_t* staging_out = nullptr;  ///< device: an encoded slice
-  uint8_t* values = nullptr;       ///< device: a decoded incoming slice (reductions)
-  uint64_t* d_size = nullptr;      ///< device: [0] size, [1] encode status, [2] decode status (kWords)
-  uint64_t* h_size = nullptr;      ///< page-locked host: the same, read back
-  uint8_t* fuse = nullptr;         ///< device: decode_add_slice_async's scratch (Coded)
+  std::unique_ptr<cuda::FloatHuffCoder> fh;  ///< Coded floats' coder (on dc's stream)
+  uint8_t* staging_in = nullptr;             ///< device: a received slot's bytes
+  uint8_t* staging_out = nullptr;            ///< device: an encoded slice
+  uint8_t* values = nullptr;                 ///< device: a decoded incoming slice (reductions)
+  uint64_t* d_size = nullptr;                ///< device: [0] size, [1] encode status, [2] decode status (kWords)
+  uint64_t* h_size = nullptr;                ///< page-locked host: the same, read back
+  uint8_t* fuse = nullptr;                   ///< device: decode_add_slice_async's scratch (Coded)
 };
 
 namespace {
@@ -97,11 +109,21 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
       slice_elems_(slice_elems),
       esize_(codec::elem_size(type)),
       pins_(pins) {
-  if (mode == WireMode::Coded) {
-    if (!codec::is_code_type(type)) {
-      throw InvalidArgument("ncclz device slice codec: Coded mode codes integer codes (int32, int64) only");
+  using Choice = codec::EncodeOptions::Choice;
+  floats_ = mode == WireMode::Coded && !codec::is_code_type(type);
+  if (floats_) {
+    if (!codec::codec_accepts(codec::Codec::FloatHuff, type, codec::Predictor::None)) {
+      throw InvalidArgument(
+          "ncclz device slice codec: Coded mode codes integer codes (int32, int64) and, lossless, float32, bfloat16 "
+          "and float16 (FloatHuff); not this element type");
     }
-    using Choice = codec::EncodeOptions::Choice;
+    if (enc.choice != Choice::Auto && enc.choice != Choice::FloatHuff && enc.choice != Choice::Raw) {
+      throw InvalidArgument(
+          "ncclz device slice codec: lossless floats are coded with FloatHuff (EncodeOptions::choice Auto, FloatHuff "
+          "or Raw); not with FloatExp, Sparse or rANS");
+    }
+    raw_only_ = enc.choice == Choice::Raw;
+  } else if (mode == WireMode::Coded) {
     const bool forced_block =
         enc.choice == Choice::Block && enc.predictor >= 0 && enc.predictor <= int(codec::Predictor::Lorenzo3D);
     const bool selects = enc.choice == Choice::Auto || enc.choice == Choice::Raw || enc.choice == Choice::Sparse;
@@ -123,13 +145,17 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
   }
   d_ = stream ? std::make_unique<Impl>(stream) : std::make_unique<Impl>();
   int e = d_->dc.status();
-  if (e == 0 && mode == WireMode::Coded) e = d_->dc.reserve(slice_elems, uint32_t(slice_elems));
+  if (e == 0 && mode == WireMode::Coded && !floats_) e = d_->dc.reserve(slice_elems, uint32_t(slice_elems));
+  if (e == 0 && floats_) {
+    d_->fh = std::make_unique<cuda::FloatHuffCoder>(d_->dc.stream());
+    e = d_->fh->reserve(slice_elems);
+  }
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->staging_in), slot_bytes));
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->staging_out), slot_bytes));
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->values), slice_elems * esize_));
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->d_size), kWords * sizeof(uint64_t)));
   if (e == 0) e = int(cudaMallocHost(reinterpret_cast<void**>(&d_->h_size), kWords * sizeof(uint64_t)));
-  if (e == 0 && mode == WireMode::Coded) {
+  if (e == 0 && mode == WireMode::Coded && !floats_) {
     e = int(
         cudaMalloc(reinterpret_cast<void**>(&d_->fuse), cuda::decode_add_scratch_bytes(type, uint32_t(slice_elems))));
   }
@@ -141,8 +167,9 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
 DeviceSliceCodec::~DeviceSliceCodec() = default;
 
 void DeviceSliceCodec::set_value_reduction(RedOp op) {
-  if (mode_ != WireMode::Raw) {
-    throw InvalidArgument("ncclz device slice codec: reductions of values run on Raw slices (Coded mode sums codes)");
+  if (mode_ != WireMode::Raw && !floats_) {
+    throw InvalidArgument(
+        "ncclz device slice codec: reductions of values run on Raw slices and Coded floats (Coded codes are summed)");
   }
   value_op_ = int(op);
 }
@@ -215,15 +242,47 @@ Status DeviceSliceCodec::decode(const uint8_t* in, size_t len, size_t n, uint8_t
     if (e != cudaSuccess) return fail(int(e));
     return sync() ? Status::Ok : Status::Unsupported;
   }
+  if (floats_) {
+    codec::SliceHeader h;
+    if (const Status s = float_in(in, len, n, to); s != Status::Ok) return s;
+    if (!sync()) return Status::Unsupported;
+    return decoded(in, len, &h);
+  }
   if (len > slot_bytes_) return Status::Corrupt;
   if (!stage_in(in, len)) return Status::Unsupported;
   return decode_staged(in, len, n, to);
+}
+
+Status DeviceSliceCodec::float_in(const uint8_t* in, size_t len, size_t n, uint8_t* to) {
+  codec::SliceHeader h;
+  if (const Status s = codec::read_slice_header(in, len, type_, uint32_t(n), &h); s != Status::Ok) return s;
+  if (codec::kHeaderBytes + size_t(h.payload_bytes) != len) return Status::Corrupt;  // bytes after the slice
+  const cudaStream_t s = static_cast<cudaStream_t>(stream());
+  if (h.codec == codec::Codec::Raw) {
+    if (!codec::raw_payload_valid(h)) return Status::Corrupt;
+    const int ok = int(Status::Ok);
+    std::memcpy(d_->h_size + kDecStatus, &ok, sizeof ok);  // no decoder runs: read back as Ok
+    const cudaError_t e = cudaMemcpyAsync(to, in + codec::kHeaderBytes, h.payload_bytes, cudaMemcpyHostToDevice, s);
+    return e == cudaSuccess ? Status::Ok : fail(int(e));
+  }
+  // What a rank coding without rANS sends (allow_rans = false): FloatHuff.
+  if (h.codec != codec::Codec::FloatHuff) return Status::Unsupported;
+  if (!stage_in(in, len)) return Status::Unsupported;
+  return read_decode_status(
+      d_->fh->decode(d_->staging_in + codec::kHeaderBytes, h.payload_bytes, type_, n, to, status_word(kDecStatus)));
 }
 
 Status DeviceSliceCodec::reduce_async(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to,
                                       SliceValues* out) {
   *out = SliceValues::of_dense(to);
   if (local.is_list || (!int_sum_ && value_op_ < 0)) return Status::Unsupported;
+  if (floats_) {
+    // Decoded into the codec's values, then incoming op local (SliceCodec's order).
+    if (const Status s = float_in(in, len, n, d_->values); s != Status::Ok) return s;
+    const int r =
+        cuda::reduce_values_async(stream(), type_, cuda::ReduceOp(uint8_t(value_op_)), to, d_->values, local.dense, n);
+    return r == 0 ? Status::Ok : fail(r);
+  }
   if (mode_ == WireMode::Raw) {
     if (len != n * esize_) return Status::CountMismatch;
     if (!stage_in(in, len)) return Status::Unsupported;
@@ -282,7 +341,10 @@ Status DeviceSliceCodec::encode_async(const SliceValues& v, size_t n, uint8_t* o
   }
   int* d_status = status_word(kEncStatus);
   int r = 0;
-  if (selects_) {
+  if (floats_) {
+    r = d_->fh->encode_slice(v.dense, type_, n, d_->staging_out, slot_bytes_,
+                             reinterpret_cast<unsigned long long*>(d_->d_size), d_status, raw_only_);
+  } else if (selects_) {
     // The device selector (one slice): the CPU's choice among Raw, Block x
     // predictor and Sparse, without Rans.
     codec::EncodeOptions o = enc_;
@@ -355,6 +417,11 @@ void DeviceSliceCodec::reduce_encode(const uint8_t* in, size_t len, size_t n, co
   *reduce_status = reduced(in, len, v);
   if (*reduce_status != Status::Ok) return;
   *encode_status = es != Status::Ok ? es : encoded(n, slot, d_slot, bytes);
+}
+
+Status DeviceSliceCodec::synchronize() {
+  cuda_error_ = 0;
+  return sync() ? Status::Ok : Status::Unsupported;
 }
 
 Status DeviceSliceCodec::copy(uint8_t* dst, const uint8_t* src, size_t bytes) {

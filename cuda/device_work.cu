@@ -103,7 +103,17 @@ class DeviceWorkImpl final : public DeviceWork {
   ~DeviceWorkImpl() override {
     cudaSetDevice(dev_);
     dc_.synchronize();
-    ch_.clear();  // the slice codecs wait for their streams
+    // The slice codecs wait for their streams, then the streams go (a second
+    // ring's codecs use their channel's stream).
+    for (Channel& c : ch_) {
+      for (Coder& k : c.coders) k.codec.reset();
+      if (c.quant.dc) c.quant.dc->synchronize();
+      c.quant.dc.reset();
+    }
+    for (Channel& c : ch_) {
+      if (c.stream) cudaStreamDestroy(c.stream);
+    }
+    ch_.clear();
     for (void* p : buf_) cudaFree(p);
     cudaFree(d_stats_);
     cudaFreeHost(h_stats_);
@@ -143,21 +153,24 @@ class DeviceWorkImpl final : public DeviceWork {
   size_t quantize(ElemType t, double eb, double check_eb, int64_t limit, bool wide, const void* d_x, size_t n,
                   void* d_q, bool exact_check) override {
     here();
-    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
-    check(dc_.quantize_checked_async(d_x, t, n, eb, check_eb, limit, d_q, ct, d_count_, exact_check), dev_,
-          "quantizing");
-    check(int(cudaMemcpyAsync(h_count_, d_count_, sizeof(uint64_t), cudaMemcpyDeviceToHost, stream())), dev_,
-          "reading the outlier count back");
-    check(dc_.synchronize(), dev_, "quantizing");
-    return size_t(*h_count_);
+    return quantize_with(dc_, d_count_, h_count_, t, eb, check_eb, limit, wide, d_x, n, d_q, exact_check);
   }
 
   void dequantize(ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) override {
     here();
-    if (n == 0) return;
-    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
-    check(dc_.dequantize_async(d_q, ct, n, step / 2, d_out, t), dev_, "dequantizing");
-    check(dc_.synchronize(), dev_, "dequantizing");
+    dequantize_with(dc_, t, wide, d_q, n, step, d_out);
+  }
+
+  size_t quantize_on(int c, ElemType t, double eb, double check_eb, int64_t limit, bool wide, const void* d_x, size_t n,
+                     void* d_q, bool exact_check) override {
+    here();
+    Quantizer& q = quantizer(c);
+    return quantize_with(*q.dc, q.d_count, q.h_count, t, eb, check_eb, limit, wide, d_x, n, d_q, exact_check);
+  }
+
+  void dequantize_on(int c, ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) override {
+    here();
+    dequantize_with(*quantizer(c).dc, t, wide, d_q, n, step, d_out);
   }
 
   void* codes(int i, size_t bytes) override {
@@ -220,10 +233,13 @@ class DeviceWorkImpl final : public DeviceWork {
       }
       use->codec.reset();
       use->codec = std::make_unique<prims::DeviceSliceCodec>(a.type, a.mode, a.enc, a.int_sum, slot_bytes, slice_elems,
-                                                             nullptr, &pins_);
+                                                             stream_of(c), &pins_);
       use->codec->set_fused_step(fused_step_);
-      // Raw slices of values (an uncompressed call): reduced in their own type.
-      if (a.mode == prims::WireMode::Raw && !a.int_sum) use->codec->set_value_reduction(a.op);
+      // Values (an uncompressed call's Raw slices, a lossless call's coded
+      // floats): reduced in their own type.
+      if (!codec::is_code_type(a.type) || (a.mode == prims::WireMode::Raw && !a.int_sum)) {
+        use->codec->set_value_reduction(a.op);
+      }
       use->type = a.type;
       use->mode = a.mode;
       use->int_sum = a.int_sum;
@@ -268,7 +284,20 @@ class DeviceWorkImpl final : public DeviceWork {
     codec::EncodeOptions enc;
     uint64_t used = 0;  ///< the channel's tick when last used
   };
+  /// A channel's quantizer on its stream (quantize_on, dequantize_on): a
+  /// DeviceCodec and the outlier count's words.
+  struct Quantizer {
+    std::unique_ptr<cuda::DeviceCodec> dc;
+    uint64_t* d_count = nullptr;
+    uint64_t* h_count = nullptr;
+    ~Quantizer() {
+      cudaFree(d_count);
+      cudaFreeHost(h_count);
+    }
+  };
   struct Channel {
+    cudaStream_t stream = nullptr;  ///< made on first use; its entries' codecs code on it
+    Quantizer quant;                ///< made on first use
     Coder coders[2];
     uint64_t tick = 0;
     std::unique_ptr<void, CudaFree> scratch;
@@ -288,8 +317,47 @@ class DeviceWorkImpl final : public DeviceWork {
   }
   void here() const { cudaSetDevice(dev_); }
   cudaStream_t stream() const { return static_cast<cudaStream_t>(dc_.stream()); }
+  /// The stream of entry c's codecs: its channel's (a second ring's entry
+  /// shares channel c's), made on first use by the channel's own thread.
+  cudaStream_t stream_of(int c) {
+    Channel& ch = channel(c >= kSecondRing ? c - kSecondRing : c);
+    if (!ch.stream) check(int(cudaStreamCreateWithFlags(&ch.stream, cudaStreamNonBlocking)), dev_, "creating a stream");
+    return ch.stream;
+  }
 
-  static constexpr size_t kMaxChannels = 64;
+  /// Entry c's channel's quantizer, made on first use by its thread.
+  Quantizer& quantizer(int c) {
+    Channel& ch = channel(c >= kSecondRing ? c - kSecondRing : c);
+    if (!ch.quant.dc) {
+      auto dc = std::make_unique<cuda::DeviceCodec>(stream_of(c));
+      check(dc->status(), dev_, "creating a quantizer");
+      check(int(cudaMalloc(reinterpret_cast<void**>(&ch.quant.d_count), sizeof(uint64_t))), dev_, "cudaMalloc");
+      check(int(cudaMallocHost(reinterpret_cast<void**>(&ch.quant.h_count), sizeof(uint64_t))), dev_, "cudaMallocHost");
+      ch.quant.dc = std::move(dc);
+    }
+    return ch.quant;
+  }
+  /// quantize()'s work on dc's stream: the outlier count read back.
+  size_t quantize_with(cuda::DeviceCodec& dc, uint64_t* d_count, uint64_t* h_count, ElemType t, double eb,
+                       double check_eb, int64_t limit, bool wide, const void* d_x, size_t n, void* d_q,
+                       bool exact_check) {
+    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
+    check(dc.quantize_checked_async(d_x, t, n, eb, check_eb, limit, d_q, ct, d_count, exact_check), dev_, "quantizing");
+    check(int(cudaMemcpyAsync(h_count, d_count, sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                              static_cast<cudaStream_t>(dc.stream()))),
+          dev_, "reading the outlier count back");
+    check(dc.synchronize(), dev_, "quantizing");
+    return size_t(*h_count);
+  }
+  void dequantize_with(cuda::DeviceCodec& dc, ElemType t, bool wide, const void* d_q, size_t n, double step,
+                       void* d_out) {
+    if (n == 0) return;
+    const ElemType ct = wide ? ElemType::I64 : ElemType::I32;
+    check(dc.dequantize_async(d_q, ct, n, step / 2, d_out, t), dev_, "dequantizing");
+    check(dc.synchronize(), dev_, "dequantizing");
+  }
+
+  static constexpr size_t kMaxChannels = 2 * size_t(kSecondRing);
   int dev_;
   prims::HostPins pins_{env::get_bool("NCCLZ_DEVICE_PIN", true)};     ///< declared before ch_: outlives the codecs
   bool fused_step_ = env::get_bool("NCCLZ_DEVICE_FUSED_STEP", true);  ///< DeviceSliceCodec::set_fused_step

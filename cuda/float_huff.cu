@@ -9,7 +9,10 @@
 // thread codes or decodes one sub-stream from there.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "codec/float_huff.hpp"
+#include "codec/slice_frame.hpp"
 #include "device_common.cuh"
 #include "ncclz/cuda_float_huff.hpp"
 
@@ -365,6 +368,27 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
   }
 }
 
+// The slice around the payload encode() left at slice + kHeaderBytes (its
+// size in *coded): frame_slice's verdict, computed alike by every CTA; CTA 0
+// writes the header, size and status; a Raw slice's values are copied by all.
+__global__ void fh_frame_kernel(const void* x, ElemType t, uint32_t n, size_t cap, const unsigned long long* coded,
+                                uint8_t* slice, unsigned long long* d_bytes, int* status) {
+  codec::SliceHeader h;
+  const Status st =
+      codec::frame_slice(t, n, cap, codec::Codec::FloatHuff, codec::Predictor::None, 0, 0, size_t(*coded), &h);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    *status = int(st);
+    *d_bytes = st == Status::Ok ? codec::kHeaderBytes + h.payload_bytes : 0ull;
+    if (st == Status::Ok) codec::write_header(slice, h);
+  }
+  if (st != Status::Ok || h.codec != codec::Codec::Raw) return;
+  const uint8_t* src = static_cast<const uint8_t*>(x);
+  uint8_t* dst = slice + codec::kHeaderBytes;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < h.payload_bytes;
+       i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+
 __global__ void fh_set_kernel(int* status, int v, unsigned long long* bytes, unsigned long long b) {
   if (status) *status = v;
   if (bytes) *bytes = b;
@@ -386,10 +410,11 @@ uint8_t* FloatHuffCoder::scratch(size_t bytes, int* err) {
 }
 
 namespace {
-// The encode's scratch: the state, the counts, their offsets, the scan's storage.
+// The encode's scratch: the state, the counts, their offsets, the scan's
+// storage; encode_slice's payload size.
 struct EncLayout {
   ScratchLayout l;
-  size_t st, words, offsets, tmp, tmp_bytes;
+  size_t st, words, offsets, tmp, tmp_bytes, coded;
   explicit EncLayout(size_t n) {
     const size_t S = size_t(codec::fh_substreams(n));
     st = l.add(sizeof(EncState));
@@ -397,6 +422,7 @@ struct EncLayout {
     offsets = l.add(S * 8);
     tmp_bytes = detail::exclusive_sum_bytes(S);
     tmp = l.add(tmp_bytes);
+    coded = l.add(8);
   }
 };
 }  // namespace
@@ -435,6 +461,32 @@ int FloatHuffCoder::encode(const void* d_x, ElemType t, size_t n, uint8_t* d_out
   if (e != cudaSuccess) return int(e);
   fh_index_kernel<<<detail::grid_for(G), detail::kThreads, 0, s>>>(t, n, cap, words, offsets, st, d_out, d_bytes);
   fh_write_kernel<<<ctas, kCtaSubs, 0, s>>>(d_x, t, n, st, offsets, d_out);
+  return int(cudaGetLastError());
+}
+
+int FloatHuffCoder::encode_slice(const void* d_x, ElemType t, size_t n, uint8_t* d_slice, size_t cap,
+                                 unsigned long long* d_bytes, int* d_status, bool raw_only) {
+  if (!codec::fh_type(t) || n > 0xFFFFFFFFu || (reinterpret_cast<uintptr_t>(d_slice) & 3) != 0)
+    return detail::host_error(Status::Unsupported);
+  // The payload's size goes to a word of the scratch (grown here, so that
+  // encode() does not move it).
+  const EncLayout L(n);
+  int err = 0;
+  uint8_t* base = scratch(L.l.bytes(), &err);
+  if (err) return err;
+  auto* coded = ScratchLayout::at<unsigned long long>(base, L.coded);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  const size_t room = codec::slice_coder_room(t, n, cap);
+  if (raw_only || cap < codec::kHeaderBytes) {
+    fh_set_kernel<<<1, 1, 0, s>>>(nullptr, 0, coded, kNoFitBytes);
+    err = int(cudaGetLastError());
+  } else {
+    err = encode(d_x, t, n, d_slice + codec::kHeaderBytes, room, coded);
+  }
+  if (err) return err;
+  const size_t raw = n * codec::elem_size(t);
+  const unsigned ctas = unsigned(std::min<size_t>(1024, std::max<size_t>(1, (raw + 4095) / 4096)));
+  fh_frame_kernel<<<ctas, detail::kThreads, 0, s>>>(d_x, t, uint32_t(n), cap, coded, d_slice, d_bytes, d_status);
   return int(cudaGetLastError());
 }
 

@@ -374,11 +374,15 @@ def _as_numpy(b: Buffer) -> np.ndarray:
     return b.native
 
 
-def to_numpy(b: Buffer) -> np.ndarray:
+def to_numpy(b: Buffer, max_bytes: int | None = None) -> np.ndarray:
     """A NumPy view of the buffer (bfloat16 as ml_dtypes.bfloat16); a host copy of a GPU array
-    the native layer takes as it is."""
+    the native layer takes as it is, of its first elements (flat) up to `max_bytes` where given
+    (what the compression policy samples: not the whole array on every call)."""
     if b.device is not None:
-        return to_numpy(as_buffer(DeviceArray(b.native, b.framework, b.device.index, False).to_host(), "array"))
+        x = b.native
+        if max_bytes is not None and b.nbytes > max_bytes:
+            x = x.reshape(-1)[: max(1, max_bytes // ITEMSIZE[b.dtype])]  # a view, contiguous
+        return to_numpy(as_buffer(DeviceArray(x, b.framework, b.device.index, False).to_host(), "array"))
     arr = _as_numpy(b)
     if b.dtype == "bfloat16":
         import ml_dtypes

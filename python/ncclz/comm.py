@@ -318,12 +318,10 @@ def _queueable(method):
     return wrapper
 
 
-_LOSSY_MODES = ("lossy_abs", "lossy_rel")
-
-
 def _device_path_on() -> bool:
-    """Whether lossy calls of CUDA arrays code on the device (NCCLZ_DEVICE_PATH: auto, the default,
-    where ncclz was built with CUDA; staged: through host copies, the first GPU path)."""
+    """Whether calls of CUDA arrays pass them to the runtime as they are, which codes them on the
+    device (NCCLZ_DEVICE_PATH: auto, the default, where ncclz was built with CUDA; staged: through
+    host copies made here, the first GPU path)."""
     mode = os.environ.get("NCCLZ_DEVICE_PATH", "auto").strip().lower() or "auto"
     if mode not in ("auto", "staged"):
         raise InvalidArgumentError(f"NCCLZ_DEVICE_PATH must be auto or staged, got {mode!r}")
@@ -576,12 +574,13 @@ class Communicator:
         here; the runtime checks the call itself (dtype, op, bound, counts, root, peer). ``load=False``:
         the call only writes x (a GPU array's contents are then not copied to the host first).
         ``device_path``: the call codes CUDA arrays on the device (every collective, send and
-        recv): a lossy call of a PyTorch or CuPy CUDA array then passes it as it is
-        (docs/GPU.md, "Device buffers"; NCCLZ_DEVICE_PATH=staged turns it off), except where the
-        policy runs the call exact by its size alone (``policy``: the call's own setting): those
-        take the staged path's latency algorithm."""
+        recv): a call of a PyTorch or CuPy CUDA array then passes it as it is, in every mode
+        (docs/GPU.md, "Device buffers": the runtime runs it on the device where it can, on host
+        copies where not; NCCLZ_DEVICE_PATH=staged turns it off), except where the policy runs
+        the call exact by its size alone (``policy``: the call's own setting): those take the
+        staged path's latency algorithm."""
         c = _compression(compression)
-        direct = device_path and c.mode in _LOSSY_MODES and _device_path_on() and not self._small_for_policy(x, policy)
+        direct = device_path and _device_path_on() and not self._small_for_policy(x, policy)
         b = _dlpack.as_buffer(x, what, load=load, direct=direct)
         if b.gpu is not None:
             self._check_device(b, what)
@@ -642,8 +641,14 @@ class Communicator:
         descriptor); `policy` and `algorithm` are the call's own ``policy=`` and ``algorithm=``;
         `data`: whether b holds the call's input (a scatter's non-root ranks hold only their output)."""
         return self._policy.choose(Call(coll, b.dtype, nbytes, c.mode, c.bound, compression,
-                                        (lambda: _dlpack.to_numpy(b)) if data else None, op or "sum",
-                                        _algorithm(algorithm)), policy)
+                                        (lambda: _dlpack.to_numpy(b, self._sample_bytes())) if data else None,
+                                        op or "sum", _algorithm(algorithm), b.device is not None), policy)
+
+    def _sample_bytes(self) -> int:
+        """How much of a CUDA array the policy gets as its host copy: its calibration sample
+        (Policy(sample_bytes=...), 4 MiB by default); the device path's arrays are not copied whole."""
+        cal = getattr(self._policy.model, "calibrator", None)
+        return int(getattr(cal, "sample_bytes", 4 << 20))
 
     def _record(self, name: str, c: Any, st: Any, d: Decision | None = None) -> None:
         # Kept raw; last_stats builds the dataclass when asked (keeps small calls cheap).

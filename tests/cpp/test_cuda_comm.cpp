@@ -316,9 +316,9 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
   }
 }
 
-// Paths that run on host copies of device buffers: lossless calls, one rank, non-finite inputs (the exact fallback), a
-// lossy call rank 0's proposal does not touch. Every one the host call's bits, the output back on the device, on_device
-// false.
+// Paths that run on host copies of device buffers: one rank, non-finite inputs (the exact fallback), a lossy call rank
+// 0's proposal does not touch. Every one the host call's bits, the output back on the device, on_device false.
+// (Uncompressed and lossless float32 calls of several ranks run on the device: *CollectivesOnDevice.)
 TEST(CudaComm, HostCopiesForTheOtherPaths) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = 2000;
@@ -342,8 +342,7 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
           SCOPED_TRACE(std::string(name(o)) + " N=" + std::to_string(N) + " mode " + std::to_string(k) + " rank " +
                        std::to_string(r));
           ASSERT_EQ(dev[size_t(r)].error, "");
-          // (Uncompressed calls of several ranks keep their values on the device: UncompressedCollectivesOnDevice.)
-          EXPECT_EQ(dev[size_t(r)].stats.on_device, k == 0 && N > 1);
+          EXPECT_EQ(dev[size_t(r)].stats.on_device, k < 2 && N > 1);
           if (has_output(o, r)) {
             EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out);
           }
@@ -356,38 +355,65 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
   }
 }
 
-// Uncompressed collectives of device buffers on 2-4 ranks, all on the
-// device and device and host ranks mixed: the values stay on the device (raw
-// slices between the slots and the device, reduced there in their own type:
-// CallStats::on_device), every output the all-host call's bits, for every
-// collective, float and integer types, and every operator (avg divided on
-// the device). Inputs without NaNs (arithmetic on NaNs leaves their payload
-// to the hardware).
-TEST(CudaComm, UncompressedCollectivesOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+/// fn(layout, N, ranks, mixed) for the hierarchical layouts 2x2 and 2x3 (hosts
+/// x ranks, from the topology override): N ranks with 4 KiB slots on the
+/// hierarchical schedules at every size; `mixed`: every third rank on the device.
+void for_each_layout(const std::function<void(const char*, int, Ranks&, const std::vector<bool>&)>& fn) {
+  for (const char* layout : {"2x2", "2x3"}) {
+    const int N = layout[2] == '2' ? 4 : 6;
+    Ranks R(N, [layout](int, CommConfig& cfg) {
+      cfg.slot_bytes = 4096;
+      cfg.topo_hosts = layout;
+      cfg.latency_bytes = 0;  // (the latency algorithm below it)
+    });
+    std::vector<bool> mixed(size_t(N), false);
+    for (int r = 0; r < N; r += 3) mixed[size_t(r)] = true;
+    fn(layout, N, R, mixed);
+  }
+}
+
+/// Exact calls (compression c: none or lossless) of every collective on 2-4
+/// ranks, all on the device and device and host ranks mixed, for the types
+/// and operators given (skip: the combinations left out): every output the
+/// bits of the all-host uncompressed call (and of the all-host call with c);
+/// on the device (CallStats::on_device) where the rank's buffers are and
+/// coded(t); where `compresses` the ring collectives' device ranks of float32
+/// send fewer bytes than raw. Inputs without NaNs (arithmetic on NaNs leaves
+/// their payload to the hardware).
+void check_exact_on_device(const Compression& c, const std::vector<DataType>& types, const std::vector<RedOp>& ops,
+                           unsigned seed, const std::function<bool(DataType)>& coded, bool compresses,
+                           const std::function<bool(int, DataType, RedOp)>& skip) {
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  const bool none_mode = c.mode == Compression::Mode::None;
   for (int N : {2, 3, 4}) {
     Ranks R = make_ranks(N);
     std::vector<bool> mixed(size_t(N), false);
     for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
-    for (DataType t : {DataType::F32, DataType::F64, DataType::BF16, DataType::F16, DataType::I32}) {
+    for (DataType t : types) {
       for (Op o : kAllOps) {
-        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Prod}) {
-          if (op != RedOp::Sum && !reduces(o)) continue;
+        for (RedOp op : ops) {
+          if ((op != RedOp::Sum && !reduces(o)) || skip(N, t, op)) continue;
           std::vector<std::vector<uint8_t>> in;
-          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 13));
-          const auto host = run(R, o, t, op, Compression::none(), count, in, std::vector<bool>(size_t(N), false));
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, seed));
+          const std::vector<bool> all_host(size_t(N), false);
+          const auto none = run(R, o, t, op, Compression::none(), count, in, all_host);
+          const auto host = none_mode ? none : run(R, o, t, op, c, count, in, all_host);
           for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
-            const auto dev = run(R, o, t, op, Compression::none(), count, in, pattern);
+            const auto dev = run(R, o, t, op, c, count, in, pattern);
             for (int r = 0; r < N; ++r) {
               SCOPED_TRACE(std::string(name(o)) + " op " + std::to_string(int(op)) + " N=" + std::to_string(N) +
                            " type " + std::to_string(int(t)) + " rank " + std::to_string(r) +
                            (pattern == mixed ? " (mixed)" : ""));
               ASSERT_EQ(dev[size_t(r)].error, "");
-              EXPECT_EQ(dev[size_t(r)].stats.on_device, bool(pattern[size_t(r)]));
+              EXPECT_EQ(dev[size_t(r)].stats.on_device, coded(t) && pattern[size_t(r)]);
               EXPECT_FALSE(host[size_t(r)].stats.on_device);
               if (has_output(o, r)) {
-                EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out) << "device and host results differ";
+                EXPECT_EQ(host[size_t(r)].out, none[size_t(r)].out) << "the host calls differ";
+                EXPECT_EQ(dev[size_t(r)].out, none[size_t(r)].out) << "device and host results differ";
+              }
+              const bool ring = o == Op::AllReduce || o == Op::ReduceScatter || o == Op::AllGather;
+              if (compresses && coded(t) && pattern[size_t(r)] && ring && t == DataType::F32) {
+                EXPECT_LT(dev[size_t(r)].stats.wire_bytes, dev[size_t(r)].stats.raw_bytes) << "nothing compressed";
               }
             }
           }
@@ -397,20 +423,136 @@ TEST(CudaComm, UncompressedCollectivesOnDevice) {
   }
 }
 
-// send / recv with device buffers on either side or both: a lossy pair codes
-// on the device where the buffers are (the receiver decodes into device
-// codes), an uncompressed pair runs on host copies; the host pair's bits.
+// Uncompressed collectives of device buffers: the values stay on the device
+// (raw slices between the slots and the device, reduced there in their own
+// type), for float and integer types and every operator (avg divided on the
+// device).
+TEST(CudaComm, UncompressedCollectivesOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  check_exact_on_device(
+      Compression::none(), {DataType::F32, DataType::F64, DataType::BF16, DataType::F16, DataType::I32},
+      {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Prod}, 13, [](DataType) { return true; }, false,
+      [](int, DataType, RedOp) { return false; });
+}
+
+// Lossless collectives of device buffers: float32, bfloat16 and float16 are
+// coded on the device (FloatHuff slices, Raw where not smaller; every rank
+// codes without rANS since one is a device), float64 runs on host copies;
+// lossless bit-identical to none; the float slices compress.
+TEST(CudaComm, LosslessCollectivesOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  check_exact_on_device(
+      Compression::lossless(), {DataType::F32, DataType::BF16, DataType::F16, DataType::F64},
+      {RedOp::Sum, RedOp::Avg, RedOp::Max}, 17, [](DataType t) { return t != DataType::F64; }, true,
+      // fewer cases: every operator ran uncompressed
+      [](int N, DataType t, RedOp op) { return op == RedOp::Max && (N == 3 || t == DataType::F16); });
+}
+
+// The hierarchical schedules with device buffers (hosts from the topology
+// override: 2x2 and 2x3), uncompressed and lossless: both rings (raw slices
+// inside a host, raw or FloatHuff slices between hosts) on the device
+// (CallStats::on_device, algorithm Hierarchical), all ranks on the device
+// and device and host ranks mixed; every output the all-host uncompressed
+// call's bits (lossless and none alike), for the four hierarchical
+// collectives and sum / max.
+TEST(CudaComm, HierarchicalExactCallsOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 2400 : 12000;
+  for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
+    for (DataType t : {DataType::F32, DataType::BF16}) {
+      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+        for (RedOp op : {RedOp::Sum, RedOp::Max}) {
+          if (op != RedOp::Sum && !reduces(o)) continue;
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 29));
+          const auto none = run(R, o, t, op, Compression::none(), count, in, std::vector<bool>(size_t(N), false));
+          for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+            for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+              const auto dev = run(R, o, t, op, c, count, in, pattern);
+              for (int r = 0; r < N; ++r) {
+                SCOPED_TRACE(std::string(layout) + " " + name(o) + " op " + std::to_string(int(op)) + " type " +
+                             std::to_string(int(t)) + (c.mode == Compression::Mode::None ? " none" : " lossless") +
+                             " rank " + std::to_string(r) + (pattern == mixed ? " (mixed)" : ""));
+                ASSERT_EQ(dev[size_t(r)].error, "");
+                EXPECT_EQ(dev[size_t(r)].stats.algorithm, Algorithm::Hierarchical);
+                EXPECT_EQ(dev[size_t(r)].stats.on_device, bool(pattern[size_t(r)]));
+                EXPECT_EQ(dev[size_t(r)].out, none[size_t(r)].out) << "differs from the host call";
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// Lossy calls on the hierarchical schedules with device buffers (2x2 and
+// 2x3 from the topology override): all_gather and broadcast move codes
+// quantized before (raw inside hosts, coded between them), all_reduce and
+// reduce_scatter (sum, avg) quantize the host sums whole between the phases
+// on each channel's stream (algorithms::HostSumCodes; host ranks do it slice
+// by slice in a stage): on the device (algorithm Hierarchical), all ranks
+// and mixed with host ranks; every output the all-host call's bits, within
+// the bound of the fp64 reference. A hierarchical max runs on host copies.
+TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 2400 : 12000;
+  for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
+    for (DataType t : {DataType::F32, DataType::BF16}) {
+      const double E = t == DataType::BF16 ? 1.0 : 1e-3;  // (bf16 sums of 3 ranks near 18 round by 0.06 each)
+      const Compression c = Compression::lossy_abs(E);
+      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
+          if (op != RedOp::Sum && !reduces(o)) continue;
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 31));
+          const auto host = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), false));
+          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+            const auto dev = run(R, o, t, op, c, count, in, pattern);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE(std::string(layout) + " " + name(o) + " op " + std::to_string(int(op)) + " type " +
+                           std::to_string(int(t)) + " rank " + std::to_string(r) +
+                           (pattern == mixed ? " (mixed)" : ""));
+              const Result& h = host[size_t(r)];
+              const Result& d = dev[size_t(r)];
+              ASSERT_EQ(h.error, "");
+              ASSERT_EQ(d.error, "");
+              EXPECT_EQ(d.stats.algorithm, Algorithm::Hierarchical);
+              EXPECT_FALSE(d.stats.exact_fallback);
+              EXPECT_EQ(d.stats.on_device, pattern[size_t(r)] && op != RedOp::Max);
+              EXPECT_EQ(d.out, h.out) << "device and host results differ";
+              if (op == RedOp::Max) continue;
+              const auto ref = reference(o, t, op, count, N, r, in);
+              double worst = 0;
+              for (size_t i = 0; i < ref.size(); ++i)
+                worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
+              EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
+              EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// send / recv with device buffers on either side or both: each side codes on
+// the device where its buffers are (lossy: the receiver decodes into device
+// codes; uncompressed: raw slices; lossless: FloatHuff slices, which a host
+// peer writes too); the host pair's bits.
 TEST(CudaComm, SendRecvWithDeviceBuffers) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 5000 : 40000;
   Ranks R = make_ranks(2);
   const std::vector<uint8_t> x = input(DataType::F32, count, 0, 21);
-  for (const Compression& c : {Compression::lossy_abs(1e-3), Compression::none()}) {
+  for (const Compression& c : {Compression::lossy_abs(1e-3), Compression::none(), Compression::lossless()}) {
     std::vector<uint8_t> want;  // the host pair's result
     for (int k = 0; k < 4; ++k) {
       const bool send_dev = k & 1, recv_dev = k & 2;
-      SCOPED_TRACE(std::string(c.mode == Compression::Mode::None ? "none" : "lossy") + " send on " +
-                   (send_dev ? "device" : "host") + ", recv on " + (recv_dev ? "device" : "host"));
+      SCOPED_TRACE(std::string(c.mode == Compression::Mode::None       ? "none"
+                               : c.mode == Compression::Mode::Lossless ? "lossless"
+                                                                       : "lossy") +
+                   " send on " + (send_dev ? "device" : "host") + ", recv on " + (recv_dev ? "device" : "host"));
       std::vector<uint8_t> got;
       CallStats sent, recvd;
       R.run([&](int r, Communicator& comm) {
@@ -435,8 +577,11 @@ TEST(CudaComm, SendRecvWithDeviceBuffers) {
       if (k == 0) want = got;
       EXPECT_EQ(got, want) << "differs from the host pair";
       const bool lossy = c.mode != Compression::Mode::None;
-      EXPECT_EQ(sent.on_device, lossy && send_dev);
-      EXPECT_EQ(recvd.on_device, lossy && recv_dev);
+      EXPECT_EQ(sent.on_device, send_dev);
+      EXPECT_EQ(recvd.on_device, recv_dev);
+      if (c.mode == Compression::Mode::Lossless) {
+        EXPECT_LT(sent.wire_bytes, sent.raw_bytes) << "nothing compressed";
+      }
       if (lossy) {
         EXPECT_FALSE(recvd.exact_fallback);
         double worst = 0;

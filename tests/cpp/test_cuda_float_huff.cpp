@@ -12,6 +12,7 @@
 
 #include "codec/block_coder.hpp"
 #include "codec/float_huff.hpp"
+#include "codec/slice.hpp"
 #include "cuda_test_util.hpp"
 #include "ncclz/cuda_float_huff.hpp"
 
@@ -142,4 +143,66 @@ TEST(CudaFloatHuff, DamagedPayloadsAsCpu) {
       }
     }
   }
+}
+
+// Whole slices (FloatHuffCoder::encode_slice): the bytes of the CPU's
+// encode_slice with allow_rans = false (and with FloatHuff forced; raw_only:
+// with Raw forced), FloatHuff where it is smaller, Raw where it is not (random
+// bits), NoSpace where the slot cannot hold the Raw slice; the CPU decodes
+// every device slice to the input.
+TEST(CudaFloatHuff, SlicesMatchEncodeSlice) {
+  SKIP_WITHOUT_GPU();
+  ncclz::cuda::FloatHuffCoder coder;
+  for (ElemType t : kTypes) {
+    for (size_t n : {size_t(0), size_t(1), size_t(300), size_t(8193), size_t(40000)}) {
+      for (int kind : {0, 1, 2}) {
+        const auto v = values(t, n, kind, uint32_t(n * 7 + kind));
+        const size_t full = max_slice_bytes(t, n);
+        for (int form = 0; form < 3; ++form) {  // 0: Auto without rANS, 1: FloatHuff forced, 2: Raw (raw_only)
+          EncodeOptions opt;
+          opt.allow_rans = form != 0;
+          opt.choice = form == 1   ? EncodeOptions::Choice::FloatHuff
+                       : form == 2 ? EncodeOptions::Choice::Raw
+                                   : EncodeOptions::Choice::Auto;
+          for (size_t cap : {full, full + 40, full > 0 ? full - 1 : size_t(0)}) {
+            SCOPED_TRACE("type " + std::to_string(int(t)) + " n " + std::to_string(n) + " kind " +
+                         std::to_string(kind) + " form " + std::to_string(form) + " cap " + std::to_string(cap));
+            std::vector<uint8_t> want(cap + 8);
+            SliceInfo info;
+            const Status ws = encode_slice(v.data(), t, uint32_t(n), want.data(), cap, opt, &info);
+            DevBuf x(v.size() + 8), out(cap + 8), bytes(8), st(4);
+            x.upload(v.data(), v.size());
+            LAUNCH_OK(coder.encode_slice(x.get(), t, n, out.get(), cap, bytes.get<unsigned long long>(), st.get<int>(),
+                                         form == 2));
+            ASSERT_EQ(st.download<int>(1)[0], int(ws));
+            if (ws != Status::Ok) {
+              EXPECT_EQ(bytes.download<unsigned long long>(1)[0], 0u);
+              continue;
+            }
+            const auto b = bytes.download<unsigned long long>(1)[0];
+            ASSERT_EQ(b, info.bytes);
+            want.resize(info.bytes);
+            const auto got = ncclz_test::from_device(out.get(), b);
+            EXPECT_EQ(got, want) << "the device's slice differs from encode_slice's";
+            if (form == 0 && kind == 0 && n >= 300) {
+              EXPECT_EQ(info.codec, Codec::FloatHuff);
+            }
+            if (kind == 2 && n >= 300) {
+              EXPECT_EQ(info.codec, Codec::Raw);
+            }
+            std::vector<uint8_t> back(v.size() + 1);
+            size_t used = 0;
+            ASSERT_EQ(decode_slice(got.data(), got.size(), t, uint32_t(n), back.data(), &used), Status::Ok);
+            EXPECT_EQ(used, got.size());
+            back.resize(v.size());
+            EXPECT_EQ(back, v);
+          }
+        }
+      }
+    }
+  }
+  DevBuf out(64), bytes(8), st(4);
+  EXPECT_EQ(
+      coder.encode_slice(out.get(), ElemType::F64, 4, out.get(), 64, bytes.get<unsigned long long>(), st.get<int>()),
+      -int(Status::Unsupported));
 }

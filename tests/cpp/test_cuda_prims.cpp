@@ -67,14 +67,15 @@ const char* name(Coll c) {
 constexpr size_t kSlot = 1024;  // slot bytes: 250 int32 or 125 int64 per slice
 constexpr int kSlots = 4;       // slots per connection: ring chunks of 2 slices
 
-/// How the ranks code: the wire mode, the code type and, in Coded mode, the
-/// forced Block predictor (the device's only coded choice; CPU ranks get the
-/// same options).
+/// How the ranks code: the wire mode, the element type and, in Coded mode of
+/// codes, the forced Block predictor (CPU ranks get the same options). Coded
+/// floats (lossless F32 / BF16 / F16): FloatHuff slices, the selector without
+/// rANS (allow_rans = false), reduced with `op`.
 struct Wire {
   WireMode mode = WireMode::Coded;
   ElemType type = ElemType::I32;
   Predictor pred = Predictor::None;
-  RedOp op = RedOp::Sum;  ///< the reductions' operator (floats: Raw mode only)
+  RedOp op = RedOp::Sum;  ///< the reductions' operator
 };
 std::string describe(const Wire& w) {
   return std::string(w.mode == WireMode::Raw ? "raw" : "coded") + " type " + std::to_string(int(w.type)) + " op " +
@@ -90,7 +91,9 @@ prims::PrimsArgs make_args(const Wire& w, int rank) {
   a.raw_esize = codec::elem_size(w.type);
   a.deadline = Clock::now() + std::chrono::seconds(120);
   a.rank = rank;
-  if (w.mode == WireMode::Coded) {
+  if (w.mode == WireMode::Coded && !codec::is_code_type(w.type)) {
+    a.enc.allow_rans = false;  // what a device rank codes: FloatHuff
+  } else if (w.mode == WireMode::Coded) {
     a.enc.choice = codec::EncodeOptions::Choice::Block;
     a.enc.predictor = int(w.pred);
   }
@@ -152,6 +155,26 @@ std::vector<uint8_t> make_values(ElemType t, RedOp op, size_t n, uint64_t seed) 
   return b;
 }
 
+/// Floats as gradients are (what lossless mode compresses): Gaussian values
+/// of a few exponents, with zeros of both signs and a few tiny values mixed in.
+std::vector<uint8_t> make_floats(ElemType t, size_t n, uint64_t seed) {
+  std::vector<uint8_t> b(n * codec::elem_size(t));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.01f);
+  for (size_t i = 0; i < n; ++i) {
+    float f = g(rng);
+    if (i % 61 == 0) f = (i & 64) ? -0.0f : 0.0f;
+    if (i % 67 == 0) f *= 1e-5f;
+    if (t == ElemType::F32) {
+      std::memcpy(&b[i * 4], &f, 4);
+    } else {
+      const uint16_t h = t == ElemType::BF16 ? codec::float_to_bf16(f) : codec::float_to_f16(f);
+      std::memcpy(&b[i * 2], &h, 2);
+    }
+  }
+  return b;
+}
+
 /// Wrapping sum of element i of every buffer.
 void add_into(ElemType t, std::vector<uint8_t>& acc, const uint8_t* x, size_t n) {
   prims::reduce_fn(t, RedOp::Sum)(acc.data(), acc.data(), x, n);
@@ -198,7 +221,7 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
         void* scratch = hscr.data();
         if (device[size_t(r)]) {
           dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, a.int_sum, kSlot, slice);
-          if (w.mode == WireMode::Raw && !a.int_sum) dc->set_value_reduction(w.op);
+          if (!a.int_sum && (w.mode == WireMode::Raw || !codec::is_code_type(w.type))) dc->set_value_reduction(w.op);
           a.device = dc.get();
           dsrc = std::make_unique<DevBuf>(in_elems * es);
           ddst = std::make_unique<DevBuf>(out_elems * es);
@@ -261,7 +284,10 @@ void check_collective(Coll c, const Wire& w, int N, size_t count, const std::vec
   std::vector<std::vector<uint8_t>> in;
   for (int r = 0; r < N; ++r) {
     const uint64_t seed = uint64_t(1000 * N + 17 * r) + count;
-    in.push_back(codes ? make_codes(w.type, in_elems, seed) : make_values(w.type, w.op, in_elems, seed));
+    const bool lossless = w.mode == WireMode::Coded && !codec::is_code_type(w.type);
+    in.push_back(codes      ? make_codes(w.type, in_elems, seed)
+                 : lossless ? make_floats(w.type, in_elems, seed)
+                            : make_values(w.type, w.op, in_elems, seed));
   }
   const RingRun ref = run_ring(c, w, std::vector<bool>(size_t(N), false), count, in);
   for (int r = 0; r < N; ++r) {
@@ -275,13 +301,20 @@ void check_collective(Coll c, const Wire& w, int N, size_t count, const std::vec
   for (const auto& l : ref.wire) slots += l.size();
   EXPECT_GT(slots, size_t(0));
   if (w.mode == WireMode::Coded) {
-    // The coded wire carries slices of the forced codec: Block, or Raw where Block is larger.
+    // The coded wire carries slices of the forced codec: Block (codes) or
+    // FloatHuff (floats), or Raw where that is larger; some are coded.
+    const codec::Codec coder = codec::is_code_type(w.type) ? codec::Codec::Block : codec::Codec::FloatHuff;
+    size_t coded = 0;
     for (const auto& l : ref.wire) {
       for (const auto& b : l) {
         codec::SliceHeader h;
         ASSERT_EQ(codec::read_header(b.data(), b.size(), &h), codec::Status::Ok);
-        ASSERT_TRUE(h.codec == codec::Codec::Block || h.codec == codec::Codec::Raw);
+        ASSERT_TRUE(h.codec == coder || h.codec == codec::Codec::Raw);
+        coded += h.codec == coder;
       }
+    }
+    if (count >= 2048) {  // (FloatHuff's table and index outweigh its gain on a few hundred float32 in places)
+      EXPECT_GT(coded, size_t(0)) << "no slice was coded";
     }
   }
   for (const auto& dev : patterns) {
@@ -377,6 +410,26 @@ TEST(CudaPrims, RawValueReductionsMatchCpuRanks) {
   prims::DeviceSliceCodec coded(ElemType::I32, WireMode::Coded, make_args(Wire{}, 0).enc, true, kSlot,
                                 prims::slice_elems_for(kSlot, 4));
   EXPECT_THROW(coded.set_value_reduction(RedOp::Max), InvalidArgument);
+}
+
+// Lossless floats on device ranks (Coded floats: FloatHuff slices, reduced
+// in their type after the decode): sums and maxima through every ring
+// collective, device and CPU ranks mixed: the all-CPU run's output bits and
+// every slot's bytes (the CPU ranks code without rANS, as a device rank's
+// peers do).
+TEST(CudaPrims, LosslessFloatsMatchCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  const int N = 3;
+  for (ElemType t : {ElemType::F32, ElemType::BF16, ElemType::F16}) {
+    for (RedOp op : {RedOp::Sum, RedOp::Max}) {
+      for (Coll c : {Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast}) {
+        if (op != RedOp::Sum && (c == Coll::AllGather || c == Coll::Broadcast)) continue;
+        const auto ns = counts(t, N);
+        for (size_t n : {ns[0], ns[2], ns[3]})
+          check_collective(c, Wire{WireMode::Coded, t, Predictor::None, op}, N, n, patterns(N));
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Collectives, CudaPrimsRing,
@@ -504,6 +557,32 @@ TEST(CudaPrims, QuantizedAllReduceMatchesCpuRanks) {
   }
 }
 
+/// A slice's operands in device memory (x, y: copies of the host's; `to`:
+/// an output of their size), and x's slice (cs, cb bytes) as encode() made it.
+struct OnDevice {
+  OnDevice(const std::vector<uint8_t>& hx, const std::vector<uint8_t>& hy)
+      : hx_(hx), x(hx.size()), y(hy.size()), to(hx.size()) {
+    to_device(x.get(), hx);
+    to_device(y.get(), hy);
+  }
+  /// Encodes x (n elements) with the CPU's slice codec and the device's into
+  /// slots of `slot` bytes: the same bytes, or a failure; cs: the CPU's slice
+  /// (slot + 1 bytes of room).
+  void encode(const prims::SliceCodec& cpu, prims::DeviceSliceCodec& dev, size_t n, size_t slot) {
+    std::vector<uint8_t> ds(slot + 1, 0xCC);
+    cs.assign(slot + 1, 0);
+    size_t db = 0;
+    ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(hx_.data()), n, cs.data(), &cb), codec::Status::Ok);
+    ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(x.get()), n, ds.data(), &db), codec::Status::Ok);
+    ASSERT_EQ(db, cb);
+    ASSERT_EQ(0, std::memcmp(ds.data(), cs.data(), cb)) << "device slice differs from the CPU's";
+  }
+  const std::vector<uint8_t>& hx_;
+  DevBuf x, y, to;
+  std::vector<uint8_t> cs;
+  size_t cb = 0;
+};
+
 // The codec's three calls directly, against SliceCodec with the same options.
 TEST(CudaPrims, SliceCodecCallsMatchCpu) {
   SKIP_WITHOUT_GPU();
@@ -521,16 +600,11 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
         SCOPED_TRACE(testing::Message() << "n " << n);
         for (uint64_t seed : {1u, 2u}) {
           const auto x = make_codes(t, n, seed * 77 + n), y = make_codes(t, n, seed * 91 + n + 5);
-          DevBuf dx(n * es), dy(n * es), dto(n * es);
-          to_device(dx.get(), x);
-          to_device(dy.get(), y);
-          // encode
-          std::vector<uint8_t> cs(kSlot), ds(kSlot, 0xCC);
-          size_t cb = 0, db = 0;
-          ASSERT_EQ(cpu.encode(prims::SliceValues::of_dense(x.data()), n, cs.data(), &cb), codec::Status::Ok);
-          ASSERT_EQ(dev.encode(prims::SliceValues::of_dense(dx.get()), n, ds.data(), &db), codec::Status::Ok);
-          ASSERT_EQ(db, cb);
-          ASSERT_EQ(0, std::memcmp(ds.data(), cs.data(), cb)) << "device slice differs from the CPU's";
+          OnDevice d(x, y);
+          ASSERT_NO_FATAL_FAILURE(d.encode(cpu, dev, n, kSlot));
+          const DevBuf &dy = d.y, &dto = d.to;
+          std::vector<uint8_t>& cs = d.cs;
+          const size_t cb = d.cb;
           // decode (a CPU slice on the device)
           prims::SliceValues v;
           ASSERT_EQ(dev.decode(cs.data(), cb, n, dto.get(), &v), codec::Status::Ok);
@@ -577,6 +651,103 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
   }
 }
 
+// Coded floats' three calls directly (lossless F32 / BF16 / F16), against
+// SliceCodec with the same options (allow_rans = false): the same slices
+// (FloatHuff, Raw for noise), CPU slices decoded on the device, reductions
+// with the CPU's bits, and the decoder's errors: damaged payloads as the CPU
+// decoder, bytes after the slice, a wrong count, a FloatExp slice (what a
+// peer coding with rANS would send: the device cannot decode it).
+TEST(CudaPrims, FloatSliceCallsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::F32, ElemType::BF16, ElemType::F16}) {
+    for (RedOp op : {RedOp::Sum, RedOp::Max}) {
+      SCOPED_TRACE(testing::Message() << "type " << int(t) << " op " << int(op));
+      const size_t es = codec::elem_size(t);
+      const size_t slot = 16384, slice = prims::slice_elems_for(slot, es);
+      Wire w{WireMode::Coded, t, Predictor::None, op};
+      const prims::PrimsArgs a = make_args(w, 0);
+      std::vector<uint64_t> scr((slice * es + 7) / 8);
+      prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, false, slot, reinterpret_cast<uint8_t*>(scr.data()));
+      prims::DeviceSliceCodec dev(t, w.mode, a.enc, false, slot, slice);
+      dev.set_value_reduction(op);
+      for (size_t n : {size_t(1), size_t(300), slice - 1, slice}) {
+        for (int kind : {0, 1}) {  // 0: gradients (FloatHuff); 1: values of every magnitude (either)
+          SCOPED_TRACE(testing::Message() << "n " << n << " kind " << kind);
+          auto x = make_floats(t, n, 5 * n + 1), y = make_floats(t, n, 7 * n + 2);
+          if (kind == 1) x = make_values(t, RedOp::Prod, n, 11 * n + 3);
+          OnDevice d(x, y);
+          ASSERT_NO_FATAL_FAILURE(d.encode(cpu, dev, n, slot));
+          const DevBuf &dy = d.y, &dto = d.to;
+          std::vector<uint8_t>& cs = d.cs;
+          const size_t cb = d.cb;
+          codec::SliceHeader h;
+          ASSERT_EQ(codec::read_header(cs.data(), cb, &h), codec::Status::Ok);
+          if (n == 1 || (kind == 0 && n >= 300)) {
+            EXPECT_EQ(h.codec, n == 1 ? codec::Codec::Raw : codec::Codec::FloatHuff);
+          }
+          prims::SliceValues v;
+          ASSERT_EQ(dev.decode(cs.data(), cb, n, dto.get(), &v), codec::Status::Ok);
+          ASSERT_EQ(from_device(dto.get(), n * es), x);
+          // incoming x op local y, into another buffer and in place
+          std::vector<uint8_t> want(n * es);
+          a.reduce(want.data(), x.data(), y.data(), n);
+          ASSERT_EQ(dev.reduce(cs.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v),
+                    codec::Status::Ok);
+          ASSERT_EQ(from_device(dto.get(), n * es), want);
+          ASSERT_EQ(dev.reduce(cs.data(), cb, n, prims::SliceValues::of_dense(dy.get()), dy.get(), &v),
+                    codec::Status::Ok);
+          ASSERT_EQ(from_device(dy.get(), n * es), want);
+          // Damaged payloads: the CPU decoder's verdict (a FloatHuff slice's
+          // index and words are checked; a Raw slice's bytes are any values).
+          std::mt19937 g{uint32_t(n)};
+          for (int rep = 0; rep < 12 && cb > codec::kHeaderBytes; ++rep) {
+            std::vector<uint8_t> bad(cs.begin(), cs.begin() + long(cb));
+            const size_t at = codec::kHeaderBytes + g() % (cb - codec::kHeaderBytes);
+            bad[at] = uint8_t(bad[at] ^ (1u + g() % 255u));
+            std::vector<uint8_t> cpu_out(n * es);
+            size_t used = 0;
+            const codec::Status cpu_s = codec::decode_slice(bad.data(), cb, t, uint32_t(n), cpu_out.data(), &used);
+            const codec::Status dev_s = dev.decode(bad.data(), cb, n, dto.get(), &v);
+            EXPECT_EQ(dev_s, cpu_s) << "byte " << at;
+            if (cpu_s == codec::Status::Ok) {
+              EXPECT_EQ(from_device(dto.get(), n * es), cpu_out);
+            }
+          }
+          cs[cb] = 0;
+          EXPECT_EQ(dev.decode(cs.data(), cb + 1, n, dto.get(), &v), codec::Status::Corrupt);
+          EXPECT_NE(dev.decode(cs.data(), cb - 1, n, dto.get(), &v), codec::Status::Ok);
+          EXPECT_NE(dev.decode(cs.data(), cb, n + 1, dto.get(), &v), codec::Status::Ok);  // wrong count
+          // A FloatExp slice: not what a device decodes.
+          if (kind == 0 && n >= 300) {
+            codec::EncodeOptions fe;
+            fe.choice = codec::EncodeOptions::Choice::FloatExp;
+            codec::SliceInfo info;
+            std::vector<uint8_t> fs(slot);
+            ASSERT_EQ(codec::encode_slice(x.data(), t, uint32_t(n), fs.data(), slot, fe, &info), codec::Status::Ok);
+            ASSERT_EQ(info.codec, codec::Codec::FloatExp);
+            EXPECT_EQ(dev.decode(fs.data(), info.bytes, n, dto.get(), &v), codec::Status::Unsupported);
+            EXPECT_EQ(dev.reduce(fs.data(), info.bytes, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v),
+                      codec::Status::Unsupported);
+          }
+        }
+      }
+    }
+  }
+  // Lossless floats: F32 / BF16 / F16 with the selector or FloatHuff (not FloatExp, Sparse, rANS), no integer sums.
+  const size_t slice = prims::slice_elems_for(kSlot, 8);
+  codec::EncodeOptions o;
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F64, WireMode::Coded, o, false, kSlot, slice), InvalidArgument);
+  for (auto choice : {codec::EncodeOptions::Choice::FloatExp, codec::EncodeOptions::Choice::Sparse,
+                      codec::EncodeOptions::Choice::Rans}) {
+    o.choice = choice;
+    EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Coded, o, false, kSlot, slice), InvalidArgument);
+  }
+  o.choice = codec::EncodeOptions::Choice::FloatHuff;
+  EXPECT_THROW(prims::DeviceSliceCodec(ElemType::F32, WireMode::Coded, o, true, kSlot, slice), InvalidArgument);
+  prims::DeviceSliceCodec ok(ElemType::BF16, WireMode::Coded, o, false, kSlot, slice);
+  EXPECT_NO_THROW(ok.set_value_reduction(RedOp::Prod));
+}
+
 /// The device selector's options (choice Auto, no Rans) for codes of type t,
 /// and the CPU's slice codec with them: what a device slice must match.
 struct SelectingCpu {
@@ -610,7 +781,7 @@ TEST(CudaPrims, EncodeIntoRegisteredSlotsMatchesCpu) {
     SelectingCpu sel(t);
     // Two slots in one registered range, at an offset that is not 16-byte aligned too (the kernel's byte path).
     // Page-aligned, as the transports' slot memory is.
-    const size_t ring_bytes = 3 * kSlot + 4096;
+    const size_t ring_bytes = (3 * kSlot + 4096 + 4095) / 4096 * 4096;  // (aligned_alloc: a multiple of 4096)
     std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, ring_bytes)),
                                                             &std::free);
     ASSERT_NE(ring_mem, nullptr);
@@ -666,7 +837,9 @@ TEST(CudaPrims, ReduceEncodeMatchesReduceThenEncode) {
   SKIP_WITHOUT_GPU();
   for (ElemType t : {ElemType::I32, ElemType::I64}) {
     SelectingCpu sel(t);
-    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 2 * kSlot)),
+    // Two slots, page-aligned (aligned_alloc's size: a multiple of the alignment).
+    static_assert(2 * kSlot <= 4096, "two slots in one page");
+    std::unique_ptr<uint8_t, decltype(&std::free)> ring_mem(static_cast<uint8_t*>(std::aligned_alloc(4096, 4096)),
                                                             &std::free);
     ASSERT_NE(ring_mem, nullptr);
     prims::HostPins pins(true);

@@ -409,3 +409,40 @@ TEST(FloatHuff, SliceForcedDecodesEverywhere) {
   ASSERT_EQ(encode_slice(r.data(), ElemType::F32, 1000, big.data(), big.size(), opt, &info), Status::Ok);
   EXPECT_EQ(info.codec, Codec::Raw);
 }
+
+// allow_rans = false (a call with a device rank): the selector's lossless
+// float slices are FloatHuff (the bytes of the forced codec), Raw where not
+// smaller, never FloatExp or Sparse (both rANS); float64 is not FloatHuff's.
+TEST(FloatHuff, SelectorWithoutRansPicksIt) {
+  EncodeOptions no_rans;
+  no_rans.allow_rans = false;
+  EncodeOptions forced;
+  forced.choice = EncodeOptions::Choice::FloatHuff;
+  for (ElemType t : kTypes) {
+    const uint32_t n = 5000;
+    for (int kind = 0; kind < 3; ++kind) {  // Gaussian, zeros (Sparse's case with rANS allowed), random bits
+      const auto v = kind == 0   ? gaussian(t, n, 1e-2f, 56)
+                     : kind == 1 ? std::vector<uint8_t>(n * elem_size(t), 0)
+                                 : random_bytes(t, n, 9);
+      std::vector<uint8_t> a(max_slice_bytes(t, n)), b(a.size());
+      SliceInfo ia, ib;
+      ASSERT_EQ(encode_slice(v.data(), t, n, a.data(), a.size(), no_rans, &ia), Status::Ok);
+      ASSERT_EQ(encode_slice(v.data(), t, n, b.data(), b.size(), forced, &ib), Status::Ok);
+      EXPECT_TRUE(ia.codec == Codec::FloatHuff || ia.codec == Codec::Raw) << int(ia.codec);
+      ASSERT_EQ(ia.bytes, ib.bytes);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), ia.bytes), 0);
+      if (kind == 0) {
+        EXPECT_EQ(ia.codec, Codec::FloatHuff);
+      }
+      if (kind != 1) continue;
+      SliceInfo with_rans;
+      ASSERT_EQ(encode_slice(v.data(), t, n, a.data(), a.size(), EncodeOptions{}, &with_rans), Status::Ok);
+      EXPECT_EQ(with_rans.codec, Codec::Sparse) << "zeros: the test does not test Sparse's exclusion";
+    }
+  }
+  std::vector<double> d(1000, 0.5);
+  std::vector<uint8_t> slice(max_slice_bytes(ElemType::F64, 1000));
+  SliceInfo info;
+  ASSERT_EQ(encode_slice(d.data(), ElemType::F64, 1000, slice.data(), slice.size(), no_rans, &info), Status::Ok);
+  EXPECT_NE(info.codec, Codec::FloatHuff);
+}

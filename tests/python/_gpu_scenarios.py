@@ -274,11 +274,12 @@ def scenario_gpu_bad_input(ncclz, comm, args):
 
 
 def scenario_gpu_device_path(ncclz, comm, args):
-    """Lossy all_reduce (sum, avg), reduce_scatter, all_gather, broadcast, reduce, gather, scatter and
-    all_to_all of CUDA arrays (torch, and CuPy where installed) on the device path: last_stats.on_device, the results on the input's
-    device, every element within the bound, and the same bits as the same call on host arrays and
-    as the staged GPU path (NCCLZ_DEVICE_PATH=staged). Uncompressed calls of CUDA arrays stay
-    off the device path."""
+    """all_reduce (sum, avg), reduce_scatter, all_gather, broadcast, reduce, gather, scatter and
+    all_to_all of CUDA arrays (torch, and CuPy where installed), uncompressed, lossless and lossy, on
+    the device path: last_stats.on_device (lossless: float32 and bfloat16 code FloatHuff slices
+    there, float64 runs on host copies inside the runtime), the results on the input's device, every
+    lossy element within the bound, and the same bits as the same call on host arrays and as the
+    staged GPU path (NCCLZ_DEVICE_PATH=staged)."""
     import os
 
     import torch
@@ -331,7 +332,7 @@ def scenario_gpu_device_path(ncclz, comm, args):
         for dtype in ("float32", "float64", "bfloat16"):
             if fw == "cupy" and dtype == "bfloat16":
                 continue
-            for mname, comp in modes(ncclz, dtype)[2:]:
+            for mname, comp in modes(ncclz, dtype):
                 for coll, op in (
                     ("all_reduce", "sum"),
                     ("all_reduce", "avg"),
@@ -371,10 +372,14 @@ def scenario_gpu_device_path(ncclz, comm, args):
                         finally:
                             del os.environ["NCCLZ_DEVICE_PATH"]
                     ck.require(not comm.last_stats.on_device, f"{name}: the staged call ran on the device")
-                    # bf16 sums at these bounds may run exact (the plan's budget): off the device then
-                    ck.require(st.on_device or st.exact_fallback, f"{name}: neither on the device nor exact")
-                    if dtype != "bfloat16":
-                        ck.require(st.on_device, f"{name}: did not run on the device ({st})")
+                    if mname == "lossless":
+                        # FloatHuff codes float32 and bfloat16 on the device; float64 runs on host copies
+                        ck.require(st.on_device == (dtype != "float64"), f"{name}: on_device is {st.on_device}")
+                    else:
+                        # bf16 sums at these bounds may run exact (the plan's budget): off the device then
+                        ck.require(st.on_device or st.exact_fallback, f"{name}: neither on the device nor exact")
+                        if dtype != "bfloat16" or mname == "none":
+                            ck.require(st.on_device, f"{name}: did not run on the device ({st})")
                     if host is None:  # reduce, gather: not the root
                         ck.require(dev is None and staged is None, f"{name}: a non-root rank got a result")
                         continue
@@ -383,7 +388,7 @@ def scenario_gpu_device_path(ncclz, comm, args):
                     ck.require(bits(to_host(fw, staged)) == bits(host), f"{name}: differs from the staged call")
                     if coll in ("all_reduce", "broadcast", "all_gather"):
                         ck.record(name, got)
-                    if coll == "all_reduce":
+                    if coll == "all_reduce" and bound_of(comp, inputs) is not None:
                         ref = reference(inputs, op)
                         ck.check_close(name, got, ref, bound_of(comp, inputs), mname, dtype)
     # send / recv of CUDA tensors, lossy: coded on the device on both sides, the host pair's bits.
@@ -401,10 +406,25 @@ def scenario_gpu_device_path(ncclz, comm, args):
             got = _torch_out(ck, torch, dev)
             ck.require(bits(got) == bits(host), "send/recv: differs from the host pair")
             ck.check_close("send/recv", got, as_f64(x), 1e-3, "abs1e-3", "float32")
-    # Uncompressed CUDA arrays: host copies (on_device False), same bits as the host call.
-    x = rank_input(r, 4096, "float32", 77)
-    y = _torch_out(ck, torch, comm.all_reduce(_torch_in(torch, x), policy="off"))
-    ck.require(not comm.last_stats.on_device, "an uncompressed call ran on the device")
-    ck.require(bits(y) == bits(comm.all_reduce(x.copy(), policy="off")), "uncompressed: differs from the host call")
+    # send / recv of CUDA tensors, uncompressed and lossless: on the device on both sides, the host pair's bits.
+    if W >= 2 and r < 2:
+        x = rank_input(0, 100000, "float32", 56)
+        for comp in (None, ncclz.Lossless()):
+            if r == 0:
+                comm.send(x.copy(), 1, compression=comp)
+                comm.send(_torch_in(torch, x), 1, compression=comp)
+                ck.require(comm.last_stats.on_device, f"send {comp}: did not run on the device")
+            else:
+                host = comm.recv(np.zeros_like(x), 0, compression=comp)
+                dev = comm.recv(_torch_in(torch, np.zeros_like(x)), 0, compression=comp)
+                ck.require(comm.last_stats.on_device, f"recv {comp}: did not run on the device")
+                ck.require(bits(_torch_out(ck, torch, dev)) == bits(host) == bits(x), f"send/recv {comp}: not exact")
+    # A small uncompressed call (rank 0's policy runs it exact by size): the staged path, same bits.
+    small = comm._policy.small_bytes() // 4
+    ck.require(small > 0, "no call is small for the policy")
+    x = rank_input(r, small, "float32", 77)
+    y = _torch_out(ck, torch, comm.all_reduce(_torch_in(torch, x)))
+    ck.require(not comm.last_stats.on_device, "a small call ran on the device")
+    ck.require(bits(y) == bits(comm.all_reduce(x.copy())), "small: differs from the host call")
     comm.barrier()
     return {"hashes": ck.hashes, "checks": ck.checks}

@@ -140,3 +140,27 @@ def test_small_calls_keep_the_staged_path():
         assert not comm._small_for_policy(np.zeros(16, np.float32), "off")
     with ncclz.Communicator(rank=0, world_size=1, transport="inproc", master_port=0, policy="off") as comm:
         assert not comm._small_for_policy(np.zeros(16, np.float32), None)
+
+
+def test_the_policy_samples_device_arrays_not_whole(monkeypatch):
+    """The policy's host copy of a CUDA array on the device path is its calibration sample (the
+    array's first sample_bytes, flat), not the whole array, on every call it decides. No GPU needed:
+    a CPU torch tensor stands in for the device array (pageable staging: no CUDA call)."""
+    torch = pytest.importorskip("torch")
+    import ncclz
+    from ncclz import _dlpack
+    from ncclz._device import DeviceArray
+
+    monkeypatch.setenv("NCCLZ_STAGING", "pageable")
+    t = torch.arange(3 << 18, dtype=torch.float32).reshape(768, 1024)
+    b = _dlpack.as_buffer(t).replace(device=DeviceArray(t, "torch", 0, True))
+    part = _dlpack.to_numpy(b, 4096)
+    assert part.shape == (1024,) and np.array_equal(part, np.arange(1024, dtype=np.float32))
+    whole = _dlpack.to_numpy(b)
+    assert whole.shape == (768, 1024) and whole[-1, -1] == (3 << 18) - 1
+    assert _dlpack.to_numpy(b, 1 << 30).shape == (768, 1024)  # a sample larger than the array: all of it
+    with ncclz.Communicator(rank=0, world_size=1, transport="inproc", master_port=0,
+                            policy=ncclz.policy.Policy(sample_bytes=1 << 16)) as comm:
+        assert comm._sample_bytes() == 1 << 16
+    with ncclz.Communicator(rank=0, world_size=1, transport="inproc", master_port=0) as comm:
+        assert comm._sample_bytes() == 4 << 20

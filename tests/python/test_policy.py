@@ -391,6 +391,49 @@ def test_policy_choose_rules(monkeypatch):
     assert ch.mode == "lossless" and "no calibration" in ch.reason, str(ch)
 
 
+def test_policy_device_calls_use_the_device_codec_speeds(monkeypatch):
+    """A call of CUDA arrays the runtime codes on the GPU (device=True) is predicted with the model's
+    device codec speeds, not the host calibration's and the rank's cores: at 100 Gbit/s a host codec
+    of 0.2 GB/s keeps compression off, the device's does not; the device has one lossy variant (no
+    rANS: the fast effort's calibration and rANS margin); its measurements are filed apart (the dtype
+    with @cuda), for the model and through CommPolicy.record."""
+    monkeypatch.delenv("NCCLZ_LINK_GBPS", raising=False)
+    monkeypatch.delenv("NCCLZ_SOCKET_THROTTLE_GBPS", raising=False)
+    x = np.zeros(16 << 20, np.float32)
+    pol = Policy(4, link_gbps=100.0, cores_per_rank=1)
+    for m in ("lossy", "lossy/mid", "lossy/fast"):
+        pol.pin(m, ratio=8.0, enc_Bps=2e8, dec_Bps=2e8)
+    pol.pin("lossless", ratio=1.1, enc_Bps=2e8, dec_Bps=2e8)
+    spec = ncclz.Lossy(rel=1e-3)
+    host = pol.choose("all_reduce", x, spec)
+    assert host.mode == "none", host
+    dev = pol.choose("all_reduce", x, spec, device=True)
+    assert dev.mode == "lossy" and dev.rans_margin == FAST_MARGIN and dev.effort == "fast", dev
+    assert set(dev.predicted_s) == {"none", "lossless", "lossy"}
+    assert dev.predicted_s["lossy"] < host.predicted_s["lossy"] / 10
+    assert dev.predicted_s["none"] == pytest.approx(host.predicted_s["none"])  # the same link
+    # the model itself: the device speeds replace the calibration's and the cores
+    m = pol.model
+    cal = pol.calibrate(x, spec, effort="fast")
+    t_host = m.predict("all_reduce", 4, 64 << 20, 100.0, 1.0, cal, lossy=True)
+    t_dev = m.predict("all_reduce", 4, 64 << 20, 100.0, 1.0, cal, lossy=True, device=True)
+    assert t_dev < t_host / 10
+    assert m.predict("all_reduce", 4, 64 << 20, 100.0, 64.0, cal, lossy=True, device=True) == pytest.approx(t_dev)
+    # measurements: a device call's time is not a host call's
+    for _ in range(3):  # (the first of a class is cold)
+        pol.record("all_reduce", "float32@cuda", 64 << 20, spec, 0.5, effort="fast")
+    assert pol.measured("all_reduce", "float32@cuda", 64 << 20, spec, "fast") == pytest.approx(0.5)
+    assert pol.measured("all_reduce", "float32", 64 << 20, spec, "fast") is None
+    lead = CommPolicy(resolve_setting(pol), rank=0, world_size=4)
+    call = Call("all_reduce", "float32", 32 << 20, "lossy_rel", 1e-3, None, lambda: x[: 8 << 20], device=True)
+    d = lead.choose(call)
+    assert d.effort == "fast" and d.rans_margin == FAST_MARGIN
+    for _ in range(3):
+        lead.record(d, _Stats("lossy_rel", 0.25, 4 << 20))
+    assert pol.measured("all_reduce", "float32@cuda", 32 << 20, spec, "fast") == pytest.approx(0.25)
+    assert pol.measured("all_reduce", "float32", 32 << 20, spec, "fast") is None
+
+
 def test_policy_pins_replace_measurements():
     x = rank_input("smooth", 0, 1 << 16)
     pol = Policy(4, link_gbps=1.0, cores_per_rank=1, sample_bytes=1 << 18, reps=1)

@@ -46,6 +46,16 @@ class FloatHuffCoder {
   /// types or an unaligned d_out.
   int encode(const void* d_x, codec::ElemType t, size_t n, uint8_t* d_out, size_t cap, unsigned long long* d_bytes);
 
+  /// The whole slice (docs/FORMAT.md: header and payload) that the CPU's
+  /// codec::encode_slice writes for these values with choice FloatHuff, or
+  /// Auto and allow_rans = false: FloatHuff where its payload fits
+  /// slice_coder_room(t, n, cap), else the Raw slice (the values' bytes);
+  /// raw_only: the Raw slice whatever FloatHuff would give (choice Raw). Into
+  /// d_slice (4-byte aligned, cap bytes); *d_bytes the slice's size (0 with
+  /// NoSpace), *d_status Ok or NoSpace (cap below the Raw slice it needed).
+  int encode_slice(const void* d_x, codec::ElemType t, size_t n, uint8_t* d_slice, size_t cap,
+                   unsigned long long* d_bytes, int* d_status, bool raw_only = false);
+
   /// Decodes the payload of `len` bytes at d_in (4-byte aligned) into n
   /// values of type t at d_out, bit-exact; *d_status: a codec::Status (Ok, or
   /// Corrupt on any inconsistency, as the CPU decoder's checks; d_out then

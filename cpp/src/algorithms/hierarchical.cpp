@@ -106,13 +106,15 @@ void all_gather_blocks(prims::Prims& p, RingPos pos, const void* own, void* dst,
 // safe: A reads block j of src before any rank writes it (only this rank's
 // block l is written in A, after its last read), B and C touch dst only.
 void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
-                     void* mid, size_t count, size_t seg_intra, size_t seg_inter) {
+                     void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q) {
   const int L = pos.nlocal, l = pos.local;
   const size_t es = intra.esize(), ms = inter.esize();
   auto off = [&](int j) { return count * size_t(j) / size_t(L); };
   auto len = [&](int j) { return off(j + 1) - off(j); };
   reduce_scatter_blocks(intra, pos.intra(), src, off, len, at(dst, off(l), es), seg_intra);
+  if (q) q->quantize(intra.channel(), at(dst, off(l), es), at(mid, off(l), ms), len(l));
   ring_all_reduce(inter, pos.inter(), at(mid, off(l), ms), at(mid, off(l), ms), len(l), seg_inter);
+  if (q) q->dequantize(inter.channel(), at(mid, off(l), ms), at(dst, off(l), es), len(l));
   all_gather_blocks(intra, pos.intra(), at(dst, off(l), es), dst, off, len, seg_intra);
 }
 
@@ -128,16 +130,22 @@ void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& po
 //
 // Each host sends (H-1)/H of the message over its network link.
 void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
-                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter) {
+                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter,
+                         void* dst, HostSumCodes* q) {
   const int H = pos.nhosts, h = pos.host;
-  const size_t es = intra.esize();
+  const size_t es = intra.esize(), ms = inter.esize();
   for (int k = 0; k < H; ++k) {
     const int g = mod(h + k, H);
     auto off = [&](int j) { return size_t(pos.rank(g, j)) * stride; };
     auto len = [&](int) { return count; };
     reduce_scatter_blocks(intra, pos.intra(), src, off, len, at(work, size_t(g) * stride, es), seg_intra);
   }
+  if (q) {
+    for (int g = 0; g < H; ++g)
+      q->quantize(intra.channel(), at(work, size_t(g) * stride, es), at(mid, size_t(g) * stride, ms), count);
+  }
   ring_reduce_scatter(inter, pos.inter(), mid, stride, mid_out, count, seg_inter);
+  if (q) q->dequantize(inter.channel(), mid_out, dst, count);
 }
 
 // Hierarchical all-gather (one channel; rank j's block at j*stride of dst,

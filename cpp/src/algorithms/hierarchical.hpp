@@ -32,20 +32,39 @@ struct HierPos {
   RingPos inter() const { return {host, nhosts}; }
 };
 
+/// A lossy reduction's host sums on a device rank: quantized whole between
+/// the intra-host phase and the inter-host one, and the inter-host result
+/// dequantized after it (a host rank does both slice by slice, in the
+/// inter-host ring's prims::Stage). `channel`: the prims' channel (its
+/// stream). Both throw where they fail (a value that does not fit the grid).
+class HostSumCodes {
+ public:
+  virtual ~HostSumCodes() = default;
+  /// n combined values at `values` (intra wire elements) -> codes at `codes` (inter wire elements).
+  virtual void quantize(int channel, const void* values, void* codes, size_t n) = 0;
+  /// n codes at `codes` -> values at `values`.
+  virtual void dequantize(int channel, const void* codes, void* values, size_t n) = 0;
+};
+
 /// All-reduce of `count` elements, src -> dst (may alias). Intra-host
 /// reduce-scatter into dst, the inter-host all-reduce of this rank's block in
-/// place on `mid` (dst itself, or the codes a Stage maps onto dst), intra-host
-/// all-gather of dst. seg: ring_segment_elems of the prims it is used with.
+/// place on `mid` (dst itself, or the codes a Stage maps onto dst, or with
+/// `q` codes of their own that q makes from dst's block and turns back into
+/// it), intra-host all-gather of dst. seg: ring_segment_elems of the prims it
+/// is used with.
 void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
-                     void* mid, size_t count, size_t seg_intra, size_t seg_inter);
+                     void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q = nullptr);
 
 /// Reduce-scatter: block j (global rank j's, `count` elements here) of src at
 /// element j*stride. Intra-host reduce-scatter of the H blocks of this local
 /// rank into `work` (block h at h*stride, values), then the inter-host
 /// reduce-scatter of `mid` (work itself, or codes mapped onto it) into
-/// `mid_out` (dst, or codes mapped onto it).
+/// `mid_out` (dst, or codes mapped onto it). With `q`: mid holds codes of
+/// its own that q makes from work, and q turns mid_out into `dst` (count
+/// values) after.
 void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
-                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter);
+                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter,
+                         void* dst = nullptr, HostSumCodes* q = nullptr);
 
 /// All-gather: src (count elements) to block rank() of dst (block j at
 /// j*stride); every other block from its owner. Intra-host all-gather,

@@ -16,7 +16,8 @@
 // shared with the device's selecting encode (EncodeOptions::allow_rans =
 // false there: no Rans); this file gathers the sample's statistics.
 // Floats in lossless mode choose between FloatExp and Raw the same way
-// (FloatHuff, the device's lossless float coder, only when forced). The
+// (FloatHuff, the device's lossless float coder, when forced, and with
+// allow_rans = false: what a device rank writes and reads). The
 // encoder falls back to Raw whenever the chosen coder's output would be larger
 // than Raw, so a slice never exceeds max_slice_bytes().
 #include "codec/slice.hpp"
@@ -164,8 +165,14 @@ Candidate select_for_floats(const void* src, ElemType t, size_t n, const EncodeO
     sp = float_sparse_estimate(src, t, n, sample_stride(n, opt));
   }
   if (opt.choice == Choice::Sparse) return Candidate{Codec::Sparse, Predictor::None, 0, sp.form};
-  // FloatHuff only when forced: the selector keeps FloatExp, smaller on the CPU.
-  if (opt.choice == Choice::FloatHuff) return Candidate{Codec::FloatHuff, Predictor::None, 0};
+  // FloatHuff when forced, and for the types it codes where Rans (FloatExp's
+  // exponent coder, Sparse's) is ruled out: the device's rule, no sample
+  // (frame_slice falls back to Raw where it is not smaller). Otherwise the
+  // selector keeps FloatExp, smaller on the CPU.
+  if (opt.choice == Choice::FloatHuff ||
+      (opt.choice == Choice::Auto && !opt.allow_rans && codec_accepts(Codec::FloatHuff, t, Predictor::None))) {
+    return Candidate{Codec::FloatHuff, Predictor::None, 0};
+  }
   if (codec_accepts(Codec::FloatExp, t, Predictor::None) &&
       (opt.choice == Choice::Auto || opt.choice == Choice::FloatExp)) {
     const size_t est = floatexp_estimate_bytes(src, t, n, std::max<uint32_t>(1, opt.sample_every));

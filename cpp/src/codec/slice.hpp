@@ -12,8 +12,8 @@ namespace ncclz::codec {
 /// What the encoder may do with a slice.
 struct EncodeOptions {
   /// Force a codec (tests, benchmarks); Auto lets the selector choose.
-  /// FloatHuff: never chosen by the selector (FloatExp is smaller on the CPU);
-  /// forced, it codes lossless F32/F16/BF16 as the device coder does.
+  /// FloatHuff: chosen only with allow_rans = false (FloatExp is smaller on
+  /// the CPU); forced, it codes lossless F32/F16/BF16 as the device coder does.
   enum class Choice : uint8_t { Auto, Raw, Block, Rans, FloatExp, Sparse, FloatHuff } choice = Choice::Auto;
   /// Force a predictor for Block/Rans (-1: the selector chooses).
   int predictor = -1;
@@ -51,7 +51,10 @@ struct EncodeOptions {
   /// codec instead; Sparse is chosen as with true). The device codec's
   /// selecting encode always applies the rule so (it has no Rans encoder):
   /// encode_slice with allow_rans = false writes the same bytes
-  /// (codec/select_rule.hpp, docs/GPU.md "Device selector").
+  /// (codec/select_rule.hpp, docs/GPU.md "Device selector"). Lossless F32,
+  /// F16 and BF16 slices (choice Auto) are then FloatHuff (Raw where that is
+  /// not smaller), the device's lossless float coder, instead of FloatExp or
+  /// Sparse (both code with rANS): sample-free, as the device writes them.
   bool allow_rans = true;
 };
 

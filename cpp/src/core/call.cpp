@@ -235,32 +235,33 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     lossy.run(all, staging);         // 5.-6.
   } else {
     rt_.protocol.release_carried();  // carried data not used: rank 0 named another algorithm
-    // Device buffers of an uncompressed call on the flat schedules: the
-    // values stay on the device (raw slices copied to and from the slots,
-    // reduced there: DeviceSliceCodec::set_value_reduction); every other
-    // exact call of device buffers runs on host copies.
-    DeviceWork* dev = nullptr;
-    if (cd.device >= 0 && run == Mode::None && rt_.nranks > 1 && cd.algorithm != Algorithm::Hierarchical) {
-      dev = &device_work(rt_, cd.device);
+    // 6. the user's buffers through raw slots (none) or the selector
+    // (lossless; a lightened call with the selector's own choice). Where a
+    // rank's buffers are on a device, every rank's lossless slices are what
+    // the device codes (allow_rans = false: FloatHuff for floats).
+    const Compression& wire_c = run == m ? c : Compression{};
+    Wire w = native_wire(t, run, cd.op, wire_c);
+    if (run == Mode::Lossless && any_device(all)) w.enc.allow_rans = false;
+    // Device buffers: the values stay on the device, uncompressed (raw slices
+    // copied to and from the slots) or lossless (device_codes_exact: FloatHuff
+    // slices coded there), reduced there (DeviceSliceCodec::
+    // set_value_reduction), on the flat schedules and the hierarchical ones
+    // (both rings on the device); every other exact call of device buffers
+    // runs on host copies.
+    if (cd.device >= 0 && rt_.nranks > 1 && device_codes_exact(w)) {
+      w.device = &device_work(rt_, cd.device);
       call.on_device = true;
     } else {
       staging.begin();
     }
-    // 6. the user's buffers through raw slots (none) or the selector
-    // (lossless; a lightened call with the selector's own choice).
-    const Compression& wire_c = run == m ? c : Compression{};
     if (cd.algorithm == Algorithm::Hierarchical) {
-      run_hier_values(rt_, cd, t, run, wire_c, nch, call);
+      run_hier_values(rt_, cd, t, w, nch, call);
     } else if (cd.peer_schedule) {
-      Wire w = native_wire(t, run, cd.op, wire_c);
-      w.device = dev;
       rt_.channels.run_schedule(cd, cd.send, cd.recv, w, nch, call);
     } else {
       // The rings' exact shape (core/config.hpp, resolve_exact_shape): the
       // same for none and lossless, from facts every rank agreed on.
-      Wire w = native_wire(t, run, cd.op, wire_c);
       w.slice_bytes = rt_.channels.exact_slice_bytes();
-      w.device = dev;
       rt_.channels.run_schedule(cd, cd.send, cd.recv, w, rt_.channels.pick_exact(bytes), call);
     }
   }
@@ -313,11 +314,14 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   if (cd.device >= 0 && err.empty()) d.device = 1;
   LossyCall lossy(rt_, cd, t, c, nch, call);
   // Device buffers: a lossy send codes on the device (plan_send), a lossy
-  // recv decides after the handshake (recv_target); everything else runs on
-  // host copies.
+  // recv decides after the handshake (recv_target); an exact call runs on
+  // the device where it codes there (LossyCall::exact_on_device: raw, or
+  // lossless floats); everything else runs on host copies.
   HostStaging staging(rt_, cd, t);
   if (sending && is_lossy(m) && err.empty()) {
     lossy.plan_send(d, staging);
+  } else if (sending && err.empty() && lossy.exact_on_device(m)) {
+    call.on_device = true;
   } else if (sending && err.empty()) {
     staging.begin();
   }
@@ -340,6 +344,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
     step("send", [&] {
       prims::Prims p = rt_.peers.prims(peer, lossy.send_wire(m, theirs), call, &call.ch[0]);
       p.send(lossy.send_data(), cd.count);
+      p.settle();
       rt_.peers.link(peer)->send->flush(call.deadline());  // complete only once the bytes have left this process
     });
   } else {
@@ -347,6 +352,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
     step("recv", [&] {
       prims::Prims p = rt_.peers.prims(peer, lossy.recv_wire(theirs, m), call, &call.ch[0]);
       p.recv(target, cd.count);
+      p.settle();
     });
     lossy.finish_recv(theirs);
   }

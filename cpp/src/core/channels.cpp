@@ -130,6 +130,14 @@ void pin_link(DeviceWork* dw, const transport::SendConn* send, const transport::
 
 }  // namespace
 
+prims::Prims device_prims(DeviceWork& dw, int entry, prims::PrimsArgs a, transport::SendConn* send,
+                          transport::RecvConn* recv, prims::ChannelStats* st) {
+  const size_t es = codec::elem_size(a.type), slice = prims::slice_elems_for(a.slice_bytes, es);
+  a.device = dw.slices(entry, a, a.slice_bytes, slice);
+  pin_link(&dw, send, recv);
+  return prims::Prims(send, recv, a, st, dw.scratch(entry, slice * es));
+}
+
 prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int channel, size_t slot_bytes) {
   return args_of(w, call, rank, channel, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes));
 }
@@ -137,16 +145,8 @@ prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int 
 prims::Prims RingChannels::prims(int c, const Wire& w, CallState& call) {
   const prims::PrimsArgs a = args_of(w, call, rank_, c, slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_));
   Channel& ch = ch_[size_t(c)];
-  if (w.device) {
-    // A device rank: the slice codec and the scratch slice live on the device.
-    prims::PrimsArgs d = a;
-    const size_t slot = slot_of(w.slice_bytes ? w.slice_bytes : slot_bytes_);
-    const size_t slice = prims::slice_elems_for(slot, codec::elem_size(w.type));
-    d.device = w.device->slices(c, a, slot, slice);
-    pin_link(w.device, ch.send, ch.recv);
-    return prims::Prims(ch.send, ch.recv, d, &call.ch[size_t(c)],
-                        w.device->scratch(c, slice * codec::elem_size(w.type)));
-  }
+  // A device rank: the slice codec and the scratch slice live on the device.
+  if (w.device) return device_prims(*w.device, c, a, ch.send, ch.recv, &call.ch[size_t(c)]);
   return prims::Prims(ch.send, ch.recv, a, &call.ch[size_t(c)], ch.scratch.get(slot_capacity_ + 64));
 }
 
@@ -238,6 +238,7 @@ void RingChannels::run_schedule(const Collective& cd, const void* src, void* dst
     part.root = cd.root;
     part.seg = algorithms::ring_segment_elems(p, nslots_);
     cd.schedule(p, part);
+    p.settle();
   });
 }
 
@@ -274,6 +275,10 @@ void RingChannels::run_peer_schedule(const Collective& cd, const void* src, void
     part.recv = cd.recv_blocks;
     part.root = cd.root;
     cd.peer_schedule(links, part);
+    if (a.device && a.device->synchronize() != codec::Status::Ok) {
+      throw Error("ncclz rank " + std::to_string(rank_) + ", lane " + std::to_string(c) +
+                  ": the device slice codec's work failed: " + a.device->device_error());
+    }
     links.flush(call.deadline());
   });
 }
@@ -294,15 +299,9 @@ prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::C
   a.channel = -1;
   a.slice_bytes = slot_of(slot_bytes_);
   transport::PeerLink& l = *links_[size_t(peer)];
-  if (w.device) {
-    // A device rank: the pair's slice codec and scratch slice on the device
-    // (the point-to-point calls' own entry of the DeviceWork).
-    const size_t slice = prims::slice_elems_for(a.slice_bytes, codec::elem_size(w.type));
-    a.device = w.device->slices(DeviceWork::kPointToPoint, a, a.slice_bytes, slice);
-    pin_link(w.device, l.send.get(), l.recv.get());
-    return prims::Prims(l.send.get(), l.recv.get(), a, st,
-                        w.device->scratch(DeviceWork::kPointToPoint, slice * codec::elem_size(w.type)));
-  }
+  // A device rank: the pair's slice codec and scratch slice on the device
+  // (the point-to-point calls' own entry of the DeviceWork).
+  if (w.device) return device_prims(*w.device, DeviceWork::kPointToPoint, a, l.send.get(), l.recv.get(), st);
   return prims::Prims(l.send.get(), l.recv.get(), a, st, scratch_.get(slot_of(slot_bytes_) + 64));
 }
 

@@ -66,6 +66,12 @@ Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c);
 /// rank 0's codec effort and the call's deadline from `call`.
 prims::PrimsArgs prims_args(const Wire& w, const CallState& call, int rank, int channel, size_t slot_bytes);
 
+/// The prims of a device rank on one ring or link: DeviceWork entry
+/// `entry`'s slice codec and device scratch slice (a.slice_bytes' slices), the
+/// connections' slots registered with CUDA.
+prims::Prims device_prims(DeviceWork& dw, int entry, prims::PrimsArgs a, transport::SendConn* send,
+                          transport::RecvConn* recv, prims::ChannelStats* st);
+
 /// Aborts the communicator with a reason (CommunicatorImpl::fail).
 using FailFn = std::function<void(const std::string&)>;
 

@@ -25,12 +25,12 @@ void broadcast_schedule(prims::Prims& p, const ChannelPart& c) {
 }
 
 void hier_all_reduce_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
-  algorithms::hier_all_reduce(intra, inter, c.pos, c.src, c.dst, c.mid, c.count, c.seg_intra, c.seg_inter);
+  algorithms::hier_all_reduce(intra, inter, c.pos, c.src, c.dst, c.mid, c.count, c.seg_intra, c.seg_inter, c.codes);
 }
 
 void hier_reduce_scatter_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
   algorithms::hier_reduce_scatter(intra, inter, c.pos, c.src, c.stride, c.work, c.mid, c.mid_out, c.count, c.seg_intra,
-                                  c.seg_inter);
+                                  c.seg_inter, c.dst, c.codes);
 }
 
 void hier_all_gather_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {

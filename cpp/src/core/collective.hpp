@@ -70,6 +70,9 @@ struct HierPart {
   size_t stride = 0;
   int root = -1;
   size_t seg_intra = 0, seg_inter = 0;  ///< ring chunk elements of each ring
+  /// A device rank's lossy reduction: its host sums' codes (see
+  /// algorithms::HostSumCodes); null otherwise.
+  algorithms::HostSumCodes* codes = nullptr;
 };
 
 /// A hierarchical algorithm on one channel: the intra-host ring's prims and

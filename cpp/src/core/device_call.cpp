@@ -33,6 +33,21 @@ std::string check_device_call(Runtime& rt, const Collective& cd) {
   return "";
 }
 
+bool any_device(const std::vector<CallDesc>& all) {
+  for (const CallDesc& d : all) {
+    if (d.device) return true;
+  }
+  return false;
+}
+
+bool device_codes_exact(const Wire& w) {
+  if (w.mode == prims::WireMode::Raw) return true;
+  using Choice = codec::EncodeOptions::Choice;
+  const Choice c = w.enc.choice;
+  return codec::codec_accepts(codec::Codec::FloatHuff, w.type, codec::Predictor::None) &&
+         ((c == Choice::Auto && !w.enc.allow_rans) || c == Choice::FloatHuff || c == Choice::Raw);
+}
+
 DeviceWork& device_work(Runtime& rt, int device) {
   if (!rt.device_work) rt.device_work = DeviceWork::create(device);
   if (rt.device_work->device() != device) {

@@ -5,7 +5,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "core/call_desc.hpp"
+#include "core/channels.hpp"
 #include "core/collective.hpp"
 #include "core/runtime.hpp"
 
@@ -16,6 +19,17 @@ namespace ncclz::core {
 /// DeviceWork it makes), else why not (an argument error: the call fails on
 /// every rank). Every collective and send / recv take device buffers.
 std::string check_device_call(Runtime& rt, const Collective& cd);
+
+/// Whether any rank of the call codes on a device (CallDesc::device): every
+/// rank then writes what a device decodes (EncodeOptions::allow_rans = false).
+bool any_device(const std::vector<CallDesc>& all);
+
+/// Whether a device rank codes an exact call's wire `w` on the device: Raw
+/// slices (none: any type), and lossless F32 / BF16 / F16 with the codec
+/// Auto (allow_rans = false), FloatHuff or Raw: FloatHuff slices or Raw,
+/// the device slice codec's coded floats. Anything else (other types
+/// lossless, a forced FloatExp / Sparse / rANS codec) runs on host copies.
+bool device_codes_exact(const Wire& w);
 
 /// The device's work object of the runtime (made on first use; a device
 /// other than the first call's is an InvalidArgument: one device per

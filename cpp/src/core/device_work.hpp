@@ -66,6 +66,11 @@ class DeviceWork {
   /// The slice codec and scratch entry of send / recv (channels and lanes
   /// take 0 .. nchannels - 1; calls do not overlap on a communicator).
   static constexpr int kPointToPoint = 63;
+  /// Channel c's second ring (a hierarchical call's inter-host prims; the
+  /// intra-host ones take entry c) takes entry kSecondRing + c. Every entry
+  /// of channel c codes on channel c's stream, so its two rings' work is in
+  /// order (entry kPointToPoint has a stream of its own).
+  static constexpr int kSecondRing = 64;
   virtual ~DeviceWork() = default;
 
   virtual int device() const = 0;
@@ -78,6 +83,14 @@ class DeviceWork {
                           size_t n, void* d_q, bool exact_check = false) = 0;
   /// out[i] = T(q[i] * step), n codes (I32, or I64 when wide) into values of type t.
   virtual void dequantize(codec::ElemType t, bool wide, const void* d_q, size_t n, double step, void* d_out) = 0;
+  /// quantize() and dequantize() on entry c's channel's stream, in order with
+  /// its slice codecs' work, from the channel's own thread (channels at the
+  /// same time): a hierarchical lossy reduction's host sums
+  /// (algorithms::HostSumCodes). Each waits for its work.
+  virtual size_t quantize_on(int c, codec::ElemType t, double eb, double check_eb, int64_t limit, bool wide,
+                             const void* d_x, size_t n, void* d_q, bool exact_check) = 0;
+  virtual void dequantize_on(int c, codec::ElemType t, bool wide, const void* d_q, size_t n, double step,
+                             void* d_out) = 0;
   /// Device buffer i (0, 1) of at least `bytes` bytes (contents not kept when it grows).
   virtual void* codes(int i, size_t bytes) = 0;
   /// Copies between host and device memory.
@@ -88,9 +101,11 @@ class DeviceWork {
   /// d[i] = d[i] / n for `count` values of type t (prims::divide_in_place's
   /// arithmetic: the avg of an uncompressed call).
   virtual void divide(codec::ElemType t, void* d, size_t count, int n) = 0;
-  /// Channel c's slice codec for prims moving `a.type` in `a.mode` with
+  /// Entry c's slice codec for prims moving `a.type` in `a.mode` with
   /// a.enc (the slice codec is made again when these or the slot size
-  /// change), and its device scratch slice (slice_elems elements).
+  /// change; on the entry's channel's stream), and its device scratch slice
+  /// (slice_elems elements). Entries: channels 0 .. kSecondRing - 1 (and
+  /// kPointToPoint), kSecondRing + c.
   virtual prims::DeviceSlices* slices(int c, const prims::PrimsArgs& a, size_t slot_bytes, size_t slice_elems) = 0;
   virtual void* scratch(int c, size_t bytes) = 0;
   /// Registers a connection's slots with CUDA (once per range; best effort:

@@ -29,18 +29,26 @@
 
 namespace ncclz::core {
 
-/// none / lossless (m) with the Compression `c` of the inter-host wire.
-void run_hier_values(Runtime& rt, const Collective& cd, DataType t, Mode m, const Compression& c, int nch,
-                     CallState& call);
+/// none / lossless: the user's values, on the inter-host wire `inter`
+/// (native_wire of the call's mode); inside hosts the same values raw. A
+/// device rank (inter.device) runs both rings on its device.
+void run_hier_values(Runtime& rt, const Collective& cd, DataType t, const Wire& inter, int nch, CallState& call);
 
 /// A lossy all_reduce or reduce_scatter with the hierarchical plan; out_step:
-/// the output grid's step (2 eb, or 2 eb / N for a mean).
+/// the output grid's step (2 eb, or 2 eb / N for a mean). no_rans: a rank
+/// of the call codes on a device (the codes go without rANS). `dev`: this
+/// rank's buffers are on that device, where it runs: both rings there, the
+/// host sums quantized whole between the phases (algorithms::HostSumCodes)
+/// instead of slice by slice in a stage; sums only (Combine Sum, Mean).
 void run_hier_lossy_reduction(Runtime& rt, const Collective& cd, DataType t, const LossyPlan& plan, double out_step,
-                              const Compression& c, int nch, CallState& call);
+                              const Compression& c, int nch, CallState& call, bool no_rans = false,
+                              DeviceWork* dev = nullptr);
 
 /// A lossy all_gather or broadcast on codes quantized beforehand: `codes`
-/// (the input's) to `out_codes` (broadcast: the same buffer).
-void run_hier_codes(Runtime& rt, const Collective& cd, DataType t, bool wide, const void* codes, void* out_codes,
-                    const Compression& c, int nch, CallState& call);
+/// (the input's) to `out_codes` (broadcast: the same buffer), on the
+/// inter-host wire `w` (the codes' wire; inside hosts the same codes raw; a
+/// device rank's with w.device).
+void run_hier_codes(Runtime& rt, const Collective& cd, const void* codes, void* out_codes, const Wire& w, int nch,
+                    CallState& call);
 
 }  // namespace ncclz::core

@@ -2,6 +2,7 @@
 #include "core/hier_channels.hpp"
 
 #include "core/config.hpp"
+#include "core/device_work.hpp"
 #include "topology/group_bootstrap.hpp"
 
 namespace ncclz::core {
@@ -51,10 +52,18 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     Channel& ch = ch_[size_t(c)];
     const size_t lo = cd.split * size_t(c) / size_t(nch), hi = cd.split * size_t(c + 1) / size_t(nch);
     const size_t scratch = slot_of(slot_bytes_) + 64;
-    prims::Prims pi(ch.intra_send, ch.intra_recv, prims_args(intra, call, rank_, c, slot_bytes_),
-                    &call.local_ch[size_t(c)], ch.scratch[0].get(scratch));
-    prims::Prims pe(ch.inter_send, ch.inter_recv, prims_args(inter, call, rank_, c, slot_bytes_), &call.ch[size_t(c)],
-                    ch.scratch[1].get(scratch));
+    const prims::PrimsArgs ai = prims_args(intra, call, rank_, c, slot_bytes_);
+    const prims::PrimsArgs ae = prims_args(inter, call, rank_, c, slot_bytes_);
+    // A device rank (both wires' values on the device): the two rings' slice
+    // codecs are DeviceWork entries c and kSecondRing + c, on one stream.
+    prims::Prims pi =
+        intra.device
+            ? device_prims(*intra.device, c, ai, ch.intra_send, ch.intra_recv, &call.local_ch[size_t(c)])
+            : prims::Prims(ch.intra_send, ch.intra_recv, ai, &call.local_ch[size_t(c)], ch.scratch[0].get(scratch));
+    prims::Prims pe =
+        inter.device ? device_prims(*inter.device, DeviceWork::kSecondRing + c, ae, ch.inter_send, ch.inter_recv,
+                                    &call.ch[size_t(c)])
+                     : prims::Prims(ch.inter_send, ch.inter_recv, ae, &call.ch[size_t(c)], ch.scratch[1].get(scratch));
     HierPart part;
     part.pos = pos_;
     part.src = off(b.src, lo, ei);
@@ -62,6 +71,7 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     part.work = off(b.work, lo, ei);
     part.mid = off(b.mid, lo, ee);
     part.mid_out = off(b.mid_out, lo, ee);
+    part.codes = b.codes;
     part.count = hi - lo;
     part.stride = cd.split;
     part.root = cd.root;
@@ -69,6 +79,8 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     part.seg_inter = algorithms::ring_segment_elems(pe, nslots_);
     auto run = [&] {
       cd.hier(pi, pe, part);
+      pi.settle();
+      pe.settle();
       // Complete only once the last slots have left this process (as the rings').
       ch.intra_send->flush(call.deadline());
       ch.inter_send->flush(call.deadline());

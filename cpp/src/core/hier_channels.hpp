@@ -57,6 +57,8 @@ class HierChannels {
     void* work = nullptr;
     void* mid = nullptr;
     void* mid_out = nullptr;
+    /// A device rank's lossy reduction: its host sums' codes (HierPart::codes).
+    algorithms::HostSumCodes* codes = nullptr;
   };
   /// Runs cd.hier on nch channels (the threads of `fan`, which aborts the
   /// communicator on a failure) and flushes both rings' connections.

@@ -57,13 +57,6 @@ bool LossyCall::any_flag(const std::vector<CallDesc>& all, uint8_t flag) {
   return false;
 }
 
-bool LossyCall::any_device(const std::vector<CallDesc>& all) {
-  for (const CallDesc& d : all) {
-    if (d.device) return true;
-  }
-  return false;
-}
-
 Wire LossyCall::codes_wire(bool wide, const std::vector<CallDesc>& all) const {
   Wire w = code_wire(t_, wide, cd_.op, c_);
   if (any_device(all)) {
@@ -86,16 +79,21 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
                         : plan_lossy(elem_of(t_), cd_.how, rt_.nranks, E, g);
   apply_min_bytes(plan, c_, cd_.message * dsize(t_));
   call_.bound = call_.requested = E;
-  // Device buffers: the compressed flat ring codes on the device; every other
-  // path runs on host copies (core/device_call.hpp).
-  const bool device_run = cd_.device >= 0 && plan.compress && !hier && rt_.nranks > 1;
+  // Device buffers: a compressed call codes on the device, on the flat
+  // schedules and the hierarchical ones (movement: the codes quantized
+  // before; sums: the host sums quantized between the phases); every other
+  // path (a hierarchical max / min among them) runs on host copies
+  // (core/device_call.hpp).
+  const bool device_run = cd_.device >= 0 && plan.compress && rt_.nranks > 1 && (!hier || !cd_.reduces || cd_.sums());
   if (cd_.device >= 0 && !device_run) staging.begin();
-  if (device_run) {
-    run_device(plan, all, staging);
+  if (plan.compress && hier && cd_.reduces) {
+    run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_, any_device(all),
+                             device_run ? &device_work(rt_, cd_.device) : nullptr);
+    call_.on_device = device_run;
     return;
   }
-  if (plan.compress && hier && cd_.reduces) {
-    run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_);
+  if (device_run) {
+    run_device(plan, all, staging);
     return;
   }
   // Staged unless a rank asked for the eager path or codes on the device
@@ -124,7 +122,7 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
     return;
   }
   if (hier) {
-    run_hier_codes(rt_, cd_, t_, plan.wide, codes, out_codes, c_, nch_, call_);
+    run_hier_codes(rt_, cd_, codes, out_codes, codes_wire(plan.wide, all), nch_, call_);
   } else {
     rt_.channels.run_schedule(cd_, codes, out_codes, codes_wire(plan.wide, all), nch_, call_);
   }
@@ -152,7 +150,11 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   }
   Wire w = codes_wire(plan.wide, all);
   w.device = &dw;
-  rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
+  if (cd_.algorithm == Algorithm::Hierarchical) {
+    run_hier_codes(rt_, cd_, codes, out_codes, w, nch_, call_);
+  } else {
+    rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
+  }
   // As dequantize_output: the output but this rank's own block (the routine copies it).
   const auto t2 = Clock::now();
   const size_t es = dsize(t_), a = cd_.self_count ? cd_.self_dst : cd_.out_count, b = a + cd_.self_count;
@@ -295,8 +297,23 @@ void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
 
 const void* LossyCall::send_data() const { return plan_.compress ? codes_ : cd_.send; }
 
+Wire LossyCall::exact_wire(Mode m, bool device_peer) const {
+  Wire w = native_wire(t_, m, RedOp::Sum, c_);
+  if (m == Mode::Lossless && (cd_.device >= 0 || device_peer)) w.enc.allow_rans = false;  // what a device decodes
+  return w;
+}
+
+bool LossyCall::exact_on_device(Mode m) const {
+  return cd_.device >= 0 && !is_lossy(m) && device_codes_exact(exact_wire(m, true));
+}
+
 Wire LossyCall::send_wire(Mode m, const CallDesc& receiver) const {
-  if (!plan_.compress) return native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+  if (is_lossy(m) && !plan_.compress) return native_wire(t_, Mode::None, RedOp::Sum, c_);
+  if (!is_lossy(m)) {
+    Wire w = exact_wire(m, receiver.device != 0);
+    if (exact_on_device(m)) w.device = rt_.device_work.get();
+    return w;
+  }
   Wire w = code_wire(t_, plan_.wide, RedOp::Sum, c_);
   if (cd_.device >= 0 || receiver.device) w.enc.allow_rans = false;  // what a device rank decodes
   if (cd_.device >= 0) w.device = rt_.device_work.get();
@@ -311,21 +328,28 @@ void* LossyCall::recv_target(const CallDesc& sender, Mode m, HostStaging& stagin
     call_.requested = sender.E;
     call_.bound = compressed ? sender.E : 0;
   }
-  // Device buffers: codes arrive into device memory; the values of an
-  // uncompressed call into a host copy.
+  // Device buffers: codes arrive into device memory, and so do the values of
+  // an exact call the device codes; those of a lossy call sent uncompressed
+  // (the sender's fallback) into a host copy.
+  const bool exact = exact_on_device(m);
   const bool device = cd_.device >= 0 && compressed && is_lossy(m);
-  if (cd_.device >= 0 && !device) staging.begin();
+  if (cd_.device >= 0 && !device && !exact) staging.begin();
   if (device) {
     codes_ = device_work(rt_, cd_.device).codes(0, cd_.out_count * (wide ? 8 : 4));
   } else {
     codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
   }
-  call_.on_device = device;
+  call_.on_device = device || exact;
   return codes_;
 }
 
 Wire LossyCall::recv_wire(const CallDesc& sender, Mode m) const {
-  if (!(sender.flags & kCompress)) return native_wire(t_, is_lossy(m) ? Mode::None : m, RedOp::Sum, c_);
+  if (!is_lossy(m)) {
+    Wire w = exact_wire(m, sender.device != 0);
+    if (call_.on_device) w.device = rt_.device_work.get();
+    return w;
+  }
+  if (!(sender.flags & kCompress)) return native_wire(t_, Mode::None, RedOp::Sum, c_);
   Wire w = code_wire(t_, (sender.flags & kWide) != 0, RedOp::Sum, c_);
   if (call_.on_device) w.device = rt_.device_work.get();
   return w;

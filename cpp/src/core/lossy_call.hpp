@@ -68,6 +68,14 @@ class LossyCall {
   /// The channel count, when the exchange fixed it (all_to_allv's counts round).
   void use_channels(int nch) { nch_ = nch; }
 
+  /// The wire of a send / recv in exact mode m (none, lossless): the user's
+  /// values, coded without rANS where this rank or the peer (device_peer)
+  /// codes on a device.
+  Wire exact_wire(Mode m, bool device_peer) const;
+  /// Whether this rank's send / recv in exact mode m runs on its device
+  /// buffers there (device_codes_exact: raw slices, or lossless floats as
+  /// FloatHuff slices), not on host copies.
+  bool exact_on_device(Mode m) const;
   /// Send, before the handshake: plans over this rank's input alone and
   /// quantizes it; the descriptor carries the plan (kCompress, kWide, eb, E).
   /// Device buffers: the statistics and codes on the device; a call that
@@ -80,8 +88,9 @@ class LossyCall {
   Wire send_wire(Mode m, const CallDesc& receiver) const;
   /// Recv: where the data arrives (the codes when the sender compressed),
   /// how it travels, and the output written from the codes afterwards.
-  /// Device buffers: device codes where the sender compressed, else (after
-  /// staging.begin()) the host copy of the output.
+  /// Device buffers: device codes where the sender compressed, the device
+  /// output itself for an exact call the device codes (exact_on_device),
+  /// else (after staging.begin()) the host copy of the output.
   void* recv_target(const CallDesc& sender, Mode m, HostStaging& staging);
   Wire recv_wire(const CallDesc& sender, Mode m) const;
   void finish_recv(const CallDesc& sender);
@@ -93,7 +102,6 @@ class LossyCall {
   static bool mostly_zero(const std::vector<CallDesc>& all);
   static bool any_flag(const std::vector<CallDesc>& all, uint8_t flag);
   /// Whether any rank codes on the device (CallDesc::device).
-  static bool any_device(const std::vector<CallDesc>& all);
   /// The codes' wire: code_wire; where a rank codes on the device, without
   /// Rans and in the larger slices (NCCLZ_SPARSE_SLICE_BYTES) where the links have them.
   Wire codes_wire(bool wide, const std::vector<CallDesc>& all) const;

@@ -59,8 +59,12 @@ class DeviceSlices {
                                SliceValues* out) = 0;
   /// SliceCodec::encode of dense device values into the slot `out` (host memory).
   virtual codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) = 0;
-  /// bytes from src to dst, both device memory (the COPY verbs' output).
+  /// bytes from src to dst, both device memory (the COPY verbs' output);
+  /// ordered on the stream, not waited for (synchronize() waits).
   virtual codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) = 0;
+  /// Waits for every call's work on the stream (the copies included): the
+  /// end of a schedule, whose outputs another stream or the host reads next.
+  virtual codec::Status synchronize() = 0;
   /// reduce() into `to`, then encode() of the sum into `slot`, for a step
   /// that reduces and sends: *reduce_status is reduce's status, and
   /// *encode_status encode's where the reduction succeeded. An
@@ -84,8 +88,11 @@ class DeviceSlices {
 /// library, or the emulator's); declared everywhere.
 ///
 /// Wire modes: Raw (a slot is the elements' bytes: any element type to move,
-/// reductions for I32/I64 sums) and Coded for integer codes (I32/I64, the
-/// lossy path's wire type), either with the device selector (enc.choice
+/// reductions for I32/I64 sums), Coded for lossless F32/BF16/F16 values
+/// (FloatHuff slices, Raw where not smaller: codec::encode_slice with
+/// allow_rans = false and choice Auto; enc.choice FloatHuff the same, Raw
+/// only Raw slices; reductions with set_value_reduction), and Coded for
+/// integer codes (I32/I64, the lossy path's wire type), either with the device selector (enc.choice
 /// Auto, Raw or Sparse: per slice the CPU selector's rule picks Raw, Block
 /// with a predictor, or Sparse, never Rans; byte-identical to
 /// codec::encode_slice with the same options and allow_rans = false) or with
@@ -119,6 +126,7 @@ class DeviceSliceCodec final : public DeviceSlices {
                        SliceValues* out) override;
   codec::Status encode(const SliceValues& v, size_t n, uint8_t* out, size_t* bytes) override;
   codec::Status copy(uint8_t* dst, const uint8_t* src, size_t bytes) override;
+  codec::Status synchronize() override;
   /// Reduce's and encode's work on the stream, then one synchronisation
   /// (unless set_fused_step(false)).
   void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to, SliceValues* v,
@@ -178,6 +186,10 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// encode()'s end after the sync: statuses, size, and the slice's copy
   /// into an unregistered slot (a second sync).
   codec::Status encoded(size_t n, uint8_t* out, const void* d_slot, size_t* bytes);
+  /// Coded floats: the received slot's values (a Raw slice's bytes, or the
+  /// FloatHuff payload decoded) to `to`, enqueued; the host-side header
+  /// checks' status, or Ok (the decoder's status is read back as decode's).
+  codec::Status float_in(const uint8_t* in, size_t len, size_t n, uint8_t* to);
   /// Device status word i (kEncStatus, kDecStatus in the .cu file).
   int* status_word(int i) const;
   codec::Status fail(int cuda_error);
@@ -196,7 +208,9 @@ class DeviceSliceCodec final : public DeviceSlices {
   int cuda_error_ = 0;
   bool fused_ = false;
   bool fused_step_ = true;
-  bool selects_ = false;  ///< encode() runs the device selector (enc.choice Auto, Raw or Sparse)
+  bool selects_ = false;   ///< encode() runs the device selector (enc.choice Auto, Raw or Sparse)
+  bool floats_ = false;    ///< Coded floats: FloatHuff slices (lossless F32, BF16, F16)
+  bool raw_only_ = false;  ///< Coded floats with enc.choice Raw: Raw slices only
   const HostPins* pins_ = nullptr;
 };
 

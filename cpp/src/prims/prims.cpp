@@ -187,6 +187,13 @@ SliceValues Prims::reduce_encode(const transport::SlotView& in, size_t n, const 
   return v;
 }
 
+void Prims::settle() {
+  if (dev_ && dev_->synchronize() != codec::Status::Ok) {
+    throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
+                ": the device slice codec's work failed: " + dev_->device_error());
+  }
+}
+
 void Prims::output(const SliceValues& v, uint8_t* dst, size_t n) {
   if (!a_.stage) {
     if (v.dense == dst) return;

@@ -176,6 +176,7 @@ class Prims {
 
   size_t slice_elems() const { return slice_; }
   size_t esize() const { return esize_; }
+  int channel() const { return a_.channel; }
 
   void send(const void* src, size_t n);
   void copySend(const void* src, void* dst, size_t n);
@@ -184,6 +185,12 @@ class Prims {
   void recvReduceCopy(const void* src, void* dst, size_t n);
   void recvReduceCopySend(const void* src, void* dst, size_t n);
   void recvCopySend(void* dst, size_t n);
+
+  /// A device rank: waits until its slice codec's work (the COPY verbs'
+  /// output copies are not waited for by the verbs) is complete, so that
+  /// another stream or the host may read the outputs; throws Error with the
+  /// CUDA error. Nothing to do for a host rank. The end of a schedule.
+  void settle();
 
  private:
   static constexpr unsigned kRecv = 1, kReduce = 2, kCopy = 4, kSend = 8, kForward = 16;

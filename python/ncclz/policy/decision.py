@@ -37,6 +37,12 @@ measured times win per (mode, algorithm), and the faster runs (``Choice.algorith
 none's algorithm, so the two stay bit-identical to each other whatever the policy proposes. A call's
 ``algorithm=`` restricts the choice to that algorithm.
 
+Device calls (``choose(..., device=True)``: CUDA arrays the runtime codes on the GPU): the model's
+device speeds replace the calibration's and the rank's cores (:mod:`.model`), a lossy request has one
+variant (the device codes without rANS whatever the effort: calibrated as ``lossy/fast``, run as
+``lossy``), and measurements are filed apart from host calls' (the dtype with ``@cuda``,
+:func:`~ncclz.policy.history.device_dtype`).
+
 Use::
 
     from ncclz.policy import Policy
@@ -60,7 +66,7 @@ import numpy as np
 
 from ..spec import Lossless, Lossy
 from .calibration import Calibration, Calibrator, reduction_terms
-from .history import History, size_class
+from .history import DEVICE_SUFFIX, History, device_dtype, size_class
 from .model import INTRA_FACTOR, CostModel
 from .modes import EFFORTS, label, mode_class
 
@@ -250,11 +256,12 @@ class Policy:
 
     # ------------------------------------------------------------------ model
     def predict(self, coll: str, nbytes: int, cal: Calibration | None, lossy: bool = False,
-                mostly_zero: bool = False, algorithm: str = "ring") -> float:
+                mostly_zero: bool = False, algorithm: str = "ring", device: bool = False) -> float:
         """Predicted seconds of a call of `nbytes`: uncompressed (cal None) or with calibration `cal`,
-        with `algorithm` on this policy's hosts."""
+        with `algorithm` on this policy's hosts; `device`: coded on the GPU."""
         return self.model.predict(coll, self._world(), nbytes, self._link_gbps or 1e9, self.cores, cal,
-                                  lossy=lossy, mostly_zero=mostly_zero, algorithm=algorithm, hosts=self.hosts)
+                                  lossy=lossy, mostly_zero=mostly_zero, algorithm=algorithm, hosts=self.hosts,
+                                  device=device)
 
     def algorithms(self, coll: str = "all_reduce", algorithm: str | None = None) -> tuple:
         """The algorithms a call may run: the ring, and the hierarchical one where the topology
@@ -290,9 +297,11 @@ class Policy:
     def choose_algorithm(self, coll: str, nbytes: int, dtype: str = "", algorithm: str | None = None) -> tuple:
         """(algorithm, {algorithm: seconds}) for an uncompressed call of `nbytes`: the faster of the
         algorithms the topology allows (measured times win over the model); "" while the link rate
-        is unknown (no evidence: the runtime's default runs)."""
+        is unknown (no evidence: the runtime's default runs). `dtype` as measurements are filed
+        (a device call's with ``@cuda``: :func:`~ncclz.policy.history.device_dtype`)."""
         algos = self.algorithms(coll, algorithm)
-        times = {a: self.predict(coll, nbytes, None, algorithm=a) for a in algos}
+        device = dtype.endswith(DEVICE_SUFFIX)
+        times = {a: self.predict(coll, nbytes, None, algorithm=a, device=device) for a in algos}
         if len(algos) == 1:
             return algos[0], times
         if self._link_gbps is None:
@@ -307,19 +316,20 @@ class Policy:
         return self.n
 
     def choose(self, coll: str, x, requested, nbytes: int | None = None, *, op: str = "sum",
-               algorithm: str | None = None) -> Choice:
+               algorithm: str | None = None, device: bool = False) -> Choice:
         """The mode to use for collective `coll` on array `x` when the caller asked for `requested`.
 
         Never looser than `requested` (none and lossless are exact). The requested compressed mode
         is kept when the link rate is unknown, when its calibration fails, or when it is predicted
         at least `margin` faster than the best lighter mode; otherwise the fastest lighter mode.
         Each mode runs with the faster of the algorithms the topology allows (see the module doc);
-        `op`: the reduction (a sum's hierarchical bound differs); `algorithm`: the call's own."""
+        `op`: the reduction (a sum's hierarchical bound differs); `algorithm`: the call's own;
+        `device`: x is a host copy of CUDA arrays the runtime codes on the GPU (module doc)."""
         n = self._world()
         arr = np.asarray(x)
         if nbytes is None:
             nbytes = arr.nbytes * (n if coll in ("all_gather", "gather") else 1)
-        dt = str(arr.dtype)
+        dt = device_dtype(str(arr.dtype), device)
         algos = self.algorithms(coll, algorithm)
         multi = len(algos) > 1
         none_algo, none_times = self.choose_algorithm(coll, nbytes, dt, algorithm)
@@ -349,7 +359,9 @@ class Policy:
         # candidates: (name, spec, codec effort); "lossy/mid" and "lossy/fast" are the requested bound
         # with another codec effort (same guarantee: only the wire coder differs)
         cands = [("lossless", requested if req == "lossless" else Lossless(), "")]
-        if req == "lossy":
+        if req == "lossy" and device:
+            cands += [("lossy", requested, "fast")]  # the device codes without rANS, whatever the effort
+        elif req == "lossy":
             cands += [("lossy", requested, "")]
             if self.efforts:
                 cands += [(f"lossy/{e}", requested, e) for e in EFFORTS if e]
@@ -366,7 +378,7 @@ class Policy:
                         return early(req, requested, f"as requested: no calibration ({type(e).__name__}: {e})")
                     continue
                 times[a] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums),
-                                        algorithm=a)
+                                        algorithm=a, device=device)
             if not times:
                 continue
             if multi:

@@ -1,7 +1,9 @@
 """Measurement history: the wall times of earlier calls, per size class and mode.
 
 A *size class* is (collective, dtype, power-of-two size): calls of 33..64 MiB share one. Times are
-kept normalised to the class's size (the lower power of two), so calls of a class compare.
+kept normalised to the class's size (the lower power of two), so calls of a class compare. Calls of
+CUDA arrays that the runtime runs on the device are filed under their dtype with ``@cuda``
+appended (:func:`device_dtype`): another codec, another measurement.
 
 :meth:`History.record` files a call's wall time under the label of the mode that ran (with
 ``@hierarchical`` appended for a hierarchical call: another algorithm is another measurement); the measured
@@ -32,6 +34,16 @@ class Measurement:
     mode: str
     calls: int
     seconds: float | None
+
+
+#: Appended to the dtype of a call that runs on the device (its measurements and size classes).
+DEVICE_SUFFIX = "@cuda"
+
+
+def device_dtype(dtype: str, device: bool) -> str:
+    """The dtype a call's measurements are filed under: `dtype`, with DEVICE_SUFFIX for a call of
+    CUDA arrays that the runtime runs on the device."""
+    return str(dtype) + DEVICE_SUFFIX if device else str(dtype)
 
 
 def size_class(coll: str, dtype: str, nbytes: int) -> tuple:

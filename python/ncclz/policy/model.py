@@ -42,6 +42,15 @@ distribution::
                 host's sum of its own block)
       steps_h = the ring steps of L ranks (intra) plus those of H ranks (inter)
 
+**Device calls** (``device=True``: CUDA arrays the runtime codes on the GPU, docs/GPU.md): the codec
+runs on the device, not on the rank's cores, so t_cpu uses ``device_codec_Bps`` for encoding and
+decoding (one device: cores = 1), t_fixed ``device_quant_Bps``, and a hierarchical call's intra-host
+phases ``device_intra_Bps`` (raw slices through host memory: a copy from and to the device per
+byte). The ratio is the calibration's, taken without rANS (the device has no rANS coder). These
+speeds are assumptions, set well below the kernels' measured rates (an H200 in
+bench/results/gpu.md: slice encode 440-580 GB/s, decode 310-680 GB/s) for the per-slice launches
+and synchronisations of the device path; measured call times replace the model as for host calls.
+
 A lossy sum's ratio depends on the algorithm: the ring quantizes with E/n, the hierarchical
 algorithm with E/H, so its calibration is taken at L times the bound (the caller's job:
 :meth:`~ncclz.policy.Policy.choose` does it). A latency-optimised algorithm is one more entry of
@@ -111,15 +120,25 @@ class CostModel:
     quant_Bps: float = 2e9  # the dense quantize / dequantize passes, per core
     intra_Bps: float = 4e9  # a hierarchical call's intra-host phases (raw copies and reductions), per core
     alpha_intra_s: float = 20e-6  # per intra-host ring step
+    device_codec_Bps: float = 100e9  # device calls: slice encode and decode on the GPU (module doc)
+    device_quant_Bps: float = 300e9  # device calls: the quantize / dequantize passes
+    device_intra_Bps: float = 10e9  # device calls: a hierarchical call's intra-host phases (via host memory)
 
     def link_Bps(self, link_gbps: float) -> float:
         return link_gbps * 1e9 / 8 * self.goodput
 
     def predict(self, coll: str, n: int, nbytes: int, link_gbps: float, cores: float, cal=None,
                 lossy: bool = False, mostly_zero: bool = False, algorithm: str = "ring",
-                hosts: int | None = None) -> float:
+                hosts: int | None = None, device: bool = False) -> float:
         """Predicted seconds of a call: uncompressed (cal None) or coded with the calibration `cal`;
-        `algorithm` one of :data:`ALGORITHMS` on `hosts` hosts of n / hosts ranks (the ring: any)."""
+        `algorithm` one of :data:`ALGORITHMS` on `hosts` hosts of n / hosts ranks (the ring: any);
+        `device`: coded on the GPU (the module doc's device speeds instead of `cores` and the
+        calibration's)."""
+        quant, intra = self.quant_Bps, self.intra_Bps
+        if device:
+            cores, quant, intra = 1.0, self.device_quant_Bps, self.device_intra_Bps
+            if cal is not None:
+                cal = dataclasses.replace(cal, enc_Bps=self.device_codec_Bps, dec_Bps=self.device_codec_Bps)
         if coll not in WIRE_FACTOR:
             raise ValueError(f"unknown collective {coll!r}; one of {', '.join(COLLECTIVES)}")
         if algorithm not in ALGORITHMS:
@@ -127,22 +146,23 @@ class CostModel:
         if n <= 1:
             return 0.0
         if algorithm == "ring" or not hosts or hosts <= 1 or hosts >= n:
-            return self._ring(coll, n, nbytes, nbytes, link_gbps, cores, cal, lossy, mostly_zero)
+            return self._ring(coll, n, nbytes, nbytes, link_gbps, cores, cal, lossy, mostly_zero, quant=quant)
         H = int(hosts)
         L = n / H
         # the inter-host ring: H ranks, each on S/L of the data (broadcast: the relay codes all of S)
         share = nbytes if coll == "broadcast" else nbytes / L
         # all_gather and broadcast dequantize the whole output after the call (codes move everywhere)
         fix = nbytes if coll in ("all_gather", "broadcast") else share
-        inter = self._ring(coll, H, nbytes, share, link_gbps, cores, cal, lossy, mostly_zero, fix)
-        t_intra = INTRA_FACTOR[coll](L) * nbytes / (self.intra_Bps * cores)
+        inter = self._ring(coll, H, nbytes, share, link_gbps, cores, cal, lossy, mostly_zero, fix, quant=quant)
+        t_intra = INTRA_FACTOR[coll](L) * nbytes / (intra * cores)
         return STEPS[coll](L) * self.alpha_intra_s + t_intra + inter
 
     def _ring(self, coll: str, n: int, wire_bytes: float, codec_bytes: float, link_gbps: float, cores: float,
-              cal, lossy: bool, mostly_zero: bool, fix_bytes: float | None = None) -> float:
+              cal, lossy: bool, mostly_zero: bool, fix_bytes: float | None = None, quant: float = 0.0) -> float:
         """A ring of n ranks whose slowest link carries f_wire(n) * wire_bytes and whose ranks each code
-        codec_bytes of data and quantize / dequantize fix_bytes (default codec_bytes): the module doc's
-        formulas."""
+        codec_bytes of data and quantize / dequantize fix_bytes (default codec_bytes) at `quant`
+        bytes/s (default quant_Bps): the module doc's formulas."""
+        quant = quant or self.quant_Bps
         B = self.link_Bps(link_gbps)
         W = WIRE_FACTOR[coll](n) * wire_bytes
         lat = STEPS[coll](n) * self.alpha_s
@@ -154,5 +174,5 @@ class CostModel:
         # a lossy sum of mostly-zero data quantizes and writes out lists of nonzeros: its passes run
         # at about memory speed (the statistics scan and the output write), not quant_Bps
         fix = codec_bytes if fix_bytes is None else fix_bytes
-        t_fix = fix / (self.quant_Bps * (SPARSE_PASS_SPEEDUP if mostly_zero else 1)) / cores if lossy else 0.0
+        t_fix = fix / (quant * (SPARSE_PASS_SPEEDUP if mostly_zero else 1)) / cores if lossy else 0.0
         return lat + max(t_net, t_cpu) + (1 - self.overlap) * min(t_net, t_cpu) + t_fix

@@ -31,6 +31,7 @@ from typing import Any
 from ..errors import InvalidArgumentError
 from ..spec import Lossless, Lossy
 from .decision import DEFAULT_MIN_BYTES, Policy, env_float
+from .history import device_dtype
 from .modes import effort_of_margin
 
 #: Values of ``Communicator(policy=...)``, the per-call ``policy=`` and NCCLZ_POLICY.
@@ -92,16 +93,18 @@ class Call:
     compression as the native layer names it ("none", "lossless", "lossy_abs", "lossy_rel") and its
     bound; spec: the caller's ncclz.Lossy / Lossless if given as one; data: the input as a NumPy
     array, or a function returning it (called only where the policy calibrates); op: the reduction
-    ("sum" for the others); algorithm: the call's own ``algorithm=`` ("" for none)."""
+    ("sum" for the others); algorithm: the call's own ``algorithm=`` ("" for none); device: the
+    arrays are CUDA arrays that the runtime codes on the GPU (the data is then a host copy, made
+    only where the policy calibrates)."""
 
-    __slots__ = ("_data", "_spec", "algorithm", "bound", "collective", "dtype", "mode", "nbytes", "op")
+    __slots__ = ("_data", "_spec", "algorithm", "bound", "collective", "device", "dtype", "mode", "nbytes", "op")
 
     def __init__(self, collective: str, dtype: str, nbytes: int, mode: str, bound: float = 0.0,
-                 spec: Any = None, data: Any = None, op: str = "sum", algorithm: str = ""):
+                 spec: Any = None, data: Any = None, op: str = "sum", algorithm: str = "", device: bool = False):
         # plain assignments: a Call is made for every collective call
         self.collective, self.dtype, self.nbytes, self.mode, self.bound = collective, dtype, nbytes, mode, bound
         self._spec, self._data = spec, data
-        self.op, self.algorithm = op or "sum", algorithm or ""
+        self.op, self.algorithm, self.device = op or "sum", algorithm or "", bool(device)
 
     @property
     def requested(self) -> Lossy | Lossless | None:
@@ -249,7 +252,8 @@ class CommPolicy:
         if call.mode == "none":
             if algo_choice and hasattr(self.model, "choose_algorithm"):
                 try:
-                    algo, _ = self.model.choose_algorithm(call.collective, call.nbytes, call.dtype)
+                    algo, _ = self.model.choose_algorithm(call.collective, call.nbytes,
+                                                          device_dtype(call.dtype, call.device))
                 except Exception:  # noqa: BLE001 - no proposal: the runtime's default
                     algo = ""
                 return Decision(call, learn=True, algorithm=algo)
@@ -269,7 +273,7 @@ class CommPolicy:
         try:
             if isinstance(self.model, Policy):
                 choice = self.model.choose(call.collective, arr, call.requested, call.nbytes, op=call.op,
-                                           algorithm=fixed or None)
+                                           algorithm=fixed or None, device=call.device)
             else:  # a custom policy: the original signature
                 choice = self.model.choose(call.collective, arr, call.requested, call.nbytes)
         except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
@@ -331,4 +335,5 @@ class CommPolicy:
         kw = {"effort": effort} if effort else {}
         if algo != "ring" and isinstance(model, Policy):
             kw["algorithm"] = algo
-        model.record(call.collective, call.dtype, call.nbytes, spec, float(stats.wall_s), **kw)
+        model.record(call.collective, device_dtype(call.dtype, call.device), call.nbytes, spec, float(stats.wall_s),
+                     **kw)

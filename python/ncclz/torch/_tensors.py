@@ -1,8 +1,8 @@
 """Torch tensors as the ncclz runtime takes them, and c10d reduce ops as ncclz ops.
 
 The runtime moves contiguous arrays of float32, float64, float16, bfloat16,
-int32, int64 and uint8, on the CPU or on a CUDA device (staged through host
-memory by ``ncclz.Communicator``; results come back onto the input's device). Everything else is *staged* into such a tensor and
+int32, int64 and uint8, on the CPU or on a CUDA device (``ncclz.Communicator``'s
+device path, or staged through host memory; results come back onto the input's device). Everything else is *staged* into such a tensor and
 copied back after the call:
 
 - data movement (all-gather, broadcast, send/recv) of any other dtype travels
