@@ -329,7 +329,7 @@ phase_sanitize() {
   step memcheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$SAN_FILTER:$SAN3_FILTER' --gtest_color=no"
   [ -z "${NCCLZ_SAN_QUICK:-}" ] && step racecheck-v3 "$log" $L_SAN3 "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaCodec.FormatExamplesOnDevice:CudaCodec.EmptySliceAndSmallCapacity:CudaCodec.SlicesMatchCpuSmallI32:CudaCodec.FusedDecodeOfCpuSlices' --gtest_color=no"
   # The device slice codec's three calls (fused decode-and-add and not), one process of direct calls.
-  step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions:CudaPrims.EncodeIntoRegisteredSlotsMatchesCpu:CudaPrims.HostPinsLookUpRegisteredRanges:CudaPrims.ReduceValuesMatchesHostBits' --gtest_color=no"
+  step memcheck-prims "$log" $L_PRIMS "NCCLZ_DEVICE_CODEC=v3 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaPrims.SliceCodecCallsMatchCpu:CudaPrims.UnsupportedSlicesAndOptions:CudaPrims.EncodeIntoRegisteredSlotsMatchesCpu:CudaPrims.HostPinsLookUpRegisteredRanges:CudaPrims.ReduceValuesMatchesHostBits:CudaPrims.FloatSliceCallsMatchCpu' --gtest_color=no"
   # Device buffers through a communicator of device and host ranks (the device path's kernels and copies).
   step memcheck-comm "$log" $L_PRIMS "compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='CudaComm.DeviceAndHostRanksMix' --gtest_color=no"
   persist_sanitize
@@ -369,8 +369,13 @@ phase_ranks() {
 # ordinary slices (NCCLZ_SPARSE_SLICE_BYTES=0); tables to the summary and
 # bench.log, JSON to the scratch folder (the device tool returns 8 files).
 # NCCLZ_DEVPATH_VARIANTS: the settings to compare, space-separated, each
-# "default" or VAR=VALUE[,VAR=VALUE...]; NCCLZ_DEVPATH_ARGS: gpu_ranks.py's
-# case arguments (default: 2 and 4 ranks, 64 MiB float32, 10 and 1 Gbit/s).
+# "default" or VAR=VALUE[,VAR=VALUE...] (e.g. NCCLZ_TOPO_HOSTS=2x2 with 4
+# ranks: the hierarchical schedules); NCCLZ_MPS=1 in a variant runs its ranks
+# (processes) under an MPS daemon started for the step and stopped after it,
+# so that their kernels share the GPU instead of time-slicing it (where
+# nvidia-cuda-mps-control is missing or fails, the step says so and fails);
+# NCCLZ_DEVPATH_ARGS: gpu_ranks.py's case arguments (default: 2 and 4 ranks,
+# 64 MiB float32, 10 and 1 Gbit/s).
 phase_devpath() {
   ensure_built
   py_ready
@@ -381,7 +386,15 @@ phase_devpath() {
     i=$((i + 1))
     name="$i-${v%%=*}"
     rm -f "$SCRATCH/devpath_$name.md"
-    step "devpath-$name" "$log" $L_DEVPATH "cd '$ROOT' && env $([ "$v" = default ] || echo "${v//,/ }") NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda $cases --budget $((L_DEVPATH - 12)) --json '$SCRATCH/devpath_$name.json' --md '$SCRATCH/devpath_$name.md'"
+    local mps_on="" mps_off=""
+    if [[ ",$v," == *",NCCLZ_MPS=1,"* ]]; then
+      # The daemon's pipes in the scratch folder; the ranks find them by CUDA_MPS_PIPE_DIRECTORY.
+      local mps=$SCRATCH/mps
+      mkdir -p "$mps/pipe" "$mps/log"
+      mps_on="export CUDA_MPS_PIPE_DIRECTORY='$mps/pipe' CUDA_MPS_LOG_DIRECTORY='$mps/log' && { command -v nvidia-cuda-mps-control >/dev/null || { echo 'no nvidia-cuda-mps-control'; exit 2; }; } && nvidia-cuda-mps-control -d && "
+      mps_off="; rc=\$?; echo quit | nvidia-cuda-mps-control; exit \$rc"
+    fi
+    step "devpath-$name" "$log" $L_DEVPATH "cd '$ROOT' && ${mps_on}env $([ "$v" = default ] || echo "${v//,/ }") NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda $cases --budget $((L_DEVPATH - 12)) --json '$SCRATCH/devpath_$name.json' --md '$SCRATCH/devpath_$name.md'${mps_off}"
     [ -f "$SCRATCH/devpath_$name.md" ] && { echo "devpath ($v):"; cat "$SCRATCH/devpath_$name.md"; } | tee -a "$log" >>"$SUMMARY"
     # The per-call statistics (encode / decode / wait seconds) of every row, for the raw results.
     [ -f "$SCRATCH/devpath_$name.json" ] && { echo "devpath ($v) json:"; cat "$SCRATCH/devpath_$name.json"; echo; } >>"$log"
