@@ -183,13 +183,22 @@ std::string DeviceSliceCodec::device_error() const {
 }
 
 Status DeviceSliceCodec::fail(int e) {
-  cuda_error_ = e > 0 ? e : cuda_error_;
+  note_cuda_error(e);
   return e < 0 ? Status(-e) : Status::Unsupported;
+}
+
+void DeviceSliceCodec::note_cuda_error(int e) {
+  if (e <= 0) return;
+  cuda_error_ = e;
+  // The failed call left e as this thread's last error: taken here, so that
+  // the next launch of this thread (any stream's, any codec's) that checks
+  // cudaGetLastError reports only its own.
+  (void)cudaGetLastError();
 }
 
 bool DeviceSliceCodec::sync() {
   const int e = d_->dc.synchronize();
-  if (e != 0) cuda_error_ = e;
+  note_cuda_error(e);
   return e == 0;
 }
 
@@ -200,7 +209,7 @@ codec::Predictor DeviceSliceCodec::predictor_for(const SliceValues&, size_t) con
 bool DeviceSliceCodec::stage_in(const uint8_t* in, size_t len) {
   const cudaError_t e =
       cudaMemcpyAsync(d_->staging_in, in, len, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream()));
-  if (e != cudaSuccess) cuda_error_ = int(e);
+  note_cuda_error(int(e));
   return e == cudaSuccess;
 }
 

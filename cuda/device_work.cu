@@ -86,6 +86,9 @@ std::string cuda_text(int e) {
 
 void check(int e, int device, const char* what) {
   if (e != 0) {
+    // A failed call leaves its error as the thread's last one; taken here,
+    // so that the next launch check of this thread reports only its own.
+    (void)cudaGetLastError();
     throw Error("ncclz device path (CUDA device " + std::to_string(device) + "): " + what + " failed: " + cuda_text(e));
   }
 }
@@ -375,7 +378,10 @@ class DeviceWorkImpl final : public DeviceWork {
 
 std::unique_ptr<DeviceWork> DeviceWork::create(int device) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for a later launch check to find
+    n = 0;
+  }
   if (device < 0 || device >= n) {
     throw InvalidArgument("ncclz device path: CUDA device " + std::to_string(device) + " is not there (" +
                           std::to_string(n) + " visible)");

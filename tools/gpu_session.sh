@@ -44,8 +44,8 @@
 #       sanitize  compute-sanitizer memcheck and racecheck on a filter, with the
 #                 default kernels and with v3 (initcheck: NCCLZ_SAN_INIT=1)
 #       alltests  the whole GoogleTest suite (CPU tests too); not in "all"
-#       profile   Nsight Compute per-kernel times and DRAM bytes of one small
-#                 benchmark run -> $OUT/profile.csv; not in "all"
+#       profile   Nsight Compute per-kernel times and DRAM bytes of gpu_codec_bench and
+#                 gpu_float_huff_bench on 64 MiB (one pass) -> $OUT/profile.csv; not in "all"
 #       persist   only the CTA slice coder's and the persistent kernels' steps (issue 21):
 #                 build, test-cta, test-codec-cta, bench-cta (gpu_codec_bench --kernels 34),
 #                 bench-persistent, memcheck-cta, racecheck-cta, memcheck-persistent
@@ -374,6 +374,9 @@ phase_ranks() {
 # (processes) under an MPS daemon started for the step and stopped after it,
 # so that their kernels share the GPU instead of time-slicing it (where
 # nvidia-cuda-mps-control is missing or fails, the step says so and fails);
+# a token of a variant that starts with "--" is an argument of gpu_ranks.py
+# for that variant alone (e.g. "--threads,NCCLZ_SPARSE_SLICE_BYTES=2097152":
+# ranks as threads of one process, 2 MiB device slices);
 # NCCLZ_DEVPATH_ARGS: gpu_ranks.py's case arguments (default: 2 and 4 ranks,
 # 64 MiB float32, 10 and 1 Gbit/s).
 phase_devpath() {
@@ -385,6 +388,16 @@ phase_devpath() {
   for v in $variants; do
     i=$((i + 1))
     name="$i-${v%%=*}"
+    name=${name//[^A-Za-z0-9_-]/}
+    # The variant's settings: VAR=VALUE tokens for env, "--..." tokens for gpu_ranks.py.
+    local envs="" extra="" tok
+    for tok in ${v//,/ }; do
+      case "$tok" in
+        default) ;;
+        --*) extra="$extra $tok" ;;
+        *) envs="$envs $tok" ;;
+      esac
+    done
     rm -f "$SCRATCH/devpath_$name.md"
     local mps_on="" mps_off=""
     if [[ ",$v," == *",NCCLZ_MPS=1,"* ]]; then
@@ -394,7 +407,7 @@ phase_devpath() {
       mps_on="export CUDA_MPS_PIPE_DIRECTORY='$mps/pipe' CUDA_MPS_LOG_DIRECTORY='$mps/log' && { command -v nvidia-cuda-mps-control >/dev/null || { echo 'no nvidia-cuda-mps-control'; exit 2; }; } && nvidia-cuda-mps-control -d && "
       mps_off="; rc=\$?; echo quit | nvidia-cuda-mps-control; exit \$rc"
     fi
-    step "devpath-$name" "$log" $L_DEVPATH "cd '$ROOT' && ${mps_on}env $([ "$v" = default ] || echo "${v//,/ }") NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda $cases --budget $((L_DEVPATH - 12)) --json '$SCRATCH/devpath_$name.json' --md '$SCRATCH/devpath_$name.md'${mps_off}"
+    step "devpath-$name" "$log" $L_DEVPATH "cd '$ROOT' && ${mps_on}env$envs NCCLZ_REQUIRE_GPU=1 '$PY' bench/gpu_ranks.py --device cuda $cases$extra --budget $((L_DEVPATH - 12)) --json '$SCRATCH/devpath_$name.json' --md '$SCRATCH/devpath_$name.md'${mps_off}"
     [ -f "$SCRATCH/devpath_$name.md" ] && { echo "devpath ($v):"; cat "$SCRATCH/devpath_$name.md"; } | tee -a "$log" >>"$SUMMARY"
     # The per-call statistics (encode / decode / wait seconds) of every row, for the raw results.
     [ -f "$SCRATCH/devpath_$name.json" ] && { echo "devpath ($v) json:"; cat "$SCRATCH/devpath_$name.json"; echo; } >>"$log"
@@ -404,7 +417,12 @@ phase_devpath() {
 phase_profile() {
   ensure_built
   local log=$OUT_DIR/bench.log
-  step profile "$log" 300 "ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed --csv --log-file '$OUT_DIR/profile.csv' '$BENCHBIN' --mib 64 --reps 1 --warm 0"
+  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+  # One CSV (the device tool returns 8 files): the codec benchmark's kernels
+  # (every version), then FloatHuff's (bf16 and f32), each row one launch.
+  step profile "$log" ${NCCLZ_PROFILE_LIMIT:-150} "ncu --metrics $metrics --csv --log-file '$SCRATCH/profile_codec.csv' '$BENCHBIN' --mib 64 --reps 1 --warm 0"
+  step profile-floathuff "$log" ${NCCLZ_PROFILE_LIMIT:-150} "ncu --metrics $metrics --csv --log-file '$SCRATCH/profile_fh.csv' '$BUILD/cuda/gpu_float_huff_bench' --mib 64 --reps 1 --warm 0"
+  cat "$SCRATCH/profile_codec.csv" "$SCRATCH/profile_fh.csv" >"$OUT_DIR/profile.csv" 2>/dev/null
 }
 
 phase_dry() {

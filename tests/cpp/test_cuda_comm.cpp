@@ -355,6 +355,51 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
   }
 }
 
+// Small exact calls of device buffers take the latency algorithm, as the
+// same calls of host buffers do: their data rides with the call descriptor
+// from host copies (one hop, or two for a larger all_reduce), so device,
+// host and mixed communicators get the same bits (a float sum's order is the
+// algorithm's) and no ring steps.
+TEST(CudaComm, SmallExactCallsTakeTheLatencyAlgorithm) {
+  SKIP_WITHOUT_DEVICE();
+  for (int N : {2, 3, 4}) {
+    Ranks R(N, [](int, CommConfig& cfg) {
+      cfg.slot_bytes = 65536;
+      cfg.latency_bytes = 8192;
+      cfg.two_hop_bytes = 32768;
+    });
+    std::vector<bool> mixed(size_t(N), false);
+    mixed[0] = true;
+    // One hop (messages of at most 8000 bytes: a reduction's input, an
+    // all_gather's output), two hops (an all_reduce of 6000 floats).
+    for (size_t count : {size_t(500), size_t(6000)}) {
+      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast, Op::Reduce}) {
+        if (count > 500 && o != Op::AllReduce) continue;
+        for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+          std::vector<std::vector<uint8_t>> in;
+          for (int r = 0; r < N; ++r) in.push_back(input(DataType::F32, in_count(o, count, N), r, 29));
+          const auto host = run(R, o, DataType::F32, RedOp::Sum, c, count, in, std::vector<bool>(size_t(N), false));
+          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+            const auto dev = run(R, o, DataType::F32, RedOp::Sum, c, count, in, pattern);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE(std::string(name(o)) + " N=" + std::to_string(N) + " count " + std::to_string(count) +
+                           " mode " + std::to_string(int(c.mode)) + " rank " + std::to_string(r) +
+                           (pattern == mixed ? " (mixed)" : ""));
+              ASSERT_EQ(dev[size_t(r)].error, "");
+              EXPECT_EQ(host[size_t(r)].stats.algorithm, Algorithm::Latency);
+              EXPECT_EQ(dev[size_t(r)].stats.algorithm, Algorithm::Latency);
+              EXPECT_FALSE(dev[size_t(r)].stats.on_device);
+              if (has_output(o, r)) {
+                EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out) << "device and host results differ";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 /// fn(layout, N, ranks, mixed) for the hierarchical layouts 2x2 and 2x3 (hosts
 /// x ranks, from the topology override): N ranks with 4 KiB slots on the
 /// hierarchical schedules at every size; `mixed`: every third rank on the device.

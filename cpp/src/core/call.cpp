@@ -184,12 +184,17 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
       d.flags |= kInvalid;
     }
   }
-  // The latency algorithm's data rides with the descriptor (3.).
-  const bool carry = err.empty() && cd.device < 0 && carries(cd, m, bytes, hints);
+  // The latency algorithm's data rides with the descriptor (3.). Device
+  // buffers of an exact request carry it too, from host copies (a small
+  // message: the copies cost less than the ring's steps, and the call gets
+  // the bits the same call of host buffers gets).
+  HostStaging staging(rt_, cd, t);
+  const bool carry = err.empty() && (cd.device < 0 || !is_lossy(m)) && carries(cd, m, bytes, hints);
   algorithms::OneHopPart part;
   Carried carried;
   if (carry) {
     d.flags |= kCarried;
+    staging.begin();  // device buffers: host copies (nothing for host buffers)
     // One hop, or two where one would send too much or the message is above
     // latency_bytes (the same choice on every rank of a matching call: the
     // size, N and the agreed latency_bytes decide).
@@ -227,7 +232,6 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   cd.algorithm = call.algorithm = decide_algorithm(all, cd, run);
   // Device buffers: a lossy call decides in LossyCall::run whether it runs
   // on the device; everything else runs on host copies.
-  HostStaging staging(rt_, cd, t);
   if (cd.algorithm == Algorithm::Latency) {
     run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
   } else if (is_lossy(run)) {
@@ -248,7 +252,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     // set_value_reduction), on the flat schedules and the hierarchical ones
     // (both rings on the device); every other exact call of device buffers
     // runs on host copies.
-    if (cd.device >= 0 && rt_.nranks > 1 && device_codes_exact(w)) {
+    if (cd.device >= 0 && !staging.active() && rt_.nranks > 1 && device_codes_exact(w)) {
       w.device = &device_work(rt_, cd.device);
       call.on_device = true;
     } else {

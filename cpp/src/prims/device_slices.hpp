@@ -193,6 +193,8 @@ class DeviceSliceCodec final : public DeviceSlices {
   /// Device status word i (kEncStatus, kDecStatus in the .cu file).
   int* status_word(int i) const;
   codec::Status fail(int cuda_error);
+  /// Records a CUDA error (> 0) and clears it as the thread's last error.
+  void note_cuda_error(int e);
   bool sync();
 
   struct Impl;

@@ -114,7 +114,25 @@ inline const char* cudaGetErrorName(cudaError_t e) {
          : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
                                           : "cudaErrorUnknown";
 }
-inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+// The thread's last error, as CUDA keeps it: a failing runtime call sets it,
+// cudaGetLastError returns and clears it (so code that checks a launch with
+// cudaGetLastError sees an earlier call's error unless that was taken).
+namespace emu {
+inline cudaError_t& last_error() {
+  static thread_local cudaError_t e = cudaSuccess;
+  return e;
+}
+inline cudaError_t failed(cudaError_t e) {
+  last_error() = e;
+  return e;
+}
+}  // namespace emu
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = emu::last_error();
+  emu::last_error() = cudaSuccess;
+  return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return emu::last_error(); }
 
 // ---- emulated device memory (see the file comment) -------------------------
 namespace emu {
@@ -325,11 +343,11 @@ inline std::map<uintptr_t, size_t>& host_registry() {
 }
 }  // namespace emu
 inline cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
-  if (!p || !n) return cudaErrorInvalidValue;
+  if (!p || !n) return emu::failed(cudaErrorInvalidValue);
   const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + n;
   std::lock_guard<std::mutex> lk(emu::host_registry_mu());
   for (const auto& [a, len] : emu::host_registry()) {
-    if (lo < a + len && a < hi) return cudaErrorHostMemoryAlreadyRegistered;
+    if (lo < a + len && a < hi) return emu::failed(cudaErrorHostMemoryAlreadyRegistered);
   }
   emu::host_registry()[lo] = n;
   return cudaSuccess;
@@ -357,11 +375,11 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
 }
 inline cudaError_t cudaHostUnregister(void* p) {
   std::lock_guard<std::mutex> lk(emu::host_registry_mu());
-  return emu::host_registry().erase(reinterpret_cast<uintptr_t>(p)) ? cudaSuccess : cudaErrorInvalidValue;
+  return emu::host_registry().erase(reinterpret_cast<uintptr_t>(p)) ? cudaSuccess : emu::failed(cudaErrorInvalidValue);
 }
 inline cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
   *d = h;
-  return h ? cudaSuccess : cudaErrorInvalidValue;
+  return h ? cudaSuccess : emu::failed(cudaErrorInvalidValue);
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {
   emu::DeviceAccess on;
@@ -370,7 +388,7 @@ inline cudaError_t cudaMemset(void* p, int v, size_t n) {
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
-  if (n && (d == nullptr || s == nullptr)) return cudaErrorInvalidValue;  // as CUDA answers a null pointer
+  if (n && (d == nullptr || s == nullptr)) return emu::failed(cudaErrorInvalidValue);  // as CUDA answers a null pointer
   emu::DeviceAccess on;
   if (n) std::memmove(d, s, n);
   return cudaSuccess;
@@ -429,7 +447,7 @@ inline cudaError_t cudaGetDevice(int* d) {
   return cudaSuccess;
 }
 // One emulated device, ordinal 0.
-inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : emu::failed(cudaErrorInvalidValue); }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   *p = cudaDeviceProp{};
   return cudaSuccess;
