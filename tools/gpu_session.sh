@@ -261,11 +261,17 @@ persist_tests() {
   step test-cta "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCta.*:CudaPersistent.*' --gtest_color=no"
   step test-codec-cta "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=cta '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
 }
+# NCCLZ_PERSIST_SHAPES: the persistent benchmark's shapes, space-separated
+# CHANNELS:SLOT_KIB (default "8:1024"; 4 ranks take 4 x CHANNELS CTAs, which
+# must all be resident at once: at most the GPU's SM count).
 persist_bench() {
-  local log=$OUT_DIR/bench.log
-  rm -f "$SCRATCH/persistent.md"
-  step bench-persistent "$log" $L_PERSIST "'$BUILD/cuda/gpu_persistent_bench' --mib 64 --ranks 4 --channels 8 --slot-kib 1024 --slots 4 --rel 1e-3 --reps 5 --md '$SCRATCH/persistent.md'"
-  [ -f "$SCRATCH/persistent.md" ] && cat "$SCRATCH/persistent.md" | tee -a "$log" >>"$SUMMARY"
+  local log=$OUT_DIR/bench.log shape ch kib
+  for shape in ${NCCLZ_PERSIST_SHAPES:-8:1024}; do
+    ch=${shape%%:*} kib=${shape##*:}
+    rm -f "$SCRATCH/persistent.md"
+    step "bench-persistent-$ch-$kib" "$log" $L_PERSIST "'$BUILD/cuda/gpu_persistent_bench' --mib 64 --ranks 4 --channels $ch --slot-kib $kib --slots 4 --rel 1e-3 --reps 5 --md '$SCRATCH/persistent.md'"
+    [ -f "$SCRATCH/persistent.md" ] && cat "$SCRATCH/persistent.md" | tee -a "$log" >>"$SUMMARY"
+  done
   return 0
 }
 # The sanitizers on the CTA coder (its shared-memory stages) and on one-rank persistent kernels

@@ -364,15 +364,21 @@ def scenario_gpu_device_path(ncclz, comm, args):
                             del os.environ["NCCLZ_DEVICE_PATH"]
                     else:
                         host = run(coll, inputs[r].copy(), comp, op)
+                        host_algorithm = comm.last_stats.algorithm
                         dev = run(coll, to_gpu(fw, inputs[r]), comp, op)
                         st = comm.last_stats
+                        # small exact calls: the latency algorithm from host copies, as the host call
+                        ck.require(st.algorithm == host_algorithm,
+                                   f"{name}: ran {st.algorithm}, the host call {host_algorithm}")
                         os.environ["NCCLZ_DEVICE_PATH"] = "staged"
                         try:
                             staged = run(coll, to_gpu(fw, inputs[r]), comp, op)
                         finally:
                             del os.environ["NCCLZ_DEVICE_PATH"]
                     ck.require(not comm.last_stats.on_device, f"{name}: the staged call ran on the device")
-                    if mname == "lossless":
+                    if st.algorithm == "latency":
+                        ck.require(not st.on_device, f"{name}: the latency algorithm ran on the device")
+                    elif mname == "lossless":
                         # FloatHuff codes float32 and bfloat16 on the device; float64 runs on host copies
                         ck.require(st.on_device == (dtype != "float64"), f"{name}: on_device is {st.on_device}")
                     else:
