@@ -278,3 +278,24 @@ def test_jax_output_exports_unversioned():
     cap = out.__dlpack__(max_version=(1, 1))
     assert type(cap).__name__ == "PyCapsule" and x.exports == [{}]
     assert out.__dlpack_device__() == (2, 1)
+
+
+def test_jax_device_path_outputs_and_samples():
+    """The device path's JAX helpers on a CPU JAX array described as a CUDA one: new outputs on its
+    device (JaxOutput, writable), broadcast's copy in a buffer of its own, the policy's sample."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    from ncclz import _dlpack
+    from ncclz._device import DeviceArray
+
+    x = jnp.arange(1024, dtype=jnp.bfloat16).reshape(32, 32)
+    b = _dlpack.direct_buffer(x, DeviceArray(x, "jax", 0, False), "x")
+    o = _dlpack.empty(b, (2, 32, 32))
+    assert isinstance(o.native, _dlpack.JaxOutput) and isinstance(o.user, jax.Array) and o.writable
+    assert o.user.shape == (2, 32, 32) and o.user.dtype == x.dtype and o.user.devices() == x.devices()
+    assert _dlpack.to_user(o) is o.user and o.as_dtype == ""
+    c = _dlpack.writable_copy(b)
+    assert c.user is not x and c.user.unsafe_buffer_pointer() != x.unsafe_buffer_pointer()
+    assert np.array_equal(np.asarray(c.user), np.asarray(x)) and c.writable
+    part = _dlpack.to_numpy(b, 8)  # the policy's sample: the first 4 bfloat16 values, flat
+    assert part.shape == (4,) and np.array_equal(part.astype(np.float32), np.arange(4, dtype=np.float32))
