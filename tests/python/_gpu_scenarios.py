@@ -454,8 +454,8 @@ def scenario_gpu_device_path(ncclz, comm, args):
     # send / recv, lossy: coded on the device on both sides, the host pair's bits; then uncompressed
     # and lossless: on the device on both sides, exact.
     if W >= 2 and r < 2:
-        for seed, comp in ((55, ncclz.Lossy(abs=1e-3)), (56, None), (56, ncclz.Lossless())):
-            x = rank_input(0, 100000, "float32", seed)
+        for xseed, comp in ((55, ncclz.Lossy(abs=1e-3)), (56, None), (56, ncclz.Lossless())):
+            x = rank_input(0, 100000, "float32", xseed)
             if r == 0:
                 comm.send(x.copy(), 1, compression=comp)
                 comm.send(to_gpu(x), 1, compression=comp)
