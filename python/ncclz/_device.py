@@ -1,6 +1,10 @@
-"""GPU arrays in the collectives, staged through host memory (the first GPU path).
+"""GPU arrays in the collectives: where a CUDA array lives, and the staged path through host memory.
 
-A CUDA array from PyTorch, CuPy, JAX (or any CUDA DLPack producer that PyTorch or
+CUDA arrays from PyTorch, CuPy and JAX normally go to the native runtime as they are (the
+device path: ``_dlpack.direct_buffer``; docs/GPU.md, "Device buffers"). This module describes
+them (:class:`DeviceArray`) and implements the other way, which ``NCCLZ_DEVICE_PATH=staged``
+selects for every call and the device path takes for calls the policy runs exact by their size
+alone. Staged, a CUDA array from PyTorch, CuPy, JAX (or any CUDA DLPack producer that PyTorch or
 CuPy can import) goes through a collective like this:
 
 1. ``to_host``: its framework copies it to host memory. The copy is queued on the
@@ -19,9 +23,8 @@ Host copies live in page-locked (pinned) memory from the framework's own caching
 pool (``torch.empty(..., pin_memory=True)``, ``cupyx.empty_pinned``), so both copies
 run at the bus's speed and the pool reuses its blocks from call to call;
 ``NCCLZ_STAGING=pageable`` uses ordinary memory instead (an A/B switch for the
-benchmarks). The call is synchronous, as every ncclz call is. Quantizing and coding on the
-device (cuda/) is the next step (docs/GPU.md); this path makes every collective
-take GPU arrays now, with results identical to the CPU path's.
+benchmarks). The call is synchronous, as every ncclz call is. Results are identical to the
+CPU path's and to the device path's.
 """
 
 from __future__ import annotations
@@ -79,6 +82,11 @@ class DeviceArray:
     def name(self) -> str:
         return f"cuda:{self.index}"
 
+    @property
+    def jax_device(self) -> Any:
+        """The jax.Device of a JAX array's stage (where its results go)."""
+        return next(iter(self.like.devices()))
+
     def same_device(self, other: DeviceArray | None) -> bool:
         return other is not None and other.index == self.index
 
@@ -126,7 +134,7 @@ class DeviceArray:
                 return cupy.asarray(host)
         import jax
 
-        return jax.device_put(host, next(iter(self.like.devices())))
+        return jax.device_put(host, self.jax_device)
 
     def for_output(self) -> DeviceArray:
         """The stage of a new output on this device (no user array yet)."""

@@ -8,9 +8,10 @@ frameworks whose arrays are immutable).
 
 Supported: CPU arrays from NumPy (including ``ml_dtypes.bfloat16``), PyTorch
 (``requires_grad`` tensors are detached) and anything else exporting CPU DLPack
-or ``__array__`` (JAX, CuPy-on-host, ...); CUDA arrays from PyTorch, CuPy, JAX
-and other CUDA DLPack producers, staged through host memory (``_device.py``: the
-Buffer's ``stage``). Non-contiguous arrays and other devices (ROCm, ...) are
+or ``__array__`` (JAX, CuPy-on-host, ...); CUDA arrays from PyTorch, CuPy and JAX
+as they are (the device path: :func:`direct_buffer`, the Buffer's ``device``), or
+staged through host memory (``_device.py``: the Buffer's ``stage``), as are other
+CUDA DLPack producers. Non-contiguous arrays and other devices (ROCm, ...) are
 refused with an :class:`ncclz.InvalidArgumentError` that says what to do.
 """
 
@@ -51,8 +52,10 @@ class Buffer:
         a ``uint16`` view for NumPy bfloat16, see ``as_dtype``).
     user: the caller's original object.
     dtype: canonical dtype name; shape, size: of the array.
-    framework: "numpy" | "torch" | "jax" | "other" (of ``native``: a CUDA CuPy array's host copy is NumPy).
-    writable: whether collectives may write into it (never for borrowed JAX memory).
+    framework: "numpy" | "torch" | "cupy" | "jax" | "other" (of ``native``: a staged CUDA array's
+        host copy is NumPy or torch; on the device path, the CUDA array's own framework).
+    writable: whether collectives may write into it (never the caller's JAX array; a JAX array
+        ncclz made for a result is: :class:`JaxOutput`).
     stage: None for host arrays; for a GPU array the :class:`DeviceArray` whose host copy
         ``native`` is (:func:`finish` and :func:`to_user` copy results back to the device).
     device: for a GPU array the native layer takes as it is (the device path: ``as_buffer``'s
@@ -91,8 +94,18 @@ class Buffer:
         return f"Buffer({describe(self)}, writable={self.writable})"
 
     @property
+    def immutable(self) -> bool:
+        """Whether the caller's array can never be written (JAX, on the host or a GPU, staged or
+        not): results go to new arrays, and an array passed to be written is only a template."""
+        return (self.gpu.framework if self.gpu is not None else self.framework) == "jax"
+
+    @property
     def as_dtype(self) -> str:
-        return "bfloat16" if self.dtype == "bfloat16" and self.framework != "torch" else ""
+        """The native call's dtype override: "bfloat16" where ``native`` holds bfloat16 as a uint16
+        view (NumPy); "" where its DLPack dtype says what it is (torch, JAX arrays on the device path)."""
+        if self.dtype != "bfloat16" or self.framework == "torch":
+            return ""
+        return "" if self.device is not None and self.framework == "jax" else "bfloat16"
 
     @property
     def nbytes(self) -> int:
@@ -203,9 +216,10 @@ def as_buffer(x: Any, what: str = "input", load: bool = True, direct: bool = Fal
 
     A CUDA array is staged: the Buffer holds a host copy (``load=False``: an
     uninitialised host array of its dtype and shape, for outputs whose old
-    contents the collective never reads). ``direct``: a CUDA PyTorch tensor or
-    CuPy array goes to the native layer as it is (the device path, after the
-    caller's current stream is waited for: :func:`direct_buffer`). Raises
+    contents the collective never reads). ``direct``: a CUDA PyTorch tensor, CuPy
+    array or JAX array goes to the native layer as it is (the device path, after the
+    caller's current stream, or the JAX array's value, is waited for:
+    :func:`direct_buffer`). Raises
     InvalidArgumentError for other devices, unsupported dtypes and
     non-contiguous arrays; TypeError for objects that are not arrays.
     """
@@ -214,7 +228,7 @@ def as_buffer(x: Any, what: str = "input", load: bool = True, direct: bool = Fal
     if isinstance(x, np.ndarray):
         return _numpy_buffer(x, x, what, "numpy")
     stage = stage_of(x, what)
-    if stage is not None and direct and stage.framework in ("torch", "cupy"):
+    if stage is not None and direct:
         return direct_buffer(x, stage, what)
     if stage is not None:
         host = stage.to_host() if load else stage.host_empty(tuple(x.shape), _host_dtype(stage, x))
@@ -272,9 +286,18 @@ def as_buffer(x: Any, what: str = "input", load: bool = True, direct: bool = Fal
 
 
 def direct_buffer(x: Any, stage: DeviceArray, what: str) -> Buffer:
-    """A Buffer whose native array is the CUDA array x itself (PyTorch or CuPy): the native
+    """A Buffer whose native array is the CUDA array x itself (PyTorch, CuPy or JAX): the native
     layer codes it on the device. The work queued on the caller's current stream is waited for
-    first (ncclz's own streams then read it), so the call sees everything queued before it."""
+    first (ncclz's own streams then read it), so the call sees everything queued before it. JAX
+    exposes no stream to order after: its array's value is waited for (``block_until_ready``), and
+    the array is only read (its Buffer is not writable: results go to new arrays, :func:`empty`)."""
+    if stage.framework == "jax":
+        name = _numpy_dtype_name(np.dtype(x.dtype))  # bfloat16 is ml_dtypes' (as in NumPy)
+        if name is None:
+            raise _unsupported_dtype(what, x.dtype)
+        x.block_until_ready()
+        return Buffer(native=x, user=x, dtype=name, shape=tuple(x.shape), size=int(x.size), framework="jax",
+                      writable=False, device=stage)
     if stage.framework == "torch":
         t = x.detach() if x.requires_grad else x
         name = _torch_dtype_name(t.dtype)
@@ -334,9 +357,61 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
     return b.replace(framework=like.framework if like.framework in ("jax",) else "numpy")
 
 
+class JaxOutput:
+    """A JAX array that ncclz made for a call's result, as the native layer takes it: writable.
+
+    JAX arrays are immutable, and JAX hands its DLPack buffers out without promising anything
+    about writes into them. Writing into this one is safe because ncclz made it in this call
+    (:func:`_device_empty`, :func:`writable_copy`) and nothing else holds it yet: no other
+    array, view or cached host value shares its buffer, no JAX work on it is pending (its
+    making was waited for), and the runtime's work on it is complete when the call returns
+    (each device call synchronises its own streams), before the caller gets the array. The
+    caller's own JAX arrays are never written.
+
+    ``__dlpack__`` asks JAX for an unversioned capsule whatever the importer asks (nanobind asks
+    a writable import for DLPack 1.0): a versioned one may carry a read-only flag, which the
+    writable import would refuse.
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: Any):
+        self.array = array
+
+    def __dlpack__(self, **_kwargs: Any) -> Any:
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple:
+        return self.array.__dlpack_device__()
+
+
+def _jax_output(arr: Any, like: Buffer, shape: tuple) -> Buffer:
+    arr.block_until_ready()  # nothing of JAX's may still write it when the runtime does
+    return Buffer(native=JaxOutput(arr), user=arr, dtype=like.dtype, shape=shape, size=_size(shape),
+                  framework="jax", writable=True, device=like.device.for_output())
+
+
+def writable_copy(b: Buffer) -> Buffer:
+    """A new writable array holding b's values, for a collective in place (broadcast) of a
+    read-only array: a JAX array on the device path gets a JAX copy on its device (a device
+    copy, JAX's own), others a new array of b's kind (:func:`empty`) filled by :func:`copy_into`."""
+    if b.device is not None and b.framework == "jax":
+        import jax.numpy as jnp
+
+        return _jax_output(jnp.array(b.user, copy=True), b, b.shape)
+    o = empty(b, b.shape)
+    copy_into(o, b)
+    return o
+
+
 def _device_empty(like: Buffer, shape: tuple) -> Buffer:
-    """A new array of like's dtype and framework on like's device (the device path's outputs)."""
+    """A new array of like's dtype and framework on like's device (the device path's outputs; for
+    JAX, on the device of like's JAX array: uninitialised where JAX can make it so)."""
     index = like.device.index
+    if like.framework == "jax":
+        import jax.numpy as jnp
+
+        return _jax_output(jnp.empty(shape, dtype=like.user.dtype, device=like.device.jax_device), like, shape)
     if like.framework == "torch":
         t = _torch().empty(shape, dtype=like.native.dtype, device=f"cuda:{index}")
         arr = t
@@ -379,7 +454,7 @@ def to_numpy(b: Buffer, max_bytes: int | None = None) -> np.ndarray:
     the native layer takes as it is, of its first elements (flat) up to `max_bytes` where given
     (what the compression policy samples: not the whole array on every call)."""
     if b.device is not None:
-        x = b.native
+        x = b.user if b.framework == "jax" else b.native  # a JaxOutput's array
         if max_bytes is not None and b.nbytes > max_bytes:
             x = x.reshape(-1)[: max(1, max_bytes // ITEMSIZE[b.dtype])]  # a view, contiguous
         return to_numpy(as_buffer(DeviceArray(x, b.framework, b.device.index, False).to_host(), "array"))
@@ -399,6 +474,8 @@ def finish(b: Buffer) -> None:
 
 def to_user(b: Buffer) -> Any:
     """The object to return to the caller for an output buffer we allocated."""
+    if b.device is not None:
+        return b.user  # already on the device, in the input's framework
     if b.stage is not None:
         host = b.native if b.framework == "torch" else to_numpy(b)
         return b.stage.new_array(host)
@@ -422,6 +499,10 @@ def check_output(out: Any, like: Buffer, shape: Sequence[int], what: str, load: 
             "input's device"
         )
     if not b.writable:
+        if b.immutable:
+            raise InvalidArgumentError(
+                f"{what} is a JAX array, which is immutable; leave out= away (the call returns a new array)"
+            )
         raise InvalidArgumentError(f"{what} is read-only; pass a writable array")
     if b.dtype != like.dtype:
         raise InvalidArgumentError(f"{what} has dtype {b.dtype}, expected {like.dtype} (the input's dtype)")

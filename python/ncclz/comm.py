@@ -791,15 +791,13 @@ class Communicator:
     @_name_rank
     def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None,
                   algorithm: str | None = None) -> Any:
-        """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only).
+        """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only, as
+        JAX arrays are: on the device path a JAX copy of x on its device, which the call overwrites).
         ``policy``, ``algorithm``: as in all_reduce (rank 0 decides even when another rank is the root)."""
         root = self._check_rank(root, "broadcast root")
         b, c, _ = self._prepare(x, "broadcast buffer", None, compression, device_path=True, policy=policy)
         d = self._decide("broadcast", b, c, compression, b.nbytes, policy, None, algorithm)
-        o = b
-        if not b.writable:
-            o = _dlpack.empty(b, b.shape)
-            _dlpack.copy_into(o, b)
+        o = b if b.writable else _dlpack.writable_copy(b)
         st = self._native.broadcast(o.native, root, c, o.as_dtype, _hints(d, algorithm))
         self._record("broadcast", c, st, d)
         return _result(o, x if o is b else None)
@@ -860,8 +858,9 @@ class Communicator:
         On the root ``x.shape[0]`` must be divisible by world_size (each rank gets
         ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element count (1-D blocks); the
         result goes into ``out=`` if given. Other ranks pass ``x=None`` (it is not read) and must
-        pass ``out=``: the array that receives their block (it sets the dtype and size). Lossy: the
-        relative bound is of the root's range, as for broadcast. ``policy``: as in all_reduce.
+        pass ``out=``: the array that receives their block (it sets the dtype and size; a JAX array,
+        immutable, is only the template of a new array with the block, which is returned). Lossy:
+        the relative bound is of the root's range, as for broadcast. ``policy``: as in all_reduce.
         """
         root = self._check_rank(root, "scatter root")
         w = self._world_size
@@ -880,13 +879,12 @@ class Communicator:
                     "this rank's block"
                 )
             o, c, _ = self._prepare(out, "scatter out", None, compression, load=False, device_path=True, policy=policy)
-            if not o.writable:
-                raise InvalidArgumentError(f"scatter out {_dlpack.describe(o)} is read-only; pass a writable array")
+            o = self._written(o, "scatter out")
             d = self._decide("scatter", o, c, compression, o.nbytes * w, policy, data=False)
             send = None
         st = self._native.scatter(send, o.native, root, c, o.as_dtype, _hints(d))
         self._record("scatter", c, st, d)
-        return _result(o, out)
+        return _result(o, out if o.user is out else None)
 
     @_queueable
     @_name_rank
@@ -968,16 +966,24 @@ class Communicator:
     @_queueable
     @_name_rank
     def recv(self, x: Any, peer: int, compression: Any = None) -> Any:
-        """Receives from ``peer`` into ``x`` (writable); returns ``x``."""
+        """Receives from ``peer`` into ``x`` (writable); returns ``x``. A JAX array (immutable) is only
+        the template: a new JAX array of its shape and dtype on its device gets the data and is returned."""
         peer = self._check_rank(peer, "recv peer")
         b, c, _ = self._prepare(x, "recv buffer", None, compression, load=False, device_path=True, policy="off")
-        if not b.writable:
-            raise InvalidArgumentError(
-                f"recv buffer {_dlpack.describe(b)} is read-only; pass a writable array"
-            )
-        st = self._native.recv(b.native, peer, c, b.as_dtype)
+        o = self._written(b, "recv buffer")
+        st = self._native.recv(o.native, peer, c, o.as_dtype)
         self._record("recv", c, st)
-        return _result(b, x)
+        return _result(o, x if o is b else None)
+
+    @staticmethod
+    def _written(b: Any, what: str) -> Any:
+        """The buffer a call writes for the caller's array b (recv's, a non-root scatter's out=): b
+        itself, or for an immutable JAX array a new array like it (returned instead of b)."""
+        if b.writable:
+            return b
+        if not b.immutable:
+            raise InvalidArgumentError(f"{what} {_dlpack.describe(b)} is read-only; pass a writable array")
+        return _dlpack.empty(b, b.shape)
 
     @_queueable
     @_name_rank

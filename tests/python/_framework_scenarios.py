@@ -57,6 +57,16 @@ def scenario_jax(ncclz, comm, args):
     assert np.all(np.asarray(z) == W - 1)
     rs = comm.reduce_scatter(jnp.ones((2 * W, 3), jnp.int32))
     assert rs.shape == (2, 3) and np.all(np.asarray(rs) == W)
+    # the arrays recv and a non-root scatter would write: for JAX the templates of new arrays
+    if r == 0:
+        comm.send(np.arange(6, dtype=np.float32), 1)
+    elif r == 1:
+        t = jnp.zeros(6, jnp.float32)
+        got = comm.recv(t, 0)
+        assert got is not t and np.array_equal(np.asarray(got), np.arange(6)) and not np.asarray(t).any()
+    t = jnp.zeros(2, jnp.float32)
+    s = comm.scatter(jnp.arange(2 * W, dtype=jnp.float32) if r == 0 else None, root=0, out=None if r == 0 else t)
+    assert s is not t and np.array_equal(np.asarray(s), [2 * r, 2 * r + 1]) and not np.asarray(t).any()
     return {"hashes": {"all_reduce/jax": digest(np.asarray(y)), "all_gather/jax": digest(np.asarray(g))}}
 
 

@@ -273,43 +273,101 @@ def scenario_gpu_bad_input(ncclz, comm, args):
     return {"checks": ck.checks}
 
 
+def _framework_io(ck, fw, jax_device=None):
+    """(to_gpu, to_host) for CUDA arrays of framework fw: to_gpu(a) puts NumPy array a on the GPU
+    (for JAX on jax_device); to_host(y) checks that a result is fw's array there and returns it as
+    NumPy (bfloat16 as ml_dtypes')."""
+    if fw == "torch":
+        import torch
+
+        return (lambda a: _torch_in(torch, a)), (lambda y: _torch_out(ck, torch, y))
+    if fw == "cupy":
+        import cupy
+
+        def cupy_host(y):
+            ck.require(isinstance(y, cupy.ndarray), f"a result is a {type(y).__name__}, expected a CuPy array")
+            return cupy.asnumpy(y)
+
+        return cupy.asarray, cupy_host
+    import jax
+
+    def jax_host(y):
+        ck.require(isinstance(y, jax.Array), f"a result is a {type(y).__name__}, expected a JAX array")
+        ck.require(y.devices() == {jax_device}, f"a result is on {y.devices()}, expected {jax_device}")
+        return np.asarray(y)
+
+    return (lambda a: jax.device_put(a.copy(), jax_device)), jax_host
+
+
+def _rehearse_jax_on_cpu():
+    """No GPU needed: CPU JAX arrays stand in for CUDA ones (on "cuda:0"), and the device path is on
+    unless NCCLZ_DEVICE_PATH=staged, so that the device path's Python layer runs with JAX arrays
+    (direct_buffer, JaxOutput, writable_copy, the templates of recv and scatter) and the native
+    layer imports them by DLPack; the runtime sees host memory there (on_device stays false).
+    Returns a dict that counts the device path's JAX inputs ("direct") and results ("outputs")."""
+    import os
+
+    from ncclz import _device, _dlpack
+    from ncclz import comm as comm_module
+
+    real_stage_of, real_direct, real_output = _dlpack.stage_of, _dlpack.direct_buffer, _dlpack._jax_output
+    seen = {"direct": 0, "outputs": 0}
+
+    def stage_of(x, what):
+        if _device._framework(x) == "jax":
+            return _device.DeviceArray(x, "jax", 0, False)
+        return real_stage_of(x, what)
+
+    def direct_buffer(*a):
+        seen["direct"] += 1
+        return real_direct(*a)
+
+    def jax_output(*a):
+        seen["outputs"] += 1
+        return real_output(*a)
+
+    _dlpack.stage_of, _dlpack.direct_buffer, _dlpack._jax_output = stage_of, direct_buffer, jax_output
+    comm_module._device_path_on = lambda: os.environ.get("NCCLZ_DEVICE_PATH", "auto") != "staged"
+    return seen
+
+
 def scenario_gpu_device_path(ncclz, comm, args):
     """all_reduce (sum, avg), reduce_scatter, all_gather, broadcast, reduce, gather, scatter and
     all_to_all of CUDA arrays (torch, and CuPy where installed), uncompressed, lossless and lossy, on
     the device path: last_stats.on_device (lossless: float32 and bfloat16 code FloatHuff slices
     there, float64 runs on host copies inside the runtime), the results on the input's device, every
     lossy element within the bound, and the same bits as the same call on host arrays and as the
-    staged GPU path (NCCLZ_DEVICE_PATH=staged)."""
-    import os
+    staged GPU path (NCCLZ_DEVICE_PATH=staged). Then send / recv, and a call small enough for the
+    policy's staged path.
 
-    import torch
+    args "jax": JAX arrays (float32 and bfloat16) instead of torch's and CuPy's, without importing
+    torch: the same rows, and every result a new JAX array on the input's device, every input
+    unchanged (recv and a non-root scatter get a JAX template, not an array they write). With
+    "rehearse" too, CPU JAX arrays stand in for CUDA ones (_rehearse_jax_on_cpu: no GPU needed, and
+    on_device is not checked)."""
+    import os
 
     W, r = comm.world_size, comm.rank
     ck = Checker(comm)
     n = 65536 * W
     seed = 900
-    frameworks = ["torch"]
-    try:
-        import cupy  # noqa: F401
+    rehearse = "rehearse" in args
+    jax_device, seen = None, {}
+    if "jax" in args:
+        import jax
 
-        frameworks.append("cupy")
-    except ImportError:
-        pass
+        if rehearse:
+            seen = _rehearse_jax_on_cpu()
+        jax_device = jax.devices("cpu" if rehearse else "gpu")[0]
+        frameworks, dtypes = ["jax"], ("float32", "bfloat16")
+    else:
+        frameworks, dtypes = ["torch"], ("float32", "float64", "bfloat16")
+        try:
+            import cupy  # noqa: F401
 
-    def to_gpu(fw, a):
-        if fw == "torch":
-            return _torch_in(torch, a)
-        import cupy
-
-        return cupy.asarray(a)
-
-    def to_host(fw, y):
-        if fw == "torch":
-            return _torch_out(ck, torch, y)
-        import cupy
-
-        ck.require(isinstance(y, cupy.ndarray), f"a result is a {type(y).__name__}, expected a CuPy array")
-        return cupy.asnumpy(y)
+            frameworks.append("cupy")
+        except ImportError:
+            pass
 
     def run(coll, x, comp, op):
         if coll == "all_reduce":
@@ -323,13 +381,24 @@ def scenario_gpu_device_path(ncclz, comm, args):
         if coll == "gather":
             return comm.gather(x, root=W - 1, compression=comp, policy="off")
         if coll == "scatter":
-            return comm.scatter(x, root=W - 1, compression=comp, policy="off")
+            if r == W - 1:
+                return comm.scatter(x, root=W - 1, compression=comp, policy="off")
+            # a non-root rank passes out= (its block: zeros of x's dtype) and no input
+            return comm.scatter(None, root=W - 1, compression=comp, policy="off", out=x)
         if coll == "all_to_all":
             return comm.all_to_all(x, compression=comp, policy="off")
         return comm.broadcast(x, root=W - 1, compression=comp, policy="off")
 
+    def staged_run(coll, x, comp, op):
+        os.environ["NCCLZ_DEVICE_PATH"] = "staged"
+        try:
+            return run(coll, x, comp, op)
+        finally:
+            del os.environ["NCCLZ_DEVICE_PATH"]
+
     for fw in frameworks:
-        for dtype in ("float32", "float64", "bfloat16"):
+        to_gpu, to_host = _framework_io(ck, fw, jax_device)
+        for dtype in dtypes:
             if fw == "cupy" and dtype == "bfloat16":
                 continue
             for mname, comp in modes(ncclz, dtype):
@@ -348,35 +417,22 @@ def scenario_gpu_device_path(ncclz, comm, args):
                     m = n if coll in ("reduce_scatter", "scatter", "all_to_all") else n // W
                     inputs = [rank_input(k, m, dtype, seed) for k in range(W)]
                     name = f"{coll}/device/{fw}/{op}/{dtype}/{mname}"
-                    if coll == "scatter" and r != W - 1:
-                        # a non-root rank passes out= (its block) and no input: three calls as the root's
-                        blk = m // W
-                        host = comm.scatter(None, root=W - 1, compression=comp, policy="off",
-                                            out=np.zeros(blk, inputs[0].dtype))
-                        dev = comm.scatter(None, root=W - 1, compression=comp, policy="off",
-                                           out=to_gpu(fw, np.zeros(blk, inputs[0].dtype)))
-                        st = comm.last_stats
-                        os.environ["NCCLZ_DEVICE_PATH"] = "staged"
-                        try:
-                            staged = comm.scatter(None, root=W - 1, compression=comp, policy="off",
-                                                  out=to_gpu(fw, np.zeros(blk, inputs[0].dtype)))
-                        finally:
-                            del os.environ["NCCLZ_DEVICE_PATH"]
-                    else:
-                        host = run(coll, inputs[r].copy(), comp, op)
-                        host_algorithm = comm.last_stats.algorithm
-                        dev = run(coll, to_gpu(fw, inputs[r]), comp, op)
-                        st = comm.last_stats
-                        # small exact calls: the latency algorithm from host copies, as the host call
-                        ck.require(st.algorithm == host_algorithm,
-                                   f"{name}: ran {st.algorithm}, the host call {host_algorithm}")
-                        os.environ["NCCLZ_DEVICE_PATH"] = "staged"
-                        try:
-                            staged = run(coll, to_gpu(fw, inputs[r]), comp, op)
-                        finally:
-                            del os.environ["NCCLZ_DEVICE_PATH"]
+                    # the array this rank passes: its input, or a non-root scatter's out= (three calls as the root's)
+                    given = inputs[r] if coll != "scatter" or r == W - 1 else np.zeros(m // W, inputs[0].dtype)
+                    host = run(coll, given.copy(), comp, op)
+                    host_algorithm = comm.last_stats.algorithm
+                    x = to_gpu(given)
+                    dev = run(coll, x, comp, op)
+                    st = comm.last_stats
+                    # small exact calls: the latency algorithm from host copies, as the host call
+                    ck.require(st.algorithm == host_algorithm, f"{name}: ran {st.algorithm}, the host {host_algorithm}")
+                    staged = staged_run(coll, to_gpu(given), comp, op)
                     ck.require(not comm.last_stats.on_device, f"{name}: the staged call ran on the device")
-                    if st.algorithm == "latency":
+                    if fw == "jax":  # immutable: the result is a new array, the input (or template) unchanged
+                        ck.require(dev is not x and bits(np.asarray(x)) == bits(given), f"{name}: the JAX input changed")
+                    if rehearse:
+                        pass
+                    elif st.algorithm == "latency":
                         ck.require(not st.on_device, f"{name}: the latency algorithm ran on the device")
                     elif mname == "lossless":
                         # FloatHuff codes float32 and bfloat16 on the device; float64 runs on host copies
@@ -389,48 +445,45 @@ def scenario_gpu_device_path(ncclz, comm, args):
                     if host is None:  # reduce, gather: not the root
                         ck.require(dev is None and staged is None, f"{name}: a non-root rank got a result")
                         continue
-                    got = to_host(fw, dev)
+                    got = to_host(dev)
+                    ck.require(got.dtype == host.dtype and got.shape == host.shape,
+                               f"{name}: {got.dtype}{got.shape}, expected {host.dtype}{host.shape}")
                     ck.require(bits(got) == bits(host), f"{name}: differs from the host call")
-                    ck.require(bits(to_host(fw, staged)) == bits(host), f"{name}: differs from the staged call")
+                    ck.require(bits(to_host(staged)) == bits(host), f"{name}: differs from the staged call")
                     if coll in ("all_reduce", "broadcast", "all_gather"):
                         ck.record(name, got)
                     if coll == "all_reduce" and bound_of(comp, inputs) is not None:
                         ref = reference(inputs, op)
                         ck.check_close(name, got, ref, bound_of(comp, inputs), mname, dtype)
-    # send / recv of CUDA tensors, lossy: coded on the device on both sides, the host pair's bits.
+    to_gpu, to_host = _framework_io(ck, frameworks[0], jax_device)
+    # send / recv, lossy: coded on the device on both sides, the host pair's bits; then uncompressed
+    # and lossless: on the device on both sides, exact.
     if W >= 2 and r < 2:
-        x = rank_input(0, 100000, "float32", 55)
-        comp = ncclz.Lossy(abs=1e-3)
-        if r == 0:
-            comm.send(x.copy(), 1, compression=comp)
-            comm.send(_torch_in(torch, x), 1, compression=comp)
-            ck.require(comm.last_stats.on_device, "send: did not run on the device")
-        else:
-            host = comm.recv(np.zeros_like(x), 0, compression=comp)
-            dev = comm.recv(_torch_in(torch, np.zeros_like(x)), 0, compression=comp)
-            ck.require(comm.last_stats.on_device, "recv: did not run on the device")
-            got = _torch_out(ck, torch, dev)
-            ck.require(bits(got) == bits(host), "send/recv: differs from the host pair")
-            ck.check_close("send/recv", got, as_f64(x), 1e-3, "abs1e-3", "float32")
-    # send / recv of CUDA tensors, uncompressed and lossless: on the device on both sides, the host pair's bits.
-    if W >= 2 and r < 2:
-        x = rank_input(0, 100000, "float32", 56)
-        for comp in (None, ncclz.Lossless()):
+        for xseed, comp in ((55, ncclz.Lossy(abs=1e-3)), (56, None), (56, ncclz.Lossless())):
+            x = rank_input(0, 100000, "float32", xseed)
             if r == 0:
                 comm.send(x.copy(), 1, compression=comp)
-                comm.send(_torch_in(torch, x), 1, compression=comp)
-                ck.require(comm.last_stats.on_device, f"send {comp}: did not run on the device")
+                comm.send(to_gpu(x), 1, compression=comp)
+                ck.require(rehearse or comm.last_stats.on_device, f"send {comp}: did not run on the device")
             else:
                 host = comm.recv(np.zeros_like(x), 0, compression=comp)
-                dev = comm.recv(_torch_in(torch, np.zeros_like(x)), 0, compression=comp)
-                ck.require(comm.last_stats.on_device, f"recv {comp}: did not run on the device")
-                ck.require(bits(_torch_out(ck, torch, dev)) == bits(host) == bits(x), f"send/recv {comp}: not exact")
+                template = to_gpu(np.zeros_like(x))
+                dev = comm.recv(template, 0, compression=comp)
+                ck.require(rehearse or comm.last_stats.on_device, f"recv {comp}: did not run on the device")
+                got = to_host(dev)
+                ck.require(bits(got) == bits(host), f"send/recv {comp}: differs from the host pair")
+                if bound_of(comp, [x]) is None:
+                    ck.require(bits(got) == bits(x), f"send/recv {comp}: not exact")
+                else:
+                    ck.check_close("send/recv", got, as_f64(x), 1e-3, "abs1e-3", "float32")
+                if frameworks[0] == "jax":
+                    ck.require(dev is not template and not np.asarray(template).any(), "recv: the JAX template changed")
     # A small uncompressed call (rank 0's policy runs it exact by size): the staged path, same bits.
     small = comm._policy.small_bytes() // 4
     ck.require(small > 0, "no call is small for the policy")
     x = rank_input(r, small, "float32", 77)
-    y = _torch_out(ck, torch, comm.all_reduce(_torch_in(torch, x)))
+    y = to_host(comm.all_reduce(to_gpu(x)))
     ck.require(not comm.last_stats.on_device, "a small call ran on the device")
     ck.require(bits(y) == bits(comm.all_reduce(x.copy())), "small: differs from the host call")
     comm.barrier()
-    return {"hashes": ck.hashes, "checks": ck.checks}
+    return {"hashes": ck.hashes, "checks": ck.checks, **seen}
