@@ -2,14 +2,30 @@
 // "FloatHuff"; the table rule and layout arithmetic: codec/float_huff.hpp,
 // shared with the CPU coder). Byte-identical to the CPU encoder.
 //
-// A CTA covers kCtaSubs sub-streams (kCtaValues values): it loads its values
-// with coalesced loads, keeps their exponents in shared memory (each
-// sub-stream's 256 bytes at a stride of 260, so that the 32 threads of a warp
-// reading byte i of their own sub-streams hit 32 different banks), and each
-// thread codes or decodes one sub-stream from there.
+// v1 (FloatHuffCoder::set_kernels(1)): a CTA covers kCtaSubs sub-streams
+// (kCtaValues values): it loads its values with coalesced loads, keeps their
+// exponents in shared memory (each sub-stream's 256 bytes at a stride of 260,
+// so that the 32 threads of a warp reading byte i of their own sub-streams hit
+// 32 different banks), and each thread codes or decodes one sub-stream from
+// there.
+//
+// v2 (the default): the encode's kernels take 8 consecutive values per thread
+// (load8: one or two 16-byte loads), so a warp holds one sub-stream's 256
+// values: the count is a warp sum of the lanes' code bits, and the write
+// kernel scans the lanes' bits, ORs each lane's codes into the warp's words in
+// shared memory and stores them coalesced. The histogram gives each lane of a
+// warp its own counter per symbol (h[32 s + lane]: no two lanes of a warp add
+// to one address, and they hit 32 different banks). Grids hold a few CTAs per
+// SM and loop. The decode keeps v1's plan (one thread per sub-stream, the
+// exponents staged in shared memory) but its CTAs loop over chunks of 128
+// sub-streams, building the table once; the reader loads its next word a
+// refill ahead, and the plane and values move in 4- and 16-byte accesses.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "codec/float_huff.hpp"
 #include "codec/slice_frame.hpp"
@@ -127,6 +143,19 @@ __global__ void fh_index_kernel(ElemType t, size_t n, size_t cap, const unsigned
 
 // F16 plane: 8 values of 11 bits in 11 bytes, LSB-first (FloatExp's packing).
 __device__ __forceinline__ uint32_t f16_sm(uint32_t b) { return ((b >> 5) & 0x400u) | (b & 0x3FFu); }
+// The plane bytes of F16 values b[0..m) (m <= 8) at p: (11 m + 7) / 8 bytes.
+__device__ __forceinline__ void store_f16_plane8(uint8_t* p, const uint32_t* b, uint32_t m) {
+  uint64_t acc = 0;  // 88 bits: the low 64 here, the high 24 in hi
+  uint32_t hi = 0;
+  for (uint32_t k = 0; k < m; ++k) {
+    const uint64_t v = f16_sm(b[k]);
+    const uint32_t at = 11 * k;
+    if (at < 64) acc |= v << at;
+    if (at + 11 > 64) hi |= at >= 64 ? uint32_t(v << (at - 64)) : uint32_t(v >> (64 - at));
+  }
+  const uint32_t nbytes = (11 * m + 7) / 8;
+  for (uint32_t q = 0; q < nbytes; ++q) p[q] = uint8_t(q < 8 ? acc >> (8 * q) : hi >> (8 * (q - 8)));
+}
 
 // The plane bytes of the CTA's values, then each thread's code words.
 __global__ void fh_write_kernel(const void* x, ElemType t, size_t n, const EncState* st,
@@ -146,20 +175,13 @@ __global__ void fh_write_kernel(const void* x, ElemType t, size_t n, const EncSt
     for (uint32_t j8 = threadIdx.x; j8 < kCtaValues / 8; j8 += blockDim.x) {
       const size_t i0 = base + 8 * size_t(j8);
       if (i0 >= n) break;
-      uint64_t acc = 0;  // 88 bits: the low 64 here, the high 24 in hi
-      uint32_t hi = 0;
       const uint32_t m = n - i0 < 8 ? uint32_t(n - i0) : 8u;
+      uint32_t b[8];
       for (uint32_t k = 0; k < m; ++k) {
-        const uint32_t b = bits_of(x, t, i0 + k);
-        e[slot(8 * j8 + k)] = uint8_t(exponent_of(b, t));
-        const uint64_t v = f16_sm(b);
-        const uint32_t at = 11 * k;
-        if (at < 64) acc |= v << at;
-        if (at + 11 > 64) hi |= at >= 64 ? uint32_t(v << (at - 64)) : uint32_t(v >> (64 - at));
+        b[k] = bits_of(x, t, i0 + k);
+        e[slot(8 * j8 + k)] = uint8_t(exponent_of(b[k], t));
       }
-      uint8_t* p = plane + i0 / 8 * 11;
-      const uint32_t nbytes = (11 * m + 7) / 8;
-      for (uint32_t b = 0; b < nbytes; ++b) p[b] = uint8_t(b < 8 ? acc >> (8 * b) : hi >> (8 * (b - 8)));
+      store_f16_plane8(plane + i0 / 8 * 11, b, m);
     }
   } else {
     for (uint32_t j = threadIdx.x; j < kCtaValues; j += blockDim.x) {
@@ -198,19 +220,68 @@ __global__ void fh_write_kernel(const void* x, ElemType t, size_t n, const EncSt
   if (nb > 0) *w = uint32_t(acc << (32 - nb));
 }
 
-// A sub-stream reader as the CPU's: a 64-bit window, zeros past the last word.
+// The 11-bit plane entries of F16 values 0..m) (m <= 8) at p into v[0..8);
+// false if the last byte's padding bits (entries m.. of the group) are not zero.
+__device__ __forceinline__ bool load_f16_plane8(const uint8_t* p, uint32_t m, uint32_t* v) {
+  uint64_t lo = 0;
+  uint32_t hi = 0;
+  for (uint32_t q = 0; q < (11 * m + 7) / 8; ++q) {
+    if (q < 8)
+      lo |= uint64_t(p[q]) << (8 * q);
+    else
+      hi |= uint32_t(p[q]) << (8 * (q - 8));
+  }
+  bool ok = true;
+  for (uint32_t k = 0; k < 8; ++k) {
+    const uint32_t at = 11 * k;
+    uint32_t x = at < 64 ? uint32_t(lo >> at) : 0u;
+    if (at + 11 > 64) x |= at >= 64 ? hi >> (at - 64) : hi << (64 - at);
+    v[k] = x & 0x7FFu;
+    if (k >= m && v[k]) ok = false;
+  }
+  return ok;
+}
+__device__ __forceinline__ uint16_t f16_value(uint32_t v, uint32_t ex) {
+  return uint16_t(((v & 0x400u) << 5) | (ex << 10) | (v & 0x3FFu));
+}
+
+// The value of plane entry sm (sign and mantissa) with exponent ex.
+__device__ __forceinline__ uint32_t value_of(uint32_t sm, uint32_t ex, ElemType t) {
+  return t == ElemType::F32    ? ((sm & 0x800000u) << 8) | (ex << 23) | (sm & 0x7FFFFFu)
+         : t == ElemType::BF16 ? ((sm & 0x80u) << 8) | (ex << 7) | (sm & 0x7Fu)
+                               : f16_value(sm, ex);
+}
+
+// A sub-stream reader as the CPU's: a 64-bit window, zeros past the last
+// word. kAhead (v2): the next word is loaded when the window takes the
+// current one, so that its latency overlaps the decoding of the codes before.
+template <bool kAhead>
 struct DevReader {
   const uint32_t* p;
   uint32_t left;
-  int nb;
-  uint64_t buf;
-  uint32_t used;
+  int nb = 0;
+  uint64_t buf = 0;
+  uint32_t used = 0;
+  uint32_t ahead = 0;
+  __device__ DevReader(const uint32_t* w, uint32_t c) : p(w), left(c) {
+    if (kAhead) ahead = take();
+  }
+  __device__ __forceinline__ uint32_t take() {
+    uint32_t w = 0;
+    if (left) {
+      w = *p++;
+      --left;
+    }
+    return w;
+  }
   __device__ __forceinline__ uint32_t next(const uint16_t* lut) {
     if (nb <= 32) {
-      uint32_t w = 0;
-      if (left) {
-        w = *p++;
-        --left;
+      uint32_t w;
+      if constexpr (kAhead) {
+        w = ahead;
+        ahead = take();
+      } else {
+        w = take();
       }
       buf |= uint64_t(w) << (32 - nb);
       nb += 32;
@@ -224,6 +295,50 @@ struct DevReader {
   }
 };
 
+// Thread tid of a CTA whose sub-streams begin at k0 (cnt[]: their word
+// counts; c = cnt[tid]): checks its part of the index and decodes sub-stream
+// k0 + tid's exponents into ek. False where the payload is corrupt.
+//
+// The index: each group's offset is its predecessor's plus that group's
+// counts (the last group ends at the payload's words), group 0 starts at 0;
+// the first thread of each group checks its group.
+template <bool kAhead>
+__device__ bool decode_substream(const uint8_t* in, ElemType t, size_t n, unsigned long long words, uint64_t k0,
+                                 const uint32_t* cnt, bool coded, uint32_t single, const uint16_t* lut, uint8_t* ek) {
+  const uint64_t S = codec::fh_substreams(n), G = codec::fh_groups(n);
+  const uint8_t* bases = in + codec::fh_table_bytes(t);
+  const uint32_t tid = threadIdx.x, c = cnt[tid];
+  const uint64_t k = k0 + tid;
+  if (k >= S) return true;
+  const uint32_t g0 = tid - tid % codec::kFhGroup;
+  bool ok = c <= codec::kFhMaxSubWords && (coded || c == 0);
+  const uint64_t g = k / codec::kFhGroup;
+  const uint64_t gb = codec::load_u32(bases + 4 * g);
+  uint64_t start = gb;
+  for (uint32_t j = g0; j < tid; ++j) start += cnt[j];
+  if (tid == g0) {
+    uint64_t sum = 0;
+    for (uint32_t j = g0; j < g0 + codec::kFhGroup; ++j) sum += cnt[j];
+    const uint64_t next = g + 1 < G ? codec::load_u32(bases + 4 * (g + 1)) : words;
+    if ((g == 0 && gb != 0) || gb + sum != next) ok = false;
+  }
+  // Never read outside the words, whatever another CTA finds.
+  if (start + c > words) ok = false;
+  if (!ok) return false;
+  const uint32_t nv = codec::fh_sub_count(n, k);
+  if (!coded) {
+    for (uint32_t i = 0; i < nv; ++i) ek[i] = uint8_t(single);
+    return true;
+  }
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(in + codec::fh_index_bytes(t, n)) + start;
+  DevReader<kAhead> r(w, c);
+  for (uint32_t i = 0; i < nv; ++i) ek[i] = uint8_t(r.next(lut));
+  // The codes end in the last word; its bits after them are zero.
+  const uint32_t have = 32 * c;
+  if (r.used > have || have - r.used >= 32) return c == 0 && r.used == 0;
+  return have == r.used || (w[c - 1] & ((1u << (have - r.used)) - 1)) == 0;
+}
+
 __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsigned long long words, void* outv,
                                  int* status) {
   __shared__ uint16_t lut[codec::kFhLutSize];
@@ -235,8 +350,7 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
   const uint32_t A = codec::fh_alphabet(t);
   const uint64_t S = codec::fh_substreams(n), G = codec::fh_groups(n);
   const uint64_t index = codec::fh_index_bytes(t, n);
-  const uint8_t* bases = in + codec::fh_table_bytes(t);
-  const uint8_t* counts = bases + 4 * G;
+  const uint8_t* counts = in + codec::fh_table_bytes(t) + 4 * G;
   const uint32_t tid = threadIdx.x;
   if (tid == 0) {
     bad = 0;
@@ -259,9 +373,8 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
       for (uint64_t z = codec::fh_table_bytes(t) + 4 * G + S; z < index; ++z)
         if (in[z]) bad = 1;
   }
-  const uint64_t k = uint64_t(blockIdx.x) * kCtaSubs + tid;
-  const uint32_t c = k < S ? counts[k] : 0u;
-  cnt[tid] = c;
+  const uint64_t k0 = uint64_t(blockIdx.x) * kCtaSubs;
+  cnt[tid] = k0 + tid < S ? counts[k0 + tid] : 0u;
   __syncthreads();
   if (bad) {
     if (tid == 0) atomicExch(status, int(Status::Corrupt));
@@ -276,45 +389,8 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
     }
   }
   __syncthreads();
-  // The index: each group's offset is its predecessor's plus that group's
-  // counts (the last group ends at the payload's words), group 0 starts at 0;
-  // the first thread of each group checks its group.
-  const uint32_t g0 = tid - tid % codec::kFhGroup;
-  bool ok = c <= codec::kFhMaxSubWords && (coded || c == 0);
-  uint64_t start = 0;
-  if (k < S) {
-    const uint64_t g = k / codec::kFhGroup;
-    const uint64_t gb = codec::load_u32(bases + 4 * g);
-    start = gb;
-    for (uint32_t j = g0; j < tid; ++j) start += cnt[j];
-    if (tid == g0) {
-      uint64_t sum = 0;
-      for (uint32_t j = g0; j < g0 + codec::kFhGroup; ++j) sum += cnt[j];
-      const uint64_t next = g + 1 < G ? codec::load_u32(bases + 4 * (g + 1)) : words;
-      if ((g == 0 && gb != 0) || gb + sum != next) ok = false;
-    }
-    // Never read outside the words, whatever another CTA finds.
-    if (start + c > words) ok = false;
-  }
-  if (k < S && ok) {
-    const uint32_t nv = codec::fh_sub_count(n, k);
-    uint8_t* ek = e + tid * kStride;
-    if (coded) {
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(in + index) + start;
-      DevReader r{w, c, 0, 0, 0};
-      for (uint32_t i = 0; i < nv; ++i) ek[i] = uint8_t(r.next(lut));
-      // The codes end in the last word; its bits after them are zero.
-      const uint32_t have = 32 * c;
-      if (r.used > have || have - r.used >= 32) {
-        ok = c == 0 && r.used == 0;
-      } else if (have != r.used && (w[c - 1] & ((1u << (have - r.used)) - 1)) != 0) {
-        ok = false;
-      }
-    } else {
-      for (uint32_t i = 0; i < nv; ++i) ek[i] = uint8_t(single);
-    }
-  }
-  if (!ok) atomicExch(&bad, 1);
+  if (!decode_substream<false>(in, t, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
+    atomicExch(&bad, 1);
   __syncthreads();
   if (bad) {
     if (tid == 0) atomicExch(status, int(Status::Corrupt));
@@ -329,27 +405,9 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
       const size_t i0 = base + 8 * size_t(j8);
       if (i0 >= n) break;
       const uint32_t m = n - i0 < 8 ? uint32_t(n - i0) : 8u;
-      const uint8_t* p = plane + i0 / 8 * 11;
-      uint64_t lo = 0;
-      uint32_t hi = 0;
-      for (uint32_t b = 0; b < (11 * m + 7) / 8; ++b) {
-        if (b < 8)
-          lo |= uint64_t(p[b]) << (8 * b);
-        else
-          hi |= uint32_t(p[b]) << (8 * (b - 8));
-      }
-      for (uint32_t k8 = 0; k8 < 8; ++k8) {
-        const uint32_t at = 11 * k8;
-        uint32_t v = at < 64 ? uint32_t(lo >> at) : 0u;
-        if (at + 11 > 64) v |= at >= 64 ? hi >> (at - 64) : hi << (64 - at);
-        v &= 0x7FFu;
-        if (k8 >= m) {
-          if (v) atomicExch(status, int(Status::Corrupt));  // the last byte's padding bits must be zero
-          continue;
-        }
-        const uint32_t ex = e[slot(8 * j8 + k8)];
-        out[i0 + k8] = uint16_t(((v & 0x400u) << 5) | (ex << 10) | (v & 0x3FFu));
-      }
+      uint32_t v[8];
+      if (!load_f16_plane8(plane + i0 / 8 * 11, m, v)) atomicExch(status, int(Status::Corrupt));
+      for (uint32_t k8 = 0; k8 < m; ++k8) out[i0 + k8] = f16_value(v[k8], e[slot(8 * j8 + k8)]);
     }
   } else {
     for (uint32_t j = tid; j < kCtaValues; j += blockDim.x) {
@@ -359,11 +417,350 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
       if (t == ElemType::F32) {
         const uint32_t sm =
             uint32_t(plane[3 * i]) | (uint32_t(plane[3 * i + 1]) << 8) | (uint32_t(plane[3 * i + 2]) << 16);
-        static_cast<uint32_t*>(outv)[i] = ((sm & 0x800000u) << 8) | (ex << 23) | (sm & 0x7FFFFFu);
+        static_cast<uint32_t*>(outv)[i] = value_of(sm, ex, t);
       } else {
-        const uint32_t sm = plane[i];
-        static_cast<uint16_t*>(outv)[i] = uint16_t(((sm & 0x80u) << 8) | (ex << 7) | (sm & 0x7Fu));
+        static_cast<uint16_t*>(outv)[i] = uint16_t(value_of(plane[i], ex, t));
       }
+    }
+  }
+}
+
+// ---- v2 ----------------------------------------------------------------------
+
+template <ElemType T>
+using Bits = std::conditional_t<T == ElemType::F32, uint32_t, uint16_t>;
+constexpr uint32_t kLaneValues = codec::kFhSubValues / 32;  // a warp per sub-stream: 8 values a lane
+static_assert(kLaneValues == 8, "load8 gives a lane 8 values");
+
+// The bits of values i0 .. i0 + 7 into b (those at n or past it: 0); returns
+// how many are below n. One 16-byte load (two for F32) where x is 16-byte
+// aligned and all 8 are below n (i0 is a multiple of 8); else value by value.
+template <ElemType T>
+__device__ __forceinline__ uint32_t load8(const void* xv, size_t n, size_t i0, uint32_t (&b)[8]) {
+  const Bits<T>* x = static_cast<const Bits<T>*>(xv);
+  if (i0 + 8 <= n && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const uint4* q = reinterpret_cast<const uint4*>(x + i0);
+    if constexpr (T == ElemType::F32) {
+      const uint4 a = q[0], c = q[1];
+      const uint32_t w[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) b[k] = w[k];
+    } else {
+      const uint4 a = q[0];
+      const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        b[2 * k] = w[k] & 0xFFFFu;
+        b[2 * k + 1] = w[k] >> 16;
+      }
+    }
+    return 8;
+  }
+  const uint32_t m = i0 >= n ? 0u : n - i0 < 8 ? uint32_t(n - i0) : 8u;
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k) b[k] = k < m ? uint32_t(x[i0 + k]) : 0u;
+  return m;
+}
+
+// The eight values v (m of them valid) to out[i0 ..]: one or two 16-byte
+// stores where aligned and m = 8, else value by value.
+template <ElemType T>
+__device__ __forceinline__ void store8(void* outv, size_t i0, const uint32_t (&v)[8], uint32_t m) {
+  Bits<T>* out = static_cast<Bits<T>*>(outv);
+  if (m == 8 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+    uint4* q = reinterpret_cast<uint4*>(out + i0);
+    if constexpr (T == ElemType::F32) {
+      q[0] = uint4{v[0], v[1], v[2], v[3]};
+      q[1] = uint4{v[4], v[5], v[6], v[7]};
+    } else {
+      q[0] = uint4{v[0] | v[1] << 16, v[2] | v[3] << 16, v[4] | v[5] << 16, v[6] | v[7] << 16};
+    }
+    return;
+  }
+  for (uint32_t k = 0; k < m; ++k) out[i0 + k] = Bits<T>(v[k]);
+}
+
+// Plane entries (sign and mantissa) of F32 and BF16 bits.
+template <ElemType T>
+__device__ __forceinline__ uint32_t plane_entry(uint32_t b) {
+  return T == ElemType::F32 ? ((b >> 8) & 0x800000u) | (b & 0x7FFFFFu) : ((b >> 8) & 0x80u) | (b & 0x7Fu);
+}
+
+// The plane bytes of values i0 .. i0 + m - 1 (b: their bits, m <= 8, i0 a
+// multiple of 8; the plane 4-byte aligned): 4-byte stores where m = 8.
+template <ElemType T>
+__device__ __forceinline__ void store_plane8(uint8_t* plane, size_t i0, const uint32_t (&b)[8], uint32_t m) {
+  if constexpr (T == ElemType::F16) {
+    if (m) store_f16_plane8(plane + i0 / 8 * 11, b, m);
+  } else {
+    constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;  // bytes per entry
+    uint32_t p[2 * E] = {};                            // the 8 E bytes, little-endian
+#pragma unroll
+    for (uint32_t k = 0; k < 8; ++k) {
+      const uint32_t v = plane_entry<T>(b[k]), at = 8 * E * k;  // bit offset
+      p[at / 32] |= v << (at % 32);
+      if (at % 32 + 8 * E > 32) p[at / 32 + 1] |= v >> (32 - at % 32);
+    }
+    if (m == 8) {
+      uint32_t* q = reinterpret_cast<uint32_t*>(plane + E * i0);
+#pragma unroll
+      for (uint32_t j = 0; j < 2 * E; ++j) q[j] = p[j];
+    } else {
+      for (uint32_t j = 0; j < E * m; ++j) plane[E * i0 + j] = uint8_t(p[j / 4] >> (8 * (j % 4)));
+    }
+  }
+}
+
+// The reverse: the entries of values i0 .. i0 + m - 1 into v; false where an
+// F16 group's padding bits are set.
+template <ElemType T>
+__device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uint32_t m, uint32_t (&v)[8]) {
+  if constexpr (T == ElemType::F16) {
+    return load_f16_plane8(plane + i0 / 8 * 11, m, v);
+  } else {
+    constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;
+    uint32_t p[2 * E];
+    if (m == 8) {
+      const uint32_t* q = reinterpret_cast<const uint32_t*>(plane + E * i0);
+#pragma unroll
+      for (uint32_t j = 0; j < 2 * E; ++j) p[j] = q[j];
+    } else {
+#pragma unroll
+      for (uint32_t j = 0; j < 2 * E; ++j) p[j] = 0;
+      for (uint32_t j = 0; j < E * m; ++j) p[j / 4] |= uint32_t(plane[E * i0 + j]) << (8 * (j % 4));
+    }
+    constexpr uint32_t mask = (1u << (8 * E)) - 1;
+#pragma unroll
+    for (uint32_t k = 0; k < 8; ++k) {
+      const uint32_t at = 8 * E * k;
+      uint32_t x = p[at / 32] >> (at % 32);
+      if (at % 32 + 8 * E > 32) x |= p[at / 32 + 1] << (32 - at % 32);
+      v[k] = x & mask;
+    }
+    return true;
+  }
+}
+
+__device__ __forceinline__ uint32_t warp_sum(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(detail::kFullMask, v, d);
+  return v;
+#else
+  return __reduce_add_sync(detail::kFullMask, v);
+#endif
+}
+
+__device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t v, uint32_t lane) {
+#pragma unroll
+  for (uint32_t d = 1; d < 32; d <<= 1) {
+    const uint32_t u = __shfl_up_sync(detail::kFullMask, v, d);
+    if (lane >= d) v += u;
+  }
+  return v;
+}
+
+// Sub-streams of warp-per-sub-stream kernels: warp w of the grid takes w, w + warps, ...
+#define FH_FOR_WARP_SUBSTREAMS(k, S)                                                                \
+  for (uint64_t k = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, step_ =                 \
+                        uint64_t(gridDim.x) * blockDim.x / 32;                                      \
+       k < (S); k += step_)
+
+// The histogram: lane l of every warp adds to h[32 s + l], so a warp's 32
+// atomics go to 32 addresses in 32 banks (no serialisation on a few popular
+// exponents); the block's sums go to st->hist.
+template <ElemType T>
+__global__ void __launch_bounds__(detail::kThreads) fh_hist_v2_kernel(const void* x, size_t n, EncState* st) {
+  constexpr uint32_t A = codec::fh_alphabet(T);
+  __shared__ uint32_t h[A * 32];
+  const uint32_t lane = threadIdx.x % 32;
+  for (uint32_t i = threadIdx.x; i < A * 32; i += blockDim.x) h[i] = 0;
+  __syncthreads();
+  const size_t n8 = (n + 7) / 8;
+  for (size_t j = size_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n8; j += size_t(gridDim.x) * blockDim.x) {
+    uint32_t b[8];
+    const uint32_t m = load8<T>(x, n, 8 * j, b);
+#pragma unroll
+    for (uint32_t k = 0; k < 8; ++k)
+      if (k < m) atomicAdd(&h[32 * exponent_of(b[k], T) + lane], 1u);
+  }
+  __syncthreads();
+  // Thread s sums symbol s's 32 counters, starting at lane s % 32 (banks differ across the warp).
+  for (uint32_t s = threadIdx.x; s < A; s += blockDim.x) {
+    uint32_t sum = 0;
+    for (uint32_t l = 0; l < 32; ++l) sum += h[32 * s + (l + s) % 32];
+    if (sum) atomicAdd(&st->hist[s], sum);
+  }
+}
+
+// Each warp: a sub-stream's word count (a warp sum of its lanes' code bits).
+template <ElemType T>
+__global__ void __launch_bounds__(detail::kThreads)
+    fh_count_v2_kernel(const void* x, size_t n, const EncState* st, uint8_t* counts, unsigned long long* words) {
+  __shared__ uint8_t len[256];
+  for (uint32_t s = threadIdx.x; s < 256; s += blockDim.x) len[s] = st->len[s];
+  __syncthreads();
+  const bool coded = st->coded;
+  const uint32_t lane = threadIdx.x % 32;
+  FH_FOR_WARP_SUBSTREAMS(k, codec::fh_substreams(n)) {
+    uint32_t bits = 0;
+    if (coded) {
+      uint32_t b[8];
+      const uint32_t m = load8<T>(x, n, k * codec::kFhSubValues + 8 * lane, b);
+#pragma unroll
+      for (uint32_t i = 0; i < 8; ++i)
+        if (i < m) bits += len[exponent_of(b[i], T)];
+      bits = warp_sum(bits);
+    }
+    if (lane == 0) {
+      const uint32_t w = (bits + 31) / 32;
+      counts[k] = uint8_t(w);
+      words[k] = w;
+    }
+  }
+}
+
+// ORs the nb (1..48) low bits of v, highest first, into words w (MSB-first)
+// from bit `at` on. Shared atomics: neighbouring lanes share boundary words.
+__device__ __forceinline__ void or_bits(uint32_t* w, uint32_t at, uint64_t v, uint32_t nb) {
+  if (nb == 0) return;
+  const uint64_t a = v << (64 - nb);  // left-aligned
+  const uint32_t q = at / 32, r = at % 32, end = at + nb;
+  atomicOr(&w[q], uint32_t(a >> (32 + r)));
+  if (end > 32 * (q + 1)) atomicOr(&w[q + 1], uint32_t(a >> r));
+  if (end > 32 * (q + 2)) atomicOr(&w[q + 2], uint32_t(a) << (32 - r));  // here r > 16
+}
+
+// Each warp: a sub-stream's plane bytes and code words. Lane l codes values
+// 8l .. 8l + 7 (two groups of four codes, at most 48 bits each); a warp scan
+// of the lanes' bits places them in the warp's words in shared memory, which
+// the warp then stores contiguously.
+template <ElemType T>
+__global__ void __launch_bounds__(detail::kThreads) fh_write_v2_kernel(const void* x, size_t n, const EncState* st,
+                                                                      const unsigned long long* offsets,
+                                                                      uint8_t* out) {
+  if (!st->fits) return;
+  __shared__ uint32_t cl[256];  // code << 4 | length
+  __shared__ uint32_t wbuf[detail::kThreads / 32][codec::kFhMaxSubWords];
+  for (uint32_t s = threadIdx.x; s < 256; s += blockDim.x) cl[s] = uint32_t(st->code[s]) << 4 | st->len[s];
+  const uint32_t lane = threadIdx.x % 32;
+  uint32_t* wb = wbuf[threadIdx.x / 32];
+  for (uint32_t j = lane; j < codec::kFhMaxSubWords; j += 32) wb[j] = 0;
+  __syncthreads();
+  const bool coded = st->coded;
+  const uint64_t index = codec::fh_index_bytes(T, n);
+  uint8_t* plane = out + index + 4 * st->words;
+  uint32_t* words = reinterpret_cast<uint32_t*>(out + index);
+  FH_FOR_WARP_SUBSTREAMS(k, codec::fh_substreams(n)) {
+    const size_t i0 = k * codec::kFhSubValues + 8 * lane;
+    uint32_t b[8];
+    const uint32_t m = load8<T>(x, n, i0, b);
+    store_plane8<T>(plane, i0, b, m);
+    if (!coded) continue;
+    uint64_t acc[2] = {0, 0};
+    uint32_t nb[2] = {0, 0};
+#pragma unroll
+    for (uint32_t i = 0; i < 8; ++i) {
+      if (i < m) {
+        const uint32_t c = cl[exponent_of(b[i], T)], l = c & 15;
+        acc[i / 4] = (acc[i / 4] << l) | (c >> 4);
+        nb[i / 4] += l;
+      }
+    }
+    const uint32_t mine = nb[0] + nb[1], incl = warp_inclusive_sum(mine, lane);
+    or_bits(wb, incl - mine, acc[0], nb[0]);
+    or_bits(wb, incl - mine + nb[0], acc[1], nb[1]);
+    const uint32_t nw = (__shfl_sync(detail::kFullMask, incl, 31) + 31) / 32;
+    __syncwarp();
+    uint32_t* dst = words + offsets[k];
+    for (uint32_t j = lane; j < nw; j += 32) {
+      dst[j] = wb[j];
+      wb[j] = 0;
+    }
+    __syncwarp();
+  }
+}
+
+// v1's decode in CTAs that loop over chunks of kCtaSubs sub-streams: the
+// table is read by A / 2 threads, checked by one and spread over all threads
+// into the lookup table once per CTA; DevReader<true> reads ahead; the values
+// move 8 at a time (load_plane8, store8).
+template <ElemType T>
+__global__ void __launch_bounds__(kCtaSubs)
+    fh_decode_v2_kernel(const uint8_t* in, size_t n, unsigned long long words, void* outv, int* status) {
+  constexpr uint32_t A = codec::fh_alphabet(T);
+  __shared__ uint16_t lut[codec::kFhLutSize];
+  __shared__ uint32_t e32[kCtaSubs * kStride / 4];  // the exponents (slot()), 4-byte aligned
+  __shared__ uint8_t ln[256];
+  __shared__ uint16_t code[256];
+  __shared__ uint32_t cnt[kCtaSubs];
+  __shared__ int bad, coded, single;
+  uint8_t* e = reinterpret_cast<uint8_t*>(e32);
+  const uint64_t S = codec::fh_substreams(n), G = codec::fh_groups(n);
+  const uint64_t index = codec::fh_index_bytes(T, n);
+  const uint8_t* counts = in + codec::fh_table_bytes(T) + 4 * G;
+  const uint32_t tid = threadIdx.x;
+  for (uint32_t s = tid; s < A / 2; s += blockDim.x) {
+    const uint32_t b = in[s];
+    ln[2 * s] = uint8_t(b & 15);
+    ln[2 * s + 1] = uint8_t(b >> 4);
+  }
+  if (tid == 0) bad = 0;
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t m = 0, sym = 0;
+    for (uint32_t s = 0; s < A; ++s)
+      if (ln[s]) {
+        ++m;
+        sym = s;
+      }
+    if (!codec::fh_lengths_valid(ln, A)) bad = 1;
+    coded = m > 1;
+    single = int(sym);
+    codec::fh_canonical_codes(ln, A, code);
+  }
+  // The index padding (CTA 0 checks it).
+  if (blockIdx.x == 0)
+    for (uint64_t z = codec::fh_table_bytes(T) + 4 * G + S + tid; z < index; z += blockDim.x)
+      if (in[z]) atomicExch(&bad, 1);
+  __syncthreads();
+  if (bad) {
+    if (tid == 0) atomicExch(status, int(Status::Corrupt));
+    return;
+  }
+  if (coded) {
+    for (uint32_t s = 0; s < A; ++s) {
+      const uint32_t l = ln[s];
+      if (l == 0) continue;
+      const uint32_t first = uint32_t(code[s]) << (codec::kFhMaxLen - l), span = 1u << (codec::kFhMaxLen - l);
+      for (uint32_t i = tid; i < span; i += blockDim.x) lut[first + i] = uint16_t(s << 4 | l);
+    }
+  }
+  const uint8_t* plane = in + index + 4 * words;
+  for (uint64_t k0 = uint64_t(blockIdx.x) * kCtaSubs; k0 < S; k0 += uint64_t(gridDim.x) * kCtaSubs) {
+    const uint32_t c = k0 + tid < S ? counts[k0 + tid] : 0u;
+    __syncthreads();  // the table is built; the previous chunk's exponents are used
+    cnt[tid] = c;
+    __syncthreads();
+    if (!decode_substream<true>(in, T, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
+      atomicExch(&bad, 1);
+    __syncthreads();
+    if (bad) {
+      if (tid == 0) atomicExch(status, int(Status::Corrupt));
+      return;
+    }
+    const size_t base = size_t(k0) * codec::kFhSubValues;
+    for (uint32_t j8 = tid; j8 < kCtaValues / 8; j8 += blockDim.x) {
+      const size_t i0 = base + 8 * size_t(j8);
+      if (i0 >= n) break;
+      const uint32_t m = n - i0 < 8 ? uint32_t(n - i0) : 8u;
+      uint32_t v[8];
+      if (!load_plane8<T>(plane, i0, m, v)) atomicExch(status, int(Status::Corrupt));
+      // The 8 exponents: two 4-byte shared loads (slot(8 j8) is a multiple of 4).
+      const uint32_t* ep = reinterpret_cast<const uint32_t*>(e + slot(8 * j8));
+      const uint32_t ex[2] = {ep[0], ep[1]};
+#pragma unroll
+      for (uint32_t k = 0; k < 8; ++k) v[k] = value_of(v[k], (ex[k / 4] >> (8 * (k % 4))) & 0xFFu, T);
+      store8<T>(outv, i0, v, m);
     }
   }
 }
@@ -396,7 +793,49 @@ __global__ void fh_set_kernel(int* status, int v, unsigned long long* bytes, uns
 
 }  // namespace
 
-FloatHuffCoder::FloatHuffCoder(void* stream) : stream_(stream) {}
+namespace {
+// NCCLZ_FLOATHUFF_KERNELS: v1 selects the first kernels, anything else v2.
+int kernels_from_env() {
+  const char* v = std::getenv("NCCLZ_FLOATHUFF_KERNELS");
+  return v != nullptr && std::strcmp(v, "v1") == 0 ? 1 : 2;
+}
+
+// Calls f(std::integral_constant<ElemType, t>) for t in F32, BF16, F16.
+template <class F>
+void with_fh_type(ElemType t, F&& f) {
+  if (t == ElemType::F32) f(std::integral_constant<ElemType, ElemType::F32>{});
+  if (t == ElemType::BF16) f(std::integral_constant<ElemType, ElemType::BF16>{});
+  if (t == ElemType::F16) f(std::integral_constant<ElemType, ElemType::F16>{});
+}
+
+// A grid of `want` CTAs of `threads`, at most as many as are resident at once
+// (v2's kernels loop over their work).
+template <class K>
+unsigned resident_grid(K kernel, int threads, int sms, size_t want) {
+  int per_sm = 2;
+#ifndef NCCLZ_CUDA_EMULATED
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess || per_sm < 1)
+    per_sm = 1;
+#else
+  (void)kernel;
+  (void)threads;
+#endif
+  return unsigned(std::max<size_t>(1, std::min<size_t>(want, size_t(sms) * size_t(per_sm))));
+}
+}  // namespace
+
+FloatHuffCoder::FloatHuffCoder(void* stream) : stream_(stream), kernels_(kernels_from_env()) {}
+
+int FloatHuffCoder::sms() {
+  if (sms_ == 0) {
+    int dev = 0, v = 0;
+    sms_ = cudaGetDevice(&dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0
+               ? v
+               : 1;
+  }
+  return sms_;
+}
 
 FloatHuffCoder::~FloatHuffCoder() {
   if (scratch_) cudaFreeAsync(scratch_, static_cast<cudaStream_t>(stream_));
@@ -453,14 +892,34 @@ int FloatHuffCoder::encode(const void* d_x, ElemType t, size_t n, uint8_t* d_out
   const unsigned ctas = unsigned((S + kCtaSubs - 1) / kCtaSubs);
   cudaError_t e = cudaMemsetAsync(st->hist, 0, sizeof(st->hist), s);
   if (e != cudaSuccess) return int(e);
-  fh_hist_kernel<<<ctas, kCtaSubs, 0, s>>>(d_x, t, n, st);
-  fh_table_kernel<<<1, 1, 0, s>>>(t, st, d_out);
   uint8_t* counts = d_out + codec::fh_table_bytes(t) + 4 * G;
-  fh_count_kernel<<<ctas, kCtaSubs, 0, s>>>(d_x, t, n, st, counts, words);
+  const int T = detail::kThreads, W = T / 32;  // v2: threads per CTA, warps (sub-streams at a time) per CTA
+  if (kernels_ == 1) {
+    fh_hist_kernel<<<ctas, kCtaSubs, 0, s>>>(d_x, t, n, st);
+    fh_table_kernel<<<1, 1, 0, s>>>(t, st, d_out);
+    fh_count_kernel<<<ctas, kCtaSubs, 0, s>>>(d_x, t, n, st, counts, words);
+  } else {
+    with_fh_type(t, [&](auto type) {
+      constexpr ElemType kT = decltype(type)::value;
+      const unsigned hist = resident_grid(fh_hist_v2_kernel<kT>, T, sms(), (n + 8 * size_t(T) - 1) / (8 * size_t(T)));
+      fh_hist_v2_kernel<kT><<<hist, T, 0, s>>>(d_x, n, st);
+      fh_table_kernel<<<1, 1, 0, s>>>(t, st, d_out);
+      const unsigned count = resident_grid(fh_count_v2_kernel<kT>, T, sms(), (S + W - 1) / W);
+      fh_count_v2_kernel<kT><<<count, T, 0, s>>>(d_x, n, st, counts, words);
+    });
+  }
   e = detail::exclusive_sum_u64(words, offsets, S, base + L.tmp, L.tmp_bytes, s);
   if (e != cudaSuccess) return int(e);
   fh_index_kernel<<<detail::grid_for(G), detail::kThreads, 0, s>>>(t, n, cap, words, offsets, st, d_out, d_bytes);
-  fh_write_kernel<<<ctas, kCtaSubs, 0, s>>>(d_x, t, n, st, offsets, d_out);
+  if (kernels_ == 1) {
+    fh_write_kernel<<<ctas, kCtaSubs, 0, s>>>(d_x, t, n, st, offsets, d_out);
+  } else {
+    with_fh_type(t, [&](auto type) {
+      constexpr ElemType kT = decltype(type)::value;
+      const unsigned write = resident_grid(fh_write_v2_kernel<kT>, T, sms(), (S + W - 1) / W);
+      fh_write_v2_kernel<kT><<<write, T, 0, s>>>(d_x, n, st, offsets, d_out);
+    });
+  }
   return int(cudaGetLastError());
 }
 
@@ -504,7 +963,15 @@ int FloatHuffCoder::decode(const uint8_t* d_in, size_t len, ElemType t, size_t n
   const size_t S = size_t(codec::fh_substreams(n));
   const unsigned ctas = unsigned((S + kCtaSubs - 1) / kCtaSubs);
   fh_set_kernel<<<1, 1, 0, s>>>(d_status, int(Status::Ok), nullptr, 0);
-  fh_decode_kernel<<<ctas, kCtaSubs, 0, s>>>(d_in, t, n, (len - fixed) / 4, d_out, d_status);
+  if (kernels_ == 1) {
+    fh_decode_kernel<<<ctas, kCtaSubs, 0, s>>>(d_in, t, n, (len - fixed) / 4, d_out, d_status);
+  } else {
+    with_fh_type(t, [&](auto type) {
+      constexpr ElemType kT = decltype(type)::value;
+      const unsigned grid = resident_grid(fh_decode_v2_kernel<kT>, kCtaSubs, sms(), ctas);
+      fh_decode_v2_kernel<kT><<<grid, kCtaSubs, 0, s>>>(d_in, n, (len - fixed) / 4, d_out, d_status);
+    });
+  }
   return int(cudaGetLastError());
 }
 

@@ -1,7 +1,8 @@
 // The device FloatHuff coder (ncclz/cuda_float_huff.hpp) against the CPU one
 // (codec/float_huff.hpp): the device's payload equals the CPU's byte for
 // byte, the device decodes CPU payloads bit-exact, and damaged payloads give
-// Corrupt on both sides alike. Runs on a GPU and in the CPU emulator
+// Corrupt on both sides alike, with both kernel sets (FloatHuffCoder::set_kernels
+// 1 and 2, kVersions). Runs on a GPU and in the CPU emulator
 // (tools/cuda_emu/run.sh); skips without a device (fails under NCCLZ_REQUIRE_GPU=1).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -56,9 +57,14 @@ std::vector<uint8_t> cpu_encode(const std::vector<uint8_t>& v, ElemType t) {
 }
 
 const ElemType kTypes[] = {ElemType::F32, ElemType::BF16, ElemType::F16};
+const int kVersions[] = {1, 2};
 
+// Sizes: below, at and past one sub-stream (256) and one CTA's 128
+// sub-streams (32768), past 256 sub-streams (70000: the emulator's v2 decode
+// grid of 2 CTAs loops);
+// multiples of 8 and not (v2's lanes take 8 values).
 std::vector<size_t> sizes() {
-  std::vector<size_t> s = {1, 7, 255, 256, 257, 8193, 40000};
+  std::vector<size_t> s = {1, 7, 8, 9, 255, 256, 257, 264, 8193, 32768, 40000, 70000};
   if (!ncclz_test::quick()) s.push_back((size_t(1) << 20) + 3);
   return s;
 }
@@ -68,20 +74,31 @@ std::vector<size_t> sizes() {
 TEST(CudaFloatHuff, EncodeMatchesCpuBytes) {
   SKIP_WITHOUT_GPU();
   ncclz::cuda::FloatHuffCoder coder;
-  for (ElemType t : kTypes) {
-    for (size_t n : sizes()) {
-      for (int kind : {0, 1, 2}) {
-        const auto v = values(t, n, kind, uint32_t(n * 3 + kind));
-        const auto want = cpu_encode(v, t);
-        DevBuf x(v.size()), out(want.size() + 64), bytes(8);
-        x.upload(v.data(), v.size());
-        LAUNCH_OK(coder.encode(x.get(), t, n, out.get(), want.size() + 64, bytes.get<unsigned long long>()));
-        const auto b = bytes.download<unsigned long long>(1)[0];
-        ASSERT_EQ(b, want.size()) << "type " << int(t) << " n " << n << " kind " << kind;
-        EXPECT_EQ(ncclz_test::from_device(out.get(), b), want) << "type " << int(t) << " n " << n << " kind " << kind;
-        // One byte less than needed: no fit.
-        LAUNCH_OK(coder.encode(x.get(), t, n, out.get(), want.size() - 1, bytes.get<unsigned long long>()));
-        EXPECT_EQ(bytes.download<unsigned long long>(1)[0], ~0ull);
+  for (int ver : kVersions) {
+    coder.set_kernels(ver);
+    for (ElemType t : kTypes) {
+      for (size_t n : sizes()) {
+        for (int kind : {0, 1, 2}) {
+          // at: the input's offset in elements (1: not 16-byte aligned, v2's scalar loads).
+          for (size_t at : {size_t(0), size_t(1)}) {
+            if (at && n != 8193 && n != 9) continue;
+            SCOPED_TRACE("v" + std::to_string(ver) + " type " + std::to_string(int(t)) + " n " + std::to_string(n) +
+                         " kind " + std::to_string(kind) + " at " + std::to_string(at));
+            const auto v = values(t, n, kind, uint32_t(n * 3 + kind));
+            const auto want = cpu_encode(v, t);
+            const size_t es = elem_size(t);
+            DevBuf x(v.size() + at * es), out(want.size() + 64), bytes(8);
+            uint8_t* xp = static_cast<uint8_t*>(x.get()) + at * es;
+            ASSERT_EQ(cudaMemcpy(xp, v.data(), v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+            LAUNCH_OK(coder.encode(xp, t, n, out.get(), want.size() + 64, bytes.get<unsigned long long>()));
+            const auto b = bytes.download<unsigned long long>(1)[0];
+            ASSERT_EQ(b, want.size());
+            EXPECT_EQ(ncclz_test::from_device(out.get(), b), want);
+            // One byte less than needed: no fit.
+            LAUNCH_OK(coder.encode(xp, t, n, out.get(), want.size() - 1, bytes.get<unsigned long long>()));
+            EXPECT_EQ(bytes.download<unsigned long long>(1)[0], ~0ull);
+          }
+        }
       }
     }
   }
@@ -96,16 +113,27 @@ TEST(CudaFloatHuff, EncodeMatchesCpuBytes) {
 TEST(CudaFloatHuff, DecodesCpuPayloads) {
   SKIP_WITHOUT_GPU();
   ncclz::cuda::FloatHuffCoder coder;
-  for (ElemType t : kTypes) {
-    for (size_t n : sizes()) {
-      for (int kind : {0, 1, 2}) {
-        const auto v = values(t, n, kind, uint32_t(n * 5 + kind));
-        const auto p = cpu_encode(v, t);
-        DevBuf in(p.size()), out(v.size()), st(4);
-        in.upload(p.data(), p.size());
-        LAUNCH_OK(coder.decode(in.get(), p.size(), t, n, out.get(), st.get<int>()));
-        ASSERT_EQ(st.download<int>(1)[0], int(Status::Ok)) << "type " << int(t) << " n " << n << " kind " << kind;
-        EXPECT_EQ(ncclz_test::from_device(out.get(), v.size()), v) << "type " << int(t) << " n " << n;
+  for (int ver : kVersions) {
+    coder.set_kernels(ver);
+    for (ElemType t : kTypes) {
+      for (size_t n : sizes()) {
+        for (int kind : {0, 1, 2}) {
+          // at: the output's offset in elements (1: not 16-byte aligned, v2's scalar stores).
+          for (size_t at : {size_t(0), size_t(1)}) {
+            if (at && n != 8193 && n != 9) continue;
+            SCOPED_TRACE("v" + std::to_string(ver) + " type " + std::to_string(int(t)) + " n " + std::to_string(n) +
+                         " kind " + std::to_string(kind) + " at " + std::to_string(at));
+            const auto v = values(t, n, kind, uint32_t(n * 5 + kind));
+            const auto p = cpu_encode(v, t);
+            const size_t es = elem_size(t);
+            DevBuf in(p.size()), out(v.size() + at * es), st(4);
+            in.upload(p.data(), p.size());
+            uint8_t* op = static_cast<uint8_t*>(out.get()) + at * es;
+            LAUNCH_OK(coder.decode(in.get(), p.size(), t, n, op, st.get<int>()));
+            ASSERT_EQ(st.download<int>(1)[0], int(Status::Ok));
+            EXPECT_EQ(ncclz_test::from_device(op, v.size()), v);
+          }
+        }
       }
     }
   }
@@ -117,7 +145,9 @@ TEST(CudaFloatHuff, DamagedPayloadsAsCpu) {
   SKIP_WITHOUT_GPU();
   ncclz::cuda::FloatHuffCoder coder;
   std::mt19937 g(17);
+  for (int ver : kVersions)
   for (ElemType t : kTypes) {
+    coder.set_kernels(ver);
     const size_t n = 700;
     const auto v = values(t, n, 0, 99);
     const auto p = cpu_encode(v, t);
@@ -137,7 +167,7 @@ TEST(CudaFloatHuff, DamagedPayloadsAsCpu) {
       in.upload(d.data(), d.size());
       LAUNCH_OK(coder.decode(in.get(), d.size(), t, n, out.get(), st.get<int>()));
       const int ds = st.download<int>(1)[0];
-      ASSERT_EQ(ds, int(cs)) << "type " << int(t) << " len " << d.size();
+      ASSERT_EQ(ds, int(cs)) << "v" << ver << " type " << int(t) << " len " << d.size();
       if (cs == Status::Ok) {
         EXPECT_EQ(ncclz_test::from_device(out.get(), v.size()), cpu);
       }
@@ -153,7 +183,9 @@ TEST(CudaFloatHuff, DamagedPayloadsAsCpu) {
 TEST(CudaFloatHuff, SlicesMatchEncodeSlice) {
   SKIP_WITHOUT_GPU();
   ncclz::cuda::FloatHuffCoder coder;
+  for (int ver : kVersions)
   for (ElemType t : kTypes) {
+    coder.set_kernels(ver);
     for (size_t n : {size_t(0), size_t(1), size_t(300), size_t(8193), size_t(40000)}) {
       for (int kind : {0, 1, 2}) {
         const auto v = values(t, n, kind, uint32_t(n * 7 + kind));
@@ -165,7 +197,7 @@ TEST(CudaFloatHuff, SlicesMatchEncodeSlice) {
                        : form == 2 ? EncodeOptions::Choice::Raw
                                    : EncodeOptions::Choice::Auto;
           for (size_t cap : {full, full + 40, full > 0 ? full - 1 : size_t(0)}) {
-            SCOPED_TRACE("type " + std::to_string(int(t)) + " n " + std::to_string(n) + " kind " +
+            SCOPED_TRACE("v" + std::to_string(ver) + " type " + std::to_string(int(t)) + " n " + std::to_string(n) + " kind " +
                          std::to_string(kind) + " form " + std::to_string(form) + " cap " + std::to_string(cap));
             std::vector<uint8_t> want(cap + 8);
             SliceInfo info;

@@ -11,13 +11,28 @@
 // codec::Status for arguments rejected on the host. The coder owns its
 // scratch (grown by cudaMallocAsync in stream order; reserve() sizes it once).
 //
-// The encode is, per call: a histogram kernel (shared-memory atomics), a
-// one-thread table kernel (float_huff.hpp's rule), a word-count kernel, a
-// device scan of the counts, the index kernel, and the kernel that writes the
-// code words and the sign+mantissa plane. The decode is one kernel: each CTA
-// builds the 4096-entry table in shared memory, checks its part of the index,
-// decodes 128 sub-streams (one per thread) into shared memory and writes the
-// values, merged with the plane, with coalesced stores.
+// The encode is, per call: a histogram kernel, a one-thread table kernel
+// (float_huff.hpp's rule), a word-count kernel, a device scan of the counts,
+// the index kernel, and the kernel that writes the code words and the
+// sign+mantissa plane. The decode is one kernel: each CTA builds the
+// 4096-entry table in shared memory, checks its part of the index, decodes
+// 128 sub-streams (one per thread) into shared memory and writes the values,
+// merged with the plane, with coalesced stores.
+//
+// Two sets of kernels, byte-identical (an A/B switch: set_kernels, or
+// NCCLZ_FLOATHUFF_KERNELS=v1|v2 read at construction; default v2):
+// - v1: one CTA per 128 sub-streams; a histogram of shared-memory atomics
+//   into 256 bins, the exponents staged in shared memory for the count and
+//   write kernels (2- or 4-byte loads), each thread storing its sub-stream's
+//   words itself; the decode reads each thread's words from global memory.
+// - v2: 16-byte loads of the values (8 per thread; scalar where unaligned or
+//   at the end); the histogram in lane-private shared bins (no two lanes of
+//   a warp add to one counter); one warp per sub-stream in the count kernel
+//   (a warp sum) and in the write kernel (a warp scan of the lanes' code
+//   bits, the words assembled in shared memory and stored coalesced, the
+//   plane in 4-byte stores); grids of a few CTAs per SM that loop; the
+//   decode's CTAs loop over their sub-streams with the table built once, a
+//   word read ahead of the decoder, and 4-/16-byte plane and value accesses.
 #pragma once
 
 #include <cstddef>
@@ -64,11 +79,18 @@ class FloatHuffCoder {
 
   int synchronize();
 
+  /// The kernels encode and decode use: 1 (v1) or 2 (v2, the default; see above).
+  void set_kernels(int version) { kernels_ = version == 1 ? 1 : 2; }
+  int kernels() const { return kernels_; }
+
  private:
+  int sms();  // the device's SM count (v2's grid sizes), asked once
   uint8_t* scratch(size_t bytes, int* err);
   void* stream_ = nullptr;
   uint8_t* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  int kernels_ = 2;
+  int sms_ = 0;
 };
 
 }  // namespace ncclz::cuda

@@ -85,6 +85,9 @@ struct uint3 {
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
 };
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
 
 inline thread_local uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
@@ -452,6 +455,11 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   *p = cudaDeviceProp{};
   return cudaSuccess;
 }
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) {
+  *v = 1;  // one SM (cudaDeviceProp's multiProcessorCount)
+  return cudaSuccess;
+}
 typedef struct CUmemPool_st* cudaMemPool_t;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* p, int) {
@@ -531,6 +539,7 @@ struct WarpState {
   int arrived = 0;
   unsigned gen = 0;
   uint64_t acc = 0, result = 0;
+  uint64_t vals[32] = {};  // the lanes' values of a shuffle (warp_shfl_collective)
 };
 
 struct BlockRun {
@@ -690,6 +699,40 @@ inline uint64_t warp_or_collective(uint64_t v) {
   return w.result;
 }
 
+// Sum of `v` over the live lanes of the caller's warp (as warp_or_collective).
+inline uint64_t warp_add_collective(uint64_t v) {
+  BlockRun& r = run();
+  WarpState& w = r.warps[size_t(r.cur / 32)];
+  const unsigned gen = w.gen;
+  w.acc += v;
+  if (++w.arrived == r.warp_live[size_t(r.cur / 32)]) {
+    w.result = w.acc;
+    w.acc = 0;
+    w.arrived = 0;
+    ++w.gen;
+    return w.result;
+  }
+  while (w.gen == gen) yield();
+  return w.result;
+}
+
+// Lane `src`'s value `v` for the caller (a shuffle): every live lane of the
+// warp posts its value, then reads its source's after a warp barrier (and a
+// second barrier before the slots can be reused). A lane outside 0..31, or
+// one that has exited: the caller's own value.
+inline uint64_t warp_shfl_collective(uint64_t v, int src) {
+  BlockRun& r = run();
+  WarpState& w = r.warps[size_t(r.cur / 32)];
+  const int lane = r.cur % 32;
+  w.vals[lane] = v;
+  warp_or_collective(0);
+  const int base = r.cur - lane;
+  const bool live = src >= 0 && src < 32 && base + src < r.nthreads && !r.fibers[size_t(base + src)].done;
+  const uint64_t out = live ? w.vals[src] : v;
+  warp_or_collective(0);
+  return out;
+}
+
 template <class F>
 void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
   if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
@@ -756,6 +799,32 @@ inline unsigned __ballot_sync(unsigned, int p) {
   return unsigned(emu::warp_or_collective(p ? (uint64_t(1) << lane) : 0));
 }
 inline unsigned __reduce_or_sync(unsigned, unsigned v) { return unsigned(emu::warp_or_collective(v)); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_or_collective(0); }
+// Shuffles (width 32); a source lane outside the warp: the caller's value, as on a GPU.
+template <class T>
+T __shfl_sync(unsigned, T v, int src) {
+  return T(emu::warp_shfl_collective(uint64_t(v), src));
+}
+template <class T>
+T __shfl_up_sync(unsigned, T v, unsigned d) {
+  const int lane = int(threadIdx.x % 32);
+  return T(emu::warp_shfl_collective(uint64_t(v), lane >= int(d) ? lane - int(d) : lane));
+}
+template <class T>
+T __shfl_down_sync(unsigned, T v, unsigned d) {
+  const int lane = int(threadIdx.x % 32);
+  return T(emu::warp_shfl_collective(uint64_t(v), lane + int(d) < 32 ? lane + int(d) : lane));
+}
+template <class T>
+T __shfl_xor_sync(unsigned, T v, int m) {
+  return T(emu::warp_shfl_collective(uint64_t(v), int(threadIdx.x % 32) ^ m));
+}
+// Sum over the live lanes (sm_80's redux.sync).
+inline unsigned __reduce_add_sync(unsigned, unsigned v) { return unsigned(emu::warp_add_collective(v)); }
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
 // Atomics: real ones (host threads run device work concurrently).
 inline int atomicExch(int* p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
@@ -773,6 +842,7 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
   return emu_atomic_update<unsigned>(p, v, [](unsigned a, unsigned b) { return a > b; });
 }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
