@@ -1,7 +1,8 @@
 // Throughput of the device FloatHuff coder (ncclz/cuda_float_huff.hpp) on one
 // GPU: lossless encode and decode of Gaussian bf16 and float32 (N(0,1),
 // generated on the device), next to a cudaMemcpy device-to-device of the same
-// bytes, in one run. The issue's target: bf16 Gaussian ratio >= 1.4 at
+// bytes, in one run; a row per kernel set (FloatHuffCoder::set_kernels: v1,
+// v2), each checked as below. The issue's target: bf16 Gaussian ratio >= 1.4 at
 // >= 0.5 TB/s both ways (docs/GPU.md).
 //
 //   gpu_float_huff_bench [--mib 256] [--reps 10] [--warm 3] [--md out.md]
@@ -97,8 +98,8 @@ int main(int argc, char** argv) {
   CK(cudaGetDeviceProperties(&prop, 0));
   const size_t bytes = mib << 20;
   std::string md =
-      "| data | values | ratio | encode GB/s | decode GB/s | memcpy D2D GB/s | same bytes as CPU |\n"
-      "|---|---|---|---|---|---|---|\n";
+      "| data | kernels | values | ratio | encode GB/s | decode GB/s | memcpy D2D GB/s | same bytes as CPU |\n"
+      "|---|---|---|---|---|---|---|---|\n";
   std::printf("device: %s; %zu MiB per dataset, median of %d after %d warm-up\n", prop.name, mib, reps, warm);
   int failed = 0;
   for (const ElemType t : {ElemType::BF16, ElemType::F32}) {
@@ -119,38 +120,43 @@ int main(int argc, char** argv) {
     CK(cudaGetLastError());
     ncclz::cuda::FloatHuffCoder coder(nullptr);
     CL(coder.reserve(n));
-    CL(coder.encode(x, t, n, p, cap, d_bytes));
-    unsigned long long pb = 0;
-    CK(cudaMemcpy(&pb, d_bytes, 8, cudaMemcpyDeviceToHost));
-    if (pb == ~0ull) {
-      std::printf("%s: payload does not fit %zu bytes\n", bf16 ? "bf16" : "f32", cap);
-      return 1;
-    }
-    CL(coder.decode(p, size_t(pb), t, n, y, d_status));
-    int st = -1;
-    CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
-    // Checks: bit-exact round trip, and the CPU encoder's bytes.
-    std::vector<uint8_t> hx(bytes), hy(bytes), hp(static_cast<size_t>(pb)), cpu(cap);
+    std::vector<uint8_t> hx(bytes), hy(bytes), cpu(cap);
     CK(cudaMemcpy(hx.data(), x, bytes, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hy.data(), y, bytes, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hp.data(), p, size_t(pb), cudaMemcpyDeviceToHost));
     const size_t cb = ncclz::codec::floathuff_encode(hx.data(), t, n, cpu.data(), cpu.size());
-    const bool same = cb == size_t(pb) && std::memcmp(cpu.data(), hp.data(), cb) == 0;
-    const bool exact = st == 0 && hx == hy;
-    if (!same || !exact) {
-      std::printf("%s: FAILED: decode status %d, round trip %s, CPU bytes %s\n", bf16 ? "bf16" : "f32", st,
-                  exact ? "exact" : "DIFFERS", same ? "same" : "DIFFER");
-      failed = 1;
-    }
-    const double enc = time_ms(warm, reps, [&] { CL(coder.encode(x, t, n, p, cap, d_bytes)); });
-    const double dec = time_ms(warm, reps, [&] { CL(coder.decode(p, size_t(pb), t, n, y, d_status)); });
     const double cpy = time_ms(warm, reps, [&] { CK(cudaMemcpyAsync(c, x, bytes, cudaMemcpyDeviceToDevice)); });
-    const double ratio = double(bytes) / double(pb + ncclz::codec::kHeaderBytes);
-    char row[256];
-    std::snprintf(row, sizeof row, "| Gaussian %s | %zu | %.4f | %.1f | %.1f | %.1f | %s |\n", bf16 ? "bf16" : "f32", n,
-                  ratio, double(bytes) / enc / 1e6, double(bytes) / dec / 1e6, double(bytes) / cpy / 1e6,
-                  same && exact ? "yes (round trip exact)" : "NO");
-    md += row;
+    for (const int ver : {1, 2}) {
+      coder.set_kernels(ver);
+      CK(cudaMemset(y, 0, bytes));
+      CL(coder.encode(x, t, n, p, cap, d_bytes));
+      unsigned long long pb = 0;
+      CK(cudaMemcpy(&pb, d_bytes, 8, cudaMemcpyDeviceToHost));
+      if (pb == ~0ull) {
+        std::printf("%s v%d: payload does not fit %zu bytes\n", bf16 ? "bf16" : "f32", ver, cap);
+        return 1;
+      }
+      CL(coder.decode(p, size_t(pb), t, n, y, d_status));
+      int st = -1;
+      CK(cudaMemcpy(&st, d_status, 4, cudaMemcpyDeviceToHost));
+      // Checks: bit-exact round trip, and the CPU encoder's bytes.
+      std::vector<uint8_t> hp(static_cast<size_t>(pb));
+      CK(cudaMemcpy(hy.data(), y, bytes, cudaMemcpyDeviceToHost));
+      CK(cudaMemcpy(hp.data(), p, size_t(pb), cudaMemcpyDeviceToHost));
+      const bool same = cb == size_t(pb) && std::memcmp(cpu.data(), hp.data(), cb) == 0;
+      const bool exact = st == 0 && hx == hy;
+      if (!same || !exact) {
+        std::printf("%s v%d: FAILED: decode status %d, round trip %s, CPU bytes %s\n", bf16 ? "bf16" : "f32", ver, st,
+                    exact ? "exact" : "DIFFERS", same ? "same" : "DIFFER");
+        failed = 1;
+      }
+      const double enc = time_ms(warm, reps, [&] { CL(coder.encode(x, t, n, p, cap, d_bytes)); });
+      const double dec = time_ms(warm, reps, [&] { CL(coder.decode(p, size_t(pb), t, n, y, d_status)); });
+      const double ratio = double(bytes) / double(pb + ncclz::codec::kHeaderBytes);
+      char row[256];
+      std::snprintf(row, sizeof row, "| Gaussian %s | v%d | %zu | %.4f | %.1f | %.1f | %.1f | %s |\n",
+                    bf16 ? "bf16" : "f32", ver, n, ratio, double(bytes) / enc / 1e6, double(bytes) / dec / 1e6,
+                    double(bytes) / cpy / 1e6, same && exact ? "yes (round trip exact)" : "NO");
+      md += row;
+    }
     CK(cudaFree(x));
     CK(cudaFree(y));
     CK(cudaFree(c));

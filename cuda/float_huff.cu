@@ -494,7 +494,7 @@ __device__ __forceinline__ void store_plane8(uint8_t* plane, size_t i0, const ui
     if (m) store_f16_plane8(plane + i0 / 8 * 11, b, m);
   } else {
     constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;  // bytes per entry
-    uint32_t p[2 * E] = {};                            // the 8 E bytes, little-endian
+    uint32_t p[2 * E] = {};                             // the 8 E bytes, little-endian
 #pragma unroll
     for (uint32_t k = 0; k < 8; ++k) {
       const uint32_t v = plane_entry<T>(b[k]), at = 8 * E * k;  // bit offset
@@ -560,9 +560,9 @@ __device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t v, uint32_t lane
 }
 
 // Sub-streams of warp-per-sub-stream kernels: warp w of the grid takes w, w + warps, ...
-#define FH_FOR_WARP_SUBSTREAMS(k, S)                                                                \
-  for (uint64_t k = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, step_ =                 \
-                        uint64_t(gridDim.x) * blockDim.x / 32;                                      \
+#define FH_FOR_WARP_SUBSTREAMS(k, S)                                        \
+  for (uint64_t k = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, \
+                step_ = uint64_t(gridDim.x) * blockDim.x / 32;              \
        k < (S); k += step_)
 
 // The histogram: lane l of every warp adds to h[32 s + l], so a warp's 32
@@ -635,9 +635,8 @@ __device__ __forceinline__ void or_bits(uint32_t* w, uint32_t at, uint64_t v, ui
 // of the lanes' bits places them in the warp's words in shared memory, which
 // the warp then stores contiguously.
 template <ElemType T>
-__global__ void __launch_bounds__(detail::kThreads) fh_write_v2_kernel(const void* x, size_t n, const EncState* st,
-                                                                      const unsigned long long* offsets,
-                                                                      uint8_t* out) {
+__global__ void __launch_bounds__(detail::kThreads)
+    fh_write_v2_kernel(const void* x, size_t n, const EncState* st, const unsigned long long* offsets, uint8_t* out) {
   if (!st->fits) return;
   __shared__ uint32_t cl[256];  // code << 4 | length
   __shared__ uint32_t wbuf[detail::kThreads / 32][codec::kFhMaxSubWords];

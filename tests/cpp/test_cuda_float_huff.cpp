@@ -146,33 +146,33 @@ TEST(CudaFloatHuff, DamagedPayloadsAsCpu) {
   ncclz::cuda::FloatHuffCoder coder;
   std::mt19937 g(17);
   for (int ver : kVersions)
-  for (ElemType t : kTypes) {
-    coder.set_kernels(ver);
-    const size_t n = 700;
-    const auto v = values(t, n, 0, 99);
-    const auto p = cpu_encode(v, t);
-    std::vector<std::vector<uint8_t>> cases;
-    for (size_t len = 0; len < p.size(); len += ncclz_test::quick() ? 7 : 1)
-      cases.emplace_back(p.begin(), p.begin() + ptrdiff_t(len));
-    for (int rep = 0; rep < (ncclz_test::quick() ? 150 : 1000); ++rep) {
-      auto d = p;
-      const size_t at = g() % d.size();
-      d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
-      cases.push_back(d);
-    }
-    for (const auto& d : cases) {
-      std::vector<uint8_t> cpu(v.size());
-      const Status cs = floathuff_decode(d.data(), d.size(), t, n, cpu.data());
-      DevBuf in(d.size()), out(v.size()), st(4);
-      in.upload(d.data(), d.size());
-      LAUNCH_OK(coder.decode(in.get(), d.size(), t, n, out.get(), st.get<int>()));
-      const int ds = st.download<int>(1)[0];
-      ASSERT_EQ(ds, int(cs)) << "v" << ver << " type " << int(t) << " len " << d.size();
-      if (cs == Status::Ok) {
-        EXPECT_EQ(ncclz_test::from_device(out.get(), v.size()), cpu);
+    for (ElemType t : kTypes) {
+      coder.set_kernels(ver);
+      const size_t n = 700;
+      const auto v = values(t, n, 0, 99);
+      const auto p = cpu_encode(v, t);
+      std::vector<std::vector<uint8_t>> cases;
+      for (size_t len = 0; len < p.size(); len += ncclz_test::quick() ? 7 : 1)
+        cases.emplace_back(p.begin(), p.begin() + ptrdiff_t(len));
+      for (int rep = 0; rep < (ncclz_test::quick() ? 150 : 1000); ++rep) {
+        auto d = p;
+        const size_t at = g() % d.size();
+        d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
+        cases.push_back(d);
+      }
+      for (const auto& d : cases) {
+        std::vector<uint8_t> cpu(v.size());
+        const Status cs = floathuff_decode(d.data(), d.size(), t, n, cpu.data());
+        DevBuf in(d.size()), out(v.size()), st(4);
+        in.upload(d.data(), d.size());
+        LAUNCH_OK(coder.decode(in.get(), d.size(), t, n, out.get(), st.get<int>()));
+        const int ds = st.download<int>(1)[0];
+        ASSERT_EQ(ds, int(cs)) << "v" << ver << " type " << int(t) << " len " << d.size();
+        if (cs == Status::Ok) {
+          EXPECT_EQ(ncclz_test::from_device(out.get(), v.size()), cpu);
+        }
       }
     }
-  }
 }
 
 // Whole slices (FloatHuffCoder::encode_slice): the bytes of the CPU's
@@ -184,55 +184,56 @@ TEST(CudaFloatHuff, SlicesMatchEncodeSlice) {
   SKIP_WITHOUT_GPU();
   ncclz::cuda::FloatHuffCoder coder;
   for (int ver : kVersions)
-  for (ElemType t : kTypes) {
-    coder.set_kernels(ver);
-    for (size_t n : {size_t(0), size_t(1), size_t(300), size_t(8193), size_t(40000)}) {
-      for (int kind : {0, 1, 2}) {
-        const auto v = values(t, n, kind, uint32_t(n * 7 + kind));
-        const size_t full = max_slice_bytes(t, n);
-        for (int form = 0; form < 3; ++form) {  // 0: Auto without rANS, 1: FloatHuff forced, 2: Raw (raw_only)
-          EncodeOptions opt;
-          opt.allow_rans = form != 0;
-          opt.choice = form == 1   ? EncodeOptions::Choice::FloatHuff
-                       : form == 2 ? EncodeOptions::Choice::Raw
-                                   : EncodeOptions::Choice::Auto;
-          for (size_t cap : {full, full + 40, full > 0 ? full - 1 : size_t(0)}) {
-            SCOPED_TRACE("v" + std::to_string(ver) + " type " + std::to_string(int(t)) + " n " + std::to_string(n) + " kind " +
-                         std::to_string(kind) + " form " + std::to_string(form) + " cap " + std::to_string(cap));
-            std::vector<uint8_t> want(cap + 8);
-            SliceInfo info;
-            const Status ws = encode_slice(v.data(), t, uint32_t(n), want.data(), cap, opt, &info);
-            DevBuf x(v.size() + 8), out(cap + 8), bytes(8), st(4);
-            x.upload(v.data(), v.size());
-            LAUNCH_OK(coder.encode_slice(x.get(), t, n, out.get(), cap, bytes.get<unsigned long long>(), st.get<int>(),
-                                         form == 2));
-            ASSERT_EQ(st.download<int>(1)[0], int(ws));
-            if (ws != Status::Ok) {
-              EXPECT_EQ(bytes.download<unsigned long long>(1)[0], 0u);
-              continue;
+    for (ElemType t : kTypes) {
+      coder.set_kernels(ver);
+      for (size_t n : {size_t(0), size_t(1), size_t(300), size_t(8193), size_t(40000)}) {
+        for (int kind : {0, 1, 2}) {
+          const auto v = values(t, n, kind, uint32_t(n * 7 + kind));
+          const size_t full = max_slice_bytes(t, n);
+          for (int form = 0; form < 3; ++form) {  // 0: Auto without rANS, 1: FloatHuff forced, 2: Raw (raw_only)
+            EncodeOptions opt;
+            opt.allow_rans = form != 0;
+            opt.choice = form == 1   ? EncodeOptions::Choice::FloatHuff
+                         : form == 2 ? EncodeOptions::Choice::Raw
+                                     : EncodeOptions::Choice::Auto;
+            for (size_t cap : {full, full + 40, full > 0 ? full - 1 : size_t(0)}) {
+              SCOPED_TRACE("v" + std::to_string(ver) + " type " + std::to_string(int(t)) + " n " + std::to_string(n) +
+                           " kind " + std::to_string(kind) + " form " + std::to_string(form) + " cap " +
+                           std::to_string(cap));
+              std::vector<uint8_t> want(cap + 8);
+              SliceInfo info;
+              const Status ws = encode_slice(v.data(), t, uint32_t(n), want.data(), cap, opt, &info);
+              DevBuf x(v.size() + 8), out(cap + 8), bytes(8), st(4);
+              x.upload(v.data(), v.size());
+              LAUNCH_OK(coder.encode_slice(x.get(), t, n, out.get(), cap, bytes.get<unsigned long long>(),
+                                           st.get<int>(), form == 2));
+              ASSERT_EQ(st.download<int>(1)[0], int(ws));
+              if (ws != Status::Ok) {
+                EXPECT_EQ(bytes.download<unsigned long long>(1)[0], 0u);
+                continue;
+              }
+              const auto b = bytes.download<unsigned long long>(1)[0];
+              ASSERT_EQ(b, info.bytes);
+              want.resize(info.bytes);
+              const auto got = ncclz_test::from_device(out.get(), b);
+              EXPECT_EQ(got, want) << "the device's slice differs from encode_slice's";
+              if (form == 0 && kind == 0 && n >= 300) {
+                EXPECT_EQ(info.codec, Codec::FloatHuff);
+              }
+              if (kind == 2 && n >= 300) {
+                EXPECT_EQ(info.codec, Codec::Raw);
+              }
+              std::vector<uint8_t> back(v.size() + 1);
+              size_t used = 0;
+              ASSERT_EQ(decode_slice(got.data(), got.size(), t, uint32_t(n), back.data(), &used), Status::Ok);
+              EXPECT_EQ(used, got.size());
+              back.resize(v.size());
+              EXPECT_EQ(back, v);
             }
-            const auto b = bytes.download<unsigned long long>(1)[0];
-            ASSERT_EQ(b, info.bytes);
-            want.resize(info.bytes);
-            const auto got = ncclz_test::from_device(out.get(), b);
-            EXPECT_EQ(got, want) << "the device's slice differs from encode_slice's";
-            if (form == 0 && kind == 0 && n >= 300) {
-              EXPECT_EQ(info.codec, Codec::FloatHuff);
-            }
-            if (kind == 2 && n >= 300) {
-              EXPECT_EQ(info.codec, Codec::Raw);
-            }
-            std::vector<uint8_t> back(v.size() + 1);
-            size_t used = 0;
-            ASSERT_EQ(decode_slice(got.data(), got.size(), t, uint32_t(n), back.data(), &used), Status::Ok);
-            EXPECT_EQ(used, got.size());
-            back.resize(v.size());
-            EXPECT_EQ(back, v);
           }
         }
       }
     }
-  }
   DevBuf out(64), bytes(8), st(4);
   EXPECT_EQ(
       coder.encode_slice(out.get(), ElemType::F64, 4, out.get(), 64, bytes.get<unsigned long long>(), st.get<int>()),
