@@ -253,18 +253,20 @@ __device__ __forceinline__ uint32_t value_of(uint32_t sm, uint32_t ex, ElemType 
 }
 
 // A sub-stream reader as the CPU's: a 64-bit window, zeros past the last
-// word. kAhead (v2): the next word is loaded when the window takes the
-// current one, so that its latency overlaps the decoding of the codes before.
-template <bool kAhead>
+// word. kAhead words (v2: 3) are loaded ahead of the window: a word is loaded
+// kAhead refills before the window takes it, so that its latency overlaps the
+// decoding of the codes before it (0, v1: loaded when taken).
+template <int kAhead>
 struct DevReader {
   const uint32_t* p;
   uint32_t left;
   int nb = 0;
   uint64_t buf = 0;
   uint32_t used = 0;
-  uint32_t ahead = 0;
+  uint32_t q[kAhead > 0 ? kAhead : 1] = {};
   __device__ DevReader(const uint32_t* w, uint32_t c) : p(w), left(c) {
-    if (kAhead) ahead = take();
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) q[i] = take();
   }
   __device__ __forceinline__ uint32_t take() {
     uint32_t w = 0;
@@ -277,9 +279,11 @@ struct DevReader {
   __device__ __forceinline__ uint32_t next(const uint16_t* lut) {
     if (nb <= 32) {
       uint32_t w;
-      if constexpr (kAhead) {
-        w = ahead;
-        ahead = take();
+      if constexpr (kAhead > 0) {
+        w = q[0];
+#pragma unroll
+        for (int i = 0; i + 1 < kAhead; ++i) q[i] = q[i + 1];
+        q[kAhead - 1] = take();
       } else {
         w = take();
       }
@@ -302,7 +306,7 @@ struct DevReader {
 // The index: each group's offset is its predecessor's plus that group's
 // counts (the last group ends at the payload's words), group 0 starts at 0;
 // the first thread of each group checks its group.
-template <bool kAhead>
+template <int kAhead>
 __device__ bool decode_substream(const uint8_t* in, ElemType t, size_t n, unsigned long long words, uint64_t k0,
                                  const uint32_t* cnt, bool coded, uint32_t single, const uint16_t* lut, uint8_t* ek) {
   const uint64_t S = codec::fh_substreams(n), G = codec::fh_groups(n);
@@ -389,7 +393,7 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
     }
   }
   __syncthreads();
-  if (!decode_substream<false>(in, t, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
+  if (!decode_substream<0>(in, t, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
     atomicExch(&bad, 1);
   __syncthreads();
   if (bad) {
@@ -426,6 +430,10 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
 }
 
 // ---- v2 ----------------------------------------------------------------------
+
+constexpr int kReadAhead = 3;        // words the v2 decoder's reader loads ahead (DevReader)
+constexpr uint32_t kValueBatch = 4;  // groups of 8 values whose plane bytes a v2 decode thread loads before storing
+static_assert(kCtaValues / 8 % (kValueBatch * kCtaSubs) == 0, "the value loop has no tail");
 
 template <ElemType T>
 using Bits = std::conditional_t<T == ElemType::F32, uint32_t, uint16_t>;
@@ -477,7 +485,9 @@ __device__ __forceinline__ void store8(void* outv, size_t i0, const uint32_t (&v
     }
     return;
   }
-  for (uint32_t k = 0; k < m; ++k) out[i0 + k] = Bits<T>(v[k]);
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k)
+    if (k < m) out[i0 + k] = Bits<T>(v[k]);
 }
 
 // Plane entries (sign and mantissa) of F32 and BF16 bits.
@@ -506,7 +516,9 @@ __device__ __forceinline__ void store_plane8(uint8_t* plane, size_t i0, const ui
 #pragma unroll
       for (uint32_t j = 0; j < 2 * E; ++j) q[j] = p[j];
     } else {
-      for (uint32_t j = 0; j < E * m; ++j) plane[E * i0 + j] = uint8_t(p[j / 4] >> (8 * (j % 4)));
+#pragma unroll
+      for (uint32_t j = 0; j < 8 * E; ++j)
+        if (j < E * m) plane[E * i0 + j] = uint8_t(p[j / 4] >> (8 * (j % 4)));
     }
   }
 }
@@ -527,7 +539,9 @@ __device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uin
     } else {
 #pragma unroll
       for (uint32_t j = 0; j < 2 * E; ++j) p[j] = 0;
-      for (uint32_t j = 0; j < E * m; ++j) p[j / 4] |= uint32_t(plane[E * i0 + j]) << (8 * (j % 4));
+#pragma unroll
+      for (uint32_t j = 0; j < 8 * E; ++j)
+        if (j < E * m) p[j / 4] |= uint32_t(plane[E * i0 + j]) << (8 * (j % 4));
     }
     constexpr uint32_t mask = (1u << (8 * E)) - 1;
 #pragma unroll
@@ -740,26 +754,36 @@ __global__ void __launch_bounds__(kCtaSubs)
     __syncthreads();  // the table is built; the previous chunk's exponents are used
     cnt[tid] = c;
     __syncthreads();
-    if (!decode_substream<true>(in, T, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
+    if (!decode_substream<kReadAhead>(in, T, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
       atomicExch(&bad, 1);
     __syncthreads();
     if (bad) {
       if (tid == 0) atomicExch(status, int(Status::Corrupt));
       return;
     }
+    // The values: kValueBatch groups of 8 per thread at a time, every
+    // group's plane bytes loaded before any value is stored (the stores
+    // might alias the plane for the compiler, which would then wait for each
+    // load in turn).
     const size_t base = size_t(k0) * codec::kFhSubValues;
-    for (uint32_t j8 = tid; j8 < kCtaValues / 8; j8 += blockDim.x) {
-      const size_t i0 = base + 8 * size_t(j8);
-      if (i0 >= n) break;
-      const uint32_t m = n - i0 < 8 ? uint32_t(n - i0) : 8u;
-      uint32_t v[8];
-      if (!load_plane8<T>(plane, i0, m, v)) atomicExch(status, int(Status::Corrupt));
-      // The 8 exponents: two 4-byte shared loads (slot(8 j8) is a multiple of 4).
-      const uint32_t* ep = reinterpret_cast<const uint32_t*>(e + slot(8 * j8));
-      const uint32_t ex[2] = {ep[0], ep[1]};
+    for (uint32_t j0 = tid; j0 < kCtaValues / 8; j0 += kValueBatch * kCtaSubs) {
+      uint32_t v[kValueBatch][8] = {}, m[kValueBatch];
 #pragma unroll
-      for (uint32_t k = 0; k < 8; ++k) v[k] = value_of(v[k], (ex[k / 4] >> (8 * (k % 4))) & 0xFFu, T);
-      store8<T>(outv, i0, v, m);
+      for (uint32_t u = 0; u < kValueBatch; ++u) {
+        const size_t i0 = base + 8 * size_t(j0 + u * kCtaSubs);
+        m[u] = i0 >= n ? 0u : n - i0 < 8 ? uint32_t(n - i0) : 8u;
+        if (m[u] && !load_plane8<T>(plane, i0, m[u], v[u])) atomicExch(status, int(Status::Corrupt));
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < kValueBatch; ++u) {
+        const uint32_t j8 = j0 + u * kCtaSubs;
+        // The 8 exponents: two 4-byte shared loads (slot(8 j8) is a multiple of 4).
+        const uint32_t* ep = reinterpret_cast<const uint32_t*>(e + slot(8 * j8));
+        const uint32_t ex[2] = {ep[0], ep[1]};
+#pragma unroll
+        for (uint32_t k = 0; k < 8; ++k) v[u][k] = value_of(v[u][k], (ex[k / 4] >> (8 * (k % 4))) & 0xFFu, T);
+        store8<T>(outv, base + 8 * size_t(j8), v[u], m[u]);
+      }
     }
   }
 }
