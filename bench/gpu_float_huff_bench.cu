@@ -5,7 +5,9 @@
 // v2), each checked as below. The issue's target: bf16 Gaussian ratio >= 1.4 at
 // >= 0.5 TB/s both ways (docs/GPU.md).
 //
-//   gpu_float_huff_bench [--mib 256] [--reps 10] [--warm 3] [--md out.md]
+//   gpu_float_huff_bench [--mib 256] [--reps 10] [--warm 3] [--kernels v1|v2|both] [--md out.md]
+//
+// --kernels: the kernel sets timed (default both; one alone, e.g. under ncu).
 //
 // Throughput = input bytes / median time of the whole call (every kernel,
 // CUDA events, after warm-up); memcpy: bytes / time. Before timing, each
@@ -78,7 +80,7 @@ double time_ms(int warm, int reps, F&& f) {
 int main(int argc, char** argv) {
   size_t mib = 256;
   int reps = 10, warm = 3;
-  std::string md_path;
+  std::string md_path, kernels = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--mib")
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
       warm = std::max(0, std::atoi(argv[i + 1]));
     else if (a == "--md")
       md_path = argv[i + 1];
+    else if (a == "--kernels")
+      kernels = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -125,6 +129,7 @@ int main(int argc, char** argv) {
     const size_t cb = ncclz::codec::floathuff_encode(hx.data(), t, n, cpu.data(), cpu.size());
     const double cpy = time_ms(warm, reps, [&] { CK(cudaMemcpyAsync(c, x, bytes, cudaMemcpyDeviceToDevice)); });
     for (const int ver : {1, 2}) {
+      if (kernels != "both" && kernels != "v" + std::to_string(ver)) continue;
       coder.set_kernels(ver);
       CK(cudaMemset(y, 0, bytes));
       CL(coder.encode(x, t, n, p, cap, d_bytes));
