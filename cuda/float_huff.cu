@@ -18,8 +18,9 @@
 // to one address, and they hit 32 different banks). Grids hold a few CTAs per
 // SM and loop. The decode keeps v1's plan (one thread per sub-stream, the
 // exponents staged in shared memory) but its CTAs loop over chunks of 128
-// sub-streams, building the table once; the reader loads its next word a
-// refill ahead, and the plane and values move in 4- and 16-byte accesses.
+// sub-streams, building the table once; the reader loads its words three
+// refills ahead, and the plane and values move in 4- and 16-byte accesses
+// (a thread loads 4 groups of 8 values' plane bytes before it stores any).
 #include <cuda_runtime.h>
 
 #include <algorithm>

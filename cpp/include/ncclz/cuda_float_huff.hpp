@@ -31,8 +31,9 @@
 //   (a warp sum) and in the write kernel (a warp scan of the lanes' code
 //   bits, the words assembled in shared memory and stored coalesced, the
 //   plane in 4-byte stores); grids of a few CTAs per SM that loop; the
-//   decode's CTAs loop over their sub-streams with the table built once, a
-//   word read ahead of the decoder, and 4-/16-byte plane and value accesses.
+//   decode's CTAs loop over their sub-streams with the table built once,
+//   words loaded three refills ahead of the decoder, and 4-/16-byte plane and
+//   value accesses.
 #pragma once
 
 #include <cstddef>
