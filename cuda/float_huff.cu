@@ -344,6 +344,22 @@ __device__ bool decode_substream(const uint8_t* in, ElemType t, size_t n, unsign
   return have == r.used || (w[c - 1] & ((1u << (have - r.used)) - 1)) == 0;
 }
 
+// One thread: the decoder's view of the lengths ln[0..A): *bad = 1 where the
+// format does not allow them, *coded whether more than one symbol is present,
+// *single the (last) present symbol, code[] the canonical codes.
+__device__ void check_table(const uint8_t* ln, uint32_t A, uint16_t* code, int* bad, int* coded, int* single) {
+  uint32_t m = 0, sym = 0;
+  for (uint32_t s = 0; s < A; ++s)
+    if (ln[s]) {
+      ++m;
+      sym = s;
+    }
+  if (!codec::fh_lengths_valid(ln, A)) *bad = 1;
+  *coded = m > 1;
+  *single = int(sym);
+  codec::fh_canonical_codes(ln, A, code);
+}
+
 __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsigned long long words, void* outv,
                                  int* status) {
   __shared__ uint16_t lut[codec::kFhLutSize];
@@ -363,16 +379,7 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
       ln[s] = in[s / 2] & 15;
       ln[s + 1] = in[s / 2] >> 4;
     }
-    uint32_t m = 0, sym = 0;
-    for (uint32_t s = 0; s < A; ++s)
-      if (ln[s]) {
-        ++m;
-        sym = s;
-      }
-    if (!codec::fh_lengths_valid(ln, A)) bad = 1;
-    coded = m > 1;
-    single = int(sym);
-    codec::fh_canonical_codes(ln, A, code);
+    check_table(ln, A, code, &bad, &coded, &single);
     // The index padding (CTA 0 checks it).
     if (blockIdx.x == 0)
       for (uint64_t z = codec::fh_table_bytes(t) + 4 * G + S; z < index; ++z)
@@ -721,16 +728,7 @@ __global__ void __launch_bounds__(kCtaSubs)
   if (tid == 0) bad = 0;
   __syncthreads();
   if (tid == 0) {
-    uint32_t m = 0, sym = 0;
-    for (uint32_t s = 0; s < A; ++s)
-      if (ln[s]) {
-        ++m;
-        sym = s;
-      }
-    if (!codec::fh_lengths_valid(ln, A)) bad = 1;
-    coded = m > 1;
-    single = int(sym);
-    codec::fh_canonical_codes(ln, A, code);
+    check_table(ln, A, code, &bad, &coded, &single);
   }
   // The index padding (CTA 0 checks it).
   if (blockIdx.x == 0)
