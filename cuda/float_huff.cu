@@ -89,16 +89,41 @@ __global__ void fh_hist_kernel(const void* x, ElemType t, size_t n, EncState* st
     if (h[s]) atomicAdd(&st->hist[s], h[s]);
 }
 
-// One thread: the code lengths and codes (the CPU's rule), and the payload's
-// table of 4-bit lengths.
+// The code lengths and codes of histogram hist[0..A) (the CPU's rule), one
+// thread; returns whether more than one symbol is present.
+__device__ bool build_table(const uint32_t* hist, uint32_t A, uint8_t* len, uint16_t* code) {
+  codec::fh_build_lengths(hist, A, len);
+  codec::fh_canonical_codes(len, A, code);
+  uint32_t m = 0;
+  for (uint32_t s = 0; s < A; ++s) m += len[s] != 0;
+  return m > 1;
+}
+
+// One thread: the table, and the payload's table of 4-bit lengths.
 __global__ void fh_table_kernel(ElemType t, EncState* st, uint8_t* out) {
   const uint32_t A = codec::fh_alphabet(t);
-  codec::fh_build_lengths(st->hist, A, st->len);
-  codec::fh_canonical_codes(st->len, A, st->code);
-  uint32_t m = 0;
-  for (uint32_t s = 0; s < A; ++s) m += st->len[s] != 0;
-  st->coded = m > 1;
+  st->coded = build_table(st->hist, A, st->len, st->code);
   for (uint32_t s = 0; s < A; s += 2) out[s / 2] = uint8_t(st->len[s] | (st->len[s + 1] << 4));
+}
+
+// v2: the same with the histogram, lengths and codes in shared memory (the
+// rule reads each count many times), copied in and out by the CTA's threads.
+__global__ void __launch_bounds__(256) fh_table_v2_kernel(ElemType t, EncState* st, uint8_t* out) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint8_t len[256];
+  __shared__ uint16_t code[256];
+  __shared__ int coded;
+  const uint32_t A = codec::fh_alphabet(t);
+  for (uint32_t s = threadIdx.x; s < A; s += blockDim.x) hist[s] = st->hist[s];
+  __syncthreads();
+  if (threadIdx.x == 0) coded = build_table(hist, A, len, code);
+  __syncthreads();
+  for (uint32_t s = threadIdx.x; s < A; s += blockDim.x) {
+    st->len[s] = len[s];
+    st->code[s] = code[s];
+  }
+  for (uint32_t s = threadIdx.x; s < A / 2; s += blockDim.x) out[s] = uint8_t(len[2 * s] | (len[2 * s + 1] << 4));
+  if (threadIdx.x == 0) st->coded = coded;
 }
 
 // Each thread: its sub-stream's word count, into the payload's u8 counts and
@@ -925,7 +950,7 @@ int FloatHuffCoder::encode(const void* d_x, ElemType t, size_t n, uint8_t* d_out
       constexpr ElemType kT = decltype(type)::value;
       const unsigned hist = resident_grid(fh_hist_v2_kernel<kT>, T, sms(), (n + 8 * size_t(T) - 1) / (8 * size_t(T)));
       fh_hist_v2_kernel<kT><<<hist, T, 0, s>>>(d_x, n, st);
-      fh_table_kernel<<<1, 1, 0, s>>>(t, st, d_out);
+      fh_table_v2_kernel<<<1, 256, 0, s>>>(t, st, d_out);
       const unsigned count = resident_grid(fh_count_v2_kernel<kT>, T, sms(), (S + W - 1) / W);
       fh_count_v2_kernel<kT><<<count, T, 0, s>>>(d_x, n, st, counts, words);
     });

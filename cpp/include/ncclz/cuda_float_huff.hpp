@@ -27,7 +27,8 @@
 //   words itself; the decode reads each thread's words from global memory.
 // - v2: 16-byte loads of the values (8 per thread; scalar where unaligned or
 //   at the end); the histogram in lane-private shared bins (no two lanes of
-//   a warp add to one counter); one warp per sub-stream in the count kernel
+//   a warp add to one counter); the table built from a shared-memory copy of
+//   the histogram; one warp per sub-stream in the count kernel
 //   (a warp sum) and in the write kernel (a warp scan of the lanes' code
 //   bits, the words assembled in shared memory and stored coalesced, the
 //   plane in 4-byte stores); grids of a few CTAs per SM that loop; the
