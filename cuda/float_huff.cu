@@ -606,11 +606,10 @@ __device__ __forceinline__ uint32_t warp_inclusive_sum(uint32_t v, uint32_t lane
   return v;
 }
 
-// Sub-streams of warp-per-sub-stream kernels: warp w of the grid takes w, w + warps, ...
-#define FH_FOR_WARP_SUBSTREAMS(k, S)                                        \
-  for (uint64_t k = (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, \
-                step_ = uint64_t(gridDim.x) * blockDim.x / 32;              \
-       k < (S); k += step_)
+// The grid's warps take a sub-stream each in turn: warp w of the grid takes
+// w, w + warps, w + 2 warps, ... (the same k in every lane of a warp).
+__device__ __forceinline__ uint64_t first_substream() { return (uint64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
+__device__ __forceinline__ uint64_t grid_warps() { return uint64_t(gridDim.x) * blockDim.x / 32; }
 
 // The histogram: lane l of every warp adds to h[32 s + l], so a warp's 32
 // atomics go to 32 addresses in 32 banks (no serialisation on a few popular
@@ -648,7 +647,8 @@ __global__ void __launch_bounds__(detail::kThreads)
   __syncthreads();
   const bool coded = st->coded;
   const uint32_t lane = threadIdx.x % 32;
-  FH_FOR_WARP_SUBSTREAMS(k, codec::fh_substreams(n)) {
+  const uint64_t S = codec::fh_substreams(n);
+  for (uint64_t k = first_substream(); k < S; k += grid_warps()) {
     uint32_t bits = 0;
     if (coded) {
       uint32_t b[8];
@@ -696,7 +696,8 @@ __global__ void __launch_bounds__(detail::kThreads)
   const uint64_t index = codec::fh_index_bytes(T, n);
   uint8_t* plane = out + index + 4 * st->words;
   uint32_t* words = reinterpret_cast<uint32_t*>(out + index);
-  FH_FOR_WARP_SUBSTREAMS(k, codec::fh_substreams(n)) {
+  const uint64_t S = codec::fh_substreams(n);
+  for (uint64_t k = first_substream(); k < S; k += grid_warps()) {
     const size_t i0 = k * codec::kFhSubValues + 8 * lane;
     uint32_t b[8];
     const uint32_t m = load8<T>(x, n, i0, b);
