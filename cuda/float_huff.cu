@@ -18,7 +18,8 @@
 // to one address, and they hit 32 different banks). Grids hold a few CTAs per
 // SM and loop. The decode keeps v1's plan (one thread per sub-stream, the
 // exponents staged in shared memory) but its CTAs loop over chunks of 128
-// sub-streams, building the table once; the reader loads its words three
+// sub-streams, building the table once (two levels, 3 KiB: six CTAs fit an
+// H100/H200 SM, five with v1's 8 KiB table); the reader loads its words three
 // refills ahead, and the plane and values move in 4- and 16-byte accesses
 // (a thread loads 4 groups of 8 values' plane bytes before it stores any).
 #include <cuda_runtime.h>
@@ -278,6 +279,28 @@ __device__ __forceinline__ uint32_t value_of(uint32_t sm, uint32_t ex, ElemType 
                                : f16_value(sm, ex);
 }
 
+// The decoder's tables: an entry s << 4 | length for the code at the top of
+// the 64-bit window `buf`. FullLut (v1): one entry per 12-bit window.
+// SplitLut (v2, 3 KiB of shared memory instead of 8): one per 10-bit window
+// for the codes of up to 10 bits (entry 0 where the code is longer), and the
+// 12-bit windows from `base` on (the codes of 11 and 12 bits, the last in
+// canonical order: at most 256 symbols of 2 windows or 1, so 512 entries).
+struct FullLut {
+  const uint16_t* t;
+  __device__ __forceinline__ uint32_t operator()(uint64_t buf) const { return t[buf >> (64 - codec::kFhMaxLen)]; }
+};
+constexpr int kLut1Bits = 10;
+constexpr uint32_t kLut2Size = 512;
+struct SplitLut {
+  const uint16_t* t1;
+  const uint16_t* t2;
+  uint32_t base;
+  __device__ __forceinline__ uint32_t operator()(uint64_t buf) const {
+    const uint32_t e = t1[buf >> (64 - kLut1Bits)];
+    return (e & 15) != 0 ? e : t2[uint32_t(buf >> (64 - codec::kFhMaxLen)) - base];
+  }
+};
+
 // A sub-stream reader as the CPU's: a 64-bit window, zeros past the last
 // word. kAhead words (v2: 3) are loaded ahead of the window: a word is loaded
 // kAhead refills before the window takes it, so that its latency overlaps the
@@ -302,7 +325,8 @@ struct DevReader {
     }
     return w;
   }
-  __device__ __forceinline__ uint32_t next(const uint16_t* lut) {
+  template <class Lut>
+  __device__ __forceinline__ uint32_t next(const Lut& lut) {
     if (nb <= 32) {
       uint32_t w;
       if constexpr (kAhead > 0) {
@@ -316,7 +340,7 @@ struct DevReader {
       buf |= uint64_t(w) << (32 - nb);
       nb += 32;
     }
-    const uint32_t e = lut[buf >> (64 - codec::kFhMaxLen)];
+    const uint32_t e = lut(buf);
     const uint32_t l = e & 15;
     buf <<= l;
     nb -= int(l);
@@ -332,9 +356,9 @@ struct DevReader {
 // The index: each group's offset is its predecessor's plus that group's
 // counts (the last group ends at the payload's words), group 0 starts at 0;
 // the first thread of each group checks its group.
-template <int kAhead>
+template <int kAhead, class Lut>
 __device__ bool decode_substream(const uint8_t* in, ElemType t, size_t n, unsigned long long words, uint64_t k0,
-                                 const uint32_t* cnt, bool coded, uint32_t single, const uint16_t* lut, uint8_t* ek) {
+                                 const uint32_t* cnt, bool coded, uint32_t single, const Lut& lut, uint8_t* ek) {
   const uint64_t S = codec::fh_substreams(n), G = codec::fh_groups(n);
   const uint8_t* bases = in + codec::fh_table_bytes(t);
   const uint32_t tid = threadIdx.x, c = cnt[tid];
@@ -426,7 +450,7 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
     }
   }
   __syncthreads();
-  if (!decode_substream<0>(in, t, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
+  if (!decode_substream<0>(in, t, n, words, k0, cnt, coded, uint32_t(single), FullLut{lut}, e + tid * kStride))
     atomicExch(&bad, 1);
   __syncthreads();
   if (bad) {
@@ -464,6 +488,7 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
 
 // ---- v2 ----------------------------------------------------------------------
 
+constexpr int kDecodeCtasPerSm = 6;  // v2 decode: 128 threads of at most 80 registers, < 38 KiB of shared memory
 constexpr int kReadAhead = 3;        // words the v2 decoder's reader loads ahead (DevReader)
 constexpr uint32_t kValueBatch = 4;  // groups of 8 values whose plane bytes a v2 decode thread loads before storing
 static_assert(kCtaValues / 8 % (kValueBatch * kCtaSubs) == 0, "the value loop has no tail");
@@ -729,13 +754,15 @@ __global__ void __launch_bounds__(detail::kThreads)
 
 // v1's decode in CTAs that loop over chunks of kCtaSubs sub-streams: the
 // table is read by A / 2 threads, checked by one and spread over all threads
-// into the lookup table once per CTA; DevReader<true> reads ahead; the values
-// move 8 at a time (load_plane8, store8).
+// into the lookup tables (SplitLut: 3 KiB, so that kDecodeCtasPerSm CTAs fit
+// an SM) once per CTA; DevReader<kReadAhead> reads ahead; the values move 8
+// at a time (load_plane8, store8).
 template <ElemType T>
-__global__ void __launch_bounds__(kCtaSubs)
+__global__ void __launch_bounds__(kCtaSubs, kDecodeCtasPerSm)
     fh_decode_v2_kernel(const uint8_t* in, size_t n, unsigned long long words, void* outv, int* status) {
   constexpr uint32_t A = codec::fh_alphabet(T);
-  __shared__ uint16_t lut[codec::kFhLutSize];
+  __shared__ uint16_t lut1[1u << kLut1Bits], lut2[kLut2Size];  // SplitLut's tables
+  __shared__ uint32_t base;
   __shared__ uint32_t e32[kCtaSubs * kStride / 4];  // the exponents (slot()), 4-byte aligned
   __shared__ uint8_t ln[256];
   __shared__ uint16_t code[256];
@@ -765,12 +792,27 @@ __global__ void __launch_bounds__(kCtaSubs)
     if (tid == 0) atomicExch(status, int(Status::Corrupt));
     return;
   }
+  // SplitLut: the codes of up to kLut1Bits bits spread over lut1, the longer
+  // ones (windows from `base` on, a multiple of 4: the shorter codes before
+  // them fill whole 10-bit windows) in lut2, their 10-bit windows marked 0.
   if (coded) {
+    if (tid == 0) {
+      uint32_t b = codec::kFhLutSize;  // 4096 less the long codes' windows
+      for (uint32_t s = 0; s < A; ++s)
+        if (ln[s] > kLut1Bits) b -= 1u << (codec::kFhMaxLen - ln[s]);
+      base = b;
+    }
+    __syncthreads();
+    for (uint32_t i = (base >> 2) + tid; i < (1u << kLut1Bits); i += blockDim.x) lut1[i] = 0;
     for (uint32_t s = 0; s < A; ++s) {
       const uint32_t l = ln[s];
       if (l == 0) continue;
       const uint32_t first = uint32_t(code[s]) << (codec::kFhMaxLen - l), span = 1u << (codec::kFhMaxLen - l);
-      for (uint32_t i = tid; i < span; i += blockDim.x) lut[first + i] = uint16_t(s << 4 | l);
+      if (l <= kLut1Bits) {
+        for (uint32_t i = tid; i < span / 4; i += blockDim.x) lut1[first / 4 + i] = uint16_t(s << 4 | l);
+      } else {
+        for (uint32_t i = tid; i < span; i += blockDim.x) lut2[first - base + i] = uint16_t(s << 4 | l);
+      }
     }
   }
   const uint8_t* plane = in + index + 4 * words;
@@ -779,7 +821,8 @@ __global__ void __launch_bounds__(kCtaSubs)
     __syncthreads();  // the table is built; the previous chunk's exponents are used
     cnt[tid] = c;
     __syncthreads();
-    if (!decode_substream<kReadAhead>(in, T, n, words, k0, cnt, coded, uint32_t(single), lut, e + tid * kStride))
+    if (!decode_substream<kReadAhead>(in, T, n, words, k0, cnt, coded, uint32_t(single), SplitLut{lut1, lut2, base},
+                                      e + tid * kStride))
       atomicExch(&bad, 1);
     __syncthreads();
     if (bad) {

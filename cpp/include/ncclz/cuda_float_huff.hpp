@@ -32,7 +32,8 @@
 //   (a warp sum) and in the write kernel (a warp scan of the lanes' code
 //   bits, the words assembled in shared memory and stored coalesced, the
 //   plane in 4-byte stores); grids of a few CTAs per SM that loop; the
-//   decode's CTAs loop over their sub-streams with the table built once,
+//   decode's CTAs loop over their sub-streams with the table built once (a
+//   two-level table: 1024 entries for codes of up to 10 bits, 512 for longer),
 //   words loaded three refills ahead of the decoder, and 4-/16-byte plane and
 //   value accesses.
 #pragma once
