@@ -646,13 +646,18 @@ __global__ void __launch_bounds__(detail::kThreads) fh_hist_v2_kernel(const void
   const uint32_t lane = threadIdx.x % 32;
   for (uint32_t i = threadIdx.x; i < A * 32; i += blockDim.x) h[i] = 0;
   __syncthreads();
-  const size_t n8 = (n + 7) / 8;
-  for (size_t j = size_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n8; j += size_t(gridDim.x) * blockDim.x) {
-    uint32_t b[8];
-    const uint32_t m = load8<T>(x, n, 8 * j, b);
+  // Two groups of 8 values a thread at a time, both loaded before either is
+  // counted (more bytes in flight); a group at n or past it has m = 0.
+  const size_t n8 = (n + 7) / 8, step = size_t(gridDim.x) * blockDim.x;
+  for (size_t j = size_t(blockIdx.x) * blockDim.x + threadIdx.x; j < n8; j += 2 * step) {
+    uint32_t b[2][8], m[2];
+    m[0] = load8<T>(x, n, 8 * j, b[0]);
+    m[1] = load8<T>(x, n, 8 * (j + step), b[1]);
 #pragma unroll
-    for (uint32_t k = 0; k < 8; ++k)
-      if (k < m) atomicAdd(&h[32 * exponent_of(b[k], T) + lane], 1u);
+    for (uint32_t u = 0; u < 2; ++u)
+#pragma unroll
+      for (uint32_t k = 0; k < 8; ++k)
+        if (k < m[u]) atomicAdd(&h[32 * exponent_of(b[u][k], T) + lane], 1u);
   }
   __syncthreads();
   // Thread s sums symbol s's 32 counters, starting at lane s % 32 (banks differ across the warp).
@@ -992,7 +997,7 @@ int FloatHuffCoder::encode(const void* d_x, ElemType t, size_t n, uint8_t* d_out
   } else {
     with_fh_type(t, [&](auto type) {
       constexpr ElemType kT = decltype(type)::value;
-      const unsigned hist = resident_grid(fh_hist_v2_kernel<kT>, T, sms(), (n + 8 * size_t(T) - 1) / (8 * size_t(T)));
+      const unsigned hist = resident_grid(fh_hist_v2_kernel<kT>, T, sms(), (n + 16 * size_t(T) - 1) / (16 * size_t(T)));
       fh_hist_v2_kernel<kT><<<hist, T, 0, s>>>(d_x, n, st);
       fh_table_v2_kernel<<<1, 256, 0, s>>>(t, st, d_out);
       const unsigned count = resident_grid(fh_count_v2_kernel<kT>, T, sms(), (S + W - 1) / W);
