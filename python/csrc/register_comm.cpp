@@ -741,7 +741,8 @@ void register_comm(nb::module_& m) {
       .def_prop_ro("algorithm", [](const CallStats& x) { return std::string(ncclz::algorithm_name(x.algorithm)); })
       .def_ro("local_bytes", &CallStats::local_bytes)
       .def_ro("channels", &CallStats::channels)
-      .def_ro("slice_bytes", &CallStats::slice_bytes);
+      .def_ro("slice_bytes", &CallStats::slice_bytes)
+      .def_ro("schedule_s", &CallStats::schedule_s);
 
   nb::class_<CommHandle>(c, "Communicator", "Raw communicator; ncclz.Communicator wraps it")
       .def_static(

@@ -101,6 +101,10 @@ class CallStats:
         (``comm.config.exact_nchannels``).
     slice_bytes: the data bytes each slice (one per slot) was sized for; 0 for the latency
         algorithm. Exact calls use ``comm.config.exact_slice_bytes``.
+    schedule_s: wall time of the call's channel loops (from their start to the last slot leaving
+        this process); ``wall_s - schedule_s`` is what the call spent around them (checks, the
+        descriptor exchange, statistics, quantizing, the outlier round, dequantizing, device
+        syncs). 0 where no channel loop ran (the latency algorithm, send/recv).
     """
 
     op: str
@@ -123,6 +127,7 @@ class CallStats:
     on_device: bool = False
     channels: int = 0
     slice_bytes: int = 0
+    schedule_s: float = 0.0
 
     @property
     def codec_s(self) -> float:
@@ -683,6 +688,7 @@ class Communicator:
             on_device=bool(getattr(st, "on_device", False)),
             channels=int(getattr(st, "channels", 0)),
             slice_bytes=int(getattr(st, "slice_bytes", 0)),
+            schedule_s=float(getattr(st, "schedule_s", 0.0)),
         )
 
     def _check_rank(self, r: Any, what: str) -> int:

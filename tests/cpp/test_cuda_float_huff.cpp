@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -69,39 +70,50 @@ std::vector<size_t> sizes() {
   return s;
 }
 
-}  // namespace
-
-TEST(CudaFloatHuff, EncodeMatchesCpuBytes) {
-  SKIP_WITHOUT_GPU();
-  ncclz::cuda::FloatHuffCoder coder;
+/// fn(version, type, n, kind, at) for every FloatHuff kernel set, type, size
+/// and value kind, with `at` (an offset in elements of the device buffer the
+/// kernels read or write: 1 is not 16-byte aligned, v2's scalar path) 0, and
+/// also 1 for two sizes; the coder runs the version's kernels.
+void for_each_case(ncclz::cuda::FloatHuffCoder& coder,
+                   const std::function<void(int, ElemType, size_t, int, size_t)>& fn) {
   for (int ver : kVersions) {
     coder.set_kernels(ver);
     for (ElemType t : kTypes) {
       for (size_t n : sizes()) {
         for (int kind : {0, 1, 2}) {
-          // at: the input's offset in elements (1: not 16-byte aligned, v2's scalar loads).
           for (size_t at : {size_t(0), size_t(1)}) {
             if (at && n != 8193 && n != 9) continue;
             SCOPED_TRACE("v" + std::to_string(ver) + " type " + std::to_string(int(t)) + " n " + std::to_string(n) +
                          " kind " + std::to_string(kind) + " at " + std::to_string(at));
-            const auto v = values(t, n, kind, uint32_t(n * 3 + kind));
-            const auto want = cpu_encode(v, t);
-            const size_t es = elem_size(t);
-            DevBuf x(v.size() + at * es), out(want.size() + 64), bytes(8);
-            uint8_t* xp = static_cast<uint8_t*>(x.get()) + at * es;
-            ASSERT_EQ(cudaMemcpy(xp, v.data(), v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-            LAUNCH_OK(coder.encode(xp, t, n, out.get(), want.size() + 64, bytes.get<unsigned long long>()));
-            const auto b = bytes.download<unsigned long long>(1)[0];
-            ASSERT_EQ(b, want.size());
-            EXPECT_EQ(ncclz_test::from_device(out.get(), b), want);
-            // One byte less than needed: no fit.
-            LAUNCH_OK(coder.encode(xp, t, n, out.get(), want.size() - 1, bytes.get<unsigned long long>()));
-            EXPECT_EQ(bytes.download<unsigned long long>(1)[0], ~0ull);
+            fn(ver, t, n, kind, at);
           }
         }
       }
     }
   }
+}
+
+}  // namespace
+
+TEST(CudaFloatHuff, EncodeMatchesCpuBytes) {
+  SKIP_WITHOUT_GPU();
+  ncclz::cuda::FloatHuffCoder coder;
+  // at: the input's offset
+  for_each_case(coder, [&](int, ElemType t, size_t n, int kind, size_t at) {
+    const auto v = values(t, n, kind, uint32_t(n * 3 + kind));
+    const auto want = cpu_encode(v, t);
+    const size_t es = elem_size(t);
+    DevBuf x(v.size() + at * es), out(want.size() + 64), bytes(8);
+    uint8_t* xp = static_cast<uint8_t*>(x.get()) + at * es;
+    ASSERT_EQ(cudaMemcpy(xp, v.data(), v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    LAUNCH_OK(coder.encode(xp, t, n, out.get(), want.size() + 64, bytes.get<unsigned long long>()));
+    const auto b = bytes.download<unsigned long long>(1)[0];
+    ASSERT_EQ(b, want.size());
+    EXPECT_EQ(ncclz_test::from_device(out.get(), b), want);
+    // One byte less than needed: no fit.
+    LAUNCH_OK(coder.encode(xp, t, n, out.get(), want.size() - 1, bytes.get<unsigned long long>()));
+    EXPECT_EQ(bytes.download<unsigned long long>(1)[0], ~0ull);
+  });
   // Empty: size 0; other types: rejected on the host.
   DevBuf out(64), bytes(8);
   LAUNCH_OK(coder.encode(out.get(), ElemType::F32, 0, out.get(), 64, bytes.get<unsigned long long>()));
@@ -113,30 +125,18 @@ TEST(CudaFloatHuff, EncodeMatchesCpuBytes) {
 TEST(CudaFloatHuff, DecodesCpuPayloads) {
   SKIP_WITHOUT_GPU();
   ncclz::cuda::FloatHuffCoder coder;
-  for (int ver : kVersions) {
-    coder.set_kernels(ver);
-    for (ElemType t : kTypes) {
-      for (size_t n : sizes()) {
-        for (int kind : {0, 1, 2}) {
-          // at: the output's offset in elements (1: not 16-byte aligned, v2's scalar stores).
-          for (size_t at : {size_t(0), size_t(1)}) {
-            if (at && n != 8193 && n != 9) continue;
-            SCOPED_TRACE("v" + std::to_string(ver) + " type " + std::to_string(int(t)) + " n " + std::to_string(n) +
-                         " kind " + std::to_string(kind) + " at " + std::to_string(at));
-            const auto v = values(t, n, kind, uint32_t(n * 5 + kind));
-            const auto p = cpu_encode(v, t);
-            const size_t es = elem_size(t);
-            DevBuf in(p.size()), out(v.size() + at * es), st(4);
-            in.upload(p.data(), p.size());
-            uint8_t* op = static_cast<uint8_t*>(out.get()) + at * es;
-            LAUNCH_OK(coder.decode(in.get(), p.size(), t, n, op, st.get<int>()));
-            ASSERT_EQ(st.download<int>(1)[0], int(Status::Ok));
-            EXPECT_EQ(ncclz_test::from_device(op, v.size()), v);
-          }
-        }
-      }
-    }
-  }
+  // at: the output's offset
+  for_each_case(coder, [&](int, ElemType t, size_t n, int kind, size_t at) {
+    const auto v = values(t, n, kind, uint32_t(n * 5 + kind));
+    const auto p = cpu_encode(v, t);
+    const size_t es = elem_size(t);
+    DevBuf in(p.size()), out(v.size() + at * es), st(4);
+    in.upload(p.data(), p.size());
+    uint8_t* op = static_cast<uint8_t*>(out.get()) + at * es;
+    LAUNCH_OK(coder.decode(in.get(), p.size(), t, n, op, st.get<int>()));
+    ASSERT_EQ(st.download<int>(1)[0], int(Status::Ok));
+    EXPECT_EQ(ncclz_test::from_device(op, v.size()), v);
+  });
 }
 
 TEST(CudaFloatHuff, DamagedPayloadsAsCpu) {

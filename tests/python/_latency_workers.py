@@ -82,8 +82,14 @@ def scenario_latency(ncclz, comm, args):
                 algos[f"all_gather/{name}"] = comm.last_stats.algorithm
                 ck.require(bits(np.asarray(g).reshape(-1)) == bits(np.concatenate(inputs)),
                            f"all_gather/{name}: not the inputs")
+                g_latency_stats = comm.last_stats
                 g_ring = comm.all_gather(inputs[r], comp, policy="off", algorithm="ring")
                 ck.require(comm.last_stats.algorithm == "ring", "algorithm='ring' did not run the ring")
+                # the ring's channel loops take part of the call's wall time; the latency algorithm has none
+                st = comm.last_stats
+                ck.require(0 < st.schedule_s <= st.wall_s, f"ring schedule_s {st.schedule_s} of wall_s {st.wall_s}")
+                if g_latency_stats.algorithm == "latency":
+                    ck.require(g_latency_stats.schedule_s == 0, "the latency algorithm reported channel loops")
                 ck.require(bits(g) == bits(g_ring), f"all_gather/{name}: not the ring's bits")
                 b = comm.broadcast(inputs[r].copy(), 2 % W, comp, policy="off")
                 algos[f"broadcast/{name}"] = comm.last_stats.algorithm

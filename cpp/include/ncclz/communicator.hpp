@@ -119,6 +119,12 @@ struct CallStats {
   /// The data bytes each slice of the call was sized for (its slots held a
   /// slice each); 0 for the latency algorithm (one message per peer).
   uint64_t slice_bytes = 0;
+  /// Wall time of the call's schedules (the channels' loops, from their start
+  /// to the last slot leaving this process); wall_s less this is what the call
+  /// spent before and after them: checks, the descriptor exchange, statistics,
+  /// quantizing, the outlier round, dequantizing, device syncs. 0 where no
+  /// channel loop ran (the latency algorithm, send / recv).
+  double schedule_s = 0;
 };
 
 /// Communicator settings. Every NCCLZ_* variable the runtime reads is parsed in

@@ -33,6 +33,7 @@ struct CallState {
   bool lightened = false;                           ///< rank 0's lighter proposal was taken
   double rans_margin = -1;  ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
   size_t slice_bytes = 0;   ///< the data bytes the call's slices were sized for (CallStats::slice_bytes)
+  double schedule_s = 0;    ///< wall time of the channels' loops (CallStats::schedule_s)
   CallStats* out = nullptr;
 
   /// A deadline for one wait starting now.
@@ -63,6 +64,7 @@ struct CallState {
     r.local_bytes = local.wire_bytes;
     r.channels = int(ch.size());
     r.slice_bytes = slice_bytes;
+    r.schedule_s = schedule_s;
     *out = r;
   }
 };

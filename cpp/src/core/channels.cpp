@@ -165,6 +165,12 @@ prims::Prims RingChannels::control(prims::ChannelStats* st, Clock::duration time
 
 void RingChannels::run(int nch, CallState& call, const std::function<void(int)>& fn) {
   call.ch.assign(size_t(nch), prims::ChannelStats{});
+  const auto t0 = Clock::now();
+  struct Timed {  // however the channels end
+    CallState& call;
+    Clock::time_point t0;
+    ~Timed() { call.schedule_s += seconds(t0, Clock::now()); }
+  } timed{call, t0};
   std::vector<std::exception_ptr> errs(static_cast<size_t>(nch));
   auto guarded = [&](int c) {
     try {

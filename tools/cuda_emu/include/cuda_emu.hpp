@@ -682,12 +682,15 @@ inline void syncthreads() {
   while (r.bar_gen == gen) yield();
 }
 
-// OR of `v` over the live lanes of the caller's warp.
-inline uint64_t warp_or_collective(uint64_t v) {
+// `v` of every live lane of the caller's warp combined by f (OR, sum): each
+// lane adds its value, the last to arrive publishes the result, the others
+// wait for the warp's generation to move.
+template <class F>
+inline uint64_t warp_collective(uint64_t v, F f) {
   BlockRun& r = run();
   WarpState& w = r.warps[size_t(r.cur / 32)];
   const unsigned gen = w.gen;
-  w.acc |= v;
+  w.acc = f(w.acc, v);
   if (++w.arrived == r.warp_live[size_t(r.cur / 32)]) {
     w.result = w.acc;
     w.acc = 0;
@@ -698,22 +701,11 @@ inline uint64_t warp_or_collective(uint64_t v) {
   while (w.gen == gen) yield();
   return w.result;
 }
-
-// Sum of `v` over the live lanes of the caller's warp (as warp_or_collective).
+inline uint64_t warp_or_collective(uint64_t v) {
+  return warp_collective(v, [](uint64_t a, uint64_t b) { return a | b; });
+}
 inline uint64_t warp_add_collective(uint64_t v) {
-  BlockRun& r = run();
-  WarpState& w = r.warps[size_t(r.cur / 32)];
-  const unsigned gen = w.gen;
-  w.acc += v;
-  if (++w.arrived == r.warp_live[size_t(r.cur / 32)]) {
-    w.result = w.acc;
-    w.acc = 0;
-    w.arrived = 0;
-    ++w.gen;
-    return w.result;
-  }
-  while (w.gen == gen) yield();
-  return w.result;
+  return warp_collective(v, [](uint64_t a, uint64_t b) { return a + b; });
 }
 
 // Lane `src`'s value `v` for the caller (a shuffle): every live lane of the
