@@ -17,12 +17,13 @@
 // warp its own counter per symbol (h[32 s + lane]: no two lanes of a warp add
 // to one address, and they hit 32 different banks). The table is built by one
 // CTA of 256 threads in shared memory (build_table_cta: the CPU's rule, step
-// by step the same lengths and codes). Grids hold a few CTAs per SM and loop. The decode keeps v1's plan (one thread per sub-stream, the
-// exponents staged in shared memory) but its CTAs loop over chunks of 128
-// sub-streams, building the table once (two levels, 3 KiB: six CTAs fit an
-// H100/H200 SM, five with v1's 8 KiB table); the reader loads its words three
-// refills ahead, and the plane and values move in 4- and 16-byte accesses
-// (a thread loads 4 groups of 8 values' plane bytes before it stores any).
+// by step the same lengths and codes). Grids hold a few CTAs per SM and loop.
+// The decode keeps v1's plan (one thread per sub-stream, the exponents staged
+// in shared memory) but its CTAs loop over chunks of 128 sub-streams, building
+// the table once (two levels, 3 KiB: six CTAs fit an H100/H200 SM, five with
+// v1's 8 KiB table); the reader loads its words three refills ahead, and the
+// plane and values move in 4- and 16-byte accesses (a thread loads 4 groups of
+// 8 values' plane bytes before it stores any).
 #include <cuda_runtime.h>
 
 #include <algorithm>
