@@ -15,13 +15,15 @@
 // kernel scans the lanes' bits, ORs each lane's codes into the warp's words in
 // shared memory and stores them coalesced. The histogram gives each lane of a
 // warp its own counter per symbol (h[32 s + lane]: no two lanes of a warp add
-// to one address, and they hit 32 different banks). Grids hold a few CTAs per
-// SM and loop. The decode keeps v1's plan (one thread per sub-stream, the
-// exponents staged in shared memory) but its CTAs loop over chunks of 128
-// sub-streams, building the table once (two levels, 3 KiB: six CTAs fit an
-// H100/H200 SM, five with v1's 8 KiB table); the reader loads its words three
-// refills ahead, and the plane and values move in 4- and 16-byte accesses
-// (a thread loads 4 groups of 8 values' plane bytes before it stores any).
+// to one address, and they hit 32 different banks). The table is built by one
+// CTA of 256 threads in shared memory (build_table_cta: the CPU's rule, step
+// by step the same lengths and codes). Grids hold a few CTAs per SM and loop.
+// The decode keeps v1's plan (one thread per sub-stream, the exponents staged
+// in shared memory) but its CTAs loop over chunks of 128 sub-streams, building
+// the table once (two levels, 3 KiB: six CTAs fit an H100/H200 SM, five with
+// v1's 8 KiB table); the reader loads its words three refills ahead, and the
+// plane and values move in 4- and 16-byte accesses (a thread loads 4 groups of
+// 8 values' plane bytes before it stores any).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -107,23 +109,176 @@ __global__ void fh_table_kernel(ElemType t, EncState* st, uint8_t* out) {
   for (uint32_t s = 0; s < A; s += 2) out[s / 2] = uint8_t(st->len[s] | (st->len[s + 1] << 4));
 }
 
-// v2: the same with the histogram, lengths and codes in shared memory (the
-// rule reads each count many times), copied in and out by the CTA's threads.
-__global__ void __launch_bounds__(256) fh_table_v2_kernel(ElemType t, EncState* st, uint8_t* out) {
+// v2: the same rule with the CTA's 256 threads (one per symbol) and every
+// working array in shared memory (one thread running fh_build_lengths keeps
+// its arrays in local memory: tens of microseconds). Each step gives what
+// fh_build_lengths and fh_canonical_codes give:
+//  - the sort by (count, symbol) by ranking: a used symbol's position is the
+//    number of used symbols with a smaller key count << 8 | symbol;
+//  - the two-queue merge (at most 255 steps) by one thread, the heads of both
+//    queues in registers (~0: an empty queue; weights stay below 2^40);
+//  - the internal nodes' depths by pointer jumping (each node adds its
+//    ancestor's distance and jumps to the ancestor's ancestor until every node
+//    points at the root), then the leaves' depth counts by atomics;
+//  - the length limit by one thread (the same loop on the same counts);
+//  - the lengths: sorted position i takes the length d whose range of
+//    positions (longest first, cnt[d] each) holds i, as the CPU's hand-out;
+//  - the canonical codes: next[len] plus the number of smaller symbols of the
+//    same length (warp ballots per length, then the warps before).
+constexpr uint32_t kTableThreads = 256;  // fh_table_v2_kernel's CTA: one thread per symbol
+constexpr unsigned long long kNoWeight = ~0ull;
+
+struct TableShared {
+  unsigned long long key[256];                              // count << 8 | symbol; kNoWeight: absent
+  unsigned long long iw[256];                               // internal nodes' weights
+  uint32_t w[256];                                          // leaf weights in sorted order
+  uint32_t cnt[257];                                        // leaves per depth
+  uint32_t wcnt[kTableThreads / 32][codec::kFhMaxLen + 1];  // symbols per warp and length
+  uint32_t next[codec::kFhMaxLen + 1];                      // first canonical code per length
+  uint32_t maxd;
+  uint8_t sym[256];          // symbol at sorted position
+  uint8_t leaf_parent[256];  // by sorted position
+  uint8_t int_parent[256];
+  uint8_t up[256];    // pointer jumping: an ancestor of each internal node
+  uint8_t dist[256];  // its distance
+};
+
+// hist, len, code: shared; blockDim.x == kTableThreads; all threads call it.
+// Returns whether more than one symbol is present (the same in every thread).
+__device__ bool build_table_cta(const uint32_t* hist, uint32_t A, uint8_t* len, uint16_t* code, TableShared& sh) {
+  const uint32_t t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const uint32_t c = t < A ? hist[t] : 0;
+  const unsigned long long mine = c ? (static_cast<unsigned long long>(c) << 8) | t : kNoWeight;
+  sh.key[t] = mine;
+  sh.cnt[t] = 0;
+  if (t == 0) {
+    sh.cnt[256] = 0;
+    sh.maxd = 0;
+  }
+  len[t] = 0;
+  const uint32_t m = uint32_t(__syncthreads_count(c != 0));
+  if (c) {
+    uint32_t pos = 0;
+    for (uint32_t u = 0; u < A; ++u) pos += sh.key[u] < mine;
+    sh.sym[pos] = uint8_t(t);
+    sh.w[pos] = c;
+  }
+  __syncthreads();
+  if (m >= 2) {
+    const uint32_t nint = m - 1, root = m - 2;
+    if (t == 0) {
+      uint32_t li = 0, ii = 0;
+      unsigned long long lw = sh.w[0], nw = kNoWeight;  // the queues' heads
+      for (uint32_t k = 0; k < nint; ++k) {
+        unsigned long long sum = 0;
+        for (int pick = 0; pick < 2; ++pick) {
+          if (lw <= nw) {  // a leaf before an equal internal node; an empty queue never wins
+            sum += lw;
+            sh.leaf_parent[li++] = uint8_t(k);
+            lw = li < m ? sh.w[li] : kNoWeight;
+          } else {
+            sum += nw;
+            sh.int_parent[ii++] = uint8_t(k);
+            nw = ii < k ? sh.iw[ii] : kNoWeight;
+          }
+        }
+        sh.iw[k] = sum;
+        if (ii == k) nw = sum;
+      }
+    }
+    __syncthreads();
+    uint32_t up = t, dist = 0;
+    if (t < nint && t != root) {
+      up = sh.int_parent[t];
+      dist = 1;
+    }
+    sh.up[t] = uint8_t(up);
+    sh.dist[t] = uint8_t(dist);
+    // Until every node points at the root (depths < 255: at most 8 rounds).
+    while (__syncthreads_count(up != root && t < nint)) {
+      const uint32_t aup = sh.up[up], adist = sh.dist[up];
+      __syncthreads();
+      if (t < nint) {
+        up = aup;
+        dist += adist;
+        sh.up[t] = uint8_t(up);
+        sh.dist[t] = uint8_t(dist);
+      }
+    }
+    if (t < m) {
+      const uint32_t d = sh.dist[sh.leaf_parent[t]] + 1u;
+      atomicAdd(&sh.cnt[d], 1u);
+      atomicMax(&sh.maxd, d);
+    }
+    __syncthreads();
+    const uint32_t maxd = sh.maxd;
+    if (t == 0) {
+      uint32_t* cnt = sh.cnt;
+      for (uint32_t i = maxd; i > uint32_t(codec::kFhMaxLen); --i) {
+        while (cnt[i] > 0) {
+          uint32_t j = i - 2;
+          while (cnt[j] == 0) --j;
+          cnt[i] -= 2;
+          cnt[i - 1] += 1;
+          cnt[j + 1] += 2;
+          cnt[j] -= 1;
+        }
+      }
+    }
+    __syncthreads();
+    if (t < m) {
+      uint32_t d = maxd < uint32_t(codec::kFhMaxLen) ? maxd : uint32_t(codec::kFhMaxLen);
+      for (uint32_t before = sh.cnt[d]; before <= t;) before += sh.cnt[--d];
+      len[sh.sym[t]] = uint8_t(d);
+    }
+  } else if (m == 1 && t == 0) {
+    len[sh.sym[0]] = 1;
+  }
+  __syncthreads();
+  const uint32_t L = len[t];
+  uint32_t rank = 0;
+  for (uint32_t l = 1; l <= uint32_t(codec::kFhMaxLen); ++l) {
+    const unsigned b = __ballot_sync(0xffffffffu, L == l);
+    if (L == l) rank = uint32_t(__popc(b & ((1u << lane) - 1u)));
+    if (lane == 0) sh.wcnt[warp][l] = uint32_t(__popc(b));
+  }
+  __syncthreads();
+  if (t == 0) {
+    uint32_t next = 0, prev = 0;
+    for (uint32_t l = 1; l <= uint32_t(codec::kFhMaxLen); ++l) {
+      next = (next + prev) << 1;
+      sh.next[l] = next;
+      prev = 0;
+      for (uint32_t w = 0; w < kTableThreads / 32; ++w) prev += sh.wcnt[w][l];
+    }
+  }
+  __syncthreads();
+  if (L) {
+    for (uint32_t w = 0; w < warp; ++w) rank += sh.wcnt[w][L];
+    code[t] = uint16_t(sh.next[L] + rank);
+  } else {
+    code[t] = 0;
+  }
+  return m > 1;
+}
+
+// v2's table kernel (kTableThreads threads): build_table_cta on the histogram
+// in shared memory, the lengths and codes copied out by the CTA's threads.
+__global__ void __launch_bounds__(kTableThreads) fh_table_v2_kernel(ElemType t, EncState* st, uint8_t* out) {
   __shared__ uint32_t hist[256];
   __shared__ uint8_t len[256];
   __shared__ uint16_t code[256];
-  __shared__ int coded;
+  __shared__ TableShared sh;
   const uint32_t A = codec::fh_alphabet(t);
-  for (uint32_t s = threadIdx.x; s < A; s += blockDim.x) hist[s] = st->hist[s];
+  hist[threadIdx.x] = threadIdx.x < A ? st->hist[threadIdx.x] : 0;
   __syncthreads();
-  if (threadIdx.x == 0) coded = build_table(hist, A, len, code);
+  const bool coded = build_table_cta(hist, A, len, code, sh);
   __syncthreads();
-  for (uint32_t s = threadIdx.x; s < A; s += blockDim.x) {
-    st->len[s] = len[s];
-    st->code[s] = code[s];
+  if (threadIdx.x < A) {
+    st->len[threadIdx.x] = len[threadIdx.x];
+    st->code[threadIdx.x] = code[threadIdx.x];
   }
-  for (uint32_t s = threadIdx.x; s < A / 2; s += blockDim.x) out[s] = uint8_t(len[2 * s] | (len[2 * s + 1] << 4));
+  if (threadIdx.x < A / 2) out[threadIdx.x] = uint8_t(len[2 * threadIdx.x] | (len[2 * threadIdx.x + 1] << 4));
   if (threadIdx.x == 0) st->coded = coded;
 }
 
@@ -999,7 +1154,7 @@ int FloatHuffCoder::encode(const void* d_x, ElemType t, size_t n, uint8_t* d_out
       constexpr ElemType kT = decltype(type)::value;
       const unsigned hist = resident_grid(fh_hist_v2_kernel<kT>, T, sms(), (n + 16 * size_t(T) - 1) / (16 * size_t(T)));
       fh_hist_v2_kernel<kT><<<hist, T, 0, s>>>(d_x, n, st);
-      fh_table_v2_kernel<<<1, 256, 0, s>>>(t, st, d_out);
+      fh_table_v2_kernel<<<1, kTableThreads, 0, s>>>(t, st, d_out);
       const unsigned count = resident_grid(fh_count_v2_kernel<kT>, T, sms(), (S + W - 1) / W);
       fh_count_v2_kernel<kT><<<count, T, 0, s>>>(d_x, n, st, counts, words);
     });

@@ -7,9 +7,12 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "codec/block_coder.hpp"
@@ -238,4 +241,163 @@ TEST(CudaFloatHuff, SlicesMatchEncodeSlice) {
   EXPECT_EQ(
       coder.encode_slice(out.get(), ElemType::F64, 4, out.get(), 64, bytes.get<unsigned long long>(), st.get<int>()),
       -int(Status::Unsupported));
+}
+
+namespace {
+
+// Values of type t whose exponents have histogram hist (hist.size() <= the
+// alphabet), shuffled, with random signs and mantissas.
+std::vector<uint8_t> with_histogram(ElemType t, const std::vector<uint32_t>& hist, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<uint32_t> e;
+  for (uint32_t s = 0; s < hist.size(); ++s) e.insert(e.end(), hist[s], s);
+  std::shuffle(e.begin(), e.end(), g);
+  const size_t es = elem_size(t);
+  std::vector<uint8_t> v(e.size() * es);
+  for (size_t i = 0; i < e.size(); ++i) {
+    const uint32_t r = uint32_t(g());
+    if (t == ElemType::F32) {
+      const uint32_t b = (r & 0x807FFFFFu) | e[i] << 23;
+      std::memcpy(&v[4 * i], &b, 4);
+    } else {
+      const uint16_t b =
+          t == ElemType::BF16 ? uint16_t((r & 0x807Fu) | e[i] << 7) : uint16_t((r & 0x83FFu) | e[i] << 10);
+      std::memcpy(&v[2 * i], &b, 2);
+    }
+  }
+  return v;
+}
+
+struct TableCase {
+  std::string name;
+  ElemType t;
+  std::vector<uint32_t> hist;
+  bool limited;  // Huffman's depths exceed kFhMaxLen (the length limit runs)
+};
+
+// Histograms that stress the table rule: every symbol, ties, skewed counts
+// whose Huffman depths pass kFhMaxLen, one to three symbols, random ones.
+std::vector<TableCase> table_cases() {
+  std::vector<TableCase> c;
+  auto fib = [](uint32_t k) {  // 1, 1, 2, 3, 5, ...: Huffman's depth k - 1
+    std::vector<uint32_t> f = {1, 1};
+    while (f.size() < k) f.push_back(f[f.size() - 1] + f[f.size() - 2]);
+    return f;
+  };
+  std::mt19937 g(2024);
+  c.push_back({"one symbol", ElemType::F32, std::vector<uint32_t>(200, 0), false});
+  c.back().hist[127] = 1000;
+  c.push_back({"one symbol 0", ElemType::F32, {5}, false});
+  c.push_back({"two symbols", ElemType::F32, std::vector<uint32_t>(256, 0), false});
+  c.back().hist[3] = 900;
+  c.back().hist[250] = 1;
+  c.push_back({"two equal", ElemType::F32, std::vector<uint32_t>(256, 0), false});
+  c.back().hist[255] = 40;
+  c.back().hist[0] = 40;
+  c.push_back({"three", ElemType::BF16, {0, 7, 0, 7, 14}, false});
+  c.push_back({"256 equal", ElemType::F32, std::vector<uint32_t>(256, 37), false});
+  c.push_back({"255 equal, one large", ElemType::F32, std::vector<uint32_t>(256, 3), false});
+  c.back().hist[100] = 5000;
+  {
+    std::vector<uint32_t> h(256);
+    for (auto& x : h) x = 1 + g() % 3;  // many ties among three counts
+    c.push_back({"256 ties 1..3", ElemType::F32, h, false});
+  }
+  {
+    std::vector<uint32_t> h(256);
+    for (uint32_t s = 0; s < 256; ++s) h[s] = 1u + s % 7u * 5u;  // ties, leaves equal to internal nodes
+    c.push_back({"256 ties mod 7", ElemType::BF16, h, false});
+  }
+  for (uint32_t k : {14u, 20u, 24u}) {
+    // Fibonacci counts on scattered symbols: depth k - 1 > kFhMaxLen.
+    std::vector<uint32_t> h(256, 0);
+    const auto f = fib(k);
+    for (uint32_t i = 0; i < k; ++i) h[(i * 97 + 11) % 256] = f[i];
+    c.push_back({"fibonacci " + std::to_string(k), ElemType::F32, h, true});
+  }
+  {
+    // Fibonacci down to depth 22 plus 200 symbols of count 1: all 256 used.
+    std::vector<uint32_t> h(256, 1);
+    const auto f = fib(23);
+    for (uint32_t i = 0; i < 23; ++i) h[255 - 11 * i] = f[i] * 64;
+    c.push_back({"fibonacci 23 and 233 ones", ElemType::F32, h, true});
+  }
+  {
+    // Powers of two: depth 16.
+    std::vector<uint32_t> h(256, 0);
+    for (uint32_t i = 0; i < 17; ++i) h[i * 15] = i == 0 ? 1u : 1u << (i - 1);
+    c.push_back({"powers of two", ElemType::BF16, h, true});
+  }
+  {
+    std::vector<uint32_t> h(32, 0);  // F16: 5-bit exponents
+    const auto f = fib(20);
+    for (uint32_t i = 0; i < 20; ++i) h[31 - i] = f[i];
+    c.push_back({"f16 fibonacci 20", ElemType::F16, h, true});
+  }
+  c.push_back({"f16 32 equal", ElemType::F16, std::vector<uint32_t>(32, 9), false});
+  const int randoms = ncclz_test::quick() ? 12 : 60;
+  for (int r = 0; r < randoms; ++r) {
+    const ElemType t = r % 5 == 4 ? ElemType::F16 : r % 2 ? ElemType::BF16 : ElemType::F32;
+    const uint32_t A = fh_alphabet(t);
+    std::vector<uint32_t> h(A, 0);
+    const uint32_t used = 1 + g() % A;
+    for (uint32_t i = 0; i < used; ++i) {
+      const uint32_t s = g() % A;
+      // Skewed: counts over several orders of magnitude, or a few small values (ties).
+      h[s] = r % 3 == 0 ? 1 + g() % 4 : 1 + uint32_t(std::exp2(double(g() % 1400) / 100.0));
+    }
+    c.push_back({"random " + std::to_string(r), t, h, false});
+  }
+  return c;
+}
+
+}  // namespace
+
+// The device's table (the v2 table kernel's parallel build, v1's one thread)
+// against the CPU's fh_build_lengths / fh_canonical_codes: through the
+// payload (its 4-bit lengths, then words coded with the codes), byte for byte
+// the CPU encoder's, on histograms chosen to stress the rule.
+TEST(CudaFloatHuff, TableMatchesCpuOnStressHistograms) {
+  SKIP_WITHOUT_GPU();
+  ncclz::cuda::FloatHuffCoder coder;
+  int limited = 0;
+  for (const auto& tc : table_cases()) {
+    const ElemType t = tc.t;
+    const uint32_t A = fh_alphabet(t);
+    std::vector<uint32_t> hist(A, 0);
+    std::copy(tc.hist.begin(), tc.hist.end(), hist.begin());
+    uint8_t len[256];
+    uint16_t code[256];
+    fh_build_lengths(hist.data(), A, len);
+    const uint32_t kraft = fh_canonical_codes(len, A, code);
+    uint32_t m = 0, maxlen = 0;
+    for (uint32_t s = 0; s < A; ++s) {
+      m += hist[s] != 0;
+      maxlen = std::max<uint32_t>(maxlen, len[s]);
+    }
+    ASSERT_TRUE(fh_lengths_valid(len, A)) << tc.name;
+    if (m >= 2) {
+      ASSERT_EQ(kraft, kFhLutSize) << tc.name;
+    }
+    if (tc.limited) {
+      EXPECT_EQ(maxlen, uint32_t(kFhMaxLen)) << tc.name;
+      ++limited;
+    }
+    const auto v = with_histogram(t, hist, m * 31 + A);
+    const size_t n = v.size() / elem_size(t);
+    const auto want = cpu_encode(v, t);
+    ASSERT_GE(want.size(), A / 2);
+    for (uint32_t s = 0; s < A; s += 2) ASSERT_EQ(want[s / 2], uint8_t(len[s] | len[s + 1] << 4)) << tc.name;
+    for (int ver : kVersions) {
+      SCOPED_TRACE(tc.name + " v" + std::to_string(ver) + " n " + std::to_string(n));
+      coder.set_kernels(ver);
+      DevBuf x(v.size()), out(want.size() + 64), bytes(8);
+      x.upload(v.data(), v.size());
+      LAUNCH_OK(coder.encode(x.get(), t, n, out.get(), want.size() + 64, bytes.get<unsigned long long>()));
+      const auto b = bytes.download<unsigned long long>(1)[0];
+      ASSERT_EQ(b, want.size());
+      EXPECT_EQ(ncclz_test::from_device(out.get(), b), want);
+    }
+  }
+  EXPECT_GE(limited, 5);
 }
