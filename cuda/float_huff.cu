@@ -212,19 +212,7 @@ __device__ bool build_table_cta(const uint32_t* hist, uint32_t A, uint8_t* len, 
     }
     __syncthreads();
     const uint32_t maxd = sh.maxd;
-    if (t == 0) {
-      uint32_t* cnt = sh.cnt;
-      for (uint32_t i = maxd; i > uint32_t(codec::kFhMaxLen); --i) {
-        while (cnt[i] > 0) {
-          uint32_t j = i - 2;
-          while (cnt[j] == 0) --j;
-          cnt[i] -= 2;
-          cnt[i - 1] += 1;
-          cnt[j + 1] += 2;
-          cnt[j] -= 1;
-        }
-      }
-    }
+    if (t == 0) codec::fh_limit_depths(sh.cnt, maxd);
     __syncthreads();
     if (t < m) {
       uint32_t d = maxd < uint32_t(codec::kFhMaxLen) ? maxd : uint32_t(codec::kFhMaxLen);

@@ -41,6 +41,24 @@ NCCLZ_HD constexpr uint32_t fh_sub_count(uint64_t n, uint64_t k) {
   return uint32_t(n - k * kFhSubValues < kFhSubValues ? n - k * kFhSubValues : kFhSubValues);
 }
 
+/// Limits the leaves' depths to kFhMaxLen, on cnt[d] (the number of leaves at
+/// depth d, up to maxd): two leaves at depth i leave it; one takes their
+/// parent's place at i - 1, the other becomes the sibling of a leaf at the
+/// deepest shallower level j that has one (that leaf moves to j + 1). Kraft
+/// stays 1. (The CPU's table rule; the device's CTA build runs it too.)
+NCCLZ_HD void fh_limit_depths(uint32_t* cnt, uint32_t maxd) {
+  for (uint32_t i = maxd; i > uint32_t(kFhMaxLen); --i) {
+    while (cnt[i] > 0) {
+      uint32_t j = i - 2;
+      while (cnt[j] == 0) --j;
+      cnt[i] -= 2;
+      cnt[i - 1] += 1;
+      cnt[j + 1] += 2;
+      cnt[j] -= 1;
+    }
+  }
+}
+
 /// The code lengths (0: symbol absent; 1..12) for histogram hist[0..A), A <=
 /// 256: Huffman's lengths (two queues: leaves sorted by count then symbol,
 /// a leaf taken before an equal internal node), limited to 12 bits by moving
@@ -95,19 +113,7 @@ NCCLZ_HD void fh_build_lengths(const uint32_t* hist, uint32_t A, uint8_t* len) {
     ++cnt[d];
     if (d > maxd) maxd = d;
   }
-  // Limit to kFhMaxLen: two leaves at depth i leave it; one takes their parent's
-  // place at i - 1, the other becomes the sibling of a leaf at the deepest
-  // shallower level j that has one (that leaf moves to j + 1). Kraft stays 1.
-  for (uint32_t i = maxd; i > uint32_t(kFhMaxLen); --i) {
-    while (cnt[i] > 0) {
-      uint32_t j = i - 2;
-      while (cnt[j] == 0) --j;
-      cnt[i] -= 2;
-      cnt[i - 1] += 1;
-      cnt[j + 1] += 2;
-      cnt[j] -= 1;
-    }
-  }
+  fh_limit_depths(cnt, maxd);
   // Longest codes to the least frequent leaves (sym[] is in that order).
   uint32_t d = maxd < uint32_t(kFhMaxLen) ? maxd : uint32_t(kFhMaxLen);
   for (uint32_t i = 0; i < m; ++i) {
