@@ -143,8 +143,8 @@ TEST(Trace, EveryRankWritesItsCallsAndTheChannelsInsideThem) {
     EXPECT_EQ(field(calls[0].line, "bytes"), "600000");
     EXPECT_EQ(field(calls[0].line, "algorithm"), "ring");
     EXPECT_EQ(field(calls[1].line, "seq"), "1");
-    for (const char* name : {"check_describe", "describe_stats", "exchange", "decide", "schedule", "channel",
-                             "wait_in", "acquire_out", "post_out", "encode", "settle", "flush"}) {
+    for (const char* name : {"check_describe", "describe_stats", "exchange", "decide", "schedule", "channel", "wait_in",
+                             "acquire_out", "post_out", "encode", "settle", "flush"}) {
       EXPECT_GT(by_name[name], 0) << "rank " << r << ": no " << name << " event";
     }
     EXPECT_GT(by_name["decode"] + by_name["reduce"], 0) << "rank " << r;
@@ -160,6 +160,7 @@ TEST(Trace, EveryRankWritesItsCallsAndTheChannelsInsideThem) {
     }
     EXPECT_GT(on_channels, 20) << "rank " << r;
   }
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST(Trace, OffRecordsAndWritesNothing) {
@@ -176,6 +177,7 @@ TEST(Trace, OffRecordsAndWritesNothing) {
   // A Scope with nothing bound records nothing (and costs the one test).
   trace::Scope s("nothing");
   EXPECT_FALSE(s.active());
+  std::system(("rm -rf '" + dir + "'").c_str());
 }
 
 TEST(Trace, RecorderBoundsItsEventsAndNamesLaterFiles) {
@@ -219,4 +221,5 @@ TEST(Trace, RecorderBoundsItsEventsAndNamesLaterFiles) {
   const std::string t2 = slurp(file2);
   EXPECT_NE(t2.find("\"name\":\"outer \\\"quoted\\\"\""), std::string::npos) << t2;
   EXPECT_NE(t2.find("\"args\":{\"n\":42,\"what\":\"a\\\\b\"}"), std::string::npos) << t2;
+  std::system(("rm -rf '" + dir + "'").c_str());
 }

@@ -139,8 +139,8 @@ bool Recorder::write() {
   out.reserve(256 + events_.size() * 160);
   const std::string pid = std::to_string(rank_);
   out += "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n";
-  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":\"ncclz rank " + pid +
-         "\"}},\n";
+  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":\"ncclz rank " +
+         pid + "\"}},\n";
   out += "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"sort_index\":" + pid +
          "}}";
   std::set<int> tids{0};
