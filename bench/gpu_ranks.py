@@ -33,6 +33,12 @@ Default grid, sized for ~90 s on a GPU machine (--budget stops starting cases wh
 the cases not run are listed as skipped): 2 and 4 ranks, 64 MiB float32 and bfloat16, both data
 sets, 10 Gbit/s; plus 1 and 25 Gbit/s for float32 at 4 ranks (--extra-gbps).
 
+Timeline (--trace PATH): NCCLZ_TRACE_FILE=PATH.n<N> for the ranks of the N-rank group, so each
+rank writes PATH.n<N>.rank<R>.json when its communicator closes (one communicator per --gbps value:
+the second writes PATH.n<N>.rank<R>.1.json, ...; docs/GPU.md, "Timeline"), and the launcher merges
+each communicator's rank files into PATH.n<N>.json (PATH.n<N>.1.json, ...): one file with a
+process per rank for ui.perfetto.dev or chrome://tracing.
+
 Output: a table on stdout, --md FILE (the same table), --json FILE (every time, the machine, the
 command). Exit status: 0 when every case ran (or --device cuda was asked without a GPU: a message
 and 0, unless NCCLZ_REQUIRE_GPU=1, then 1); 1 when a rank failed or a check did not hold.
@@ -261,6 +267,33 @@ def worker(args, env=None) -> int:
 
 
 # ---- launcher side -----------------------------------------------------------------------------------
+def merge_traces(base: str) -> list:
+    """Merges the rank files BASE.rank<R>.json (and BASE.rank<R>.<k>.json of a k-th later
+    communicator) into BASE.json (BASE.<k>.json): every rank's events, pid = rank. Returns the
+    files written."""
+    import glob
+    import re
+
+    groups: dict = {}
+    for f in sorted(glob.glob(glob.escape(base) + ".rank*.json")):
+        m = re.fullmatch(re.escape(base) + r"\.rank(\d+)((?:\.\d+)?)\.json", f)
+        if m:
+            groups.setdefault(m.group(2), []).append(f)
+    out = []
+    for k, files in sorted(groups.items()):
+        events, other = [], {}
+        for f in files:
+            with open(f) as fh:
+                doc = json.load(fh)
+            events += doc["traceEvents"]
+            other[f"rank{doc['otherData']['ncclz_rank']}"] = doc["otherData"]
+        path = f"{base}{k}.json"
+        with open(path, "w") as fh:
+            json.dump({"displayTimeUnit": "ns", "traceEvents": events, "otherData": other}, fh)
+        out.append(path)
+    return out
+
+
 def run_group(args, nranks: int, deadline: float, tmp: str) -> tuple:
     """Runs the cases of one rank count; returns (rows, skipped, errors)."""
     gdir = os.path.join(tmp, f"n{nranks}")
@@ -271,6 +304,8 @@ def run_group(args, nranks: int, deadline: float, tmp: str) -> tuple:
                NCCLZ_TOKEN=f"gpu_ranks{os.getpid()}", NCCLZ_TIMEOUT=str(args.rank_timeout),
                GPU_RANKS_DEADLINE=str(deadline), GPU_RANKS_PORTS=",".join(map(str, ports)),
                PYTHONUNBUFFERED="1")
+    if args.trace:
+        env["NCCLZ_TRACE_FILE"] = f"{args.trace}.n{nranks}"
     errors = []
     hard = deadline + args.grace  # a case that started in time may run past the deadline
     if args.threads:
@@ -390,6 +425,9 @@ def main() -> int:
     ap.add_argument("--md", default=None)
     ap.add_argument("--threads", action="store_true",
                     help="ranks as threads of this process (one CUDA context) instead of processes")
+    ap.add_argument("--trace", default=None, metavar="PATH",
+                    help="record a timeline: NCCLZ_TRACE_FILE=PATH.n<N> for the N-rank ranks (files "
+                         "PATH.n<N>.rank<R>.json), merged per communicator into PATH.n<N>.json")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     for d in args.data:
@@ -436,6 +474,10 @@ def main() -> int:
             skipped += [[n, *x] for x in s]
             errors += e
             dev_name = dev_name or name
+    if args.trace:
+        for n in args.ranks:
+            for merged in merge_traces(f"{args.trace}.n{n}"):
+                print(f"gpu_ranks: timeline {merged}", flush=True)
     bad = check_rows(rows)
     head = (f"gpu_ranks: {dev_name or args.device}, socket transport throttled, Lossy(rel={args.rel:g}), "
             f"ranks as {'threads of one process' if args.threads else 'processes'}, "

@@ -602,6 +602,7 @@ void register_comm(nb::module_& m) {
       .def_rw("latency_bytes", &CommConfig::latency_bytes)
       .def_rw("two_hop_bytes", &CommConfig::two_hop_bytes)
       .def_rw("spin_us", &CommConfig::spin_us)
+      .def_rw("trace_file", &CommConfig::trace_file)
       .def(
           "as_dict",
           [](const CommConfig& x) {
@@ -629,6 +630,7 @@ void register_comm(nb::module_& m) {
             d["latency_bytes"] = x.latency_bytes;
             d["two_hop_bytes"] = x.two_hop_bytes;
             d["spin_us"] = x.spin_us;
+            d["trace_file"] = x.trace_file;
             return d;
           },
           "Every field but the token")

@@ -596,3 +596,13 @@ def scenario_pipeline(ncclz, comm, args):
             out[f"broadcast-{count}-{dtype}"] = digest(b)
     out["checks"] = ck.checks
     return out
+
+
+def scenario_trace(ncclz, comm, args):
+    """A lossy and an uncompressed all_reduce of 300k floats (the channels' loops), for the timeline
+    trace (NCCLZ_TRACE_FILE, set by tests/python/test_trace.py): the file is written at close."""
+    x = (np.sin(np.arange(300_000) * 1e-3) + comm.rank).astype(np.float32)
+    comm.all_reduce(x.copy(), "sum", ncclz.Lossy(rel=1e-3), policy="off")
+    lossy = comm.last_stats.compression
+    comm.all_reduce(x.copy(), "sum", None, policy="off")
+    return {"lossy": lossy, "none": comm.last_stats.compression}

@@ -206,6 +206,14 @@ struct CommConfig {
   /// may run on), 200 where they outnumber them. 0: no polling. Per rank;
   /// Communicator::config() reports the value chosen.
   int spin_us = -1;
+  /// A timeline trace of this communicator's calls (base/trace.hpp): "" (the
+  /// default, from NCCLZ_TRACE_FILE when set): none, nothing recorded; else
+  /// each rank writes `<trace_file>.rank<R>.json` (Chrome trace-event JSON:
+  /// chrome://tracing, ui.perfetto.dev) when the communicator is destroyed,
+  /// or at a clean exit of the process while it is alive. A later
+  /// communicator of the same rank and path in the same process writes
+  /// `<trace_file>.rank<R>.<k>.json`, k = 1, 2, ... (docs/GPU.md, "Timeline").
+  std::string trace_file;
 
   /// Every field from the environment (RANK, WORLD_SIZE, MASTER_ADDR,
   /// MASTER_PORT, NCCLZ_*), defaults for the variables that are unset:

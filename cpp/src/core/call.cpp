@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "base/log.hpp"
+#include "base/trace.hpp"
 #include "core/config.hpp"
 #include "core/device_call.hpp"
 #include "core/device_work.hpp"
@@ -151,10 +153,15 @@ Algorithm CallRoutine::decide_algorithm(const std::vector<CallDesc>& all, const 
 
 void CallRoutine::collective(const Collective& given, DataType t, const Compression& c, const PolicyHints* hints,
                              CallStats* stats) {
+  // The timeline (base/trace.hpp): this thread is the calls' thread of the
+  // communicator's trace, the call one event, its steps events inside it.
+  trace::Bind traced(rt_.trace.get(), 0);
+  trace::Scope call_event(coll_name(given.coll));
   CallState call = begin(stats);
   // A copy: all_to_allv learns its message size in the counts round (3).
   Collective cd = given;
   // 1. check (a message size known only after the exchange: the requested mode)
+  std::optional<trace::Scope> step(std::in_place, "check_describe");
   size_t bytes = cd.message * dsize(t);
   Mode m = cd.per_peer() ? c.mode : effective_mode(c, bytes);
   int nch = rt_.channels.pick(bytes);
@@ -209,6 +216,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   }
   // 3. exchange (the slots of carried data are held until released, or until
   // this call ends however it ends: the links stay in step)
+  step.emplace("exchange");
   const auto all = rt_.protocol.exchange(d, call, carry ? &carried : nullptr);
   struct ReleaseCarried {
     CallProtocol& p;
@@ -220,6 +228,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     // Per-peer counts: matched pair by pair; the message is the average
     // rank's input, the same on every rank (the mode under min_bytes and the
     // channel count depend on it).
+    trace::Scope counts_event("exchange_counts");
     const uint64_t sent = rt_.protocol.exchange_counts(d, cd.send_counts, cd.recv_counts, call);
     cd.message = size_t(sent / uint64_t(rt_.nranks));
     bytes = cd.message * dsize(t);
@@ -228,11 +237,14 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     lossy.use_channels(nch);
   }
   // 4. decide
+  step.emplace("decide");
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
   cd.algorithm = call.algorithm = decide_algorithm(all, cd, run);
+  step.reset();
   // Device buffers: a lossy call decides in LossyCall::run whether it runs
   // on the device; everything else runs on host copies.
   if (cd.algorithm == Algorithm::Latency) {
+    trace::Scope latency_event("latency");
     run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
   } else if (is_lossy(run)) {
     rt_.protocol.release_carried();  // a lossy request that runs as asked: carried data not used
@@ -272,6 +284,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   // 7. this rank's own block (never on the wire, exact in every mode); avg:
   // the sum divided once, the same way on every rank; the stats.
   if (cd.self_count) {
+    trace::Scope copy_event("self_copy");
     const size_t es = dsize(t);
     uint8_t* to = static_cast<uint8_t*>(cd.recv) + cd.self_dst * es;
     const uint8_t* from = static_cast<const uint8_t*>(cd.send) + cd.self_src * es;
@@ -282,6 +295,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     }
   }
   if (!is_lossy(run) && cd.op == RedOp::Avg) {
+    trace::Scope avg_event("avg");
     if (cd.device >= 0 && !staging.active()) {
       device_work(rt_, cd.device).divide(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
     } else {
@@ -290,9 +304,21 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   }
   staging.end();  // host copies: the output back to the device
   call.finish();
+  if (call_event.active()) {
+    call_event.arg("bytes", double(bytes))
+        .arg("count", double(cd.message))
+        .arg("mode", mode_name(m))
+        .arg("ran", mode_name(run))
+        .arg("algorithm", algorithm_name(call.algorithm))
+        .arg("on_device", call.on_device ? 1.0 : 0.0)
+        .arg("seq", double(d.seq))
+        .arg("fallback", call.fallback ? 1.0 : 0.0);
+  }
 }
 
 void CallRoutine::point_to_point(const Collective& given, DataType t, const Compression& c, CallStats* stats) {
+  trace::Bind traced(rt_.trace.get(), 0);
+  trace::Scope call_event(coll_name(given.coll));
   CallState call = begin(stats);
   Collective cd = given;  // a copy: device buffers may run on host copies (HostStaging)
   const bool sending = cd.coll == Coll::Send;
@@ -332,7 +358,9 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   // 3. exchange with the peer
   call.ch.assign(1, prims::ChannelStats{});
   call.slice_bytes = rt_.cfg.slot_bytes;  // the pair's link: ordinary slices
+  std::optional<trace::Scope> handshake_event(std::in_place, "handshake");
   const CallDesc theirs = rt_.protocol.handshake(peer, sending, d, err, call);
+  handshake_event.reset();
   // 6. run on the pair's link; 7. finish
   auto step = [&](const char* what, auto&& fn) {
     try {
@@ -362,9 +390,20 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   }
   staging.end();
   call.finish();
+  if (call_event.active()) {
+    call_event.arg("bytes", double(bytes))
+        .arg("count", double(cd.message))
+        .arg("mode", mode_name(m))
+        .arg("peer", double(peer))
+        .arg("on_device", call.on_device ? 1.0 : 0.0)
+        .arg("seq", double(d.seq))
+        .arg("fallback", call.fallback ? 1.0 : 0.0);
+  }
 }
 
 void CallRoutine::barrier() {
+  trace::Bind traced(rt_.trace.get(), 0);
+  trace::Scope call_event("barrier");
   CallState call = begin(nullptr);
   CallDesc d;
   d.coll = uint8_t(Coll::Barrier);

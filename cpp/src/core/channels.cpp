@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "base/interrupt.hpp"
+#include "base/trace.hpp"
 #include "base/worker_pool.hpp"
 #include "core/codec_choice.hpp"
 #include "core/config.hpp"
@@ -171,13 +172,22 @@ void RingChannels::run(int nch, CallState& call, const std::function<void(int)>&
     Clock::time_point t0;
     ~Timed() { call.schedule_s += seconds(t0, Clock::now()); }
   } timed{call, t0};
+  // The timeline (base/trace.hpp): the loops as one event on the calling
+  // thread, each channel's part on the channel's own thread id.
+  trace::Scope schedule_event("schedule");
+  schedule_event.arg("channels", double(nch));
+  trace::Recorder* const traced = trace::on() ? trace::current() : nullptr;
   std::vector<std::exception_ptr> errs(static_cast<size_t>(nch));
   auto guarded = [&](int c) {
+    trace::Bind bind(traced, 1 + c);
     try {
+      trace::Scope channel_event("channel");
+      channel_event.arg("channel", double(c));
       fn(c);
       // The call is complete only when its last slots have left this process
       // (the socket proxy may still be writing them): a rank may exit right
       // after the call returns, and its peers must still get every byte.
+      trace::Scope flush_event("flush");
       if (ch_[size_t(c)].send) ch_[size_t(c)].send->flush(call.deadline());
     } catch (...) {
       errs[size_t(c)] = std::current_exception();

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "base/log.hpp"
+#include "base/trace.hpp"
 #include "bootstrap/bootstrap.hpp"
 #include "core/call.hpp"
 #include "core/config.hpp"
@@ -291,6 +292,9 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   rt_ = std::make_unique<core::Runtime>(rank_, size_, cfg, slot_capacity, abort_,
                                         [this](const std::string& reason) { fail(reason); });
   rt_->topo = std::move(topo);
+  if (!cfg.trace_file.empty()) {
+    rt_->trace = std::make_unique<trace::Recorder>(trace::file_for(cfg.trace_file, rank_), rank_, size_);
+  }
   routine_ = std::make_unique<core::CallRoutine>(*rt_);
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(cfg.timeout_s > 0 ? cfg.timeout_s : 300));
@@ -410,6 +414,7 @@ CommunicatorImpl::~CommunicatorImpl() {
     }
   }
   routine_.reset();
+  if (rt_->trace) rt_->trace->write();  // the timeline (CommConfig::trace_file), before the connections close
   rt_.reset();
   p2p_links_.clear();
   ring_links_.clear();

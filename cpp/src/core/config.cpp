@@ -48,6 +48,7 @@ void read_tuning_env(CommConfig& c) {
   if (c.latency_bytes < 0) c.latency_bytes = env::get_int("NCCLZ_LATENCY_BYTES", -1, 0, kMaxSlotBytes);
   if (c.two_hop_bytes < 0) c.two_hop_bytes = env::get_int("NCCLZ_TWO_HOP_BYTES", -1, 0, int64_t(1) << 40);
   if (c.spin_us < 0) c.spin_us = int(env::get_int("NCCLZ_SPIN_US", -1, 0, 1000000));
+  if (c.trace_file.empty()) c.trace_file = env::get_string("NCCLZ_TRACE_FILE", "");
 }
 
 void check_flag(int v, const char* name, const char* var) {

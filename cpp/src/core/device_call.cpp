@@ -1,6 +1,7 @@
 // Device calls in the call routine (see device_call.hpp).
 #include "core/device_call.hpp"
 
+#include "base/trace.hpp"
 #include "core/device_work.hpp"
 #include "ncclz/communicator.hpp"
 #include "ncclz/cuda_support.hpp"
@@ -61,6 +62,8 @@ DeviceWork& device_work(Runtime& rt, int device) {
 
 void HostStaging::begin() {
   if (cd_.device < 0 || active()) return;
+  trace::Scope ev("staging_in");  // base/trace.hpp
+  ev.arg("count", double(cd_.in_count));
   DeviceWork& dw = device_work(rt_, cd_.device);
   const size_t es = dsize(t_);
   const auto* s = static_cast<const uint8_t*>(cd_.send);
@@ -85,6 +88,8 @@ void HostStaging::begin() {
 
 void HostStaging::end() {
   if (!active()) return;
+  trace::Scope ev("staging_out");
+  ev.arg("count", double(cd_.out_count));
   if (dev_out_ != nullptr) device_work(rt_, cd_.device).to_device(dev_out_, cd_.recv, cd_.out_count * dsize(t_));
   dev_out_ = nullptr;
   active_ = false;

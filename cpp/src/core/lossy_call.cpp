@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/log.hpp"
+#include "base/trace.hpp"
 #include "core/codec_choice.hpp"
 #include "core/device_call.hpp"
 #include "core/hier_call.hpp"
@@ -16,6 +17,8 @@ LossyCall::LossyCall(Runtime& rt, const Collective& cd, DataType t, const Compre
     : rt_(rt), cd_(cd), t_(t), c_(c), nch_(nch), call_(call) {}
 
 void LossyCall::describe(CallDesc& d) {
+  trace::Scope ev("describe_stats");
+  ev.arg("count", double(cd_.in_count)).arg("on_device", cd_.device >= 0 ? 1.0 : 0.0);
   const auto t0 = Clock::now();
   if (cd_.input_here && cd_.device >= 0) {
     put_stats(d, device_work(rt_, cd_.device).scan(elem_of(t_), cd_.send, cd_.in_count));
@@ -48,6 +51,12 @@ bool LossyCall::mostly_zero(const std::vector<CallDesc>& all) {
 
 double LossyCall::out_step(const LossyPlan& plan) const {
   return cd_.how == Combine::Mean ? 2 * plan.eb / double(rt_.nranks) : 2 * plan.eb;
+}
+
+bool LossyCall::any_outliers(const std::vector<CallDesc>& all, size_t outliers) {
+  trace::Scope ev("any_outliers");
+  ev.arg("outliers", double(outliers));
+  return rt_.protocol.any_outliers(all[0].seq, outliers, call_);
 }
 
 bool LossyCall::any_flag(const std::vector<CallDesc>& all, uint8_t flag) {
@@ -110,9 +119,13 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
     codes = rt_.work[0].get(cd_.in_count * cs);
     out_codes = cd_.codes_in_place ? codes : rt_.work[1].get(cd_.out_count * cs);
     size_t outliers = 0;
-    if (cd_.input_here) outliers = quantize_buf(t_, plan, cd_.send, cd_.in_count, codes, rt_.pool.get(), nch_);
+    if (cd_.input_here) {
+      trace::Scope ev("quantize");
+      ev.arg("count", double(cd_.in_count));
+      outliers = quantize_buf(t_, plan, cd_.send, cd_.in_count, codes, rt_.pool.get(), nch_);
+    }
     call_.quantize_s += seconds(t1, Clock::now());
-    if (rt_.protocol.any_outliers(all[0].seq, outliers, call_)) {
+    if (any_outliers(all, outliers)) {
       plan.compress = false;
       plan.why_not = "quantizer outliers";
     }
@@ -137,11 +150,13 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   void* out_codes = cd_.codes_in_place ? codes : dw.codes(1, cd_.out_count * cs);
   size_t outliers = 0;
   if (cd_.input_here) {
+    trace::Scope ev("quantize");
+    ev.arg("count", double(cd_.in_count)).arg("on_device", 1.0);
     outliers = dw.quantize(elem_of(t_), plan.eb, plan.check_eb, plan.limit, plan.wide, cd_.send, cd_.in_count, codes,
                            plan.exact_check);
   }
   call_.quantize_s += seconds(t1, Clock::now());
-  if (rt_.protocol.any_outliers(all[0].seq, outliers, call_)) {
+  if (any_outliers(all, outliers)) {
     plan.compress = false;
     plan.why_not = "quantizer outliers";
     staging.begin();
@@ -156,6 +171,8 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
     rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
   }
   // As dequantize_output: the output but this rank's own block (the routine copies it).
+  trace::Scope ev("dequantize");
+  ev.arg("count", double(cd_.out_count)).arg("on_device", 1.0);
   const auto t2 = Clock::now();
   const size_t es = dsize(t_), a = cd_.self_count ? cd_.self_dst : cd_.out_count, b = a + cd_.self_count;
   const auto* q = static_cast<const uint8_t*>(out_codes);
@@ -168,6 +185,8 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
 }
 
 void LossyCall::dequantize_output(const LossyPlan& plan, const void* out_codes) {
+  trace::Scope ev("dequantize");
+  ev.arg("count", double(cd_.out_count));
   const auto t2 = Clock::now();
   const size_t cs = plan.wide ? 8 : 4, es = dsize(t_);
   const size_t a = cd_.self_count ? cd_.self_dst : cd_.out_count, b = a + cd_.self_count;
@@ -190,13 +209,15 @@ void LossyCall::run_staged(const LossyPlan& plan, const std::vector<CallDesc>& a
   LossyStage stage(t_, plan, cd_.send, codes, cd_.recv, out_codes, out_step(plan), index_,
                    cd_.codes_in_place && cd_.send == cd_.recv);
   Wire w = codes_wire(plan.wide, all);
-  w.stage = &stage;
+  w.stage = &stage;  // quantize / dequantize: the channels' stage_prepare / stage_finish events
   const size_t sparse_slice = rt_.cfg.sparse_slice_bytes;
   w.slice_bytes = mostly_zero(all) && sparse_slice > rt_.cfg.slot_bytes ? sparse_slice : 0;
   rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
 }
 
 void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all) {
+  trace::Scope ev("lossy_exact");
+  ev.arg("why", plan.why_not);
   call_.fallback = true;
   call_.algorithm = Algorithm::Ring;  // the exact path is the flat ring's
   NCCLZ_TRACE(rt_.rank, "%s: lossy call #%llu runs exactly: %s", coll_name(cd_.coll), (unsigned long long)all[0].seq,
@@ -244,10 +265,14 @@ void LossyCall::run_widened(ElemType acc, bool coded) {
   const size_t es = f32 ? 4 : 8;
   void* in = rt_.work[0].get(cd_.in_count * es);
   void* out = cd_.codes_in_place ? in : rt_.work[1].get(cd_.out_count * es);
-  if (f32) {
-    to_f32(t_, cd_.send, cd_.in_count, static_cast<float*>(in), rt_.pool.get(), nch_);
-  } else {
-    to_f64(t_, cd_.send, cd_.in_count, static_cast<double*>(in), rt_.pool.get(), nch_);
+  {
+    trace::Scope ev("widen");
+    ev.arg("count", double(cd_.in_count));
+    if (f32) {
+      to_f32(t_, cd_.send, cd_.in_count, static_cast<float*>(in), rt_.pool.get(), nch_);
+    } else {
+      to_f64(t_, cd_.send, cd_.in_count, static_cast<double*>(in), rt_.pool.get(), nch_);
+    }
   }
   Wire w;
   w.type = acc;
@@ -256,6 +281,8 @@ void LossyCall::run_widened(ElemType acc, bool coded) {
   rt_.channels.run_schedule(cd_, in, out, w, nch_, call_);
   // avg: the sum divided in double, then rounded once to T.
   const double div = cd_.how == Combine::Mean ? double(rt_.nranks) : 1.0;
+  trace::Scope ev("narrow");
+  ev.arg("count", double(cd_.out_count));
   if (f32) {
     from_f32(t_, static_cast<const float*>(out), cd_.out_count, div, cd_.recv, rt_.pool.get(), nch_);
   } else {
@@ -264,6 +291,8 @@ void LossyCall::run_widened(ElemType acc, bool coded) {
 }
 
 void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
+  trace::Scope ev("plan_send");
+  ev.arg("count", double(cd_.in_count));
   const auto t1 = Clock::now();
   DeviceWork* dw = cd_.device >= 0 ? &device_work(rt_, cd_.device) : nullptr;
   const DataStats s =
@@ -357,6 +386,8 @@ Wire LossyCall::recv_wire(const CallDesc& sender, Mode m) const {
 
 void LossyCall::finish_recv(const CallDesc& sender) {
   if (!(sender.flags & kCompress)) return;
+  trace::Scope ev("dequantize");
+  ev.arg("count", double(cd_.out_count));
   const auto t2 = Clock::now();
   if (call_.on_device) {
     device_work(rt_, cd_.device)

@@ -101,6 +101,9 @@ class LossyCall {
   /// zero too. A function of all descriptors: every rank decides the same.
   static bool mostly_zero(const std::vector<CallDesc>& all);
   static bool any_flag(const std::vector<CallDesc>& all, uint8_t flag);
+  /// The outlier round (CallProtocol::any_outliers): whether any rank's
+  /// quantizer found outliers (then every rank takes the exact path).
+  bool any_outliers(const std::vector<CallDesc>& all, size_t outliers);
   /// Whether any rank codes on the device (CallDesc::device).
   /// The codes' wire: code_wire; where a rank codes on the device, without
   /// Rans and in the larger slices (NCCLZ_SPARSE_SLICE_BYTES) where the links have them.

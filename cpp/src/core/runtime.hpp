@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/trace.hpp"
 #include "base/worker_pool.hpp"
 #include "core/buffer.hpp"
 #include "core/call_protocol.hpp"
@@ -53,6 +54,8 @@ struct Runtime {
   uint64_t seq = 0;                         ///< collective calls so far (CallDesc::seq)
   std::vector<uint64_t> send_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< sends so far, by peer
   std::vector<uint64_t> recv_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< receives so far, by peer
+  /// The timeline trace (CommConfig::trace_file; base/trace.hpp); null when off.
+  std::unique_ptr<trace::Recorder> trace;
 };
 
 }  // namespace ncclz::core

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/trace.hpp"
 #include "ncclz/error.hpp"
 
 namespace ncclz::prims {
@@ -43,10 +44,15 @@ Prims::Prims(transport::SendConn* send, transport::RecvConn* recv, const PrimsAr
   }
 }
 
+// The timeline (base/trace.hpp): each wait, codec pass, copy and post below
+// is one event on the channel's thread when a trace records.
+
 transport::SlotView Prims::wait_in() {
+  trace::Scope ev("wait_in");
   const auto t0 = Clock::now();
   transport::SlotView v = recv_->wait(wait_deadline());
   st_->wait_s += seconds_since(t0);
+  if (ev.active()) ev.arg("bytes", double(v.bytes)).arg("peer", double(recv_->peer()));
   in_held_ = true;
   return v;
 }
@@ -58,6 +64,8 @@ void Prims::release_in() {
 }
 
 uint8_t* Prims::acquire_out() {
+  trace::Scope ev("acquire_out");
+  if (ev.active()) ev.arg("peer", double(send_->peer()));
   const auto t0 = Clock::now();
   uint8_t* p = send_->acquire(wait_deadline());
   st_->wait_s += seconds_since(t0);
@@ -65,6 +73,8 @@ uint8_t* Prims::acquire_out() {
 }
 
 void Prims::post_out(size_t bytes, size_t n) {
+  trace::Scope ev("post_out");
+  ev.arg("bytes", double(bytes)).arg("elems", double(n));
   send_->post(bytes);
   st_->wire_bytes += bytes;
   st_->raw_bytes += uint64_t(n) * a_.raw_esize;
@@ -94,6 +104,8 @@ void Prims::check_decoded(const transport::SlotView& in, size_t n, codec::Status
 
 SliceValues Prims::prepared(const uint8_t* src, size_t n) {
   if (!a_.stage) return SliceValues::of_dense(src);
+  trace::Scope ev("stage_prepare");
+  ev.arg("elems", double(n));
   const auto t0 = Clock::now();
   void* p = a_.stage->prepare(src, n);
   st_->stage_s += seconds_since(t0);
@@ -103,6 +115,8 @@ SliceValues Prims::prepared(const uint8_t* src, size_t n) {
 SliceValues Prims::local_values(const uint8_t* src, size_t n, bool reduce) {
   const size_t max_k = list_stage_ ? codec_.list_max(n, reduce) : 0;
   if (max_k > 0) {
+    trace::Scope ev("stage_prepare");
+    ev.arg("elems", double(n)).arg("list", 1.0);
     const auto t0 = Clock::now();
     NonzeroList l;
     const bool got = list_stage_->prepare_nonzeros(src, n, max_k, &l);
@@ -119,6 +133,8 @@ uint8_t* Prims::reduce_to(uint8_t* out, uint8_t* dst) const {
 }
 
 SliceValues Prims::decode(const transport::SlotView& in, size_t n, uint8_t* dst) {
+  trace::Scope ev("decode");
+  ev.arg("bytes", double(in.bytes)).arg("elems", double(n));
   const auto t0 = Clock::now();
   SliceValues v;
   uint8_t* to = dst && !a_.stage ? dst : scratch_;
@@ -131,6 +147,8 @@ SliceValues Prims::decode(const transport::SlotView& in, size_t n, uint8_t* dst)
 
 SliceValues Prims::reduce(const transport::SlotView& in, size_t n, const SliceValues& local, const uint8_t* src,
                           uint8_t* out, uint8_t* dst) {
+  trace::Scope ev("reduce");
+  ev.arg("bytes", double(in.bytes)).arg("elems", double(n));
   auto t0 = Clock::now();
   SliceValues v;
   // The slot goes back as soon as the codec has read it (before a reduction pass).
@@ -156,10 +174,12 @@ SliceValues Prims::reduce(const transport::SlotView& in, size_t n, const SliceVa
 }
 
 size_t Prims::encode(const SliceValues& v, size_t n, uint8_t* out) {
+  trace::Scope ev("encode");
   const auto t0 = Clock::now();
   size_t bytes = 0;
   const codec::Status s = dev_ ? dev_->encode(v, n, out, &bytes) : codec_.encode(v, n, out, &bytes);
   st_->encode_s += seconds_since(t0);
+  ev.arg("elems", double(n)).arg("bytes", double(bytes));
   check_encoded(v, n, s);
   return bytes;
 }
@@ -177,6 +197,8 @@ void Prims::check_encoded(const SliceValues& v, size_t n, codec::Status s) const
 
 SliceValues Prims::reduce_encode(const transport::SlotView& in, size_t n, const SliceValues& local, uint8_t* dst,
                                  uint8_t* out, size_t* bytes) {
+  trace::Scope ev("reduce_encode");
+  ev.arg("in_bytes", double(in.bytes)).arg("elems", double(n));
   const auto t0 = Clock::now();
   SliceValues v;
   codec::Status rs = codec::Status::Ok, es = codec::Status::Ok;
@@ -188,6 +210,7 @@ SliceValues Prims::reduce_encode(const transport::SlotView& in, size_t n, const 
 }
 
 void Prims::settle() {
+  trace::Scope ev("settle");
   if (dev_ && dev_->synchronize() != codec::Status::Ok) {
     throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) +
                 ": the device slice codec's work failed: " + dev_->device_error());
@@ -197,6 +220,8 @@ void Prims::settle() {
 void Prims::output(const SliceValues& v, uint8_t* dst, size_t n) {
   if (!a_.stage) {
     if (v.dense == dst) return;
+    trace::Scope ev("output");
+    ev.arg("bytes", double(n * esize_)).arg("on_device", dev_ ? 1.0 : 0.0);
     if (!dev_) {
       std::memcpy(dst, v.dense, n * esize_);
     } else if (dev_->copy(dst, v.dense, n * esize_) != codec::Status::Ok) {
@@ -206,6 +231,8 @@ void Prims::output(const SliceValues& v, uint8_t* dst, size_t n) {
     }
     return;
   }
+  trace::Scope ev("stage_finish");
+  ev.arg("elems", double(n));
   const auto t0 = Clock::now();
   if (v.is_list) {
     list_stage_->finish_nonzeros(dst, v.list, n);  // lists only ever come from a ListStage
@@ -229,7 +256,11 @@ SliceValues Prims::step(const SliceValues& local, const uint8_t* src, uint8_t* d
       // The received bytes go on unchanged; the slice is decoded once, for the output.
       if (in.bytes > slot_bytes_) throw CorruptData("ncclz: oversized slot from rank " + std::to_string(recv_->peer()));
       out = acquire_out();
-      std::memcpy(out, in.data, in.bytes);
+      {
+        trace::Scope ev("forward_copy");
+        ev.arg("bytes", double(in.bytes));
+        std::memcpy(out, in.data, in.bytes);
+      }
       post_out(in.bytes, n);
       v = decode(in, n, dst);
     } else if constexpr (kRed && kS) {
@@ -258,6 +289,8 @@ SliceValues Prims::step(const SliceValues& local, const uint8_t* src, uint8_t* d
     if (kC && !v.is_list && v.dense == out) {
       // The output is copied out of the slot before it is posted.
       uint8_t* keep = a_.stage ? scratch_ : dst;
+      trace::Scope ev("output");
+      ev.arg("bytes", double(n * esize_)).arg("from_slot", 1.0);
       std::memcpy(keep, out, n * esize_);
       v.dense = keep;
     }
