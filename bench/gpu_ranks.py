@@ -36,8 +36,8 @@ sets, 10 Gbit/s; plus 1 and 25 Gbit/s for float32 at 4 ranks (--extra-gbps).
 Timeline (--trace PATH): NCCLZ_TRACE_FILE=PATH.n<N> for the ranks of the N-rank group, so each
 rank writes PATH.n<N>.rank<R>.json when its communicator closes (one communicator per --gbps value:
 the second writes PATH.n<N>.rank<R>.1.json, ...; docs/GPU.md, "Timeline"), and the launcher merges
-each communicator's rank files into PATH.n<N>.json (PATH.n<N>.1.json, ...): one file with a
-process per rank for ui.perfetto.dev or chrome://tracing.
+each communicator's rank files into PATH.n<N>.json (PATH.n<N>.1.json, ...), removing them: one
+file with a process per rank for ui.perfetto.dev or chrome://tracing.
 
 Output: a table on stdout, --md FILE (the same table), --json FILE (every time, the machine, the
 command). Exit status: 0 when every case ran (or --device cuda was asked without a GPU: a message
@@ -269,8 +269,8 @@ def worker(args, env=None) -> int:
 # ---- launcher side -----------------------------------------------------------------------------------
 def merge_traces(base: str) -> list:
     """Merges the rank files BASE.rank<R>.json (and BASE.rank<R>.<k>.json of a k-th later
-    communicator) into BASE.json (BASE.<k>.json): every rank's events, pid = rank. Returns the
-    files written."""
+    communicator) into BASE.json (BASE.<k>.json): every rank's events, pid = rank; the rank files
+    are removed once merged (the device tool returns 8 files). Returns the files written."""
     import glob
     import re
 
@@ -291,6 +291,8 @@ def merge_traces(base: str) -> list:
         with open(path, "w") as fh:
             json.dump({"displayTimeUnit": "ns", "traceEvents": events, "otherData": other}, fh)
         out.append(path)
+        for f in files:
+            os.remove(f)
     return out
 
 
