@@ -1,7 +1,7 @@
 // What the GPU benchmarks (gpu_codec_bench.cu, gpu_float_huff_bench.cu,
-// gpu_persistent_bench.cu) share: exiting on a CUDA or codec error with where
-// it happened, the hash their synthetic data is made from (the same on every
-// run and device), the datasets of the codec benchmarks and their range.
+// gpu_persistent_bench.cu) share: their "--flag value" command lines,
+// exiting on a CUDA or codec error with where it happened, the hash their synthetic data is made from (the same on
+// every run and device), the datasets of the codec benchmarks and their range.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,61 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+/// A benchmark's command line: "--flag value" pairs, each value parsed into
+/// the variable registered for its flag; an unknown flag, or one without its
+/// value, is an error (parse() says so on stderr and returns false).
+class BenchArgs {
+ public:
+  BenchArgs& add(const char* flag, size_t* v) {
+    return put(flag, [v](const char* s) { *v = std::strtoull(s, nullptr, 10); });
+  }
+  BenchArgs& add(const char* flag, uint32_t* v) {
+    return put(flag, [v](const char* s) { *v = uint32_t(std::strtoul(s, nullptr, 10)); });
+  }
+  BenchArgs& add(const char* flag, int* v) {
+    return put(flag, [v](const char* s) { *v = std::atoi(s); });
+  }
+  BenchArgs& add(const char* flag, double* v) {
+    return put(flag, [v](const char* s) { *v = std::atof(s); });
+  }
+  BenchArgs& add(const char* flag, std::string* v) {
+    return put(flag, [v](const char* s) { *v = s; });
+  }
+
+  bool parse(int argc, char** argv) const {
+    for (int i = 1; i < argc; i += 2) {
+      const Flag* f = find(argv[i]);
+      if (f == nullptr || i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s %s\n", argv[0], f ? "no value for" : "unknown argument", argv[i]);
+        return false;
+      }
+      f->set(argv[i + 1]);
+    }
+    return true;
+  }
+
+ private:
+  struct Flag {
+    std::string name;
+    std::function<void(const char*)> set;
+  };
+  std::vector<Flag> flags_;
+  BenchArgs& put(const char* flag, std::function<void(const char*)> set) {
+    flags_.push_back({flag, std::move(set)});
+    return *this;
+  }
+  const Flag* find(const char* name) const {
+    for (const Flag& f : flags_) {
+      if (f.name == name) return &f;
+    }
+    return nullptr;
+  }
+};
 
 /// A CUDA call that must succeed (else: the call and its error, exit 2).
 #define CK(expr)                                                                                  \

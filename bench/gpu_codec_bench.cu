@@ -135,27 +135,20 @@ int main(int argc, char** argv) {
   uint32_t L = 1u << 18;
   std::string json_path, md_path, kernel_list = "1234";
   int select = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--mib")
-      mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--rel")
-      rel = std::atof(argv[i + 1]);
-    else if (a == "--reps")
-      reps = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--warm")
-      warm = std::max(0, std::atoi(argv[i + 1]));
-    else if (a == "--slice")
-      L = uint32_t(std::strtoul(argv[i + 1], nullptr, 10));
-    else if (a == "--kernels")
-      kernel_list = argv[i + 1];
-    else if (a == "--select")
-      select = std::atoi(argv[i + 1]);
-    else if (a == "--json")
-      json_path = argv[i + 1];
-    else if (a == "--md")
-      md_path = argv[i + 1];
-  }
+  const bool args_ok = BenchArgs()
+                           .add("--mib", &mib)
+                           .add("--rel", &rel)
+                           .add("--reps", &reps)
+                           .add("--warm", &warm)
+                           .add("--slice", &L)
+                           .add("--kernels", &kernel_list)
+                           .add("--select", &select)
+                           .add("--json", &json_path)
+                           .add("--md", &md_path)
+                           .parse(argc, argv);
+  if (!args_ok) return 2;
+  reps = std::max(1, reps);
+  warm = std::max(0, warm);
   int dev = 0;
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};

@@ -81,23 +81,16 @@ int main(int argc, char** argv) {
   size_t mib = 256;
   int reps = 10, warm = 3;
   std::string md_path, kernels = "both";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--mib")
-      mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--reps")
-      reps = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--warm")
-      warm = std::max(0, std::atoi(argv[i + 1]));
-    else if (a == "--md")
-      md_path = argv[i + 1];
-    else if (a == "--kernels")
-      kernels = argv[i + 1];
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  const bool args_ok = BenchArgs()
+                           .add("--mib", &mib)
+                           .add("--reps", &reps)
+                           .add("--warm", &warm)
+                           .add("--md", &md_path)
+                           .add("--kernels", &kernels)
+                           .parse(argc, argv);
+  if (!args_ok) return 2;
+  reps = std::max(1, reps);
+  warm = std::max(0, warm);
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const size_t bytes = mib << 20;

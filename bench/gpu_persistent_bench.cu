@@ -87,27 +87,22 @@ int main(int argc, char** argv) {
   int N = 4, channels = 8, slots = 4, reps = 5, warm = 2;
   double rel = 1e-3;
   std::string md_path;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--mib")
-      mib = std::strtoul(argv[i + 1], nullptr, 10);
-    else if (a == "--ranks")
-      N = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--channels")
-      channels = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--slot-kib")
-      slot_kib = std::strtoul(argv[i + 1], nullptr, 10);
-    else if (a == "--slots")
-      slots = std::atoi(argv[i + 1]);
-    else if (a == "--rel")
-      rel = std::atof(argv[i + 1]);
-    else if (a == "--reps")
-      reps = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--warm")
-      warm = std::max(0, std::atoi(argv[i + 1]));
-    else if (a == "--md")
-      md_path = argv[i + 1];
-  }
+  const bool args_ok = BenchArgs()
+                           .add("--mib", &mib)
+                           .add("--ranks", &N)
+                           .add("--channels", &channels)
+                           .add("--slot-kib", &slot_kib)
+                           .add("--slots", &slots)
+                           .add("--rel", &rel)
+                           .add("--reps", &reps)
+                           .add("--warm", &warm)
+                           .add("--md", &md_path)
+                           .parse(argc, argv);
+  if (!args_ok) return 2;
+  N = std::max(1, N);
+  channels = std::max(1, channels);
+  reps = std::max(1, reps);
+  warm = std::max(0, warm);
   int dev = 0;
   CK(cudaGetDevice(&dev));
   cudaDeviceProp prop{};
