@@ -153,9 +153,11 @@ struct Result {
   std::string error;  ///< the exception's message, "" if none
 };
 
-/// Runs `o` on every rank of R; rank r's buffers on the device where dev[r].
+/// Runs `o` on every rank of R; rank r's buffers on CUDA device dev[r], in
+/// host memory where dev[r] < 0 (the rank's thread's current device is set to
+/// it first, as a framework's rank does).
 std::vector<Result> run(Ranks& R, Op o, DataType t, RedOp op, const Compression& c, size_t count,
-                        const std::vector<std::vector<uint8_t>>& in, const std::vector<bool>& dev) {
+                        const std::vector<std::vector<uint8_t>>& in, const std::vector<int>& dev) {
   std::vector<Result> res(size_t(R.size()));
   R.run([&](int r, Communicator& comm) {
     const int N = comm.size();
@@ -165,13 +167,14 @@ std::vector<Result> run(Ranks& R, Op o, DataType t, RedOp op, const Compression&
     std::vector<uint8_t> hsend = in[size_t(r)], hrecv(no * es);
     const void* send = hsend.data();
     void* recv = hrecv.data();
-    if (dev[size_t(r)]) {
+    if (dev[size_t(r)] >= 0) {
+      if (cudaSetDevice(dev[size_t(r)]) != cudaSuccess) throw Error("cudaSetDevice " + std::to_string(dev[size_t(r)]));
       dsend = std::make_unique<DevBuf>(ni * es);
       ncclz_test::to_device(dsend->get(), hsend);
       drecv = std::make_unique<DevBuf>(no * es);
       send = dsend->get();
       recv = drecv->get();
-      set_buffer_device(0);
+      set_buffer_device(dev[size_t(r)]);
     }
     try {
       switch (o) {
@@ -189,13 +192,21 @@ std::vector<Result> run(Ranks& R, Op o, DataType t, RedOp op, const Compression&
     }
     set_buffer_device(-1);
     const void* result = o == Op::Broadcast ? send : recv;
-    if (dev[size_t(r)]) {
+    if (dev[size_t(r)] >= 0) {
       x.out = from_device(result, no * es);
     } else {
       x.out.assign(static_cast<const uint8_t*>(result), static_cast<const uint8_t*>(result) + no * es);
     }
   });
   return res;
+}
+
+/// The same with rank r's buffers on device 0 where dev[r], else in host memory.
+std::vector<Result> run(Ranks& R, Op o, DataType t, RedOp op, const Compression& c, size_t count,
+                        const std::vector<std::vector<uint8_t>>& in, const std::vector<bool>& dev) {
+  std::vector<int> ordinal(dev.size());
+  for (size_t r = 0; r < dev.size(); ++r) ordinal[r] = dev[r] ? 0 : -1;
+  return run(R, o, t, op, c, count, in, ordinal);
 }
 
 /// The float64 reference of rank r's output.
@@ -314,6 +325,83 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
       }
     }
   }
+}
+
+// One rank per GPU (a framework's LOCAL_RANK, then cudaSetDevice): 4 ranks
+// as threads, rank r's buffers on device r % D (D devices, at least 2; the
+// emulator makes 4 with NCCLZ_EMU_DEVICES=4), alone and with a host rank
+// among them: every collective lossy, lossless and uncompressed on the device
+// where the buffers are, with the all-host call's bits. A communicator's
+// device calls take one device: a call with buffers on another one is an
+// InvalidArgument on that rank and a RemoteError on the others, and the
+// communicator works on afterwards.
+TEST(CudaComm, RanksOnSeparateDevices) {
+  SKIP_WITHOUT_DEVICE();
+  const int D = cuda::device_count();
+  if (D < 2) GTEST_SKIP() << "one CUDA device: ranks on separate devices not run (emulator: NCCLZ_EMU_DEVICES=4)";
+  // Two channels (the second on a pool thread, not the caller's): 256 KiB
+  // of data each at least (core::kBytesPerChannel).
+  const size_t count = 140000;
+  const int N = 4;
+  Ranks R(N, [](int, CommConfig& cfg) {
+    cfg.slot_bytes = 4096;
+    cfg.sparse_slice_bytes = 16384;
+    cfg.nchannels = 2;
+    cfg.exact_nchannels = 2;
+  });
+  std::vector<int> spread(N), with_host(N);
+  for (int r = 0; r < N; ++r) spread[size_t(r)] = with_host[size_t(r)] = r % D;
+  with_host[2] = -1;
+  const std::vector<int> all_host(N, -1);
+  for (const Compression& c : {Compression::lossy_rel(1e-3), Compression::lossless(), Compression::none()}) {
+    for (Op o : kAllOps) {
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) in.push_back(input(DataType::F32, in_count(o, count, N), r, 19));
+      const auto host = run(R, o, DataType::F32, RedOp::Sum, c, count, in, all_host);
+      for (const auto& pattern : {spread, with_host}) {
+        const auto dev = run(R, o, DataType::F32, RedOp::Sum, c, count, in, pattern);
+        for (int r = 0; r < N; ++r) {
+          SCOPED_TRACE(std::string(name(o)) + " mode " + std::to_string(int(c.mode)) + " rank " + std::to_string(r) +
+                       (pattern == with_host ? " (a host rank among them)" : ""));
+          ASSERT_EQ(host[size_t(r)].error, "");
+          ASSERT_EQ(dev[size_t(r)].error, "");
+          EXPECT_EQ(dev[size_t(r)].stats.on_device, pattern[size_t(r)] >= 0);
+          if (o == Op::AllReduce) {
+            EXPECT_EQ(dev[size_t(r)].stats.channels, 2);
+          }
+          if (has_output(o, r)) {
+            EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out) << "device and host results differ";
+          }
+        }
+      }
+    }
+  }
+  // Rank 0's communicator took device 0 above: device 1 now is refused.
+  R.run([&](int r, Communicator& comm) {
+    const size_t n = 256;
+    std::vector<float> hs(n, float(r + 1)), hd(n);
+    std::unique_ptr<DevBuf> s, d;
+    if (r == 0) {
+      ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+      s = std::make_unique<DevBuf>(n * 4);
+      d = std::make_unique<DevBuf>(n * 4);
+      set_buffer_device(1);
+    }
+    try {
+      comm.all_reduce(r == 0 ? static_cast<const void*>(s->get()) : hs.data(),
+                      r == 0 ? static_cast<void*>(d->get()) : hd.data(), n, DataType::F32, RedOp::Sum,
+                      Compression::lossy_abs(1e-3));
+      ADD_FAILURE() << "rank " << r << ": a call on a second device ran";
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(r, 0);
+      EXPECT_NE(std::string(e.what()).find("one device per communicator"), std::string::npos) << e.what();
+    } catch (const RemoteError&) {
+      EXPECT_NE(r, 0);
+    }
+    set_buffer_device(-1);
+    comm.all_reduce(hs.data(), hd.data(), n, DataType::F32, RedOp::Sum, Compression::none());
+    for (float v : hd) ASSERT_EQ(v, 10.0f);
+  });
 }
 
 // Paths that run on host copies of device buffers: one rank, non-finite inputs (the exact fallback), a lossy call rank

@@ -12,8 +12,13 @@ LAUNCH = re.compile(
 
 
 def emulated(m: re.Match) -> str:
+    # The first lambda names the devices of the launch's pointer arguments
+    # (evaluated only with several emulated devices), the second runs it.
     kernel, config, args = m.group(1), m.group(2), m.group(3)
-    return f"::emu::launch([&] {{ {kernel}({args}); }}, {config});"
+    return (
+        f"::emu::launch_checked([&] {{ return ::emu::pointer_devices({args}); }}, "
+        f"[&] {{ {kernel}({args}); }}, {config});"
+    )
 
 
 with open(sys.argv[1]) as f:

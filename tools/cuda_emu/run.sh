@@ -18,14 +18,15 @@
 #                 ring collectives with device and CPU ranks) with v3, v2, v1,
 #                 the persistent ring kernels (CudaPersistent, same binary) once,
 #                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
-#                 with v3 and v2,
+#                 with v3 and v2, and ranks on four emulated devices,
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's), and
 #                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes) and
 #                 bench/gpu_persistent_bench.cu's (4 ranks, 1 MiB each: exact sums)
 #   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp, test_cuda_persistent.cpp)
 #   persistent    the persistent ring kernels' tests alone (test_cuda_persistent.cpp)
-#   comm          device buffers through the communicator (tests/cpp/test_cuda_comm.cpp)
+#   comm          device buffers through the communicator (tests/cpp/test_cuda_comm.cpp), four
+#                 emulated devices (NCCLZ_EMU_DEVICES, default 4 here) for the rank-per-device test
 #   bench         bench/gpu_codec_bench.cu on 1 MiB: its checks (its timings mean nothing)
 # Environment: NCCLZ_CUDA_TEST_QUICK (default 1: fewer sizes and cases; 0: all,
 # about 4x longer); EMU_SANITIZE=address (AddressSanitizer: an out-of-bounds
@@ -66,6 +67,8 @@ case "${1:-}" in
     echo "and v2 slice kernels with unregistered ones (NCCLZ_DEVICE_PIN=0):"
     "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
     NCCLZ_DEVICE_CODEC=v2 NCCLZ_DEVICE_PIN=0 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.Lossy*:CudaComm.DeviceAndHost*'
+    echo "one rank per device (NCCLZ_EMU_DEVICES=4: four emulated devices):"
+    NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.RanksOnSeparateDevices'
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
@@ -78,6 +81,6 @@ case "${1:-}" in
   bench) "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" ;;
   prims) "$E/ncclz_cuda_emu_prims_tests" ;;
   persistent) "$E/ncclz_cuda_emu_prims_tests" --gtest_filter='CudaPersistent.*' ;;
-  comm) "$E/ncclz_cuda_emu_comm_tests" ;;
+  comm) NCCLZ_EMU_DEVICES=${NCCLZ_EMU_DEVICES:-4} "$E/ncclz_cuda_emu_comm_tests" ;;
   *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*}" ;;
 esac

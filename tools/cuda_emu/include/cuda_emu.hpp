@@ -4,7 +4,8 @@
 //
 // How: tools/cuda_emu (rewrite.py, CMakeLists.txt) rewrites every
 // `k<<<grid, block, shm, s>>>(args)` into
-// `::emu::launch([&] { k(args); }, grid, block, shm, s)` and compiles the
+// `::emu::launch_checked([&] { return ::emu::pointer_devices(args); },
+// [&] { k(args); }, grid, block, shm, s)` and compiles the
 // .cu files as C++ with this directory first on the include path (fake
 // <cuda_runtime.h> and <cub/...>). Each CUDA thread is a coroutine;
 // the blocks of a grid run one after the other, the threads of a block
@@ -37,6 +38,22 @@
 // (cudaMallocHost) is ordinary host memory. While one thread's device work
 // runs, the arena is open to every thread: the check is strict for
 // one-thread programs and partial for ranks as threads.
+//
+// Devices: one by default; NCCLZ_EMU_DEVICES=N (1-16) makes N, to check
+// code for ranks on separate GPUs: each host thread has its current device
+// (cudaSetDevice), device memory and streams belong to the device current at
+// their creation (cudaPointerGetAttributes says which), and, as on CUDA, a
+// kernel launched into a stream of another device than the current one
+// fails (cudaErrorInvalidResourceHandle, not run), as does an event recorded
+// on another device's stream. Every device is the same host memory, so a
+// kernel is checked by its arguments: one whose arguments (pointers, or
+// structs passed by value holding them) point into another device's memory
+// fails (cudaErrorIllegalAddress, not run; memory reached through device
+// memory is not followed), and so does a copy or memset:
+// with several devices, one that touches device memory of another device
+// than its stream's (the legacy stream: the current device's) fails with
+// cudaErrorInvalidValue. CUDA would copy over the peer path there; ncclz
+// never means to, so the emulator's rule is the stricter one.
 //
 // What it cannot show: races between blocks or within a warp outside the
 // collectives, performance, the device-only branches of NCCLZ_HD code
@@ -97,6 +114,9 @@ enum cudaError_t {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalAddress = 700,
   cudaErrorHostMemoryAlreadyRegistered = 712
 };
 enum cudaMemcpyKind {
@@ -107,15 +127,37 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault
 };
 typedef struct CUstream_st* cudaStream_t;
+namespace emu {
+/// Emulated devices: NCCLZ_EMU_DEVICES (1-16), default 1.
+inline int device_count() {
+  static const int n = [] {
+    const char* v = std::getenv("NCCLZ_EMU_DEVICES");
+    const int x = v ? std::atoi(v) : 1;
+    return x < 1 ? 1 : x > 16 ? 16 : x;
+  }();
+  return n;
+}
+/// The calling host thread's current device (cudaSetDevice).
+inline int& current_device() {
+  static thread_local int d = 0;
+  return d;
+}
+}  // namespace emu
+struct CUstream_st {
+  int device = 0;  ///< the device current when it was made
+};
 
 inline const char* cudaGetErrorString(cudaError_t e) {
   return e == cudaSuccess ? "no error (emulated)" : "emulated error";
 }
 inline const char* cudaGetErrorName(cudaError_t e) {
-  return e == cudaSuccess                 ? "cudaSuccess"
-         : e == cudaErrorInvalidValue     ? "cudaErrorInvalidValue"
-         : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation"
-                                          : "cudaErrorUnknown";
+  return e == cudaSuccess                      ? "cudaSuccess"
+         : e == cudaErrorInvalidValue          ? "cudaErrorInvalidValue"
+         : e == cudaErrorMemoryAllocation      ? "cudaErrorMemoryAllocation"
+         : e == cudaErrorInvalidDevice         ? "cudaErrorInvalidDevice"
+         : e == cudaErrorInvalidResourceHandle ? "cudaErrorInvalidResourceHandle"
+         : e == cudaErrorIllegalAddress        ? "cudaErrorIllegalAddress"
+                                               : "cudaErrorUnknown";
 }
 // The thread's last error, as CUDA keeps it: a failing runtime call sets it,
 // cudaGetLastError returns and clears it (so code that checks a launch with
@@ -159,6 +201,7 @@ struct Arena {
   size_t top = 0;                      // bytes in use from base (high-water mark)
   std::map<size_t, size_t> free_list;  // offset -> bytes, merged with neighbours
   std::map<uintptr_t, size_t> live;    // allocation -> bytes
+  std::map<uintptr_t, int> owner;      // allocation -> the device it was made on
   bool protect = true;
   int depth = 0;  // DeviceAccess scopes open, over every host thread
 };
@@ -230,7 +273,10 @@ inline void* device_alloc(size_t n) {
   if (n == 0) n = 1;
   if (!kArena) {
     void* p = std::malloc(n);
-    if (p) m.live[reinterpret_cast<uintptr_t>(p)] = n;
+    if (p) {
+      m.live[reinterpret_cast<uintptr_t>(p)] = n;
+      m.owner[reinterpret_cast<uintptr_t>(p)] = current_device();
+    }
     return p;
   }
   if (m.base == nullptr) {
@@ -264,6 +310,7 @@ inline void* device_alloc(size_t n) {
   mprotect(m.base + off, bytes, (!m.protect || m.depth > 0) ? PROT_READ | PROT_WRITE : PROT_NONE);
   void* p = m.base + off;
   m.live[reinterpret_cast<uintptr_t>(p)] = bytes;
+  m.owner[reinterpret_cast<uintptr_t>(p)] = current_device();
   return p;
 }
 
@@ -275,6 +322,7 @@ inline void device_free(void* p) {
   if (it == m.live.end()) return;
   const size_t bytes = it->second;
   m.live.erase(it);
+  m.owner.erase(reinterpret_cast<uintptr_t>(p));
   if (!kArena) {
     std::free(p);
     return;
@@ -297,7 +345,7 @@ inline void device_free(void* p) {
 
 }  // namespace emu
 inline cudaError_t cudaGetDeviceCount(int* n) {
-  *n = 1;
+  *n = emu::device_count();
   return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void** p, size_t n) {
@@ -355,8 +403,26 @@ inline cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
   emu::host_registry()[lo] = n;
   return cudaSuccess;
 }
-// What a pointer is: registered host memory here (device memory is reported as
-// unregistered: nothing here asks about it).
+namespace emu {
+/// The device of the device memory p points into, or -1.
+inline int device_of(const void* p) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::recursive_mutex> lk(device_mutex());
+  const Arena& m = arena();
+  auto it = m.live.upper_bound(x);
+  if (it == m.live.begin() || x >= std::prev(it)->first + std::prev(it)->second) return -1;
+  return m.owner.at(std::prev(it)->first);
+}
+/// With several devices: whether a copy or memset on stream s (null: the
+/// current device's legacy stream) touching p stays on s's device.
+inline bool on_stream_device(const void* p, cudaStream_t s) {
+  if (device_count() == 1 || p == nullptr) return true;
+  const int d = device_of(p);
+  return d < 0 || d == (s ? s->device : current_device());
+}
+}  // namespace emu
+// What a pointer is: registered host memory, or device memory (with the
+// device it was allocated on), else unregistered.
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1, cudaMemoryTypeDevice = 2 };
 struct cudaPointerAttributes {
   cudaMemoryType type = cudaMemoryTypeUnregistered;
@@ -367,12 +433,20 @@ struct cudaPointerAttributes {
 inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
   *a = cudaPointerAttributes{};
   const uintptr_t x = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lk(emu::host_registry_mu());
-  for (const auto& [lo, len] : emu::host_registry()) {
-    if (x >= lo && x < lo + len) {
-      a->type = cudaMemoryTypeHost;
-      a->devicePointer = a->hostPointer = const_cast<void*>(p);
+  {
+    std::lock_guard<std::mutex> lk(emu::host_registry_mu());
+    for (const auto& [lo, len] : emu::host_registry()) {
+      if (x >= lo && x < lo + len) {
+        a->type = cudaMemoryTypeHost;
+        a->devicePointer = a->hostPointer = const_cast<void*>(p);
+        return cudaSuccess;
+      }
     }
+  }
+  if (const int d = emu::device_of(p); d >= 0) {
+    a->type = cudaMemoryTypeDevice;
+    a->device = d;
+    a->devicePointer = const_cast<void*>(p);
   }
   return cudaSuccess;
 }
@@ -384,30 +458,32 @@ inline cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
   *d = h;
   return h ? cudaSuccess : emu::failed(cudaErrorInvalidValue);
 }
-inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = nullptr) {
+  if (!emu::on_stream_device(p, st)) return emu::failed(cudaErrorInvalidValue);
   emu::DeviceAccess on;
   std::memset(p, v, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { return cudaMemset(p, v, n); }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+inline cudaError_t cudaMemset(void* p, int v, size_t n) { return cudaMemsetAsync(p, v, n, nullptr); }
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t st = nullptr) {
   if (n && (d == nullptr || s == nullptr)) return emu::failed(cudaErrorInvalidValue);  // as CUDA answers a null pointer
+  if (!emu::on_stream_device(d, st) || !emu::on_stream_device(s, st)) return emu::failed(cudaErrorInvalidValue);
   emu::DeviceAccess on;
   if (n) std::memmove(d, s, n);
   return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) {
-  return cudaMemcpy(d, s, n, k);
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
+  return cudaMemcpyAsync(d, s, n, k, nullptr);
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 // Streams: every launch runs at once, in order, so one stream is as good as any.
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = reinterpret_cast<cudaStream_t>(new char);
+  *s = new CUstream_st{emu::current_device()};
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<char*>(s);
+  delete s;
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
@@ -416,6 +492,7 @@ inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 typedef struct CUevent_st* cudaEvent_t;
 struct CUevent_st {
   double t = 0;
+  int device = 0;  ///< the device current when it was made
 };
 inline double emu_now_ms() {
   timespec ts;
@@ -424,13 +501,16 @@ inline double emu_now_ms() {
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
   *e = new CUevent_st;
+  (*e)->device = emu::current_device();
   return cudaSuccess;
 }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
 }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+  // The event's device, and the stream's (the legacy stream: the current device's).
+  if (e->device != (s ? s->device : emu::current_device())) return emu::failed(cudaErrorInvalidResourceHandle);
   e->t = emu_now_ms();
   return cudaSuccess;
 }
@@ -446,11 +526,14 @@ struct cudaDeviceProp {
   int l2CacheSize = 0;
 };
 inline cudaError_t cudaGetDevice(int* d) {
-  *d = 0;
+  *d = emu::current_device();
   return cudaSuccess;
 }
-// One emulated device, ordinal 0.
-inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : emu::failed(cudaErrorInvalidValue); }
+inline cudaError_t cudaSetDevice(int d) {
+  if (d < 0 || d >= emu::device_count()) return emu::failed(cudaErrorInvalidDevice);
+  emu::current_device() = d;
+  return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   *p = cudaDeviceProp{};
   return cudaSuccess;
@@ -725,9 +808,50 @@ inline uint64_t warp_shfl_collective(uint64_t v, int src) {
   return out;
 }
 
+/// The devices of the device memory a launch's arguments point into: every
+/// aligned 8-byte word of every argument (a pointer, or a struct holding
+/// pointers, passed by value) that is an address inside a live allocation.
+template <class... A>
+std::vector<int> pointer_devices(const A&... a) {
+  std::vector<int> d;
+  auto one = [&d](const auto& x) {
+    const auto* bytes = reinterpret_cast<const unsigned char*>(&x);
+    for (size_t at = 0; at + sizeof(uintptr_t) <= sizeof(x); at += alignof(uintptr_t)) {
+      uintptr_t w;
+      std::memcpy(&w, bytes + at, sizeof w);
+      if (const int dev = device_of(reinterpret_cast<const void*>(w)); dev >= 0) d.push_back(dev);
+    }
+  };
+  (one(a), ...);
+  return d;
+}
+
 template <class F>
-void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t = nullptr) {
+void launch(F&& f, dim3 grid, dim3 block, size_t = 0, cudaStream_t s = nullptr);
+
+/// A launch whose pointer arguments (devices(): pointer_devices) must be
+/// memory of its stream's device where several devices are emulated.
+template <class G, class F>
+void launch_checked(G&& devices, F&& f, dim3 grid, dim3 block, size_t shm = 0, cudaStream_t s = nullptr) {
+  if (device_count() > 1) {
+    const int here = s ? s->device : current_device();
+    for (int d : devices()) {
+      if (d >= 0 && d != here) {
+        failed(cudaErrorIllegalAddress);
+        return;
+      }
+    }
+  }
+  launch(std::forward<F>(f), grid, block, shm, s);
+}
+
+template <class F>
+void launch(F&& f, dim3 grid, dim3 block, size_t, cudaStream_t s) {
   if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
+  if (s != nullptr && s->device != current_device()) {                           // as CUDA: a stream of another device
+    failed(cudaErrorInvalidResourceHandle);
+    return;
+  }
   DeviceAccess on;  // device memory open to it (other host threads' work runs meanwhile)
   const std::function<void()> body = f;
   BlockRun& r = run();
