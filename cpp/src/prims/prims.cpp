@@ -190,9 +190,11 @@ void Prims::check_encoded(const SliceValues& v, size_t n, codec::Status s) const
       v.is_list ? "a list of " + std::to_string(v.list.k) + " nonzeros of a " + std::to_string(n) + "-element slice"
                 : "a slice of " + std::to_string(n) + " elements";
   throw Error("ncclz rank " + std::to_string(a_.rank) + ", channel " + std::to_string(a_.channel) + ": encoding " +
-              what + " for rank " + std::to_string(send_->peer()) + " failed: " + codec::status_string(s) +
-              (dev_ && !dev_->device_error().empty() ? " on the device: " + dev_->device_error()
-                                                     : " (a forced codec that does not accept this element type?)"));
+              what + " for rank " + std::to_string(send_->peer()) + " failed" +
+              // A CUDA error is the cause where there is one (its status is only the codec's summary of it).
+              (dev_ && !dev_->device_error().empty()
+                   ? " on the device: " + dev_->device_error()
+                   : ": " + codec::status_string(s) + " (a forced codec that does not accept this element type?)"));
 }
 
 SliceValues Prims::reduce_encode(const transport::SlotView& in, size_t n, const SliceValues& local, uint8_t* dst,
