@@ -175,6 +175,9 @@ class Machine:
     c_intra: float = 0.4e-9  # s per byte through a shared-memory slot (sent or received)
     c_red: float = 0.3e-9  # s per byte reduced in the user type (raw slots)
     c_call: float = 1e-3  # s per call and rank (threads, descriptors, wakeups)
+    c_exact: float = 0.2e-9  # s per byte through shared memory in the exact calls' shape of a host's own
+    # ring (one ring of 128 KiB slices where the ranks have fewer cores than two rings need: they stay
+    # in the caches, where the slot-sized slices of the hierarchical intra-host rings do not)
     overlap: float = 0.5
     alpha: float = 50e-6  # per ring step between hosts (and per hop of the descriptor exchange)
     intra_step: float = 1.0  # an intra-host ring step's latency, as a fraction of alpha (on a loaded
@@ -184,21 +187,35 @@ class Machine:
 
     def cost(self, f) -> float:
         """CPU seconds of a rank with features f (see the class doc)."""
-        return self.k_codec * f[0] + self.c_sock * f[1] + self.c_intra * f[2] + self.c_red * f[3] + self.c_call * f[4]
+        return (self.k_codec * f[0] + self.c_sock * f[1] + self.c_intra * f[2] + self.c_red * f[3] + self.c_call * f[4]
+                + self.c_exact * f[5])
 
     def share(self, ranks: int) -> float:
         if self.cores_per_rank > 0:
             return self.cores_per_rank
         return min(1.0, self.cpus / (ranks + self.background))
 
+    def span(self, costs: list, ranks: int) -> float:
+        """Seconds until every rank has done its CPU work, [(seconds on one core, ranks)], all at once:
+        with cores of its own, the busiest rank's; on the shared machine also all ranks' work on the
+        part of the CPUs they get (cpus N / (N + background)), which is the busiest rank's at its
+        fair share where all do the same and less where a few do more (a broadcast's root)."""
+        top = max((c for c, k in costs if k), default=0.0)
+        if self.cores_per_rank > 0:
+            return top / self.cores_per_rank
+        total = sum(c * k for c, k in costs)
+        return max(top, total * (ranks + self.background) / (ranks * self.cpus))
 
-def features(codec_s=0.0, sock=0.0, intra=0.0, red=0.0, call=0.0) -> np.ndarray:
-    return np.array([codec_s, sock, intra, red, call], dtype=float)
+
+def features(codec_s=0.0, sock=0.0, intra=0.0, red=0.0, call=0.0, exact=0.0) -> np.ndarray:
+    return np.array([codec_s, sock, intra, red, call, exact], dtype=float)
 
 
 def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: float, r: float) -> tuple:
     """The features of each kind of rank: ([(features, ranks)] of the part that overlaps the
-    network, [(features, ranks)] of the intra-host phases that come before and after it)."""
+    network, [(features, ranks)] of the phases that come before and after it (the intra-host phases,
+    the eager path's whole-buffer passes), [(features, ranks)] of the work a few ranks do alone
+    before the descriptor exchange while the others wait (a broadcast root's statistics scan))."""
     hier = algo == "hierarchical" and 1 < hosts < n
     L = n // hosts if hier else 1
     m_ = hosts if hier else n  # ranks of the ring that crosses hosts
@@ -206,21 +223,34 @@ def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: 
     lossy = mode == "lossy"
     one_host = hosts <= 1  # the ring runs on shared memory
     if coll == "broadcast":
-        # a chain: the root quantizes and encodes, the others decode and dequantize; hierarchically,
-        # the ranks of a host's chain get the codes raw (dequantize only), interleaved with the
-        # inter-host chain (no phase of their own)
+        # a chain (the flat ring's ranks from the root, or hierarchically the root's local rank on
+        # every host, each passing its slices on down its host's chain too): the root sends, a relay
+        # receives and forwards the slot's bytes unchanged, the chain's last rank only receives.
+        # Lossy, only the root has an input: it scans it for the statistics alone, before the
+        # descriptor exchange (the others wait). Flat (the staged path): it quantizes and encodes
+        # slice by slice and writes its output from its codes; every other rank decodes once and
+        # dequantizes. Hierarchical (the eager path): the root quantizes the whole input alone too,
+        # before the outlier round; the chain moves codes (coded between hosts, raw inside them;
+        # a rank of the inter-host chain decodes once); every rank dequantizes its output after it.
         enc, dec = dc.coder(coll)
-        codec_root = 2 * S / dc.q_Bps + S / enc if lossy else 0.0  # statistics scan, quantize, encode
-        codec_relay = S / dec + S / dc.dq_Bps if lossy else 0.0
-        net = (lambda b: features(sock=0 if one_host else b, intra=b if one_host else 0))
-        out = [(net(S / r) + features(codec_root, intra=S if hier else 0.0, call=1), 1),
-               (net(2 * S / r) + features(codec_relay, intra=S if hier else 0.0, call=1), m_ - 1)]
+        eager = hier and lossy
+        solo = (2 if eager else 1) * S / dc.q_Bps if lossy else 0.0
+        root_codec = S / enc + (0.0 if eager else S / dc.q_Bps + S / dc.dq_Bps) if lossy else 0.0
+        recv_codec = S / dec + (0.0 if eager else S / dc.dq_Bps) if lossy else 0.0
+        link = (lambda b: (features(exact=b) if not lossy else features(intra=b)) if one_host else features(sock=b))
+        down = S if hier else 0.0  # raw, down the host's chain
+        out = [(link(S / r) + features(root_codec, intra=down, call=1), 1),
+               (link(2 * S / r) + features(recv_codec, intra=down, call=1), max(0, m_ - 2)),
+               (link(S / r) + features(recv_codec, intra=down, call=1), 1 if m_ > 1 else 0)]
         if hier:
-            out.append((features(S / dc.dq_Bps if lossy else 0.0, intra=2 * S, call=1), n - m_))
-        return out, []
+            out += [(features(intra=2 * S, call=1), hosts * (L - 2)), (features(intra=S, call=1), hosts)]
+        after = [(features(S / dc.dq_Bps), n)] if eager else []
+        return out, after, [(features(solo), 1)] if lossy else []
     sent = 2 * WIRE[coll](m_) * D / r
-    f = features(sock=0 if one_host else sent, intra=sent if one_host else 0,
-                 red=0.0 if lossy else REDUCE[coll](m_) * D, call=1)
+    own = S / n if coll == "all_gather" and not lossy else 0.0  # copySend: the own block into the output
+    exact = one_host and not lossy  # the exact calls' shape on a host's own ring
+    f = features(sock=0 if one_host else sent, intra=0 if exact else (sent if one_host else 0) + own,
+                 exact=sent + own if exact else 0.0, red=0.0 if lossy else REDUCE[coll](m_) * D, call=1)
     if lossy:
         fe, fd = CODEC[coll](m_)
         # the statistics scan of the whole input (every lossy call), then the quantized part
@@ -240,33 +270,49 @@ def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: 
     intra = []
     if hier:
         intra = [(features(intra=2 * INTRA[coll](L) * S, red=REDUCE[coll](L) * S) + serial, n)]
-    return [(f, n)], intra
+    return [(f, n)], intra, []
+
+
+def harness(h: dict, coll: str, n: int, S: float) -> list:
+    """What the lab's timed region holds besides the collective ([(CPU seconds on one core, ranks)],
+    bench/topo_bench.py's Config.call, before the call on every rank): all_reduce copies its input
+    into the in-place buffer (np.copyto, S bytes), broadcast copies the root's input and, on every
+    other rank, a fresh np.zeros_like (its zero pages faulted in, then copied; S bytes each);
+    reduce_scatter and all_gather call on their inputs. `h`: the per-byte costs `calibrate`
+    measured (out of cache). Only the validation counts it: projections time the collective alone."""
+    h = h[min((k for k in h if k.isdigit()), key=lambda k: abs(int(k) - S))]  # measured at the nearest size
+    if coll == "all_reduce":
+        return [(h["copy_s_per_B"] * S, n)]
+    if coll == "broadcast":
+        return [(h["copy_s_per_B"] * S, 1), (h["zero_copy_s_per_B"] * S, n - 1)]
+    return []
 
 
 def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: float,
-            gbps: float, parts: bool = False):
-    """Seconds of one call (and the terms, with parts=True): a rank's intra-host phases, then its
-    network ring with codec and link overlapping (the policy's combination), the busiest rank's CPU
-    work at the share of a core it gets; a broadcast chain adds one slice time per hop."""
+            gbps: float, parts: bool = False, pre: list | None = None):
+    """Seconds of one call (and the terms, with parts=True): `pre` (the lab harness's work before
+    the call, :func:`harness`), a rank's intra-host phases, then its network ring with codec and link
+    overlapping (the policy's combination), the CPU work of the ranks at the CPUs they get
+    (Machine.span); a broadcast chain adds one slice time per host link it crosses."""
     B = gbps * 1e9 / 8 * m.goodput
     hier = algo == "hierarchical" and 1 < hosts < n
     L = n // hosts if hier else 1
     m_ = hosts if hier else n
     r = ratio(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts)
     t_net = WIRE[coll](m_) * S / (r * B) if hosts > 1 else 0.0  # each host's link
-    inter, intra = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
-    # CPU: a rank's own work on (at most) its cores, and, on a shared machine, all ranks' work on
-    # the CPUs they get; the intra-host phases come before and after the network ring
-    demand = sum(m.cost(f) * k for f, k in inter + intra)
-    # the ranks that compete for the CPUs: every rank of the network ring or chain, and the ranks
-    # of a hierarchical broadcast's host chains in proportion to their (small) work
-    top = max(m.cost(f) for f, _ in inter)
-    busy = float(n)
-    if hier and coll == "broadcast" and top > 0:
-        busy = m_ + sum(m.cost(f) * k for f, k in inter[2:]) / top
-    share = m.share(busy)
-    t_intra = max((m.cost(f) for f, _ in intra), default=0.0) / m.share(n)
-    t_cpu = top / share
+    inter, intra, solo = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
+    pre = list(pre or [])
+    # CPU: every phase's work on the CPUs the ranks get (the busiest rank's at its share where all
+    # do the same; a chain's few busy ranks get more than an even share while the others wait); the
+    # harness's work and the root's solo work (side by side: the root's kind first in both), then
+    # the intra-host phases, before and after the network ring
+    for i, (f, k) in enumerate(solo):
+        c = m.cost(f)
+        pre = pre[:i] + [(pre[i][0] + c, k)] + pre[i + 1:] if i < len(pre) else pre + [(c, k)]
+    demand = sum(m.cost(f) * k for f, k in inter + intra) + sum(c * k for c, k in pre)
+    t_pre = m.span(pre, n) if pre else 0.0
+    t_intra = m.span([(m.cost(f), k) for f, k in intra], n) if intra else 0.0
+    t_cpu = m.span([(m.cost(f), k) for f, k in inter], n)
     # latency: the descriptor exchange (a ring all-gather over all N ranks; twice on the eager path
     # of a hierarchical all_gather or broadcast, which holds the outlier round), the schedule's steps
     eager = hier and mode == "lossy" and coll in ("all_gather", "broadcast")
@@ -274,16 +320,22 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     lat = (n - 1) * m.alpha * (2 if eager else 1) + STEPS[coll](m_) * m.alpha
     if hier:
         lat += steps_intra * m.alpha * m.intra_step
-    if coll == "broadcast":
-        # the chain fills one slice per hop before its last link runs at the link's rate (where
-        # the CPU is the bottleneck the fill does not add: fewer busy ranks share the CPUs then)
+    if coll == "broadcast" and hosts > 1:
+        # the chain pipelines its slices through every hop: the last slice leaves the root's host
+        # once its link has carried the others, then crosses the other H - 2 host links at a slice
+        # time each (the flat chain and the hierarchical one both cross H - 1 host links; a
+        # shared-memory hop's slice time is small beside a link's)
         slices = max(1.0, S / m.slice_bytes)
-        hops = (hosts - 1) + (L - 1) if hier else n - 1
-        t_net *= (slices + hops - 1) / slices
-    body = max(t_net, t_cpu) + (1 - m.overlap) * min(t_net, t_cpu)
-    t = lat + t_intra + body
+        t_net *= (slices + hosts - 2) / slices
+    # link and CPU pipelined slice by slice (the policy's combination: the larger plus a part of
+    # the smaller). The smaller side is the link's time or one rank's own CPU work at its cores:
+    # where the link is the bottleneck the ranks idle between slices and do not compete for the
+    # CPUs, so what shows is a rank's work on its slices, not all ranks' on the shared CPUs
+    t_alone = max(m.cost(f) for f, k in inter if k) / (m.cores_per_rank or 1.0)
+    body = max(t_net, t_cpu) + (1 - m.overlap) * min(t_net, t_alone)
+    t = t_pre + lat + t_intra + body
     if parts:
-        return t, {"ratio": r, "t_net": t_net, "t_cpu": t_cpu, "t_intra": t_intra, "cpu_s": demand}
+        return t, {"ratio": r, "t_net": t_net, "t_cpu": t_cpu, "t_intra": t_intra, "t_pre": t_pre, "cpu_s": demand}
     return t
 
 
@@ -381,9 +433,41 @@ def calibrate(datasets: list, counts: list, ranks: tuple = (4, 8), hosts: tuple 
     return out
 
 
+def measure_harness(sizes: tuple = (16 << 20, 64 << 20), reps: int = 16, rotate: int = 4) -> dict:
+    """The per-byte CPU cost (user + system: the zero pages' faults count) of the lab harness's work
+    in the timed region (:func:`harness`) at each input size: np.copyto of float32, and np.copyto
+    from a fresh np.zeros_like (malloc's heap, memset, at 16 MiB; fresh mapped pages, faulted in,
+    from 32 MiB). Over `rotate` buffers in turn, so that they come from memory as with several
+    ranks on the machine; the median of `reps`."""
+    out = {}
+    for nbytes in sizes:
+        xs = [np.random.default_rng(i).random(nbytes // 4, dtype=np.float32) for i in range(rotate)]
+        bufs = [x.copy() for x in xs]
+
+        def med(fn) -> float:
+            ts = []
+            for i in range(reps):
+                c0 = time.process_time()
+                fn(xs[i % rotate], bufs[i % rotate])
+                ts.append(time.process_time() - c0)
+            return statistics.median(ts) / nbytes
+
+        out[str(nbytes)] = {"copy_s_per_B": med(lambda x, b: np.copyto(b, x)),
+                            "zero_copy_s_per_B": med(lambda x, b: np.copyto(b, np.zeros_like(x)))}
+    return out
+
+
 def load_calibration() -> dict:
     d = json.loads(CALIB.read_text())
     return {k: DataCodec(**v) for k, v in d["data"].items()}
+
+
+def load_harness() -> dict:
+    """The harness costs `calibrate` measured (`--harness-only` adds them to an older calibration)."""
+    d = json.loads(CALIB.read_text())
+    if "harness" not in d:
+        raise SystemExit("scale_model: no harness costs in the calibration: run `calibrate --harness-only`")
+    return d["harness"]
 
 
 # ---------------------------------------------------------------------------------------------- validate
@@ -400,6 +484,18 @@ def lab_points(phases) -> list:
     return pts
 
 
+def steady_s(r: dict) -> float:
+    """A lab point's time per call in steady state: the median of its calls but each round's first.
+    The phases run every configuration's calls in turn, so a configuration's first call in a round
+    follows another configuration's (the other algorithm's connections and buffers, another size):
+    1.3-2.6x the next ones' in the 4 x 2 lossy all_gather and broadcast, slower in the others
+    too; the model describes a call that follows calls like it (what a training loop makes)."""
+    k = len(r["times"]) // max(1, r.get("rounds", 1))
+    if k < 2:
+        return r["median_s"]
+    return statistics.median(t for i, t in enumerate(r["times"]) if i % k)
+
+
 def point_args(r: dict) -> tuple:
     mode = "none" if r["mode"] == "none" else "lossless" if r["mode"] == "lossless" else "lossy"
     return r["coll"], mode, r["algorithm"], r["world_size"], r["hosts"], r["nbytes"], r["link_gbps"] or 1.0
@@ -414,8 +510,14 @@ def codec_for(dcs: dict, r: dict) -> DataCodec:
                                    key=lambda k: abs(int(k.split(":")[1]) - r["nbytes"] // 4))]
 
 
-DEMAND = ("k_codec", "c_sock", "c_intra", "c_red", "c_call")
+DEMAND = ("k_codec", "c_sock", "c_intra", "c_red", "c_call", "c_exact")
 SUPPLY = {"background": (0.0, 30.0), "overlap": (0.0, 1.0), "alpha": (5e-6, 3e-3)}
+
+
+def point_pre(h: dict, r: dict) -> list:
+    """The lab harness's work in a point's timed region (:func:`harness`)."""
+    coll, _, _, n, _, S, _ = point_args(r)
+    return harness(h, coll, n, S)
 
 
 def point_features(dcs: dict, r: dict) -> np.ndarray:
@@ -424,15 +526,16 @@ def point_features(dcs: dict, r: dict) -> np.ndarray:
     dc = codec_for(dcs, r)
     hier = algo == "hierarchical" and 1 < hosts < n
     rt = ratio(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts)
-    inter, intra = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, rt)
-    return sum((f * k for f, k in inter + intra), features())
+    inter, intra, solo = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, rt)
+    return sum((f * k for f, k in inter + intra + solo), features())
 
 
-def fit_demand(dcs: dict, pts: list, m: Machine) -> Machine:
+def fit_demand(dcs: dict, h: dict, pts: list, m: Machine) -> Machine:
     """The per-byte costs: non-negative least squares of the points' measured CPU seconds (all
-    ranks, per call) on their features, relative errors weighted alike."""
+    ranks, per call, less the harness's measured work) on their features, relative errors weighted
+    alike."""
     X = np.array([point_features(dcs, r) for r in pts])
-    y = np.array([r["cpu_s"] for r in pts])
+    y = np.array([r["cpu_s"] - sum(c * k for c, k in point_pre(h, r)) for r in pts])
     w = 1.0 / np.maximum(y, 1e-6)
     A, b = X * w[:, None], y * w
     active = list(range(X.shape[1]))
@@ -449,7 +552,7 @@ def fit_demand(dcs: dict, pts: list, m: Machine) -> Machine:
     return m
 
 
-def fit_supply(dcs: dict, pts: list, m: Machine) -> Machine:
+def fit_supply(dcs: dict, h: dict, pts: list, m: Machine) -> Machine:
     """background and overlap: the squared log error of the points' wall times (golden sections)."""
     g = (math.sqrt(5) - 1) / 2
 
@@ -457,7 +560,8 @@ def fit_supply(dcs: dict, pts: list, m: Machine) -> Machine:
         e = 0.0
         for r in pts:
             coll, mode, algo, n, hosts, S, gbps = point_args(r)
-            e += math.log(predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps) / r["median_s"]) ** 2
+            t = predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps, pre=point_pre(h, r))
+            e += math.log(t / steady_s(r)) ** 2
         return e
 
     for _ in range(4):
@@ -493,20 +597,23 @@ def describe_machine(fitted: dict) -> str:
 def validate(tol: float = 0.2, out: Path | None = None) -> int:
     """Fits the machine on FIT_PHASES, then predicts every lab point; prints (and writes `out`, JSON)
     the errors. Exit status 1 if a CHECK_PHASES point is off by more than `tol`."""
-    dcs = load_calibration()
+    dcs, h = load_calibration(), load_harness()
     fit_pts = lab_points(FIT_PHASES)
     m = Machine(cpus=float(os.cpu_count() or 2))
-    fit_demand(dcs, [r for r in fit_pts if "cpu_s" in r], m)
-    fit_supply(dcs, fit_pts, m)
+    fit_demand(dcs, h, [r for r in fit_pts if "cpu_s" in r], m)
+    fit_supply(dcs, h, fit_pts, m)
     rows = []
     for r in fit_pts + lab_points(CHECK_PHASES):
         coll, mode, algo, n, hosts, S, gbps = point_args(r)
-        t, parts = predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps, parts=True)
+        t, parts = predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps, parts=True,
+                           pre=point_pre(h, r))
         rows.append({"phase": r["phase"], "fitted": r["phase"] in FIT_PHASES, "coll": coll, "data": r["data"],
                      "mode": r["mode"], "algorithm": algo, "ranks": n, "hosts": hosts, "nbytes": S,
-                     "measured_s": r["median_s"], "predicted_s": t, "error": t / r["median_s"] - 1,
+                     "measured_s": steady_s(r), "median_all_s": r["median_s"], "predicted_s": t,
+                     "error": t / steady_s(r) - 1,
                      "ratio": r["ratio"], "ratio_model": parts["ratio"], "t_net": parts["t_net"],
-                     "t_cpu": parts["t_cpu"], "t_intra": parts["t_intra"], "cpu_s": r.get("cpu_s"),
+                     "t_cpu": parts["t_cpu"], "t_intra": parts["t_intra"], "t_pre": parts["t_pre"],
+                     "cpu_s": r.get("cpu_s"),
                      "cpu_model_s": parts["cpu_s"]})
     print(f"{'phase':6s} {'collective':15s} {'data':7s} {'mode':9s} {'algorithm':13s} HxL  measured  predicted  "
           f"error  ratio(meas/model)  cpu s (meas/model)")
@@ -688,12 +795,20 @@ def main() -> int:
     ap.add_argument("command", choices=["calibrate", "validate", "project"])
     ap.add_argument("--data", default="smooth,grad")
     ap.add_argument("--counts", default="4194304,16777216", help="calibrate: per-rank input sizes (elements)")
+    ap.add_argument("--harness-only", action="store_true",
+                    help="calibrate: measure the lab harness's costs alone, into the existing calibration")
     a = ap.parse_args()
     if a.command == "calibrate":
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        if a.harness_only:
+            d = json.loads(CALIB.read_text())
+            d["harness"] = dict(measure_harness(), when=stamp)
+            CALIB.write_text(json.dumps(d, indent=1))
+            return 0
         counts = [int(c) for c in a.counts.split(",")]
         data = calibrate(a.data.split(","), counts)
-        CALIB.write_text(json.dumps({"data": data, "cpus": os.cpu_count(),
-                                     "when": time.strftime("%Y-%m-%d %H:%M")}, indent=1))
+        CALIB.write_text(json.dumps({"data": data, "harness": dict(measure_harness(), when=stamp),
+                                     "cpus": os.cpu_count(), "when": stamp}, indent=1))
         return 0
     if a.command == "validate":
         return validate(out=RESULTS / "scale_validation.json")
