@@ -17,7 +17,7 @@ from test_comm import run_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
-import scale_model as sm  # noqa: E402
+import scale_model as sm
 
 RAW = ROOT / "bench" / "results" / "topology_raw"
 COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
