@@ -169,6 +169,23 @@ def eb_of(dc: DataCodec, coll: str, algo: str, n: int, hosts: int, rel: float = 
     return E / (hosts if algo == "hierarchical" else n)
 
 
+def chain_sends(algo: str, n: int, hosts: int, S: float) -> list:
+    """A broadcast's bytes per rank (root 0), uncompressed: [(sent on its ring's links or the
+    inter-host chain, received there, sent inside its host, received there)]. The flat chain runs
+    along the ring from the root, every hop on the communicator's transport, its last rank only
+    receiving; hierarchically the ranks of the root's local rank form the inter-host chain, and on
+    every host the chain from that local rank passes it on (docs/ALGORITHMS.md)."""
+    if not (algo == "hierarchical" and 1 < hosts < n):
+        return [(S if k < n - 1 else 0.0, S if k > 0 else 0.0, 0.0, 0.0) for k in range(n)]
+    L = n // hosts
+    out = []
+    for k in range(n):
+        h, l = divmod(k, L)
+        out.append((S if l == 0 and h < hosts - 1 else 0.0, S if l == 0 and h > 0 else 0.0,
+                    S if l < L - 1 else 0.0, S if l > 0 else 0.0))
+    return out
+
+
 def ratio(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int) -> float:
     if mode == "none":
         return 1.0
@@ -262,12 +279,13 @@ def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: 
         root_codec = S / enc + (0.0 if eager else S / dc.q_Bps + S / dc.dq_Bps) if lossy else 0.0
         recv_codec = S / dec + (0.0 if eager else S / dc.dq_Bps) if lossy else 0.0
         link = (lambda b: (features(exact=b) if not lossy else features(intra=b)) if one_host else features(sock=b))
-        down = S if hier else 0.0  # raw, down the host's chain
-        out = [(link(S / r) + features(root_codec, intra=down, call=1), 1),
-               (link(2 * S / r) + features(recv_codec, intra=down, call=1), max(0, m_ - 2)),
-               (link(S / r) + features(recv_codec, intra=down, call=1), 1 if m_ > 1 else 0)]
-        if hier:
-            out += [(features(intra=2 * S, call=1), hosts * (L - 2)), (features(intra=S, call=1), hosts)]
+        kinds: dict = {}
+        for rank, (ls, lr, hs, hr) in enumerate(chain_sends(algo, n, hosts, S)):
+            codec_s = root_codec if rank == 0 else recv_codec if lr else 0.0  # inside hosts: raw codes
+            key = (ls, lr, hs, hr, codec_s)
+            kinds[key] = kinds.get(key, 0) + 1
+        out = [(link((ls + lr) / r) + features(codec_s, intra=hs + hr, call=1), k)
+               for (ls, lr, hs, hr, codec_s), k in kinds.items()]
         after = [(features(S / dc.dq_Bps), n)] if eager else []
         return out, after, [(features(solo), 1)] if lossy else []
     sent = 2 * schedule_bytes(coll, algo, n, hosts, S)[0] / r  # sent and received

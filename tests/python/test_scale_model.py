@@ -47,6 +47,11 @@ def test_wire_fractions():
     # all-gather of S between 2
     assert sm.schedule_bytes("all_reduce", "hierarchical", 8, 4, S) == (2 * 3 / 4 * S / 2, 2 * 1 / 2 * S)
     assert sm.schedule_bytes("broadcast", "hierarchical", 8, 4, S) == (S, S)
+    # a chain: every rank but the last sends once; hierarchically the inter-host chain's last rank
+    # and the host chains' ranks send inside their hosts only
+    assert [x[:2] for x in sm.chain_sends("ring", 4, 2, S)] == [(S, 0), (S, S), (S, S), (0, S)]
+    assert sm.chain_sends("hierarchical", 6, 3, S) == [(S, 0, S, 0), (0, 0, 0, S), (S, S, S, 0), (0, 0, 0, S),
+                                                       (0, S, S, 0), (0, 0, 0, S)]
     # one host (or one rank per host) runs the flat ring
     assert sm.schedule_bytes("all_reduce", "hierarchical", 8, 1, S) == sm.schedule_bytes("all_reduce", "ring", 8, 1, S)
     assert sm.schedule_bytes("all_reduce", "hierarchical", 8, 8, S) == sm.schedule_bytes("all_reduce", "ring", 8, 8, S)
@@ -74,7 +79,7 @@ def test_schedule_bytes_match_the_lab_records():
 def test_schedule_bytes_match_the_runtime(tmp_path, monkeypatch, layout, n):
     """Live: each collective uncompressed on the ring and hierarchically with an overridden topology
     (shared memory between the emulated hosts); every rank's last_stats against the model's
-    schedule_bytes (the broadcast's root, rank 0, and the ranks of the other kinds by symmetry)."""
+    schedule_bytes, and for broadcast every rank's against chain_sends (root, relays, chain ends)."""
     monkeypatch.setattr(test_comm, "WORKERS", TOPO_WORKERS)
     S = 1 << 20
     env = {"NCCLZ_LINK_GBPS": "", "NCCLZ_POLICY": "", "NCCLZ_ALGO": "", "NCCLZ_TOPO_HOSTS": layout, "NCCLZ_TOPO_HOST": ""}
@@ -86,8 +91,12 @@ def test_schedule_bytes_match_the_runtime(tmp_path, monkeypatch, layout, n):
             coll, algo = key.split("/")
             assert st["algorithm"] == algo, (rank, key, st)
             wire, local = sm.schedule_bytes(coll, algo, n, hosts, S)
-            if coll == "broadcast" and rank != 0:
-                continue  # relays and chain ends: the model's per-kind counts in work()
+            if coll == "broadcast":
+                ls, _, hs, _ = sm.chain_sends(algo, n, hosts, S)[rank]
+                assert (st["raw_bytes"], st["local_bytes"]) == (ls, hs), (rank, key, st)
+                if rank == 0:
+                    assert (ls, hs) == (wire, local)
+                continue
             assert st["raw_bytes"] == pytest.approx(wire), (rank, key, st)
             assert st["wire_bytes"] == pytest.approx(wire), (rank, key, st)
             assert st["local_bytes"] == pytest.approx(local), (rank, key, st)
