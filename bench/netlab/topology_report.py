@@ -202,6 +202,18 @@ def main() -> int:
                     L.append(f"| {coll} | {mode} | {ms(a['median_s'])} | {ms(b['median_s'])} | {a['ratio']:.2f} | "
                              f"{b['ratio']:.2f} | {b['median_s'] / a['median_s']:.2f} |")
         L.append("")
+    spot = load("spot")
+    if spot and quad:
+        when_spot = time.strftime("%Y-%m-%d %H:%M", time.localtime(spot[0].get("started", 0)))
+        L += [f"## Rerun: the 4 x 2 lossy reductions on their own (`--phases spot`, {when_spot}, load average "
+              f"{spot[0].get('load', 0):.1f})", "",
+              "| collective | algorithm | ms per call | ms in the quad phase | ratio |", "|---|---|---|---|---|"]
+        for r in spot:
+            q = next((x for x in quad if (x["coll"], x["mode"], x["algorithm"]) == (r["coll"], r["mode"], r["algorithm"])),
+                     None)
+            L.append(f"| {r['coll']} | {r['algorithm']} | {ms(r['median_s'])} | {ms(q['median_s']) if q else '-'} | "
+                     f"{r['ratio']:.2f} |")
+        L.append("")
     if one:
         L += ["## One host x 2 ranks over shared memory, 16 MiB, uncompressed (the model's calibration)", "",
               "| collective | ms |", "|---|---|"]
