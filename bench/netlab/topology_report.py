@@ -205,8 +205,8 @@ def main() -> int:
     spot = load("spot")
     if spot and quad:
         when_spot = time.strftime("%Y-%m-%d %H:%M", time.localtime(spot[0].get("started", 0)))
-        L += [f"## Rerun: the 4 x 2 lossy reductions on their own (`--phases spot`, {when_spot}, load average "
-              f"{spot[0].get('load', 0):.1f})", "",
+        L += [(f"## Rerun: the 4 x 2 lossy reductions on their own (`--phases spot`, {when_spot}, load average "
+               f"{spot[0].get('load', 0):.1f})"), "",
               "| collective | algorithm | ms per call | ms in the quad phase | ratio |", "|---|---|---|---|---|"]
         for r in spot:
             q = next((x for x in quad if (x["coll"], x["mode"], x["algorithm"]) == (r["coll"], r["mode"], r["algorithm"])),
