@@ -531,10 +531,11 @@ def lab_points(phases) -> list:
 def steady_s(r: dict) -> float:
     """A lab point's time per call in steady state: the median of its calls but each round's first.
     The phases run every configuration's calls in turn, so a configuration's first call in a round
-    follows another configuration's calls: the lossy ones' first calls took 7-51 ms more than the
-    next ones' (medians over the rounds; up to 2.6x in single rounds of the 4 x 2 lossy all_gather
-    and broadcast), the uncompressed ones' 0-19 ms more. The model describes a call that follows
-    calls like it (what a training loop makes); where that extra time comes from is not known."""
+    follows another configuration's calls: the lossy ones' first calls took 7-63 ms more than the
+    next ones' in 19 of 20 configurations (medians over the rounds; up to 2.6x in single rounds of
+    the 4 x 2 lossy all_gather and broadcast), the uncompressed ones' -10 to +19 ms. The model
+    describes a call that follows calls like it (what a training loop makes); where that extra
+    time comes from is not known."""
     k = len(r["times"]) // max(1, r.get("rounds", 1))
     if k < 2:
         return r["median_s"]
@@ -731,9 +732,10 @@ VALIDATION_NOTES = [
      "shared CPUs (the uncompressed flat rings at 4 x 2 had been over-predicted by 13-18%). With cores of "
      "their own (projections) this is the policy's combination."),
     ("- **Steady state**: the first call of each configuration in a round follows the other configurations' "
-     "calls and took longer than the next ones: 7-51 ms more in the lossy calls (medians over the rounds; "
-     "the 2 x 2 lossy hierarchical all_gather's first calls: 51, 83, 88 and 34 ms against a median of 34), "
-     "0-19 ms in the uncompressed ones. The model describes a call that follows calls like it, as in a "
+     "calls and took longer than the next ones: 7-63 ms more in 19 of the 20 lossy configurations "
+     "(medians over the rounds; the 2 x 2 lossy hierarchical all_gather's first calls: 51, 83, 88 and "
+     "34 ms against a median of 34), -10 to +19 ms in the uncompressed ones. The model describes a call "
+     "that follows calls like it, as in a "
      "training loop; it does not describe that extra time, whose cause the lab's data does not show."),
     "",
     ("Where it is still off by more than 10%: the hierarchical lossy all_reduce at 4 x 2 (-17%) left the 2 "
