@@ -6,24 +6,32 @@
     python bench/scale_model.py project        # 64 .. 1024 ranks at 25 / 100 / 400 Gbit/s -> scale.md, scale.png
 
 **The model** (one call of S bytes, the nccl-tests size; N = H x L ranks, L per host). A call is
-network time and CPU time per rank, combined as the policy's cost model does
-(ncclz.policy.model: max of the two plus (1 - overlap) of the smaller), plus fixed per-step
-latency; the hierarchical algorithm's intra-host phases come before and after its inter-host ring
-(they are not overlapped with it)::
+its phases in order: the work a few ranks do alone before the descriptor exchange (a lossy
+broadcast's root scans, and on the eager path quantizes, its input while the others wait), the
+latency of the rounds and ring steps, the hierarchical algorithm's intra-host phases and eager
+whole-buffer passes (before and after its inter-host ring, not overlapped with it), and the
+network ring or chain, whose link and CPU time overlap::
 
-    ring:  T = steps(N) alpha + max(t_net, t_cpu) + (1 - overlap) min(t_net, t_cpu)
-           t_net = f_wire(N) S / (ratio_ring B)      the slowest link: each host's, crossed once
-    hier:  T = steps(L) alpha_intra + t_intra + steps(H) alpha + max(t_net, t_cpu) + (1 - overlap) min(...)
-           t_net = f_wire(H) S / (ratio_hier B)      L inter-host rings of S/L share each host's link
-           t_intra = f_intra(L) S c_intra / share    raw copies and reductions through shared memory
-    t_cpu = (S_enc / enc + S_dec / dec + (sent + received bytes) c_sock + S_red c_red) / share
+    T = t_pre + lat + t_intra + max(t_net, t_cpu) + (1 - overlap) min(t_net, t_alone)
+    t_pre   = span(the solo work; in the lab, beside the harness's input reset: see below)
+    t_net   = lanes x schedule_bytes / (ratio B)    each host's link: the flat ring crosses it once,
+                                                    the L inter-host rings of S/L each (hierarchical)
+              + (H - 2) slice / B                   a broadcast chain's fill: one slice per further link
+    t_cpu   = span(the ranks' CPU seconds)          the busiest rank's at its cores, and on a shared
+                                                    machine all ranks' on the CPUs they get
+    t_alone = the busiest rank's CPU seconds at its own cores (where the link is the bottleneck the
+              ranks idle between slices: what shows is one rank's work, not all ranks' on shared CPUs)
+    lat     = (N - 1) alpha (twice on the eager path: its outlier round) + steps alpha
 
-B is the link's goodput (rate x 0.967, measured in the lab with TCP), enc / dec the codec's speed
-on one core (ncclz.codec on the data, lossy: quantize + encode, decode + dequantize), share the
-part of a core each rank has (CPUs / ranks where the ranks outnumber the CPUs, else
-cores_per_rank), S_enc and S_dec the bytes a rank encodes and decodes (the policy's codec factors
-on the phase's data), c_sock the CPU cost of a byte through the socket transport (its proxy copy
-and the kernel's TCP), c_red of reducing a byte, c_intra of a byte through a shared-memory slot.
+A rank's CPU seconds are linear in what its schedule does (:func:`work`, whose byte counts come
+from :func:`schedule_bytes`, the schedules of docs/ALGORITHMS.md): k_codec x its codec seconds at
+the calibrated one-core speeds (ncclz.codec on the data: the statistics scan, quantize, encode,
+decode, dequantize) + c_sock x bytes sent and received through the socket transport + c_intra x
+bytes through the intra-host rings' shared memory + c_exact x bytes through a host's own ring in
+the exact calls' shape + c_red x bytes reduced in the user type + c_call. B is the link's goodput
+(rate x 0.967, measured in the lab with TCP). On the shared machine (the lab) `cpus` cores run the N
+ranks beside `background` other runnable threads; in projections each rank has cores_per_rank of
+its own.
 
 **The ratio** is computed, not assumed: the wire carries partial sums (a ring reduce-scatter's step
 k sends the sum of k ranks' codes, its all-gather the full sum), quantized with E/N on the ring and
@@ -32,11 +40,13 @@ on those sums of the data set's per-rank inputs (`calibrate`: exact sums for k <
 bits1(eb / k^g): the single-rank bits at a bound shrunk by the sum's growth k^g, g fitted on the
 exact sums). ratio = 32 / (mean bits over the sends).
 
-`validate` fits the three machine constants (c_sock, c_red + c_intra, overlap) on the lab's
-calibration points (phase "one": intra-host only; "pair" uncompressed ring) and reports the error
-at every measured point; `project` uses measured codec speeds with one core per rank (no CPU
-contention; a host of 8 ranks), per-step latency 10 us (inter) / 2 us (intra), and the intra-host
-rate of shared memory measured here.
+**The lab** (`validate`): its timed region holds the harness's input reset besides the call
+(:func:`harness`: measured by `calibrate`, counted in the validation only), and its time per call is
+the steady state (:func:`steady_s`). The machine constants are fitted on the phases FIT_PHASES: the
+per-byte costs by non-negative least squares on the measured CPU seconds, background, overlap and
+alpha on the wall times; every lab point is then predicted. `project` uses the fitted per-byte
+costs and overlap, the measured codec speeds, 2 cores per rank of its own, 8 ranks per host,
+per-step latency 10 us (inter) / 2 us (intra), goodput 95%.
 """
 
 from __future__ import annotations
@@ -70,6 +80,19 @@ INTRA = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n
 REDUCE = {"all_reduce": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
           "all_gather": lambda n: 0.0, "broadcast": lambda n: 0.0}
 GOODPUT = 0.967  # TCP through the lab's tbf at 1 Gbit/s (docs/BENCHMARKS.md)
+
+
+def schedule_bytes(coll: str, algo: str, n: int, hosts: int, S: float) -> tuple:
+    """(bytes rank 0 sends over its ring or chain, bytes it sends inside its host) in one call of S
+    bytes (all_gather: its output; broadcast: rank 0 the root), uncompressed: what the schedules
+    of docs/ALGORITHMS.md move and `last_stats` reports as raw_bytes and local_bytes. The flat ring
+    (WIRE of N ranks, all on the ring's links) or the hierarchical call (WIRE of the H-rank
+    inter-host ring on S / L of the data, INTRA of the L-rank intra-host ring on all of it)."""
+    hier = algo == "hierarchical" and 1 < hosts < n
+    if not hier:
+        return WIRE[coll](n) * S, 0.0
+    L = n // hosts
+    return WIRE[coll](hosts) * (S if coll == "broadcast" else S / L), INTRA[coll](L) * S
 
 
 # ---------------------------------------------------------------------------------------------- ratio
@@ -146,6 +169,23 @@ def eb_of(dc: DataCodec, coll: str, algo: str, n: int, hosts: int, rel: float = 
     return E / (hosts if algo == "hierarchical" else n)
 
 
+def chain_sends(algo: str, n: int, hosts: int, S: float) -> list:
+    """A broadcast's bytes per rank (root 0), uncompressed: [(sent on its ring's links or the
+    inter-host chain, received there, sent inside its host, received there)]. The flat chain runs
+    along the ring from the root, every hop on the communicator's transport, its last rank only
+    receiving; hierarchically the ranks of the root's local rank form the inter-host chain, and on
+    every host the chain from that local rank passes it on (docs/ALGORITHMS.md)."""
+    if not (algo == "hierarchical" and 1 < hosts < n):
+        return [(S if k < n - 1 else 0.0, S if k > 0 else 0.0, 0.0, 0.0) for k in range(n)]
+    L = n // hosts
+    out = []
+    for k in range(n):
+        h, l = divmod(k, L)
+        out.append((S if l == 0 and h < hosts - 1 else 0.0, S if l == 0 and h > 0 else 0.0,
+                    S if l < L - 1 else 0.0, S if l > 0 else 0.0))
+    return out
+
+
 def ratio(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int) -> float:
     if mode == "none":
         return 1.0
@@ -162,8 +202,9 @@ class Machine:
 
     A rank's CPU seconds of a call are linear in what it does (the *features* of :func:`work`):
     k_codec x its codec seconds at the calibrated one-core speeds + c_sock x bytes through the
-    socket transport + c_intra x bytes through shared memory + c_red x bytes reduced in the user
-    type + c_call. Shared machine (the lab; cores_per_rank 0): `cpus` cores run the N ranks beside
+    socket transport + c_intra x bytes through the intra-host rings' shared memory + c_red x bytes
+    reduced in the user type + c_call + c_exact x bytes through a host's own ring in the exact
+    calls' shape. Shared machine (the lab; cores_per_rank 0): `cpus` cores run the N ranks beside
     `background` other runnable threads, so a busy rank gets cpus / (N + background) of a core (the
     kernel's fair share), at most one. Projections: each rank has cores_per_rank cores of its own."""
 
@@ -175,6 +216,9 @@ class Machine:
     c_intra: float = 0.4e-9  # s per byte through a shared-memory slot (sent or received)
     c_red: float = 0.3e-9  # s per byte reduced in the user type (raw slots)
     c_call: float = 1e-3  # s per call and rank (threads, descriptors, wakeups)
+    c_exact: float = 0.2e-9  # s per byte through shared memory in the exact calls' shape of a host's own
+    # ring (one ring of 128 KiB slices where the ranks have fewer cores than two rings need: they stay
+    # in the caches, where the slot-sized slices of the hierarchical intra-host rings do not)
     overlap: float = 0.5
     alpha: float = 50e-6  # per ring step between hosts (and per hop of the descriptor exchange)
     intra_step: float = 1.0  # an intra-host ring step's latency, as a fraction of alpha (on a loaded
@@ -184,21 +228,35 @@ class Machine:
 
     def cost(self, f) -> float:
         """CPU seconds of a rank with features f (see the class doc)."""
-        return self.k_codec * f[0] + self.c_sock * f[1] + self.c_intra * f[2] + self.c_red * f[3] + self.c_call * f[4]
+        return (self.k_codec * f[0] + self.c_sock * f[1] + self.c_intra * f[2] + self.c_red * f[3] + self.c_call * f[4]
+                + self.c_exact * f[5])
 
     def share(self, ranks: int) -> float:
         if self.cores_per_rank > 0:
             return self.cores_per_rank
         return min(1.0, self.cpus / (ranks + self.background))
 
+    def span(self, costs: list, ranks: int) -> float:
+        """Seconds until every rank has done its CPU work, [(seconds on one core, ranks)], all at once:
+        with cores of its own, the busiest rank's; on the shared machine also all ranks' work on the
+        part of the CPUs they get (cpus N / (N + background)), which is the busiest rank's at its
+        fair share where all do the same and less where a few do more (a broadcast's root)."""
+        top = max((c for c, k in costs if k), default=0.0)
+        if self.cores_per_rank > 0:
+            return top / self.cores_per_rank
+        total = sum(c * k for c, k in costs)
+        return max(top, total * (ranks + self.background) / (ranks * self.cpus))
 
-def features(codec_s=0.0, sock=0.0, intra=0.0, red=0.0, call=0.0) -> np.ndarray:
-    return np.array([codec_s, sock, intra, red, call], dtype=float)
+
+def features(codec_s=0.0, sock=0.0, intra=0.0, red=0.0, call=0.0, exact=0.0) -> np.ndarray:
+    return np.array([codec_s, sock, intra, red, call, exact], dtype=float)
 
 
 def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: float, r: float) -> tuple:
     """The features of each kind of rank: ([(features, ranks)] of the part that overlaps the
-    network, [(features, ranks)] of the intra-host phases that come before and after it)."""
+    network, [(features, ranks)] of the phases that come before and after it (the intra-host phases,
+    the eager path's whole-buffer passes), [(features, ranks)] of the work a few ranks do alone
+    before the descriptor exchange while the others wait (a broadcast root's statistics scan))."""
     hier = algo == "hierarchical" and 1 < hosts < n
     L = n // hosts if hier else 1
     m_ = hosts if hier else n  # ranks of the ring that crosses hosts
@@ -206,21 +264,35 @@ def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: 
     lossy = mode == "lossy"
     one_host = hosts <= 1  # the ring runs on shared memory
     if coll == "broadcast":
-        # a chain: the root quantizes and encodes, the others decode and dequantize; hierarchically,
-        # the ranks of a host's chain get the codes raw (dequantize only), interleaved with the
-        # inter-host chain (no phase of their own)
+        # a chain (the flat ring's ranks from the root, or hierarchically the root's local rank on
+        # every host, each passing its slices on down its host's chain too): the root sends, a relay
+        # receives and forwards the slot's bytes unchanged, the chain's last rank only receives.
+        # Lossy, only the root has an input: it scans it for the statistics alone, before the
+        # descriptor exchange (the others wait). Flat (the staged path): it quantizes and encodes
+        # slice by slice and writes its output from its codes; every other rank decodes once and
+        # dequantizes. Hierarchical (the eager path): the root quantizes the whole input alone too,
+        # before the outlier round; the chain moves codes (coded between hosts, raw inside them;
+        # a rank of the inter-host chain decodes once); every rank dequantizes its output after it.
         enc, dec = dc.coder(coll)
-        codec_root = 2 * S / dc.q_Bps + S / enc if lossy else 0.0  # statistics scan, quantize, encode
-        codec_relay = S / dec + S / dc.dq_Bps if lossy else 0.0
-        net = (lambda b: features(sock=0 if one_host else b, intra=b if one_host else 0))
-        out = [(net(S / r) + features(codec_root, intra=S if hier else 0.0, call=1), 1),
-               (net(2 * S / r) + features(codec_relay, intra=S if hier else 0.0, call=1), m_ - 1)]
-        if hier:
-            out.append((features(S / dc.dq_Bps if lossy else 0.0, intra=2 * S, call=1), n - m_))
-        return out, []
-    sent = 2 * WIRE[coll](m_) * D / r
-    f = features(sock=0 if one_host else sent, intra=sent if one_host else 0,
-                 red=0.0 if lossy else REDUCE[coll](m_) * D, call=1)
+        eager = hier and lossy
+        solo = (2 if eager else 1) * S / dc.q_Bps if lossy else 0.0
+        root_codec = S / enc + (0.0 if eager else S / dc.q_Bps + S / dc.dq_Bps) if lossy else 0.0
+        recv_codec = S / dec + (0.0 if eager else S / dc.dq_Bps) if lossy else 0.0
+        link = (lambda b: (features(exact=b) if not lossy else features(intra=b)) if one_host else features(sock=b))
+        kinds: dict = {}
+        for rank, (ls, lr, hs, hr) in enumerate(chain_sends(algo, n, hosts, S)):
+            codec_s = root_codec if rank == 0 else recv_codec if lr else 0.0  # inside hosts: raw codes
+            key = (ls, lr, hs, hr, codec_s)
+            kinds[key] = kinds.get(key, 0) + 1
+        out = [(link((ls + lr) / r) + features(codec_s, intra=hs + hr, call=1), k)
+               for (ls, lr, hs, hr, codec_s), k in kinds.items()]
+        after = [(features(S / dc.dq_Bps), n)] if eager else []
+        return out, after, [(features(solo), 1)] if lossy else []
+    sent = 2 * schedule_bytes(coll, algo, n, hosts, S)[0] / r  # sent and received
+    own = S / n if coll == "all_gather" and not lossy else 0.0  # copySend: the own block into the output
+    exact = one_host and not lossy  # the exact calls' shape on a host's own ring
+    f = features(sock=0 if one_host else sent, intra=0 if exact else (sent if one_host else 0) + own,
+                 exact=sent + own if exact else 0.0, red=0.0 if lossy else REDUCE[coll](m_) * D, call=1)
     if lossy:
         fe, fd = CODEC[coll](m_)
         # the statistics scan of the whole input (every lossy call), then the quantized part
@@ -239,34 +311,53 @@ def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: 
         serial = features()
     intra = []
     if hier:
-        intra = [(features(intra=2 * INTRA[coll](L) * S, red=REDUCE[coll](L) * S) + serial, n)]
-    return [(f, n)], intra
+        intra = [(features(intra=2 * schedule_bytes(coll, algo, n, hosts, S)[1], red=REDUCE[coll](L) * S) + serial, n)]
+    return [(f, n)], intra, []
+
+
+def harness(h: dict, coll: str, n: int, S: float) -> list:
+    """What the lab's timed region holds besides the collective ([(CPU seconds on one core, ranks)],
+    bench/topo_bench.py's Config.call, before the call on every rank): all_reduce copies its input
+    into the in-place buffer (np.copyto, S bytes), broadcast copies the root's input and, on every
+    other rank, a fresh np.zeros_like (its zero pages faulted in, then copied; S bytes each);
+    reduce_scatter and all_gather call on their inputs. `h`: the per-byte costs `calibrate`
+    measured (out of cache). Only the validation counts it: projections time the collective alone."""
+    h = h[min((k for k in h if k.isdigit()), key=lambda k: abs(int(k) - S))]  # measured at the nearest size
+    if coll == "all_reduce":
+        return [(h["copy_s_per_B"] * S, n)]
+    if coll == "broadcast":
+        return [(h["copy_s_per_B"] * S, 1), (h["zero_copy_s_per_B"] * S, n - 1)]
+    return []
 
 
 def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: float,
-            gbps: float, parts: bool = False):
-    """Seconds of one call (and the terms, with parts=True): a rank's intra-host phases, then its
-    network ring with codec and link overlapping (the policy's combination), the busiest rank's CPU
-    work at the share of a core it gets; a broadcast chain adds one slice time per hop."""
+            gbps: float, parts: bool = False, pre: list | None = None):
+    """Seconds of one call (and the terms, with parts=True): `pre` (the lab harness's work before
+    the call, :func:`harness`), a rank's intra-host phases, then its network ring with codec and link
+    overlapping (the policy's combination), the CPU work of the ranks at the CPUs they get
+    (Machine.span); a broadcast chain adds one slice time per host link it crosses."""
     B = gbps * 1e9 / 8 * m.goodput
     hier = algo == "hierarchical" and 1 < hosts < n
     L = n // hosts if hier else 1
     m_ = hosts if hier else n
     r = ratio(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts)
-    t_net = WIRE[coll](m_) * S / (r * B) if hosts > 1 else 0.0  # each host's link
-    inter, intra = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
-    # CPU: a rank's own work on (at most) its cores, and, on a shared machine, all ranks' work on
-    # the CPUs they get; the intra-host phases come before and after the network ring
-    demand = sum(m.cost(f) * k for f, k in inter + intra)
-    # the ranks that compete for the CPUs: every rank of the network ring or chain, and the ranks
-    # of a hierarchical broadcast's host chains in proportion to their (small) work
-    top = max(m.cost(f) for f, _ in inter)
-    busy = float(n)
-    if hier and coll == "broadcast" and top > 0:
-        busy = m_ + sum(m.cost(f) * k for f, k in inter[2:]) / top
-    share = m.share(busy)
-    t_intra = max((m.cost(f) for f, _ in intra), default=0.0) / m.share(n)
-    t_cpu = top / share
+    # each host's link: the flat ring crosses it once; hierarchically the L inter-host rings of its
+    # ranks (a broadcast: the one chain of the root's local rank)
+    lanes = L if hier and coll != "broadcast" else 1
+    t_net = lanes * schedule_bytes(coll, algo, n, hosts, S)[0] / (r * B) if hosts > 1 else 0.0
+    inter, intra, solo = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
+    pre = list(pre or [])
+    # CPU: every phase's work on the CPUs the ranks get (the busiest rank's at its share where all
+    # do the same; a chain's few busy ranks get more than an even share while the others wait); the
+    # harness's work and the root's solo work (side by side: the root's kind first in both), then
+    # the intra-host phases, before and after the network ring
+    for i, (f, k) in enumerate(solo):
+        c = m.cost(f)
+        pre = pre[:i] + [(pre[i][0] + c, k)] + pre[i + 1:] if i < len(pre) else pre + [(c, k)]
+    demand = sum(m.cost(f) * k for f, k in inter + intra) + sum(c * k for c, k in pre)
+    t_pre = m.span(pre, n) if pre else 0.0
+    t_intra = m.span([(m.cost(f), k) for f, k in intra], n) if intra else 0.0
+    t_cpu = m.span([(m.cost(f), k) for f, k in inter], n)
     # latency: the descriptor exchange (a ring all-gather over all N ranks; twice on the eager path
     # of a hierarchical all_gather or broadcast, which holds the outlier round), the schedule's steps
     eager = hier and mode == "lossy" and coll in ("all_gather", "broadcast")
@@ -274,16 +365,22 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     lat = (n - 1) * m.alpha * (2 if eager else 1) + STEPS[coll](m_) * m.alpha
     if hier:
         lat += steps_intra * m.alpha * m.intra_step
-    if coll == "broadcast":
-        # the chain fills one slice per hop before its last link runs at the link's rate (where
-        # the CPU is the bottleneck the fill does not add: fewer busy ranks share the CPUs then)
+    if coll == "broadcast" and hosts > 1:
+        # the chain pipelines its slices through every hop: the last slice leaves the root's host
+        # once its link has carried the others, then crosses the other H - 2 host links at a slice
+        # time each (the flat chain and the hierarchical one both cross H - 1 host links; a
+        # shared-memory hop's slice time is small beside a link's)
         slices = max(1.0, S / m.slice_bytes)
-        hops = (hosts - 1) + (L - 1) if hier else n - 1
-        t_net *= (slices + hops - 1) / slices
-    body = max(t_net, t_cpu) + (1 - m.overlap) * min(t_net, t_cpu)
-    t = lat + t_intra + body
+        t_net *= (slices + hosts - 2) / slices
+    # link and CPU pipelined slice by slice (the policy's combination: the larger plus a part of
+    # the smaller). The smaller side is the link's time or one rank's own CPU work at its cores:
+    # where the link is the bottleneck the ranks idle between slices and do not compete for the
+    # CPUs, so what shows is a rank's work on its slices, not all ranks' on the shared CPUs
+    t_alone = max(m.cost(f) for f, k in inter if k) / (m.cores_per_rank or 1.0)
+    body = max(t_net, t_cpu) + (1 - m.overlap) * min(t_net, t_alone)
+    t = t_pre + lat + t_intra + body
     if parts:
-        return t, {"ratio": r, "t_net": t_net, "t_cpu": t_cpu, "t_intra": t_intra, "cpu_s": demand}
+        return t, {"ratio": r, "t_net": t_net, "t_cpu": t_cpu, "t_intra": t_intra, "t_pre": t_pre, "cpu_s": demand}
     return t
 
 
@@ -381,9 +478,40 @@ def calibrate(datasets: list, counts: list, ranks: tuple = (4, 8), hosts: tuple 
     return out
 
 
+def measure_harness(sizes: tuple = (16 << 20, 64 << 20), reps: int = 16, rotate: int = 4) -> dict:
+    """The per-byte CPU cost (user + system: the zero pages' faults count) of the lab harness's work
+    in the timed region (:func:`harness`) at each input size: np.copyto of float32, and np.copyto
+    from a fresh np.zeros_like (malloc's heap, memset, at 16 MiB; fresh mapped pages, faulted in,
+    from 32 MiB). Over `rotate` buffers in turn, so that they come from memory as with several
+    ranks on the machine; the median of `reps`."""
+    def med(fn, xs: list, bufs: list) -> float:
+        ts = []
+        for i in range(reps):
+            c0 = time.process_time()
+            fn(xs[i % rotate], bufs[i % rotate])
+            ts.append(time.process_time() - c0)
+        return statistics.median(ts) / xs[0].nbytes
+
+    out = {}
+    for nbytes in sizes:
+        xs = [np.random.default_rng(i).random(nbytes // 4, dtype=np.float32) for i in range(rotate)]
+        bufs = [x.copy() for x in xs]
+        out[str(nbytes)] = {"copy_s_per_B": med(lambda x, b: np.copyto(b, x), xs, bufs),
+                            "zero_copy_s_per_B": med(lambda x, b: np.copyto(b, np.zeros_like(x)), xs, bufs)}
+    return out
+
+
 def load_calibration() -> dict:
     d = json.loads(CALIB.read_text())
     return {k: DataCodec(**v) for k, v in d["data"].items()}
+
+
+def load_harness() -> dict:
+    """The harness costs `calibrate` measured (`--harness-only` adds them to an older calibration)."""
+    d = json.loads(CALIB.read_text())
+    if "harness" not in d:
+        raise SystemExit("scale_model: no harness costs in the calibration: run `calibrate --harness-only`")
+    return d["harness"]
 
 
 # ---------------------------------------------------------------------------------------------- validate
@@ -400,6 +528,20 @@ def lab_points(phases) -> list:
     return pts
 
 
+def steady_s(r: dict) -> float:
+    """A lab point's time per call in steady state: the median of its calls but each round's first.
+    The phases run every configuration's calls in turn, so a configuration's first call in a round
+    follows another configuration's calls: the lossy ones' first calls took 7-63 ms more than the
+    next ones' in 19 of 20 configurations (medians over the rounds; up to 2.6x in single rounds of
+    the 4 x 2 lossy all_gather and broadcast), the uncompressed ones' -10 to +19 ms. The model
+    describes a call that follows calls like it (what a training loop makes); where that extra
+    time comes from is not known."""
+    k = len(r["times"]) // max(1, r.get("rounds", 1))
+    if k < 2:
+        return r["median_s"]
+    return statistics.median(t for i, t in enumerate(r["times"]) if i % k)
+
+
 def point_args(r: dict) -> tuple:
     mode = "none" if r["mode"] == "none" else "lossless" if r["mode"] == "lossless" else "lossy"
     return r["coll"], mode, r["algorithm"], r["world_size"], r["hosts"], r["nbytes"], r["link_gbps"] or 1.0
@@ -414,8 +556,14 @@ def codec_for(dcs: dict, r: dict) -> DataCodec:
                                    key=lambda k: abs(int(k.split(":")[1]) - r["nbytes"] // 4))]
 
 
-DEMAND = ("k_codec", "c_sock", "c_intra", "c_red", "c_call")
+DEMAND = ("k_codec", "c_sock", "c_intra", "c_red", "c_call", "c_exact")
 SUPPLY = {"background": (0.0, 30.0), "overlap": (0.0, 1.0), "alpha": (5e-6, 3e-3)}
+
+
+def point_pre(h: dict, r: dict) -> list:
+    """The lab harness's work in a point's timed region (:func:`harness`)."""
+    coll, _, _, n, _, S, _ = point_args(r)
+    return harness(h, coll, n, S)
 
 
 def point_features(dcs: dict, r: dict) -> np.ndarray:
@@ -424,15 +572,16 @@ def point_features(dcs: dict, r: dict) -> np.ndarray:
     dc = codec_for(dcs, r)
     hier = algo == "hierarchical" and 1 < hosts < n
     rt = ratio(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts)
-    inter, intra = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, rt)
-    return sum((f * k for f, k in inter + intra), features())
+    inter, intra, solo = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, rt)
+    return sum((f * k for f, k in inter + intra + solo), features())
 
 
-def fit_demand(dcs: dict, pts: list, m: Machine) -> Machine:
+def fit_demand(dcs: dict, h: dict, pts: list, m: Machine) -> Machine:
     """The per-byte costs: non-negative least squares of the points' measured CPU seconds (all
-    ranks, per call) on their features, relative errors weighted alike."""
+    ranks, per call, less the harness's measured work) on their features, relative errors weighted
+    alike."""
     X = np.array([point_features(dcs, r) for r in pts])
-    y = np.array([r["cpu_s"] for r in pts])
+    y = np.array([r["cpu_s"] - sum(c * k for c, k in point_pre(h, r)) for r in pts])
     w = 1.0 / np.maximum(y, 1e-6)
     A, b = X * w[:, None], y * w
     active = list(range(X.shape[1]))
@@ -449,7 +598,7 @@ def fit_demand(dcs: dict, pts: list, m: Machine) -> Machine:
     return m
 
 
-def fit_supply(dcs: dict, pts: list, m: Machine) -> Machine:
+def fit_supply(dcs: dict, h: dict, pts: list, m: Machine) -> Machine:
     """background and overlap: the squared log error of the points' wall times (golden sections)."""
     g = (math.sqrt(5) - 1) / 2
 
@@ -457,7 +606,8 @@ def fit_supply(dcs: dict, pts: list, m: Machine) -> Machine:
         e = 0.0
         for r in pts:
             coll, mode, algo, n, hosts, S, gbps = point_args(r)
-            e += math.log(predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps) / r["median_s"]) ** 2
+            t = predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps, pre=point_pre(h, r))
+            e += math.log(t / steady_s(r)) ** 2
         return e
 
     for _ in range(4):
@@ -492,21 +642,25 @@ def describe_machine(fitted: dict) -> str:
 
 def validate(tol: float = 0.2, out: Path | None = None) -> int:
     """Fits the machine on FIT_PHASES, then predicts every lab point; prints (and writes `out`, JSON)
-    the errors. Exit status 1 if a CHECK_PHASES point is off by more than `tol`."""
-    dcs = load_calibration()
+    the errors. Exit status 1 if a point (fitted or predicted) is off by more than `tol`."""
+    dcs, h = load_calibration(), load_harness()
     fit_pts = lab_points(FIT_PHASES)
     m = Machine(cpus=float(os.cpu_count() or 2))
-    fit_demand(dcs, [r for r in fit_pts if "cpu_s" in r], m)
-    fit_supply(dcs, fit_pts, m)
+    fit_demand(dcs, h, [r for r in fit_pts if "cpu_s" in r], m)
+    fit_supply(dcs, h, fit_pts, m)
     rows = []
     for r in fit_pts + lab_points(CHECK_PHASES):
         coll, mode, algo, n, hosts, S, gbps = point_args(r)
-        t, parts = predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps, parts=True)
+        t, parts = predict(m, codec_for(dcs, r), coll, mode, algo, n, hosts, S, gbps, parts=True,
+                           pre=point_pre(h, r))
         rows.append({"phase": r["phase"], "fitted": r["phase"] in FIT_PHASES, "coll": coll, "data": r["data"],
                      "mode": r["mode"], "algorithm": algo, "ranks": n, "hosts": hosts, "nbytes": S,
-                     "measured_s": r["median_s"], "predicted_s": t, "error": t / r["median_s"] - 1,
+                     "measured_s": steady_s(r), "median_all_s": r["median_s"], "predicted_s": t,
+                     "round_medians": r.get("round_medians"),
+                     "error": t / steady_s(r) - 1,
                      "ratio": r["ratio"], "ratio_model": parts["ratio"], "t_net": parts["t_net"],
-                     "t_cpu": parts["t_cpu"], "t_intra": parts["t_intra"], "cpu_s": r.get("cpu_s"),
+                     "t_cpu": parts["t_cpu"], "t_intra": parts["t_intra"], "t_pre": parts["t_pre"],
+                     "cpu_s": r.get("cpu_s"),
                      "cpu_model_s": parts["cpu_s"]})
     print(f"{'phase':6s} {'collective':15s} {'data':7s} {'mode':9s} {'algorithm':13s} HxL  measured  predicted  "
           f"error  ratio(meas/model)  cpu s (meas/model)")
@@ -518,13 +672,18 @@ def validate(tol: float = 0.2, out: Path | None = None) -> int:
               f"{(x['cpu_s'] or 0):.3f} / {x['cpu_model_s']:.3f}{flag}")
     check = [x for x in rows if not x["fitted"]]
     worst = max((abs(x["error"]) for x in check), default=0.0)
+    worst_all = max((abs(x["error"]) for x in rows), default=0.0)
+    # against the median of every call, each round's first included (topology.md's times)
+    worst_all_calls = max((abs(x["predicted_s"] / x["median_all_s"] - 1) for x in rows), default=0.0)
     fitted = {k: getattr(m, k) for k in (*DEMAND, *SUPPLY)}
     print("machine (fitted on " + ", ".join(FIT_PHASES) + "): " + describe_machine(fitted))
-    print(f"worst error at the {len(check)} validation points: {worst:.0%}")
+    print(f"worst error at the {len(check)} predicted points: {worst:.0%}; at all {len(rows)} points: "
+          f"{worst_all:.0%} (against the medians of every call, first calls included: {worst_all_calls:.0%})")
     if out:
-        out.write_text(json.dumps({"machine": fitted, "rows": rows, "worst": worst, "fit_phases": list(FIT_PHASES),
+        out.write_text(json.dumps({"machine": fitted, "rows": rows, "worst": worst, "worst_all": worst_all,
+                                   "worst_all_calls": worst_all_calls, "fit_phases": list(FIT_PHASES),
                                    "check_phases": list(CHECK_PHASES)}, indent=1))
-    return 0 if worst <= tol else 1
+    return 0 if worst_all <= tol else 1
 
 
 # ---------------------------------------------------------------------------------------------- project
@@ -543,6 +702,54 @@ def project_machine(fitted: dict) -> Machine:
         if k in fitted:
             setattr(m, k, fitted[k])
     return m
+
+
+# scale.md's notes under the validation table: what the model counts, and where it still misses
+VALIDATION_NOTES = [
+    ("What the model describes, beyond the phases' byte counts (which equal the schedules' `last_stats`: "
+     "tests/python/test_scale_model.py):"),
+    "",
+    ("- **The lab's timed region** holds the harness's input reset (bench/topo_bench.py): all_reduce copies its "
+     "input into the in-place buffer on every rank, broadcast copies the root's input and a fresh "
+     "`np.zeros_like` on every other rank. `calibrate` measures both (CPU seconds per byte, at the lab's "
+     "sizes); the validation counts them as serial work before the call, the projections leave them out. "
+     "They were most of the CPU time the model missed in the lossy broadcasts (0.09 s modelled against 0.13 s "
+     "measured at 4 x 2)."),
+    ("- **Broadcast chains as the code runs them**: the chain's last rank only receives; only the root has an "
+     "input, so its statistics scan (and on the hierarchical call's eager path its whole-buffer quantize) "
+     "runs alone before the descriptor exchange, beside the others' input reset; the root writes its own "
+     "output from its codes; all ranks' work then shares the CPUs as work (Machine.span), not as N ranks "
+     "each at the root's cost, which had over-predicted the flat 4 x 2 lossy chain by 34%; and the chain's "
+     "fill is one slice time per host link it crosses after the first, where it was one per hop, shared "
+     "memory included (+18% on the flat 4 x 2 uncompressed chain)."),
+    ("- **Shared memory in two shapes**: a host's own ring of uncompressed calls runs the exact calls' shape "
+     "(phase *one*: one ring of 128 KiB slices, as the ranks have fewer cores than two rings need), which "
+     "stays in the caches; the hierarchical calls' intra-host rings run slot-sized slices on every channel. "
+     "One constant for both had under-counted the CPU time of every uncompressed hierarchical call by "
+     "20-25%. all_gather's copy of its own block into the output is counted."),
+    ("- **Overlap against one rank's work**: where the link is the bottleneck the ranks idle between slices, so "
+     "what shows besides the link's time is one rank's own CPU work on its slices, not all ranks' on the "
+     "shared CPUs (the uncompressed flat rings at 4 x 2 had been over-predicted by 13-18%). With cores of "
+     "their own (projections) this is the policy's combination."),
+    ("- **Steady state**: the first call of each configuration in a round follows the other configurations' "
+     "calls and took longer than the next ones: 7-63 ms more in 19 of the 20 lossy configurations "
+     "(medians over the rounds; the 2 x 2 lossy hierarchical all_gather's first calls: 51, 83, 88 and "
+     "34 ms against a median of 34), -10 to +19 ms in the uncompressed ones. The model describes a call "
+     "that follows calls like it, as in a "
+     "training loop; it does not describe that extra time, whose cause the lab's data does not show."),
+    "",
+    ("Where it is still off by more than 10%: the hierarchical lossy all_reduce at 4 x 2 (-17%) left the 2 "
+     "cores idle for 24% of its time (0.239 CPU-seconds in 158 ms) where the flat ring's left 4% (0.362 in "
+     "188 ms), and the 2 x 2 lossy hierarchical all_gather (-16%) 18%: idle time between the phases of the "
+     "hierarchical schedule (intra-host, inter-host, intra-host, each a ring whose ranks wait for their "
+     "peers) that the model does not describe, while it over-counts the CPU time of the lossy hierarchical "
+     "reduce_scatter by 10-18% (+14% at 2 x 2, +12% at 4 x 2). Part of it is the lab's spread: run again on "
+     "their own (`sudo python bench/netlab/topology.py --phases spot`, 2026-11-27, load average 9.5: "
+     "topology_raw/spot.json), the 4 x 2 lossy reductions took 138 ms hierarchically (-13% from the quad "
+     "phase's 158; the model -5%) and 81 (+7%; the model +5%), and on the ring 198 (+6%) and 142 (+12%; the "
+     "model -8% and -15%). The pair phase's lossy smooth ring (-12%) ran 325-508 ms from round to round."),
+    "",
+]
 
 
 def project(out_md: Path, out_png: Path | None) -> None:
@@ -589,9 +796,10 @@ def project(out_md: Path, out_png: Path | None) -> None:
         (f"Assumptions: {PROJ_LOCAL} ranks per host, 64 MiB float32 per rank (nccl-tests size), lossy = rel 1e-3 "
         "(E from 8 ranks' inputs: the synthetic per-rank data would otherwise widen E with N), 2 CPU cores per "
         "rank (its channels' threads) at this machine's measured codec speeds, link goodput 95%, 10 us per "
-        "inter-host ring step and 2 us per intra-host one, intra-host costs of shared memory as measured in "
-        f"the lab (socket {m.c_sock * 1e9:.2f} ns/B, shared memory {m.c_intra * 1e9:.2f} ns/B, reduction "
-        f"{m.c_red * 1e9:.2f} ns/B, overlap {m.overlap:.2f}). The wire ratio is computed per algorithm: the ring "
+        "inter-host ring step and 2 us per intra-host one, the CPU costs fitted in the lab (socket transport "
+        f"{m.c_sock * 1e9:.2f} ns/B, the intra-host rings' shared memory {m.c_intra * 1e9:.2f} ns/B, reduction "
+        f"{m.c_red * 1e9:.2f} ns/B, {m.c_call * 1e3:.2f} ms per call, codec {m.k_codec:.2f}x its calibrated time) "
+        f"and overlap {m.overlap:.2f}. The wire ratio is computed per algorithm: the ring "
         "quantizes with E/N, the hierarchical algorithm with E/H; the bits of a sum of k ranks' codes follow "
         "bits1(eb / k^g) with g fitted on exact sums of up to 8 ranks."),
         "",
@@ -632,17 +840,31 @@ def project(out_md: Path, out_png: Path | None) -> None:
               "a real NIC."),
               ""]
     if val["rows"]:
+        fit = ", ".join(f"*{p}*" for p in val.get("fit_phases", ()))
         lines += ["## Validation against the network lab", "",
-                  ("Every point measured in `bench/results/topology.md`; the machine constants were fitted on the "
-                  "phases marked *fit* and the others are predictions."), "",
-                  ("| phase | collective | data | mode | algorithm | hosts x ranks | measured ms | predicted ms | error "
-                  "| ratio measured / model |"), "|---|---|---|---|---|---|---|---|---|---|"]
+                  ("Every point measured in `bench/results/topology.md` (raw: `bench/results/topology_raw/`), "
+                   "predicted by `python bench/scale_model.py validate`. The machine constants were fitted on the "
+                   f"phases {fit} (marked *fit*; " + describe_machine(val["machine"]) + ") and the others are "
+                   "predictions. *Measured* is the steady state: the median of each configuration's calls but "
+                   "the first of every round (the phases run the configurations in turn, so a first call follows "
+                   "another configuration's calls, and took up to 2.6x the next ones); *all calls* is the median "
+                   "with them, topology.md's time. *Rounds* is the range of the "
+                   "rounds' own medians: the noise of this 2-core machine, which other sessions shared (load "
+                   "average 5.8-7.1 then)."), "",
+                  ("| phase | collective | data | mode | algorithm | hosts x ranks | measured ms | all calls ms | "
+                   "rounds ms | predicted ms | error | ratio measured / model |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for x in val["rows"]:
+            rm = x.get("round_medians") or [x["measured_s"]]
             lines.append(f"| {x['phase']}{' (fit)' if x['fitted'] else ''} | {x['coll']} | {x['data']} | {x['mode']} "
-                         f"| {x['algorithm']} | {x['hosts']}x{x['ranks'] // x['hosts']} | {x['measured_s'] * 1e3:.0f} | "
-                         f"{x['predicted_s'] * 1e3:.0f} | {x['error']:+.0%} | {x['ratio']:.2f} / "
+                         f"| {x['algorithm']} | {x['hosts']}x{x['ranks'] // x['hosts']} | {x['measured_s'] * 1e3:.1f} | "
+                         f"{x['median_all_s'] * 1e3:.1f} | {_ms(min(rm))}-{_ms(max(rm))} | "
+                         f"{x['predicted_s'] * 1e3:.1f} | {x['error']:+.0%} | {x['ratio']:.2f} / "
                          f"{x['ratio_model']:.2f} |")
-        lines += ["", f"Worst error at the validation points: {val['worst']:.0%}.", ""]
+        lines += ["", (f"Worst error: {val['worst_all']:.0%} at all {len(val['rows'])} points, {val['worst']:.0%} at the "
+                       f"{sum(1 for x in val['rows'] if not x['fitted'])} predicted ones (target: 20% at every point); "
+                       f"against the medians of all calls, first calls included: {val['worst_all_calls']:.0%}."), ""]
+        lines += VALIDATION_NOTES
     if out_png:
         try:
             import matplotlib
@@ -675,6 +897,10 @@ def project(out_md: Path, out_png: Path | None) -> None:
     out_md.write_text("\n".join(lines) + "\n")
 
 
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.1f}" if t < 0.02 else f"{t * 1e3:.0f}"
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -688,12 +914,20 @@ def main() -> int:
     ap.add_argument("command", choices=["calibrate", "validate", "project"])
     ap.add_argument("--data", default="smooth,grad")
     ap.add_argument("--counts", default="4194304,16777216", help="calibrate: per-rank input sizes (elements)")
+    ap.add_argument("--harness-only", action="store_true",
+                    help="calibrate: measure the lab harness's costs alone, into the existing calibration")
     a = ap.parse_args()
     if a.command == "calibrate":
+        stamp = time.strftime("%Y-%m-%d %H:%M")
+        if a.harness_only:
+            d = json.loads(CALIB.read_text())
+            d["harness"] = dict(measure_harness(), when=stamp)
+            CALIB.write_text(json.dumps(d, indent=1))
+            return 0
         counts = [int(c) for c in a.counts.split(",")]
         data = calibrate(a.data.split(","), counts)
-        CALIB.write_text(json.dumps({"data": data, "cpus": os.cpu_count(),
-                                     "when": time.strftime("%Y-%m-%d %H:%M")}, indent=1))
+        CALIB.write_text(json.dumps({"data": data, "harness": dict(measure_harness(), when=stamp),
+                                     "cpus": os.cpu_count(), "when": stamp}, indent=1))
         return 0
     if a.command == "validate":
         return validate(out=RESULTS / "scale_validation.json")

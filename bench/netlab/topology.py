@@ -21,6 +21,8 @@ namespaces talk through their shaped NICs). Phases:
   wide   2 hosts x 4 ranks: the pair phase's lossy calls, for their ratios (L = 4 ranks per host)
   one    1 host x 2 ranks over shared memory, uncompressed: the intra-host rate of each collective
          (the scale model's calibration, not a validation point)
+  spot   4 hosts x 2 ranks: the quad phase's lossy all_reduce and reduce_scatter again, on their own
+         (--phases spot; not in the default run): their run-to-run spread
 
 Raw results: bench/results/topology_raw/<phase>.json; the report (bench/results/topology.md) puts
 them side by side with the targets of issue 19 and the scale model's predictions
@@ -86,6 +88,10 @@ PHASES = {
     # host's sum spans 4 ranks' inputs); 8 ranks on this VM's CPUs, so its times are not reported
     "wide": (2, 4, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3", "--algos", "ring,hierarchical",
                     "--iters", "1"], None),
+    # 4 hosts x 2 ranks, a rerun of the quad phase's lossy reductions (not in the default phases): the
+    # run-to-run spread of the points the scale model is furthest from (bench/results/scale.md)
+    "spot": (4, 2, ["--size", "16M", "--data", "smooth", "--colls", "all_reduce,reduce_scatter", "--modes", "rel=1e-3",
+                    "--algos", "ring,hierarchical", "--iters", "4"], None),
 }
 
 
@@ -157,7 +163,7 @@ def main() -> int:
     if not a.report_only:
         phases = a.phases.split(",")
         os.environ["NCCLZ_POLICY"] = "off"
-        timed = [p for p in ("one", "pair", "colls", "quad", "wide") if p in phases]
+        timed = [p for p in ("one", "pair", "colls", "quad", "wide", "spot") if p in phases]
         runs: dict = {p: [] for p in timed}
         with Lab(4, a.rate, prefix=PREFIX, subnet=SUBNET) as lab:
             print(lab.describe(), file=sys.stderr)

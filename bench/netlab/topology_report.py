@@ -202,6 +202,18 @@ def main() -> int:
                     L.append(f"| {coll} | {mode} | {ms(a['median_s'])} | {ms(b['median_s'])} | {a['ratio']:.2f} | "
                              f"{b['ratio']:.2f} | {b['median_s'] / a['median_s']:.2f} |")
         L.append("")
+    spot = load("spot")
+    if spot and quad:
+        when_spot = time.strftime("%Y-%m-%d %H:%M", time.localtime(spot[0].get("started", 0)))
+        L += [(f"## Rerun: the 4 x 2 lossy reductions on their own (`--phases spot`, {when_spot}, load average "
+               f"{spot[0].get('load', 0):.1f})"), "",
+              "| collective | algorithm | ms per call | ms in the quad phase | ratio |", "|---|---|---|---|---|"]
+        for r in spot:
+            q = next((x for x in quad if (x["coll"], x["mode"], x["algorithm"]) == (r["coll"], r["mode"], r["algorithm"])),
+                     None)
+            L.append(f"| {r['coll']} | {r['algorithm']} | {ms(r['median_s'])} | {ms(q['median_s']) if q else '-'} | "
+                     f"{r['ratio']:.2f} |")
+        L.append("")
     if one:
         L += ["## One host x 2 ranks over shared memory, 16 MiB, uncompressed (the model's calibration)", "",
               "| collective | ms |", "|---|---|"]
@@ -213,8 +225,12 @@ def main() -> int:
               ("`python bench/scale_model.py validate` (bench/results/scale.md has the projections): the machine "
                f"constants fitted on the phases {fit} (every collective, 2 x 2, 16 MiB: ")
               + scale_model.describe_machine(val["machine"]) + ("), the phases *pair* (64 MiB, gradients too) and "
-                                                                 "*quad* (4 x 2) predicted."), "",
-              "| phase | collective | data | mode | algorithm | hosts x ranks | measured ms | predicted ms | error |",
+                                                                 "*quad* (4 x 2) predicted, against each "
+                                                                 "configuration's steady-state time (the median "
+                                                                 "of its calls but each round's first, which "
+                                                                 "follows another configuration's: scale.md has "
+                                                                 "both, and the model's notes)."), "",
+              "| phase | collective | data | mode | algorithm | hosts x ranks | steady ms | predicted ms | error |",
               "|---|---|---|---|---|---|---|---|---|"]
         for x in val["rows"]:
             L.append(f"| {x['phase']}{' (fit)' if x['fitted'] else ''} | {x['coll']} | {x['data']} | {x['mode']} | "
@@ -226,15 +242,7 @@ def main() -> int:
         L += ["", (f"Worst error at the {sum(1 for x in val['rows'] if not x['fitted'])} predicted points: "
               f"{val['worst']:.0%} (target: within 20% at every point; {verdict})."), ""]
         if over:
-            L += [("Where the model misses (2026-11-26 22:40 run): the lossy broadcasts, whose chains the model "
-                   "treats as 8 ranks competing for the 2 CPUs all the time (the flat chain at 4 x 2 over-predicted) "
-                   "while their CPU time per call is more than it counts (`cpu_s` 0.13 s measured against 0.09): two "
-                   "variants tried and dropped, a work / span bound (the root at one core's speed, all ranks' work on "
-                   "the CPUs) and ranks counted in proportion to their work, each took every lossy broadcast to "
-                   "20-30% under the measured time and more points over 20%. An earlier miss, the hierarchical lossy "
-                   "all_gather at 4 x 2 (-22% and -39% in two runs), was the lab's: the first call of a "
-                   "configuration in a round ran 85-136 ms against 50-98 for the next ones, and with two calls a "
-                   "round the median took it in; the phases now time 3-4 calls."), ""]
+            L += ["Where and why the model misses: bench/results/scale.md, under its validation table.", ""]
     (RESULTS / "topology.md").write_text("\n".join(L) + "\n")
     print(f"wrote {RESULTS / 'topology.md'}", file=sys.stderr)
     return 0

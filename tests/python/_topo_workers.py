@@ -122,7 +122,34 @@ def scenario_topology(ncclz, comm, args):
     return {"topology": topology_of(comm), "algorithm": comm.last_stats.algorithm}
 
 
-SCENARIOS = {"hier": scenario_hier, "policy": scenario_policy, "topology": scenario_topology}
+def scenario_bytes(ncclz, comm, args):
+    """The bytes each collective's schedule moves (test_scale_model.py: against the scale model's
+    schedule_bytes): every collective uncompressed, on the ring and hierarchically, args[0] bytes of
+    float32 per rank (all_gather: its output); this rank's last_stats of each call."""
+    W, r = comm.world_size, comm.rank
+    n = int(args[0]) // 4
+    out = {}
+    for algo in ("ring", "hierarchical"):
+        kw = {"algorithm": algo, "policy": "off"}
+        x = np.full(n, r + 1.0, np.float32)
+        comm.all_reduce(x, **kw)
+        assert np.all(x == W * (W + 1) / 2)
+        out[f"all_reduce/{algo}"] = stats_of(comm)
+        y = comm.reduce_scatter(np.full(n, r + 1.0, np.float32), **kw)
+        assert y.size == n // W and np.all(y == W * (W + 1) / 2)
+        out[f"reduce_scatter/{algo}"] = stats_of(comm)
+        g = comm.all_gather(np.full(n // W, r + 1.0, np.float32), **kw)
+        assert np.array_equal(np.asarray(g).ravel(), np.repeat(np.arange(1.0, W + 1), n // W))
+        out[f"all_gather/{algo}"] = stats_of(comm)
+        b = np.full(n, 7.0 if r == 0 else 0.0, np.float32)
+        comm.broadcast(b, root=0, **kw)
+        assert np.all(b == 7.0)
+        out[f"broadcast/{algo}"] = stats_of(comm)
+    return {"calls": out, "topology": topology_of(comm)}
+
+
+SCENARIOS = {"hier": scenario_hier, "policy": scenario_policy, "topology": scenario_topology,
+             "bytes": scenario_bytes}
 
 
 if __name__ == "__main__":
