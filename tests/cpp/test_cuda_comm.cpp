@@ -249,6 +249,31 @@ Ranks make_ranks(int n, bool large = false) {
   });
 }
 
+/// Rank 0 calls a lossy all_reduce of n floats on device buffers s, d that it
+/// says are on device `device` (the others host buffers): refused with an
+/// InvalidArgument saying `why` there, a RemoteError on the others; then an
+/// uncompressed host call of every rank, whose sum is checked: the
+/// communicator works on.
+void expect_refused_on_rank0(Communicator& comm, int r, const void* s, void* d, size_t n, int device,
+                             const std::string& why) {
+  std::vector<float> hs(n, float(r + 1)), hd(n);
+  set_buffer_device(r == 0 ? device : -1);
+  try {
+    comm.all_reduce(r == 0 ? s : hs.data(), r == 0 ? d : hd.data(), n, DataType::F32, RedOp::Sum,
+                    Compression::lossy_abs(1e-3));
+    ADD_FAILURE() << "rank " << r << ": a call on device " << device << " ran";
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(r, 0);
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  } catch (const RemoteError&) {
+    EXPECT_NE(r, 0);
+  }
+  set_buffer_device(-1);
+  comm.all_reduce(hs.data(), hd.data(), n, DataType::F32, RedOp::Sum, Compression::none());
+  const int N = comm.size();
+  for (float v : hd) ASSERT_EQ(v, float(N * (N + 1) / 2));
+}
+
 }  // namespace
 
 // Every collective, lossy, on 2-4 ranks with all buffers on the device (the
@@ -379,28 +404,14 @@ TEST(CudaComm, RanksOnSeparateDevices) {
   // Rank 0's communicator took device 0 above: device 1 now is refused.
   R.run([&](int r, Communicator& comm) {
     const size_t n = 256;
-    std::vector<float> hs(n, float(r + 1)), hd(n);
     std::unique_ptr<DevBuf> s, d;
     if (r == 0) {
       ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
       s = std::make_unique<DevBuf>(n * 4);
       d = std::make_unique<DevBuf>(n * 4);
-      set_buffer_device(1);
     }
-    try {
-      comm.all_reduce(r == 0 ? static_cast<const void*>(s->get()) : hs.data(),
-                      r == 0 ? static_cast<void*>(d->get()) : hd.data(), n, DataType::F32, RedOp::Sum,
-                      Compression::lossy_abs(1e-3));
-      ADD_FAILURE() << "rank " << r << ": a call on a second device ran";
-    } catch (const InvalidArgument& e) {
-      EXPECT_EQ(r, 0);
-      EXPECT_NE(std::string(e.what()).find("one device per communicator"), std::string::npos) << e.what();
-    } catch (const RemoteError&) {
-      EXPECT_NE(r, 0);
-    }
-    set_buffer_device(-1);
-    comm.all_reduce(hs.data(), hd.data(), n, DataType::F32, RedOp::Sum, Compression::none());
-    for (float v : hd) ASSERT_EQ(v, 10.0f);
+    expect_refused_on_rank0(comm, r, s ? s->get() : nullptr, d ? d->get() : nullptr, n, 1,
+                            "one device per communicator");
   });
 }
 
@@ -739,23 +750,7 @@ TEST(CudaComm, DeviceBuffersOnADeviceThatIsNotThere) {
   Ranks R = make_ranks(N);
   R.run([&](int r, Communicator& comm) {
     DevBuf s(count * 4), d(count * 4);
-    std::vector<float> hs(count, 1.0f), hd(count);
-    set_buffer_device(r == 0 ? 7 : -1);
-    try {
-      comm.all_reduce(r == 0 ? static_cast<const void*>(s.get()) : hs.data(),
-                      r == 0 ? static_cast<void*>(d.get()) : hd.data(), count, DataType::F32, RedOp::Sum,
-                      Compression::lossy_abs(1e-3));
-      ADD_FAILURE() << "a call on device 7 ran";
-    } catch (const InvalidArgument& e) {
-      EXPECT_EQ(r, 0);
-      EXPECT_NE(std::string(e.what()).find("device 7"), std::string::npos) << e.what();
-    } catch (const RemoteError&) {
-      EXPECT_EQ(r, 1);
-    }
-    set_buffer_device(-1);
-    std::vector<float> a(count, float(r + 1)), b(count);
-    comm.all_reduce(a.data(), b.data(), count, DataType::F32, RedOp::Sum, Compression::none());
-    for (float v : b) ASSERT_EQ(v, 3.0f);
+    expect_refused_on_rank0(comm, r, s.get(), d.get(), count, 7, "device 7");
   });
 }
 

@@ -194,7 +194,8 @@ void Prims::check_encoded(const SliceValues& v, size_t n, codec::Status s) const
               // A CUDA error is the cause where there is one (its status is only the codec's summary of it).
               (dev_ && !dev_->device_error().empty()
                    ? " on the device: " + dev_->device_error()
-                   : ": " + codec::status_string(s) + " (a forced codec that does not accept this element type?)"));
+                   : std::string(": ") + codec::status_string(s) +
+                         " (a forced codec that does not accept this element type?)"));
 }
 
 SliceValues Prims::reduce_encode(const transport::SlotView& in, size_t n, const SliceValues& local, uint8_t* dst,
