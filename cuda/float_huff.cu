@@ -731,15 +731,21 @@ __device__ __forceinline__ void store_plane8(uint8_t* plane, size_t i0, const ui
   }
 }
 
-// The reverse: the entries of values i0 .. i0 + m - 1 into v; false where an
-// F16 group's padding bits are set.
+// The reverse, in two steps. load_plane_raw: the plane bytes of values i0 ..
+// i0 + m - 1 as loaded (F32, BF16: 2 E little-endian words; F16: the 8
+// entries); false where an F16 group's padding bits are set. raw_entry: entry
+// k of them. load_plane8: both.
 template <ElemType T>
-__device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uint32_t m, uint32_t (&v)[8]) {
+constexpr uint32_t kRawWords = T == ElemType::F16   ? 8
+                               : T == ElemType::F32 ? 6
+                                                    : 2;
+template <ElemType T>
+__device__ __forceinline__ bool load_plane_raw(const uint8_t* plane, size_t i0, uint32_t m,
+                                               uint32_t (&p)[kRawWords<T>]) {
   if constexpr (T == ElemType::F16) {
-    return load_f16_plane8(plane + i0 / 8 * 11, m, v);
+    return load_f16_plane8(plane + i0 / 8 * 11, m, p);
   } else {
     constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;
-    uint32_t p[2 * E];
     if (m == 8) {
       const uint32_t* q = reinterpret_cast<const uint32_t*>(plane + E * i0);
 #pragma unroll
@@ -751,16 +757,29 @@ __device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uin
       for (uint32_t j = 0; j < 8 * E; ++j)
         if (j < E * m) p[j / 4] |= uint32_t(plane[E * i0 + j]) << (8 * (j % 4));
     }
-    constexpr uint32_t mask = (1u << (8 * E)) - 1;
-#pragma unroll
-    for (uint32_t k = 0; k < 8; ++k) {
-      const uint32_t at = 8 * E * k;
-      uint32_t x = p[at / 32] >> (at % 32);
-      if (at % 32 + 8 * E > 32) x |= p[at / 32 + 1] << (32 - at % 32);
-      v[k] = x & mask;
-    }
     return true;
   }
+}
+template <ElemType T>
+__device__ __forceinline__ uint32_t raw_entry(const uint32_t (&p)[kRawWords<T>], uint32_t k) {
+  if constexpr (T == ElemType::F16) {
+    return p[k];
+  } else {
+    constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;
+    constexpr uint32_t mask = (1u << (8 * E)) - 1;
+    const uint32_t at = 8 * E * k;
+    uint32_t x = p[at / 32] >> (at % 32);
+    if (at % 32 + 8 * E > 32) x |= p[at / 32 + 1] << (32 - at % 32);
+    return x & mask;
+  }
+}
+template <ElemType T>
+__device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uint32_t m, uint32_t (&v)[8]) {
+  uint32_t p[kRawWords<T>];
+  const bool ok = load_plane_raw<T>(plane, i0, m, p);
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k) v[k] = raw_entry<T>(p, k);
+  return ok;
 }
 
 __device__ __forceinline__ uint32_t warp_sum(uint32_t v) {
@@ -1047,29 +1066,43 @@ __global__ void __launch_bounds__(kCtaSubs, kDecodeCtasPerSm)
 //   16-byte store for bf16: each warp store covers 4 whole 128-byte lines),
 //   plane bytes loaded for 4 groups of 8 before any store. Rows are 17 words
 //   (odd), so the 32 lanes' stores at the same position hit 32 banks.
-// Shared memory: 16.9 KiB of table, 17 KiB of staging (8 warps): 3 CTAs an
-// SM leave most of the 228 KiB to L1, which holds the code words each lane
-// reads 4 bytes at a time, 3 words ahead (DevReader).
+// Shared memory: 17 KiB of table, 17 KiB of staging (8 warps); 3 CTAs an SM
+// (the register limit) leave over 100 KiB to L1, which holds the code words
+// each lane reads 4 bytes at a time, 3 words ahead (DevReader). Staging the
+// group's words in shared memory with coalesced loads would spare L1 the
+// lanes' scattered loads but needs up to 12 KiB a warp (96 words a
+// sub-stream) beyond the 48 KiB of static shared memory.
+// ptxas (nvcc 13.0, -Xptxas -v; registers F32 / BF16 / F16): sm_90 80 / 72 /
+// 76, sm_80 80 / 80 / 72; 34,836 bytes of shared memory, no spills, no stack
+// (v2's decode: sm_90 72 / 71 / 80 registers, 37,648 bytes).
 //
 // PREDICTION, NOT A MEASUREMENT (nothing of v3 has run on a GPU): on 256 MiB
 // of Gaussian bf16 an exponent costs 2-3 bits, so a lookup decodes ~3 of them
-// (~85 lookups a sub-stream instead of v2's 256) at ~25 instructions each;
-// with the value writes, ~400k warp instructions an SM (132 SMs), ~50 us
-// if issued at the full rate, against ~110 us of memory traffic (0.43 GB read
-// and written at the D2D copy's ~4 TB/s). We expect the decode to reach
-// 0.8-1.5 TB/s of output (v2: 0.41) and to stay below the copy; bound by the
-// lanes' serial chains, the table's bank conflicts and L1 if short of that.
-// The table costs each CTA ~1000 instructions a thread, once.
+// (~90 lookups a sub-stream instead of v2's 256) at an estimated ~25
+// instructions each (not read from SASS: no disassembler here); with the
+// value writes, ~400k warp instructions an SM (132 SMs), ~50 us if issued at
+// the full rate, against ~110 us of memory traffic (0.43 GB read and written
+// at the D2D copy's ~4 TB/s). We expect the decode at 0.8-1.5 TB/s of output
+// (v2: 0.41), below the copy; if short of that, bound by the lanes' serial
+// chains (a shared load and 64-bit shifts a lookup), the table's bank
+// conflicts (32 lanes, random windows) or L1 (the code words). The table
+// costs each CTA ~1000 instructions a thread, once: small slices gain most
+// against v2's one-thread table check.
 constexpr uint32_t kV3Threads = 256;  // threads per v3 decode CTA (one per symbol for the table)
 constexpr uint32_t kV3Warps = kV3Threads / 32;
-constexpr int kV3CtasPerSm = 3;                    // at most 85 registers a thread
-constexpr uint32_t kV3Window = 64;                 // exponents a lane decodes between two value writes
-constexpr uint32_t kV3Row = kV3Window / 4 + 1;     // words of a lane's staging row (odd: 32 banks)
-constexpr uint32_t kV3MaxSyms = 3;                 // symbols per table entry (3 bytes of 32 bits)
-constexpr uint32_t kV3Items = kV3Window / 8;       // groups of 8 values a lane writes per window
+constexpr int kV3CtasPerSm = 3;                 // at most 85 registers a thread
+constexpr uint32_t kV3Window = 64;              // exponents a lane decodes between two value writes
+constexpr uint32_t kV3Row = kV3Window / 4 + 1;  // words of a lane's staging row (odd: 32 banks)
+constexpr uint32_t kV3MaxSyms = 3;              // symbols per table entry (3 bytes of 32 bits)
+constexpr uint32_t kV3Items = kV3Window / 8;    // groups of 8 values a lane writes per window
 static_assert(codec::kFhGroup == 32, "a warp decodes one group, a lane per sub-stream");
 static_assert(codec::kFhSubValues % kV3Window == 0 && kV3Window % 8 == 0, "windows of whole groups of 8");
-static_assert(kV3Items % kValueBatch == 0, "the window's items in whole batches");
+// Groups of 8 values whose plane a v3 lane loads before it stores any (F16's
+// raw plane is 8 registers a group, BF16's 2, F32's 6: 4 F16 groups spill).
+template <ElemType T>
+constexpr uint32_t kV3Batch = T == ElemType::F16 ? 2 : kValueBatch;
+static_assert(kV3Items % kV3Batch<ElemType::F16> == 0 && kV3Items % kV3Batch<ElemType::F32> == 0,
+              "the window's items in whole batches");
 static_assert(kV3Threads == 256, "the table build gives a thread to each of 256 symbols");
 
 // A table entry: symbols syms (k of them, in bytes 0..k-1) of `bits` bits in all.
@@ -1078,14 +1111,14 @@ __device__ __forceinline__ uint32_t v3_entry(uint32_t syms, uint32_t bits, uint3
 }
 
 struct V3Table {
-  uint32_t lut[codec::kFhLutSize];                  // v3_entry per 12-bit window
-  uint32_t wcnt[kV3Warps][codec::kFhMaxLen + 1];    // symbols per warp and length
-  uint32_t lstart[codec::kFhMaxLen + 2];            // first window of the codes of length l; [13]: 4096
-  uint32_t soff[codec::kFhMaxLen + 1];              // symbols of shorter codes (canonical position of the first of length l)
-  uint32_t kraft;                                   // sum of 2^(12 - len) over lengths 1..12
-  uint32_t single;                                  // the last present symbol
-  uint8_t ln[256];                                  // the code lengths (0 past the alphabet)
-  uint8_t sorted[256];                              // symbols in canonical order
+  uint32_t lut[codec::kFhLutSize];                // v3_entry per 12-bit window
+  uint32_t wcnt[kV3Warps][codec::kFhMaxLen + 1];  // symbols per warp and length
+  uint32_t lstart[codec::kFhMaxLen + 2];          // first window of the codes of length l; [13]: 4096
+  uint32_t soff[codec::kFhMaxLen + 1];  // symbols of shorter codes (canonical position of the first of length l)
+  uint32_t kraft;                       // sum of 2^(12 - len) over lengths 1..12
+  uint32_t single;                      // the last present symbol
+  uint8_t ln[256];                      // the code lengths (0 past the alphabet)
+  uint8_t sorted[256];                  // symbols in canonical order
 };
 
 // All kV3Threads threads: the lengths at `in` (A / 2 bytes) into tb, checked
@@ -1210,9 +1243,9 @@ __global__ void __launch_bounds__(kV3Threads, kV3CtasPerSm)
     }
     const uint32_t nv = k < S ? codec::fh_sub_count(n, k) : 0u;
     DevReader<kReadAhead> r(code_words + start, c);
-    uint64_t acc = 0;       // decoded exponents not yet staged, the first in the low byte
-    uint32_t cnt = 0;       // how many (at most 6)
-    uint32_t done = 0;      // exponents decoded (staged or in acc)
+    uint64_t acc = 0;   // decoded exponents not yet staged, the first in the low byte
+    uint32_t cnt = 0;   // how many (at most 6)
+    uint32_t done = 0;  // exponents decoded (staged or in acc)
     const size_t group_first = size_t(g) * 32 * codec::kFhSubValues;  // the group's first value
     for (uint32_t w0 = 0; w0 < codec::kFhSubValues; w0 += kV3Window) {
       // The lane's exponents w0 .. w0 + kV3Window - 1 into its row; a lookup
@@ -1250,25 +1283,26 @@ __global__ void __launch_bounds__(kV3Threads, kV3CtasPerSm)
       // The group's values w0 .. w0 + kV3Window - 1 of each sub-stream: item
       // j = 32 b + lane is sub-stream j / 8's group of 8 values j % 8.
 #pragma unroll 1
-      for (uint32_t b0 = 0; b0 < kV3Items; b0 += kValueBatch) {
-        uint32_t v[kValueBatch][8] = {}, m[kValueBatch];
-        size_t i0[kValueBatch];
+      for (uint32_t b0 = 0; b0 < kV3Items; b0 += kV3Batch<T>) {
+        uint32_t p[kV3Batch<T>][kRawWords<T>] = {}, m[kV3Batch<T>];  // the plane as loaded (BF16: 2 words)
 #pragma unroll
-        for (uint32_t u = 0; u < kValueBatch; ++u) {
+        for (uint32_t u = 0; u < kV3Batch<T>; ++u) {
           const uint32_t j = (b0 + u) * 32 + lane;
-          i0[u] = group_first + size_t(j / 8) * codec::kFhSubValues + w0 + 8 * (j % 8);
-          m[u] = i0[u] >= n ? 0u : n - i0[u] < 8 ? uint32_t(n - i0[u]) : 8u;
-          if (m[u] && !load_plane8<T>(plane, i0[u], m[u], v[u])) atomicExch(status, int(Status::Corrupt));
+          const size_t i0 = group_first + size_t(j / 8) * codec::kFhSubValues + w0 + 8 * (j % 8);
+          m[u] = i0 >= n ? 0u : n - i0 < 8 ? uint32_t(n - i0) : 8u;
+          if (m[u] && !load_plane_raw<T>(plane, i0, m[u], p[u])) atomicExch(status, int(Status::Corrupt));
         }
 #pragma unroll
-        for (uint32_t u = 0; u < kValueBatch; ++u) {
+        for (uint32_t u = 0; u < kV3Batch<T>; ++u) {
           if (m[u] == 0) continue;
           const uint32_t j = (b0 + u) * 32 + lane;
           const uint32_t* ep = rows + (j / 8) * kV3Row + 2 * (j % 8);
           const uint32_t ex[2] = {ep[0], ep[1]};
+          uint32_t v[8];
 #pragma unroll
-          for (uint32_t q = 0; q < 8; ++q) v[u][q] = value_of(v[u][q], (ex[q / 4] >> (8 * (q % 4))) & 0xFFu, T);
-          store8<T>(outv, i0[u], v[u], m[u]);
+          for (uint32_t q = 0; q < 8; ++q)
+            v[q] = value_of(raw_entry<T>(p[u], q), (ex[q / 4] >> (8 * (q % 4))) & 0xFFu, T);
+          store8<T>(outv, group_first + size_t(j / 8) * codec::kFhSubValues + w0 + 8 * (j % 8), v, m[u]);
         }
       }
       __syncwarp();  // the rows are read before the next window overwrites them
