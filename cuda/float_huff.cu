@@ -9,6 +9,9 @@
 // 32 different banks), and each thread codes or decodes one sub-stream from
 // there.
 //
+// v3 (FloatHuffCoder::set_kernels(3)): v2's encode; the decode of section
+// "v3 decode" below (several symbols per lookup, a warp per group).
+//
 // v2 (the default): the encode's kernels take 8 consecutive values per thread
 // (load8: one or two 16-byte loads), so a warp holds one sub-stream's 256
 // values: the count is a warp sum of the lanes' code bits, and the write
@@ -1063,8 +1066,9 @@ __global__ void __launch_bounds__(kCtaSubs, kDecodeCtasPerSm)
 //   row of the warp's shared staging (a 4-byte store per 4 exponents: the
 //   decoded bytes gather in a 64-bit register), then the warp writes the
 //   group's 32 x 64 values merged with the plane, 8 per lane at a time (a
-//   16-byte store for bf16: each warp store covers 4 whole 128-byte lines),
-//   plane bytes loaded for 4 groups of 8 before any store. Rows are 17 words
+//   16-byte store for bf16: each warp store covers 4 whole 128-byte lines;
+//   bf16 values merged two at a time by a byte permute, bf16_pair), plane
+//   bytes loaded for 4 groups of 8 before any store. Rows are 17 words
 //   (odd), so the 32 lanes' stores at the same position hit 32 banks.
 // Shared memory: 17 KiB of table, 17 KiB of staging (8 warps); 3 CTAs an SM
 // (the register limit) leave over 100 KiB to L1, which holds the code words
@@ -1072,8 +1076,8 @@ __global__ void __launch_bounds__(kCtaSubs, kDecodeCtasPerSm)
 // group's words in shared memory with coalesced loads would spare L1 the
 // lanes' scattered loads but needs up to 12 KiB a warp (96 words a
 // sub-stream) beyond the 48 KiB of static shared memory.
-// ptxas (nvcc 13.0, -Xptxas -v; registers F32 / BF16 / F16): sm_90 80 / 72 /
-// 76, sm_80 80 / 80 / 72; 34,836 bytes of shared memory, no spills, no stack
+// ptxas (nvcc 13.0, -Xptxas -v; registers F32 / BF16 / F16): sm_90 80 / 80 /
+// 76, sm_80 80 / 72 / 72; 34,836 bytes of shared memory, no spills, no stack
 // (v2's decode: sm_90 72 / 71 / 80 registers, 37,648 bytes).
 //
 // PREDICTION, NOT A MEASUREMENT (nothing of v3 has run on a GPU): on 256 MiB
@@ -1195,6 +1199,17 @@ __device__ int v3_build_table(const uint8_t* in, uint32_t A, V3Table& tb) {
   return 2;
 }
 
+// Two BF16 values from plane bytes p and exponents ex (4 values a word each,
+// the first in the low byte): byte_perm with selector sel (0x5140: values 0
+// and 1 of the four; 0x7362: 2 and 3) puts each value's exponent above its
+// plane byte (e << 8 | s << 7 | m, the first value in the low half); then the
+// exponent moves down a bit and the sign up to bit 15. Five instructions for
+// two values.
+__device__ __forceinline__ uint32_t bf16_pair(uint32_t p, uint32_t ex, uint32_t sel) {
+  const uint32_t x = __byte_perm(p, ex, sel);
+  return ((x >> 1) & 0x7F807F80u) | (x & 0x007F007Fu) | ((x << 8) & 0x80008000u);
+}
+
 // Decodes a FloatHuff payload (kV3Threads threads a CTA; see above). Warp w of
 // the grid takes groups w, w + warps, ...; each window: the lanes decode,
 // __syncwarp, the warp writes the values, __syncwarp.
@@ -1224,6 +1239,7 @@ __global__ void __launch_bounds__(kV3Threads, kV3CtasPerSm)
   const uint8_t* counts = bases + 4 * G;
   const uint32_t* code_words = reinterpret_cast<const uint32_t*>(in + index);
   const uint8_t* plane = in + index + 4 * words;
+  const bool out16 = (reinterpret_cast<uintptr_t>(outv) & 15) == 0;  // 16-byte stores of 8 BF16 values
   for (uint64_t g = uint64_t(blockIdx.x) * kV3Warps + warp; g < G; g += uint64_t(gridDim.x) * kV3Warps) {
     // The group's index: the counts' warp scan gives each lane its start.
     const uint64_t k = g * 32 + lane;
@@ -1298,11 +1314,20 @@ __global__ void __launch_bounds__(kV3Threads, kV3CtasPerSm)
           const uint32_t j = (b0 + u) * 32 + lane;
           const uint32_t* ep = rows + (j / 8) * kV3Row + 2 * (j % 8);
           const uint32_t ex[2] = {ep[0], ep[1]};
+          const size_t i0 = group_first + size_t(j / 8) * codec::kFhSubValues + w0 + 8 * (j % 8);
+          if constexpr (T == ElemType::BF16) {
+            if (m[u] == 8 && out16) {
+              *reinterpret_cast<uint4*>(static_cast<uint16_t*>(outv) + i0) =
+                  uint4{bf16_pair(p[u][0], ex[0], 0x5140u), bf16_pair(p[u][0], ex[0], 0x7362u),
+                        bf16_pair(p[u][1], ex[1], 0x5140u), bf16_pair(p[u][1], ex[1], 0x7362u)};
+              continue;
+            }
+          }
           uint32_t v[8];
 #pragma unroll
           for (uint32_t q = 0; q < 8; ++q)
             v[q] = value_of(raw_entry<T>(p[u], q), (ex[q / 4] >> (8 * (q % 4))) & 0xFFu, T);
-          store8<T>(outv, group_first + size_t(j / 8) * codec::kFhSubValues + w0 + 8 * (j % 8), v, m[u]);
+          store8<T>(outv, i0, v, m[u]);
         }
       }
       __syncwarp();  // the rows are read before the next window overwrites them
