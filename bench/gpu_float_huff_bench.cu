@@ -105,6 +105,10 @@ int main(int argc, char** argv) {
                            .add("--kernels", &kernels)
                            .parse(argc, argv);
   if (!args_ok) return 2;
+  if (!kernels_selected(kernels, 1) && !kernels_selected(kernels, 2) && !kernels_selected(kernels, 3)) {
+    std::fprintf(stderr, "--kernels %s: no kernel set (all, both, or a comma list of v1, v2, v3)\n", kernels.c_str());
+    return 2;
+  }
   reps = std::max(1, reps);
   warm = std::max(0, warm);
   cudaDeviceProp prop;
