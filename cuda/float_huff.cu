@@ -1081,8 +1081,9 @@ __global__ void __launch_bounds__(kCtaSubs, kDecodeCtasPerSm)
 // (v2's decode: sm_90 72 / 71 / 80 registers, 37,648 bytes).
 //
 // PREDICTION, NOT A MEASUREMENT (nothing of v3 has run on a GPU): on 256 MiB
-// of Gaussian bf16 an exponent costs 2-3 bits, so a lookup decodes ~3 of them
-// (~90 lookups a sub-stream instead of v2's 256) at an estimated ~25
+// of Gaussian bf16 an exponent costs 2.6 bits, so a lookup decodes 2.9 of
+// them (counted on the CPU for 2^20 N(0,1) bf16 values with Huffman lengths:
+// 88 lookups a sub-stream instead of v2's 256) at an estimated ~25
 // instructions each (not read from SASS: no disassembler here); with the
 // value writes, ~400k warp instructions an SM (132 SMs), ~50 us if issued at
 // the full rate, against ~110 us of memory traffic (0.43 GB read and written
