@@ -9,6 +9,9 @@
 // 32 different banks), and each thread codes or decodes one sub-stream from
 // there.
 //
+// v3 (FloatHuffCoder::set_kernels(3)): v2's encode; the decode of section
+// "v3 decode" below (several symbols per lookup, a warp per group).
+//
 // v2 (the default): the encode's kernels take 8 consecutive values per thread
 // (load8: one or two 16-byte loads), so a warp holds one sub-stream's 256
 // values: the count is a warp sum of the lanes' code bits, and the write
@@ -468,8 +471,8 @@ struct DevReader {
     }
     return w;
   }
-  template <class Lut>
-  __device__ __forceinline__ uint32_t next(const Lut& lut) {
+  // At least 33 bits in buf (a word taken where 32 or fewer are left).
+  __device__ __forceinline__ void refill() {
     if (nb <= 32) {
       uint32_t w;
       if constexpr (kAhead > 0) {
@@ -483,11 +486,18 @@ struct DevReader {
       buf |= uint64_t(w) << (32 - nb);
       nb += 32;
     }
-    const uint32_t e = lut(buf);
-    const uint32_t l = e & 15;
+  }
+  // Drops the window's first l bits (l <= 12, after refill()).
+  __device__ __forceinline__ void skip(uint32_t l) {
     buf <<= l;
     nb -= int(l);
     used += l;
+  }
+  template <class Lut>
+  __device__ __forceinline__ uint32_t next(const Lut& lut) {
+    refill();
+    const uint32_t e = lut(buf);
+    skip(e & 15);
     return e >> 4;
   }
 };
@@ -724,15 +734,21 @@ __device__ __forceinline__ void store_plane8(uint8_t* plane, size_t i0, const ui
   }
 }
 
-// The reverse: the entries of values i0 .. i0 + m - 1 into v; false where an
-// F16 group's padding bits are set.
+// The reverse, in two steps. load_plane_raw: the plane bytes of values i0 ..
+// i0 + m - 1 as loaded (F32, BF16: 2 E little-endian words; F16: the 8
+// entries); false where an F16 group's padding bits are set. raw_entry: entry
+// k of them. load_plane8: both.
 template <ElemType T>
-__device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uint32_t m, uint32_t (&v)[8]) {
+constexpr uint32_t kRawWords = T == ElemType::F16   ? 8
+                               : T == ElemType::F32 ? 6
+                                                    : 2;
+template <ElemType T>
+__device__ __forceinline__ bool load_plane_raw(const uint8_t* plane, size_t i0, uint32_t m,
+                                               uint32_t (&p)[kRawWords<T>]) {
   if constexpr (T == ElemType::F16) {
-    return load_f16_plane8(plane + i0 / 8 * 11, m, v);
+    return load_f16_plane8(plane + i0 / 8 * 11, m, p);
   } else {
     constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;
-    uint32_t p[2 * E];
     if (m == 8) {
       const uint32_t* q = reinterpret_cast<const uint32_t*>(plane + E * i0);
 #pragma unroll
@@ -744,16 +760,29 @@ __device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uin
       for (uint32_t j = 0; j < 8 * E; ++j)
         if (j < E * m) p[j / 4] |= uint32_t(plane[E * i0 + j]) << (8 * (j % 4));
     }
-    constexpr uint32_t mask = (1u << (8 * E)) - 1;
-#pragma unroll
-    for (uint32_t k = 0; k < 8; ++k) {
-      const uint32_t at = 8 * E * k;
-      uint32_t x = p[at / 32] >> (at % 32);
-      if (at % 32 + 8 * E > 32) x |= p[at / 32 + 1] << (32 - at % 32);
-      v[k] = x & mask;
-    }
     return true;
   }
+}
+template <ElemType T>
+__device__ __forceinline__ uint32_t raw_entry(const uint32_t (&p)[kRawWords<T>], uint32_t k) {
+  if constexpr (T == ElemType::F16) {
+    return p[k];
+  } else {
+    constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;
+    constexpr uint32_t mask = (1u << (8 * E)) - 1;
+    const uint32_t at = 8 * E * k;
+    uint32_t x = p[at / 32] >> (at % 32);
+    if (at % 32 + 8 * E > 32) x |= p[at / 32 + 1] << (32 - at % 32);
+    return x & mask;
+  }
+}
+template <ElemType T>
+__device__ __forceinline__ bool load_plane8(const uint8_t* plane, size_t i0, uint32_t m, uint32_t (&v)[8]) {
+  uint32_t p[kRawWords<T>];
+  const bool ok = load_plane_raw<T>(plane, i0, m, p);
+#pragma unroll
+  for (uint32_t k = 0; k < 8; ++k) v[k] = raw_entry<T>(p, k);
+  return ok;
 }
 
 __device__ __forceinline__ uint32_t warp_sum(uint32_t v) {
@@ -1004,6 +1033,321 @@ __global__ void __launch_bounds__(kCtaSubs, kDecodeCtasPerSm)
   }
 }
 
+// ---- v3 decode ---------------------------------------------------------------
+//
+// v3 = v2's encode kernels and this decode. Why v2's decode is slow (run 10,
+// H200, 256 MiB Gaussian bf16: 408 GB/s; ncu: 37% of SM throughput): a thread
+// decodes its sub-stream one symbol per table lookup, so each value costs a
+// serial chain (refill test, shared-memory load, 64-bit shift) and a byte
+// store; before decoding, one thread per CTA checks the table and computes the
+// canonical codes (about a thousand dependent steps) and the lookup table is
+// filled symbol by symbol; and the CTA's 128 threads meet at a barrier per
+// chunk of 128 sub-streams, each chunk waiting for its slowest sub-stream.
+//
+// v3, with the same bytes in and out:
+// - Several symbols per lookup. The table has one 32-bit entry per 12-bit
+//   window (4096 entries, 16 KiB of shared memory): the up to kV3MaxSyms whole
+//   codes the window begins with (their symbols in bytes 0..2, zero beyond
+//   them), their total bits (bits 24..27) and their number (bits 28..29). The
+//   first code always fits (codes have at most 12 bits). Near a sub-stream's
+//   end, where an entry holds more symbols than are left, the first symbol
+//   alone is taken, with its length from the lengths' table.
+// - The table built by the CTA's 256 threads at once (one per symbol): the
+//   format's checks by barrier counts and a shared Kraft sum; canonical order
+//   by warp ballots per length (a symbol's rank among those of its length);
+//   then each thread fills 16 entries, finding each code's length by
+//   comparing the window with the 11 boundaries between the lengths' ranges
+//   of windows (kept in registers) and its symbol from the canonical order.
+// - A warp per group of 32 sub-streams (the index's unit), a lane per
+//   sub-stream: the group's offsets and counts are checked and its starts
+//   found with a warp scan; no CTA barrier after the table, so the warps of a
+//   CTA go at their own pace. Grids of a few CTAs per SM loop over the groups.
+// - Windows of kV3Window values: a lane decodes its next 64 exponents into its
+//   row of the warp's shared staging (a 4-byte store per 4 exponents: the
+//   decoded bytes gather in a 64-bit register), then the warp writes the
+//   group's 32 x 64 values merged with the plane, 8 per lane at a time (a
+//   16-byte store for bf16: each warp store covers 4 whole 128-byte lines;
+//   bf16 values merged two at a time by a byte permute, bf16_pair), plane
+//   bytes loaded for 4 groups of 8 before any store. Rows are 17 words
+//   (odd), so the 32 lanes' stores at the same position hit 32 banks.
+// Shared memory: 17 KiB of table, 17 KiB of staging (8 warps); 3 CTAs an SM
+// (the register limit) leave over 100 KiB to L1, which holds the code words
+// each lane reads 4 bytes at a time, 3 words ahead (DevReader). Staging the
+// group's words in shared memory with coalesced loads would spare L1 the
+// lanes' scattered loads but needs up to 12 KiB a warp (96 words a
+// sub-stream) beyond the 48 KiB of static shared memory.
+// ptxas (nvcc 13.0, -Xptxas -v; registers F32 / BF16 / F16): sm_90 80 / 80 /
+// 76, sm_80 80 / 72 / 72; 34,836 bytes of shared memory, no spills, no stack
+// (v2's decode: sm_90 72 / 71 / 80 registers, 37,648 bytes).
+//
+// PREDICTION, NOT A MEASUREMENT (nothing of v3 has run on a GPU): on 256 MiB
+// of Gaussian bf16 an exponent costs 2.6 bits, so a lookup decodes 2.9 of
+// them (counted on the CPU for 2^20 N(0,1) bf16 values with Huffman lengths:
+// 88 lookups a sub-stream instead of v2's 256) at an estimated ~25
+// instructions each (not read from SASS: no disassembler here); with the
+// value writes, ~400k warp instructions an SM (132 SMs), ~50 us if issued at
+// the full rate, against ~110 us of memory traffic (0.43 GB read and written
+// at the D2D copy's ~4 TB/s). We expect the decode at 0.8-1.5 TB/s of output
+// (v2: 0.41), below the copy; if short of that, bound by the lanes' serial
+// chains (a shared load and 64-bit shifts a lookup), the table's bank
+// conflicts (32 lanes, random windows) or L1 (the code words). The table
+// costs each CTA ~1000 instructions a thread, once: small slices gain most
+// against v2's one-thread table check.
+constexpr uint32_t kV3Threads = 256;  // threads per v3 decode CTA (one per symbol for the table)
+constexpr uint32_t kV3Warps = kV3Threads / 32;
+constexpr int kV3CtasPerSm = 3;                 // at most 85 registers a thread
+constexpr uint32_t kV3Window = 64;              // exponents a lane decodes between two value writes
+constexpr uint32_t kV3Row = kV3Window / 4 + 1;  // words of a lane's staging row (odd: 32 banks)
+constexpr uint32_t kV3MaxSyms = 3;              // symbols per table entry (3 bytes of 32 bits)
+constexpr uint32_t kV3Items = kV3Window / 8;    // groups of 8 values a lane writes per window
+static_assert(codec::kFhGroup == 32, "a warp decodes one group, a lane per sub-stream");
+static_assert(codec::kFhSubValues % kV3Window == 0 && kV3Window % 8 == 0, "windows of whole groups of 8");
+// Groups of 8 values whose plane a v3 lane loads before it stores any (F16's
+// raw plane is 8 registers a group, BF16's 2, F32's 6: 4 F16 groups spill).
+template <ElemType T>
+constexpr uint32_t kV3Batch = T == ElemType::F16 ? 2 : kValueBatch;
+static_assert(kV3Items % kV3Batch<ElemType::F16> == 0 && kV3Items % kV3Batch<ElemType::F32> == 0,
+              "the window's items in whole batches");
+static_assert(kV3Threads == 256, "the table build gives a thread to each of 256 symbols");
+
+// A table entry: symbols syms (k of them, in bytes 0..k-1) of `bits` bits in all.
+__device__ __forceinline__ uint32_t v3_entry(uint32_t syms, uint32_t bits, uint32_t k) {
+  return syms | bits << 24 | k << 28;
+}
+
+struct V3Table {
+  uint32_t lut[codec::kFhLutSize];                // v3_entry per 12-bit window
+  uint32_t wcnt[kV3Warps][codec::kFhMaxLen + 1];  // symbols per warp and length
+  uint32_t lstart[codec::kFhMaxLen + 2];          // first window of the codes of length l; [13]: 4096
+  uint32_t soff[codec::kFhMaxLen + 1];  // symbols of shorter codes (canonical position of the first of length l)
+  uint32_t kraft;                       // sum of 2^(12 - len) over lengths 1..12
+  uint32_t single;                      // the last present symbol
+  uint8_t ln[256];                      // the code lengths (0 past the alphabet)
+  uint8_t sorted[256];                  // symbols in canonical order
+};
+
+// All kV3Threads threads: the lengths at `in` (A / 2 bytes) into tb, checked
+// as the CPU's fh_lengths_valid; then, with two or more symbols, the lookup
+// table. Returns 0 for a table the format does not allow, 1 for one symbol
+// (tb.single; nothing is coded), 2 for a coded table (the same in every thread).
+__device__ int v3_build_table(const uint8_t* in, uint32_t A, V3Table& tb) {
+  constexpr uint32_t M = codec::kFhMaxLen;
+  const uint32_t t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const uint32_t L = t < A ? (uint32_t(in[t / 2]) >> (4 * (t % 2))) & 15u : 0u;
+  tb.ln[t] = uint8_t(L);
+  if (t == 0) {
+    tb.kraft = 0;
+    tb.single = 0;
+  }
+  const int m = __syncthreads_count(L != 0);  // also orders the zeroing before the atomics
+  const int over = __syncthreads_count(L > M);
+  if (L != 0 && L <= M) {
+    atomicAdd(&tb.kraft, 1u << (M - L));
+    atomicMax(&tb.single, t);
+  }
+  __syncthreads();
+  const uint32_t kraft = tb.kraft;
+  const bool valid = over == 0 && (m == 1 ? kraft == codec::kFhLutSize / 2 : m >= 2 && kraft == codec::kFhLutSize);
+  if (!valid) return 0;
+  if (m == 1) return 1;
+  // Canonical order: by length, then by symbol.
+  uint32_t rank = 0;
+  for (uint32_t l = 1; l <= M; ++l) {
+    const unsigned b = __ballot_sync(detail::kFullMask, L == l);
+    if (L == l) rank = uint32_t(__popc(b & ((1u << lane) - 1u)));
+    if (lane == 0) tb.wcnt[warp][l] = uint32_t(__popc(b));
+  }
+  __syncthreads();
+  if (t == 0) {
+    uint32_t start = 0, off = 0;
+    for (uint32_t l = 1; l <= M; ++l) {
+      uint32_t c = 0;
+      for (uint32_t w = 0; w < kV3Warps; ++w) c += tb.wcnt[w][l];
+      tb.lstart[l] = start;
+      tb.soff[l] = off;
+      start += c << (M - l);
+      off += c;
+    }
+    tb.lstart[M + 1] = start;
+  }
+  __syncthreads();
+  if (L != 0) {
+    for (uint32_t w = 0; w < warp; ++w) rank += tb.wcnt[w][L];
+    tb.sorted[tb.soff[L] + rank] = uint8_t(t);
+  }
+  __syncthreads();
+  // A window's first code has length 1 + the number of lengths l <= 11 whose
+  // windows end at or before it (lstart[l + 1] <= window).
+  uint32_t ends[M - 1];
+#pragma unroll
+  for (uint32_t j = 0; j < M - 1; ++j) ends[j] = tb.lstart[j + 2];
+  for (uint32_t i = t; i < codec::kFhLutSize; i += kV3Threads) {
+    uint32_t used = 0, syms = 0, k = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < kV3MaxSyms; ++j) {
+      const uint32_t win = (i << used) & (codec::kFhLutSize - 1);  // zeros after the window's bits
+      uint32_t l = 1;
+#pragma unroll
+      for (uint32_t q = 0; q < M - 1; ++q) l += win >= ends[q];
+      if (used + l > M) break;  // the code runs past the window
+      syms |= uint32_t(tb.sorted[tb.soff[l] + ((win - tb.lstart[l]) >> (M - l))]) << (8 * j);
+      used += l;
+      ++k;
+    }
+    tb.lut[i] = v3_entry(syms, used, k);
+  }
+  __syncthreads();
+  return 2;
+}
+
+// Two BF16 values from plane bytes p and exponents ex (4 values a word each,
+// the first in the low byte): byte_perm with selector sel (0x5140: values 0
+// and 1 of the four; 0x7362: 2 and 3) puts each value's exponent above its
+// plane byte (e << 8 | s << 7 | m, the first value in the low half); then the
+// exponent moves down a bit and the sign up to bit 15. Five instructions for
+// two values.
+__device__ __forceinline__ uint32_t bf16_pair(uint32_t p, uint32_t ex, uint32_t sel) {
+  const uint32_t x = __byte_perm(p, ex, sel);
+  return ((x >> 1) & 0x7F807F80u) | (x & 0x007F007Fu) | ((x << 8) & 0x80008000u);
+}
+
+// Decodes a FloatHuff payload (kV3Threads threads a CTA; see above). Warp w of
+// the grid takes groups w, w + warps, ...; each window: the lanes decode,
+// __syncwarp, the warp writes the values, __syncwarp.
+template <ElemType T>
+__global__ void __launch_bounds__(kV3Threads, kV3CtasPerSm)
+    fh_decode_v3_kernel(const uint8_t* in, size_t n, unsigned long long words, void* outv, int* status) {
+  constexpr uint32_t A = codec::fh_alphabet(T);
+  __shared__ V3Table tb;
+  __shared__ uint32_t stage[kV3Warps][32 * kV3Row];
+  const uint64_t S = codec::fh_substreams(n), G = codec::fh_groups(n);
+  const uint64_t index = codec::fh_index_bytes(T, n);
+  const int kind = v3_build_table(in, A, tb);
+  if (kind == 0) {
+    if (threadIdx.x == 0) atomicExch(status, int(Status::Corrupt));
+    return;
+  }
+  // The index padding (CTA 0 checks it).
+  if (blockIdx.x == 0)
+    for (uint64_t z = codec::fh_table_bytes(T) + 4 * G + S + threadIdx.x; z < index; z += kV3Threads)
+      if (in[z]) atomicExch(status, int(Status::Corrupt));
+  const bool coded = kind == 2;
+  const uint32_t single = tb.single * 0x01010101u;  // four copies of the one symbol
+  const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t* const rows = stage[warp];
+  uint32_t* const row = rows + lane * kV3Row;
+  const uint8_t* bases = in + codec::fh_table_bytes(T);
+  const uint8_t* counts = bases + 4 * G;
+  const uint32_t* code_words = reinterpret_cast<const uint32_t*>(in + index);
+  const uint8_t* plane = in + index + 4 * words;
+  const bool out16 = (reinterpret_cast<uintptr_t>(outv) & 15) == 0;  // 16-byte stores of 8 BF16 values
+  for (uint64_t g = uint64_t(blockIdx.x) * kV3Warps + warp; g < G; g += uint64_t(gridDim.x) * kV3Warps) {
+    // The group's index: the counts' warp scan gives each lane its start.
+    const uint64_t k = g * 32 + lane;
+    const uint32_t c = k < S ? counts[k] : 0u;
+    const uint32_t incl = warp_inclusive_sum(c, lane);
+    const uint64_t gb = codec::load_u32(bases + 4 * g);
+    const uint64_t start = gb + incl - c;
+    // Never read outside the words, whatever another warp finds.
+    bool ok = c <= codec::kFhMaxSubWords && (coded || c == 0) && start + c <= words;
+    if (lane == 31) {
+      const uint64_t next = g + 1 < G ? codec::load_u32(bases + 4 * (g + 1)) : words;
+      if ((g == 0 && gb != 0) || gb + incl != next) ok = false;
+    }
+    if (__ballot_sync(detail::kFullMask, !ok) != 0) {
+      if (lane == 0) atomicExch(status, int(Status::Corrupt));
+      break;
+    }
+    const uint32_t nv = k < S ? codec::fh_sub_count(n, k) : 0u;
+    DevReader<kReadAhead> r(code_words + start, c);
+    uint64_t acc = 0;   // decoded exponents not yet staged, the first in the low byte
+    uint32_t cnt = 0;   // how many (at most 6)
+    uint32_t done = 0;  // exponents decoded (staged or in acc)
+    const size_t group_first = size_t(g) * 32 * codec::kFhSubValues;  // the group's first value
+    for (uint32_t w0 = 0; w0 < codec::kFhSubValues; w0 += kV3Window) {
+      // The lane's exponents w0 .. w0 + kV3Window - 1 into its row; a lookup
+      // may decode up to 2 past the window (kept in acc for the next one).
+      const uint32_t end = nv < w0 + kV3Window ? nv : w0 + kV3Window;
+      if (!coded) {
+#pragma unroll
+        for (uint32_t j = 0; j < kV3Window / 4; ++j) row[j] = single;
+      } else {
+        while (done < end) {
+          r.refill();
+          uint32_t e = tb.lut[uint32_t(r.buf >> (64 - codec::kFhMaxLen))];
+          uint32_t kk = e >> 28;
+          if (kk > nv - done) {  // fewer left than the entry holds: its first symbol alone
+            const uint32_t s = e & 0xFFu;
+            e = v3_entry(s, tb.ln[s], 1);
+            kk = 1;
+          }
+          r.skip((e >> 24) & 15u);
+          acc |= uint64_t(e & 0xFFFFFFu) << (8 * cnt);
+          cnt += kk;
+          done += kk;
+          if (cnt >= 4) {  // the 4 exponents from done - cnt on (a multiple of 4, in this window)
+            row[(done - cnt - w0) / 4] = uint32_t(acc);
+            acc >>= 32;
+            cnt -= 4;
+          }
+        }
+        if (cnt > 0 && done == nv && nv == end) {  // the sub-stream's last 1-3 exponents, in this window
+          row[(done - cnt - w0) / 4] = uint32_t(acc);
+          cnt = 0;
+        }
+      }
+      __syncwarp();
+      // The group's values w0 .. w0 + kV3Window - 1 of each sub-stream: item
+      // j = 32 b + lane is sub-stream j / 8's group of 8 values j % 8.
+#pragma unroll 1
+      for (uint32_t b0 = 0; b0 < kV3Items; b0 += kV3Batch<T>) {
+        uint32_t p[kV3Batch<T>][kRawWords<T>] = {}, m[kV3Batch<T>];  // the plane as loaded (BF16: 2 words)
+#pragma unroll
+        for (uint32_t u = 0; u < kV3Batch<T>; ++u) {
+          const uint32_t j = (b0 + u) * 32 + lane;
+          const size_t i0 = group_first + size_t(j / 8) * codec::kFhSubValues + w0 + 8 * (j % 8);
+          m[u] = i0 >= n ? 0u : n - i0 < 8 ? uint32_t(n - i0) : 8u;
+          if (m[u] && !load_plane_raw<T>(plane, i0, m[u], p[u])) atomicExch(status, int(Status::Corrupt));
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < kV3Batch<T>; ++u) {
+          if (m[u] == 0) continue;
+          const uint32_t j = (b0 + u) * 32 + lane;
+          const uint32_t* ep = rows + (j / 8) * kV3Row + 2 * (j % 8);
+          const uint32_t ex[2] = {ep[0], ep[1]};
+          const size_t i0 = group_first + size_t(j / 8) * codec::kFhSubValues + w0 + 8 * (j % 8);
+          if constexpr (T == ElemType::BF16) {
+            if (m[u] == 8 && out16) {
+              *reinterpret_cast<uint4*>(static_cast<uint16_t*>(outv) + i0) =
+                  uint4{bf16_pair(p[u][0], ex[0], 0x5140u), bf16_pair(p[u][0], ex[0], 0x7362u),
+                        bf16_pair(p[u][1], ex[1], 0x5140u), bf16_pair(p[u][1], ex[1], 0x7362u)};
+              continue;
+            }
+          }
+          uint32_t v[8];
+#pragma unroll
+          for (uint32_t q = 0; q < 8; ++q)
+            v[q] = value_of(raw_entry<T>(p[u], q), (ex[q / 4] >> (8 * (q % 4))) & 0xFFu, T);
+          store8<T>(outv, i0, v, m[u]);
+        }
+      }
+      __syncwarp();  // the rows are read before the next window overwrites them
+    }
+    // Each sub-stream's codes end in its last word, the bits after them zero.
+    if (coded && k < S) {
+      const uint32_t have = 32 * c;
+      if (r.used > have || have - r.used >= 32)
+        ok = c == 0 && r.used == 0;
+      else
+        ok = have == r.used || (code_words[start + c - 1] & ((1u << (have - r.used)) - 1u)) == 0;
+    }
+    if (__ballot_sync(detail::kFullMask, !ok) != 0) {
+      if (lane == 0) atomicExch(status, int(Status::Corrupt));
+      break;
+    }
+  }
+}
+
 // The slice around the payload encode() left at slice + kHeaderBytes (its
 // size in *coded): frame_slice's verdict, computed alike by every CTA; CTA 0
 // writes the header, size and status; a Raw slice's values are copied by all.
@@ -1033,10 +1377,11 @@ __global__ void fh_set_kernel(int* status, int v, unsigned long long* bytes, uns
 }  // namespace
 
 namespace {
-// NCCLZ_FLOATHUFF_KERNELS: v1 selects the first kernels, anything else v2.
+// NCCLZ_FLOATHUFF_KERNELS: v1 or v3 select those kernels, anything else v2.
 int kernels_from_env() {
   const char* v = std::getenv("NCCLZ_FLOATHUFF_KERNELS");
-  return v != nullptr && std::strcmp(v, "v1") == 0 ? 1 : 2;
+  if (v != nullptr && std::strcmp(v, "v1") == 0) return 1;
+  return v != nullptr && std::strcmp(v, "v3") == 0 ? 3 : 2;
 }
 
 // Calls f(std::integral_constant<ElemType, t>) for t in F32, BF16, F16.
@@ -1204,6 +1549,14 @@ int FloatHuffCoder::decode(const uint8_t* d_in, size_t len, ElemType t, size_t n
   fh_set_kernel<<<1, 1, 0, s>>>(d_status, int(Status::Ok), nullptr, 0);
   if (kernels_ == 1) {
     fh_decode_kernel<<<ctas, kCtaSubs, 0, s>>>(d_in, t, n, (len - fixed) / 4, d_out, d_status);
+  } else if (kernels_ == 3) {
+    const size_t groups = size_t(codec::fh_groups(n));
+    with_fh_type(t, [&](auto type) {
+      constexpr ElemType kT = decltype(type)::value;
+      const unsigned grid =
+          resident_grid(fh_decode_v3_kernel<kT>, kV3Threads, sms(), (groups + kV3Warps - 1) / kV3Warps);
+      fh_decode_v3_kernel<kT><<<grid, kV3Threads, 0, s>>>(d_in, n, (len - fixed) / 4, d_out, d_status);
+    });
   } else {
     with_fh_type(t, [&](auto type) {
       constexpr ElemType kT = decltype(type)::value;

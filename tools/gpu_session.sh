@@ -49,6 +49,10 @@
 #       persist   only the CTA slice coder's and the persistent kernels' steps (issue 21):
 #                 build, test-cta, test-codec-cta, bench-cta (gpu_codec_bench --kernels 34),
 #                 bench-persistent, memcheck-cta, racecheck-cta, memcheck-persistent
+#       floathuff FloatHuff alone (issue 21's lossless target): build, its tests, the v1/v2/v3
+#                 kernels side by side (gpu_float_huff_bench, 256 MiB and 1 MiB), ncu of v2
+#                 and v3 (64 MiB) -> $OUT/profile.csv, memcheck and racecheck of its decode
+#                 tests; not in "all"
 #       all       env smoke build test pytest bench ranks sanitize
 #       dry       print the plan (phases, limits, commands' key flags); runs nothing
 #
@@ -296,6 +300,32 @@ phase_persist() {
   grep -hE '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|first difference|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT_DIR/test.log" "$OUT_DIR/sanitize.log" 2>/dev/null | head -40 >>"$SUMMARY"
 }
 
+# FloatHuff alone, most important first (the deadline stops what is left): its tests (every
+# kernel set against the CPU's bytes), the A/B of v1, v2, v3 on 256 MiB and on 1 MiB (the fixed
+# cost a small lossless slice pays), ncu's per-kernel figures for v2 and v3, then the sanitizers
+# on the decode tests (NCCLZ_CUDA_TEST_QUICK=1).
+phase_floathuff() {
+  ensure_built
+  local bench=$BUILD/cuda/gpu_float_huff_bench mib
+  step test-floathuff "$OUT_DIR/test.log" $L_TEST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaFloatHuff.*' --gtest_color=no"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure' "$OUT_DIR/test.log" | head -20 >>"$SUMMARY"
+  for mib in 256 1; do
+    rm -f "$SCRATCH/fhuff.md"
+    step "bench-floathuff-$mib" "$OUT_DIR/bench.log" $L_BENCH "'$bench' --mib $mib --reps $([ "$mib" = 1 ] && echo 100 || echo 10) --md '$SCRATCH/fhuff.md'"
+    [ -f "$SCRATCH/fhuff.md" ] && cat "$SCRATCH/fhuff.md" | tee -a "$OUT_DIR/bench.log" >>"$SUMMARY"
+  done
+  # run 10's four metrics, plus shared-memory load bank conflicts and achieved occupancy (if
+  # this ncu does not know those two, the four alone)
+  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+  local more=l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active
+  step profile-floathuff "$OUT_DIR/bench.log" ${NCCLZ_PROFILE_LIMIT:-120} "ncu --kernel-name regex:fh_ --metrics $metrics,$more --csv --log-file '$OUT_DIR/profile.csv' '$bench' --mib 64 --reps 1 --warm 0 --kernels v2,v3" ||
+    step profile-floathuff-4 "$OUT_DIR/bench.log" ${NCCLZ_PROFILE_LIMIT:-120} "ncu --kernel-name regex:fh_ --metrics $metrics --csv --log-file '$OUT_DIR/profile.csv' '$bench' --mib 64 --reps 1 --warm 0 --kernels v2,v3"
+  local filter='CudaFloatHuff.DecodesCpuPayloads'
+  step memcheck-floathuff "$OUT_DIR/sanitize.log" 60 "NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 '$TESTBIN' --gtest_filter='$filter' --gtest_color=no"
+  step racecheck-floathuff "$OUT_DIR/sanitize.log" 90 "NCCLZ_CUDA_TEST_QUICK=1 NCCLZ_REQUIRE_GPU=1 compute-sanitizer --tool racecheck --error-exitcode 3 '$TESTBIN' --gtest_filter='$filter' --gtest_color=no"
+  grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY|hazard' "$OUT_DIR/sanitize.log" 2>/dev/null | sort | uniq -c | head -10 >>"$SUMMARY"
+}
+
 phase_pytest() {
   ensure_built
   py_ready
@@ -458,6 +488,7 @@ for p in "${phases[@]}"; do
     devpath) phase_devpath ;;
     profile) phase_profile ;;
     persist) phase_persist ;;
+    floathuff) phase_floathuff ;;
     *) echo "unknown phase: $p" | tee -a "$SUMMARY" ;;
   esac
 done

@@ -1,8 +1,8 @@
 // The device FloatHuff coder (ncclz/cuda_float_huff.hpp) against the CPU one
 // (codec/float_huff.hpp): the device's payload equals the CPU's byte for
 // byte, the device decodes CPU payloads bit-exact, and damaged payloads give
-// Corrupt on both sides alike, with both kernel sets (FloatHuffCoder::set_kernels
-// 1 and 2, kVersions). Runs on a GPU and in the CPU emulator
+// Corrupt on both sides alike, with every kernel set (FloatHuffCoder::set_kernels
+// 1, 2 and 3, kVersions). Runs on a GPU and in the CPU emulator
 // (tools/cuda_emu/run.sh); skips without a device (fails under NCCLZ_REQUIRE_GPU=1).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -61,14 +61,16 @@ std::vector<uint8_t> cpu_encode(const std::vector<uint8_t>& v, ElemType t) {
 }
 
 const ElemType kTypes[] = {ElemType::F32, ElemType::BF16, ElemType::F16};
-const int kVersions[] = {1, 2};
+const int kVersions[] = {1, 2, 3};
 
 // Sizes: below, at and past one sub-stream (256) and one CTA's 128
 // sub-streams (32768), past 256 sub-streams (70000: the emulator's v2 decode
-// grid of 2 CTAs loops);
-// multiples of 8 and not (v2's lanes take 8 values).
+// grid of 2 CTAs loops), past 16 groups of 32 sub-streams (140000: the
+// emulator's v3 decode grid of 2 CTAs x 8 warps loops); multiples of 8 and
+// not (v2's lanes take 8 values); a last sub-stream of 66 values (322: v3's
+// last lookup of the first 64-value window may end past it, on the last value).
 std::vector<size_t> sizes() {
-  std::vector<size_t> s = {1, 7, 8, 9, 255, 256, 257, 264, 8193, 32768, 40000, 70000};
+  std::vector<size_t> s = {1, 7, 8, 9, 255, 256, 257, 264, 322, 8193, 32768, 40000, 70000, 140000};
   if (!ncclz_test::quick()) s.push_back((size_t(1) << 20) + 3);
   return s;
 }
@@ -294,6 +296,11 @@ std::vector<TableCase> table_cases() {
   c.push_back({"two equal", ElemType::F32, std::vector<uint32_t>(256, 0), false});
   c.back().hist[255] = 40;
   c.back().hist[0] = 40;
+  // Eight codes of 3 bits: every v3 table entry holds 3 symbols, so the
+  // second sub-stream's (66 values) lookups end at 63 and then 66, past its
+  // first 64-value window, on its last value.
+  c.push_back({"eight, 322 values", ElemType::BF16, std::vector<uint32_t>(256, 0), false});
+  for (uint32_t s : {3u, 17u, 40u, 77u, 100u, 150u, 201u, 250u}) c.back().hist[s] = s < 20 ? 41 : 40;
   c.push_back({"three", ElemType::BF16, {0, 7, 0, 7, 14}, false});
   c.push_back({"256 equal", ElemType::F32, std::vector<uint32_t>(256, 37), false});
   c.push_back({"255 equal, one large", ElemType::F32, std::vector<uint32_t>(256, 3), false});
@@ -356,7 +363,9 @@ std::vector<TableCase> table_cases() {
 // The device's table (the v2 table kernel's parallel build, v1's one thread)
 // against the CPU's fh_build_lengths / fh_canonical_codes: through the
 // payload (its 4-bit lengths, then words coded with the codes), byte for byte
-// the CPU encoder's, on histograms chosen to stress the rule.
+// the CPU encoder's, on histograms chosen to stress the rule; and each
+// decoder's table (v3's multi-symbol one: codes of every length up to 12)
+// decodes the CPU's payload to the values.
 TEST(CudaFloatHuff, TableMatchesCpuOnStressHistograms) {
   SKIP_WITHOUT_GPU();
   ncclz::cuda::FloatHuffCoder coder;
@@ -397,6 +406,11 @@ TEST(CudaFloatHuff, TableMatchesCpuOnStressHistograms) {
       const auto b = bytes.download<unsigned long long>(1)[0];
       ASSERT_EQ(b, want.size());
       EXPECT_EQ(ncclz_test::from_device(out.get(), b), want);
+      DevBuf in(want.size()), y(v.size()), st(4);
+      in.upload(want.data(), want.size());
+      LAUNCH_OK(coder.decode(in.get(), want.size(), t, n, y.get(), st.get<int>()));
+      ASSERT_EQ(st.download<int>(1)[0], int(Status::Ok));
+      EXPECT_EQ(ncclz_test::from_device(y.get(), v.size()), v);
     }
   }
   EXPECT_GE(limited, 5);

@@ -19,8 +19,8 @@
 // 128 sub-streams (one per thread) into shared memory and writes the values,
 // merged with the plane, with coalesced stores.
 //
-// Two sets of kernels, byte-identical (an A/B switch: set_kernels, or
-// NCCLZ_FLOATHUFF_KERNELS=v1|v2 read at construction; default v2):
+// Three sets of kernels, byte-identical (an A/B switch: set_kernels, or
+// NCCLZ_FLOATHUFF_KERNELS=v1|v2|v3 read at construction; default v2):
 // - v1: one CTA per 128 sub-streams; a histogram of shared-memory atomics
 //   into 256 bins, the exponents staged in shared memory for the count and
 //   write kernels (2- or 4-byte loads), each thread storing its sub-stream's
@@ -36,6 +36,13 @@
 //   two-level table: 1024 entries for codes of up to 10 bits, 512 for longer),
 //   words loaded three refills ahead of the decoder, and 4-/16-byte plane and
 //   value accesses.
+// - v3: v2's encode; a decode with a table of up to 3 symbols per 12-bit
+//   window (16 KiB, built by the CTA's 256 threads at once), a warp per group
+//   of 32 sub-streams (a lane each, the index checked by a warp scan, no CTA
+//   barrier while decoding), exponents staged 4 at a time in 64-value
+//   windows, each window's values written by the warp with 16-byte stores
+//   (cuda/float_huff.cu, "v3 decode": the plan and the expected speed, not
+//   yet measured on a GPU).
 #pragma once
 
 #include <cstddef>
@@ -82,8 +89,9 @@ class FloatHuffCoder {
 
   int synchronize();
 
-  /// The kernels encode and decode use: 1 (v1) or 2 (v2, the default; see above).
-  void set_kernels(int version) { kernels_ = version == 1 ? 1 : 2; }
+  /// The kernels encode and decode use: 1 (v1), 2 (v2, the default) or 3 (v3;
+  /// see above); any other value means 2.
+  void set_kernels(int version) { kernels_ = version == 1 || version == 3 ? version : 2; }
   int kernels() const { return kernels_; }
 
  private:

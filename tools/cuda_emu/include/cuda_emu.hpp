@@ -939,6 +939,13 @@ T __shfl_xor_sync(unsigned, T v, int m) {
 inline unsigned __reduce_add_sync(unsigned, unsigned v) { return unsigned(emu::warp_add_collective(v)); }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __popcll(unsigned long long v) { return __builtin_popcountll(v); }
+// Byte i of the result: byte (s >> 4i) & 7 of the eight bytes y:x (x the low four).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const uint64_t b = uint64_t(y) << 32 | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= unsigned(b >> (8 * ((s >> (4 * i)) & 7u)) & 0xFFu) << (8 * i);
+  return r;
+}
 inline int __clz(int v) { return v == 0 ? 32 : __builtin_clz(unsigned(v)); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
 // Atomics: real ones (host threads run device work concurrently).
