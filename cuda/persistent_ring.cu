@@ -118,25 +118,30 @@ __device__ __forceinline__ void move_vectors(int f, const T* rin, const T* src, 
   };
   const bool recv = f & kRecv, local = !(f & kRecv) || (f & kReduce);
   const size_t nv = n / E;
-  for (size_t base = 0; base < nv; base += size_t(U) * kThreads) {
+  // This thread's vectors: i = base + u * kThreads + threadIdx.x (constant offsets from one pointer per stream).
+  const V* vin = reinterpret_cast<const V*>(rin) + threadIdx.x;
+  const V* vsrc = reinterpret_cast<const V*>(src) + threadIdx.x;
+  V* vout = reinterpret_cast<V*>(rout) + threadIdx.x;
+  V* vdst = reinterpret_cast<V*>(dst) + threadIdx.x;
+  constexpr size_t kStep = size_t(U) * kThreads;
+  for (size_t base = 0; base < nv; base += kStep, vin += kStep, vsrc += kStep, vout += kStep, vdst += kStep) {
+    const size_t left = nv - base;
     Pack x[U] = {}, y[U] = {};
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const size_t i = base + size_t(u) * kThreads + threadIdx.x;
-      if (i < nv) {
-        if (recv) x[u].v = reinterpret_cast<const V*>(rin)[i];
-        if (local) y[u].v = reinterpret_cast<const V*>(src)[i];
+      if (size_t(u) * kThreads + threadIdx.x < left) {
+        if (recv) x[u].v = vin[u * kThreads];
+        if (local) y[u].v = vsrc[u * kThreads];
       }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const size_t i = base + size_t(u) * kThreads + threadIdx.x;
-      if (i >= nv) break;
+      if (size_t(u) * kThreads + threadIdx.x >= left) break;
       Pack o;
 #pragma unroll
       for (int k = 0; k < E; ++k) o.e[k] = recv ? ((f & kReduce) ? add(x[u].e[k], y[u].e[k]) : x[u].e[k]) : y[u].e[k];
-      if (f & kSend) reinterpret_cast<V*>(rout)[i] = o.v;
-      if (f & kCopy) reinterpret_cast<V*>(dst)[i] = o.v;
+      if (f & kSend) vout[u * kThreads] = o.v;
+      if (f & kCopy) vdst[u * kThreads] = o.v;
     }
   }
   for (size_t i = nv * E + threadIdx.x; i < n; i += kThreads) {  // the tail: fewer than E elements
@@ -146,11 +151,13 @@ __device__ __forceinline__ void move_vectors(int f, const T* rin, const T* src, 
   }
 }
 
-/// move_vectors with the widest vector every pointer used is aligned to (16,
-/// 8 bytes, else one element) and 64 bytes per thread in flight; v1: the
-/// first version's loop (one element per thread at a time).
+/// move_vectors with the widest vector every pointer used is aligned to:
+/// 16 bytes (64 bytes of each stream per thread in flight), else 8 or one
+/// element (32 bytes); v1: the first version's loop (one element per thread
+/// at a time). Not inlined: the loops get their registers without the
+/// caller's state (the step's pointers and counters) live around them.
 template <class T>
-__device__ void move_values(int f, const T* rin, const T* src, T* rout, T* dst, size_t n, bool v1) {
+__device__ __noinline__ void move_values(int f, const T* rin, const T* src, T* rout, T* dst, size_t n, bool v1) {
   if (v1) return move_vectors<T, T, 1>(f, rin, src, rout, dst, n);
   uintptr_t any = 0;
   if (f & kRecv) any |= reinterpret_cast<uintptr_t>(rin);
@@ -159,9 +166,9 @@ __device__ void move_values(int f, const T* rin, const T* src, T* rout, T* dst, 
   if (f & kCopy) any |= reinterpret_cast<uintptr_t>(dst);
   if ((any & 15) == 0) return move_vectors<T, uint4, 4>(f, rin, src, rout, dst, n);
   if constexpr (sizeof(T) < 8) {
-    if ((any & 7) == 0) return move_vectors<T, uint2, 8>(f, rin, src, rout, dst, n);
+    if ((any & 7) == 0) return move_vectors<T, uint2, 4>(f, rin, src, rout, dst, n);
   }
-  return move_vectors<T, T, int(64 / sizeof(T))>(f, rin, src, rout, dst, n);
+  return move_vectors<T, T, int(32 / sizeof(T))>(f, rin, src, rout, dst, n);
 }
 
 /// The CTA copies len bytes between 16-byte-aligned addresses (slots).
@@ -391,8 +398,12 @@ struct RingCta {
   }
 };
 
+// At most 128 registers a thread (2 CTAs an SM; the coder spills a little
+// at that bound, Raw's vector loops need about 120, and spill heavily at 64):
+// all CTAs of all ranks must be resident at once, so the CTAs an SM holds
+// bound the shapes that can run (PersistentRing checks).
 template <class T, bool kCoded>
-__global__ void __launch_bounds__(kThreads) ring_all_reduce_kernel(RingArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) ring_all_reduce_kernel(RingArgs a) {
   __shared__ typename RingCta<T, kCoded>::Smem sm;
   __shared__ int s_err;
   // Channel c: the c-th of the channels' contiguous parts; CTA g of its G.

@@ -267,11 +267,15 @@ TEST(CudaPersistent, RawAllReduceMatchesCpuRing) {
 }
 
 // A small ring for the sanitizers (tools/gpu_session.sh, memcheck-persistent):
-// one rank alone, then two ranks of codes over two ring loops.
+// one rank alone, then two ranks of codes over two ring loops, then two CTAs
+// per channel (codes, and Raw floats through the 16-byte vector loop and its
+// element-aligned fallback).
 TEST(CudaPersistent, SmallRing) {
   SKIP_WITHOUT_GPU();
   check_case(Case{1, ElemType::I32, true, Predictor::Delta1, 1}, 600);
   check_case(Case{2, ElemType::I32, true, Predictor::Delta1, 1}, 2 * 4 * 250 + 37);
+  check_case(Case{2, ElemType::I32, true, Predictor::Delta1, 1, 2}, 2 * 4 * 250 + 37);
+  check_case(Case{2, ElemType::F32, false, Predictor::None, 1, 2, 16 << 10, 4}, 20000, false, 1);
 }
 
 TEST(CudaPersistent, ChannelsAndInPlace) {

@@ -76,6 +76,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __shared__ static thread_local
 #define __launch_bounds__(...)
 
