@@ -344,9 +344,10 @@ int main(int argc, char** argv) {
         std::sort(t.begin(), t.end());
         row.ms = t[t.size() / 2];
         const double busbw = 2.0 * (N - 1) / N * double(bytes) / row.ms / 1e6;
-        std::printf("%-22s %-8s %-12s ratio %6.2f check %s | all_reduce %.3f ms, bus %.0f GB/s, %.2fx the D2D copy's time\n",
-                    sh.name().c_str(), kDataNames[m.data], m.name, row.ratio, ok ? "ok" : "FAILED", row.ms, busbw,
-                    row.ms / copy_ms);
+        std::printf(
+            "%-22s %-8s %-12s ratio %6.2f check %s | all_reduce %.3f ms, bus %.0f GB/s, %.2fx the D2D copy's time\n",
+            sh.name().c_str(), kDataNames[m.data], m.name, row.ratio, ok ? "ok" : "FAILED", row.ms, busbw,
+            row.ms / copy_ms);
         std::fflush(stdout);
       }
     }

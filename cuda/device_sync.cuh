@@ -65,7 +65,9 @@ __device__ __forceinline__ void store_release(uint64_t* p, uint64_t v) {
   *reinterpret_cast<volatile uint64_t*>(p) = v;
 }
 /// A volatile store of a flag (after one of the fences below).
-__device__ __forceinline__ void store_volatile(uint64_t* p, uint64_t v) { *reinterpret_cast<volatile uint64_t*>(p) = v; }
+__device__ __forceinline__ void store_volatile(uint64_t* p, uint64_t v) {
+  *reinterpret_cast<volatile uint64_t*>(p) = v;
+}
 
 /// The fence between a CTA's writes (ordered before it by a __syncthreads)
 /// and the flag that announces them, or between a flag seen and the reads it

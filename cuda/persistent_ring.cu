@@ -57,7 +57,7 @@ using codec::Predictor;
 using codec::Status;
 
 constexpr int kMaxCtasPerChannel = 32;
-constexpr int kStateWords = 4;   // per channel: recv position, send position, CTAs done, unused
+constexpr int kStateWords = 4;        // per channel: recv position, send position, CTAs done, unused
 constexpr uint32_t kCheckEvery = 64;  // polls between two looks at the abort word and the clock
 
 enum : int { kRecv = 1, kReduce = 2, kCopy = 4, kSend = 8, kForward = 16 };
@@ -76,8 +76,8 @@ struct RingArgs {
   size_t seg;     // elements per chunk: K / 2 slices
   Predictor pred;
   int* abort;
-  RingReport* rep;   // per CTA
-  uint64_t* state;   // kStateWords per channel
+  RingReport* rep;  // per CTA
+  uint64_t* state;  // kStateWords per channel
   uint64_t timeout_ns;
 };
 
@@ -492,8 +492,8 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
   int dev = 0, sms = 0, per_sm = 0;
   if ((status_ = int(cudaGetDevice(&dev))) != 0) return;
   if ((status_ = int(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))) != 0) return;
-  if ((status_ = int(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(o.type, o.coded), kThreads, 0))) !=
-      0)
+  if ((status_ =
+           int(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(o.type, o.coded), kThreads, 0))) != 0)
     return;
   max_resident_ = per_sm * sms;
   const int ctas = o.channels * o.ctas_per_channel;
