@@ -171,11 +171,16 @@ __device__ __noinline__ void move_values(int f, const T* rin, const T* src, T* r
   return move_vectors<T, T, int(32 / sizeof(T))>(f, rin, src, rout, dst, n);
 }
 
-/// The CTA copies len bytes between 16-byte-aligned addresses (slots).
+/// The CTA copies len bytes between 16-byte-aligned addresses (slots): four
+/// 16-byte vectors per thread in flight; v1: one (the first version's copy).
 __device__ __forceinline__ void cta_copy(uint8_t* d, const uint8_t* s, size_t len, bool v1) {
   const size_t words = len / 16 * 4;
-  move_values<uint32_t>(kRecv | kSend, reinterpret_cast<const uint32_t*>(s), nullptr, reinterpret_cast<uint32_t*>(d),
-                        nullptr, words, v1);
+  const auto* s32 = reinterpret_cast<const uint32_t*>(s);
+  auto* d32 = reinterpret_cast<uint32_t*>(d);
+  if (v1)
+    move_vectors<uint32_t, uint4, 1>(kRecv | kSend, s32, nullptr, d32, nullptr, words);
+  else
+    move_vectors<uint32_t, uint4, 4>(kRecv | kSend, s32, nullptr, d32, nullptr, words);
   for (size_t i = words * 4 + threadIdx.x; i < len; i += kThreads) d[i] = s[i];
 }
 
