@@ -285,6 +285,9 @@ TEST(CudaPersistent, ChannelsAndInPlace) {
   check_case(Case{2, ElemType::I64, true, Predictor::Delta2, 2}, 777, true);
   check_case(Case{3, ElemType::I32, true, Predictor::None, 4}, 2);  // channels with nothing to do
   check_case(Case{1, ElemType::I32, true, Predictor::None, 1}, 100);
+  // 16 KiB slots: several codes per thread in each tile (the decode-and-add's
+  // reads of the local codes before its writes, here to the same addresses).
+  check_case(Case{2, ElemType::I32, true, Predictor::None, 1, 1, 16 << 10, 4}, 30000, true);
   check_case(Case{2, ElemType::F32, false, Predictor::None, 1}, 3001, false, 1);  // element-aligned buffers
   check_case(Case{3, ElemType::F64, false, Predictor::None, 2}, 2001, true, 1);
 }
