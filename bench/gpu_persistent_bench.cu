@@ -30,7 +30,9 @@
 // predictor), raw bytes / coded bytes. Checks before timing: every rank's
 // result equals the exact wrapping sum of the codes (coded and raw int32),
 // or every rank's floats are identical bit for bit (raw float32); a failed
-// check exits non-zero. Output: a line per run, then one table row per
+// check or call (a rank's error: timeout, abort, codec) fails its shape's
+// row and the exit status, and the sweep goes on with the next run (each
+// wait gives up after 20 s). Output: a line per run, then one table row per
 // shape (also to --md). Built with -DNCCLZ_BUILD_GPU_BENCH=ON
 // (tools/gpu_session.sh, phases bench and persist); its checks run in the
 // CPU emulator (tools/cuda_emu/run.sh ci, 1 MiB; its timings mean nothing).
@@ -319,14 +321,13 @@ int main(int argc, char** argv) {
           go = true;
           for (auto& t : ts) t.join();
           for (int e : rc)
-            if (e != 0) std::exit(2);
+            if (e != 0) return -1.0;  // a rank failed (it said why): the shape's row fails, the sweep goes on
           const auto t1 = *std::max_element(done.begin(), done.end());
           return std::chrono::duration<double, std::milli>(t1 - t0).count();
         };
         for (int r = 0; r < N; ++r)  // no result of an earlier run left, and no two ranks alike before the call
           CK(cudaMemset(y[size_t(r)], 0xA0 + r, bytes));
-        call();
-        bool ok = true;
+        bool ok = call() >= 0;
         for (int r = 0; r < N; ++r) {
           const unsigned long long d = m.type == ElemType::F32 ? count_diff(y[size_t(r)], y[0], bytes, nd)
                                                                : count_diff(y[size_t(r)], want, bytes, nd);
@@ -335,12 +336,19 @@ int main(int argc, char** argv) {
                         m.type == ElemType::F32 ? "rank 0's" : "exact sum");
           ok &= d == 0;
         }
+        std::vector<double> t;
+        for (int i = 0; i < warm && ok; ++i) ok = call() >= 0;
+        for (int i = 0; i < reps && ok; ++i) {
+          t.push_back(call());
+          ok = t.back() >= 0;
+        }
         row.ok = ok;
         row.ran = true;
         all_ok &= ok;
-        std::vector<double> t;
-        for (int i = 0; i < warm; ++i) call();
-        for (int i = 0; i < reps; ++i) t.push_back(call());
+        if (!ok) {
+          std::printf("%-22s %-8s %-12s FAILED\n", sh.name().c_str(), kDataNames[m.data], m.name);
+          continue;
+        }
         std::sort(t.begin(), t.end());
         row.ms = t[t.size() / 2];
         const double busbw = 2.0 * (N - 1) / N * double(bytes) / row.ms / 1e6;
