@@ -1,33 +1,43 @@
 // Persistent ring all_reduce (ncclz/cuda_persistent.hpp): one kernel per call
-// and rank, one CTA per channel, running the CPU ring's schedule
-// (algorithms/ring.cpp, ring_all_reduce) on the device.
+// and rank, G CTAs per channel (Options::ctas_per_channel), running the CPU
+// ring's schedule (algorithms/ring.cpp, ring_all_reduce) on the device.
 //
-// FIFO (owned by the receiver, one device allocation per rank: channel c at
-// c * fifo_channel_bytes):
-//   offset 0    head   slots posted by the sender (the previous rank writes it)
-//   offset 64   tail   slots released by the receiver (this rank writes it)
-//   offset 128  sizes  bytes of each slot's slice (kMaxSlots u64, the sender writes)
-//   offset 256  K slots of slot_stride = slot_bytes rounded up to 16 bytes
-// Counters only grow (slot i of the stream is slot i % K); a sender may fill
-// slot `head` once tail > head - K, a receiver read slot `tail` once head >
-// tail. Publication: the CTA writes the slot (or releases it), __syncthreads,
-// then thread 0 stores the size and does __threadfence_system before the
-// volatile store of the counter; the waiting thread 0 reads the counter
-// volatile, then __threadfence before the CTA (after __syncthreads) reads
-// the slot. Nothing in the layout is a pointer: a later version maps it into
-// another process with a CUDA IPC handle.
+// Steps and CTAs: a channel's schedule is a sequence of ring steps, one slice
+// each (the verbs of ring_all_reduce, each of ceil(n / L) slices: SEND,
+// RECV|REDUCE|SEND, RECV|REDUCE|COPY|SEND, RECV|COPY|SEND|FORWARD, RECV|COPY).
+// Every CTA of the channel walks the whole sequence, counting the slices it
+// receives and sends (their positions in the FIFO streams, FifoLayout), and
+// runs the steps s with s % G == g, its member number g; the others' steps it
+// only counts. So up to G slices of a channel are in flight, each CTA's
+// steps in order; no CTA waits on another of its own rank except through the
+// FIFOs. The waits of this schedule form no cycle for any G: a CTA's order is
+// a subsequence of the single-CTA order, the FIFO waits are the same. A call
+// starts its streams where the previous call ended: the channel's state
+// words (recv, send, CTAs done) hold the positions, the last CTA of the
+// channel to finish writes the new ones.
 //
-// Per slice of a verb (prims.hpp's flags): RECV waits for the incoming slot,
-// SEND for a free outgoing one; then Coded mode decodes (cta_decode_slice;
-// REDUCE: added into the local codes, to the output or the channel's
-// scratch), encodes the sum or the local slice (cta_encode_slice, the CPU's
-// bytes) into the outgoing slot, or (FORWARD, the allgather phase) copies the
-// received bytes unchanged and decodes them once into the output; Raw mode
-// moves and sums the values themselves. Then the received slot is released
-// and the sent one posted. Every wait checks the group's abort word and the
-// timeout (no progress for timeout_ns by %globaltimer) and reports
-// (RingReport) instead of hanging; a failing CTA sets the abort word so that
-// its peers stop too.
+// A step (Coded mode): wait until the incoming slot is posted (RECV) and the
+// outgoing one released (SEND); decode (cta_decode_slice; REDUCE: added into
+// the local codes, to the output or the CTA's scratch), encode the sum or the
+// local slice (cta_encode_slice, the CPU's bytes) into the outgoing slot, or
+// (FORWARD, the allgather phase) copy the received bytes unchanged and decode
+// them once into the output. Raw mode moves and sums the values themselves,
+// 16-byte vectors where the slot, the input and the output are all 16-byte
+// aligned (else 8, else one element), several loads in flight per thread.
+//
+// Handshake: thread 0 polls the slot's flags (volatile loads; no pause for
+// the first kBusyPolls polls, the abort word and the deadline every 64th
+// poll: the abort word is host memory, each read a PCIe round trip), then a
+// device-scope fence (acquire), and a __syncthreads lets the CTA read. After
+// the step's barrier thread 0 stores the outgoing slot's size, fences
+// (release: the CTA's slot writes, ordered before it by the barrier) and
+// stores released[] and posted[]. Device scope, because the FIFOs are device
+// memory of this GPU and only its kernels touch them; the first version's
+// system-scope fences and per-poll sleep remain for A/B timing
+// (Options::first_version_slices). Every wait checks the group's abort word
+// and the timeout (no progress for timeout_ns by %globaltimer) and reports
+// (RingReport, one per CTA) instead of hanging; a failing CTA sets the abort
+// word so that its peers stop too.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,55 +56,42 @@ using codec::ElemType;
 using codec::Predictor;
 using codec::Status;
 
-constexpr int kMaxSlots = 16;
-constexpr size_t kFifoHeader = 256;
-constexpr size_t kTailAt = 64 / 8, kSizesAt = 128 / 8;  // in u64 words
-
-size_t slot_stride(size_t slot_bytes) { return (slot_bytes + 15) & ~size_t(15); }
-size_t fifo_channel_bytes(size_t slot_bytes, int slots) {
-  return kFifoHeader + size_t(slots) * slot_stride(slot_bytes);
-}
+constexpr int kMaxCtasPerChannel = 32;
+constexpr int kStateWords = 4;        // per channel: recv position, send position, CTAs done, unused
+constexpr uint32_t kCheckEvery = 64;  // polls between two looks at the abort word and the clock
 
 enum : int { kRecv = 1, kReduce = 2, kCopy = 4, kSend = 8, kForward = 16 };
 
 struct RingArgs {
-  int rank, nranks, K;
+  int rank, nranks, K, G;
+  bool v1;            // Options::first_version_slices
   uint8_t* in_fifo;   // this rank's FIFOs
   uint8_t* out_fifo;  // the next rank's
   size_t chan_bytes, stride, slot_bytes;
   const void* src;
   void* dst;
   size_t count;
-  void* scratch;  // L elements per channel
+  void* scratch;  // L elements per CTA
   uint32_t L;     // elements per slice
   size_t seg;     // elements per chunk: K / 2 slices
   Predictor pred;
   int* abort;
-  RingReport* rep;  // per channel
+  RingReport* rep;  // per CTA
+  uint64_t* state;  // kStateWords per channel
   uint64_t timeout_ns;
 };
 
 struct Fifo {
-  uint64_t* head;
-  uint64_t* tail;
+  uint64_t* posted;
+  uint64_t* released;
   uint64_t* sizes;
   uint8_t* slots;
-  __device__ Fifo(uint8_t* base) {
-    auto* w = reinterpret_cast<uint64_t*>(base);
-    head = w;
-    tail = w + kTailAt;
-    sizes = w + kSizesAt;
-    slots = base + kFifoHeader;
-  }
+  __device__ explicit Fifo(uint8_t* base)
+      : posted(reinterpret_cast<uint64_t*>(base + FifoLayout::kPostedAt)),
+        released(reinterpret_cast<uint64_t*>(base + FifoLayout::kReleasedAt)),
+        sizes(reinterpret_cast<uint64_t*>(base + FifoLayout::kSizesAt)),
+        slots(base + FifoLayout::kSlotsAt) {}
 };
-
-/// The CTA copies len bytes between 16-byte-aligned addresses (slots).
-__device__ __forceinline__ void cta_copy(uint8_t* d, const uint8_t* s, size_t len) {
-  const size_t chunks = len / 16;
-  for (size_t i = threadIdx.x; i < chunks; i += kThreads)
-    reinterpret_cast<uint4*>(d)[i] = reinterpret_cast<const uint4*>(s)[i];
-  for (size_t i = chunks * 16 + threadIdx.x; i < len; i += kThreads) d[i] = s[i];
-}
 
 template <class T>
 __device__ __forceinline__ T add(T x, T y) {
@@ -106,31 +103,118 @@ __device__ __forceinline__ T add(T x, T y) {
   }
 }
 
-// One channel's CTA. T: the wire element (codes in Coded mode).
+/// The CTA's data movement of one Raw step over n elements (f's flags): the
+/// value is the received one (RECV; plus the local one with REDUCE) or the
+/// local one, written to the outgoing slot (SEND) and to the output (COPY).
+/// V: the vector each access moves (E = sizeof(V) / sizeof(T) elements; every
+/// pointer used must be aligned to it), U of them per thread loaded before
+/// any is stored, so that U loads of each stream are in flight at once.
+template <class T, class V, int U>
+__device__ __forceinline__ void move_vectors(int f, const T* rin, const T* src, T* rout, T* dst, size_t n) {
+  constexpr int E = int(sizeof(V) / sizeof(T));
+  union Pack {
+    V v;
+    T e[E];
+  };
+  const bool recv = f & kRecv, local = !(f & kRecv) || (f & kReduce);
+  const size_t nv = n / E;
+  // This thread's vectors: i = base + u * kThreads + threadIdx.x (constant offsets from one pointer per stream).
+  const V* vin = reinterpret_cast<const V*>(rin) + threadIdx.x;
+  const V* vsrc = reinterpret_cast<const V*>(src) + threadIdx.x;
+  V* vout = reinterpret_cast<V*>(rout) + threadIdx.x;
+  V* vdst = reinterpret_cast<V*>(dst) + threadIdx.x;
+  constexpr size_t kStep = size_t(U) * kThreads;
+  for (size_t base = 0; base < nv; base += kStep, vin += kStep, vsrc += kStep, vout += kStep, vdst += kStep) {
+    const size_t left = nv - base;
+    Pack x[U] = {}, y[U] = {};
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (size_t(u) * kThreads + threadIdx.x < left) {
+        if (recv) x[u].v = vin[u * kThreads];
+        if (local) y[u].v = vsrc[u * kThreads];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (size_t(u) * kThreads + threadIdx.x >= left) break;
+      Pack o;
+#pragma unroll
+      for (int k = 0; k < E; ++k) o.e[k] = recv ? ((f & kReduce) ? add(x[u].e[k], y[u].e[k]) : x[u].e[k]) : y[u].e[k];
+      if (f & kSend) vout[u * kThreads] = o.v;
+      if (f & kCopy) vdst[u * kThreads] = o.v;
+    }
+  }
+  for (size_t i = nv * E + threadIdx.x; i < n; i += kThreads) {  // the tail: fewer than E elements
+    const T v = recv ? ((f & kReduce) ? add(rin[i], src[i]) : rin[i]) : src[i];
+    if (f & kSend) rout[i] = v;
+    if (f & kCopy) dst[i] = v;
+  }
+}
+
+/// move_vectors with the widest vector every pointer used is aligned to:
+/// 16 bytes (64 bytes of each stream per thread in flight), else 8 or one
+/// element (32 bytes); v1: the first version's loop (one element per thread
+/// at a time). Not inlined: the loops get their registers without the
+/// caller's state (the step's pointers and counters) live around them.
+template <class T>
+__device__ __noinline__ void move_values(int f, const T* rin, const T* src, T* rout, T* dst, size_t n, bool v1) {
+  if (v1) return move_vectors<T, T, 1>(f, rin, src, rout, dst, n);
+  uintptr_t any = 0;
+  if (f & kRecv) any |= reinterpret_cast<uintptr_t>(rin);
+  if (!(f & kRecv) || (f & kReduce)) any |= reinterpret_cast<uintptr_t>(src);
+  if (f & kSend) any |= reinterpret_cast<uintptr_t>(rout);
+  if (f & kCopy) any |= reinterpret_cast<uintptr_t>(dst);
+  if ((any & 15) == 0) return move_vectors<T, uint4, 4>(f, rin, src, rout, dst, n);
+  if constexpr (sizeof(T) < 8) {
+    if ((any & 7) == 0) return move_vectors<T, uint2, 4>(f, rin, src, rout, dst, n);
+  }
+  return move_vectors<T, T, int(32 / sizeof(T))>(f, rin, src, rout, dst, n);
+}
+
+/// The CTA copies len bytes between 16-byte-aligned addresses (slots): four
+/// 16-byte vectors per thread in flight; v1: one (the first version's copy).
+__device__ __forceinline__ void cta_copy(uint8_t* d, const uint8_t* s, size_t len, bool v1) {
+  const size_t words = len / 16 * 4;
+  const auto* s32 = reinterpret_cast<const uint32_t*>(s);
+  auto* d32 = reinterpret_cast<uint32_t*>(d);
+  if (v1)
+    move_vectors<uint32_t, uint4, 1>(kRecv | kSend, s32, nullptr, d32, nullptr, words);
+  else
+    move_vectors<uint32_t, uint4, 4>(kRecv | kSend, s32, nullptr, d32, nullptr, words);
+  for (size_t i = words * 4 + threadIdx.x; i < len; i += kThreads) d[i] = s[i];
+}
+
+// One CTA of a channel. T: the wire element (codes in Coded mode).
 template <class T, bool kCoded>
 struct RingCta {
   using Code = std::conditional_t<kCoded, T, int32_t>;
-  union Smem {
+  union CodedSmem {
     CtaEncSmem<Code> enc;
     CtaDecSmem<Code> dec;
   };
+  struct RawSmem {};  // Raw mode needs no shared memory but the error word
+  using Smem = std::conditional_t<kCoded, CodedSmem, RawSmem>;
   const RingArgs& a;
   Smem& sm;
   int* s_err;  // shared
+  int member;  // g: this CTA runs the channel's steps g, g + G, ...
   Fifo in, out;
-  uint64_t rtail, shead;  // every thread's copy, kept alike
+  uint64_t* state;
+  uint64_t rtail, shead;  // the channel's stream positions (slices received, sent), every thread's copy
   uint32_t step = 0;
   T* scratch;
   int prev, next;
 
-  __device__ RingCta(const RingArgs& args, Smem& s, int* err)
+  __device__ RingCta(const RingArgs& args, Smem& s, int* err, int chan, int g)
       : a(args),
         sm(s),
         s_err(err),
-        in(args.in_fifo + blockIdx.x * args.chan_bytes),
-        out(args.out_fifo + blockIdx.x * args.chan_bytes) {
-    rtail = load_volatile(in.tail);
-    shead = load_volatile(out.head);
+        member(g),
+        in(args.in_fifo + size_t(chan) * args.chan_bytes),
+        out(args.out_fifo + size_t(chan) * args.chan_bytes),
+        state(args.state + size_t(chan) * kStateWords) {
+    rtail = state[0];  // written by the previous call's kernel on this stream
+    shead = state[1];
     scratch = static_cast<T*>(args.scratch) + size_t(blockIdx.x) * args.L;
     prev = (a.rank + a.nranks - 1) % a.nranks;
     next = (a.rank + 1) % a.nranks;
@@ -150,47 +234,70 @@ struct RingCta {
     }
   }
 
-  // Until *counter >= want (thread 0 spins; the CTA waits at a barrier).
-  __device__ bool wait(const uint64_t* counter, uint64_t want, int peer) {
+  // Until the incoming slot holds slice rtail (recv) and the outgoing one is
+  // free for slice shead (send): thread 0 polls, the CTA waits at a barrier.
+  __device__ bool wait(bool recv, bool send) {
     if (threadIdx.x == 0) {
+      const uint64_t K = uint64_t(a.K);
+      const uint64_t* posted = in.posted + rtail % K;
+      const uint64_t* released = out.released + shead % K;
       RingError e = RingError::None;
+      int peer = -1;
       const uint64_t t0 = global_ns();
-      while (load_volatile(counter) < want) {
-        if (load_volatile(a.abort)) {
-          e = RingError::Aborted;
-          break;
+      for (uint32_t polls = 0;; ++polls) {
+        const bool got = !recv || load_volatile(posted) >= rtail + 1;
+        const bool room = !send || load_volatile(released) + K >= shead + 1;
+        if (got && room) break;
+        if (a.v1 || polls % kCheckEvery == kCheckEvery - 1) {
+          peer = got ? next : prev;
+          if (load_volatile(a.abort)) {
+            e = RingError::Aborted;
+            break;
+          }
+          if (global_ns() - t0 > a.timeout_ns) {
+            e = RingError::TimedOut;
+            break;
+          }
         }
-        if (global_ns() - t0 > a.timeout_ns) {
-          e = RingError::TimedOut;
-          break;
-        }
-        spin_pause();
+        if (a.v1)
+          spin_pause();
+        else
+          poll_pause(polls);
       }
-      __threadfence();  // acquire: the slot's bytes (or its release) before what follows
+      flag_fence(a.v1);  // acquire: the slot's bytes (or its release) before what follows
       *s_err = int(e);
       if (e != RingError::None) fail(e, 0, peer);
     }
     __syncthreads();
     const bool ok = *s_err == 0;
-    __syncthreads();  // *s_err is rewritten by the next wait
+    // *s_err is rewritten by the next wait: after the step's closing barrier
+    // (one wait per step), or after this one (the first version's two).
+    if (a.v1) __syncthreads();
     return ok;
   }
 
-  // One slice of m elements: src the local input's, dst the output's.
+  // One step: a slice of m elements, src the local input's, dst the output's.
   __device__ bool slice(int f, const T* src, T* dst, uint32_t m) {
-    const uint8_t* in_slot = nullptr;
+    const bool recv = f & kRecv, send = f & kSend;
+    if (step % uint32_t(a.G) != uint32_t(member)) {  // another CTA's step: only counted
+      rtail += recv ? 1 : 0;
+      shead += send ? 1 : 0;
+      ++step;
+      return true;
+    }
+    if (a.v1) {
+      if ((recv && !wait(true, false)) || (send && !wait(false, true))) return false;
+    } else if (!wait(recv, send)) {
+      return false;
+    }
+    const uint64_t K = uint64_t(a.K);
+    const uint8_t* in_slot = recv ? in.slots + (rtail % K) * a.stride : nullptr;
     uint64_t in_len = 0;
-    uint8_t* out_slot = nullptr;
-    if (f & kRecv) {
-      if (!wait(in.head, rtail + 1, prev)) return false;
-      in_slot = in.slots + (rtail % uint64_t(a.K)) * a.stride;
-      in_len = load_volatile(&in.sizes[rtail % uint64_t(a.K)]);
+    if (recv) {
+      in_len = load_volatile(&in.sizes[rtail % K]);
       if (in_len > a.slot_bytes) in_len = a.slot_bytes;
     }
-    if (f & kSend) {
-      if (!wait(out.tail, shead + 1 > uint64_t(a.K) ? shead + 1 - uint64_t(a.K) : 0, next)) return false;
-      out_slot = out.slots + (shead % uint64_t(a.K)) * a.stride;
-    }
+    uint8_t* out_slot = send ? out.slots + (shead % K) * a.stride : nullptr;
     uint64_t out_len = 0;
     Status st = Status::Ok;
     if constexpr (kCoded) {
@@ -202,54 +309,45 @@ struct RingCta {
         return e.status;
       };
       if (f & kForward) {
-        cta_copy(out_slot, in_slot, in_len);
+        cta_copy(out_slot, in_slot, in_len, a.v1);
         out_len = in_len;
         st = cta_decode_slice(in_slot, in_len, m, true, 0, CodesOut<T>{dst}, sm.dec, nullptr);
-      } else if ((f & kRecv) && (f & kReduce)) {
+      } else if (recv && (f & kReduce)) {
         T* sum = (f & kCopy) ? dst : scratch;
         st = cta_decode_slice(in_slot, in_len, m, true, 0, AddOut<T>{sum, src}, sm.dec, nullptr);
         __syncthreads();  // the sum in memory, the shared memory free for the encoder
-        if (st == Status::Ok && (f & kSend)) st = encode(sum);
-      } else if (f & kRecv) {
+        if (st == Status::Ok && send) st = encode(sum);
+      } else if (recv) {
         st = cta_decode_slice(in_slot, in_len, m, true, 0, CodesOut<T>{dst}, sm.dec, nullptr);
       } else {
         st = encode(src);
-        if (f & kCopy)
-          for (uint32_t i = threadIdx.x; i < m; i += kThreads) dst[i] = src[i];
+        if (f & kCopy) move_values<T>(kCopy, nullptr, src, nullptr, dst, m, a.v1);
       }
     } else {
       out_len = uint64_t(m) * sizeof(T);
-      if ((f & kRecv) && in_len != out_len) {
+      if (recv && in_len != out_len)
         st = Status::Corrupt;  // uniform: every thread read the same size
-      } else {                 // FORWARD too: the received values, sent on unchanged
-        const T* rin = reinterpret_cast<const T*>(in_slot);
-        T* rout = reinterpret_cast<T*>(out_slot);
-        for (uint32_t i = threadIdx.x; i < m; i += kThreads) {
-          const T v = (f & kRecv) ? ((f & kReduce) ? add(rin[i], src[i]) : rin[i]) : src[i];
-          if (f & kSend) rout[i] = v;
-          if (f & kCopy) dst[i] = v;
-        }
-      }
+      else                     // FORWARD too: the received values, sent on unchanged
+        move_values<T>(f, reinterpret_cast<const T*>(in_slot), src, reinterpret_cast<T*>(out_slot), dst, m, a.v1);
     }
     __syncthreads();         // the slots read and written by every thread
     if (st != Status::Ok) {  // uniform
-      if (threadIdx.x == 0) fail(RingError::Codec, int(st), (f & kRecv) ? prev : a.rank);
+      if (threadIdx.x == 0) fail(RingError::Codec, int(st), recv ? prev : a.rank);
       return false;
     }
     if (threadIdx.x == 0) {
-      if (f & kRecv) store_release(in.tail, rtail + 1);
-      if (f & kSend) {
-        *reinterpret_cast<volatile uint64_t*>(&out.sizes[shead % uint64_t(a.K)]) = out_len;
-        store_release(out.head, shead + 1);
-      }
+      if (send) store_volatile(&out.sizes[shead % K], out_len);
+      flag_fence(a.v1);  // release: the CTA's reads and writes of both slots, and the size
+      if (recv) store_volatile(&in.released[rtail % K], rtail + 1);
+      if (send) store_volatile(&out.posted[shead % K], shead + 1);
     }
-    rtail += (f & kRecv) ? 1 : 0;
-    shead += (f & kSend) ? 1 : 0;
+    rtail += recv ? 1 : 0;
+    shead += send ? 1 : 0;
     ++step;
     return true;
   }
 
-  // A verb of n elements: ceil(n / L) slices.
+  // A verb of n elements: ceil(n / L) steps.
   __device__ bool verb(int f, const T* src, T* dst, size_t n) {
     for (size_t s0 = 0; s0 < n; s0 += a.L) {
       const uint32_t m = uint32_t(n - s0 < a.L ? n - s0 : a.L);
@@ -259,7 +357,7 @@ struct RingCta {
   }
 
   // ring_all_reduce of algorithms/ring.cpp on this channel's count elements.
-  __device__ void all_reduce(const T* src, T* dst, size_t count) {
+  __device__ bool all_reduce(const T* src, T* dst, size_t count) {
     const int N = a.nranks, r = a.rank;
     auto mod = [](int x, int n) { return ((x % n) + n) % n; };
     const size_t loop = a.seg * size_t(N);
@@ -273,45 +371,82 @@ struct RingCta {
         return base + o;
       };
       size_t o = chunk(mod(r - 1, N));
-      if (!verb(kSend, src + o, nullptr, n)) return;
+      if (!verb(kSend, src + o, nullptr, n)) return false;
       for (int j = 2; j < N; ++j) {
         o = chunk(mod(r - j, N));
-        if (!verb(kRecv | kReduce | kSend, src + o, nullptr, n)) return;
+        if (!verb(kRecv | kReduce | kSend, src + o, nullptr, n)) return false;
       }
       o = chunk(r);
-      if (!verb(kRecv | kReduce | kCopy | kSend, src + o, dst + o, n)) return;
+      if (!verb(kRecv | kReduce | kCopy | kSend, src + o, dst + o, n)) return false;
       for (int j = 1; j < N - 1; ++j) {
         o = chunk(mod(r - j, N));
-        if (!verb(kRecv | kCopy | kSend | kForward, nullptr, dst + o, n)) return;
+        if (!verb(kRecv | kCopy | kSend | kForward, nullptr, dst + o, n)) return false;
       }
       o = chunk(mod(r + 1, N));
-      if (!verb(kRecv | kCopy, nullptr, dst + o, n)) return;
+      if (!verb(kRecv | kCopy, nullptr, dst + o, n)) return false;
+    }
+    return true;
+  }
+
+  // After a successful call: the last of the channel's CTAs to get here
+  // stores the stream positions the next call starts from (every CTA counted
+  // every step, so all hold the same; all have read the old ones by then).
+  __device__ void finish() {
+    if (threadIdx.x != 0) return;
+    __threadfence();
+    auto* done = reinterpret_cast<unsigned long long*>(&state[2]);
+    if (atomicAdd(done, 1ull) + 1 == static_cast<unsigned long long>(a.G)) {
+      state[0] = rtail;
+      state[1] = shead;
+      state[2] = 0;
     }
   }
 };
 
+// At most 128 registers a thread (2 CTAs an SM; the coder spills a little
+// at that bound, Raw's vector loops need about 120, and spill heavily at 64):
+// all CTAs of all ranks must be resident at once, so the CTAs an SM holds
+// bound the shapes that can run (PersistentRing checks).
 template <class T, bool kCoded>
-__global__ void __launch_bounds__(kThreads) ring_all_reduce_kernel(RingArgs a) {
+__global__ void __launch_bounds__(kThreads, 2) ring_all_reduce_kernel(RingArgs a) {
   __shared__ typename RingCta<T, kCoded>::Smem sm;
   __shared__ int s_err;
-  // Channel c: the c-th of gridDim.x contiguous parts.
-  const size_t per = (a.count + gridDim.x - 1) / gridDim.x;
-  const size_t c0 = size_t(blockIdx.x) * per < a.count ? size_t(blockIdx.x) * per : a.count;
+  // Channel c: the c-th of the channels' contiguous parts; CTA g of its G.
+  const int chan = int(blockIdx.x) / a.G, g = int(blockIdx.x) % a.G, channels = int(gridDim.x) / a.G;
+  const size_t per = (a.count + size_t(channels) - 1) / size_t(channels);
+  const size_t c0 = size_t(chan) * per < a.count ? size_t(chan) * per : a.count;
   const size_t cn = a.count - c0 < per ? a.count - c0 : per;
   const T* src = static_cast<const T*>(a.src) + c0;
   T* dst = static_cast<T*>(a.dst) + c0;
-  if (a.nranks == 1) {
-    if (src != dst)
-      for (size_t i = threadIdx.x; i < cn; i += kThreads) dst[i] = src[i];
+  if (a.nranks == 1) {  // the G CTAs copy a G-th of the part each
+    const size_t q = (cn + size_t(a.G) - 1) / size_t(a.G), b = q * size_t(g) < cn ? q * size_t(g) : cn;
+    if (src != dst) move_values<T>(kCopy, nullptr, src + b, nullptr, dst + b, q < cn - b ? q : cn - b, a.v1);
     return;
   }
-  RingCta<T, kCoded> cta(a, sm, &s_err);
-  cta.all_reduce(src, dst, cn);
+  RingCta<T, kCoded> cta(a, sm, &s_err, chan, g);
+  if (cta.all_reduce(src, dst, cn)) cta.finish();
 }
 
 template <class T, bool kCoded>
-cudaError_t launch(const RingArgs& a, int channels, cudaStream_t s) {
-  ring_all_reduce_kernel<T, kCoded><<<channels, kThreads, 0, s>>>(a);
+const void* kernel_of() {
+  return reinterpret_cast<const void*>(&ring_all_reduce_kernel<T, kCoded>);
+}
+const void* kernel_for(ElemType t, bool coded) {
+  switch (t) {
+    case ElemType::I32: return coded ? kernel_of<int32_t, true>() : kernel_of<int32_t, false>();
+    case ElemType::I64: return coded ? kernel_of<int64_t, true>() : kernel_of<int64_t, false>();
+    case ElemType::F32: return kernel_of<float, false>();
+    case ElemType::F64: return kernel_of<double, false>();
+    default: return nullptr;
+  }
+}
+
+template <class T, bool kCoded>
+cudaError_t launch(const RingArgs& a, int ctas, cudaStream_t s) {
+#if defined(NCCLZ_CUDA_EMULATED)
+  emu::CoResidentLaunch co;  // the emulator runs the grid's CTAs at once: they wait on each other
+#endif
+  ring_all_reduce_kernel<T, kCoded><<<ctas, kThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 
@@ -351,9 +486,24 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
     return;
   }
   const size_t es = codec::elem_size(o.type);
-  if (o.nranks < 1 || o.rank < 0 || o.rank >= o.nranks || o.channels < 1 || o.channels > 1024 || o.slots < 2 ||
-      o.slots > kMaxSlots || o.slot_bytes < codec::kHeaderBytes + es || abort == nullptr || abort->status() != 0) {
+  if (o.nranks < 1 || o.rank < 0 || o.rank >= o.nranks || o.channels < 1 || o.channels > 1024 ||
+      o.ctas_per_channel < 1 || o.ctas_per_channel > kMaxCtasPerChannel || o.slots < 2 ||
+      o.slots > FifoLayout::kMaxSlots || o.slot_bytes < codec::kHeaderBytes + es || abort == nullptr ||
+      abort->status() != 0) {
     status_ = host_error(Status::BadHeader);
+    return;
+  }
+  // Every CTA of every rank (all on this device) must be resident at once.
+  int dev = 0, sms = 0, per_sm = 0;
+  if ((status_ = int(cudaGetDevice(&dev))) != 0) return;
+  if ((status_ = int(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))) != 0) return;
+  if ((status_ =
+           int(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(o.type, o.coded), kThreads, 0))) != 0)
+    return;
+  max_resident_ = per_sm * sms;
+  const int ctas = o.channels * o.ctas_per_channel;
+  if (int64_t(o.nranks) * ctas > int64_t(max_resident_)) {
+    status_ = kNotResident;
     return;
   }
   // prims::slice_elems_for: the CPU ring's slicing (a Raw slice always fits a slot).
@@ -367,11 +517,14 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
   } else {
     stream_ = stream;
   }
-  fifo_bytes_ = size_t(o.channels) * fifo_channel_bytes(o.slot_bytes, o.slots);
+  fifo_bytes_ = size_t(o.channels) * FifoLayout::channel_bytes(o.slot_bytes, o.slots);
   if ((status_ = int(cudaMalloc(&fifo_, fifo_bytes_))) != 0) return;
-  if ((status_ = int(cudaMalloc(&scratch_, size_t(o.channels) * slice_ * es))) != 0) return;
+  if ((status_ = int(cudaMalloc(&scratch_, size_t(ctas) * slice_ * es))) != 0) return;
+  void* st = nullptr;
+  if ((status_ = int(cudaMalloc(&st, size_t(o.channels) * kStateWords * 8))) != 0) return;
+  state_ = static_cast<uint64_t*>(st);
   void* h = nullptr;
-  if ((status_ = int(cudaHostAlloc(&h, sizeof(RingReport) * size_t(o.channels), cudaHostAllocMapped))) != 0) return;
+  if ((status_ = int(cudaHostAlloc(&h, sizeof(RingReport) * size_t(ctas), cudaHostAllocMapped))) != 0) return;
   rep_host_ = static_cast<RingReport*>(h);
   void* d = nullptr;
   if ((status_ = int(cudaHostGetDevicePointer(&d, h, 0))) != 0) return;
@@ -384,6 +537,7 @@ PersistentRing::~PersistentRing() {
   if (s || own_stream_) cudaStreamSynchronize(s);
   if (fifo_) cudaFree(fifo_);
   if (scratch_) cudaFree(scratch_);
+  if (state_) cudaFree(state_);
   if (rep_host_) cudaFreeHost(rep_host_);
   if (own_stream_) cudaStreamDestroy(s);
 }
@@ -391,6 +545,7 @@ PersistentRing::~PersistentRing() {
 int PersistentRing::reset() {
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   cudaError_t e = cudaMemsetAsync(fifo_, 0, fifo_bytes_, s);
+  if (e == cudaSuccess) e = cudaMemsetAsync(state_, 0, size_t(o_.channels) * kStateWords * 8, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   return int(e);
 }
@@ -399,17 +554,20 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
   if (status_) return status_;
   if (next_ == nullptr && o_.nranks > 1) return host_error(Status::BadHeader);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  const int ctas = o_.channels * o_.ctas_per_channel;
   // The reports cleared in stream order (after any earlier call's kernel).
-  if (const cudaError_t e = cudaMemsetAsync(rep_dev_, 0, sizeof(RingReport) * size_t(o_.channels), s); e != cudaSuccess)
+  if (const cudaError_t e = cudaMemsetAsync(rep_dev_, 0, sizeof(RingReport) * size_t(ctas), s); e != cudaSuccess)
     return int(e);
   RingArgs a;
   a.rank = o_.rank;
   a.nranks = o_.nranks;
   a.K = o_.slots;
+  a.G = o_.ctas_per_channel;
+  a.v1 = o_.first_version_slices;
   a.in_fifo = static_cast<uint8_t*>(fifo_);
   a.out_fifo = static_cast<uint8_t*>(next_);
-  a.chan_bytes = fifo_channel_bytes(o_.slot_bytes, o_.slots);
-  a.stride = slot_stride(o_.slot_bytes);
+  a.chan_bytes = FifoLayout::channel_bytes(o_.slot_bytes, o_.slots);
+  a.stride = FifoLayout::slot_stride(o_.slot_bytes);
   a.slot_bytes = o_.slot_bytes;
   a.src = d_src;
   a.dst = d_dst;
@@ -420,14 +578,13 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
   a.pred = o_.predictor;
   a.abort = abort_->device_ptr();
   a.rep = rep_dev_;
+  a.state = state_;
   a.timeout_ns = o_.timeout_ns;
   switch (o_.type) {
-    case ElemType::I32:
-      return int(o_.coded ? launch<int32_t, true>(a, o_.channels, s) : launch<int32_t, false>(a, o_.channels, s));
-    case ElemType::I64:
-      return int(o_.coded ? launch<int64_t, true>(a, o_.channels, s) : launch<int64_t, false>(a, o_.channels, s));
-    case ElemType::F32: return int(launch<float, false>(a, o_.channels, s));
-    case ElemType::F64: return int(launch<double, false>(a, o_.channels, s));
+    case ElemType::I32: return int(o_.coded ? launch<int32_t, true>(a, ctas, s) : launch<int32_t, false>(a, ctas, s));
+    case ElemType::I64: return int(o_.coded ? launch<int64_t, true>(a, ctas, s) : launch<int64_t, false>(a, ctas, s));
+    case ElemType::F32: return int(launch<float, false>(a, ctas, s));
+    case ElemType::F64: return int(launch<double, false>(a, ctas, s));
     default: return host_error(Status::Unsupported);
   }
 }
@@ -436,9 +593,9 @@ int PersistentRing::synchronize(RingReport* rep) {
   if (status_) return status_;
   const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   if (e != cudaSuccess) return int(e);
-  // The first channel that failed on its own, else the first one aborted.
+  // The first CTA that failed on its own, else the first one aborted.
   int pick = -1;
-  for (int c = 0; c < o_.channels; ++c) {
+  for (int c = 0; c < o_.channels * o_.ctas_per_channel; ++c) {
     const int err = rep_host_[c].error;
     if (err != 0 && (pick < 0 || (rep_host_[pick].error == int(RingError::Aborted) && err != int(RingError::Aborted))))
       pick = c;

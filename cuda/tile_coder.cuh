@@ -45,11 +45,17 @@ __device__ __forceinline__ int load_residuals(const In& in, size_t s0, uint32_t 
   using Code = typename In::CodeT;
   const uint32_t b = c * kTile3;
   int bad = 0;
+  // Every load issued before the first store to tile (a generic pointer: it
+  // may alias the input for all the compiler knows, so each load would wait
+  // for the store before it).
+  Code codes[kItems3];
 #pragma unroll
   for (int j = 0; j < kItems3; ++j) {
-    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x, i = b + e;
-    tile[e] = i < cnt ? in.at(s0 + i, bad) : Code(0);
+    const uint32_t i = b + uint32_t(j) * kThreads + threadIdx.x;
+    codes[j] = i < cnt ? in.at(s0 + i, bad) : Code(0);
   }
+#pragma unroll
+  for (int j = 0; j < kItems3; ++j) tile[uint32_t(j) * kThreads + threadIdx.x] = codes[j];
   if (threadIdx.x < 2) {  // codes b - 2, b - 1 (the previous tile's: its outliers are its own)
     int other = 0;
     halo[threadIdx.x] = c > 0 ? in.at(s0 + b - 2 + threadIdx.x, other) : Code(0);
@@ -270,10 +276,14 @@ __device__ u64 index_blocks(const uint8_t* payload, uint32_t nb, uint32_t plen,
   return pack_info(int(words_run), int(esc_run));
 }
 
-/// Where decoded codes go: as they are, or dequantized to T.
+/// Where decoded codes go: as they are, or dequantized to T. An Out with
+/// kReads reads an operand from memory for each code (read(i)) and writes
+/// put_read(i, code, operand); put_items below reads a thread's operands
+/// before it writes any.
 template <class Code>
 struct CodesOut {
   using CodeT = Code;
+  static constexpr bool kReads = false;
   Code* out;
   __device__ __forceinline__ void put(size_t i, Code v) const { out[i] = v; }
 };
@@ -283,17 +293,51 @@ template <class Code>
 struct AddOut {
   using CodeT = Code;
   using U = std::make_unsigned_t<Code>;
+  static constexpr bool kReads = true;
   Code* out;
   const Code* local;
-  __device__ __forceinline__ void put(size_t i, Code v) const { out[i] = Code(U(U(v) + U(local[i]))); }
+  __device__ __forceinline__ Code read(size_t i) const { return local[i]; }
+  __device__ __forceinline__ void put_read(size_t i, Code v, Code l) const { out[i] = Code(U(U(v) + U(l))); }
+  __device__ __forceinline__ void put(size_t i, Code v) const { put_read(i, v, local[i]); }
 };
 template <class T, class Code>
 struct ValuesOut {
   using CodeT = Code;
+  static constexpr bool kReads = false;
   T* out;
   codec::QuantGrid g;
   __device__ __forceinline__ void put(size_t i, Code v) const { out[i] = codec::dequantize_one<T, Code>(v, g); }
 };
+
+/// This thread's codes v[j] of a tile (element e = j * kThreads +
+/// threadIdx.x; those with e < m) through o at o0 + e. An Out that reads
+/// (AddOut) reads all its operands first: a write through out[] may alias a
+/// later read of local[] as far as the compiler knows, so reads interleaved
+/// with writes would each wait a memory latency for the one before.
+template <class Out>
+__device__ __forceinline__ void put_items(const Out& o, size_t o0, const typename Out::CodeT (&v)[kItems3],
+                                          uint32_t m) {
+  using Code = typename Out::CodeT;
+  if constexpr (Out::kReads) {
+    Code l[kItems3];
+#pragma unroll
+    for (int j = 0; j < kItems3; ++j) {
+      const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+      l[j] = e < m ? o.read(o0 + e) : Code(0);
+    }
+#pragma unroll
+    for (int j = 0; j < kItems3; ++j) {
+      const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+      if (e < m) o.put_read(o0 + e, v[j], l[j]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kItems3; ++j) {
+      const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
+      if (e < m) o.put(o0 + e, v[j]);
+    }
+  }
+}
 
 /// Shared memory of a tile decode (dec_tile_block).
 template <class Code>
@@ -310,17 +354,20 @@ struct DecTileSmem {
   U before_a, before_m;
 };
 
-/// The codes [b0, b0 + m) of a Raw slice's payload to o.put(o0 + e, .).
+/// The codes [b0, b0 + m) of a Raw slice's payload to o.put(o0 + e, .): all
+/// of a thread's codes read before any is written (put_items).
 template <class Out>
 __device__ __forceinline__ void dec_tile_raw(const uint8_t* payload, uint32_t b0, uint32_t m, size_t o0, const Out& o) {
   using Code = typename Out::CodeT;
   const uint8_t* in = payload + size_t(b0) * sizeof(Code);
   const bool al = aligned_to(in, sizeof(Code));
+  Code v[kItems3];
 #pragma unroll
   for (int j = 0; j < kItems3; ++j) {
     const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
-    if (e < m) o.put(o0 + e, al ? reinterpret_cast<const Code*>(in)[e] : load_le<Code>(in + size_t(e) * sizeof(Code)));
+    v[j] = e >= m ? Code(0) : al ? reinterpret_cast<const Code*>(in)[e] : load_le<Code>(in + size_t(e) * sizeof(Code));
   }
+  put_items(o, o0, v, m);
 }
 
 /// Decodes the tile whose first code is code b0 of a Block slice of cnt
@@ -376,11 +423,10 @@ __device__ uint32_t dec_tile_block(int w, const uint8_t* words, uint32_t b0, uin
     res[j] = x;
   }
   if (p != codec::Predictor::Delta1 && p != codec::Predictor::Delta2) {  // None; Lorenzo (codes: inverted after)
+    Code codes[kItems3];
 #pragma unroll
-    for (int j = 0; j < kItems3; ++j) {
-      const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
-      if (e < m) o.put(o0 + e, Code(res[j]));
-    }
+    for (int j = 0; j < kItems3; ++j) codes[j] = Code(res[j]);
+    put_items(o, o0, codes, m);
     return agg;
   }
   // Delta1/Delta2: kItems3 consecutive residuals per thread.
@@ -420,11 +466,10 @@ __device__ uint32_t dec_tile_block(int w, const uint8_t* words, uint32_t b0, uin
 #pragma unroll
   for (int i = 0; i < kItems3; ++i) sm.tile[uint32_t(kItems3) * threadIdx.x + i] = it[i];
   __syncthreads();
+  Code codes[kItems3];
 #pragma unroll
-  for (int j = 0; j < kItems3; ++j) {
-    const uint32_t e = uint32_t(j) * kThreads + threadIdx.x;
-    if (e < m) o.put(o0 + e, Code(sm.tile[e]));
-  }
+  for (int j = 0; j < kItems3; ++j) codes[j] = Code(sm.tile[uint32_t(j) * kThreads + threadIdx.x]);
+  put_items(o, o0, codes, m);
   return agg;
 }
 

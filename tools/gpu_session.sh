@@ -48,7 +48,9 @@
 #                 gpu_float_huff_bench on 64 MiB (one pass) -> $OUT/profile.csv; not in "all"
 #       persist   only the CTA slice coder's and the persistent kernels' steps (issue 21):
 #                 build, test-cta, test-codec-cta, bench-cta (gpu_codec_bench --kernels 34),
-#                 bench-persistent, memcheck-cta, racecheck-cta, memcheck-persistent
+#                 bench-persistent (a sweep of shapes, NCCLZ_PERSIST_SHAPES, with the first
+#                 version's per-slice code side by side), memcheck-cta, racecheck-cta,
+#                 memcheck-persistent
 #       floathuff FloatHuff alone (issue 21's lossless target): build, its tests, the v1/v2/v3
 #                 kernels side by side (gpu_float_huff_bench, 256 MiB and 1 MiB), ncu of v2
 #                 and v3 (64 MiB) -> $OUT/profile.csv, memcheck and racecheck of its decode
@@ -69,7 +71,7 @@
 # NCCLZ_RANKS_ARGS (extra arguments of bench/gpu_ranks.py),
 # NCCLZ_FORCE_CARRIED_GTEST=1 (build .gtest even where a system GTest exists),
 # NCCLZ_SAN_QUICK=1 (sanitize: memcheck steps only), NCCLZ_DEVPATH_VARIANTS and
-# NCCLZ_DEVPATH_ARGS (devpath, below).
+# NCCLZ_DEVPATH_ARGS (devpath, below), NCCLZ_PERSIST_SHAPES (persist_bench, below).
 #
 # Robust on purpose: no `set -e`; every step runs under `timeout`, its exit
 # code and duration go to the summary, and the next step runs anyway. The
@@ -265,17 +267,16 @@ persist_tests() {
   step test-cta "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaCta.*:CudaPersistent.*' --gtest_color=no"
   step test-codec-cta "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=cta '$TESTBIN' --gtest_filter='CudaCodec.*' --gtest_color=no"
 }
-# NCCLZ_PERSIST_SHAPES: the persistent benchmark's shapes, space-separated
-# CHANNELS:SLOT_KIB (default "8:1024"; 4 ranks take 4 x CHANNELS CTAs, which
-# must all be resident at once: at most the GPU's SM count).
+# NCCLZ_PERSIST_SHAPES: the persistent benchmark's shapes, one run of it (bench/gpu_persistent_bench.cu
+# --shapes: C:G:SLOT_KIB:K[:v1], channels x CTAs per channel, slot KiB, slots; ":v1" the first
+# version's per-slice code for the A/B). 4 ranks take 4 x C x G CTAs, which must all be resident at
+# once: the benchmark reports a shape beyond the occupancy bound as refused instead of running it.
+PERSIST_SHAPES_DEFAULT="8:1:1024:4:v1 8:1:1024:4 32:1:256:4:v1 32:1:256:4 8:4:1024:8 8:8:256:16 16:4:256:8 16:4:128:8 32:2:256:8 64:1:256:4 16:2:1024:8 16:8:256:16"
 persist_bench() {
-  local log=$OUT_DIR/bench.log shape ch kib
-  for shape in ${NCCLZ_PERSIST_SHAPES:-8:1024}; do
-    ch=${shape%%:*} kib=${shape##*:}
-    rm -f "$SCRATCH/persistent.md"
-    step "bench-persistent-$ch-$kib" "$log" $L_PERSIST "'$BUILD/cuda/gpu_persistent_bench' --mib 64 --ranks 4 --channels $ch --slot-kib $kib --slots 4 --rel 1e-3 --reps 5 --md '$SCRATCH/persistent.md'"
-    [ -f "$SCRATCH/persistent.md" ] && cat "$SCRATCH/persistent.md" | tee -a "$log" >>"$SUMMARY"
-  done
+  local log=$OUT_DIR/bench.log
+  rm -f "$SCRATCH/persistent.md"
+  step bench-persistent "$log" $L_PERSIST "'$BUILD/cuda/gpu_persistent_bench' --mib 64 --ranks 4 --shapes '${NCCLZ_PERSIST_SHAPES:-$PERSIST_SHAPES_DEFAULT}' --rel 1e-3 --reps 5 --md '$SCRATCH/persistent.md'"
+  [ -f "$SCRATCH/persistent.md" ] && cat "$SCRATCH/persistent.md" | tee -a "$log" >>"$SUMMARY"
   return 0
 }
 # The sanitizers on the CTA coder (its shared-memory stages) and on one-rank persistent kernels

@@ -54,11 +54,16 @@ struct Case {
   bool coded = true;
   Predictor pred = Predictor::None;
   int channels = 1;
+  int ctas = 1;  // per channel
+  size_t slot = kSlot;
+  int slots = kSlots;
+  bool v1 = false;  // Options::first_version_slices
 };
 std::string describe(const Case& c) {
   return std::to_string(c.N) + " ranks, type " + std::to_string(int(c.type)) +
          (c.coded ? " coded, predictor " : " raw") + (c.coded ? std::to_string(int(c.pred)) : "") + ", " +
-         std::to_string(c.channels) + " channel(s)";
+         std::to_string(c.channels) + " channel(s) x " + std::to_string(c.ctas) + " CTA(s), " +
+         std::to_string(c.slots) + " slots of " + std::to_string(c.slot) + " bytes" + (c.v1 ? ", first version" : "");
 }
 
 /// Integer codes (a noisy walk, an incompressible stretch: Raw fallback,
@@ -96,7 +101,7 @@ std::vector<std::vector<uint8_t>> cpu_all_reduce(const Case& c, size_t count,
                                                  const std::vector<std::vector<uint8_t>>& in) {
   const size_t es = codec::elem_size(c.type);
   std::vector<std::unique_ptr<ncclz_test::Fifo>> links;
-  for (int r = 0; r < c.N; ++r) links.push_back(std::make_unique<ncclz_test::Fifo>(kSlot, kSlots));
+  for (int r = 0; r < c.N; ++r) links.push_back(std::make_unique<ncclz_test::Fifo>(c.slot, c.slots));
   std::vector<std::vector<uint8_t>> out(size_t(c.N), std::vector<uint8_t>(count * es));
   std::vector<std::string> errors(size_t(c.N));
   std::vector<std::thread> ts;
@@ -118,10 +123,10 @@ std::vector<std::vector<uint8_t>> cpu_all_reduce(const Case& c, size_t count,
           a.enc.predictor = int(c.pred);
         }
         prims::ChannelStats st;
-        std::vector<uint64_t> scratch((prims::slice_elems_for(kSlot, es) * es + 7) / 8);
+        std::vector<uint64_t> scratch((prims::slice_elems_for(c.slot, es) * es + 7) / 8);
         prims::Prims p(&s, &rv, a, &st, scratch.data());
         algorithms::ring_all_reduce(p, algorithms::RingPos{r, c.N}, in[size_t(r)].data(), out[size_t(r)].data(), count,
-                                    algorithms::ring_segment_elems(p, kSlots));
+                                    algorithms::ring_segment_elems(p, c.slots));
       } catch (const std::exception& e) {
         errors[size_t(r)] = e.what();
       }
@@ -151,22 +156,26 @@ struct Group {
       o.rank = r;
       o.nranks = c.N;
       o.channels = c.channels;
+      o.ctas_per_channel = c.ctas;
       o.type = c.type;
       o.coded = c.coded;
       o.predictor = c.pred;
-      o.slot_bytes = kSlot;
-      o.slots = kSlots;
+      o.slot_bytes = c.slot;
+      o.slots = c.slots;
       o.timeout_ns = timeout_ns;
+      o.first_version_slices = c.v1;
       rings.push_back(std::make_unique<nc::PersistentRing>(o, &abort));
     }
     for (int r = 0; r < c.N; ++r) rings[size_t(r)]->connect(rings[size_t((r + 1) % c.N)]->fifo());
   }
 };
 
-/// The persistent all_reduce of in[r] on every rank (threads), in place when asked.
+/// The persistent all_reduce of in[r] on every rank (threads), in place when
+/// asked, the buffers `shift` elements past a cudaMalloc'ed address (so that
+/// they are aligned to the element only, not to 16 bytes).
 std::vector<std::vector<uint8_t>> device_all_reduce(Group& g, const Case& c, size_t count,
                                                     const std::vector<std::vector<uint8_t>>& in, bool in_place,
-                                                    std::vector<int>* rc) {
+                                                    std::vector<int>* rc, size_t shift = 0) {
   const size_t es = codec::elem_size(c.type);
   std::vector<std::vector<uint8_t>> out(size_t(c.N));
   rc->assign(size_t(c.N), -1);
@@ -174,10 +183,11 @@ std::vector<std::vector<uint8_t>> device_all_reduce(Group& g, const Case& c, siz
   for (int r = 0; r < c.N; ++r) {
     ts.emplace_back([&, r] {
       nc::PersistentRing& ring = *g.rings[size_t(r)];
-      DevBuf src(count * es), dst(count * es);
-      to_device(src.get(), in[size_t(r)]);
-      void* d = in_place ? src.get() : dst.get();
-      int e = ring.all_reduce_async(src.get(), d, count);
+      DevBuf src_buf((count + shift) * es), dst_buf((count + shift) * es);
+      uint8_t* src = static_cast<uint8_t*>(src_buf.get()) + shift * es;
+      to_device(src, in[size_t(r)]);
+      void* d = in_place ? src : static_cast<uint8_t*>(dst_buf.get()) + shift * es;
+      int e = ring.all_reduce_async(src, d, count);
       if (e == 0) e = ring.synchronize();
       (*rc)[size_t(r)] = e;
       if (e == 0) out[size_t(r)] = from_device(d, count * es);
@@ -189,8 +199,9 @@ std::vector<std::vector<uint8_t>> device_all_reduce(Group& g, const Case& c, siz
 
 /// The per-rank inputs of a case, the CPU ring's outputs (channel by channel
 /// over the same contiguous parts as the kernel's CTAs), and the kernel's.
-void check_case(const Case& c, size_t count, bool in_place = false) {
-  SCOPED_TRACE(describe(c) + ", count " + std::to_string(count) + (in_place ? ", in place" : ""));
+void check_case(const Case& c, size_t count, bool in_place = false, size_t shift = 0) {
+  SCOPED_TRACE(describe(c) + ", count " + std::to_string(count) + (in_place ? ", in place" : "") +
+               (shift ? ", buffers shifted by " + std::to_string(shift) : ""));
   const size_t es = codec::elem_size(c.type);
   std::vector<std::vector<uint8_t>> in;
   for (int r = 0; r < c.N; ++r) in.push_back(make_input(c.type, count, 7919 * uint64_t(r) + count + uint64_t(c.N)));
@@ -214,7 +225,7 @@ void check_case(const Case& c, size_t count, bool in_place = false) {
   for (const auto& ring : g.rings) ASSERT_EQ(ring->status(), 0);
   for (int call = 0; call < 2; ++call) {  // twice: the FIFO counters carry over between calls
     std::vector<int> rc;
-    const auto got = device_all_reduce(g, c, count, in, in_place, &rc);
+    const auto got = device_all_reduce(g, c, count, in, in_place, &rc, shift);
     for (int r = 0; r < c.N; ++r) {
       ASSERT_EQ(rc[size_t(r)], 0) << "rank " << r << " call " << call;
       ASSERT_TRUE(got[size_t(r)] == want[size_t(r)])
@@ -256,11 +267,15 @@ TEST(CudaPersistent, RawAllReduceMatchesCpuRing) {
 }
 
 // A small ring for the sanitizers (tools/gpu_session.sh, memcheck-persistent):
-// one rank alone, then two ranks of codes over two ring loops.
+// one rank alone, then two ranks of codes over two ring loops, then two CTAs
+// per channel (codes, and Raw floats through the 16-byte vector loop and its
+// element-aligned fallback).
 TEST(CudaPersistent, SmallRing) {
   SKIP_WITHOUT_GPU();
   check_case(Case{1, ElemType::I32, true, Predictor::Delta1, 1}, 600);
   check_case(Case{2, ElemType::I32, true, Predictor::Delta1, 1}, 2 * 4 * 250 + 37);
+  check_case(Case{2, ElemType::I32, true, Predictor::Delta1, 1, 2}, 2 * 4 * 250 + 37);
+  check_case(Case{2, ElemType::F32, false, Predictor::None, 1, 2, 16 << 10, 4}, 20000, false, 1);
 }
 
 TEST(CudaPersistent, ChannelsAndInPlace) {
@@ -270,6 +285,47 @@ TEST(CudaPersistent, ChannelsAndInPlace) {
   check_case(Case{2, ElemType::I64, true, Predictor::Delta2, 2}, 777, true);
   check_case(Case{3, ElemType::I32, true, Predictor::None, 4}, 2);  // channels with nothing to do
   check_case(Case{1, ElemType::I32, true, Predictor::None, 1}, 100);
+  // 16 KiB slots: several codes per thread in each tile (the decode-and-add's
+  // reads of the local codes before its writes, here to the same addresses).
+  check_case(Case{2, ElemType::I32, true, Predictor::None, 1, 1, 16 << 10, 4}, 30000, true);
+  check_case(Case{2, ElemType::F32, false, Predictor::None, 1}, 3001, false, 1);  // element-aligned buffers
+  check_case(Case{3, ElemType::F64, false, Predictor::None, 2}, 2001, true, 1);
+}
+
+// Several CTAs per channel (CTA g runs the channel's steps g, g + G, ...):
+// the CPU ring's bits whatever G, also where G exceeds the steps (CTAs with
+// nothing to do), with deeper FIFOs, and slots big enough for the Raw
+// loop's 16-byte vectors to take several rounds per slice.
+TEST(CudaPersistent, CtasPerChannelMatchCpuRing) {
+  SKIP_WITHOUT_GPU();
+  for (int G : {2, 3}) {
+    for (int N : {2, 4}) {
+      const size_t slice = prims::slice_elems_for(kSlot, 4);
+      for (size_t n : {size_t(1), 2 * slice * size_t(N) * 2 + slice / 3}) {
+        check_case(Case{N, ElemType::I32, true, Predictor::Delta1, 1, G}, n);
+        check_case(Case{N, ElemType::F32, false, Predictor::None, 1, G}, n);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  check_case(Case{3, ElemType::I64, true, Predictor::Delta2, 2, 4, kSlot, 8}, 5000);
+  check_case(Case{4, ElemType::I32, true, Predictor::None, 2, 3, kSlot, 6}, 7777, true);
+  check_case(Case{3, ElemType::F32, false, Predictor::None, 1, 4, 64 << 10, 8}, 300000);
+  check_case(Case{2, ElemType::I64, false, Predictor::None, 2, 2, 40 << 10, 4}, 70001, false, 1);
+  check_case(Case{3, ElemType::I32, true, Predictor::Delta1, 1, 2, 32 << 10, 4}, 100000);
+}
+
+// The first version's per-slice code (Options::first_version_slices, kept for
+// A/B timing): the same bits.
+TEST(CudaPersistent, FirstVersionSlicesMatchCpuRing) {
+  SKIP_WITHOUT_GPU();
+  Case c{3, ElemType::I32, true, Predictor::Delta1, 2};
+  c.v1 = true;
+  check_case(c, 5000);
+  c.type = ElemType::F32;
+  c.coded = false;
+  c.ctas = 2;
+  check_case(c, 3001, false, 1);
 }
 
 // Rank 0 of a 2-rank ring runs alone: it sends its first chunk, then waits
@@ -328,8 +384,7 @@ TEST(CudaPersistent, TimeoutStopsAWaitingKernel) {
 // A corrupt slice in the FIFO (a peer that sent garbage): the receiving rank
 // reports Codec with the CPU decoder's status and sets the abort word. Rank 0
 // of 2 runs alone; the test posts the slice into its FIFO as rank 1 would
-// (the layout at the top of cuda/persistent_ring.cu: head at byte 0, sizes
-// at 128, slot 0 at 256).
+// (nc::FifoLayout: slice 0 in slot 0, its size in sizes[0], posted[0] = 1).
 TEST(CudaPersistent, CorruptSliceIsACodecError) {
   SKIP_WITHOUT_GPU();
   const Case c{2, ElemType::I32, true, Predictor::Delta1, 1};
@@ -344,9 +399,9 @@ TEST(CudaPersistent, CorruptSliceIsACodecError) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     auto* f = static_cast<uint8_t*>(g.rings[0]->fifo());
     const uint64_t size = bad.size(), head = 1;
-    cudaMemcpy(f + 256, bad.data(), bad.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(f + 128, &size, 8, cudaMemcpyHostToDevice);
-    cudaMemcpy(f, &head, 8, cudaMemcpyHostToDevice);
+    cudaMemcpy(f + nc::FifoLayout::kSlotsAt, bad.data(), bad.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(f + nc::FifoLayout::kSizesAt, &size, 8, cudaMemcpyHostToDevice);
+    cudaMemcpy(f + nc::FifoLayout::kPostedAt, &head, 8, cudaMemcpyHostToDevice);
   });
   int e = g.rings[0]->all_reduce_async(src.get(), dst.get(), count);
   nc::RingReport rep;
@@ -371,7 +426,14 @@ TEST(CudaPersistent, RefusesBadOptions) {
   o.predictor = Predictor::None;
   o.slots = 1;
   EXPECT_LT(nc::PersistentRing(o, &abort).status(), 0);
+  o.slots = 65;
+  EXPECT_LT(nc::PersistentRing(o, &abort).status(), 0);
   o.slots = 4;
+  o.ctas_per_channel = 0;
+  EXPECT_LT(nc::PersistentRing(o, &abort).status(), 0);
+  o.ctas_per_channel = 33;
+  EXPECT_LT(nc::PersistentRing(o, &abort).status(), 0);
+  o.ctas_per_channel = 1;
   o.slot_bytes = 24;
   EXPECT_LT(nc::PersistentRing(o, &abort).status(), 0);
   o.slot_bytes = 1024;
@@ -383,6 +445,35 @@ TEST(CudaPersistent, RefusesBadOptions) {
   EXPECT_EQ(ok.status(), 0);
   EXPECT_EQ(ok.slice_elems(), (1024u - 24u) / 4u);
   EXPECT_LT(ok.all_reduce_async(nullptr, nullptr, 10), 0);  // 2 ranks, not connected
+  EXPECT_GT(ok.max_resident_ctas(), 0);
+}
+
+// A shape whose CTAs cannot all be resident at once (they would wait on each
+// other forever) is refused at construction: kNotResident, also from every
+// call, and nothing launched. The bound is the occupancy API's (the
+// emulator: 256 CTAs).
+TEST(CudaPersistent, RefusesShapesThatCannotBeResident) {
+  SKIP_WITHOUT_GPU();
+  nc::RingAbort abort;
+  nc::PersistentRing::Options o;
+  o.nranks = 4;
+  o.slot_bytes = 1024;
+  nc::PersistentRing fits(o, &abort);
+  ASSERT_EQ(fits.status(), 0);
+  const int most = fits.max_resident_ctas();
+  ASSERT_GE(most, 4);
+  o.ctas_per_channel = 32;
+  o.channels = most / (4 * 32) + 1;  // 4 x 32 x channels > most
+  nc::PersistentRing big(o, &abort);
+  EXPECT_EQ(big.status(), nc::PersistentRing::kNotResident);
+  EXPECT_EQ(big.max_resident_ctas(), most);
+  EXPECT_EQ(big.all_reduce_async(nullptr, nullptr, 10), nc::PersistentRing::kNotResident);
+  EXPECT_EQ(big.synchronize(), nc::PersistentRing::kNotResident);
+  o.channels = most / (4 * 32);  // exactly resident (or none)
+  if (o.channels > 0) {
+    nc::PersistentRing edge(o, &abort);
+    EXPECT_EQ(edge.status(), 0);
+  }
 }
 
 }  // namespace

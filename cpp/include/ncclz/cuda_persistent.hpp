@@ -1,12 +1,12 @@
-// Persistent collective kernels (issue 21, first version): ONE kernel per
-// call and rank runs the whole ring all_reduce on the device, one CTA per
-// channel, its send loop encoding each slice straight into the next rank's
-// FIFO slot with the CTA slice coder (cuda/cta_slice.cuh) and its receive
-// loop waiting on the FIFO's counters, decoding, reducing and re-encoding.
-// Implemented in cuda/persistent_ring.cu; built only with CUDA
+// Persistent collective kernels (issue 21): ONE kernel per call and rank
+// runs the whole ring all_reduce on the device, a few CTAs per channel, the
+// send loop encoding each slice straight into the next rank's FIFO slot with
+// the CTA slice coder (cuda/cta_slice.cuh) and the receive loop waiting on
+// the slot's flags, decoding, reducing and re-encoding. Implemented in
+// cuda/persistent_ring.cu (the schedule and the handshake are written at its
+// top; the FIFO's bytes at FifoLayout below); built only with CUDA
 // (NCCLZ_WITH_CUDA). Declared here without CUDA headers. docs/GPU.md,
-// "Persistent ring kernels", has the schedule, the FIFO protocol and how
-// ranks sharing a GPU make progress.
+// "Persistent ring kernels", says how ranks sharing a GPU make progress.
 //
 // This version: ranks as threads of one process on one device (each rank its
 // own stream, one CUDA context, so a FIFO's device pointer is valid in every
@@ -20,7 +20,8 @@
 // (prims::slice_elems_for(slot_bytes, element size) elements a slice) and,
 // in Coded mode, the CPU's slices (encode_slice with the Block codec and the
 // predictor forced, the Raw fallback where Block is larger): so the results
-// are the CPU ring's bit for bit, and identical on every rank.
+// are the CPU ring's bit for bit, identical on every rank, and independent
+// of how many CTAs share a channel.
 //
 // Conventions as DeviceCodec's (ncclz/cuda_codec.hpp): device pointers d_*,
 // asynchronous on the ring's stream, 0 / a cudaError_t / minus a
@@ -34,6 +35,29 @@
 
 namespace ncclz::cuda {
 
+/// The FIFO of one channel (device memory owned by the receiver; channel c of
+/// a ring at c * channel_bytes). Slice i of the channel's stream (the i-th
+/// slice the sender sends on it, counted over the ring's calls since the last
+/// reset) goes to slot i % K; a slot's two flags only grow:
+///   posted[k]   = i + 1 once slice i is in slot k and sizes[k] holds its bytes (the sender writes)
+///   released[k] = i + 1 once the receiver is done with slice i (the receiver writes)
+/// so the sender of slice i waits for released[i % K] >= i + 1 - K (slice
+/// i - K gone; nothing to wait for while i < K), the receiver for posted[i %
+/// K] >= i + 1. Per-slot flags, not one head and tail counter, so that the
+/// CTAs sharing a channel post and release their slices out of order.
+/// Nothing in it is a pointer (a later version maps it into another process).
+struct FifoLayout {
+  static constexpr int kMaxSlots = 64;
+  static constexpr size_t kPostedAt = 0;      ///< u64 posted[kMaxSlots]
+  static constexpr size_t kReleasedAt = 512;  ///< u64 released[kMaxSlots] (its own cache lines)
+  static constexpr size_t kSizesAt = 1024;    ///< u64 sizes[kMaxSlots]: bytes of the slice in each slot
+  static constexpr size_t kSlotsAt = 1536;    ///< then K slots of slot_stride bytes
+  static constexpr size_t slot_stride(size_t slot_bytes) { return (slot_bytes + 15) & ~size_t(15); }
+  static constexpr size_t channel_bytes(size_t slot_bytes, int slots) {
+    return kSlotsAt + size_t(slots) * slot_stride(slot_bytes);
+  }
+};
+
 /// How a persistent call ended (RingReport::error).
 enum class RingError : int {
   None = 0,
@@ -42,13 +66,13 @@ enum class RingError : int {
   Codec = 3,     ///< a slice did not decode (or encode): codec_status says why
 };
 
-/// What one channel's CTA of a call reports (page-locked host memory the
+/// What one CTA of a call reports (page-locked host memory the
 /// kernel writes; read after synchronize()).
 struct RingReport {
   int error = 0;         ///< RingError
   int codec_status = 0;  ///< RingError::Codec: the codec::Status
   int peer = -1;         ///< the rank waited on (Aborted, TimedOut) or whose slice failed (Codec)
-  uint32_t step = 0;     ///< the ring step (0-based, counting every slice's send/receive) it stopped at
+  uint32_t step = 0;     ///< the channel's ring step (0-based, counting every slice's send/receive) it stopped at
 };
 
 /// The abort word of a group of ranks: page-locked host memory mapped for the
@@ -79,7 +103,12 @@ class PersistentRing {
   struct Options {
     int rank = 0;
     int nranks = 1;
-    int channels = 1;  ///< CTAs per call; channel c reduces the c-th of `channels` contiguous parts
+    int channels = 1;  ///< channel c reduces the c-th of `channels` contiguous parts as a ring of its own
+    /// CTAs sharing a channel's ring (1..32): CTA g of G runs the channel's
+    /// ring steps g, g + G, g + 2G, ... (each step one slice), so a channel
+    /// keeps up to G slices in flight; the results do not depend on G. The
+    /// kernel has channels x G CTAs.
+    int ctas_per_channel = 1;
     /// The wire element: Coded mode: I32 or I64 codes (wrapping sums); Raw
     /// mode: F32, F64, I32 or I64 values summed in their type (uncompressed
     /// calls; the slot bytes are the values).
@@ -87,13 +116,26 @@ class PersistentRing {
     bool coded = true;
     codec::Predictor predictor = codec::Predictor::None;  ///< Coded: None, Delta1 or Delta2
     size_t slot_bytes = size_t(1) << 20;                  ///< per FIFO slot (a slice and its header)
-    int slots = 4;                                        ///< per FIFO (2..16); chunks of slots/2 slices
+    int slots = 4;                                        ///< per FIFO (2..64); chunks of slots/2 slices
     uint64_t timeout_ns = 30'000'000'000ull;              ///< a wait without progress fails after this
+    /// For A/B timing only: the first version's per-slice code (Raw values
+    /// moved one 4- or 8-byte element per thread at a time, system-scope
+    /// fences, a 100 ns sleep and an abort-word read on every poll, a
+    /// separate wait for the incoming and the outgoing slot). Same results.
+    bool first_version_slices = false;
   };
 
-  /// Allocates this rank's FIFOs (device memory, zeroed), its scratch and
-  /// its reports. stream: a cudaStream_t, or nullptr for a stream of its own
-  /// (non-blocking; ranks as threads must not share one). abort: the group's.
+  /// status() of a ring whose shape cannot run: the group's CTAs (nranks x
+  /// channels x ctas_per_channel, every rank on this device) exceed what the
+  /// device holds at once (the kernel's occupancy per SM x the SMs). They
+  /// wait on each other, so all must be resident: such a call would hang.
+  static constexpr int kNotResident = 2000;
+
+  /// Checks that the group's CTAs can all be resident (else status()
+  /// kNotResident), then allocates this rank's FIFOs (device memory, zeroed),
+  /// its scratch and its reports. stream: a cudaStream_t, or nullptr for a
+  /// stream of its own (non-blocking; ranks as threads must not share one).
+  /// abort: the group's.
   PersistentRing(const Options& o, RingAbort* abort, void* stream = nullptr);
   ~PersistentRing();
   PersistentRing(const PersistentRing&) = delete;
@@ -108,6 +150,9 @@ class PersistentRing {
   void connect(void* next_fifo) { next_ = next_fifo; }
   /// Elements per slice: prims::slice_elems_for(slot_bytes, element size).
   size_t slice_elems() const { return slice_; }
+  /// CTAs of this kind of kernel the device holds at once (occupancy per SM x
+  /// SMs; 0 when the options were refused before it was asked).
+  int max_resident_ctas() const { return max_resident_; }
 
   /// All-reduce (sum) of count elements at d_src into d_dst on every rank (in
   /// place allowed), one kernel on the ring's stream. Every rank of the ring
@@ -115,11 +160,11 @@ class PersistentRing {
   /// other through the FIFOs, so all must be able to run at once (docs/GPU.md).
   int all_reduce_async(const void* d_src, void* d_dst, size_t count);
   /// Waits for the ring's stream; returns a cudaError_t, or, if the call
-  /// failed on the device, 1000 + the RingError of the first channel that
+  /// failed on the device, 1000 + the RingError of the first CTA that
   /// failed (its report in *rep when rep is not null; RingError::None there
   /// when the call succeeded).
   int synchronize(RingReport* rep = nullptr);
-  /// After a failed call: the FIFO counters back to zero (every rank of the
+  /// After a failed call: the FIFO flags and the channels' stream positions back to zero (every rank of the
   /// group, with no kernel running, before the abort word is cleared).
   int reset();
   void* stream() const { return stream_; }
@@ -131,10 +176,12 @@ class PersistentRing {
   bool own_stream_ = false;
   int status_ = 0;
   size_t slice_ = 1;
+  int max_resident_ = 0;
   size_t fifo_bytes_ = 0;
   void* fifo_ = nullptr;
   void* next_ = nullptr;
   void* scratch_ = nullptr;
+  uint64_t* state_ = nullptr;  // per channel: the stream positions a call starts from (persistent_ring.cu)
   RingReport* rep_host_ = nullptr;
   RingReport* rep_dev_ = nullptr;
 };

@@ -28,7 +28,10 @@
 // (__atomic builtins) and __threadfence / __threadfence_system real fences.
 // A grid's blocks still run one after the other on their host thread: a
 // kernel whose blocks wait for each other deadlocks here (decode_v3.cu's
-// look-back relies on the order and aborts if it would wait).
+// look-back relies on the order and aborts if it would wait), unless it is
+// launched inside an emu::CoResidentLaunch scope: then each block runs on a
+// host thread of its own, all at once (as the persistent ring's CTAs, which
+// wait on each other, are resident at once on a GPU).
 //
 // Device memory is host memory, but host code must not touch it (on a GPU
 // that is a crash or garbage): outside AddressSanitizer builds, cudaMalloc
@@ -76,6 +79,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -89,6 +93,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
 #define __shared__ static thread_local
 #define __launch_bounds__(...)
 
@@ -543,6 +548,12 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) {
   *v = 1;  // one SM (cudaDeviceProp's multiProcessorCount)
   return cudaSuccess;
 }
+/// Blocks of any kernel the one emulated SM holds at once: 256 (a
+/// co-resident launch, below, runs each block on a host thread of its own).
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, const void*, int, size_t) {
+  *n = 256;
+  return cudaSuccess;
+}
 typedef struct CUmemPool_st* cudaMemPool_t;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold = 4 };
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* p, int) {
@@ -607,13 +618,27 @@ extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const voi
 namespace emu {
 #endif
 
+/// A coroutine's stack: not zeroed, so that its pages are only committed as
+/// the coroutine touches them (a co-resident launch makes a block's worth of
+/// coroutines per block).
+struct FiberStack {
+  std::unique_ptr<char[]> mem;
+  size_t bytes = 0;
+  void resize(size_t n) {
+    mem.reset(new char[n]);
+    bytes = n;
+  }
+  char* data() const { return mem.get(); }
+  size_t size() const { return bytes; }
+};
+
 struct Fiber {
 #if NCCLZ_EMU_FAST_SWITCH
   void* sp = nullptr;
 #else
   ucontext_t ctx;
 #endif
-  std::vector<char> stack;
+  FiberStack stack;
   bool created = false;
   bool done = true;
 };
@@ -845,15 +870,21 @@ void launch_checked(G&& devices, F&& f, dim3 grid, dim3 block, size_t shm = 0, c
   launch(std::forward<F>(f), grid, block, shm, s);
 }
 
-template <class F>
-void launch(F&& f, dim3 grid, dim3 block, size_t, cudaStream_t s) {
-  if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
-  if (s != nullptr && s->device != current_device()) {                           // as CUDA: a stream of another device
-    failed(cudaErrorInvalidResourceHandle);
-    return;
-  }
-  DeviceAccess on;  // device memory open to it (other host threads' work runs meanwhile)
-  const std::function<void()> body = f;
+/// Inside this scope the host thread's launches are co-resident: every block
+/// of the grid on a host thread of its own, all running at once.
+inline bool& co_resident_launch() {
+  static thread_local bool on = false;
+  return on;
+}
+struct CoResidentLaunch {
+  CoResidentLaunch() { co_resident_launch() = true; }
+  ~CoResidentLaunch() { co_resident_launch() = false; }
+  CoResidentLaunch(const CoResidentLaunch&) = delete;
+  CoResidentLaunch& operator=(const CoResidentLaunch&) = delete;
+};
+
+// Blocks [b0, b1) of a launch, one after the other, on this host thread.
+inline void run_blocks(const std::function<void()>& body, dim3 grid, dim3 block, unsigned b0, unsigned b1) {
   BlockRun& r = run();
   const int nt = int(block.x);
   r.nthreads = nt;
@@ -864,7 +895,7 @@ void launch(F&& f, dim3 grid, dim3 block, size_t, cudaStream_t s) {
   r.body = &body;
   gridDim = grid;
   blockDim = block;
-  for (unsigned b = 0; b < grid.x; ++b) {
+  for (unsigned b = b0; b < b1; ++b) {
     blockIdx.x = b;
     r.live = nt;
     r.warp_live.assign(size_t((nt + 31) / 32), 0);
@@ -892,6 +923,30 @@ void launch(F&& f, dim3 grid, dim3 block, size_t, cudaStream_t s) {
     }
   }
   r.body = outer;
+}
+
+template <class F>
+void launch(F&& f, dim3 grid, dim3 block, size_t, cudaStream_t s) {
+  if (grid.y != 1 || grid.z != 1 || block.y != 1 || block.z != 1) std::abort();  // 1D only
+  if (s != nullptr && s->device != current_device()) {                           // as CUDA: a stream of another device
+    failed(cudaErrorInvalidResourceHandle);
+    return;
+  }
+  DeviceAccess on;  // device memory open to it (other host threads' work runs meanwhile)
+  const std::function<void()> body = f;
+  if (!co_resident_launch() || grid.x < 2) {
+    run_blocks(body, grid, block, 0, grid.x);
+    return;
+  }
+  std::vector<std::thread> blocks;
+  const int dev = current_device();  // the blocks' host threads run on the launch's device
+  for (unsigned b = 0; b < grid.x; ++b) {
+    blocks.emplace_back([&, b] {
+      current_device() = dev;
+      run_blocks(body, grid, block, b, b + 1);
+    });
+  }
+  for (std::thread& t : blocks) t.join();
 }
 
 }  // namespace emu
