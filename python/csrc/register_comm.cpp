@@ -601,6 +601,7 @@ void register_comm(nb::module_& m) {
       .def_rw("algorithm", &CommConfig::algorithm)
       .def_rw("latency_bytes", &CommConfig::latency_bytes)
       .def_rw("two_hop_bytes", &CommConfig::two_hop_bytes)
+      .def_rw("direct_from_bytes", &CommConfig::direct_from_bytes)
       .def_rw("spin_us", &CommConfig::spin_us)
       .def_rw("trace_file", &CommConfig::trace_file)
       .def(
@@ -629,6 +630,7 @@ void register_comm(nb::module_& m) {
             d["algorithm"] = x.algorithm;
             d["latency_bytes"] = x.latency_bytes;
             d["two_hop_bytes"] = x.two_hop_bytes;
+            d["direct_from_bytes"] = x.direct_from_bytes;
             d["spin_us"] = x.spin_us;
             d["trace_file"] = x.trace_file;
             return d;
@@ -642,7 +644,7 @@ void register_comm(nb::module_& m) {
           << ", exact_slice_bytes=" << x.exact_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
           << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", algorithm='" << x.algorithm
           << "', latency_bytes=" << x.latency_bytes << ", two_hop_bytes=" << x.two_hop_bytes
-          << ", timeout_s=" << x.timeout_s << ")";
+          << ", direct_from_bytes=" << x.direct_from_bytes << ", timeout_s=" << x.timeout_s << ")";
         return s.str();
       });
 

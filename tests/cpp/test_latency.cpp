@@ -38,12 +38,14 @@ using Bytes = std::vector<uint8_t>;
 
 constexpr int64_t kLimit = 8192;  // latency_bytes of these tests
 
-/// n ranks with 64 KiB slots and the latency algorithm up to kLimit bytes
-/// (tweak adjusts further).
+/// n ranks with 64 KiB slots and the latency algorithm up to kLimit bytes,
+/// its two hops through the slots (direct_from_bytes 0; the tests that run them
+/// direct set it; tweak adjusts further).
 Ranks world(int n, const std::function<void(int, ncclz::CommConfig&)>& tweak = nullptr) {
   return Ranks(n, [&](int r, ncclz::CommConfig& c) {
     c.slot_bytes = 65536;
     c.latency_bytes = kLimit;
+    c.direct_from_bytes = 0;
     c.timeout_s = 30;
     if (tweak) tweak(r, c);
   });
@@ -292,109 +294,125 @@ TEST(Latency, AllReduceInTwoHopsWhereOneWouldSendTooMuch) {
 // piece per block, two_hop_bytes), counts that N does not divide, every type
 // with sum, avg and max in turn, in place and not: every element against the rank-order
 // reduction, the same bits on every rank, lossless bit-identical to none.
+// The same sizes direct (direct_from_bytes 1: every two-hop call reads and
+// writes the peers' buffers in place, above two_hop_bytes too): the same bits
+// as through the slots.
 TEST(Latency, AllReduceInPiecesAroundEveryThreshold) {
-  struct Setup {
-    int n;
-    size_t slot;
-    int nslots;
-    int64_t two_hop;  // -1: the default ((2N-3) x slot / 4: one piece a block); -2: N x slot
-  };
-  // 64 KiB slots: blocks of one or two pieces; 4 KiB slots: up to 9 pieces a
-  // block, also with 2 slots per link (each rank one piece ahead at most)
-  for (const Setup& su :
-       {Setup{2, 65536, 4, -1}, Setup{4, 65536, 4, -1}, Setup{2, 65536, 4, -2}, Setup{3, 65536, 4, -2},
-        Setup{4, 65536, 4, -2}, Setup{5, 65536, 4, -2}, Setup{4, 4096, 2, 131072}, Setup{3, 4096, 4, 100000}}) {
-    const int N = su.n;
-    Ranks w = world(N, [&](int, ncclz::CommConfig& c) {
-      c.slot_bytes = su.slot;
-      c.nslots = su.nslots;
-      c.two_hop_bytes = su.two_hop == -2 ? int64_t(N) * int64_t(su.slot) : su.two_hop;
-    });
-    const size_t limit = size_t(w.comms[0]->config().latency_bytes);
-    const size_t two_hop = size_t(w.comms[0]->config().two_hop_bytes);
-    const size_t piece = su.slot - 128;
-    EXPECT_EQ(two_hop, su.two_hop == -1   ? size_t(2 * N - 3) * (su.slot / 4)
-                       : su.two_hop == -2 ? size_t(N) * su.slot
-                                          : size_t(su.two_hop));
-    int seed = 100 * N;
-    for (DataType t :
-         {DataType::F32, DataType::F64, DataType::F16, DataType::BF16, DataType::I32, DataType::I64, DataType::U8}) {
-      const size_t e = es(t);
-      // (bytes, whether it runs the latency algorithm)
-      std::vector<std::pair<size_t, bool>> sizes = {{limit / e * e, true},
-                                                    {limit + e, true},
-                                                    {limit + 7 * e, true},  // over latency_bytes
-                                                    {N * piece / e * e, true},
-                                                    {(N * piece / e + 1) * e, true},      // one piece per block
-                                                    {(N * piece / e + N + 3) * e, true},  // some blocks in two
-                                                    {two_hop / e * e, true},
-                                                    {(two_hop / e - 5) * e, true},
-                                                    {(two_hop / e + 1) * e, false}};
-      for (const auto& [bytes, latency] : sizes) {
-        if (latency && bytes > two_hop) continue;  // (sizes for larger two_hop_bytes)
-        {
-          const RedOp op = std::vector<RedOp>{RedOp::Sum, RedOp::Avg, RedOp::Max}[size_t(seed) % 3];  // in turn
-          Call k;
-          k.t = t;
-          k.op = op;
-          k.count = bytes / e;
-          k.seed = ++seed;
-          k.in_place = seed % 2 == 0;
-          Bytes none_bits[8];
-          for (const Compression& c : {Compression::none(), Compression::lossless()}) {
-            k.comp = c;
-            const Outcome o = run(w, k);
-            const Bytes want = expected(k, o, 0, N);
-            for (int r = 0; r < N; ++r) {
-              const std::string at = what(k, N) + " slot " + std::to_string(su.slot) + " rank " + std::to_string(r);
-              ASSERT_EQ(o.st[size_t(r)].algorithm, latency ? Algorithm::Latency : Algorithm::Ring) << at;
-              EXPECT_TRUE(o.out[size_t(r)] == o.out[0]) << at << ": differs from rank 0";
-              if (c.mode == Compression::Mode::None) {
-                none_bits[r] = o.out[size_t(r)];
-              } else {
-                EXPECT_TRUE(o.out[size_t(r)] == none_bits[r]) << at << ": lossless differs from none";
-              }
-              if (!latency) continue;  // the ring sums in its own order (checked elsewhere)
-              ASSERT_TRUE(o.out[size_t(r)] == want) << at;
-              if (bytes > limit) {
-                EXPECT_LT(o.st[size_t(r)].raw_bytes, 2 * bytes) << at;  // two hops: 2(N-1)/N of the message
+  for (const bool direct : {false, true}) {
+    struct Setup {
+      int n;
+      size_t slot;
+      int nslots;
+      int64_t two_hop;  // -1: the default ((2N-3) x slot / 4: one piece a block); -2: N x slot
+    };
+    // 64 KiB slots: blocks of one or two pieces; 4 KiB slots: up to 9 pieces a
+    // block, also with 2 slots per link (each rank one piece ahead at most)
+    for (const Setup& su :
+         {Setup{2, 65536, 4, -1}, Setup{4, 65536, 4, -1}, Setup{2, 65536, 4, -2}, Setup{3, 65536, 4, -2},
+          Setup{4, 65536, 4, -2}, Setup{5, 65536, 4, -2}, Setup{4, 4096, 2, 131072}, Setup{3, 4096, 4, 100000}}) {
+      const int N = su.n;
+      Ranks w = world(N, [&](int, ncclz::CommConfig& c) {
+        c.slot_bytes = su.slot;
+        c.nslots = su.nslots;
+        c.two_hop_bytes = su.two_hop == -2 ? int64_t(N) * int64_t(su.slot) : su.two_hop;
+        if (direct) c.direct_from_bytes = 1;
+      });
+      const size_t limit = size_t(w.comms[0]->config().latency_bytes);
+      const ncclz::CommConfig agreed = w.comms[0]->config();
+      const size_t two_hop = size_t(agreed.two_hop_bytes);
+      EXPECT_EQ(agreed.direct_from_bytes, direct ? 1 : 0);
+      const size_t piece = su.slot - 128;
+      EXPECT_EQ(two_hop, su.two_hop == -1   ? size_t(2 * N - 3) * (su.slot / 4)
+                         : su.two_hop == -2 ? size_t(N) * su.slot
+                                            : size_t(su.two_hop));
+      int seed = 100 * N;
+      for (DataType t :
+           {DataType::F32, DataType::F64, DataType::F16, DataType::BF16, DataType::I32, DataType::I64, DataType::U8}) {
+        const size_t e = es(t);
+        // (bytes, whether it runs the latency algorithm)
+        std::vector<std::pair<size_t, bool>> sizes = {{limit / e * e, true},
+                                                      {limit + e, true},
+                                                      {limit + 7 * e, true},  // over latency_bytes
+                                                      {N * piece / e * e, true},
+                                                      {(N * piece / e + 1) * e, true},      // one piece per block
+                                                      {(N * piece / e + N + 3) * e, true},  // some blocks in two
+                                                      {two_hop / e * e, true},
+                                                      {(two_hop / e - 5) * e, true},
+                                                      {(two_hop / e + 1) * e, false}};
+        for (const auto& [bytes, slots_latency] : sizes) {
+          const bool latency = slots_latency || direct;    // direct: no upper limit
+          if (slots_latency && bytes > two_hop) continue;  // (sizes for larger two_hop_bytes)
+          {
+            const RedOp op = std::vector<RedOp>{RedOp::Sum, RedOp::Avg, RedOp::Max}[size_t(seed) % 3];  // in turn
+            Call k;
+            k.t = t;
+            k.op = op;
+            k.count = bytes / e;
+            k.seed = ++seed;
+            k.in_place = seed % 2 == 0;
+            Bytes none_bits[8];
+            for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+              k.comp = c;
+              const Outcome o = run(w, k);
+              const Bytes want = expected(k, o, 0, N);
+              for (int r = 0; r < N; ++r) {
+                const std::string at = what(k, N) + " slot " + std::to_string(su.slot) + (direct ? " direct" : "") +
+                                       " rank " + std::to_string(r);
+                ASSERT_EQ(o.st[size_t(r)].algorithm, latency ? Algorithm::Latency : Algorithm::Ring) << at;
+                EXPECT_TRUE(o.out[size_t(r)] == o.out[0]) << at << ": differs from rank 0";
+                if (c.mode == Compression::Mode::None) {
+                  none_bits[r] = o.out[size_t(r)];
+                } else {
+                  EXPECT_TRUE(o.out[size_t(r)] == none_bits[r]) << at << ": lossless differs from none";
+                }
+                if (!latency) continue;  // the ring sums in its own order (checked elsewhere)
+                ASSERT_TRUE(o.out[size_t(r)] == want) << at;
+                if (bytes > limit) {
+                  EXPECT_LT(o.st[size_t(r)].raw_bytes, 2 * bytes) << at;  // two hops: 2(N-1)/N of the message
+                }
               }
             }
           }
         }
       }
+      // the links are in step after all of it
+      Call k;
+      k.count = 10;
+      const Outcome o = run(w, k);
+      for (int r = 0; r < N; ++r) EXPECT_TRUE(o.out[size_t(r)] == expected(k, o, r, N));
     }
-    // the links are in step after all of it
-    Call k;
-    k.count = 10;
-    const Outcome o = run(w, k);
-    for (int r = 0; r < N; ++r) EXPECT_TRUE(o.out[size_t(r)] == expected(k, o, r, N));
   }
 }
 
 // Many pieces back to back, in place, with 2 slots per link, and ranks that
 // arrive at different times: the pieces of one call never mix with the next.
+// Direct (the peers' buffers read in place) too: no call reads a buffer of
+// the next.
 TEST(Latency, PiecedCallsBackToBack) {
   const int N = 4;
-  Ranks w = world(N, [](int, ncclz::CommConfig& c) {
-    c.slot_bytes = 4096;
-    c.nslots = 2;
-    c.two_hop_bytes = 1 << 20;
-  });
-  w.run([&](int r, Communicator& comm) {
-    for (int it = 0; it < 30; ++it) {
-      const size_t n = 1000 + size_t(it) * 997;  // 4 KB to 120 KB: 1 to 8 pieces a block
-      std::vector<int32_t> x(n);
-      for (size_t i = 0; i < n; ++i) x[i] = int32_t(i % 1000) * (r + 1) + it;
-      if ((it + r) % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      CallStats st;
-      comm.all_reduce(x.data(), x.data(), n, DataType::I32, RedOp::Sum, Compression::none(), &st);
-      ASSERT_EQ(st.algorithm, Algorithm::Latency);
-      for (size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(x[i], int32_t(i % 1000) * (N * (N + 1) / 2) + N * it) << "call " << it << " element " << i;
+  for (const bool direct : {false, true}) {
+    Ranks w = world(N, [&](int, ncclz::CommConfig& c) {
+      c.slot_bytes = 4096;
+      c.nslots = 2;
+      c.two_hop_bytes = direct ? 0 : 1 << 20;
+      c.direct_from_bytes = direct ? 1 : 0;
+    });
+    w.run([&](int r, Communicator& comm) {
+      for (int it = 0; it < 30; ++it) {
+        const size_t n = 1000 + size_t(it) * 997;  // 4 KB to 120 KB: 1 to 8 pieces a block
+        std::vector<int32_t> x(n);
+        for (size_t i = 0; i < n; ++i) x[i] = int32_t(i % 1000) * (r + 1) + it;
+        if ((it + r) % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        CallStats st;
+        comm.all_reduce(x.data(), x.data(), n, DataType::I32, RedOp::Sum, Compression::none(), &st);
+        ASSERT_EQ(st.algorithm, Algorithm::Latency);
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(x[i], int32_t(i % 1000) * (N * (N + 1) / 2) + N * it)
+              << "call " << it << " element " << i << (direct ? " direct" : "");
+        }
       }
-    }
-  });
+    });
+  }
 }
 
 TEST(Latency, DataMovementMaxAndMinAreBitIdenticalToTheRing) {
@@ -535,6 +553,30 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     k.count = kLimit / 4 + 1;
     EXPECT_EQ(algos(w, k), Algorithm::Ring);
     k.count = 100;
+  }
+  {
+    // direct two hops (two_hop_bytes 0): from direct_from_bytes up, whatever the slot
+    Ranks w = world(N, [](int, ncclz::CommConfig& c) {
+      c.two_hop_bytes = 0;
+      c.direct_from_bytes = 1 << 20;
+    });
+    EXPECT_EQ(w.comms[2]->config().direct_from_bytes, 1 << 20);
+    k.count = (1 << 20) / 4 - 1;  // under it: the ring
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.count = (1 << 20) / 4;
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.count = (3 << 20) / 4 + 1;
+    EXPECT_EQ(algos(w, k), Algorithm::Latency);
+    k.coll = Coll::ReduceScatter;  // all_reduce's only
+    k.count = kLimit / 4 / N + 1;
+    EXPECT_EQ(algos(w, k), Algorithm::Ring);
+    k.coll = Coll::AllReduce;
+    k.count = 100;
+  }
+  {
+    // unset: on for ranks that reach each other (threads here), from 1 MiB with 3 ranks
+    Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.direct_from_bytes = -1; });
+    EXPECT_EQ(w.comms[0]->config().direct_from_bytes, int64_t(1) << 20);
   }
   {
     // lossy requests do not take the two hops (no hint): the lossy ring

@@ -14,6 +14,29 @@ import sys
 import threading
 import time
 
+
+def _refuse_peer_reads(rank):
+    """NCCLZ_TEST_NO_PEER_READS=R: rank R cannot read or write the other ranks' memory (it leaves for a user
+    namespace of its own, losing CAP_SYS_PTRACE over them; they make themselves non-dumpable, so that a
+    same-user reader without that capability is refused), as where a container forbids it. Runs before
+    anything starts a thread (unshare needs a single-threaded process)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if rank != os.environ["NCCLZ_TEST_NO_PEER_READS"]:
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+        return
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+if os.environ.get("NCCLZ_TEST_NO_PEER_READS"):
+    _refuse_peer_reads(os.environ["RANK"])
+
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -283,6 +306,59 @@ def scenario_latency_short(ncclz, comm, args):
             errors[name] = {"kind": type(e).__name__, "message": str(e)}
     comm.barrier()
     return {"hashes": ck.hashes, "checks": ck.checks, "errors": errors}
+
+
+def scenario_latency_direct(ncclz, comm, args):
+    """all_reduce above latency_bytes, whichever way its two hops run (straight between the processes'
+    buffers, or through the slots: the test runs both and compares the hashes): sizes from just over
+    latency_bytes to several 64 KiB pieces per block and a block over a slot, counts that N does not
+    divide, float32 / bfloat16 / float64 / int32, sum / max / avg (min for int32) in turn, in place (the array itself) and
+    into another array, none and lossless; every element against the fp64 reference, lossless the bits
+    of none; then back-to-back calls whose arrays are freed at once (a rank must not return while a
+    peer still reads or writes its buffers)."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    algos = {}
+    cfg = comm.config
+    ops = ("sum", "max", "avg")
+    k = 0
+    for dtype in ("float32", "bfloat16", "float64", "int32"):
+        isz = np_dtype(dtype).itemsize
+        for n in (cfg.latency_bytes // isz + 9, (3 << 16) // isz * W + 5, (5 << 20) // isz // 4 * W + W - 1):
+            k += 1
+            op = ops[k % 3] if dtype != "int32" else ("sum", "max", "min")[k % 3]  # (an integer avg truncates)
+            inputs = [rank_input(j, n, dtype, 11 + k) for j in range(W)]
+            ref = reference(inputs, op)
+            none_bits = None
+            for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+                x = inputs[r].copy()
+                if k % 2:
+                    out = comm.all_reduce(x, op, comp, policy="off")  # in place
+                    ck.require(out is x or np.shares_memory(out, x), "in place: a new array came back")
+                else:
+                    out = comm.all_reduce(x, op, comp, out=np.empty_like(x), policy="off")
+                    ck.require(bits(x) == bits(inputs[r]), f"{dtype}/{n}: the input changed")
+                name = f"all_reduce/direct/{n}/{dtype}/{op}/{mode}"
+                algos[name] = comm.last_stats.algorithm
+                ck.check_close(name, out, ref, plain_tolerance(dtype, ref, inputs, op), mode, dtype)
+                ck.record(name, out)
+                if none_bits is None:
+                    none_bits = bits(out)
+                else:
+                    ck.require(bits(out) == none_bits, f"{name}: lossless differs from none")
+    n = 300001
+    for it in range(20):
+        x = np.arange(n, dtype=np.int32) % 1000 * (r + 1) + it
+        if (it + r) % 3 == 0:
+            time.sleep(0.002)
+        y = comm.all_reduce(x, policy="off")
+        want = np.arange(n, dtype=np.int32) % 1000 * (W * (W + 1) // 2) + W * it
+        ck.require(np.array_equal(y, want), f"back to back: call {it} wrong")
+        ck.checks += 1
+        del x, y
+    comm.barrier()
+    return {"algorithms": algos, "hashes": ck.hashes, "checks": ck.checks, "direct_from_bytes": cfg.direct_from_bytes,
+            "two_hop_bytes": cfg.two_hop_bytes}
 
 
 def scenario_latency_fault(ncclz, comm, args):

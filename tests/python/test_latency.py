@@ -18,7 +18,7 @@ from test_comm import assert_same_on_all_ranks, run_ranks
 LATENCY_WORKERS = Path(__file__).with_name("_latency_workers.py")
 # the runtime's own choice: no policy proposals, no algorithm or limit from the environment
 DEFAULTS = {"NCCLZ_POLICY": "off", "NCCLZ_ALGO": "", "NCCLZ_LATENCY_BYTES": "", "NCCLZ_TWO_HOP_BYTES": "",
-            "NCCLZ_P2P": ""}
+            "NCCLZ_DIRECT_FROM_BYTES": "", "NCCLZ_P2P": ""}
 
 pytestmark = pytest.mark.skipif(
     not hasattr(ncclz._core, "comm"), reason="ncclz._core was built without the collective runtime bindings"
@@ -48,6 +48,49 @@ def test_every_collective_is_exact_and_the_same_on_every_rank(tmp_path, transpor
         assert len(two_hop) == 8, two_hop
     else:
         assert res[0]["two_hop_bytes"] == 0 and not two_hop, res[0]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_direct_two_hops_give_the_bits_of_the_slots(tmp_path, n):
+    """all_reduce's two hops straight between the processes' buffers (cross-memory attach; on by default
+    over shared memory from NCCLZ_DIRECT_FROM_BYTES up, here 1 byte: every two-hop size) against the same
+    calls' two hops through the slots (NCCLZ_DIRECT_FROM_BYTES=0, two_hop_bytes raised to cover the sizes):
+    the same bits, every element checked by the ranks, lossless the bits of none, back-to-back calls on
+    freed arrays."""
+    (tmp_path / "direct").mkdir()
+    (tmp_path / "slots").mkdir()
+    direct = run_ranks(tmp_path / "direct", "latency_direct", n, "shm", env=dict(DEFAULTS, NCCLZ_DIRECT_FROM_BYTES="1"),
+                       timeout=240)
+    direct.assert_ok()
+    slots = run_ranks(tmp_path / "slots", "latency_direct", n, "shm", timeout=240,
+                      env=dict(DEFAULTS, NCCLZ_DIRECT_FROM_BYTES="0", NCCLZ_TWO_HOP_BYTES=str(8 << 20)))
+    slots.assert_ok()
+    assert direct.results[0]["direct_from_bytes"] == 1, direct.results[0]
+    assert slots.results[0]["direct_from_bytes"] == 0, slots.results[0]
+    for run in (direct, slots):
+        assert run.results[0]["checks"] > 40
+        for rr in run.results:
+            assert set(rr["algorithms"].values()) == {"latency"}, rr["algorithms"]
+        assert_same_on_all_ranks(run.results, prefixes=("all_reduce",))
+    assert len(direct.results[0]["hashes"]) >= 24
+    assert direct.results[0]["hashes"] == slots.results[0]["hashes"]
+
+
+def test_ranks_that_cannot_reach_each_other_keep_the_slots(tmp_path):
+    """Where one rank cannot read the others' memory (its own user namespace, the others non-dumpable: as a
+    container may forbid cross-memory attach), the probe at creation turns direct off on every rank and
+    the same calls run through the slots, with the same bits."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env = dict(DEFAULTS, NCCLZ_TWO_HOP_BYTES=str(8 << 20))
+    refused = run_ranks(tmp_path / "a", "latency_direct", 3, "shm", timeout=240,
+                        env=dict(env, NCCLZ_TEST_NO_PEER_READS="1"))
+    refused.assert_ok()
+    assert [rr["direct_from_bytes"] for rr in refused.results] == [0, 0, 0], refused.results
+    direct = run_ranks(tmp_path / "b", "latency_direct", 3, "shm", env=env, timeout=240)
+    direct.assert_ok()
+    assert direct.results[0]["direct_from_bytes"] == 1 << 20  # the default with 3 ranks
+    assert refused.results[0]["hashes"] == direct.results[0]["hashes"]
 
 
 def test_the_limit_turns_it_off(tmp_path):

@@ -198,6 +198,21 @@ struct CommConfig {
   /// flat (one host, or one rank per host), else 0 (off). Every rank must have the same (checked at
   /// creation); Communicator::config() reports the value taken.
   int64_t two_hop_bytes = -1;
+  /// Exact all_reduce calls of at least this many bytes (and above
+  /// latency_bytes, or whose one hop would send too much) run the latency
+  /// algorithm's two hops direct, whatever their size, where every rank can
+  /// reach every other's memory (ranks on one host: cross-memory attach
+  /// between processes, memcpy between threads; transport/peer_memory.hpp):
+  /// each rank reads its block of every peer's input straight from the
+  /// peer's buffer and writes the result straight into every peer's output,
+  /// one copy where the slots take two (docs/ALGORITHMS.md, "Direct two
+  /// hops"). Calls of device buffers take it only up to two_hop_bytes. -1:
+  /// NCCLZ_DIRECT_FROM_BYTES, else agreed at creation where all ranks share a
+  /// host, the topology is flat and the probe found every peer reachable:
+  /// 2 MiB with 2 ranks, 1 MiB with 3, 128 KiB with more (core::resolve_direct),
+  /// else 0. 0: off. Every rank must have the same (checked at creation);
+  /// Communicator::config() reports the value taken.
+  int64_t direct_from_bytes = -1;
   /// The most microseconds a wait for a slot polls, giving the CPU to other
   /// ready threads between checks, before it sleeps in the kernel (the
   /// budget adapts below it: it halves when polls run out; docs/TRANSPORTS.md,

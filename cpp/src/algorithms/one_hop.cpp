@@ -110,6 +110,10 @@ Bytes two_hop_piece(const OneHopPart& p, const uint8_t* base, int q, size_t k) {
   return {base + first * p.esize, n * p.esize};
 }
 
+Bytes two_hop_block(const OneHopPart& p, const uint8_t* base, int q) {
+  return {base + block_begin(p, q) * p.esize, block_elems(p, q) * p.esize};
+}
+
 void two_hop_reduce(const OneHopPart& p, const Bytes* in, size_t k) {
   size_t first = 0, n = 0;
   piece_range(p, p.rank, k, &first, &n);

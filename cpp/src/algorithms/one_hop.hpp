@@ -109,6 +109,8 @@ OneHop two_hop_all_reduce();
 size_t two_hop_pieces(const OneHopPart& p, int q);
 /// Piece k of block q of `base` (the input or the output).
 Bytes two_hop_piece(const OneHopPart& p, const uint8_t* base, int q, size_t k);
+/// All of block q of `base` (its pieces together).
+Bytes two_hop_block(const OneHopPart& p, const uint8_t* base, int q);
 /// Reduces piece k of this rank's block into its output in rank order; in[j]:
 /// rank j's piece k (in[rank] unused).
 void two_hop_reduce(const OneHopPart& p, const Bytes* in, size_t k);

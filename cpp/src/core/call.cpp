@@ -82,8 +82,17 @@ bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const Poli
   }
   if (bytes <= uint64_t(rt_.cfg.latency_bytes)) return true;
   // Above it: exact requests of a collective with a two-hop schedule, up to
-  // two_hop_bytes (each block in pieces of at most a slot).
-  return !is_lossy(m) && cd.latency_wide && bytes <= uint64_t(std::max<int64_t>(rt_.cfg.two_hop_bytes, 0));
+  // two_hop_bytes (each block in pieces of at most a slot), and from
+  // direct_from_bytes up where the peers' memory is reachable
+  // (core/direct_all_reduce.cpp; host buffers: a device call's would be
+  // staged through host copies, which its own path avoids).
+  if (is_lossy(m) || !cd.latency_wide) return false;
+  if (bytes <= uint64_t(std::max<int64_t>(rt_.cfg.two_hop_bytes, 0))) return true;
+  return cd.device < 0 && direct_size(bytes);
+}
+
+bool CallRoutine::direct_size(size_t bytes) const {
+  return rt_.peer_mem && rt_.cfg.direct_from_bytes > 0 && bytes >= uint64_t(rt_.cfg.direct_from_bytes);
 }
 
 algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType t) {
@@ -105,12 +114,12 @@ algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType 
 }
 
 void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried,
-                              const CallDesc& d, CallState& call) {
+                              const CallDesc& d, bool direct_hops, CallState& call) {
   uint64_t sent = 0;
   for (int q = 0; q < rt_.nranks; ++q) {
     if (q == rt_.rank) continue;
-    sent += carried.out[size_t(q)].size;
-    const size_t want = algorithms::expected_bytes(cd.latency, part, q);
+    if (!direct_hops) sent += carried.out[size_t(q)].size;
+    const size_t want = direct_hops ? sizeof(DirectAddresses) : algorithms::expected_bytes(cd.latency, part, q);
     if (carried.in[size_t(q)].size != want) {
       const std::string why = "rank " + std::to_string(q) + " sent " + std::to_string(carried.in[size_t(q)].size) +
                               " bytes of data with its descriptor of call #" + std::to_string(d.seq) +
@@ -121,7 +130,11 @@ void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart
     }
   }
   rt_.protocol.check_no_notice(d);
-  if (cd.latency.again) {
+  if (direct_hops) {
+    // Two hops read straight from the peers' buffers (their bytes moved:
+    // what this rank read).
+    sent += rt_.protocol.direct_all_reduce(part, carried, d.seq, call, *rt_.peer_mem);
+  } else if (cd.latency.again) {
     // Two hops, each block in pieces of at most a slot (algorithms/one_hop.hpp).
     sent += rt_.protocol.two_hop_first(part, carried, d.seq, call);
     sent += rt_.protocol.two_hop_second(part, d.seq, call);
@@ -199,6 +212,8 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   const bool carry = err.empty() && (cd.device < 0 || !is_lossy(m)) && carries(cd, m, bytes, hints);
   algorithms::OneHopPart part;
   Carried carried;
+  bool direct_hops = false;
+  DirectAddresses addresses;
   if (carry) {
     d.flags |= kCarried;
     staging.begin();  // device buffers: host copies (nothing for host buffers)
@@ -210,8 +225,19 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     }
     part = one_hop_part(cd, t);
     carried.out.assign(size_t(rt_.nranks), algorithms::Bytes{});
+    direct_hops = cd.latency.again && direct_size(bytes);
+    if (direct_hops) {
+      // Direct two hops carry where this rank's buffers are; each block is
+      // read in pieces that stay in cache while they are reduced.
+      addresses.src = uint64_t(reinterpret_cast<uintptr_t>(part.src));
+      addresses.dst = uint64_t(reinterpret_cast<uintptr_t>(part.dst));
+      part.piece_bytes = kDirectPieceBytes;
+    }
     for (int q = 0; q < rt_.nranks; ++q) {
-      if (q != rt_.rank) carried.out[size_t(q)] = cd.latency.send(part, q);
+      if (q == rt_.rank) continue;
+      carried.out[size_t(q)] = direct_hops
+                                   ? algorithms::Bytes{reinterpret_cast<const uint8_t*>(&addresses), sizeof addresses}
+                                   : cd.latency.send(part, q);
     }
   }
   // 3. exchange (the slots of carried data are held until released, or until
@@ -245,7 +271,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   // on the device; everything else runs on host copies.
   if (cd.algorithm == Algorithm::Latency) {
     trace::Scope latency_event("latency");
-    run_latency(cd, part, carried, d, call);  // 6. (exact modes: the values as they came)
+    run_latency(cd, part, carried, d, direct_hops, call);  // 6. (exact modes: the values as they came)
   } else if (is_lossy(run)) {
     rt_.protocol.release_carried();  // a lossy request that runs as asked: carried data not used
     lossy.run(all, staging);         // 5.-6.

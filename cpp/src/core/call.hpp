@@ -97,8 +97,13 @@ class CallRoutine {
   algorithms::OneHopPart one_hop_part(const Collective& cd, DataType t);
   /// Step 6 of the latency algorithm: checks the sizes that came, combines
   /// them into the output, releases their slots.
+  /// With direct_hops: the two hops read from the peers' buffers (direct()).
   void run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried, const CallDesc& d,
-                   CallState& call);
+                   bool direct_hops, CallState& call);
+  /// Whether two hops of a `bytes` message run direct (the peers' memory
+  /// reachable, the message at least direct_from_bytes: the same on every
+  /// rank of a matching call, whatever its buffers).
+  bool direct_size(size_t bytes) const;
   /// What this rank proposes in its descriptor when the hints name none:
   /// CommConfig::algorithm (NCCLZ_ALGO), 1 + int(Algorithm), 0 for auto.
   uint8_t configured_algorithm() const;

@@ -198,11 +198,12 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // slices from the slot sizes).
   // And on which calls carry their data in the descriptor message (the
   // latency algorithm): a rank that carries must meet ranks that expect it.
-  constexpr size_t kAgreed = 9;
-  const char* agreed_what[kAgreed] = {
-      "NCCLZ_NCHANNELS",          "NCCLZ_P2P",           "NCCLZ_SLOT_BYTES",      "NCCLZ_NSLOTS",
-      "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES", "NCCLZ_EXACT_NCHANNELS", "NCCLZ_EXACT_SLICE_BYTES",
-      "NCCLZ_TWO_HOP_BYTES"};
+  constexpr size_t kAgreed = 10;
+  const char* agreed_what[kAgreed] = {"NCCLZ_NCHANNELS",          "NCCLZ_P2P",
+                                      "NCCLZ_SLOT_BYTES",         "NCCLZ_NSLOTS",
+                                      "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES",
+                                      "NCCLZ_EXACT_NCHANNELS",    "NCCLZ_EXACT_SLICE_BYTES",
+                                      "NCCLZ_TWO_HOP_BYTES",      "NCCLZ_DIRECT_FROM_BYTES"};
   std::vector<int64_t> all(static_cast<size_t>(size_) * kAgreed, 0);
   const int64_t mine[kAgreed] = {cfg.nchannels,
                                  cfg.p2p,
@@ -212,16 +213,17 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
                                  cfg.latency_bytes,
                                  cfg.exact_nchannels,
                                  int64_t(cfg.exact_slice_bytes),
-                                 cfg.two_hop_bytes};
+                                 cfg.two_hop_bytes,
+                                 cfg.direct_from_bytes};
   boot_->allgather(mine, sizeof mine, all.data());
   Topology topo = topology::find(*boot_, cfg);
   for (int r = 0; r < size_; ++r) {
     for (size_t k = 0; k < kAgreed; ++k) {
       const int64_t theirs = all[kAgreed * size_t(r) + k];
       if (theirs != all[k]) {
-        // (an unset channel count or exact shape travels as 0, an unset two_hop_bytes as -1)
+        // (an unset channel count or exact shape travels as 0, an unset two_hop_bytes or direct_from_bytes as -1)
         auto said = [k](int64_t v) {
-          const bool unset = ((k == 0 || k == 6 || k == 7) && v == 0) || (k == 8 && v < 0);
+          const bool unset = ((k == 0 || k == 6 || k == 7) && v == 0) || (k >= 8 && v < 0);
           return unset ? std::string("unset") : std::to_string(v);
         };
         throw InvalidArgument("ncclz: ranks disagree on " + std::string(agreed_what[k]) + " (rank 0: " + said(all[k]) +
@@ -282,6 +284,21 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // Every rank has the same transport kind, so every rank resolves the same shape.
   core::resolve_exact_shape(cfg, auto_channels, short_of_cores, transport_->kind() == transport::Kind::Socket);
   core::resolve_two_hop(cfg, size_, transport_->kind() == transport::Kind::Socket, topo.hierarchical());
+  // Direct two hops (transport/peer_memory.hpp): where every rank shares this
+  // host, the topology is flat and every peer's memory reads back (probed and
+  // agreed, so every rank decides the same).
+  bool one_host = true;
+  for (int r = 0; r < size_; ++r) one_host = one_host && boot_->host_id(r) == boot_->host_id(0);
+  std::unique_ptr<transport::PeerMemory> peer_mem;
+  if (size_ > 1) {
+    const bool want = cfg.direct_from_bytes != 0 && cfg.p2p && one_host && !topo.hierarchical() &&
+                      transport_->kind() != transport::Kind::Socket;
+    peer_mem = transport::PeerMemory::probe(*boot_, want);
+    if (want && !peer_mem->usable()) {
+      NCCLZ_INFO(rank_, "direct two hops off: %s", peer_mem->why_not().c_str());
+    }
+  }
+  core::resolve_direct(cfg, size_, peer_mem && peer_mem->usable());
   // The ring links' slots hold the larger slices too, except where slots are
   // reserved memory (shared memory: posix_fallocate'd for the whole ring):
   // there mostly-zero sums keep the ordinary slices. Every rank has the same
@@ -292,6 +309,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   rt_ = std::make_unique<core::Runtime>(rank_, size_, cfg, slot_capacity, abort_,
                                         [this](const std::string& reason) { fail(reason); });
   rt_->topo = std::move(topo);
+  if (peer_mem && peer_mem->usable()) rt_->peer_mem = std::move(peer_mem);
   if (!cfg.trace_file.empty()) {
     rt_->trace = std::make_unique<trace::Recorder>(trace::file_for(cfg.trace_file, rank_), rank_, size_);
   }

@@ -47,6 +47,7 @@ void read_tuning_env(CommConfig& c) {
   if (c.algorithm.empty()) c.algorithm = env::get_string("NCCLZ_ALGO", "");
   if (c.latency_bytes < 0) c.latency_bytes = env::get_int("NCCLZ_LATENCY_BYTES", -1, 0, kMaxSlotBytes);
   if (c.two_hop_bytes < 0) c.two_hop_bytes = env::get_int("NCCLZ_TWO_HOP_BYTES", -1, 0, int64_t(1) << 40);
+  if (c.direct_from_bytes < 0) c.direct_from_bytes = env::get_int("NCCLZ_DIRECT_FROM_BYTES", -1, 0, int64_t(1) << 40);
   if (c.spin_us < 0) c.spin_us = int(env::get_int("NCCLZ_SPIN_US", -1, 0, 1000000));
   if (c.trace_file.empty()) c.trace_file = env::get_string("NCCLZ_TRACE_FILE", "");
 }
@@ -112,6 +113,14 @@ void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchica
   cfg.two_hop_bytes = sockets || hierarchical ? 0 : saved_hops * int64_t(cfg.slot_bytes / 4);
 }
 
+void resolve_direct(CommConfig& cfg, int nranks, bool readable) {
+  if (!readable) {
+    cfg.direct_from_bytes = 0;
+  } else if (cfg.direct_from_bytes < 0) {
+    cfg.direct_from_bytes = nranks <= 2 ? int64_t(2) << 20 : nranks == 3 ? int64_t(1) << 20 : int64_t(128) << 10;
+  }
+}
+
 }  // namespace core
 
 CommConfig CommConfig::defaults() {
@@ -154,7 +163,8 @@ CommConfig CommConfig::resolved() const {
   if (c.sparse_input < 0) c.sparse_input = d.sparse_input;
   if (c.p2p < 0) c.p2p = d.p2p;
   if (c.latency_bytes < 0) c.latency_bytes = d.latency_bytes;
-  if (c.two_hop_bytes < -1) c.two_hop_bytes = -1;  // -1: unset, agreed at creation (resolve_two_hop)
+  if (c.two_hop_bytes < -1) c.two_hop_bytes = -1;          // -1: unset, agreed at creation (resolve_two_hop)
+  if (c.direct_from_bytes < -1) c.direct_from_bytes = -1;  // -1: unset, agreed at creation (resolve_direct)
   if (c.nchannels > 64) {
     throw InvalidArgument("ncclz: nchannels must be in [1, 64], got " + std::to_string(c.nchannels));
   }

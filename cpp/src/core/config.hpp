@@ -111,6 +111,20 @@ void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_core
 /// (fewer bytes between hosts).
 void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchical);
 
+/// Direct two hops read each block of the peers' inputs in pieces of this
+/// many bytes, reduced while they are in cache (core/direct_all_reduce.cpp).
+constexpr size_t kDirectPieceBytes = size_t(64) << 10;
+/// CommConfig::direct_from_bytes: 0 where the peers' memory is not
+/// reachable (transport::PeerMemory::probe: the same on every rank), else,
+/// where unset, the size from which the direct two hops beat the slots' two
+/// hops and the ring on 2 CPUs over shared memory, float32 sum
+/// (bench/results/latency.md, "Direct two hops"): 2 MiB with 2 ranks, 1 MiB
+/// with 3, 128 KiB with 4 or more. A cross-memory-attach copy costs about
+/// twice a memcpy per byte on that machine (it pins the peer's pages), so
+/// direct pays where it saves rounds and copies: with more ranks than CPUs,
+/// and with more ranks.
+void resolve_direct(CommConfig& cfg, int nranks, bool readable);
+
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
 /// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for
 /// anything else. Case-insensitive.

@@ -17,6 +17,7 @@
 #include "core/hier_channels.hpp"
 #include "core/lossy_ops.hpp"
 #include "ncclz/communicator.hpp"
+#include "transport/peer_memory.hpp"
 #include "transport/transport.hpp"
 
 namespace ncclz::core {
@@ -45,8 +46,10 @@ struct Runtime {
   RingChannels channels;
   PeerLinks peers;
   CallProtocol protocol;
-  Topology topo;                            ///< which ranks share a host (core/communicator.cpp finds it)
-  std::unique_ptr<HierChannels> hier;       ///< the hierarchical links, where topo.hierarchical()
+  Topology topo;                       ///< which ranks share a host (core/communicator.cpp finds it)
+  std::unique_ptr<HierChannels> hier;  ///< the hierarchical links, where topo.hierarchical()
+  /// Peers' memory, where every rank can read every other's (CommConfig::direct_from_bytes > 0)
+  std::unique_ptr<transport::PeerMemory> peer_mem;
   Buffer work[2];                           ///< the lossy paths' code and float64 buffers
   Buffer staging[2];                        ///< host copies of a device call's buffers (core/device_call.hpp)
   std::unique_ptr<DeviceWork> device_work;  ///< device calls' work (core/device_work.hpp), made by the first
