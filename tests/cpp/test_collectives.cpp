@@ -58,6 +58,7 @@ struct World {
           cfg.slot_bytes = slot_bytes;
           cfg.nslots = nslots;
           cfg.timeout_s = timeout_s;
+          cfg.direct_from_bytes = 0;  // the rings, also for large exact all_reduce (test_latency.cpp: direct)
           cfg.sparse_slice_bytes = sparse_slice_bytes ? sparse_slice_bytes : 4 * slot_bytes;
           comms[size_t(r)] = Communicator::create(id, r, n, cfg);
         } catch (...) {

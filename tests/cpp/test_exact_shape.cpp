@@ -278,6 +278,7 @@ TEST(ExactShape, NoneAndLosslessAgreeEverywhereAroundTheBoundaries) {
         c.exact_nchannels = exact_ch;
         c.exact_slice_bytes = slice;
         c.two_hop_bytes = 0;  // the rings at every size above latency_bytes (test_latency.cpp: the two hops)
+        c.direct_from_bytes = 0;
       };
     };
     Ranks one(n, shape(1024, 1)), old(n, shape(4096, 3));
