@@ -18,7 +18,6 @@
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>

@@ -76,8 +76,8 @@ bool LossyCall::settle_outliers(const std::vector<CallDesc>& all, bool round, si
   // Before any of this rank's codes left it: this rank raises, and the
   // communicator's abort fails the call on every other rank (Aborted, with
   // this note) instead of letting them finish with the outliers' zero codes.
-  const std::string why = std::string(coll_name(cd_.coll)) + " (lossy call #" + std::to_string(all[0].seq) + "): " +
-                          std::to_string(outliers) + " input element(s) of rank " + std::to_string(rt_.rank) +
+  const std::string why = std::string(coll_name(cd_.coll)) + " (lossy call #" + std::to_string(all[0].seq) +
+                          "): " + std::to_string(outliers) + " input element(s) of rank " + std::to_string(rt_.rank) +
                           " do not fit the lossy grid although the call's statistics said they would (was the input "
                           "modified during the call?)";
   rt_.fail(why);
