@@ -180,7 +180,8 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   void* out_codes = cd_.codes_in_place ? codes : dw.codes(1, cd_.out_count * cs);
   // The host waits for the quantizer (the channels' encodes, on their own
   // streams, read its codes next) and reads its count from page-locked
-  // memory; only a rank that asked for the eager quantize adds the round.
+  // memory; the ranks hold the round only where one asked for the eager
+  // quantize (outlier_round), else settle_outliers is this rank's own check.
   const bool round = outlier_round(all);
   size_t outliers = 0;
   if (cd_.input_here) {
