@@ -18,12 +18,17 @@
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -347,6 +352,162 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
       EXPECT_EQ(mix[size_t(r)].stats.on_device, mixed[size_t(r)]) << "rank " << r;
       if (has_output(o, r)) {
         EXPECT_EQ(mix[size_t(r)].out, host[size_t(r)].out) << "rank " << r;
+      }
+    }
+  }
+}
+
+namespace {
+
+/// A trace file base of its own (CommConfig::trace_file) under the test's
+/// temporary directory: rank r writes trace_text(base, r) when it closes.
+std::string trace_base(const std::string& name) {
+  static int serial = 0;
+  return ::testing::TempDir() + "ncclz_cuda_comm_" + name + "_" + std::to_string(getpid()) + "_" +
+         std::to_string(serial++);
+}
+
+/// Rank r's trace file's text (removed once read; "" when there is none).
+std::string trace_text(const std::string& base, int r) {
+  const std::string path = base + ".rank" + std::to_string(r) + ".json";
+  std::ifstream f(path);
+  std::ostringstream s;
+  if (f) s << f.rdbuf();
+  std::remove(path.c_str());
+  return s.str();
+}
+
+/// How many complete events named `event` a trace holds.
+int events_named(const std::string& text, const std::string& event) {
+  const std::string key = "{\"name\":\"" + event + "\",\"ph\":\"X\"";
+  int n = 0;
+  for (size_t p = text.find(key); p != std::string::npos; p = text.find(key, p + 1)) ++n;
+  return n;
+}
+
+/// Sets an environment variable for a scope (the previous value restored).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.empty()) {
+      unsetenv(name_);
+    } else {
+      setenv(name_, old_.c_str(), 1);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+};
+
+}  // namespace
+
+// The planned device path (issues #15/#21): a compressed lossy call of device
+// buffers, alone or with CPU ranks among them, holds no outlier round (the
+// plan rules outliers out; core::LossyCall::outlier_round): no rank's trace
+// has an "any_outliers" event, while every quantizing rank's has its eager
+// "quantize". Every collective, every rank within the bound on every
+// element, the all-host call's bits, and the same on every rank where the
+// result is shared. The control: where one rank sets
+// NCCLZ_PIPELINE_QUANTIZE=0 (CommConfig::pipeline_quantize = 0), every rank
+// holds the round in every call, device ranks and CPU ranks alike.
+TEST(CudaComm, LossyCallsOnDeviceHoldNoOutlierRound) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  const int N = 3;
+  const std::vector<bool> all_dev(N, true), mixed{true, false, true};
+  for (bool eager : {false, true}) {
+    for (const auto& pattern : {all_dev, mixed}) {
+      SCOPED_TRACE(std::string(pattern == mixed ? "mixed" : "device") + (eager ? ", rank 2 eager" : ""));
+      const std::string base = trace_base("rounds");
+      int calls = 0;
+      {
+        Ranks R(N, [&](int r, CommConfig& cfg) {
+          cfg.slot_bytes = 4096;
+          cfg.sparse_slice_bytes = 16384;
+          cfg.trace_file = base;
+          if (eager && r == 2) cfg.pipeline_quantize = 0;
+        });
+        for (Op o : kAllOps) {
+          for (DataType t : {DataType::F32, DataType::BF16}) {
+            SCOPED_TRACE(std::string(name(o)) + " type " + std::to_string(int(t)));
+            const double E = t == DataType::BF16 ? 0.5 : 1e-3;
+            const Compression c = Compression::lossy_abs(E);
+            std::vector<std::vector<uint8_t>> in;
+            for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 23));
+            const auto host = run(R, o, t, RedOp::Sum, c, count, in, std::vector<bool>(N, false));
+            const auto dev = run(R, o, t, RedOp::Sum, c, count, in, pattern);
+            calls += 2;
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE("rank " + std::to_string(r));
+              const Result& d = dev[size_t(r)];
+              ASSERT_EQ(host[size_t(r)].error, "");
+              ASSERT_EQ(d.error, "");
+              EXPECT_EQ(d.stats.on_device, bool(pattern[size_t(r)]));
+              EXPECT_FALSE(d.stats.exact_fallback);
+              if (!has_output(o, r)) continue;
+              EXPECT_EQ(d.out, host[size_t(r)].out) << "device and host results differ";
+              if (o == Op::AllReduce || o == Op::AllGather || o == Op::Broadcast) {
+                EXPECT_EQ(d.out, dev[0].out) << "ranks' results differ";
+              }
+              const auto ref = reference(o, t, RedOp::Sum, count, N, r, in);
+              size_t over = 0;
+              for (size_t i = 0; i < ref.size(); ++i) {
+                over += !(std::fabs(value_at(t, d.out, i) - ref[i]) <= d.stats.error_bound * (1 + 1e-9));
+              }
+              EXPECT_EQ(over, 0u) << "elements beyond the bound " << d.stats.error_bound;
+              EXPECT_GT(d.stats.error_bound, 0);
+              EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+            }
+          }
+        }
+      }  // closed: the traces written
+      for (int r = 0; r < N; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r) + "'s trace");
+        const std::string text = trace_text(base, r);
+        ASSERT_FALSE(text.empty());
+        // Eager: one round in each call that compressed (all of them, on
+        // every rank: the host calls' staged path becomes the eager one too).
+        EXPECT_EQ(events_named(text, "any_outliers"), eager ? calls : 0);
+        EXPECT_GT(events_named(text, "quantize"), 0);
+      }
+    }
+  }
+}
+
+// The guard of the planned path: a quantizer that meets a value the plan
+// said would fit (NCCLZ_TEST_OUTLIER=1: rank 1's quantizer allows code 0
+// only, as an input changed after its statistics would) raises on rank 1,
+// naming the elements, before its codes leave it, and the communicator's
+// abort fails the call on every other rank (Aborted, naming rank 1): no rank
+// returns a result. Rank 1 on the device and on the CPU (a mixed call).
+TEST(CudaComm, AnOutlierThePlanRuledOutFailsTheCallOnEveryRank) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = 3000;
+  const int N = 3;
+  const ScopedEnv hook("NCCLZ_TEST_OUTLIER", "1");
+  for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
+    for (const std::vector<bool>& pattern : {std::vector<bool>(N, true), std::vector<bool>{true, false, true}}) {
+      SCOPED_TRACE(std::string(name(o)) + (pattern[1] ? ", rank 1 on the device" : ", rank 1 on the CPU"));
+      Ranks R = make_ranks(N, true);
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) in.push_back(input(DataType::F32, in_count(o, count, N), r, 29));
+      const auto res = run(R, o, DataType::F32, RedOp::Sum, Compression::lossy_abs(1e-3), count, in, pattern);
+      for (int r = 0; r < N; ++r) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        const std::string& e = res[size_t(r)].error;
+        ASSERT_NE(e, "") << "the call returned";
+        if (r == 1) {
+          EXPECT_NE(e.find("do not fit the lossy grid"), std::string::npos) << e;
+          EXPECT_NE(e.find("communicator aborted"), std::string::npos) << e;
+        } else {
+          EXPECT_NE(e.find("rank 1 aborted the communicator"), std::string::npos) << e;
+        }
       }
     }
   }

@@ -13,8 +13,13 @@
 //   prepare   the plan from every rank's statistics (the host's code), then
 //             the whole input quantized on the device into device codes
 //             (the CPU's quantize_one per element: the same codes and
-//             outliers), the outlier count read back; the ranks agree that
-//             nobody had outliers (the eager path's round)
+//             outliers), the outlier count read back with the wait the
+//             channels' encodes need anyway. The plan rules outliers out, so
+//             there is no round: a rank whose count is not 0 raises and
+//             aborts the communicator before its codes leave it
+//             (core::LossyCall::settle_outliers); only where a rank set
+//             NCCLZ_PIPELINE_QUANTIZE=0 do the ranks agree on the counts in
+//             a second round (the exact path after outliers)
 //   run       the schedule on the device codes (the rings' or the
 //             point-to-point links' lanes): each channel's (lane's) prims
 //             code slices with a prims::DeviceSliceCodec (quantized codes
@@ -25,7 +30,7 @@
 //             the device, exact, as on the host
 //
 // Everything else a device call may take (none or lossless, a small call
-// rank 0 runs exact, the exact fallback after outliers, the hierarchical
+// rank 0 runs exact, the exact fallback after the outlier round, the hierarchical
 // algorithm, one rank) runs on host copies of the buffers (HostStaging,
 // below): correct everywhere, not fast.
 //

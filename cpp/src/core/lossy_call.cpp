@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/env.hpp"
 #include "base/log.hpp"
 #include "base/trace.hpp"
 #include "core/codec_choice.hpp"
@@ -59,6 +60,31 @@ bool LossyCall::any_outliers(const std::vector<CallDesc>& all, size_t outliers) 
   return rt_.protocol.any_outliers(all[0].seq, outliers, call_);
 }
 
+bool LossyCall::outlier_round(const std::vector<CallDesc>& all) { return any_flag(all, kEagerQuantize); }
+
+int64_t LossyCall::quantizer_limit(const LossyPlan& plan, bool round) const {
+  // Test hook (NCCLZ_TEST_OUTLIER=<rank>): that rank's quantizer on the
+  // planned path allows code 0 only, so its nonzero values become the
+  // outliers the plan said could not happen.
+  if (!round && env::get_int("NCCLZ_TEST_OUTLIER", -1) == rt_.rank) return 0;
+  return plan.limit;
+}
+
+bool LossyCall::settle_outliers(const std::vector<CallDesc>& all, bool round, size_t outliers) {
+  if (round) return any_outliers(all, outliers);
+  if (outliers == 0) return false;
+  // Before any of this rank's codes left it: this rank raises, and the
+  // communicator's abort fails the call on every other rank (Aborted, with
+  // this note) instead of letting them finish with the outliers' zero codes.
+  const std::string why = std::string(coll_name(cd_.coll)) + " (lossy call #" + std::to_string(all[0].seq) +
+                          "): " + std::to_string(outliers) + " input element(s) of rank " + std::to_string(rt_.rank) +
+                          " do not fit the lossy grid although the call's statistics said they would (was the input "
+                          "modified during the call?)";
+  rt_.fail(why);
+  throw Error("ncclz rank " + std::to_string(rt_.rank) + ": " + why +
+              "; the call was cancelled and the communicator aborted on every rank");
+}
+
 bool LossyCall::any_flag(const std::vector<CallDesc>& all, uint8_t flag) {
   for (const CallDesc& d : all) {
     if (d.flags & flag) return true;
@@ -106,7 +132,8 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
     return;
   }
   // Staged unless a rank asked for the eager path or codes on the device
-  // (the same path on every rank: the outlier round is the eager path's).
+  // (the same path on every rank: the CPU ranks of a mixed call quantize
+  // eagerly and hold the device ranks' rounds: outlier_round).
   if (plan.compress && !hier && rt_.nranks > 1 && !any_flag(all, kEagerQuantize) && !any_device(all)) {
     run_staged(plan, all);
     return;
@@ -118,14 +145,17 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
     const size_t cs = plan.wide ? 8 : 4;
     codes = rt_.work[0].get(cd_.in_count * cs);
     out_codes = cd_.codes_in_place ? codes : rt_.work[1].get(cd_.out_count * cs);
+    const bool round = outlier_round(all);
     size_t outliers = 0;
     if (cd_.input_here) {
       trace::Scope ev("quantize");
       ev.arg("count", double(cd_.in_count));
-      outliers = quantize_buf(t_, plan, cd_.send, cd_.in_count, codes, rt_.pool.get(), nch_);
+      LossyPlan q = plan;
+      q.limit = quantizer_limit(plan, round);
+      outliers = quantize_buf(t_, q, cd_.send, cd_.in_count, codes, rt_.pool.get(), nch_);
     }
     call_.quantize_s += seconds(t1, Clock::now());
-    if (any_outliers(all, outliers)) {
+    if (settle_outliers(all, round, outliers)) {
       plan.compress = false;
       plan.why_not = "quantizer outliers";
     }
@@ -148,15 +178,20 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   const size_t cs = plan.wide ? 8 : 4;
   void* codes = dw.codes(0, cd_.in_count * cs);
   void* out_codes = cd_.codes_in_place ? codes : dw.codes(1, cd_.out_count * cs);
+  // The host waits for the quantizer (the channels' encodes, on their own
+  // streams, read its codes next) and reads its count from page-locked
+  // memory; the ranks hold the round only where one asked for the eager
+  // quantize (outlier_round), else settle_outliers is this rank's own check.
+  const bool round = outlier_round(all);
   size_t outliers = 0;
   if (cd_.input_here) {
     trace::Scope ev("quantize");
     ev.arg("count", double(cd_.in_count)).arg("on_device", 1.0);
-    outliers = dw.quantize(elem_of(t_), plan.eb, plan.check_eb, plan.limit, plan.wide, cd_.send, cd_.in_count, codes,
-                           plan.exact_check);
+    outliers = dw.quantize(elem_of(t_), plan.eb, plan.check_eb, quantizer_limit(plan, round), plan.wide, cd_.send,
+                           cd_.in_count, codes, plan.exact_check);
   }
   call_.quantize_s += seconds(t1, Clock::now());
-  if (any_outliers(all, outliers)) {
+  if (settle_outliers(all, round, outliers)) {
     plan.compress = false;
     plan.why_not = "quantizer outliers";
     staging.begin();

@@ -18,13 +18,22 @@
 //            slice inside the schedule's loops (core::LossyStage), overlapped
 //            with the transfers; mostly-zero sums carry lists of nonzeros and
 //            run with larger slices (NCCLZ_SPARSE_SLICE_BYTES). The plan rules
-//            outliers out, so no rank waits for the others to quantize.
+//            outliers out (finite inputs within the exchanged max |x| always
+//            fit: bound/error_budget.hpp), so no rank waits for the others to
+//            quantize; a stage that meets one anyway raises.
 //   eager    (a rank set NCCLZ_PIPELINE_QUANTIZE=0 or codes on the device,
-//            or one rank) quantize the whole input, agree in a second round
-//            that no rank had outliers, run the schedule on the codes,
-//            dequantize the whole output. A rank whose buffers are device
-//            memory does all of it on the device (core/device_work.hpp), and
-//            then every rank codes without Rans.
+//            or one rank) quantize the whole input, run the schedule on the
+//            codes, dequantize the whole output. A rank whose buffers are
+//            device memory does all of it on the device (core/device_work.hpp),
+//            and then every rank codes without Rans. Outliers: where a rank
+//            set NCCLZ_PIPELINE_QUANTIZE=0 (kEagerQuantize), the ranks agree
+//            in a second round that none had any (else the exact path); on
+//            every other eager call (device and mixed calls among them) the
+//            plan rules them out as on the staged path, there is no round,
+//            and a quantizer that meets one anyway (an input changed after
+//            its statistics, a bug) raises on its rank before its codes
+//            leave it and aborts the communicator, so every other rank's
+//            call fails too (outlier_round, settle_outliers).
 //   exact    (non-finite inputs, outliers, a bound below the type's own
 //            rounding, codes that would not fit 64 bits, a message under
 //            min_bytes): sums and means add in the narrowest type that
@@ -104,12 +113,31 @@ class LossyCall {
   /// The outlier round (CallProtocol::any_outliers): whether any rank's
   /// quantizer found outliers (then every rank takes the exact path).
   bool any_outliers(const std::vector<CallDesc>& all, size_t outliers);
+  /// Whether the eager path holds the outlier round: only where a rank asked
+  /// for the eager quantize (kEagerQuantize, NCCLZ_PIPELINE_QUANTIZE=0), the
+  /// path as it was. Elsewhere plan.compress means every input is finite and
+  /// within the exchanged max |x|, which the plan's grid, check bound and
+  /// code limit always fit (bound/error_budget.hpp; the staged path's
+  /// premise). A function of the descriptors: every rank, device or CPU,
+  /// holds the same rounds.
+  static bool outlier_round(const std::vector<CallDesc>& all);
+  /// After the eager quantize: with the round, whether any rank had outliers
+  /// (then the exact path); without it, false where this rank had none, else
+  /// the guard: aborts the communicator (every other rank's call fails with
+  /// Aborted, naming this rank and why) and throws Error here.
+  bool settle_outliers(const std::vector<CallDesc>& all, bool round, size_t outliers);
+  /// The code limit the eager quantizer gets: plan.limit, or 0 on the rank
+  /// NCCLZ_TEST_OUTLIER names (tests only; calls without the round), whose
+  /// nonzero values then fail the check as a changed input would.
+  int64_t quantizer_limit(const LossyPlan& plan, bool round) const;
   /// Whether any rank codes on the device (CallDesc::device).
   /// The codes' wire: code_wire; where a rank codes on the device, without
   /// Rans and in the larger slices (NCCLZ_SPARSE_SLICE_BYTES) where the links have them.
   Wire codes_wire(bool wide, const std::vector<CallDesc>& all) const;
-  /// The eager path on the device: quantize, the outlier round, the ring on
-  /// device codes, dequantize (the exact path on host copies after outliers).
+  /// The eager path on the device: quantize (the host waits for it and reads
+  /// its outlier count), the outlier round where outlier_round says, the ring
+  /// on device codes, dequantize (the exact path on host copies after the
+  /// round found outliers; settle_outliers' error without it).
   void run_device(LossyPlan plan, const std::vector<CallDesc>& all, HostStaging& staging);
   void run_staged(const LossyPlan& plan, const std::vector<CallDesc>& all);
   void run_exact(const LossyPlan& plan, const std::vector<CallDesc>& all);
