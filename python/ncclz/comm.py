@@ -734,7 +734,8 @@ class Communicator:
         hierarchical runs where :attr:`topology` allows it, else the ring);
         None or "auto": the policy's choice, else NCCLZ_ALGO, else the latency
         algorithm for exact calls up to NCCLZ_LATENCY_BYTES (64 KiB; all_reduce
-        up to NCCLZ_TWO_HOP_BYTES, 1.25 MiB with 4 ranks over shared memory), else
+        up to NCCLZ_TWO_HOP_BYTES, 1.25 MiB with 4 ranks over shared memory, and
+        on one host from NCCLZ_DIRECT_FROM_BYTES up at any size), else
         hierarchical where the topology allows it, else the ring.
         """
         if algorithm is None:

@@ -234,9 +234,10 @@ def test_sparse_gradients_take_the_sparse_codec(tmp_path):
     than Rans forced, every element stays within the bound, and every rank gets the same result.
     The lossy sums of mostly-zero inputs carry lists of nonzeros (the scan lists them; with the
     socket transport also in larger slices): the same bits as the dense path (Rans forced; and
-    NCCLZ_SPARSE_INPUT=0, on every rank or on one), whatever the transport."""
+    NCCLZ_SPARSE_INPUT=0, on every rank or on one), whatever the transport (shared memory: the ring, not
+    the direct two hops, which move a lossless call's raw values)."""
     runs = {
-        "shm": ("shm", {}),
+        "shm": ("shm", {"env": {"NCCLZ_DIRECT_FROM_BYTES": "0"}}),
         "socket": ("socket", {}),
         "socket-dense": ("socket", {"env": {"NCCLZ_SPARSE_INPUT": "0"}}),
         "socket-mixed": ("socket", {"rank_env": {1: {"NCCLZ_SPARSE_INPUT": "0"}}}),
@@ -511,7 +512,7 @@ def test_exact_shape_is_agreed(tmp_path, monkeypatch):
     for rank_env, transport, shape in cases:
         # (two_hop_bytes 0: these sizes on the rings, whose shape is checked here)
         ranks = run_ranks(tmp_path, "exact_shape", 3, transport, rank_env=rank_env, timeout=120,
-                          env={"NCCLZ_TWO_HOP_BYTES": "0"})
+                          env={"NCCLZ_TWO_HOP_BYTES": "0", "NCCLZ_DIRECT_FROM_BYTES": "0"})
         ranks.assert_ok()
         for res in ranks.results:
             cfg = res["config"]

@@ -208,7 +208,8 @@ struct CommConfig {
   /// one copy where the slots take two (docs/ALGORITHMS.md, "Direct two
   /// hops"). Calls of device buffers take it only up to two_hop_bytes. -1:
   /// NCCLZ_DIRECT_FROM_BYTES, else agreed at creation where all ranks share a
-  /// host, the topology is flat and the probe found every peer reachable:
+  /// host, the topology is flat, the slots carry no checksums and the probe
+  /// found every peer reachable:
   /// 2 MiB with 2 ranks, 1 MiB with 3, 128 KiB with more (core::resolve_direct),
   /// else 0. 0: off. Every rank must have the same (checked at creation);
   /// Communicator::config() reports the value taken.

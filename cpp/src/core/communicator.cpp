@@ -285,14 +285,15 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   core::resolve_exact_shape(cfg, auto_channels, short_of_cores, transport_->kind() == transport::Kind::Socket);
   core::resolve_two_hop(cfg, size_, transport_->kind() == transport::Kind::Socket, topo.hierarchical());
   // Direct two hops (transport/peer_memory.hpp): where every rank shares this
-  // host, the topology is flat and every peer's memory reads back (probed and
-  // agreed, so every rank decides the same).
+  // host, the topology is flat, the slots carry no checksums (asked for over
+  // shared memory: the data stays in the checked slots) and every peer's
+  // memory reads back (probed and agreed, so every rank decides the same).
   bool one_host = true;
   for (int r = 0; r < size_; ++r) one_host = one_host && boot_->host_id(r) == boot_->host_id(0);
   std::unique_ptr<transport::PeerMemory> peer_mem;
   if (size_ > 1) {
     const bool want = cfg.direct_from_bytes != 0 && cfg.p2p && one_host && !topo.hierarchical() &&
-                      transport_->kind() != transport::Kind::Socket;
+                      transport_->kind() != transport::Kind::Socket && !transport_->checksums();
     peer_mem = transport::PeerMemory::probe(*boot_, want);
     if (want && !peer_mem->usable()) {
       NCCLZ_INFO(rank_, "direct two hops off: %s", peer_mem->why_not().c_str());

@@ -115,6 +115,7 @@ class GroupedTransport final : public Transport {
   }
   void abort(const std::string& note) override { group_->abort(note); }
   void set_wait(int pause_iters, int64_t spin_ns) override { group_->set_wait(pause_iters, spin_ns); }
+  bool checksums() const override { return group_->checksum(); }
 
  private:
   void join(RingEnd* end) {

@@ -191,6 +191,9 @@ class Transport {
     (void)pause_iters;
     (void)spin_ns;
   }
+  /// Whether the slots carry checksums (agreed: the same on every rank); the
+  /// transport create_transport returns says.
+  virtual bool checksums() const { return false; }
 };
 
 /// Picks the transport for this job (all ranks on one host: SharedMemory,
