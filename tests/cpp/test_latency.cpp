@@ -574,9 +574,9 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     k.count = 100;
   }
   {
-    // unset: on for ranks that reach each other (threads here), from 1 MiB with 3 ranks
+    // unset: on for ranks that reach each other (threads here), from 256 KiB with 3 ranks
     Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.direct_from_bytes = -1; });
-    EXPECT_EQ(w.comms[0]->config().direct_from_bytes, int64_t(1) << 20);
+    EXPECT_EQ(w.comms[0]->config().direct_from_bytes, int64_t(256) << 10);
   }
   {
     // lossy requests do not take the two hops (no hint): the lossy ring

@@ -63,7 +63,7 @@ def test_documented_defaults_are_the_runtimes():
     assert _size(t["NCCLZ_LATENCY_BYTES"]) == d.latency_bytes
     assert t["NCCLZ_TWO_HOP_BYTES"] == "(2N-3) x `NCCLZ_SLOT_BYTES` / 4 or 0"
     assert d.two_hop_bytes == -1  # agreed at creation
-    assert t["NCCLZ_DIRECT_FROM_BYTES"] == "2 MiB, 1 MiB or 128 KiB, or 0"
+    assert t["NCCLZ_DIRECT_FROM_BYTES"] == "2 MiB, 256 KiB or 128 KiB, or 0"
     assert d.direct_from_bytes == -1  # agreed at creation
     assert t["NCCLZ_TOKEN"] == '""' and d.token == ""
     assert t["MASTER_ADDR"] == d.master_addr

@@ -210,7 +210,7 @@ struct CommConfig {
   /// NCCLZ_DIRECT_FROM_BYTES, else agreed at creation where all ranks share a
   /// host, the topology is flat, the slots carry no checksums and the probe
   /// found every peer reachable:
-  /// 2 MiB with 2 ranks, 1 MiB with 3, 128 KiB with more (core::resolve_direct),
+  /// 2 MiB with 2 ranks, 256 KiB with 3, 128 KiB with more (core::resolve_direct),
   /// else 0. 0: off. Every rank must have the same (checked at creation);
   /// Communicator::config() reports the value taken.
   int64_t direct_from_bytes = -1;

@@ -117,7 +117,7 @@ void resolve_direct(CommConfig& cfg, int nranks, bool readable) {
   if (!readable) {
     cfg.direct_from_bytes = 0;
   } else if (cfg.direct_from_bytes < 0) {
-    cfg.direct_from_bytes = nranks <= 2 ? int64_t(2) << 20 : nranks == 3 ? int64_t(1) << 20 : int64_t(128) << 10;
+    cfg.direct_from_bytes = nranks <= 2 ? int64_t(2) << 20 : nranks == 3 ? int64_t(256) << 10 : int64_t(128) << 10;
   }
 }
 

@@ -116,13 +116,13 @@ void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchica
 constexpr size_t kDirectPieceBytes = size_t(64) << 10;
 /// CommConfig::direct_from_bytes: 0 where the peers' memory is not
 /// reachable (transport::PeerMemory::probe: the same on every rank), else,
-/// where unset, the size from which the direct two hops beat the slots' two
-/// hops and the ring on 2 CPUs over shared memory, float32 sum
-/// (bench/results/latency.md, "Direct two hops"): 2 MiB with 2 ranks, 1 MiB
-/// with 3, 128 KiB with 4 or more. A cross-memory-attach copy costs about
-/// twice a memcpy per byte on that machine (it pins the peer's pages), so
-/// direct pays where it saves rounds and copies: with more ranks than CPUs,
-/// and with more ranks.
+/// where unset, the size from which the direct two hops were at least as fast
+/// as the slots' two hops and the ring on 2 CPUs over shared memory, float32
+/// sum (bench/results/latency.md, "Direct two hops"): 2 MiB with 2 ranks, 256
+/// KiB with 3, 128 KiB with 4 or more. A cross-memory-attach copy costs about
+/// twice a memcpy per byte on that machine (the kernel pins the peer's pages),
+/// so direct pays where it saves rounds and copies: with more ranks than
+/// CPUs, with more ranks, with larger messages.
 void resolve_direct(CommConfig& cfg, int nranks, bool readable);
 
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
