@@ -72,8 +72,9 @@ def run_bench(lab: Lab, name: str, hosts: int, local: int, args: list, port: int
 
 
 # phase -> (hosts, ranks per host, topo_bench arguments, extra environment). The first call of a
-# configuration in a round is slower than the next ones (it follows another configuration's calls:
-# 85-136 ms against 50-98 for the 4 x 2 lossy all_gather); --iters >= 3 lets the median skip it.
+# configuration in a round was slower than the next ones until 2026-11-27 (85-136 ms against 50-98
+# for the 4 x 2 lossy all_gather): topo_bench checked it while other ranks were still in the call
+# (bench/results/scale.md, "First calls"); --iters >= 3 let the median skip it.
 ALL = "all_reduce,reduce_scatter,all_gather,broadcast"
 PHASES = {
     "one": (1, 2, ["--size", "16M", "--data", "smooth", "--colls", ALL, "--modes", "none", "--algos", "ring",
