@@ -415,6 +415,43 @@ TEST(Latency, PiecedCallsBackToBack) {
   }
 }
 
+// A lossy request above latency_bytes carries only the direct two hops'
+// addresses, on every rank: where rank 0's policy lightens it to none (the
+// others cannot know it beforehand) it runs direct, with the bits of the
+// uncompressed call; without the proposal it runs lossy on the ring, within
+// its bound.
+TEST(Latency, ALightenedLossyRequestRunsDirect) {
+  const int N = 4;
+  Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.direct_from_bytes = 1; });
+  ncclz::PolicyHints none;
+  none.lighter = int(Compression::Mode::None);
+  Call k;
+  k.count = 300001;  // 1.2 MB: above latency_bytes and two_hop_bytes
+  k.seed = 5;
+  const Outcome plain = run(w, k);
+  k.comp = Compression::lossy_abs(1e-2);
+  k.hints = [&](int r) { return r == 0 ? &none : nullptr; };
+  const Outcome lightened = run(w, k);
+  k.hints = nullptr;
+  const Outcome lossy = run(w, k);
+  const Bytes want = expected(k, plain, 0, N);
+  for (int r = 0; r < N; ++r) {
+    EXPECT_EQ(plain.st[size_t(r)].algorithm, Algorithm::Latency);
+    EXPECT_EQ(lightened.st[size_t(r)].algorithm, Algorithm::Latency) << "rank " << r;
+    EXPECT_TRUE(lightened.st[size_t(r)].lightened) << "rank " << r;
+    EXPECT_TRUE(lightened.out[size_t(r)] == plain.out[size_t(r)]) << "rank " << r << ": not the uncompressed bits";
+    EXPECT_TRUE(plain.out[size_t(r)] == want) << "rank " << r;
+    EXPECT_EQ(lossy.st[size_t(r)].algorithm, Algorithm::Ring) << "rank " << r;
+    EXPECT_FALSE(lossy.st[size_t(r)].lightened);
+    EXPECT_GT(lossy.st[size_t(r)].ratio, 1.5) << "rank " << r;
+    const auto* got = reinterpret_cast<const float*>(lossy.out[size_t(r)].data());
+    const auto* ref = reinterpret_cast<const float*>(want.data());
+    double worst = 0;
+    for (size_t i = 0; i < k.count; ++i) worst = std::max(worst, std::fabs(double(got[i]) - double(ref[i])));
+    EXPECT_LE(worst, 1e-2 * 1.0001) << "rank " << r;
+  }
+}
+
 TEST(Latency, DataMovementMaxAndMinAreBitIdenticalToTheRing) {
   for (int N : {3, 4}) {
     Ranks w = world(N);

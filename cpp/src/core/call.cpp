@@ -76,19 +76,24 @@ uint8_t CallRoutine::configured_algorithm() const {
 }
 
 bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const PolicyHints* hints) const {
+  if (!cd.latency || cd.per_peer() || rt_.cfg.latency_bytes <= 0 || !rt_.protocol.one_hop()) return false;
+  const uint64_t latency_bytes = uint64_t(rt_.cfg.latency_bytes);
+  // Above latency_bytes, from direct_from_bytes up where the peers' memory
+  // is reachable (core/direct_all_reduce.cpp), for any request: only two
+  // addresses ride with the descriptor, so a lossy request carries them too,
+  // and where rank 0's policy lightens it to an exact mode (which a follower
+  // cannot know beforehand) every rank has carried and it runs direct; a
+  // lossy call that runs as asked leaves them unused. Host buffers only: a
+  // device call's would be staged through host copies, which its own path
+  // avoids.
+  if (cd.latency_wide && bytes > latency_bytes && cd.device < 0 && direct_size(bytes)) return true;
   const bool exact_expected = !is_lossy(m) || (hints && hints->lighter >= 0);
-  if (!cd.latency || !exact_expected || cd.per_peer() || rt_.cfg.latency_bytes <= 0 || !rt_.protocol.one_hop()) {
-    return false;
-  }
-  if (bytes <= uint64_t(rt_.cfg.latency_bytes)) return true;
+  if (!exact_expected) return false;
+  if (bytes <= latency_bytes) return true;
   // Above it: exact requests of a collective with a two-hop schedule, up to
-  // two_hop_bytes (each block in pieces of at most a slot), and from
-  // direct_from_bytes up where the peers' memory is reachable
-  // (core/direct_all_reduce.cpp; host buffers: a device call's would be
-  // staged through host copies, which its own path avoids).
+  // two_hop_bytes (each block in pieces of at most a slot).
   if (is_lossy(m) || !cd.latency_wide) return false;
-  if (bytes <= uint64_t(std::max<int64_t>(rt_.cfg.two_hop_bytes, 0))) return true;
-  return cd.device < 0 && direct_size(bytes);
+  return bytes <= uint64_t(std::max<int64_t>(rt_.cfg.two_hop_bytes, 0));
 }
 
 bool CallRoutine::direct_size(size_t bytes) const {
