@@ -1,6 +1,7 @@
 // Reading a peer rank's memory (see peer_memory.hpp).
 #include "transport/peer_memory.hpp"
 
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -39,6 +40,16 @@ std::unique_ptr<PeerMemory> PeerMemory::probe(Bootstrap& boot, bool want) {
   pm->ranks_.resize(size_t(n));
   // The word lives on the heap for the probe's two rounds: every peer reads
   // it between them.
+  // Where the Linux Security Module Yama restricts ptrace to descendants
+  // (ptrace_scope 1, Ubuntu's default), ranks started side by side by a
+  // launcher could not reach each other: this process lets any process of
+  // its user attach, as Open MPI's shared-memory transport does for its
+  // cross-memory attach. Without Yama the call fails (EINVAL), harmlessly.
+  if (want) {
+#ifdef PR_SET_PTRACER
+    (void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+  }
   auto word = std::make_unique<uint64_t>(0);
   net::random_bytes(word.get(), sizeof *word);
   Published mine;

@@ -13,8 +13,10 @@
 // number and each write succeeded (a process id shared by two
 // processes in different PID namespaces reads another process's word, or
 // none, and fails the check). Cross-memory attach needs the right to trace
-// the peer (same user and no Yama restriction above 1 for ranks started
-// alike; a container's seccomp profile may forbid the call): where any rank
+// the peer: the same user; under Yama's ptrace_scope 1 (descendants only)
+// each rank that wants it first lets any process of its user attach
+// (PR_SET_PTRACER_ANY, as Open MPI does), scope 2 or 3 forbids it; a
+// container's seccomp profile may forbid the calls. Where any rank
 // cannot reach any peer, no rank uses it (PeerMemory::usable() is false on
 // every rank), and the slot transports carry everything as before.
 #pragma once
