@@ -534,6 +534,10 @@ TEST(CudaComm, RanksOnSeparateDevices) {
     cfg.sparse_slice_bytes = 16384;
     cfg.nchannels = 2;
     cfg.exact_nchannels = 2;
+    // The all-host calls on the rings too (their exact all_reduce would run
+    // the direct two hops, summing in rank order, where device buffers keep
+    // the ring: test_latency.cpp checks those bits).
+    cfg.direct_from_bytes = 0;
   });
   std::vector<int> spread(N), with_host(N);
   for (int r = 0; r < N; ++r) spread[size_t(r)] = with_host[size_t(r)] = r % D;
