@@ -403,7 +403,8 @@ int main(int argc, char** argv) {
         for (auto& p : proxies) p->request_stop();  // all first: no proxy fails on a peer's close
         for (size_t r = 0; r < proxies.size(); ++r) {
           const std::string pe = proxies[r]->stop();
-          if (!pe.empty()) std::fprintf(stderr, "%s %s rank %zu's proxy: %s\n", sh.name().c_str(), m.name, r, pe.c_str());
+          if (!pe.empty())
+            std::fprintf(stderr, "%s %s rank %zu's proxy: %s\n", sh.name().c_str(), m.name, r, pe.c_str());
         }
         row.ok = ok;
         row.ran = true;

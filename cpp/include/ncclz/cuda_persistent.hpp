@@ -210,8 +210,8 @@ class PersistentRing {
   size_t fifo_bytes_ = 0;
   void* fifo_ = nullptr;
   void* next_ = nullptr;
-  void* outbox_ = nullptr;       // host FIFOs: the outbox as the device sees it
-  void* fifo_host_ = nullptr;    // host FIFOs: the host addresses
+  void* outbox_ = nullptr;     // host FIFOs: the outbox as the device sees it
+  void* fifo_host_ = nullptr;  // host FIFOs: the host addresses
   void* outbox_host_ = nullptr;
   void* scratch_ = nullptr;
   uint64_t* state_ = nullptr;  // per channel: the stream positions a call starts from (persistent_ring.cu)

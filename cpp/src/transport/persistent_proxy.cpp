@@ -83,10 +83,10 @@ void PersistentProxy::start(std::vector<ProxyChannel> channels) {
     if (!ch.send || !ch.recv) throw InvalidArgument(who + ": channel " + std::to_string(c) + " lacks a connection");
     const size_t got = std::min(ch.send->slot_bytes(), ch.recv->slot_bytes());
     if (got < f_.slot_bytes) {
-      throw InvalidArgument(who + ", channel " + std::to_string(c) + ": the transport's slots hold " +
-                            std::to_string(got) + " bytes, the FIFO's " + std::to_string(f_.slot_bytes) +
-                            " (a slice must fit one transport slot): connect with slot_bytes >= " +
-                            std::to_string(f_.slot_bytes));
+      throw InvalidArgument(
+          who + ", channel " + std::to_string(c) + ": the transport's slots hold " + std::to_string(got) +
+          " bytes, the FIFO's " + std::to_string(f_.slot_bytes) +
+          " (a slice must fit one transport slot): connect with slot_bytes >= " + std::to_string(f_.slot_bytes));
     }
   }
   stop_.store(false);
@@ -162,8 +162,8 @@ bool PersistentProxy::wait_flag(const uint64_t* flag, uint64_t want, bool holdin
 void PersistentProxy::send_loop(int c, std::unique_ptr<SendConn> conn) {
   const FifoView out(f_.outbox + size_t(c) * chan_bytes_);
   const uint64_t K = uint64_t(f_.slots);
-  const std::string where = "persistent proxy of rank " + std::to_string(o_.rank) + ", channel " +
-                            std::to_string(c) + ", sending to rank " + std::to_string(conn->peer());
+  const std::string where = "persistent proxy of rank " + std::to_string(o_.rank) + ", channel " + std::to_string(c) +
+                            ", sending to rank " + std::to_string(conn->peer());
   uint64_t i = 0;
   bool failed = false;
   try {
@@ -213,8 +213,8 @@ void PersistentProxy::send_loop(int c, std::unique_ptr<SendConn> conn) {
 void PersistentProxy::recv_loop(int c, std::unique_ptr<RecvConn> conn) {
   const FifoView in(f_.inbox + size_t(c) * chan_bytes_);
   const uint64_t K = uint64_t(f_.slots);
-  const std::string where = "persistent proxy of rank " + std::to_string(o_.rank) + ", channel " +
-                            std::to_string(c) + ", receiving from rank " + std::to_string(conn->peer());
+  const std::string where = "persistent proxy of rank " + std::to_string(o_.rank) + ", channel " + std::to_string(c) +
+                            ", receiving from rank " + std::to_string(conn->peer());
   uint64_t j = 0;
   bool failed = false;
   try {
@@ -270,10 +270,10 @@ std::vector<std::vector<ProxyChannel>> local_ring_channels(int nranks, int chann
     const int next = (r + 1) % nranks;
     for (int c = 0; c < channels; ++c) {
       auto mem = make_heap_ring(slots, slot_bytes);
-      out[size_t(r)][size_t(c)].send = std::make_unique<RingSendConn>(
-          mem, mem.get(), ConnLabel{"inproc", r, next, c}, flags[size_t(r)], nullptr);
-      out[size_t(next)][size_t(c)].recv = std::make_unique<RingRecvConn>(
-          mem, mem.get(), ConnLabel{"inproc", next, r, c}, flags[size_t(next)], nullptr);
+      out[size_t(r)][size_t(c)].send =
+          std::make_unique<RingSendConn>(mem, mem.get(), ConnLabel{"inproc", r, next, c}, flags[size_t(r)], nullptr);
+      out[size_t(next)][size_t(c)].recv =
+          std::make_unique<RingRecvConn>(mem, mem.get(), ConnLabel{"inproc", next, r, c}, flags[size_t(next)], nullptr);
     }
   }
   return out;
