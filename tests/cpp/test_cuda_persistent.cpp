@@ -620,25 +620,23 @@ TEST(CudaPersistent, ProxyMatchesDeviceFifos) {
   }
 }
 
-/// A connection that dies after `posts` posts: the real one is destroyed
-/// (its peer sees it closed, after the slots posted before) and every later
-/// acquire throws RemoteError, as a transport whose peer went away.
+/// A connection that dies after `posts` posts: the next acquire throws
+/// RemoteError, as a transport whose link failed; the proxy then destroys
+/// it, and with it the real one (the peer sees it closed, after the slots
+/// posted before).
 class DyingSend : public transport::SendConn {
  public:
   DyingSend(std::unique_ptr<transport::SendConn> inner, int posts)
       : inner_(std::move(inner)), left_(posts), slot_(inner_->slot_bytes()), peer_(inner_->peer()) {}
   uint8_t* acquire(transport::Clock::time_point deadline) override {
-    if (left_ == 0) inner_.reset();
-    if (!inner_) throw RemoteError("test: the connection to rank " + std::to_string(peer_) + " closed mid-call");
+    if (left_ == 0) throw RemoteError("test: the connection to rank " + std::to_string(peer_) + " closed mid-call");
     return inner_->acquire(deadline);
   }
   void post(size_t bytes) override {
     inner_->post(bytes);
     --left_;
   }
-  void flush(transport::Clock::time_point deadline) override {
-    if (inner_) inner_->flush(deadline);
-  }
+  void flush(transport::Clock::time_point deadline) override { inner_->flush(deadline); }
   size_t slot_bytes() const override { return slot_; }
   int peer() const override { return peer_; }
 
@@ -687,7 +685,9 @@ TEST(CudaPersistent, ProxyLinkClosedMidCallAbortsEveryRank) {
     const std::string e = g.proxies[size_t(r)]->stop();
     EXPECT_NE(e, "") << "rank " << r;
     EXPECT_TRUE(g.proxies[size_t(r)]->halted()) << "rank " << r;
-    if (r == 1) EXPECT_NE(e.find("closed mid-call"), std::string::npos) << e;
+    if (r == 1) {
+      EXPECT_NE(e.find("closed mid-call"), std::string::npos) << e;
+    }
   }
   // Stopped, reset, cleared, new connections: the same group runs again.
   for (auto& ring : g.rings) ASSERT_EQ(ring->reset(), 0);

@@ -260,7 +260,7 @@ void PersistentProxy::recv_loop(int c, std::unique_ptr<RecvConn> conn) {
 }
 
 std::vector<std::vector<ProxyChannel>> local_ring_channels(int nranks, int channels, int slots, size_t slot_bytes) {
-  std::vector<std::vector<ProxyChannel>> out(size_t(nranks));
+  std::vector<std::vector<ProxyChannel>> out(static_cast<size_t>(nranks));
   std::vector<std::shared_ptr<AbortFlag>> flags;
   for (int r = 0; r < nranks; ++r) {
     out[size_t(r)].resize(size_t(channels));

@@ -37,10 +37,12 @@
 // abort word (the kernel's waits end with RingError::Aborted) and exits; a
 // thread that sees the abort word set (its kernel failed, or the other
 // thread) exits too, and an error it meets after the word was set is not
-// recorded (an echo of the first). An exiting thread closes its connection, with a note
-// (CloseWhy::kClosedAborted) where it is a ring end, so the peer's proxy
-// fails at once and sets its own abort word: the abort travels round the ring
-// to every rank. Afterwards the connections hold the failed call's slices:
+// recorded (an echo of the first). An exiting thread closes its connection,
+// with a note (CloseWhy::kClosedAborted) where it is a ring end: the next
+// rank's receiving thread, always waiting on it, fails at once (the previous
+// rank's sender when it next needs a slot) and sets that rank's abort word,
+// so the abort travels down the ring to every rank, whatever its abort word
+// (one per host). Afterwards the connections hold the failed call's slices:
 // stop() every proxy, PersistentRing::reset() every ring, clear the abort
 // words, then start() each proxy with new connections (it begins at stream
 // position zero, as reset() leaves the FIFOs).
