@@ -4,10 +4,12 @@
 // cuda/persistent_ring.cu does, and the proxies carry the slices over
 // in-process slot rings. Checked: every slice arrives once, in order, with
 // its size and bytes, on every channel, over calls back to back, with
-// transport slots larger than the FIFO's and fewer; a connection that
-// closes mid-stream makes every rank's abort word set and every proxy stop
-// with an error; a transport slot smaller than the FIFO's is refused. The
-// kernels themselves through the proxy: test_cuda_persistent.cpp.
+// transport slots larger than the FIFO's and fewer, and over the socket and
+// shared-memory transports (ring_channels: the connections a communicator's
+// transport makes); a connection that closes mid-stream makes every rank's
+// abort word set and every proxy stop with an error; a transport slot
+// smaller than the FIFO's is refused. The kernels themselves through the
+// proxy: test_cuda_persistent.cpp.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -18,8 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/bootstrap.hpp"
 #include "ncclz/cuda_persistent.hpp"
 #include "ncclz/error.hpp"
+#include "test_threads.hpp"
 #include "transport/persistent_proxy.hpp"
 
 using namespace ncclz;
@@ -111,8 +115,9 @@ struct Ring {
   int N, channels;
   std::vector<std::unique_ptr<FakeRank>> ranks;
   std::vector<std::unique_ptr<PersistentProxy>> proxies;
-  Ring(int n, int ch, int k, size_t sb, int tslots, size_t tslot) : N(n), channels(ch) {
-    auto links = transport::local_ring_channels(n, ch, tslots, tslot);
+  Ring(int n, int ch, int k, size_t sb, int tslots, size_t tslot)
+      : Ring(n, ch, k, sb, transport::local_ring_channels(n, ch, tslots, tslot)) {}
+  Ring(int n, int ch, int k, size_t sb, std::vector<std::vector<transport::ProxyChannel>> links) : N(n), channels(ch) {
     for (int r = 0; r < n; ++r) {
       ranks.push_back(std::make_unique<FakeRank>(ch, k, sb));
       PersistentProxy::Options o;
@@ -170,6 +175,42 @@ TEST(PersistentProxy, CarriesEverySliceInOrder) {
         EXPECT_EQ(p.sent(c), 450u);
         EXPECT_EQ(p.received(c), 450u);
       }
+    }
+  }
+}
+
+// The same over the transports that connect ranks without shared memory
+// (sockets, with their proxy thread and checksums) and processes on one host
+// (shared memory), as a communicator's transport makes them (ring_channels,
+// every rank's bootstrap and transport: ranks as threads here).
+TEST(PersistentProxy, CarriesSlicesOverSocketAndShmTransports) {
+  for (const char* kind : {"socket", "shm"}) {
+    for (int N : {2, 3}) {
+      SCOPED_TRACE(std::string(kind) + ", " + std::to_string(N) + " ranks");
+      const int C = 2, K = 4;
+      const size_t slot = 512;
+      const UniqueId id = Bootstrap::make_unique_id();
+      std::vector<std::unique_ptr<Bootstrap>> boots(static_cast<size_t>(N));
+      std::vector<std::unique_ptr<transport::Transport>> ts(static_cast<size_t>(N));
+      std::vector<std::vector<transport::ProxyChannel>> links(static_cast<size_t>(N));
+      ncclz_test::run_threads(N, [&](int r) {
+        boots[size_t(r)] = Bootstrap::create(id, r, N, 10.0);
+        transport::TransportConfig cfg;
+        cfg.transport = kind;
+        cfg.nslots = 3;
+        ts[size_t(r)] = transport::create_transport(*boots[size_t(r)], cfg, nullptr);
+        links[size_t(r)] =
+            transport::ring_channels(*ts[size_t(r)], r, N, C, transport::Clock::now() + std::chrono::seconds(10), slot);
+      });
+      {
+        Ring ring(N, C, K, slot, std::move(links));
+        for (uint64_t call = 0; call < 2; ++call) {
+          const auto err = ring.run(call * 200, (call + 1) * 200);
+          for (const std::string& e : err) ASSERT_EQ(e, "") << "call " << call;
+        }
+        for (int r = 0; r < N; ++r) EXPECT_EQ(ring.proxies[size_t(r)]->error(), "");
+      }  // the proxies stopped (request_stop on all first) before the transports go
+      ncclz_test::run_threads(N, [&](int r) { ts[size_t(r)].reset(); });
     }
   }
 }

@@ -259,6 +259,25 @@ void PersistentProxy::recv_loop(int c, std::unique_ptr<RecvConn> conn) {
                  (failed ? error() : std::string("its kernel or proxy failed, or the call was aborted")) + ")");
 }
 
+std::vector<ProxyChannel> ring_channels(Transport& t, int rank, int nranks, int channels, Clock::time_point deadline,
+                                        size_t slot_bytes) {
+  if (nranks < 2 || rank < 0 || rank >= nranks) {
+    throw InvalidArgument("persistent proxy connections of rank " + std::to_string(rank) + " in a ring of " +
+                          std::to_string(nranks) + ": a ring to connect needs 2+ ranks");
+  }
+  const int prev = (rank + nranks - 1) % nranks, next = (rank + 1) % nranks;
+  std::vector<int> peers{next};
+  if (prev != next) peers.push_back(prev);
+  auto links = t.connect(peers, channels, deadline, slot_bytes);
+  std::vector<ProxyChannel> out(static_cast<size_t>(channels));
+  for (int c = 0; c < channels; ++c) {
+    std::vector<PeerLink>& l = links[size_t(c)];
+    out[size_t(c)].send = std::move(l[0].send);
+    out[size_t(c)].recv = std::move(l[prev == next ? 0 : 1].recv);
+  }
+  return out;
+}
+
 std::vector<std::vector<ProxyChannel>> local_ring_channels(int nranks, int channels, int slots, size_t slot_bytes) {
   std::vector<std::vector<ProxyChannel>> out(static_cast<size_t>(nranks));
   std::vector<std::shared_ptr<AbortFlag>> flags;

@@ -155,6 +155,14 @@ class PersistentProxy {
   std::string error_;
 };
 
+/// A rank's ProxyChannels from a transport (any kind): Transport::connect
+/// with its ring neighbours (the one peer of a 2-rank ring once), channel c's
+/// connection to the next rank and from the previous one. Collective: every
+/// rank of the transport calls it, with the same channels and slot_bytes
+/// (at least the FIFO's). InvalidArgument for fewer than 2 ranks.
+std::vector<ProxyChannel> ring_channels(Transport& t, int rank, int nranks, int channels, Clock::time_point deadline,
+                                        size_t slot_bytes);
+
 /// Ranks as threads of one process (tests, benchmarks): the connections of
 /// a ring of `nranks` ranks, `channels` channels, each link its own
 /// in-process slot ring of `slots` x `slot_bytes` (transport/slot_ring.hpp)
