@@ -3,14 +3,21 @@
 // one kernel per call and rank) over a list of shapes, next to a cudaMemcpy
 // device-to-device of one rank's buffer, in one run.
 //
-//   gpu_persistent_bench [--mib 64] [--ranks 4] [--shapes C:G:SLOT_KIB:K[:v1],...]
+//   gpu_persistent_bench [--mib 64] [--ranks 4] [--shapes C:G:SLOT_KIB:K[:v1][:proxy],...]
 //                        [--channels 8] [--ctas 1] [--slot-kib 1024] [--slots 4]
-//                        [--rel 1e-3] [--reps 5] [--warm 2] [--md out.md]
+//                        [--proxy 0|1] [--rel 1e-3] [--reps 5] [--warm 2] [--md out.md]
 //
 // A shape: C channels, G CTAs per channel, slots of SLOT_KIB KiB, K slots
 // per FIFO; ":v1" runs it with the first version's per-slice code
 // (Options::first_version_slices), for an A/B against the same shape
-// without it. Without --shapes, the one shape of --channels, --ctas,
+// without it; ":proxy" with the FIFOs in page-locked host memory
+// (Options::fifo_in_host_memory), every link carried by the ranks' host
+// proxies (transport/persistent_proxy.hpp, two threads per channel and
+// rank) over an in-process transport connection of K slots of the FIFO's
+// size, each rank with its own abort word: the path of ranks on other hosts,
+// less the network. --proxy 1 adds a ":proxy" twin after every shape, so
+// one run times device FIFOs against host FIFOs and proxies. Without
+// --shapes, the one shape of --channels, --ctas,
 // --slot-kib, --slots. A shape whose CTAs (N x C x G) cannot all be
 // resident is reported as refused (PersistentRing::kNotResident), not run.
 //
@@ -52,6 +59,7 @@
 #include "gpu_bench_util.cuh"
 #include "ncclz/cuda_codec.hpp"
 #include "ncclz/cuda_persistent.hpp"
+#include "transport/persistent_proxy.hpp"
 
 using ncclz::codec::ElemType;
 using ncclz::codec::Predictor;
@@ -88,13 +96,14 @@ struct Shape {
   int channels = 8, ctas = 1, slots = 4;
   size_t slot_kib = 1024;
   bool v1 = false;
+  bool proxy = false;  // host FIFOs and proxies
   std::string name() const {
     return std::to_string(channels) + "x" + std::to_string(ctas) + ", " + std::to_string(slots) + " x " +
-           std::to_string(slot_kib) + " KiB" + (v1 ? ", v1 slices" : "");
+           std::to_string(slot_kib) + " KiB" + (v1 ? ", v1 slices" : "") + (proxy ? ", proxy" : "");
   }
 };
 
-/// "C:G:SLOT_KIB:K[:v1],..." (commas or spaces between shapes); false on a malformed one.
+/// "C:G:SLOT_KIB:K[:v1][:proxy],..." (commas or spaces between shapes); false on a malformed one.
 bool parse_shapes(const std::string& list, std::vector<Shape>* out) {
   std::string tok;
   for (size_t i = 0; i <= list.size(); ++i) {
@@ -104,13 +113,23 @@ bool parse_shapes(const std::string& list, std::vector<Shape>* out) {
     }
     if (tok.empty()) continue;
     Shape sh;
-    char v[8] = {};
-    const int got = std::sscanf(tok.c_str(), "%d:%d:%zu:%d:%7s", &sh.channels, &sh.ctas, &sh.slot_kib, &sh.slots, v);
-    if (got < 4 || (got == 5 && std::strcmp(v, "v1") != 0)) {
-      std::fprintf(stderr, "bad shape '%s' (C:G:SLOT_KIB:K or C:G:SLOT_KIB:K:v1)\n", tok.c_str());
+    int used = 0;
+    bool ok = std::sscanf(tok.c_str(), "%d:%d:%zu:%d%n", &sh.channels, &sh.ctas, &sh.slot_kib, &sh.slots, &used) == 4;
+    for (std::string rest = ok ? tok.substr(size_t(used)) : ""; ok && !rest.empty();) {  // ":v1", ":proxy"
+      const size_t end = rest.find(':', 1);
+      const std::string flag = rest.substr(0, end);
+      if (flag == ":v1")
+        sh.v1 = true;
+      else if (flag == ":proxy")
+        sh.proxy = true;
+      else
+        ok = false;
+      rest = end == std::string::npos ? "" : rest.substr(end);
+    }
+    if (!ok) {
+      std::fprintf(stderr, "bad shape '%s' (C:G:SLOT_KIB:K, then :v1 and/or :proxy)\n", tok.c_str());
       return false;
     }
-    sh.v1 = got == 5;
     out->push_back(sh);
     tok.clear();
   }
@@ -135,7 +154,7 @@ unsigned long long count_diff(const void* a, const void* b, size_t bytes, unsign
 
 int main(int argc, char** argv) {
   size_t mib = 64, slot_kib = 1024;
-  int N = 4, channels = 8, ctas = 1, slots = 4, reps = 5, warm = 2;
+  int N = 4, channels = 8, ctas = 1, slots = 4, reps = 5, warm = 2, proxy = 0;
   double rel = 1e-3;
   std::string md_path, shape_list;
   const bool args_ok = BenchArgs()
@@ -146,6 +165,7 @@ int main(int argc, char** argv) {
                            .add("--ctas", &ctas)
                            .add("--slot-kib", &slot_kib)
                            .add("--slots", &slots)
+                           .add("--proxy", &proxy)
                            .add("--rel", &rel)
                            .add("--reps", &reps)
                            .add("--warm", &warm)
@@ -162,6 +182,17 @@ int main(int argc, char** argv) {
     shapes.push_back(sh);
   } else if (!parse_shapes(shape_list, &shapes)) {
     return 2;
+  }
+  if (proxy) {  // each shape, then its twin with host FIFOs and proxies
+    std::vector<Shape> both;
+    for (const Shape& sh : shapes) {
+      both.push_back(sh);
+      if (!sh.proxy) {
+        both.push_back(sh);
+        both.back().proxy = true;
+      }
+    }
+    shapes = both;
   }
   N = std::max(1, N);
   reps = std::max(1, reps);
@@ -257,8 +288,12 @@ int main(int argc, char** argv) {
         const Mode& m = kModes[mi];
         if (m.data != kind || refused[si]) continue;
         Row& row = rows[si][size_t(mi)];
-        nc::RingAbort abort;
-        CK(cudaError_t(abort.status()));
+        // One abort word for the group; with proxies one per rank (as ranks on separate hosts).
+        std::vector<std::unique_ptr<nc::RingAbort>> aborts;
+        for (int r = 0; r < (sh.proxy ? N : 1); ++r) {
+          aborts.push_back(std::make_unique<nc::RingAbort>());
+          CK(cudaError_t(aborts.back()->status()));
+        }
         std::vector<std::unique_ptr<nc::PersistentRing>> rings;
         for (int r = 0; r < N; ++r) {
           nc::PersistentRing::Options o;
@@ -273,7 +308,8 @@ int main(int argc, char** argv) {
           o.slots = sh.slots;
           o.timeout_ns = 20'000'000'000ull;
           o.first_version_slices = sh.v1;
-          rings.push_back(std::make_unique<nc::PersistentRing>(o, &abort));
+          o.fifo_in_host_memory = sh.proxy;
+          rings.push_back(std::make_unique<nc::PersistentRing>(o, aborts[sh.proxy ? size_t(r) : 0].get()));
           if (rings.back()->status() == nc::PersistentRing::kNotResident) {
             std::printf("%-22s refused: %d ranks x %d CTAs = %d CTAs, at most %d resident\n", sh.name().c_str(), N,
                         sh.channels * sh.ctas, N * sh.channels * sh.ctas, rings.back()->max_resident_ctas());
@@ -293,7 +329,29 @@ int main(int argc, char** argv) {
           for (uint64_t v : sz) coded += v;
           row.ratio = double(bytes) / double(coded);
         }
-        for (int r = 0; r < N; ++r) rings[size_t(r)]->connect(rings[size_t((r + 1) % N)]->fifo());
+        // Device FIFOs: each kernel writes into the next rank's. Host FIFOs:
+        // each rank's proxy over in-process connections (declared after the
+        // rings: stopped and destroyed before them).
+        std::vector<std::unique_ptr<ncclz::transport::PersistentProxy>> proxies;
+        if (!sh.proxy) {
+          for (int r = 0; r < N; ++r) rings[size_t(r)]->connect(rings[size_t((r + 1) % N)]->fifo());
+        } else if (N > 1) {
+          auto links = ncclz::transport::local_ring_channels(N, sh.channels, sh.slots, slot);
+          for (int r = 0; r < N; ++r) {
+            ncclz::transport::PersistentProxy::Fifos f;
+            f.inbox = static_cast<uint8_t*>(rings[size_t(r)]->fifo_host());
+            f.outbox = static_cast<uint8_t*>(rings[size_t(r)]->outbox_host());
+            f.channels = sh.channels;
+            f.slots = sh.slots;
+            f.slot_bytes = slot;
+            f.abort_word = aborts[size_t(r)]->host_ptr();
+            ncclz::transport::PersistentProxy::Options po;
+            po.rank = r;
+            po.timeout = std::chrono::seconds(20);
+            proxies.push_back(std::make_unique<ncclz::transport::PersistentProxy>(f, po));
+            proxies.back()->start(std::move(links[size_t(r)]));
+          }
+        }
         // One call of every rank at once, timed from the release of the threads.
         auto call = [&]() {
           std::atomic<int> ready{0};
@@ -341,6 +399,12 @@ int main(int argc, char** argv) {
         for (int i = 0; i < reps && ok; ++i) {
           t.push_back(call());
           ok = t.back() >= 0;
+        }
+        for (auto& p : proxies) p->request_stop();  // all first: no proxy fails on a peer's close
+        for (size_t r = 0; r < proxies.size(); ++r) {
+          const std::string pe = proxies[r]->stop();
+          if (!pe.empty())
+            std::fprintf(stderr, "%s %s rank %zu's proxy: %s\n", sh.name().c_str(), m.name, r, pe.c_str());
         }
         row.ok = ok;
         row.ran = true;

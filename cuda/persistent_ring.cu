@@ -34,14 +34,32 @@
 // stores released[] and posted[]. Device scope, because the FIFOs are device
 // memory of this GPU and only its kernels touch them; the first version's
 // system-scope fences and per-poll sleep remain for A/B timing
-// (Options::first_version_slices). Every wait checks the group's abort word
+// (Options::first_version_slices).
+//
+// Host FIFOs (Options::fifo_in_host_memory): the same handshake, the flags
+// and slots in page-locked host memory, the other side of each FIFO a CPU
+// thread (the proxy, transport/persistent_proxy.cpp), and both fences
+// system-scope. Device scope is not enough there: the memory model orders a
+// fence only for the threads inside its scope, and the proxy thread is
+// outside the GPU's. A device-scope release does not wait for the CTA's
+// writes to host memory (posted over PCIe or NVLink-C2C) to be performed
+// at the host, so the proxy could see posted[] before the slot's bytes or
+// size; a device-scope acquire after reading the proxy's posted[] does not
+// order the slot reads after it for a writer outside the GPU. A .sys fence
+// (__threadfence_system) makes the volatile flag access (relaxed, system
+// scope) and the fence a release or acquire pattern that the host thread's
+// own release store or acquire load synchronizes with.
+//
+// Every wait checks the group's abort word
 // and the timeout (no progress for timeout_ns by %globaltimer) and reports
 // (RingReport, one per CTA) instead of hanging; a failing CTA sets the abort
 // word so that its peers stop too.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "cta_slice.cuh"
 #include "device_sync.cuh"
@@ -65,8 +83,9 @@ enum : int { kRecv = 1, kReduce = 2, kCopy = 4, kSend = 8, kForward = 16 };
 struct RingArgs {
   int rank, nranks, K, G;
   bool v1;            // Options::first_version_slices
+  bool sys;           // the FIFOs are host memory (a proxy on the other side): system-scope fences
   uint8_t* in_fifo;   // this rank's FIFOs
-  uint8_t* out_fifo;  // the next rank's
+  uint8_t* out_fifo;  // the next rank's, or this rank's outbox (host FIFOs)
   size_t chan_bytes, stride, slot_bytes;
   const void* src;
   void* dst;
@@ -264,7 +283,7 @@ struct RingCta {
         else
           poll_pause(polls);
       }
-      flag_fence(a.v1);  // acquire: the slot's bytes (or its release) before what follows
+      flag_fence(a.v1 || a.sys);  // acquire: the slot's bytes (or its release) before what follows
       *s_err = int(e);
       if (e != RingError::None) fail(e, 0, peer);
     }
@@ -337,7 +356,7 @@ struct RingCta {
     }
     if (threadIdx.x == 0) {
       if (send) store_volatile(&out.sizes[shead % K], out_len);
-      flag_fence(a.v1);  // release: the CTA's reads and writes of both slots, and the size
+      flag_fence(a.v1 || a.sys);  // release: the CTA's reads and writes of both slots, and the size
       if (recv) store_volatile(&in.released[rtail % K], rtail + 1);
       if (send) store_volatile(&out.posted[shead % K], shead + 1);
     }
@@ -518,7 +537,14 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
     stream_ = stream;
   }
   fifo_bytes_ = size_t(o.channels) * FifoLayout::channel_bytes(o.slot_bytes, o.slots);
-  if ((status_ = int(cudaMalloc(&fifo_, fifo_bytes_))) != 0) return;
+  if (o.fifo_in_host_memory) {  // the receive FIFO and the outbox, mapped for the device
+    for (auto [host, dev] : {std::pair{&fifo_host_, &fifo_}, std::pair{&outbox_host_, &outbox_}}) {
+      if ((status_ = int(cudaHostAlloc(host, fifo_bytes_, cudaHostAllocMapped))) != 0) return;
+      if ((status_ = int(cudaHostGetDevicePointer(dev, *host, 0))) != 0) return;
+    }
+  } else if ((status_ = int(cudaMalloc(&fifo_, fifo_bytes_))) != 0) {
+    return;
+  }
   if ((status_ = int(cudaMalloc(&scratch_, size_t(ctas) * slice_ * es))) != 0) return;
   void* st = nullptr;
   if ((status_ = int(cudaMalloc(&st, size_t(o.channels) * kStateWords * 8))) != 0) return;
@@ -535,7 +561,9 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
 PersistentRing::~PersistentRing() {
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   if (s || own_stream_) cudaStreamSynchronize(s);
-  if (fifo_) cudaFree(fifo_);
+  if (fifo_host_) cudaFreeHost(fifo_host_);
+  if (outbox_host_) cudaFreeHost(outbox_host_);
+  if (fifo_ && !o_.fifo_in_host_memory) cudaFree(fifo_);
   if (scratch_) cudaFree(scratch_);
   if (state_) cudaFree(state_);
   if (rep_host_) cudaFreeHost(rep_host_);
@@ -544,15 +572,20 @@ PersistentRing::~PersistentRing() {
 
 int PersistentRing::reset() {
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  cudaError_t e = cudaMemsetAsync(fifo_, 0, fifo_bytes_, s);
+  cudaError_t e = cudaSuccess;
+  if (!o_.fifo_in_host_memory) e = cudaMemsetAsync(fifo_, 0, fifo_bytes_, s);
   if (e == cudaSuccess) e = cudaMemsetAsync(state_, 0, size_t(o_.channels) * kStateWords * 8, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (e == cudaSuccess && o_.fifo_in_host_memory) {  // no kernel runs (synchronized), the proxy is stopped
+    std::memset(fifo_host_, 0, fifo_bytes_);
+    std::memset(outbox_host_, 0, fifo_bytes_);
+  }
   return int(e);
 }
 
 int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t count) {
   if (status_) return status_;
-  if (next_ == nullptr && o_.nranks > 1) return host_error(Status::BadHeader);
+  if (next_ == nullptr && o_.nranks > 1 && !o_.fifo_in_host_memory) return host_error(Status::BadHeader);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   const int ctas = o_.channels * o_.ctas_per_channel;
   // The reports cleared in stream order (after any earlier call's kernel).
@@ -564,8 +597,9 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
   a.K = o_.slots;
   a.G = o_.ctas_per_channel;
   a.v1 = o_.first_version_slices;
+  a.sys = o_.fifo_in_host_memory;
   a.in_fifo = static_cast<uint8_t*>(fifo_);
-  a.out_fifo = static_cast<uint8_t*>(next_);
+  a.out_fifo = static_cast<uint8_t*>(o_.fifo_in_host_memory ? outbox_ : next_);
   a.chan_bytes = FifoLayout::channel_bytes(o_.slot_bytes, o_.slots);
   a.stride = FifoLayout::slot_stride(o_.slot_bytes);
   a.slot_bytes = o_.slot_bytes;

@@ -7,6 +7,13 @@
 // codes also with the exact wrapping sum. Abort and timeout make a waiting
 // kernel report instead of hanging.
 //
+// With host FIFOs (Options::fifo_in_host_memory) every link of the ring goes
+// through the ranks' proxies (transport/persistent_proxy.hpp) over an
+// in-process slot ring of the transport (slot_ring.hpp), each rank with an
+// abort word of its own, as ranks on separate hosts: the same bits as the
+// CPU ring (so as the device FIFOs), and a link that closes mid-call ends
+// every rank's kernel with Aborted.
+//
 // Built with CUDA (NCCLZ_WITH_CUDA; skips without a GPU, fails under
 // NCCLZ_REQUIRE_GPU=1) and in the CPU emulator (tools/cuda_emu:
 // ncclz_cuda_emu_prims_tests, whose host threads run their kernels
@@ -20,6 +27,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -34,6 +42,7 @@
 #include "prims/prims.hpp"
 #include "prims/reduce.hpp"
 #include "test_fifo.hpp"
+#include "transport/persistent_proxy.hpp"
 
 using namespace ncclz;
 using codec::ElemType;
@@ -58,12 +67,19 @@ struct Case {
   size_t slot = kSlot;
   int slots = kSlots;
   bool v1 = false;  // Options::first_version_slices
+  // Host FIFOs and proxies: the transport's slots (0: the FIFO's) and how many.
+  bool proxy = false;
+  size_t tslot = 0;
+  int tslots = 3;
 };
 std::string describe(const Case& c) {
   return std::to_string(c.N) + " ranks, type " + std::to_string(int(c.type)) +
          (c.coded ? " coded, predictor " : " raw") + (c.coded ? std::to_string(int(c.pred)) : "") + ", " +
          std::to_string(c.channels) + " channel(s) x " + std::to_string(c.ctas) + " CTA(s), " +
-         std::to_string(c.slots) + " slots of " + std::to_string(c.slot) + " bytes" + (c.v1 ? ", first version" : "");
+         std::to_string(c.slots) + " slots of " + std::to_string(c.slot) + " bytes" + (c.v1 ? ", first version" : "") +
+         (c.proxy ? ", host FIFOs and proxies over " + std::to_string(c.tslots) + " transport slots of " +
+                        std::to_string(c.tslot ? c.tslot : c.slot) + " bytes"
+                  : "");
 }
 
 /// Integer codes (a noisy walk, an incompressible stretch: Raw fallback,
@@ -146,12 +162,20 @@ uint64_t test_timeout_ns() {
   return uint64_t(s * 1e9);
 }
 
-/// N rings of a group, connected, each with its own stream.
+/// N rings of a group, connected, each with its own stream. Device FIFOs:
+/// one abort word, each kernel writes into the next rank's FIFO. Host FIFOs
+/// (c.proxy): an abort word per rank, each rank's proxy started over
+/// in-process connections (the test may replace a connection first: `wrap`).
 struct Group {
+  using Wrap = std::function<void(int rank, int channel, transport::ProxyChannel&)>;
   nc::RingAbort abort;
+  std::vector<std::unique_ptr<nc::RingAbort>> aborts;  // host FIFOs: rank r's
   std::vector<std::unique_ptr<nc::PersistentRing>> rings;
-  explicit Group(const Case& c, uint64_t timeout_ns = test_timeout_ns()) {
+  std::vector<std::unique_ptr<transport::PersistentProxy>> proxies;
+  Case c;
+  explicit Group(const Case& cs, uint64_t timeout_ns = test_timeout_ns(), const Wrap& wrap = nullptr) : c(cs) {
     for (int r = 0; r < c.N; ++r) {
+      if (c.proxy) aborts.push_back(std::make_unique<nc::RingAbort>());
       nc::PersistentRing::Options o;
       o.rank = r;
       o.nranks = c.N;
@@ -164,9 +188,47 @@ struct Group {
       o.slots = c.slots;
       o.timeout_ns = timeout_ns;
       o.first_version_slices = c.v1;
-      rings.push_back(std::make_unique<nc::PersistentRing>(o, &abort));
+      o.fifo_in_host_memory = c.proxy;
+      rings.push_back(std::make_unique<nc::PersistentRing>(o, c.proxy ? aborts.back().get() : &abort));
     }
-    for (int r = 0; r < c.N; ++r) rings[size_t(r)]->connect(rings[size_t((r + 1) % c.N)]->fifo());
+    if (!c.proxy) {
+      for (int r = 0; r < c.N; ++r) rings[size_t(r)]->connect(rings[size_t((r + 1) % c.N)]->fifo());
+      return;
+    }
+    for (int r = 0; r < c.N; ++r) {
+      if (rings[size_t(r)]->status() != 0) return;  // the test's ASSERT says so
+      transport::PersistentProxy::Options po;
+      po.rank = r;
+      po.timeout = std::chrono::nanoseconds(timeout_ns);
+      proxies.push_back(std::make_unique<transport::PersistentProxy>(fifos(r), po));
+    }
+    start(wrap);
+  }
+  transport::PersistentProxy::Fifos fifos(int r) const {
+    const nc::PersistentRing& ring = *rings[size_t(r)];
+    transport::PersistentProxy::Fifos f;
+    f.inbox = static_cast<uint8_t*>(ring.fifo_host());
+    f.outbox = static_cast<uint8_t*>(ring.outbox_host());
+    f.channels = c.channels;
+    f.slots = c.slots;
+    f.slot_bytes = c.slot;
+    f.abort_word = aborts[size_t(r)]->host_ptr();
+    return f;
+  }
+  /// Every proxy started over new in-process connections.
+  void start(const Wrap& wrap = nullptr) {
+    if (c.N < 2) return;  // one rank sends nothing
+    auto links = transport::local_ring_channels(c.N, c.channels, c.tslots, c.tslot ? c.tslot : c.slot);
+    for (int r = 0; r < c.N; ++r) {
+      if (wrap) {
+        for (int ch = 0; ch < c.channels; ++ch) wrap(r, ch, links[size_t(r)][size_t(ch)]);
+      }
+      proxies[size_t(r)]->start(std::move(links[size_t(r)]));
+    }
+  }
+  ~Group() {
+    for (auto& p : proxies) p->request_stop();  // all first: no proxy fails on a peer's close
+    for (auto& p : proxies) p->stop();
   }
 };
 
@@ -474,6 +536,238 @@ TEST(CudaPersistent, RefusesShapesThatCannotBeResident) {
     nc::PersistentRing edge(o, &abort);
     EXPECT_EQ(edge.status(), 0);
   }
+}
+
+// ---- Host FIFOs and proxies (Options::fifo_in_host_memory) ------------------
+
+Case proxied(Case c, size_t tslot = 0, int tslots = 3) {
+  c.proxy = true;
+  c.tslot = tslot;
+  c.tslots = tslots;
+  return c;
+}
+
+// Every link through the ranks' proxies and an in-process transport
+// connection: the CPU ring's bits, for codes (Block, a predictor) and Raw
+// values (int32, float32), 2, 3 and 4 ranks, one element to three ring loops
+// with a short tail, two calls each.
+TEST(CudaPersistent, ProxyAllReduceMatchesCpuRing) {
+  SKIP_WITHOUT_GPU();
+  for (int N : {2, 3, 4}) {
+    const size_t slice = prims::slice_elems_for(kSlot, 4);
+    for (size_t n : {size_t(1), 2 * slice + 37, 2 * slice * size_t(N) * 2 + slice / 3}) {
+      check_case(proxied(Case{N, ElemType::I32, true, Predictor::Delta1, 1}), n);
+      check_case(proxied(Case{N, ElemType::I32, false, Predictor::None, 1}), n);
+      check_case(proxied(Case{N, ElemType::F32, false, Predictor::None, 1}), n);
+      if (HasFatalFailure()) return;
+    }
+  }
+  check_case(proxied(Case{3, ElemType::I32, true, Predictor::None, 1}), 1001);
+}
+
+// Two channels, two CTAs a channel (their slices posted and released out of
+// order, carried in order), in place, element-aligned buffers, transport
+// slots larger than the FIFO's and fewer of them.
+TEST(CudaPersistent, ProxyChannelsAndCtasMatchCpuRing) {
+  SKIP_WITHOUT_GPU();
+  check_case(proxied(Case{3, ElemType::I32, true, Predictor::Delta2, 2, 2}, 2 * kSlot, 2), 5001);
+  check_case(proxied(Case{4, ElemType::F32, false, Predictor::None, 2, 2}), 3001, true, 1);
+  check_case(proxied(Case{2, ElemType::I32, true, Predictor::None, 2, 1}), 777, true);
+  check_case(proxied(Case{4, ElemType::I32, false, Predictor::None, 1, 2, kSlot, 6}, kSlot, 4), 7777);
+  check_case(proxied(Case{2, ElemType::I32, true, Predictor::Delta1, 1, 2, 16 << 10, 4}), 30001);
+}
+
+// The same call through device FIFOs and through host FIFOs and proxies: the
+// same outputs, and each rank's receive FIFO holds the same bytes afterwards
+// (flags, sizes, and each slot's slice: FifoLayout).
+TEST(CudaPersistent, ProxyMatchesDeviceFifos) {
+  SKIP_WITHOUT_GPU();
+  const Case dc{3, ElemType::I32, true, Predictor::Delta1, 2, 2};
+  const Case hc = proxied(dc);
+  const size_t count = 4321;
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < dc.N; ++r) in.push_back(make_input(dc.type, count, 31 * uint64_t(r) + 5));
+  Group dg(dc), hg(hc);
+  for (int r = 0; r < dc.N; ++r) {
+    ASSERT_EQ(dg.rings[size_t(r)]->status(), 0);
+    ASSERT_EQ(hg.rings[size_t(r)]->status(), 0);
+  }
+  std::vector<int> drc, hrc;
+  const auto dout = device_all_reduce(dg, dc, count, in, false, &drc);
+  const auto hout = device_all_reduce(hg, hc, count, in, false, &hrc);
+  const size_t fifo_bytes = size_t(dc.channels) * nc::FifoLayout::channel_bytes(dc.slot, dc.slots);
+  for (int r = 0; r < dc.N; ++r) {
+    ASSERT_EQ(drc[size_t(r)], 0);
+    ASSERT_EQ(hrc[size_t(r)], 0);
+    EXPECT_TRUE(dout[size_t(r)] == hout[size_t(r)]) << "rank " << r;
+    const std::vector<uint8_t> dev = from_device(dg.rings[size_t(r)]->fifo(), fifo_bytes);
+    const auto* host = static_cast<const uint8_t*>(hg.rings[size_t(r)]->fifo_host());
+    for (int ch = 0; ch < dc.channels; ++ch) {
+      const size_t base = size_t(ch) * nc::FifoLayout::channel_bytes(dc.slot, dc.slots);
+      const size_t flags = nc::FifoLayout::kSlotsAt;  // posted, released, sizes
+      ASSERT_EQ(std::memcmp(dev.data() + base, host + base, flags), 0) << "rank " << r << " channel " << ch;
+      uint64_t posted0 = 0;
+      std::memcpy(&posted0, dev.data() + base + nc::FifoLayout::kPostedAt, 8);
+      EXPECT_GT(posted0, 0u);  // slices went through this FIFO
+      for (int k = 0; k < dc.slots; ++k) {
+        uint64_t n = 0;
+        std::memcpy(&n, dev.data() + base + nc::FifoLayout::kSizesAt + 8 * size_t(k), 8);
+        ASSERT_LE(n, dc.slot);
+        const size_t at = base + nc::FifoLayout::kSlotsAt + size_t(k) * nc::FifoLayout::slot_stride(dc.slot);
+        EXPECT_EQ(std::memcmp(dev.data() + at, host + at, size_t(n)), 0) << "rank " << r << " slot " << k;
+      }
+    }
+  }
+}
+
+/// A connection that dies after `posts` posts: the next acquire throws
+/// RemoteError, as a transport whose link failed; the proxy then destroys
+/// it, and with it the real one (the peer sees it closed, after the slots
+/// posted before).
+class DyingSend : public transport::SendConn {
+ public:
+  DyingSend(std::unique_ptr<transport::SendConn> inner, int posts)
+      : inner_(std::move(inner)), left_(posts), slot_(inner_->slot_bytes()), peer_(inner_->peer()) {}
+  uint8_t* acquire(transport::Clock::time_point deadline) override {
+    if (left_ == 0) throw RemoteError("test: the connection to rank " + std::to_string(peer_) + " closed mid-call");
+    return inner_->acquire(deadline);
+  }
+  void post(size_t bytes) override {
+    inner_->post(bytes);
+    --left_;
+  }
+  void flush(transport::Clock::time_point deadline) override { inner_->flush(deadline); }
+  size_t slot_bytes() const override { return slot_; }
+  int peer() const override { return peer_; }
+
+ private:
+  std::unique_ptr<transport::SendConn> inner_;
+  int left_;
+  size_t slot_;
+  int peer_;
+};
+
+/// Every rank's all_reduce of `in` at once; the return codes, and the
+/// longest a rank's call took.
+std::vector<int> run_all(Group& g, size_t count, const std::vector<std::vector<uint8_t>>& in, double* max_s) {
+  std::vector<int> rc;
+  const auto t0 = std::chrono::steady_clock::now();
+  device_all_reduce(g, g.c, count, in, false, &rc);
+  *max_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rc;
+}
+
+// Rank 1's connection to rank 2 (channel 0) closes after 3 slices, in the
+// first of a call's many: rank 1's proxy fails and sets its abort word, its
+// connections close with a note, and the abort travels round the ring
+// through the other proxies (each rank its own abort word, as on separate
+// hosts): every kernel of every rank ends with Aborted (none waits for its
+// timeout), every proxy stops with an error. Then, stopped, reset and
+// cleared, the group runs the call again over new connections.
+TEST(CudaPersistent, ProxyLinkClosedMidCallAbortsEveryRank) {
+  SKIP_WITHOUT_GPU();
+  const Case c = proxied(Case{3, ElemType::I32, true, Predictor::Delta1, 2});
+  const size_t slice = prims::slice_elems_for(kSlot, 4), count = 2 * (2 * slice * 3 * 2);  // two loops a channel
+  std::vector<std::vector<uint8_t>> in;
+  for (int r = 0; r < c.N; ++r) in.push_back(make_input(c.type, count, 77 + uint64_t(r)));
+  Group g(c, 60'000'000'000ull, [](int r, int ch, transport::ProxyChannel& pc) {
+    if (r == 1 && ch == 0) pc.send = std::make_unique<DyingSend>(std::move(pc.send), 3);
+  });
+  for (const auto& ring : g.rings) ASSERT_EQ(ring->status(), 0);
+  double took = 0;
+  const std::vector<int> rc = run_all(g, count, in, &took);
+  for (int r = 0; r < c.N; ++r) {
+    EXPECT_EQ(rc[size_t(r)], 1000 + int(nc::RingError::Aborted)) << "rank " << r;
+    EXPECT_TRUE(g.aborts[size_t(r)]->is_set()) << "rank " << r;
+  }
+  EXPECT_LT(took, 30.0);
+  for (int r = 0; r < c.N; ++r) {
+    const std::string e = g.proxies[size_t(r)]->stop();
+    EXPECT_NE(e, "") << "rank " << r;
+    EXPECT_TRUE(g.proxies[size_t(r)]->halted()) << "rank " << r;
+    if (r == 1) {
+      EXPECT_NE(e.find("closed mid-call"), std::string::npos) << e;
+    }
+  }
+  // Stopped, reset, cleared, new connections: the same group runs again.
+  for (auto& ring : g.rings) ASSERT_EQ(ring->reset(), 0);
+  for (auto& a : g.aborts) a->clear();
+  g.start();
+  const std::vector<int> rc2 = run_all(g, count, in, &took);
+  std::vector<uint8_t> sum(count * 4, 0);
+  for (const auto& x : in) prims::reduce_fn(ElemType::I32, RedOp::Sum)(sum.data(), sum.data(), x.data(), count);
+  std::vector<int> rc3;
+  const auto got = device_all_reduce(g, c, count, in, false, &rc3);  // and once more, back to back
+  for (int r = 0; r < c.N; ++r) {
+    ASSERT_EQ(rc2[size_t(r)], 0) << "rank " << r;
+    ASSERT_EQ(rc3[size_t(r)], 0) << "rank " << r;
+    EXPECT_TRUE(got[size_t(r)] == sum) << "rank " << r;
+    EXPECT_EQ(g.proxies[size_t(r)]->error(), "");
+  }
+}
+
+// A kernel that fails (rank 1 alone, a 50 ms timeout) sets its abort word;
+// its proxy stops, closing its connections with a note, and the proxies of
+// the idle ranks downstream fail on it and set theirs.
+TEST(CudaPersistent, ProxyStopsWhenItsKernelFails) {
+  SKIP_WITHOUT_GPU();
+  const Case c = proxied(Case{3, ElemType::F32, false, Predictor::None, 1});
+  Group g(c, 50'000'000ull);
+  for (const auto& ring : g.rings) ASSERT_EQ(ring->status(), 0);
+  const size_t count = 4000;
+  DevBuf src(count * 4), dst(count * 4);
+  int e = g.rings[1]->all_reduce_async(src.get(), dst.get(), count);
+  nc::RingReport rep;
+  if (e == 0) e = g.rings[1]->synchronize(&rep);
+  EXPECT_EQ(e, 1000 + int(nc::RingError::TimedOut));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto all_halted = [&] {
+    for (int r = 0; r < c.N; ++r)
+      if (!g.proxies[size_t(r)]->halted() || !g.aborts[size_t(r)]->is_set()) return false;
+    return true;
+  };
+  while (!all_halted() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(all_halted());
+  EXPECT_EQ(g.proxies[1]->error(), "");  // it stopped on its kernel's word, with nothing of its own to report
+  const std::string e2 = g.proxies[2]->error();
+  EXPECT_NE(e2.find("rank 1's persistent ring stopped"), std::string::npos) << e2;
+}
+
+// A transport slot smaller than the FIFO's cannot carry a slice: start()
+// refuses it (and a wrong channel count, and a proxy without FIFOs).
+TEST(CudaPersistent, ProxyRefusesSmallTransportSlots) {
+  SKIP_WITHOUT_GPU();
+  nc::RingAbort abort;
+  nc::PersistentRing::Options o;
+  o.nranks = 2;
+  o.slot_bytes = kSlot;
+  o.fifo_in_host_memory = true;
+  nc::PersistentRing ring(o, &abort);
+  ASSERT_EQ(ring.status(), 0);
+  ASSERT_NE(ring.fifo_host(), nullptr);
+  ASSERT_NE(ring.outbox_host(), nullptr);
+  transport::PersistentProxy::Fifos f;
+  f.inbox = static_cast<uint8_t*>(ring.fifo_host());
+  f.outbox = static_cast<uint8_t*>(ring.outbox_host());
+  f.slot_bytes = kSlot;
+  f.abort_word = abort.host_ptr();
+  transport::PersistentProxy proxy(f, {});
+  auto small = transport::local_ring_channels(2, 1, 3, kSlot - 16);
+  try {
+    proxy.start(std::move(small[0]));
+    ADD_FAILURE() << "a transport slot of " << kSlot - 16 << " bytes was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("slots hold " + std::to_string(kSlot - 16) + " bytes, the FIFO's " +
+                                         std::to_string(kSlot)),
+              std::string::npos)
+        << e.what();
+  }
+  auto two = transport::local_ring_channels(2, 2, 3, kSlot);
+  EXPECT_THROW(proxy.start(std::move(two[0])), InvalidArgument);  // 2 channels for a 1-channel ring
+  EXPECT_EQ(proxy.stop(), "");
+  f.outbox = nullptr;
+  EXPECT_THROW({ transport::PersistentProxy p(f, {}); }, InvalidArgument);
 }
 
 }  // namespace

@@ -8,11 +8,19 @@
 // (NCCLZ_WITH_CUDA). Declared here without CUDA headers. docs/GPU.md,
 // "Persistent ring kernels", says how ranks sharing a GPU make progress.
 //
-// This version: ranks as threads of one process on one device (each rank its
-// own stream, one CUDA context, so a FIFO's device pointer is valid in every
-// rank). The FIFO is one device allocation per rank (all its channels), its
-// layout fixed by (channels, slots, slot bytes) alone, so that a later
-// version can hand it to another process with a CUDA IPC handle.
+// Where the FIFOs live (Options::fifo_in_host_memory):
+//  - device memory (the default): ranks as threads of one process on one
+//    device (each rank its own stream, one CUDA context, so a FIFO's device
+//    pointer is valid in every rank); the kernel writes straight into the
+//    next rank's FIFO (connect()). One device allocation per rank (all its
+//    channels), its layout fixed by (channels, slots, slot bytes) alone, so
+//    that a later version can hand it to another process with a CUDA IPC
+//    handle.
+//  - page-locked host memory mapped for the device: the rank's receive FIFO
+//    and an outgoing one (its "outbox", the same FifoLayout), for ranks that
+//    share no memory (other hosts): the kernel posts into its outbox and a
+//    host proxy (transport/persistent_proxy.hpp) carries each slice over an
+//    ncclz transport connection into the next rank's receive FIFO.
 //
 // Schedule and bytes: the CPU ring's (algorithms/ring.cpp, ring_all_reduce:
 // loops of N chunks of at most slots/2 slices, chunk r-1 sent first; the
@@ -46,6 +54,10 @@ namespace ncclz::cuda {
 /// K] >= i + 1. Per-slot flags, not one head and tail counter, so that the
 /// CTAs sharing a channel post and release their slices out of order.
 /// Nothing in it is a pointer (a later version maps it into another process).
+/// In host memory (Options::fifo_in_host_memory) the same bytes; the host
+/// proxy then plays the other side of each FIFO: it writes released[] of the
+/// outbox and sizes[], the slot and posted[] of the receive FIFO, in the
+/// order above (a slot's bytes and size before its posted flag).
 struct FifoLayout {
   static constexpr int kMaxSlots = 64;
   static constexpr size_t kPostedAt = 0;      ///< u64 posted[kMaxSlots]
@@ -90,6 +102,9 @@ class RingAbort {
   void clear();
   bool is_set() const;
   int* device_ptr() const { return dev_; }  ///< the word as the kernels see it
+  /// The word as host threads see it (a proxy: PersistentProxy::Fifos):
+  /// read and written with atomic builtins, nonzero = set.
+  int* host_ptr() const { return host_; }
 
  private:
   int* host_ = nullptr;
@@ -123,6 +138,14 @@ class PersistentRing {
     /// fences, a 100 ns sleep and an abort-word read on every poll, a
     /// separate wait for the incoming and the outgoing slot). Same results.
     bool first_version_slices = false;
+    /// The receive FIFO and an outbox (both FifoLayout, channels x
+    /// channel_bytes) in page-locked host memory mapped for the device,
+    /// instead of device memory: the kernel sends into its outbox, a
+    /// PersistentProxy (transport/persistent_proxy.hpp) drains it into a
+    /// transport connection and fills the receive FIFO from the previous
+    /// rank's; connect() is not used. The kernel's flag fences are then
+    /// system-scope (cuda/persistent_ring.cu, "Handshake"). Same bytes.
+    bool fifo_in_host_memory = false;
   };
 
   /// status() of a ring whose shape cannot run: the group's CTAs (nranks x
@@ -144,10 +167,15 @@ class PersistentRing {
   /// 0, or the error with which construction failed (minus a codec::Status
   /// for options it refuses; every call then returns it).
   int status() const { return status_; }
-  /// This rank's receive FIFOs (device memory): the previous rank sends there.
+  /// This rank's receive FIFOs as the device sees them: the previous rank sends there.
   void* fifo() const { return fifo_; }
-  /// The next rank's fifo() (device memory of the same context).
+  /// The next rank's fifo() (device memory of the same context; device FIFOs only).
   void connect(void* next_fifo) { next_ = next_fifo; }
+  /// With fifo_in_host_memory: the host addresses of the receive FIFOs and of
+  /// the outbox (for the proxy); nullptr otherwise.
+  void* fifo_host() const { return fifo_host_; }
+  void* outbox_host() const { return outbox_host_; }
+  const Options& options() const { return o_; }
   /// Elements per slice: prims::slice_elems_for(slot_bytes, element size).
   size_t slice_elems() const { return slice_; }
   /// CTAs of this kind of kernel the device holds at once (occupancy per SM x
@@ -165,7 +193,9 @@ class PersistentRing {
   /// when the call succeeded).
   int synchronize(RingReport* rep = nullptr);
   /// After a failed call: the FIFO flags and the channels' stream positions back to zero (every rank of the
-  /// group, with no kernel running, before the abort word is cleared).
+  /// group, with no kernel running, before the abort word is cleared; with
+  /// host FIFOs also the outbox, with the proxy stopped: it starts again
+  /// from position zero, PersistentProxy::start).
   int reset();
   void* stream() const { return stream_; }
 
@@ -180,6 +210,9 @@ class PersistentRing {
   size_t fifo_bytes_ = 0;
   void* fifo_ = nullptr;
   void* next_ = nullptr;
+  void* outbox_ = nullptr;     // host FIFOs: the outbox as the device sees it
+  void* fifo_host_ = nullptr;  // host FIFOs: the host addresses
+  void* outbox_host_ = nullptr;
   void* scratch_ = nullptr;
   uint64_t* state_ = nullptr;  // per channel: the stream positions a call starts from (persistent_ring.cu)
   RingReport* rep_host_ = nullptr;
