@@ -123,10 +123,10 @@ INIT_FILTER=${NCCLZ_INIT_FILTER:-CudaCodec.FormatExamplesOnDevice:CudaCodec.Empt
 # Step limits in seconds, each a ceiling (the build's three are one phase:
 # GoogleTest, configure, compile; the module copy is instant).
 L_ENV=15 L_SMOKE=25 L_GTEST=20 L_CONFIGURE=25 L_BUILD=140 L_MODULE=10 L_TEST=40 L_PYTEST=150 L_PYCPU=0
-L_BENCH=40 L_RANKS=60 L_DEVPATH=40 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30 L_PRIMS=30 L_PERSIST=40
+L_BENCH=40 L_RANKS=60 L_DEVPATH=40 L_MEMCHECK=35 L_RACECHECK=60 L_SAN3=30 L_PRIMS=30 L_PERSIST=40 L_PERSIST_BENCH=70
 # NCCLZ_GPU_LIMIT_SCALE=N multiplies every limit (rehearsals on a slow machine; with a deadline to match).
 if [ -n "${NCCLZ_GPU_LIMIT_SCALE:-}" ]; then
-  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3 L_PRIMS L_PERSIST; do
+  for v in L_ENV L_SMOKE L_GTEST L_CONFIGURE L_BUILD L_MODULE L_TEST L_PYTEST L_PYCPU L_BENCH L_RANKS L_MEMCHECK L_RACECHECK L_SAN3 L_PRIMS L_PERSIST L_PERSIST_BENCH; do
     eval "$v=\$(($v * NCCLZ_GPU_LIMIT_SCALE))"
   done
 fi
@@ -269,13 +269,15 @@ persist_tests() {
 }
 # NCCLZ_PERSIST_SHAPES: the persistent benchmark's shapes, one run of it (bench/gpu_persistent_bench.cu
 # --shapes: C:G:SLOT_KIB:K[:v1], channels x CTAs per channel, slot KiB, slots; ":v1" the first
-# version's per-slice code for the A/B). 4 ranks take 4 x C x G CTAs, which must all be resident at
-# once: the benchmark reports a shape beyond the occupancy bound as refused instead of running it.
-PERSIST_SHAPES_DEFAULT="8:1:1024:4:v1 8:1:1024:4 32:1:256:4:v1 32:1:256:4 8:4:1024:8 8:8:256:16 16:4:256:8 16:4:128:8 32:2:256:8 64:1:256:4 16:2:1024:8 16:8:256:16"
+# version's per-slice code for the A/B; ":proxy" the same shape with host-memory FIFOs bridged by
+# the proxy threads, each right after its device-FIFO twin). 4 ranks take 4 x C x G CTAs, which must
+# all be resident at once: the benchmark reports a shape beyond the occupancy bound as refused instead
+# of running it.
+PERSIST_SHAPES_DEFAULT="8:1:1024:4:v1 8:1:1024:4 8:1:1024:4:proxy 32:1:256:4:v1 32:1:256:4 8:4:1024:8 8:4:1024:8:proxy 8:8:256:16 16:4:256:8 16:4:128:8 32:2:256:8 64:1:256:4 16:2:1024:8 16:8:256:16 4:2:1024:8 4:2:1024:8:proxy"
 persist_bench() {
   local log=$OUT_DIR/bench.log
   rm -f "$SCRATCH/persistent.md"
-  step bench-persistent "$log" $L_PERSIST "'$BUILD/cuda/gpu_persistent_bench' --mib 64 --ranks 4 --shapes '${NCCLZ_PERSIST_SHAPES:-$PERSIST_SHAPES_DEFAULT}' --rel 1e-3 --reps 5 --md '$SCRATCH/persistent.md'"
+  step bench-persistent "$log" $L_PERSIST_BENCH "'$BUILD/cuda/gpu_persistent_bench' --mib 64 --ranks 4 --shapes '${NCCLZ_PERSIST_SHAPES:-$PERSIST_SHAPES_DEFAULT}' --rel 1e-3 --reps 5 --md '$SCRATCH/persistent.md'"
   [ -f "$SCRATCH/persistent.md" ] && cat "$SCRATCH/persistent.md" | tee -a "$log" >>"$SUMMARY"
   return 0
 }
