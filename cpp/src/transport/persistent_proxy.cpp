@@ -159,6 +159,25 @@ bool PersistentProxy::wait_flag(const uint64_t* flag, uint64_t want, bool holdin
   }
 }
 
+bool PersistentProxy::failed_at(const std::string& where, uint64_t slice, const char* what) {
+  // After request_stop() a peer's close is the expected end; after the abort
+  // word was set (by the kernel, or the other thread) an error is its echo.
+  if (should_end()) return false;
+  fail(where + ", slice " + std::to_string(slice) + " of the channel's stream: " + what);
+  return true;
+}
+
+bool PersistentProxy::stopping(bool failed) {
+  const bool aborted = failed || __atomic_load_n(f_.abort_word, __ATOMIC_ACQUIRE) != 0;
+  if (aborted) halted_.store(true, std::memory_order_release);
+  return aborted;
+}
+
+std::string PersistentProxy::stop_note(bool failed) const {
+  return "rank " + std::to_string(o_.rank) + "'s persistent ring stopped (" +
+         (failed ? error() : std::string("its kernel or proxy failed, or the call was aborted")) + ")";
+}
+
 void PersistentProxy::send_loop(int c, std::unique_ptr<SendConn> conn) {
   const FifoView out(f_.outbox + size_t(c) * chan_bytes_);
   const uint64_t K = uint64_t(f_.slots);
@@ -196,18 +215,10 @@ void PersistentProxy::send_loop(int c, std::unique_ptr<SendConn> conn) {
       counters_[size_t(c)].sent.store(i + 1, std::memory_order_release);
     }
   } catch (const std::exception& e) {
-    // After request_stop() a peer's close is the expected end; after the abort
-    // word was set (by the kernel, or the other thread) an error is its echo.
-    if (!should_end()) {
-      fail(where + ", slice " + std::to_string(i) + " of the channel's stream: " + e.what());
-      failed = true;
-    }
+    failed = failed_at(where, i, e.what());
   }
-  const bool aborted = failed || __atomic_load_n(f_.abort_word, __ATOMIC_ACQUIRE) != 0;
-  if (aborted) halted_.store(true, std::memory_order_release);
-  close_conn(conn, aborted,
-             "rank " + std::to_string(o_.rank) + "'s persistent ring stopped (" +
-                 (failed ? error() : std::string("its kernel or proxy failed, or the call was aborted")) + ")");
+  const bool aborted = stopping(failed);
+  close_conn(conn, aborted, stop_note(failed));
 }
 
 void PersistentProxy::recv_loop(int c, std::unique_ptr<RecvConn> conn) {
@@ -245,18 +256,10 @@ void PersistentProxy::recv_loop(int c, std::unique_ptr<RecvConn> conn) {
       counters_[size_t(c)].received.store(j + 1, std::memory_order_release);
     }
   } catch (const std::exception& e) {
-    // After request_stop() a peer's close is the expected end; after the abort
-    // word was set (by the kernel, or the other thread) an error is its echo.
-    if (!should_end()) {
-      fail(where + ", slice " + std::to_string(j) + " of the channel's stream: " + e.what());
-      failed = true;
-    }
+    failed = failed_at(where, j, e.what());
   }
-  const bool aborted = failed || __atomic_load_n(f_.abort_word, __ATOMIC_ACQUIRE) != 0;
-  if (aborted) halted_.store(true, std::memory_order_release);
-  close_conn(conn, aborted,
-             "rank " + std::to_string(o_.rank) + "'s persistent ring stopped (" +
-                 (failed ? error() : std::string("its kernel or proxy failed, or the call was aborted")) + ")");
+  const bool aborted = stopping(failed);
+  close_conn(conn, aborted, stop_note(failed));
 }
 
 std::vector<ProxyChannel> ring_channels(Transport& t, int rank, int nranks, int channels, Clock::time_point deadline,

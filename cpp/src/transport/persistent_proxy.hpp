@@ -143,6 +143,15 @@ class PersistentProxy {
   bool wait_flag(const uint64_t* flag, uint64_t want, bool holding, const char* what, uint64_t slot);
   bool should_end() const;
   void fail(const std::string& msg);
+  /// A channel thread's exception at `slice`: recorded as the proxy's failure
+  /// (true) unless the proxy was ending anyway (false: a stop or abort's echo).
+  bool failed_at(const std::string& where, uint64_t slice, const char* what);
+  /// Whether a channel thread that ends (failed: its own failure) closes its
+  /// connection as aborted (its failure, or the abort word set); marks the
+  /// proxy halted then.
+  bool stopping(bool failed);
+  /// The note that connection's peer fails with.
+  std::string stop_note(bool failed) const;
 
   Fifos f_;
   Options o_;
