@@ -41,6 +41,7 @@
 #include "ncclz/cuda_support.hpp"
 #include "prims/prims.hpp"
 #include "prims/reduce.hpp"
+#include "test_dying_send.hpp"
 #include "test_fifo.hpp"
 #include "transport/persistent_proxy.hpp"
 
@@ -620,32 +621,7 @@ TEST(CudaPersistent, ProxyMatchesDeviceFifos) {
   }
 }
 
-/// A connection that dies after `posts` posts: the next acquire throws
-/// RemoteError, as a transport whose link failed; the proxy then destroys
-/// it, and with it the real one (the peer sees it closed, after the slots
-/// posted before).
-class DyingSend : public transport::SendConn {
- public:
-  DyingSend(std::unique_ptr<transport::SendConn> inner, int posts)
-      : inner_(std::move(inner)), left_(posts), slot_(inner_->slot_bytes()), peer_(inner_->peer()) {}
-  uint8_t* acquire(transport::Clock::time_point deadline) override {
-    if (left_ == 0) throw RemoteError("test: the connection to rank " + std::to_string(peer_) + " closed mid-call");
-    return inner_->acquire(deadline);
-  }
-  void post(size_t bytes) override {
-    inner_->post(bytes);
-    --left_;
-  }
-  void flush(transport::Clock::time_point deadline) override { inner_->flush(deadline); }
-  size_t slot_bytes() const override { return slot_; }
-  int peer() const override { return peer_; }
-
- private:
-  std::unique_ptr<transport::SendConn> inner_;
-  int left_;
-  size_t slot_;
-  int peer_;
-};
+using ncclz_test::DyingSend;
 
 /// Every rank's all_reduce of `in` at once; the return codes, and the
 /// longest a rank's call took.

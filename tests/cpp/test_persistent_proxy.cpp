@@ -23,6 +23,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "ncclz/cuda_persistent.hpp"
 #include "ncclz/error.hpp"
+#include "test_dying_send.hpp"
 #include "test_threads.hpp"
 #include "transport/persistent_proxy.hpp"
 
@@ -215,31 +216,7 @@ TEST(PersistentProxy, CarriesSlicesOverSocketAndShmTransports) {
   }
 }
 
-/// A connection that dies after `posts` posts: the next acquire throws
-/// RemoteError, as a transport whose link failed; the proxy then destroys it
-/// and the real end with it (the peer sees it closed).
-class DyingSend : public transport::SendConn {
- public:
-  DyingSend(std::unique_ptr<transport::SendConn> inner, int posts)
-      : inner_(std::move(inner)), left_(posts), slot_(inner_->slot_bytes()), peer_(inner_->peer()) {}
-  uint8_t* acquire(transport::Clock::time_point deadline) override {
-    if (left_ == 0) throw RemoteError("test: the connection closed");
-    return inner_->acquire(deadline);
-  }
-  void post(size_t bytes) override {
-    inner_->post(bytes);
-    --left_;
-  }
-  void flush(transport::Clock::time_point) override {}
-  size_t slot_bytes() const override { return slot_; }
-  int peer() const override { return peer_; }
-
- private:
-  std::unique_ptr<transport::SendConn> inner_;
-  int left_;
-  size_t slot_;
-  int peer_;
-};
+using ncclz_test::DyingSend;
 
 // Rank 2's connection to rank 3 (channel 1) dies after 5 slices: every
 // rank's abort word is set (its own proxy's doing, after the closed
