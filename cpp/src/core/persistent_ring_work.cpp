@@ -92,7 +92,7 @@ class RingWork final : public PersistentWork {
   void all_reduce(codec::ElemType wire, bool coded, const void* src, void* dst, size_t count, int nch,
                   const std::vector<uint64_t>& expect_recv, const std::vector<uint64_t>& sent) override {
     const std::string who = "rank " + std::to_string(rank_);
-    for (int c = 0; c < channels(); ++c) proxy_->expect(c, expect_recv[size_t(c)]);
+    for (int c = 0; c < channels(); ++c) proxy_->expect(c, expect_recv[size_t(c)], sent[size_t(c)]);
     if (proxy_->halted() || proxy_->peer_gone() || abort_.is_set()) {
       abort_.set();  // the peers' kernels stop through the communicator's abort (the caller's)
       throw Error(who + ": the persistent ring's proxy stopped before the call: " + proxy_why());
@@ -117,7 +117,8 @@ class RingWork final : public PersistentWork {
     if (rc != 0) throw Error(who + ": the persistent ring kernel: " + PersistentRing::describe(rc));
     // The call's slices left this process (a rank may exit once its call returns).
     for (int c = 0; c < nch; ++c) {
-      const std::string e = proxy_->wait_flushed(c, sent[size_t(c)], timeout_);
+      const std::string e =
+          proxy_->wait_flushed(c, sent[size_t(c)], std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_));
       if (!e.empty()) throw Error(who + ": " + e);
     }
   }

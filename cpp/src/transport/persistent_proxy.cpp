@@ -101,6 +101,7 @@ void PersistentProxy::start(std::vector<ProxyChannel> channels) {
     counters_[size_t(c)].bytes.store(0);
     counters_[size_t(c)].flushed.store(0);
     counters_[size_t(c)].expect_recv.store(~uint64_t(0));
+    counters_[size_t(c)].expect_sent.store(~uint64_t(0));
   }
   peer_gone_.store(false);
   for (int c = 0; c < f_.channels; ++c) {
@@ -218,13 +219,6 @@ void PersistentProxy::send_loop(int c, std::unique_ptr<SendConn> conn) {
   try {
     for (;; ++i) {
       const uint64_t k = i % K;
-      // Going idle (slice i not posted yet): the slices sent so far leave
-      // this process first (a socket's own thread may still hold them), so
-      // that a rank whose call is done may exit (wait_flushed).
-      if (i > counters_[size_t(c)].flushed.load(std::memory_order_relaxed) && load_acquire(&out.posted[k]) < i + 1) {
-        conn->flush(Clock::now() + o_.timeout);
-        counters_[size_t(c)].flushed.store(i, std::memory_order_release);
-      }
       // Idle until the kernel posts slice i (no deadline: between calls).
       if (!wait_flag(&out.posted[k], i + 1, false, "", k)) break;
       const uint64_t n = __atomic_load_n(&out.sizes[k], __ATOMIC_RELAXED);  // ordered by the acquire of posted
@@ -251,6 +245,13 @@ void PersistentProxy::send_loop(int c, std::unique_ptr<SendConn> conn) {
       store_release(&out.released[k], i + 1);  // the kernel may refill the outbox slot
       counters_[size_t(c)].bytes.fetch_add(n, std::memory_order_relaxed);
       counters_[size_t(c)].sent.store(i + 1, std::memory_order_release);
+      // A call's last slice (expect()): the call's slices leave this process
+      // (a socket's own thread may still hold them), so that a rank whose
+      // call is done may exit (wait_flushed).
+      if (i + 1 == counters_[size_t(c)].expect_sent.load()) {
+        conn->flush(Clock::now() + o_.timeout);
+        counters_[size_t(c)].flushed.store(i + 1, std::memory_order_release);
+      }
     }
   } catch (const std::exception& e) {
     failed = failed_at(where, i, e.what());
