@@ -148,12 +148,12 @@ std::vector<std::vector<uint8_t>> inputs(DataType t, size_t n, int N, unsigned s
   return in;
 }
 
-#define SKIP_WITHOUT_DEVICE()                                                                             \
-  do {                                                                                                    \
-    if (cuda::device_count() == 0) {                                                                      \
+#define SKIP_WITHOUT_DEVICE()                                                                                  \
+  do {                                                                                                         \
+    if (cuda::device_count() == 0) {                                                                           \
       if (ncclz_test::gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << ncclz_test::no_device_reason(); \
-      GTEST_SKIP() << "no CUDA device (" << ncclz_test::no_device_reason() << ")";                        \
-    }                                                                                                     \
+      GTEST_SKIP() << "no CUDA device (" << ncclz_test::no_device_reason() << ")";                             \
+    }                                                                                                          \
   } while (0)
 
 }  // namespace
@@ -166,8 +166,8 @@ std::vector<std::vector<uint8_t>> inputs(DataType t, size_t n, int N, unsigned s
 // element; Raw wire bytes are the raw bytes, coded ones fewer.
 TEST(CudaPersistentComm, AllReduceMatchesTheDevicePathBitForBit) {
   SKIP_WITHOUT_DEVICE();
-  const std::vector<size_t> sizes = ncclz_test::quick() ? std::vector<size_t>{1, 700, 5003, 2}
-                                                        : std::vector<size_t>{1, 700, 5003, 2, 33333, 1024};
+  const std::vector<size_t> sizes =
+      ncclz_test::quick() ? std::vector<size_t>{1, 700, 5003, 2} : std::vector<size_t>{1, 700, 5003, 2, 33333, 1024};
   for (int N : {2, 3, 4}) {
     Ranks on = make_ranks(N, 1), off = make_ranks(N, 0);
     const std::vector<bool> dev(size_t(N), true);
@@ -196,7 +196,7 @@ TEST(CudaPersistentComm, AllReduceMatchesTheDevicePathBitForBit) {
             ASSERT_TRUE(x.out == b[size_t(r)].out) << "differs from the call with the opt-in off";
             ASSERT_TRUE(x.out == a[0].out) << "ranks' results differ";
             if (!lossy) {
-              EXPECT_EQ(x.stats.wire_bytes, x.stats.raw_bytes);  // Raw slices: the values' bytes
+              EXPECT_EQ(x.stats.wire_bytes, x.stats.raw_bytes);            // Raw slices: the values' bytes
               EXPECT_EQ(x.stats.raw_bytes, b[size_t(r)].stats.raw_bytes);  // the same elements sent
             } else if (count >= 5003) {
               EXPECT_GT(x.stats.ratio, 1.5);  // Coded slices: fewer bytes

@@ -70,8 +70,8 @@ void run_persistent(Runtime& rt, const Collective& cd, codec::ElemType wire, boo
   ev.arg("count", double(count)).arg("coded", coded ? 1.0 : 0.0);
   const auto t0 = Clock::now();
   try {
-    if (!rt.persistent) rt.persistent = PersistentWork::create(rt.rank, rt.nranks, cd.device, rt.cfg,
-                                                               std::move(rt.persistent_links));
+    if (!rt.persistent)
+      rt.persistent = PersistentWork::create(rt.rank, rt.nranks, cd.device, rt.cfg, std::move(rt.persistent_links));
     PersistentWork& pw = *rt.persistent;
     nch = std::max(1, std::min(nch, pw.channels()));
     const size_t es = codec::elem_size(wire), slice = pw.slice_elems(es);

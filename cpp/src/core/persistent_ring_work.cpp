@@ -36,9 +36,7 @@ const char* ring_error_name(int e) {
 class RingWork final : public PersistentWork {
  public:
   RingWork(int rank, int nranks, int device, const CommConfig& cfg, std::vector<transport::ProxyChannel> links)
-      : rank_(rank),
-        timeout_(std::chrono::duration<double>(cfg.timeout_s > 0 ? cfg.timeout_s : 300)),
-        abort_(device) {
+      : rank_(rank), timeout_(std::chrono::duration<double>(cfg.timeout_s > 0 ? cfg.timeout_s : 300)), abort_(device) {
     const std::string who = "persistent ring of rank " + std::to_string(rank);
     if (links.empty()) throw Error(who + ": no connections (made at creation where NCCLZ_PERSISTENT=1)");
     if (abort_.status() != 0) throw Error(who + ": the abort word: " + PersistentRing::describe(abort_.status()));
@@ -103,7 +101,8 @@ class RingWork final : public PersistentWork {
     sh.predictor = kPredictor;
     sh.channels = nch;
     const int launched = ring_->all_reduce_async(src, dst, count, sh);
-    if (launched != 0) throw Error(who + ": launching the persistent ring kernel: " + PersistentRing::describe(launched));
+    if (launched != 0)
+      throw Error(who + ": launching the persistent ring kernel: " + PersistentRing::describe(launched));
     cuda::RingReport rep;
     const int rc = ring_->synchronize(&rep);
     if (rc >= 1000) {
