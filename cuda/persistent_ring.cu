@@ -430,11 +430,11 @@ template <class T, bool kCoded>
 __global__ void __launch_bounds__(kThreads, 2) ring_all_reduce_kernel(RingArgs a) {
   __shared__ typename RingCta<T, kCoded>::Smem sm;
   __shared__ int s_err;
-  // Channel c: the c-th of the channels' contiguous parts; CTA g of its G.
+  // Channel c of C: elements [count * c / C, count * (c + 1) / C), the
+  // communicator's split (core::RingChannels::run_schedule); CTA g of its G.
   const int chan = int(blockIdx.x) / a.G, g = int(blockIdx.x) % a.G, channels = int(gridDim.x) / a.G;
-  const size_t per = (a.count + size_t(channels) - 1) / size_t(channels);
-  const size_t c0 = size_t(chan) * per < a.count ? size_t(chan) * per : a.count;
-  const size_t cn = a.count - c0 < per ? a.count - c0 : per;
+  const size_t c0 = a.count * size_t(chan) / size_t(channels);
+  const size_t cn = a.count * size_t(chan + 1) / size_t(channels) - c0;
   const T* src = static_cast<const T*>(a.src) + c0;
   T* dst = static_cast<T*>(a.dst) + c0;
   if (a.nranks == 1) {  // the G CTAs copy a G-th of the part each
@@ -473,9 +473,35 @@ bool raw_type_ok(ElemType t) {
   return t == ElemType::F32 || t == ElemType::F64 || t == ElemType::I32 || t == ElemType::I64;
 }
 
+bool shape_ok(ElemType t, bool coded, Predictor p) {
+  const bool type_ok = coded ? (t == ElemType::I32 || t == ElemType::I64) : raw_type_ok(t);
+  const bool pred_ok = !coded || p == Predictor::None || p == Predictor::Delta1 || p == Predictor::Delta2;
+  return type_ok && pred_ok;
+}
+
+/// Options::device on the calling thread (nothing for -1).
+cudaError_t use_device(int device) { return device >= 0 ? cudaSetDevice(device) : cudaSuccess; }
+
+/// CTAs of the kernel for (t, coded) the device holds at once.
+cudaError_t resident_ctas(ElemType t, bool coded, int* out) {
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(t, coded), kThreads, 0);
+  *out = per_sm * sms;
+  return e;
+}
+
+/// prims::slice_elems_for: the CPU ring's slicing (a Raw slice always fits a slot).
+size_t slice_for(size_t slot_bytes, size_t es) {
+  if (slot_bytes <= codec::kHeaderBytes + es) return 1;
+  return std::min<size_t>((slot_bytes - codec::kHeaderBytes) / es, 0xFFFFFFFFu);
+}
+
 }  // namespace
 
-RingAbort::RingAbort() {
+RingAbort::RingAbort(int device) {
+  if ((status_ = int(use_device(device))) != 0) return;
   void* h = nullptr;
   status_ = int(cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped));
   if (status_ != 0) return;
@@ -497,10 +523,7 @@ void RingAbort::clear() {
 bool RingAbort::is_set() const { return host_ && __atomic_load_n(host_, __ATOMIC_SEQ_CST) != 0; }
 
 PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream) : o_(o), abort_(abort) {
-  const bool type_ok = o.coded ? (o.type == ElemType::I32 || o.type == ElemType::I64) : raw_type_ok(o.type);
-  const bool pred_ok = !o.coded || o.predictor == Predictor::None || o.predictor == Predictor::Delta1 ||
-                       o.predictor == Predictor::Delta2;
-  if (!type_ok || !pred_ok) {
+  if (!shape_ok(o.type, o.coded, o.predictor)) {
     status_ = host_error(Status::Unsupported);
     return;
   }
@@ -512,21 +535,15 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
     status_ = host_error(Status::BadHeader);
     return;
   }
+  if ((status_ = int(use_device(o.device))) != 0) return;
   // Every CTA of every rank (all on this device) must be resident at once.
-  int dev = 0, sms = 0, per_sm = 0;
-  if ((status_ = int(cudaGetDevice(&dev))) != 0) return;
-  if ((status_ = int(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev))) != 0) return;
-  if ((status_ =
-           int(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_for(o.type, o.coded), kThreads, 0))) != 0)
-    return;
-  max_resident_ = per_sm * sms;
+  if ((status_ = int(resident_ctas(o.type, o.coded, &max_resident_))) != 0) return;
   const int ctas = o.channels * o.ctas_per_channel;
   if (int64_t(o.nranks) * ctas > int64_t(max_resident_)) {
     status_ = kNotResident;
     return;
   }
-  // prims::slice_elems_for: the CPU ring's slicing (a Raw slice always fits a slot).
-  slice_ = std::min<size_t>((o.slot_bytes - codec::kHeaderBytes) / es, 0xFFFFFFFFu);
+  slice_ = slice_for(o.slot_bytes, es);
   if (stream == nullptr) {
     cudaStream_t s = nullptr;
     status_ = int(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -545,7 +562,8 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
   } else if ((status_ = int(cudaMalloc(&fifo_, fifo_bytes_))) != 0) {
     return;
   }
-  if ((status_ = int(cudaMalloc(&scratch_, size_t(ctas) * slice_ * es))) != 0) return;
+  // A slice of any element type per CTA (Shape: L x its size <= slot_bytes - the header).
+  if ((status_ = int(cudaMalloc(&scratch_, size_t(ctas) * FifoLayout::slot_stride(o.slot_bytes)))) != 0) return;
   void* st = nullptr;
   if ((status_ = int(cudaMalloc(&st, size_t(o.channels) * kStateWords * 8))) != 0) return;
   state_ = static_cast<uint64_t*>(st);
@@ -559,6 +577,7 @@ PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream)
 }
 
 PersistentRing::~PersistentRing() {
+  use_device(o_.device);
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
   if (s || own_stream_) cudaStreamSynchronize(s);
   if (fifo_host_) cudaFreeHost(fifo_host_);
@@ -570,10 +589,27 @@ PersistentRing::~PersistentRing() {
   if (own_stream_) cudaStreamDestroy(s);
 }
 
+std::string PersistentRing::describe(int rc) {
+  if (rc == 0) return "no error";
+  if (rc == kNotResident) return "the ring's CTAs cannot all be resident on the device at once";
+  if (rc < 0) return std::string("refused: ") + codec::status_string(Status(-rc));
+  if (rc >= 1000 && rc < 1000 + 16) {
+    switch (RingError(rc - 1000)) {
+      case RingError::Aborted: return "the ring was aborted";
+      case RingError::TimedOut: return "a wait of the ring timed out";
+      case RingError::Codec: return "a slice did not decode";
+      default: break;
+    }
+  }
+  return std::string("CUDA error ") + std::to_string(rc) + ": " + cudaGetErrorString(cudaError_t(rc));
+}
+
+size_t PersistentRing::slice_elems_for(size_t esize) const { return slice_for(o_.slot_bytes, esize); }
+
 int PersistentRing::reset() {
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  cudaError_t e = cudaSuccess;
-  if (!o_.fifo_in_host_memory) e = cudaMemsetAsync(fifo_, 0, fifo_bytes_, s);
+  cudaError_t e = use_device(o_.device);
+  if (e == cudaSuccess && !o_.fifo_in_host_memory) e = cudaMemsetAsync(fifo_, 0, fifo_bytes_, s);
   if (e == cudaSuccess) e = cudaMemsetAsync(state_, 0, size_t(o_.channels) * kStateWords * 8, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   if (e == cudaSuccess && o_.fifo_in_host_memory) {  // no kernel runs (synchronized), the proxy is stopped
@@ -584,10 +620,23 @@ int PersistentRing::reset() {
 }
 
 int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t count) {
+  return all_reduce_async(d_src, d_dst, count, Shape{o_.type, o_.coded, o_.predictor, o_.channels});
+}
+
+int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t count, const Shape& sh) {
   if (status_) return status_;
   if (next_ == nullptr && o_.nranks > 1 && !o_.fifo_in_host_memory) return host_error(Status::BadHeader);
+  if (!shape_ok(sh.type, sh.coded, sh.predictor)) return host_error(Status::Unsupported);
+  if (sh.channels < 1 || sh.channels > o_.channels) return host_error(Status::BadHeader);
+  if (const cudaError_t e = use_device(o_.device); e != cudaSuccess) return int(e);
+  const int ctas = sh.channels * o_.ctas_per_channel;
+  if (sh.type != o_.type || sh.coded != o_.coded) {  // another kernel: its own occupancy
+    int most = 0;
+    if (const cudaError_t e = resident_ctas(sh.type, sh.coded, &most); e != cudaSuccess) return int(e);
+    if (int64_t(o_.nranks) * ctas > int64_t(most)) return kNotResident;
+  }
   const cudaStream_t s = static_cast<cudaStream_t>(stream_);
-  const int ctas = o_.channels * o_.ctas_per_channel;
+  last_ctas_ = ctas;
   // The reports cleared in stream order (after any earlier call's kernel).
   if (const cudaError_t e = cudaMemsetAsync(rep_dev_, 0, sizeof(RingReport) * size_t(ctas), s); e != cudaSuccess)
     return int(e);
@@ -607,16 +656,17 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
   a.dst = d_dst;
   a.count = count;
   a.scratch = scratch_;
-  a.L = uint32_t(slice_);
-  a.seg = size_t(std::max(1, o_.slots / 2)) * slice_;  // ring_segment_elems
-  a.pred = o_.predictor;
+  const size_t L = slice_for(o_.slot_bytes, codec::elem_size(sh.type));
+  a.L = uint32_t(L);
+  a.seg = size_t(std::max(1, o_.slots / 2)) * L;  // ring_segment_elems
+  a.pred = sh.predictor;
   a.abort = abort_->device_ptr();
   a.rep = rep_dev_;
   a.state = state_;
   a.timeout_ns = o_.timeout_ns;
-  switch (o_.type) {
-    case ElemType::I32: return int(o_.coded ? launch<int32_t, true>(a, ctas, s) : launch<int32_t, false>(a, ctas, s));
-    case ElemType::I64: return int(o_.coded ? launch<int64_t, true>(a, ctas, s) : launch<int64_t, false>(a, ctas, s));
+  switch (sh.type) {
+    case ElemType::I32: return int(sh.coded ? launch<int32_t, true>(a, ctas, s) : launch<int32_t, false>(a, ctas, s));
+    case ElemType::I64: return int(sh.coded ? launch<int64_t, true>(a, ctas, s) : launch<int64_t, false>(a, ctas, s));
     case ElemType::F32: return int(launch<float, false>(a, ctas, s));
     case ElemType::F64: return int(launch<double, false>(a, ctas, s));
     default: return host_error(Status::Unsupported);
@@ -625,11 +675,12 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
 
 int PersistentRing::synchronize(RingReport* rep) {
   if (status_) return status_;
-  const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaError_t e = use_device(o_.device);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   if (e != cudaSuccess) return int(e);
-  // The first CTA that failed on its own, else the first one aborted.
+  // The first CTA of the last call that failed on its own, else the first one aborted.
   int pick = -1;
-  for (int c = 0; c < o_.channels * o_.ctas_per_channel; ++c) {
+  for (int c = 0; c < last_ctas_; ++c) {
     const int err = rep_host_[c].error;
     if (err != 0 && (pick < 0 || (rep_host_[pick].error == int(RingError::Aborted) && err != int(RingError::Aborted))))
       pick = c;

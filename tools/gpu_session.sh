@@ -417,7 +417,11 @@ phase_ranks() {
 # for that variant alone (e.g. "--threads,NCCLZ_SPARSE_SLICE_BYTES=2097152":
 # ranks as threads of one process, 2 MiB device slices);
 # NCCLZ_DEVPATH_ARGS: gpu_ranks.py's case arguments (default: 2 and 4 ranks,
-# 64 MiB float32, 10 and 1 Gbit/s).
+# 64 MiB float32, 10 and 1 Gbit/s). The persistent ring kernels in the call
+# path against the device path (docs/GPU.md, "Persistent ring kernels in the
+# call path"), ranks as threads (their kernels run concurrently) and as
+# processes (time-sliced without MPS):
+#   NCCLZ_DEVPATH_VARIANTS="--threads --threads,NCCLZ_PERSISTENT=1 default NCCLZ_PERSISTENT=1"
 phase_devpath() {
   ensure_built
   py_ready

@@ -595,6 +595,7 @@ void register_comm(nb::module_& m) {
       .def_rw("socket_ifname", &CommConfig::socket_ifname)
       .def_rw("pipeline_quantize", &CommConfig::pipeline_quantize)
       .def_rw("sparse_input", &CommConfig::sparse_input)
+      .def_rw("persistent", &CommConfig::persistent)
       .def_rw("p2p", &CommConfig::p2p)
       .def_rw("topo_host", &CommConfig::topo_host)
       .def_rw("topo_hosts", &CommConfig::topo_hosts)
@@ -624,6 +625,7 @@ void register_comm(nb::module_& m) {
             d["socket_ifname"] = x.socket_ifname;
             d["pipeline_quantize"] = x.pipeline_quantize;
             d["sparse_input"] = x.sparse_input;
+            d["persistent"] = x.persistent;
             d["p2p"] = x.p2p;
             d["topo_host"] = x.topo_host;
             d["topo_hosts"] = x.topo_hosts;
@@ -740,6 +742,7 @@ void register_comm(nb::module_& m) {
       .def_ro("requested_bound", &CallStats::requested_bound)
       .def_ro("exact_fallback", &CallStats::exact_fallback)
       .def_ro("on_device", &CallStats::on_device)
+      .def_ro("persistent", &CallStats::persistent)
       .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(ncclz::mode_name(x.ran_mode)); })
       .def_ro("lightened", &CallStats::lightened)
       .def_prop_ro("algorithm", [](const CallStats& x) { return std::string(ncclz::algorithm_name(x.algorithm)); })

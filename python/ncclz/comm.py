@@ -96,6 +96,8 @@ class CallStats:
     on_device: the call's arrays were CUDA arrays that it quantized, coded and dequantized on the
         GPU (a lossy all_reduce, reduce_scatter, all_gather or broadcast of PyTorch or CuPy
         arrays on the compressed ring); False where it ran on host copies.
+    persistent: the call ran on the persistent ring kernels (``NCCLZ_PERSISTENT=1``: an all_reduce
+        sum of CUDA arrays on every rank, one kernel per rank; docs/GPU.md).
     channels: the rings the call's data moved on (lanes for all_to_all, gather and scatter; 1 for
         send/recv and the latency algorithm). Exact calls may run fewer rings than compressed ones
         (``comm.config.exact_nchannels``).
@@ -125,6 +127,7 @@ class CallStats:
     algorithm: str = "ring"
     local_bytes: int = 0
     on_device: bool = False
+    persistent: bool = False
     channels: int = 0
     slice_bytes: int = 0
     schedule_s: float = 0.0
@@ -686,6 +689,7 @@ class Communicator:
             algorithm=str(getattr(st, "algorithm", "ring")),
             local_bytes=int(getattr(st, "local_bytes", 0)),
             on_device=bool(getattr(st, "on_device", False)),
+            persistent=bool(getattr(st, "persistent", False)),
             channels=int(getattr(st, "channels", 0)),
             slice_bytes=int(getattr(st, "slice_bytes", 0)),
             schedule_s=float(getattr(st, "schedule_s", 0.0)),

@@ -269,9 +269,8 @@ void check_case(const Case& c, size_t count, bool in_place = false, size_t shift
   std::vector<std::vector<uint8_t>> in;
   for (int r = 0; r < c.N; ++r) in.push_back(make_input(c.type, count, 7919 * uint64_t(r) + count + uint64_t(c.N)));
   std::vector<std::vector<uint8_t>> want(size_t(c.N), std::vector<uint8_t>(count * es));
-  const size_t per = (count + size_t(c.channels) - 1) / size_t(c.channels);
-  for (size_t c0 = 0; c0 < count; c0 += per) {
-    const size_t n = std::min(per, count - c0);
+  for (int ch = 0; ch < c.channels; ++ch) {  // channel ch: [count * ch / C, count * (ch + 1) / C)
+    const size_t c0 = count * size_t(ch) / size_t(c.channels), n = count * size_t(ch + 1) / size_t(c.channels) - c0;
     std::vector<std::vector<uint8_t>> part;
     for (int r = 0; r < c.N; ++r)
       part.emplace_back(in[size_t(r)].begin() + long(c0 * es), in[size_t(r)].begin() + long((c0 + n) * es));

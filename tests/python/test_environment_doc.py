@@ -58,6 +58,7 @@ def test_documented_defaults_are_the_runtimes():
     assert int(t["NCCLZ_NSLOTS"]) == d.nslots
     assert int(t["NCCLZ_PIPELINE_QUANTIZE"]) == d.pipeline_quantize
     assert int(t["NCCLZ_SPARSE_INPUT"]) == d.sparse_input
+    assert int(t["NCCLZ_PERSISTENT"]) == d.persistent
     assert _size(t["NCCLZ_SPARSE_SLICE_BYTES"]) == d.sparse_slice_bytes
     assert int(t["NCCLZ_P2P"]) == d.p2p
     assert _size(t["NCCLZ_LATENCY_BYTES"]) == d.latency_bytes

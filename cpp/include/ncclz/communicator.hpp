@@ -96,6 +96,10 @@ struct CallStats {
   /// Lossy call that ran exactly instead (non-finite inputs, quantizer outliers,
   /// a bound below the type's own rounding, or a message under min_bytes).
   bool exact_fallback = false;
+  /// The call ran on the persistent ring kernels (CommConfig::persistent):
+  /// one kernel per rank, host FIFOs and proxy threads; wire_bytes are the
+  /// slices' bytes those proxies sent.
+  bool persistent = false;
   /// The mode the call ran with: the requested one, or rank 0's lighter proposal.
   Compression::Mode ran_mode = Compression::Mode::None;
   /// The call ran with rank 0's lighter proposal instead of the requested mode.
@@ -170,6 +174,13 @@ struct CommConfig {
   /// Lossy sums carry mostly-zero inputs as lists of nonzeros (1) or densely
   /// (0); -1: NCCLZ_SPARSE_INPUT, default 1. Per rank (same bits either way).
   int sparse_input = -1;
+  /// all_reduce (sum) calls whose buffers are device memory on every rank
+  /// run on the persistent ring kernels (1: one kernel per call and rank,
+  /// host-mapped FIFOs and proxy threads over this transport; docs/GPU.md,
+  /// "Persistent ring kernels in the call path") or on the device path's
+  /// per-slice kernels (0); -1: NCCLZ_PERSISTENT, default 0. Every rank must
+  /// have the same (checked at creation).
+  int persistent = -1;
   /// Point-to-point links for send/recv, connected at creation (1) or not
   /// (0); -1: NCCLZ_P2P, default 1.
   int p2p = -1;

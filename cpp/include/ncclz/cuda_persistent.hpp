@@ -38,6 +38,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "ncclz/codec/format.hpp"
 
@@ -93,7 +94,8 @@ struct RingReport {
 /// for their deadline. Clear it (and reset() every ring) before the next call.
 class RingAbort {
  public:
-  RingAbort();
+  /// device: set on the calling thread first (-1: its current one).
+  explicit RingAbort(int device = -1);
   ~RingAbort();
   RingAbort(const RingAbort&) = delete;
   RingAbort& operator=(const RingAbort&) = delete;
@@ -146,6 +148,24 @@ class PersistentRing {
     /// rank's; connect() is not used. The kernel's flag fences are then
     /// system-scope (cuda/persistent_ring.cu, "Handshake"). Same bytes.
     bool fifo_in_host_memory = false;
+    /// The CUDA device of the ring (-1: the constructing thread's current
+    /// one): set on the calling thread before each of the ring's CUDA calls,
+    /// so any thread may drive it (the communicator's call thread).
+    int device = -1;
+  };
+
+  /// What one call runs, where it differs from the Options' type, mode,
+  /// predictor and channel count (all_reduce_async's second form): one ring
+  /// (its FIFOs, streams and proxies) serves calls of every wire element and
+  /// mode. Slices are slice_elems_for(slot_bytes, the call's element size)
+  /// elements; a channel count below Options::channels leaves the other
+  /// channels' FIFOs and stream positions as they are (every rank must use
+  /// the same count in the same call).
+  struct Shape {
+    codec::ElemType type = codec::ElemType::I32;
+    bool coded = true;
+    codec::Predictor predictor = codec::Predictor::None;
+    int channels = 1;  ///< 1..Options::channels
   };
 
   /// status() of a ring whose shape cannot run: the group's CTAs (nranks x
@@ -167,6 +187,9 @@ class PersistentRing {
   /// 0, or the error with which construction failed (minus a codec::Status
   /// for options it refuses; every call then returns it).
   int status() const { return status_; }
+  /// A status, an all_reduce_async or synchronize result in words (the
+  /// CUDA error's string, the codec status, the RingError, kNotResident).
+  static std::string describe(int rc);
   /// This rank's receive FIFOs as the device sees them: the previous rank sends there.
   void* fifo() const { return fifo_; }
   /// The next rank's fifo() (device memory of the same context; device FIFOs only).
@@ -176,8 +199,10 @@ class PersistentRing {
   void* fifo_host() const { return fifo_host_; }
   void* outbox_host() const { return outbox_host_; }
   const Options& options() const { return o_; }
-  /// Elements per slice: prims::slice_elems_for(slot_bytes, element size).
+  /// Elements per slice of the Options' type: prims::slice_elems_for(slot_bytes, element size).
   size_t slice_elems() const { return slice_; }
+  /// The same for an element of `esize` bytes (a Shape's type).
+  size_t slice_elems_for(size_t esize) const;
   /// CTAs of this kind of kernel the device holds at once (occupancy per SM x
   /// SMs; 0 when the options were refused before it was asked).
   int max_resident_ctas() const { return max_resident_; }
@@ -186,7 +211,13 @@ class PersistentRing {
   /// place allowed), one kernel on the ring's stream. Every rank of the ring
   /// must make the same call (count, in order); their kernels wait on each
   /// other through the FIFOs, so all must be able to run at once (docs/GPU.md).
+  /// Channel c of C reduces elements [count * c / C, count * (c + 1) / C)
+  /// (the communicator's split: core::RingChannels::run_schedule).
   int all_reduce_async(const void* d_src, void* d_dst, size_t count);
+  /// The same with a call's own Shape (checked: Unsupported for a type or
+  /// predictor the kernel has not, BadHeader for a channel count out of
+  /// range, kNotResident where that kernel's CTAs cannot all be resident).
+  int all_reduce_async(const void* d_src, void* d_dst, size_t count, const Shape& s);
   /// Waits for the ring's stream; returns a cudaError_t, or, if the call
   /// failed on the device, 1000 + the RingError of the first CTA that
   /// failed (its report in *rep when rep is not null; RingError::None there
@@ -217,6 +248,7 @@ class PersistentRing {
   uint64_t* state_ = nullptr;  // per channel: the stream positions a call starts from (persistent_ring.cu)
   RingReport* rep_host_ = nullptr;
   RingReport* rep_dev_ = nullptr;
+  int last_ctas_ = 0;  // the CTAs of the last call (their reports are the ones synchronize() reads)
 };
 
 }  // namespace ncclz::cuda

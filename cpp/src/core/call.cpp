@@ -15,6 +15,7 @@
 #include "core/device_work.hpp"
 #include "core/hier_call.hpp"
 #include "core/lossy_call.hpp"
+#include "core/persistent_call.hpp"
 #include "core/validate.hpp"
 #include "ncclz/error.hpp"
 #include "prims/reduce.hpp"
@@ -280,6 +281,11 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   } else if (is_lossy(run)) {
     rt_.protocol.release_carried();  // a lossy request that runs as asked: carried data not used
     lossy.run(all, staging);         // 5.-6.
+  } else if (run == Mode::None && persistent_eligible(rt_, cd, all, elem_of(t), false)) {
+    // 6. device buffers on every rank: the persistent ring kernels (core/persistent_call.hpp)
+    rt_.protocol.release_carried();
+    run_persistent(rt_, cd, elem_of(t), false, cd.send, cd.recv, cd.message, rt_.channels.pick_exact(bytes), dsize(t),
+                   call);
   } else {
     rt_.protocol.release_carried();  // carried data not used: rank 0 named another algorithm
     // 6. the user's buffers through raw slots (none) or the selector

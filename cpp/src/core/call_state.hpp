@@ -29,6 +29,7 @@ struct CallState {
   double requested = 0;                             ///< E asked for (CallStats::requested_bound)
   bool fallback = false;                            ///< a lossy call that ran exactly
   bool on_device = false;                           ///< coded on the device (CallStats::on_device)
+  bool persistent = false;                          ///< on the persistent ring kernels (CallStats::persistent)
   Compression::Mode ran = Compression::Mode::None;  ///< the mode the call ran with
   bool lightened = false;                           ///< rank 0's lighter proposal was taken
   double rans_margin = -1;  ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
@@ -58,6 +59,7 @@ struct CallState {
     r.requested_bound = requested;
     r.exact_fallback = fallback;
     r.on_device = on_device;
+    r.persistent = persistent;
     r.ran_mode = ran;
     r.lightened = lightened;
     r.algorithm = algorithm;

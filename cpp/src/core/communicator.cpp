@@ -198,12 +198,13 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // slices from the slot sizes).
   // And on which calls carry their data in the descriptor message (the
   // latency algorithm): a rank that carries must meet ranks that expect it.
-  constexpr size_t kAgreed = 10;
+  constexpr size_t kAgreed = 11;
   const char* agreed_what[kAgreed] = {"NCCLZ_NCHANNELS",          "NCCLZ_P2P",
                                       "NCCLZ_SLOT_BYTES",         "NCCLZ_NSLOTS",
                                       "NCCLZ_SPARSE_SLICE_BYTES", "NCCLZ_LATENCY_BYTES",
                                       "NCCLZ_EXACT_NCHANNELS",    "NCCLZ_EXACT_SLICE_BYTES",
-                                      "NCCLZ_TWO_HOP_BYTES",      "NCCLZ_DIRECT_FROM_BYTES"};
+                                      "NCCLZ_TWO_HOP_BYTES",      "NCCLZ_DIRECT_FROM_BYTES",
+                                      "NCCLZ_PERSISTENT"};
   std::vector<int64_t> all(static_cast<size_t>(size_) * kAgreed, 0);
   const int64_t mine[kAgreed] = {cfg.nchannels,
                                  cfg.p2p,
@@ -214,7 +215,8 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
                                  cfg.exact_nchannels,
                                  int64_t(cfg.exact_slice_bytes),
                                  cfg.two_hop_bytes,
-                                 cfg.direct_from_bytes};
+                                 cfg.direct_from_bytes,
+                                 cfg.persistent};
   boot_->allgather(mine, sizeof mine, all.data());
   Topology topo = topology::find(*boot_, cfg);
   for (int r = 0; r < size_; ++r) {
@@ -223,7 +225,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
       if (theirs != all[k]) {
         // (an unset channel count or exact shape travels as 0, an unset two_hop_bytes or direct_from_bytes as -1)
         auto said = [k](int64_t v) {
-          const bool unset = ((k == 0 || k == 6 || k == 7) && v == 0) || (k >= 8 && v < 0);
+          const bool unset = ((k == 0 || k == 6 || k == 7) && v == 0) || (k >= 8 && k <= 9 && v < 0);
           return unset ? std::string("unset") : std::to_string(v);
         };
         throw InvalidArgument("ncclz: ranks disagree on " + std::string(agreed_what[k]) + " (rank 0: " + said(all[k]) +
@@ -334,6 +336,13 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
       for (size_t i = 0; i < others.size(); ++i) rt_->peers.attach(others[i], &p2p_links_[0][i]);
     }
     connect_hierarchical(tc, deadline);
+    // The persistent ring kernels' connections (core/persistent_call.hpp):
+    // made here, since connect() is collective; the ring takes them at its
+    // first call.
+    if (core::persistent_wanted(cfg, size_)) {
+      rt_->persistent_links = transport::ring_channels(*transport_, rank_, size_, core::persistent_channels(cfg),
+                                                       deadline, core::persistent_slot_bytes(cfg));
+    }
   }
   // Rank 0's bootstrap may learn later that another process claims a rank of
   // this job (two jobs on one port): the communicator then aborts.

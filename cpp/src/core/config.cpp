@@ -41,6 +41,7 @@ void read_tuning_env(CommConfig& c) {
   if (c.socket_ifname.empty()) c.socket_ifname = env::get_string("NCCLZ_SOCKET_IFNAME", "");
   if (c.pipeline_quantize < 0) c.pipeline_quantize = int(env::get_int("NCCLZ_PIPELINE_QUANTIZE", -1, 0, 1));
   if (c.sparse_input < 0) c.sparse_input = int(env::get_int("NCCLZ_SPARSE_INPUT", -1, 0, 1));
+  if (c.persistent < 0) c.persistent = int(env::get_int("NCCLZ_PERSISTENT", -1, 0, 1));
   if (c.p2p < 0 && env::get("NCCLZ_P2P")) c.p2p = env::get_bool("NCCLZ_P2P", true) ? 1 : 0;
   if (c.topo_host.empty()) c.topo_host = env::get_string("NCCLZ_TOPO_HOST", "");
   if (c.topo_hosts.empty()) c.topo_hosts = env::get_string("NCCLZ_TOPO_HOSTS", "");
@@ -131,6 +132,7 @@ CommConfig CommConfig::defaults() {
   c.sparse_slice_bytes = core::kDefaultSparseSliceBytes;
   c.pipeline_quantize = 1;
   c.sparse_input = 1;
+  c.persistent = 0;
   c.p2p = 1;
   c.algorithm = "auto";
   c.latency_bytes = core::kDefaultLatencyBytes;
@@ -159,9 +161,11 @@ CommConfig CommConfig::resolved() const {
   check_flag(c.pipeline_quantize, "pipeline_quantize", "NCCLZ_PIPELINE_QUANTIZE");
   check_flag(c.sparse_input, "sparse_input", "NCCLZ_SPARSE_INPUT");
   check_flag(c.p2p, "p2p", "NCCLZ_P2P");
+  check_flag(c.persistent, "persistent", "NCCLZ_PERSISTENT");
   if (c.pipeline_quantize < 0) c.pipeline_quantize = d.pipeline_quantize;
   if (c.sparse_input < 0) c.sparse_input = d.sparse_input;
   if (c.p2p < 0) c.p2p = d.p2p;
+  if (c.persistent < 0) c.persistent = d.persistent;
   if (c.latency_bytes < 0) c.latency_bytes = d.latency_bytes;
   if (c.two_hop_bytes < -1) c.two_hop_bytes = -1;          // -1: unset, agreed at creation (resolve_two_hop)
   if (c.direct_from_bytes < -1) c.direct_from_bytes = -1;  // -1: unset, agreed at creation (resolve_direct)

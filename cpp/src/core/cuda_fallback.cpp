@@ -1,6 +1,7 @@
 // Host-only stand-ins for the CUDA support functions and the device path's
 // work object when cuda/ is not built.
 #include "core/device_work.hpp"
+#include "core/persistent_call.hpp"
 #include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
 
@@ -14,6 +15,11 @@ int copy_device(void*, const void*, size_t) { return -1; }
 namespace ncclz::core {
 std::unique_ptr<DeviceWork> DeviceWork::create(int device) {
   throw Error("ncclz: buffers on CUDA device " + std::to_string(device) + ", and this ncclz was built without CUDA");
+}
+std::unique_ptr<PersistentWork> PersistentWork::create(int, int, int device, const CommConfig&,
+                                                       std::vector<transport::ProxyChannel>) {
+  throw Error("ncclz: the persistent ring kernels on CUDA device " + std::to_string(device) +
+              ", and this ncclz was built without CUDA");
 }
 }  // namespace ncclz::core
 #endif

@@ -10,6 +10,7 @@
 #include "core/codec_choice.hpp"
 #include "core/device_call.hpp"
 #include "core/hier_call.hpp"
+#include "core/persistent_call.hpp"
 #include "prims/reduce.hpp"
 
 namespace ncclz::core {
@@ -200,8 +201,12 @@ void LossyCall::run_device(LossyPlan plan, const std::vector<CallDesc>& all, Hos
   }
   Wire w = codes_wire(plan.wide, all);
   w.device = &dw;
+  const codec::ElemType code_type = plan.wide ? codec::ElemType::I64 : codec::ElemType::I32;
   if (cd_.algorithm == Algorithm::Hierarchical) {
     run_hier_codes(rt_, cd_, codes, out_codes, w, nch_, call_);
+  } else if (persistent_eligible(rt_, cd_, all, code_type, true)) {
+    // Every rank's buffers on a device: the Coded ring on the persistent kernels (core/persistent_call.hpp).
+    run_persistent(rt_, cd_, code_type, true, codes, out_codes, cd_.in_count, nch_, dsize(t_), call_);
   } else {
     rt_.channels.run_schedule(cd_, codes, out_codes, w, nch_, call_);
   }

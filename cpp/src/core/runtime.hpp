@@ -16,6 +16,7 @@
 #include "core/device_work.hpp"
 #include "core/hier_channels.hpp"
 #include "core/lossy_ops.hpp"
+#include "core/persistent_call.hpp"
 #include "ncclz/communicator.hpp"
 #include "transport/peer_memory.hpp"
 #include "transport/transport.hpp"
@@ -59,6 +60,13 @@ struct Runtime {
   std::vector<uint64_t> recv_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< receives so far, by peer
   /// The timeline trace (CommConfig::trace_file; base/trace.hpp); null when off.
   std::unique_ptr<trace::Recorder> trace;
+  /// The persistent ring (core/persistent_call.hpp): its connections, made at
+  /// creation where CommConfig::persistent is set, until its first call makes
+  /// the ring, which takes them; the slices each channel's stream will have
+  /// received and sent after the last call.
+  std::vector<transport::ProxyChannel> persistent_links;
+  std::unique_ptr<PersistentWork> persistent;
+  std::vector<uint64_t> persistent_recv, persistent_sent;
 };
 
 }  // namespace ncclz::core

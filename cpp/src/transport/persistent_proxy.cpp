@@ -98,7 +98,12 @@ void PersistentProxy::start(std::vector<ProxyChannel> channels) {
   for (int c = 0; c < f_.channels; ++c) {
     counters_[size_t(c)].sent.store(0);
     counters_[size_t(c)].received.store(0);
+    counters_[size_t(c)].bytes.store(0);
+    counters_[size_t(c)].flushed.store(0);
+    counters_[size_t(c)].expect_recv.store(~uint64_t(0));
+    counters_[size_t(c)].expect_sent.store(~uint64_t(0));
   }
+  peer_gone_.store(false);
   for (int c = 0; c < f_.channels; ++c) {
     ProxyChannel& ch = channels[size_t(c)];
     threads_.emplace_back([this, c, conn = std::move(ch.send)]() mutable { send_loop(c, std::move(conn)); });
@@ -151,6 +156,32 @@ bool PersistentProxy::wait_flag(const uint64_t* flag, uint64_t want, bool holdin
                     " ms while waiting for " + what + " " + std::to_string(slot));
     }
     if (now < yield_until) {
+      sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min(2 * sleep_us, int(kMaxSleepUs));
+    }
+  }
+}
+
+std::string PersistentProxy::wait_flushed(int c, uint64_t slices, std::chrono::nanoseconds timeout) {
+  const auto t0 = Clock::now();
+  int sleep_us = 1;
+  for (;;) {
+    if (flushed(c) >= slices) return "";
+    if (halted()) {
+      const std::string e = error();
+      return e.empty() ? "persistent proxy of rank " + std::to_string(o_.rank) + " stopped (the abort word was set)"
+                       : e;
+    }
+    if (stop_.load(std::memory_order_acquire))
+      return "persistent proxy of rank " + std::to_string(o_.rank) + " stopped";
+    if (Clock::now() - t0 > timeout) {
+      return "persistent proxy of rank " + std::to_string(o_.rank) + ", channel " + std::to_string(c) +
+             ": timed out waiting for slice " + std::to_string(slices) + " to leave (" + std::to_string(flushed(c)) +
+             " have)";
+    }
+    if (Clock::now() - t0 < std::chrono::microseconds(kYieldUs)) {
       sched_yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
@@ -212,7 +243,15 @@ void PersistentProxy::send_loop(int c, std::unique_ptr<SendConn> conn) {
       std::memcpy(dst, out.slots + k * stride_, size_t(n));
       conn->post(size_t(n));
       store_release(&out.released[k], i + 1);  // the kernel may refill the outbox slot
+      counters_[size_t(c)].bytes.fetch_add(n, std::memory_order_relaxed);
       counters_[size_t(c)].sent.store(i + 1, std::memory_order_release);
+      // A call's last slice (expect()): the call's slices leave this process
+      // (a socket's own thread may still hold them), so that a rank whose
+      // call is done may exit (wait_flushed).
+      if (i + 1 == counters_[size_t(c)].expect_sent.load()) {
+        conn->flush(Clock::now() + o_.timeout);
+        counters_[size_t(c)].flushed.store(i + 1, std::memory_order_release);
+      }
     }
   } catch (const std::exception& e) {
     failed = failed_at(where, i, e.what());
@@ -240,6 +279,18 @@ void PersistentProxy::recv_loop(int c, std::unique_ptr<RecvConn> conn) {
           v = conn->wait(Clock::now() + std::chrono::milliseconds(kSliceMs));
           got = true;
         } catch (const Timeout&) {
+        } catch (const Aborted&) {
+          throw;  // a close with a note: always a failure
+        } catch (const RemoteError&) {
+          // The peer's end closed without a note. Where every slice expected
+          // so far arrived, the peer is done (its communicator closed): this
+          // thread ends without setting the abort word (the kernel of a call
+          // still finishing here needs nothing more from it), and the next
+          // call fails on peer_gone(). Expected or not is decided against
+          // expect()'s counts (set before peer_gone() is read: seq_cst both).
+          peer_gone_.store(true);
+          if (j < counters_[size_t(c)].expect_recv.load()) throw;
+          break;
         }
       }
       if (!got) break;

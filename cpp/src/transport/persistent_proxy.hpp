@@ -9,7 +9,9 @@
 //             outbox's posted[i % K] >= i + 1 (the kernel put it there), takes
 //             its size, acquires a transport slot, copies the slice into it,
 //             posts it, then stores released[i % K] = i + 1 (the kernel may
-//             reuse the outbox slot);
+//             reuse the outbox slot); after a call's last slice (expect())
+//             it flushes the connection (the call's slices leave this
+//             process: flushed(), wait_flushed());
 //   receiver  slice j of the incoming stream: waits for the transport's next
 //             slot, then until the receive FIFO's released[j % K] >= j + 1 - K
 //             (the kernel is done with slice j - K; nothing to wait for while
@@ -46,6 +48,10 @@
 // stop() every proxy, PersistentRing::reset() every ring, clear the abort
 // words, then start() each proxy with new connections (it begins at stream
 // position zero, as reset() leaves the FIFOs).
+//
+// A peer that closes its end without a note after sending every slice
+// expect() announced (its communicator was destroyed after the last call) is
+// not a failure: see expect() and peer_gone().
 //
 // Stopping, with no call running: request_stop() on every proxy of the
 // group (for ranks on separate hosts, a barrier after it), then stop(). A
@@ -131,10 +137,35 @@ class PersistentProxy {
   /// Slices carried so far on channel c (since start()).
   uint64_t sent(int c) const { return counters_[size_t(c)].sent.load(std::memory_order_acquire); }
   uint64_t received(int c) const { return counters_[size_t(c)].received.load(std::memory_order_acquire); }
+  /// Bytes of the slices carried so far on channel c (read after sent(c)).
+  uint64_t sent_bytes(int c) const { return counters_[size_t(c)].bytes.load(std::memory_order_relaxed); }
+  /// Slices of channel c flushed (Transport's SendConn::flush: they left this
+  /// process) so far: the sender flushes after the slice expect() names as
+  /// the call's last.
+  uint64_t flushed(int c) const { return counters_[size_t(c)].flushed.load(std::memory_order_acquire); }
+  /// Waits until flushed(c) >= slices (a call's sends all gone: the
+  /// communicator's call end); "" then, else why not: the proxy halted (its
+  /// error), was stopped, or timed out.
+  std::string wait_flushed(int c, uint64_t slices, std::chrono::nanoseconds timeout);
+  /// The slices channel c's stream will have received and sent when the
+  /// call now starting ends (since start(); default: unbounded; the sender
+  /// flushes after slice `sent`). A peer's end that
+  /// closes without a note (its communicator closed, or its process exited)
+  /// before that many arrived is a failure as any other close; after, the
+  /// peer is done: the receiving thread ends without setting the abort word,
+  /// and peer_gone() says so (the caller fails its next call). Call it for
+  /// every channel, then read peer_gone(), before each call's kernel.
+  void expect(int c, uint64_t received, uint64_t sent) {
+    counters_[size_t(c)].expect_sent.store(sent);
+    counters_[size_t(c)].expect_recv.store(received);
+  }
+  /// Whether a receiving thread saw its peer's end close without a note.
+  bool peer_gone() const { return peer_gone_.load(); }
 
  private:
   struct Counters {
-    std::atomic<uint64_t> sent{0}, received{0};
+    std::atomic<uint64_t> sent{0}, received{0}, bytes{0}, flushed{0};
+    std::atomic<uint64_t> expect_recv{~uint64_t(0)}, expect_sent{~uint64_t(0)};
   };
   void send_loop(int c, std::unique_ptr<SendConn> conn);
   void recv_loop(int c, std::unique_ptr<RecvConn> conn);
@@ -160,6 +191,7 @@ class PersistentProxy {
   std::unique_ptr<Counters[]> counters_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> halted_{false};
+  std::atomic<bool> peer_gone_{false};
   mutable std::mutex mu_;
   std::string error_;
 };
