@@ -251,7 +251,7 @@ phase_test() {
   step test-prims "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   step test-prims-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   # Device buffers through the communicator (core/device_work.hpp): the host calls' bits, within E.
-  step test-comm "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
+  step test-comm "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaComm.*:CudaPersistentComm.*' --gtest_color=no"
   step test-comm-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
   # Slots not registered with CUDA (the copies staged by the driver, two syncs per coded encode).
   step test-comm-nopin "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_PIN=0 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
