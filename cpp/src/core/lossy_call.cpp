@@ -118,9 +118,9 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
   // Device buffers: a compressed call codes on the device, on the flat
   // schedules and the hierarchical ones (movement: the codes quantized
   // before; sums: the host sums quantized between the phases); every other
-  // path (a hierarchical max / min among them) runs on host copies
-  // (core/device_call.hpp).
-  const bool device_run = cd_.device >= 0 && plan.compress && rt_.nranks > 1 && (!hier || !cd_.reduces || cd_.sums());
+  // path (a max / min among them: the device adds codes, it has no max of
+  // them) runs on host copies (core/device_call.hpp).
+  const bool device_run = cd_.device >= 0 && plan.compress && rt_.nranks > 1 && (!cd_.reduces || cd_.sums());
   if (cd_.device >= 0 && !device_run) staging.begin();
   if (plan.compress && hier && cd_.reduces) {
     run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_, any_device(all),
