@@ -28,9 +28,8 @@ import os
 import statistics
 import time
 
-import numpy as np
-
 import ncclz
+import numpy as np
 from ncclz.policy import Policy
 from ncclz.tools import data
 from ncclz.tools.bench import parse_size

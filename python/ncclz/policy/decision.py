@@ -216,13 +216,20 @@ class Policy:
         """(Gbit/s, source) of the link rate the model uses for a call (`device`: of CUDA arrays):
         source "configured" (``link_gbps=`` or the environment), "observed" (uncompressed calls),
         "memory" (a memory-class host's estimate: :attr:`memory_gbps` x :attr:`cores`, device calls
-        :data:`~ncclz.policy.memory_link.DEVICE_MEMORY_GBPS`), or (None, "") while unknown."""
-        if self._link_gbps is not None:
-            return self._link_gbps, "configured" if self.configured else "observed"
+        :data:`~ncclz.policy.memory_link.DEVICE_MEMORY_GBPS`), or (None, "") while unknown. On a
+        memory-class host an observed rate counts only above the estimate: an uncompressed call slower
+        than memory was slowed by the CPU (cold pages, other load, a short call's latency), which
+        slows the codec as much, not by a link that compressing could relieve."""
+        if self._link_gbps is not None and self.configured:
+            return self._link_gbps, "configured"
         if self.memory_link:
             # host calls: per core the call's codec would get (the exact call's copies run on the same
             # channels' threads), so no core count makes a codec slower than memcpy look faster
-            return (DEVICE_MEMORY_GBPS if device else self.memory_gbps * self.cores), "memory"
+            mem = DEVICE_MEMORY_GBPS if device else self.memory_gbps * self.cores
+            if self._link_gbps is None or self._link_gbps <= mem:
+                return mem, "memory"
+        if self._link_gbps is not None:
+            return self._link_gbps, "observed"
         return None, ""
 
     @property

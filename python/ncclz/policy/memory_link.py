@@ -20,8 +20,10 @@ of the CPUs, capped at the channel count): an exact call's copies run on the cha
 the codec would, and per core a memcpy is several times faster than the codec, so no core count
 makes compressing look faster than copying (4 ranks on 2 cores: 0.5 cores, 26-30 Gbit/s, against
 the 64 MiB uncompressed all_reduce's measured 37 Gbit/s; bench/results/onehost_policy.md).
-Uncompressed calls it then observes replace it (:meth:`~ncclz.policy.Policy.observe_link`), as they
-replace an unknown rate elsewhere.
+Uncompressed calls it then observes (:meth:`~ncclz.policy.Policy.observe_link`) replace it where
+they are faster; a slower one does not lower it: on memory the CPU slowed that call (cold pages,
+other load, a short call's latency; a cold first all_reduce of 1.5 MiB on 2 ranks here observed
+0.74 Gbit/s, which made a lossy all_gather look faster), and the CPU slows the codec as much.
 
 Device calls (CUDA arrays coded on the GPU) on such a host: an uncompressed call's slices move
 between the devices and page-locked host slots by DMA (PCIe; CUDA IPC peer memory where wired) and
