@@ -18,8 +18,8 @@ rank 0, at its first compressed call of >= ``Policy.min_bytes``; 13-15 GB/s ther
 A call takes that rate times the cores the model gives its codec (``Policy.cores``: the rank's share
 of the CPUs, capped at the channel count): an exact call's copies run on the channels' threads as
 the codec would, and per core a memcpy is several times faster than the codec, so no core count
-makes compressing look faster than copying (4 ranks on 2 cores: 0.5 cores, 26-30 Gbit/s, against
-the 64 MiB uncompressed all_reduce's measured 37 Gbit/s; bench/results/onehost_policy.md).
+makes compressing look faster than copying (4 ranks on 2 CPUs: 0.5 cores, 29.6 Gbit/s, against the
+20-27 Gbit/s of the 64 MiB uncompressed all_reduce, 30-40 ms; bench/results/policy_one_host.md).
 Uncompressed calls it then observes (:meth:`~ncclz.policy.Policy.observe_link`) replace it where
 they are faster; a slower one does not lower it: on memory the CPU slowed that call (cold pages,
 other load, a short call's latency; a cold first all_reduce of 1.5 MiB on 2 ranks here observed
