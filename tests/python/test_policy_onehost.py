@@ -196,3 +196,20 @@ def test_shm_lossy_request_runs_none_exactly(tmp_path, n):
         assert calls[1][c]["policy"] == "auto: rank 0 chose none"
         assert len({cl[c]["hash"] for cl in calls}) == 1
 
+
+
+
+@pytest.mark.parametrize("hosts", ["1x4", "2x2"])
+def test_hosts_from_the_topology_override(tmp_path, hosts):
+    """NCCLZ_TOPO_HOSTS (as topo_bench's and the scale model's runs set it) decides: 4 shm ranks
+    declared one host of 4 run a lossy request as none; declared 2 hosts of 2 they have no link
+    evidence, and the request runs as asked, as before this rule."""
+    env = dict(CLEAN, NCCLZ_TOPO_HOSTS=hosts)
+    ranks = run_ranks(tmp_path, "policy", 4, "shm", args=["count=393216", "comp=rel=1e-3", "colls=all_reduce"],
+                      env=env, timeout=180)
+    ranks.assert_ok()
+    call = ranks.results[0]["calls"]["all_reduce"]
+    if hosts == "1x4":
+        assert call["compression"] == "none" and "one host over shared memory" in call["policy"], call
+    else:
+        assert call["compression"] == "lossy_rel(0.001)" and "unknown" in call["policy"], call
