@@ -11,12 +11,13 @@ Inputs: the cost model (:mod:`.model`), calibrations (:mod:`.calibration`), the 
 (:mod:`.history`) and the link rate: ``link_gbps=``, else ``NCCLZ_LINK_GBPS``, else
 ``NCCLZ_SOCKET_THROTTLE_GBPS``, else what :meth:`Policy.observe` learns from uncompressed calls
 (``wire_bytes / wall_s``, an exponential average; a compressed call only raises the estimate: its
-wall time includes the codec), else, where every rank is on one host joined by a memory-class
-transport (``memory_link`` "shm" or "inproc"; the Communicator fills it in from its topology), the
-memory-class rate of :mod:`.memory_link` (``memory_gbps``: half a memcpy, measured once, times the
-cores a call's codec gets; device
-calls: :data:`~ncclz.policy.memory_link.DEVICE_MEMORY_GBPS`), and the reason then starts with
-"one host over shared memory: ". cores_per_rank: ``NCCLZ_CORES_PER_RANK``, else os.cpu_count() /
+wall time includes the codec). Where every rank is on one host joined by a memory-class transport
+(``memory_link`` "shm" or "inproc"; the Communicator fills it in from its topology) the link is
+memory: without a configured rate the model takes the memory-class rate of :mod:`.memory_link`
+(``memory_gbps``, half a memcpy measured once, times the cores a call's codec gets; device calls
+:data:`~ncclz.policy.memory_link.DEVICE_MEMORY_GBPS`), or an observed rate above it, and the reason
+starts with "one host over shared memory, link <rate> (<source>): " (:meth:`Policy.link_used`).
+cores_per_rank: ``NCCLZ_CORES_PER_RANK``, else os.cpu_count() /
 LOCAL_WORLD_SIZE, capped at the communicator's channel count (``nchannels``; no cap while unknown).
 
 Measured times win over the model: where a mode has a measurement for the call's size class,

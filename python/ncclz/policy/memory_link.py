@@ -32,8 +32,10 @@ never through a host memcpy, so the host's memcpy is not their link. They take
 PCIe 5.0 x16, about 50 GB/s, the slowest path an exact device call's bytes take between ranks of
 one host (NVLink and a device's own memory, 2 TB/s for a device-to-device copy on the H200 of
 bench/results/gpu.md, are faster). At that rate the model's device codec (100 GB/s encode and decode,
-:class:`~ncclz.policy.model.CostModel`) finishes after the exact call on 2 to 8 ranks, so device
-requests run none too.
+:class:`~ncclz.policy.model.CostModel`) is not predicted 20% faster than the exact call on 2 to 8
+ranks (about as fast: 2.3 against 2.4 ms for 64 MiB on 4 ranks at a ratio of 20), so device
+requests run none first; once none is measured, the requested mode is measured too where the model
+puts it within 2x of none's measured time (the policy's probe), and the faster measurement wins.
 
 Sockets on one host (loopback) are not memory-class: the topology cannot tell a loopback from
 links that are shaped (NCCLZ_SOCKET_THROTTLE_GBPS, which is link evidence of its own) or that join
