@@ -9,8 +9,9 @@ decides per call from the link rate (here measured on the uncompressed reference
 socket pacing of the second command) and the codec's speed on this machine and data, may measure
 a mode on a call or two first, and runs the call uncompressed (exact, so within any bound) where
 compressing would not pay; last_stats.policy says what it did and why. On one host the ranks talk
-through shared memory, about as fast as memory, where it is a close call; over the 0.25 Gbit/s
-link of the second command compression wins by far.
+through shared memory: the link is memory, which the policy knows, so it runs the calls
+uncompressed ("one host over shared memory: ..."); over the 0.25 Gbit/s link of the second command
+compression wins by far.
 """
 
 import ncclz

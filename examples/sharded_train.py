@@ -26,8 +26,9 @@ SPECS = {
 def print_policy(comm):
     """What the compression policy (rank 0's, which decides for all) ran, per kind of call, and why."""
     pol = comm.policy
-    link = f"{pol.link_gbps:.3g} Gbit/s" if pol.link_gbps else "unknown (no NCCLZ_LINK_GBPS and no uncompressed call "
-    link += "" if pol.link_gbps else ">= 1 MiB to measure it), so every call ran as requested"
+    gbps, source = pol.link_used()  # source: configured, observed, memory (one host over shared memory)
+    link = f"{gbps:.3g} Gbit/s ({source})" if gbps else "unknown (no NCCLZ_LINK_GBPS and no uncompressed call "
+    link += "" if gbps else ">= 1 MiB to measure it), so every call ran as requested"
     print(f"compression policy: link rate {link}")
     for m in pol.measurements():
         print(f"  {m.collective} {m.dtype} ~{m.class_bytes} B: {m.calls} calls ran {m.mode}")

@@ -8,7 +8,9 @@ so). They all-reduce (sum) it requesting each compression mode, twice:
 
 - on a slow link: the socket transport paced to 0.25 Gbit/s per rank (an emulated network, no
   root needed), where compression pays;
-- on shared memory (the transport ranks on one host get), as fast as memory, where it does not.
+- on shared memory (the transport ranks on one host get), as fast as memory, where it does not:
+  the policy knows the link is memory there and runs every request uncompressed, exactly
+  (``ncclz.policy.memory_link``).
 
 Per requested mode the demo prints what ran and why (the compression policy may run a call
 uncompressed or lossless where compressing would not pay; the result then is exact), the ratio,

@@ -68,10 +68,14 @@ def test_default_demo_shows_the_win_on_the_slow_link(tmp_path):
             assert row["ok"], row
             if row["bound"] is not None:
                 assert row["max_error"] <= row["bound"], row
-    # where the link is as fast as memory the policy tells why it ran what it ran
+    # where the link is memory (one host over shared memory) every request runs none, exactly, and the
+    # policy says why (ncclz/policy/memory_link.py)
     for name, row in fast.items():
         if name != "none":
-            assert "faster than" in row["line"] or "measuring" in row["line"], row["line"]
+            assert row["ran"] == "none" and row["ratio"] == 1.0, row["line"]
+            assert "one host over shared memory" in row["line"] and "faster than" in row["line"], row["line"]
+    assert any(line.startswith("=> on shared memory, the policy ran Lossy(rel=1e-3) as none (one host over shared memory")
+               for line in lines), r.stdout
 
 
 def test_demo_plot_needs_matplotlib_and_says_so(tmp_path, monkeypatch):

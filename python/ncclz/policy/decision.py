@@ -11,7 +11,13 @@ Inputs: the cost model (:mod:`.model`), calibrations (:mod:`.calibration`), the 
 (:mod:`.history`) and the link rate: ``link_gbps=``, else ``NCCLZ_LINK_GBPS``, else
 ``NCCLZ_SOCKET_THROTTLE_GBPS``, else what :meth:`Policy.observe` learns from uncompressed calls
 (``wire_bytes / wall_s``, an exponential average; a compressed call only raises the estimate: its
-wall time includes the codec). cores_per_rank: ``NCCLZ_CORES_PER_RANK``, else os.cpu_count() /
+wall time includes the codec). Where every rank is on one host joined by a memory-class transport
+(``memory_link`` "shm" or "inproc"; the Communicator fills it in from its topology) the link is
+memory: without a configured rate the model takes the memory-class rate of :mod:`.memory_link`
+(``memory_gbps``, half a memcpy measured once, times the cores a call's codec gets; device calls
+:data:`~ncclz.policy.memory_link.DEVICE_MEMORY_GBPS`), or an observed rate above it, and the reason
+starts with "one host over shared memory, link <rate> (<source>): " (:meth:`Policy.link_used`).
+cores_per_rank: ``NCCLZ_CORES_PER_RANK``, else os.cpu_count() /
 LOCAL_WORLD_SIZE, capped at the communicator's channel count (``nchannels``; no cap while unknown).
 
 Measured times win over the model: where a mode has a measurement for the call's size class,
@@ -67,6 +73,7 @@ import numpy as np
 from ..spec import Lossless, Lossy
 from .calibration import Calibration, Calibrator, reduction_terms
 from .history import DEVICE_SUFFIX, History, device_dtype, size_class
+from .memory_link import DEVICE_MEMORY_GBPS, MEMORY_LINKS, memory_link_gbps
 from .model import INTRA_FACTOR, CostModel
 from .modes import EFFORTS, label, mode_class
 
@@ -136,7 +143,11 @@ class Policy:
     to); link_gbps: the link rate (None: the environment, else observed); cores_per_rank: CPU cores
     of each rank's codec (None: the environment, else CPUs / LOCAL_WORLD_SIZE); nchannels: the
     communicator's channel count, which caps the cores a call's codec uses (None: filled in by the
-    Communicator; no cap meanwhile). The other parameters are the model's (module doc)."""
+    Communicator; no cap meanwhile); memory_link: "shm" or "inproc" where every rank is on one host
+    joined by that memory-class transport, "" where not (None: filled in by the Communicator from its
+    topology; "" meanwhile); memory_gbps: the link rate taken there while none is configured or
+    observed (None: measured on first use, :func:`~ncclz.policy.memory_link.memory_link_gbps`). The
+    other parameters are the model's (module doc)."""
 
     def __init__(self, world_size: int | None = None, link_gbps: float | None = None,
                  cores_per_rank: float | None = None, *, nchannels: int | None = None,
@@ -144,8 +155,15 @@ class Policy:
                  alpha_s: float = 50e-6, goodput: float = 0.95, overlap: float = 0.25, margin: float = 0.2,
                  min_bytes: int = DEFAULT_MIN_BYTES, sample_bytes: int = 4 << 20, quant_Bps: float = 2e9, reps: int = 3,
                  measured_margin: float = 0.05, probe_factor: float = 2.0, probe_every: int = 64,
-                 window: int = 4, efforts: bool = True, intra_Bps: float = 4e9):
+                 window: int = 4, efforts: bool = True, intra_Bps: float = 4e9, memory_link: str | None = None,
+                 memory_gbps: float | None = None):
         self.n = None if world_size is None else int(world_size)
+        if memory_link not in (None, "", *MEMORY_LINKS):
+            raise ValueError(f"memory_link must be one of {', '.join(MEMORY_LINKS)}, '' or None, got {memory_link!r}")
+        if memory_gbps is not None and not (0 < float(memory_gbps) < float("inf")):
+            raise ValueError(f"memory_gbps must be a number > 0 or None, got {memory_gbps!r}")
+        self.memory_link = memory_link
+        self._memory_gbps = None if memory_gbps is None else float(memory_gbps)
         self.nchannels = None if nchannels is None else int(nchannels)
         # the topology (the Communicator fills it in): hosts, and whether hierarchical collectives can run
         self.hosts = None if hosts is None else int(hosts)
@@ -185,6 +203,35 @@ class Policy:
             raise ValueError(f"link_gbps must be a number > 0 or None, got {gbps!r}")
         self._link_gbps = None if gbps is None else float(gbps)
         self.configured = gbps is not None
+
+    @property
+    def memory_gbps(self) -> float:
+        """The link rate (Gbit/s) per core that host calls take on a memory-class host (``memory_link``)
+        while none is configured or observed: ``memory_gbps=``, else measured once (:mod:`.memory_link`);
+        a call takes it times :attr:`cores` (:meth:`link_used`)."""
+        if self._memory_gbps is None:
+            self._memory_gbps = memory_link_gbps()
+        return self._memory_gbps
+
+    def link_used(self, device: bool = False) -> tuple:
+        """(Gbit/s, source) of the link rate the model uses for a call (`device`: of CUDA arrays):
+        source "configured" (``link_gbps=`` or the environment), "observed" (uncompressed calls),
+        "memory" (a memory-class host's estimate: :attr:`memory_gbps` x :attr:`cores`, device calls
+        :data:`~ncclz.policy.memory_link.DEVICE_MEMORY_GBPS`), or (None, "") while unknown. On a
+        memory-class host an observed rate counts only above the estimate: an uncompressed call slower
+        than memory was slowed by the CPU (cold pages, other load, a short call's latency), which
+        slows the codec as much, not by a link that compressing could relieve."""
+        if self._link_gbps is not None and self.configured:
+            return self._link_gbps, "configured"
+        if self.memory_link:
+            # host calls: per core the call's codec would get (the exact call's copies run on the same
+            # channels' threads), so no core count makes a codec slower than memcpy look faster
+            mem = DEVICE_MEMORY_GBPS if device else self.memory_gbps * self.cores
+            if self._link_gbps is None or self._link_gbps <= mem:
+                return mem, "memory"
+        if self._link_gbps is not None:
+            return self._link_gbps, "observed"
+        return None, ""
 
     @property
     def cores(self) -> float:
@@ -259,7 +306,7 @@ class Policy:
                 mostly_zero: bool = False, algorithm: str = "ring", device: bool = False) -> float:
         """Predicted seconds of a call of `nbytes`: uncompressed (cal None) or with calibration `cal`,
         with `algorithm` on this policy's hosts; `device`: coded on the GPU."""
-        return self.model.predict(coll, self._world(), nbytes, self._link_gbps or 1e9, self.cores, cal,
+        return self.model.predict(coll, self._world(), nbytes, self.link_used(device)[0] or 1e9, self.cores, cal,
                                   lossy=lossy, mostly_zero=mostly_zero, algorithm=algorithm, hosts=self.hosts,
                                   device=device)
 
@@ -304,7 +351,7 @@ class Policy:
         times = {a: self.predict(coll, nbytes, None, algorithm=a, device=device) for a in algos}
         if len(algos) == 1:
             return algos[0], times
-        if self._link_gbps is None:
+        if self.link_used(device)[0] is None:
             return "", times
         a, _, _ = self._fastest(times, coll, dtype, nbytes, None, "")
         return a, times
@@ -353,9 +400,15 @@ class Policy:
         # or not, none runs it fastest, and exactly (the runtime's latency algorithm, where it has one)
         if nbytes < self.min_bytes:
             return early("none", None, f"message {nbytes} B < {self.min_bytes} B: latency-bound", none_algo)
-        if self._link_gbps is None:
+        gbps, source = self.link_used(device)
+        if gbps is None:
             return early(req, requested, "link rate unknown: as requested (set NCCLZ_LINK_GBPS, or make an "
                                          "uncompressed call >= 1 MiB for the policy to observe)")
+        # on a memory-class host the reasons say so, with the rate the model took (module doc)
+        where = ""
+        if self.memory_link and source != "configured":
+            est = "memory-class estimate" if source == "memory" else "observed"
+            where = f"{MEMORY_LINKS[self.memory_link]}, link {gbps:.3g} Gbit/s ({est}): "
         # candidates: (name, spec, codec effort); "lossy/mid" and "lossy/fast" are the requested bound
         # with another codec effort (same guarantee: only the wire coder differs)
         cands = [("lossless", requested if req == "lossless" else Lossless(), "")]
@@ -375,7 +428,7 @@ class Policy:
                     cal = self.calibrate(arr, self._algorithm_spec(spec, a, coll, op), effort=effort, sums=sums)
                 except Exception as e:  # noqa: BLE001
                     if name == req and a == "ring":
-                        return early(req, requested, f"as requested: no calibration ({type(e).__name__}: {e})")
+                        return early(req, requested, f"{where}as requested: no calibration ({type(e).__name__}: {e})")
                     continue
                 times[a] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums),
                                         algorithm=a, device=device)
@@ -412,7 +465,7 @@ class Policy:
 
         def pick(name: str, why: str) -> Choice:
             spec, effort = specs.get(name, (None, ""))
-            return Choice(name.split("/")[0], None if name == "none" else spec, pred, why, measured,
+            return Choice(name.split("/")[0], None if name == "none" else spec, pred, where + why, measured,
                           EFFORTS[effort], effort, algo_of[name] if multi else "", algo_of, by_algo)
 
         # the requested mode's variants (the codec efforts): the fastest, measured where possible

@@ -32,6 +32,7 @@ from ..errors import InvalidArgumentError
 from ..spec import Lossless, Lossy
 from .decision import DEFAULT_MIN_BYTES, Policy, env_float
 from .history import device_dtype
+from .memory_link import memory_link
 from .modes import effort_of_margin
 
 #: Values of ``Communicator(policy=...)``, the per-call ``policy=`` and NCCLZ_POLICY.
@@ -184,7 +185,8 @@ class CommPolicy:
 
     setting: from :func:`resolve_setting`; nchannels: the communicator's channel count (the cost
     model caps a call's codec cores at it), None if unknown; topology: the communicator's
-    (:class:`ncclz.Topology`, None: one host); algorithm: NCCLZ_ALGO as the communicator resolved it
+    (:class:`ncclz.Topology`, None: one host; where all ranks share one host over a memory-class
+    transport, the model takes the link to be memory: :mod:`ncclz.policy.memory_link`); algorithm: NCCLZ_ALGO as the communicator resolved it
     ("auto": the policy proposes one where the topology allows a choice); latency_bytes: the
     communicator's NCCLZ_LATENCY_BYTES: calls up to this size get no algorithm proposal, so that the
     runtime runs the exact ones with its latency algorithm (the policy's model has no per-hop
@@ -198,6 +200,8 @@ class CommPolicy:
         self.hosts = int(getattr(topology, "hosts", 1) or 1)
         self.local_size = int(getattr(topology, "local_size", 1) or 1)
         self.hierarchical = bool(getattr(topology, "hierarchical", False))
+        # "shm" / "inproc" where every rank is on one host joined by memory (policy/memory_link.py)
+        self.memory_link = memory_link(topology, self.world_size)
         self.algorithm = algorithm if algorithm in ("ring", "hierarchical") else ""
         self.latency_bytes = max(0, int(latency_bytes or 0))
         self._model = None
@@ -213,7 +217,7 @@ class CommPolicy:
         first use."""
         if self._model is None:
             self._model = Policy(world_size=self.world_size, nchannels=self.nchannels, hosts=self.hosts,
-                                 hierarchical=self.hierarchical)
+                                 hierarchical=self.hierarchical, memory_link=self.memory_link)
         return self._model
 
     def _bind(self, model: Any) -> Any:
@@ -232,6 +236,8 @@ class CommPolicy:
             if model.hosts is None:
                 model.hosts = self.hosts
                 model.hierarchical = self.hierarchical
+            if model.memory_link is None:
+                model.memory_link = self.memory_link
         return model
 
     def reset(self, model: Any = None) -> None:
