@@ -121,7 +121,9 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorHostMemoryAlreadyRegistered = 712
 };
 enum cudaMemcpyKind {
@@ -481,6 +483,38 @@ inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k
   return cudaMemcpyAsync(d, s, n, k, nullptr);
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Every launch has run by the time it returns: a stream is always idle.
+inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+// Peer access: one address space, every device reaches every other's memory.
+inline cudaError_t cudaDeviceCanAccessPeer(int* can, int, int) {
+  *can = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceEnablePeerAccess(int, unsigned) { return cudaSuccess; }
+// CUDA IPC (the persistent ring's device FIFOs for ranks as processes): one
+// process here, so a handle carries the allocation's address and opening it
+// returns that address (only live device allocations, as CUDA checks); the
+// logic around the exchange runs, the mapping is the identity.
+struct cudaIpcMemHandle_t {
+  char reserved[64];
+};
+enum { cudaIpcMemLazyEnablePeerAccess = 1 };
+inline cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p) {
+  if (emu::device_of(p) < 0) return emu::failed(cudaErrorInvalidValue);
+  std::memset(h->reserved, 0, sizeof h->reserved);
+  std::memcpy(h->reserved, &p, sizeof p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned) {
+  void* q = nullptr;
+  std::memcpy(&q, h.reserved, sizeof q);
+  if (emu::device_of(q) < 0) return emu::failed(cudaErrorInvalidResourceHandle);
+  *p = q;
+  return cudaSuccess;
+}
+inline cudaError_t cudaIpcCloseMemHandle(void* p) {
+  return emu::device_of(p) < 0 ? emu::failed(cudaErrorInvalidValue) : cudaSuccess;
+}
 // Streams: every launch runs at once, in order, so one stream is as good as any.
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
