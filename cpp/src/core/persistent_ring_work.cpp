@@ -116,7 +116,7 @@ void put(char* dst, size_t n, const std::string& s) {
 template <class T>
 std::vector<T> exchange(transport::ProxyChannel& ch, const T& mine, int rank, int nranks, Clock::time_point deadline) {
   const std::vector<uint8_t> b = ring_allgather(ch, &mine, sizeof(T), rank, nranks, deadline);
-  std::vector<T> all(size_t(nranks));
+  std::vector<T> all(static_cast<size_t>(nranks));
   std::memcpy(all.data(), b.data(), b.size());
   for (const T& x : all) {
     if (x.magic != kMagic) throw Error("the persistent ring's setup exchange met a record of another layout");
