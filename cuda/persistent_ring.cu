@@ -521,7 +521,9 @@ size_t slice_for(size_t slot_bytes, size_t es) {
 RingAbort::RingAbort(int device) {
   if ((status_ = int(use_device(device))) != 0) return;
   void* h = nullptr;
-  status_ = int(cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped));
+  // Portable: ranks as threads on other devices share this word (their
+  // kernels read it through its one UVA address).
+  status_ = int(cudaHostAlloc(&h, sizeof(int), cudaHostAllocPortable | cudaHostAllocMapped));
   if (status_ != 0) return;
   host_ = static_cast<int*>(h);
   *host_ = 0;

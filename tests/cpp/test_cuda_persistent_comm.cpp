@@ -221,7 +221,8 @@ TEST(CudaPersistentComm, AllReduceMatchesTheDevicePathBitForBit) {
             const Compression c = lossy ? Compression::lossy_abs(E) : Compression::none();
             const auto in = inputs(t, count, N, unsigned(count) + 3);
             const auto a = run(on, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev, in_place);
-            if (ref.size() < size_t(k)) ref.push_back(run(off, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev, in_place));
+            if (ref.size() < size_t(k))
+              ref.push_back(run(off, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev, in_place));
             const auto& b = ref[size_t(k - 1)];
             if (wire_seen.size() < size_t(k)) {
               wire_seen.emplace_back();
@@ -239,7 +240,8 @@ TEST(CudaPersistentComm, AllReduceMatchesTheDevicePathBitForBit) {
               EXPECT_FALSE(x.stats.exact_fallback);
               ASSERT_TRUE(x.out == b[size_t(r)].out) << "differs from the call with the opt-in off";
               ASSERT_TRUE(x.out == a[0].out) << "ranks' results differ";
-              EXPECT_EQ(x.stats.wire_bytes, wire_seen[size_t(k - 1)][size_t(r)]) << "other slices than " << kPlacements[0].name;
+              EXPECT_EQ(x.stats.wire_bytes, wire_seen[size_t(k - 1)][size_t(r)])
+                  << "other slices than " << kPlacements[0].name;
               if (!lossy) {
                 EXPECT_EQ(x.stats.wire_bytes, x.stats.raw_bytes);            // Raw slices: the values' bytes
                 EXPECT_EQ(x.stats.raw_bytes, b[size_t(r)].stats.raw_bytes);  // the same elements sent
@@ -447,6 +449,5 @@ TEST(CudaPersistentComm, AFailureEndsEveryRankAndTheNextCommunicatorWorks) {
     fail_and_recover(pl.device);
   }
 }
-
 
 #endif  // NCCLZ_WITH_CUDA

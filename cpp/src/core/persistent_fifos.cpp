@@ -31,11 +31,13 @@ const char* fifo_choice_name(FifoChoice c) {
   }
 }
 
-std::vector<uint8_t> ring_allgather(transport::ProxyChannel& ch, const void* mine, size_t bytes, int rank,
-                                    int nranks, transport::Clock::time_point deadline) {
+std::vector<uint8_t> ring_allgather(transport::ProxyChannel& ch, const void* mine, size_t bytes, int rank, int nranks,
+                                    transport::Clock::time_point deadline) {
   if (!ch.send || !ch.recv || ch.send->slot_bytes() < bytes) {
-    throw Error("ncclz rank " + std::to_string(rank) + ": the persistent ring's setup exchange needs connections "
-                "whose slots hold " + std::to_string(bytes) + " bytes");
+    throw Error("ncclz rank " + std::to_string(rank) +
+                ": the persistent ring's setup exchange needs connections "
+                "whose slots hold " +
+                std::to_string(bytes) + " bytes");
   }
   std::vector<uint8_t> all(bytes * size_t(nranks));
   std::memcpy(all.data() + bytes * size_t(rank), mine, bytes);
@@ -100,7 +102,8 @@ AbortPage AbortPage::create() {
   void* m = sized ? mmap(nullptr, p.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   const int err = errno;
   close(fd);
-  if (m == MAP_FAILED) throw Error("ncclz: mapping the persistent ring's abort page " + p.name_ + ": " + std::strerror(err));
+  if (m == MAP_FAILED)
+    throw Error("ncclz: mapping the persistent ring's abort page " + p.name_ + ": " + std::strerror(err));
   p.map_ = m;  // (a new segment's bytes are zero: the word is clear)
   return p;
 }
@@ -114,7 +117,8 @@ AbortPage AbortPage::open(const std::string& name) {
   void* m = mmap(nullptr, p.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int err = errno;
   close(fd);
-  if (m == MAP_FAILED) throw Error("ncclz: mapping the persistent ring's abort page " + name + ": " + std::strerror(err));
+  if (m == MAP_FAILED)
+    throw Error("ncclz: mapping the persistent ring's abort page " + name + ": " + std::strerror(err));
   p.map_ = m;
   return p;
 }

@@ -30,8 +30,8 @@ const char* fifo_choice_name(FifoChoice c);
 /// rank r sends its own to r + 1, then forwards what it received, N - 1
 /// times. Collective over the ring; the connections' slots must hold a
 /// record. Throws what the transport throws (Timeout at the deadline).
-std::vector<uint8_t> ring_allgather(transport::ProxyChannel& ch, const void* mine, size_t bytes, int rank,
-                                    int nranks, transport::Clock::time_point deadline);
+std::vector<uint8_t> ring_allgather(transport::ProxyChannel& ch, const void* mine, size_t bytes, int rank, int nranks,
+                                    transport::Clock::time_point deadline);
 
 /// One page of shared memory (/dev/shm) mapped in this process.
 class AbortPage {

@@ -315,9 +315,12 @@ class RingWork final : public PersistentWork {
     for (int r = 0; r < nranks_ && why_not.empty(); ++r) {
       const Offer& x = all[size_t(r)];
       const Offer& next = all[size_t((r + 1) % nranks_)];
-      if (any_host) why_not = "NCCLZ_PERSISTENT_FIFOS=host";
-      else if (!x.one_host) why_not = "the ranks are on several hosts";
-      else if (!x.ring_ok) why_not = std::string("device FIFOs could not be made: ") + x.why;
+      if (any_host)
+        why_not = "NCCLZ_PERSISTENT_FIFOS=host";
+      else if (!x.one_host)
+        why_not = "the ranks are on several hosts";
+      else if (!x.ring_ok)
+        why_not = std::string("device FIFOs could not be made: ") + x.why;
       else if (x.process != next.process && !next.exported)
         why_not = "rank " + std::to_string(r + 1 == nranks_ ? 0 : r + 1) + "'s FIFOs have no CUDA IPC handle";
     }
@@ -382,8 +385,8 @@ class RingWork final : public PersistentWork {
     // Another process (same GPU or not: not told apart) or another device on
     // either side: system-scope fences (cuda/persistent_ring.cu, "Device FIFOs
     // between processes or devices").
-    const bool sys = next.process != me.process || prev.process != me.process || next.device != device_ ||
-                     prev.device != device_;
+    const bool sys =
+        next.process != me.process || prev.process != me.process || next.device != device_ || prev.device != device_;
     ring_->set_system_fences(sys);
     if (same_process) {
       // Rank 0's word, shared by every rank's kernel (rank 0 keeps it
@@ -500,13 +503,13 @@ class RingWork final : public PersistentWork {
   std::chrono::duration<double> timeout_;
   std::shared_ptr<transport::AbortFlag> comm_abort_;
   PersistentRing::Options o_;
-  std::string fifo_note_;        // which FIFOs, and why host ones where auto chose them
-  AbortPage page_;               // ranks as processes: the page the abort word is in (outlives abort_)
+  std::string fifo_note_;             // which FIFOs, and why host ones where auto chose them
+  AbortPage page_;                    // ranks as processes: the page the abort word is in (outlives abort_)
   std::shared_ptr<RingAbort> abort_;  // the group's word (before the ring and the proxy: they use it)
   std::unique_ptr<PersistentRing> ring_;
   std::unique_ptr<transport::PersistentProxy> proxy_;  // host FIFOs
   // Device FIFOs:
-  void* opened_ = nullptr;  // the next rank's FIFOs opened over CUDA IPC
+  void* opened_ = nullptr;       // the next rank's FIFOs opened over CUDA IPC
   std::vector<uint64_t> bytes_;  // per channel: bytes sent (the kernel's count, read after each call)
   transport::ProxyChannel watch_;
   std::thread watcher_;

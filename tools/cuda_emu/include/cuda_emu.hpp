@@ -80,9 +80,9 @@
 #include <functional>
 #include <iterator>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
