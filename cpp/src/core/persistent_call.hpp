@@ -19,9 +19,9 @@
 //    connection pair per channel to its ring neighbours on the communicator's
 //    own transport (transport::ring_channels; in-process, shared memory or
 //    sockets), slots of the exact calls' slice size;
-//  - at the first eligible call, on its device: the ring (host-mapped FIFOs
-//    and outbox, scratch, reports), its RingAbort and a PersistentProxy
-//    driving those connections (2 x channels host threads).
+//  - at the first eligible call, on its device: the ring (its FIFOs,
+//    scratch, reports), the group's RingAbort and, with host FIFOs, a
+//    PersistentProxy driving those connections (2 x channels host threads);
 //  - where the FIFOs live, chosen at that first call and agreed by every rank
 //    (NCCLZ_PERSISTENT_FIFOS=auto|device|host, default auto): device FIFOs
 //    where every rank is on this host and every rank's kernel can reach the
@@ -43,7 +43,10 @@
 // (Runtime::fail: its transport closes every connection with a note, the
 // peers' proxies fail at once and set their abort words, their kernels stop)
 // and throws; a communicator aborted for any other reason closes the
-// proxies' connections the same way, which stops this rank's kernel.
+// proxies' connections the same way, which stops this rank's kernel. With
+// device FIFOs the same closes reach the neighbours' watching threads,
+// which set the group's one abort word; the call thread sets it too when
+// its communicator is aborted while its kernel runs.
 #pragma once
 
 #include <cstddef>
