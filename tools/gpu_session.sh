@@ -473,7 +473,7 @@ phase_fifos() {
   py_ready
   local log=$OUT_DIR/test.log t=""
   "$PY" -c 'import pytest_timeout' 2>/dev/null && t="--timeout 200"
-  step test-fifos "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaPersistentComm.*' --gtest_color=no"
+  step test-fifos "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaPersistentComm.*' --gtest_color=no"
   step pytest-fifos "$log" $L_PYTEST "cd '$ROOT/tests/python' && NCCLZ_REQUIRE_GPU=1 '$PY' -m pytest -q -p no:cacheprovider $t -rfEs test_gpu_persistent.py"
   grep -E '^\[  FAILED  \]|Failure|^(FAILED|ERROR)|[0-9]+ (passed|failed)' "$log" | tail -20 >>"$SUMMARY"
   local p=NCCLZ_PERSISTENT=1
