@@ -236,6 +236,8 @@ def worker(args, env=None) -> int:
                             "wall_s": st.get("wall_s"), "schedule_s": st.get("schedule_s"),
                             "nchannels": int(comm.config.nchannels),
                             "algorithm": st.get("algorithm"), "on_device": st.get("on_device"),
+                            "persistent": st.get("persistent"),
+                            "persistent_device_fifos": st.get("persistent_device_fifos"),
                             "staging": os.environ.get("NCCLZ_STAGING", "pinned"),
                         }
                         if m == "lossless":
@@ -361,6 +363,13 @@ def fmt(v, spec):
     return "" if v is None else format(v, spec)
 
 
+def where(r: dict) -> str:
+    """The persistent ring kernels' mark for the table: which FIFOs the call ran with."""
+    if not r.get("persistent"):
+        return ""
+    return ", persistent (device FIFOs)" if r.get("persistent_device_fifos") else ", persistent (host FIFOs)"
+
+
 def parts(r: dict) -> str:
     """The last timed call's time split (CallStats: encode_s, decode_s, wait_s, quantize_s; and the
     call's wall time outside its channel loops, wall_s - schedule_s), in ms."""
@@ -388,7 +397,7 @@ def table(rows: list) -> str:
                 check += ", exact fallback"
         lines.append(
             f"| {r['ranks']} | {r.get('nchannels', '')} | {r['gbps']:g} | {r['dtype']} | {r['mib']:g} | {r['data']} | {r['mode']} "
-            f"| {r.get('algorithm') or ''}{', device' if r.get('on_device') else ''} | {r['median_s'] * 1e3:.1f} | {fmt(r['speedup'], '.2f')} | {fmt(r['ratio'], '.2f')} "
+            f"| {r.get('algorithm') or ''}{', device' if r.get('on_device') else ''}{where(r)} | {r['median_s'] * 1e3:.1f} | {fmt(r['speedup'], '.2f')} | {fmt(r['ratio'], '.2f')} "
             f"| {fmt(r.get('speedup_over_ratio'), '.2f')} | {check} | {parts(r)} |")
     return "\n".join(lines)
 

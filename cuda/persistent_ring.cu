@@ -50,6 +50,22 @@
 // scope) and the fence a release or acquire pattern that the host thread's
 // own release store or acquire load synchronizes with.
 //
+// Device FIFOs between processes or devices (Options::system_fences; the
+// call path sets it wherever a ring neighbour is another process or on
+// another device, core/persistent_ring_work.cpp): the next rank's FIFO is
+// device memory opened over CUDA IPC, or on a peer GPU, and written by this
+// kernel over NVLink or PCIe; this rank's is written by the previous rank's
+// kernel in the same way. Two kernels of different processes on ONE GPU are
+// both inside its .gpu scope (the scope is the device's threads, whatever
+// their context), so device scope would do there; on two GPUs the peer's
+// kernel is not, and the stores into its memory cross the link, so only a
+// .sys fence orders the slot's bytes before the flag for the reader. The
+// call path cannot tell one GPU from two across processes without comparing
+// device UUIDs, so it takes system scope for every rank that is a process
+// (conservative; not yet measured against .gpu on a GPU). The abort word is
+// host memory either way: a flag read on its own (no data behind it), so its
+// volatile polls need no fence.
+//
 // Every wait checks the group's abort word
 // and the timeout (no progress for timeout_ns by %globaltimer) and reports
 // (RingReport, one per CTA) instead of hanging; a failing CTA sets the abort
@@ -75,7 +91,7 @@ using codec::Predictor;
 using codec::Status;
 
 constexpr int kMaxCtasPerChannel = 32;
-constexpr int kStateWords = 4;        // per channel: recv position, send position, CTAs done, unused
+constexpr int kStateWords = 4;        // per channel: recv position, send position, CTAs done, bytes sent
 constexpr uint32_t kCheckEvery = 64;  // polls between two looks at the abort word and the clock
 
 enum : int { kRecv = 1, kReduce = 2, kCopy = 4, kSend = 8, kForward = 16 };
@@ -359,6 +375,8 @@ struct RingCta {
       flag_fence(a.v1 || a.sys);  // release: the CTA's reads and writes of both slots, and the size
       if (recv) store_volatile(&in.released[rtail % K], rtail + 1);
       if (send) store_volatile(&out.posted[shead % K], shead + 1);
+      // The channel's bytes sent (PersistentRing::sent_bytes): no reader while the kernel runs.
+      if (send) atomicAdd(reinterpret_cast<unsigned long long*>(&state[3]), static_cast<unsigned long long>(out_len));
     }
     rtail += recv ? 1 : 0;
     shead += send ? 1 : 0;
@@ -503,7 +521,9 @@ size_t slice_for(size_t slot_bytes, size_t es) {
 RingAbort::RingAbort(int device) {
   if ((status_ = int(use_device(device))) != 0) return;
   void* h = nullptr;
-  status_ = int(cudaHostAlloc(&h, sizeof(int), cudaHostAllocMapped));
+  // Portable: ranks as threads on other devices share this word (their
+  // kernels read it through its one UVA address).
+  status_ = int(cudaHostAlloc(&h, sizeof(int), cudaHostAllocPortable | cudaHostAllocMapped));
   if (status_ != 0) return;
   host_ = static_cast<int*>(h);
   *host_ = 0;
@@ -511,8 +531,30 @@ RingAbort::RingAbort(int device) {
   status_ = int(cudaHostGetDevicePointer(&d, h, 0));
   dev_ = static_cast<int*>(d);
 }
+RingAbort::RingAbort(void* map, size_t bytes, int device) : registered_(true) {
+  if ((status_ = int(use_device(device))) != 0) return;
+  if (map == nullptr || bytes < sizeof(int)) {
+    status_ = int(cudaErrorInvalidValue);
+    return;
+  }
+  // Portable: every device of this process may run a kernel that reads it.
+  status_ = int(cudaHostRegister(map, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped));
+  if (status_ != 0) {
+    (void)cudaGetLastError();
+    registered_ = false;
+    return;
+  }
+  host_ = static_cast<int*>(map);
+  void* d = nullptr;
+  status_ = int(cudaHostGetDevicePointer(&d, map, 0));
+  dev_ = static_cast<int*>(d);
+}
 RingAbort::~RingAbort() {
-  if (host_) cudaFreeHost(host_);
+  if (host_ && registered_) {
+    cudaHostUnregister(host_);
+  } else if (host_) {
+    cudaFreeHost(host_);
+  }
 }
 void RingAbort::set() {
   if (host_) __atomic_store_n(host_, 1, __ATOMIC_SEQ_CST);
@@ -646,7 +688,7 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
   a.K = o_.slots;
   a.G = o_.ctas_per_channel;
   a.v1 = o_.first_version_slices;
-  a.sys = o_.fifo_in_host_memory;
+  a.sys = o_.fifo_in_host_memory || o_.system_fences;
   a.in_fifo = static_cast<uint8_t*>(fifo_);
   a.out_fifo = static_cast<uint8_t*>(o_.fifo_in_host_memory ? outbox_ : next_);
   a.chan_bytes = FifoLayout::channel_bytes(o_.slot_bytes, o_.slots);
@@ -671,6 +713,70 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
     case ElemType::F64: return int(launch<double, false>(a, ctas, s));
     default: return host_error(Status::Unsupported);
   }
+}
+
+int PersistentRing::export_fifo(void* handle) const {
+  if (status_) return status_;
+  if (o_.fifo_in_host_memory) return host_error(Status::BadHeader);
+  if (const cudaError_t e = use_device(o_.device); e != cudaSuccess) return int(e);
+  static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "the IPC handle's size");
+  cudaIpcMemHandle_t h;
+  const cudaError_t e = cudaIpcGetMemHandle(&h, fifo_);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return int(e);
+  }
+  std::memcpy(handle, &h, sizeof h);
+  return 0;
+}
+
+int PersistentRing::open_fifo(const void* handle, int device, void** fifo) {
+  if (const cudaError_t e = use_device(device); e != cudaSuccess) return int(e);
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle, sizeof h);
+  const cudaError_t e = cudaIpcOpenMemHandle(fifo, h, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return int(e);
+}
+
+int PersistentRing::close_fifo(void* fifo, int device) {
+  if (const cudaError_t e = use_device(device); e != cudaSuccess) return int(e);
+  return int(cudaIpcCloseMemHandle(fifo));
+}
+
+int PersistentRing::enable_peer_access(int device, int peer, bool* can) {
+  *can = device == peer;
+  if (device == peer) return 0;
+  int ok = 0;
+  cudaError_t e = cudaDeviceCanAccessPeer(&ok, device, peer);
+  if (e != cudaSuccess || !ok) return int(e);
+  if ((e = use_device(device)) != cudaSuccess) return int(e);
+  e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {  // another rank of this process on the same device did
+    (void)cudaGetLastError();
+    e = cudaSuccess;
+  }
+  *can = e == cudaSuccess;
+  return int(e);
+}
+
+int PersistentRing::sent_bytes(int c, uint64_t* bytes) const {
+  if (status_) return status_;
+  if (c < 0 || c >= o_.channels) return host_error(Status::BadHeader);
+  cudaError_t e = use_device(o_.device);
+  if (e == cudaSuccess) {
+    e = cudaMemcpyAsync(bytes, state_ + size_t(c) * kStateWords + 3, sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                        static_cast<cudaStream_t>(stream_));
+  }
+  if (e == cudaSuccess) e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  return int(e);
+}
+
+int PersistentRing::query() const {
+  if (status_) return status_;
+  if (const cudaError_t e = use_device(o_.device); e != cudaSuccess) return int(e);
+  const cudaError_t e = cudaStreamQuery(static_cast<cudaStream_t>(stream_));
+  return e == cudaErrorNotReady ? 1 : int(e);  // (not ready is no error: nothing recorded to clear)
 }
 
 int PersistentRing::synchronize(RingReport* rep) {

@@ -41,6 +41,10 @@
 #                 (NCCLZ_DEVICE_PATH=staged) and the ordinary slices
 #                 (NCCLZ_SPARSE_SLICE_BYTES=0), side by side; other settings
 #                 and cases: NCCLZ_DEVPATH_VARIANTS, NCCLZ_DEVPATH_ARGS; not in "all"
+#       fifos     the persistent ring's FIFO placements (issue 21): CudaPersistentComm.*,
+#                 tests/python/test_gpu_persistent.py (processes over CUDA IPC, a killed
+#                 rank), then devpath's A/B of device FIFOs, host FIFOs and the opt-in off,
+#                 ranks as threads and as processes (NCCLZ_FIFOS_VARIANTS); not in "all"
 #       sanitize  compute-sanitizer memcheck and racecheck on a filter, with the
 #                 default kernels and with v3 (initcheck: NCCLZ_SAN_INIT=1)
 #       alltests  the whole GoogleTest suite (CPU tests too); not in "all"
@@ -457,6 +461,25 @@ phase_devpath() {
   done
 }
 
+# Issue 21's FIFO placements for the persistent ring kernels (docs/GPU.md,
+# "Persistent ring kernels in the call path"): the call-path GoogleTests
+# (ranks as threads: device FIFOs, the processes' path where CUDA refuses its
+# own IPC handles, host FIFOs), the processes' test (2 and 4 processes on GPU
+# 0 over CUDA IPC and host FIFOs against the opt-in off; a killed rank), then
+# the A/B through phase_devpath: device FIFOs, host FIFOs and the opt-in off,
+# ranks as threads and as processes (NCCLZ_FIFOS_VARIANTS overrides the list).
+phase_fifos() {
+  ensure_built
+  py_ready
+  local log=$OUT_DIR/test.log t=""
+  "$PY" -c 'import pytest_timeout' 2>/dev/null && t="--timeout 200"
+  step test-fifos "$log" $L_PERSIST "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaPersistentComm.*' --gtest_color=no"
+  step pytest-fifos "$log" $L_PYTEST "cd '$ROOT/tests/python' && NCCLZ_REQUIRE_GPU=1 '$PY' -m pytest -q -p no:cacheprovider $t -rfEs test_gpu_persistent.py"
+  grep -E '^\[  FAILED  \]|Failure|^(FAILED|ERROR)|[0-9]+ (passed|failed)' "$log" | tail -20 >>"$SUMMARY"
+  local p=NCCLZ_PERSISTENT=1
+  NCCLZ_DEVPATH_VARIANTS=${NCCLZ_FIFOS_VARIANTS:-"--threads,$p,NCCLZ_PERSISTENT_FIFOS=device --threads,$p,NCCLZ_PERSISTENT_FIFOS=host --threads $p,NCCLZ_PERSISTENT_FIFOS=device $p,NCCLZ_PERSISTENT_FIFOS=host default"} phase_devpath
+}
+
 phase_profile() {
   ensure_built
   local log=$OUT_DIR/bench.log
@@ -493,6 +516,7 @@ for p in "${phases[@]}"; do
     bench) phase_bench ;;
     ranks) phase_ranks ;;
     devpath) phase_devpath ;;
+    fifos) phase_fifos ;;
     profile) phase_profile ;;
     persist) phase_persist ;;
     floathuff) phase_floathuff ;;

@@ -743,6 +743,7 @@ void register_comm(nb::module_& m) {
       .def_ro("exact_fallback", &CallStats::exact_fallback)
       .def_ro("on_device", &CallStats::on_device)
       .def_ro("persistent", &CallStats::persistent)
+      .def_ro("persistent_device_fifos", &CallStats::persistent_device_fifos)
       .def_prop_ro("ran_mode", [](const CallStats& x) { return std::string(ncclz::mode_name(x.ran_mode)); })
       .def_ro("lightened", &CallStats::lightened)
       .def_prop_ro("algorithm", [](const CallStats& x) { return std::string(ncclz::algorithm_name(x.algorithm)); })

@@ -102,6 +102,8 @@ class CallStats:
         arrays on the compressed ring); False where it ran on host copies.
     persistent: the call ran on the persistent ring kernels (``NCCLZ_PERSISTENT=1``: an all_reduce
         sum of CUDA arrays on every rank, one kernel per rank; docs/GPU.md).
+    persistent_device_fifos: ... with its FIFOs in device memory written by the kernels (ranks
+        on one host; ``NCCLZ_PERSISTENT_FIFOS``); False: host FIFOs bridged by proxy threads.
     channels: the rings the call's data moved on (lanes for all_to_all, gather and scatter; 1 for
         send/recv and the latency algorithm). Exact calls may run fewer rings than compressed ones
         (``comm.config.exact_nchannels``).
@@ -132,6 +134,7 @@ class CallStats:
     local_bytes: int = 0
     on_device: bool = False
     persistent: bool = False
+    persistent_device_fifos: bool = False
     channels: int = 0
     slice_bytes: int = 0
     schedule_s: float = 0.0
@@ -694,6 +697,7 @@ class Communicator:
             local_bytes=int(getattr(st, "local_bytes", 0)),
             on_device=bool(getattr(st, "on_device", False)),
             persistent=bool(getattr(st, "persistent", False)),
+            persistent_device_fifos=bool(getattr(st, "persistent_device_fifos", False)),
             channels=int(getattr(st, "channels", 0)),
             slice_bytes=int(getattr(st, "slice_bytes", 0)),
             schedule_s=float(getattr(st, "schedule_s", 0.0)),

@@ -1,8 +1,13 @@
 // The persistent ring kernels in the communicator's call path
 // (CommConfig::persistent; core/persistent_call.hpp): an all_reduce (sum) of
 // device buffers on every rank, none (float32/float64/int32 values) or lossy
-// (int32/int64 codes), runs as one kernel per rank with host FIFOs and proxy
-// threads over the communicator's own (in-process) transport. Its results
+// (int32/int64 codes), runs as one kernel per rank, with each FIFO placement
+// (NCCLZ_PERSISTENT_FIFOS): device FIFOs written by the kernels (ranks as
+// threads: pointers; and, through the test hook
+// NCCLZ_TEST_PERSISTENT_AS_PROCESSES, the processes' path: CUDA IPC handles,
+// which the emulator maps to the same pointer, and the /dev/shm abort page),
+// and host FIFOs with proxy threads over the communicator's own (in-process)
+// transport. Its results
 // must be the bits of the same call with the opt-in off (the device path),
 // the same on every rank, within the bound on every element for lossy,
 // over back-to-back calls of different sizes; every other call keeps its
@@ -103,7 +108,7 @@ enum class Coll { AllReduce, ReduceScatter };
 /// host memory; in place on the device where in_place.
 std::vector<Result> run(Ranks& R, Coll coll, DataType t, RedOp op, const Compression& c, size_t count,
                         const std::vector<std::vector<uint8_t>>& in, const std::vector<bool>& on_dev,
-                        bool in_place = false) {
+                        bool in_place = false, bool device_per_rank = false) {
   std::vector<Result> res(size_t(R.size()));
   R.run([&](int r, Communicator& comm) {
     const int N = comm.size();
@@ -115,13 +120,14 @@ std::vector<Result> run(Ranks& R, Coll coll, DataType t, RedOp op, const Compres
     const void* send = hsend.data();
     void* recv = hrecv.data();
     if (on_dev[size_t(r)]) {
-      cudaSetDevice(0);
+      const int device = device_per_rank ? r : 0;
+      cudaSetDevice(device);
       ds = std::make_unique<DevBuf>(ni * es);
       ncclz_test::to_device(ds->get(), hsend);
       dr = std::make_unique<DevBuf>(no * es);
       send = ds->get();
       recv = in_place ? ds->get() : dr->get();
-      set_buffer_device(0);
+      set_buffer_device(device);
     }
     try {
       if (coll == Coll::AllReduce) {
@@ -148,6 +154,39 @@ std::vector<std::vector<uint8_t>> inputs(DataType t, size_t n, int N, unsigned s
   return in;
 }
 
+/// Where the FIFOs go (the first eligible call reads the environment).
+struct Placement {
+  const char* fifos;  // NCCLZ_PERSISTENT_FIFOS
+  bool as_processes;  // NCCLZ_TEST_PERSISTENT_AS_PROCESSES
+  bool device;        // CallStats::persistent_device_fifos expected
+  const char* name;
+};
+const Placement kPlacements[] = {{"auto", false, true, "auto (device FIFOs, threads)"},
+                                 {"device", true, true, "device FIFOs, the processes' path"},
+                                 {"host", false, false, "host FIFOs and proxies"}};
+
+/// The processes' path runs only in the emulator: a real CUDA refuses to
+/// open an IPC handle of its own process (tests/python/test_gpu_persistent.py
+/// runs it with processes on a GPU).
+#if defined(NCCLZ_CUDA_EMULATED)
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
+/// Sets the placement's variables for a scope.
+class PlacementEnv {
+ public:
+  explicit PlacementEnv(const Placement& p) {
+    setenv("NCCLZ_PERSISTENT_FIFOS", p.fifos, 1);
+    if (p.as_processes) setenv("NCCLZ_TEST_PERSISTENT_AS_PROCESSES", "1", 1);
+  }
+  ~PlacementEnv() {
+    unsetenv("NCCLZ_PERSISTENT_FIFOS");
+    unsetenv("NCCLZ_TEST_PERSISTENT_AS_PROCESSES");
+  }
+};
+
 #define SKIP_WITHOUT_DEVICE()                                                                                  \
   do {                                                                                                         \
     if (cuda::device_count() == 0) {                                                                           \
@@ -160,63 +199,117 @@ std::vector<std::vector<uint8_t>> inputs(DataType t, size_t n, int N, unsigned s
 
 // 2, 3 and 4 ranks, back-to-back calls of different sizes on one pair of
 // communicators (1 element, less than a slice, not a multiple of the
-// channels, several ring loops; in place once): with the opt-in the call ran
-// on the persistent ring (last_stats), its output is the opt-in-off call's
-// bits on every rank, the same on all ranks, lossy within the bound on every
-// element; Raw wire bytes are the raw bytes, coded ones fewer.
+// channels, several ring loops; in place once), for each FIFO placement: with
+// the opt-in the call ran on the persistent ring with those FIFOs
+// (last_stats), its output is the opt-in-off call's bits on every rank, the
+// same on all ranks, lossy within the bound on every element; Raw wire bytes
+// are the raw bytes, coded ones fewer, and every placement sends the same
+// bytes (the same slices).
 TEST(CudaPersistentComm, AllReduceMatchesTheDevicePathBitForBit) {
   SKIP_WITHOUT_DEVICE();
   const std::vector<size_t> sizes =
       ncclz_test::quick() ? std::vector<size_t>{1, 700, 5003, 2} : std::vector<size_t>{1, 700, 5003, 2, 33333, 1024};
   for (int N : {2, 3, 4}) {
-    Ranks on = make_ranks(N, 1), off = make_ranks(N, 0);
+    Ranks off = make_ranks(N, 0);
     const std::vector<bool> dev(size_t(N), true);
-    int k = 0;
-    for (size_t count : sizes) {
-      for (DataType t : {DataType::F32, DataType::F64, DataType::I32}) {
-        for (bool lossy : {false, true}) {
-          if (lossy && t == DataType::I32) continue;
-          const bool in_place = ++k % 5 == 0;
-          SCOPED_TRACE("N=" + std::to_string(N) + " count " + std::to_string(count) + " type " +
-                       std::to_string(int(t)) + (lossy ? " lossy" : " none") + (in_place ? " in place" : ""));
-          const double E = 1e-3;
-          const Compression c = lossy ? Compression::lossy_abs(E) : Compression::none();
-          const auto in = inputs(t, count, N, unsigned(count) + 3);
-          const auto a = run(on, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev, in_place);
-          const auto b = run(off, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev, in_place);
-          for (int r = 0; r < N; ++r) {
-            SCOPED_TRACE("rank " + std::to_string(r));
-            const Result& x = a[size_t(r)];
-            ASSERT_EQ(x.error, "");
-            ASSERT_EQ(b[size_t(r)].error, "");
-            EXPECT_TRUE(x.stats.persistent);
-            EXPECT_FALSE(b[size_t(r)].stats.persistent);
-            EXPECT_TRUE(x.stats.on_device);
-            EXPECT_FALSE(x.stats.exact_fallback);
-            ASSERT_TRUE(x.out == b[size_t(r)].out) << "differs from the call with the opt-in off";
-            ASSERT_TRUE(x.out == a[0].out) << "ranks' results differ";
-            if (!lossy) {
-              EXPECT_EQ(x.stats.wire_bytes, x.stats.raw_bytes);            // Raw slices: the values' bytes
-              EXPECT_EQ(x.stats.raw_bytes, b[size_t(r)].stats.raw_bytes);  // the same elements sent
-            } else if (count >= 5003) {
-              EXPECT_GT(x.stats.ratio, 1.5);  // Coded slices: fewer bytes
+    std::vector<std::vector<Result>> ref;          // the opt-in-off results, case by case
+    std::vector<std::vector<uint64_t>> wire_seen;  // the first placement's wire bytes, case by case
+    for (const Placement& pl : kPlacements) {
+      if (pl.as_processes && !kEmulated) continue;
+      PlacementEnv env(pl);
+      Ranks on = make_ranks(N, 1);
+      int k = 0;
+      for (size_t count : sizes) {
+        for (DataType t : {DataType::F32, DataType::F64, DataType::I32}) {
+          for (bool lossy : {false, true}) {
+            if (lossy && t == DataType::I32) continue;
+            const bool in_place = ++k % 5 == 0;
+            SCOPED_TRACE(std::string(pl.name) + " N=" + std::to_string(N) + " count " + std::to_string(count) +
+                         " type " + std::to_string(int(t)) + (lossy ? " lossy" : " none") +
+                         (in_place ? " in place" : ""));
+            const double E = 1e-3;
+            const Compression c = lossy ? Compression::lossy_abs(E) : Compression::none();
+            const auto in = inputs(t, count, N, unsigned(count) + 3);
+            const auto a = run(on, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev, in_place);
+            if (ref.size() < size_t(k))
+              ref.push_back(run(off, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev, in_place));
+            const auto& b = ref[size_t(k - 1)];
+            if (wire_seen.size() < size_t(k)) {
+              wire_seen.emplace_back();
+              for (int r = 0; r < N; ++r) wire_seen.back().push_back(a[size_t(r)].stats.wire_bytes);
             }
-            if (count > 1) {
-              EXPECT_GT(x.stats.wire_bytes, 0u);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE("rank " + std::to_string(r));
+              const Result& x = a[size_t(r)];
+              ASSERT_EQ(x.error, "");
+              ASSERT_EQ(b[size_t(r)].error, "");
+              EXPECT_TRUE(x.stats.persistent);
+              EXPECT_EQ(x.stats.persistent_device_fifos, pl.device);
+              EXPECT_FALSE(b[size_t(r)].stats.persistent);
+              EXPECT_TRUE(x.stats.on_device);
+              EXPECT_FALSE(x.stats.exact_fallback);
+              ASSERT_TRUE(x.out == b[size_t(r)].out) << "differs from the call with the opt-in off";
+              ASSERT_TRUE(x.out == a[0].out) << "ranks' results differ";
+              EXPECT_EQ(x.stats.wire_bytes, wire_seen[size_t(k - 1)][size_t(r)])
+                  << "other slices than " << kPlacements[0].name;
+              if (!lossy) {
+                EXPECT_EQ(x.stats.wire_bytes, x.stats.raw_bytes);            // Raw slices: the values' bytes
+                EXPECT_EQ(x.stats.raw_bytes, b[size_t(r)].stats.raw_bytes);  // the same elements sent
+              } else if (count >= 5003) {
+                EXPECT_GT(x.stats.ratio, 1.5);  // Coded slices: fewer bytes
+              }
+              if (count > 1) {
+                EXPECT_GT(x.stats.wire_bytes, 0u);
+              }
+              if (!lossy) continue;
+              double worst = 0;
+              for (size_t i = 0; i < count; ++i) {
+                double sum = 0;
+                for (int q = 0; q < N; ++q) sum += value_at(t, in[size_t(q)], i);
+                worst = std::max(worst, std::fabs(value_at(t, x.out, i) - sum));
+              }
+              EXPECT_LE(worst, x.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
+              EXPECT_LE(x.stats.error_bound, E * (1 + 1e-12));
             }
-            if (!lossy) continue;
-            double worst = 0;
-            for (size_t i = 0; i < count; ++i) {
-              double ref = 0;
-              for (int q = 0; q < N; ++q) ref += value_at(t, in[size_t(q)], i);
-              worst = std::max(worst, std::fabs(value_at(t, x.out, i) - ref));
-            }
-            EXPECT_LE(worst, x.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
-            EXPECT_LE(x.stats.error_bound, E * (1 + 1e-12));
           }
         }
       }
     }
+  }
+}
+
+// The setting: device FIFOs forced where they can be made (ranks as threads
+// on one device), host FIFOs forced, and a value that is no setting: that
+// fails the call on every rank, promptly (the failing rank's abort reaches
+// the others' setup exchange), with the setting named.
+TEST(CudaPersistentComm, TheFifoSettingIsAgreedByEveryRank) {
+  SKIP_WITHOUT_DEVICE();
+  const int N = 3;
+  const size_t count = 3001;
+  const auto in = inputs(DataType::F32, count, N, 21);
+  const std::vector<bool> dev(size_t(N), true);
+  for (const char* v : {"device", "host"}) {
+    setenv("NCCLZ_PERSISTENT_FIFOS", v, 1);
+    Ranks R = make_ranks(N, 1);
+    const auto a = run(R, Coll::AllReduce, DataType::F32, RedOp::Sum, Compression::none(), count, in, dev);
+    unsetenv("NCCLZ_PERSISTENT_FIFOS");
+    for (int r = 0; r < N; ++r) {
+      ASSERT_EQ(a[size_t(r)].error, "") << v;
+      EXPECT_EQ(a[size_t(r)].stats.persistent_device_fifos, std::string(v) == "device") << v;
+    }
+  }
+  {
+    Ranks R = make_ranks(N, 1);
+    const auto t0 = std::chrono::steady_clock::now();
+    setenv("NCCLZ_PERSISTENT_FIFOS", "sideways", 1);
+    const auto a = run(R, Coll::AllReduce, DataType::F32, RedOp::Sum, Compression::none(), count, in, dev);
+    unsetenv("NCCLZ_PERSISTENT_FIFOS");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int r = 0; r < N; ++r) EXPECT_NE(a[size_t(r)].error, "") << "rank " << r << " did not fail";
+    bool named = false;
+    for (int r = 0; r < N; ++r) named = named || a[size_t(r)].error.find("NCCLZ_PERSISTENT_FIFOS") != std::string::npos;
+    EXPECT_TRUE(named) << a[0].error;
+    EXPECT_LT(s, 30.0) << "the failure took the timeout";
   }
 }
 
@@ -280,13 +373,9 @@ TEST(CudaPersistentComm, IneligibleCallsKeepTheirPath) {
   for (int r = 0; r < N; ++r) EXPECT_TRUE(a[size_t(r)].stats.persistent);
 }
 
-// A rank that fails in the middle of a persistent call (its quantizer meets
-// an outlier the plan ruled out: NCCLZ_TEST_OUTLIER; it raises before its
-// codes leave it, while the others' kernels wait for them) ends the call on
-// every rank with an error, promptly (not the 60 s timeout); so does a
-// communicator aborted between calls. The next communicator works.
-TEST(CudaPersistentComm, AFailureEndsEveryRankAndTheNextCommunicatorWorks) {
-  SKIP_WITHOUT_DEVICE();
+namespace {
+
+void fail_and_recover(bool device_fifos) {
   const int N = 3;
   const size_t count = 4000;
   const std::vector<bool> dev(size_t(N), true);
@@ -296,6 +385,7 @@ TEST(CudaPersistentComm, AFailureEndsEveryRankAndTheNextCommunicatorWorks) {
     Ranks R = make_ranks(N, 1);
     auto ok = run(R, Coll::AllReduce, DataType::F32, RedOp::Sum, lossy, count, in, dev);  // the ring is made
     for (int r = 0; r < N; ++r) ASSERT_EQ(ok[size_t(r)].error, "");
+    for (int r = 0; r < N; ++r) ASSERT_EQ(ok[size_t(r)].stats.persistent_device_fifos, device_fifos);
     setenv("NCCLZ_TEST_OUTLIER", "1", 1);
     const auto t0 = std::chrono::steady_clock::now();
     const auto bad = run(R, Coll::AllReduce, DataType::F32, RedOp::Sum, lossy, count, in, dev);
@@ -322,6 +412,52 @@ TEST(CudaPersistentComm, AFailureEndsEveryRankAndTheNextCommunicatorWorks) {
     ASSERT_EQ(a[size_t(r)].error, "");
     EXPECT_TRUE(a[size_t(r)].stats.persistent);
     EXPECT_TRUE(a[size_t(r)].out == a[0].out);
+  }
+}
+
+}  // namespace
+
+// Ranks as threads on separate devices (one each; the emulator's
+// NCCLZ_EMU_DEVICES, tools/cuda_emu/run.sh comm): device FIFOs through peer
+// access (system-scope fences), the opt-in-off call's bits, lossy and none.
+TEST(CudaPersistentComm, RanksOnSeparateDevicesUseDeviceFifos) {
+  SKIP_WITHOUT_DEVICE();
+  const int N = std::min(3, cuda::device_count());
+  if (N < 2) GTEST_SKIP() << "one device";
+  Ranks on = make_ranks(N, 1), off = make_ranks(N, 0);
+  const size_t count = 5003;
+  const std::vector<bool> dev(size_t(N), true);
+  for (bool lossy : {false, true}) {
+    SCOPED_TRACE(lossy ? "lossy" : "none");
+    const Compression c = lossy ? Compression::lossy_abs(1e-3) : Compression::none();
+    const auto in = inputs(DataType::F32, count, N, 31);
+    const auto a = run(on, Coll::AllReduce, DataType::F32, RedOp::Sum, c, count, in, dev, false, true);
+    const auto b = run(off, Coll::AllReduce, DataType::F32, RedOp::Sum, c, count, in, dev, false, true);
+    for (int r = 0; r < N; ++r) {
+      ASSERT_EQ(a[size_t(r)].error, "");
+      ASSERT_EQ(b[size_t(r)].error, "");
+      EXPECT_TRUE(a[size_t(r)].stats.persistent);
+      EXPECT_TRUE(a[size_t(r)].stats.persistent_device_fifos);
+      EXPECT_TRUE(a[size_t(r)].out == b[size_t(r)].out) << "rank " << r;
+    }
+  }
+}
+
+// A rank that fails in the middle of a persistent call (its quantizer meets
+// an outlier the plan ruled out: NCCLZ_TEST_OUTLIER; it raises before its
+// codes leave it, while the others' kernels wait for them) ends the call on
+// every rank with an error, promptly (not the 60 s timeout); so does a
+// communicator aborted between calls. The next communicator works. For each
+// FIFO placement: with device FIFOs no proxy carries the abort; the failing
+// rank's transport closes its connections with a note, the next rank's
+// watching thread sets the group's one abort word, and every kernel stops.
+TEST(CudaPersistentComm, AFailureEndsEveryRankAndTheNextCommunicatorWorks) {
+  SKIP_WITHOUT_DEVICE();
+  for (const Placement& pl : kPlacements) {
+    if (pl.as_processes && !kEmulated) continue;
+    SCOPED_TRACE(pl.name);
+    PlacementEnv env(pl);
+    fail_and_recover(pl.device);
   }
 }
 

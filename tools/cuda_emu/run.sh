@@ -18,7 +18,8 @@
 #                 ring collectives with device and CPU ranks) with v3, v2, v1,
 #                 the persistent ring kernels (CudaPersistent, same binary) once,
 #                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
-#                 with v3 and v2, and ranks on four emulated devices,
+#                 with v3 and v2, and ranks on four emulated devices (the persistent
+#                 ring's device FIFOs through peer access too),
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's), and
 #                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes) and
@@ -71,7 +72,8 @@ case "${1:-}" in
     "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
     NCCLZ_DEVICE_CODEC=v2 NCCLZ_DEVICE_PIN=0 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.Lossy*:CudaComm.DeviceAndHost*'
     echo "one rank per device (NCCLZ_EMU_DEVICES=4: four emulated devices):"
-    NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 --gtest_filter='CudaComm.RanksOnSeparateDevices'
+    NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 \
+      --gtest_filter='CudaComm.RanksOnSeparateDevices:CudaPersistentComm.RanksOnSeparateDevicesUseDeviceFifos'
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"

@@ -97,9 +97,12 @@ struct CallStats {
   /// a bound below the type's own rounding, or a message under min_bytes).
   bool exact_fallback = false;
   /// The call ran on the persistent ring kernels (CommConfig::persistent):
-  /// one kernel per rank, host FIFOs and proxy threads; wire_bytes are the
-  /// slices' bytes those proxies sent.
+  /// one kernel per rank; wire_bytes are the bytes of the slices it sent.
   bool persistent = false;
+  /// ... with its FIFOs in device memory, written by the kernels themselves
+  /// (ranks on one host; NCCLZ_PERSISTENT_FIFOS); false: host FIFOs bridged
+  /// by proxy threads over the communicator's transport.
+  bool persistent_device_fifos = false;
   /// The mode the call ran with: the requested one, or rank 0's lighter proposal.
   Compression::Mode ran_mode = Compression::Mode::None;
   /// The call ran with rank 0's lighter proposal instead of the requested mode.

@@ -9,13 +9,13 @@
 // "Persistent ring kernels", says how ranks sharing a GPU make progress.
 //
 // Where the FIFOs live (Options::fifo_in_host_memory):
-//  - device memory (the default): ranks as threads of one process on one
-//    device (each rank its own stream, one CUDA context, so a FIFO's device
-//    pointer is valid in every rank); the kernel writes straight into the
-//    next rank's FIFO (connect()). One device allocation per rank (all its
-//    channels), its layout fixed by (channels, slots, slot bytes) alone, so
-//    that a later version can hand it to another process with a CUDA IPC
-//    handle.
+//  - device memory (the default): the kernel writes straight into the next
+//    rank's FIFO (connect()). One device allocation per rank (all its
+//    channels), its layout fixed by (channels, slots, slot bytes) alone and
+//    holding no pointer: ranks as threads of one process pass its device
+//    pointer (peer access enabled where the next rank is on another device),
+//    ranks as processes on one host its CUDA IPC handle (export_fifo,
+//    open_fifo).
 //  - page-locked host memory mapped for the device: the rank's receive FIFO
 //    and an outgoing one (its "outbox", the same FifoLayout), for ranks that
 //    share no memory (other hosts): the kernel posts into its outbox and a
@@ -96,6 +96,12 @@ class RingAbort {
  public:
   /// device: set on the calling thread first (-1: its current one).
   explicit RingAbort(int device = -1);
+  /// A word in memory this object does not own: `bytes` bytes of a page-aligned
+  /// host mapping at `map` (a /dev/shm segment that every rank's process maps,
+  /// so that one word stops the kernels of all of them), the word at its
+  /// start, registered with CUDA (cudaHostRegister, mapped) here and
+  /// unregistered on destruction; the mapping itself stays the caller's.
+  RingAbort(void* map, size_t bytes, int device);
   ~RingAbort();
   RingAbort(const RingAbort&) = delete;
   RingAbort& operator=(const RingAbort&) = delete;
@@ -112,6 +118,7 @@ class RingAbort {
   int* host_ = nullptr;
   int* dev_ = nullptr;
   int status_ = 0;
+  bool registered_ = false;  // the second form: unregister, do not free
 };
 
 /// One rank's side of a ring of persistent kernels.
@@ -148,6 +155,11 @@ class PersistentRing {
     /// rank's; connect() is not used. The kernel's flag fences are then
     /// system-scope (cuda/persistent_ring.cu, "Handshake"). Same bytes.
     bool fifo_in_host_memory = false;
+    /// Device FIFOs that a kernel outside this GPU's scope writes or reads
+    /// (the next rank's FIFO on another device, or this one's written by
+    /// another device): system-scope flag fences, as for host FIFOs
+    /// (cuda/persistent_ring.cu, "Handshake"). Same bytes.
+    bool system_fences = false;
     /// The CUDA device of the ring (-1: the constructing thread's current
     /// one): set on the calling thread before each of the ring's CUDA calls,
     /// so any thread may drive it (the communicator's call thread).
@@ -192,8 +204,39 @@ class PersistentRing {
   static std::string describe(int rc);
   /// This rank's receive FIFOs as the device sees them: the previous rank sends there.
   void* fifo() const { return fifo_; }
-  /// The next rank's fifo() (device memory of the same context; device FIFOs only).
+  /// The next rank's fifo() (device FIFOs only): its pointer where it is
+  /// device memory of this process (ranks as threads; another device's needs
+  /// enable_peer_access first), or what open_fifo() returned for its handle
+  /// (ranks as processes).
   void connect(void* next_fifo) { next_ = next_fifo; }
+
+  /// CUDA IPC of the device FIFOs (ranks as processes on one host): a
+  /// cudaIpcMemHandle_t's bytes.
+  static constexpr size_t kIpcHandleBytes = 64;
+  /// This rank's FIFO allocation's handle into `handle` (kIpcHandleBytes);
+  /// 0 or a cudaError_t (BadHeader for host FIFOs).
+  int export_fifo(void* handle) const;
+  /// Maps another process's exported FIFO on `device` (peer access enabled
+  /// lazily where it is another GPU); *fifo then goes to connect(). Undo with
+  /// close_fifo() once no kernel of this rank runs.
+  static int open_fifo(const void* handle, int device, void** fifo);
+  static int close_fifo(void* fifo, int device);
+  /// Lets `device`'s kernels reach `peer`'s memory (ranks as threads on
+  /// several devices): *can says whether they can; 0 or a cudaError_t (an
+  /// already enabled peer is no error).
+  static int enable_peer_access(int device, int peer, bool* can);
+  /// Whether the last call's kernel is still running: 0 done, 1 running, else
+  /// a cudaError_t (a host thread polls it to set the abort word when its
+  /// communicator aborts; synchronize() then reads the reports).
+  int query() const;
+  /// The bytes of the slices channel c has sent since construction or reset()
+  /// (the kernel counts them; read between calls): 0 or a cudaError_t.
+  int sent_bytes(int c, uint64_t* bytes) const;
+  /// Before the first call: system-scope fences (Options::system_fences) once
+  /// the neighbours are known, and the group's abort word where it is
+  /// chosen after the ring is made (ranks agreeing on one shared word).
+  void set_system_fences(bool on) { o_.system_fences = on; }
+  void use_abort(RingAbort* abort) { abort_ = abort; }
   /// With fifo_in_host_memory: the host addresses of the receive FIFOs and of
   /// the outbox (for the proxy); nullptr otherwise.
   void* fifo_host() const { return fifo_host_; }

@@ -30,6 +30,7 @@ struct CallState {
   bool fallback = false;                            ///< a lossy call that ran exactly
   bool on_device = false;                           ///< coded on the device (CallStats::on_device)
   bool persistent = false;                          ///< on the persistent ring kernels (CallStats::persistent)
+  bool persistent_device_fifos = false;             ///< ... with device FIFOs (CallStats::persistent_device_fifos)
   Compression::Mode ran = Compression::Mode::None;  ///< the mode the call ran with
   bool lightened = false;                           ///< rank 0's lighter proposal was taken
   double rans_margin = -1;  ///< rank 0's codec effort (EncodeOptions::rans_margin; < 0: default)
@@ -60,6 +61,7 @@ struct CallState {
     r.exact_fallback = fallback;
     r.on_device = on_device;
     r.persistent = persistent;
+    r.persistent_device_fifos = persistent_device_fifos;
     r.ran_mode = ran;
     r.lightened = lightened;
     r.algorithm = algorithm;

@@ -312,6 +312,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   rt_ = std::make_unique<core::Runtime>(rank_, size_, cfg, slot_capacity, abort_,
                                         [this](const std::string& reason) { fail(reason); });
   rt_->topo = std::move(topo);
+  rt_->one_host = one_host;
   if (peer_mem && peer_mem->usable()) rt_->peer_mem = std::move(peer_mem);
   if (!cfg.trace_file.empty()) {
     rt_->trace = std::make_unique<trace::Recorder>(trace::file_for(cfg.trace_file, rank_), rank_, size_);

@@ -17,7 +17,8 @@ std::unique_ptr<DeviceWork> DeviceWork::create(int device) {
   throw Error("ncclz: buffers on CUDA device " + std::to_string(device) + ", and this ncclz was built without CUDA");
 }
 std::unique_ptr<PersistentWork> PersistentWork::create(int, int, int device, const CommConfig&,
-                                                       std::vector<transport::ProxyChannel>) {
+                                                       std::vector<transport::ProxyChannel>, bool,
+                                                       std::shared_ptr<transport::AbortFlag>) {
   throw Error("ncclz: the persistent ring kernels on CUDA device " + std::to_string(device) +
               ", and this ncclz was built without CUDA");
 }

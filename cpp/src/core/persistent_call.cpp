@@ -71,7 +71,8 @@ void run_persistent(Runtime& rt, const Collective& cd, codec::ElemType wire, boo
   const auto t0 = Clock::now();
   try {
     if (!rt.persistent)
-      rt.persistent = PersistentWork::create(rt.rank, rt.nranks, cd.device, rt.cfg, std::move(rt.persistent_links));
+      rt.persistent = PersistentWork::create(rt.rank, rt.nranks, cd.device, rt.cfg, std::move(rt.persistent_links),
+                                             rt.one_host, rt.abort);
     PersistentWork& pw = *rt.persistent;
     nch = std::max(1, std::min(nch, pw.channels()));
     const size_t es = codec::elem_size(wire), slice = pw.slice_elems(es);
@@ -98,6 +99,7 @@ void run_persistent(Runtime& rt, const Collective& cd, codec::ElemType wire, boo
     call.slice_bytes = persistent_slot_bytes(rt.cfg) - codec::kHeaderBytes;
     call.schedule_s += seconds(t0, Clock::now());
     call.persistent = true;
+    call.persistent_device_fifos = pw.device_fifos();
     call.on_device = true;
   } catch (const std::exception& e) {
     call.schedule_s += seconds(t0, Clock::now());

@@ -19,9 +19,21 @@
 //    connection pair per channel to its ring neighbours on the communicator's
 //    own transport (transport::ring_channels; in-process, shared memory or
 //    sockets), slots of the exact calls' slice size;
-//  - at the first eligible call, on its device: the ring (host-mapped FIFOs
-//    and outbox, scratch, reports), its RingAbort and a PersistentProxy
-//    driving those connections (2 x channels host threads).
+//  - at the first eligible call, on its device: the ring (its FIFOs,
+//    scratch, reports), the group's RingAbort and, with host FIFOs, a
+//    PersistentProxy driving those connections (2 x channels host threads);
+//  - where the FIFOs live, chosen at that first call and agreed by every rank
+//    (NCCLZ_PERSISTENT_FIFOS=auto|device|host, default auto): device FIFOs
+//    where every rank is on this host and every rank's kernel can reach the
+//    next rank's FIFO (ranks as threads: its device pointer, peer access
+//    where it is another device; ranks as processes: its CUDA IPC handle),
+//    with ONE abort word for the whole group (threads: rank 0's host-mapped
+//    word; processes: a /dev/shm page every rank maps and registers), no
+//    proxy threads, the connections kept only to watch the previous rank
+//    (a close without a goodbye, or with an abort note, sets the abort
+//    word); else, or with host, the host FIFOs and proxies above. A rank
+//    takes channels x G CTAs either way, plus 2 x channels proxy threads
+//    with host FIFOs or one watching thread with device FIFOs.
 // Channels: CommConfig::exact_nchannels (a call uses pick_exact(bytes) of
 // them); G CTAs per channel: NCCLZ_PERSISTENT_CTAS, else min(4, nslots / 2)
 // (fewer where the device cannot hold nranks x channels x G CTAs at once).
@@ -31,7 +43,10 @@
 // (Runtime::fail: its transport closes every connection with a note, the
 // peers' proxies fail at once and set their abort words, their kernels stop)
 // and throws; a communicator aborted for any other reason closes the
-// proxies' connections the same way, which stops this rank's kernel.
+// proxies' connections the same way, which stops this rank's kernel. With
+// device FIFOs the same closes reach the neighbours' watching threads,
+// which set the group's one abort word; the call thread sets it too when
+// its communicator is aborted while its kernel runs.
 #pragma once
 
 #include <cstddef>
@@ -78,8 +93,14 @@ void run_persistent(Runtime& rt, const Collective& cd, codec::ElemType wire, boo
 class PersistentWork {
  public:
   /// On CUDA device `device`, over `links` (one per channel, from creation).
+  /// Collective (every rank at its first eligible call): picks where the
+  /// FIFOs live (below), agreed over channel 0's links. one_host: every rank
+  /// shares this host (the bootstrap's host ids); comm_abort: the
+  /// communicator's abort flag (a device-FIFO call sets the abort word when
+  /// it is set).
   static std::unique_ptr<PersistentWork> create(int rank, int nranks, int device, const CommConfig& cfg,
-                                                std::vector<transport::ProxyChannel> links);
+                                                std::vector<transport::ProxyChannel> links, bool one_host,
+                                                std::shared_ptr<transport::AbortFlag> comm_abort);
   virtual ~PersistentWork() = default;
   /// Runs one call (see run_persistent); throws Error with what failed (the
   /// kernel's report, the proxy's error). expect_recv[c]: the slices channel
@@ -91,6 +112,9 @@ class PersistentWork {
   /// Elements per slice of an element of `esize` bytes.
   virtual size_t slice_elems(size_t esize) const = 0;
   virtual int channels() const = 0;
+  /// Whether the FIFOs are device memory written by the kernels themselves
+  /// (else host memory bridged by proxy threads): CallStats::persistent_device_fifos.
+  virtual bool device_fifos() const = 0;
 };
 
 /// What rank `rank` of `nranks` sends and receives on one channel's ring

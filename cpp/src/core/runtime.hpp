@@ -67,6 +67,9 @@ struct Runtime {
   std::vector<transport::ProxyChannel> persistent_links;
   std::unique_ptr<PersistentWork> persistent;
   std::vector<uint64_t> persistent_recv, persistent_sent;
+  /// Every rank on this host (the bootstrap's host ids): the persistent ring
+  /// may put its FIFOs in device memory.
+  bool one_host = false;
 };
 
 }  // namespace ncclz::core

@@ -52,7 +52,8 @@
 // kernel is checked by its arguments: one whose arguments (pointers, or
 // structs passed by value holding them) point into another device's memory
 // fails (cudaErrorIllegalAddress, not run; memory reached through device
-// memory is not followed), and so does a copy or memset:
+// memory is not followed) unless its device enabled peer access to that
+// one (cudaDeviceEnablePeerAccess), and so does a copy or memset:
 // with several devices, one that touches device memory of another device
 // than its stream's (the legacy stream: the current device's) fails with
 // cudaErrorInvalidValue. CUDA would copy over the peer path there; ncclz
@@ -81,6 +82,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -121,7 +123,9 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
+  cudaErrorPeerAccessAlreadyEnabled = 704,
   cudaErrorHostMemoryAlreadyRegistered = 712
 };
 enum cudaMemcpyKind {
@@ -481,6 +485,59 @@ inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k
   return cudaMemcpyAsync(d, s, n, k, nullptr);
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Every launch has run by the time it returns: a stream is always idle.
+inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+// Peer access: one address space, so every device can reach every other's
+// memory; a kernel may once the launching device enabled it (the launch
+// check below allows those pairs), and enabling it twice fails as in CUDA.
+namespace emu {
+inline std::mutex& peer_mu() {
+  static std::mutex m;
+  return m;
+}
+inline std::set<std::pair<int, int>>& peer_pairs() {  // (device, the peer it reaches)
+  static std::set<std::pair<int, int>> p;
+  return p;
+}
+inline bool peer_enabled(int device, int peer) {
+  std::lock_guard<std::mutex> lk(peer_mu());
+  return peer_pairs().count({device, peer}) != 0;
+}
+}  // namespace emu
+inline cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
+  *can = device != peer ? 1 : 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned) {
+  std::lock_guard<std::mutex> lk(emu::peer_mu());
+  if (!emu::peer_pairs().insert({emu::current_device(), peer}).second)
+    return emu::failed(cudaErrorPeerAccessAlreadyEnabled);
+  return cudaSuccess;
+}
+// CUDA IPC (the persistent ring's device FIFOs for ranks as processes): one
+// process here, so a handle carries the allocation's address and opening it
+// returns that address (only live device allocations, as CUDA checks); the
+// logic around the exchange runs, the mapping is the identity.
+struct cudaIpcMemHandle_t {
+  char reserved[64];
+};
+enum { cudaIpcMemLazyEnablePeerAccess = 1 };
+inline cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* h, void* p) {
+  if (emu::device_of(p) < 0) return emu::failed(cudaErrorInvalidValue);
+  std::memset(h->reserved, 0, sizeof h->reserved);
+  std::memcpy(h->reserved, &p, sizeof p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned) {
+  void* q = nullptr;
+  std::memcpy(&q, h.reserved, sizeof q);
+  if (emu::device_of(q) < 0) return emu::failed(cudaErrorInvalidResourceHandle);
+  *p = q;
+  return cudaSuccess;
+}
+inline cudaError_t cudaIpcCloseMemHandle(void* p) {
+  return emu::device_of(p) < 0 ? emu::failed(cudaErrorInvalidValue) : cudaSuccess;
+}
 // Streams: every launch runs at once, in order, so one stream is as good as any.
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
@@ -861,7 +918,7 @@ void launch_checked(G&& devices, F&& f, dim3 grid, dim3 block, size_t shm = 0, c
   if (device_count() > 1) {
     const int here = s ? s->device : current_device();
     for (int d : devices()) {
-      if (d >= 0 && d != here) {
+      if (d >= 0 && d != here && !peer_enabled(here, d)) {
         failed(cudaErrorIllegalAddress);
         return;
       }
