@@ -307,8 +307,11 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
           const auto host = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), false));
           const auto dev = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), true));
           for (int r = 0; r < N; ++r) {
-            SCOPED_TRACE(std::string(name(o)) + (op == RedOp::Avg ? " avg" : op == RedOp::Max ? " max" : "") + " N=" + std::to_string(N) +
-                         " type " + std::to_string(int(t)) + " rank " + std::to_string(r));
+            SCOPED_TRACE(std::string(name(o)) +
+                         (op == RedOp::Avg   ? " avg"
+                          : op == RedOp::Max ? " max"
+                                             : "") +
+                         " N=" + std::to_string(N) + " type " + std::to_string(int(t)) + " rank " + std::to_string(r));
             const Result& h = host[size_t(r)];
             const Result& d = dev[size_t(r)];
             ASSERT_EQ(h.error, "");
