@@ -111,8 +111,9 @@ void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_core
 /// (fewer bytes between hosts).
 void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchical);
 
-/// Direct two hops read each block of the peers' inputs in pieces of this
-/// many bytes, reduced while they are in cache (core/direct_all_reduce.cpp).
+/// Direct all_reduce and reduce_scatter read each block of the peers' inputs
+/// in pieces of this many bytes, reduced while they are in cache
+/// (core/direct_schedules.cpp).
 constexpr size_t kDirectPieceBytes = size_t(64) << 10;
 /// CommConfig::direct_from_bytes: 0 where the peers' memory is not
 /// reachable (transport::PeerMemory::probe: the same on every rank), else,
