@@ -766,6 +766,46 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     EXPECT_EQ(w.comms[0]->config().direct_from_bytes, int64_t(256) << 10);
   }
   {
+    // unset with 2 ranks: all_reduce from 2 MiB, reduce_scatter and all_gather from 8 MiB, broadcast
+    // from 128 KiB (core::direct_from); set, every collective from the value set
+    for (const int64_t set : {int64_t(-1), int64_t(3) << 20}) {
+      Ranks w2 = world(2, [&](int, ncclz::CommConfig& c) { c.direct_from_bytes = set; });
+      EXPECT_EQ(w2.comms[0]->config().direct_from_bytes, set < 0 ? int64_t(2) << 20 : set);
+      struct Case {
+        Coll coll;
+        size_t from;  // bytes of the message
+      };
+      const size_t mib = size_t(1) << 20;
+      const std::vector<Case> cases =
+          set < 0 ? std::vector<Case>{{Coll::AllReduce, 2 * mib},
+                                      {Coll::ReduceScatter, 8 * mib},
+                                      {Coll::AllGather, 8 * mib},
+                                      {Coll::Broadcast, 128 << 10}}
+                  : std::vector<Case>{{Coll::AllReduce, 3 * mib},
+                                      {Coll::ReduceScatter, 3 * mib},
+                                      {Coll::AllGather, 3 * mib},
+                                      {Coll::Broadcast, 3 * mib}};
+      for (const Case& cs : cases) {
+        Call c;
+        c.coll = cs.coll;
+        c.t = DataType::I32;
+        const size_t per = cs.coll == Coll::ReduceScatter || cs.coll == Coll::AllGather ? 2 : 1;
+        c.count = cs.from / 4 / per;
+        const Outcome at = run(w2, c);
+        for (int r = 0; r < 2; ++r) {
+          const std::string where = std::string(name(cs.coll)) + (set < 0 ? " unset" : " set");
+          EXPECT_EQ(at.st[size_t(r)].algorithm, Algorithm::Latency) << where;
+          EXPECT_TRUE(at.out[size_t(r)] == expected(c, at, r, 2)) << where;  // (int32 sums: any order)
+        }
+        c.count -= 1;  // under it: the ring (above latency_bytes and two_hop_bytes)
+        const Outcome under = run(w2, c);
+        for (int r = 0; r < 2; ++r) {
+          EXPECT_EQ(under.st[size_t(r)].algorithm, Algorithm::Ring) << name(cs.coll) << (set < 0 ? " unset" : " set");
+        }
+      }
+    }
+  }
+  {
     // lossy requests do not take the two hops (no hint): the lossy ring
     Ranks w = world(N);
     EXPECT_EQ(w.comms[1]->config().two_hop_bytes, (2 * N - 3) * 65536 / 4);  // agreed: (2N-3) x slot_bytes / 4

@@ -87,7 +87,7 @@ bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const Poli
   // lossy call that runs as asked leaves them unused. Host buffers only: a
   // device call's would be staged through host copies, which its own path
   // avoids.
-  if (cd.direct && bytes > latency_bytes && cd.device < 0 && direct_size(bytes)) return true;
+  if (cd.direct && bytes > latency_bytes && cd.device < 0 && direct_size(cd.coll, bytes)) return true;
   const bool exact_expected = !is_lossy(m) || (hints && hints->lighter >= 0);
   if (!exact_expected) return false;
   if (bytes <= latency_bytes) return true;
@@ -97,8 +97,9 @@ bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const Poli
   return bytes <= uint64_t(std::max<int64_t>(rt_.cfg.two_hop_bytes, 0));
 }
 
-bool CallRoutine::direct_size(size_t bytes) const {
-  return rt_.peer_mem && rt_.cfg.direct_from_bytes > 0 && bytes >= uint64_t(rt_.cfg.direct_from_bytes);
+bool CallRoutine::direct_size(Coll c, size_t bytes) const {
+  const int64_t from = direct_from(c, rt_.nranks, rt_.cfg.direct_from_bytes, rt_.direct_defaulted);
+  return rt_.peer_mem && from > 0 && bytes >= uint64_t(from);
 }
 
 algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType t) {
@@ -233,7 +234,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     carried.out.assign(size_t(rt_.nranks), algorithms::Bytes{});
     // Direct: all_reduce wherever it takes two hops, the others where the
     // ring would run (above latency_bytes: their bits are the ring's).
-    direct_hops = cd.direct && direct_size(bytes) &&
+    direct_hops = cd.direct && direct_size(cd.coll, bytes) &&
                   (cd.latency.again || bytes > uint64_t(std::max<int64_t>(rt_.cfg.latency_bytes, 0)));
     if (direct_hops) {
       // A direct call carries where this rank's buffers are; blocks are read

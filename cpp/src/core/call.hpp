@@ -104,10 +104,10 @@ class CallRoutine {
   /// buffers (CallProtocol::direct).
   void run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried, const CallDesc& d,
                    bool direct_hops, CallState& call);
-  /// Whether a `bytes` message may run direct (the peers' memory
-  /// reachable, the message at least direct_from_bytes: the same on every
-  /// rank of a matching call, whatever its buffers).
-  bool direct_size(size_t bytes) const;
+  /// Whether a `bytes` message of collective `c` may run direct (the peers'
+  /// memory reachable, the message at least core::direct_from's size: the
+  /// same on every rank of a matching call, whatever its buffers).
+  bool direct_size(Coll c, size_t bytes) const;
   /// What this rank proposes in its descriptor when the hints name none:
   /// CommConfig::algorithm (NCCLZ_ALGO), 1 + int(Algorithm), 0 for auto.
   uint8_t configured_algorithm() const;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "codec/slice.hpp"
+#include "core/call_desc.hpp"
 #include "ncclz/communicator.hpp"
 
 namespace ncclz::core {
@@ -125,6 +126,18 @@ constexpr size_t kDirectPieceBytes = size_t(64) << 10;
 /// so direct pays where it saves rounds and copies: with more ranks than
 /// CPUs, with more ranks, with larger messages.
 void resolve_direct(CommConfig& cfg, int nranks, bool readable);
+/// The message size from which collective `c` (one with a direct schedule,
+/// core/direct_schedule.hpp) runs direct, given the resolved
+/// direct_from_bytes (0: never). Where NCCLZ_DIRECT_FROM_BYTES was set
+/// (`defaulted` false: the same on every rank, agreed at creation) every
+/// collective takes that; where it was left unset, all_reduce takes it and
+/// the others their own defaults, measured on 2 CPUs over shared memory
+/// (bench/results/latency.md, "Direct reduce_scatter, all_gather and
+/// broadcast"): reduce_scatter and all_gather from 8 MiB with 2 ranks (the
+/// ring's one step each way pipelines well there; direct first won at 8-16
+/// MiB), 128 KiB with 3 or more; broadcast from
+/// 128 KiB (every reader copies once, in parallel, where the chain relays).
+int64_t direct_from(Coll c, int nranks, int64_t direct_from_bytes, bool defaulted);
 
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
 /// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for

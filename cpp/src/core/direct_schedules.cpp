@@ -1,7 +1,6 @@
 // The direct schedules (see direct_schedule.hpp): which peer buffers each
 // rank reads and writes, and in what order it reduces.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -87,31 +86,21 @@ uint64_t reduce_scatter_copies(const OneHopPart& p, const DirectPeers& peers, Bu
   return moved;
 }
 
-// all_gather: block j of the output is rank j's input. Each rank either
-// reads its peers' inputs into its own output (pull) or writes its input
-// into block r of every peer's output (push); rank r starts with rank r+1,
-// so that each peer is first for a different rank. In place (the input is
-// block r of the output) nobody writes block r but its owner, which copies
-// nothing there.
-bool gather_push() {
-  static const bool push = [] {
-    const char* v = std::getenv("NCCLZ_DIRECT_GATHER");
-    return v && std::strcmp(v, "push") == 0;
-  }();
-  return push;
-}
-
+// all_gather: block j of the output is rank j's input: each rank reads its
+// peers' inputs into its own output, starting with rank r+1 (each peer first
+// for a different rank). Writing its input into every peer's output instead
+// was as fast within the noise (4 ranks, 256 KiB to 64 MiB; bench/results/
+// latency.md, "Direct reduce_scatter, all_gather and broadcast"); reading
+// keeps every write local and matches the other schedules. In place (the
+// input is block r of the output) nobody writes block r but its owner,
+// which copies nothing there.
 uint64_t all_gather_copies(const OneHopPart& p, const DirectPeers& peers, Buffer&) {
   const int N = p.nranks, r = p.rank;
   const size_t block = p.count * p.esize;
   if (block == 0) return 0;
   for (int i = 1; i < N; ++i) {
     const int j = (r + i) % N;
-    if (gather_push()) {
-      peers.mem->write(j, peers.dst[size_t(j)] + size_t(r) * block, p.src, block);
-    } else {
-      peers.mem->read(j, peers.src[size_t(j)], p.dst + size_t(j) * block, block);
-    }
+    peers.mem->read(j, peers.src[size_t(j)], p.dst + size_t(j) * block, block);
   }
   uint8_t* mine = p.dst + size_t(r) * block;
   if (mine != p.src) std::memmove(mine, p.src, block);
