@@ -456,8 +456,8 @@ TEST(Latency, DirectCollectivesGiveTheRingsBits) {
     for (Coll coll : {Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast}) {
       const bool reduces = coll == Coll::ReduceScatter;
       const std::vector<DataType> types =
-          reduces ? std::vector<DataType>{DataType::F32, DataType::F64, DataType::F16, DataType::BF16, DataType::I32,
-                                          DataType::I64, DataType::U8}
+          reduces ? std::vector<DataType>{DataType::F32, DataType::F64, DataType::F16, DataType::BF16,
+                                          DataType::I32, DataType::I64, DataType::U8}
                   : std::vector<DataType>{DataType::F32, DataType::BF16, DataType::U8};
       for (DataType t : types) {
         const size_t e = es(t);
@@ -776,15 +776,14 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
         size_t from;  // bytes of the message
       };
       const size_t mib = size_t(1) << 20;
-      const std::vector<Case> cases =
-          set < 0 ? std::vector<Case>{{Coll::AllReduce, 2 * mib},
-                                      {Coll::ReduceScatter, 8 * mib},
-                                      {Coll::AllGather, 8 * mib},
-                                      {Coll::Broadcast, 128 << 10}}
-                  : std::vector<Case>{{Coll::AllReduce, 3 * mib},
-                                      {Coll::ReduceScatter, 3 * mib},
-                                      {Coll::AllGather, 3 * mib},
-                                      {Coll::Broadcast, 3 * mib}};
+      const std::vector<Case> cases = set < 0 ? std::vector<Case>{{Coll::AllReduce, 2 * mib},
+                                                                  {Coll::ReduceScatter, 8 * mib},
+                                                                  {Coll::AllGather, 8 * mib},
+                                                                  {Coll::Broadcast, 128 << 10}}
+                                              : std::vector<Case>{{Coll::AllReduce, 3 * mib},
+                                                                  {Coll::ReduceScatter, 3 * mib},
+                                                                  {Coll::AllGather, 3 * mib},
+                                                                  {Coll::Broadcast, 3 * mib}};
       for (const Case& cs : cases) {
         Call c;
         c.coll = cs.coll;
