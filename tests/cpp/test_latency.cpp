@@ -766,41 +766,58 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     EXPECT_EQ(w.comms[0]->config().direct_from_bytes, int64_t(256) << 10);
   }
   {
-    // unset with 2 ranks: all_reduce from 2 MiB, reduce_scatter and all_gather from 8 MiB, broadcast
-    // from 128 KiB (core::direct_from); set, every collective from the value set
-    for (const int64_t set : {int64_t(-1), int64_t(3) << 20}) {
-      Ranks w2 = world(2, [&](int, ncclz::CommConfig& c) { c.direct_from_bytes = set; });
-      EXPECT_EQ(w2.comms[0]->config().direct_from_bytes, set < 0 ? int64_t(2) << 20 : set);
-      struct Case {
-        Coll coll;
-        size_t from;  // bytes of the message
-      };
-      const size_t mib = size_t(1) << 20;
-      const std::vector<Case> cases = set < 0 ? std::vector<Case>{{Coll::AllReduce, 2 * mib},
-                                                                  {Coll::ReduceScatter, 8 * mib},
-                                                                  {Coll::AllGather, 8 * mib},
-                                                                  {Coll::Broadcast, 128 << 10}}
-                                              : std::vector<Case>{{Coll::AllReduce, 3 * mib},
-                                                                  {Coll::ReduceScatter, 3 * mib},
-                                                                  {Coll::AllGather, 3 * mib},
-                                                                  {Coll::Broadcast, 3 * mib}};
-      for (const Case& cs : cases) {
+    // unset (core::direct_from): with 2 ranks all_reduce from 2 MiB, reduce_scatter and all_gather from
+    // 8 MiB, broadcast from 128 KiB; with 4, all_reduce, all_gather and broadcast from 128 KiB,
+    // reduce_scatter from 512 KiB; set, every collective from the value set
+    struct Case {
+      Coll coll;
+      size_t from;  // bytes of the message
+    };
+    const size_t kib = 1024, mib = kib << 10;
+    struct Setup {
+      int n;
+      int64_t set;
+      std::vector<Case> cases;
+    };
+    const std::vector<Setup> setups = {{2,
+                                        -1,
+                                        {{Coll::AllReduce, 2 * mib},
+                                         {Coll::ReduceScatter, 8 * mib},
+                                         {Coll::AllGather, 8 * mib},
+                                         {Coll::Broadcast, 128 * kib}}},
+                                       {4,
+                                        -1,
+                                        {{Coll::AllReduce, 128 * kib},
+                                         {Coll::ReduceScatter, 512 * kib},
+                                         {Coll::AllGather, 128 * kib},
+                                         {Coll::Broadcast, 128 * kib}}},
+                                       {2,
+                                        3 << 20,
+                                        {{Coll::AllReduce, 3 * mib},
+                                         {Coll::ReduceScatter, 3 * mib},
+                                         {Coll::AllGather, 3 * mib},
+                                         {Coll::Broadcast, 3 * mib}}}};
+    for (const Setup& su : setups) {
+      Ranks wd = world(su.n, [&](int, ncclz::CommConfig& c) { c.direct_from_bytes = su.set; });
+      EXPECT_EQ(wd.comms[0]->config().direct_from_bytes, su.set > 0  ? su.set
+                                                         : su.n == 2 ? int64_t(2) << 20
+                                                                     : 128 << 10);
+      for (const Case& cs : su.cases) {
         Call c;
         c.coll = cs.coll;
         c.t = DataType::I32;
-        const size_t per = cs.coll == Coll::ReduceScatter || cs.coll == Coll::AllGather ? 2 : 1;
+        const size_t per = cs.coll == Coll::ReduceScatter || cs.coll == Coll::AllGather ? size_t(su.n) : 1;
         c.count = cs.from / 4 / per;
-        const Outcome at = run(w2, c);
-        for (int r = 0; r < 2; ++r) {
-          const std::string where = std::string(name(cs.coll)) + (set < 0 ? " unset" : " set");
+        const std::string where =
+            std::string(name(cs.coll)) + " N=" + std::to_string(su.n) + (su.set < 0 ? " unset" : " set");
+        const Outcome at = run(wd, c);
+        for (int r = 0; r < su.n; ++r) {
           EXPECT_EQ(at.st[size_t(r)].algorithm, Algorithm::Latency) << where;
-          EXPECT_TRUE(at.out[size_t(r)] == expected(c, at, r, 2)) << where;  // (int32 sums: any order)
+          EXPECT_TRUE(at.out[size_t(r)] == expected(c, at, r, su.n)) << where;  // (int32 sums: any order)
         }
         c.count -= 1;  // under it: the ring (above latency_bytes and two_hop_bytes)
-        const Outcome under = run(w2, c);
-        for (int r = 0; r < 2; ++r) {
-          EXPECT_EQ(under.st[size_t(r)].algorithm, Algorithm::Ring) << name(cs.coll) << (set < 0 ? " unset" : " set");
-        }
+        const Outcome under = run(wd, c);
+        for (int r = 0; r < su.n; ++r) EXPECT_EQ(under.st[size_t(r)].algorithm, Algorithm::Ring) << where;
       }
     }
   }

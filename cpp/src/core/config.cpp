@@ -117,7 +117,8 @@ int64_t direct_from(Coll c, int nranks, int64_t direct_from_bytes, bool defaulte
   if (direct_from_bytes <= 0 || !defaulted || c == Coll::AllReduce) return direct_from_bytes;
   constexpr int64_t kKiB = 1024;
   if (c == Coll::Broadcast) return 128 * kKiB;
-  return nranks <= 2 ? 8192 * kKiB : 128 * kKiB;  // reduce_scatter, all_gather
+  if (nranks <= 2) return 8192 * kKiB;  // reduce_scatter, all_gather
+  return c == Coll::ReduceScatter && nranks >= 4 ? 512 * kKiB : 128 * kKiB;
 }
 
 void resolve_direct(CommConfig& cfg, int nranks, bool readable) {

@@ -135,8 +135,10 @@ void resolve_direct(CommConfig& cfg, int nranks, bool readable);
 /// (bench/results/latency.md, "Direct reduce_scatter, all_gather and
 /// broadcast"): reduce_scatter and all_gather from 8 MiB with 2 ranks (the
 /// ring's one step each way pipelines well there; direct first won at 8-16
-/// MiB), 128 KiB with 3 or more; broadcast from
-/// 128 KiB (every reader copies once, in parallel, where the chain relays).
+/// MiB), all_gather from 128 KiB with 3 or more, reduce_scatter from 128 KiB
+/// with 3 and 512 KiB with 4 or more (at 128-256 KiB the ring was faster in
+/// two runs of three); broadcast from 128 KiB (every reader copies once, in
+/// parallel, where the chain relays).
 int64_t direct_from(Coll c, int nranks, int64_t direct_from_bytes, bool defaulted);
 
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
