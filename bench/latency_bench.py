@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Small-message latency: uncompressed float32 sum all_reduce of ncclz beside Open MPI (mpi4py),
-n ranks on one host, side by side in one run (issue 19's latency target).
+n ranks on one host, side by side in one run (issue 19's latency target); or another collective.
 
     python bench/latency_bench.py --out bench/results/latency.json            # driver: both, 5 rounds
     python bench/latency_bench.py -n 4 --rounds 3 --sizes 4K,64K,1M --no-mpi  # ncclz only
@@ -8,6 +8,7 @@ n ranks on one host, side by side in one run (issue 19's latency target).
     python bench/latency_bench.py --ring --env NCCLZ_SPIN_NS=0 --no-mpi       # + this build's ring
     python bench/latency_bench.py --sizes 1M,4M --variant old:NCCLZ_EXACT_NCHANNELS=2,NCCLZ_EXACT_SLICE_BYTES=1M
     python bench/latency_bench.py --mode lossless --data gradients --sizes 1M,16M --variant ...  # no MPI
+    python bench/latency_bench.py --coll reduce_scatter --variant slots:NCCLZ_DIRECT_FROM_BYTES=0
 
 The driver alternates the systems round after round (ncclz under ncclz-run, then MPI under
 mpirun, then ncclz again, ...): on a shared machine one run can be several times slower than the
@@ -27,6 +28,12 @@ ncclz system's last call of each size as channels x slice bytes and its wire rat
 ncclz runs with policy="off" (the call as asked: uncompressed) over shared memory; MPI with its
 default shared-memory path (`--mca btl self,vader`). ncclz's `barrier` (one descriptor exchange and
 nothing else) is timed the same way: the fixed part of every call.
+
+`--coll` picks the collective (default all_reduce, in place; MPI's Allreduce with IN_PLACE):
+reduce_scatter (into a preallocated output; Reduce_scatter_block), all_gather (Allgather) and
+broadcast from rank 0 (Bcast). A size is the call's message as ncclz counts it (NCCLZ_DIRECT_FROM_BYTES
+and the other thresholds compare against it): reduce_scatter's input (every rank's, N blocks),
+all_gather's output (N blocks), broadcast's buffer, all_reduce's buffer.
 
 Rank role (started by the driver): `python bench/latency_bench.py --rank-role ncclz|mpi OUT.json`.
 """
@@ -75,6 +82,15 @@ class _Ncclz:
     def all_reduce(self, x):
         self.comm.all_reduce(x, compression=self.compression)
 
+    def reduce_scatter(self, x, y):
+        self.comm.reduce_scatter(x, compression=self.compression, out=y)
+
+    def all_gather(self, x, y):
+        self.comm.all_gather(x, compression=self.compression, out=y)
+
+    def broadcast(self, x):
+        self.comm.broadcast(x, 0, compression=self.compression)
+
     def barrier(self):
         self.comm.barrier()
 
@@ -95,6 +111,15 @@ class _Mpi:
 
     def all_reduce(self, x):
         self.comm.Allreduce(self.MPI.IN_PLACE, x, op=self.MPI.SUM)
+
+    def reduce_scatter(self, x, y):
+        self.comm.Reduce_scatter_block(x, y, op=self.MPI.SUM)
+
+    def all_gather(self, x, y):
+        self.comm.Allgather(x, y)
+
+    def broadcast(self, x):
+        self.comm.Bcast(x, root=0)
 
     def barrier(self):
         self.comm.Barrier()
@@ -137,24 +162,44 @@ def _input(kind: str, n: int, rank: int) -> np.ndarray:
     return (rng.standard_normal(n) * 1e-3).astype(np.float32)  # gradients
 
 
-def rank_role(system: str, out: str, sizes: list, seconds: float, mode: str = "none", data: str = "constant") -> int:
+def _call_of(sys_, coll: str, b: int, data: str):
+    """One call of `coll` with a message of b bytes (float32; see the module's docstring), on fresh
+    buffers made once."""
+    n, N = b // 4, sys_.size
+    if coll == "reduce_scatter":
+        x, y = _input(data, n // N * N, sys_.rank), np.empty(n // N, np.float32)
+        return lambda: sys_.reduce_scatter(x, y)
+    if coll == "all_gather":
+        x, y = _input(data, n // N, sys_.rank), np.empty((N, n // N), np.float32)
+        return lambda: sys_.all_gather(x, y)
+    if coll == "broadcast":
+        x = _input(data, n, sys_.rank)
+        return lambda: sys_.broadcast(x)
+    x0 = _input(data, n, sys_.rank)
+    x = x0.copy()
+
+    def call():
+        if data != "constant":
+            x[:] = x0  # in place: every call starts from the same input (a sum would grow)
+        sys_.all_reduce(x)
+
+    return call
+
+
+def rank_role(system: str, out: str, sizes: list, seconds: float, mode: str = "none", data: str = "constant",
+              coll: str = "all_reduce") -> int:
     sys_ = _Ncclz(mode) if system == "ncclz" else _Mpi()
-    res = {"system": system, "ranks": sys_.size, "sizes": {}}
+    res = {"system": system, "ranks": sys_.size, "coll": coll, "sizes": {}}
     res["barrier"] = _timed(sys_, sys_.barrier, seconds / 2, 20000)
     for b in sizes:
-        x0 = _input(data, b // 4, sys_.rank)
-        x = x0.copy()
-
-        def call(x=x, x0=x0):
-            if data != "constant":
-                x[:] = x0  # in place: every call starts from the same input (a sum would grow)
-            sys_.all_reduce(x)
+        call = _call_of(sys_, coll, b, data)
 
         res["sizes"][str(b)] = _timed(sys_, call, seconds, 20000)
         if system == "ncclz":
             call()  # once more: the timing ended with a gather, whose stats these would be
             st = sys_.comm.last_stats
-            res["sizes"][str(b)].update(ratio=st.ratio, shape=f"{st.channels}x{st.slice_bytes >> 10}K")
+            res["sizes"][str(b)].update(ratio=st.ratio, shape=f"{st.channels}x{st.slice_bytes >> 10}K",
+                                        algorithm=st.algorithm)
     sys_.barrier()
     if sys_.rank == 0:
         with open(out, "w") as f:
@@ -166,11 +211,11 @@ def rank_role(system: str, out: str, sizes: list, seconds: float, mode: str = "n
 # ---- driver ------------------------------------------------------------------------------------------
 def _launch(system: str, n: int, sizes: str, seconds: float, out: str, base: str | None = None,
             extra_env: dict | None = None, variants: dict | None = None, mode: str = "none",
-            data: str = "constant") -> None:
+            data: str = "constant", coll: str = "all_reduce") -> None:
     py = base if system == "ncclz-base" else sys.executable
     role = "mpi" if system == "mpi" else "ncclz"
     me = [py, os.path.abspath(__file__), "--rank-role", role, out, "--sizes", sizes, "--seconds", str(seconds),
-          "--mode", mode, "--data", data]
+          "--mode", mode, "--data", data, "--coll", coll]
     if role == "ncclz":
         cmd = [py, "-m", "ncclz.run", "-n", str(n), "--timeout", "120", *me]
     else:
@@ -207,7 +252,8 @@ def driver(args) -> int:
         for r in range(args.rounds):
             for s in systems:
                 out = os.path.join(tmp, f"{s}{r}.json")
-                _launch(s, args.n, args.sizes, args.seconds, out, args.base, extra_env, variants, args.mode, args.data)
+                _launch(s, args.n, args.sizes, args.seconds, out, args.base, extra_env, variants, args.mode, args.data,
+                        args.coll)
                 with open(out) as f:
                     rounds[s].append(json.load(f))
                 print(f"round {r} {s}: " + ", ".join(
@@ -220,10 +266,12 @@ def driver(args) -> int:
                       for b in sizes}
         summary[s]["barrier"] = statistics.median(x["barrier"]["median_us"] for x in rounds[s])
     # what each ncclz system's last call of a size reported: the ring shape (channels x slice) and ratio
-    shapes = {s: {size_name(b): "{} ({:.2f}x)".format(rounds[s][-1]["sizes"][str(b)].get("shape", "?"),
-                                                     rounds[s][-1]["sizes"][str(b)].get("ratio", 1.0))
+    shapes = {s: {size_name(b): "{} {} ({:.2f}x)".format(rounds[s][-1]["sizes"][str(b)].get("algorithm", "?"),
+                                                        rounds[s][-1]["sizes"][str(b)].get("shape", "?"),
+                                                        rounds[s][-1]["sizes"][str(b)].get("ratio", 1.0))
                   for b in sizes} for s in systems if s != "mpi"}
     doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": _machine(), "ranks": args.n,
+           "coll": args.coll,
            "mode": args.mode, "data": args.data, "shapes": shapes,
            "base": args.base or "", "env": extra_env, "variants": variants,
            "command": " ".join(["python", "bench/latency_bench.py", *sys.argv[1:]]), "rounds": rounds,
@@ -253,7 +301,8 @@ def table(doc: dict) -> str:
         line = f"| {key} | " + " | ".join(cells) + " |"
         if "mpi" in summary:
             ratio = summary["ncclz"][key] / summary["mpi"][key]
-            target = TARGETS.get(parse_size(key)) if key != "barrier" else None
+            targeted = key != "barrier" and doc.get("coll", "all_reduce") == "all_reduce"  # (the targets are its)
+            target = TARGETS.get(parse_size(key)) if targeted else None
             verdict = "" if target is None else f" (<= {target}: {'met' if ratio <= target else 'missed'})"
             line += f" {ratio:.2f}{verdict} |"
         rows.append(line)
@@ -287,6 +336,8 @@ def main(argv=None) -> int:
                     help="the ncclz systems' compression (lossy: rel 1e-3; other than none: no MPI)")
     ap.add_argument("--data", default="constant", choices=("constant", "smooth", "gradients"),
                     help="the inputs (default constant; otherwise each call starts from the same input)")
+    ap.add_argument("--coll", default="all_reduce", choices=("all_reduce", "reduce_scatter", "all_gather", "broadcast"),
+                    help="the collective (default all_reduce)")
     ap.add_argument("--out", help="JSON of every round and the medians")
     ap.add_argument("--render", metavar="JSON", help="print the table of a run's JSON (measures nothing)")
     args = ap.parse_args(argv)
@@ -296,7 +347,7 @@ def main(argv=None) -> int:
         return 0
     if args.rank_role:
         sizes = [parse_size(s) for s in args.sizes.split(",")]
-        return rank_role(args.rank_role[0], args.rank_role[1], sizes, args.seconds, args.mode, args.data)
+        return rank_role(args.rank_role[0], args.rank_role[1], sizes, args.seconds, args.mode, args.data, args.coll)
     return driver(args)
 
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,6 +102,9 @@ struct Call {
   bool in_place = false;
   int seed = 0;
   std::function<const ncclz::PolicyHints*(int)> hints;
+  /// Floats: a NaN in rank 1's input and zeros of both signs (-0 on rank 0),
+  /// whose results depend on which operand is which (max, min).
+  bool special = false;
 };
 
 struct Outcome {
@@ -118,6 +122,12 @@ Outcome run(Ranks& w, const Call& k) {
   for (int r = 0; r < N; ++r) {
     const size_t in_n = k.coll == Coll::ReduceScatter ? n * size_t(N) : n;
     o.in[size_t(r)] = input(k.t, in_n, r, k.seed);
+    const bool floats = k.t == DataType::F32 || k.t == DataType::F64 || k.t == DataType::F16 || k.t == DataType::BF16;
+    if (k.special && floats && in_n > 5) {
+      if (r == 1) ncclz_test::store_value(k.t, o.in[size_t(r)].data(), 3, std::nan(""));
+      ncclz_test::store_value(k.t, o.in[size_t(r)].data(), 5, r == 0 ? -0.0 : 0.0);
+      ncclz_test::store_value(k.t, o.in[size_t(r)].data(), in_n - 1, r == 0 ? 0.0 : -0.0);
+    }
   }
   w.run([&](int r, Communicator& comm) {
     const Bytes& x = o.in[size_t(r)];
@@ -415,6 +425,137 @@ TEST(Latency, PiecedCallsBackToBack) {
   }
 }
 
+/// reduce_scatter's result as the ring computes it (algorithms/ring.cpp): for
+/// rank r's block, acc = x_{r+1}, then acc = reduce(acc, x_{r+i}) for
+/// i = 2..N; avg divides once.
+Bytes ring_order_block(const Call& k, const Outcome& o, int r, int N) {
+  const size_t n = k.count, b = n * es(k.t);
+  auto block = [&](int j) { return o.in[size_t(j % N)].data() + size_t(r) * b; };
+  Bytes acc(block(r + 1), block(r + 1) + b);
+  const auto e = ncclz::core::elem_of(k.t);
+  const auto fn = ncclz::prims::reduce_fn(e, k.op);
+  for (int i = 2; i <= N; ++i) fn(acc.data(), acc.data(), block(r + i), n);
+  if (k.op == RedOp::Avg) ncclz::prims::divide_in_place(e, acc.data(), n, N);
+  return acc;
+}
+
+// reduce_scatter, all_gather and broadcast above latency_bytes run direct
+// from direct_from_bytes up (here 1 byte; core/direct_schedule.hpp): the same
+// bits as the same calls through the slots (the ring, direct_from_bytes 0),
+// reduce_scatter reducing in the ring's order (checked against that order
+// computed here, NaNs and signed zeros included, whose max and min depend on
+// which operand is which), for 2, 3 and 4 ranks, every type and op, in place
+// and not, blocks just over the limit and of several 64 KiB pieces with
+// counts that neither N nor a piece divides, lossless the bits of none.
+TEST(Latency, DirectCollectivesGiveTheRingsBits) {
+  for (int N : {2, 3, 4}) {
+    Ranks direct = world(N, [](int, ncclz::CommConfig& c) { c.direct_from_bytes = 1; });
+    Ranks slots = world(N);
+    ASSERT_EQ(direct.comms[0]->config().direct_from_bytes, 1);
+    int seed = 1000 * N;
+    for (Coll coll : {Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast}) {
+      const bool reduces = coll == Coll::ReduceScatter;
+      const std::vector<DataType> types =
+          reduces ? std::vector<DataType>{DataType::F32, DataType::F64, DataType::F16, DataType::BF16,
+                                          DataType::I32, DataType::I64, DataType::U8}
+                  : std::vector<DataType>{DataType::F32, DataType::BF16, DataType::U8};
+      for (DataType t : types) {
+        const size_t e = es(t);
+        // elements per block (broadcast: the buffer): just over latency_bytes, and several pieces
+        const size_t just_over = (coll == Coll::Broadcast ? size_t(kLimit) : size_t(kLimit) / size_t(N)) / e + 1;
+        for (size_t count : {just_over, (size_t(2) << 16) / e + 7}) {
+          for (RedOp op : reduces ? ops_of(t) : std::vector<RedOp>{RedOp::Sum}) {
+            Call k;
+            k.coll = coll;
+            k.t = t;
+            k.op = op;
+            k.count = count;
+            k.seed = ++seed;
+            k.in_place = seed % 2 == 0;
+            k.root = seed % N;
+            k.special = true;
+            Bytes none_bits[8];
+            for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+              k.comp = c;
+              const Outcome d = run(direct, k);
+              const Outcome s = run(slots, k);
+              for (int r = 0; r < N; ++r) {
+                const std::string at = what(k, N) + " rank " + std::to_string(r);
+                ASSERT_EQ(d.st[size_t(r)].algorithm, Algorithm::Latency) << at;
+                ASSERT_EQ(s.st[size_t(r)].algorithm, Algorithm::Ring) << at;
+                const Bytes want = reduces ? ring_order_block(k, d, r, N) : expected(k, d, r, N);
+                ASSERT_EQ(d.out[size_t(r)].size(), want.size()) << at;
+                EXPECT_TRUE(d.out[size_t(r)] == want) << at << ": direct";
+                EXPECT_TRUE(s.out[size_t(r)] == want) << at << ": the ring";
+                if (c.mode == Compression::Mode::None) {
+                  none_bits[r] = d.out[size_t(r)];
+                } else {
+                  EXPECT_TRUE(d.out[size_t(r)] == none_bits[r]) << at << ": lossless differs from none";
+                }
+                // bytes read of the peers' buffers: what the ring sends
+                const size_t b = count * e;
+                const size_t moved = coll == Coll::Broadcast ? (r == k.root ? 0 : b) : size_t(N - 1) * b;
+                EXPECT_EQ(d.st[size_t(r)].raw_bytes, moved) << at;
+              }
+            }
+          }
+        }
+      }
+    }
+    // the links are in step after all of it
+    for (Ranks* w : {&direct, &slots}) {
+      Call k;
+      k.count = 10;
+      const Outcome o = run(*w, k);
+      for (int r = 0; r < N; ++r) EXPECT_TRUE(o.out[size_t(r)] == expected(k, o, r, N));
+    }
+  }
+}
+
+// Direct reduce_scatter, all_gather and broadcast back to back on buffers
+// made for each call and freed after it, ranks arriving at different times:
+// no rank returns while a peer still reads its buffers (the closing round),
+// so every result is exact.
+TEST(Latency, DirectCollectivesBackToBackOnFreedBuffers) {
+  const int N = 4;
+  Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.direct_from_bytes = 1; });
+  w.run([&](int r, Communicator& comm) {
+    for (int it = 0; it < 40; ++it) {
+      const size_t n = 3000 + size_t(it) * 1999;  // per block: 12 KB to 320 KB
+      if ((it + r) % 3 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      CallStats st;
+      const std::string at = "call " + std::to_string(it) + " rank " + std::to_string(r);
+      switch (it % 3) {
+        case 0: {
+          auto x = std::make_unique<std::vector<int32_t>>(n * N);
+          for (size_t i = 0; i < x->size(); ++i) (*x)[i] = int32_t(i % 1000) * (r + 1) + it;
+          auto y = std::make_unique<std::vector<int32_t>>(n, -1);
+          comm.reduce_scatter(x->data(), y->data(), n, DataType::I32, RedOp::Sum, Compression::none(), &st);
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ((*y)[i], int32_t((size_t(r) * n + i) % 1000) * (N * (N + 1) / 2) + N * it) << at;
+          }
+          break;
+        }
+        case 1: {
+          auto x = std::make_unique<std::vector<int32_t>>(n, r * 100000 + it);
+          auto y = std::make_unique<std::vector<int32_t>>(n * N, -1);
+          comm.all_gather(x->data(), y->data(), n, DataType::I32, Compression::none(), &st);
+          for (size_t i = 0; i < n * N; ++i) ASSERT_EQ((*y)[i], int32_t(i / n) * 100000 + it) << at;
+          break;
+        }
+        default: {
+          const int root = it % N;
+          auto x = std::make_unique<std::vector<int32_t>>(n * 2, r == root ? it : -1);
+          comm.broadcast(x->data(), n * 2, DataType::I32, root, Compression::none(), &st);
+          for (size_t i = 0; i < n * 2; ++i) ASSERT_EQ((*x)[i], it) << at;
+          break;
+        }
+      }
+      ASSERT_EQ(st.algorithm, Algorithm::Latency) << at;
+    }
+  });
+}
+
 // A lossy request above latency_bytes carries only the direct two hops'
 // addresses, on every rank: where rank 0's policy lightens it to none (the
 // others cannot know it beforehand) it runs direct, with the bits of the
@@ -604,8 +745,17 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     EXPECT_EQ(algos(w, k), Algorithm::Latency);
     k.count = (3 << 20) / 4 + 1;
     EXPECT_EQ(algos(w, k), Algorithm::Latency);
-    k.coll = Coll::ReduceScatter;  // all_reduce's only
-    k.count = kLimit / 4 / N + 1;
+    // reduce_scatter, all_gather and broadcast too, above latency_bytes
+    // (below it, one hop) from direct_from_bytes up
+    for (Coll c : {Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast}) {
+      k.coll = c;
+      const size_t per = c == Coll::Broadcast ? 1 : size_t(N);  // elements of the message per count
+      k.count = (1 << 20) / 4 / per - 1;
+      EXPECT_EQ(algos(w, k), Algorithm::Ring) << name(c);
+      k.count = (1 << 20) / 4 / per + 1;
+      EXPECT_EQ(algos(w, k), Algorithm::Latency) << name(c);
+    }
+    k.coll = Coll::Reduce;  // no direct schedule
     EXPECT_EQ(algos(w, k), Algorithm::Ring);
     k.coll = Coll::AllReduce;
     k.count = 100;
@@ -614,6 +764,62 @@ TEST(Latency, TheLimitTheModeAndRankZeroDecide) {
     // unset: on for ranks that reach each other (threads here), from 256 KiB with 3 ranks
     Ranks w = world(N, [](int, ncclz::CommConfig& c) { c.direct_from_bytes = -1; });
     EXPECT_EQ(w.comms[0]->config().direct_from_bytes, int64_t(256) << 10);
+  }
+  {
+    // unset (core::direct_from): with 2 ranks all_reduce from 2 MiB, reduce_scatter and all_gather from
+    // 8 MiB, broadcast from 128 KiB; with 4, all_reduce, all_gather and broadcast from 128 KiB,
+    // reduce_scatter from 512 KiB; set, every collective from the value set
+    struct Case {
+      Coll coll;
+      size_t from;  // bytes of the message
+    };
+    const size_t kib = 1024, mib = kib << 10;
+    struct Setup {
+      int n;
+      int64_t set;
+      std::vector<Case> cases;
+    };
+    const std::vector<Setup> setups = {{2,
+                                        -1,
+                                        {{Coll::AllReduce, 2 * mib},
+                                         {Coll::ReduceScatter, 8 * mib},
+                                         {Coll::AllGather, 8 * mib},
+                                         {Coll::Broadcast, 128 * kib}}},
+                                       {4,
+                                        -1,
+                                        {{Coll::AllReduce, 128 * kib},
+                                         {Coll::ReduceScatter, 512 * kib},
+                                         {Coll::AllGather, 128 * kib},
+                                         {Coll::Broadcast, 128 * kib}}},
+                                       {2,
+                                        3 << 20,
+                                        {{Coll::AllReduce, 3 * mib},
+                                         {Coll::ReduceScatter, 3 * mib},
+                                         {Coll::AllGather, 3 * mib},
+                                         {Coll::Broadcast, 3 * mib}}}};
+    for (const Setup& su : setups) {
+      Ranks wd = world(su.n, [&](int, ncclz::CommConfig& c) { c.direct_from_bytes = su.set; });
+      EXPECT_EQ(wd.comms[0]->config().direct_from_bytes, su.set > 0  ? su.set
+                                                         : su.n == 2 ? int64_t(2) << 20
+                                                                     : 128 << 10);
+      for (const Case& cs : su.cases) {
+        Call c;
+        c.coll = cs.coll;
+        c.t = DataType::I32;
+        const size_t per = cs.coll == Coll::ReduceScatter || cs.coll == Coll::AllGather ? size_t(su.n) : 1;
+        c.count = cs.from / 4 / per;
+        const std::string where =
+            std::string(name(cs.coll)) + " N=" + std::to_string(su.n) + (su.set < 0 ? " unset" : " set");
+        const Outcome at = run(wd, c);
+        for (int r = 0; r < su.n; ++r) {
+          EXPECT_EQ(at.st[size_t(r)].algorithm, Algorithm::Latency) << where;
+          EXPECT_TRUE(at.out[size_t(r)] == expected(c, at, r, su.n)) << where;  // (int32 sums: any order)
+        }
+        c.count -= 1;  // under it: the ring (above latency_bytes and two_hop_bytes)
+        const Outcome under = run(wd, c);
+        for (int r = 0; r < su.n; ++r) EXPECT_EQ(under.st[size_t(r)].algorithm, Algorithm::Ring) << where;
+      }
+    }
   }
   {
     // lossy requests do not take the two hops (no hint): the lossy ring

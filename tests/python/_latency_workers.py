@@ -356,9 +356,84 @@ def scenario_latency_direct(ncclz, comm, args):
         ck.require(np.array_equal(y, want), f"back to back: call {it} wrong")
         ck.checks += 1
         del x, y
+    others = _direct_others(ncclz, comm, ck)
     comm.barrier()
-    return {"algorithms": algos, "hashes": ck.hashes, "checks": ck.checks, "direct_from_bytes": cfg.direct_from_bytes,
-            "two_hop_bytes": cfg.two_hop_bytes}
+    return {"algorithms": algos, "others": others, "hashes": ck.hashes, "checks": ck.checks,
+            "direct_from_bytes": cfg.direct_from_bytes, "two_hop_bytes": cfg.two_hop_bytes}
+
+
+def _direct_others(ncclz, comm, ck):
+    """reduce_scatter, all_gather and broadcast above latency_bytes (direct from NCCLZ_DIRECT_FROM_BYTES
+    up, else the ring: the test compares the hashes of both runs): blocks just over the limit, of several
+    64 KiB pieces and of megabytes, counts that neither N nor a piece divides, float32 / bfloat16 /
+    float64 / int32, sum / max / avg / min in turn, into new arrays and given ones (out=; the Python API
+    has no in-place reduce_scatter or all_gather; broadcast is in place), none and lossless; every
+    element against the fp64 reference (data movement: the inputs' bits); then back-to-back calls on
+    arrays freed at once. Returns each call's algorithm."""
+    W, r = comm.world_size, comm.rank
+    cfg = comm.config
+    algos = {}
+    k = 0
+    for dtype in ("float32", "bfloat16", "float64", "int32"):
+        isz = np_dtype(dtype).itemsize
+        for c in (cfg.latency_bytes // isz // W + 3, (3 << 16) // isz + 5, (3 << 20) // isz // W + 1):
+            k += 1
+            op = ("sum", "max", "avg")[k % 3] if dtype != "int32" else ("sum", "max", "min")[k % 3]
+            blocks = [rank_input(j, c * W, dtype, 40 + k) for j in range(W)]
+            ref = reference(blocks, op)[r * c:(r + 1) * c]
+            tol = plain_tolerance(dtype, ref, [b[r * c:(r + 1) * c] for b in blocks], op)
+            inputs = [rank_input(j, c, dtype, 70 + k) for j in range(W)]
+            root = k % W
+            none_bits = None
+            for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+                x = blocks[r].copy()
+                if k % 2:
+                    out = comm.reduce_scatter(x, op, comp, out=np.full(c, 7, x.dtype), policy="off")
+                else:
+                    out = comm.reduce_scatter(x, op, comp, policy="off")
+                ck.require(bits(x) == bits(blocks[r]), f"reduce_scatter {dtype}/{c}: the input changed")
+                name = f"reduce_scatter/direct/{c}/{dtype}/{op}/{mode}"
+                algos[name] = comm.last_stats.algorithm
+                ck.check_close(name, out, ref, tol, mode, dtype)
+                ck.record(name, out)
+                if none_bits is None:
+                    none_bits = bits(out)
+                else:
+                    ck.require(bits(out) == none_bits, f"{name}: lossless differs from none")
+                name = f"all_gather/direct/{c}/{dtype}/{mode}"
+                if k % 2:
+                    g = comm.all_gather(inputs[r], comp, out=np.full((W, c), 7, inputs[r].dtype), policy="off")
+                else:
+                    g = comm.all_gather(inputs[r], comp, policy="off")
+                algos[name] = comm.last_stats.algorithm
+                ck.require(bits(np.asarray(g).reshape(-1)) == bits(np.concatenate(inputs)), f"{name}: not the inputs")
+                ck.record(name, g)
+                name = f"broadcast/direct/{c}/{dtype}/{mode}"
+                b = comm.broadcast(blocks[r].copy(), root, comp, policy="off")  # (the message: c * N elements)
+                algos[name] = comm.last_stats.algorithm
+                ck.require(bits(b) == bits(blocks[root]), f"{name}: not the root's input")
+                ck.checks += 2
+    for it in range(24):
+        c = 100003 + 17 * it
+        if (it + r) % 3 == 0:
+            time.sleep(0.002)
+        if it % 3 == 0:
+            x = np.arange(c * W, dtype=np.int32) % 1000 * (r + 1) + it
+            y = comm.reduce_scatter(x, policy="off")
+            want = (np.arange(r * c, (r + 1) * c, dtype=np.int32) % 1000) * (W * (W + 1) // 2) + W * it
+        elif it % 3 == 1:
+            x = np.full(c, r * 1000 + it, np.int32)
+            y = comm.all_gather(x, policy="off")
+            want = np.repeat(np.arange(W, dtype=np.int32) * 1000 + it, c).reshape(W, c)
+        else:
+            x = np.full(c * W, it if r == it % W else -1, np.int32)
+            y = comm.broadcast(x, it % W, policy="off")
+            want = np.full(c * W, it, np.int32)
+        ck.require(np.array_equal(y, want), f"back to back: call {it} wrong")
+        algos[f"back_to_back/{it}"] = comm.last_stats.algorithm
+        ck.checks += 1
+        del x, y
+    return algos
 
 
 def scenario_latency_fault(ncclz, comm, args):
@@ -369,8 +444,19 @@ def scenario_latency_fault(ncclz, comm, args):
     W, r = comm.world_size, comm.rank
     last = W - 1
     count = int(args[1]) if len(args) > 1 else 1000  # (over latency_bytes: two hops in pieces)
+    coll = args[2] if len(args) > 2 else "all_reduce"
     x = np.full(count, float(r + 1), np.float32)
-    comm.all_reduce(x, policy="off")  # one good call first
+
+    def call():
+        if coll == "reduce_scatter":
+            return comm.reduce_scatter(x, policy="off")
+        if coll == "all_gather":
+            return comm.all_gather(x[:count // W], policy="off")
+        if coll == "broadcast":
+            return comm.broadcast(x, 0, policy="off")
+        return comm.all_reduce(x, policy="off")
+
+    call()  # one good call first
     first = comm.last_stats.algorithm
     if r == last:
         if what == "kill":
@@ -382,10 +468,10 @@ def scenario_latency_fault(ncclz, comm, args):
         threading.Timer(0.5, comm.abort, args=("the latency test aborts",)).start()
     t0 = time.monotonic()
     try:
-        comm.all_reduce(x, policy="off")
+        call()
     except ncclz.Error as e:
         return {"first": first, "error": type(e).__name__, "message": str(e), "elapsed": time.monotonic() - t0}
-    raise AssertionError(f"rank {r}: the small all_reduce returned although rank {last} never called it")
+    raise AssertionError(f"rank {r}: the small {coll} returned although rank {last} never called it")
 
 
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items() if name.startswith("scenario_")}

@@ -74,6 +74,11 @@ def test_direct_two_hops_give_the_bits_of_the_slots(tmp_path, n):
         assert_same_on_all_ranks(run.results, prefixes=("all_reduce",))
     assert len(direct.results[0]["hashes"]) >= 24
     assert direct.results[0]["hashes"] == slots.results[0]["hashes"]
+    # reduce_scatter, all_gather and broadcast above latency_bytes: direct, or the ring (its bits)
+    for run, want in ((direct, "latency"), (slots, "ring")):
+        for rr in run.results:
+            assert len(rr["others"]) >= 24 * 3 + 24 and set(rr["others"].values()) == {want}, rr["others"]
+    assert_same_on_all_ranks(direct.results, prefixes=("all_gather", "broadcast"))  # (reduce_scatter: a block each)
 
 
 def test_ranks_that_cannot_reach_each_other_keep_the_slots(tmp_path):
@@ -91,6 +96,9 @@ def test_ranks_that_cannot_reach_each_other_keep_the_slots(tmp_path):
     direct.assert_ok()
     assert direct.results[0]["direct_from_bytes"] == 256 << 10  # the default with 3 ranks
     assert refused.results[0]["hashes"] == direct.results[0]["hashes"]
+    assert set(refused.results[0]["others"].values()) == {"ring"}, refused.results[0]["others"]
+    # direct from 256 KiB (3 ranks): the megabyte calls of reduce_scatter, all_gather and broadcast
+    assert "latency" in set(direct.results[0]["others"].values()), direct.results[0]["others"]
 
 
 def test_the_limit_turns_it_off(tmp_path):
@@ -148,10 +156,13 @@ def test_mismatched_small_calls_raise_on_every_rank(tmp_path, transport):
             assert e[case + "/after"] == {"ok": True, "algorithm": "latency"}, f"rank {r}, {case}: {e}"
 
 
-@pytest.mark.parametrize("transport,count", [("shm", 1000), ("socket", 1000), ("shm", 250000)])
-def test_a_killed_rank_ends_a_small_call_on_every_rank(tmp_path, transport, count):
-    """(250000 floats: all_reduce's two hops, above latency_bytes.)"""
-    ranks = run_ranks(tmp_path, "latency_fault", 4, transport, args=["kill", str(count)], env=DEFAULTS,
+@pytest.mark.parametrize("transport,count,coll", [("shm", 1000, "all_reduce"), ("socket", 1000, "all_reduce"),
+                                                ("shm", 250000, "all_reduce"), ("shm", 250000, "reduce_scatter"),
+                                                ("shm", 250000, "all_gather"), ("shm", 250000, "broadcast")])
+def test_a_killed_rank_ends_a_small_call_on_every_rank(tmp_path, transport, count, coll):
+    """(250000 floats over shared memory: all_reduce's two hops, above latency_bytes, direct; reduce_scatter,
+    all_gather and broadcast of 1 MB, direct.)"""
+    ranks = run_ranks(tmp_path, "latency_fault", 4, transport, args=["kill", str(count), coll], env=DEFAULTS,
                       nccl_timeout=60)
     assert ranks.codes[:3] == [0, 0, 0], ranks.log()
     for r in range(3):

@@ -226,7 +226,10 @@ struct CommConfig {
   /// found every peer reachable:
   /// 2 MiB with 2 ranks, 256 KiB with 3, 128 KiB with more (core::resolve_direct),
   /// else 0. 0: off. Every rank must have the same (checked at creation);
-  /// Communicator::config() reports the value taken.
+  /// Communicator::config() reports the value taken. Exact reduce_scatter,
+  /// all_gather and broadcast above latency_bytes run direct too
+  /// (core/direct_schedule.hpp): from this size where it is set, else from
+  /// their own measured sizes (core::direct_from); 0 turns them off too.
   int64_t direct_from_bytes = -1;
   /// The most microseconds a wait for a slot polls, giving the CPU to other
   /// ready threads between checks, before it sleeps in the kernel (the

@@ -80,14 +80,15 @@ bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const Poli
   if (!cd.latency || cd.per_peer() || rt_.cfg.latency_bytes <= 0 || !rt_.protocol.one_hop()) return false;
   const uint64_t latency_bytes = uint64_t(rt_.cfg.latency_bytes);
   // Above latency_bytes, from direct_from_bytes up where the peers' memory
-  // is reachable (core/direct_all_reduce.cpp), for any request: only two
+  // is reachable and the collective has a direct schedule
+  // (core/direct_schedule.hpp), for any request: only two
   // addresses ride with the descriptor, so a lossy request carries them too,
   // and where rank 0's policy lightens it to an exact mode (which a follower
   // cannot know beforehand) every rank has carried and it runs direct; a
   // lossy call that runs as asked leaves them unused. Host buffers only: a
   // device call's would be staged through host copies, which its own path
   // avoids.
-  if (cd.latency_wide && bytes > latency_bytes && cd.device < 0 && direct_size(bytes)) return true;
+  if (cd.direct && bytes > latency_bytes && cd.device < 0 && direct_size(cd.coll, bytes)) return true;
   const bool exact_expected = !is_lossy(m) || (hints && hints->lighter >= 0);
   if (!exact_expected) return false;
   if (bytes <= latency_bytes) return true;
@@ -97,8 +98,9 @@ bool CallRoutine::carries(const Collective& cd, Mode m, size_t bytes, const Poli
   return bytes <= uint64_t(std::max<int64_t>(rt_.cfg.two_hop_bytes, 0));
 }
 
-bool CallRoutine::direct_size(size_t bytes) const {
-  return rt_.peer_mem && rt_.cfg.direct_from_bytes > 0 && bytes >= uint64_t(rt_.cfg.direct_from_bytes);
+bool CallRoutine::direct_size(Coll c, size_t bytes) const {
+  const int64_t from = direct_from(c, rt_.nranks, rt_.cfg.direct_from_bytes, rt_.direct_defaulted);
+  return rt_.peer_mem && from > 0 && bytes >= uint64_t(from);
 }
 
 algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType t) {
@@ -137,9 +139,9 @@ void CallRoutine::run_latency(const Collective& cd, const algorithms::OneHopPart
   }
   rt_.protocol.check_no_notice(d);
   if (direct_hops) {
-    // Two hops read straight from the peers' buffers (their bytes moved:
-    // what this rank read).
-    sent += rt_.protocol.direct_all_reduce(part, carried, d.seq, call, *rt_.peer_mem);
+    // Straight between the ranks' buffers (its bytes: what this rank read
+    // and wrote of its peers').
+    sent += rt_.protocol.direct(cd.direct, part, carried, d.seq, call, *rt_.peer_mem);
   } else if (cd.latency.again) {
     // Two hops, each block in pieces of at most a slot (algorithms/one_hop.hpp).
     sent += rt_.protocol.two_hop_first(part, carried, d.seq, call);
@@ -231,10 +233,13 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     }
     part = one_hop_part(cd, t);
     carried.out.assign(size_t(rt_.nranks), algorithms::Bytes{});
-    direct_hops = cd.latency.again && direct_size(bytes);
+    // Direct: all_reduce wherever it takes two hops, the others where the
+    // ring would run (above latency_bytes: their bits are the ring's).
+    direct_hops = cd.direct && direct_size(cd.coll, bytes) &&
+                  (cd.latency.again || bytes > uint64_t(std::max<int64_t>(rt_.cfg.latency_bytes, 0)));
     if (direct_hops) {
-      // Direct two hops carry where this rank's buffers are; each block is
-      // read in pieces that stay in cache while they are reduced.
+      // A direct call carries where this rank's buffers are; blocks are read
+      // in pieces that stay in cache while they are reduced.
       addresses.src = uint64_t(reinterpret_cast<uintptr_t>(part.src));
       addresses.dst = uint64_t(reinterpret_cast<uintptr_t>(part.dst));
       part.piece_bytes = kDirectPieceBytes;

@@ -14,7 +14,10 @@
 //                an all_reduce up to two_hop_bytes) carries its data in the
 //                same message, after the descriptor: the latency algorithm is
 //                then one round in all (two for all_reduce's two hops, whose
-//                larger blocks follow in pieces once the call matched)
+//                larger blocks follow in pieces once the call matched). From
+//                direct_from_bytes up, where the peers' memory is reachable,
+//                all_reduce, reduce_scatter, all_gather and broadcast carry
+//                where their buffers are instead (core/direct_schedule.hpp)
 //   4. decide    the mode every rank runs: rank 0's lighter proposal where it
 //                keeps the bound (bound::exact_keeps_bound), or where nothing
 //                keeps it and the request's exact path would run the same
@@ -97,13 +100,14 @@ class CallRoutine {
   algorithms::OneHopPart one_hop_part(const Collective& cd, DataType t);
   /// Step 6 of the latency algorithm: checks the sizes that came, combines
   /// them into the output, releases their slots.
-  /// With direct_hops: the two hops read from the peers' buffers (direct()).
+  /// With direct_hops: the collective's direct schedule between the ranks'
+  /// buffers (CallProtocol::direct).
   void run_latency(const Collective& cd, const algorithms::OneHopPart& part, const Carried& carried, const CallDesc& d,
                    bool direct_hops, CallState& call);
-  /// Whether two hops of a `bytes` message run direct (the peers' memory
-  /// reachable, the message at least direct_from_bytes: the same on every
-  /// rank of a matching call, whatever its buffers).
-  bool direct_size(size_t bytes) const;
+  /// Whether a `bytes` message of collective `c` may run direct (the peers'
+  /// memory reachable, the message at least core::direct_from's size: the
+  /// same on every rank of a matching call, whatever its buffers).
+  bool direct_size(Coll c, size_t bytes) const;
   /// What this rank proposes in its descriptor when the hints name none:
   /// CommConfig::algorithm (NCCLZ_ALGO), 1 + int(Algorithm), 0 for auto.
   uint8_t configured_algorithm() const;

@@ -34,6 +34,7 @@
 #include "core/call_state.hpp"
 #include "core/channels.hpp"
 #include "core/collective.hpp"
+#include "core/direct_schedule.hpp"
 #include "ncclz/policy_hints.hpp"
 #include "transport/peer_memory.hpp"
 
@@ -53,9 +54,9 @@ struct Carried {
   std::vector<algorithms::Bytes> out, in;
 };
 
-/// What a direct all_reduce carries after its descriptor to every peer
-/// (CallProtocol::direct_all_reduce): where its buffers are, in its own
-/// address space (host byte order; readable with transport::PeerMemory).
+/// What a direct call carries after its descriptor to every peer
+/// (CallProtocol::direct): where its buffers are, in its own address space
+/// (host byte order; readable with transport::PeerMemory).
 struct DirectAddresses {
   uint64_t src = 0;
   uint64_t dst = 0;
@@ -97,15 +98,14 @@ class CallProtocol {
   /// output, each size checked. A failure aborts the communicator. Returns
   /// the bytes this rank sent.
   uint64_t two_hop_second(const algorithms::OneHopPart& part, uint64_t seq, CallState& call);
-  /// The two hops of an exact all_reduce straight between the ranks'
-  /// buffers (core/direct_all_reduce.cpp has the schedule), after exchange()
-  /// carried every rank's DirectAddresses to every peer: this rank reads its
-  /// block of every input, reduces it and writes it into every output, one
-  /// copy each way where two_hop_first/second take two, then one round of
-  /// empty messages. A failure aborts the communicator. Returns the bytes this
-  /// rank read and wrote.
-  uint64_t direct_all_reduce(const algorithms::OneHopPart& part, const Carried& carried, uint64_t seq, CallState& call,
-                             const transport::PeerMemory& mem);
+  /// A direct call (core/direct_schedule.hpp): the schedule's copies
+  /// straight between this rank's buffers and its peers', after exchange()
+  /// carried every rank's DirectAddresses to every peer (their slots are
+  /// released here), then the closing round of empty messages
+  /// (core/direct_call.cpp). A failure aborts the communicator. Returns the
+  /// bytes this rank read and wrote of its peers' buffers.
+  uint64_t direct(const DirectSchedule& s, const algorithms::OneHopPart& part, const Carried& carried, uint64_t seq,
+                  CallState& call, const transport::PeerMemory& mem);
   /// Flushes the point-to-point links this rank sent on (complete only once
   /// the bytes have left the process: the socket proxy may still write them).
   void flush_peers(CallState& call);
@@ -142,7 +142,7 @@ class CallProtocol {
   /// after it (in the slot, which stays held: the caller releases it).
   algorithms::Bytes wait_desc(int q, CallDesc* d, CallState& call);
   int rank_, nranks_;
-  Buffer direct_in_;           ///< direct_all_reduce: the peers' pieces of this rank's block
+  Buffer direct_in_;           ///< direct(): the schedules' scratch (the peers' pieces)
   std::vector<uint8_t> held_;  ///< by peer: a slot with carried data is held
   RingChannels& channels_;
   PeerLinks& peers_;

@@ -85,6 +85,7 @@ Collective all_reduce_desc(const void* send, void* recv, size_t count, RedOp op)
   c.hier = hier_all_reduce_schedule;
   c.latency = algorithms::one_hop_all_reduce();
   c.latency_wide = algorithms::two_hop_all_reduce();
+  c.direct = direct_all_reduce();
   return c;
 }
 
@@ -101,6 +102,7 @@ Collective reduce_scatter_desc(const void* send, void* recv, size_t recv_count, 
   c.schedule = reduce_scatter_schedule;
   c.hier = hier_reduce_scatter_schedule;
   c.latency = algorithms::one_hop_reduce_scatter();
+  c.direct = direct_reduce_scatter();
   return c;
 }
 
@@ -114,6 +116,7 @@ Collective all_gather_desc(const void* send, void* recv, size_t send_count, int 
   c.schedule = all_gather_schedule;
   c.hier = hier_all_gather_schedule;
   c.latency = algorithms::one_hop_all_gather();
+  c.direct = direct_all_gather();
   return c;
 }
 
@@ -129,6 +132,7 @@ Collective broadcast_desc(void* buf, size_t count, int root, int rank) {
   c.schedule = broadcast_schedule;
   c.hier = hier_broadcast_schedule;
   c.latency = algorithms::one_hop_broadcast();
+  c.direct = direct_broadcast();
   return c;
 }
 

@@ -32,6 +32,7 @@
 #include "algorithms/pairwise.hpp"
 #include "algorithms/ring.hpp"
 #include "core/call_desc.hpp"
+#include "core/direct_schedule.hpp"
 #include "core/lossy_plan.hpp"
 #include "ncclz/communicator.hpp"
 #include "prims/prims.hpp"
@@ -130,6 +131,11 @@ struct Collective {
   /// is above latency_bytes (all_reduce's two hops: fewer bytes for a second
   /// round, up to CommConfig::two_hop_bytes; core/call.cpp).
   algorithms::OneHop latency, latency_wide;
+  /// The direct schedule (core/direct_schedule.hpp): exact calls above
+  /// latency_bytes (all_reduce: wherever it takes two hops) from
+  /// direct_from_bytes up, where the peers' memory is reachable; empty where
+  /// the collective has none.
+  DirectSchedule direct;
   /// The algorithm this call runs: chosen per call by the call routine from
   /// rank 0's proposal and the topology (core/call.hpp, step 4).
   Algorithm algorithm = Algorithm::Ring;

@@ -301,6 +301,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
       NCCLZ_INFO(rank_, "direct two hops off: %s", peer_mem->why_not().c_str());
     }
   }
+  const bool direct_defaulted = cfg.direct_from_bytes < 0;  // (agreed above: unset on every rank, or the same value)
   core::resolve_direct(cfg, size_, peer_mem && peer_mem->usable());
   // The ring links' slots hold the larger slices too, except where slots are
   // reserved memory (shared memory: posix_fallocate'd for the whole ring):
@@ -314,6 +315,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   rt_->topo = std::move(topo);
   rt_->one_host = one_host;
   if (peer_mem && peer_mem->usable()) rt_->peer_mem = std::move(peer_mem);
+  rt_->direct_defaulted = direct_defaulted;
   if (!cfg.trace_file.empty()) {
     rt_->trace = std::make_unique<trace::Recorder>(trace::file_for(cfg.trace_file, rank_), rank_, size_);
   }

@@ -114,6 +114,14 @@ void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchica
   cfg.two_hop_bytes = sockets || hierarchical ? 0 : saved_hops * int64_t(cfg.slot_bytes / 4);
 }
 
+int64_t direct_from(Coll c, int nranks, int64_t direct_from_bytes, bool defaulted) {
+  if (direct_from_bytes <= 0 || !defaulted || c == Coll::AllReduce) return direct_from_bytes;
+  constexpr int64_t kKiB = 1024;
+  if (c == Coll::Broadcast) return 128 * kKiB;
+  if (nranks <= 2) return 8192 * kKiB;  // reduce_scatter, all_gather
+  return c == Coll::ReduceScatter && nranks >= 4 ? 512 * kKiB : 128 * kKiB;
+}
+
 void resolve_direct(CommConfig& cfg, int nranks, bool readable) {
   if (!readable) {
     cfg.direct_from_bytes = 0;

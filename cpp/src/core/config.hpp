@@ -8,6 +8,7 @@
 #include <string>
 
 #include "codec/slice.hpp"
+#include "core/call_desc.hpp"
 #include "ncclz/communicator.hpp"
 
 namespace ncclz::core {
@@ -111,8 +112,9 @@ void resolve_exact_shape(CommConfig& cfg, bool auto_channels, bool short_of_core
 /// (fewer bytes between hosts).
 void resolve_two_hop(CommConfig& cfg, int nranks, bool sockets, bool hierarchical);
 
-/// Direct two hops read each block of the peers' inputs in pieces of this
-/// many bytes, reduced while they are in cache (core/direct_all_reduce.cpp).
+/// Direct all_reduce and reduce_scatter read each block of the peers' inputs
+/// in pieces of this many bytes, reduced while they are in cache
+/// (core/direct_schedules.cpp).
 constexpr size_t kDirectPieceBytes = size_t(64) << 10;
 /// CommConfig::direct_from_bytes: 0 where the peers' memory is not
 /// reachable (transport::PeerMemory::probe: the same on every rank), else,
@@ -124,6 +126,20 @@ constexpr size_t kDirectPieceBytes = size_t(64) << 10;
 /// so direct pays where it saves rounds and copies: with more ranks than
 /// CPUs, with more ranks, with larger messages.
 void resolve_direct(CommConfig& cfg, int nranks, bool readable);
+/// The message size from which collective `c` (one with a direct schedule,
+/// core/direct_schedule.hpp) runs direct, given the resolved
+/// direct_from_bytes (0: never). Where NCCLZ_DIRECT_FROM_BYTES was set
+/// (`defaulted` false: the same on every rank, agreed at creation) every
+/// collective takes that; where it was left unset, all_reduce takes it and
+/// the others their own defaults, measured on 2 CPUs over shared memory
+/// (bench/results/latency.md, "Direct reduce_scatter, all_gather and
+/// broadcast"): reduce_scatter and all_gather from 8 MiB with 2 ranks (the
+/// ring's one step each way pipelines well there; direct first won at 8-16
+/// MiB), all_gather from 128 KiB with 3 or more, reduce_scatter from 128 KiB
+/// with 3 and 512 KiB with 4 or more (at 128-256 KiB the ring was faster in
+/// two runs of three); broadcast from 128 KiB (every reader copies once, in
+/// parallel, where the chain relays).
+int64_t direct_from(Coll c, int nranks, int64_t direct_from_bytes, bool defaulted);
 
 /// An algorithm name (CommConfig::algorithm, NCCLZ_ALGO): int(Algorithm) for
 /// "ring" and "hierarchical" ("hier"), -1 for "auto" (or ""); *ok false for

@@ -51,6 +51,9 @@ struct Runtime {
   std::unique_ptr<HierChannels> hier;  ///< the hierarchical links, where topo.hierarchical()
   /// Peers' memory, where every rank can read every other's (CommConfig::direct_from_bytes > 0)
   std::unique_ptr<transport::PeerMemory> peer_mem;
+  /// NCCLZ_DIRECT_FROM_BYTES was unset (on every rank): the collectives
+  /// other than all_reduce run direct from their own sizes (core::direct_from).
+  bool direct_defaulted = false;
   Buffer work[2];                           ///< the lossy paths' code and float64 buffers
   Buffer staging[2];                        ///< host copies of a device call's buffers (core/device_call.hpp)
   std::unique_ptr<DeviceWork> device_work;  ///< device calls' work (core/device_work.hpp), made by the first

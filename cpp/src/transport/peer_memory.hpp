@@ -3,8 +3,8 @@
 // take two (into a slot, out of it). Ranks that are processes copy with
 // Linux's cross-memory attach (process_vm_readv / process_vm_writev: the
 // kernel copies between the two address spaces, pinning the peer's pages for
-// the copy); ranks that are threads of one process copy with memcpy. The direct all_reduce (core/call_protocol.hpp,
-// direct_all_reduce) is its user.
+// the copy); ranks that are threads of one process copy with memcpy. The direct schedules
+// (core/direct_schedule.hpp) are its users.
 //
 // Whether it works is found once, when the communicator is made, and agreed:
 // every rank publishes its process id and the address of a word holding a
