@@ -78,18 +78,21 @@ class _Ncclz:
         self.comm = ncclz.init(policy="off")
         self.rank, self.size = self.comm.rank, self.comm.world_size
         self.compression = {"none": None, "lossless": ncclz.Lossless(), "lossy": ncclz.Lossy(rel=1e-3)}[mode]
+        # LATENCY_BENCH_FULL_PATH=1 (a --variant): every call through the Python layer's full path
+        # (algorithm="auto" skips the short ways of small uncompressed calls), for their A/B
+        self.kw = {"algorithm": "auto"} if os.environ.get("LATENCY_BENCH_FULL_PATH") == "1" else {}
 
     def all_reduce(self, x):
-        self.comm.all_reduce(x, compression=self.compression)
+        self.comm.all_reduce(x, compression=self.compression, **self.kw)
 
     def reduce_scatter(self, x, y):
-        self.comm.reduce_scatter(x, compression=self.compression, out=y)
+        self.comm.reduce_scatter(x, compression=self.compression, out=y, **self.kw)
 
     def all_gather(self, x, y):
-        self.comm.all_gather(x, compression=self.compression, out=y)
+        self.comm.all_gather(x, compression=self.compression, out=y, **self.kw)
 
     def broadcast(self, x):
-        self.comm.broadcast(x, 0, compression=self.compression)
+        self.comm.broadcast(x, 0, compression=self.compression, **self.kw)
 
     def barrier(self):
         self.comm.barrier()

@@ -708,26 +708,88 @@ class Communicator:
             raise InvalidArgumentError(f"{what} must be an integer rank, got {r!r}")
         return int(r)  # its range is the runtime's check
 
+    def _plain_small(self, x: Any, nbytes: int, op: Any, compression: Any, out: Any, policy: Any,
+                     writes_x: bool) -> bool:
+        """Whether a call may take a short way (the ``_small_plain_*`` methods): an uncompressed call
+        of a contiguous NumPy array of a plain dtype (writable where the call writes ``x``), ``out=``
+        None or a NumPy array (the short way checks it further: _plain_out), a plain op (None: the call has none), small enough (``nbytes``: the message as
+        the policy counts it) that the policy neither proposes nor learns anything from it
+        (CommPolicy.small_bytes). A short way makes the same native call, with the same
+        last_stats, as the full path, with a fraction of its Python (with 4 ranks on 2 cores the
+        Python layer was most of a 4 KiB call)."""
+        if type(x) is not np.ndarray or compression is not None or (out is not None and type(out) is not np.ndarray):
+            return False
+        if op is not None and (type(op) is not str or op not in _PLAIN_OPS):
+            return False
+        if nbytes > self._policy.small_bytes() or policy not in _PLAIN_POLICIES:
+            return False
+        flags = x.flags
+        return _dlpack.plain_numpy_dtype(x.dtype) is not None and flags.c_contiguous and (flags.writeable or not writes_x)
+
+    @staticmethod
+    def _plain_out(x: np.ndarray, out: Any, shape: tuple) -> np.ndarray | None:
+        """A short way's output: a new array, or ``out`` where it is one the full path takes as it is
+        (x's dtype, ``shape``, contiguous, writable, not overlapping x); None: take the full path
+        (which raises where ``out`` is wrong)."""
+        if out is None:
+            return np.empty(shape, x.dtype)
+        f = out.flags
+        if out.dtype != x.dtype or out.shape != shape or not f.c_contiguous or not f.writeable:
+            return None
+        return None if np.may_share_memory(x, out) else out
+
+    def _ran_plain(self, coll: str, st: Any) -> None:
+        """Records a short way's native stats as _record does an uncompressed call's."""
+        self._last_raw = (coll, _NO_COMPRESSION, st, None)
+        self._last_stats = None
+
     def _small_plain_all_reduce(self, x: Any, op: Any = "sum", compression: Any = None, out: Any = None,
                                 policy: Any = None) -> np.ndarray | None:
-        """The short way for what small calls mostly are: an uncompressed, in-place all_reduce of a
-        writable, contiguous NumPy array of a plain dtype, small enough that the policy neither
-        proposes nor learns anything from it (CommPolicy.small_bytes). The same native call and
-        last_stats as the full path, with a fraction of its Python (with 4 ranks on 2 cores the
-        Python layer was most of a 4 KiB call). None: take the full path."""
-        if type(x) is not np.ndarray or compression is not None or out is not None:
+        """The short way (_plain_small) of an in-place all_reduce. None: take the full path."""
+        if out is not None or not self._plain_small(x, getattr(x, "nbytes", 0), op, compression, out, policy, True):
             return None
-        if type(op) is not str or op not in _PLAIN_OPS:
+        self._ran_plain("all_reduce", self._native.all_reduce(x, x, op, _NO_COMPRESSION, "", None))
+        return x
+
+    def _small_plain_reduce_scatter(self, x: Any, op: Any = "sum", compression: Any = None, out: Any = None,
+                                    policy: Any = None) -> np.ndarray | None:
+        """The short way (_plain_small) of a reduce_scatter into a new array or ``out``. None: take the
+        full path (which also raises for a size the world size does not divide)."""
+        if not self._plain_small(x, getattr(x, "nbytes", 0), op, compression, out, policy, False):
             return None
-        if x.nbytes > self._policy.small_bytes() or policy not in _PLAIN_POLICIES:
+        w = self._world_size
+        if x.ndim >= 1 and x.shape[0] % w == 0:
+            shape = (x.shape[0] // w, *x.shape[1:])
+        elif x.size % w == 0:
+            shape = (x.size // w,)
+        else:
             return None
-        name = _dlpack.plain_numpy_dtype(x.dtype)
-        flags = x.flags
-        if name is None or not flags.c_contiguous or not flags.writeable:
+        o = self._plain_out(x, out, shape)
+        if o is None:
             return None
-        st = self._native.all_reduce(x, x, op, _NO_COMPRESSION, "", None)
-        self._last_raw = ("all_reduce", _NO_COMPRESSION, st, None)
-        self._last_stats = None
+        self._ran_plain("reduce_scatter", self._native.reduce_scatter(x, o, op, _NO_COMPRESSION, "", None))
+        return o
+
+    def _small_plain_all_gather(self, x: Any, compression: Any = None, out: Any = None,
+                                policy: Any = None) -> np.ndarray | None:
+        """The short way (_plain_small) of an all_gather into a new array or ``out``. None: take the
+        full path."""
+        if not self._plain_small(x, getattr(x, "nbytes", 0) * self._world_size, None, compression, out, policy,
+                                 False):
+            return None
+        o = self._plain_out(x, out, (self._world_size, *x.shape))
+        if o is None:
+            return None
+        self._ran_plain("all_gather", self._native.all_gather(x, o, _NO_COMPRESSION, "", None))
+        return o
+
+    def _small_plain_broadcast(self, x: Any, root: Any = 0, compression: Any = None,
+                               policy: Any = None) -> np.ndarray | None:
+        """The short way (_plain_small) of an in-place broadcast. None: take the full path."""
+        if type(root) is not int or not self._plain_small(x, getattr(x, "nbytes", 0), None, compression, None,
+                                                          policy, True):
+            return None
+        self._ran_plain("broadcast", self._native.broadcast(x, root, _NO_COMPRESSION, "", None))
         return x
 
     # ---- collectives ------------------------------------------------------
@@ -768,6 +830,7 @@ class Communicator:
 
     @_queueable
     @_name_rank
+    @_short_way("_small_plain_reduce_scatter")
     def reduce_scatter(self, x: Any, op: str = "sum", compression: Any = None, out: Any = None, *,
                        policy: str | None = None, algorithm: str | None = None) -> Any:
         """Reduces ``x`` over all ranks; rank r gets block r of the result.
@@ -776,6 +839,10 @@ class Communicator:
         ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element
         count (result: 1-D of ``x.size // world_size``). ``policy``, ``algorithm``: as in all_reduce.
         """
+        if algorithm is None:
+            y = self._small_plain_reduce_scatter(x, op, compression, out, policy)
+            if y is not None:
+                return y
         b, c, op = self._prepare(x, "reduce_scatter input", op, compression, device_path=True, policy=policy)
         d = self._decide("reduce_scatter", b, c, compression, b.nbytes, policy, op, algorithm)
         shape = _block_shape(b, self._world_size, "reduce_scatter input")
@@ -790,10 +857,15 @@ class Communicator:
 
     @_queueable
     @_name_rank
+    @_short_way("_small_plain_all_gather")
     def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None,
                    algorithm: str | None = None) -> Any:
         """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
         ``policy``, ``algorithm``: as in all_reduce."""
+        if algorithm is None:
+            y = self._small_plain_all_gather(x, compression, out, policy)
+            if y is not None:
+                return y
         b, c, _ = self._prepare(x, "all_gather input", None, compression, device_path=True, policy=policy)
         d = self._decide("all_gather", b, c, compression, b.nbytes * self._world_size, policy, None, algorithm)
         shape = (self._world_size, *b.shape)
@@ -808,11 +880,16 @@ class Communicator:
 
     @_queueable
     @_name_rank
+    @_short_way("_small_plain_broadcast")
     def broadcast(self, x: Any, root: int = 0, compression: Any = None, *, policy: str | None = None,
                   algorithm: str | None = None) -> Any:
         """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only, as
         JAX arrays are: on the device path a JAX copy of x on its device, which the call overwrites).
         ``policy``, ``algorithm``: as in all_reduce (rank 0 decides even when another rank is the root)."""
+        if algorithm is None:
+            y = self._small_plain_broadcast(x, root, compression, policy)
+            if y is not None:
+                return y
         root = self._check_rank(root, "broadcast root")
         b, c, _ = self._prepare(x, "broadcast buffer", None, compression, device_path=True, policy=policy)
         d = self._decide("broadcast", b, c, compression, b.nbytes, policy, None, algorithm)

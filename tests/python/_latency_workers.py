@@ -258,6 +258,71 @@ def scenario_latency_mismatch(ncclz, comm, args):
     return {"errors": errors}
 
 
+def scenario_latency_short_others(ncclz, comm, args):
+    """The short ways of small uncompressed reduce_scatter, all_gather and broadcast (positional
+    arguments only): the bits and last_stats of the full path (algorithm="auto" takes it), every
+    element against the fp64 reference; a rank with another count raises on every rank, and the next
+    call works."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    for dtype in ("float32", "float64", "float16", "int32", "int64"):
+        inputs = [rank_input(j, 96 * W, dtype, 41) for j in range(W)]
+        for op in ("sum", "max", "min"):
+            ref = reference(inputs, op)[r * 96:(r + 1) * 96]
+            tol = plain_tolerance(dtype, ref, [a[r * 96:(r + 1) * 96] for a in inputs], op)
+            y = comm.reduce_scatter(inputs[r], op) if op != "sum" else comm.reduce_scatter(inputs[r])
+            st = comm.last_stats
+            ck.require((st.op, st.compression, st.policy, y.shape, str(y.dtype))
+                       == ("reduce_scatter", "none", "", (96,), dtype), f"reduce_scatter {dtype}/{op}: {st} {y.shape}")
+            full = comm.reduce_scatter(inputs[r], op, algorithm="auto")
+            ck.require(bits(y) == bits(full), f"reduce_scatter {dtype}/{op}: the short way differs from the full path")
+            ck.check_close(f"reduce_scatter/{dtype}/{op}", y, ref, tol, "none", dtype)
+            ck.record(f"reduce_scatter/{dtype}/{op}/rank{r}", y)
+            o = np.full(96, 7, dtype)
+            ck.require(comm.reduce_scatter(inputs[r], op, None, o) is o and bits(o) == bits(y),
+                       f"reduce_scatter {dtype}/{op}: out= differs")
+        mine = rank_input(r, 77, dtype, 43).reshape(7, 11)
+        g = comm.all_gather(mine)
+        st = comm.last_stats
+        ck.require((st.op, st.compression, g.shape) == ("all_gather", "none", (W, 7, 11)), f"all_gather {st} {g.shape}")
+        ck.require(bits(g) == bits(comm.all_gather(mine, algorithm="auto")), f"all_gather {dtype}: differs")
+        for j in range(W):
+            ck.require(bits(g[j]) == bits(rank_input(j, 77, dtype, 43).reshape(7, 11)), f"all_gather {dtype}: block {j}")
+        ck.record(f"all_gather/{dtype}", g)
+        o = np.zeros((W, 7, 11), dtype)
+        ck.require(comm.all_gather(mine, None, o) is o and bits(o) == bits(g), f"all_gather {dtype}: out= differs")
+        root = W - 1
+        b = rank_input(r, 300, dtype, 47)
+        y = comm.broadcast(b, root)
+        ck.require(y is b and comm.last_stats.op == "broadcast", f"broadcast {dtype}: not in place")
+        ck.require(bits(y) == bits(rank_input(root, 300, dtype, 47)), f"broadcast {dtype}: not the root's")
+        ck.record(f"broadcast/{dtype}", y)
+    errors = {}
+    buf = np.zeros(10 * W, np.float32)
+    for name, fn in (("rs out shape", lambda: comm.reduce_scatter(np.ones(8 * W, np.float32), "sum", None,
+                                                                  np.empty(9, np.float32))),
+                     ("ag out dtype", lambda: comm.all_gather(np.ones(5, np.float32), None, np.empty((W, 5)))),
+                     ("ag out overlaps", lambda: comm.all_gather(buf[:10], None, buf.reshape(W, 10)))):
+        try:
+            fn()
+            errors[name] = None
+        except ncclz.Error as e:
+            errors[name] = {"kind": type(e).__name__, "message": str(e)}
+    for name, fn in (("reduce_scatter", lambda: comm.reduce_scatter(np.ones(8 * W if r != 1 else 16 * W, np.float32))),
+                     ("all_gather", lambda: comm.all_gather(np.ones(100 if r != 0 else 101, np.float32))),
+                     ("broadcast", lambda: comm.broadcast(np.ones(50, np.float32 if r != 1 else np.float64)))):
+        try:
+            fn()
+            errors[name] = None
+        except ncclz.Error as e:
+            errors[name] = {"kind": type(e).__name__, "message": str(e)}
+        x = np.full(4 * W, float(r + 1), np.float32)
+        after = comm.reduce_scatter(x)
+        errors[name + "/after"] = {"ok": bool(np.all(after == W * (W + 1) / 2))}
+    comm.barrier()
+    return {"hashes": ck.hashes, "checks": ck.checks, "errors": errors}
+
+
 def scenario_latency_short(ncclz, comm, args):
     """The short way of small uncompressed all_reduces (positional arguments only): the same bits and
     last_stats as the full path (out= takes that), every element against the fp64 reference; calls it

@@ -127,6 +127,25 @@ def test_the_short_way_is_the_full_path(tmp_path, transport, n):
         assert e["array op"]["kind"] == "InvalidArgumentError" and "op must be a string" in e["array op"]["message"], e
 
 
+@pytest.mark.parametrize("transport,n", [("shm", 4), ("socket", 2)])
+def test_the_other_short_ways_are_the_full_path(tmp_path, transport, n):
+    """Small uncompressed reduce_scatter, all_gather and broadcast with positional arguments skip most of
+    the Python layer too: the ranks check the full path's bits and stats, every element, and that
+    mismatched calls still raise on every rank."""
+    ranks = run_ranks(tmp_path, "latency_short_others", n, transport, env=DEFAULTS, timeout=240)
+    ranks.assert_ok()
+    res = ranks.results
+    assert res[0]["checks"] >= 15
+    assert_same_on_all_ranks(res, prefixes=("all_gather", "broadcast"))
+    for rr in res:
+        e = rr["errors"]
+        for name in ("reduce_scatter", "all_gather", "broadcast"):
+            assert e[name] is not None and e[name]["kind"] in ("InvalidArgumentError", "RemoteError"), e
+            assert e[name + "/after"]["ok"], e
+        for name in ("rs out shape", "ag out dtype", "ag out overlaps"):
+            assert e[name] is not None and e[name]["kind"] == "InvalidArgumentError", (name, e)
+
+
 @pytest.mark.parametrize("transport,n", [("shm", 4), ("socket", 3)])
 def test_small_lossy_requests_run_exact_with_the_latency_algorithm(tmp_path, transport, n):
     """The default policy runs small lossy requests as none on the latency algorithm (the ranks check
