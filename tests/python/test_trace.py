@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from test_comm import run_ranks
 
 CHANNEL_EVENTS = {"channel", "wait_in", "acquire_out", "encode", "post_out", "settle"}
 CALL_STEPS = {"check_describe", "exchange", "decide", "schedule"}
 
 
-@pytest.mark.timeout(120)
 def test_trace_file_per_rank(tmp_path):
     base = tmp_path / "timeline"
     ranks = run_ranks(tmp_path, "trace", 2, "shm", env={"NCCLZ_TRACE_FILE": str(base)})
@@ -41,7 +39,6 @@ def test_trace_file_per_rank(tmp_path):
                 assert any(c["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= c["ts"] + c["dur"] + 1e-3 for c in calls), e
 
 
-@pytest.mark.timeout(120)
 def test_no_trace_without_the_variable(tmp_path, monkeypatch):
     monkeypatch.delenv("NCCLZ_TRACE_FILE", raising=False)
     ranks = run_ranks(tmp_path, "trace", 2, "shm")
