@@ -47,8 +47,10 @@ def free_port() -> int:
 class Job:
     """n rank processes running one scenario of the worker."""
 
-    def __init__(self, tmp_path, scenario, transport, n=2, timeout="120", **env):
-        self.out = tmp_path / f"{scenario}-{transport}"
+    def __init__(self, tmp_path, scenario, transport, n=2, timeout="120", worker=WORKER, name=None, **env):
+        """`worker`: the rank program (another test's worker takes the same arguments); `name`: the
+        output folder under tmp_path (default: scenario-transport)."""
+        self.out = tmp_path / (name or f"{scenario}-{transport}")
         self.out.mkdir()
         port, token = free_port(), secrets.token_hex(8)
         base = dict(os.environ)
@@ -58,7 +60,7 @@ class Job:
                     WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCLZ_TOKEN=token, **env)
         self.n = n
         self.procs = [
-            subprocess.Popen([sys.executable, str(WORKER), str(self.out), scenario],
+            subprocess.Popen([sys.executable, str(worker), str(self.out), scenario],
                              env=dict(base, RANK=str(r), LOCAL_RANK=str(r)), stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for r in range(n)

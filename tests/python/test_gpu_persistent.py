@@ -16,94 +16,26 @@ each makes progress.
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_faults import free_port
+from test_faults import Job
 from test_gpu import GPU_ENV, gpu  # noqa: F401 - the fixture
 
 WORKER = Path(__file__).with_name("_persistent_gpu_worker.py")
 
 
-class Job:
-    """n rank processes of the worker."""
-
-    def __init__(self, out: Path, scenario: str, n: int, **env):
-        out.mkdir(parents=True)
-        self.out, self.n = out, n
-        port, token = free_port(), secrets.token_hex(8)
-        base = dict(os.environ)
-        base.update(
-            GPU_ENV,
-            NCCLZ_TIMEOUT="120",
-            NCCLZ_POLICY="off",
-            PYTHONUNBUFFERED="1",
-            NCCLZ_TRANSPORT="shm",
-            WORLD_SIZE=str(n),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            NCCLZ_TOKEN=token,
-            **env,
-        )
-        self.procs = [
-            subprocess.Popen(
-                [sys.executable, str(WORKER), str(out), scenario],
-                env=dict(base, RANK=str(r), LOCAL_RANK=str(r)),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-            for r in range(n)
-        ]
-
-    def finish(self, timeout=300.0, ranks=None):
-        deadline = time.monotonic() + timeout
-        for r, p in enumerate(self.procs):
-            if ranks is not None and r not in ranks:
-                continue
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.kill()
-                pytest.fail(f"rank {r} hung\n{self.logs()}")
-        res = {}
-        for r in range(self.n):
-            f = self.out / f"rank{r}.json"
-            if f.exists():
-                res[r] = json.loads(f.read_text())
-        return res
-
-    def kill(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-                p.wait()
-
-    def logs(self):
-        parts = []
-        for i, p in enumerate(self.procs):
-            text = p.stdout.read().decode(errors="replace") if p.poll() is not None and p.stdout else ""
-            parts.append(f"--- rank {i} (exit {p.returncode}) ---\n{text[-3000:]}")
-        return "\n".join(parts)
+def _job(tmp_path, name: str, scenario: str, n: int, **env) -> Job:
+    """n processes of the worker over shared memory, all on GPU 0 (test_faults.Job)."""
+    return Job(tmp_path, scenario, "shm", n=n, worker=WORKER, name=name, **GPU_ENV, **env)
 
 
 def _calls(tmp_path, n, persistent, fifos):
-    job = Job(
-        tmp_path / f"calls-{n}-{persistent}-{fifos}",
-        "calls",
-        n,
-        NCCLZ_PERSISTENT=str(persistent),
-        NCCLZ_PERSISTENT_FIFOS=fifos,
-    )
-    res = job.finish()
+    job = _job(tmp_path, f"calls-{n}-{persistent}-{fifos}", "calls", n, NCCLZ_PERSISTENT=str(persistent),
+               NCCLZ_PERSISTENT_FIFOS=fifos)
+    res = job.finish(timeout=300)
     assert sorted(res) == list(range(n)), job.logs()
     for p in job.procs:
         assert p.returncode == 0, job.logs()
@@ -130,7 +62,7 @@ def test_persistent_processes_match_the_opt_in_off_bits(gpu, tmp_path, n):  # no
 
 def test_persistent_killed_rank_ends_the_others(gpu, tmp_path):  # noqa: F811 - the fixture
     n = 3
-    job = Job(tmp_path / "kill", "kill", n, NCCLZ_PERSISTENT="1", NCCLZ_PERSISTENT_FIFOS="device")
+    job = _job(tmp_path, "kill", "kill", n, NCCLZ_PERSISTENT="1", NCCLZ_PERSISTENT_FIFOS="device")
     res = job.finish(timeout=240)
     assert sorted(res) == list(range(n - 1)), job.logs()  # the killed rank wrote nothing
     assert job.procs[n - 1].returncode == -signal.SIGKILL, job.logs()
