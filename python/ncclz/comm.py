@@ -837,7 +837,9 @@ class Communicator:
 
         ``x.shape[0]`` must be divisible by world_size (result shape
         ``(x.shape[0] // world_size, *x.shape[1:])``), or else the element
-        count (result: 1-D of ``x.size // world_size``). ``policy``, ``algorithm``: as in all_reduce.
+        count (result: 1-D of ``x.size // world_size``). ``policy``, ``algorithm``: as in all_reduce
+        (an exact call on one host runs direct, single-copy, from its threshold: NCCLZ_DIRECT_FROM_BYTES,
+        docs/ALGORITHMS.md).
         """
         if algorithm is None:
             y = self._small_plain_reduce_scatter(x, op, compression, out, policy)
@@ -861,7 +863,7 @@ class Communicator:
     def all_gather(self, x: Any, compression: Any = None, out: Any = None, *, policy: str | None = None,
                    algorithm: str | None = None) -> Any:
         """Gathers every rank's ``x``; returns shape ``(world_size, *x.shape)``, rank r's at [r].
-        ``policy``, ``algorithm``: as in all_reduce."""
+        ``policy``, ``algorithm``: as in all_reduce (direct on one host as reduce_scatter)."""
         if algorithm is None:
             y = self._small_plain_all_gather(x, compression, out, policy)
             if y is not None:
@@ -885,7 +887,8 @@ class Communicator:
                   algorithm: str | None = None) -> Any:
         """Copies root's ``x`` to every rank, in place (returns ``x``; a new array if x is read-only, as
         JAX arrays are: on the device path a JAX copy of x on its device, which the call overwrites).
-        ``policy``, ``algorithm``: as in all_reduce (rank 0 decides even when another rank is the root)."""
+        ``policy``, ``algorithm``: as in all_reduce (rank 0 decides even when another rank is the root;
+        direct on one host as reduce_scatter)."""
         if algorithm is None:
             y = self._small_plain_broadcast(x, root, compression, policy)
             if y is not None:
