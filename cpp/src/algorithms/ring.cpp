@@ -16,10 +16,9 @@ inline uint8_t* at(void* p, size_t elem, size_t es) { return static_cast<uint8_t
 
 }  // namespace
 
-size_t ring_segment_elems(const prims::Prims& p, int nslots) {
-  const size_t spc = size_t(std::max(1, nslots / 2));
-  return spc * p.slice_elems();
-}
+size_t ring_segment_elems(size_t slice_elems, int nslots) { return size_t(std::max(1, nslots / 2)) * slice_elems; }
+
+size_t ring_segment_elems(const prims::Prims& p, int nslots) { return ring_segment_elems(p.slice_elems(), nslots); }
 
 // Ring allreduce (NCCL's ring schedule, one channel).
 //

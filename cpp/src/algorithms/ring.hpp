@@ -26,6 +26,9 @@ struct RingPos {
 /// deadlock: FORWARD holds its incoming slot while it acquires the outgoing
 /// one; docs/ALGORITHMS.md, "Deadlock freedom").
 size_t ring_segment_elems(const prims::Prims& p, int nslots);
+/// The same for slices of `slice_elems` elements (the persistent ring kernels,
+/// which run this schedule on the device: core/persistent_call.cpp).
+size_t ring_segment_elems(size_t slice_elems, int nslots);
 
 /// Allreduce of `count` elements: src -> dst (may alias).
 void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t count, size_t seg);

@@ -5,6 +5,7 @@
 #include <exception>
 #include <string>
 
+#include "algorithms/ring.hpp"
 #include "base/trace.hpp"
 #include "core/config.hpp"
 #include "core/runtime.hpp"
@@ -76,7 +77,7 @@ void run_persistent(Runtime& rt, const Collective& cd, codec::ElemType wire, boo
     PersistentWork& pw = *rt.persistent;
     nch = std::max(1, std::min(nch, pw.channels()));
     const size_t es = codec::elem_size(wire), slice = pw.slice_elems(es);
-    const size_t seg = size_t(std::max(1, rt.cfg.nslots / 2)) * slice;  // ring_segment_elems
+    const size_t seg = algorithms::ring_segment_elems(slice, rt.cfg.nslots);
     if (rt.persistent_recv.size() != size_t(pw.channels())) {
       rt.persistent_recv.assign(size_t(pw.channels()), 0);
       rt.persistent_sent.assign(size_t(pw.channels()), 0);
