@@ -9,15 +9,14 @@ where checked: the inputs are small integers, whose float32 sums are exact in an
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from _scenario_main import run_scenario
 
 
 def outcome(fn):
@@ -164,23 +163,11 @@ def scenario_turns(comm, outdir):
 
 
 def main():
-    outdir, scenario = sys.argv[1:3]
     # Python's own Ctrl-C handler, as in an interactive program: a process started in the background
     # by a non-interactive shell (a CI job under `cmd &`) inherits SIGINT ignored, and Python then
     # leaves it ignored, which would make the SIGINT test test the shell instead of ncclz.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    import ncclz
-
-    comm = ncclz.init()
-    res = {"rank": comm.rank, "pid": os.getpid()}
-    try:
-        res.update(globals()[f"scenario_{scenario}"](comm, outdir))
-    finally:
-        Path(outdir, f"rank{comm.rank}.json").write_text(json.dumps(res))
-    try:
-        comm.close()
-    except ncclz.Error:
-        pass
+    run_scenario(globals(), lambda fn, ncclz, comm, outdir: fn(comm, outdir), {"pid": os.getpid()})
 
 
 if __name__ == "__main__":

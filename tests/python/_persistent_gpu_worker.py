@@ -16,13 +16,12 @@ Scenarios:
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _scenario_main import run_scenario
 
 SIZES = (1, 1000, 300001)
 
@@ -100,21 +99,10 @@ def scenario_kill(ncclz, torch, comm, outdir):
 
 
 def main():
-    outdir, scenario = sys.argv[1:3]
-    import ncclz
     import torch
 
     torch.cuda.set_device(0)
-    comm = ncclz.init()
-    res = {"rank": comm.rank}
-    try:
-        res.update(globals()[f"scenario_{scenario}"](ncclz, torch, comm, outdir))
-    finally:
-        Path(outdir, f"rank{comm.rank}.json").write_text(json.dumps(res))
-    try:
-        comm.close()
-    except ncclz.Error:
-        pass
+    run_scenario(globals(), lambda fn, ncclz, comm, outdir: fn(ncclz, torch, comm, outdir))
 
 
 if __name__ == "__main__":
