@@ -30,7 +30,18 @@ size_t ring_segment_elems(const prims::Prims& p, int nslots);
 /// which run this schedule on the device: core/persistent_call.cpp).
 size_t ring_segment_elems(size_t slice_elems, int nslots);
 
-/// Allreduce of `count` elements: src -> dst (may alias).
+/// Whether two ranks' all-reduce on this wire exchanges their values instead
+/// of running the ring (integer elements, coded: the codes of a sum cost more
+/// bits than one rank's; ring.cpp, "Two ranks exchanging coded integers").
+bool pair_exchange_pays(const prims::Prims& p);
+
+/// Two ranks' all-reduce by exchange: each sends its own `count` elements and
+/// adds the other's into dst (may alias src). Only where pair_exchange_pays:
+/// the two ranks must end with the same bits whatever the operands' order.
+void pair_all_reduce(prims::Prims& p, const void* src, void* dst, size_t count, size_t seg);
+
+/// Allreduce of `count` elements: src -> dst (may alias). Two ranks on a wire
+/// where pair_exchange_pays: pair_all_reduce.
 void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t count, size_t seg);
 
 /// Reduce-scatter: block j of src starts at element j*stride (count elements of

@@ -177,6 +177,9 @@ class Prims {
   size_t slice_elems() const { return slice_; }
   size_t esize() const { return esize_; }
   int channel() const { return a_.channel; }
+  /// The wire's element type and mode (PrimsArgs): what a schedule may rely on.
+  codec::ElemType type() const { return a_.type; }
+  WireMode mode() const { return a_.mode; }
 
   void send(const void* src, size_t n);
   void copySend(const void* src, void* dst, size_t n);
