@@ -316,3 +316,14 @@ def test_hosts_from_the_topology_override(tmp_path, hosts):
         assert call["compression"] == "none" and "one host over shared memory" in call["policy"], call
     else:
         assert call["compression"] == "lossy_rel(0.001)" and "unknown" in call["policy"], call
+
+
+@pytest.mark.parametrize("what", ["compression", "bound", "count"])
+def test_shm_mismatched_requests_still_raise_everywhere(tmp_path, what):
+    """Rank 0's rule runs its lossy request as none without looking at the data, but the call is still
+    matched across ranks: a rank asking none, another bound, or another size raises on every rank."""
+    ranks = run_ranks(tmp_path, "mismatch", 3, "shm", args=[what, "big"], env=dict(CLEAN), nccl_timeout=10,
+                      timeout=90)
+    ranks.assert_ok()
+    for res in ranks.results:
+        assert res["error"] == "RemoteError" and "mismatched calls" in res["message"], res
