@@ -20,11 +20,12 @@ result is exact, so it keeps any requested bound. Rank 0 decides and its
 decision travels in the call descriptor every call exchanges anyway, so all
 ranks run the same mode with no extra message. Where every rank is on one host
 over shared memory (or in-process), the link is memory: with no rate configured
-the policy takes a memory-class estimate and runs lossy and lossless requests
-uncompressed where compressing cannot pay (last_stats.policy: "one host over
-shared memory: ..."; :mod:`ncclz.policy.memory_link`). Elsewhere, with no
-evidence about the link (no NCCLZ_LINK_GBPS / NCCLZ_SOCKET_THROTTLE_GBPS, no
-uncompressed call of >= 1 MiB observed yet) the requested mode runs. ``policy="off"`` (or
+the policy runs lossy and lossless requests of host arrays uncompressed, by rule
+and without calibrating the codec, since no codec outruns memory copies
+(last_stats.policy: "one host over shared memory: ..."; :mod:`ncclz.policy.memory_link`).
+Elsewhere, with no evidence about the link (no NCCLZ_LINK_GBPS /
+NCCLZ_SOCKET_THROTTLE_GBPS, no uncompressed call of >= 1 MiB observed yet) the
+requested mode runs. ``policy="off"`` (or
 NCCLZ_POLICY=off) turns it off; ``policy="off"`` on one call forces the mode.
 
 Arrays are CPU arrays of NumPy, PyTorch, JAX or any DLPack producer

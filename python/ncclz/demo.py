@@ -82,6 +82,8 @@ def short_reason(policy: str) -> str:
         return "policy off: as requested"
     if "; predicted " in policy:  # "auto: <mode> (<reason>; predicted ...)": rank 0's Choice
         return policy.split(" (", 1)[1].rsplit("; predicted ", 1)[0]
+    if policy.startswith("auto: none (") and policy.endswith(")"):  # a rule's Choice predicts nothing
+        return policy[len("auto: none ("):-1]
     return policy.removeprefix("auto: ")
 
 

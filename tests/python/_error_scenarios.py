@@ -56,18 +56,24 @@ def scenario_abort(ncclz, comm, args):
 
 
 def scenario_mismatch(ncclz, comm, args):
-    """Ranks disagree about the call; every rank must raise (not hang, not corrupt memory)."""
+    """Ranks disagree about the call; every rank must raise (not hang, not corrupt memory).
+    args: what ("count", "dtype", "compression": rank 0 asks Lossy(rel=1e-3), the others none;
+    "bound": rank 0 asks rel 1e-3, the others 1e-2), then "big" for 6 MiB (above the policy's
+    min_bytes and the direct schedules' threshold) instead of 4 KB."""
     what = args[0]
     r = comm.rank
+    n = 1572864 if "big" in args[1:] else 1000
     if what == "count":
-        x = np.ones(1000 + 100 * r, np.float32)
+        x = np.ones(n + 100 * r, np.float32)
     elif what == "dtype":
-        x = np.ones(1000, np.float32 if r == 0 else np.float64)
-    elif what == "compression":
-        x = np.ones(1000, np.float32)
+        x = np.ones(n, np.float32 if r == 0 else np.float64)
+    elif what in ("compression", "bound"):
+        x = np.ones(n, np.float32)
     else:
         raise ValueError(what)
     comp = ncclz.Lossy(rel=1e-3) if (what == "compression" and r == 0) else None
+    if what == "bound":
+        comp = ncclz.Lossy(rel=1e-3 if r == 0 else 1e-2)
     t0 = time.monotonic()
     try:
         comm.all_reduce(x, compression=comp)

@@ -106,6 +106,7 @@ def scenario_policy(ncclz, comm, args):
     out["checks"] = ck.checks
     if r == 0 and "stub" not in kv:  # what rank 0's policy learned from the calls (ncclz.policy.Measurement)
         out["measurements"] = [dataclasses.asdict(m) for m in comm.policy.measurements()]
+        out["calibrations"] = [c.mode for c in comm.policy.calibrations()]
     return out
 
 

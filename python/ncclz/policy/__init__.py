@@ -12,7 +12,8 @@ The package, bottom up:
 - :mod:`.model`: the cost model (predicted time per mode);
 - :mod:`.calibration`: codec ratio and speed on a sample of the caller's data, on this machine;
 - :mod:`.history`: measured wall times of earlier calls per size class and mode;
-- :mod:`.memory_link`: the link of ranks on one host joined by memory, and the rate taken for it;
+- :mod:`.memory_link`: the link of ranks on one host joined by memory: why host calls run none there
+  by rule (:meth:`Policy.exact_on_memory`), and the rate the model takes for it;
 - :mod:`.decision`: :class:`Policy`, which puts them together and chooses (:class:`Choice`);
 - :mod:`.runtime`: :class:`CommPolicy`, the narrow contract ``ncclz.comm`` depends on
   (``choose(call) -> Decision``, ``record(decision, stats)``): who decides (rank 0), "auto" / "off".

@@ -13,7 +13,10 @@ Inputs: the cost model (:mod:`.model`), calibrations (:mod:`.calibration`), the 
 (``wire_bytes / wall_s``, an exponential average; a compressed call only raises the estimate: its
 wall time includes the codec). Where every rank is on one host joined by a memory-class transport
 (``memory_link`` "shm" or "inproc"; the Communicator fills it in from its topology) the link is
-memory: without a configured rate the model takes the memory-class rate of :mod:`.memory_link`
+memory: without a configured rate a host call runs none by rule, before any calibration
+(:meth:`Policy.exact_on_memory`; the reason starts "one host over shared memory: no host codec is
+faster than ..."), until a compressed mode has a measured time for the size class; from then on,
+and for device calls, the model takes the memory-class rate of :mod:`.memory_link`
 (``memory_gbps``, half a memcpy measured once, times the cores a call's codec gets; device calls
 :data:`~ncclz.policy.memory_link.DEVICE_MEMORY_GBPS`), or an observed rate above it, and the reason
 starts with "one host over shared memory, link <rate> (<source>): " (:meth:`Policy.link_used`).
@@ -111,7 +114,8 @@ class Choice:
         p = ", ".join(one(k, v) for k, v in self.predicted_s.items())
         effort = f"/{self.effort}" if self.effort else ""
         algo = f" on {self.algorithm}" if self.algorithm and len(self.by_algorithm.get(self.mode, ())) > 1 else ""
-        return f"{self.mode}{effort}{algo} ({self.reason}; predicted {p})"
+        # a rule that predicts nothing (Policy.exact_on_memory) says so by leaving the predictions out
+        return f"{self.mode}{effort}{algo} ({self.reason}{f'; predicted {p}' if p else ''})"
 
 
 _SHORT = {"hierarchical": "hier"}
@@ -362,6 +366,26 @@ class Policy:
                              "policy to a Communicator (policy=...), which fills it in")
         return self.n
 
+    def exact_on_memory(self, coll: str, dtype: str, requested, nbytes: int, device: bool = False) -> Choice | None:
+        """The memory-class rule (:mod:`.memory_link`, "No codec beats the copies"): a Choice of none for a
+        compressed request of >= min_bytes of host arrays where every rank shares one host over memory
+        (``memory_link``), no link rate is configured, and no compressed mode (lossless, or the
+        requested lossy bound at any codec effort) has a measured time for the call's size class
+        (measured times win over the model, and over this rule). None where the rule does not apply:
+        :meth:`choose` then calibrates and predicts. Needs neither the data nor this machine's
+        speeds, so it calibrates nothing and times no memcpy."""
+        req = mode_class(requested)
+        if not self.memory_link or device or self.configured or req == "none":
+            return None
+        if self.n is None or self.n <= 1 or nbytes < self.min_bytes:
+            return None
+        variants = [(Lossless(), "")] + ([(requested, e) for e in EFFORTS] if req == "lossy" else [])
+        if any(self.history.measured(coll, dtype, nbytes, spec, e) is not None for spec, e in variants):
+            return None
+        why = (f"{MEMORY_LINKS[self.memory_link]}: no host codec is faster than the memory copies of an "
+               f"uncompressed call, whatever the data (nothing calibrated)")
+        return Choice("none", None, {}, why)
+
     def choose(self, coll: str, x, requested, nbytes: int | None = None, *, op: str = "sum",
                algorithm: str | None = None, device: bool = False) -> Choice:
         """The mode to use for collective `coll` on array `x` when the caller asked for `requested`.
@@ -376,6 +400,9 @@ class Policy:
         arr = np.asarray(x)
         if nbytes is None:
             nbytes = arr.nbytes * (n if coll in ("all_gather", "gather") else 1)
+        rule = self.exact_on_memory(coll, str(arr.dtype), requested, nbytes, device)
+        if rule is not None:
+            return rule
         dt = device_dtype(str(arr.dtype), device)
         algos = self.algorithms(coll, algorithm)
         multi = len(algos) > 1

@@ -4,17 +4,30 @@ When every rank of a communicator sits on one host and the transport between the
 (shared memory between processes, the heap between threads: ``Topology.intra_link`` "shm" or
 "inproc" with ``hosts == 1``), an uncompressed call moves its bytes with memory copies, so the link
 is as fast as memory. Compressing cannot pay there: the codec reads every raw byte and writes the
-coded ones, at a few GB/s per core, to save copies that run at memory speed. Without a configured
-rate (``link_gbps=``, NCCLZ_LINK_GBPS, NCCLZ_SOCKET_THROTTLE_GBPS) and before any uncompressed call
-was observed, :class:`~ncclz.policy.Policy` takes the link to be :func:`memory_link_gbps`, not
-unknown, so a lossy or lossless request runs none from its first call where the model says so.
+coded ones, at a few GB/s per core, to save copies that run at memory speed.
 
-The rate, measured once per process (:func:`memcpy_Bps`): a single-threaded copy of 8 MiB between
-two buffers this process allocates (``numpy.copyto``, one untimed copy to fault the pages in, then
-the best of 3), halved: the shared-memory slots copy each byte twice (into the slot, out of it) and
-the direct two hops' cross-memory copy costs about two memcpys per byte (bench/results/latency.md,
-"Direct two hops"). About 40 ms on this project's 2-core VM (most of it the page faults), once, on
-rank 0, at its first compressed call of >= ``Policy.min_bytes``; 13-15 GB/s there, so 52-60 Gbit/s.
+No codec beats the copies (:meth:`~ncclz.policy.Policy.exact_on_memory`): the uncompressed call
+moves each byte with memory copies (the direct schedules of all_reduce, reduce_scatter, all_gather
+and broadcast read each peer byte once, straight from the peer's buffer; the others copy through
+the shared-memory slots), and a compressed call of the same bytes must still read every raw byte
+to code it and write every result byte when it decodes, as the copies do, and compute besides. So
+for host calls with no configured rate (``link_gbps=``, NCCLZ_LINK_GBPS,
+NCCLZ_SOCKET_THROTTLE_GBPS) :class:`~ncclz.policy.Policy` answers none by rule, whatever the data,
+without calibrating the codec or timing a memcpy: a lossy or lossless request's first call costs
+what a later one does (bench/results/policy_one_host.md: before the rule the first call of each
+request calibrated three lossy codec efforts and lossless, 30-150 ms). Measured times win over
+the rule as over the model: once a compressed mode has a measured time for the call's size class
+(a call forced with ``policy="off"``), the model below decides that size class.
+
+The model, where it decides (a measured compressed mode, device calls): without a configured rate
+and before any uncompressed call was observed it takes the link to be :func:`memory_link_gbps`,
+not unknown. The rate, measured once per process (:func:`memcpy_Bps`): a single-threaded copy of
+8 MiB between two buffers this process allocates (``numpy.copyto``, one untimed copy to fault the
+pages in, then the best of 3), halved: the shared-memory slots copy each byte twice (into the slot,
+out of it) and the direct two hops' cross-memory copy costs about two memcpys per byte
+(bench/results/latency.md, "Direct two hops"). About 40 ms on this project's 2-core VM (most of it
+the page faults), once, on rank 0, at the first call the model decides with it; 13-15 GB/s there,
+so 52-60 Gbit/s.
 A call takes that rate times the cores the model gives its codec (``Policy.cores``: the rank's share
 of the CPUs, capped at the channel count): an exact call's copies run on the channels' threads as
 the codec would, and per core a memcpy is several times faster than the codec, so no core count

@@ -273,17 +273,21 @@ class CommPolicy:
             # the model's first rule, without its calibration and predictions (small calls are many)
             return Decision(call, f"auto: none (message {call.nbytes} B < {model.min_bytes} B: latency-bound)",
                             lighter="none", learn=True)
-        arr = call.array()
-        if arr is None:
-            return Decision(call, "auto: as requested (no NumPy view of the data to calibrate on)", learn=True)
-        try:
-            if isinstance(self.model, Policy):
-                choice = self.model.choose(call.collective, arr, call.requested, call.nbytes, op=call.op,
-                                           algorithm=fixed or None, device=call.device)
-            else:  # a custom policy: the original signature
-                choice = self.model.choose(call.collective, arr, call.requested, call.nbytes)
-        except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
-            return Decision(call, f"auto: as requested (the policy failed: {type(e).__name__}: {e})", learn=True)
+        # the memory-class rule needs no data (a device call's host copy is not made)
+        choice = model.exact_on_memory(call.collective, call.dtype, call.requested, call.nbytes, call.device) \
+            if isinstance(model, Policy) else None
+        if choice is None:
+            arr = call.array()
+            if arr is None:
+                return Decision(call, "auto: as requested (no NumPy view of the data to calibrate on)", learn=True)
+            try:
+                if isinstance(model, Policy):
+                    choice = model.choose(call.collective, arr, call.requested, call.nbytes, op=call.op,
+                                          algorithm=fixed or None, device=call.device)
+                else:  # a custom policy: the original signature
+                    choice = model.choose(call.collective, arr, call.requested, call.nbytes)
+            except Exception as e:  # noqa: BLE001 - rank 0 must still make the call the others are making
+                return Decision(call, f"auto: as requested (the policy failed: {type(e).__name__}: {e})", learn=True)
         d = Decision(call, choice, learn=True)
         if algo_choice:
             d.algorithm = getattr(choice, "algorithm", "") or ""
