@@ -70,8 +70,6 @@ CALIB = RESULTS / "scale_calibration.json"
 
 WIRE = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
         "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
-CODEC = {"all_reduce": lambda n: (1.0, 2 * (n - 1) / n), "reduce_scatter": lambda n: ((n - 1) / n, (n - 1) / n),
-         "all_gather": lambda n: (1 / n, (n - 1) / n), "broadcast": lambda n: (1.0, 1.0)}
 STEPS = {"all_reduce": lambda n: 2 * (n - 1), "reduce_scatter": lambda n: n - 1, "all_gather": lambda n: n - 1,
          "broadcast": lambda n: n - 1}
 INTRA = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
@@ -80,6 +78,7 @@ INTRA = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n
 REDUCE = {"all_reduce": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
           "all_gather": lambda n: 0.0, "broadcast": lambda n: 0.0}
 GOODPUT = 0.967  # TCP through the lab's tbf at 1 Gbit/s (docs/BENCHMARKS.md)
+SLOT_BYTES = 1 << 20  # NCCLZ_SLOT_BYTES's default: the prims' slices
 
 
 def schedule_bytes(coll: str, algo: str, n: int, hosts: int, S: float) -> tuple:
@@ -100,8 +99,12 @@ def schedule_bytes(coll: str, algo: str, n: int, hosts: int, S: float) -> tuple:
 class DataCodec:
     """A data set's codec figures at one input size: bits per element of the sum of k ranks' inputs at
     a bound eb (exact sums where measured, else the fitted growth), the global range of N ranks'
-    inputs (rel mode's E), and the codec's speeds on one core: quantize, encode, decode, dequantize
-    (bytes of float32 input per second)."""
+    inputs (rel mode's E), and the speeds of the call's CPU stages on one core, timed by `calibrate`
+    on the runtime's own routines (ncclz._core.stages) in bytes of float32 input (or of int32 codes)
+    per second: the statistics scan (a sum's keeps the nonzero index), the staged path's quantize and
+    dequantize slice by slice, the eager path's on the whole buffer, and per partial sum "k:eb" the
+    wire's slice coder: encode (the selector samples the predictors: a rank's own codes), encode with
+    the predictor a partial sum keeps, reduce (decode and add the local codes) and decode."""
 
     name: str
     count: int = 0  # the per-rank input size it was measured at (elements)
@@ -109,19 +112,15 @@ class DataCodec:
     exact: dict = field(default_factory=dict)  # "k:eb" (eb as %.6g) -> bits
     single: dict = field(default_factory=dict)  # log2(eb / ranges[max]) -> bits of rank 0's input
     growth: float = 1.0
-    q_Bps: float = 1e9
-    enc_Bps: float = 6e8
-    dec_Bps: float = 4e9
-    dq_Bps: float = 5e9
-    enc_move_Bps: float = 0.0  # the coder on one rank's codes at E (data movement); 0: enc_Bps
-    dec_move_Bps: float = 0.0
+    scan_Bps: float = 2e10  # core::scan (data movement)
+    scan_sums_Bps: float = 1.5e10  # core::scan of a sum's input, keeping the nonzero index
+    prep_Bps: float = 6e9  # LossyStage::prepare, slice by slice (the staged path's quantize)
+    fin_Bps: float = 8e9  # LossyStage::finish, slice by slice (its dequantize)
+    q_Bps: float = 6e9  # quantize_buf on the whole buffer (the eager path)
+    dq_Bps: float = 1e10  # dequantize_buf on the whole buffer
+    coder: dict = field(default_factory=dict)  # "k:eb" -> {op: bytes/s} for op in CODER_OPS
+    speed_count: int = 0  # elements per rank the speeds were timed on
     lossless_bits: float = 32.0
-
-    def coder(self, coll: str) -> tuple:
-        """(encode, decode) bytes/s of the wire's coder for this collective's codes."""
-        if coll in ("all_gather", "broadcast") and self.enc_move_Bps:
-            return self.enc_move_Bps, self.dec_move_Bps
-        return self.enc_Bps, self.dec_Bps
 
     def E(self, n: int, rel: float = 1e-3) -> float:
         keys = sorted(int(k) for k in self.ranges)
@@ -135,6 +134,19 @@ class DataCodec:
         top = self.ranges[str(max(int(x) for x in self.ranges))]
         return self._single(math.log2(eb / (1e-3 * top)) - self.growth * math.log2(max(k, 1)))
 
+    def speed(self, op: str, k: int, eb: float) -> float:
+        """Bytes/s of the slice coder's `op` (CODER_OPS) on the codes of a sum of k ranks at eb: as
+        timed where `calibrate` timed that sum, else interpolated in the bits per element (the coder's
+        work grows with the bits) between the sums it timed."""
+        key = f"{k}:{eb:.6g}"
+        if key in self.coder:
+            return self.coder[key][op]
+        if not self.coder:
+            return CODER_DEFAULT[op]
+        pts = sorted((self.exact[x], math.log(v[op])) for x, v in self.coder.items() if x in self.exact)
+        xs, ys = np.array([a for a, _ in pts]), np.array([b for _, b in pts])
+        return float(np.exp(np.interp(self.bits(k, eb), xs, ys)))
+
     def _single(self, j: float) -> float:
         xs = sorted(float(a) for a in self.single)
         ys = [self.single[_k(x)] for x in xs]
@@ -143,6 +155,10 @@ class DataCodec:
         if j >= xs[-1]:
             return ys[-1]
         return float(np.interp(j, xs, ys))
+
+
+CODER_OPS = ("enc", "enc_hint", "red", "dec")
+CODER_DEFAULT = {"enc": 7e8, "enc_hint": 1e9, "red": 2e9, "dec": 2.5e9}  # without a calibration (tests)
 
 
 def _k(x: float) -> str:
@@ -224,7 +240,7 @@ class Machine:
     intra_step: float = 1.0  # an intra-host ring step's latency, as a fraction of alpha (on a loaded
     # machine both are mostly the wait for the peer to be scheduled)
     goodput: float = GOODPUT
-    slice_bytes: float = 1 << 20  # NCCLZ_SLOT_BYTES: a chain's pipeline fills one slice per hop
+    slice_bytes: float = SLOT_BYTES  # a chain's pipeline fills one slice per hop
 
     def cost(self, f) -> float:
         """CPU seconds of a rank with features f (see the class doc)."""
@@ -273,11 +289,12 @@ def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: 
         # dequantizes. Hierarchical (the eager path): the root quantizes the whole input alone too,
         # before the outlier round; the chain moves codes (coded between hosts, raw inside them;
         # a rank of the inter-host chain decodes once); every rank dequantizes its output after it.
-        enc, dec = dc.coder(coll)
+        eb = eb_of(dc, coll, algo, n, hosts)
+        enc, dec = dc.speed("enc", 1, eb), dc.speed("dec", 1, eb)
         eager = hier and lossy
-        solo = (2 if eager else 1) * S / dc.q_Bps if lossy else 0.0
-        root_codec = S / enc + (0.0 if eager else S / dc.q_Bps + S / dc.dq_Bps) if lossy else 0.0
-        recv_codec = S / dec + (0.0 if eager else S / dc.dq_Bps) if lossy else 0.0
+        solo = S / dc.scan_Bps + (S / dc.q_Bps if eager else 0.0) if lossy else 0.0
+        root_codec = S / enc + (0.0 if eager else S / dc.prep_Bps + S / dc.fin_Bps) if lossy else 0.0
+        recv_codec = S / dec + (0.0 if eager else S / dc.fin_Bps) if lossy else 0.0
         link = (lambda b: (features(exact=b) if not lossy else features(intra=b)) if one_host else features(sock=b))
         kinds: dict = {}
         for rank, (ls, lr, hs, hr) in enumerate(chain_sends(algo, n, hosts, S)):
@@ -293,26 +310,52 @@ def work(dc: DataCodec, coll: str, mode: str, algo: str, n: int, hosts: int, S: 
     exact = one_host and not lossy  # the exact calls' shape on a host's own ring
     f = features(sock=0 if one_host else sent, intra=0 if exact else (sent if one_host else 0) + own,
                  exact=sent + own if exact else 0.0, red=0.0 if lossy else REDUCE[coll](m_) * D, call=1)
+    serial = features()
     if lossy:
-        fe, fd = CODEC[coll](m_)
-        # the statistics scan of the whole input (every lossy call), then the quantized part
-        q = S / n * (n if coll != "all_gather" else 1) + {"all_reduce": D, "reduce_scatter": D,
-                                                           "all_gather": D / m_}[coll]
-        dq = {"all_reduce": D, "reduce_scatter": D / m_, "all_gather": D}[coll]
-        enc, dec = dc.coder(coll)
-        if hier and coll == "all_gather":
-            # the eager path: quantize the own block before, dequantize the whole output after
-            f[0] = fe * D / enc + fd * D / dec
-            serial = features(2 * S / n / dc.q_Bps + S / dc.dq_Bps)
-        else:
-            f[0] = q / dc.q_Bps + fe * D / enc + fd * D / dec + dq / dc.dq_Bps
-            serial = features()
-    else:
-        serial = features()
+        f[0], serial[0] = ring_codec_s(dc, coll, "hierarchical" if hier else "ring", n, hosts, S)
     intra = []
     if hier:
         intra = [(features(intra=2 * schedule_bytes(coll, algo, n, hosts, S)[1], red=REDUCE[coll](L) * S) + serial, n)]
     return [(f, n)], intra, []
+
+
+def ring_codec_s(dc: DataCodec, coll: str, algo: str, n: int, hosts: int, S: float) -> tuple:
+    """One rank's codec seconds on one core in a lossy reduce_scatter, all_reduce or all_gather of S
+    bytes: (in its ring, overlapping the network; before and after the ring, the eager path's
+    whole-buffer passes), stage by stage as the call runs them (docs/ALGORITHMS.md). The ring has m
+    ranks (N flat, H hierarchically, each standing for the sum of its host's L ranks) and carries
+    D = S/L bytes in m chunks of c = D/m.
+
+    Reductions (staged, flat or hierarchical): the statistics scan of the input (S, with the nonzero
+    index), each chunk quantized as it is first sent or reduced (D); the reduce-scatter's first send
+    encoded by the selector (the sum of L ranks), its later sends with the predictor the partial sum
+    keeps (sums of 2L .. (m-1)L), every received partial sum decoded and added (L .. (m-1)L).
+    all_reduce then encodes the owner's full sum (mL), decodes the m-1 others the all-gather brings
+    and dequantizes its whole output (D); reduce_scatter dequantizes its own chunk (c).
+    all_gather (data movement, one rank's codes at E): flat (staged) the scan and quantize of the own
+    block (S/N), one encode of it, N-1 decodes of the others' and the whole output dequantized (S);
+    hierarchically (eager) the scan, quantize_buf of the own block and dequantize_buf of the output
+    before and after the ring, which encodes the own block and decodes the H-1 other hosts' blocks."""
+    hier = algo == "hierarchical" and 1 < hosts < n
+    L = n // hosts if hier else 1
+    m = hosts if hier else n
+    eb = eb_of(dc, coll, "hierarchical" if hier else "ring", n, hosts)
+    if coll == "all_gather":
+        own = S / n
+        coded = own / dc.speed("enc", 1, eb) + (m - 1) * (S / L / m) / dc.speed("dec", 1, eb)
+        if hier:
+            return coded, own / dc.scan_Bps + own / dc.q_Bps + S / dc.dq_Bps
+        return own / dc.scan_Bps + own / dc.prep_Bps + coded + S / dc.fin_Bps, 0.0
+    D = S / L
+    c = D / m
+    t = S / dc.scan_sums_Bps + D / dc.prep_Bps + c / dc.speed("enc", L, eb)
+    t += sum(c / dc.speed("enc_hint", k * L, eb) for k in range(2, m))
+    t += sum(c / dc.speed("red", k * L, eb) for k in range(1, m))
+    if coll == "all_reduce":
+        t += c / dc.speed("enc_hint", m * L, eb) + (m - 1) * c / dc.speed("dec", m * L, eb) + D / dc.fin_Bps
+    else:
+        t += c / dc.fin_Bps
+    return t, 0.0
 
 
 def harness(h: dict, coll: str, n: int, S: float) -> list:
@@ -386,10 +429,11 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
 
 # ---------------------------------------------------------------------------------------------- calibrate
 def calibrate(datasets: list, counts: list, ranks: tuple = (4, 8), hosts: tuple = (2, 4), sample: int = 1 << 20,
-              reps: int = 3) -> dict:
+              speed_sample: int = 1 << 22, reps: int = 3) -> dict:
     """ncclz.codec on sums of k ranks' inputs (the first `sample` elements, of inputs built at each
     size in `counts`, as the lab builds them) at every bound the lab's configurations use; on a range
-    of bounds for rank 0's input alone (the projections); and the speeds."""
+    of bounds for rank 0's input alone (the projections); and the call's stages on the first
+    `speed_sample` elements (16 MiB of float32: beyond a core's cache, as the lab's inputs): :func:`speeds`."""
     import ncclz
     from ncclz import codec
     from ncclz.tools.data import rank_input
@@ -397,24 +441,26 @@ def calibrate(datasets: list, counts: list, ranks: tuple = (4, 8), hosts: tuple 
     nmax = max(ranks)
     out = {}
 
-    def timed(fn):
+    def cpu(fn) -> float:
+        """The least CPU seconds of `reps` runs of fn on this thread (a shared machine's other load
+        makes some runs slower, never faster)."""
         best = float("inf")
-        res = None
         for _ in range(reps):
-            t0 = time.perf_counter()
-            res = fn()
-            best = min(best, time.perf_counter() - t0)
-        return best, res
+            t0 = time.thread_time()
+            fn()
+            best = min(best, time.thread_time() - t0)
+        return best
 
     for name in datasets:
         for count in counts:
             dc = DataCodec(name, count)
-            xs, lo, hi = [], [], []
+            xs, xs32, lo, hi = [], [], [], []
             for k in range(nmax):
                 x = rank_input(name, k, count)
                 lo.append(float(x.min()))
                 hi.append(float(x.max()))
                 xs.append(x[:sample].astype(np.float64))
+                xs32.append(np.ascontiguousarray(x[:speed_sample]))
                 del x
             for n in ranks:
                 dc.ranges[str(n)] = max(hi[:n]) - min(lo[:n])
@@ -450,32 +496,57 @@ def calibrate(datasets: list, counts: list, ranks: tuple = (4, 8), hosts: tuple 
                     lo_g, hi_g = (g, hi_g) if dc._single(j0 - g * math.log2(k)) < target else (lo_g, g)
                 gs.append((lo_g + hi_g) / 2)
             dc.growth = float(np.median(gs))
-            # speeds on one core: quantize (codec "raw": quantize and copy), dequantize (its
-            # decompression), and the wire's coder alone: the selector on the int32 codes, in
-            # slices of the wire's size (NCCLZ_SLOT_BYTES of codes), as the prims run it
-            a = sums[nmax // 2 - 1].astype(np.float32)
-            spec = ncclz.Lossy(abs=E / nmax)
-            tq, raw = timed(lambda a=a, spec=spec: codec.compress(a, spec, codec="raw", layout="classic"))
-            tdq, _ = timed(lambda raw=raw: codec.decompress(raw))
-            codes = np.rint(a.astype(np.float64) / (2 * E / nmax)).astype(np.int32)
-            parts = np.array_split(codes, max(1, codes.nbytes // (1 << 20)))
-            tc, blobs = timed(lambda parts=parts: [codec.compress(p, ncclz.Lossless()) for p in parts])
-            td, _ = timed(lambda blobs=blobs: [codec.decompress(b) for b in blobs])
-            dc.q_Bps, dc.dq_Bps = a.nbytes / tq, a.nbytes / tdq
-            dc.enc_Bps, dc.dec_Bps = a.nbytes / tc, a.nbytes / td
-            # data movement: one rank's values at E
-            codes = np.rint(xs[0] / (2 * E)).astype(np.int32)
-            parts = np.array_split(codes, max(1, codes.nbytes // (1 << 20)))
-            tc, blobs = timed(lambda parts=parts: [codec.compress(p, ncclz.Lossless()) for p in parts])
-            td, _ = timed(lambda blobs=blobs: [codec.decompress(b) for b in blobs])
-            dc.enc_move_Bps, dc.dec_move_Bps = codes.nbytes / tc, codes.nbytes / td
+            speeds(dc, [x[:speed_sample] for x in xs32], need, cpu)
             lb = codec.compress(xs[0].astype(np.float32), ncclz.Lossless())
             dc.lossless_bits = lb.size * 8 / sample
             out[f"{name}:{count}"] = dc.__dict__
-            print(f"{name} ({count} per rank): range {dc.ranges}, growth {dc.growth:.2f}, quantize "
-                  f"{dc.q_Bps / 1e6:.0f}, encode {dc.enc_Bps / 1e6:.0f}, decode {dc.dec_Bps / 1e6:.0f}, dequantize "
-                  f"{dc.dq_Bps / 1e6:.0f} MB/s (one core)", file=sys.stderr)
+            coder = {op: statistics.median(v[op] for v in dc.coder.values()) / 1e6 for op in CODER_OPS}
+            print(f"{name} ({count} per rank): range {dc.ranges}, growth {dc.growth:.2f}; MB/s on one core: scan "
+                  f"{dc.scan_Bps / 1e6:.0f} (a sum's {dc.scan_sums_Bps / 1e6:.0f}), staged quantize "
+                  f"{dc.prep_Bps / 1e6:.0f} / dequantize {dc.fin_Bps / 1e6:.0f}, eager {dc.q_Bps / 1e6:.0f} / "
+                  f"{dc.dq_Bps / 1e6:.0f}; slice coder (median over the sums) "
+                  + ", ".join(f"{op} {v:.0f}" for op, v in coder.items()), file=sys.stderr)
     return out
+
+
+def speeds(dc: DataCodec, xs: list, need: set, cpu) -> None:
+    """The call's CPU stages timed on one core (`cpu(fn)`: CPU seconds) with the runtime's own routines
+    (ncclz._core.stages) on the ranks' inputs `xs` (float32, one per rank), in the prims' slices
+    (NCCLZ_SLOT_BYTES of int32 codes): the scans, quantize and dequantize at E / N_max, and for every
+    partial sum (k, eb) of `need` the slice coder on the sum of ranks 0..k-1's codes: encode by the
+    selector, encode with the predictors the selector chose for the smallest sum at that bound (what
+    a partial sum keeps), reduce with rank k's codes, decode."""
+    from ncclz._core import stages
+
+    x0 = xs[0]
+    B = x0.nbytes
+    dc.speed_count = len(x0)
+    sl = stages.slice_elems(SLOT_BYTES)
+    eb0 = dc.E(max(int(k) for k in dc.ranges)) / max(int(k) for k in dc.ranges)
+    codes, out = np.empty(len(x0), np.int32), np.empty(len(x0), np.float32)
+    dc.scan_Bps = B / cpu(lambda: stages.scan(x0, False))
+    dc.scan_sums_Bps = B / cpu(lambda: stages.scan(x0, True))
+    dc.prep_Bps = B / cpu(lambda: stages.prepare(x0, eb0, sl))
+    dc.q_Bps = B / cpu(lambda: stages.quantize(x0, eb0, codes))
+    dc.fin_Bps = B / cpu(lambda: stages.finish(codes, 2 * eb0, out, sl))
+    dc.dq_Bps = B / cpu(lambda: stages.dequantize(codes, 2 * eb0, out))
+    by_eb: dict = {}
+    for k, eb in need:
+        by_eb.setdefault(eb, []).append(k)
+    for eb, ks in sorted(by_eb.items()):
+        q = np.empty((min(max(ks) + 1, len(xs)), len(x0)), np.int32)
+        for r in range(len(q)):
+            assert stages.quantize(xs[r], eb, q[r]) == 0
+        sums = np.cumsum(q, axis=0, dtype=np.int32)  # sums[k-1]: ranks 0..k-1
+        hints = stages.encode(sums[min(ks) - 1], sl)[2]
+        for k in sorted(ks):
+            a, local = sums[k - 1], q[k % len(q)]
+            slots, sizes, _ = stages.encode(a, sl, hints)
+            t = {"enc": cpu(lambda a=a: stages.encode(a, sl)),
+                 "enc_hint": cpu(lambda a=a, h=hints: stages.encode(a, sl, h)),
+                 "red": cpu(lambda s=slots, z=sizes, x=local: stages.reduce(s, z, x, codes, sl)),
+                 "dec": cpu(lambda s=slots, z=sizes: stages.decode(s, z, codes, sl))}
+            dc.coder[f"{k}:{eb:.6g}"] = {op: B / v for op, v in t.items()}
 
 
 def measure_harness(sizes: tuple = (16 << 20, 64 << 20), reps: int = 16, rotate: int = 4) -> dict:
