@@ -176,10 +176,10 @@ void register_stages(nb::module_& m) {
             need(c.codec.encode(v, k, blob.data() + i * slot, &bytes) == cz::Status::Ok, "encode failed");
             sizes[i] = int64_t(bytes);
             cz::SliceHeader h;
-            predictors[i] = cz::read_header(blob.data() + i * slot, bytes, &h) == cz::Status::Ok &&
-                                    h.codec != cz::Codec::Raw
-                                ? int8_t(h.predictor)
-                                : int8_t(-1);
+            predictors[i] =
+                cz::read_header(blob.data() + i * slot, bytes, &h) == cz::Status::Ok && h.codec != cz::Codec::Raw
+                    ? int8_t(h.predictor)
+                    : int8_t(-1);
           }
         }
         auto* b = new std::vector<uint8_t>(std::move(blob));
