@@ -955,7 +955,8 @@ def project(out_md: Path, out_png: Path | None) -> None:
         f"{m.c_red * 1e9:.2f} ns/B, {m.c_call * 1e3:.2f} ms per call, codec {m.k_codec:.2f}x its calibrated time) "
         f"and overlap {m.overlap:.2f}. The wire ratio is computed per algorithm: the ring "
         "quantizes with E/N, the hierarchical algorithm with E/H; the bits of a sum of k ranks' codes follow "
-        "bits1(eb / k^g) with g fitted on exact sums of up to 8 ranks."),
+        "bits1(eb / k^g) with g fitted on exact sums of up to 8 ranks; the slice coder's speed on a sum it did not "
+        "time is interpolated in those bits between the sums it timed (clamped at their ends)."),
         "",
     ]
     for data in key:
