@@ -113,13 +113,12 @@ void register_stages(nb::module_& m) {
       [](const F32In& x, double eb, size_t slice) {
         need(slice > 0, "slice must be > 0");
         const size_t n = x.shape(0);
-        // The stage's code buffer is only an address range here (prepare reads x).
-        const auto* codes = reinterpret_cast<const void*>(uintptr_t(4096));
+        // The stage's code buffer is only an address range (prepare reads x and
+        // writes its own buffer): x's, whose elements have the codes' size.
+        const auto* codes = reinterpret_cast<const uint8_t*>(x.data());
         core::LossyStage stage(DataType::F32, plan_of(eb), x.data(), codes, nullptr, codes, 2 * eb);
         nb::gil_scoped_release release;
-        for (size_t b = 0; b < n; b += slice) {
-          stage.prepare(static_cast<const uint8_t*>(codes) + b * 4, std::min(slice, n - b));
-        }
+        for (size_t b = 0; b < n; b += slice) stage.prepare(codes + b * 4, std::min(slice, n - b));
       },
       "x"_a, "eb"_a, "slice"_a, "LossyStage::prepare of every slice (quantized into the stage's per-thread buffer).");
 
