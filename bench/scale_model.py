@@ -807,8 +807,9 @@ def project_machine(fitted: dict) -> Machine:
 # in scale_calibration.json; the list before it is generated)
 OFF_NOTE = (
     "None is the codec over-count fixed above, and all but the uncompressed one are hierarchical calls. The "
-    "pair phase's hierarchical lossy calls have their CPU seconds right or close (the gradients' to the "
-    "millisecond) and still come out 10-11% long: their time, not their work, is over-counted. The model puts "
+    "pair phase's hierarchical lossy gradient call has its CPU seconds right to the millisecond and still comes "
+    "out 10% long (the smooth field's, 9% over in CPU seconds, 11%): its time, not its work, is over-counted. "
+    "The model puts "
     "each rank's intra-host phases (about 51 ms at 64 MiB, at the shared CPUs' rate) before and after the "
     "inter-host ring, in series, which is how each channel runs them (hier_all_reduce); a possible cause is "
     "that the lab's ranks are not all in the same phase at once on 2 cores, so part of it overlaps another "
