@@ -8,6 +8,7 @@ namespace nb = nanobind;
 void register_errors(nb::module_& m);
 void register_codec(nb::module_& m);
 void register_comm(nb::module_& m);
+void register_stages(nb::module_& m);
 
 NB_MODULE(_core, m) {
   m.doc() = "ncclz native core (thin bindings; use the ncclz package)";
@@ -16,4 +17,5 @@ NB_MODULE(_core, m) {
   register_errors(m);
   register_codec(m);
   register_comm(m);
+  register_stages(m);
 }

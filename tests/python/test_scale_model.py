@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import ncclz
+import numpy as np
 import pytest
 import test_comm
 from test_comm import run_ranks
@@ -110,6 +111,119 @@ def _dc() -> sm.DataCodec:
         return sm.DataCodec("made-up", ranges={"8": 16.0}, single={"0": 2.0, "-3": 3.0, "-9": 9.0})
 
 
+def _one_op(op: str) -> sm.DataCodec:
+    """Made-up codec figures where only stage `op` costs anything: 1 s per byte (its seconds are its bytes)."""
+    fast = 1e30
+    dc = sm.DataCodec("made-up", ranges={"8": 16.0}, single={"0": 2.0, "-3": 3.0, "-9": 9.0},
+                      **{f: (1.0 if f == op else fast) for f in ("scan_Bps", "scan_sums_Bps", "prep_Bps", "fin_Bps",
+                                                                 "q_Bps", "dq_Bps")})
+    dc.coder = {"1:1": {o: (1.0 if o == op else fast) for o in sm.CODER_OPS}}
+    dc.exact = {"1:1": 2.0}
+    return dc
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("algo,n,hosts", [("ring", 4, 2), ("ring", 8, 4), ("hierarchical", 4, 2), ("hierarchical", 8, 4),
+                                          ("hierarchical", 8, 2)])
+def test_ring_codec_stages_follow_the_schedule(coll, algo, n, hosts):
+    """A rank's codec work per stage, in bytes (ring_codec_s with one stage costing 1 s/B), is what the
+    ring's schedule does: a reduction scans its whole input and quantizes its ring's data D once;
+    encodes D (all_reduce: one chunk by the selector, the rest with the kept predictor) or (m-1)/m of
+    it (reduce_scatter: only the first send by the selector); reduces (m-1)/m D; all_reduce decodes
+    the all-gather's (m-1)/m D and dequantizes D, reduce_scatter its own chunk. all_gather codes its
+    own block once and decodes the other ring ranks' blocks, staged on the flat ring and with the
+    eager path's whole-buffer passes (not in the ring) hierarchically."""
+    S = float(1 << 24)
+    hier = algo == "hierarchical"
+    L, m = (n // hosts, hosts) if hier else (1, n)
+    D = S / L
+    c = D / m
+
+    def bytes_of(op):
+        ring, serial = sm.ring_codec_s(_one_op(op), coll, algo, n, hosts, S)
+        return pytest.approx(ring, rel=1e-9), pytest.approx(serial, rel=1e-9, abs=1e-9)
+
+    if coll == "all_gather":
+        own = S / n
+        ring_scan = (0.0, own) if hier else (own, 0.0)
+        assert bytes_of("scan_Bps") == ring_scan
+        assert bytes_of("scan_sums_Bps") == (0.0, 0.0)
+        assert bytes_of("prep_Bps") == (0.0 if hier else own, 0.0)
+        assert bytes_of("q_Bps") == (0.0, own if hier else 0.0)
+        assert bytes_of("enc") == (own, 0.0)
+        assert bytes_of("enc_hint") == (0.0, 0.0) and bytes_of("red") == (0.0, 0.0)
+        assert bytes_of("dec") == ((m - 1) * S / n, 0.0)
+        assert bytes_of("fin_Bps") == (0.0 if hier else S, 0.0)
+        assert bytes_of("dq_Bps") == (0.0, S if hier else 0.0)
+        return
+    ar = coll == "all_reduce"
+    assert bytes_of("scan_sums_Bps") == (S, 0.0)
+    assert bytes_of("scan_Bps") == (0.0, 0.0) and bytes_of("q_Bps") == (0.0, 0.0)
+    assert bytes_of("prep_Bps") == (D, 0.0)
+    assert bytes_of("enc") == (c, 0.0)
+    assert bytes_of("enc_hint") == ((m - 1 if ar else m - 2) * c, 0.0)
+    assert bytes_of("red") == ((m - 1) * c, 0.0)
+    assert bytes_of("dec") == ((m - 1) * c if ar else 0.0, 0.0)
+    assert bytes_of("fin_Bps") == (D if ar else c, 0.0)
+
+
+def test_coder_speed_measured_or_interpolated_in_bits():
+    """The slice coder's speed of a partial sum is the one timed for it; for a sum `calibrate` did not
+    time, interpolated in its bits per element between the timed ones (clamped at their ends)."""
+    dc = sm.DataCodec("made-up", ranges={"8": 16.0}, single={"0": 2.0, "-3": 5.0, "-9": 11.0}, growth=1.0)
+    dc.exact = {"1:0.016": 2.0, "2:0.016": 4.0}
+    dc.coder = {"1:0.016": {o: 4e9 for o in sm.CODER_OPS}, "2:0.016": {o: 1e9 for o in sm.CODER_OPS}}
+    assert dc.speed("enc", 1, 0.016) == 4e9 and dc.speed("red", 2, 0.016) == 1e9
+    # eb = 0.016 / 2 at k = 1: log2(eb / E) = -1, bits 3 (between the timed 2 and 4: the geometric mean)
+    assert dc.bits(1, 0.008) == pytest.approx(3.0)
+    assert dc.speed("dec", 1, 0.008) == pytest.approx(2e9)
+    assert dc.speed("dec", 64, 0.016 / 64) == pytest.approx(1e9)  # more bits than any timed sum
+    assert sm.DataCodec("none").speed("enc", 3, 1.0) == sm.CODER_DEFAULT["enc"]
+
+
+@pytest.mark.skipif(not hasattr(ncclz._core, "stages"), reason="ncclz._core was built without the stage bindings")
+@pytest.mark.parametrize("name", ["smooth", "grad"])
+def test_calibrated_stages_are_the_calls(name):
+    """The stages `calibrate` times (ncclz._core.stages) do the call's work on the lab's data: the eager
+    quantize gives the grid's codes (round to nearest of x / 2eb), the staged one accepts every
+    element, the slice coder's slices decode to the codes bit for bit with or without the kept
+    predictor, a reduction gives the exact sum of the codes, and both dequantize paths give every
+    element within eb of x."""
+    from ncclz._core import stages
+    from ncclz.tools.data import rank_input
+
+    n = 3 * (1 << 18) + 12345  # slices of 2^18 codes and a short last one
+    x, y = rank_input(name, 0, n), rank_input(name, 1, n)
+    eb = 1e-3 * float(max(x.max(), y.max()) - min(x.min(), y.min())) / 4
+    sl = stages.slice_elems(sm.SLOT_BYTES)
+    assert sl == (1 << 20) // 4  # a slot: the slice header and 1 MiB of codes
+    qx, qy = np.empty(n, np.int32), np.empty(n, np.int32)
+    assert stages.quantize(x, eb, qx) == 0 and stages.quantize(y, eb, qy) == 0
+    ref = np.rint(x.astype(np.float64) / (2 * eb))
+    assert np.abs(qx - ref).max() <= 1  # ties and float32 rounding of x / 2eb
+    assert (qx == ref).mean() > 0.999
+    stages.prepare(x, eb, sl)  # raises on an element off the grid
+    lo, hi = stages.scan(x, True)
+    assert (lo, hi) == (float(x.min()), float(x.max())) == stages.scan(x, False)
+    slots, sizes, pred = stages.encode(qx, sl)
+    assert len(sizes) == len(pred) == -(-n // sl) and sizes.sum() < qx.nbytes
+    for hints in (None, pred):
+        s2, z2, _ = stages.encode(qx, sl, hints)
+        got = np.empty(n, np.int32)
+        stages.decode(s2, z2, got, sl)
+        assert np.array_equal(got, qx)
+    got = np.empty(n, np.int32)
+    stages.reduce(slots, sizes, qy, got, sl)
+    assert np.array_equal(got, qx + qy)
+    out_staged, out_eager = np.empty(n, np.float32), np.empty(n, np.float32)
+    stages.finish(qx, 2 * eb, out_staged, sl)
+    stages.dequantize(qx, 2 * eb, out_eager)
+    assert np.array_equal(out_staged, out_eager)
+    assert np.abs(out_staged.astype(np.float64) - x).max() <= eb * (1 + 1e-3)
+    with pytest.raises(ncclz.errors.Error):
+        stages.encode(qx, sl, pred[:-1])  # one hint per slice
+
+
 def test_broadcast_chain_fill_counts_host_links():
     """A network-bound chain takes the message's link time plus one slice time per further host link
     it crosses; shared-memory hops add no link time (the flat chain of 4 x 2 crosses 3 host links,
@@ -188,5 +302,10 @@ def test_validation_reproduces_the_recorded_one(tmp_path):
         assert got["predicted_s"] == pytest.approx(want["predicted_s"], rel=1e-9), key
         assert got["measured_s"] == pytest.approx(want["measured_s"], rel=1e-12), key
     assert v["worst_all"] == pytest.approx(recorded["worst_all"], rel=1e-9)
+    # issue 19's target, and a calibration that describes the calls: the stages timed on one core
+    # account for the lab's codec CPU seconds within a quarter (k_codec was 0.59 while the quantize
+    # was timed through ncclz.codec's containers, and the gradients' calls over-predicted by 23%)
+    assert v["worst_all"] <= 0.2
+    assert 0.75 <= v["machine"]["k_codec"] <= 1.25
     assert f"{recorded['worst_all']:.0%} at all {len(recorded['rows'])} points" in (
         sm.RESULTS / "scale.md").read_text()
