@@ -203,8 +203,8 @@ int decode3(const uint8_t* src, const uint64_t* lens, ElemType code_t, const Sli
   });
   return int(e);
 }
-int decode3_add(const uint8_t* src, const uint64_t* lens, ElemType code_t, const SliceBatchRef& r, const void* local,
-                void* out, int* status, cudaStream_t stream) {
+int decode3_reduce(const uint8_t* src, const uint64_t* lens, ElemType code_t, const SliceBatchRef& r, CodeOp op,
+                   const void* local, void* out, int* status, cudaStream_t stream) {
   const uint32_t tps = tiles_per_slice(r.L);
   cudaError_t e = cudaSuccess;
   const bool typed = with_code_type(code_t, [&](auto cv) {
@@ -212,9 +212,14 @@ int decode3_add(const uint8_t* src, const uint64_t* lens, ElemType code_t, const
     // values = true: a Lorenzo slice is Unsupported here (its inverse is not fused).
     dec3_index_kernel<Code><<<r.S, kThreads, 0, stream>>>(src, lens, r, tps, true, status);
     e = cudaGetLastError();
-    if (e == cudaSuccess)
-      e = decode3_tiles(src, r, tps, AddOut<Code>{static_cast<Code*>(out), static_cast<const Code*>(local)}, status,
-                        stream);
+    if (e != cudaSuccess) return;
+    auto* o = static_cast<Code*>(out);
+    const auto* l = static_cast<const Code*>(local);
+    switch (op) {
+      case CodeOp::Sum: e = decode3_tiles(src, r, tps, ReduceOut<Code, CodeOp::Sum>{o, l}, status, stream); break;
+      case CodeOp::Max: e = decode3_tiles(src, r, tps, ReduceOut<Code, CodeOp::Max>{o, l}, status, stream); break;
+      case CodeOp::Min: e = decode3_tiles(src, r, tps, ReduceOut<Code, CodeOp::Min>{o, l}, status, stream); break;
+    }
   });
   return typed ? int(e) : host_error(Status::Unsupported);
 }

@@ -9,10 +9,11 @@
 //                  status -> host word (D2H)                         ; sync
 //   reduce  Raw:   slot -> staging_in (H2D), add kernel (`to` = in + local; or
 //                  in op local, set_value_reduction)               ; sync
-//           Coded: slot -> staging_in (H2D), fused decode-and-add kernels
-//                  (`to` = decoded + local; fused(): the v3 tile decoder
-//                  with an adding output) or decode kernels -> values and
-//                  the add kernel; status (D2H)                      ; sync
+//           Coded: slot -> staging_in (H2D), fused decode-and-reduce
+//                  kernels (`to` = decoded + local, or the max / min of
+//                  the two codes: set_value_reduction; fused(): the v3
+//                  tile decoder with a reducing output) or decode kernels
+//                  -> values and the reduce kernel; status (D2H)     ; sync
 //   encode  Raw:   values -> slot (D2H)                              ; sync
 //           Coded: Block encode kernels -> staging_out;
 //                  registered slot (HostPins): copy_sized_async kernel
@@ -86,7 +87,7 @@ struct DeviceSliceCodec::Impl {
   uint8_t* values = nullptr;                 ///< device: a decoded incoming slice (reductions)
   uint64_t* d_size = nullptr;                ///< device: [0] size, [1] encode status, [2] decode status (kWords)
   uint64_t* h_size = nullptr;                ///< page-locked host: the same, read back
-  uint8_t* fuse = nullptr;                   ///< device: decode_add_slice_async's scratch (Coded)
+  uint8_t* fuse = nullptr;                   ///< device: decode_reduce_slice_async's scratch (Coded)
 };
 
 namespace {
@@ -156,8 +157,8 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
   if (e == 0) e = int(cudaMalloc(reinterpret_cast<void**>(&d_->d_size), kWords * sizeof(uint64_t)));
   if (e == 0) e = int(cudaMallocHost(reinterpret_cast<void**>(&d_->h_size), kWords * sizeof(uint64_t)));
   if (e == 0 && mode == WireMode::Coded && !floats_) {
-    e = int(
-        cudaMalloc(reinterpret_cast<void**>(&d_->fuse), cuda::decode_add_scratch_bytes(type, uint32_t(slice_elems))));
+    e = int(cudaMalloc(reinterpret_cast<void**>(&d_->fuse),
+                       cuda::decode_reduce_scratch_bytes(type, uint32_t(slice_elems))));
   }
   fused_ = d_->dc.kernels() == 3;
   if (e == 0) e = d_->dc.synchronize();
@@ -167,9 +168,9 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
 DeviceSliceCodec::~DeviceSliceCodec() = default;
 
 void DeviceSliceCodec::set_value_reduction(RedOp op) {
-  if (mode_ != WireMode::Raw && !floats_) {
+  if (mode_ == WireMode::Coded && !floats_ && op == RedOp::Prod) {
     throw InvalidArgument(
-        "ncclz device slice codec: reductions of values run on Raw slices and Coded floats (Coded codes are summed)");
+        "ncclz device slice codec: Coded integer codes reduce by sum, max or min (a lossy call offers no prod)");
   }
   value_op_ = int(op);
 }
@@ -303,22 +304,25 @@ Status DeviceSliceCodec::reduce_async(const uint8_t* in, size_t len, size_t n, c
   }
   if (len > slot_bytes_) return Status::Corrupt;
   if (!stage_in(in, len)) return Status::Unsupported;
-  // Fused (decode_add_slice_async: the codes never reach memory) unless the
-  // slice's predictor is a Lorenzo one; else decode into the codec's values,
-  // then add. The add is enqueued before the status is read back: on an
-  // error the result is unspecified and unused.
+  // Codes: summed (wrapping), or their max / min (set_value_reduction: a
+  // lossy max / min; max and min of codes are those of the values they code).
+  // Fused (decode_reduce_slice_async: the codes never reach memory) unless
+  // the slice's predictor is a Lorenzo one; else decode into the codec's
+  // values, then reduce. The reduction is enqueued before the status is read
+  // back: on an error the result is unspecified and unused.
   // Only Block slices without a Lorenzo predictor fuse (Raw and Sparse
   // slices, e.g. from the selector, take the two steps).
+  const auto op = cuda::ReduceOp(uint8_t(value_op_ >= 0 ? value_op_ : int(RedOp::Sum)));
   codec::SliceHeader h0;
   const bool fusable = codec::read_header(in, len, &h0) == Status::Ok && h0.codec == codec::Codec::Block &&
                        h0.predictor != codec::Predictor::Lorenzo2D && h0.predictor != codec::Predictor::Lorenzo3D;
   int r = 0;
   if (fused_ && fusable) {
-    r = cuda::decode_add_slice_async(stream(), d_->fuse, d_->staging_in, len, type_, uint32_t(n), local.dense, to,
-                                     status_word(kDecStatus));
+    r = cuda::decode_reduce_slice_async(stream(), d_->fuse, d_->staging_in, len, type_, uint32_t(n), op, local.dense,
+                                        to, status_word(kDecStatus));
   } else {
     r = d_->dc.decode_slice_async(d_->staging_in, len, type_, uint32_t(n), d_->values, status_word(kDecStatus));
-    if (r == 0) r = cuda::add_codes_async(stream(), type_, to, d_->values, local.dense, n);
+    if (r == 0) r = cuda::reduce_values_async(stream(), type_, op, to, d_->values, local.dense, n);
   }
   return read_decode_status(r);
 }

@@ -239,10 +239,9 @@ class DeviceWorkImpl final : public DeviceWork {
                                                              stream_of(c), &pins_);
       use->codec->set_fused_step(fused_step_);
       // Values (an uncompressed call's Raw slices, a lossless call's coded
-      // floats): reduced in their own type.
-      if (!codec::is_code_type(a.type) || (a.mode == prims::WireMode::Raw && !a.int_sum)) {
-        use->codec->set_value_reduction(a.op);
-      }
+      // floats): reduced in their own type; a lossy max / min's codes: their
+      // max / min. Codes of a sum (int_sum): added.
+      if (!codec::is_code_type(a.type) || !a.int_sum) use->codec->set_value_reduction(a.op);
       use->type = a.type;
       use->mode = a.mode;
       use->int_sum = a.int_sum;

@@ -169,10 +169,13 @@ int sparse_decode(const uint8_t* src, const uint64_t* lens, codec::ElemType code
 int lorenzo_inverse(const SliceBatchRef& r, codec::ElemType code_t, void* out, cudaStream_t stream);
 int decode3(const uint8_t* src, const uint64_t* lens, codec::ElemType code_t, const SliceBatchRef& r, void* out,
             codec::ElemType t, double eb, int* status, cudaStream_t stream);
-/// decode3 to codes fused with a wrapping add: out[i] = code + local[i]
-/// (out may be local); a Lorenzo slice is Unsupported (decode_v3.cu).
-int decode3_add(const uint8_t* src, const uint64_t* lens, codec::ElemType code_t, const SliceBatchRef& r,
-                const void* local, void* out, int* status, cudaStream_t stream);
+/// How a fused decode combines each decoded code with the local one
+/// (tile_coder.cuh, ReduceOut): a wrapping sum, the larger, the smaller.
+enum class CodeOp { Sum, Max, Min };
+/// decode3 to codes fused with a reduction: out[i] = code op local[i] (out
+/// may be local); a Lorenzo slice is Unsupported (decode_v3.cu).
+int decode3_reduce(const uint8_t* src, const uint64_t* lens, codec::ElemType code_t, const SliceBatchRef& r, CodeOp op,
+                   const void* local, void* out, int* status, cudaStream_t stream);
 
 /// The scratch a batch of S slices of nbs blocks each takes (scans' temporary
 /// storage included): its layout's offsets, and the bytes in all.

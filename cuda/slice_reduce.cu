@@ -10,10 +10,12 @@
 //  copy_sized_async        a copy whose size is in device memory (an encoded
 //                          slice into its mapped host slot): 16-byte loads and
 //                          stores where both ends are 16-byte aligned
-//  decode_add_slice_async  the v3 tile decoder (decode_v3.cu) with an output
-//                          that adds each decoded code to the local one: the
-//                          codes never reach memory (2 kernels per slice:
-//                          the slice's index, then its tiles)
+//  decode_reduce_slice_async  the v3 tile decoder (decode_v3.cu) with an
+//                          output that adds each decoded code to the local
+//                          one, or keeps the larger or the smaller of the two
+//                          (a lossy max / min): the codes never reach memory
+//                          (2 kernels per slice: the slice's index, then its
+//                          tiles)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -192,21 +194,31 @@ int divide_values_async(void* stream, codec::ElemType t, void* d, size_t count, 
   return host_error(codec::Status::Unsupported);
 }
 
-size_t decode_add_scratch_bytes(codec::ElemType code_t, uint32_t count) {
+size_t decode_reduce_scratch_bytes(codec::ElemType code_t, uint32_t count) {
   detail::SliceBatchRef r;
   const size_t slot = codec::max_slice_bytes(code_t, count ? count : 1);
   if (detail::make_batch(code_t, count ? count : 1, count ? count : 1, slot, 1, &r) != 0) return 0;
   return detail::SliceScratch::of(r.S, r.nbs).bytes;
 }
 
-int decode_add_slice_async(void* stream, uint8_t* d_scratch, const uint8_t* d_src, size_t len, codec::ElemType code_t,
-                           uint32_t count, const void* d_local, void* d_out, int* d_status) {
+int decode_reduce_slice_async(void* stream, uint8_t* d_scratch, const uint8_t* d_src, size_t len,
+                              codec::ElemType code_t, uint32_t count, ReduceOp op, const void* d_local, void* d_out,
+                              int* d_status) {
   if (!codec::is_code_type(code_t)) return host_error(codec::Status::Unsupported);
+  detail::CodeOp cop = detail::CodeOp::Sum;
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: break;
+    case ReduceOp::Max: cop = detail::CodeOp::Max; break;
+    case ReduceOp::Min: cop = detail::CodeOp::Min; break;
+    default: return host_error(codec::Status::Unsupported);
+  }
   detail::SliceBatchRef r;
   if (const int e = detail::make_batch(code_t, count, count ? count : 1, len, 1, &r)) return e;
   if (r.S == 0) return 0;
   detail::SliceScratch::of(r.S, r.nbs).place(d_scratch, &r);
-  return detail::decode3_add(d_src, nullptr, code_t, r, d_local, d_out, d_status, static_cast<cudaStream_t>(stream));
+  return detail::decode3_reduce(d_src, nullptr, code_t, r, cop, d_local, d_out, d_status,
+                                static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace ncclz::cuda

@@ -287,19 +287,30 @@ struct CodesOut {
   Code* out;
   __device__ __forceinline__ void put(size_t i, Code v) const { out[i] = v; }
 };
-/// Decoded codes added into a local slice, wrapping (decode_add_slice_async,
-/// the reduction step of a device rank): out[i] = code + local[i].
-template <class Code>
-struct AddOut {
+/// Decoded codes combined with a local slice (decode_reduce_slice_async, the
+/// reduction step of a device rank): out[i] = code op local[i], op a wrapping
+/// sum, or the larger or the smaller code (a lossy max / min: the quantizer
+/// is monotone on the grid every rank shares, so the largest value's code is
+/// the largest code; prims::reduce_fn's integer max / min on the host, the
+/// same bits in either operand order).
+template <class Code, CodeOp Op = CodeOp::Sum>
+struct ReduceOut {
   using CodeT = Code;
   using U = std::make_unsigned_t<Code>;
   static constexpr bool kReads = true;
   Code* out;
   const Code* local;
   __device__ __forceinline__ Code read(size_t i) const { return local[i]; }
-  __device__ __forceinline__ void put_read(size_t i, Code v, Code l) const { out[i] = Code(U(U(v) + U(l))); }
+  __device__ __forceinline__ void put_read(size_t i, Code v, Code l) const {
+    if constexpr (Op == CodeOp::Sum) out[i] = Code(U(U(v) + U(l)));
+    if constexpr (Op == CodeOp::Max) out[i] = v > l ? v : l;
+    if constexpr (Op == CodeOp::Min) out[i] = v < l ? v : l;
+  }
   __device__ __forceinline__ void put(size_t i, Code v) const { put_read(i, v, local[i]); }
 };
+/// The sum's (the persistent ring kernels add codes only).
+template <class Code>
+using AddOut = ReduceOut<Code, CodeOp::Sum>;
 template <class T, class Code>
 struct ValuesOut {
   using CodeT = Code;
@@ -311,7 +322,7 @@ struct ValuesOut {
 
 /// This thread's codes v[j] of a tile (element e = j * kThreads +
 /// threadIdx.x; those with e < m) through o at o0 + e. An Out that reads
-/// (AddOut) reads all its operands first: a write through out[] may alias a
+/// (ReduceOut) reads all its operands first: a write through out[] may alias a
 /// later read of local[] as far as the compiler knows, so reads interleaved
 /// with writes would each wait a memory latency for the one before.
 template <class Out>

@@ -233,7 +233,7 @@ std::vector<double> reference(Op o, DataType t, RedOp op, size_t count, int N, i
       ref[i] = value_at(t, in[0], j);
       for (int q = 1; q < N; ++q) {
         const double v = value_at(t, in[size_t(q)], j);
-        ref[i] = op == RedOp::Max ? std::max(ref[i], v) : ref[i] + v;
+        ref[i] = op == RedOp::Max ? std::max(ref[i], v) : op == RedOp::Min ? std::min(ref[i], v) : ref[i] + v;
       }
       if (op == RedOp::Avg) ref[i] /= N;
     }
@@ -287,9 +287,9 @@ void expect_refused_on_rank0(Communicator& comm, int r, const void* s, void* d, 
 
 // Every collective, lossy, on 2-4 ranks with all buffers on the device (the
 // rings' and the point-to-point links' schedules): on the device
-// (CallStats::on_device; a max on host copies: the device sums codes, it has
-// no max of them), the host call's bits, within E; with the ordinary slices
-// and with the larger ones (3 ranks).
+// (CallStats::on_device; a max / min too: the codes' max / min, taken on the
+// device), the host call's bits, within E; with the ordinary slices and with
+// the larger ones (3 ranks).
 TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
@@ -298,8 +298,9 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
     N = N < 0 ? -N : N;
     for (DataType t : {DataType::F32, DataType::F64, DataType::BF16}) {
       for (Op o : kAllOps) {
-        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
+        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Min}) {
           if (op != RedOp::Sum && !reduces(o)) continue;
+          if (op == RedOp::Min && t != DataType::F32) continue;  // (LossyMaxMinOnDevice: float64 and int64 codes)
           const double E = t == DataType::BF16 ? 0.5 : 1e-3;
           const Compression c = Compression::lossy_abs(E);
           std::vector<std::vector<uint8_t>> in;
@@ -310,6 +311,7 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
             SCOPED_TRACE(std::string(name(o)) +
                          (op == RedOp::Avg   ? " avg"
                           : op == RedOp::Max ? " max"
+                          : op == RedOp::Min ? " min"
                                              : "") +
                          " N=" + std::to_string(N) + " type " + std::to_string(int(t)) + " rank " + std::to_string(r));
             const Result& h = host[size_t(r)];
@@ -317,7 +319,7 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
             ASSERT_EQ(h.error, "");
             ASSERT_EQ(d.error, "");
             EXPECT_FALSE(h.stats.on_device);
-            EXPECT_EQ(d.stats.on_device, op != RedOp::Max);  // a max of codes runs on host copies
+            EXPECT_TRUE(d.stats.on_device);
             EXPECT_FALSE(d.stats.exact_fallback);
             if (d.stats.raw_bytes > 0) {
               EXPECT_GT(d.stats.ratio, 1.5);  // (a broadcast's last rank sends nothing)
@@ -360,6 +362,105 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
       EXPECT_EQ(mix[size_t(r)].stats.on_device, mixed[size_t(r)]) << "rank " << r;
       if (has_output(o, r)) {
         EXPECT_EQ(mix[size_t(r)].out, host[size_t(r)].out) << "rank " << r;
+      }
+    }
+  }
+}
+
+// A lossy max / min on the device (the codes' max / min in the send /
+// receive loops: fused into the v3 decode, or decode then reduce):
+// all_reduce, reduce_scatter and reduce, float32 (int32 codes) and float64
+// with a bound small enough that its codes need int64, all ranks on the
+// device and device and host ranks mixed: on the device where the buffers
+// are, the all-host call's bits, the same on every rank, within the bound
+// of the float64 reference on every element.
+TEST(CudaComm, LossyMaxMinOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  for (int N : {2, 3, 4}) {
+    Ranks R = make_ranks(N, N == 3);
+    std::vector<bool> mixed(size_t(N), false);
+    for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
+    for (DataType t : {DataType::F32, DataType::F64}) {
+      const double E = t == DataType::F64 ? 1e-10 : 1e-3;
+      const Compression c = Compression::lossy_abs(E);
+      for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::Reduce}) {
+        for (RedOp op : {RedOp::Max, RedOp::Min}) {
+          std::vector<std::vector<uint8_t>> in;
+          double maxabs = 0;
+          for (int r = 0; r < N; ++r) {
+            in.push_back(input(t, in_count(o, count, N), r, 41));
+            for (size_t i = 0; i < in_count(o, count, N); ++i)
+              maxabs = std::max(maxabs, std::fabs(value_at(t, in.back(), i)));
+          }
+          // Codes of magnitude up to maxabs / (2 eb) >= maxabs / (2 E): beyond int32's for float64 here.
+          if (t == DataType::F64) {
+            ASSERT_GT(maxabs / (2 * E), 2147483647.0);
+          }
+          const auto host = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), false));
+          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+            const auto dev = run(R, o, t, op, c, count, in, pattern);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE(std::string(name(o)) + (op == RedOp::Max ? " max" : " min") + " N=" + std::to_string(N) +
+                           " type " + std::to_string(int(t)) + " rank " + std::to_string(r) +
+                           (pattern == mixed ? " (mixed)" : ""));
+              const Result& h = host[size_t(r)];
+              const Result& d = dev[size_t(r)];
+              ASSERT_EQ(h.error, "");
+              ASSERT_EQ(d.error, "");
+              EXPECT_EQ(d.stats.on_device, bool(pattern[size_t(r)]));
+              EXPECT_FALSE(h.stats.exact_fallback);
+              EXPECT_FALSE(d.stats.exact_fallback);
+              if (!has_output(o, r)) continue;
+              EXPECT_EQ(d.out, h.out) << "device and host results differ";
+              if (o == Op::AllReduce) {
+                EXPECT_EQ(d.out, dev[0].out) << "ranks' results differ";
+              }
+              const auto ref = reference(o, t, op, count, N, r, in);
+              double worst = 0;
+              for (size_t i = 0; i < ref.size(); ++i)
+                worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
+              EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
+              EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+              EXPECT_GT(d.stats.error_bound, 0.0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// A lossy max / min whose inputs hold a NaN (rank 2), +inf (rank 0) and
+// -inf (rank 1): the exact path (plan: non-finite inputs), on host copies
+// of the device buffers as on the host: the all-host call's bits, the NaN
+// kept, each infinity where it wins.
+TEST(CudaComm, LossyMaxMinOfNonFiniteInputsOnDevice) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = 2000;
+  const int N = 3;
+  Ranks R = make_ranks(N);
+  for (Op o : {Op::AllReduce, Op::ReduceScatter}) {
+    for (RedOp op : {RedOp::Max, RedOp::Min}) {
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) in.push_back(input(DataType::F32, in_count(o, count, N), r, 43));
+      put_value(DataType::F32, in[2], 5, std::nan(""));
+      put_value(DataType::F32, in[0], 7, HUGE_VAL);
+      put_value(DataType::F32, in[1], 9, -HUGE_VAL);
+      const Compression c = Compression::lossy_abs(1e-3);
+      const auto host = run(R, o, DataType::F32, op, c, count, in, std::vector<bool>(size_t(N), false));
+      const auto dev = run(R, o, DataType::F32, op, c, count, in, std::vector<bool>(size_t(N), true));
+      for (int r = 0; r < N; ++r) {
+        SCOPED_TRACE(std::string(name(o)) + (op == RedOp::Max ? " max" : " min") + " rank " + std::to_string(r));
+        ASSERT_EQ(dev[size_t(r)].error, "");
+        EXPECT_TRUE(dev[size_t(r)].stats.exact_fallback);
+        EXPECT_FALSE(dev[size_t(r)].stats.on_device);
+        EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out);
+        if (o == Op::AllReduce || r == 0) {  // (reduce_scatter: elements 5, 7, 9 are rank 0's)
+          EXPECT_TRUE(std::isnan(value_at(DataType::F32, dev[size_t(r)].out, 5)));
+          EXPECT_EQ(value_at(DataType::F32, dev[size_t(r)].out, op == RedOp::Max ? 7 : 9),
+                    op == RedOp::Max ? HUGE_VAL : -HUGE_VAL);
+        }
       }
     }
   }
@@ -810,7 +911,9 @@ TEST(CudaComm, HierarchicalExactCallsOnDevice) {
 // on each channel's stream (algorithms::HostSumCodes; host ranks do it slice
 // by slice in a stage): on the device (algorithm Hierarchical), all ranks
 // and mixed with host ranks; every output the all-host call's bits, within
-// the bound of the fp64 reference. A hierarchical max runs on host copies.
+// the bound of the fp64 reference. A max / min the same way: each host's
+// exact max / min quantized between the phases, the codes' max / min taken
+// on the inter-host ring, on the device.
 TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
   SKIP_WITHOUT_DEVICE();
   const size_t count = ncclz_test::quick() ? 2400 : 12000;
@@ -819,8 +922,9 @@ TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
       const double E = t == DataType::BF16 ? 1.0 : 1e-3;  // (bf16 sums of 3 ranks near 18 round by 0.06 each)
       const Compression c = Compression::lossy_abs(E);
       for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
-        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max}) {
+        for (RedOp op : {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Min}) {
           if (op != RedOp::Sum && !reduces(o)) continue;
+          if (op == RedOp::Min && t != DataType::F32) continue;
           std::vector<std::vector<uint8_t>> in;
           for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 31));
           const auto host = run(R, o, t, op, c, count, in, std::vector<bool>(size_t(N), false));
@@ -836,9 +940,8 @@ TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
               ASSERT_EQ(d.error, "");
               EXPECT_EQ(d.stats.algorithm, Algorithm::Hierarchical);
               EXPECT_FALSE(d.stats.exact_fallback);
-              EXPECT_EQ(d.stats.on_device, pattern[size_t(r)] && op != RedOp::Max);
+              EXPECT_EQ(d.stats.on_device, pattern[size_t(r)]);
               EXPECT_EQ(d.out, h.out) << "device and host results differ";
-              if (op == RedOp::Max) continue;
               const auto ref = reference(o, t, op, count, N, r, in);
               double worst = 0;
               for (size_t i = 0; i < ref.size(); ++i)

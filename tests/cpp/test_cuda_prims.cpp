@@ -221,7 +221,7 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
         void* scratch = hscr.data();
         if (device[size_t(r)]) {
           dc = std::make_unique<prims::DeviceSliceCodec>(w.type, w.mode, a.enc, a.int_sum, kSlot, slice);
-          if (!a.int_sum && (w.mode == WireMode::Raw || !codec::is_code_type(w.type))) dc->set_value_reduction(w.op);
+          if (!a.int_sum) dc->set_value_reduction(w.op);  // as core::DeviceWork::slices
           a.device = dc.get();
           dsrc = std::make_unique<DevBuf>(in_elems * es);
           ddst = std::make_unique<DevBuf>(out_elems * es);
@@ -260,8 +260,9 @@ RingRun run_ring(Coll c, const Wire& w, const std::vector<bool>& device, size_t 
   return res;
 }
 
-/// The exact result of the collective for rank r (wrapping integer sums).
-std::vector<uint8_t> expected(Coll c, ElemType t, int N, int r, size_t count,
+/// The exact result of the collective for rank r (integers: wrapping sums, or
+/// their max / min).
+std::vector<uint8_t> expected(Coll c, ElemType t, RedOp op, int N, int r, size_t count,
                               const std::vector<std::vector<uint8_t>>& in) {
   const size_t es = codec::elem_size(t);
   if (c == Coll::Broadcast) return in[size_t(kRoot % N)];
@@ -271,8 +272,8 @@ std::vector<uint8_t> expected(Coll c, ElemType t, int N, int r, size_t count,
     return o;
   }
   const size_t off = c == Coll::ReduceScatter ? size_t(r) * count * es : 0;
-  std::vector<uint8_t> acc(count * es, 0);
-  for (int j = 0; j < N; ++j) add_into(t, acc, in[size_t(j)].data() + off, count);
+  std::vector<uint8_t> acc(in[0].begin() + long(off), in[0].begin() + long(off + count * es));
+  for (int j = 1; j < N; ++j) prims::reduce_fn(t, op)(acc.data(), acc.data(), in[size_t(j)].data() + off, count);
   return acc;
 }
 
@@ -310,7 +311,8 @@ bool same_values(ElemType t, const std::vector<uint8_t>& got, const std::vector<
 void check_collective(Coll c, const Wire& w, int N, size_t count, const std::vector<std::vector<bool>>& patterns) {
   SCOPED_TRACE(testing::Message() << name(c) << ", " << describe(w) << ", " << N << " ranks, count " << count);
   const size_t in_elems = c == Coll::ReduceScatter ? count * size_t(N) : count;
-  const bool codes = codec::is_code_type(w.type) && w.op == RedOp::Sum;
+  // Codes: sums, and in Coded mode their max / min (a lossy max / min).
+  const bool codes = codec::is_code_type(w.type) && (w.op == RedOp::Sum || w.mode == WireMode::Coded);
   std::vector<std::vector<uint8_t>> in;
   for (int r = 0; r < N; ++r) {
     const uint64_t seed = uint64_t(1000 * N + 17 * r) + count;
@@ -324,7 +326,7 @@ void check_collective(Coll c, const Wire& w, int N, size_t count, const std::vec
     ASSERT_EQ(ref.errors[size_t(r)], "") << "CPU rank " << r;
     // (Float reductions: the CPU ranks' own order of operations is the reference.)
     if (codes) {
-      ASSERT_EQ(ref.out[size_t(r)], expected(c, w.type, N, r, count, in)) << "CPU rank " << r;
+      ASSERT_EQ(ref.out[size_t(r)], expected(c, w.type, w.op, N, r, count, in)) << "CPU rank " << r;
     }
   }
   size_t slots = 0;
@@ -400,6 +402,24 @@ TEST_P(CudaPrimsRing, CodedInt32MatchesCpuRanks) {
   }
 }
 
+// A lossy max / min's wire: Coded codes reduced by their max / min on the
+// device ranks (DeviceSliceCodec::set_value_reduction: fused into the v3
+// decode for Block slices, decode then reduce for Raw ones and with v1 / v2),
+// int32 and int64, device and CPU ranks mixed: the exact max / min, the
+// all-CPU run's output bits and every slot's bytes.
+TEST(CudaPrims, CodedMaxMinMatchCpuRanks) {
+  SKIP_WITHOUT_GPU();
+  for (Coll c : {Coll::AllReduce, Coll::ReduceScatter}) {
+    for (RedOp op : {RedOp::Max, RedOp::Min}) {
+      const auto n2 = counts(ElemType::I32, 2), n3 = counts(ElemType::I32, 3), n4 = counts(ElemType::I64, 4);
+      check_collective(c, Wire{WireMode::Coded, ElemType::I32, Predictor::Delta1, op}, 2, n2[2], patterns(2));
+      for (size_t n : {n3[0], n3[3]})
+        check_collective(c, Wire{WireMode::Coded, ElemType::I32, Predictor::Delta1, op}, 3, n, patterns(3));
+      check_collective(c, Wire{WireMode::Coded, ElemType::I64, Predictor::Delta2, op}, 4, n4[3], patterns(4));
+    }
+  }
+}
+
 TEST_P(CudaPrimsRing, RawInt32MatchesCpuRanks) {
   SKIP_WITHOUT_GPU();
   for (int N : {2, 4}) {
@@ -443,10 +463,12 @@ TEST(CudaPrims, RawValueReductionsMatchCpuRanks) {
       }
     }
   }
-  // Coded mode sums codes: no value reductions there.
+  // Coded codes reduce by sum, max or min (a lossy call's operators): not by a product.
   prims::DeviceSliceCodec coded(ElemType::I32, WireMode::Coded, make_args(Wire{}, 0).enc, true, kSlot,
                                 prims::slice_elems_for(kSlot, 4));
-  EXPECT_THROW(coded.set_value_reduction(RedOp::Max), InvalidArgument);
+  EXPECT_NO_THROW(coded.set_value_reduction(RedOp::Max));
+  EXPECT_NO_THROW(coded.set_value_reduction(RedOp::Min));
+  EXPECT_THROW(coded.set_value_reduction(RedOp::Prod), InvalidArgument);
 }
 
 // Lossless floats on device ranks (Coded floats: FloatHuff slices, reduced
@@ -682,6 +704,54 @@ TEST(CudaPrims, SliceCodecCallsMatchCpu) {
           ASSERT_EQ(dev.decode(cs.data(), cb + 1, n, dto.get(), &v), codec::Status::Corrupt);
           ASSERT_NE(dev.decode(cs.data(), cb - 1, n, dto.get(), &v), codec::Status::Ok);
           ASSERT_NE(dev.decode(cs.data(), cb, n + 1, dto.get(), &v), codec::Status::Ok);  // wrong count
+        }
+      }
+    }
+  }
+}
+
+// A lossy max / min's REDUCE step directly: a CPU slice of codes x (Block
+// with each predictor, Raw where that is smaller) reduced with local codes y
+// on the device by their max / min, fused (the v3 tile decoder's reducing
+// output) and not, into another buffer and in place: prims::reduce_fn's bits.
+TEST(CudaPrims, CodedMaxMinSliceCallsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  for (ElemType t : {ElemType::I32, ElemType::I64}) {
+    for (Predictor pred : {Predictor::None, Predictor::Delta1, Predictor::Delta2}) {
+      for (RedOp op : {RedOp::Max, RedOp::Min}) {
+        SCOPED_TRACE(testing::Message() << "esize " << codec::elem_size(t) << " predictor " << int(pred) << " op "
+                                        << int(op));
+        const size_t es = codec::elem_size(t);
+        const size_t slice = prims::slice_elems_for(kSlot, es);
+        const Wire w{WireMode::Coded, t, pred, op};
+        const prims::PrimsArgs a = make_args(w, 0);
+        std::vector<uint64_t> scr((slice * es + 7) / 8);
+        prims::SliceCodec cpu(t, w.mode, a.enc, a.reduce, false, kSlot, reinterpret_cast<uint8_t*>(scr.data()));
+        prims::DeviceSliceCodec dev(t, w.mode, a.enc, false, kSlot, slice);
+        dev.set_value_reduction(op);
+        for (size_t n : {size_t(1), size_t(33), slice / 2 + 1, slice}) {
+          SCOPED_TRACE(testing::Message() << "n " << n);
+          const auto x = make_codes(t, n, 5 * n + 3), y = make_codes(t, n, 9 * n + 4);
+          OnDevice d(x, y);
+          ASSERT_NO_FATAL_FAILURE(d.encode(cpu, dev, n, kSlot));
+          std::vector<uint8_t> want(n * es);
+          prims::SliceValues v;
+          ASSERT_EQ(cpu.reduce(d.cs.data(), d.cb, n, prims::SliceValues::of_dense(y.data()), want.data(), &v),
+                    codec::Status::Ok);
+          std::vector<uint8_t> direct = y;
+          a.reduce(direct.data(), x.data(), direct.data(), n);
+          ASSERT_EQ(want, direct);  // the CPU's REDUCE step is the max / min of the codes
+          for (bool fused : {false, true}) {
+            SCOPED_TRACE(fused ? "fused decode-and-reduce" : "decode, then reduce");
+            dev.set_fused(fused);
+            to_device(d.y.get(), y);
+            ASSERT_EQ(dev.reduce(d.cs.data(), d.cb, n, prims::SliceValues::of_dense(d.y.get()), d.to.get(), &v),
+                      codec::Status::Ok);
+            ASSERT_EQ(from_device(d.to.get(), n * es), want);
+            ASSERT_EQ(dev.reduce(d.cs.data(), d.cb, n, prims::SliceValues::of_dense(d.y.get()), d.y.get(), &v),
+                      codec::Status::Ok);
+            ASSERT_EQ(from_device(d.y.get(), n * es), want);
+          }
         }
       }
     }

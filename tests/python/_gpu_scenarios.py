@@ -332,9 +332,9 @@ def _rehearse_jax_on_cpu():
 
 
 def scenario_gpu_device_path(ncclz, comm, args):
-    """all_reduce (sum, avg), reduce_scatter, all_gather, broadcast, reduce, gather, scatter and
-    all_to_all of CUDA arrays (torch, and CuPy where installed), uncompressed, lossless and lossy, on
-    the device path: last_stats.on_device (lossless: float32 and bfloat16 code FloatHuff slices
+    """all_reduce (sum, avg, max), reduce_scatter (sum, min), all_gather, broadcast, reduce, gather,
+    scatter and all_to_all of CUDA arrays (torch, and CuPy where installed), uncompressed, lossless
+    and lossy, on the device path (a lossy max / min too: the codes' max / min on the device): last_stats.on_device (lossless: float32 and bfloat16 code FloatHuff slices
     there, float64 runs on host copies inside the runtime), the results on the input's device, every
     lossy element within the bound, and the same bits as the same call on host arrays and as the
     staged GPU path (NCCLZ_DEVICE_PATH=staged). Then send / recv, and a call small enough for the
@@ -405,7 +405,9 @@ def scenario_gpu_device_path(ncclz, comm, args):
                 for coll, op in (
                     ("all_reduce", "sum"),
                     ("all_reduce", "avg"),
+                    ("all_reduce", "max"),
                     ("reduce_scatter", "sum"),
+                    ("reduce_scatter", "min"),
                     ("all_gather", None),
                     ("broadcast", None),
                     ("reduce", "sum"),

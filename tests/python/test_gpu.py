@@ -213,9 +213,9 @@ def test_jax_device_path_rehearsed_on_cpu(tmp_path):
     ranks = run_ranks(tmp_path, "gpu_device_path", 2, "shm", args=["jax", "rehearse"], timeout=240, env=env)
     ranks.assert_ok()
     for res in ranks.results:
-        # 2 dtypes x 4 modes x 9 calls of a JAX array on the device path, new JAX results (but for a non-root
-        # reduce or gather)
-        assert res["checks"] >= 8 and res["direct"] >= 72 and res["outputs"] >= 56, res
+        # 2 dtypes x 4 modes x 11 calls of a JAX array on the device path, new JAX results (but for a
+        # non-root reduce or gather)
+        assert res["checks"] >= 8 and res["direct"] >= 88 and res["outputs"] >= 72, res
     assert_same_on_all_ranks(ranks.results)
 
 

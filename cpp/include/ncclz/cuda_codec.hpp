@@ -284,20 +284,24 @@ int divide_values_async(void* stream, codec::ElemType t, void* d, size_t count, 
 int copy_sized_async(void* stream, void* d_dst, const void* d_src, const uint64_t* d_size, const int* d_status,
                      size_t cap);
 
-/// Device scratch bytes decode_add_slice_async needs for slices of up to
+/// Device scratch bytes decode_reduce_slice_async needs for slices of up to
 /// `count` codes (the v3 decoder's per-slice index and per-tile state).
-size_t decode_add_scratch_bytes(codec::ElemType code_t, uint32_t count);
+size_t decode_reduce_scratch_bytes(codec::ElemType code_t, uint32_t count);
 
-/// Fused decode and add of one slice (the v3 tile decoder whatever a
-/// DeviceCodec's kernels() says, writing each decoded code added to the
-/// local one): d_out[i] = code_i + d_local[i] (wrapping; d_out may be
-/// d_local) for the `count` codes of type code_t (I32, I64) of the slice of
-/// `len` bytes at d_src; its status, as decode_slice_async's, to *d_status.
+/// Fused decode and reduction of one slice (the v3 tile decoder whatever a
+/// DeviceCodec's kernels() says, writing each decoded code combined with
+/// the local one): d_out[i] = code_i op d_local[i] (d_out may be d_local)
+/// for the `count` codes of type code_t (I32, I64) of the slice of `len`
+/// bytes at d_src; op Sum (or Avg) adds, wrapping, Max and Min keep the
+/// larger and the smaller code (prims::reduce_fn(code_t, op)'s bits; Prod:
+/// -Status::Unsupported); its status, as decode_slice_async's, to *d_status.
 /// Raw and Block slices with the predictors None, Delta1, Delta2; a Lorenzo
-/// slice is Status::Unsupported (decode_slice_async + add_codes_async).
-/// d_scratch: decode_add_scratch_bytes(code_t, count) bytes of device memory
-/// the caller owns (nothing is allocated). After an error d_out is unspecified.
-int decode_add_slice_async(void* stream, uint8_t* d_scratch, const uint8_t* d_src, size_t len, codec::ElemType code_t,
-                           uint32_t count, const void* d_local, void* d_out, int* d_status);
+/// slice is Status::Unsupported (decode_slice_async + reduce_values_async).
+/// d_scratch: decode_reduce_scratch_bytes(code_t, count) bytes of device
+/// memory the caller owns (nothing is allocated). After an error d_out is
+/// unspecified.
+int decode_reduce_slice_async(void* stream, uint8_t* d_scratch, const uint8_t* d_src, size_t len,
+                              codec::ElemType code_t, uint32_t count, ReduceOp op, const void* d_local, void* d_out,
+                              int* d_status);
 
 }  // namespace ncclz::cuda

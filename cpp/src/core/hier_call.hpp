@@ -39,7 +39,8 @@ void run_hier_values(Runtime& rt, const Collective& cd, DataType t, const Wire& 
 /// of the call codes on a device (the codes go without rANS). `dev`: this
 /// rank's buffers are on that device, where it runs: both rings there, the
 /// host sums quantized whole between the phases (algorithms::HostSumCodes)
-/// instead of slice by slice in a stage; sums only (Combine Sum, Mean).
+/// instead of slice by slice in a stage (a max / min's host values as a
+/// sum's: their codes' max / min on the inter-host ring).
 void run_hier_lossy_reduction(Runtime& rt, const Collective& cd, DataType t, const LossyPlan& plan, double out_step,
                               const Compression& c, int nch, CallState& call, bool no_rans = false,
                               DeviceWork* dev = nullptr);

@@ -117,10 +117,11 @@ void LossyCall::run(const std::vector<CallDesc>& all, HostStaging& staging) {
   call_.bound = call_.requested = E;
   // Device buffers: a compressed call codes on the device, on the flat
   // schedules and the hierarchical ones (movement: the codes quantized
-  // before; sums: the host sums quantized between the phases); every other
-  // path (a max / min among them: the device adds codes, it has no max of
-  // them) runs on host copies (core/device_call.hpp).
-  const bool device_run = cd_.device >= 0 && plan.compress && rt_.nranks > 1 && (!cd_.reduces || cd_.sums());
+  // before; reductions: the host's sums or max / min quantized between the
+  // phases), its codes summed or, for a max / min, their max / min taken
+  // there (DeviceSliceCodec::set_value_reduction); every other path (the
+  // exact one, one rank) runs on host copies (core/device_call.hpp).
+  const bool device_run = cd_.device >= 0 && plan.compress && rt_.nranks > 1;
   if (cd_.device >= 0 && !device_run) staging.begin();
   if (plan.compress && hier && cd_.reduces) {
     run_hier_lossy_reduction(rt_, cd_, t_, plan, out_step(plan), c_, nch_, call_, any_device(all),

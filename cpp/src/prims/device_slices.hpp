@@ -99,8 +99,9 @@ class DeviceSlices {
 /// enc.choice == Block and enc.predictor forced (byte-identical to
 /// codec::encode_slice with that forced choice). It decodes Raw, Block and
 /// Sparse slices with any predictor (what any rank that codes without Rans
-/// sends). Reductions: wrapping integer sums (int_sum), or in Raw mode any
-/// element type's reduction with an operator (set_value_reduction).
+/// sends). Reductions: wrapping integer sums (int_sum), or any element
+/// type's reduction with an operator in Raw mode, the max / min of Coded
+/// integer codes (a lossy max / min), or Coded floats' (set_value_reduction).
 ///
 /// Owns a DeviceCodec (on `stream`, a cudaStream_t, or a stream of its own
 /// when null) reserved for slices of slice_elems, two device staging slots
@@ -132,11 +133,14 @@ class DeviceSliceCodec final : public DeviceSlices {
   void reduce_encode(const uint8_t* in, size_t len, size_t n, const SliceValues& local, uint8_t* to, SliceValues* v,
                      uint8_t* slot, size_t* bytes, codec::Status* reduce_status, codec::Status* encode_status) override;
 
-  /// Raw mode: reductions in the values' own arithmetic with `op`, for any
-  /// element type (prims::reduce_fn(type, op)'s bits on the host, but for the
-  /// payload of a NaN an operation on NaNs makes: cuda::reduce_values_async),
-  /// instead of wrapping integer sums only: an uncompressed device rank's
-  /// REDUCE step. Throws InvalidArgument in Coded mode.
+  /// Reductions with `op` instead of wrapping integer sums only, with
+  /// prims::reduce_fn(type, op)'s bits on the host: Raw slices and Coded
+  /// floats in the values' own arithmetic (but for the payload of a NaN an
+  /// operation on NaNs makes: cuda::reduce_values_async), an uncompressed or
+  /// lossless device rank's REDUCE step; Coded integer codes by Max or Min
+  /// (fused into the decode where fused(): cuda::decode_reduce_slice_async),
+  /// a lossy max / min's (the quantizer is monotone, so the largest code is
+  /// the largest value's). Throws InvalidArgument for Prod of Coded codes.
   void set_value_reduction(RedOp op);
 
   /// The CUDA error (a cudaError_t) the last call failed with, 0 if none: a
@@ -146,8 +150,8 @@ class DeviceSliceCodec final : public DeviceSlices {
   std::string device_error() const override;
   /// The codec's stream (a cudaStream_t).
   void* stream() const;
-  /// Whether reduce() decodes and adds in one pass (cuda::decode_add_slice_async,
-  /// the v3 tile decoder) rather than decode kernels and an add kernel. The
+  /// Whether reduce() decodes and reduces in one pass (cuda::decode_reduce_slice_async,
+  /// the v3 tile decoder) rather than decode kernels and a reduce kernel. The
   /// initial value: the DeviceCodec's kernels() == 3 (NCCLZ_DEVICE_CODEC=v3),
   /// so that the default follows the kernels a GPU run has proven. Same bits.
   bool fused() const { return fused_; }
