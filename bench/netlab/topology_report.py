@@ -55,7 +55,7 @@ def ratio_bound_note(pair: list) -> list:
         b_ring, b_hier = 32 / ring["ratio"], 32 / hier["ratio"]
         need = b_ring * (1 - 1 / 1.3)
         cells = [data, f"{b_ring:.2f} / {b_hier:.2f}", f"{b_ring - b_hier:.2f}", f"{need:.2f}",
-                 f"{hier['ratio'] / ring['ratio']:.2f}"]
+                 f"{hier['ratio'] / ring['ratio']:.3f}"]
         dc = scale_model.codec_for(dcs, ring) if dcs else None
         for n in (4, 8):
             if dc is None:
@@ -71,17 +71,19 @@ def ratio_bound_note(pair: list) -> list:
         rows.append("| " + " | ".join(cells) + " |")
     if not rows:
         return []
-    return [("**What bounds the ratio's gain.** The hierarchical call's only lever on the ratio is the "
-             "quantizer's bound: E/H (each host's sum exact) where the ring takes E/N. Halving a bound adds "
-             "about one bit to each code of noise-like data and less to smooth data (its predictor residuals "
-             "shrink with the bound), and the sums the messages carry grow alike on both (a ring's "
-             "reduce-scatter carries sums of 1..N-1 ranks, a host's sum L). So with L = N/H ranks per host "
-             "the saving is at most about log2(L) bits per value, 1 bit for L = 2, while a ratio 1.3x the "
-             "ring's needs 1 - 1/1.3 = 23% of the ring's bits (*needed* below): more than one bit wherever "
-             "the ring spends more than 4.3 bits per value, as on the gradients. The target is out of reach "
-             "there for L = 2 by this construction and within reach for L = 4 (2 bits): the scale model's "
-             "gain, computed from ncclz.codec's bits on the lab's own sums, and the lab's *wide* phase "
-             "(2 hosts x 4 ranks, same data and bound; ratios only, as 8 ranks share 2 cores) show it."), "",
+    return [("**What bounds the ratio's gain.** Two levers. The quantizer's bound: E/H (each host's sum "
+             "exact) where the ring takes E/N; halving a bound adds about one bit to each code of noise-like "
+             "data and less to smooth data (its predictor residuals shrink with the bound), so with L = N/H "
+             "ranks per host about log2(L) bits per value, 1 bit for L = 2. And what the messages carry: a "
+             "ring's all-gather half sends the complete sums, whose codes span about the sum's range (H hosts' "
+             "sums; the flat ring N ranks'): with two hosts the inter-host ring is an exchange "
+             "(algorithms/ring.cpp, pair_all_reduce: each host's own sum both ways, never the two hosts' "
+             "total; since 2026-11-27 15:40, before it the 2x2 gradients' gain was 1.16 and the smooth "
+             "field's 1.32), about one more bit on half of the traffic for correlated inputs. A ratio 1.3x "
+             "the ring's needs 1 - 1/1.3 = 23% of the ring's bits (*needed* below). The scale model's gain is "
+             "computed from ncclz.codec's bits on the lab's own sums; the lab's *wide* phase (2 hosts x 4 "
+             "ranks, same data and bound; ratios only, as 8 ranks share 2 cores) shows L = 4 (2 bits from the "
+             "bound)."), "",
             ("| data | bits per value ring / hierarchical (2x2) | saved | needed for 1.3x | measured gain 2x2 | "
              "model gain 2x2 | model gain 2x4 | measured gain 2x4 (ring -> hierarchical ratio) |"),
             "|---|---|---|---|---|---|---|---|", *rows, ""]
@@ -139,7 +141,7 @@ def main() -> int:
             sp = nh["median_s"] / hier["median_s"]
             sp_r = nr["median_s"] / hier["median_s"]
             q = hier["ratio"] / ring["ratio"]
-            L.append(f"| {data} | {q:.2f} ({'met' if q >= 1.3 else 'missed'}) | {net_ring / net_hier:.2f} | "
+            L.append(f"| {data} | {q:.3f} ({'met' if q >= 1.3 else 'missed'}) | {net_ring / net_hier:.2f} | "
                      f"{sp:.2f}x ({sp_r:.2f}x) | {hier['ratio']:.2f} | {sp / hier['ratio']:.0%} "
                      f"({'met' if sp >= 0.9 * hier['ratio'] else 'missed'}) |")
         if val:

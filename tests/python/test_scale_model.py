@@ -123,14 +123,15 @@ def _one_op(op: str) -> sm.DataCodec:
 
 
 @pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
-@pytest.mark.parametrize("algo,n,hosts", [("ring", 4, 2), ("ring", 8, 4), ("hierarchical", 4, 2), ("hierarchical", 8, 4),
+@pytest.mark.parametrize("algo,n,hosts", [("ring", 2, 1), ("ring", 4, 2), ("ring", 8, 4), ("hierarchical", 4, 2), ("hierarchical", 8, 4),
                                           ("hierarchical", 8, 2)])
 def test_ring_codec_stages_follow_the_schedule(coll, algo, n, hosts):
     """A rank's codec work per stage, in bytes (ring_codec_s with one stage costing 1 s/B), is what the
     ring's schedule does: a reduction scans its whole input and quantizes its ring's data D once;
     encodes D (all_reduce: one chunk by the selector, the rest with the kept predictor) or (m-1)/m of
     it (reduce_scatter: only the first send by the selector); reduces (m-1)/m D; all_reduce decodes
-    the all-gather's (m-1)/m D and dequantizes D, reduce_scatter its own chunk. all_gather codes its
+    the all-gather's (m-1)/m D and dequantizes D, reduce_scatter its own chunk (an all_reduce ring of
+    two: the exchange). all_gather codes its
     own block once and decodes the other ring ranks' blocks, staged on the flat ring and with the
     eager path's whole-buffer passes (not in the ring) hierarchically."""
     S = float(1 << 24)
@@ -158,6 +159,14 @@ def test_ring_codec_stages_follow_the_schedule(coll, algo, n, hosts):
         return
     ar = coll == "all_reduce"
     assert bytes_of("scan_sums_Bps") == (S, 0.0)
+    if ar and m == 2:
+        # the exchange of two (pair_all_reduce): each piece quantized when sent and when added to;
+        # the own codes encoded by the selector, the other's decoded and added; D dequantized
+        assert bytes_of("prep_Bps") == (2 * D, 0.0)
+        assert bytes_of("enc") == (D, 0.0) and bytes_of("red") == (D, 0.0)
+        assert bytes_of("enc_hint") == (0.0, 0.0) and bytes_of("dec") == (0.0, 0.0)
+        assert bytes_of("fin_Bps") == (D, 0.0)
+        return
     assert bytes_of("scan_Bps") == (0.0, 0.0) and bytes_of("q_Bps") == (0.0, 0.0)
     assert bytes_of("prep_Bps") == (D, 0.0)
     assert bytes_of("enc") == (c, 0.0)
