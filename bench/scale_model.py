@@ -347,7 +347,8 @@ def ring_codec_s(dc: DataCodec, coll: str, algo: str, n: int, hosts: int, S: flo
     all_reduce then encodes the owner's full sum (mL), decodes the m-1 others the all-gather brings
     and dequantizes its whole output (D); reduce_scatter dequantizes its own chunk (c). An
     all_reduce ring of two (m = 2) is the exchange instead (algorithms/ring.cpp, pair_all_reduce):
-    each piece quantized twice (sent, then added to), D encoded and D decoded-and-added (sums of L).
+    each slice quantized once (sent, kept, then added to), D encoded and D decoded-and-added (sums
+    of L).
     all_gather (data movement, one rank's codes at E): flat (staged) the scan and quantize of the own
     block (S/N), one encode of it, N-1 decodes of the others' and the whole output dequantized (S);
     hierarchically (eager) the scan, quantize_buf of the own block and dequantize_buf of the output
@@ -365,10 +366,10 @@ def ring_codec_s(dc: DataCodec, coll: str, algo: str, n: int, hosts: int, S: flo
     D = S / L
     c = D / m
     if coll == "all_reduce" and m == 2:
-        # the exchange of two (pair_all_reduce): every piece quantized when sent and again when the
-        # other's codes are added to it, encoded by the selector (the sum of L ranks), the other's
+        # the exchange of two (pair_all_reduce): every slice quantized once when sent (and kept for the
+        # other's codes to be added to it), encoded by the selector (the sum of L ranks), the other's
         # decoded and added, the whole output dequantized
-        t = S / dc.scan_sums_Bps + 2 * D / dc.prep_Bps + D / dc.speed("enc", L, eb) + D / dc.speed("red", L, eb)
+        t = S / dc.scan_sums_Bps + D / dc.prep_Bps + D / dc.speed("enc", L, eb) + D / dc.speed("red", L, eb)
         return t + D / dc.fin_Bps, 0.0
     t = S / dc.scan_sums_Bps + D / dc.prep_Bps + c / dc.speed("enc", L, eb)
     t += sum(c / dc.speed("enc_hint", k * L, eb) for k in range(2, m))

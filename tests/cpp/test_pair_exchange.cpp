@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -119,6 +120,76 @@ TEST(PairExchange, OnlyCodedIntegers) {
   const Outcome<int32_t> y = two_ranks<int32_t>(ElemType::I32, prims::WireMode::Raw, RedOp::Sum, a, b2, 2, false);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(x.out[0][i], a[i] + b[i]);
   EXPECT_NE(x.rank0_slots, y.rank0_slots);
+}
+
+/// A stage as the lossy call's (core::LossyStage): the "codes" of a slice are
+/// read from the rank's input at the slice's offset into one of two buffers in
+/// turn; final slices are written to `out`. Counts the elements it prepares.
+class CountingStage final : public prims::Stage {
+ public:
+  CountingStage(const int32_t* input, const int32_t* base, int32_t* out) : in_(input), base_(base), out_(out) {}
+  void* prepare(const void* src, size_t n) override {
+    const size_t off = size_t(static_cast<const int32_t*>(src) - base_);
+    turn_ ^= 1;
+    bufs_[turn_].assign(in_ + off, in_ + off + n);
+    prepared_ += n;
+    return bufs_[turn_].data();
+  }
+  void finish(const void* dst, const void* data, size_t n) override {
+    const size_t off = size_t(static_cast<const int32_t*>(dst) - base_);
+    std::memcpy(out_ + off, data, n * sizeof(int32_t));
+  }
+  size_t prepared() const { return prepared_; }
+
+ private:
+  const int32_t* in_;
+  const int32_t* base_;
+  int32_t* out_;
+  std::vector<int32_t> bufs_[2];
+  int turn_ = 0;
+  size_t prepared_ = 0;
+};
+
+TEST(PairExchange, AStagedInputIsPreparedOncePerElement) {
+  // Sent, then added to: the slice sent is kept for the reduction (two
+  // buffers in turn), so the stage quantizes each element once, as on the
+  // ring; the sums are right on both ranks.
+  for (const size_t n : {size_t(1), size_t(58), size_t(1000 + 3)}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    const auto a = values<int32_t>(n, 1), b = values<int32_t>(n, 2);
+    const std::vector<int32_t>* in[2] = {&a, &b};
+    std::vector<int32_t> out[2] = {std::vector<int32_t>(n, 7), std::vector<int32_t>(n, 7)};
+    size_t prepared[2] = {0, 0};
+    Fifo ab(kSlotBytes, 4), ba(kSlotBytes, 4);
+    FakeSend s0(&ab), s1(&ba);
+    FakeRecv r0(&ba), r1(&ab);
+    auto rank = [&](int r, FakeSend* s, FakeRecv* rc) {
+      std::vector<int32_t> codes(n);  // the code buffer: an address range only
+      CountingStage stage(in[r]->data(), codes.data(), out[r].data());
+      prims::PrimsArgs pa;
+      pa.type = ElemType::I32;
+      pa.mode = prims::WireMode::Coded;
+      pa.reduce = prims::reduce_fn(ElemType::I32, RedOp::Sum);
+      pa.int_sum = true;
+      pa.raw_esize = 4;
+      pa.stage = &stage;
+      pa.deadline = Clock::now() + std::chrono::seconds(30);
+      prims::ChannelStats st;
+      std::vector<uint64_t> scratch(kSlotBytes / 8 + 8);
+      prims::Prims p(s, rc, pa, &st, scratch.data());
+      algorithms::ring_all_reduce(p, {r, 2}, codes.data(), codes.data(), n, algorithms::ring_segment_elems(p, 4));
+      prepared[r] = stage.prepared();
+    };
+    std::thread t1([&] { rank(1, &s1, &r1); });
+    rank(0, &s0, &r0);
+    t1.join();
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[0][i], a[i] + b[i]) << i;
+      ASSERT_EQ(out[1][i], out[0][i]) << i;
+    }
+    EXPECT_EQ(prepared[0], n);
+    EXPECT_EQ(prepared[1], n);
+  }
 }
 
 }  // namespace

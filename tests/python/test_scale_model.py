@@ -160,9 +160,9 @@ def test_ring_codec_stages_follow_the_schedule(coll, algo, n, hosts):
     ar = coll == "all_reduce"
     assert bytes_of("scan_sums_Bps") == (S, 0.0)
     if ar and m == 2:
-        # the exchange of two (pair_all_reduce): each piece quantized when sent and when added to;
-        # the own codes encoded by the selector, the other's decoded and added; D dequantized
-        assert bytes_of("prep_Bps") == (2 * D, 0.0)
+        # the exchange of two (pair_all_reduce): each slice quantized once (kept from its send for the
+        # addition); the own codes encoded by the selector, the other's decoded and added; D dequantized
+        assert bytes_of("prep_Bps") == (D, 0.0)
         assert bytes_of("enc") == (D, 0.0) and bytes_of("red") == (D, 0.0)
         assert bytes_of("enc_hint") == (0.0, 0.0) and bytes_of("dec") == (0.0, 0.0)
         assert bytes_of("fin_Bps") == (D, 0.0)

@@ -37,22 +37,25 @@ size_t ring_segment_elems(const prims::Prims& p, int nslots) { return ring_segme
 // same bits, the bits of the ring (a float sum would too, but not a NaN's
 // payload, and a raw wire gains nothing).
 //
-// In pieces of seg elements (at most K/2 slices): piece i+1 is sent before
-// piece i is received, so at most two pieces (K slices) are in flight in each
-// direction, both ranks send before they receive, and neither waits on a slot
-// the other can only free after its own receive (the ring's argument,
-// docs/ALGORITHMS.md "Deadlock freedom"). Every piece of the input is read
-// twice (sent, then added to), and its output written after both reads: safe
-// in place.
+// In pieces of seg elements (at most K/2 slices; one slice where a stage
+// quantizes the input as it is read: the Prims then keeps the slice it sent
+// for the reduction, Prims::prepared, instead of quantizing it again): piece
+// i+1 is sent before piece i is received, so at most two pieces (K slices)
+// are in flight in each direction, both ranks send before they receive, and
+// neither waits on a slot the other can only free after its own receive (the
+// ring's argument, docs/ALGORITHMS.md "Deadlock freedom"). Every piece of the
+// input is read twice (sent, then added to), and its output written after
+// both reads: safe in place.
 bool pair_exchange_pays(const prims::Prims& p) {
   return p.mode() == prims::WireMode::Coded && (p.type() == codec::ElemType::I32 || p.type() == codec::ElemType::I64);
 }
 
 void pair_all_reduce(prims::Prims& p, const void* src, void* dst, size_t count, size_t seg) {
   const size_t es = p.esize();
+  const size_t piece = p.staged() ? std::min(seg, p.slice_elems()) : seg;
   size_t prev = 0, prev_n = 0;
-  for (size_t base = 0; base < count; base += seg) {
-    const size_t n = std::min(seg, count - base);
+  for (size_t base = 0; base < count; base += piece) {
+    const size_t n = std::min(piece, count - base);
     p.send(at(src, base, es), n);
     if (prev_n) p.recvReduceCopy(at(src, prev, es), at(dst, prev, es), prev_n);
     prev = base;

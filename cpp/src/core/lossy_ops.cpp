@@ -296,8 +296,12 @@ void* LossyStage::prepare(const void* src, size_t n) {
   // after this: quantizing into a small per-thread buffer (it stays in cache)
   // instead of the call's code buffer saves writing that buffer out to memory
   // and reading it back (in_count codes a call).
-  thread_local std::vector<uint64_t> buf;
-  void* q = grown(buf, n * cs_);
+  // Two buffers in turn (the contract of Stage::prepare): a slice sent and
+  // then reduced into is quantized once (Prims::prepared).
+  thread_local std::vector<uint64_t> bufs[2];
+  thread_local unsigned turn = 0;
+  turn ^= 1u;
+  void* q = grown(bufs[turn], n * cs_);
   const size_t off = size_t(static_cast<const uint8_t*>(src) - codes_) / cs_;
   const size_t bad = quantize_buf(t_, plan_, x_ + off * es_, n, q);
   if (bad) outliers_found(bad, off);

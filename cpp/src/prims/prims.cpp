@@ -102,13 +102,27 @@ void Prims::check_decoded(const transport::SlotView& in, size_t n, codec::Status
                     ". The peers disagree on the call or the data was corrupted in transit.");
 }
 
-SliceValues Prims::prepared(const uint8_t* src, size_t n) {
+SliceValues Prims::prepared(const uint8_t* src, size_t n, bool reduce) {
   if (!a_.stage) return SliceValues::of_dense(src);
+  if (reduce) {
+    for (Kept& k : kept_) {
+      if (k.copy && k.src == src && k.n == n && prepares_ - k.at < 2) {
+        void* copy = k.copy;
+        k = Kept{};  // the reduction may write into it
+        return SliceValues::of_dense(copy, true);
+      }
+    }
+  }
   trace::Scope ev("stage_prepare");
   ev.arg("elems", double(n));
   const auto t0 = Clock::now();
   void* p = a_.stage->prepare(src, n);
   st_->stage_s += seconds_since(t0);
+  ++prepares_;
+  if (!reduce) {
+    Kept& older = kept_[0].at <= kept_[1].at ? kept_[0] : kept_[1];
+    older = Kept{src, n, p, prepares_};
+  }
   return SliceValues::of_dense(p, true);
 }
 
@@ -123,7 +137,7 @@ SliceValues Prims::local_values(const uint8_t* src, size_t n, bool reduce) {
     st_->stage_s += seconds_since(t0);
     if (got) return SliceValues::of_list(l);
   }
-  return prepared(src, n);
+  return prepared(src, n, reduce);
 }
 
 uint8_t* Prims::reduce_to(uint8_t* out, uint8_t* dst) const {
@@ -164,7 +178,7 @@ SliceValues Prims::reduce(const transport::SlotView& in, size_t n, const SliceVa
     // Not a Sparse slice, or a sum too dense for a list: the dense way, on
     // the local slice's codes (the slot is still unreleased).
     st_->decode_s += seconds_since(t0);
-    const SliceValues dense = prepared(src, n);
+    const SliceValues dense = prepared(src, n, true);
     t0 = Clock::now();
     s = codec_.reduce(in.data, in.bytes, n, dense, reduce_to(out, dst), &v, done);
   }

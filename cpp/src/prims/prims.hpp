@@ -113,7 +113,8 @@ class Stage {
   /// The verb is about to read [src, src + n) of the local input. Returns
   /// those n elements in a buffer of the stage's that the verb may overwrite
   /// (a reduction may leave its result there), valid until the calling
-  /// thread's next prepare().
+  /// thread's second prepare() after this one (two buffers in turn: a slice
+  /// sent and then reduced into is prepared once, Prims::prepared).
   virtual void* prepare(const void* src, size_t n) = 0;
   /// Output elements [dst, dst + n) are final; their values are at `data`
   /// (valid during the call only).
@@ -177,6 +178,8 @@ class Prims {
   size_t slice_elems() const { return slice_; }
   size_t esize() const { return esize_; }
   int channel() const { return a_.channel; }
+  /// Whether a stage prepares the local input (PrimsArgs::stage).
+  bool staged() const { return a_.stage != nullptr; }
   /// The wire's element type and mode (PrimsArgs): what a schedule may rely on.
   codec::ElemType type() const { return a_.type; }
   WireMode mode() const { return a_.mode; }
@@ -209,8 +212,13 @@ class Prims {
   /// nonzeros where it has one and the codec lets it travel as one (reduce:
   /// for a reduction), else prepared().
   SliceValues local_values(const uint8_t* src, size_t n, bool reduce);
-  /// The stage's prepared copy of [src, src + n), or src itself without a stage.
-  SliceValues prepared(const uint8_t* src, size_t n);
+  /// The stage's prepared copy of [src, src + n), or src itself without a
+  /// stage. `reduce`: for a reduction (which may write into the copy), which
+  /// takes the copy a verb that only reads prepared of the same range, if the
+  /// stage has not reused its buffer since (kept_), instead of preparing it
+  /// again: the exchange of two ranks sends a slice, then adds the other
+  /// rank's into it (algorithms/ring.cpp, pair_all_reduce).
+  SliceValues prepared(const uint8_t* src, size_t n, bool reduce = false);
   /// Where a reduction leaves its values: the outgoing slot (Raw: `out`), the
   /// output (COPY without a stage: `dst`), else the scratch (device ranks: the
   /// output or the scratch, never a slot) (SliceCodec::reduce
@@ -258,6 +266,18 @@ class Prims {
   DeviceSlices* dev_ = nullptr;      ///< a_.device: values in device memory
   ListStage* list_stage_ = nullptr;  ///< a_.stage as a ListStage, if it is one
   bool in_held_ = false;             ///< an incoming slot is waited for and not yet released
+  /// A stage's copies prepared for verbs that only read them (send,
+  /// copySend: encoding and output leave them unchanged), each valid while
+  /// fewer than two prepares followed it (Stage::prepare; counted here, as
+  /// this is the only Prims with a stage on its thread while it runs).
+  struct Kept {
+    const uint8_t* src = nullptr;
+    size_t n = 0;
+    void* copy = nullptr;
+    uint64_t at = 0;  ///< prepares_ right after its prepare
+  };
+  Kept kept_[2];
+  uint64_t prepares_ = 0;
 };
 
 }  // namespace ncclz::prims
