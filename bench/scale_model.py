@@ -816,20 +816,20 @@ def project_machine(fitted: dict) -> Machine:
 
 
 # scale.md's notes under the validation table: what the model counts, and where it still misses
-# (written for the lab of 2026-11-27 15:52 and the calibration of 16:00 in scale_calibration.json; the
+# (written for the lab of 2026-11-27 16:08 and the calibration of 16:17 in scale_calibration.json; the
 # list before it is generated)
 OFF_NOTE = (
     "None is the codec over-count fixed on 2026-11-27 (the calibration's quantize through the container "
-    "format, about 2 GB/s, where the calls quantize at 6-8 GB/s per core). The pair phase's hierarchical "
-    "lossy gradient call, now the exchange between the two hosts (docs/ALGORITHMS.md), is under-counted in "
-    "CPU-seconds (0.30 modelled, 0.36 measured) with a wide spread of its rounds; the lossy broadcasts are "
-    "under-counted in CPU-seconds by 3-11% at 2 x 2 and 4 x 2; the uncompressed hierarchical reduce_scatter "
-    "and all_gather at 2 x 2 have no codec work and their CPU-seconds within 8%: their time, not their work, is "
-    "over-counted (the model runs each rank's intra-host phases in series with the inter-host ring, as each "
-    "channel does; on 2 cores the ranks are not all in the same phase at once); the one phase's all_gather "
-    "is a 3 ms call (0.4 ms over). Across 8 calibrations on "
-    "this machine against the 10:44 lab (load averages 3 to 11, other helpers' builds) the worst error was "
-    "11-15%."
+    "format, about 2 GB/s, where the calls quantize at 6-8 GB/s per core); the pair phase's lossy calls, the "
+    "hierarchical ones now the exchange between the two hosts (docs/ALGORITHMS.md), are within 7%. The lossy "
+    "broadcasts and the 4 x 2 hierarchical lossy all_gather are under-counted (their CPU-seconds by 4-9%, "
+    "their time by 11-15%: the chain's fill and the eager path's whole-buffer passes on shared cores); the "
+    "uncompressed hierarchical all_gather at 2 x 2 (a fitted point) has no codec work and its CPU-seconds "
+    "within 9%: its time, not its work, is over-counted (the model runs each rank's intra-host phases in "
+    "series with the inter-host ring, as each channel does; on 2 cores the ranks are not all in the same "
+    "phase at once). Across 8 calibrations on this machine against the 10:44 lab (load averages 3 to 11, "
+    "other helpers' builds) the worst error was 11-15%; against the 15:52 lab (before the exchange kept its "
+    "sent slices) 13% (calibration of 16:00, load 2.1), against this one 15% (16:17, load 1.3)."
 )
 
 
