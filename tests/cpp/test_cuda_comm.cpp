@@ -241,6 +241,17 @@ std::vector<double> reference(Op o, DataType t, RedOp op, size_t count, int N, i
   return ref;
 }
 
+/// Checks rank r's lossy result against the float64 reference on every
+/// element: within the bound it reports, which is at most the requested E.
+void expect_within_bound(const Result& d, Op o, DataType t, RedOp op, size_t count, int N, int r,
+                         const std::vector<std::vector<uint8_t>>& in, double E) {
+  const auto ref = reference(o, t, op, count, N, r, in);
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
+  EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
+  EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+}
+
 #define SKIP_WITHOUT_DEVICE()                                                                  \
   do {                                                                                         \
     if (cuda::device_count() == 0) {                                                           \
@@ -329,11 +340,7 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
             if (o == Op::AllReduce || o == Op::AllGather || o == Op::Broadcast) {
               EXPECT_EQ(d.out, dev[0].out) << "ranks' results differ";
             }
-            const auto ref = reference(o, t, op, count, N, r, in);
-            double worst = 0;
-            for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
-            EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
-            EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+            expect_within_bound(d, o, t, op, count, N, r, in, E);
           }
         }
       }
@@ -416,12 +423,7 @@ TEST(CudaComm, LossyMaxMinOnDevice) {
               if (o == Op::AllReduce) {
                 EXPECT_EQ(d.out, dev[0].out) << "ranks' results differ";
               }
-              const auto ref = reference(o, t, op, count, N, r, in);
-              double worst = 0;
-              for (size_t i = 0; i < ref.size(); ++i)
-                worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
-              EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
-              EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+              expect_within_bound(d, o, t, op, count, N, r, in, E);
               EXPECT_GT(d.stats.error_bound, 0.0);
             }
           }
@@ -942,12 +944,7 @@ TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
               EXPECT_FALSE(d.stats.exact_fallback);
               EXPECT_EQ(d.stats.on_device, pattern[size_t(r)]);
               EXPECT_EQ(d.out, h.out) << "device and host results differ";
-              const auto ref = reference(o, t, op, count, N, r, in);
-              double worst = 0;
-              for (size_t i = 0; i < ref.size(); ++i)
-                worst = std::max(worst, std::fabs(value_at(t, d.out, i) - ref[i]));
-              EXPECT_LE(worst, d.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
-              EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
+              expect_within_bound(d, o, t, op, count, N, r, in, E);
             }
           }
         }

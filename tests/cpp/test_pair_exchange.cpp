@@ -32,6 +32,20 @@ std::vector<T> values(size_t n, int salt) {
   return v;
 }
 
+/// A wire of `t` elements in mode `m` reduced with `op` (integer sums as the
+/// lossy codes': int_sum).
+prims::PrimsArgs wire_args(ElemType t, prims::WireMode m, RedOp op) {
+  prims::PrimsArgs pa;
+  pa.type = t;
+  pa.mode = m;
+  pa.op = op;
+  pa.reduce = prims::reduce_fn(t, op);
+  pa.int_sum = op == RedOp::Sum && (t == ElemType::I32 || t == ElemType::I64);
+  pa.raw_esize = codec::elem_size(t);
+  pa.deadline = Clock::now() + std::chrono::seconds(30);
+  return pa;
+}
+
 /// What one run of two ranks did: each rank's output and the bytes of every
 /// slot rank 0 posted.
 template <class T>
@@ -49,13 +63,7 @@ Outcome<T> two_ranks(ElemType t, prims::WireMode m, RedOp op, const std::vector<
   Outcome<T> run;
   const std::vector<T>* in[2] = {&a, &b};
   auto rank = [&](int r, FakeSend* s, FakeRecv* rc) {
-    prims::PrimsArgs pa;
-    pa.type = t;
-    pa.mode = m;
-    pa.op = op;
-    pa.reduce = prims::reduce_fn(t, op);
-    pa.raw_esize = sizeof(T);
-    pa.deadline = Clock::now() + std::chrono::seconds(30);
+    const prims::PrimsArgs pa = wire_args(t, m, op);
     prims::ChannelStats st;
     std::vector<uint64_t> scratch(kSlotBytes / 8 + 8);
     prims::Prims p(s, rc, pa, &st, scratch.data());
@@ -166,14 +174,8 @@ TEST(PairExchange, AStagedInputIsPreparedOncePerElement) {
     auto rank = [&](int r, FakeSend* s, FakeRecv* rc) {
       std::vector<int32_t> codes(n);  // the code buffer: an address range only
       CountingStage stage(in[r]->data(), codes.data(), out[r].data());
-      prims::PrimsArgs pa;
-      pa.type = ElemType::I32;
-      pa.mode = prims::WireMode::Coded;
-      pa.reduce = prims::reduce_fn(ElemType::I32, RedOp::Sum);
-      pa.int_sum = true;
-      pa.raw_esize = 4;
+      prims::PrimsArgs pa = wire_args(ElemType::I32, prims::WireMode::Coded, RedOp::Sum);
       pa.stage = &stage;
-      pa.deadline = Clock::now() + std::chrono::seconds(30);
       prims::ChannelStats st;
       std::vector<uint64_t> scratch(kSlotBytes / 8 + 8);
       prims::Prims p(s, rc, pa, &st, scratch.data());
