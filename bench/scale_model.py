@@ -828,7 +828,7 @@ OFF_NOTE = (
     "within 9%: its time, not its work, is over-counted (the model runs each rank's intra-host phases in "
     "series with the inter-host ring, as each channel does; on 2 cores the ranks are not all in the same "
     "phase at once). Across 8 calibrations on this machine against the 10:44 lab (load averages 3 to 11, "
-    "other helpers' builds) the worst error was 11-15%; against the 15:52 lab (before the exchange kept its "
+    "other helpers' builds) the worst error was 11-15%; against the 15:51 lab (before the exchange kept its "
     "sent slices) 13% (calibration of 16:00, load 2.1), against this one 15% (16:17, load 1.3)."
 )
 
