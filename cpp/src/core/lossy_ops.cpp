@@ -292,8 +292,8 @@ void* grown(std::vector<uint64_t>& buf, size_t bytes) {
 }  // namespace
 
 void* LossyStage::prepare(const void* src, size_t n) {
-  // Each slice of the local input is read once, by the verb that asked, right
-  // after this: quantizing into a small per-thread buffer (it stays in cache)
+  // Each slice of the local input is read by the verb that asked, right after
+  // this: quantizing into a small per-thread buffer (it stays in cache)
   // instead of the call's code buffer saves writing that buffer out to memory
   // and reading it back (in_count codes a call).
   // Two buffers in turn (the contract of Stage::prepare): a slice sent and

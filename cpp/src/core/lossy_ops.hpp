@@ -112,8 +112,10 @@ class LossyStage final : public prims::ListStage {
   /// output elements that x had +0.0 hold +0.0 already (finish_nonzeros).
   LossyStage(DataType t, const LossyPlan& p, const void* x, const void* codes, void* out, const void* out_codes,
              double out_step, const NonzeroIndex* index = nullptr, bool in_place = false);
-  /// Quantizes into a per-thread buffer of the stage's and returns it (the
-  /// codes are read once, right away; the verbs may add into the buffer).
+  /// Quantizes into one of two per-thread buffers of the stage's, in turn
+  /// (Stage::prepare), and returns it (the codes are read right away, and by
+  /// a reduction into a slice just sent: Prims::prepared; the verbs may add
+  /// into the buffer).
   void* prepare(const void* src, size_t n) override;
   void finish(const void* dst, const void* data, size_t n) override;
   /// Where the index lists all of x's elements in the range: the nonzero
