@@ -29,8 +29,8 @@ size_t ring_segment_elems(const prims::Prims& p, int nslots) { return ring_segme
 // them a sum. Lossy codes of a sum spread over about twice the range of one
 // rank's (correlated inputs such as gradients: one more bit per code; about
 // half a bit for independent ones), so the coded bytes shrink (2 hosts x 2
-// ranks, the CNN gradients at rel 1e-3: 4.82 -> 4.31 bits per value of the
-// hierarchical call's inter-host wire).
+// ranks, the CNN gradients at rel 1e-3: 4.80 -> 4.30 bits per value, ratio
+// 6.66 -> 7.44, on the hierarchical call's inter-host wire).
 //
 // Only for integer elements on a coded wire: integer sums (wrapping), maxima
 // and minima do not depend on the operands' order, so both ranks end with the
@@ -45,7 +45,10 @@ size_t ring_segment_elems(const prims::Prims& p, int nslots) { return ring_segme
 // neither waits on a slot the other can only free after its own receive (the
 // ring's argument, docs/ALGORITHMS.md "Deadlock freedom"). Every piece of the
 // input is read twice (sent, then added to), and its output written after
-// both reads: safe in place.
+// both reads: safe in place. Both ends cut the same slices whatever their
+// pieces (seg is a whole number of slices), so a staged rank and an unstaged
+// one (a device rank) meet: each has at most K slices unreceived when it
+// sends, which is all the argument needs.
 bool pair_exchange_pays(const prims::Prims& p) {
   return p.mode() == prims::WireMode::Coded && (p.type() == codec::ElemType::I32 || p.type() == codec::ElemType::I64);
 }
