@@ -86,6 +86,14 @@ struct Codec {
   prims::SliceCodec codec;
 };
 
+/// A NumPy array that owns `v`'s elements.
+template <class T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> numpy_of(std::vector<T>&& v) {
+  auto* owned = new std::vector<T>(std::move(v));
+  nb::capsule owner(owned, [](void* q) noexcept { delete static_cast<std::vector<T>*>(q); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
+}
+
 }  // namespace
 
 void register_stages(nb::module_& m) {
@@ -181,15 +189,7 @@ void register_stages(nb::module_& m) {
                     : int8_t(-1);
           }
         }
-        auto* b = new std::vector<uint8_t>(std::move(blob));
-        auto* z = new std::vector<int64_t>(std::move(sizes));
-        auto* p = new std::vector<int8_t>(std::move(predictors));
-        nb::capsule ob(b, [](void* q) noexcept { delete static_cast<std::vector<uint8_t>*>(q); });
-        nb::capsule oz(z, [](void* q) noexcept { delete static_cast<std::vector<int64_t>*>(q); });
-        nb::capsule op(p, [](void* q) noexcept { delete static_cast<std::vector<int8_t>*>(q); });
-        return nb::make_tuple(nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>(b->data(), {b->size()}, ob),
-                              nb::ndarray<nb::numpy, int64_t, nb::ndim<1>>(z->data(), {z->size()}, oz),
-                              nb::ndarray<nb::numpy, int8_t, nb::ndim<1>>(p->data(), {p->size()}, op));
+        return nb::make_tuple(numpy_of(std::move(blob)), numpy_of(std::move(sizes)), numpy_of(std::move(predictors)));
       },
       "codes"_a, "slice"_a, "hints"_a = nb::none(),
       "SliceCodec::encode of every slice: (slots, each slot_bytes(slice) apart; bytes per slice; the "
