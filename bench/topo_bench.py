@@ -16,7 +16,9 @@ largest error over the promised bound (every element against the fp64 result, on
 call; --no-check skips it), and the run's environment (world size, topology, link rate, load).
 
 Options: --size (bytes per rank of float32: the nccl-tests size; all_gather's is its output),
---data (ncclz.tools.data sets), --colls, --modes (none, lossless, rel=R, abs=E), --algos (ring,
+--data (ncclz.tools.data sets), --colls, --modes (none, lossless, rel=R, abs=E; a lossy all_reduce's
+mode may name a codec effort, "rel=1e-3/dense", which the call takes as the policy would propose
+it), --algos (ring,
 hierarchical), --iters, --rounds, --warmup (untimed calls per configuration before round 1).
 """
 
@@ -47,12 +49,28 @@ def parse_size(s: str) -> int:
 
 
 def spec_of(mode: str):
+    """The Compression of a mode ("none", "lossless", "rel=R", "abs=E"; a lossy mode may end in
+    "/<effort>", a codec effort of ncclz.policy.EFFORTS: see margin_of)."""
+    mode = mode.split("/")[0]
     if mode == "none":
         return None
     if mode == "lossless":
         return ncclz.Lossless()
     kind, v = mode.split("=")
     return ncclz.Lossy(**{kind: float(v)})
+
+
+def margin_of(mode: str) -> float | None:
+    """The selector's rANS margin of a mode's codec effort ("rel=1e-3/dense": 0.0), as the policy
+    proposes it (PolicyHints.rans_margin); None for none given."""
+    if "/" not in mode:
+        return None
+    from ncclz.policy import EFFORTS
+
+    effort = mode.split("/", 1)[1]
+    if not effort or effort not in EFFORTS or mode.startswith(("none", "lossless")):
+        raise SystemExit(f"topo_bench: unknown codec effort in {mode!r}; one of {sorted(e for e in EFFORTS if e)}")
+    return EFFORTS[effort]
 
 
 class Config:
@@ -72,6 +90,13 @@ class Config:
         self.out = np.empty(n // W if coll == "reduce_scatter" else n * W if coll == "all_gather" else n,
                             np.float32)
         self.spec = spec_of(mode)
+        self.margin = margin_of(mode)
+        if self.margin is not None:
+            if coll != "all_reduce":
+                raise SystemExit("topo_bench: a codec effort only for all_reduce")
+            # the policy's proposal, as comm.py passes it beside the Compression (the native call)
+            self.native_spec = ncclz._core.comm.Compression(f"lossy_{self.spec.kind}", float(self.spec.bound), "auto", 0)
+            self.hints = ncclz._core.comm.PolicyHints("", float(self.margin), algo)
         self.times, self.stats, self.err = [], [], None
         self.cpu = []  # CPU seconds of all ranks together per call (user + system, every thread)
 
@@ -79,6 +104,10 @@ class Config:
         c, kw = self.comm, {"compression": self.spec, "algorithm": self.algo, "policy": "off"}
         if self.coll == "all_reduce":
             np.copyto(self.buf, self.x)
+            if self.margin is not None:
+                st = c._native.all_reduce(self.buf, self.out, "sum", self.native_spec, "", self.hints)
+                c._record("all_reduce", self.native_spec, st)  # comm.last_stats, as a public call keeps it
+                return self.out
             return c.all_reduce(self.buf, out=self.out, **kw)
         if self.coll == "reduce_scatter":
             return c.reduce_scatter(self.x, out=self.out, **kw)

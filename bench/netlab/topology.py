@@ -23,6 +23,8 @@ namespaces talk through their shaped NICs). Phases:
          (the scale model's calibration, not a validation point)
   spot   4 hosts x 2 ranks: the quad phase's lossy all_reduce and reduce_scatter again, on their own
          (--phases spot; not in the default run): their run-to-run spread
+  effort 2 hosts x 2 ranks: the pair phase's lossy calls with the default and the dense codec
+         effort (--phases effort --rate R; not in the default run), raw file effort-<R>g.json
 
 Raw results: bench/results/topology_raw/<phase>.json; the report (bench/results/topology.md) puts
 them side by side with the targets of issue 19 and the scale model's predictions
@@ -93,6 +95,11 @@ PHASES = {
     # run-to-run spread of the points the scale model is furthest from (bench/results/scale.md)
     "spot": (4, 2, ["--size", "16M", "--data", "smooth", "--colls", "all_reduce,reduce_scatter", "--modes", "rel=1e-3",
                     "--algos", "ring,hierarchical", "--iters", "4"], None),
+    # 2 hosts x 2 ranks, the pair phase's lossy calls with the default and the dense codec effort
+    # (ncclz.policy.modes: rANS on any gain), not in the default phases; its raw file is named by
+    # the lab's rate (effort-<rate>g.json), so runs at several rates stand side by side
+    "effort": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3,rel=1e-3/dense", "--algos",
+                      "ring,hierarchical", "--iters", "3"], None),
 }
 
 
@@ -164,8 +171,9 @@ def main() -> int:
     if not a.report_only:
         phases = a.phases.split(",")
         os.environ["NCCLZ_POLICY"] = "off"
-        timed = [p for p in ("one", "pair", "colls", "quad", "wide", "spot") if p in phases]
+        timed = [p for p in ("one", "pair", "colls", "quad", "wide", "spot", "effort") if p in phases]
         runs: dict = {p: [] for p in timed}
+        raw_name = {p: f"{p}-{a.rate:g}g" if p == "effort" else p for p in timed}
         with Lab(4, a.rate, prefix=PREFIX, subnet=SUBNET) as lab:
             print(lab.describe(), file=sys.stderr)
             port = 29700
@@ -174,11 +182,11 @@ def main() -> int:
             for rnd in range(a.rounds):
                 for p in timed:
                     hosts, local, args, env = PHASES[p]
-                    runs[p].append(run_bench(lab, f"{p}-r{rnd}", hosts, local, args + ["--rounds", "1"], port,
-                                             1800, env))
+                    runs[p].append(run_bench(lab, f"{raw_name[p]}-r{rnd}", hosts, local, args + ["--rounds", "1"],
+                                             port, 1800, env))
                     port += 1
             for p in timed:
-                merge(p, runs[p])
+                merge(raw_name[p], runs[p])
             if "check" in phases:
                 run_check(lab, 4, 2, port, 1800)
     subprocess.run([sys.executable, str(HERE / "topology_report.py")], check=False)

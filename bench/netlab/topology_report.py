@@ -89,6 +89,39 @@ def ratio_bound_note(pair: list) -> list:
             "|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
+def effort_section() -> list:
+    """The effort phase's runs (effort-<rate>g.json), one table: the default and the dense codec
+    effort side by side per rate, data and algorithm, and the hierarchical / ring ratio of each."""
+    runs = sorted(RAW.glob("effort-*g.json"), key=lambda p: float(p.stem[len("effort-"):-1]))
+    if not runs:
+        return []
+    L = ["## Codec effort: default against dense, 2 hosts x 2 ranks, 64 MiB all_reduce at rel 1e-3", "",
+         ("`sudo python bench/netlab/topology.py --phases effort --rate R`: the pair phase's lossy calls, the "
+          "default selector (rANS where it beats Block by 15%) against `lossy/dense` (rANS on any gain: "
+          "ncclz.policy.modes, which the policy considers only where the link is the bottleneck), taking turns."),
+         "", ("| link | data | algorithm | default ms | dense ms | default ratio | dense ratio | "
+              "encode s default / dense (rank 0) | load |"), "|---|---|---|---|---|---|---|---|---|"]
+    gains = []
+    for path in runs:
+        rows = json.loads(path.read_text())
+        for data in ("smooth", "grad"):
+            for algo in ("ring", "hierarchical"):
+                d = find(rows, data=data, mode="rel=1e-3", algorithm=algo)
+                e = find(rows, data=data, mode="rel=1e-3/dense", algorithm=algo)
+                if d and e:
+                    L.append(f"| {d['link_gbps']:g} Gbit/s | {data} | {algo} | {ms(d['median_s'])} | "
+                             f"{ms(e['median_s'])} | {d['ratio']:.2f} | {e['ratio']:.2f} | {d['encode_s']:.3f} / "
+                             f"{e['encode_s']:.3f} | {d['load']:.1f} |")
+            for mode, name in (("rel=1e-3", "default"), ("rel=1e-3/dense", "dense")):
+                r = find(rows, data=data, mode=mode, algorithm="ring")
+                h = find(rows, data=data, mode=mode, algorithm="hierarchical")
+                if r and h and path == runs[0]:
+                    gains.append(f"{data} {name} {h['ratio'] / r['ratio']:.3f}")
+    L += ["", "Hierarchical ratio / ring ratio per effort (ratios do not depend on the rate): " + "; ".join(gains)
+          + " (issue 19's target: >= 1.3).", ""]
+    return L
+
+
 def main() -> int:
     pair, colls, quad, one, check = (load(n) for n in ("pair", "colls", "quad", "one", "check"))
     if (RESULTS / "scale_calibration.json").exists():
@@ -216,6 +249,7 @@ def main() -> int:
             L.append(f"| {r['coll']} | {r['algorithm']} | {ms(r['median_s'])} | {ms(q['median_s']) if q else '-'} | "
                      f"{r['ratio']:.2f} |")
         L.append("")
+    L += effort_section()
     if one:
         L += ["## One host x 2 ranks over shared memory, 16 MiB, uncompressed (the model's calibration)", "",
               "| collective | ms |", "|---|---|"]

@@ -18,6 +18,7 @@ import ncclz
 import numpy as np
 import pytest
 from ncclz.policy import (
+    DENSE_MARGIN,
     EFFORTS,
     FAST_MARGIN,
     MID_MARGIN,
@@ -641,7 +642,7 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
         pol.pin("lossy/fast", ratio=7.5, enc_Bps=1.5e9, dec_Bps=2e9)
         return pol
 
-    assert EFFORTS == {"": None, "mid": MID_MARGIN, "fast": FAST_MARGIN}
+    assert EFFORTS == {"": None, "dense": DENSE_MARGIN, "mid": MID_MARGIN, "fast": FAST_MARGIN}
     times = {"": 0.320, "mid": 0.230, "fast": 0.250}
     pol = fresh()
     first = pol.choose("all_reduce", x, spec)
@@ -657,7 +658,9 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
         probes.append(ch.effort)
         pol.record("all_reduce", "float32", S, spec, times[ch.effort], effort=ch.effort)  # one call each
         ch = pol.choose("all_reduce", x, spec)
-    assert sorted([*probes, first.effort]) == sorted(EFFORTS), (probes, first.effort)
+    # (the dense effort is no candidate: here the codec, not the link, is the bottleneck)
+    assert sorted([*probes, first.effort]) == sorted(e for e in EFFORTS if e != "dense"), (probes, first.effort)
+    assert "lossy/dense" not in ch.predicted_s, str(ch)
     assert ch.mode == "lossy" and ch.effort == "mid" and ch.rans_margin == MID_MARGIN, str(ch)
     assert {"lossy", "lossy/mid", "lossy/fast"} <= set(ch.measured) and str(ch).startswith("lossy/mid"), str(ch)
     # the default effort measured faster: no rans_margin
@@ -691,6 +694,46 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     assert not {"lossy/fast", "lossy/mid"} & set(plain.choose("all_reduce", x, spec).predicted_s)
 
 
+def test_policy_considers_the_dense_effort_only_where_the_link_is_the_bottleneck():
+    # lossy/dense (rANS on any gain: the fewest bytes, the slowest coder) is calibrated and may run
+    # only where the default effort's coder outruns the link; on a fast link it is not even
+    # calibrated (no cost on calls it cannot win)
+    x = np.zeros(16 << 20, np.float32)
+    spec = ncclz.Lossy(rel=1e-3)
+
+    def pinned(gbps):
+        pol = Policy(4, link_gbps=gbps, cores_per_rank=1)
+        pol.pin("lossless", ratio=1.2, enc_Bps=1e9, dec_Bps=2e9)
+        pol.pin("lossy", ratio=7.4, enc_Bps=0.8e9, dec_Bps=1.5e9)
+        pol.pin("lossy/mid", ratio=7.2, enc_Bps=0.9e9, dec_Bps=1.6e9)
+        pol.pin("lossy/fast", ratio=7.0, enc_Bps=1e9, dec_Bps=2e9)
+        pol.pin("lossy/dense", ratio=8.2, enc_Bps=0.5e9, dec_Bps=1e9)
+        return pol
+
+    slow = pinned(0.05)  # 6 MB/s x 7.4 < 0.8 GB/s: link-bound
+    ch = slow.choose("all_reduce", x, spec)
+    assert ch.mode == "lossy" and ch.effort == "dense" and ch.rans_margin == DENSE_MARGIN, str(ch)
+    assert ch.predicted_s["lossy/dense"] < ch.predicted_s["lossy"], str(ch)
+    assert str(ch).startswith("lossy/dense")
+    # measured slower than the default, it no longer runs
+    for _ in range(2):
+        slow.record("all_reduce", "float32", x.nbytes, spec, 2.0, effort="dense")
+        slow.record("all_reduce", "float32", x.nbytes, spec, 1.5)
+    assert slow.choose("all_reduce", x, spec).effort != "dense"
+
+    fast = Policy(4, link_gbps=100.0, cores_per_rank=1)
+    fast.pin("lossy", ratio=7.4, enc_Bps=0.8e9, dec_Bps=1.5e9)  # 11.9 GB/s x 7.4 > 0.8 GB/s: codec-bound
+    ch = fast.choose("all_reduce", x, spec)
+    assert "lossy/dense" not in ch.predicted_s and "lossy/mid" in ch.predicted_s, str(ch)
+    assert fast.calibrator.cached("float32", spec, effort="dense") is None
+    assert fast.calibrator.cached("float32", spec, effort="mid") is not None
+    # the same link made slow: now it is calibrated (on the data: no pin) and predicted
+    fast.link_gbps = 0.01
+    ch = fast.choose("all_reduce", np.random.default_rng(0).normal(size=1 << 20).astype(np.float32), spec)
+    assert "lossy/dense" in ch.predicted_s, str(ch)
+    assert fast.calibrator.cached("float32", spec, effort="dense") is not None
+
+
 def test_effort_names_and_bench_labels():
     # the margin a call ran with maps back to the effort's name (what record() files the time
     # under), and ncclz-bench labels an auto row with it
@@ -700,6 +743,7 @@ def test_effort_names_and_bench_labels():
 
     assert effort_of_margin(None) == "" and effort_of_margin(-1.0) == ""
     assert effort_of_margin(MID_MARGIN) == "mid" and effort_of_margin(FAST_MARGIN) == "fast"
+    assert effort_of_margin(DENSE_MARGIN) == "dense" and effort_of_margin(0.15) == ""  # the selector's own
     with pytest.raises(ValueError, match="unknown codec effort"):
         Policy(2, link_gbps=1.0).record("all_reduce", "float32", 1 << 20, ncclz.Lossy(rel=1e-3), 0.1, effort="slow")
     for why, label in (("auto: lossy/mid (measured)", "rel=1e-3/mid"), ("auto: lossy/fast (x)", "rel=1e-3/fast"),

@@ -26,11 +26,12 @@ from .calibration import Calibration, Calibrator, reduction_terms
 from .decision import Choice, Policy
 from .history import History, Measurement
 from .model import COLLECTIVES, CostModel
-from .modes import EFFORTS, FAST_MARGIN, MID_MARGIN, MODES, effort_of_margin
+from .modes import DENSE_MARGIN, EFFORTS, FAST_MARGIN, MID_MARGIN, MODES, effort_of_margin
 from .runtime import POLICIES, Call, CommPolicy, Decision, Setting, resolve_setting
 
 __all__ = [
     "COLLECTIVES",
+    "DENSE_MARGIN",
     "EFFORTS",
     "FAST_MARGIN",
     "MID_MARGIN",

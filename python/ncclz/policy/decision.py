@@ -33,10 +33,14 @@ the lighter mode's measured time. With both measured, a margin of ``measured_mar
 instead of ``margin``. When a measurement keeps the requested mode off, it re-runs the requested
 mode every ``probe_every``-th (64) call to refresh it.
 
-Codec effort: a lossy request has three variants with the same bound and result (:mod:`.modes`),
-each calibrated and measured on its own; an unmeasured variant is measured (one call each) when the
-model puts it within ``probe_factor`` of the fastest measured mode, and the fastest one runs
-(``Choice.rans_margin``; ``efforts=False`` keeps the default only).
+Codec effort: a lossy request has up to four variants with the same bound and result
+(:mod:`.modes`), each calibrated and measured on its own; an unmeasured variant is measured (one call
+each) when the model puts it within ``probe_factor`` of the fastest measured mode, and the fastest one
+runs (``Choice.rans_margin``; ``efforts=False`` keeps the default only). ``lossy/dense`` (rANS on any
+gain) is a candidate only where the link is the bottleneck: where the default effort's calibration
+codes the raw bytes (its encode speed times the rank's cores) faster than the link carries them
+divided by its ratio. Elsewhere fewer bytes cannot pay for a slower coder, and the call pays no
+calibration of it.
 
 Algorithm: where the topology allows hierarchical collectives (``hosts`` > 1 hosts with the same
 number > 1 of ranks each; the Communicator fills in its :attr:`~ncclz.Communicator.topology`), each
@@ -246,8 +250,8 @@ class Policy:
     def pin(self, mode: str, *, ratio: float | None = None, enc_Bps: float | None = None,
             dec_Bps: float | None = None) -> Policy:
         """Fixes a mode's ratio and / or codec speeds (bytes/s of one coder thread) instead of
-        measuring them on this machine: ``mode`` is "lossless", "lossy", "lossy/mid" or
-        "lossy/fast". Returns self. See :meth:`Calibrator.pin`."""
+        measuring them on this machine: ``mode`` is one of :data:`~ncclz.policy.MODES` but
+        "none" ("lossless", "lossy", "lossy/dense", "lossy/mid", "lossy/fast"). Returns self. See :meth:`Calibrator.pin`."""
         self.calibrator.pin(mode, ratio=ratio, enc_Bps=enc_Bps, dec_Bps=dec_Bps)
         return self
 
@@ -447,7 +451,10 @@ class Policy:
                 cands += [(f"lossy/{e}", requested, e) for e in EFFORTS if e]
         specs = {name: (spec, effort) for name, spec, effort in cands}
         sums = reduction_terms(coll, n, arr)
+        link_bound = False  # the default lossy effort's ring calibration says the link is slower than its codec
         for name, spec, effort in cands:
+            if effort == "dense" and not link_bound:
+                continue  # fewer bytes cannot pay where the codec already takes longer than the link
             # lossless runs with none's algorithm: the two stay bit-identical to each other
             times = {}
             for a in (none_algo,) if name == "lossless" else algos:
@@ -457,6 +464,8 @@ class Policy:
                     if name == req and a == "ring":
                         return early(req, requested, f"{where}as requested: no calibration ({type(e).__name__}: {e})")
                     continue
+                if name == "lossy" and a == "ring":
+                    link_bound = cal.ratio * self.model.link_Bps(gbps) < cal.enc_Bps * self.cores
                 times[a] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums),
                                         algorithm=a, device=device)
             if not times:
