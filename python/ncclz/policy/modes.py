@@ -30,8 +30,9 @@ MID_MARGIN = 0.3
 #: The codec effort of the "lossy/dense" variant: rANS wherever its size estimate beats Block/Raw at
 #: all. On noisy codes (gradients) rANS saves about 10% of the bytes, below the default's 15% bar, at
 #: several times Block's encode time: worth it only where the link, not the codec, bounds the call.
-#: Measured (2 hosts x 2 ranks, 64 MiB gradients, rel 1e-3, hierarchical, bench/results/topology.md):
-#: ratio 7.44 -> 8.14, rank 0's encode seconds 0.03 -> 0.09.
+#: Measured in the network lab (2 hosts x 2 ranks on 2 cores, 64 MiB gradients, rel 1e-3, hierarchical;
+#: bench/results/topology.md, "Codec effort"): ratio 7.44 -> 8.14; at 0.1 Gbit/s 848 -> 819 ms, at
+#: 1 Gbit/s 193 -> 256 ms (the smooth field takes rANS at the default effort already: no change).
 DENSE_MARGIN = 0.0
 #: The codec efforts of a lossy request: name -> the selector's rANS margin (None: its default).
 EFFORTS = {"": None, "dense": DENSE_MARGIN, "mid": MID_MARGIN, "fast": FAST_MARGIN}
