@@ -100,10 +100,21 @@ class Config:
         self.times, self.stats, self.err = [], [], None
         self.cpu = []  # CPU seconds of all ranks together per call (user + system, every thread)
 
+    def reset(self):
+        """The call's input back in its buffer (an all_reduce's, out of place, for safety; a broadcast's,
+        in place: the root's data, zeros elsewhere). Outside the timed region: until 2026-11-27 these
+        copies (64 MiB per rank, a fresh array of zeros per broadcast) were timed with the call."""
+        if self.coll == "all_reduce":
+            np.copyto(self.buf, self.x)
+        elif self.coll == "broadcast":
+            if self.comm.rank == 0:
+                np.copyto(self.buf, self.x)
+            else:
+                self.buf.fill(0)
+
     def call(self):
         c, kw = self.comm, {"compression": self.spec, "algorithm": self.algo, "policy": "off"}
         if self.coll == "all_reduce":
-            np.copyto(self.buf, self.x)
             if self.margin is not None:
                 st = c._native.all_reduce(self.buf, self.out, "sum", self.native_spec, "", self.hints)
                 c._record("all_reduce", self.native_spec, st)  # comm.last_stats, as a public call keeps it
@@ -113,7 +124,6 @@ class Config:
             return c.reduce_scatter(self.x, out=self.out, **kw)
         if self.coll == "all_gather":
             return c.all_gather(self.x, out=self.out.reshape(c.world_size, -1), **kw)
-        np.copyto(self.buf, self.x if c.rank == 0 else np.zeros_like(self.x))
         return c.broadcast(self.buf, root=0, **kw)
 
     def check(self, y, st) -> float:
@@ -171,11 +181,13 @@ def main() -> int:
                    for m in a.modes.split(",") for g in a.algos.split(",")]
         for cf in configs:
             for _ in range(a.warmup):
+                cf.reset()
                 cf.call()
         t_run = time.time()
         for _ in range(a.rounds):
             for cf in configs:
                 for _ in range(a.iters):
+                    cf.reset()
                     comm.barrier()
                     c0 = cpu_s()
                     t0 = time.perf_counter()
