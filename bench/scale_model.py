@@ -382,8 +382,9 @@ def ring_codec_s(dc: DataCodec, coll: str, algo: str, n: int, hosts: int, S: flo
 
 
 def harness(h: dict, coll: str, n: int, S: float) -> list:
-    """What the lab's timed region holds besides the collective ([(CPU seconds on one core, ranks)],
-    bench/topo_bench.py's Config.call, before the call on every rank): all_reduce copies its input
+    """What the lab's timed region held besides the collective until 2026-11-27 18:14 ([(CPU seconds
+    on one core, ranks)], bench/topo_bench.py's input reset, then inside the timing on every rank;
+    since then it runs before the barrier and rows say ``reset_timed`` false: :func:`point_pre`): all_reduce copies its input
     into the in-place buffer (np.copyto, S bytes), broadcast copies the root's input and, on every
     other rank, a fresh np.zeros_like (its zero pages faulted in, then copied; S bytes each);
     reduce_scatter and all_gather call on their inputs. `h`: the per-byte costs `calibrate`
@@ -670,7 +671,11 @@ SUPPLY = {"background": (0.0, 30.0), "overlap": (0.0, 1.0), "alpha": (5e-6, 3e-3
 
 
 def point_pre(h: dict, r: dict) -> list:
-    """The lab harness's work in a point's timed region (:func:`harness`)."""
+    """The lab harness's work in a point's timed region (:func:`harness`): none where the row says
+    its input reset ran outside the timing (``reset_timed`` false: topo_bench since 2026-11-27
+    18:14; rows from before have no such key and counted it)."""
+    if not r.get("reset_timed", True):
+        return []
     coll, _, _, n, _, S, _ = point_args(r)
     return harness(h, coll, n, S)
 

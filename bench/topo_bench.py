@@ -212,7 +212,8 @@ def main() -> int:
             env = {"world_size": comm.world_size, "hosts": t.hosts, "local_size": t.local_size,
                    "intra_link": t.intra_link, "inter_link": t.inter_link,
                    "link_gbps": float(os.environ.get("NETLAB_GBPS") or os.environ.get("NCCLZ_LINK_GBPS") or 0),
-                   "nbytes": nbytes, "label": a.label, "started": t_run, "cpus": os.cpu_count()}
+                   "nbytes": nbytes, "label": a.label, "started": t_run, "cpus": os.cpu_count(),
+                   "reset_timed": False}  # Config.reset runs before the barrier (rows without the key: timed)
             rows = []
             for cf in configs:
                 s = cf.stats

@@ -282,6 +282,18 @@ def test_harness_only_in_the_lab():
             assert parts["t_pre"] == pytest.approx((1e-10 + 7 * 3e-10) * S / 2)
 
 
+def test_lab_rows_say_whether_the_input_reset_was_timed():
+    """Rows of topo_bench before 2026-11-27 18:14 timed the input reset with the call (no key): the
+    validation counts it; rows with reset_timed false did not: nothing before the call."""
+    S = 16 << 20
+    h = {str(S): {"copy_s_per_B": 1e-10, "zero_copy_s_per_B": 3e-10}}
+    row = {"coll": "broadcast", "mode": "none", "algorithm": "ring", "world_size": 8, "hosts": 4, "nbytes": S,
+           "link_gbps": 1.0}
+    assert sm.point_pre(h, row) == sm.harness(h, "broadcast", 8, S) != []
+    assert sm.point_pre(h, {**row, "reset_timed": True}) == sm.harness(h, "broadcast", 8, S)
+    assert sm.point_pre(h, {**row, "reset_timed": False}) == []
+
+
 def test_overlap_with_cores_of_its_own_is_the_policys():
     """With cores of its own a rank's CPU time is its own work, and the call's body is the policy's
     combination: max(net, cpu) + (1 - overlap) min(net, cpu)."""
