@@ -21,6 +21,8 @@
 
 #include <cuda_runtime.h>
 
+#include <new>
+
 #include "codec/select_rule.hpp"
 #include "codec/slice.hpp"
 #include "slice_batch.cuh"
@@ -53,10 +55,25 @@ __device__ __forceinline__ typename In::CodeT residual_at(const In& in, size_t s
 struct CtaSelSmem {
   codec::SampleStats st;
   unsigned long long red[3][kThreads];
-  codec::Codec codec;  // the choice
+  alignas(codec::SelectRule) unsigned char rule[sizeof(codec::SelectRule)];  // thread 0's SelectRule
+  uint32_t applies;                                                          // bit pi: predictor pi is a candidate
+  codec::Codec codec;                                                        // the choice
   codec::Predictor predictor;
   int forced;
 };
+
+/// Thread 0's steps of the rule, out of line: their doubles and estimates
+/// take registers of their own, not the sampling loop's.
+inline __device__ __noinline__ void cta_select_add(codec::SelectRule* rule, codec::Predictor p,
+                                                   const codec::SampleStats& st, const codec::EncodeOptions& opt) {
+  rule->add(p, st, opt);
+}
+inline __device__ __noinline__ void cta_select_finish(const codec::SelectRule* rule, const codec::EncodeOptions& opt,
+                                                      CtaSelSmem& sm) {
+  const codec::SelectChoice c = rule->finish(opt);
+  sm.codec = c.codec;
+  sm.predictor = c.predictor;
+}
 
 /// One CTA (all kThreads threads) chooses the codec and predictor of the cnt
 /// codes in.at(s0 ..) as the CPU's encode_slice with `opt` does (opt as the
@@ -64,28 +81,36 @@ struct CtaSelSmem {
 /// false, and a caller without a Sparse coder rules Sparse out too:
 /// codec::fast_select_options). The choice in every thread; barriers at
 /// entry and exit (the shared memory may be in use by the caller before and
-/// after).
-template <class In>
-__device__ codec::SelectChoice cta_select_slice(const In& in, size_t s0, uint32_t cnt, const codec::EncodeOptions& opt,
-                                                CtaSelSmem& sm) {
+/// after). kFastOnly: the caller's options satisfy SelectRule::only_fast
+/// (no Rans symbols sampled, only the Block estimates added: the entropy
+/// estimates' code, which spills at a persistent kernel's 128 registers,
+/// is not even compiled in). Not inlined: the sampling loop gets its
+/// registers without the caller's (a persistent CTA's step) live around it.
+template <class In, bool kFastOnly = false>
+__device__ __noinline__ codec::SelectChoice cta_select_slice(const In& in, size_t s0, uint32_t cnt,
+                                                             const codec::EncodeOptions& opt, CtaSelSmem& sm) {
   using Code = typename In::CodeT;
   using codec::Predictor;
   __syncthreads();
-  codec::SelectRule rule(opt, cnt, sizeof(Code));  // thread 0's is the one used
+  auto* rule = reinterpret_cast<codec::SelectRule*>(sm.rule);  // thread 0's alone
   if (threadIdx.x == 0) {
+    new (sm.rule) codec::SelectRule(opt, cnt, sizeof(Code));
     codec::SelectChoice c;
-    sm.forced = rule.forced(opt, &c);
+    sm.forced = rule->forced(opt, &c);
     sm.codec = c.codec;
     sm.predictor = c.predictor;
+    uint32_t mask = 0;
+    for (int pi = 0; pi < codec::kNumPredictors; ++pi) mask |= rule->applies(pi, opt) ? 1u << pi : 0u;
+    sm.applies = mask;
   }
   __syncthreads();
   if (!sm.forced) {  // uniform
     const size_t every = codec::select_sample_stride(cnt, opt);
-    const size_t sampled_blocks = (rule.nblocks + every - 1) / every;
-    const bool hist = !codec::SelectRule::only_fast(opt);
+    const size_t sampled_blocks = (codec::block_count(cnt) + every - 1) / every;
+    const bool hist = !kFastOnly && !codec::SelectRule::only_fast(opt);
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
     for (int pi = 0; pi < codec::kNumPredictors; ++pi) {
-      if (!rule.applies(pi, opt)) continue;  // uniform
+      if (!((sm.applies >> pi) & 1u)) continue;  // uniform
       const Predictor p = Predictor(pi);
       if constexpr (!In::kHasCodes) {
         if (is_lorenzo(p)) continue;  // the fused call refuses grids (host check)
@@ -124,15 +149,14 @@ __device__ codec::SelectChoice cta_select_slice(const In& in, size_t s0, uint32_
           sm.st.sampled += sm.red[2][t];
         }
         sm.st.sampled_blocks = sampled_blocks;
-        rule.add(p, sm.st, opt);
+        if constexpr (kFastOnly)
+          rule->add_block(p, sm.st, opt);
+        else
+          cta_select_add(rule, p, sm.st, opt);
       }
       __syncthreads();
     }
-    if (threadIdx.x == 0) {
-      const codec::SelectChoice c = rule.finish(opt);
-      sm.codec = c.codec;
-      sm.predictor = c.predictor;
-    }
+    if (threadIdx.x == 0) cta_select_finish(rule, opt, sm);
     __syncthreads();
   }
   const codec::SelectChoice c{sm.codec, sm.predictor, 0};

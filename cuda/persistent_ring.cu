@@ -31,11 +31,10 @@
 // up to 32 K codes, less above) before the encoder's two passes. After a
 // REDUCE the selector keeps the incoming slice's predictor, as the CPU ring
 // does (the same field over more ranks), and only chooses between Block
-// with it and Raw: one predictor sampled. Raw mode
-// moves and reduces (the op: reduce_op.cuh, the host's bits) the values
-// themselves, 16-byte vectors where the slot, the input and the output are
-// all 16-byte aligned (else 8, else one element), several loads in flight
-// per thread.
+// with it and Raw: one predictor sampled. Raw mode moves and reduces (the
+// op: reduce_op.cuh, the host's bits) the values themselves, 16-byte vectors
+// where the slot, the input and the output are all 16-byte aligned (else 8,
+// else one element), several loads in flight per thread.
 //
 // Handshake: thread 0 polls the slot's flags (volatile loads; no pause for
 // the first kBusyPolls polls, the abort word and the deadline every 64th
@@ -364,7 +363,7 @@ struct RingCta {
         if (a.select) {  // uniform
           codec::EncodeOptions opt = a.sel_opt;
           if (hint >= 0) opt.predictor = hint;
-          const codec::SelectChoice c = cta_select_slice(in_codes, 0, m, opt, sm.sel);
+          const codec::SelectChoice c = cta_select_slice<CodesIn<T>, true>(in_codes, 0, m, opt, sm.sel);
           want = c.codec;
           pe = c.predictor;
         }

@@ -34,7 +34,9 @@
 // CPU ring's bit for bit (its reduction: Shape::op), identical on every
 // rank, and independent of how many CTAs share a channel; every slot holds
 // the bytes the CPU ring's would (a persistent rank stays byte-compatible
-// with CPU ranks).
+// with CPU ranks). Two ranks of codes: the CPU exchanges the ranks' own
+// slices instead (algorithms/ring.cpp, pair_all_reduce) while the kernel
+// runs the ring: the same results, other slices.
 //
 // Conventions as DeviceCodec's (ncclz/cuda_codec.hpp): device pointers d_*,
 // asynchronous on the ring's stream, 0 / a cudaError_t / minus a
