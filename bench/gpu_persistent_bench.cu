@@ -3,7 +3,7 @@
 // one kernel per call and rank) over a list of shapes, next to a cudaMemcpy
 // device-to-device of one rank's buffer, in one run.
 //
-//   gpu_persistent_bench [--mib 64] [--ranks 4] [--shapes C:G:SLOT_KIB:K[:v1][:proxy],...]
+//   gpu_persistent_bench [--mib 64] [--ranks 4] [--shapes C:G:SLOT_KIB:K[:v1][:proxy][:sel][:max],...]
 //                        [--channels 8] [--ctas 1] [--slot-kib 1024] [--slots 4]
 //                        [--proxy 0|1] [--rel 1e-3] [--reps 5] [--warm 2] [--md out.md]
 //
@@ -15,9 +15,13 @@
 // proxies (transport/persistent_proxy.hpp, two threads per channel and
 // rank) over an in-process transport connection of K slots of the FIFO's
 // size, each rank with its own abort word: the path of ranks on other hosts,
-// less the network. --proxy 1 adds a ":proxy" twin after every shape, so
-// one run times device FIFOs against host FIFOs and proxies. Without
-// --shapes, the one shape of --channels, --ctas,
+// less the network; ":sel" codes every slice with the device selector's
+// choice (Shape::select: Block with None / Delta1 / Delta2 or Raw, chosen
+// per slice by the sending CTA) instead of the mode's forced predictor, for
+// the A/B of selector against forced predictor in one run; ":max" reduces
+// with max instead of sum (every mode). --proxy 1 adds a ":proxy" twin
+// after every shape, so one run times device FIFOs against host FIFOs and
+// proxies. Without --shapes, the one shape of --channels, --ctas,
 // --slot-kib, --slots. A shape whose CTAs (N x C x G) cannot all be
 // resident is reported as refused (PersistentRing::kNotResident), not run.
 //
@@ -34,9 +38,11 @@
 // barrier) to the last rank's synchronize(), median of --reps after --warm.
 // Bus bandwidth as NCCL reports it: 2 (N - 1) / N * bytes / time. Ratio:
 // rank 0's codes in slices of the slot (encode_slices_async with that
-// predictor), raw bytes / coded bytes. Checks before timing: every rank's
-// result equals the exact wrapping sum of the codes (coded and raw int32),
-// or every rank's floats are identical bit for bit (raw float32); a failed
+// predictor; ":sel": encode_slices_select_async with
+// codec::fast_select_options(), the selector's own choices), raw bytes /
+// coded bytes. Checks before timing: every rank's result equals the exact
+// wrapping sum (":max": the max) of the codes (coded and raw int32), or
+// every rank's floats are identical bit for bit (raw float32); a failed
 // check or call (a rank's error: timeout, abort, codec) fails its shape's
 // row and the exit status, and the sweep goes on with the next run (each
 // wait gives up after 20 s). Output: a line per run, then one table row per
@@ -56,6 +62,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec/select_rule.hpp"
 #include "gpu_bench_util.cuh"
 #include "ncclz/cuda_codec.hpp"
 #include "ncclz/cuda_persistent.hpp"
@@ -71,6 +78,11 @@ namespace {
 __global__ void add_kernel(int32_t* out, const int32_t* x, size_t n) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     out[i] = int32_t(uint32_t(out[i]) + uint32_t(x[i]));
+}
+// out[i] = max(out[i], x[i]): the expected max.
+__global__ void max_kernel(int32_t* out, const int32_t* x, size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = out[i] > x[i] ? out[i] : x[i];
 }
 // Counts the 4-byte words where a and b differ.
 __global__ void diff_kernel(const uint32_t* a, const uint32_t* b, size_t n, unsigned long long* nd) {
@@ -97,13 +109,16 @@ struct Shape {
   size_t slot_kib = 1024;
   bool v1 = false;
   bool proxy = false;  // host FIFOs and proxies
+  bool sel = false;    // coded: the device selector (Shape::select)
+  bool max = false;    // op max instead of sum
   std::string name() const {
     return std::to_string(channels) + "x" + std::to_string(ctas) + ", " + std::to_string(slots) + " x " +
-           std::to_string(slot_kib) + " KiB" + (v1 ? ", v1 slices" : "") + (proxy ? ", proxy" : "");
+           std::to_string(slot_kib) + " KiB" + (v1 ? ", v1 slices" : "") + (proxy ? ", proxy" : "") +
+           (sel ? ", sel" : "") + (max ? ", max" : "");
   }
 };
 
-/// "C:G:SLOT_KIB:K[:v1][:proxy],..." (commas or spaces between shapes); false on a malformed one.
+/// "C:G:SLOT_KIB:K[:v1][:proxy][:sel][:max],..." (commas or spaces between shapes); false on a malformed one.
 bool parse_shapes(const std::string& list, std::vector<Shape>* out) {
   std::string tok;
   for (size_t i = 0; i <= list.size(); ++i) {
@@ -115,19 +130,23 @@ bool parse_shapes(const std::string& list, std::vector<Shape>* out) {
     Shape sh;
     int used = 0;
     bool ok = std::sscanf(tok.c_str(), "%d:%d:%zu:%d%n", &sh.channels, &sh.ctas, &sh.slot_kib, &sh.slots, &used) == 4;
-    for (std::string rest = ok ? tok.substr(size_t(used)) : ""; ok && !rest.empty();) {  // ":v1", ":proxy"
+    for (std::string rest = ok ? tok.substr(size_t(used)) : ""; ok && !rest.empty();) {  // ":v1", ":proxy", ...
       const size_t end = rest.find(':', 1);
       const std::string flag = rest.substr(0, end);
       if (flag == ":v1")
         sh.v1 = true;
       else if (flag == ":proxy")
         sh.proxy = true;
+      else if (flag == ":sel")
+        sh.sel = true;
+      else if (flag == ":max")
+        sh.max = true;
       else
         ok = false;
       rest = end == std::string::npos ? "" : rest.substr(end);
     }
     if (!ok) {
-      std::fprintf(stderr, "bad shape '%s' (C:G:SLOT_KIB:K, then :v1 and/or :proxy)\n", tok.c_str());
+      std::fprintf(stderr, "bad shape '%s' (C:G:SLOT_KIB:K, then any of :v1 :proxy :sel :max)\n", tok.c_str());
       return false;
     }
     out->push_back(sh);
@@ -209,7 +228,8 @@ int main(int argc, char** argv) {
   std::vector<float*> x(static_cast<size_t>(N), nullptr);
   std::vector<int32_t*> q(static_cast<size_t>(N), nullptr);
   std::vector<void*> y(static_cast<size_t>(N), nullptr);
-  int32_t* want = nullptr;
+  int32_t* want = nullptr;      // the sum of the ranks' codes
+  int32_t* want_max = nullptr;  // their max
   unsigned* mm = nullptr;
   unsigned long long* nd = nullptr;
   uint64_t* outliers = nullptr;
@@ -219,6 +239,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&y[size_t(r)], bytes));
   }
   CK(cudaMalloc(&want, bytes));
+  CK(cudaMalloc(&want_max, bytes));
   CK(cudaMalloc(&mm, 8));
   CK(cudaMalloc(&nd, 8));
   CK(cudaMalloc(&outliers, 8));
@@ -279,6 +300,12 @@ int main(int argc, char** argv) {
                               outliers, nullptr, 0));
       add_kernel<<<4096, 256>>>(want, q[size_t(r)], n);
       CK(cudaGetLastError());
+      if (r == 0) {
+        CK(cudaMemcpy(want_max, q[0], bytes, cudaMemcpyDeviceToDevice));
+      } else {
+        max_kernel<<<4096, 256>>>(want_max, q[size_t(r)], n);
+        CK(cudaGetLastError());
+      }
     }
     CK(cudaDeviceSynchronize());
     for (size_t si = 0; si < shapes.size(); ++si) {
@@ -309,6 +336,8 @@ int main(int argc, char** argv) {
           o.timeout_ns = 20'000'000'000ull;
           o.first_version_slices = sh.v1;
           o.fifo_in_host_memory = sh.proxy;
+          o.select = m.coded && sh.sel;
+          o.op = sh.max ? nc::ReduceOp::Max : nc::ReduceOp::Sum;
           rings.push_back(std::make_unique<nc::PersistentRing>(o, aborts[sh.proxy ? size_t(r) : 0].get()));
           if (rings.back()->status() == nc::PersistentRing::kNotResident) {
             std::printf("%-22s refused: %d ranks x %d CTAs = %d CTAs, at most %d resident\n", sh.name().c_str(), N,
@@ -321,7 +350,13 @@ int main(int argc, char** argv) {
         if (refused[si]) continue;
         if (m.coded) {
           const size_t L = std::max<size_t>(1, (slot - 24) / 4), S = (n + L - 1) / L;
-          CL(codec.encode_slices_async(q[0], ElemType::I32, n, uint32_t(L), m.pred, 0, 0, slices, slot, sizes, status));
+          if (sh.sel) {
+            CL(codec.encode_slices_select_async(q[0], ElemType::I32, n, uint32_t(L),
+                                                ncclz::codec::fast_select_options(), slices, slot, sizes, status));
+          } else {
+            CL(codec.encode_slices_async(q[0], ElemType::I32, n, uint32_t(L), m.pred, 0, 0, slices, slot, sizes,
+                                         status));
+          }
           CK(cudaDeviceSynchronize());
           std::vector<uint64_t> sz(S);
           CK(cudaMemcpy(sz.data(), sizes, S * 8, cudaMemcpyDeviceToHost));
@@ -387,11 +422,14 @@ int main(int argc, char** argv) {
           CK(cudaMemset(y[size_t(r)], 0xA0 + r, bytes));
         bool ok = call() >= 0;
         for (int r = 0; r < N; ++r) {
-          const unsigned long long d = m.type == ElemType::F32 ? count_diff(y[size_t(r)], y[0], bytes, nd)
-                                                               : count_diff(y[size_t(r)], want, bytes, nd);
+          const unsigned long long d = m.type == ElemType::F32
+                                           ? count_diff(y[size_t(r)], y[0], bytes, nd)
+                                           : count_diff(y[size_t(r)], sh.max ? want_max : want, bytes, nd);
           if (d)
             std::printf("  rank %d: %llu elements differ from the %s\n", r, d,
-                        m.type == ElemType::F32 ? "rank 0's" : "exact sum");
+                        m.type == ElemType::F32 ? "rank 0's"
+                        : sh.max                ? "exact max"
+                                                : "exact sum");
           ok &= d == 0;
         }
         std::vector<double> t;
@@ -472,6 +510,7 @@ int main(int argc, char** argv) {
     cudaFree(y[size_t(r)]);
   }
   cudaFree(want);
+  cudaFree(want_max);
   cudaFree(slices);
   cudaFree(sizes);
   cudaFree(status);

@@ -17,13 +17,24 @@
 // channel to finish writes the new ones.
 //
 // A step (Coded mode): wait until the incoming slot is posted (RECV) and the
-// outgoing one released (SEND); decode (cta_decode_slice; REDUCE: added into
-// the local codes, to the output or the CTA's scratch), encode the sum or the
+// outgoing one released (SEND); decode (cta_decode_slice; REDUCE: combined
+// with the local codes by the call's op, a wrapping sum or the larger or
+// smaller code, to the output or the CTA's scratch), encode the result or the
 // local slice (cta_encode_slice, the CPU's bytes) into the outgoing slot, or
 // (FORWARD, the allgather phase) copy the received bytes unchanged and decode
-// them once into the output. Raw mode moves and sums the values themselves,
-// 16-byte vectors where the slot, the input and the output are all 16-byte
-// aligned (else 8, else one element), several loads in flight per thread.
+// them once into the output. The encode's codec and predictor: the Shape's
+// predictor with Block (the Raw fallback where Block is larger), or with
+// Shape::select the CPU selector's choice for that slice (cta_select_slice,
+// codec::fast_select_options: Block with None / Delta1 / Delta2, or Raw),
+// which costs one extra read of the sampled blocks (every 8th block of 32
+// codes, at most 128 blocks, per candidate predictor: 3 x 1/8 of a slice of
+// up to 32 K codes, less above) before the encoder's two passes. After a
+// REDUCE the selector keeps the incoming slice's predictor, as the CPU ring
+// does (the same field over more ranks), and only chooses between Block
+// with it and Raw: one predictor sampled. Raw mode moves and reduces (the
+// op: reduce_op.cuh, the host's bits) the values themselves, 16-byte vectors
+// where the slot, the input and the output are all 16-byte aligned (else 8,
+// else one element), several loads in flight per thread.
 //
 // Handshake: thread 0 polls the slot's flags (volatile loads; no pause for
 // the first kBusyPolls polls, the abort word and the deadline every 64th
@@ -77,9 +88,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "cta_select.cuh"
 #include "cta_slice.cuh"
 #include "device_sync.cuh"
 #include "ncclz/cuda_persistent.hpp"
+#include "reduce_op.cuh"
 
 namespace ncclz::cuda {
 namespace {
@@ -110,6 +123,9 @@ struct RingArgs {
   uint32_t L;     // elements per slice
   size_t seg;     // elements per chunk: K / 2 slices
   Predictor pred;
+  bool select;                   // Shape::select (Coded): each slice's coder chosen by cta_select_slice
+  codec::EncodeOptions sel_opt;  // its options: codec::fast_select_options()
+  ReduceOp op;                   // Sum, Max or Min
   int* abort;
   RingReport* rep;  // per CTA
   uint64_t* state;  // kStateWords per channel
@@ -128,23 +144,14 @@ struct Fifo {
         slots(base + FifoLayout::kSlotsAt) {}
 };
 
-template <class T>
-__device__ __forceinline__ T add(T x, T y) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return T(U(U(x) + U(y)));
-  } else {
-    return x + y;
-  }
-}
-
 /// The CTA's data movement of one Raw step over n elements (f's flags): the
-/// value is the received one (RECV; plus the local one with REDUCE) or the
-/// local one, written to the outgoing slot (SEND) and to the output (COPY).
+/// value is the received one (RECV; combined with the local one by Op with
+/// REDUCE, received op local) or the local one, written to the outgoing slot
+/// (SEND) and to the output (COPY).
 /// V: the vector each access moves (E = sizeof(V) / sizeof(T) elements; every
 /// pointer used must be aligned to it), U of them per thread loaded before
 /// any is stored, so that U loads of each stream are in flight at once.
-template <class T, class V, int U>
+template <class T, class V, int U, ReduceOp Op = ReduceOp::Sum>
 __device__ __forceinline__ void move_vectors(int f, const T* rin, const T* src, T* rout, T* dst, size_t n) {
   constexpr int E = int(sizeof(V) / sizeof(T));
   union Pack {
@@ -174,13 +181,14 @@ __device__ __forceinline__ void move_vectors(int f, const T* rin, const T* src, 
       if (size_t(u) * kThreads + threadIdx.x >= left) break;
       Pack o;
 #pragma unroll
-      for (int k = 0; k < E; ++k) o.e[k] = recv ? ((f & kReduce) ? add(x[u].e[k], y[u].e[k]) : x[u].e[k]) : y[u].e[k];
+      for (int k = 0; k < E; ++k)
+        o.e[k] = recv ? ((f & kReduce) ? combine<T, Op>(x[u].e[k], y[u].e[k]) : x[u].e[k]) : y[u].e[k];
       if (f & kSend) vout[u * kThreads] = o.v;
       if (f & kCopy) vdst[u * kThreads] = o.v;
     }
   }
   for (size_t i = nv * E + threadIdx.x; i < n; i += kThreads) {  // the tail: fewer than E elements
-    const T v = recv ? ((f & kReduce) ? add(rin[i], src[i]) : rin[i]) : src[i];
+    const T v = recv ? ((f & kReduce) ? combine<T, Op>(rin[i], src[i]) : rin[i]) : src[i];
     if (f & kSend) rout[i] = v;
     if (f & kCopy) dst[i] = v;
   }
@@ -189,21 +197,31 @@ __device__ __forceinline__ void move_vectors(int f, const T* rin, const T* src, 
 /// move_vectors with the widest vector every pointer used is aligned to:
 /// 16 bytes (64 bytes of each stream per thread in flight), else 8 or one
 /// element (32 bytes); v1: the first version's loop (one element per thread
-/// at a time). Not inlined: the loops get their registers without the
-/// caller's state (the step's pointers and counters) live around them.
-template <class T>
-__device__ __noinline__ void move_values(int f, const T* rin, const T* src, T* rout, T* dst, size_t n, bool v1) {
-  if (v1) return move_vectors<T, T, 1>(f, rin, src, rout, dst, n);
+/// at a time).
+template <class T, ReduceOp Op>
+__device__ __forceinline__ void move_aligned(int f, const T* rin, const T* src, T* rout, T* dst, size_t n, bool v1) {
+  if (v1) return move_vectors<T, T, 1, Op>(f, rin, src, rout, dst, n);
   uintptr_t any = 0;
   if (f & kRecv) any |= reinterpret_cast<uintptr_t>(rin);
   if (!(f & kRecv) || (f & kReduce)) any |= reinterpret_cast<uintptr_t>(src);
   if (f & kSend) any |= reinterpret_cast<uintptr_t>(rout);
   if (f & kCopy) any |= reinterpret_cast<uintptr_t>(dst);
-  if ((any & 15) == 0) return move_vectors<T, uint4, 4>(f, rin, src, rout, dst, n);
+  if ((any & 15) == 0) return move_vectors<T, uint4, 4, Op>(f, rin, src, rout, dst, n);
   if constexpr (sizeof(T) < 8) {
-    if ((any & 7) == 0) return move_vectors<T, uint2, 4>(f, rin, src, rout, dst, n);
+    if ((any & 7) == 0) return move_vectors<T, uint2, 4, Op>(f, rin, src, rout, dst, n);
   }
-  return move_vectors<T, T, int(32 / sizeof(T))>(f, rin, src, rout, dst, n);
+  return move_vectors<T, T, int(32 / sizeof(T)), Op>(f, rin, src, rout, dst, n);
+}
+
+/// move_aligned with the reduction `op` (Sum, Max, Min; used with REDUCE
+/// only). Not inlined: the loops get their registers without the caller's
+/// state (the step's pointers and counters) live around them.
+template <class T>
+__device__ __noinline__ void move_values(int f, const T* rin, const T* src, T* rout, T* dst, size_t n, bool v1,
+                                         ReduceOp op = ReduceOp::Sum) {
+  if (!(f & kReduce) || op == ReduceOp::Sum) return move_aligned<T, ReduceOp::Sum>(f, rin, src, rout, dst, n, v1);
+  if (op == ReduceOp::Max) return move_aligned<T, ReduceOp::Max>(f, rin, src, rout, dst, n, v1);
+  return move_aligned<T, ReduceOp::Min>(f, rin, src, rout, dst, n, v1);
 }
 
 /// The CTA copies len bytes between 16-byte-aligned addresses (slots): four
@@ -226,6 +244,7 @@ struct RingCta {
   union CodedSmem {
     CtaEncSmem<Code> enc;
     CtaDecSmem<Code> dec;
+    CtaSelSmem sel;
   };
   struct RawSmem {};  // Raw mode needs no shared memory but the error word
   using Smem = std::conditional_t<kCoded, CodedSmem, RawSmem>;
@@ -336,10 +355,20 @@ struct RingCta {
     uint64_t out_len = 0;
     Status st = Status::Ok;
     if constexpr (kCoded) {
-      const EncodeParams ep{codec::slice_predictor(a.pred, 0, 0, m), 0, 0};
-      auto encode = [&](const T* codes) {
-        const CtaEncoded e =
-            cta_encode_slice(CodesIn<T>{codes}, 0, m, Codec::Block, ep.p, ep, out_slot, a.slot_bytes, sm.enc);
+      // hint: after a reduction, the incoming slice's predictor (-1: none).
+      auto encode = [&](const T* codes, int hint) {
+        const CodesIn<T> in_codes{codes};
+        Codec want = Codec::Block;
+        Predictor pe = codec::slice_predictor(a.pred, 0, 0, m);
+        if (a.select) {  // uniform
+          codec::EncodeOptions opt = a.sel_opt;
+          if (hint >= 0) opt.predictor = hint;
+          const codec::SelectChoice c = cta_select_slice<CodesIn<T>, true>(in_codes, 0, m, opt, sm.sel);
+          want = c.codec;
+          pe = c.predictor;
+        }
+        const EncodeParams ep{pe, 0, 0};
+        const CtaEncoded e = cta_encode_slice(in_codes, 0, m, want, pe, ep, out_slot, a.slot_bytes, sm.enc);
         out_len = e.bytes;
         return e.status;
       };
@@ -349,13 +378,13 @@ struct RingCta {
         st = cta_decode_slice(in_slot, in_len, m, true, 0, CodesOut<T>{dst}, sm.dec, nullptr);
       } else if (recv && (f & kReduce)) {
         T* sum = (f & kCopy) ? dst : scratch;
-        st = cta_decode_slice(in_slot, in_len, m, true, 0, AddOut<T>{sum, src}, sm.dec, nullptr);
+        st = decode_reduce(in_slot, in_len, m, sum, src);
         __syncthreads();  // the sum in memory, the shared memory free for the encoder
-        if (st == Status::Ok && send) st = encode(sum);
+        if (st == Status::Ok && send) st = encode(sum, predictor_hint(in_slot, in_len));
       } else if (recv) {
         st = cta_decode_slice(in_slot, in_len, m, true, 0, CodesOut<T>{dst}, sm.dec, nullptr);
       } else {
-        st = encode(src);
+        st = encode(src, -1);
         if (f & kCopy) move_values<T>(kCopy, nullptr, src, nullptr, dst, m, a.v1);
       }
     } else {
@@ -363,7 +392,7 @@ struct RingCta {
       if (recv && in_len != out_len)
         st = Status::Corrupt;  // uniform: every thread read the same size
       else                     // FORWARD too: the received values, sent on unchanged
-        move_values<T>(f, reinterpret_cast<const T*>(in_slot), src, reinterpret_cast<T*>(out_slot), dst, m, a.v1);
+        move_values<T>(f, reinterpret_cast<const T*>(in_slot), src, reinterpret_cast<T*>(out_slot), dst, m, a.v1, a.op);
     }
     __syncthreads();         // the slots read and written by every thread
     if (st != Status::Ok) {  // uniform
@@ -382,6 +411,32 @@ struct RingCta {
     shead += send ? 1 : 0;
     ++step;
     return true;
+  }
+
+  // With the selector, the predictor a reduction's result is coded with: the
+  // incoming slice's (the same field over more ranks), unless it is Raw (-1:
+  // the selector samples every predictor); the CPU ring's rule
+  // (prims/slice_codec.cpp, SliceCodec::reduce and encode). Every thread
+  // reads the (already checked) header.
+  __device__ int predictor_hint(const uint8_t* slot, uint64_t len) const {
+    if (!a.select) return -1;
+    codec::SliceHeader h;
+    if (codec::read_header(slot, size_t(len), &h) != Status::Ok || h.codec == Codec::Raw) return -1;
+    return int(h.predictor);
+  }
+
+  // The incoming slice decoded and combined with the local codes (the op:
+  // wrapping sum, or integer max / min) into sum.
+  __device__ Status decode_reduce(const uint8_t* slot, uint64_t len, uint32_t m, T* sum, const T* src) {
+    if constexpr (kCoded) {
+      if (a.op == ReduceOp::Max)  // uniform
+        return cta_decode_slice(slot, len, m, true, 0, ReduceOut<T, CodeOp::Max>{sum, src}, sm.dec, nullptr);
+      if (a.op == ReduceOp::Min)
+        return cta_decode_slice(slot, len, m, true, 0, ReduceOut<T, CodeOp::Min>{sum, src}, sm.dec, nullptr);
+      return cta_decode_slice(slot, len, m, true, 0, AddOut<T>{sum, src}, sm.dec, nullptr);
+    } else {
+      return Status::Unsupported;
+    }
   }
 
   // A verb of n elements: ceil(n / L) steps.
@@ -491,10 +546,11 @@ bool raw_type_ok(ElemType t) {
   return t == ElemType::F32 || t == ElemType::F64 || t == ElemType::I32 || t == ElemType::I64;
 }
 
-bool shape_ok(ElemType t, bool coded, Predictor p) {
+bool shape_ok(ElemType t, bool coded, Predictor p, ReduceOp op) {
   const bool type_ok = coded ? (t == ElemType::I32 || t == ElemType::I64) : raw_type_ok(t);
   const bool pred_ok = !coded || p == Predictor::None || p == Predictor::Delta1 || p == Predictor::Delta2;
-  return type_ok && pred_ok;
+  const bool op_ok = op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::Min;
+  return type_ok && pred_ok && op_ok;
 }
 
 /// Options::device on the calling thread (nothing for -1).
@@ -565,7 +621,7 @@ void RingAbort::clear() {
 bool RingAbort::is_set() const { return host_ && __atomic_load_n(host_, __ATOMIC_SEQ_CST) != 0; }
 
 PersistentRing::PersistentRing(const Options& o, RingAbort* abort, void* stream) : o_(o), abort_(abort) {
-  if (!shape_ok(o.type, o.coded, o.predictor)) {
+  if (!shape_ok(o.type, o.coded, o.predictor, o.op)) {
     status_ = host_error(Status::Unsupported);
     return;
   }
@@ -662,13 +718,13 @@ int PersistentRing::reset() {
 }
 
 int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t count) {
-  return all_reduce_async(d_src, d_dst, count, Shape{o_.type, o_.coded, o_.predictor, o_.channels});
+  return all_reduce_async(d_src, d_dst, count, Shape{o_.type, o_.coded, o_.predictor, o_.channels, o_.select, o_.op});
 }
 
 int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t count, const Shape& sh) {
   if (status_) return status_;
   if (next_ == nullptr && o_.nranks > 1 && !o_.fifo_in_host_memory) return host_error(Status::BadHeader);
-  if (!shape_ok(sh.type, sh.coded, sh.predictor)) return host_error(Status::Unsupported);
+  if (!shape_ok(sh.type, sh.coded, sh.predictor, sh.op)) return host_error(Status::Unsupported);
   if (sh.channels < 1 || sh.channels > o_.channels) return host_error(Status::BadHeader);
   if (const cudaError_t e = use_device(o_.device); e != cudaSuccess) return int(e);
   const int ctas = sh.channels * o_.ctas_per_channel;
@@ -702,6 +758,9 @@ int PersistentRing::all_reduce_async(const void* d_src, void* d_dst, size_t coun
   a.L = uint32_t(L);
   a.seg = size_t(std::max(1, o_.slots / 2)) * L;  // ring_segment_elems
   a.pred = sh.predictor;
+  a.select = sh.coded && sh.select;
+  a.sel_opt = codec::fast_select_options();
+  a.op = sh.op;
   a.abort = abort_->device_ptr();
   a.rep = rep_dev_;
   a.state = state_;

@@ -8,16 +8,12 @@
 // with opt' = opt and opt'.allow_rans = false (the device has no Rans coder).
 //
 // Schedule of a selecting encode (S slices, all kernels on the codec's stream):
-//  SEL      one CTA per slice: for every candidate predictor (None, Delta1,
-//           Delta2; Lorenzo2D/3D where opt.row/opt.plane make them fit, codes
-//           only), its warps take the sampled blocks (blocks 0, s, 2s, ... of
-//           the slice, s = select_sample_stride) and compute each block's
-//           residuals, its Block cost (a warp OR of the magnitudes) and its
-//           Rans symbols (a shared histogram, extra bits per thread); thread 0
-//           sums them into SampleStats and feeds SelectRule::add, then
-//           finish() gives the slice's (codec, predictor), stored per slice
-//           in scratch; where codec and predictor are both forced there is no
-//           sample (SelectRule::forced)
+//  SEL      one CTA per slice runs cta_select_slice (cta_select.cuh, the
+//           per-slice step the persistent ring kernels call too): for every
+//           candidate predictor the sampled blocks' residuals, Block cost and
+//           Rans symbols, the rule's choice (codec, predictor) stored per
+//           slice in scratch; where codec and predictor are both forced
+//           there is no sample (SelectRule::forced)
 //  E1, scan, E2   the v3 Block encoder (encode_v3.cu) with the per-slice
 //           choice (EncodeParams::sel): a Block slice with its chosen
 //           predictor (and the Raw fallback), a Raw slice as Raw; Sparse
@@ -48,6 +44,7 @@
 #include "codec/select_rule.hpp"
 #include "codec/slice.hpp"
 #include "codec/slice_frame.hpp"
+#include "cta_select.cuh"
 #include "ncclz/cuda_codec.hpp"
 #include "slice_batch.cuh"
 #include "sparse_device.cuh"
@@ -60,106 +57,16 @@ using namespace detail;
 using codec::Codec;
 using codec::ElemType;
 using codec::EncodeOptions;
-using codec::kBlockLen;
 using codec::Predictor;
 using codec::Status;
 
-__device__ __forceinline__ bool lorenzo(Predictor p) { return p == Predictor::Lorenzo2D || p == Predictor::Lorenzo3D; }
-
-// The residual of slice element i (slice start s0) under predictor p (args a0, a1).
-template <class In>
-__device__ __forceinline__ typename In::CodeT residual_at(const In& in, size_t s0, uint32_t i, Predictor p, uint32_t a0,
-                                                          uint32_t a1) {
-  using Code = typename In::CodeT;
-  using U = codec::UCode<Code>;
-  int bad = 0;  // outliers are counted by the Block encoder's pass
-  if constexpr (In::kHasCodes) {
-    if (lorenzo(p)) {
-      const Code* qk = in.q + s0;
-      return Code(U(qk[i]) - codec::predict_at(qk, i, p, a0, a1));
-    }
-  }
-  const Code cur = in.at(s0 + i, bad);
-  const Code p1 = i >= 1 && p != Predictor::None ? in.at(s0 + i - 1, bad) : Code(0);
-  const Code p2 = i >= 2 && p == Predictor::Delta2 ? in.at(s0 + i - 2, bad) : Code(0);
-  return delta_residual(p2, p1, cur, i, p);
-}
-
-template <class Code>
-__device__ __forceinline__ int warp_block_width(Code v) {
-  return codec::block_bit_width(warp_or(codec::block_magnitude(v)));
-}
-
-// SEL: one CTA per slice; the choice to sel[2k] (Codec), sel[2k + 1] (Predictor).
+// SEL: one CTA per slice (cta_select.cuh); the choice to sel[2k] (Codec), sel[2k + 1] (Predictor).
 template <class In>
 __global__ void __launch_bounds__(kThreads) sel_kernel(In in, SliceBatchRef r, EncodeOptions opt, uint8_t* sel) {
-  using Code = typename In::CodeT;
-  __shared__ codec::SampleStats st;
-  __shared__ unsigned long long red[3][kThreads];
-  __shared__ int forced;
-  const uint32_t k = blockIdx.x, cnt = r.count(k);
-  const size_t s0 = size_t(k) * r.L;
-  codec::SelectRule rule(opt, cnt, sizeof(Code));  // thread 0's is the one used
+  __shared__ CtaSelSmem sm;
+  const uint32_t k = blockIdx.x;
+  const codec::SelectChoice c = cta_select_slice(in, size_t(k) * r.L, r.count(k), opt, sm);
   if (threadIdx.x == 0) {
-    codec::SelectChoice c;
-    forced = rule.forced(opt, &c);
-    if (forced) {
-      sel[2 * k] = uint8_t(c.codec);
-      sel[2 * k + 1] = uint8_t(c.predictor);
-    }
-  }
-  __syncthreads();
-  if (forced) return;  // uniform
-  const size_t every = codec::select_sample_stride(cnt, opt);
-  const size_t nb = rule.nblocks;
-  const size_t sampled_blocks = (nb + every - 1) / every;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  for (int pi = 0; pi < codec::kNumPredictors; ++pi) {
-    if (!rule.applies(pi, opt)) continue;  // uniform
-    const Predictor p = Predictor(pi);
-    if constexpr (!In::kHasCodes) {
-      if (lorenzo(p)) continue;  // the fused call refuses grids (host check)
-    }
-    uint32_t a0, a1;
-    codec::slice_predictor_args(p, opt.row, opt.plane, &a0, &a1);
-    for (int s = threadIdx.x; s < codec::kRansAlphabet; s += kThreads) st.hist[s] = 0;
-    __syncthreads();
-    unsigned long long cost = 0, extra = 0, sampled = 0;
-    for (size_t j = size_t(warp); j < sampled_blocks; j += kWarps3) {  // uniform per warp
-      const size_t off = j * every * kBlockLen;
-      const uint32_t m = uint32_t(cnt - off < kBlockLen ? cnt - off : kBlockLen);
-      const uint32_t i = uint32_t(off) + uint32_t(lane);
-      const Code v = uint32_t(lane) < m ? residual_at(in, s0, i, p, a0, a1) : Code(0);
-      const int w = warp_block_width(v);
-      if (lane == 0) {
-        cost += codec::block_cost_halfbytes_from_width(w);
-        sampled += m;
-      }
-      if (uint32_t(lane) < m) {
-        uint32_t sym, eb;
-        codec::rans_symbol_of(v, &sym, &eb);
-        atomicAdd(&st.hist[sym], 1u);
-        extra += eb;
-      }
-    }
-    red[0][threadIdx.x] = cost;
-    red[1][threadIdx.x] = extra;
-    red[2][threadIdx.x] = sampled;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      st.block_cost = st.extra_bits = st.sampled = 0;
-      for (int t = 0; t < kThreads; ++t) {
-        st.block_cost += red[0][t];
-        st.extra_bits += red[1][t];
-        st.sampled += red[2][t];
-      }
-      st.sampled_blocks = sampled_blocks;
-      rule.add(p, st, opt);
-    }
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    const codec::SelectChoice c = rule.finish(opt);
     sel[2 * k] = uint8_t(c.codec);
     sel[2 * k + 1] = uint8_t(c.predictor);
   }

@@ -24,6 +24,7 @@
 #include "codec/quantizer.hpp"
 #include "device_common.cuh"
 #include "ncclz/cuda_codec.hpp"
+#include "reduce_op.cuh"
 #include "slice_batch.cuh"
 
 namespace ncclz::cuda {
@@ -37,25 +38,7 @@ __global__ void __launch_bounds__(kThreads) add_kernel(U* __restrict__ out, cons
   for (size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) out[i] = U(a[i] + b[i]);
 }
 
-// One element of a reduction, as prims::reduce_fn computes it on the host:
-// floats in their own arithmetic (max / min keep a NaN operand), 16-bit
-// floats through float with one rounding, integers through the unsigned type.
-template <class T, ReduceOp Op>
-__device__ T combine(T a, T b) {
-  if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Avg) return a + b;
-  if constexpr (Op == ReduceOp::Prod) return a * b;
-  if constexpr (Op == ReduceOp::Max) return (a > b || a != a) ? a : b;
-  if constexpr (Op == ReduceOp::Min) return (a < b || a != a) ? a : b;
-}
-
-template <class T, ReduceOp Op>
-__device__ T combine_int(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  if constexpr (Op == ReduceOp::Sum || Op == ReduceOp::Avg) return T(U(U(a) + U(b)));
-  if constexpr (Op == ReduceOp::Prod) return T(U(uint64_t(U(a)) * uint64_t(U(b))));
-  if constexpr (Op == ReduceOp::Max) return a > b ? a : b;
-  if constexpr (Op == ReduceOp::Min) return a < b ? a : b;
-}
+// One element of a reduction: combine (reduce_op.cuh), the host's arithmetic.
 
 // The wire type's element: T the stored type, `kind` how it combines.
 enum class Kind { Float, Int, F16, BF16 };
@@ -64,10 +47,8 @@ template <class T, Kind K, ReduceOp Op>
 __global__ void __launch_bounds__(kThreads) reduce_kernel(T* out, const T* a, const T* b, size_t n) {
   const size_t stride = size_t(gridDim.x) * kThreads;
   for (size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride) {
-    if constexpr (K == Kind::Float) {
+    if constexpr (K == Kind::Float || K == Kind::Int) {
       out[i] = combine<T, Op>(a[i], b[i]);
-    } else if constexpr (K == Kind::Int) {
-      out[i] = combine_int<T, Op>(a[i], b[i]);
     } else if constexpr (K == Kind::F16) {
       out[i] = codec::float_to_f16(combine<float, Op>(codec::f16_to_float(a[i]), codec::f16_to_float(b[i])));
     } else {

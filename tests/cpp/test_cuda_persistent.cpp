@@ -5,7 +5,12 @@
 // (algorithms/ring.cpp over prims/prims.cpp, the same slot size, slots and
 // options) on the same inputs: bit for bit on every rank, and for integer
 // codes also with the exact wrapping sum. Abort and timeout make a waiting
-// kernel report instead of hanging.
+// kernel report instead of hanging. With the device selector (Shape::select)
+// every slot's bytes are the CPU ring's with codec::fast_select_options()
+// (recorded on the proxies' connections; with device FIFOs the byte counts),
+// on data where each candidate wins somewhere; max / min (Shape::op) equal
+// the host's fold of prims::reduce_fn over the ranks (NaN and infinity rows
+// for floats).
 //
 // With host FIFOs (Options::fifo_in_host_memory) every link of the ring goes
 // through the ranks' proxies (transport/persistent_proxy.hpp) over an
@@ -28,14 +33,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "algorithms/ring.hpp"
+#include "codec/select_rule.hpp"
 #include "codec/slice.hpp"
+#include "codec/slice_frame.hpp"
 #include "cuda_test_util.hpp"
 #include "ncclz/cuda_persistent.hpp"
 #include "ncclz/cuda_support.hpp"
@@ -52,6 +61,7 @@ using ncclz_test::DevBuf;
 using ncclz_test::from_device;
 using ncclz_test::to_device;
 namespace nc = ncclz::cuda;
+using nc::ReduceOp;
 
 namespace {
 
@@ -72,7 +82,12 @@ struct Case {
   bool proxy = false;
   size_t tslot = 0;
   int tslots = 3;
+  bool select = false;          // Shape::select: the CPU ring with codec::fast_select_options()
+  ReduceOp op = ReduceOp::Sum;  // Shape::op
+  int data = 0;                 // the inputs: 0 make_input, kCandidates, kSpecials
 };
+constexpr int kCandidates = 1;  // make_candidates_input: each selector candidate wins somewhere
+constexpr int kSpecials = 2;    // make_input's floats with NaN and infinity rows (make_specials_input)
 std::string describe(const Case& c) {
   return std::to_string(c.N) + " ranks, type " + std::to_string(int(c.type)) +
          (c.coded ? " coded, predictor " : " raw") + (c.coded ? std::to_string(int(c.pred)) : "") + ", " +
@@ -80,7 +95,9 @@ std::string describe(const Case& c) {
          std::to_string(c.slots) + " slots of " + std::to_string(c.slot) + " bytes" + (c.v1 ? ", first version" : "") +
          (c.proxy ? ", host FIFOs and proxies over " + std::to_string(c.tslots) + " transport slots of " +
                         std::to_string(c.tslot ? c.tslot : c.slot) + " bytes"
-                  : "");
+                  : "") +
+         (c.select ? ", device selector" : "") + (c.op != ReduceOp::Sum ? ", op " + std::to_string(int(c.op)) : "") +
+         (c.data ? ", data " + std::to_string(c.data) : "");
 }
 
 /// Integer codes (a noisy walk, an incompressible stretch: Raw fallback,
@@ -113,9 +130,71 @@ std::vector<uint8_t> make_input(ElemType t, size_t n, uint64_t seed) {
   return b;
 }
 
+/// Codes where each candidate of the fast selector wins somewhere, in
+/// stretches of 700 (several slices of either type): a quadratic (Delta2), a
+/// random walk (Delta1), small white noise (None), uniformly random codes
+/// (Raw). Sums, maxima and minima over the ranks keep those shapes.
+std::vector<uint8_t> make_candidates_input(ElemType t, size_t n, uint64_t seed) {
+  const size_t es = codec::elem_size(t);
+  std::vector<uint8_t> b(n * es);
+  std::mt19937_64 rng(seed);
+  const int64_t a = 1 + int64_t(seed % 3);
+  int64_t walk = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t j = int64_t(i % 700);
+    int64_t v = 0;
+    switch ((i / 700) % 4) {
+      case 0: v = a * j * j + int64_t(rng() % 3) - 1; break;
+      case 1: v = (walk += int64_t(rng() % 101) - 50); break;
+      case 2: v = int64_t(rng() % 7) - 3; break;
+      default: v = int64_t(rng()); break;
+    }
+    if (es == 4) {
+      const int32_t c = int32_t(uint32_t(uint64_t(v)));
+      std::memcpy(&b[i * 4], &c, 4);
+    } else {
+      std::memcpy(&b[i * 8], &v, 8);
+    }
+  }
+  return b;
+}
+
+/// make_input, and for floats rows of specials: every 13th element NaN on
+/// rank `rank` % 3 == 0 (one quiet NaN, so that every order of the operands
+/// gives the same bits), every 17th +infinity on rank 1, every 19th
+/// -infinity on rank 2, every 23rd +infinity and every 29th -infinity on
+/// every rank; no -0 (a max of +0 and -0 depends on the operands' order).
+std::vector<uint8_t> make_specials_input(ElemType t, size_t n, uint64_t seed, int rank) {
+  std::vector<uint8_t> b = make_input(t, n, seed);
+  if (t != ElemType::F32 && t != ElemType::F64) return b;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < n; ++i) {
+    double v = t == ElemType::F32 ? double(reinterpret_cast<const float*>(b.data())[i])
+                                  : reinterpret_cast<const double*>(b.data())[i];
+    if (v == 0) v = 1;  // no -0
+    if (i % 13 == 0 && rank % 3 == 0) v = std::numeric_limits<double>::quiet_NaN();
+    if (i % 17 == 0 && rank == 1) v = inf;
+    if (i % 19 == 0 && rank == 2) v = -inf;
+    if (i % 23 == 0) v = inf;
+    if (i % 29 == 0) v = -inf;
+    if (t == ElemType::F32) {
+      const float f = float(v);
+      std::memcpy(&b[i * 4], &f, 4);
+    } else {
+      std::memcpy(&b[i * 8], &v, 8);
+    }
+  }
+  return b;
+}
+
+/// Every posted slice of each rank's send connection (per channel), in order.
+using SliceLog = std::vector<std::vector<uint8_t>>;
+
 /// The CPU ring's all_reduce of in[r] (count elements) on N ranks as threads.
+/// logs (when not null): the slices each rank sent, in order.
 std::vector<std::vector<uint8_t>> cpu_all_reduce(const Case& c, size_t count,
-                                                 const std::vector<std::vector<uint8_t>>& in) {
+                                                 const std::vector<std::vector<uint8_t>>& in,
+                                                 std::vector<SliceLog>* logs = nullptr) {
   const size_t es = codec::elem_size(c.type);
   std::vector<std::unique_ptr<ncclz_test::Fifo>> links;
   for (int r = 0; r < c.N; ++r) links.push_back(std::make_unique<ncclz_test::Fifo>(c.slot, c.slots));
@@ -130,12 +209,14 @@ std::vector<std::vector<uint8_t>> cpu_all_reduce(const Case& c, size_t count,
         prims::PrimsArgs a;
         a.type = c.type;
         a.mode = c.coded ? prims::WireMode::Coded : prims::WireMode::Raw;
-        a.reduce = prims::reduce_fn(c.type, RedOp::Sum);
-        a.int_sum = codec::is_code_type(c.type);
+        a.reduce = prims::reduce_fn(c.type, RedOp(uint8_t(c.op)));
+        a.int_sum = codec::is_code_type(c.type) && c.op == ReduceOp::Sum;
         a.raw_esize = es;
         a.deadline = transport::Clock::now() + std::chrono::seconds(120);
         a.rank = r;
-        if (c.coded) {
+        if (c.coded && c.select) {
+          a.enc = codec::fast_select_options();
+        } else if (c.coded) {
           a.enc.choice = codec::EncodeOptions::Choice::Block;
           a.enc.predictor = int(c.pred);
         }
@@ -151,8 +232,32 @@ std::vector<std::vector<uint8_t>> cpu_all_reduce(const Case& c, size_t count,
   }
   for (auto& t : ts) t.join();
   for (int r = 0; r < c.N; ++r) EXPECT_EQ(errors[size_t(r)], "") << "CPU rank " << r;
+  if (logs) {
+    logs->clear();
+    for (int r = 0; r < c.N; ++r) logs->push_back(links[size_t(r)]->log);
+  }
   return out;
 }
+
+/// A send connection that records every slice posted on it (the proxy's
+/// side of a host-FIFO ring: each slice as the kernel wrote it).
+class RecordingSend : public transport::SendConn {
+ public:
+  RecordingSend(std::unique_ptr<transport::SendConn> inner, SliceLog* log) : inner_(std::move(inner)), log_(log) {}
+  uint8_t* acquire(transport::Clock::time_point deadline) override { return slot_ = inner_->acquire(deadline); }
+  void post(size_t bytes) override {
+    log_->emplace_back(slot_, slot_ + bytes);
+    inner_->post(bytes);
+  }
+  void flush(transport::Clock::time_point deadline) override { inner_->flush(deadline); }
+  size_t slot_bytes() const override { return inner_->slot_bytes(); }
+  int peer() const override { return inner_->peer(); }
+
+ private:
+  std::unique_ptr<transport::SendConn> inner_;
+  SliceLog* log_;
+  uint8_t* slot_ = nullptr;
+};
 
 /// Each wait's timeout: NCCLZ_PERSISTENT_TEST_TIMEOUT_S seconds (default 60;
 /// tools/gpu_session.sh shortens it under compute-sanitizer, which may run
@@ -190,6 +295,8 @@ struct Group {
       o.timeout_ns = timeout_ns;
       o.first_version_slices = c.v1;
       o.fifo_in_host_memory = c.proxy;
+      o.select = c.select;
+      o.op = c.op;
       rings.push_back(std::make_unique<nc::PersistentRing>(o, c.proxy ? aborts.back().get() : &abort));
     }
     if (!c.proxy) {
@@ -260,30 +367,99 @@ std::vector<std::vector<uint8_t>> device_all_reduce(Group& g, const Case& c, siz
   return out;
 }
 
+/// The (codec, predictor) of every slice in the logs.
+using Kinds = std::set<std::pair<codec::Codec, Predictor>>;
+void add_kinds(const std::vector<SliceLog>& logs, Kinds* kinds) {
+  for (const SliceLog& log : logs) {
+    for (const auto& slice : log) {
+      codec::SliceHeader h;
+      ASSERT_EQ(codec::read_header(slice.data(), slice.size(), &h), codec::Status::Ok);
+      kinds->insert({h.codec, h.predictor});
+    }
+  }
+}
+
+/// A slice's size, codec and predictor in words.
+std::string kind_of(const std::vector<uint8_t>& slice) {
+  codec::SliceHeader h;
+  const codec::Status st = codec::read_header(slice.data(), slice.size(), &h);
+  return std::to_string(slice.size()) + " bytes, " +
+         (st == codec::Status::Ok
+              ? "codec " + std::to_string(int(h.codec)) + " predictor " + std::to_string(int(h.predictor))
+              : "no header");
+}
+
+/// Whether `slice` (codes of c.type) is what the CPU's encode_slice writes
+/// for its decoded codes with the case's options (Block and the predictor,
+/// or codec::fast_select_options(), after a reduction with the incoming
+/// slice's predictor: either is taken, the slice does not say which).
+bool reencodes(const Case& c, const std::vector<uint8_t>& slice) {
+  codec::SliceHeader h;
+  if (codec::read_header(slice.data(), slice.size(), &h) != codec::Status::Ok) return false;
+  std::vector<uint8_t> codes(size_t(h.count) * codec::elem_size(c.type)), again(c.slot);
+  if (codec::decode_slice(slice.data(), slice.size(), c.type, h.count, codes.data()) != codec::Status::Ok) return false;
+  codec::EncodeOptions opt;
+  if (c.select) {
+    opt = codec::fast_select_options();
+  } else {
+    opt.choice = codec::EncodeOptions::Choice::Block;
+    opt.predictor = int(c.pred);
+  }
+  for (int hint : {-1, int(h.predictor)}) {
+    if (hint >= 0 && !c.select) break;
+    codec::EncodeOptions o = opt;
+    if (hint >= 0) o.predictor = hint;
+    codec::SliceInfo info;
+    if (codec::encode_slice(codes.data(), c.type, h.count, again.data(), again.size(), o, &info) == codec::Status::Ok &&
+        info.bytes == slice.size() && std::memcmp(again.data(), slice.data(), slice.size()) == 0)
+      return true;
+  }
+  return false;
+}
+
 /// The per-rank inputs of a case, the CPU ring's outputs (channel by channel
-/// over the same contiguous parts as the kernel's CTAs), and the kernel's.
-void check_case(const Case& c, size_t count, bool in_place = false, size_t shift = 0) {
+/// over the same contiguous parts as the kernel's CTAs), and the kernel's;
+/// with integers, or op max / min, also the host's fold of prims::reduce_fn
+/// over the ranks. The slices sent: with host FIFOs each one as the proxy
+/// carried it, equal to the CPU ring's (rank by rank, channel by channel, in
+/// order); with device FIFOs their byte count (PersistentRing::sent_bytes).
+/// Two ranks of codes: the CPU exchanges the ranks' own slices instead
+/// (algorithms/ring.cpp, pair_all_reduce), the kernel runs the ring: each
+/// slice the kernel sent is then checked on its own (reencodes).
+/// kinds (when not null): the CPU ring's slices' (codec, predictor)s.
+void check_case(const Case& c, size_t count, bool in_place = false, size_t shift = 0, Kinds* kinds = nullptr) {
   SCOPED_TRACE(describe(c) + ", count " + std::to_string(count) + (in_place ? ", in place" : "") +
                (shift ? ", buffers shifted by " + std::to_string(shift) : ""));
   const size_t es = codec::elem_size(c.type);
   std::vector<std::vector<uint8_t>> in;
-  for (int r = 0; r < c.N; ++r) in.push_back(make_input(c.type, count, 7919 * uint64_t(r) + count + uint64_t(c.N)));
+  for (int r = 0; r < c.N; ++r) {
+    const uint64_t seed = 7919 * uint64_t(r) + count + uint64_t(c.N);
+    in.push_back(c.data == kCandidates ? make_candidates_input(c.type, count, seed)
+                 : c.data == kSpecials ? make_specials_input(c.type, count, seed, r)
+                                       : make_input(c.type, count, seed));
+  }
   std::vector<std::vector<uint8_t>> want(size_t(c.N), std::vector<uint8_t>(count * es));
+  std::vector<std::vector<SliceLog>> cpu_logs(size_t(c.channels));  // [channel][rank]
   for (int ch = 0; ch < c.channels; ++ch) {  // channel ch: [count * ch / C, count * (ch + 1) / C)
     const size_t c0 = count * size_t(ch) / size_t(c.channels), n = count * size_t(ch + 1) / size_t(c.channels) - c0;
     std::vector<std::vector<uint8_t>> part;
     for (int r = 0; r < c.N; ++r)
       part.emplace_back(in[size_t(r)].begin() + long(c0 * es), in[size_t(r)].begin() + long((c0 + n) * es));
-    const auto got = cpu_all_reduce(c, n, part);
+    const auto got = cpu_all_reduce(c, n, part, &cpu_logs[size_t(ch)]);
     for (int r = 0; r < c.N; ++r) std::memcpy(want[size_t(r)].data() + c0 * es, got[size_t(r)].data(), n * es);
+    if (kinds) add_kinds(cpu_logs[size_t(ch)], kinds);
   }
-  if (codec::is_code_type(c.type)) {  // the CPU ring's result is the exact wrapping sum
-    std::vector<uint8_t> sum(count * es, 0);
-    for (int r = 0; r < c.N; ++r)
-      prims::reduce_fn(c.type, RedOp::Sum)(sum.data(), sum.data(), in[size_t(r)].data(), count);
-    ASSERT_EQ(want[0], sum);
+  if (codec::is_code_type(c.type) || c.op != ReduceOp::Sum) {
+    // The exact wrapping sum, or max / min (floats: one NaN pattern and no -0, so any order gives these bits).
+    const auto fn = prims::reduce_fn(c.type, RedOp(uint8_t(c.op)));
+    std::vector<uint8_t> ref = in[0];
+    for (int r = 1; r < c.N; ++r) fn(ref.data(), in[size_t(r)].data(), ref.data(), count);
+    ASSERT_EQ(want[0], ref) << "the CPU ring differs from the host's reduction";
   }
-  Group g(c);
+  std::vector<std::vector<SliceLog>> dev_logs(size_t(c.N), std::vector<SliceLog>(size_t(c.channels)));
+  Group g(c, test_timeout_ns(), [&](int r, int ch, transport::ProxyChannel& pc) {
+    pc.send = std::make_unique<RecordingSend>(std::move(pc.send), &dev_logs[size_t(r)][size_t(ch)]);
+  });
   for (const auto& ring : g.rings) ASSERT_EQ(ring->status(), 0);
   for (int call = 0; call < 2; ++call) {  // twice: the FIFO counters carry over between calls
     std::vector<int> rc;
@@ -292,6 +468,30 @@ void check_case(const Case& c, size_t count, bool in_place = false, size_t shift
       ASSERT_EQ(rc[size_t(r)], 0) << "rank " << r << " call " << call;
       ASSERT_TRUE(got[size_t(r)] == want[size_t(r)])
           << "rank " << r << " call " << call << ": differs from the CPU ring";
+      for (int ch = 0; ch < c.channels; ++ch) {
+        const SliceLog& cpu = cpu_logs[size_t(ch)][size_t(r)];
+        uint64_t cpu_bytes = 0;
+        for (const auto& slice : cpu) cpu_bytes += slice.size();
+        const bool pair = c.N == 2 && c.coded;  // the CPU's exchange of two, not the ring
+        if (c.proxy && pair) {
+          const SliceLog& dev = dev_logs[size_t(r)][size_t(ch)];
+          for (size_t i = 0; i < dev.size(); ++i)
+            ASSERT_TRUE(reencodes(c, dev[i])) << "rank " << r << " channel " << ch << " call " << call << ": slice "
+                                              << i << " (" << kind_of(dev[i]) << ") is not encode_slice's";
+        } else if (c.proxy) {
+          const SliceLog& dev = dev_logs[size_t(r)][size_t(ch)];
+          ASSERT_EQ(dev.size(), cpu.size() * size_t(call + 1)) << "rank " << r << " channel " << ch;
+          for (size_t i = 0; i < dev.size(); ++i)
+            ASSERT_TRUE(dev[i] == cpu[i % cpu.size()])
+                << "rank " << r << " channel " << ch << " call " << call << ": slice " << i % cpu.size()
+                << " differs from the CPU ring's (" << kind_of(dev[i]) << ", the CPU's " << kind_of(cpu[i % cpu.size()])
+                << ")";
+        } else if (c.N > 1 && !pair) {
+          uint64_t sent = 0;
+          ASSERT_EQ(g.rings[size_t(r)]->sent_bytes(ch, &sent), 0);
+          EXPECT_EQ(sent, cpu_bytes * uint64_t(call + 1)) << "rank " << r << " channel " << ch << " call " << call;
+        }
+      }
     }
   }
 }
@@ -503,11 +703,26 @@ TEST(CudaPersistent, RefusesBadOptions) {
   o.nranks = 2;
   EXPECT_LT(nc::PersistentRing(o, &abort).status(), 0);
   o.rank = 0;
+  for (ReduceOp op : {ReduceOp::Avg, ReduceOp::Prod, ReduceOp(9)}) {  // Sum, Max, Min only
+    o.op = op;
+    EXPECT_EQ(nc::PersistentRing(o, &abort).status(), -int(codec::Status::Unsupported)) << int(op);
+  }
+  o.op = ReduceOp::Max;
   nc::PersistentRing ok(o, &abort);
   EXPECT_EQ(ok.status(), 0);
   EXPECT_EQ(ok.slice_elems(), (1024u - 24u) / 4u);
   EXPECT_LT(ok.all_reduce_async(nullptr, nullptr, 10), 0);  // 2 ranks, not connected
   EXPECT_GT(ok.max_resident_ctas(), 0);
+  // A call's Shape is checked the same way (one rank: nothing to connect).
+  o.nranks = 1;
+  nc::PersistentRing one(o, &abort);
+  ASSERT_EQ(one.status(), 0);
+  nc::PersistentRing::Shape sh;
+  sh.op = ReduceOp::Prod;
+  EXPECT_EQ(one.all_reduce_async(nullptr, nullptr, 10, sh), -int(codec::Status::Unsupported));
+  sh.op = ReduceOp::Min;
+  sh.predictor = Predictor::Lorenzo3D;
+  EXPECT_EQ(one.all_reduce_async(nullptr, nullptr, 10, sh), -int(codec::Status::Unsupported));
 }
 
 // A shape whose CTAs cannot all be resident at once (they would wait on each
@@ -617,6 +832,75 @@ TEST(CudaPersistent, ProxyMatchesDeviceFifos) {
         EXPECT_EQ(std::memcmp(dev.data() + at, host + at, size_t(n)), 0) << "rank " << r << " slot " << k;
       }
     }
+  }
+}
+
+// ---- The device selector (Shape::select) and max / min (Shape::op) -------
+
+Case selecting(Case c, int data = kCandidates) {
+  c.select = true;
+  c.data = data;
+  return c;
+}
+Case with_op(Case c, ReduceOp op, int data = 0) {
+  c.op = op;
+  c.data = data;
+  return c;
+}
+
+// Each slice's codec and predictor chosen on the device: every slice the
+// CPU ring's with codec::fast_select_options(), byte for byte through the
+// proxies, on data where each candidate wins somewhere (Block with Delta2,
+// Delta1 and None, and Raw: the test asks that the CPU chose each), 2-4
+// ranks, int32 and int64, odd counts (four stretches of the data and a
+// short tail), 1-3 CTAs a channel, two channels; with device FIFOs the same
+// outputs and byte counts, also on make_input's data and in place.
+TEST(CudaPersistent, SelectorSlicesMatchCpuRing) {
+  SKIP_WITHOUT_GPU();
+  Kinds kinds;
+  for (int N : {2, 3, 4}) {
+    for (ElemType t : {ElemType::I32, ElemType::I64}) {
+      const size_t slice = prims::slice_elems_for(kSlot, codec::elem_size(t));
+      const int G = 1 + (N + int(t == ElemType::I64)) % 3;
+      check_case(selecting(proxied(Case{N, t, true, Predictor::None, 1, G})), 4 * 700 + 2 * slice + 37, false, 0,
+                 &kinds);
+      if (HasFatalFailure()) return;
+    }
+  }
+  using codec::Codec;
+  for (auto k : {std::pair{Codec::Block, Predictor::None}, std::pair{Codec::Block, Predictor::Delta1},
+                 std::pair{Codec::Block, Predictor::Delta2}, std::pair{Codec::Raw, Predictor::None}}) {
+    EXPECT_EQ(kinds.count(k), 1u) << "no slice of codec " << int(k.first) << ", predictor " << int(k.second);
+  }
+  check_case(selecting(proxied(Case{3, ElemType::I32, true, Predictor::Delta1, 2, 2})), 6001, true);
+  check_case(selecting(Case{3, ElemType::I32, true, Predictor::None, 2, 3}), 5001, true);
+  check_case(selecting(Case{4, ElemType::I64, true, Predictor::None, 1, 2}), 3001);
+  check_case(selecting(Case{2, ElemType::I32, true, Predictor::None, 1, 1}, 0), 2 * 4 * 250 + 37);
+  check_case(selecting(Case{2, ElemType::I32, true, Predictor::None, 1, 2, 16 << 10, 4}), 30001);
+}
+
+// Max and min: the host's fold of prims::reduce_fn over the ranks, bit for
+// bit, and the CPU ring's slices: codes (int32 and int64: integer max / min,
+// Block with a predictor or the selector's choice) and Raw values (float32
+// and float64 with NaN and infinity rows, int32, int64), 2-4 ranks, in place,
+// element-aligned buffers, several CTAs and channels, host FIFOs too.
+TEST(CudaPersistent, MaxMinMatchHostReduction) {
+  SKIP_WITHOUT_GPU();
+  for (ReduceOp op : {ReduceOp::Max, ReduceOp::Min}) {
+    for (int N : {2, 3, 4}) {
+      const size_t slice = prims::slice_elems_for(kSlot, 4);
+      check_case(with_op(Case{N, ElemType::I32, true, Predictor::Delta1, 1, 2}, op), 2 * slice * size_t(N) * 2 + 83,
+                 true);
+      check_case(selecting(with_op(Case{N, ElemType::I64, true, Predictor::None, 2, 1}, op), kCandidates), 3001);
+      for (ElemType t : {ElemType::F32, ElemType::F64, ElemType::I32, ElemType::I64}) {
+        check_case(with_op(Case{N, t, false, Predictor::None, 1, 1 + N % 2}, op, kSpecials), 2001, N == 3,
+                   N == 4 ? 1 : 0);
+      }
+      if (HasFatalFailure()) return;
+    }
+    check_case(proxied(with_op(Case{3, ElemType::I32, true, Predictor::Delta2, 2, 2}, op)), 4001);
+    check_case(proxied(with_op(Case{3, ElemType::F32, false, Predictor::None, 1, 2}, op, kSpecials)), 3001, true);
+    check_case(with_op(Case{1, ElemType::F64, false, Predictor::None, 1}, op, kSpecials), 100);
   }
 }
 

@@ -1,7 +1,8 @@
 // The persistent ring kernels in the communicator's call path
-// (CommConfig::persistent; core/persistent_call.hpp): an all_reduce (sum) of
-// device buffers on every rank, none (float32/float64/int32 values) or lossy
-// (int32/int64 codes), runs as one kernel per rank, with each FIFO placement
+// (CommConfig::persistent; core/persistent_call.hpp): an all_reduce (sum,
+// max or min) of device buffers on every rank, none (float32/float64/int32/
+// int64 values) or lossy (int32/int64 codes, each slice's coder chosen by
+// the device selector), runs as one kernel per rank, with each FIFO placement
 // (NCCLZ_PERSISTENT_FIFOS): device FIFOs written by the kernels (ranks as
 // threads: pointers; and, through the test hook
 // NCCLZ_TEST_PERSISTENT_AS_PROCESSES, the processes' path: CUDA IPC handles,
@@ -42,7 +43,7 @@ using ncclz_test::Ranks;
 
 namespace {
 
-size_t esize(DataType t) { return t == DataType::F64 ? 8 : 4; }
+size_t esize(DataType t) { return t == DataType::F64 || t == DataType::I64 ? 8 : 4; }
 
 double value_at(DataType t, const std::vector<uint8_t>& b, size_t i) {
   if (t == DataType::F64) {
@@ -55,12 +56,17 @@ double value_at(DataType t, const std::vector<uint8_t>& b, size_t i) {
     std::memcpy(&v, b.data() + 4 * i, 4);
     return double(v);
   }
+  if (t == DataType::I64) {
+    int64_t v;
+    std::memcpy(&v, b.data() + 8 * i, 8);
+    return double(v);
+  }
   float v;
   std::memcpy(&v, b.data() + 4 * i, 4);
   return double(v);
 }
 
-/// Rank r's input: a smooth field plus noise (integers of both signs for int32).
+/// Rank r's input: a smooth field plus noise (integers of both signs for int32 and int64).
 std::vector<uint8_t> input(DataType t, size_t n, int r, unsigned seed) {
   std::mt19937 g(seed * 977u + unsigned(r));
   std::normal_distribution<double> noise(0, 0.05);
@@ -72,6 +78,9 @@ std::vector<uint8_t> input(DataType t, size_t n, int r, unsigned seed) {
     } else if (t == DataType::I32) {
       const int32_t v = int32_t(std::lround(x * 1000));
       std::memcpy(b.data() + 4 * i, &v, 4);
+    } else if (t == DataType::I64) {
+      const int64_t v = std::llround(x * 1e12);
+      std::memcpy(b.data() + 8 * i, &v, 8);
     } else {
       const float v = float(x);
       std::memcpy(b.data() + 4 * i, &v, 4);
@@ -258,6 +267,7 @@ TEST(CudaPersistentComm, AllReduceMatchesTheDevicePathBitForBit) {
               } else if (count >= 5003) {
                 EXPECT_GT(x.stats.ratio, 1.5);  // Coded slices: fewer bytes
               }
+
               if (count > 1) {
                 EXPECT_GT(x.stats.wire_bytes, 0u);
               }
@@ -335,7 +345,7 @@ TEST(CudaPersistentComm, TwoChannelsSplitAsTheRings) {
 
 // With the opt-in on, calls it does not cover keep their path and their
 // results: a host rank among device ranks (lossy and none), reduce_scatter,
-// avg, bfloat16-free float types only here (the host call's bits).
+// avg, prod, bfloat16-free float types only here (the host call's bits).
 TEST(CudaPersistentComm, IneligibleCallsKeepTheirPath) {
   SKIP_WITHOUT_DEVICE();
   const int N = 3;
@@ -354,7 +364,7 @@ TEST(CudaPersistentComm, IneligibleCallsKeepTheirPath) {
                                 {Coll::AllReduce, RedOp::Sum, Compression::none(), mixed},
                                 {Coll::ReduceScatter, RedOp::Sum, Compression::lossy_abs(1e-3), dev},
                                 {Coll::AllReduce, RedOp::Avg, Compression::none(), dev},
-                                {Coll::AllReduce, RedOp::Max, Compression::none(), dev}};
+                                {Coll::AllReduce, RedOp::Prod, Compression::none(), dev}};
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& k = cases[i];
     SCOPED_TRACE("case " + std::to_string(i));
@@ -371,6 +381,124 @@ TEST(CudaPersistentComm, IneligibleCallsKeepTheirPath) {
   // And an eligible call after them still runs there.
   const auto a = run(on, Coll::AllReduce, DataType::F32, RedOp::Sum, Compression::none(), count, in, dev);
   for (int r = 0; r < N; ++r) EXPECT_TRUE(a[size_t(r)].stats.persistent);
+}
+
+// Lossy calls on noise (every slice's best coder Block with no predictor):
+// the device selector's slices are the device path's, so the same wire
+// bytes as with the opt-in off (3 and 4 ranks: two ranks exchange their own
+// slices there), and the same bits; with the ring's old fixed Delta1 they
+// would be larger. (On smooth fields the two differ a little: after a
+// reduction the kernel keeps the incoming slice's predictor as the CPU ring
+// does, the device path samples every predictor again.)
+TEST(CudaPersistentComm, LossySelectorSlicesAsTheDevicePath) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = 5003;
+  for (int N : {3, 4}) {
+    Ranks on = make_ranks(N, 1), off = make_ranks(N, 0);
+    const std::vector<bool> dev(size_t(N), true);
+    for (DataType t : {DataType::F32, DataType::F64}) {
+      SCOPED_TRACE("N=" + std::to_string(N) + " type " + std::to_string(int(t)));
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) {
+        std::mt19937 g(unsigned(100 + r));
+        std::normal_distribution<double> noise(0, 0.05);
+        std::vector<uint8_t> b(count * esize(t));
+        for (size_t i = 0; i < count; ++i) {
+          const double x = noise(g);
+          const float f = float(x);
+          if (t == DataType::F64)
+            std::memcpy(b.data() + 8 * i, &x, 8);
+          else
+            std::memcpy(b.data() + 4 * i, &f, 4);
+        }
+        in.push_back(std::move(b));
+      }
+      const Compression c = Compression::lossy_abs(1e-3);
+      const auto a = run(on, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev);
+      const auto b = run(off, Coll::AllReduce, t, RedOp::Sum, c, count, in, dev);
+      for (int r = 0; r < N; ++r) {
+        ASSERT_EQ(a[size_t(r)].error, "");
+        ASSERT_EQ(b[size_t(r)].error, "");
+        EXPECT_TRUE(a[size_t(r)].stats.persistent);
+        EXPECT_TRUE(a[size_t(r)].out == b[size_t(r)].out) << "rank " << r;
+        EXPECT_EQ(a[size_t(r)].stats.wire_bytes, b[size_t(r)].stats.wire_bytes) << "rank " << r;
+        EXPECT_GT(a[size_t(r)].stats.ratio, 1.2) << "rank " << r;
+      }
+    }
+  }
+}
+
+// Max and min on the persistent ring: none on float32 and float64 (with NaN
+// and infinity rows), int32 and int64, lossy on float32 and float64 (their
+// int32 / int64 codes: integer max / min), 2-4 ranks, in place once, device
+// and host FIFOs: the call ran there and its output is the opt-in-off call's
+// bits on every rank; lossy within the bound of the exact max / min.
+TEST(CudaPersistentComm, MaxMinMatchTheDevicePathBitForBit) {
+  SKIP_WITHOUT_DEVICE();
+  const size_t count = 3001;
+  for (int N : {2, 3, 4}) {
+    Ranks off = make_ranks(N, 0);
+    const std::vector<bool> dev(size_t(N), true);
+    for (const Placement& pl : kPlacements) {
+      if (pl.as_processes) continue;
+      PlacementEnv env(pl);
+      Ranks on = make_ranks(N, 1);
+      int k = 0;
+      for (RedOp op : {RedOp::Max, RedOp::Min}) {
+        for (DataType t : {DataType::F32, DataType::F64, DataType::I32, DataType::I64}) {
+          for (bool lossy : {false, true}) {
+            if (lossy && (t == DataType::I32 || t == DataType::I64)) continue;
+            const bool in_place = ++k % 4 == 0;
+            SCOPED_TRACE(std::string(pl.name) + " N=" + std::to_string(N) + " op " + std::to_string(int(op)) +
+                         " type " + std::to_string(int(t)) + (lossy ? " lossy" : " none") +
+                         (in_place ? " in place" : ""));
+            auto in = inputs(t, count, N, unsigned(k) + 40);
+            if (!lossy && (t == DataType::F32 || t == DataType::F64)) {
+              // Specials: a NaN on rank 1 (every 11th), +inf on rank 0 (every 13th), -inf on the last (every 17th).
+              for (size_t i = 0; i < count; ++i) {
+                auto put = [&](int r, double v) {
+                  if (t == DataType::F64) {
+                    std::memcpy(in[size_t(r)].data() + 8 * i, &v, 8);
+                  } else {
+                    const float f = float(v);
+                    std::memcpy(in[size_t(r)].data() + 4 * i, &f, 4);
+                  }
+                };
+                if (i % 11 == 0) put(1, std::nan(""));
+                if (i % 13 == 0) put(0, HUGE_VAL);
+                if (i % 17 == 0) put(N - 1, -HUGE_VAL);
+              }
+            }
+            const Compression c = lossy ? Compression::lossy_abs(1e-3) : Compression::none();
+            const auto a = run(on, Coll::AllReduce, t, op, c, count, in, dev, in_place);
+            const auto b = run(off, Coll::AllReduce, t, op, c, count, in, dev, in_place);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE("rank " + std::to_string(r));
+              const Result& x = a[size_t(r)];
+              ASSERT_EQ(x.error, "");
+              ASSERT_EQ(b[size_t(r)].error, "");
+              EXPECT_TRUE(x.stats.persistent);
+              EXPECT_FALSE(b[size_t(r)].stats.persistent);
+              EXPECT_EQ(x.stats.persistent_device_fifos, pl.device);
+              ASSERT_TRUE(x.out == b[size_t(r)].out) << "differs from the call with the opt-in off";
+              ASSERT_TRUE(x.out == a[0].out) << "ranks' results differ";
+              if (!lossy) continue;
+              double worst = 0;
+              for (size_t i = 0; i < count; ++i) {
+                double m = value_at(t, in[0], i);
+                for (int q = 1; q < N; ++q) {
+                  const double v = value_at(t, in[size_t(q)], i);
+                  m = op == RedOp::Max ? std::max(m, v) : std::min(m, v);
+                }
+                worst = std::max(worst, std::fabs(value_at(t, x.out, i) - m));
+              }
+              EXPECT_LE(worst, x.stats.error_bound * (1 + 1e-9)) << "max error " << worst;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 namespace {

@@ -23,9 +23,10 @@
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's), and
 #                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes) and
-#                 bench/gpu_persistent_bench.cu's (4 ranks, 1 MiB each, four shapes: one
+#                 bench/gpu_persistent_bench.cu's (4 ranks, 1 MiB each, six shapes: one
 #                 with the first version's slices, two with several CTAs per channel, one
-#                 with host FIFOs and proxies; exact sums)
+#                 with host FIFOs and proxies, one with the device selector, one with the
+#                 selector and max; exact sums and maxima)
 #   prims         the device-rank prims tests (tests/cpp/test_cuda_prims.cpp, test_cuda_persistent.cpp)
 #   persistent    the persistent ring kernels' tests alone (test_cuda_persistent.cpp; with
 #                 host FIFOs through the proxy too)
@@ -79,7 +80,7 @@ case "${1:-}" in
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
     "$E/ncclz_cuda_emu_float_huff_bench" --mib 1 --reps 1 --warm 0 >"$B/bench_fh.log" 2>&1 || { cat "$B/bench_fh.log"; exit 1; }
     echo "emulated bench/gpu_float_huff_bench.cu: round trips and CPU bytes checked (log: $B/bench_fh.log)"
-    "$E/ncclz_cuda_emu_persistent_bench" --mib 1 --shapes 2:1:64:4:v1,2:2:64:8,1:3:16:4,1:2:16:4:proxy --reps 1 --warm 0 >"$B/bench_persistent.log" 2>&1 ||
+    "$E/ncclz_cuda_emu_persistent_bench" --mib 1 --shapes 2:1:64:4:v1,2:2:64:8,1:3:16:4,1:2:16:4:proxy,1:2:16:4:sel,1:2:16:4:sel:max --reps 1 --warm 0 >"$B/bench_persistent.log" 2>&1 ||
       { cat "$B/bench_persistent.log"; exit 1; }
     echo "emulated bench/gpu_persistent_bench.cu: 4 ranks' all_reduce results checked (log: $B/bench_persistent.log)"
     ;;

@@ -26,10 +26,17 @@
 // loops of N chunks of at most slots/2 slices, chunk r-1 sent first; the
 // allgather phase forwards slice bytes unchanged), with the CPU's slicing
 // (prims::slice_elems_for(slot_bytes, element size) elements a slice) and,
-// in Coded mode, the CPU's slices (encode_slice with the Block codec and the
-// predictor forced, the Raw fallback where Block is larger): so the results
-// are the CPU ring's bit for bit, identical on every rank, and independent
-// of how many CTAs share a channel.
+// in Coded mode, the CPU's slices: encode_slice with the Block codec and the
+// predictor forced (the Raw fallback where Block is larger), or, with
+// Shape::select, with codec::fast_select_options() (the CPU's selector
+// among Block with None / Delta1 / Delta2 and Raw, run per slice on the
+// device by the sending CTA: cuda/cta_select.cuh). So the results are the
+// CPU ring's bit for bit (its reduction: Shape::op), identical on every
+// rank, and independent of how many CTAs share a channel; every slot holds
+// the bytes the CPU ring's would (a persistent rank stays byte-compatible
+// with CPU ranks). Two ranks of codes: the CPU exchanges the ranks' own
+// slices instead (algorithms/ring.cpp, pair_all_reduce) while the kernel
+// runs the ring: the same results, other slices.
 //
 // Conventions as DeviceCodec's (ncclz/cuda_codec.hpp): device pointers d_*,
 // asynchronous on the ring's stream, 0 / a cudaError_t / minus a
@@ -41,6 +48,7 @@
 #include <string>
 
 #include "ncclz/codec/format.hpp"
+#include "ncclz/cuda_codec.hpp"
 
 namespace ncclz::cuda {
 
@@ -139,9 +147,12 @@ class PersistentRing {
     codec::ElemType type = codec::ElemType::I32;
     bool coded = true;
     codec::Predictor predictor = codec::Predictor::None;  ///< Coded: None, Delta1 or Delta2
-    size_t slot_bytes = size_t(1) << 20;                  ///< per FIFO slot (a slice and its header)
-    int slots = 4;                                        ///< per FIFO (2..64); chunks of slots/2 slices
-    uint64_t timeout_ns = 30'000'000'000ull;              ///< a wait without progress fails after this
+    /// Coded: each slice's codec and predictor chosen on the device (Shape::select) instead of `predictor`.
+    bool select = false;
+    ReduceOp op = ReduceOp::Sum;              ///< Sum, Max or Min (Shape::op)
+    size_t slot_bytes = size_t(1) << 20;      ///< per FIFO slot (a slice and its header)
+    int slots = 4;                            ///< per FIFO (2..64); chunks of slots/2 slices
+    uint64_t timeout_ns = 30'000'000'000ull;  ///< a wait without progress fails after this
     /// For A/B timing only: the first version's per-slice code (Raw values
     /// moved one 4- or 8-byte element per thread at a time, system-scope
     /// fences, a 100 ns sleep and an abort-word read on every poll, a
@@ -167,7 +178,7 @@ class PersistentRing {
   };
 
   /// What one call runs, where it differs from the Options' type, mode,
-  /// predictor and channel count (all_reduce_async's second form): one ring
+  /// predictor, selection, op and channel count (all_reduce_async's second form): one ring
   /// (its FIFOs, streams and proxies) serves calls of every wire element and
   /// mode. Slices are slice_elems_for(slot_bytes, the call's element size)
   /// elements; a channel count below Options::channels leaves the other
@@ -178,6 +189,23 @@ class PersistentRing {
     bool coded = true;
     codec::Predictor predictor = codec::Predictor::None;
     int channels = 1;  ///< 1..Options::channels
+    /// Coded mode: the sending CTA chooses each slice's codec and predictor
+    /// (`predictor` unused) by the CPU selector's rule with
+    /// codec::fast_select_options() (cpp/src/codec/select_rule.hpp: Block
+    /// with None, Delta1 or Delta2, or Raw; no Rans, no Sparse, no Lorenzo),
+    /// from its sample of the slice (cuda/cta_select.cuh: one extra read of
+    /// a few of its blocks), so each slot holds encode_slice's bytes with
+    /// those options; a reduction's result keeps the incoming slice's
+    /// predictor where that slice is not Raw (options.predictor = it: Block
+    /// with it or Raw), as the CPU ring's SliceCodec does. Raw mode: no
+    /// effect (the slot bytes are the values).
+    bool select = false;
+    /// The reduction, prims::reduce_fn(type, op)'s bits: Sum (codes and
+    /// integers wrap), Max or Min (floats: a NaN operand wins, as
+    /// reduce_values_async documents; codes: integer max / min, which for a
+    /// lossy max / min is the code of the largest / smallest value). Avg and
+    /// Prod: Unsupported.
+    ReduceOp op = ReduceOp::Sum;
   };
 
   /// status() of a ring whose shape cannot run: the group's CTAs (nranks x
@@ -250,15 +278,15 @@ class PersistentRing {
   /// SMs; 0 when the options were refused before it was asked).
   int max_resident_ctas() const { return max_resident_; }
 
-  /// All-reduce (sum) of count elements at d_src into d_dst on every rank (in
+  /// All-reduce (the Options' op: sum, max or min) of count elements at d_src into d_dst on every rank (in
   /// place allowed), one kernel on the ring's stream. Every rank of the ring
   /// must make the same call (count, in order); their kernels wait on each
   /// other through the FIFOs, so all must be able to run at once (docs/GPU.md).
   /// Channel c of C reduces elements [count * c / C, count * (c + 1) / C)
   /// (the communicator's split: core::RingChannels::run_schedule).
   int all_reduce_async(const void* d_src, void* d_dst, size_t count);
-  /// The same with a call's own Shape (checked: Unsupported for a type or
-  /// predictor the kernel has not, BadHeader for a channel count out of
+  /// The same with a call's own Shape (checked: Unsupported for a type,
+  /// predictor or op the kernel has not, BadHeader for a channel count out of
   /// range, kNotResident where that kernel's CTAs cannot all be resident).
   int all_reduce_async(const void* d_src, void* d_dst, size_t count, const Shape& s);
   /// Waits for the ring's stream; returns a cudaError_t, or, if the call

@@ -131,14 +131,32 @@ struct SelectRule {
     return opt.choice == Choice::Auto || opt.choice == Choice::Rans || wants_sparse(opt);
   }
 
-  /// The estimates of predictor p from its sample.
+  /// Whether the choice reads nothing but the Block costs (finish() returns
+  /// best_fast whatever the histograms say): Block forced, or Auto with Rans
+  /// ruled out (allow_rans = false) and Sparse never a candidate
+  /// (sparse_min_zeros above 1). A sampler may then skip the Rans symbols
+  /// and call add_block() alone (add() skips the Rans estimate itself).
+  NCCLZ_HD static bool only_fast(const EncodeOptions& opt) {
+    return opt.choice == Choice::Block || (opt.choice == Choice::Auto && !opt.allow_rans && opt.sparse_min_zeros > 1.0);
+  }
+
+  /// The estimates of predictor p from its sample: add_block, add_entropy.
   NCCLZ_HD void add(Predictor p, const SampleStats& s, const EncodeOptions& opt) {
+    add_block(p, s, opt);
+    add_entropy(p, s, opt);
+  }
+  /// The Block estimate (all that only_fast options read).
+  NCCLZ_HD void add_block(Predictor p, const SampleStats& s, const EncodeOptions& opt) {
     if (s.sampled == 0) return;
     if (wants_block(opt)) {
       const size_t est = size_t(double(s.block_cost) * double(nblocks) / double(s.sampled_blocks) / 2.0);
       if (est < best_fast.est) best_fast = SelectChoice{Codec::Block, p, est};
     }
-    if (wants_hist(opt)) {
+  }
+  /// The Rans and Sparse estimates.
+  NCCLZ_HD void add_entropy(Predictor p, const SampleStats& s, const EncodeOptions& opt) {
+    if (s.sampled == 0) return;
+    if (wants_hist(opt) && !only_fast(opt)) {  // (only_fast: finish() would not read it)
       const size_t est = rans_estimate_bytes(s.hist, s.sampled, s.extra_bits, n);
       if (est < best_rans.est) best_rans = SelectChoice{Codec::Rans, p, est};
     }
@@ -175,5 +193,22 @@ struct SelectRule {
     return best_fast;
   }
 };
+
+/// The selector among the fast coders alone, for a device coder with
+/// neither Rans nor Sparse (the CTA slice coder of the persistent ring
+/// kernels, cuda/persistent_ring.cu): Auto over Block with None, Delta1 or
+/// Delta2 (row = plane = 0: no Lorenzo) and the Raw fallback;
+/// allow_rans = false, sparse_min_zeros = 2 (above 1: Sparse is never a
+/// candidate), the sampling as EncodeOptions' defaults. encode_slice with
+/// these options writes what that coder writes (SelectRule::only_fast holds).
+NCCLZ_HD EncodeOptions fast_select_options() {
+  EncodeOptions o;
+  o.choice = EncodeOptions::Choice::Auto;
+  o.predictor = -1;
+  o.row = o.plane = 0;
+  o.allow_rans = false;
+  o.sparse_min_zeros = 2.0;
+  return o;
+}
 
 }  // namespace ncclz::codec

@@ -31,9 +31,8 @@ bool persistent_eligible(const Runtime& rt, const Collective& cd, const std::vec
                          codec::ElemType wire, bool coded) {
   using codec::ElemType;
   if (!persistent_wanted(rt.cfg, rt.nranks) || cd.device < 0) return false;
-  if (cd.coll != Coll::AllReduce || cd.op != RedOp::Sum || cd.algorithm != Algorithm::Ring || cd.peer_schedule) {
-    return false;
-  }
+  const bool op_ok = cd.op == RedOp::Sum || cd.op == RedOp::Max || cd.op == RedOp::Min;
+  if (cd.coll != Coll::AllReduce || !op_ok || cd.algorithm != Algorithm::Ring || cd.peer_schedule) return false;
   for (const CallDesc& d : all) {
     if (!d.device) return false;  // a host rank: the usual path on every rank
   }
@@ -93,7 +92,7 @@ void run_persistent(Runtime& rt, const Collective& cd, codec::ElemType wire, boo
       call.ch[size_t(c)].raw_bytes = t.elems_sent * raw_esize;
       bytes0[size_t(c)] = pw.sent_bytes(c);
     }
-    pw.all_reduce(wire, coded, src, dst, count, nch, recv, sent);
+    pw.all_reduce(wire, coded, cd.op, src, dst, count, nch, recv, sent);
     rt.persistent_recv = recv;
     rt.persistent_sent = sent;
     for (int c = 0; c < nch; ++c) call.ch[size_t(c)].wire_bytes = pw.sent_bytes(c) - bytes0[size_t(c)];

@@ -1,16 +1,19 @@
 // The persistent ring kernels in the call path (CommConfig::persistent,
 // NCCLZ_PERSISTENT=1; docs/GPU.md, "Persistent ring kernels in the call
-// path"): an all_reduce (sum) whose buffers are device memory on every rank
-// runs as ONE kernel per rank (cuda::PersistentRing) instead of the device
-// path's per-slice kernels in the host's send/receive loops.
+// path"): an all_reduce (sum, max or min) whose buffers are device memory
+// on every rank runs as ONE kernel per rank (cuda::PersistentRing) instead
+// of the device path's per-slice kernels in the host's send/receive loops.
 //
-// Which calls: all_reduce, op sum, on the flat ring (not the latency
-// algorithm, not hierarchical), every rank's CallDesc::device set, 2+ ranks;
-// mode none (Raw ring on float32/float64/int32/int64 values: the CPU ring's
-// schedule, slices and channel split, so the exact calls' bits) and lossy
-// coded on the device (the device path's quantize, then the Coded ring on
-// its int32/int64 codes, then its dequantize: integer sums are exact, so the
-// device path's bits). Everything else takes its usual path. Every input of
+// Which calls: all_reduce, op sum, max or min, on the flat ring (not the
+// latency algorithm, not hierarchical), every rank's CallDesc::device set,
+// 2+ ranks; mode none (Raw ring on float32/float64/int32/int64 values: the
+// CPU ring's schedule, slices, channel split and reduction order, so the
+// exact calls' bits, NaN and signed zeros included) and lossy coded on the
+// device (the device path's quantize, then the Coded ring on its
+// int32/int64 codes, each slice's coder chosen on the device by the
+// selector (PersistentRing::Shape::select), then its dequantize: integer
+// sums, max and min of codes are exact, so the device path's bits; only the
+// wire bytes differ). Everything else (avg, prod) takes its usual path. Every input of
 // the choice is agreed (the configuration at creation, the exchanged
 // descriptors), so every rank takes the same path.
 //
@@ -75,7 +78,8 @@ int persistent_channels(const CommConfig& cfg);
 size_t persistent_slot_bytes(const CommConfig& cfg);
 
 /// Whether this call runs on the persistent ring (above); `wire` the ring's
-/// element (the user's type for none, the codes for lossy), `coded` lossy.
+/// element (the user's type for none, the codes for lossy), `coded` lossy
+/// (the op: cd.op).
 bool persistent_eligible(const Runtime& rt, const Collective& cd, const std::vector<CallDesc>& all,
                          codec::ElemType wire, bool coded);
 
@@ -102,10 +106,12 @@ class PersistentWork {
                                                 std::vector<transport::ProxyChannel> links, bool one_host,
                                                 std::shared_ptr<transport::AbortFlag> comm_abort);
   virtual ~PersistentWork() = default;
-  /// Runs one call (see run_persistent); throws Error with what failed (the
-  /// kernel's report, the proxy's error). expect_recv[c]: the slices channel
-  /// c will have received, sent[c] sent, after the call (since creation).
-  virtual void all_reduce(codec::ElemType wire, bool coded, const void* src, void* dst, size_t count, int nch,
+  /// Runs one call (see run_persistent; op Sum, Max or Min; coded: the
+  /// device selector chooses each slice's coder); throws Error with what
+  /// failed (the kernel's report, the proxy's error). expect_recv[c]: the
+  /// slices channel c will have received, sent[c] sent, after the call
+  /// (since creation).
+  virtual void all_reduce(codec::ElemType wire, bool coded, RedOp op, const void* src, void* dst, size_t count, int nch,
                           const std::vector<uint64_t>& expect_recv, const std::vector<uint64_t>& sent) = 0;
   /// Bytes of slices sent so far on channel c.
   virtual uint64_t sent_bytes(int c) const = 0;

@@ -59,9 +59,10 @@ namespace {
 using cuda::PersistentRing;
 using cuda::RingAbort;
 
-/// The coded ring's predictor: Delta1 (Block with first differences; the
-/// device selector's usual pick for smooth fields' codes).
-constexpr codec::Predictor kPredictor = codec::Predictor::Delta1;
+static_assert(uint8_t(RedOp::Sum) == uint8_t(cuda::ReduceOp::Sum) &&
+                  uint8_t(RedOp::Max) == uint8_t(cuda::ReduceOp::Max) &&
+                  uint8_t(RedOp::Min) == uint8_t(cuda::ReduceOp::Min),
+              "RedOp and cuda::ReduceOp name the same ops with the same values");
 
 constexpr uint32_t kMagic = 0x4e5a4631;           // an Offer or Answer of this layout
 constexpr uint64_t kBye = 0x6e63636c7a627965ull;  // the goodbye on channel 0 (8 bytes)
@@ -151,7 +152,7 @@ class RingWork final : public PersistentWork {
     o_.channels = int(links.size());
     o_.type = codec::ElemType::I32;
     o_.coded = true;
-    o_.predictor = kPredictor;
+    o_.select = true;  // a coded call's slices: the device selector's choice (below)
     o_.slot_bytes = persistent_slot_bytes(cfg);
     o_.slots = cfg.nslots;
     o_.timeout_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_).count());
@@ -199,7 +200,7 @@ class RingWork final : public PersistentWork {
     abort_.reset();
   }
 
-  void all_reduce(codec::ElemType wire, bool coded, const void* src, void* dst, size_t count, int nch,
+  void all_reduce(codec::ElemType wire, bool coded, RedOp op, const void* src, void* dst, size_t count, int nch,
                   const std::vector<uint64_t>& expect_recv, const std::vector<uint64_t>& sent) override {
     const std::string who = "rank " + std::to_string(rank_);
     if (proxy_) {
@@ -215,7 +216,12 @@ class RingWork final : public PersistentWork {
     PersistentRing::Shape sh;
     sh.type = wire;
     sh.coded = coded;
-    sh.predictor = kPredictor;
+    // Coded: each slice's codec and predictor chosen by the device selector
+    // (Block with None / Delta1 / Delta2, or Raw: the CPU's encode_slice
+    // with codec::fast_select_options()); the sums, max and min of codes
+    // are exact whatever the slices, so only the wire bytes depend on it.
+    sh.select = coded;
+    sh.op = cuda::ReduceOp(uint8_t(op));  // the same values as RedOp (Sum, Max, Min here)
     sh.channels = nch;
     const int launched = ring_->all_reduce_async(src, dst, count, sh);
     if (launched != 0)
