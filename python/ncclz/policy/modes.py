@@ -31,8 +31,8 @@ MID_MARGIN = 0.3
 #: all. On noisy codes (gradients) rANS saves about 10% of the bytes, below the default's 15% bar, at
 #: several times Block's encode time: worth it only where the link, not the codec, bounds the call.
 #: Measured in the network lab (2 hosts x 2 ranks on 2 cores, 64 MiB gradients, rel 1e-3, hierarchical;
-#: bench/results/topology.md, "Codec effort"): ratio 7.44 -> 8.14; at 0.1 Gbit/s 848 -> 819 ms, at
-#: 1 Gbit/s 193 -> 256 ms (the smooth field takes rANS at the default effort already: no change).
+#: bench/results/topology.md, "Codec effort"): ratio 7.44 -> 8.14; at 0.1 Gbit/s 826 -> 767 ms, at
+#: 1 Gbit/s 162 -> 220 ms (the smooth field takes rANS at the default effort already: no change).
 DENSE_MARGIN = 0.0
 #: The codec efforts of a lossy request: name -> the selector's rANS margin (None: its default).
 EFFORTS = {"": None, "dense": DENSE_MARGIN, "mid": MID_MARGIN, "fast": FAST_MARGIN}
