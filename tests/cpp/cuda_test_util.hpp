@@ -83,6 +83,17 @@ std::unique_ptr<DevBuf> to_device(const std::vector<T>& v) {
 }
 
 /// The bytes h copied to device memory at d; a failed copy throws ncclz::Error.
+/// Element i of a buffer of int32 (es 4: v's low 32 bits, wrapping) or
+/// int64 (es 8) codes set to v.
+inline void store_code(std::vector<uint8_t>& b, size_t i, size_t es, int64_t v) {
+  if (es == 4) {
+    const int32_t c = int32_t(uint32_t(uint64_t(v)));
+    std::memcpy(&b[i * 4], &c, 4);
+  } else {
+    std::memcpy(&b[i * 8], &v, 8);
+  }
+}
+
 inline void to_device(void* d, const std::vector<uint8_t>& h) {
   if (!h.empty() && cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice) != cudaSuccess) throw ncclz::Error("H2D");
 }

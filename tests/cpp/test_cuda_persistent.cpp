@@ -59,6 +59,7 @@ using codec::ElemType;
 using codec::Predictor;
 using ncclz_test::DevBuf;
 using ncclz_test::from_device;
+using ncclz_test::store_code;
 using ncclz_test::to_device;
 namespace nc = ncclz::cuda;
 using nc::ReduceOp;
@@ -120,11 +121,8 @@ std::vector<uint8_t> make_input(ElemType t, size_t n, uint64_t seed) {
       } else {
         std::memcpy(&b[i * 8], &d, 8);
       }
-    } else if (es == 4) {
-      const int32_t c = int32_t(uint32_t(uint64_t(v)));
-      std::memcpy(&b[i * 4], &c, 4);
     } else {
-      std::memcpy(&b[i * 8], &v, 8);
+      store_code(b, i, es, v);
     }
   }
   return b;
@@ -149,12 +147,7 @@ std::vector<uint8_t> make_candidates_input(ElemType t, size_t n, uint64_t seed) 
       case 2: v = int64_t(rng() % 7) - 3; break;
       default: v = int64_t(rng()); break;
     }
-    if (es == 4) {
-      const int32_t c = int32_t(uint32_t(uint64_t(v)));
-      std::memcpy(&b[i * 4], &c, 4);
-    } else {
-      std::memcpy(&b[i * 8], &v, 8);
-    }
+    store_code(b, i, es, v);
   }
   return b;
 }

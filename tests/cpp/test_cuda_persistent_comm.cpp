@@ -174,6 +174,20 @@ const Placement kPlacements[] = {{"auto", false, true, "auto (device FIFOs, thre
                                  {"device", true, true, "device FIFOs, the processes' path"},
                                  {"host", false, false, "host FIFOs and proxies"}};
 
+/// What every persistent call is checked for against the same call with the
+/// opt-in off (`off`) and rank 0's result (`first`): both succeeded, only `x`
+/// ran on the persistent ring, with the placement's FIFOs, and the outputs
+/// are the same bits (callers: ASSERT_NO_FATAL_FAILURE).
+void expect_as_opt_out(const Result& x, const Result& off, const Result& first, const Placement& pl) {
+  ASSERT_EQ(x.error, "");
+  ASSERT_EQ(off.error, "");
+  EXPECT_TRUE(x.stats.persistent);
+  EXPECT_EQ(x.stats.persistent_device_fifos, pl.device);
+  EXPECT_FALSE(off.stats.persistent);
+  ASSERT_TRUE(x.out == off.out) << "differs from the call with the opt-in off";
+  ASSERT_TRUE(x.out == first.out) << "ranks' results differ";
+}
+
 /// The processes' path runs only in the emulator: a real CUDA refuses to
 /// open an IPC handle of its own process (tests/python/test_gpu_persistent.py
 /// runs it with processes on a GPU).
@@ -250,15 +264,9 @@ TEST(CudaPersistentComm, AllReduceMatchesTheDevicePathBitForBit) {
             for (int r = 0; r < N; ++r) {
               SCOPED_TRACE("rank " + std::to_string(r));
               const Result& x = a[size_t(r)];
-              ASSERT_EQ(x.error, "");
-              ASSERT_EQ(b[size_t(r)].error, "");
-              EXPECT_TRUE(x.stats.persistent);
-              EXPECT_EQ(x.stats.persistent_device_fifos, pl.device);
-              EXPECT_FALSE(b[size_t(r)].stats.persistent);
+              ASSERT_NO_FATAL_FAILURE(expect_as_opt_out(x, b[size_t(r)], a[0], pl));
               EXPECT_TRUE(x.stats.on_device);
               EXPECT_FALSE(x.stats.exact_fallback);
-              ASSERT_TRUE(x.out == b[size_t(r)].out) << "differs from the call with the opt-in off";
-              ASSERT_TRUE(x.out == a[0].out) << "ranks' results differ";
               EXPECT_EQ(x.stats.wire_bytes, wire_seen[size_t(k - 1)][size_t(r)])
                   << "other slices than " << kPlacements[0].name;
               if (!lossy) {
@@ -475,13 +483,7 @@ TEST(CudaPersistentComm, MaxMinMatchTheDevicePathBitForBit) {
             for (int r = 0; r < N; ++r) {
               SCOPED_TRACE("rank " + std::to_string(r));
               const Result& x = a[size_t(r)];
-              ASSERT_EQ(x.error, "");
-              ASSERT_EQ(b[size_t(r)].error, "");
-              EXPECT_TRUE(x.stats.persistent);
-              EXPECT_FALSE(b[size_t(r)].stats.persistent);
-              EXPECT_EQ(x.stats.persistent_device_fifos, pl.device);
-              ASSERT_TRUE(x.out == b[size_t(r)].out) << "differs from the call with the opt-in off";
-              ASSERT_TRUE(x.out == a[0].out) << "ranks' results differ";
+              ASSERT_NO_FATAL_FAILURE(expect_as_opt_out(x, b[size_t(r)], a[0], pl));
               if (!lossy) continue;
               double worst = 0;
               for (size_t i = 0; i < count; ++i) {

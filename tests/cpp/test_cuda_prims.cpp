@@ -49,6 +49,7 @@ using ncclz_test::FakeRecv;
 using ncclz_test::FakeSend;
 using ncclz_test::Fifo;
 using ncclz_test::from_device;
+using ncclz_test::store_code;
 using ncclz_test::to_device;
 using prims::WireMode;
 using transport::Clock;
@@ -114,12 +115,7 @@ std::vector<uint8_t> make_codes(ElemType t, size_t n, uint64_t seed) {
     const size_t phase = (i / 300) % 5;
     if (phase == 3) v = int64_t(rng());  // incompressible: Raw fallback
     if (phase == 4 && i % 97 == 0) v = es == 4 ? int64_t(INT32_MAX) - int64_t(rng() % 3) : INT64_MAX;
-    if (es == 4) {
-      const int32_t c = int32_t(uint32_t(uint64_t(v)));
-      std::memcpy(&b[i * 4], &c, 4);
-    } else {
-      std::memcpy(&b[i * 8], &v, 8);
-    }
+    store_code(b, i, es, v);
   }
   return b;
 }
