@@ -25,6 +25,10 @@ namespaces talk through their shaped NICs). Phases:
          (--phases spot; not in the default run): their run-to-run spread
   effort 2 hosts x 2 ranks: the pair phase's lossy calls with the default and the dense codec
          effort (--phases effort --rate R; not in the default run), raw file effort-<R>g.json
+  rounds, phased  2 hosts x 2 ranks: the pair phase's hierarchical lossy calls in rounds (the
+         default) and with the phases one after the other (NCCLZ_HIER_ROUNDS=0), taking turns
+         (--phases rounds,phased --rate R; not in the default run), raw files rounds-<R>g.json,
+         phased-<R>g.json
 
 Raw results: bench/results/topology_raw/<phase>.json; the report (bench/results/topology.md) puts
 them side by side with the targets of issue 19 and the scale model's predictions
@@ -100,7 +104,16 @@ PHASES = {
     # the lab's rate (effort-<rate>g.json), so runs at several rates stand side by side
     "effort": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3,rel=1e-3/dense", "--algos",
                       "ring,hierarchical", "--iters", "3"], None),
+    # 2 hosts x 2 ranks, the pair phase's hierarchical lossy calls in rounds (the intra-host phases
+    # overlapping the exchange between hosts, the default) and with the phases one after the other
+    # (NCCLZ_HIER_ROUNDS=0), taking turns; not in the default phases; raw files rounds-<rate>g.json
+    # and phased-<rate>g.json
+    "rounds": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3", "--algos", "hierarchical",
+                      "--iters", "3"], {"NCCLZ_HIER_ROUNDS": "1"}),
+    "phased": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3", "--algos", "hierarchical",
+                      "--iters", "3"], {"NCCLZ_HIER_ROUNDS": "0"}),
 }
+BY_RATE = ("effort", "rounds", "phased")  # phases whose raw files are named by the lab's rate
 
 
 def merge(name: str, runs: list) -> None:
@@ -171,9 +184,10 @@ def main() -> int:
     if not a.report_only:
         phases = a.phases.split(",")
         os.environ["NCCLZ_POLICY"] = "off"
-        timed = [p for p in ("one", "pair", "colls", "quad", "wide", "spot", "effort") if p in phases]
+        timed = [p for p in ("one", "pair", "colls", "quad", "wide", "spot", "effort", "rounds", "phased")
+                 if p in phases]
         runs: dict = {p: [] for p in timed}
-        raw_name = {p: f"{p}-{a.rate:g}g" if p == "effort" else p for p in timed}
+        raw_name = {p: f"{p}-{a.rate:g}g" if p in BY_RATE else p for p in timed}
         with Lab(4, a.rate, prefix=PREFIX, subnet=SUBNET) as lab:
             print(lab.describe(), file=sys.stderr)
             port = 29700

@@ -594,6 +594,7 @@ void register_comm(nb::module_& m) {
       .def_rw("throttle_gbps", &CommConfig::throttle_gbps)
       .def_rw("socket_ifname", &CommConfig::socket_ifname)
       .def_rw("pipeline_quantize", &CommConfig::pipeline_quantize)
+      .def_rw("hier_rounds", &CommConfig::hier_rounds)
       .def_rw("sparse_input", &CommConfig::sparse_input)
       .def_rw("persistent", &CommConfig::persistent)
       .def_rw("p2p", &CommConfig::p2p)
@@ -624,6 +625,7 @@ void register_comm(nb::module_& m) {
             d["throttle_gbps"] = x.throttle_gbps;
             d["socket_ifname"] = x.socket_ifname;
             d["pipeline_quantize"] = x.pipeline_quantize;
+            d["hier_rounds"] = x.hier_rounds;
             d["sparse_input"] = x.sparse_input;
             d["persistent"] = x.persistent;
             d["p2p"] = x.p2p;
@@ -644,9 +646,10 @@ void register_comm(nb::module_& m) {
           << "', nchannels=" << x.nchannels << ", slot_bytes=" << x.slot_bytes << ", nslots=" << x.nslots
           << ", sparse_slice_bytes=" << x.sparse_slice_bytes << ", exact_nchannels=" << x.exact_nchannels
           << ", exact_slice_bytes=" << x.exact_slice_bytes << ", pipeline_quantize=" << x.pipeline_quantize
-          << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p << ", algorithm='" << x.algorithm
-          << "', latency_bytes=" << x.latency_bytes << ", two_hop_bytes=" << x.two_hop_bytes
-          << ", direct_from_bytes=" << x.direct_from_bytes << ", timeout_s=" << x.timeout_s << ")";
+          << ", hier_rounds=" << x.hier_rounds << ", sparse_input=" << x.sparse_input << ", p2p=" << x.p2p
+          << ", algorithm='" << x.algorithm << "', latency_bytes=" << x.latency_bytes
+          << ", two_hop_bytes=" << x.two_hop_bytes << ", direct_from_bytes=" << x.direct_from_bytes
+          << ", timeout_s=" << x.timeout_s << ")";
         return s.str();
       });
 

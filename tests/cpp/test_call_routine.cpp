@@ -406,15 +406,16 @@ struct ScopedEnv {
 
 /// The runtime's tuning variables unset for a scope (a developer's environment may set them).
 struct CleanEnv {
-  ScopedEnv vars[9] = {{"NCCLZ_NCHANNELS", nullptr},
-                       {"NCCLZ_SLOT_BYTES", nullptr},
-                       {"NCCLZ_NSLOTS", nullptr},
-                       {"NCCLZ_SPARSE_SLICE_BYTES", nullptr},
-                       {"NCCLZ_PIPELINE_QUANTIZE", nullptr},
-                       {"NCCLZ_SPARSE_INPUT", nullptr},
-                       {"NCCLZ_P2P", nullptr},
-                       {"NCCLZ_TRANSPORT", nullptr},
-                       {"NCCLZ_SOCKET_THROTTLE_GBPS", nullptr}};
+  ScopedEnv vars[10] = {{"NCCLZ_NCHANNELS", nullptr},
+                        {"NCCLZ_SLOT_BYTES", nullptr},
+                        {"NCCLZ_NSLOTS", nullptr},
+                        {"NCCLZ_SPARSE_SLICE_BYTES", nullptr},
+                        {"NCCLZ_PIPELINE_QUANTIZE", nullptr},
+                        {"NCCLZ_HIER_ROUNDS", nullptr},
+                        {"NCCLZ_SPARSE_INPUT", nullptr},
+                        {"NCCLZ_P2P", nullptr},
+                        {"NCCLZ_TRANSPORT", nullptr},
+                        {"NCCLZ_SOCKET_THROTTLE_GBPS", nullptr}};
 };
 
 TEST(CallRoutineConfig, DefaultsEnvironmentAndExplicitSettings) {
@@ -425,15 +426,17 @@ TEST(CallRoutineConfig, DefaultsEnvironmentAndExplicitSettings) {
   EXPECT_EQ(d.nslots, 4);
   EXPECT_EQ(d.sparse_slice_bytes, size_t(8) << 20);
   EXPECT_EQ(d.pipeline_quantize, 1);
+  EXPECT_EQ(d.hier_rounds, 1);
   EXPECT_EQ(d.sparse_input, 1);
   EXPECT_EQ(d.p2p, 1);
   EXPECT_EQ(d.timeout_s, 300);
   {
     ScopedEnv a("NCCLZ_NCHANNELS", "3"), b("NCCLZ_PIPELINE_QUANTIZE", "0"), c("NCCLZ_SLOT_BYTES", "64K"),
-        e("NCCLZ_SPARSE_SLICE_BYTES", "0"), f("NCCLZ_P2P", "off");
+        e("NCCLZ_SPARSE_SLICE_BYTES", "0"), f("NCCLZ_P2P", "off"), g("NCCLZ_HIER_ROUNDS", "0");
     const CommConfig r = CommConfig{}.resolved();
     EXPECT_EQ(r.nchannels, 3);
     EXPECT_EQ(r.pipeline_quantize, 0);
+    EXPECT_EQ(r.hier_rounds, 0);
     EXPECT_EQ(r.slot_bytes, size_t(64) << 10);
     EXPECT_EQ(r.sparse_slice_bytes, r.slot_bytes);  // 0: no larger slices
     EXPECT_EQ(r.p2p, 0);
@@ -460,6 +463,9 @@ TEST(CallRoutineConfig, DefaultsEnvironmentAndExplicitSettings) {
   EXPECT_THROW(bad.resolved(), InvalidArgument);
   bad = CommConfig{};
   bad.pipeline_quantize = 7;
+  EXPECT_THROW(bad.resolved(), InvalidArgument);
+  bad = CommConfig{};
+  bad.hier_rounds = 2;
   EXPECT_THROW(bad.resolved(), InvalidArgument);
 }
 

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -41,8 +42,10 @@ struct World {
 
   /// topo_hosts: every rank's host ("2x2", "a,b,a,b"); per_rank: NCCLZ_TOPO_HOST
   /// of each rank instead (when not empty).
+  /// tweak: changes rank r's configuration before its creation.
   World(int nranks, const std::string& topo_hosts, const std::vector<std::string>& per_rank = {},
-        size_t slot_bytes = 1024, int nchannels = 2, const std::string& transport = "inproc")
+        size_t slot_bytes = 1024, int nchannels = 2, const std::string& transport = "inproc",
+        const std::function<void(int, CommConfig&)>& tweak = nullptr)
       : n(nranks) {
     const UniqueId id = Bootstrap::make_unique_id("127.0.0.1", 0);
     comms.resize(size_t(n));
@@ -56,6 +59,7 @@ struct World {
       cfg.topo_hosts = topo_hosts;
       cfg.latency_bytes = 0;  // the hierarchical schedules at every size (test_latency.cpp has the latency algorithm)
       if (!per_rank.empty()) cfg.topo_host = per_rank[size_t(r)];
+      if (tweak) tweak(r, cfg);
       comms[size_t(r)] = Communicator::create(id, r, n, cfg);
     });
   }
@@ -558,6 +562,48 @@ TEST(Hierarchical, LossySumBoundSplitAmongHosts) {
   // inter-host rings carry 2(H-1)/H of 1/L of the message per rank).
   EXPECT_LT(double(hier_wire), 0.5 * double(ring_wire));
   EXPECT_GT(hs[0].ratio, rs[0].ratio);
+}
+
+// Two hosts exchanging codes run the all_reduce in rounds (algorithms/
+// hierarchical.cpp, hier_all_reduce_rounds; test_hier_rounds.cpp has the
+// schedule itself): the same bits and wire bytes as the phases one after the
+// other, which any one rank's hier_rounds = 0 asks of every rank (were it its
+// own only, the ranks' intra-host rings would carry other pieces: wrong sums
+// or a timeout).
+TEST(Hierarchical, AllReduceInRoundsAsThePhases) {
+  for (const std::string layout : {"2x2", "2x3"}) {
+    const int N = layout == "2x2" ? 4 : 6;
+    World& rounds = world(layout);
+    World phased(N, layout, {}, 1024, 2, "inproc", [N](int r, CommConfig& cfg) {
+      cfg.timeout_s = 20;
+      if (r == N - 1) cfg.hier_rounds = 0;
+    });
+    for (const DataType t : {DataType::F32, DataType::F64, DataType::I32}) {
+      for (const Compression& c : {Compression::lossy_abs(lossy_bound(t)), Compression::lossless()}) {
+        if (t == DataType::I32 && c.mode != Compression::Mode::Lossless) continue;
+        const size_t count = 5003;  // many slices of 1 KiB per block
+        std::vector<std::vector<uint8_t>> in(static_cast<size_t>(N));
+        for (int r = 0; r < N; ++r) in[size_t(r)] = input(t, count, r, 31);
+        std::vector<std::vector<uint8_t>> a(size_t(N), std::vector<uint8_t>(count * dsize(t))), b = a;
+        std::vector<CallStats> sa(static_cast<size_t>(N)), sb(static_cast<size_t>(N));
+        rounds.run([&](int r, Communicator& comm) {
+          comm.all_reduce(in[size_t(r)].data(), a[size_t(r)].data(), count, t, RedOp::Sum, c, &sa[size_t(r)]);
+        });
+        phased.run([&](int r, Communicator& comm) {
+          comm.all_reduce(in[size_t(r)].data(), b[size_t(r)].data(), count, t, RedOp::Sum, c, &sb[size_t(r)]);
+        });
+        const std::string what = layout + " " + dtype_name(t) + " " + mode_label(c);
+        const bool lossy = c.mode != Compression::Mode::Lossless;
+        expect_same(a, count * dsize(t), what);
+        check_reduced(t, RedOp::Sum, in, 0, a[0], count, lossy, lossy ? sa[0].error_bound : 0, what);
+        for (int r = 0; r < N; ++r) {
+          ASSERT_EQ(sa[size_t(r)].algorithm, Algorithm::Hierarchical) << what;
+          ASSERT_EQ(a[size_t(r)], b[size_t(r)]) << what << " rank " << r;
+          EXPECT_EQ(sa[size_t(r)].wire_bytes, sb[size_t(r)].wire_bytes) << what << " rank " << r;
+        }
+      }
+    }
+  }
 }
 
 // Rank 0 decides the algorithm: its hint (or NCCLZ_ALGO) applies to every rank,

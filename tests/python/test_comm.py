@@ -434,13 +434,15 @@ def test_runtime_configuration_is_exposed(monkeypatch):
     """The runtime's defaults without a communicator, the environment's effect, and what a
     communicator actually uses (comm.config): nothing in Python needs to guess them."""
     for k in ("NCCLZ_NCHANNELS", "NCCLZ_SLOT_BYTES", "NCCLZ_NSLOTS", "NCCLZ_SPARSE_SLICE_BYTES",
-              "NCCLZ_PIPELINE_QUANTIZE", "NCCLZ_SPARSE_INPUT", "NCCLZ_P2P", "NCCLZ_TRANSPORT"):
+              "NCCLZ_PIPELINE_QUANTIZE", "NCCLZ_HIER_ROUNDS", "NCCLZ_SPARSE_INPUT", "NCCLZ_P2P", "NCCLZ_TRANSPORT"):
         monkeypatch.delenv(k, raising=False)
     C = ncclz._core.comm.CommConfig
     d = C.defaults()
     assert (d.nchannels, d.slot_bytes, d.nslots, d.sparse_slice_bytes) == (0, 1 << 20, 4, 8 << 20)  # 0: agreed
     assert (d.pipeline_quantize, d.sparse_input, d.p2p, d.timeout_s) == (1, 1, 1, 300.0)
-    tuning = ("nchannels", "slot_bytes", "nslots", "sparse_slice_bytes", "pipeline_quantize", "sparse_input", "p2p")
+    assert d.hier_rounds == 1
+    tuning = ("nchannels", "slot_bytes", "nslots", "sparse_slice_bytes", "pipeline_quantize", "hier_rounds",
+              "sparse_input", "p2p")
     env = C.from_env()
     assert [getattr(env, k) for k in tuning] == [getattr(d, k) for k in tuning]
     monkeypatch.setenv("NCCLZ_NCHANNELS", "3")

@@ -57,6 +57,7 @@ def test_documented_defaults_are_the_runtimes():
     assert _size(t["NCCLZ_SLOT_BYTES"]) == d.slot_bytes
     assert int(t["NCCLZ_NSLOTS"]) == d.nslots
     assert int(t["NCCLZ_PIPELINE_QUANTIZE"]) == d.pipeline_quantize
+    assert int(t["NCCLZ_HIER_ROUNDS"]) == d.hier_rounds
     assert int(t["NCCLZ_SPARSE_INPUT"]) == d.sparse_input
     assert int(t["NCCLZ_PERSISTENT"]) == d.persistent
     assert _size(t["NCCLZ_SPARSE_SLICE_BYTES"]) == d.sparse_slice_bytes

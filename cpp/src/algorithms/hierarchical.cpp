@@ -83,7 +83,93 @@ void all_gather_blocks(prims::Prims& p, RingPos pos, const void* own, void* dst,
   }
 }
 
+// The pieces of a round: elements [base, base + piece) of every block (off,
+// len), clipped to the block (empty where the block is shorter).
+template <class Off, class Len>
+struct Round {
+  Off off;
+  Len len;
+  size_t base, piece;
+  size_t at(int j) const { return off(j) + base; }
+  size_t n(int j) const { return base < len(j) ? std::min(piece, len(j) - base) : size_t(0); }
+};
+
 }  // namespace
+
+bool hier_all_reduce_in_rounds(const HierPos& pos, const prims::Prims& inter) {
+  return pos.nhosts == 2 && pos.nlocal > 1 && pair_exchange_pays(inter);
+}
+
+// Hierarchical all-reduce in rounds (two hosts exchanging codes; see
+// hier_all_reduce below for the phases). Each block is cut into pieces of one
+// inter-host slice (the same cut on every rank: the slice size is the call's),
+// piece i of every block making round i. Rank (h, l), round i:
+//
+//   A(i)   intra reduce-scatter of round i: piece i of block l of the host's
+//          sum -> dst                                     (exact, raw slots)
+//   S(i)   send piece i of block l to the other host      (its codes; a lossy
+//          call's stage quantizes the host sum as it reads it)
+//   R(i-1) receive the other host's piece i-1 and add it  (the exchange; the
+//          stage dequantizes the final piece into dst)
+//   C(i-1) intra all-gather of round i-1                  (raw slots)
+//
+// then R and C of the last round. So while piece i crosses the network, this
+// rank reduces round i+1 and distributes round i-1 inside the host: the
+// intra-host phases hide behind the link instead of adding to it (NCCL's
+// pipelining of a node's reduction with the network). The slots and result
+// bits are the phases' (pair_all_reduce's pieces and slices, the same
+// element-wise reductions in the same order).
+//
+// Deadlock freedom: each ring's operations are in the same order on every
+// rank that uses it (the intra ring: A(0), A(1), C(0), A(2), C(1), ...; the
+// inter pair: pair_all_reduce's, piece i+1 sent before piece i is received,
+// at most two pieces of one slice in flight). A rank waits in A(i) or C(i-1)
+// on its host's ranks in the same operation, in R(i-1) on S(i-1) of the other
+// host, which that rank posted before anything it does after it; every wait
+// is on an operation no later in this order than the waiter's, so the
+// earliest unfinished one can always proceed.
+//
+// A device rank (q) quantizes and dequantizes its pieces on its stream as
+// they go, with the same rounds as a host rank: ranks of both kinds may share
+// a host.
+void hier_all_reduce_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            void* mid, size_t count, size_t seg_intra, HostSumCodes* q) {
+  const int L = pos.nlocal, l = pos.local;
+  const size_t es = intra.esize(), ms = inter.esize();
+  auto off = [&](int j) { return count * size_t(j) / size_t(L); };
+  auto len = [&](int j) { return off(j + 1) - off(j); };
+  const size_t piece = inter.slice_elems();
+  const size_t longest = len(L - 1);  // blocks differ by at most one element, the last the longest
+  using R = Round<decltype(off), decltype(len)>;
+  auto gather = [&](const R& r) {
+    auto o = [&](int j) { return r.at(j); };
+    auto n = [&](int j) { return r.n(j); };
+    if (q && n(l)) q->dequantize(inter.channel(), at(mid, o(l), ms), at(dst, o(l), es), n(l));
+    all_gather_blocks(intra, pos.intra(), at(dst, o(l), es), dst, o, n, seg_intra);
+  };
+  size_t prev = 0;
+  bool pending = false;
+  for (size_t base = 0; base < longest; base += piece) {
+    const R r{off, len, base, piece};
+    auto o = [&](int j) { return r.at(j); };
+    auto n = [&](int j) { return r.n(j); };
+    reduce_scatter_blocks(intra, pos.intra(), src, o, n, at(dst, o(l), es), seg_intra);
+    if (q && n(l)) q->quantize(intra.channel(), at(dst, o(l), es), at(mid, o(l), ms), n(l));
+    inter.send(at(mid, o(l), ms), n(l));
+    if (pending) {
+      const R p{off, len, prev, piece};
+      inter.recvReduceCopy(at(mid, p.at(l), ms), at(mid, p.at(l), ms), p.n(l));
+      gather(p);
+    }
+    prev = base;
+    pending = true;
+  }
+  if (pending) {
+    const R p{off, len, prev, piece};
+    inter.recvReduceCopy(at(mid, p.at(l), ms), at(mid, p.at(l), ms), p.n(l));
+    gather(p);
+  }
+}
 
 // Hierarchical all-reduce (one channel; count elements, L ranks per host).
 //
@@ -105,8 +191,8 @@ void all_gather_blocks(prims::Prims& p, RingPos pos, const void* own, void* dst,
 // inter-host ring's bits: outputs are bit-identical on every rank. In place is
 // safe: A reads block j of src before any rank writes it (only this rank's
 // block l is written in A, after its last read), B and C touch dst only.
-void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
-                     void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q) {
+void hier_all_reduce_phases(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q) {
   const int L = pos.nlocal, l = pos.local;
   const size_t es = intra.esize(), ms = inter.esize();
   auto off = [&](int j) { return count * size_t(j) / size_t(L); };
@@ -116,6 +202,15 @@ void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& po
   ring_all_reduce(inter, pos.inter(), at(mid, off(l), ms), at(mid, off(l), ms), len(l), seg_inter);
   if (q) q->dequantize(inter.channel(), at(mid, off(l), ms), at(dst, off(l), es), len(l));
   all_gather_blocks(intra, pos.intra(), at(dst, off(l), es), dst, off, len, seg_intra);
+}
+
+void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                     void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q) {
+  if (hier_all_reduce_in_rounds(pos, inter)) {
+    hier_all_reduce_rounds(intra, inter, pos, src, dst, mid, count, seg_intra, q);
+  } else {
+    hier_all_reduce_phases(intra, inter, pos, src, dst, mid, count, seg_intra, seg_inter, q);
+  }
 }
 
 // Hierarchical reduce-scatter (one channel; block j of the input belongs to

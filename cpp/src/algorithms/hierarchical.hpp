@@ -52,8 +52,19 @@ class HostSumCodes {
 /// `q` codes of their own that q makes from dst's block and turns back into
 /// it), intra-host all-gather of dst. seg: ring_segment_elems of the prims it
 /// is used with.
+/// hier_all_reduce_rounds where hier_all_reduce_in_rounds, else
+/// hier_all_reduce_phases (the same slots and result bits).
 void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
                      void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q = nullptr);
+/// The three phases one after the other.
+void hier_all_reduce_phases(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q = nullptr);
+/// Two hosts exchanging codes (pair_exchange_pays on the inter wire, L > 1):
+/// the phases in rounds of one inter-host slice, the intra-host work of the
+/// rounds before and after a piece done while the piece crosses the network.
+bool hier_all_reduce_in_rounds(const HierPos& pos, const prims::Prims& inter);
+void hier_all_reduce_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            void* mid, size_t count, size_t seg_intra, HostSumCodes* q = nullptr);
 
 /// Reduce-scatter: block j (global rank j's, `count` elements here) of src at
 /// element j*stride. Intra-host reduce-scatter of the H blocks of this local

@@ -162,10 +162,11 @@ Algorithm CallRoutine::decide_algorithm(const std::vector<CallDesc>& all, const 
   // or the call's).
   bool carried = !is_lossy(run);
   for (const CallDesc& x : all) carried = carried && (x.flags & kCarried) != 0;
-  if (carried && rank0.algorithm == 0) return Algorithm::Latency;
+  const uint8_t proposed = rank0.algorithm & kAlgorithmBits;
+  if (carried && proposed == 0) return Algorithm::Latency;
   // Hierarchical needs its links (the topology allows it) and a schedule.
   if (!rt_.hier || !cd.hier) return Algorithm::Ring;
-  if (rank0.algorithm == 1 + int(Algorithm::Ring)) return Algorithm::Ring;
+  if (proposed == 1 + int(Algorithm::Ring)) return Algorithm::Ring;
   // Proposed, or the default: fewer bytes on the network and, for lossy sums,
   // the bound split among hosts instead of ranks. (The choice never depends
   // on the mode, so none and lossless stay bit-identical.)
@@ -198,6 +199,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   if (cd.device >= 0 && err.empty()) d.device = 1;
   if (!rt_.cfg.pipeline_quantize) d.flags |= kEagerQuantize;
   if (!d.algorithm) d.algorithm = configured_algorithm();
+  if (!rt_.cfg.hier_rounds) d.algorithm |= kHierPhases;
   LossyCall lossy(rt_, cd, t, c, nch, call);
   // A device call whose statistics fail on the device (a CUDA error) still
   // takes part in the exchange, marked invalid, so that the other ranks raise
@@ -277,6 +279,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   step.emplace("decide");
   const Mode run = decide_mode(all, m, t, cd.how, c, call);
   cd.algorithm = call.algorithm = decide_algorithm(all, cd, run);
+  for (const CallDesc& x : all) cd.hier_rounds = cd.hier_rounds && !(x.algorithm & kHierPhases);
   step.reset();
   // Device buffers: a lossy call decides in LossyCall::run whether it runs
   // on the device; everything else runs on host copies.

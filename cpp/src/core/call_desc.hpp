@@ -96,11 +96,15 @@ struct CallDesc {
   /// decode (core/lossy_call.cpp). Not part of the match.
   uint8_t device = 0;
   /// Rank 0's algorithm: 1 + int(Algorithm) (PolicyHints::algorithm, else
-  /// CommConfig::algorithm / NCCLZ_ALGO), 0 for the default. Every rank runs
-  /// all[0]'s where the topology allows it (core/call.hpp, step 4); not part
-  /// of the match.
+  /// CommConfig::algorithm / NCCLZ_ALGO), 0 for the default, in the bits of
+  /// kAlgorithmBits. Every rank runs all[0]'s where the topology allows it
+  /// (core/call.hpp, step 4); not part of the match. kHierPhases: this rank
+  /// asks for the hierarchical all_reduce's phases one after the other
+  /// (CommConfig::hier_rounds 0); any rank's counts for every rank.
   uint8_t algorithm = 0;
 };
+constexpr uint8_t kAlgorithmBits = 0x7f;
+constexpr uint8_t kHierPhases = 0x80;
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");
 
 const char* coll_name(Coll c);

@@ -25,7 +25,12 @@ void broadcast_schedule(prims::Prims& p, const ChannelPart& c) {
 }
 
 void hier_all_reduce_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
-  algorithms::hier_all_reduce(intra, inter, c.pos, c.src, c.dst, c.mid, c.count, c.seg_intra, c.seg_inter, c.codes);
+  if (c.rounds) {
+    algorithms::hier_all_reduce(intra, inter, c.pos, c.src, c.dst, c.mid, c.count, c.seg_intra, c.seg_inter, c.codes);
+  } else {
+    algorithms::hier_all_reduce_phases(intra, inter, c.pos, c.src, c.dst, c.mid, c.count, c.seg_intra, c.seg_inter,
+                                       c.codes);
+  }
 }
 
 void hier_reduce_scatter_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {

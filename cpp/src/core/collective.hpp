@@ -71,6 +71,7 @@ struct HierPart {
   size_t stride = 0;
   int root = -1;
   size_t seg_intra = 0, seg_inter = 0;  ///< ring chunk elements of each ring
+  bool rounds = true;                   ///< Collective::hier_rounds
   /// A device rank's lossy reduction: its host sums' codes (see
   /// algorithms::HostSumCodes); null otherwise.
   algorithms::HostSumCodes* codes = nullptr;
@@ -139,6 +140,10 @@ struct Collective {
   /// The algorithm this call runs: chosen per call by the call routine from
   /// rank 0's proposal and the topology (core/call.hpp, step 4).
   Algorithm algorithm = Algorithm::Ring;
+  /// A hierarchical all_reduce may run in rounds (algorithms::
+  /// hier_all_reduce): false where a rank asked for the phases one after
+  /// the other (CallDesc's kHierPhases).
+  bool hier_rounds = true;
   /// The schedule on the point-to-point links instead of the rings
   /// (all_to_all, gather, scatter): the call's channels become lanes that
   /// take the pairwise steps (algorithms/pairwise.hpp).

@@ -40,6 +40,7 @@ void read_tuning_env(CommConfig& c) {
   if (c.throttle_gbps <= 0) c.throttle_gbps = env::get_double("NCCLZ_SOCKET_THROTTLE_GBPS", 0, 0, 1e9);
   if (c.socket_ifname.empty()) c.socket_ifname = env::get_string("NCCLZ_SOCKET_IFNAME", "");
   if (c.pipeline_quantize < 0) c.pipeline_quantize = int(env::get_int("NCCLZ_PIPELINE_QUANTIZE", -1, 0, 1));
+  if (c.hier_rounds < 0) c.hier_rounds = int(env::get_int("NCCLZ_HIER_ROUNDS", -1, 0, 1));
   if (c.sparse_input < 0) c.sparse_input = int(env::get_int("NCCLZ_SPARSE_INPUT", -1, 0, 1));
   if (c.persistent < 0) c.persistent = int(env::get_int("NCCLZ_PERSISTENT", -1, 0, 1));
   if (c.p2p < 0 && env::get("NCCLZ_P2P")) c.p2p = env::get_bool("NCCLZ_P2P", true) ? 1 : 0;
@@ -139,6 +140,7 @@ CommConfig CommConfig::defaults() {
   c.nslots = core::kDefaultSlots;
   c.sparse_slice_bytes = core::kDefaultSparseSliceBytes;
   c.pipeline_quantize = 1;
+  c.hier_rounds = 1;
   c.sparse_input = 1;
   c.persistent = 0;
   c.p2p = 1;
@@ -167,10 +169,12 @@ CommConfig CommConfig::resolved() const {
   if (c.nslots <= 0) c.nslots = d.nslots;
   if (c.sparse_slice_bytes == 0) c.sparse_slice_bytes = d.sparse_slice_bytes;
   check_flag(c.pipeline_quantize, "pipeline_quantize", "NCCLZ_PIPELINE_QUANTIZE");
+  check_flag(c.hier_rounds, "hier_rounds", "NCCLZ_HIER_ROUNDS");
   check_flag(c.sparse_input, "sparse_input", "NCCLZ_SPARSE_INPUT");
   check_flag(c.p2p, "p2p", "NCCLZ_P2P");
   check_flag(c.persistent, "persistent", "NCCLZ_PERSISTENT");
   if (c.pipeline_quantize < 0) c.pipeline_quantize = d.pipeline_quantize;
+  if (c.hier_rounds < 0) c.hier_rounds = d.hier_rounds;
   if (c.sparse_input < 0) c.sparse_input = d.sparse_input;
   if (c.p2p < 0) c.p2p = d.p2p;
   if (c.persistent < 0) c.persistent = d.persistent;

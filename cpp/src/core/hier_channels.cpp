@@ -77,6 +77,7 @@ void HierChannels::run_schedule(RingChannels& fan, const Collective& cd, const B
     part.root = cd.root;
     part.seg_intra = algorithms::ring_segment_elems(pi, nslots_);
     part.seg_inter = algorithms::ring_segment_elems(pe, nslots_);
+    part.rounds = cd.hier_rounds;
     auto run = [&] {
       cd.hier(pi, pe, part);
       pi.settle();

@@ -1,0 +1,250 @@
+// The hierarchical all-reduce of two hosts in rounds (algorithms/
+// hierarchical.cpp, hier_all_reduce_rounds): the same result bits and the
+// same inter-host slots as the three phases one after the other, a staged
+// input quantized once per element, and the intra-host work really done
+// between the pieces the hosts exchange. Ranks are threads; every connection
+// is an in-memory FIFO (test_fifo.hpp).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "algorithms/hierarchical.hpp"
+#include "prims/prims.hpp"
+#include "prims/reduce.hpp"
+#include "test_fifo.hpp"
+
+using namespace ncclz;
+using codec::ElemType;
+using ncclz_test::FakeRecv;
+using ncclz_test::FakeSend;
+using ncclz_test::Fifo;
+using transport::Clock;
+
+namespace {
+
+constexpr size_t kSlotBytes = 256;
+
+/// Every post of every connection, in the order they happened: (rank, ring).
+struct Events {
+  std::mutex mu;
+  std::vector<std::pair<int, char>> seq;
+};
+
+class LoggedSend final : public FakeSend {
+ public:
+  LoggedSend(Fifo* f, Events* ev, int rank, char ring) : FakeSend(f), ev_(ev), rank_(rank), ring_(ring) {}
+  void post(size_t bytes) override {
+    FakeSend::post(bytes);
+    std::lock_guard<std::mutex> lk(ev_->mu);
+    ev_->seq.emplace_back(rank_, ring_);
+  }
+
+ private:
+  Events* ev_;
+  int rank_;
+  char ring_;
+};
+
+/// A stage as the lossy call's (core::LossyStage over all_reduce's output):
+/// the "codes" of a slice of the code buffer are the host sums at the same
+/// offset of dst, prepared into one of two buffers in turn; final slices are
+/// written back to dst. Counts the elements it prepares.
+class HostSumStage final : public prims::Stage {
+ public:
+  HostSumStage(int32_t* dst, const int32_t* codes) : dst_(dst), codes_(codes) {}
+  void* prepare(const void* src, size_t n) override {
+    const size_t off = size_t(static_cast<const int32_t*>(src) - codes_);
+    turn_ ^= 1;
+    bufs_[turn_].assign(dst_ + off, dst_ + off + n);
+    prepared_ += n;
+    return bufs_[turn_].data();
+  }
+  void finish(const void* at, const void* data, size_t n) override {
+    std::memcpy(dst_ + (static_cast<const int32_t*>(at) - codes_), data, n * sizeof(int32_t));
+  }
+  size_t prepared() const { return prepared_; }
+
+ private:
+  int32_t* dst_;
+  const int32_t* codes_;
+  std::vector<int32_t> bufs_[2];
+  int turn_ = 0;
+  size_t prepared_ = 0;
+};
+
+prims::PrimsArgs wire_args(prims::WireMode m) {
+  prims::PrimsArgs pa;
+  pa.type = ElemType::I32;
+  pa.mode = m;
+  pa.op = RedOp::Sum;
+  pa.reduce = prims::reduce_fn(ElemType::I32, RedOp::Sum);
+  pa.int_sum = true;
+  pa.raw_esize = 4;
+  pa.deadline = Clock::now() + std::chrono::seconds(30);
+  return pa;
+}
+
+int32_t value(int rank, size_t i) { return int32_t((i * 7 + size_t(rank) * 13) % 61) - 30 + int32_t(i / 40); }
+
+enum class Schedule { Rounds, Phases };
+
+/// One all-reduce of 2 x L ranks: every rank's output, the bytes of every
+/// inter-host slot in the order posted (per rank), the elements each rank's
+/// stage prepared, and the order of all posts.
+struct Outcome {
+  std::vector<std::vector<int32_t>> out;
+  std::vector<std::vector<std::vector<uint8_t>>> inter_slots;
+  std::vector<size_t> prepared;
+  std::vector<std::pair<int, char>> posts;
+};
+
+Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_place) {
+  const int N = 2 * L;
+  auto rank_of = [L](int h, int l) { return h * L + l; };
+  // intra[r]: r -> its host's next rank; inter[r]: r -> the other host's rank (., l)
+  std::vector<std::unique_ptr<Fifo>> intra, inter;
+  for (int r = 0; r < N; ++r) {
+    intra.push_back(std::make_unique<Fifo>(kSlotBytes, nslots));
+    inter.push_back(std::make_unique<Fifo>(kSlotBytes, nslots));
+  }
+  Events ev;
+  Outcome o;
+  o.out.resize(size_t(N));
+  o.prepared.assign(size_t(N), 0);
+  std::vector<int> grid(static_cast<size_t>(N));
+  for (int r = 0; r < N; ++r) grid[size_t(r)] = r;
+  auto rank = [&](int h, int l) {
+    const int r = rank_of(h, l);
+    LoggedSend si(intra[size_t(r)].get(), &ev, r, 'i'), se(inter[size_t(r)].get(), &ev, r, 'e');
+    FakeRecv ri(intra[size_t(rank_of(h, (l + L - 1) % L))].get()), re(inter[size_t(rank_of(1 - h, l))].get());
+    std::vector<int32_t> src(count), dst(count, -7), codes(count);
+    for (size_t i = 0; i < count; ++i) src[i] = value(r, i);
+    if (in_place) dst = src;
+    HostSumStage stage(dst.data(), codes.data());
+    prims::PrimsArgs ai = wire_args(prims::WireMode::Raw), ae = wire_args(prims::WireMode::Coded);
+    ai.rank = ae.rank = r;
+    if (staged) ae.stage = &stage;
+    prims::ChannelStats sti, ste;
+    std::vector<uint64_t> scratch_i(kSlotBytes / 8 + 8), scratch_e(kSlotBytes / 8 + 8);
+    prims::Prims pi(&si, &ri, ai, &sti, scratch_i.data()), pe(&se, &re, ae, &ste, scratch_e.data());
+    algorithms::HierPos pos;
+    pos.host = h;
+    pos.nhosts = 2;
+    pos.local = l;
+    pos.nlocal = L;
+    pos.grid = grid.data();
+    ASSERT_TRUE(algorithms::hier_all_reduce_in_rounds(pos, pe));
+    const void* in = in_place ? dst.data() : src.data();
+    void* mid = staged ? static_cast<void*>(codes.data()) : static_cast<void*>(dst.data());
+    const size_t seg_i = algorithms::ring_segment_elems(pi, nslots), seg_e = algorithms::ring_segment_elems(pe, nslots);
+    if (s == Schedule::Rounds) {
+      algorithms::hier_all_reduce_rounds(pi, pe, pos, in, dst.data(), mid, count, seg_i);
+    } else {
+      algorithms::hier_all_reduce_phases(pi, pe, pos, in, dst.data(), mid, count, seg_i, seg_e);
+    }
+    o.out[size_t(r)] = dst;
+    o.prepared[size_t(r)] = stage.prepared();
+  };
+  std::vector<std::thread> th;
+  for (int r = 1; r < N; ++r) th.emplace_back([&, r] { rank(r / L, r % L); });
+  rank(0, 0);
+  for (auto& t : th) t.join();
+  for (int r = 0; r < N; ++r) o.inter_slots.push_back(inter[size_t(r)]->log);
+  o.posts = ev.seq;
+  return o;
+}
+
+/// Whether rank r posted on its intra-host ring between its first and last
+/// inter-host post.
+bool intra_between_inter(const Outcome& o, int r) {
+  long first = -1, last = -1;
+  for (size_t k = 0; k < o.posts.size(); ++k) {
+    if (o.posts[k] == std::make_pair(r, 'e')) {
+      if (first < 0) first = long(k);
+      last = long(k);
+    }
+  }
+  for (long k = first + 1; k < last; ++k) {
+    if (o.posts[size_t(k)] == std::make_pair(r, 'i')) return true;
+  }
+  return false;
+}
+
+TEST(HierRounds, SameBitsAndSlotsAsThePhases) {
+  for (const int L : {2, 3}) {
+    for (const int nslots : {2, 4}) {
+      for (const size_t count : {size_t(1), size_t(2), size_t(7), size_t(300), size_t(1003), size_t(4099)}) {
+        for (const bool staged : {false, true}) {
+          for (const bool in_place : {false, true}) {
+            SCOPED_TRACE(::testing::Message() << "2x" << L << " slots " << nslots << " count " << count << " staged "
+                                              << staged << " in place " << in_place);
+            const Outcome a = run(Schedule::Rounds, L, count, nslots, staged, in_place);
+            const Outcome b = run(Schedule::Phases, L, count, nslots, staged, in_place);
+            for (int r = 0; r < 2 * L; ++r) {
+              const size_t l = size_t(r % L), block = count * (l + 1) / size_t(L) - count * l / size_t(L);
+              for (size_t i = 0; i < count; ++i) {
+                int64_t sum = 0;
+                for (int k = 0; k < 2 * L; ++k) sum += value(k, i);
+                ASSERT_EQ(a.out[size_t(r)][i], int32_t(sum)) << "rank " << r << " element " << i;
+              }
+              ASSERT_EQ(a.out[size_t(r)], b.out[size_t(r)]) << "rank " << r;
+              EXPECT_EQ(a.inter_slots[size_t(r)], b.inter_slots[size_t(r)]) << "rank " << r;
+              // Each host sum of the rank's block read once by the stage.
+              if (staged) {
+                EXPECT_EQ(a.prepared[size_t(r)], block) << "rank " << r;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(HierRounds, IntraHostWorkBetweenThePieces) {
+  // Many pieces per block: in rounds, every rank posts on its host's ring
+  // while it is still exchanging pieces with the other host; the phases post
+  // all of A before the exchange and all of C after it (this check fails for
+  // them).
+  for (const bool staged : {false, true}) {
+    const Outcome a = run(Schedule::Rounds, 2, 4000, 4, staged, false);
+    const Outcome b = run(Schedule::Phases, 2, 4000, 4, staged, false);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(intra_between_inter(a, r)) << "rounds, rank " << r << " staged " << staged;
+      EXPECT_FALSE(intra_between_inter(b, r)) << "phases, rank " << r << " staged " << staged;
+    }
+  }
+}
+
+TEST(HierRounds, OnlyTwoHostsExchangingCodes) {
+  std::vector<int> grid = {0, 1, 2, 3, 4, 5};
+  Fifo f(kSlotBytes, 4);
+  FakeSend s(&f);
+  FakeRecv rc(&f);
+  std::vector<uint64_t> scratch(kSlotBytes / 8 + 8);
+  auto pairs = [&](prims::WireMode m, ElemType t, int H, int L) {
+    prims::PrimsArgs a = wire_args(m);
+    a.type = t;
+    a.raw_esize = codec::elem_size(t);
+    prims::ChannelStats st;
+    prims::Prims p(&s, &rc, a, &st, scratch.data());
+    algorithms::HierPos pos;
+    pos.nhosts = H;
+    pos.nlocal = L;
+    pos.grid = grid.data();
+    return algorithms::hier_all_reduce_in_rounds(pos, p);
+  };
+  EXPECT_TRUE(pairs(prims::WireMode::Coded, ElemType::I32, 2, 2));
+  EXPECT_TRUE(pairs(prims::WireMode::Coded, ElemType::I64, 2, 3));
+  EXPECT_FALSE(pairs(prims::WireMode::Coded, ElemType::I32, 3, 2));  // a ring of three hosts
+  EXPECT_FALSE(pairs(prims::WireMode::Coded, ElemType::I32, 2, 1));  // one rank per host: no intra phases
+  EXPECT_FALSE(pairs(prims::WireMode::Raw, ElemType::F32, 2, 2));    // floats: the ring (NaN payloads)
+}
+
+}  // namespace
