@@ -213,7 +213,10 @@ def main() -> int:
                    "intra_link": t.intra_link, "inter_link": t.inter_link,
                    "link_gbps": float(os.environ.get("NETLAB_GBPS") or os.environ.get("NCCLZ_LINK_GBPS") or 0),
                    "nbytes": nbytes, "label": a.label, "started": t_run, "cpus": os.cpu_count(),
-                   "reset_timed": False}  # Config.reset runs before the barrier (rows without the key: timed)
+                   "reset_timed": False,  # Config.reset runs before the barrier (rows without the key: timed)
+                   # the hierarchical all_reduce of two hosts in rounds (NCCLZ_HIER_ROUNDS; rank 0's here,
+                   # any rank's 0 counts for all: the lab gives every rank the same environment)
+                   "hier_rounds": int(comm.config.hier_rounds)}
             rows = []
             for cf in configs:
                 s = cf.stats

@@ -122,6 +122,37 @@ def effort_section() -> list:
     return L
 
 
+def rounds_section() -> list:
+    """The rounds and phased phases' runs (rounds-<rate>g.json beside phased-<rate>g.json), one table:
+    the hierarchical lossy all_reduce of two hosts in rounds (the default) against its phases one
+    after the other (NCCLZ_HIER_ROUNDS=0), taken in turns, per rate and data set."""
+    runs = sorted(RAW.glob("rounds-*g.json"), key=lambda p: float(p.stem[len("rounds-"):-1]))
+    L = []
+    for path in runs:
+        other = load("phased-" + path.stem[len("rounds-"):])
+        if not other:
+            continue
+        rows = json.loads(path.read_text())
+        for data in ("smooth", "grad"):
+            a = find(rows, data=data, mode="rel=1e-3", algorithm="hierarchical")
+            b = find(other, data=data, mode="rel=1e-3", algorithm="hierarchical")
+            if a and b:
+                L.append(f"| {a['link_gbps']:g} Gbit/s | {data} | {ms(a['median_s'])} | {ms(b['median_s'])} | "
+                         f"{b['median_s'] / a['median_s']:.2f}x | {a['ratio']:.2f} / {b['ratio']:.2f} | "
+                         f"{a['cpu_s']:.3f} / {b['cpu_s']:.3f} | {a['load']:.1f} |")
+    if not L:
+        return []
+    return ["## Rounds against phases: the hierarchical all_reduce of two hosts, 2 x 2, 64 MiB at rel 1e-3", "",
+            ("`sudo python bench/netlab/topology.py --phases rounds,phased --rate R`: the hierarchical lossy "
+             "call in rounds (the default: each round's intra-host reduction and distribution run while the "
+             "previous piece crosses the network; docs/ALGORITHMS.md, \"Rounds\") against its three phases "
+             "one after the other (`NCCLZ_HIER_ROUNDS=0`), the two taking turns round after round. Same "
+             "result bits and wire bytes."), "",
+            ("| link | data | rounds ms | phases ms | phases / rounds | ratio (rounds / phases) | "
+             "CPU s per call, all ranks (rounds / phases) | load |"),
+            "|---|---|---|---|---|---|---|---|", *L, ""]
+
+
 def main() -> int:
     pair, colls, quad, one, check = (load(n) for n in ("pair", "colls", "quad", "one", "check"))
     if (RESULTS / "scale_calibration.json").exists():
@@ -189,7 +220,8 @@ def main() -> int:
                     continue
                 dc = scale_model.codec_for(dcs, r)
                 args = (r["world_size"], r["hosts"], r["nbytes"], r["link_gbps"])
-                tl = scale_model.predict(m, dc, "all_reduce", "lossy", "hierarchical", *args)
+                tl = scale_model.predict(m, dc, "all_reduce", "lossy", "hierarchical", *args,
+                                         rounds=scale_model.point_rounds(r))
                 tn = scale_model.predict(m, dc, "all_reduce", "none", "hierarchical", *args)
                 rows.append(f"{data}: uncompressed {tn * 1e3:.0f} ms, lossy {tl * 1e3:.0f} ms, speedup {tn / tl:.1f}x = "
                             f"{tn / tl / r['ratio']:.0%} of the ratio")
@@ -250,6 +282,7 @@ def main() -> int:
                      f"{r['ratio']:.2f} |")
         L.append("")
     L += effort_section()
+    L += rounds_section()
     if one:
         L += ["## One host x 2 ranks over shared memory, 16 MiB, uncompressed (the model's calibration)", "",
               "| collective | ms |", "|---|---|"]
