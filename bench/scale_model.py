@@ -403,10 +403,11 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     the call, :func:`harness`), a rank's intra-host phases, then its network ring with codec and link
     overlapping (the policy's combination), the CPU work of the ranks at the CPUs they get
     (Machine.span); a broadcast chain adds one slice time per host link it crosses. `rounds`: a
-    lossy all_reduce of two hosts runs hierarchically in rounds (NCCLZ_HIER_ROUNDS, the default
-    since 2026-11-27 20:58): its intra-host phases run between the pieces the hosts exchange, so
-    their CPU work joins the ring's and only the first round's reduction and the last one's
-    distribution (one slice of the rank's block) stand outside the overlap."""
+    lossy all_reduce of two hosts (since 2026-11-27 20:58) and a reduce_scatter of two hosts in
+    any mode (since :data:`RS_ROUNDS_SINCE`) run hierarchically in rounds (NCCLZ_HIER_ROUNDS, the
+    default): their intra-host phases run between the pieces the hosts exchange, so their CPU work
+    joins the ring's and only a round's worth (one slice of the rank's block) stands outside the
+    overlap."""
     B = gbps * 1e9 / 8 * m.goodput
     hier = algo == "hierarchical" and 1 < hosts < n
     L = n // hosts if hier else 1
@@ -417,7 +418,8 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     lanes = L if hier and coll != "broadcast" else 1
     t_net = lanes * schedule_bytes(coll, algo, n, hosts, S)[0] / (r * B) if hosts > 1 else 0.0
     inter, intra, solo = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
-    in_rounds = rounds and hier and hosts == 2 and coll == "all_reduce" and mode == "lossy"
+    in_rounds = rounds and hier and hosts == 2 and (coll == "all_reduce" and mode == "lossy"
+                                                   or coll == "reduce_scatter")
     pre = list(pre or [])
     # CPU: every phase's work on the CPUs the ranks get (the busiest rank's at its share where all
     # do the same; a chain's few busy ranks get more than an even share while the others wait); the
@@ -671,9 +673,15 @@ def point_args(r: dict) -> tuple:
 ROUNDS_SINCE = 1795813127.0
 
 
+# ... and the reduce_scatter of two hosts since main's RS_ROUNDS_COMMIT (rows before it ran its phases
+# whatever their hier_rounds says).
+RS_ROUNDS_SINCE = 1795815600.0
+
+
 def point_rounds(r: dict) -> bool:
-    """Whether a lab point's hierarchical all_reduce ran in rounds (:func:`predict`)."""
-    return bool(r.get("hier_rounds", r.get("started", 0.0) >= ROUNDS_SINCE))
+    """Whether a lab point's hierarchical all_reduce or reduce_scatter ran in rounds (:func:`predict`)."""
+    since = RS_ROUNDS_SINCE if r.get("coll") == "reduce_scatter" else ROUNDS_SINCE
+    return r.get("started", 0.0) >= since and bool(r.get("hier_rounds", 1))
 
 
 def codec_for(dcs: dict, r: dict) -> DataCodec:

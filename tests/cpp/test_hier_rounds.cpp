@@ -1,8 +1,9 @@
-// The hierarchical all-reduce of two hosts in rounds (algorithms/
-// hierarchical.cpp, hier_all_reduce_rounds): the same result bits and the
-// same inter-host slots as the three phases one after the other, a staged
-// input quantized once per element, and the intra-host work really done
-// between the pieces the hosts exchange. Ranks are threads; every connection
+// The hierarchical all-reduce and reduce-scatter of two hosts in rounds
+// (algorithms/hierarchical.cpp, hier_all_reduce_rounds and
+// hier_reduce_scatter_rounds): the same result bits and the same inter-host
+// slots as the phases one after the other, a staged input quantized once per
+// element, and the intra-host work really done between the pieces the hosts
+// exchange. Ranks are threads; every connection
 // is an in-memory FIFO (test_fifo.hpp).
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,28 +53,32 @@ class LoggedSend final : public FakeSend {
   char ring_;
 };
 
-/// A stage as the lossy call's (core::LossyStage over all_reduce's output):
-/// the "codes" of a slice of the code buffer are the host sums at the same
-/// offset of dst, prepared into one of two buffers in turn; final slices are
-/// written back to dst. Counts the elements it prepares.
+/// A stage as the lossy call's (core::LossyStage): the "codes" of a slice of
+/// the code buffer are the host sums at the same offset of `x` (all_reduce:
+/// its output; reduce_scatter: the work buffer), prepared into one of two
+/// buffers in turn; final slices of the output codes are written to `out`
+/// at their offset. Counts the elements it prepares.
 class HostSumStage final : public prims::Stage {
  public:
-  HostSumStage(int32_t* dst, const int32_t* codes) : dst_(dst), codes_(codes) {}
+  HostSumStage(const int32_t* x, const int32_t* codes, int32_t* out, const int32_t* out_codes)
+      : x_(x), codes_(codes), out_(out), out_codes_(out_codes) {}
   void* prepare(const void* src, size_t n) override {
     const size_t off = size_t(static_cast<const int32_t*>(src) - codes_);
     turn_ ^= 1;
-    bufs_[turn_].assign(dst_ + off, dst_ + off + n);
+    bufs_[turn_].assign(x_ + off, x_ + off + n);
     prepared_ += n;
     return bufs_[turn_].data();
   }
   void finish(const void* at, const void* data, size_t n) override {
-    std::memcpy(dst_ + (static_cast<const int32_t*>(at) - codes_), data, n * sizeof(int32_t));
+    std::memcpy(out_ + (static_cast<const int32_t*>(at) - out_codes_), data, n * sizeof(int32_t));
   }
   size_t prepared() const { return prepared_; }
 
  private:
-  int32_t* dst_;
+  const int32_t* x_;
   const int32_t* codes_;
+  int32_t* out_;
+  const int32_t* out_codes_;
   std::vector<int32_t> bufs_[2];
   int turn_ = 0;
   size_t prepared_ = 0;
@@ -93,8 +99,10 @@ prims::PrimsArgs wire_args(prims::WireMode m) {
 int32_t value(int rank, size_t i) { return int32_t((i * 7 + size_t(rank) * 13) % 61) - 30 + int32_t(i / 40); }
 
 enum class Schedule { Rounds, Phases };
+enum class Coll { AllReduce, ReduceScatter };
 
-/// One all-reduce of 2 x L ranks: every rank's output, the bytes of every
+/// One all-reduce (count elements) or reduce-scatter (count elements of each
+/// of the 2L blocks) of 2 x L ranks: every rank's output, the bytes of every
 /// inter-host slot in the order posted (per rank), the elements each rank's
 /// stage prepared, and the order of all posts.
 struct Outcome {
@@ -104,7 +112,7 @@ struct Outcome {
   std::vector<std::pair<int, char>> posts;
 };
 
-Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_place) {
+Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_place, Coll coll = Coll::AllReduce) {
   const int N = 2 * L;
   auto rank_of = [L](int h, int l) { return h * L + l; };
   // intra[r]: r -> its host's next rank; inter[r]: r -> the other host's rank (., l)
@@ -123,10 +131,15 @@ Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_pl
     const int r = rank_of(h, l);
     LoggedSend si(intra[size_t(r)].get(), &ev, r, 'i'), se(inter[size_t(r)].get(), &ev, r, 'e');
     FakeRecv ri(intra[size_t(rank_of(h, (l + L - 1) % L))].get()), re(inter[size_t(rank_of(1 - h, l))].get());
-    std::vector<int32_t> src(count), dst(count, -7), codes(count);
-    for (size_t i = 0; i < count; ++i) src[i] = value(r, i);
+    const bool rs = coll == Coll::ReduceScatter;
+    const size_t in_count = rs ? count * size_t(N) : count;
+    std::vector<int32_t> src(in_count), dst(count, -7), codes(count);
+    for (size_t i = 0; i < in_count; ++i) src[i] = value(r, i);
     if (in_place) dst = src;
-    HostSumStage stage(dst.data(), codes.data());
+    // reduce_scatter: the host sums (two blocks), their codes, then the output's codes
+    std::vector<int32_t> work(2 * count, -5), rs_codes(3 * count);
+    HostSumStage stage(rs ? work.data() : dst.data(), rs ? rs_codes.data() : codes.data(), dst.data(),
+                       rs ? rs_codes.data() + 2 * count : codes.data());
     prims::PrimsArgs ai = wire_args(prims::WireMode::Raw), ae = wire_args(prims::WireMode::Coded);
     ai.rank = ae.rank = r;
     if (staged) ae.stage = &stage;
@@ -139,10 +152,24 @@ Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_pl
     pos.local = l;
     pos.nlocal = L;
     pos.grid = grid.data();
+    ASSERT_TRUE(algorithms::hier_reduce_scatter_in_rounds(pos));
+    const size_t seg_i = algorithms::ring_segment_elems(pi, nslots), seg_e = algorithms::ring_segment_elems(pe, nslots);
+    if (rs) {
+      int32_t* mid = staged ? rs_codes.data() : work.data();
+      int32_t* mid_out = staged ? rs_codes.data() + 2 * count : dst.data();
+      if (s == Schedule::Rounds) {
+        algorithms::hier_reduce_scatter_rounds(pi, pe, pos, src.data(), count, work.data(), mid, mid_out, count, seg_i);
+      } else {
+        algorithms::hier_reduce_scatter_phases(pi, pe, pos, src.data(), count, work.data(), mid, mid_out, count, seg_i,
+                                               seg_e);
+      }
+      o.out[size_t(r)] = dst;
+      o.prepared[size_t(r)] = stage.prepared();
+      return;
+    }
     ASSERT_TRUE(algorithms::hier_all_reduce_in_rounds(pos, pe));
     const void* in = in_place ? dst.data() : src.data();
     void* mid = staged ? static_cast<void*>(codes.data()) : static_cast<void*>(dst.data());
-    const size_t seg_i = algorithms::ring_segment_elems(pi, nslots), seg_e = algorithms::ring_segment_elems(pe, nslots);
     if (s == Schedule::Rounds) {
       algorithms::hier_all_reduce_rounds(pi, pe, pos, in, dst.data(), mid, count, seg_i);
     } else {
@@ -207,17 +234,49 @@ TEST(HierRounds, SameBitsAndSlotsAsThePhases) {
   }
 }
 
+TEST(HierRounds, ReduceScatterSameBitsAndSlotsAsThePhases) {
+  for (const int L : {2, 3}) {
+    for (const int nslots : {2, 4}) {
+      for (const size_t count : {size_t(1), size_t(7), size_t(300), size_t(1003)}) {
+        for (const bool staged : {false, true}) {
+          SCOPED_TRACE(::testing::Message()
+                       << "2x" << L << " slots " << nslots << " count " << count << " staged " << staged);
+          const Outcome a = run(Schedule::Rounds, L, count, nslots, staged, false, Coll::ReduceScatter);
+          const Outcome b = run(Schedule::Phases, L, count, nslots, staged, false, Coll::ReduceScatter);
+          for (int r = 0; r < 2 * L; ++r) {
+            for (size_t i = 0; i < count; ++i) {
+              int64_t sum = 0;
+              for (int k = 0; k < 2 * L; ++k) sum += value(k, size_t(r) * count + i);
+              ASSERT_EQ(a.out[size_t(r)][i], int32_t(sum)) << "rank " << r << " element " << i;
+            }
+            ASSERT_EQ(a.out[size_t(r)], b.out[size_t(r)]) << "rank " << r;
+            EXPECT_EQ(a.inter_slots[size_t(r)], b.inter_slots[size_t(r)]) << "rank " << r;
+            // Each host sum read once by the stage: both hosts' sums of the rank's blocks.
+            if (staged) {
+              EXPECT_EQ(a.prepared[size_t(r)], 2 * count) << "rank " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(HierRounds, IntraHostWorkBetweenThePieces) {
   // Many pieces per block: in rounds, every rank posts on its host's ring
   // while it is still exchanging pieces with the other host; the phases post
   // all of A before the exchange and all of C after it (this check fails for
   // them).
-  for (const bool staged : {false, true}) {
-    const Outcome a = run(Schedule::Rounds, 2, 4000, 4, staged, false);
-    const Outcome b = run(Schedule::Phases, 2, 4000, 4, staged, false);
-    for (int r = 0; r < 4; ++r) {
-      EXPECT_TRUE(intra_between_inter(a, r)) << "rounds, rank " << r << " staged " << staged;
-      EXPECT_FALSE(intra_between_inter(b, r)) << "phases, rank " << r << " staged " << staged;
+  for (const Coll coll : {Coll::AllReduce, Coll::ReduceScatter}) {
+    for (const bool staged : {false, true}) {
+      const Outcome a = run(Schedule::Rounds, 2, 4000, 4, staged, false, coll);
+      const Outcome b = run(Schedule::Phases, 2, 4000, 4, staged, false, coll);
+      for (int r = 0; r < 4; ++r) {
+        const std::string what = std::string(coll == Coll::AllReduce ? "all_reduce" : "reduce_scatter") + ", rank " +
+                                 std::to_string(r) + " staged " + std::to_string(staged);
+        EXPECT_TRUE(intra_between_inter(a, r)) << "rounds, " << what;
+        EXPECT_FALSE(intra_between_inter(b, r)) << "phases, " << what;
+      }
     }
   }
 }
@@ -245,6 +304,15 @@ TEST(HierRounds, OnlyTwoHostsExchangingCodes) {
   EXPECT_FALSE(pairs(prims::WireMode::Coded, ElemType::I32, 3, 2));  // a ring of three hosts
   EXPECT_FALSE(pairs(prims::WireMode::Coded, ElemType::I32, 2, 1));  // one rank per host: no intra phases
   EXPECT_FALSE(pairs(prims::WireMode::Raw, ElemType::F32, 2, 2));    // floats: the ring (NaN payloads)
+  // reduce_scatter: any wire (its ring of two sends one block, reduces into the other)
+  algorithms::HierPos pos;
+  pos.grid = grid.data();
+  pos.nhosts = 2, pos.nlocal = 2;
+  EXPECT_TRUE(algorithms::hier_reduce_scatter_in_rounds(pos));
+  pos.nhosts = 3;
+  EXPECT_FALSE(algorithms::hier_reduce_scatter_in_rounds(pos));
+  pos.nhosts = 2, pos.nlocal = 1;
+  EXPECT_FALSE(algorithms::hier_reduce_scatter_in_rounds(pos));
 }
 
 }  // namespace

@@ -564,13 +564,14 @@ TEST(Hierarchical, LossySumBoundSplitAmongHosts) {
   EXPECT_GT(hs[0].ratio, rs[0].ratio);
 }
 
-// Two hosts exchanging codes run the all_reduce in rounds (algorithms/
-// hierarchical.cpp, hier_all_reduce_rounds; test_hier_rounds.cpp has the
-// schedule itself): the same bits and wire bytes as the phases one after the
+// Two hosts run the all_reduce (exchanging codes) and the reduce_scatter (in
+// every mode) in rounds (algorithms/hierarchical.cpp, hier_all_reduce_rounds,
+// hier_reduce_scatter_rounds; test_hier_rounds.cpp has the schedules
+// themselves): the same bits and wire bytes as the phases one after the
 // other, which any one rank's hier_rounds = 0 asks of every rank (were it its
 // own only, the ranks' intra-host rings would carry other pieces: wrong sums
 // or a timeout).
-TEST(Hierarchical, AllReduceInRoundsAsThePhases) {
+TEST(Hierarchical, InRoundsAsThePhases) {
   for (const std::string layout : {"2x2", "2x3"}) {
     const int N = layout == "2x2" ? 4 : 6;
     World& rounds = world(layout);
@@ -578,28 +579,37 @@ TEST(Hierarchical, AllReduceInRoundsAsThePhases) {
       cfg.timeout_s = 20;
       if (r == N - 1) cfg.hier_rounds = 0;
     });
-    for (const DataType t : {DataType::F32, DataType::F64, DataType::I32}) {
-      for (const Compression& c : {Compression::lossy_abs(lossy_bound(t)), Compression::lossless()}) {
-        if (t == DataType::I32 && c.mode != Compression::Mode::Lossless) continue;
-        const size_t count = 5003;  // many slices of 1 KiB per block
-        std::vector<std::vector<uint8_t>> in(static_cast<size_t>(N));
-        for (int r = 0; r < N; ++r) in[size_t(r)] = input(t, count, r, 31);
-        std::vector<std::vector<uint8_t>> a(size_t(N), std::vector<uint8_t>(count * dsize(t))), b = a;
-        std::vector<CallStats> sa(static_cast<size_t>(N)), sb(static_cast<size_t>(N));
-        rounds.run([&](int r, Communicator& comm) {
-          comm.all_reduce(in[size_t(r)].data(), a[size_t(r)].data(), count, t, RedOp::Sum, c, &sa[size_t(r)]);
-        });
-        phased.run([&](int r, Communicator& comm) {
-          comm.all_reduce(in[size_t(r)].data(), b[size_t(r)].data(), count, t, RedOp::Sum, c, &sb[size_t(r)]);
-        });
-        const std::string what = layout + " " + dtype_name(t) + " " + mode_label(c);
-        const bool lossy = c.mode != Compression::Mode::Lossless;
-        expect_same(a, count * dsize(t), what);
-        check_reduced(t, RedOp::Sum, in, 0, a[0], count, lossy, lossy ? sa[0].error_bound : 0, what);
-        for (int r = 0; r < N; ++r) {
-          ASSERT_EQ(sa[size_t(r)].algorithm, Algorithm::Hierarchical) << what;
-          ASSERT_EQ(a[size_t(r)], b[size_t(r)]) << what << " rank " << r;
-          EXPECT_EQ(sa[size_t(r)].wire_bytes, sb[size_t(r)].wire_bytes) << what << " rank " << r;
+    for (const bool rs : {false, true}) {
+      for (const DataType t : {DataType::F32, DataType::F64, DataType::I32}) {
+        for (const Compression& c :
+             {Compression::lossy_abs(lossy_bound(t)), Compression::lossless(), Compression::none()}) {
+          const bool lossy = c.mode == Compression::Mode::LossyAbs;
+          if ((t == DataType::I32 && lossy) || (!rs && c.mode == Compression::Mode::None)) continue;
+          const size_t count = rs ? 1501 : 5003;  // many slices of 1 KiB per block
+          const size_t in_count = rs ? count * size_t(N) : count;
+          std::vector<std::vector<uint8_t>> in(static_cast<size_t>(N));
+          for (int r = 0; r < N; ++r) in[size_t(r)] = input(t, in_count, r, 31);
+          std::vector<std::vector<uint8_t>> a(size_t(N), std::vector<uint8_t>(count * dsize(t))), b = a;
+          std::vector<CallStats> sa(static_cast<size_t>(N)), sb(static_cast<size_t>(N));
+          auto call = [&](Communicator& comm, int r, std::vector<std::vector<uint8_t>>& out, CallStats* st) {
+            if (rs) {
+              comm.reduce_scatter(in[size_t(r)].data(), out[size_t(r)].data(), count, t, RedOp::Sum, c, st);
+            } else {
+              comm.all_reduce(in[size_t(r)].data(), out[size_t(r)].data(), count, t, RedOp::Sum, c, st);
+            }
+          };
+          rounds.run([&](int r, Communicator& comm) { call(comm, r, a, &sa[size_t(r)]); });
+          phased.run([&](int r, Communicator& comm) { call(comm, r, b, &sb[size_t(r)]); });
+          const std::string what =
+              layout + (rs ? " reduce_scatter " : " all_reduce ") + dtype_name(t) + " " + mode_label(c);
+          if (!rs) expect_same(a, count * dsize(t), what);
+          for (int r = 0; r < N; ++r) {
+            check_reduced(t, RedOp::Sum, in, rs ? size_t(r) * count : 0, a[size_t(r)], count, lossy,
+                          lossy ? sa[0].error_bound : 0, what + " rank " + std::to_string(r));
+            ASSERT_EQ(sa[size_t(r)].algorithm, Algorithm::Hierarchical) << what;
+            ASSERT_EQ(a[size_t(r)], b[size_t(r)]) << what << " rank " << r;
+            EXPECT_EQ(sa[size_t(r)].wire_bytes, sb[size_t(r)].wire_bytes) << what << " rank " << r;
+          }
         }
       }
     }

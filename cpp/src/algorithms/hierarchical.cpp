@@ -224,9 +224,9 @@ void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& po
 //      a lossy call quantizes the hosts' sums here)
 //
 // Each host sends (H-1)/H of the message over its network link.
-void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
-                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter,
-                         void* dst, HostSumCodes* q) {
+void hier_reduce_scatter_phases(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src,
+                                size_t stride, void* work, void* mid, void* mid_out, size_t count, size_t seg_intra,
+                                size_t seg_inter, void* dst, HostSumCodes* q) {
   const int H = pos.nhosts, h = pos.host;
   const size_t es = intra.esize(), ms = inter.esize();
   for (int k = 0; k < H; ++k) {
@@ -241,6 +241,69 @@ void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos
   }
   ring_reduce_scatter(inter, pos.inter(), mid, stride, mid_out, count, seg_inter);
   if (q) q->dequantize(inter.channel(), mid_out, dst, count);
+}
+
+bool hier_reduce_scatter_in_rounds(const HierPos& pos) { return pos.nhosts == 2 && pos.nlocal > 1; }
+
+// Hierarchical reduce-scatter of two hosts in rounds (see hier_reduce_scatter
+// for the phases). The inter-host ring of two sends the other host's block and
+// reduces the other host's sum of this rank's block into its own, in slices
+// whatever the pieces; here each piece is one slice, piece i of the blocks
+// making round i. Rank (h, l), other host o = 1 - h, round i:
+//
+//   A_o(i)    intra reduce-scatter of piece i of host o's blocks: the host's
+//             sum of block (o, l) -> work[o]               (exact, raw slots)
+//   S(i)      send it to rank (o, l)                       (quantized as read)
+//   A_h(i-1)  intra reduce-scatter of piece i-1 of host h's blocks -> work[h]
+//   R(i-1)    receive rank (o, l)'s piece i-1 of block (h, l) and reduce it
+//             with work[h]'s into the output           (dequantized as final)
+//
+// then A_h and R of the last round: while a piece crosses the network, this
+// rank reduces the next pieces inside its host. Deadlock freedom as for
+// hier_all_reduce_rounds: the intra ring's operations (A_o(0), A_o(1),
+// A_h(0), A_o(2), A_h(1), ...) and the inter pair's (a piece sent before the
+// one before it is received, at most two pieces of one slice in flight) are in
+// the same order on every rank that uses them.
+void hier_reduce_scatter_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src,
+                                size_t stride, void* work, void* mid, void* mid_out, size_t count, size_t seg_intra,
+                                void* dst, HostSumCodes* q) {
+  const int h = pos.host, o = 1 - h;
+  const size_t es = intra.esize(), ms = inter.esize();
+  const size_t piece = inter.slice_elems();
+  // Piece [base, base + n) of host g's blocks reduced inside the host into
+  // work[g] (and quantized into mid[g] by a device rank).
+  auto host_sum = [&](int g, size_t base, size_t n) {
+    auto off = [&](int j) { return size_t(pos.rank(g, j)) * stride + base; };
+    auto len = [&](int) { return n; };
+    uint8_t* w = at(work, size_t(g) * stride + base, es);
+    reduce_scatter_blocks(intra, pos.intra(), src, off, len, w, seg_intra);
+    if (q) q->quantize(intra.channel(), w, at(mid, size_t(g) * stride + base, ms), n);
+  };
+  auto finish = [&](size_t base, size_t n) {
+    host_sum(h, base, n);
+    inter.recvReduceCopy(at(mid, size_t(h) * stride + base, ms), at(mid_out, base, ms), n);
+    if (q) q->dequantize(inter.channel(), at(mid_out, base, ms), at(dst, base, es), n);
+  };
+  size_t prev = 0, prev_n = 0;
+  for (size_t base = 0; base < count; base += piece) {
+    const size_t n = std::min(piece, count - base);
+    host_sum(o, base, n);
+    inter.send(at(mid, size_t(o) * stride + base, ms), n);
+    if (prev_n) finish(prev, prev_n);
+    prev = base;
+    prev_n = n;
+  }
+  if (prev_n) finish(prev, prev_n);
+}
+
+void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
+                         void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter,
+                         void* dst, HostSumCodes* q) {
+  if (hier_reduce_scatter_in_rounds(pos)) {
+    hier_reduce_scatter_rounds(intra, inter, pos, src, stride, work, mid, mid_out, count, seg_intra, dst, q);
+  } else {
+    hier_reduce_scatter_phases(intra, inter, pos, src, stride, work, mid, mid_out, count, seg_intra, seg_inter, dst, q);
+  }
 }
 
 // Hierarchical all-gather (one channel; rank j's block at j*stride of dst,

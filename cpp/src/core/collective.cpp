@@ -34,8 +34,13 @@ void hier_all_reduce_schedule(prims::Prims& intra, prims::Prims& inter, const Hi
 }
 
 void hier_reduce_scatter_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
-  algorithms::hier_reduce_scatter(intra, inter, c.pos, c.src, c.stride, c.work, c.mid, c.mid_out, c.count, c.seg_intra,
-                                  c.seg_inter, c.dst, c.codes);
+  if (c.rounds) {
+    algorithms::hier_reduce_scatter(intra, inter, c.pos, c.src, c.stride, c.work, c.mid, c.mid_out, c.count,
+                                    c.seg_intra, c.seg_inter, c.dst, c.codes);
+  } else {
+    algorithms::hier_reduce_scatter_phases(intra, inter, c.pos, c.src, c.stride, c.work, c.mid, c.mid_out, c.count,
+                                           c.seg_intra, c.seg_inter, c.dst, c.codes);
+  }
 }
 
 void hier_all_gather_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
