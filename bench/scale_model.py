@@ -673,9 +673,9 @@ def point_args(r: dict) -> tuple:
 ROUNDS_SINCE = 1795813127.0
 
 
-# ... and the reduce_scatter of two hosts since main's RS_ROUNDS_COMMIT (rows before it ran its phases
-# whatever their hier_rounds says).
-RS_ROUNDS_SINCE = 1795815600.0
+# ... and the reduce_scatter of two hosts since main's 366d2e1 (2026-11-27 21:17:56 UTC; rows before
+# it ran its phases whatever their hier_rounds says).
+RS_ROUNDS_SINCE = 1795814276.0
 
 
 def point_rounds(r: dict) -> bool:
