@@ -133,24 +133,28 @@ def rounds_section() -> list:
         if not other:
             continue
         rows = json.loads(path.read_text())
-        for data in ("smooth", "grad"):
-            a = find(rows, data=data, mode="rel=1e-3", algorithm="hierarchical")
-            b = find(other, data=data, mode="rel=1e-3", algorithm="hierarchical")
+        for coll, data, mode in ((c, d, m) for c in ("all_reduce", "reduce_scatter") for d in ("smooth", "grad")
+                                 for m in ("rel=1e-3", "none")):
+            a = find(rows, coll=coll, data=data, mode=mode, algorithm="hierarchical")
+            b = find(other, coll=coll, data=data, mode=mode, algorithm="hierarchical")
             if a and b:
-                L.append(f"| {a['link_gbps']:g} Gbit/s | {data} | {ms(a['median_s'])} | {ms(b['median_s'])} | "
+                L.append(f"| {a['link_gbps']:g} Gbit/s | {coll} | {data} | {mode} | {ms(a['median_s'])} | "
+                         f"{ms(b['median_s'])} | "
                          f"{b['median_s'] / a['median_s']:.2f}x | {a['ratio']:.2f} / {b['ratio']:.2f} | "
                          f"{a['cpu_s']:.3f} / {b['cpu_s']:.3f} | {a['load']:.1f} |")
     if not L:
         return []
-    return ["## Rounds against phases: the hierarchical all_reduce of two hosts, 2 x 2, 64 MiB at rel 1e-3", "",
-            ("`sudo python bench/netlab/topology.py --phases rounds,phased --rate R`: the hierarchical lossy "
-             "call in rounds (the default: each round's intra-host reduction and distribution run while the "
-             "previous piece crosses the network; docs/ALGORITHMS.md, \"Rounds\") against its three phases "
-             "one after the other (`NCCLZ_HIER_ROUNDS=0`), the two taking turns round after round. Same "
-             "result bits and wire bytes."), "",
-            ("| link | data | rounds ms | phases ms | phases / rounds | ratio (rounds / phases) | "
+    return ["## Rounds against phases: hierarchical calls of two hosts, 2 x 2, 64 MiB", "",
+            ("`sudo python bench/netlab/topology.py --phases rounds,phased --rate R`: the hierarchical calls in "
+             "rounds (the default: each round's intra-host reduction and distribution run while the previous "
+             "piece crosses the network; docs/ALGORITHMS.md, \"Rounds\") against their phases one after the "
+             "other (`NCCLZ_HIER_ROUNDS=0`), the two taking turns round after round. Same result bits and wire "
+             "bytes. The uncompressed all_reduce runs its phases either way (its ring of two raw floats is not "
+             "the exchange), so its two rows differ by the machine's noise only; rows of a run from before "
+             "the reduce_scatter had rounds (2026-11-27 21:18) have no reduce_scatter."), "",
+            ("| link | collective | data | mode | rounds ms | phases ms | phases / rounds | ratio (rounds / phases) | "
              "CPU s per call, all ranks (rounds / phases) | load |"),
-            "|---|---|---|---|---|---|---|---|", *L, ""]
+            "|---|---|---|---|---|---|---|---|---|---|", *L, ""]
 
 
 def main() -> int:
