@@ -402,12 +402,11 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     """Seconds of one call (and the terms, with parts=True): `pre` (the lab harness's work before
     the call, :func:`harness`), a rank's intra-host phases, then its network ring with codec and link
     overlapping (the policy's combination), the CPU work of the ranks at the CPUs they get
-    (Machine.span); a broadcast chain adds one slice time per host link it crosses. `rounds`: a
-    lossy all_reduce of two hosts (since 2026-11-27 20:58) and a reduce_scatter of two hosts in
-    any mode (since :data:`RS_ROUNDS_SINCE`) run hierarchically in rounds (NCCLZ_HIER_ROUNDS, the
-    default): their intra-host phases run between the pieces the hosts exchange, so their CPU work
-    joins the ring's and only a round's worth (one slice of the rank's block) stands outside the
-    overlap."""
+    (Machine.span); a broadcast chain adds one slice time per host link it crosses. `rounds`: the
+    hierarchical all_reduce and the reduce_scatter of two hosts run in rounds (NCCLZ_HIER_ROUNDS,
+    the default; :func:`point_rounds` says since when): their intra-host phases run between the
+    pieces crossing the network, so their CPU work joins the ring's and only a round's worth (one
+    slice of the rank's block) stands outside the overlap."""
     B = gbps * 1e9 / 8 * m.goodput
     hier = algo == "hierarchical" and 1 < hosts < n
     L = n // hosts if hier else 1
@@ -418,8 +417,7 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     lanes = L if hier and coll != "broadcast" else 1
     t_net = lanes * schedule_bytes(coll, algo, n, hosts, S)[0] / (r * B) if hosts > 1 else 0.0
     inter, intra, solo = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
-    in_rounds = rounds and hier and hosts == 2 and (coll == "all_reduce" and mode == "lossy"
-                                                   or coll == "reduce_scatter")
+    in_rounds = rounds and hier and (coll == "all_reduce" or coll == "reduce_scatter" and hosts == 2)
     pre = list(pre or [])
     # CPU: every phase's work on the CPUs the ranks get (the busiest rank's at its share where all
     # do the same; a chain's few busy ranks get more than an even share while the others wait); the
@@ -673,15 +671,24 @@ def point_args(r: dict) -> tuple:
 ROUNDS_SINCE = 1795813127.0
 
 
-# ... and the reduce_scatter of two hosts since main's 366d2e1 (2026-11-27 21:17:56 UTC; rows before
-# it ran its phases whatever their hier_rounds says).
+# ... the reduce_scatter of two hosts since main's 366d2e1 (2026-11-27 21:17:56 UTC), and every other
+# hierarchical all_reduce since RING_ROUNDS_SINCE; rows from before ran the phases whatever their
+# hier_rounds says.
 RS_ROUNDS_SINCE = 1795814276.0
+RING_ROUNDS_SINCE = 1795820000.0
 
 
 def point_rounds(r: dict) -> bool:
     """Whether a lab point's hierarchical all_reduce or reduce_scatter ran in rounds (:func:`predict`)."""
-    since = RS_ROUNDS_SINCE if r.get("coll") == "reduce_scatter" else ROUNDS_SINCE
-    return r.get("started", 0.0) >= since and bool(r.get("hier_rounds", 1))
+    if not r.get("hier_rounds", 1):
+        return False
+    t = r.get("started", 0.0)
+    if r.get("coll") == "reduce_scatter":
+        return r.get("hosts") == 2 and t >= RS_ROUNDS_SINCE
+    if r.get("coll") != "all_reduce":
+        return False
+    exchange = r.get("hosts") == 2 and r.get("mode", "none") not in ("none", "lossless")
+    return t >= (ROUNDS_SINCE if exchange else RING_ROUNDS_SINCE)
 
 
 def codec_for(dcs: dict, r: dict) -> DataCodec:

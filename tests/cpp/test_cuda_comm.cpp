@@ -775,12 +775,13 @@ TEST(CudaComm, SmallExactCallsTakeTheLatencyAlgorithm) {
   }
 }
 
-/// fn(layout, N, ranks, mixed) for the hierarchical layouts 2x2 and 2x3 (hosts
-/// x ranks, from the topology override): N ranks with 4 KiB slots on the
-/// hierarchical schedules at every size; `mixed`: every third rank on the device.
+/// fn(layout, N, ranks, mixed) for the hierarchical layouts 2x2, 2x3 and 3x2
+/// (hosts x ranks, from the topology override; two hosts exchange codes, three
+/// run their ring): N ranks with 4 KiB slots on the hierarchical schedules at
+/// every size; `mixed`: every third rank on the device.
 void for_each_layout(const std::function<void(const char*, int, Ranks&, const std::vector<bool>&)>& fn) {
-  for (const char* layout : {"2x2", "2x3"}) {
-    const int N = layout[2] == '2' ? 4 : 6;
+  for (const char* layout : {"2x2", "2x3", "3x2"}) {
+    const int N = (layout[0] - '0') * (layout[2] - '0');
     Ranks R(N, [layout](int, CommConfig& cfg) {
       cfg.slot_bytes = 4096;
       cfg.topo_hosts = layout;

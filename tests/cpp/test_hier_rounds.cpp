@@ -1,7 +1,8 @@
-// The hierarchical all-reduce and reduce-scatter of two hosts in rounds
-// (algorithms/hierarchical.cpp, hier_all_reduce_rounds and
-// hier_reduce_scatter_rounds): the same result bits and the same inter-host
-// slots as the phases one after the other, a staged input quantized once per
+// The hierarchical all-reduce and reduce-scatter in rounds (algorithms/
+// hierarchical.cpp: hier_all_reduce_rounds, the exchange of two hosts;
+// hier_all_reduce_ring_rounds, around the inter-host ring of any H;
+// hier_reduce_scatter_rounds, two hosts): the same result bits and the same
+// inter-host slots as the phases one after the other, a staged input quantized once per
 // element, and the intra-host work really done between the pieces the hosts
 // exchange. Ranks are threads; every connection
 // is an in-memory FIFO (test_fifo.hpp).
@@ -112,14 +113,26 @@ struct Outcome {
   std::vector<std::pair<int, char>> posts;
 };
 
-Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_place, Coll coll = Coll::AllReduce) {
-  const int N = 2 * L;
+/// What a run does: H hosts of L ranks; the inter-host wire's mode (int32
+/// elements, summed; a stage only on a coded one).
+struct Opts {
+  int H = 2, L = 2;
+  size_t count = 0;
+  int nslots = 4;
+  bool staged = false, in_place = false;
+  Coll coll = Coll::AllReduce;
+  prims::WireMode inter = prims::WireMode::Coded;
+};
+
+Outcome run(Schedule s, const Opts& op) {
+  const int H = op.H, L = op.L, N = H * L;
+  const size_t count = op.count;
   auto rank_of = [L](int h, int l) { return h * L + l; };
-  // intra[r]: r -> its host's next rank; inter[r]: r -> the other host's rank (., l)
+  // intra[r]: r -> its host's next rank; inter[r]: r -> the next host's rank (., l)
   std::vector<std::unique_ptr<Fifo>> intra, inter;
   for (int r = 0; r < N; ++r) {
-    intra.push_back(std::make_unique<Fifo>(kSlotBytes, nslots));
-    inter.push_back(std::make_unique<Fifo>(kSlotBytes, nslots));
+    intra.push_back(std::make_unique<Fifo>(kSlotBytes, op.nslots));
+    inter.push_back(std::make_unique<Fifo>(kSlotBytes, op.nslots));
   }
   Events ev;
   Outcome o;
@@ -130,35 +143,36 @@ Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_pl
   auto rank = [&](int h, int l) {
     const int r = rank_of(h, l);
     LoggedSend si(intra[size_t(r)].get(), &ev, r, 'i'), se(inter[size_t(r)].get(), &ev, r, 'e');
-    FakeRecv ri(intra[size_t(rank_of(h, (l + L - 1) % L))].get()), re(inter[size_t(rank_of(1 - h, l))].get());
-    const bool rs = coll == Coll::ReduceScatter;
+    FakeRecv ri(intra[size_t(rank_of(h, (l + L - 1) % L))].get()), re(inter[size_t(rank_of((h + H - 1) % H, l))].get());
+    const bool rs = op.coll == Coll::ReduceScatter;
     const size_t in_count = rs ? count * size_t(N) : count;
     std::vector<int32_t> src(in_count), dst(count, -7), codes(count);
     for (size_t i = 0; i < in_count; ++i) src[i] = value(r, i);
-    if (in_place) dst = src;
-    // reduce_scatter: the host sums (two blocks), their codes, then the output's codes
-    std::vector<int32_t> work(2 * count, -5), rs_codes(3 * count);
+    if (op.in_place) dst = src;
+    // reduce_scatter: the host sums (H blocks), their codes, then the output's codes
+    std::vector<int32_t> work(size_t(H) * count, -5), rs_codes(size_t(H + 1) * count);
     HostSumStage stage(rs ? work.data() : dst.data(), rs ? rs_codes.data() : codes.data(), dst.data(),
-                       rs ? rs_codes.data() + 2 * count : codes.data());
-    prims::PrimsArgs ai = wire_args(prims::WireMode::Raw), ae = wire_args(prims::WireMode::Coded);
+                       rs ? rs_codes.data() + size_t(H) * count : codes.data());
+    prims::PrimsArgs ai = wire_args(prims::WireMode::Raw), ae = wire_args(op.inter);
     ai.rank = ae.rank = r;
-    if (staged) ae.stage = &stage;
+    if (op.staged) ae.stage = &stage;
     prims::ChannelStats sti, ste;
     std::vector<uint64_t> scratch_i(kSlotBytes / 8 + 8), scratch_e(kSlotBytes / 8 + 8);
     prims::Prims pi(&si, &ri, ai, &sti, scratch_i.data()), pe(&se, &re, ae, &ste, scratch_e.data());
     algorithms::HierPos pos;
     pos.host = h;
-    pos.nhosts = 2;
+    pos.nhosts = H;
     pos.local = l;
     pos.nlocal = L;
     pos.grid = grid.data();
-    ASSERT_TRUE(algorithms::hier_reduce_scatter_in_rounds(pos));
-    const size_t seg_i = algorithms::ring_segment_elems(pi, nslots), seg_e = algorithms::ring_segment_elems(pe, nslots);
+    const size_t seg_i = algorithms::ring_segment_elems(pi, op.nslots);
+    const size_t seg_e = algorithms::ring_segment_elems(pe, op.nslots);
     if (rs) {
-      int32_t* mid = staged ? rs_codes.data() : work.data();
-      int32_t* mid_out = staged ? rs_codes.data() + 2 * count : dst.data();
+      ASSERT_EQ(algorithms::hier_reduce_scatter_in_rounds(pos), H == 2);
+      int32_t* mid = op.staged ? rs_codes.data() : work.data();
+      int32_t* mid_out = op.staged ? rs_codes.data() + size_t(H) * count : dst.data();
       if (s == Schedule::Rounds) {
-        algorithms::hier_reduce_scatter_rounds(pi, pe, pos, src.data(), count, work.data(), mid, mid_out, count, seg_i);
+        algorithms::hier_reduce_scatter(pi, pe, pos, src.data(), count, work.data(), mid, mid_out, count, seg_i, seg_e);
       } else {
         algorithms::hier_reduce_scatter_phases(pi, pe, pos, src.data(), count, work.data(), mid, mid_out, count, seg_i,
                                                seg_e);
@@ -167,11 +181,11 @@ Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_pl
       o.prepared[size_t(r)] = stage.prepared();
       return;
     }
-    ASSERT_TRUE(algorithms::hier_all_reduce_in_rounds(pos, pe));
-    const void* in = in_place ? dst.data() : src.data();
-    void* mid = staged ? static_cast<void*>(codes.data()) : static_cast<void*>(dst.data());
+    ASSERT_EQ(algorithms::hier_all_reduce_in_rounds(pos, pe), H == 2 && op.inter == prims::WireMode::Coded);
+    const void* in = op.in_place ? dst.data() : src.data();
+    void* mid = op.staged ? static_cast<void*>(codes.data()) : static_cast<void*>(dst.data());
     if (s == Schedule::Rounds) {
-      algorithms::hier_all_reduce_rounds(pi, pe, pos, in, dst.data(), mid, count, seg_i);
+      algorithms::hier_all_reduce(pi, pe, pos, in, dst.data(), mid, count, seg_i, seg_e);
     } else {
       algorithms::hier_all_reduce_phases(pi, pe, pos, in, dst.data(), mid, count, seg_i, seg_e);
     }
@@ -185,6 +199,30 @@ Outcome run(Schedule s, int L, size_t count, int nslots, bool staged, bool in_pl
   for (int r = 0; r < N; ++r) o.inter_slots.push_back(inter[size_t(r)]->log);
   o.posts = ev.seq;
   return o;
+}
+
+/// Rounds against phases: the exact sums on every rank, the same bits and
+/// inter-host slots, and (staged) each host sum of the rank's block(s)
+/// prepared once.
+void expect_as_phases(const Opts& op) {
+  const Outcome a = run(Schedule::Rounds, op);
+  const Outcome b = run(Schedule::Phases, op);
+  const int N = op.H * op.L;
+  const bool rs = op.coll == Coll::ReduceScatter;
+  for (int r = 0; r < N; ++r) {
+    for (size_t i = 0; i < op.count; ++i) {
+      int64_t sum = 0;
+      for (int k = 0; k < N; ++k) sum += value(k, (rs ? size_t(r) * op.count : 0) + i);
+      ASSERT_EQ(a.out[size_t(r)][i], int32_t(sum)) << "rank " << r << " element " << i;
+    }
+    ASSERT_EQ(a.out[size_t(r)], b.out[size_t(r)]) << "rank " << r;
+    EXPECT_EQ(a.inter_slots[size_t(r)], b.inter_slots[size_t(r)]) << "rank " << r;
+    if (op.staged) {
+      const size_t l = size_t(r % op.L), L = size_t(op.L);
+      const size_t block = rs ? size_t(op.H) * op.count : op.count * (l + 1) / L - op.count * l / L;
+      EXPECT_EQ(a.prepared[size_t(r)], block) << "rank " << r;
+    }
+  }
 }
 
 /// Whether rank r posted on its intra-host ring between its first and last
@@ -204,6 +242,8 @@ bool intra_between_inter(const Outcome& o, int r) {
 }
 
 TEST(HierRounds, SameBitsAndSlotsAsThePhases) {
+  // Two hosts exchanging codes (hier_all_reduce_rounds), with and without a
+  // stage, in place or not.
   for (const int L : {2, 3}) {
     for (const int nslots : {2, 4}) {
       for (const size_t count : {size_t(1), size_t(2), size_t(7), size_t(300), size_t(1003), size_t(4099)}) {
@@ -211,23 +251,31 @@ TEST(HierRounds, SameBitsAndSlotsAsThePhases) {
           for (const bool in_place : {false, true}) {
             SCOPED_TRACE(::testing::Message() << "2x" << L << " slots " << nslots << " count " << count << " staged "
                                               << staged << " in place " << in_place);
-            const Outcome a = run(Schedule::Rounds, L, count, nslots, staged, in_place);
-            const Outcome b = run(Schedule::Phases, L, count, nslots, staged, in_place);
-            for (int r = 0; r < 2 * L; ++r) {
-              const size_t l = size_t(r % L), block = count * (l + 1) / size_t(L) - count * l / size_t(L);
-              for (size_t i = 0; i < count; ++i) {
-                int64_t sum = 0;
-                for (int k = 0; k < 2 * L; ++k) sum += value(k, i);
-                ASSERT_EQ(a.out[size_t(r)][i], int32_t(sum)) << "rank " << r << " element " << i;
-              }
-              ASSERT_EQ(a.out[size_t(r)], b.out[size_t(r)]) << "rank " << r;
-              EXPECT_EQ(a.inter_slots[size_t(r)], b.inter_slots[size_t(r)]) << "rank " << r;
-              // Each host sum of the rank's block read once by the stage.
-              if (staged) {
-                EXPECT_EQ(a.prepared[size_t(r)], block) << "rank " << r;
-              }
-            }
+            Opts op;
+            op.L = L, op.nslots = nslots, op.count = count, op.staged = staged, op.in_place = in_place;
+            expect_as_phases(op);
           }
+        }
+      }
+    }
+  }
+}
+
+TEST(HierRounds, RingRoundsSameBitsAndSlotsAsThePhases) {
+  // Around the inter-host ring (hier_all_reduce_ring_rounds): three and four
+  // hosts on any wire, two on a raw one (the ring of two, not the exchange).
+  for (const int H : {2, 3, 4}) {
+    for (const prims::WireMode m : {prims::WireMode::Raw, prims::WireMode::Coded}) {
+      if (H == 2 && m == prims::WireMode::Coded) continue;  // the exchange: the test above
+      for (const size_t count : {size_t(1), size_t(5), size_t(300), size_t(2003)}) {
+        for (const bool staged : {false, true}) {
+          if (staged && m != prims::WireMode::Coded) continue;
+          SCOPED_TRACE(::testing::Message() << H << "x2 " << (m == prims::WireMode::Raw ? "raw" : "coded") << " count "
+                                            << count << " staged " << staged);
+          Opts op;
+          op.H = H, op.count = count, op.staged = staged, op.inter = m, op.nslots = count == 300 ? 2 : 4;
+          op.in_place = count == 2003;
+          expect_as_phases(op);
         }
       }
     }
@@ -241,21 +289,9 @@ TEST(HierRounds, ReduceScatterSameBitsAndSlotsAsThePhases) {
         for (const bool staged : {false, true}) {
           SCOPED_TRACE(::testing::Message()
                        << "2x" << L << " slots " << nslots << " count " << count << " staged " << staged);
-          const Outcome a = run(Schedule::Rounds, L, count, nslots, staged, false, Coll::ReduceScatter);
-          const Outcome b = run(Schedule::Phases, L, count, nslots, staged, false, Coll::ReduceScatter);
-          for (int r = 0; r < 2 * L; ++r) {
-            for (size_t i = 0; i < count; ++i) {
-              int64_t sum = 0;
-              for (int k = 0; k < 2 * L; ++k) sum += value(k, size_t(r) * count + i);
-              ASSERT_EQ(a.out[size_t(r)][i], int32_t(sum)) << "rank " << r << " element " << i;
-            }
-            ASSERT_EQ(a.out[size_t(r)], b.out[size_t(r)]) << "rank " << r;
-            EXPECT_EQ(a.inter_slots[size_t(r)], b.inter_slots[size_t(r)]) << "rank " << r;
-            // Each host sum read once by the stage: both hosts' sums of the rank's blocks.
-            if (staged) {
-              EXPECT_EQ(a.prepared[size_t(r)], 2 * count) << "rank " << r;
-            }
-          }
+          Opts op;
+          op.L = L, op.nslots = nslots, op.count = count, op.staged = staged, op.coll = Coll::ReduceScatter;
+          expect_as_phases(op);
         }
       }
     }
@@ -264,16 +300,28 @@ TEST(HierRounds, ReduceScatterSameBitsAndSlotsAsThePhases) {
 
 TEST(HierRounds, IntraHostWorkBetweenThePieces) {
   // Many pieces per block: in rounds, every rank posts on its host's ring
-  // while it is still exchanging pieces with the other host; the phases post
-  // all of A before the exchange and all of C after it (this check fails for
-  // them).
-  for (const Coll coll : {Coll::AllReduce, Coll::ReduceScatter}) {
+  // while it is still exchanging pieces with the other hosts; the phases post
+  // all of A before the inter-host phase and all of C after it (this check
+  // fails for them).
+  struct Case {
+    int H;
+    Coll coll;
+    prims::WireMode m;
+    const char* what;
+  };
+  for (const Case& c : {Case{2, Coll::AllReduce, prims::WireMode::Coded, "all_reduce, exchange"},
+                        Case{2, Coll::AllReduce, prims::WireMode::Raw, "all_reduce, ring of two"},
+                        Case{3, Coll::AllReduce, prims::WireMode::Coded, "all_reduce, ring of three"},
+                        Case{2, Coll::ReduceScatter, prims::WireMode::Coded, "reduce_scatter"}}) {
     for (const bool staged : {false, true}) {
-      const Outcome a = run(Schedule::Rounds, 2, 4000, 4, staged, false, coll);
-      const Outcome b = run(Schedule::Phases, 2, 4000, 4, staged, false, coll);
-      for (int r = 0; r < 4; ++r) {
-        const std::string what = std::string(coll == Coll::AllReduce ? "all_reduce" : "reduce_scatter") + ", rank " +
-                                 std::to_string(r) + " staged " + std::to_string(staged);
+      if (staged && c.m != prims::WireMode::Coded) continue;
+      Opts op;
+      op.H = c.H, op.count = 4000, op.staged = staged, op.coll = c.coll, op.inter = c.m;
+      const Outcome a = run(Schedule::Rounds, op);
+      const Outcome b = run(Schedule::Phases, op);
+      for (int r = 0; r < c.H * 2; ++r) {
+        const std::string what =
+            std::string(c.what) + ", rank " + std::to_string(r) + " staged " + std::to_string(staged);
         EXPECT_TRUE(intra_between_inter(a, r)) << "rounds, " << what;
         EXPECT_FALSE(intra_between_inter(b, r)) << "phases, " << what;
       }
@@ -301,9 +349,9 @@ TEST(HierRounds, OnlyTwoHostsExchangingCodes) {
   };
   EXPECT_TRUE(pairs(prims::WireMode::Coded, ElemType::I32, 2, 2));
   EXPECT_TRUE(pairs(prims::WireMode::Coded, ElemType::I64, 2, 3));
-  EXPECT_FALSE(pairs(prims::WireMode::Coded, ElemType::I32, 3, 2));  // a ring of three hosts
+  EXPECT_FALSE(pairs(prims::WireMode::Coded, ElemType::I32, 3, 2));  // a ring of three hosts (ring rounds)
   EXPECT_FALSE(pairs(prims::WireMode::Coded, ElemType::I32, 2, 1));  // one rank per host: no intra phases
-  EXPECT_FALSE(pairs(prims::WireMode::Raw, ElemType::F32, 2, 2));    // floats: the ring (NaN payloads)
+  EXPECT_FALSE(pairs(prims::WireMode::Raw, ElemType::F32, 2, 2));    // floats: the ring of two (NaN payloads)
   // reduce_scatter: any wire (its ring of two sends one block, reduces into the other)
   algorithms::HierPos pos;
   pos.grid = grid.data();

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 
 namespace ncclz::algorithms {
 namespace {
@@ -204,10 +205,72 @@ void hier_all_reduce_phases(prims::Prims& intra, prims::Prims& inter, const Hier
   all_gather_blocks(intra, pos.intra(), at(dst, off(l), es), dst, off, len, seg_intra);
 }
 
+// Hierarchical all-reduce in rounds around the inter-host ring (any H, any
+// wire; the exchange of two hosts has hier_all_reduce_rounds). A round is one
+// loop of the inter-host ring: piece i of every block, H chunks of seg_inter
+// elements (the pieces cut from the longest block, clipped to each: every
+// rank of a host cuts the same). Rank (h, l):
+//
+//   A(0)
+//   round i: the inter-host all-reduce of piece i of block l, and right after
+//            its first send (ring_all_reduce's `between`): C(i-1), A(i+1)
+//   C(last)
+//
+// So the intra-host work of the rounds around round i runs while round i's
+// first chunk crosses the network, before the first wait on the previous
+// host. The inter ring's operations are ring_all_reduce's loops, one per
+// round, in the same order on every rank of the ring; the intra ring's are
+// A(0), A(1), C(0), A(2), C(1), ..., the same on every rank of the host
+// (`between` runs once per round whatever the rank's piece holds). A wait in
+// A(i+1) or C(i-1) is on the host's ranks at the same point of round i, which
+// they reach after their first send of it: no cycle, as in the phases. Same
+// slots and bits as the phases: their ring cuts block l into the same loops
+// (H x seg_inter elements from its start), each chunked alike.
+void hier_all_reduce_ring_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src,
+                                 void* dst, void* mid, size_t count, size_t seg_intra, size_t seg_inter,
+                                 HostSumCodes* q) {
+  const int L = pos.nlocal, l = pos.local;
+  const size_t es = intra.esize(), ms = inter.esize();
+  auto off = [&](int j) { return count * size_t(j) / size_t(L); };
+  auto len = [&](int j) { return off(j + 1) - off(j); };
+  const size_t piece = seg_inter * size_t(pos.nhosts);
+  const size_t longest = len(L - 1);
+  using R = Round<decltype(off), decltype(len)>;
+  auto reduce = [&](size_t base) {
+    const R r{off, len, base, piece};
+    auto o = [&](int j) { return r.at(j); };
+    auto n = [&](int j) { return r.n(j); };
+    reduce_scatter_blocks(intra, pos.intra(), src, o, n, at(dst, o(l), es), seg_intra);
+    if (q && n(l)) q->quantize(intra.channel(), at(dst, o(l), es), at(mid, o(l), ms), n(l));
+  };
+  auto gather = [&](size_t base) {
+    const R r{off, len, base, piece};
+    auto o = [&](int j) { return r.at(j); };
+    auto n = [&](int j) { return r.n(j); };
+    if (q && n(l)) q->dequantize(inter.channel(), at(mid, o(l), ms), at(dst, o(l), es), n(l));
+    all_gather_blocks(intra, pos.intra(), at(dst, o(l), es), dst, o, n, seg_intra);
+  };
+  if (longest == 0) return;
+  reduce(0);
+  size_t last = 0;
+  for (size_t base = 0; base < longest; base += piece) {
+    const R r{off, len, base, piece};
+    const std::function<void()> between = [&] {
+      if (base > 0) gather(base - piece);
+      if (base + piece < longest) reduce(base + piece);
+    };
+    ring_all_reduce(inter, pos.inter(), at(mid, r.at(l), ms), at(mid, r.at(l), ms), r.n(l), seg_inter, between);
+    last = base;
+  }
+  gather(last);
+}
+
 void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
                      void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q) {
   if (hier_all_reduce_in_rounds(pos, inter)) {
     hier_all_reduce_rounds(intra, inter, pos, src, dst, mid, count, seg_intra, q);
+  } else if (pos.nhosts > 1 && pos.nlocal > 1) {
+    hier_all_reduce_ring_rounds(intra, inter, pos, src, dst, mid, count, seg_intra, seg_inter, q);
   } else {
     hier_all_reduce_phases(intra, inter, pos, src, dst, mid, count, seg_intra, seg_inter, q);
   }

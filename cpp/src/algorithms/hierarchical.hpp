@@ -53,7 +53,8 @@ class HostSumCodes {
 /// it), intra-host all-gather of dst. seg: ring_segment_elems of the prims it
 /// is used with.
 /// hier_all_reduce_rounds where hier_all_reduce_in_rounds, else
-/// hier_all_reduce_phases (the same slots and result bits).
+/// hier_all_reduce_ring_rounds where H > 1 and L > 1, else
+/// hier_all_reduce_phases (the same result bits).
 void hier_all_reduce(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
                      void* mid, size_t count, size_t seg_intra, size_t seg_inter, HostSumCodes* q = nullptr);
 /// The three phases one after the other.
@@ -65,6 +66,12 @@ void hier_all_reduce_phases(prims::Prims& intra, prims::Prims& inter, const Hier
 bool hier_all_reduce_in_rounds(const HierPos& pos, const prims::Prims& inter);
 void hier_all_reduce_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
                             void* mid, size_t count, size_t seg_intra, HostSumCodes* q = nullptr);
+/// Any other H > 1, L > 1: the phases in rounds of one loop of the inter-host
+/// ring, the intra-host work of the rounds around it done right after the
+/// loop's first send.
+void hier_all_reduce_ring_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src,
+                                 void* dst, void* mid, size_t count, size_t seg_intra, size_t seg_inter,
+                                 HostSumCodes* q = nullptr);
 
 /// Reduce-scatter: block j (global rank j's, `count` elements here) of src at
 /// element j*stride. Intra-host reduce-scatter of the H blocks of this local

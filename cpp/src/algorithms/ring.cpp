@@ -90,15 +90,14 @@ void pair_all_reduce(prims::Prims& p, const void* src, void* dst, size_t count, 
 // chunk owner's successor and proceeds in ring order, whatever the mode, so
 // lossless is bit-identical to none. In place (src == dst) is safe: a chunk's
 // output is written only after its input was last read in the same loop.
-void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t count, size_t seg) {
+void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t count, size_t seg,
+                     const std::function<void()>& between) {
   const int N = pos.nranks, r = pos.rank;
   const size_t es = p.esize();
-  if (N == 1) {
-    if (dst != src && count) std::memmove(dst, src, count * es);
-    return;
-  }
-  if (N == 2 && pair_exchange_pays(p)) {
-    pair_all_reduce(p, src, dst, count, seg);
+  if (N == 1 || count == 0 || (N == 2 && pair_exchange_pays(p))) {
+    if (between) between();
+    if (N == 1 && dst != src && count) std::memmove(dst, src, count * es);
+    if (N == 2 && count) pair_all_reduce(p, src, dst, count, seg);
     return;
   }
   const size_t loop = seg * size_t(N);
@@ -113,6 +112,7 @@ void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, s
     };
     size_t o = chunk(mod(r - 1, N));
     p.send(at(src, o, es), n);
+    if (between && base == 0) between();
     for (int j = 2; j < N; ++j) {
       o = chunk(mod(r - j, N));
       p.recvReduceSend(at(src, o, es), n);

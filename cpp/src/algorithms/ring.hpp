@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "prims/prims.hpp"
 
@@ -41,8 +42,12 @@ bool pair_exchange_pays(const prims::Prims& p);
 void pair_all_reduce(prims::Prims& p, const void* src, void* dst, size_t count, size_t seg);
 
 /// Allreduce of `count` elements: src -> dst (may alias). Two ranks on a wire
-/// where pair_exchange_pays: pair_all_reduce.
-void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t count, size_t seg);
+/// where pair_exchange_pays: pair_all_reduce. `between`, if given, runs once:
+/// right after the first send (while that chunk crosses the link, before the
+/// first wait for the previous rank's), or at once where nothing is sent (no
+/// elements; the exchange of two, which has no such point).
+void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, size_t count, size_t seg,
+                     const std::function<void()>& between = nullptr);
 
 /// Reduce-scatter: block j of src starts at element j*stride (count elements of
 /// it belong to this channel, starting at the block's start); dst gets the
