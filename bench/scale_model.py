@@ -675,7 +675,7 @@ ROUNDS_SINCE = 1795813127.0
 # hierarchical all_reduce since RING_ROUNDS_SINCE; rows from before ran the phases whatever their
 # hier_rounds says.
 RS_ROUNDS_SINCE = 1795814276.0
-RING_ROUNDS_SINCE = 1795820000.0
+RING_ROUNDS_SINCE = 1795814986.0  # main's 017a4c7, 2026-11-27 21:29:46 UTC
 
 
 def point_rounds(r: dict) -> bool:
