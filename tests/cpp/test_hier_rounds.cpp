@@ -168,7 +168,7 @@ Outcome run(Schedule s, const Opts& op) {
     const size_t seg_i = algorithms::ring_segment_elems(pi, op.nslots);
     const size_t seg_e = algorithms::ring_segment_elems(pe, op.nslots);
     if (rs) {
-      ASSERT_EQ(algorithms::hier_reduce_scatter_in_rounds(pos), H == 2);
+      ASSERT_EQ(algorithms::hier_reduce_scatter_in_rounds(pos), H == 2);  // else around the ring (H > 2)
       int32_t* mid = op.staged ? rs_codes.data() : work.data();
       int32_t* mid_out = op.staged ? rs_codes.data() + size_t(H) * count : dst.data();
       if (s == Schedule::Rounds) {
@@ -282,6 +282,25 @@ TEST(HierRounds, RingRoundsSameBitsAndSlotsAsThePhases) {
   }
 }
 
+TEST(HierRounds, ReduceScatterRingRoundsSameBitsAndSlotsAsThePhases) {
+  // Three and four hosts (hier_reduce_scatter_ring_rounds), raw and coded.
+  for (const int H : {3, 4}) {
+    for (const prims::WireMode m : {prims::WireMode::Raw, prims::WireMode::Coded}) {
+      for (const size_t count : {size_t(1), size_t(5), size_t(300), size_t(1003)}) {
+        for (const bool staged : {false, true}) {
+          if (staged && m != prims::WireMode::Coded) continue;
+          SCOPED_TRACE(::testing::Message() << H << "x2 " << (m == prims::WireMode::Raw ? "raw" : "coded") << " count "
+                                            << count << " staged " << staged);
+          Opts op;
+          op.H = H, op.count = count, op.staged = staged, op.inter = m, op.coll = Coll::ReduceScatter;
+          op.nslots = count == 300 ? 2 : 4;
+          expect_as_phases(op);
+        }
+      }
+    }
+  }
+}
+
 TEST(HierRounds, ReduceScatterSameBitsAndSlotsAsThePhases) {
   for (const int L : {2, 3}) {
     for (const int nslots : {2, 4}) {
@@ -312,7 +331,8 @@ TEST(HierRounds, IntraHostWorkBetweenThePieces) {
   for (const Case& c : {Case{2, Coll::AllReduce, prims::WireMode::Coded, "all_reduce, exchange"},
                         Case{2, Coll::AllReduce, prims::WireMode::Raw, "all_reduce, ring of two"},
                         Case{3, Coll::AllReduce, prims::WireMode::Coded, "all_reduce, ring of three"},
-                        Case{2, Coll::ReduceScatter, prims::WireMode::Coded, "reduce_scatter"}}) {
+                        Case{2, Coll::ReduceScatter, prims::WireMode::Coded, "reduce_scatter, two hosts"},
+                        Case{3, Coll::ReduceScatter, prims::WireMode::Coded, "reduce_scatter, ring of three"}}) {
     for (const bool staged : {false, true}) {
       if (staged && c.m != prims::WireMode::Coded) continue;
       Opts op;
@@ -358,7 +378,7 @@ TEST(HierRounds, OnlyTwoHostsExchangingCodes) {
   pos.nhosts = 2, pos.nlocal = 2;
   EXPECT_TRUE(algorithms::hier_reduce_scatter_in_rounds(pos));
   pos.nhosts = 3;
-  EXPECT_FALSE(algorithms::hier_reduce_scatter_in_rounds(pos));
+  EXPECT_FALSE(algorithms::hier_reduce_scatter_in_rounds(pos));  // around the ring instead
   pos.nhosts = 2, pos.nlocal = 1;
   EXPECT_FALSE(algorithms::hier_reduce_scatter_in_rounds(pos));
 }

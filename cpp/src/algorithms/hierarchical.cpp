@@ -359,11 +359,55 @@ void hier_reduce_scatter_rounds(prims::Prims& intra, prims::Prims& inter, const 
   if (prev_n) finish(prev, prev_n);
 }
 
+// Hierarchical reduce-scatter in rounds around the inter-host ring (three or
+// more hosts; two have hier_reduce_scatter_rounds). A round is one loop of the
+// inter-host ring: piece i (seg_inter elements) of every block. Rank (h, l):
+//
+//   A(0)     intra reduce-scatter of piece 0 of every host's blocks (the
+//            phases' order of hosts: h, h+1, ...) -> work
+//   round i: the inter-host reduce-scatter of piece i, and right after its
+//            first send (ring_reduce_scatter's `between`): A(i+1)
+//
+// The same intra operations in the same order on every rank of a host, one
+// `between` per round; the same inter loops as the phases' ring (it loops by
+// seg_inter from the blocks' start): same slots and bits, deadlock-free as
+// hier_all_reduce_ring_rounds.
+void hier_reduce_scatter_ring_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src,
+                                     size_t stride, void* work, void* mid, void* mid_out, size_t count,
+                                     size_t seg_intra, size_t seg_inter, void* dst, HostSumCodes* q) {
+  const int H = pos.nhosts, h = pos.host;
+  const size_t es = intra.esize(), ms = inter.esize();
+  auto reduce = [&](size_t base) {
+    const size_t n = std::min(seg_inter, count - base);
+    for (int k = 0; k < H; ++k) {
+      const int g = mod(h + k, H);
+      auto off = [&](int j) { return size_t(pos.rank(g, j)) * stride + base; };
+      auto len = [&](int) { return n; };
+      uint8_t* w = at(work, size_t(g) * stride + base, es);
+      reduce_scatter_blocks(intra, pos.intra(), src, off, len, w, seg_intra);
+      if (q) q->quantize(intra.channel(), w, at(mid, size_t(g) * stride + base, ms), n);
+    }
+  };
+  if (count == 0) return;
+  reduce(0);
+  for (size_t base = 0; base < count; base += seg_inter) {
+    const size_t n = std::min(seg_inter, count - base);
+    const std::function<void()> between = [&] {
+      if (base + seg_inter < count) reduce(base + seg_inter);
+    };
+    ring_reduce_scatter(inter, pos.inter(), at(mid, base, ms), stride, at(mid_out, base, ms), n, seg_inter, between);
+    if (q) q->dequantize(inter.channel(), at(mid_out, base, ms), at(dst, base, es), n);
+  }
+}
+
 void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
                          void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter,
                          void* dst, HostSumCodes* q) {
   if (hier_reduce_scatter_in_rounds(pos)) {
     hier_reduce_scatter_rounds(intra, inter, pos, src, stride, work, mid, mid_out, count, seg_intra, dst, q);
+  } else if (pos.nhosts > 1 && pos.nlocal > 1) {
+    hier_reduce_scatter_ring_rounds(intra, inter, pos, src, stride, work, mid, mid_out, count, seg_intra, seg_inter,
+                                    dst, q);
   } else {
     hier_reduce_scatter_phases(intra, inter, pos, src, stride, work, mid, mid_out, count, seg_intra, seg_inter, dst, q);
   }

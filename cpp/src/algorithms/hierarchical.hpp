@@ -80,7 +80,8 @@ void hier_all_reduce_ring_rounds(prims::Prims& intra, prims::Prims& inter, const
 /// `mid_out` (dst, or codes mapped onto it). With `q`: mid holds codes of
 /// its own that q makes from work, and q turns mid_out into `dst` (count
 /// values) after.
-/// hier_reduce_scatter_rounds where two hosts have L > 1 ranks each, else
+/// hier_reduce_scatter_rounds where two hosts have L > 1 ranks each,
+/// hier_reduce_scatter_ring_rounds where more hosts do, else
 /// hier_reduce_scatter_phases (the same slots and result bits).
 void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, size_t stride,
                          void* work, void* mid, void* mid_out, size_t count, size_t seg_intra, size_t seg_inter,
@@ -95,6 +96,13 @@ bool hier_reduce_scatter_in_rounds(const HierPos& pos);
 void hier_reduce_scatter_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src,
                                 size_t stride, void* work, void* mid, void* mid_out, size_t count, size_t seg_intra,
                                 void* dst = nullptr, HostSumCodes* q = nullptr);
+/// Three or more hosts (L > 1): the phases in rounds of one loop of the
+/// inter-host ring, the next round's intra-host reduction right after the
+/// loop's first send.
+void hier_reduce_scatter_ring_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src,
+                                     size_t stride, void* work, void* mid, void* mid_out, size_t count,
+                                     size_t seg_intra, size_t seg_inter, void* dst = nullptr,
+                                     HostSumCodes* q = nullptr);
 
 /// All-gather: src (count elements) to block rank() of dst (block j at
 /// j*stride); every other block from its owner. Intra-host all-gather,

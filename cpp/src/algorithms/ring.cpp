@@ -140,16 +140,18 @@ void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, s
 //
 // N-1 sends and receives per loop; the first burst is one chunk (<= K/2 slices).
 void ring_reduce_scatter(prims::Prims& p, RingPos pos, const void* src, size_t stride, void* dst, size_t count,
-                         size_t seg) {
+                         size_t seg, const std::function<void()>& between) {
   const int N = pos.nranks, r = pos.rank;
   const size_t es = p.esize();
-  if (N == 1) {
+  if (N == 1 || count == 0) {
+    if (between) between();
     if (dst != src && count) std::memmove(dst, src, count * es);
     return;
   }
   for (size_t base = 0; base < count; base += seg) {
     const size_t n = std::min(seg, count - base);
     p.send(at(src, size_t(mod(r - 1, N)) * stride + base, es), n);
+    if (between && base == 0) between();
     for (int j = 2; j < N; ++j) p.recvReduceSend(at(src, size_t(mod(r - j, N)) * stride + base, es), n);
     p.recvReduceCopy(at(src, size_t(r) * stride + base, es), at(dst, base, es), n);
   }

@@ -51,9 +51,9 @@ void ring_all_reduce(prims::Prims& p, RingPos pos, const void* src, void* dst, s
 
 /// Reduce-scatter: block j of src starts at element j*stride (count elements of
 /// it belong to this channel, starting at the block's start); dst gets the
-/// reduction of block `pos.rank`'s part.
+/// reduction of block `pos.rank`'s part. `between` as in ring_all_reduce.
 void ring_reduce_scatter(prims::Prims& p, RingPos pos, const void* src, size_t stride, void* dst, size_t count,
-                         size_t seg);
+                         size_t seg, const std::function<void()>& between = nullptr);
 
 /// Allgather: src (count elements) goes to dst at block pos.rank (block j at
 /// element j*stride); every other block comes from its owner.

@@ -140,7 +140,7 @@ struct Collective {
   /// The algorithm this call runs: chosen per call by the call routine from
   /// rank 0's proposal and the topology (core/call.hpp, step 4).
   Algorithm algorithm = Algorithm::Ring;
-  /// A hierarchical all_reduce or reduce_scatter may run in rounds
+  /// A hierarchical all_reduce or reduce_scatter runs in rounds
   /// (algorithms::hier_all_reduce, hier_reduce_scatter): false where a rank
   /// asked for the phases one after the other (CallDesc's kHierPhases).
   bool hier_rounds = true;
