@@ -149,9 +149,9 @@ def rounds_section() -> list:
              "rounds (the default: each round's intra-host reduction and distribution run while the previous "
              "piece crosses the network; docs/ALGORITHMS.md, \"Rounds\") against their phases one after the "
              "other (`NCCLZ_HIER_ROUNDS=0`), the two taking turns round after round. Same result bits and wire "
-             "bytes. The uncompressed all_reduce runs its phases either way (its ring of two raw floats is not "
-             "the exchange), so its two rows differ by the machine's noise only; rows of a run from before "
-             "the reduce_scatter had rounds (2026-11-27 21:18) have no reduce_scatter."), "",
+             "bytes. The lossy all_reduce of two hosts exchanges codes in rounds of one slice; the uncompressed one "
+             "runs its ring of two in rounds of one ring loop, its intra-host work after each loop's first send "
+             "(since 2026-11-27 21:30; before, its phases either way)."), "",
             ("| link | collective | data | mode | rounds ms | phases ms | phases / rounds | ratio (rounds / phases) | "
              "CPU s per call, all ranks (rounds / phases) | load |"),
             "|---|---|---|---|---|---|---|---|---|---|", *L, ""]
