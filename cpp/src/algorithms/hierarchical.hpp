@@ -32,9 +32,9 @@ struct HierPos {
   RingPos inter() const { return {host, nhosts}; }
 };
 
-/// A lossy reduction's host sums on a device rank: quantized whole between
-/// the intra-host phase and the inter-host one, and the inter-host result
-/// dequantized after it (a host rank does both slice by slice, in the
+/// A lossy reduction's host sums on a device rank: quantized between the
+/// intra-host phase and the inter-host one (whole, or piece by piece in
+/// rounds), and the inter-host result dequantized after it (a host rank does both slice by slice, in the
 /// inter-host ring's prims::Stage). `channel`: the prims' channel (its
 /// stream). Both throw where they fail (a value that does not fit the grid).
 class HostSumCodes {

@@ -14,7 +14,7 @@ Wire raw(Wire w) {
   return w;
 }
 
-/// A device rank's host sums quantized whole on the channel's stream (the
+/// A device rank's host sums quantized on the channel's stream (the
 /// host path's quantize_buf, the same codes; an outlier, which the plan rules
 /// out for inputs within the scanned statistics, fails the call as
 /// LossyStage does), and the inter-host result dequantized.
@@ -70,7 +70,8 @@ void run_hier_lossy_reduction(Runtime& rt, const Collective& cd, DataType t, con
   b.dst = cd.recv;
   if (dev) {
     // The host sums' codes in device buffers of their own, made and read
-    // back between the phases on each channel's stream.
+    // back between the phases (or the rounds' pieces) on each channel's
+    // stream.
     values.device = codes.device = dev;
     DeviceHostSums q(*dev, elem_of(t), plan, out_step);
     if (cd.coll == Coll::AllReduce) {
