@@ -100,7 +100,7 @@ prims::PrimsArgs wire_args(prims::WireMode m) {
 int32_t value(int rank, size_t i) { return int32_t((i * 7 + size_t(rank) * 13) % 61) - 30 + int32_t(i / 40); }
 
 enum class Schedule { Rounds, Phases };
-enum class Coll { AllReduce, ReduceScatter };
+enum class Coll { AllReduce, ReduceScatter, AllGather };
 
 /// One all-reduce (count elements) or reduce-scatter (count elements of each
 /// of the 2L blocks) of 2 x L ranks: every rank's output, the bytes of every
@@ -167,6 +167,16 @@ Outcome run(Schedule s, const Opts& op) {
     pos.grid = grid.data();
     const size_t seg_i = algorithms::ring_segment_elems(pi, op.nslots);
     const size_t seg_e = algorithms::ring_segment_elems(pe, op.nslots);
+    if (op.coll == Coll::AllGather) {
+      std::vector<int32_t> out(size_t(N) * count, -3);
+      if (s == Schedule::Rounds) {
+        algorithms::hier_all_gather(pi, pe, pos, src.data(), out.data(), count, count, seg_i, seg_e);
+      } else {
+        algorithms::hier_all_gather_phases(pi, pe, pos, src.data(), out.data(), count, count, seg_i, seg_e);
+      }
+      o.out[size_t(r)] = out;
+      return;
+    }
     if (rs) {
       ASSERT_EQ(algorithms::hier_reduce_scatter_in_rounds(pos), H == 2);  // else around the ring (H > 2)
       int32_t* mid = op.staged ? rs_codes.data() : work.data();
@@ -210,7 +220,14 @@ void expect_as_phases(const Opts& op) {
   const int N = op.H * op.L;
   const bool rs = op.coll == Coll::ReduceScatter;
   for (int r = 0; r < N; ++r) {
-    for (size_t i = 0; i < op.count; ++i) {
+    if (op.coll == Coll::AllGather) {
+      for (int j = 0; j < N; ++j) {
+        for (size_t i = 0; i < op.count; ++i) {
+          ASSERT_EQ(a.out[size_t(r)][size_t(j) * op.count + i], value(j, i)) << "rank " << r << " block " << j;
+        }
+      }
+    }
+    for (size_t i = 0; i < op.count && op.coll != Coll::AllGather; ++i) {
       int64_t sum = 0;
       for (int k = 0; k < N; ++k) sum += value(k, (rs ? size_t(r) * op.count : 0) + i);
       ASSERT_EQ(a.out[size_t(r)][i], int32_t(sum)) << "rank " << r << " element " << i;
@@ -301,6 +318,23 @@ TEST(HierRounds, ReduceScatterRingRoundsSameBitsAndSlotsAsThePhases) {
   }
 }
 
+TEST(HierRounds, AllGatherSameBitsAndSlotsAsThePhases) {
+  for (const int H : {2, 3}) {
+    for (const int L : {2, 3}) {
+      for (const prims::WireMode m : {prims::WireMode::Raw, prims::WireMode::Coded}) {
+        for (const size_t count : {size_t(1), size_t(5), size_t(300), size_t(1003)}) {
+          SCOPED_TRACE(::testing::Message()
+                       << H << "x" << L << " " << (m == prims::WireMode::Raw ? "raw" : "coded") << " count " << count);
+          Opts op;
+          op.H = H, op.L = L, op.count = count, op.inter = m, op.coll = Coll::AllGather;
+          op.nslots = count == 300 ? 2 : 4;
+          expect_as_phases(op);
+        }
+      }
+    }
+  }
+}
+
 TEST(HierRounds, ReduceScatterSameBitsAndSlotsAsThePhases) {
   for (const int L : {2, 3}) {
     for (const int nslots : {2, 4}) {
@@ -332,9 +366,11 @@ TEST(HierRounds, IntraHostWorkBetweenThePieces) {
                         Case{2, Coll::AllReduce, prims::WireMode::Raw, "all_reduce, ring of two"},
                         Case{3, Coll::AllReduce, prims::WireMode::Coded, "all_reduce, ring of three"},
                         Case{2, Coll::ReduceScatter, prims::WireMode::Coded, "reduce_scatter, two hosts"},
-                        Case{3, Coll::ReduceScatter, prims::WireMode::Coded, "reduce_scatter, ring of three"}}) {
+                        Case{3, Coll::ReduceScatter, prims::WireMode::Coded, "reduce_scatter, ring of three"},
+                        Case{2, Coll::AllGather, prims::WireMode::Coded, "all_gather, two hosts"},
+                        Case{3, Coll::AllGather, prims::WireMode::Raw, "all_gather, ring of three"}}) {
     for (const bool staged : {false, true}) {
-      if (staged && c.m != prims::WireMode::Coded) continue;
+      if (staged && (c.m != prims::WireMode::Coded || c.coll == Coll::AllGather)) continue;
       Opts op;
       op.H = c.H, op.count = 4000, op.staged = staged, op.coll = c.coll, op.inter = c.m;
       const Outcome a = run(Schedule::Rounds, op);

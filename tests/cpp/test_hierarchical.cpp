@@ -564,10 +564,10 @@ TEST(Hierarchical, LossySumBoundSplitAmongHosts) {
   EXPECT_GT(hs[0].ratio, rs[0].ratio);
 }
 
-// The all_reduce runs in rounds on any layout (algorithms/hierarchical.cpp:
-// hier_all_reduce_rounds, two hosts exchanging codes;
-// hier_all_reduce_ring_rounds, around the inter-host ring), the reduce_scatter
-// of two hosts too (hier_reduce_scatter_rounds, every mode;
+// all_reduce, reduce_scatter and all_gather run in rounds on any layout
+// (algorithms/hierarchical.cpp: hier_all_reduce_rounds, two hosts exchanging
+// codes, hier_all_reduce_ring_rounds elsewhere; hier_reduce_scatter_rounds,
+// two hosts, hier_reduce_scatter_ring_rounds; hier_all_gather_rounds;
 // test_hier_rounds.cpp has the schedules themselves): the same bits and wire bytes as the phases one after the
 // other, which any one rank's hier_rounds = 0 asks of every rank (were it its
 // own only, the ranks' intra-host rings would carry other pieces: wrong sums
@@ -580,33 +580,44 @@ TEST(Hierarchical, InRoundsAsThePhases) {
       cfg.timeout_s = 20;
       if (r == N - 1) cfg.hier_rounds = 0;
     });
-    for (const bool rs : {false, true}) {
+    for (const char* coll : {"all_reduce", "reduce_scatter", "all_gather"}) {
+      const bool rs = coll[0] == 'r', ag = coll[4] == 'g';
       for (const DataType t : {DataType::F32, DataType::F64, DataType::I32}) {
         for (const Compression& c :
              {Compression::lossy_abs(lossy_bound(t)), Compression::lossless(), Compression::none()}) {
           const bool lossy = c.mode == Compression::Mode::LossyAbs;
           if (t == DataType::I32 && lossy) continue;
-          const size_t count = rs ? 1501 : 5003;  // many slices of 1 KiB per block
-          const size_t in_count = rs ? count * size_t(N) : count;
+          const size_t count = rs || ag ? 1501 : 5003;  // many slices of 1 KiB per block
+          const size_t in_count = rs ? count * size_t(N) : count, out_count = ag ? count * size_t(N) : count;
           std::vector<std::vector<uint8_t>> in(static_cast<size_t>(N));
           for (int r = 0; r < N; ++r) in[size_t(r)] = input(t, in_count, r, 31);
-          std::vector<std::vector<uint8_t>> a(size_t(N), std::vector<uint8_t>(count * dsize(t))), b = a;
+          std::vector<std::vector<uint8_t>> a(size_t(N), std::vector<uint8_t>(out_count * dsize(t))), b = a;
           std::vector<CallStats> sa(static_cast<size_t>(N)), sb(static_cast<size_t>(N));
           auto call = [&](Communicator& comm, int r, std::vector<std::vector<uint8_t>>& out, CallStats* st) {
             if (rs) {
               comm.reduce_scatter(in[size_t(r)].data(), out[size_t(r)].data(), count, t, RedOp::Sum, c, st);
+            } else if (ag) {
+              comm.all_gather(in[size_t(r)].data(), out[size_t(r)].data(), count, t, c, st);
             } else {
               comm.all_reduce(in[size_t(r)].data(), out[size_t(r)].data(), count, t, RedOp::Sum, c, st);
             }
           };
           rounds.run([&](int r, Communicator& comm) { call(comm, r, a, &sa[size_t(r)]); });
           phased.run([&](int r, Communicator& comm) { call(comm, r, b, &sb[size_t(r)]); });
-          const std::string what =
-              layout + (rs ? " reduce_scatter " : " all_reduce ") + dtype_name(t) + " " + mode_label(c);
-          if (!rs) expect_same(a, count * dsize(t), what);
+          const std::string what = layout + " " + coll + " " + dtype_name(t) + " " + mode_label(c);
+          if (!rs) expect_same(a, out_count * dsize(t), what);
           for (int r = 0; r < N; ++r) {
-            check_reduced(t, RedOp::Sum, in, rs ? size_t(r) * count : 0, a[size_t(r)], count, lossy,
-                          lossy ? sa[0].error_bound : 0, what + " rank " + std::to_string(r));
+            if (ag) {
+              for (int j = 0; j < N; ++j) {
+                for (size_t i = 0; i < count; ++i) {
+                  const double err = std::fabs(get(t, a[size_t(r)], size_t(j) * count + i) - get(t, in[size_t(j)], i));
+                  ASSERT_LE(err, lossy ? sa[0].error_bound : 0.0) << what << " rank " << r << " block " << j;
+                }
+              }
+            } else {
+              check_reduced(t, RedOp::Sum, in, rs ? size_t(r) * count : 0, a[size_t(r)], count, lossy,
+                            lossy ? sa[0].error_bound : 0, what + " rank " + std::to_string(r));
+            }
             ASSERT_EQ(sa[size_t(r)].algorithm, Algorithm::Hierarchical) << what;
             ASSERT_EQ(a[size_t(r)], b[size_t(r)]) << what << " rank " << r;
             EXPECT_EQ(sa[size_t(r)].wire_bytes, sb[size_t(r)].wire_bytes) << what << " rank " << r;

@@ -174,8 +174,8 @@ struct CommConfig {
   /// whole input before them (0); -1: NCCLZ_PIPELINE_QUANTIZE, default 1.
   /// Rank 0's setting decides for every rank (the results are the same bits).
   int pipeline_quantize = -1;
-  /// Hierarchical all_reduce and reduce_scatter: in rounds, the intra-host
-  /// phases overlapping the transfers between hosts
+  /// Hierarchical all_reduce, reduce_scatter and all_gather: in rounds, the
+  /// intra-host phases overlapping the transfers between hosts
   /// (1), or the phases one after the other (0, for comparison); -1:
   /// NCCLZ_HIER_ROUNDS, default 1. Any rank's 0 holds for every rank (the
   /// results are the same bits).

@@ -61,20 +61,25 @@ void reduce_scatter_blocks(prims::Prims& p, RingPos pos, const void* src, Off of
 // ring.cpp): `own` (len(r) elements) goes to dst[off(r)] of every rank. In
 // loops of seg elements: copySend (own -> block r), recvCopySend (block r-j,
 // j = 1..N-2: forwarded unchanged, decoded once), recv (block r+1).
+// `between`, if given, runs once: after the first copySend, or at once where
+// nothing is sent.
 template <class Off, class Len>
-void all_gather_blocks(prims::Prims& p, RingPos pos, const void* own, void* dst, Off off, Len len, size_t seg) {
+void all_gather_blocks(prims::Prims& p, RingPos pos, const void* own, void* dst, Off off, Len len, size_t seg,
+                       const std::function<void()>& between = nullptr) {
   const int N = pos.nranks, r = pos.rank;
   const size_t es = p.esize();
-  if (N == 1) {
-    if (len(r) && own != at(dst, off(r), es)) std::memmove(at(dst, off(r), es), own, len(r) * es);
-    return;
-  }
   size_t longest = 0;
   for (int j = 0; j < N; ++j) longest = std::max(longest, len(j));
+  if (N == 1 || longest == 0) {
+    if (between) between();
+    if (N == 1 && len(r) && own != at(dst, off(r), es)) std::memmove(at(dst, off(r), es), own, len(r) * es);
+    return;
+  }
   for (size_t base = 0; base < longest; base += seg) {
     auto n = [&](int j) { return base < len(j) ? std::min(seg, len(j) - base) : size_t(0); };
     auto out = [&](int j) { return at(dst, off(j) + base, es); };
     p.copySend(at(own, base, es), out(r), n(r));
+    if (between && base == 0) between();
     for (int k = 1; k < N - 1; ++k) {
       const int j = mod(r - k, N);
       p.recvCopySend(out(j), n(j));
@@ -424,8 +429,8 @@ void hier_reduce_scatter(prims::Prims& intra, prims::Prims& inter, const HierPos
 //
 // One element type throughout (the user's, or the codes of a lossy call,
 // quantized once by their owner before the call and dequantized after it).
-void hier_all_gather(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
-                     size_t stride, size_t count, size_t seg_intra, size_t seg_inter) {
+void hier_all_gather_phases(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            size_t stride, size_t count, size_t seg_intra, size_t seg_inter) {
   const int H = pos.nhosts, h = pos.host, l = pos.local;
   const size_t es = intra.esize();
   auto len = [&](int) { return count; };
@@ -436,6 +441,69 @@ void hier_all_gather(prims::Prims& intra, prims::Prims& inter, const HierPos& po
   for (int k = 1; k < H; ++k) {
     const int g = mod(h + k, H);
     all_gather_blocks(intra, pos.intra(), at(dst, of_local(g), es), dst, on_host(g), len, seg_intra);
+  }
+}
+
+// Hierarchical all-gather in rounds (H > 1, L > 1): a round is one loop of the
+// inter-host ring, piece i (seg_inter elements) of every block. Rank (h, l):
+//
+//   A(0)      intra all-gather of piece 0 of the host's blocks (h, 0..L-1)
+//   round i:  the inter-host all-gather of piece i of the blocks (., l), and
+//             right after its first send (all_gather_blocks' `between`):
+//             C(i-1), the intra all-gather of piece i-1 of every other host's
+//             blocks, then A(i+1)
+//   C(last)
+//
+// So the intra-host copies hide behind the pieces crossing the network. The
+// same intra operations in the same order on every rank of a host, one
+// `between` per round, the inter ring's loops the phases' (it loops by
+// seg_inter from the blocks' start): same slots and bits, deadlock-free as
+// hier_all_reduce_ring_rounds.
+void hier_all_gather_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            size_t stride, size_t count, size_t seg_intra, size_t seg_inter) {
+  const int H = pos.nhosts, h = pos.host, l = pos.local;
+  const size_t es = intra.esize();
+  auto on_host = [&](int g, size_t base) {
+    return [&pos, g, stride, base](int j) { return size_t(pos.rank(g, j)) * stride + base; };
+  };
+  auto of_local = [&](int g) { return size_t(pos.rank(g, l)) * stride; };
+  auto piece = [&](size_t base) { return std::min(seg_inter, count - base); };
+  auto gather_host = [&](size_t base) {  // A: this host's blocks, from src
+    const size_t n = piece(base);
+    all_gather_blocks(intra, pos.intra(), at(src, base, es), dst, on_host(h, base), [n](int) { return n; }, seg_intra);
+  };
+  auto spread = [&](size_t base) {  // C: every other host's blocks, from the local rank that got each
+    const size_t n = piece(base);
+    for (int k = 1; k < H; ++k) {
+      const int g = mod(h + k, H);
+      all_gather_blocks(
+          intra, pos.intra(), at(dst, of_local(g) + base, es), dst, on_host(g, base), [n](int) { return n; },
+          seg_intra);
+    }
+  };
+  if (count == 0) return;
+  gather_host(0);
+  size_t last = 0;
+  for (size_t base = 0; base < count; base += seg_inter) {
+    const size_t n = piece(base);
+    const std::function<void()> between = [&] {
+      if (base > 0) spread(base - seg_inter);
+      if (base + seg_inter < count) gather_host(base + seg_inter);
+    };
+    auto off = [&](int g) { return of_local(g) + base; };
+    all_gather_blocks(
+        inter, pos.inter(), at(dst, of_local(h) + base, es), dst, off, [n](int) { return n; }, seg_inter, between);
+    last = base;
+  }
+  spread(last);
+}
+
+void hier_all_gather(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                     size_t stride, size_t count, size_t seg_intra, size_t seg_inter) {
+  if (pos.nhosts > 1 && pos.nlocal > 1) {
+    hier_all_gather_rounds(intra, inter, pos, src, dst, stride, count, seg_intra, seg_inter);
+  } else {
+    hier_all_gather_phases(intra, inter, pos, src, dst, stride, count, seg_intra, seg_inter);
   }
 }
 

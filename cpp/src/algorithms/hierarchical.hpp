@@ -108,8 +108,16 @@ void hier_reduce_scatter_ring_rounds(prims::Prims& intra, prims::Prims& inter, c
 /// j*stride); every other block from its owner. Intra-host all-gather,
 /// inter-host all-gather of this local rank's blocks, intra-host all-gather
 /// of the blocks that came from the other hosts. One wire element size.
+/// hier_all_gather_rounds where H > 1 and L > 1, else the phases.
 void hier_all_gather(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
                      size_t stride, size_t count, size_t seg_intra, size_t seg_inter);
+/// The phases one after the other.
+void hier_all_gather_phases(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            size_t stride, size_t count, size_t seg_intra, size_t seg_inter);
+/// In rounds of one loop of the inter-host ring, the intra-host copies of the
+/// rounds around it right after the loop's first send.
+void hier_all_gather_rounds(prims::Prims& intra, prims::Prims& inter, const HierPos& pos, const void* src, void* dst,
+                            size_t stride, size_t count, size_t seg_intra, size_t seg_inter);
 
 /// Broadcast from global rank `root`, in place: the chain of the root's local
 /// rank across hosts, then on every host the chain from that local rank,

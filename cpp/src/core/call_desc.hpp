@@ -99,7 +99,7 @@ struct CallDesc {
   /// CommConfig::algorithm / NCCLZ_ALGO), 0 for the default, in the bits of
   /// kAlgorithmBits. Every rank runs all[0]'s where the topology allows it
   /// (core/call.hpp, step 4); not part of the match. kHierPhases: this rank
-  /// asks for the hierarchical all_reduce's and reduce_scatter's phases one after the other
+  /// asks for the hierarchical collectives' phases one after the other
   /// (CommConfig::hier_rounds 0); any rank's counts for every rank.
   uint8_t algorithm = 0;
 };

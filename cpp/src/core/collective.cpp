@@ -44,7 +44,11 @@ void hier_reduce_scatter_schedule(prims::Prims& intra, prims::Prims& inter, cons
 }
 
 void hier_all_gather_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {
-  algorithms::hier_all_gather(intra, inter, c.pos, c.src, c.dst, c.stride, c.count, c.seg_intra, c.seg_inter);
+  if (c.rounds) {
+    algorithms::hier_all_gather(intra, inter, c.pos, c.src, c.dst, c.stride, c.count, c.seg_intra, c.seg_inter);
+  } else {
+    algorithms::hier_all_gather_phases(intra, inter, c.pos, c.src, c.dst, c.stride, c.count, c.seg_intra, c.seg_inter);
+  }
 }
 
 void hier_broadcast_schedule(prims::Prims& intra, prims::Prims& inter, const HierPart& c) {

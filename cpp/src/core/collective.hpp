@@ -140,9 +140,10 @@ struct Collective {
   /// The algorithm this call runs: chosen per call by the call routine from
   /// rank 0's proposal and the topology (core/call.hpp, step 4).
   Algorithm algorithm = Algorithm::Ring;
-  /// A hierarchical all_reduce or reduce_scatter runs in rounds
-  /// (algorithms::hier_all_reduce, hier_reduce_scatter): false where a rank
-  /// asked for the phases one after the other (CallDesc's kHierPhases).
+  /// A hierarchical all_reduce, reduce_scatter or all_gather runs in rounds
+  /// (algorithms::hier_all_reduce, hier_reduce_scatter, hier_all_gather):
+  /// false where a rank asked for the phases one after the other (CallDesc's
+  /// kHierPhases).
   bool hier_rounds = true;
   /// The schedule on the point-to-point links instead of the rings
   /// (all_to_all, gather, scatter): the call's channels become lanes that
