@@ -403,7 +403,7 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     the call, :func:`harness`), a rank's intra-host phases, then its network ring with codec and link
     overlapping (the policy's combination), the CPU work of the ranks at the CPUs they get
     (Machine.span); a broadcast chain adds one slice time per host link it crosses. `rounds`: the
-    hierarchical all_reduce and reduce_scatter run in rounds (NCCLZ_HIER_ROUNDS, the default;
+    hierarchical all_reduce, reduce_scatter and all_gather run in rounds (NCCLZ_HIER_ROUNDS, the default;
     :func:`point_rounds` says since when): their intra-host phases run between the
     pieces crossing the network, so their CPU work joins the ring's and only a round's worth (one
     slice of the rank's block) stands outside the overlap."""
@@ -417,7 +417,7 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     lanes = L if hier and coll != "broadcast" else 1
     t_net = lanes * schedule_bytes(coll, algo, n, hosts, S)[0] / (r * B) if hosts > 1 else 0.0
     inter, intra, solo = work(dc, coll, mode, "hierarchical" if hier else "ring", n, hosts, S, r)
-    in_rounds = rounds and hier and coll in ("all_reduce", "reduce_scatter")
+    in_rounds = rounds and hier and coll in ("all_reduce", "reduce_scatter", "all_gather")
     pre = list(pre or [])
     # CPU: every phase's work on the CPUs the ranks get (the busiest rank's at its share where all
     # do the same; a chain's few busy ranks get more than an even share while the others wait); the
@@ -430,9 +430,14 @@ def predict(m: Machine, dc: DataCodec, coll: str, mode: str, algo: str, n: int, 
     t_pre = m.span(pre, n) if pre else 0.0
     t_intra = m.span([(m.cost(f), k) for f, k in intra], n) if intra else 0.0
     if in_rounds and intra:
-        # one kind of rank in both (every rank of an all_reduce does the same)
-        inter = [(inter[0][0] + intra[0][0], inter[0][1])]
-        t_intra *= min(1.0, m.slice_bytes / (S / L))
+        # one kind of rank in both (every rank of these collectives does the same): the intra-host
+        # copies and reductions join the ring's work, a round's worth of them outside it; the eager
+        # path's whole-buffer passes (a lossy all_gather's) stay before and after the rounds
+        moved, kept = intra[0][0].copy(), features(codec_s=intra[0][0][0])
+        moved[0] = 0.0
+        fill = min(1.0, m.slice_bytes / (S / L))
+        inter = [(inter[0][0] + moved * (1 - fill), inter[0][1])]
+        t_intra = m.span([(m.cost(kept + moved * fill), n)], n)
     t_cpu = m.span([(m.cost(f), k) for f, k in inter], n)
     # latency: the descriptor exchange (a ring all-gather over all N ranks; twice on the eager path
     # of a hierarchical all_gather or broadcast, which holds the outlier round), the schedule's steps
@@ -673,10 +678,12 @@ ROUNDS_SINCE = 1795813127.0
 
 # ... the reduce_scatter of two hosts since main's 366d2e1 (2026-11-27 21:17:56 UTC), every other
 # hierarchical all_reduce since RING_ROUNDS_SINCE, every other reduce_scatter since
-# RS_RING_ROUNDS_SINCE; rows from before ran the phases whatever their hier_rounds says.
+# RS_RING_ROUNDS_SINCE, the all_gather since AG_ROUNDS_SINCE; rows from before ran the phases
+# whatever their hier_rounds says.
 RS_ROUNDS_SINCE = 1795814276.0
 RING_ROUNDS_SINCE = 1795814986.0  # main's 017a4c7, 2026-11-27 21:29:46 UTC
 RS_RING_ROUNDS_SINCE = 1795815886.0  # main's 2908e24, 2026-11-27 21:44:46 UTC
+AG_ROUNDS_SINCE = 1795816166.0  # main's 5b9e8cc, 2026-11-27 21:49:26 UTC
 
 
 def point_rounds(r: dict) -> bool:
@@ -686,6 +693,8 @@ def point_rounds(r: dict) -> bool:
     t = r.get("started", 0.0)
     if r.get("coll") == "reduce_scatter":
         return t >= (RS_ROUNDS_SINCE if r.get("hosts") == 2 else RS_RING_ROUNDS_SINCE)
+    if r.get("coll") == "all_gather":
+        return t >= AG_ROUNDS_SINCE
     if r.get("coll") != "all_reduce":
         return False
     exchange = r.get("hosts") == 2 and r.get("mode", "none") not in ("none", "lossless")
