@@ -25,8 +25,8 @@ namespaces talk through their shaped NICs). Phases:
          (--phases spot; not in the default run): their run-to-run spread
   effort 2 hosts x 2 ranks: the pair phase's lossy calls with the default and the dense codec
          effort (--phases effort --rate R; not in the default run), raw file effort-<R>g.json
-  rounds, phased  2 hosts x 2 ranks: the hierarchical all_reduce and reduce_scatter, 64 MiB,
-         uncompressed and at rel 1e-3, in rounds (the default where they apply) and with the phases
+  rounds, phased  2 hosts x 2 ranks: the hierarchical all_reduce, reduce_scatter and all_gather,
+         64 MiB, uncompressed and at rel 1e-3, in rounds (the default where they apply) and with the phases
          one after the other (NCCLZ_HIER_ROUNDS=0), taking turns
          (--phases rounds,phased --rate R; not in the default run), raw files rounds-<R>g.json,
          phased-<R>g.json
@@ -105,14 +105,14 @@ PHASES = {
     # the lab's rate (effort-<rate>g.json), so runs at several rates stand side by side
     "effort": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3,rel=1e-3/dense", "--algos",
                       "ring,hierarchical", "--iters", "3"], None),
-    # 2 hosts x 2 ranks, the hierarchical all_reduce (lossy: the rounds need the exchange of codes)
-    # and reduce_scatter (both modes) in rounds (the intra-host phases overlapping the exchange between
+    # 2 hosts x 2 ranks, the hierarchical all_reduce, reduce_scatter and all_gather (both modes) in
+    # rounds (the intra-host phases overlapping the exchange between
     # hosts, the default) and with the phases one after the other (NCCLZ_HIER_ROUNDS=0), taking turns;
     # not in the default phases; raw files rounds-<rate>g.json and phased-<rate>g.json
-    "rounds": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--colls", "all_reduce,reduce_scatter", "--modes",
-                      "none,rel=1e-3", "--algos", "hierarchical", "--iters", "3"], {"NCCLZ_HIER_ROUNDS": "1"}),
-    "phased": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--colls", "all_reduce,reduce_scatter", "--modes",
-                      "none,rel=1e-3", "--algos", "hierarchical", "--iters", "3"], {"NCCLZ_HIER_ROUNDS": "0"}),
+    "rounds": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--colls", "all_reduce,reduce_scatter,all_gather",
+                      "--modes", "none,rel=1e-3", "--algos", "hierarchical", "--iters", "3"], {"NCCLZ_HIER_ROUNDS": "1"}),
+    "phased": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--colls", "all_reduce,reduce_scatter,all_gather",
+                      "--modes", "none,rel=1e-3", "--algos", "hierarchical", "--iters", "3"], {"NCCLZ_HIER_ROUNDS": "0"}),
 }
 BY_RATE = ("effort", "rounds", "phased")  # phases whose raw files are named by the lab's rate
 

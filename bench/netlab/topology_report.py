@@ -133,7 +133,8 @@ def rounds_section() -> list:
         if not other:
             continue
         rows = json.loads(path.read_text())
-        for coll, data, mode in ((c, d, m) for c in ("all_reduce", "reduce_scatter") for d in ("smooth", "grad")
+        for coll, data, mode in ((c, d, m) for c in ("all_reduce", "reduce_scatter", "all_gather")
+                                 for d in ("smooth", "grad")
                                  for m in ("rel=1e-3", "none")):
             a = find(rows, coll=coll, data=data, mode=mode, algorithm="hierarchical")
             b = find(other, coll=coll, data=data, mode=mode, algorithm="hierarchical")
@@ -151,7 +152,8 @@ def rounds_section() -> list:
              "other (`NCCLZ_HIER_ROUNDS=0`), the two taking turns round after round. Same result bits and wire "
              "bytes. The lossy all_reduce of two hosts exchanges codes in rounds of one slice; the uncompressed one "
              "runs its ring of two in rounds of one ring loop, its intra-host work after each loop's first send "
-             "(since 2026-11-27 21:30; before, its phases either way)."), "",
+             "(since 2026-11-27 21:30; before, its phases either way). Rows of a collective are there from the run "
+             "after it had rounds on."), "",
             ("| link | collective | data | mode | rounds ms | phases ms | phases / rounds | ratio (rounds / phases) | "
              "CPU s per call, all ranks (rounds / phases) | load |"),
             "|---|---|---|---|---|---|---|---|---|---|", *L, ""]
