@@ -3,12 +3,15 @@
 // the prims without a transport.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
 #include "ncclz/error.hpp"
+#include "prims/prims.hpp"
+#include "prims/reduce.hpp"
 #include "transport/transport.hpp"
 
 namespace ncclz_test {
@@ -75,5 +78,21 @@ class FakeRecv : public ncclz::transport::RecvConn {
  private:
   Fifo* f_;
 };
+
+/// The prims arguments of a wire over these FIFOs: `t` elements in mode `m`,
+/// reduced with `op` (integer sums as the lossy codes': int_sum), 30 s to
+/// finish.
+inline ncclz::prims::PrimsArgs wire_args(ncclz::codec::ElemType t, ncclz::prims::WireMode m, ncclz::RedOp op) {
+  using ncclz::codec::ElemType;
+  ncclz::prims::PrimsArgs pa;
+  pa.type = t;
+  pa.mode = m;
+  pa.op = op;
+  pa.reduce = ncclz::prims::reduce_fn(t, op);
+  pa.int_sum = op == ncclz::RedOp::Sum && (t == ElemType::I32 || t == ElemType::I64);
+  pa.raw_esize = ncclz::codec::elem_size(t);
+  pa.deadline = Clock::now() + std::chrono::seconds(30);
+  return pa;
+}
 
 }  // namespace ncclz_test

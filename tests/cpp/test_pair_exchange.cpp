@@ -19,6 +19,7 @@ using codec::ElemType;
 using ncclz_test::FakeRecv;
 using ncclz_test::FakeSend;
 using ncclz_test::Fifo;
+using ncclz_test::wire_args;
 using transport::Clock;
 
 namespace {
@@ -30,20 +31,6 @@ std::vector<T> values(size_t n, int salt) {
   std::vector<T> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = T(int64_t((i * 7 + size_t(salt) * 13) % 61) - 30 + int64_t(i / 50));
   return v;
-}
-
-/// A wire of `t` elements in mode `m` reduced with `op` (integer sums as the
-/// lossy codes': int_sum).
-prims::PrimsArgs wire_args(ElemType t, prims::WireMode m, RedOp op) {
-  prims::PrimsArgs pa;
-  pa.type = t;
-  pa.mode = m;
-  pa.op = op;
-  pa.reduce = prims::reduce_fn(t, op);
-  pa.int_sum = op == RedOp::Sum && (t == ElemType::I32 || t == ElemType::I64);
-  pa.raw_esize = codec::elem_size(t);
-  pa.deadline = Clock::now() + std::chrono::seconds(30);
-  return pa;
 }
 
 /// What one run of two ranks did: each rank's output and the bytes of every
