@@ -209,6 +209,41 @@ def test_model_prefers_hierarchical_on_slow_links():
         m.predict("all_reduce", 8, S, 1.0, 1.0, algorithm="tree", hosts=4)
 
 
+def test_model_overlaps_the_hierarchical_rounds():
+    """all_reduce, reduce_scatter and all_gather run their intra-host phases in rounds beside the
+    inter-host ring (docs/ALGORITHMS.md): the model counts them beside it, not after it, except a
+    round's worth; broadcast's chains are counted one after the other."""
+    from ncclz.policy import CostModel
+    from ncclz.policy.model import INTRA_FACTOR, ROUND_BYTES, STEPS
+
+    m = CostModel()
+    S, n, H = 64 << 20, 8, 2
+    L = n // H
+    for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+        share = S if coll == "broadcast" else S / L
+        fix = S if coll in ("all_gather", "broadcast") else share
+        for gbps, cal in ((1.0, None), (100.0, None), (1.0, "coded")):
+            c = None
+            if cal:
+                from ncclz.policy.calibration import Calibration
+
+                c = Calibration(mode="lossy", ratio=8.0, enc_Bps=1e9, dec_Bps=2e9, sample_bytes=1 << 20, seconds=0.0)
+            t = m.predict(coll, n, S, gbps, 1.0, c, lossy=c is not None, algorithm="hierarchical", hosts=H)
+            inter = m._ring(coll, H, S, share, gbps, 1.0, c, c is not None, False, fix)
+            t_intra = INTRA_FACTOR[coll](L) * S / m.intra_Bps
+            phases = STEPS[coll](L) * m.alpha_intra_s + t_intra + inter
+            if coll == "broadcast":
+                assert t == pytest.approx(phases), (coll, gbps, cal)
+            else:
+                # beside the ring, never faster than either part; uncompressed on a slow link (the
+                # transfer longer than the intra-host work) the model's share of overlap, m.overlap,
+                # of all but a round's worth of the intra-host work is saved
+                assert t < phases and t >= max(inter, t_intra), (coll, gbps, cal)
+                if cal is None and gbps == 1.0:
+                    saved = m.overlap * t_intra * (1 - ROUND_BYTES / share)
+                    assert phases - t == pytest.approx(saved, rel=1e-6), coll
+
+
 def test_policy_chooses_mode_and_algorithm_together():
     import numpy as np
     from ncclz.policy import Policy

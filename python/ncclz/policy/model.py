@@ -27,12 +27,16 @@ ratio, enc_Bps and dec_Bps come from a :class:`~ncclz.policy.calibration.Calibra
 
 **Algorithms** (``algorithm=``, :data:`ALGORITHMS`). The formulas above are the flat ring's: on H hosts
 of L ranks the ring crosses each host's link once per channel, so the slowest link carries
-f_wire(n) * S. The hierarchical algorithm (docs/ALGORITHMS.md) runs three phases one after the
-other: an exact intra-host phase, the compressed inter-host ring among the H ranks of one local
-rank (each carrying 1/L of the data, L of them sharing each host's link), and the intra-host
-distribution::
+f_wire(n) * S. The hierarchical algorithm (docs/ALGORITHMS.md) runs three phases: an exact
+intra-host phase, the compressed inter-host ring among the H ranks of one local rank (each carrying
+1/L of the data, L of them sharing each host's link), and the intra-host distribution. all_reduce,
+reduce_scatter and all_gather run them in rounds (docs/ALGORITHMS.md, "Rounds"): the intra-host
+work of a round runs while pieces cross the network, beside the inter-host ring's codec on the
+rank's cores, and only a round's worth of it (ROUND_BYTES of the rank's share) before and after;
+broadcast runs its two chains interleaved, counted one after the other here::
 
-    T_hier = steps_h * alpha + t_intra + T_inter
+    T_hier = steps_h * alpha + T_inter(t_cpu + t_intra) + t_intra * min(1, ROUND_BYTES / (S/L))   (rounds)
+    T_hier = steps_h * alpha + t_intra + T_inter                                                 (broadcast)
       t_intra = f_intra(L) * S / (intra_Bps * cores_per_rank)   f_intra: all_reduce 2(L-1)/L,
                 reduce_scatter and all_gather (L-1)/L, broadcast 1 (raw copies and reductions
                 through shared memory)
@@ -101,6 +105,9 @@ SPARSE_PASS_SPEEDUP = 8.0
 COLLECTIVES = tuple(WIRE_FACTOR)
 #: The algorithms the model predicts (the runtime's Algorithm, docs/ALGORITHMS.md).
 ALGORITHMS = ("ring", "hierarchical")
+# the collectives whose hierarchical schedule runs in rounds, and a round's bytes of a rank's share
+ROUNDS = ("all_reduce", "reduce_scatter", "all_gather")
+ROUND_BYTES = 1 << 20
 # bytes each rank sends on the intra-host links of a hierarchical call, as a multiple of S (L ranks per host)
 INTRA_FACTOR = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
@@ -153,24 +160,33 @@ class CostModel:
         share = nbytes if coll == "broadcast" else nbytes / L
         # all_gather and broadcast dequantize the whole output after the call (codes move everywhere)
         fix = nbytes if coll in ("all_gather", "broadcast") else share
-        inter = self._ring(coll, H, nbytes, share, link_gbps, cores, cal, lossy, mostly_zero, fix, quant=quant)
         t_intra = INTRA_FACTOR[coll](L) * nbytes / (intra * cores)
-        return STEPS[coll](L) * self.alpha_intra_s + t_intra + inter
+        lat = STEPS[coll](L) * self.alpha_intra_s
+        if coll in ROUNDS:
+            fill = t_intra * min(1.0, ROUND_BYTES / share)
+            inter = self._ring(coll, H, nbytes, share, link_gbps, cores, cal, lossy, mostly_zero, fix, quant=quant,
+                               beside_s=t_intra - fill)
+            return lat + fill + inter
+        inter = self._ring(coll, H, nbytes, share, link_gbps, cores, cal, lossy, mostly_zero, fix, quant=quant)
+        return lat + t_intra + inter
 
     def _ring(self, coll: str, n: int, wire_bytes: float, codec_bytes: float, link_gbps: float, cores: float,
-              cal, lossy: bool, mostly_zero: bool, fix_bytes: float | None = None, quant: float = 0.0) -> float:
+              cal, lossy: bool, mostly_zero: bool, fix_bytes: float | None = None, quant: float = 0.0,
+              beside_s: float = 0.0) -> float:
         """A ring of n ranks whose slowest link carries f_wire(n) * wire_bytes and whose ranks each code
         codec_bytes of data and quantize / dequantize fix_bytes (default codec_bytes) at `quant`
-        bytes/s (default quant_Bps): the module doc's formulas."""
+        bytes/s (default quant_Bps): the module doc's formulas. `beside_s`: CPU seconds of other work
+        the rank does between the ring's steps (a hierarchical call's intra-host rounds)."""
         quant = quant or self.quant_Bps
         B = self.link_Bps(link_gbps)
         W = WIRE_FACTOR[coll](n) * wire_bytes
         lat = STEPS[coll](n) * self.alpha_s
         if cal is None:
-            return lat + W / B
+            t_net = W / B
+            return lat + max(t_net, beside_s) + (1 - self.overlap) * min(t_net, beside_s)
         fe, fd = CODEC_FACTOR[coll](n)
         t_net = W / (max(cal.ratio, 1e-3) * B)
-        t_cpu = (fe * codec_bytes / cal.enc_Bps + fd * codec_bytes / cal.dec_Bps) / cores
+        t_cpu = (fe * codec_bytes / cal.enc_Bps + fd * codec_bytes / cal.dec_Bps) / cores + beside_s
         # a lossy sum of mostly-zero data quantizes and writes out lists of nonzeros: its passes run
         # at about memory speed (the statistics scan and the output write), not quant_Bps
         fix = codec_bytes if fix_bytes is None else fix_bytes
