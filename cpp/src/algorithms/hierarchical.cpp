@@ -98,6 +98,13 @@ struct Round {
   size_t base, piece;
   size_t at(int j) const { return off(j) + base; }
   size_t n(int j) const { return base < len(j) ? std::min(piece, len(j) - base) : size_t(0); }
+  /// at and n as the blocks' offsets and lengths of the ring schedules above.
+  auto offsets() const {
+    return [this](int j) { return at(j); };
+  }
+  auto lengths() const {
+    return [this](int j) { return n(j); };
+  }
 };
 
 }  // namespace
@@ -148,8 +155,8 @@ void hier_all_reduce_rounds(prims::Prims& intra, prims::Prims& inter, const Hier
   const size_t longest = len(L - 1);  // blocks differ by at most one element, the last the longest
   using R = Round<decltype(off), decltype(len)>;
   auto gather = [&](const R& r) {
-    auto o = [&](int j) { return r.at(j); };
-    auto n = [&](int j) { return r.n(j); };
+    const auto o = r.offsets();
+    const auto n = r.lengths();
     if (q && n(l)) q->dequantize(inter.channel(), at(mid, o(l), ms), at(dst, o(l), es), n(l));
     all_gather_blocks(intra, pos.intra(), at(dst, o(l), es), dst, o, n, seg_intra);
   };
@@ -157,8 +164,8 @@ void hier_all_reduce_rounds(prims::Prims& intra, prims::Prims& inter, const Hier
   bool pending = false;
   for (size_t base = 0; base < longest; base += piece) {
     const R r{off, len, base, piece};
-    auto o = [&](int j) { return r.at(j); };
-    auto n = [&](int j) { return r.n(j); };
+    const auto o = r.offsets();
+    const auto n = r.lengths();
     reduce_scatter_blocks(intra, pos.intra(), src, o, n, at(dst, o(l), es), seg_intra);
     if (q && n(l)) q->quantize(intra.channel(), at(dst, o(l), es), at(mid, o(l), ms), n(l));
     inter.send(at(mid, o(l), ms), n(l));
@@ -243,15 +250,15 @@ void hier_all_reduce_ring_rounds(prims::Prims& intra, prims::Prims& inter, const
   using R = Round<decltype(off), decltype(len)>;
   auto reduce = [&](size_t base) {
     const R r{off, len, base, piece};
-    auto o = [&](int j) { return r.at(j); };
-    auto n = [&](int j) { return r.n(j); };
+    const auto o = r.offsets();
+    const auto n = r.lengths();
     reduce_scatter_blocks(intra, pos.intra(), src, o, n, at(dst, o(l), es), seg_intra);
     if (q && n(l)) q->quantize(intra.channel(), at(dst, o(l), es), at(mid, o(l), ms), n(l));
   };
   auto gather = [&](size_t base) {
     const R r{off, len, base, piece};
-    auto o = [&](int j) { return r.at(j); };
-    auto n = [&](int j) { return r.n(j); };
+    const auto o = r.offsets();
+    const auto n = r.lengths();
     if (q && n(l)) q->dequantize(inter.channel(), at(mid, o(l), ms), at(dst, o(l), es), n(l));
     all_gather_blocks(intra, pos.intra(), at(dst, o(l), es), dst, o, n, seg_intra);
   };
