@@ -277,3 +277,30 @@ def test_a_job_recreated_on_a_persistent_store_takes_fresh_keys(monkeypatch):
     assert ids == ["ncclz/unique_id/0", "ncclz/unique_id/1"], ids
     assert data["ncclz/unique_id/0"] != data["ncclz/unique_id/1"]
     assert sums == {(1, 0): 21.0, (1, 1): 21.0, (2, 0): 41.0, (2, 1): 41.0}, sums
+
+
+def test_chaos_harness_on_hierarchical_layouts(tmp_path):
+    """bench/chaos.py --topo, two short episodes (no fault, a killed rank) on a pretend 2x2 / 2x3 /
+    3x2 layout: every checked result within its guarantee, no hang, no leak, every rank's ending
+    clear; and its option checks."""
+    chaos = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, str(chaos), "--topo", "--episodes", "2", "--seed", "3", "--faults", "none,kill",
+                        "--workdir", str(tmp_path / "w"), "--out", str(out)],
+                       check=False, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    d = json.loads(out.read_text())
+    total = d["total"]
+    assert total["topo"] and total["episodes"] == 2
+    assert total["calls"] > 0 and total["returned"] > 0
+    for k in ("silent_wrong", "hangs", "leaked_shm", "unclear", "slow_link_errors"):
+        assert total[k] == 0, (k, total)
+    for e in d["episodes"]:
+        h, l = (int(v) for v in e["layout"].split("x"))
+        assert (h, l) in [(2, 2), (2, 3), (3, 2)] and e["ranks"] == h * l, e
+        assert e["fault"] in ("none", "kill")
+        assert any(c["algo"] == "hierarchical" for c in e["plan"]["calls"]), e["plan"]
+    for bad, what in ((["--faults", "meteor"], "unknown faults"), (["--topo", "--lab"], "exclusive")):
+        r = subprocess.run([sys.executable, str(chaos), "--episodes", "1", *bad], check=False, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and what in r.stderr, r.stderr
