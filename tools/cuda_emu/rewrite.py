@@ -12,12 +12,18 @@ LAUNCH = re.compile(
 
 
 def emulated(m: re.Match) -> str:
-    # The first lambda names the devices of the launch's pointer arguments
-    # (evaluated only with several emulated devices), the second runs it.
+    # The arguments are evaluated once, at the launch, as CUDA does (the
+    # kernel may run later: NCCLZ_EMU_LAZY); the first lambda names the
+    # devices of the pointer arguments (evaluated only with several emulated
+    # devices), the second runs the kernel on copies of them.
     kernel, config, args = m.group(1), m.group(2), m.group(3)
+    if not args.strip():
+        return f"::emu::launch_checked([] {{ return ::std::vector<int>{{}}; }}, [] {{ {kernel}(); }}, {config});"
     return (
-        f"::emu::launch_checked([&] {{ return ::emu::pointer_devices({args}); }}, "
-        f"[&] {{ {kernel}({args}); }}, {config});"
+        f"{{ auto emu_args = ::std::make_tuple({args}); "
+        f"::emu::launch_checked([&] {{ return ::std::apply([](const auto&... a) {{ "
+        f"return ::emu::pointer_devices(a...); }}, emu_args); }}, "
+        f"[emu_args]() mutable {{ ::std::apply([](auto&... a) {{ {kernel}(a...); }}, emu_args); }}, {config}); }}"
     )
 
 

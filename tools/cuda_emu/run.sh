@@ -19,7 +19,8 @@
 #                 the persistent ring kernels (CudaPersistent, same binary) once,
 #                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
 #                 with v3 and v2, and ranks on four emulated devices (the persistent
-#                 ring's device FIFOs through peer access too),
+#                 ring's device FIFOs through peer access too), the codec, prims and
+#                 communicator tests again with deferred stream work (lazy, below),
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's), and
 #                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes) and
@@ -33,6 +34,9 @@
 #   comm          device buffers through the communicator (tests/cpp/test_cuda_comm.cpp), four
 #                 emulated devices (NCCLZ_EMU_DEVICES, default 4 here) for the rank-per-device test
 #   bench         bench/gpu_codec_bench.cu on 1 MiB: its checks (its timings mean nothing)
+#   lazy          the codec, prims and communicator tests with deferred stream work
+#                 (NCCLZ_EMU_LAZY=1, include/cuda_emu.hpp: launches, copies and memsets
+#                 run only where the host synchronizes; ci runs them too)
 # Environment: NCCLZ_CUDA_TEST_QUICK (default 1: fewer sizes and cases; 0: all,
 # about 4x longer); EMU_SANITIZE=address (AddressSanitizer: an out-of-bounds
 # "device" access becomes a host error; build dir build/emu-address);
@@ -75,6 +79,11 @@ case "${1:-}" in
     echo "one rank per device (NCCLZ_EMU_DEVICES=4: four emulated devices):"
     NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 \
       --gtest_filter='CudaComm.RanksOnSeparateDevices:CudaPersistentComm.RanksOnSeparateDevicesUseDeviceFifos'
+    echo "deferred stream work (NCCLZ_EMU_LAZY=1: work runs only where the host synchronizes), v3 kernels:"
+    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*' \
+      --gtest_brief=1
+    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
@@ -88,5 +97,10 @@ case "${1:-}" in
   prims) "$E/ncclz_cuda_emu_prims_tests" ;;
   persistent) "$E/ncclz_cuda_emu_prims_tests" --gtest_filter='CudaPersistent.*' ;;
   comm) NCCLZ_EMU_DEVICES=${NCCLZ_EMU_DEVICES:-4} "$E/ncclz_cuda_emu_comm_tests" ;;
+  lazy)
+    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*'
+    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_prims_tests"
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests"
+    ;;
   *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*}" ;;
 esac

@@ -50,7 +50,7 @@
 // fails (cudaErrorInvalidResourceHandle, not run), as does an event recorded
 // on another device's stream. Every device is the same host memory, so a
 // kernel is checked by its arguments: one whose arguments (pointers, or
-// structs passed by value holding them) point into another device's memory
+// structs without padding passed by value holding them) point into another device's memory
 // fails (cudaErrorIllegalAddress, not run; memory reached through device
 // memory is not followed) unless its device enabled peer access to that
 // one (cudaDeviceEnablePeerAccess), and so does a copy or memset:
@@ -58,6 +58,23 @@
 // than its stream's (the legacy stream: the current device's) fails with
 // cudaErrorInvalidValue. CUDA would copy over the peer path there; ncclz
 // never means to, so the emulator's rule is the stricter one.
+//
+// Streams: by default every launch, copy and memset runs before its call
+// returns, so a stream is always idle and a missing synchronization cannot
+// show. NCCLZ_EMU_LAZY=1 defers them instead: each stream keeps its work in a
+// queue that runs, in order, only when the host must see it, i.e. at
+// cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, a
+// synchronous cudaMemcpy / cudaMemset, cudaFree / cudaFreeHost /
+// cudaHostUnregister (which CUDA makes wait for the device), a stream's
+// destruction, a copy to or from pageable host memory (synchronous in CUDA),
+// and every second cudaStreamQuery of a busy stream (the first answers
+// cudaErrorNotReady). Work on the legacy stream (null) first runs the
+// blocking streams' queued work and work on a blocking stream first runs the
+// legacy stream's, as CUDA orders them. That is a schedule a GPU may take
+// (the latest one), so host code that reads a result, reuses a buffer or
+// orders two streams without synchronizing gets stale data here, where the
+// eager default would have hidden it. Kernel arguments are evaluated at the
+// launch (rewrite.py keeps copies); co-resident launches run at once.
 //
 // What it cannot show: races between blocks or within a warp outside the
 // collectives, performance, the device-only branches of NCCLZ_HD code
@@ -84,6 +101,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 // Code that must know it runs here (decode_v3.cu: a look-back that would wait
@@ -153,7 +172,12 @@ inline int& current_device() {
 }
 }  // namespace emu
 struct CUstream_st {
-  int device = 0;  ///< the device current when it was made
+  int device = 0;                       ///< the device current when it was made
+  bool blocking = true;                 ///< synchronizes with the legacy stream (not cudaStreamNonBlocking)
+  bool legacy = false;                  ///< the device's legacy stream (a null cudaStream_t)
+  unsigned queries = 0;                 ///< cudaStreamQuery calls while busy (NCCLZ_EMU_LAZY)
+  std::recursive_mutex mu;              ///< guards q and runs it in order
+  std::deque<std::function<void()>> q;  ///< deferred work (NCCLZ_EMU_LAZY)
 };
 
 inline const char* cudaGetErrorString(cudaError_t e) {
@@ -365,7 +389,14 @@ template <class T>
 cudaError_t cudaMalloc(T** p, size_t n) {
   return cudaMalloc(reinterpret_cast<void**>(p), n);
 }
+namespace emu {  // (deferred stream work, below)
+inline std::mutex& pinned_mu();
+inline std::map<uintptr_t, size_t>& pinned_allocs();
+inline void flush_device(int device, bool blocking_only = false);
+inline void drain(cudaStream_t st);
+}  // namespace emu
 inline cudaError_t cudaFree(void* p) {
+  emu::flush_device(-1);  // CUDA's cudaFree waits for the device
   emu::device_free(p);
   return cudaSuccess;
 }
@@ -374,15 +405,27 @@ template <class T>
 cudaError_t cudaMallocAsync(T** p, size_t n, cudaStream_t s) {
   return cudaMallocAsync(reinterpret_cast<void**>(p), n, s);
 }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  emu::drain(s);
+  emu::device_free(p);
+  return cudaSuccess;
+}
 // Page-locked host memory: plain host memory here.
 inline cudaError_t cudaMallocHost(void** p, size_t n) {
   *p = std::malloc(n ? n : 1);
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> lk(emu::pinned_mu());
+  emu::pinned_allocs()[reinterpret_cast<uintptr_t>(*p)] = n ? n : 1;
+  return cudaSuccess;
 }
 enum { cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2 };
 inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMallocHost(p, n); }
 inline cudaError_t cudaFreeHost(void* p) {
+  emu::flush_device(-1);  // CUDA's cudaFreeHost waits for the device
+  {
+    std::lock_guard<std::mutex> lk(emu::pinned_mu());
+    emu::pinned_allocs().erase(reinterpret_cast<uintptr_t>(p));
+  }
   std::free(p);
   return cudaSuccess;
 }
@@ -460,6 +503,7 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
   return cudaSuccess;
 }
 inline cudaError_t cudaHostUnregister(void* p) {
+  emu::flush_device(-1);  // as cudaFreeHost
   std::lock_guard<std::mutex> lk(emu::host_registry_mu());
   return emu::host_registry().erase(reinterpret_cast<uintptr_t>(p)) ? cudaSuccess : emu::failed(cudaErrorInvalidValue);
 }
@@ -467,26 +511,169 @@ inline cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
   *d = h;
   return h ? cudaSuccess : emu::failed(cudaErrorInvalidValue);
 }
+// ---- deferred stream work (NCCLZ_EMU_LAZY; see the file comment) -----------
+namespace emu {
+inline bool lazy() {
+  static const bool on = [] {
+    const char* v = std::getenv("NCCLZ_EMU_LAZY");
+    return v != nullptr && std::strcmp(v, "0") != 0 && *v != 0;
+  }();
+  return on;
+}
+inline std::mutex& streams_mu() {
+  static std::mutex m;
+  return m;
+}
+/// Every live stream, the legacy ones included.
+inline std::set<CUstream_st*>& streams() {
+  static std::set<CUstream_st*> s;
+  return s;
+}
+inline CUstream_st* legacy_stream(int device) {
+  static CUstream_st* l = [] {
+    auto* a = new CUstream_st[16];
+    std::lock_guard<std::mutex> lk(streams_mu());
+    for (int d = 0; d < 16; ++d) {
+      a[d].device = d;
+      a[d].legacy = true;
+      streams().insert(&a[d]);
+    }
+    return a;
+  }();
+  return &l[device];
+}
+/// The stream a call names (null: the current device's legacy stream).
+inline CUstream_st* resolve(cudaStream_t s) { return s ? s : legacy_stream(current_device()); }
+/// Runs the stream's queued work, in order.
+inline void flush(CUstream_st* s) {
+  std::lock_guard<std::recursive_mutex> lk(s->mu);
+  while (!s->q.empty()) {
+    std::function<void()> f = std::move(s->q.front());
+    s->q.pop_front();
+    f();
+  }
+  s->queries = 0;
+}
+/// Runs the queued work of every stream of a device (all devices: -1), or
+/// of its blocking streams only.
+inline void flush_device(int device, bool blocking_only) {
+  if (!lazy()) return;
+  std::vector<CUstream_st*> v;
+  {
+    std::lock_guard<std::mutex> lk(streams_mu());
+    for (CUstream_st* s : streams())
+      if ((device < 0 || s->device == device) && !s->legacy && (!blocking_only || s->blocking)) v.push_back(s);
+  }
+  if (device >= 0) v.push_back(legacy_stream(device));
+  for (CUstream_st* s : v) flush(s);
+  if (device < 0)
+    for (int d = 0; d < device_count(); ++d) flush(legacy_stream(d));
+}
+/// Runs f on stream s: now (the default), or queued behind the stream's
+/// earlier work (NCCLZ_EMU_LAZY), after the legacy / blocking work CUDA
+/// orders before it.
+inline void enqueue(cudaStream_t st, std::function<void()> f) {
+  if (!lazy()) {
+    f();
+    return;
+  }
+  CUstream_st* s = resolve(st);
+  if (s->legacy) {
+    flush_device(s->device, true);
+  } else if (s->blocking) {
+    flush(legacy_stream(s->device));
+  }
+  std::lock_guard<std::recursive_mutex> lk(s->mu);
+  s->q.push_back(std::move(f));
+}
+/// Runs the stream's queued work (NCCLZ_EMU_LAZY), for work that must run
+/// now; the legacy stream's waits for the blocking streams' first.
+inline void drain(cudaStream_t st) {
+  if (!lazy()) return;
+  CUstream_st* s = resolve(st);
+  if (s->legacy) flush_device(s->device, true);
+  flush(s);
+}
+inline std::mutex& pinned_mu() {
+  static std::mutex m;
+  return m;
+}
+/// cudaMallocHost / cudaHostAlloc allocations (start -> bytes).
+inline std::map<uintptr_t, size_t>& pinned_allocs() {
+  static std::map<uintptr_t, size_t> m;
+  return m;
+}
+inline bool in_ranges(std::mutex& mu, const std::map<uintptr_t, size_t>& m, const void* p) {
+  const uintptr_t x = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = m.upper_bound(x);
+  return it != m.begin() && x < std::prev(it)->first + std::prev(it)->second;
+}
+/// Whether a copy may be asynchronous with p as one side: device memory, or
+/// page-locked host memory (allocated or registered); pageable memory makes
+/// a CUDA copy synchronous.
+inline bool async_capable(const void* p) {
+  return device_of(p) >= 0 || in_ranges(pinned_mu(), pinned_allocs(), p) ||
+         in_ranges(host_registry_mu(), host_registry(), p);
+}
+}  // namespace emu
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = nullptr) {
   if (!emu::on_stream_device(p, st)) return emu::failed(cudaErrorInvalidValue);
-  emu::DeviceAccess on;
-  std::memset(p, v, n);
+  auto set = [p, v, n] {
+    emu::DeviceAccess on;
+    std::memset(p, v, n);
+  };
+  if (emu::async_capable(p)) {
+    emu::enqueue(st, set);
+  } else {
+    emu::drain(st);
+    set();
+  }
   return cudaSuccess;
 }
-inline cudaError_t cudaMemset(void* p, int v, size_t n) { return cudaMemsetAsync(p, v, n, nullptr); }
+inline cudaError_t cudaMemset(void* p, int v, size_t n) {
+  const cudaError_t e = cudaMemsetAsync(p, v, n, nullptr);
+  emu::drain(nullptr);
+  return e;
+}
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t st = nullptr) {
   if (n && (d == nullptr || s == nullptr)) return emu::failed(cudaErrorInvalidValue);  // as CUDA answers a null pointer
   if (!emu::on_stream_device(d, st) || !emu::on_stream_device(s, st)) return emu::failed(cudaErrorInvalidValue);
-  emu::DeviceAccess on;
-  if (n) std::memmove(d, s, n);
+  auto copy = [d, s, n] {
+    emu::DeviceAccess on;
+    if (n) std::memmove(d, s, n);
+  };
+  if (emu::async_capable(d) && emu::async_capable(s)) {
+    emu::enqueue(st, copy);
+  } else {  // pageable host memory: CUDA copies after the stream's earlier work, before returning
+    emu::drain(st);
+    copy();
+  }
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
-  return cudaMemcpyAsync(d, s, n, k, nullptr);
+  const cudaError_t e = cudaMemcpyAsync(d, s, n, k, nullptr);
+  emu::drain(nullptr);
+  return e;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-// Every launch has run by the time it returns: a stream is always idle.
-inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  emu::drain(s);
+  return cudaSuccess;
+}
+// Eager (the default): every launch has run by the time it returns, a stream
+// is always idle. Lazy: a busy stream answers cudaErrorNotReady, then runs
+// its work at the next query.
+inline cudaError_t cudaStreamQuery(cudaStream_t st) {
+  if (!emu::lazy()) return cudaSuccess;
+  CUstream_st* s = emu::resolve(st);
+  {
+    std::lock_guard<std::recursive_mutex> lk(s->mu);
+    if (s->q.empty()) return cudaSuccess;
+    if (s->queries++ % 2 == 0) return cudaErrorNotReady;
+  }
+  emu::flush(s);
+  return cudaSuccess;
+}
 // Peer access: one address space, so every device can reach every other's
 // memory; a kernel may once the launching device enabled it (the launch
 // check below allows those pairs), and enabling it twice fails as in CUDA.
@@ -538,23 +725,39 @@ inline cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t h, unsigned
 inline cudaError_t cudaIpcCloseMemHandle(void* p) {
   return emu::device_of(p) < 0 ? emu::failed(cudaErrorInvalidValue) : cudaSuccess;
 }
-// Streams: every launch runs at once, in order, so one stream is as good as any.
+// Streams: eager (the default), every launch runs at once, in order, so one
+// stream is as good as any; lazy, each has its queue (above).
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = new CUstream_st{emu::current_device()};
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = new CUstream_st;
+  (*s)->device = emu::current_device();
+  (*s)->blocking = (flags & cudaStreamNonBlocking) == 0;
+  std::lock_guard<std::mutex> lk(emu::streams_mu());
+  emu::streams().insert(*s);
   return cudaSuccess;
 }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
-  delete s;
+  emu::drain(s);  // CUDA finishes the stream's work after the call returns; here before
+  {
+    std::lock_guard<std::mutex> lk(emu::streams_mu());
+    emu::streams().erase(s);
+  }
+  // Lazy: kept (empty), since another host thread's flush_device may hold it.
+  if (!emu::lazy()) delete s;
   return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+  emu::flush_device(emu::current_device());
+  return cudaSuccess;
+}
 
 // Events, device properties and memory pools (for bench/gpu_codec_bench.cu).
 typedef struct CUevent_st* cudaEvent_t;
 struct CUevent_st {
   double t = 0;
-  int device = 0;  ///< the device current when it was made
+  int device = 0;                 ///< the device current when it was made
+  CUstream_st* stream = nullptr;  ///< where it was last recorded (NCCLZ_EMU_LAZY)
 };
 inline double emu_now_ms() {
   timespec ts;
@@ -573,10 +776,14 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
   // The event's device, and the stream's (the legacy stream: the current device's).
   if (e->device != (s ? s->device : emu::current_device())) return emu::failed(cudaErrorInvalidResourceHandle);
-  e->t = emu_now_ms();
+  e->stream = emu::resolve(s);
+  emu::enqueue(s, [e] { e->t = emu_now_ms(); });
   return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (emu::lazy() && e->stream) emu::flush(e->stream);
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = float(b->t - a->t);
   return cudaSuccess;
@@ -897,6 +1104,11 @@ template <class... A>
 std::vector<int> pointer_devices(const A&... a) {
   std::vector<int> d;
   auto one = [&d](const auto& x) {
+    // A struct with padding is not scanned: its padding bytes are whatever
+    // the stack held there, a stale device address sometimes (seen: the 7
+    // bytes after EncodeOptions::allow_rans).
+    using T = std::decay_t<decltype(x)>;
+    if constexpr (!std::is_pointer_v<T> && !std::has_unique_object_representations_v<T>) return;
     const auto* bytes = reinterpret_cast<const unsigned char*>(&x);
     for (size_t at = 0; at + sizeof(uintptr_t) <= sizeof(x); at += alignof(uintptr_t)) {
       uintptr_t w;
@@ -989,9 +1201,18 @@ void launch(F&& f, dim3 grid, dim3 block, size_t, cudaStream_t s) {
     failed(cudaErrorInvalidResourceHandle);
     return;
   }
-  DeviceAccess on;  // device memory open to it (other host threads' work runs meanwhile)
+  if (!co_resident_launch()) {
+    // (a copy of the kernel's call and its arguments: it may run after this returns)
+    enqueue(s, [body = std::function<void()>(std::forward<F>(f)), grid, block] {
+      DeviceAccess on;  // device memory open to it (other host threads' work runs meanwhile)
+      run_blocks(body, grid, block, 0, grid.x);
+    });
+    return;
+  }
+  drain(s);  // a co-resident launch runs now, after the stream's earlier work
+  DeviceAccess on;
   const std::function<void()> body = f;
-  if (!co_resident_launch() || grid.x < 2) {
+  if (grid.x < 2) {
     run_blocks(body, grid, block, 0, grid.x);
     return;
   }
@@ -1165,18 +1386,21 @@ class BlockReduce {
 
 struct DeviceScan {
   template <class T>
-  static cudaError_t ExclusiveSum(void* tmp, size_t& bytes, const T* in, T* out, long long n, cudaStream_t = nullptr) {
+  static cudaError_t ExclusiveSum(void* tmp, size_t& bytes, const T* in, T* out, long long n,
+                                  cudaStream_t stream = nullptr) {
     if (tmp == nullptr) {
       bytes = 16;
       return cudaSuccess;
     }
-    emu::DeviceAccess on;
-    T acc = T(0);
-    for (long long i = 0; i < n; ++i) {
-      const T v = in[i];
-      out[i] = acc;
-      acc = T(acc + v);
-    }
+    emu::enqueue(stream, [in, out, n] {
+      emu::DeviceAccess on;
+      T acc = T(0);
+      for (long long i = 0; i < n; ++i) {
+        const T v = in[i];
+        out[i] = acc;
+        acc = T(acc + v);
+      }
+    });
     return cudaSuccess;
   }
 };
