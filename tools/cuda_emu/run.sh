@@ -20,7 +20,8 @@
 #                 the communicator with device buffers (ncclz_cuda_emu_comm_tests)
 #                 with v3 and v2, and ranks on four emulated devices (the persistent
 #                 ring's device FIFOs through peer access too), the codec, prims and
-#                 communicator tests again with deferred stream work (lazy, below),
+#                 communicator tests again with deferred stream work (lazy, below; the
+#                 communicator's at full size, as tools/gpu_session.sh runs them),
 #                 then the benchmark's round-trip checks (every version and
 #                 the fused calls, slices compared with v1's), and
 #                 bench/gpu_float_huff_bench.cu's (round trip, CPU bytes) and
@@ -83,7 +84,8 @@ case "${1:-}" in
     NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*' \
       --gtest_brief=1
     NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
-    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
+    echo "the communicator's lazily, at the sizes the GPU session runs (NCCLZ_CUDA_TEST_QUICK=0):"
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_DEVICES=4 NCCLZ_CUDA_TEST_QUICK=0 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
