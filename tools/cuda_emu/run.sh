@@ -37,7 +37,8 @@
 #   bench         bench/gpu_codec_bench.cu on 1 MiB: its checks (its timings mean nothing)
 #   lazy          the codec, prims and communicator tests with deferred stream work
 #                 (NCCLZ_EMU_LAZY=1, include/cuda_emu.hpp: launches, copies and memsets
-#                 run only where the host synchronizes; ci runs them too)
+#                 run only where the host synchronizes) and poisoned device memory
+#                 (NCCLZ_EMU_POISON=1: new 0xA5, freed 0x5A); ci runs them too
 # Environment: NCCLZ_CUDA_TEST_QUICK (default 1: fewer sizes and cases; 0: all,
 # about 4x longer); EMU_SANITIZE=address (AddressSanitizer: an out-of-bounds
 # "device" access becomes a host error; build dir build/emu-address);
@@ -57,7 +58,7 @@ E=$B/tools/cuda_emu
 export NCCLZ_CUDA_TEST_QUICK=${NCCLZ_CUDA_TEST_QUICK-1}
 case "${1:-}" in
   ci)
-    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*' \
+    NCCLZ_DEVICE_CODEC=v3 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*:CudaEmulator.*' \
       --gtest_brief=1
     for v in v2 v1; do
       echo "again with the $v slice kernels (NCCLZ_DEVICE_CODEC=$v):"
@@ -80,12 +81,12 @@ case "${1:-}" in
     echo "one rank per device (NCCLZ_EMU_DEVICES=4: four emulated devices):"
     NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1 \
       --gtest_filter='CudaComm.RanksOnSeparateDevices:CudaPersistentComm.RanksOnSeparateDevicesUseDeviceFifos'
-    echo "deferred stream work (NCCLZ_EMU_LAZY=1: work runs only where the host synchronizes), v3 kernels:"
-    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*' \
+    echo "deferred stream work and poisoned device memory (NCCLZ_EMU_LAZY=1 NCCLZ_EMU_POISON=1), v3 kernels:"
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_POISON=1 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*:CudaEmulator.*' \
       --gtest_brief=1
-    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_POISON=1 "$E/ncclz_cuda_emu_prims_tests" --gtest_brief=1
     echo "the communicator's lazily, at the sizes the GPU session runs (NCCLZ_CUDA_TEST_QUICK=0):"
-    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_DEVICES=4 NCCLZ_CUDA_TEST_QUICK=0 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_POISON=1 NCCLZ_EMU_DEVICES=4 NCCLZ_CUDA_TEST_QUICK=0 "$E/ncclz_cuda_emu_comm_tests" --gtest_brief=1
     "$E/ncclz_cuda_emu_bench" --mib 1 --slice 65536 --reps 1 --warm 0 --json "$B/bench.json" --md "$B/bench.md" \
       >"$B/bench.log" 2>&1 || { cat "$B/bench.log"; exit 1; }
     echo "emulated bench/gpu_codec_bench.cu: round trips checked (log: $B/bench.log)"
@@ -100,9 +101,9 @@ case "${1:-}" in
   persistent) "$E/ncclz_cuda_emu_prims_tests" --gtest_filter='CudaPersistent.*' ;;
   comm) NCCLZ_EMU_DEVICES=${NCCLZ_EMU_DEVICES:-4} "$E/ncclz_cuda_emu_comm_tests" ;;
   lazy)
-    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*'
-    NCCLZ_EMU_LAZY=1 "$E/ncclz_cuda_emu_prims_tests"
-    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests"
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_POISON=1 "$E/ncclz_cuda_emu_tests" --gtest_filter='CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*:CudaEmulator.*'
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_POISON=1 "$E/ncclz_cuda_emu_prims_tests"
+    NCCLZ_EMU_LAZY=1 NCCLZ_EMU_POISON=1 NCCLZ_EMU_DEVICES=4 "$E/ncclz_cuda_emu_comm_tests"
     ;;
   *) "$E/ncclz_cuda_emu_tests" --gtest_filter="${1:-CudaCodec.*:CudaSelect.*:CudaFloatHuff.*:CudaCta.*}" ;;
 esac

@@ -76,6 +76,11 @@
 // eager default would have hidden it. Kernel arguments are evaluated at the
 // launch (rewrite.py keeps copies); co-resident launches run at once.
 //
+// Device memory's contents: zeroed pages by default; NCCLZ_EMU_POISON=1 fills
+// new allocations with 0xA5 bytes and freed ones with 0x5A (kept, not given
+// back), as a GPU leaves cudaMalloc's memory uninitialized, so a read of bytes
+// nothing wrote, or of a freed buffer, gives garbage here too.
+//
 // What it cannot show: races between blocks or within a warp outside the
 // collectives, performance, the device-only branches of NCCLZ_HD code
 // (__CUDA_ARCH__ is not defined, so the host branches run), nvcc quirks.
@@ -300,6 +305,23 @@ class DeviceAccess {
   DeviceAccess& operator=(const DeviceAccess&) = delete;
 };
 
+/// NCCLZ_EMU_POISON=1: new device memory holds 0xA5 bytes and freed memory
+/// 0x5A (a GPU's cudaMalloc leaves memory uninitialized; zeroed pages here
+/// would hide a read of bytes nothing wrote, or of a freed buffer).
+inline bool poison() {
+  static const bool on = [] {
+    const char* v = std::getenv("NCCLZ_EMU_POISON");
+    return v != nullptr && *v != 0 && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+inline void poison_fill(void* p, size_t n, int byte) {
+  const bool closed = kArena && arena().protect && arena().depth == 0 && arena().base != nullptr;
+  if (closed) mprotect(p, n, PROT_READ | PROT_WRITE);
+  std::memset(p, byte, n);
+  if (closed) mprotect(p, n, PROT_NONE);
+}
+
 inline void* device_alloc(size_t n) {
   std::lock_guard<std::recursive_mutex> lk(device_mutex());
   Arena& m = arena();
@@ -307,6 +329,7 @@ inline void* device_alloc(size_t n) {
   if (!kArena) {
     void* p = std::malloc(n);
     if (p) {
+      if (poison()) std::memset(p, 0xA5, n);
       m.live[reinterpret_cast<uintptr_t>(p)] = n;
       m.owner[reinterpret_cast<uintptr_t>(p)] = current_device();
     }
@@ -342,6 +365,7 @@ inline void* device_alloc(size_t n) {
   // The new pages take the arena's current state (open inside device work).
   mprotect(m.base + off, bytes, (!m.protect || m.depth > 0) ? PROT_READ | PROT_WRITE : PROT_NONE);
   void* p = m.base + off;
+  if (poison()) poison_fill(p, bytes, 0xA5);
   m.live[reinterpret_cast<uintptr_t>(p)] = bytes;
   m.owner[reinterpret_cast<uintptr_t>(p)] = current_device();
   return p;
@@ -360,7 +384,11 @@ inline void device_free(void* p) {
     std::free(p);
     return;
   }
-  madvise(p, bytes, MADV_DONTNEED);  // the pages go back (zeroed); the range stays reserved
+  if (poison()) {
+    poison_fill(p, bytes, 0x5A);  // kept (not given back) so that a late read sees it
+  } else {
+    madvise(p, bytes, MADV_DONTNEED);  // the pages go back (zeroed); the range stays reserved
+  }
   auto cur = m.free_list.emplace(size_t(static_cast<uint8_t*>(p) - m.base), bytes).first;
   auto next = std::next(cur);
   if (next != m.free_list.end() && cur->first + cur->second == next->first) {
