@@ -417,9 +417,30 @@ template <class T>
 cudaError_t cudaMalloc(T** p, size_t n) {
   return cudaMalloc(reinterpret_cast<void**>(p), n);
 }
-namespace emu {  // (deferred stream work, below)
-inline std::mutex& pinned_mu();
-inline std::map<uintptr_t, size_t>& pinned_allocs();
+namespace emu {
+/// Host address ranges (start -> bytes) under their own lock.
+struct HostRanges {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> m;
+  /// Whether p lies inside one of them.
+  bool contains(const void* p) {
+    const uintptr_t x = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = m.upper_bound(x);
+    return it != m.begin() && x < std::prev(it)->first + std::prev(it)->second;
+  }
+};
+/// cudaMallocHost / cudaHostAlloc allocations.
+inline HostRanges& pinned_allocs() {
+  static HostRanges r;
+  return r;
+}
+/// cudaHostRegister's ranges.
+inline HostRanges& host_registry() {
+  static HostRanges r;
+  return r;
+}
+// (deferred stream work, below)
 inline void flush_device(int device, bool blocking_only = false);
 inline void drain(cudaStream_t st);
 }  // namespace emu
@@ -442,8 +463,8 @@ inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
 inline cudaError_t cudaMallocHost(void** p, size_t n) {
   *p = std::malloc(n ? n : 1);
   if (*p == nullptr) return cudaErrorMemoryAllocation;
-  std::lock_guard<std::mutex> lk(emu::pinned_mu());
-  emu::pinned_allocs()[reinterpret_cast<uintptr_t>(*p)] = n ? n : 1;
+  std::lock_guard<std::mutex> lk(emu::pinned_allocs().mu);
+  emu::pinned_allocs().m[reinterpret_cast<uintptr_t>(*p)] = n ? n : 1;
   return cudaSuccess;
 }
 enum { cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2 };
@@ -451,8 +472,8 @@ inline cudaError_t cudaHostAlloc(void** p, size_t n, unsigned) { return cudaMall
 inline cudaError_t cudaFreeHost(void* p) {
   emu::flush_device(-1);  // CUDA's cudaFreeHost waits for the device
   {
-    std::lock_guard<std::mutex> lk(emu::pinned_mu());
-    emu::pinned_allocs().erase(reinterpret_cast<uintptr_t>(p));
+    std::lock_guard<std::mutex> lk(emu::pinned_allocs().mu);
+    emu::pinned_allocs().m.erase(reinterpret_cast<uintptr_t>(p));
   }
   std::free(p);
   return cudaSuccess;
@@ -463,24 +484,14 @@ inline cudaError_t cudaFreeHost(void* p) {
 // As CUDA, a range that overlaps a registered one is refused (ranks as threads
 // share their rings), and only a registered start address unregisters.
 enum { cudaHostRegisterDefault = 0, cudaHostRegisterPortable = 1, cudaHostRegisterMapped = 2 };
-namespace emu {
-inline std::mutex& host_registry_mu() {
-  static std::mutex m;
-  return m;
-}
-inline std::map<uintptr_t, size_t>& host_registry() {
-  static std::map<uintptr_t, size_t> r;
-  return r;
-}
-}  // namespace emu
 inline cudaError_t cudaHostRegister(void* p, size_t n, unsigned) {
   if (!p || !n) return emu::failed(cudaErrorInvalidValue);
   const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + n;
-  std::lock_guard<std::mutex> lk(emu::host_registry_mu());
-  for (const auto& [a, len] : emu::host_registry()) {
+  std::lock_guard<std::mutex> lk(emu::host_registry().mu);
+  for (const auto& [a, len] : emu::host_registry().m) {
     if (lo < a + len && a < hi) return emu::failed(cudaErrorHostMemoryAlreadyRegistered);
   }
-  emu::host_registry()[lo] = n;
+  emu::host_registry().m[lo] = n;
   return cudaSuccess;
 }
 namespace emu {
@@ -514,8 +525,8 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
   *a = cudaPointerAttributes{};
   const uintptr_t x = reinterpret_cast<uintptr_t>(p);
   {
-    std::lock_guard<std::mutex> lk(emu::host_registry_mu());
-    for (const auto& [lo, len] : emu::host_registry()) {
+    std::lock_guard<std::mutex> lk(emu::host_registry().mu);
+    for (const auto& [lo, len] : emu::host_registry().m) {
       if (x >= lo && x < lo + len) {
         a->type = cudaMemoryTypeHost;
         a->devicePointer = a->hostPointer = const_cast<void*>(p);
@@ -532,8 +543,9 @@ inline cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void
 }
 inline cudaError_t cudaHostUnregister(void* p) {
   emu::flush_device(-1);  // as cudaFreeHost
-  std::lock_guard<std::mutex> lk(emu::host_registry_mu());
-  return emu::host_registry().erase(reinterpret_cast<uintptr_t>(p)) ? cudaSuccess : emu::failed(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lk(emu::host_registry().mu);
+  return emu::host_registry().m.erase(reinterpret_cast<uintptr_t>(p)) ? cudaSuccess
+                                                                      : emu::failed(cudaErrorInvalidValue);
 }
 inline cudaError_t cudaHostGetDevicePointer(void** d, void* h, unsigned) {
   *d = h;
@@ -622,27 +634,11 @@ inline void drain(cudaStream_t st) {
   if (s->legacy) flush_device(s->device, true);
   flush(s);
 }
-inline std::mutex& pinned_mu() {
-  static std::mutex m;
-  return m;
-}
-/// cudaMallocHost / cudaHostAlloc allocations (start -> bytes).
-inline std::map<uintptr_t, size_t>& pinned_allocs() {
-  static std::map<uintptr_t, size_t> m;
-  return m;
-}
-inline bool in_ranges(std::mutex& mu, const std::map<uintptr_t, size_t>& m, const void* p) {
-  const uintptr_t x = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = m.upper_bound(x);
-  return it != m.begin() && x < std::prev(it)->first + std::prev(it)->second;
-}
 /// Whether a copy may be asynchronous with p as one side: device memory, or
 /// page-locked host memory (allocated or registered); pageable memory makes
 /// a CUDA copy synchronous.
 inline bool async_capable(const void* p) {
-  return device_of(p) >= 0 || in_ranges(pinned_mu(), pinned_allocs(), p) ||
-         in_ranges(host_registry_mu(), host_registry(), p);
+  return device_of(p) >= 0 || pinned_allocs().contains(p) || host_registry().contains(p);
 }
 }  // namespace emu
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t st = nullptr) {
