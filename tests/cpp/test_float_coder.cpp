@@ -246,6 +246,52 @@ TEST(FloatCoder, MalformedPayloads) {
   }
 }
 
+// The split's bytes against docs/FORMAT.md's table, written out value by value
+// here, for every length around the vector loops' steps (8 float32, 32 and 16
+// bfloat16 values), random bit patterns; and the join of random exponent and
+// plane bytes back to the values those bytes define. Guards the vector paths'
+// byte order, and that none writes outside its buffers.
+TEST(FloatCoder, SplitAndJoinFollowTheFormat) {
+  std::mt19937_64 g(77);
+  for (ElemType t : {ElemType::F32, ElemType::BF16}) {
+    const bool f32 = t == ElemType::F32;
+    const size_t vb = f32 ? 4 : 2, pb = f32 ? 3 : 1;
+    for (size_t n = 0; n < 140; n += (n < 70 ? 1 : 7)) {
+      std::vector<uint8_t> x(n * vb);
+      for (auto& b : x) b = uint8_t(g());
+      std::vector<uint8_t> e(n + 64, 0xEE), plane(n * pb + 64, 0xEE);
+      floatexp_split(x.data(), t, n, e.data(), plane.data());
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t b = 0;
+        for (size_t k = 0; k < vb; ++k) b |= uint32_t(x[vb * i + k]) << (8 * k);
+        const uint32_t sign = b >> (8 * vb - 1);
+        const uint32_t want_e = f32 ? (b >> 23) & 0xFF : (b >> 7) & 0xFF;
+        const uint32_t want_p = f32 ? (sign << 23) | (b & 0x7FFFFF) : (sign << 7) | (b & 0x7F);
+        ASSERT_EQ(e[i], want_e) << "n " << n << " i " << i;
+        uint32_t p = 0;
+        for (size_t k = 0; k < pb; ++k) p |= uint32_t(plane[pb * i + k]) << (8 * k);
+        ASSERT_EQ(p, want_p) << "n " << n << " i " << i;
+      }
+      for (size_t k = n; k < e.size(); ++k) ASSERT_EQ(e[k], 0xEE) << "exponent bytes past n " << n;
+      for (size_t k = n * pb; k < plane.size(); ++k) ASSERT_EQ(plane[k], 0xEE) << "plane bytes past n " << n;
+      // Join: random exponents and planes to values, then split back to the same bytes.
+      for (size_t i = 0; i < n; ++i) e[i] = uint8_t(g());
+      for (size_t k = 0; k < n * pb; ++k) plane[k] = uint8_t(g());
+      std::vector<uint8_t> y(n * vb + 64, 0xEE);
+      ASSERT_TRUE(floatexp_join(e.data(), plane.data(), t, n, y.data()));
+      for (size_t k = n * vb; k < y.size(); ++k) ASSERT_EQ(y[k], 0xEE) << "values past n " << n;
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t p = 0, b = 0;
+        for (size_t k = 0; k < pb; ++k) p |= uint32_t(plane[pb * i + k]) << (8 * k);
+        for (size_t k = 0; k < vb; ++k) b |= uint32_t(y[vb * i + k]) << (8 * k);
+        const uint32_t want = f32 ? ((p >> 23) << 31) | (uint32_t(e[i]) << 23) | (p & 0x7FFFFF)
+                                  : ((p >> 7) << 15) | (uint32_t(e[i]) << 7) | (p & 0x7F);
+        ASSERT_EQ(b, want) << "n " << n << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(FloatCoder, Speed) {
   const size_t n = size_t(1) << 20;
   for (ElemType t : kTypes) {

@@ -6,6 +6,7 @@
 
 #include "codec/block_coder.hpp"
 #include "codec/float_coder.hpp"
+#include "codec/rans_coder.hpp"
 #include "codec/thread_buffer.hpp"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -165,8 +166,8 @@ size_t floathuff_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_
   // their length is known.
   uint8_t* tmp_plane = dst + cap - plane;
   floatexp_split(x, t, n, e, tmp_plane);
-  uint32_t hist[256] = {};
-  for (size_t i = 0; i < n; ++i) ++hist[e[i]];
+  uint32_t hist[256];
+  byte_histogram(e, n, hist);
   uint8_t len[256];
   uint16_t code[256];
   fh_build_lengths(hist, A, len);

@@ -61,21 +61,6 @@ inline uint64_t load64_raw(const uint8_t* p) {
 }
 inline void store64_raw(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
-// ---------------------------------------------------------------- histogram
-uint64_t histogram_bytes(const uint8_t* s, size_t n, uint32_t* hist) {
-  uint32_t h[4][kRansAlphabet] = {};
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    ++h[0][s[i]];
-    ++h[1][s[i + 1]];
-    ++h[2][s[i + 2]];
-    ++h[3][s[i + 3]];
-  }
-  for (; i < n; ++i) ++h[0][s[i]];
-  for (int k = 0; k < kRansAlphabet; ++k) hist[k] = h[0][k] + h[1][k] + h[2][k] + h[3][k];
-  return n;
-}
-
 // ---------------------------------------------------------------- table
 size_t table_bytes(const uint32_t* freq) {
   size_t b = kBitmapBytes;
@@ -954,6 +939,21 @@ Status rans_decode_with(RansImpl impl, const uint8_t* src, size_t len, size_t n,
   return Status::Ok;
 }
 
+void byte_histogram(const uint8_t* s, size_t n, uint32_t* hist) {
+  // Four sub-tables: a run of one symbol (exponents, mostly) does not make each
+  // count wait on the store of the one before it.
+  uint32_t h[4][kRansAlphabet] = {};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++h[0][s[i]];
+    ++h[1][s[i + 1]];
+    ++h[2][s[i + 2]];
+    ++h[3][s[i + 3]];
+  }
+  for (; i < n; ++i) ++h[0][s[i]];
+  for (int k = 0; k < kRansAlphabet; ++k) hist[k] = h[0][k] + h[1][k] + h[2][k] + h[3][k];
+}
+
 size_t rans_encode_bytes(const uint8_t* sym, size_t n, uint8_t* dst, size_t cap) {
   return rans_encode_bytes_with(rans_best_impl(), sym, n, dst, cap);
 }
@@ -961,7 +961,7 @@ size_t rans_encode_bytes(const uint8_t* sym, size_t n, uint8_t* dst, size_t cap)
 size_t rans_encode_bytes_with(RansImpl impl, const uint8_t* sym, size_t n, uint8_t* dst, size_t cap) {
   if (n == 0) return 0;
   uint32_t hist[kRansAlphabet];
-  histogram_bytes(sym, n, hist);
+  byte_histogram(sym, n, hist);
   return encode_framed(impl, sym, n, hist, nullptr, 0, dst, cap);
 }
 

@@ -127,6 +127,9 @@ size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 template <class Code>
 Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out);
 
+/// hist[0..256) = how often each byte value occurs in s[0..n).
+void byte_histogram(const uint8_t* s, size_t n, uint32_t* hist);
+
 /// Byte-alphabet rANS (used by the float coder for exponent streams).
 size_t rans_encode_bytes(const uint8_t* sym, size_t n, uint8_t* dst, size_t cap);
 Status rans_decode_bytes(const uint8_t* src, size_t len, size_t n, uint8_t* out);
