@@ -50,51 +50,10 @@ inline uint64_t ld64(const void* p) {
 }
 inline void st64(void* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
-// ---- F32: exponent = bits 30..23; plane value = sign << 23 | mantissa (3 bytes LE).
-// The scalar loops start at element i (the vector loops below do the first ones).
-void split_f32(const uint8_t* x, size_t i, size_t n, uint8_t* e, uint8_t* plane) {
-  for (; i < n; ++i) {
-    const uint32_t b = ld32(x + 4 * i);
-    e[i] = uint8_t(b >> 23);
-    const uint32_t sm = ((b >> 8) & 0x800000u) | (b & 0x7FFFFFu);
-    if (i + 1 < n) {
-      st32(plane + 3 * i, sm);  // the 4th byte is overwritten by the next value
-    } else {
-      plane[3 * i] = uint8_t(sm);
-      plane[3 * i + 1] = uint8_t(sm >> 8);
-      plane[3 * i + 2] = uint8_t(sm >> 16);
-    }
-  }
-}
-void join_f32(const uint8_t* e, const uint8_t* plane, size_t i, size_t n, uint8_t* x) {
-  for (; i < n; ++i) {
-    uint32_t sm;
-    if (i + 1 < n)
-      sm = ld32(plane + 3 * i) & 0xFFFFFFu;
-    else
-      sm = uint32_t(plane[3 * i]) | (uint32_t(plane[3 * i + 1]) << 8) | (uint32_t(plane[3 * i + 2]) << 16);
-    st32(x + 4 * i, ((sm & 0x800000u) << 8) | (uint32_t(e[i]) << 23) | (sm & 0x7FFFFFu));
-  }
-}
-
-// ---- BF16: exponent = bits 14..7; plane byte = sign << 7 | mantissa.
-void split_bf16(const uint8_t* x, size_t i, size_t n, uint8_t* e, uint8_t* plane) {
-  for (; i < n; ++i) {
-    const uint32_t b = ld16(x + 2 * i);
-    e[i] = uint8_t(b >> 7);
-    plane[i] = uint8_t(((b >> 8) & 0x80u) | (b & 0x7Fu));
-  }
-}
-void join_bf16(const uint8_t* e, const uint8_t* plane, size_t i, size_t n, uint8_t* x) {
-  for (; i < n; ++i) {
-    const uint32_t sm = plane[i];
-    st16(x + 2 * i, uint16_t(((sm & 0x80u) << 8) | (uint32_t(e[i]) << 7) | (sm & 0x7Fu)));
-  }
-}
-
 #if NCCLZ_FLOAT_X86
-// The same bytes with AVX2, 8 float32 or 32 bfloat16 values per step; each
-// returns the values done (the scalar loops above finish). Every load and
+// The split and join with AVX2, 8 float32 or 32 bfloat16 values per step (16
+// for the bfloat16 join): the same bytes as the loops below, which call them
+// first (VECTOR_PREFIX) and finish from the value they return. Every load and
 // store stays inside its buffer's n values.
 NCCLZ_FLOAT_AVX2 size_t split_f32_avx2(const uint8_t* x, size_t n, uint8_t* e, uint8_t* plane) {
   const __m256i sign = _mm256_set1_epi32(0x800000), mant = _mm256_set1_epi32(0x7FFFFF);
@@ -166,35 +125,50 @@ NCCLZ_FLOAT_AVX2 size_t join_bf16_avx2(const uint8_t* e, const uint8_t* plane, s
   }
   return i;
 }
+#define VECTOR_PREFIX(call) (cpu_has_avx2() ? (call) : size_t(0))
+#else
+#define VECTOR_PREFIX(call) size_t(0)
 #endif
 
+// ---- F32: exponent = bits 30..23; plane value = sign << 23 | mantissa (3 bytes LE).
 void split_f32(const uint8_t* x, size_t n, uint8_t* e, uint8_t* plane) {
-  size_t i = 0;
-#if NCCLZ_FLOAT_X86
-  if (cpu_has_avx2()) i = split_f32_avx2(x, n, e, plane);
-#endif
-  split_f32(x, i, n, e, plane);
+  for (size_t i = VECTOR_PREFIX(split_f32_avx2(x, n, e, plane)); i < n; ++i) {
+    const uint32_t b = ld32(x + 4 * i);
+    e[i] = uint8_t(b >> 23);
+    const uint32_t sm = ((b >> 8) & 0x800000u) | (b & 0x7FFFFFu);
+    if (i + 1 < n) {
+      st32(plane + 3 * i, sm);  // the 4th byte is overwritten by the next value
+    } else {
+      plane[3 * i] = uint8_t(sm);
+      plane[3 * i + 1] = uint8_t(sm >> 8);
+      plane[3 * i + 2] = uint8_t(sm >> 16);
+    }
+  }
 }
 void join_f32(const uint8_t* e, const uint8_t* plane, size_t n, uint8_t* x) {
-  size_t i = 0;
-#if NCCLZ_FLOAT_X86
-  if (cpu_has_avx2()) i = join_f32_avx2(e, plane, n, x);
-#endif
-  join_f32(e, plane, i, n, x);
+  for (size_t i = VECTOR_PREFIX(join_f32_avx2(e, plane, n, x)); i < n; ++i) {
+    uint32_t sm;
+    if (i + 1 < n)
+      sm = ld32(plane + 3 * i) & 0xFFFFFFu;
+    else
+      sm = uint32_t(plane[3 * i]) | (uint32_t(plane[3 * i + 1]) << 8) | (uint32_t(plane[3 * i + 2]) << 16);
+    st32(x + 4 * i, ((sm & 0x800000u) << 8) | (uint32_t(e[i]) << 23) | (sm & 0x7FFFFFu));
+  }
 }
+
+// ---- BF16: exponent = bits 14..7; plane byte = sign << 7 | mantissa.
 void split_bf16(const uint8_t* x, size_t n, uint8_t* e, uint8_t* plane) {
-  size_t i = 0;
-#if NCCLZ_FLOAT_X86
-  if (cpu_has_avx2()) i = split_bf16_avx2(x, n, e, plane);
-#endif
-  split_bf16(x, i, n, e, plane);
+  for (size_t i = VECTOR_PREFIX(split_bf16_avx2(x, n, e, plane)); i < n; ++i) {
+    const uint32_t b = ld16(x + 2 * i);
+    e[i] = uint8_t(b >> 7);
+    plane[i] = uint8_t(((b >> 8) & 0x80u) | (b & 0x7Fu));
+  }
 }
 void join_bf16(const uint8_t* e, const uint8_t* plane, size_t n, uint8_t* x) {
-  size_t i = 0;
-#if NCCLZ_FLOAT_X86
-  if (cpu_has_avx2()) i = join_bf16_avx2(e, plane, n, x);
-#endif
-  join_bf16(e, plane, i, n, x);
+  for (size_t i = VECTOR_PREFIX(join_bf16_avx2(e, plane, n, x)); i < n; ++i) {
+    const uint32_t sm = plane[i];
+    st16(x + 2 * i, uint16_t(((sm & 0x80u) << 8) | (uint32_t(e[i]) << 7) | (sm & 0x7Fu)));
+  }
 }
 
 // ---- F16: exponent = bits 14..10; plane value = sign << 10 | mantissa, 11 bits,
