@@ -89,6 +89,12 @@ def ratio_bound_note(pair: list) -> list:
             "|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
+def when(row: dict) -> str:
+    """The UTC minute a configuration's run started (its `started`), or "-"."""
+    t = row.get("started")
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(t)) if t else "-"
+
+
 def effort_section() -> list:
     """The effort phase's runs (effort-<rate>g.json), one table: the default and the dense codec
     effort side by side per rate, data and algorithm, and the hierarchical / ring ratio of each."""
@@ -100,7 +106,7 @@ def effort_section() -> list:
           "default selector (rANS where it beats Block by 15%) against `lossy/dense` (rANS on any gain: "
           "ncclz.policy.modes, which the policy considers only where the link is the bottleneck), taking turns."),
          "", ("| link | data | algorithm | default ms | dense ms | default ratio | dense ratio | "
-              "encode s default / dense (rank 0) | load |"), "|---|---|---|---|---|---|---|---|---|"]
+              "encode s default / dense (rank 0) | load | run (UTC) |"), "|---|---|---|---|---|---|---|---|---|---|"]
     gains = []
     for path in runs:
         rows = json.loads(path.read_text())
@@ -111,7 +117,7 @@ def effort_section() -> list:
                 if d and e:
                     L.append(f"| {d['link_gbps']:g} Gbit/s | {data} | {algo} | {ms(d['median_s'])} | "
                              f"{ms(e['median_s'])} | {d['ratio']:.2f} | {e['ratio']:.2f} | {d['encode_s']:.3f} / "
-                             f"{e['encode_s']:.3f} | {d['load']:.1f} |")
+                             f"{e['encode_s']:.3f} | {d['load']:.1f} | {when(d)} |")
             for mode, name in (("rel=1e-3", "default"), ("rel=1e-3/dense", "dense")):
                 r = find(rows, data=data, mode=mode, algorithm="ring")
                 h = find(rows, data=data, mode=mode, algorithm="hierarchical")
