@@ -148,7 +148,7 @@ def rounds_section() -> list:
                 L.append(f"| {a['link_gbps']:g} Gbit/s | {coll} | {data} | {mode} | {ms(a['median_s'])} | "
                          f"{ms(b['median_s'])} | "
                          f"{b['median_s'] / a['median_s']:.2f}x | {a['ratio']:.2f} / {b['ratio']:.2f} | "
-                         f"{a['cpu_s']:.3f} / {b['cpu_s']:.3f} | {a['load']:.1f} |")
+                         f"{a['cpu_s']:.3f} / {b['cpu_s']:.3f} | {a['load']:.1f} | {when(a)} |")
     if not L:
         return []
     return ["## Rounds against phases: hierarchical calls of two hosts, 2 x 2, 64 MiB", "",
@@ -161,8 +161,8 @@ def rounds_section() -> list:
              "(since 2026-11-27 21:30; before, its phases either way). Rows of a collective are there from the run "
              "after it had rounds on."), "",
             ("| link | collective | data | mode | rounds ms | phases ms | phases / rounds | ratio (rounds / phases) | "
-             "CPU s per call, all ranks (rounds / phases) | load |"),
-            "|---|---|---|---|---|---|---|---|---|---|", *L, ""]
+             "CPU s per call, all ranks (rounds / phases) | load | run (UTC) |"),
+            "|---|---|---|---|---|---|---|---|---|---|---|", *L, ""]
 
 
 def main() -> int:
