@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of ncclz: the GoogleTest suite (plain and under
-# AddressSanitizer) through ctest, the device kernels' tests in the CPU
-# emulator (tools/cuda_emu: no GPU needed), then the pytest suite against the
-# installed package, after the style checks (tools/check_style.sh, when ruff and
-# clang-format are installed). Usage: bash tools/run_tests.sh   (from the repo root)
+# AddressSanitizer) through ctest, a build of the codec's micro-benchmarks,
+# the device kernels' tests in the CPU emulator (tools/cuda_emu: no GPU
+# needed), then the pytest suite against the installed package, after the
+# style checks (tools/check_style.sh, when ruff and clang-format are
+# installed). Usage: bash tools/run_tests.sh   (from the repo root)
 # Environment: NCCLZ_TEST_ASAN=0 skips the AddressSanitizer build;
 #              NCCLZ_TEST_JOBS sets the build parallelism (default: nproc).
 set -euo pipefail
@@ -28,6 +29,11 @@ else
 fi
 echo "== GoogleTest (release, CUDA code built when nvcc is present) =="
 run_ctest build/tests
+echo "== Codec micro-benchmarks build (bench/cpp; run by hand, bench/README.md) =="
+# Built, not run: they read their data from bench/data and time on one core. Building them here keeps
+# their own source lists (bench/cpp/CMakeLists.txt) in step with the codec's files.
+cmake -S bench/cpp -B build/bench "${gen[@]}" >build/bench.configure.log 2>&1 || { cat build/bench.configure.log; exit 1; }
+cmake --build build/bench -j "$jobs" --target block_bench rans_bench sparse_bench float_huff_bench crc32c_bench
 echo "== Device kernels in the CPU emulator (tools/cuda_emu: CudaCodec tests, quick) =="
 if command -v python3 >/dev/null 2>&1; then
   NCCLZ_TEST_JOBS="$jobs" bash tools/cuda_emu/run.sh ci
