@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codec/block_coder.hpp"
+#include "codec/predictor.hpp"
 
 using namespace ncclz::codec;
 
@@ -526,4 +527,85 @@ TEST(BlockCoder, PerBlockFunctions) {
   }
   EXPECT_EQ(block_transpose8x8(block_transpose8x8(0x0123456789ABCDEFull)), 0x0123456789ABCDEFull);
   EXPECT_EQ(block_transpose8x8(0xFFull), 0x0101010101010101ull);  // row 0 -> column 0
+}
+
+// block_encode_predicted and block_decode_add (the Block coder fused with the
+// Delta predictors) against their passes one after the other: predict then
+// block_encode, block_decode then reconstruct then the add. The codes are made
+// from every residual distribution (reconstruct of make()'s values), so the
+// residuals include INT_MIN, every width and escaped blocks; lengths around the
+// block and register edges.
+TEST(BlockCoder, FusedPredictorsMatchTheirPasses) {
+  std::mt19937_64 rng(23);
+  const size_t lengths[] = {0, 1, 2, 3, 7, 8, 9, 31, 32, 33, 40, 63, 64, 65, 95, 96, 97, 1000, 4113};
+  const Predictor preds[] = {Predictor::None, Predictor::Delta1, Predictor::Delta2};
+  for (const size_t n : lengths) {
+    for (const Dist d : kAllDists) {
+      for (const Predictor p : preds) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " dist=" << int(d) << " predictor=" << int(p));
+        const auto resid = make<int32_t>(d, n, rng());
+        std::vector<int32_t> q(n), r(n);
+        reconstruct(resid.data(), n, p, 0, 0, q.data());
+        predict(q.data(), n, p, 0, 0, r.data());
+        ASSERT_EQ(r, resid);
+        const size_t cap = block_count(n) * (block_max_payload<int32_t>() + 2) + 8;
+        std::vector<uint8_t> want(cap), got(cap);
+        const size_t len = block_encode(r.data(), n, want.data(), cap);
+        ASSERT_NE(len, kNoFit);
+        ASSERT_EQ(block_encode_predicted(q.data(), n, p, got.data(), cap), len);
+        ASSERT_TRUE(std::equal(want.begin(), want.begin() + long(len), got.begin()));
+        if (len > 0) {  // the capacity rule: one byte short does not fit
+          ASSERT_EQ(block_encode_predicted(q.data(), n, p, got.data(), len - 1), kNoFit);
+        }
+        // Into another buffer, and in place.
+        std::vector<int32_t> local(n), to(n, 7), expect(n);
+        for (size_t i = 0; i < n; ++i) {
+          local[i] = int32_t(rng());
+          expect[i] = int32_t(uint32_t(local[i]) + uint32_t(q[i]));
+        }
+        ASSERT_EQ(block_decode_add(want.data(), len, n, p, local.data(), to.data()), Status::Ok);
+        ASSERT_EQ(to, expect);
+        ASSERT_EQ(block_decode_add(want.data(), len, n, p, local.data(), local.data()), Status::Ok);
+        ASSERT_EQ(local, expect);
+      }
+    }
+  }
+}
+
+// block_decode_add on damaged payloads: Corrupt exactly where block_decode
+// says so, else the sum of what block_decode gives (the format is canonical,
+// so damaged bytes either fail or are another valid payload).
+TEST(BlockCoder, FusedDecodeOfDamagedPayloads) {
+  std::mt19937_64 rng(29);
+  for (int it = 0; it < 3000; ++it) {
+    const size_t n = rng() % 300;
+    const Dist d = kAllDists[rng() % (sizeof(kAllDists) / sizeof(kAllDists[0]))];
+    const Predictor p = Predictor(rng() % 3);  // None, Delta1, Delta2
+    const auto r = make<int32_t>(d, n, rng());
+    std::vector<uint8_t> buf(block_count(n) * (block_max_payload<int32_t>() + 2) + 8);
+    size_t len = block_encode(r.data(), n, buf.data(), buf.size());
+    ASSERT_NE(len, kNoFit);
+    switch (rng() % 3) {  // flip a bit, cut the end, or add a byte
+      case 0:
+        if (len) buf[rng() % len] ^= uint8_t(1u << (rng() % 8));
+        break;
+      case 1:
+        if (len) len -= 1 + rng() % len;
+        break;
+      default: buf[len++] = uint8_t(rng()); break;
+    }
+    std::vector<int32_t> dec(n), local(n), to(n);
+    for (auto& x : local) x = int32_t(rng());
+    const Status want = block_decode(buf.data(), len, n, dec.data());
+    ASSERT_EQ(block_decode_add(buf.data(), len, n, p, local.data(), to.data()), want) << "it=" << it;
+    if (want != Status::Ok) continue;
+    reconstruct(dec.data(), n, p, 0, 0, dec.data());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(to[i], int32_t(uint32_t(local[i]) + uint32_t(dec[i]))) << i;
+  }
+  // The predictors it does not fuse.
+  std::vector<int32_t> v(64, 1), out(64);
+  std::vector<uint8_t> b(600);
+  const size_t len = block_encode(v.data(), v.size(), b.data(), b.size());
+  EXPECT_EQ(block_decode_add(b.data(), len, v.size(), Predictor::Lorenzo2D, v.data(), out.data()), Status::Unsupported);
+  EXPECT_EQ(block_encode_predicted(v.data(), v.size(), Predictor::Lorenzo2D, b.data(), b.size()), kNoFit);
 }

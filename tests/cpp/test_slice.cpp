@@ -107,10 +107,34 @@ void check_decode_add(const std::vector<Code>& v, ElemType t, uint32_t seed) {
       for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(acc[i], Code(U(U(base[i]) + U(v[i])))) << "element " << i;
       const bool sparse = si.codec == Codec::Sparse && si.predictor == Predictor::None;
       EXPECT_EQ(slice_adds_sparse(buf.data(), si.bytes), sparse);
+      // Into another buffer in one pass: exactly the int32 Block slices with
+      // None, Delta1 or Delta2; every other slice refused with nothing written.
+      const bool fused =
+          t == ElemType::I32 && si.codec == Codec::Block &&
+          (si.predictor == Predictor::None || si.predictor == Predictor::Delta1 || si.predictor == Predictor::Delta2);
+      std::vector<Code> to(v.size() + 1, Code(0x33));
+      used = 0;
+      EXPECT_EQ(decode_slice_add_to(buf.data(), si.bytes, t, uint32_t(v.size()), base.data(), to.data(), &used),
+                fused ? Status::Ok : Status::Unsupported);
+      EXPECT_EQ(to.back(), Code(0x33));
+      if (fused) {
+        EXPECT_EQ(used, si.bytes);
+        for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(to[i], acc[i]) << "element " << i;
+      } else {
+        EXPECT_EQ(std::count(to.begin(), to.end(), Code(0x33)), ptrdiff_t(to.size()));
+      }
       // Wrong type or count: refused like decode_slice.
       const ElemType other = t == ElemType::I32 ? ElemType::I64 : ElemType::I32;
       EXPECT_EQ(decode_slice_add(buf.data(), si.bytes, other, uint32_t(v.size()), acc.data()), Status::TypeMismatch);
       EXPECT_EQ(decode_slice_add(buf.data(), si.bytes, t, uint32_t(v.size() + 1), acc.data()), Status::CountMismatch);
+      if (fused) {
+        EXPECT_EQ(decode_slice_add_to(buf.data(), si.bytes, t, uint32_t(v.size() + 1), base.data(), to.data()),
+                  Status::CountMismatch);
+        EXPECT_EQ(decode_slice_add_to(buf.data(), si.bytes - 1, t, uint32_t(v.size()), base.data(), to.data()),
+                  decode_slice(buf.data(), si.bytes - 1, t, uint32_t(v.size()), to.data()));
+        EXPECT_NE(decode_slice_add_to(buf.data(), si.bytes - 1, t, uint32_t(v.size()), base.data(), to.data()),
+                  Status::Ok);
+      }
     }
   }
 }

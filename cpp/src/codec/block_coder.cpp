@@ -29,12 +29,20 @@
 //          the 32 magnitudes in lane order; widen, shift, OR, apply signs.
 // int64 blocks whose width is at most 31 go through the int32 kernels (their
 // values fit in int32 and the bytes are identical); wider ones use scalar.
+//
+// Fused with the Delta predictors (int32 codes; block_encode_predicted,
+// block_decode_add): the encoder takes codes and forms each block's residuals
+// in registers, the decoder turns each block's residuals into codes and adds
+// them to another buffer as it stores, so a lossy sum's slice is coded and
+// reduced without residuals or decoded values in memory (the passes of
+// predict, reconstruct and the reduction; same bytes, same results).
 #include "codec/block_coder.hpp"
 
 #include <cstring>
 #include <vector>
 
 #include "codec/cpu_features.hpp"
+#include "codec/predictor.hpp"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -490,6 +498,142 @@ NCCLZ_AVX2 Status decode_avx2(const uint8_t* src, size_t len, size_t n, Code* ou
   return Status::Ok;
 }
 
+// ---- AVX2, fused with a Delta predictor (int32 codes) ----------------------
+// block_encode_predicted / block_decode_add: the residuals of Delta1 / Delta2
+// (predictor.hpp) exist only in registers. Encode: block 0 and the last
+// partial block through predict_range and a small buffer, every other block's
+// residuals from unaligned loads of q at i, i-1 (and i-2). Decode: each
+// block's 32 residuals (registers, or a buffer for the partial last block and
+// the scalar widths) are turned into codes by running sums with a carry
+// (Delta1: one scan; Delta2: two, the first starting from r[1] - r[0] so that
+// e[1] = r[1]), added to local and stored into to.
+
+NCCLZ_AVX2_INLINE __m256i ld8(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+NCCLZ_AVX2_INLINE void st8(int32_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
+
+// Residuals of the 8 codes at q (Order 1: q[i] - q[i-1]; 2: q[i] - 2 q[i-1] + q[i-2]);
+// reads q[-Order..8).
+template <int Order>
+NCCLZ_AVX2_INLINE __m256i delta_regs(const int32_t* q) {
+  const __m256i a = ld8(q), b = ld8(q - 1);
+  if constexpr (Order == 1) {
+    return _mm256_sub_epi32(a, b);
+  } else {
+    return _mm256_sub_epi32(_mm256_sub_epi32(a, b), _mm256_sub_epi32(b, ld8(q - 2)));
+  }
+}
+
+template <int Order>
+NCCLZ_AVX2 size_t encode_predicted_avx2(const int32_t* q, size_t n, uint8_t* dst, size_t cap) {
+  constexpr Predictor kPred = Order == 1 ? Predictor::Delta1 : Predictor::Delta2;
+  const size_t nb = block_count(n);
+  const size_t nib = block_nibble_bytes(nb);
+  if (nib > cap) return kNoFit;
+  std::vector<uint8_t> esc;
+  size_t pos = nib;
+  constexpr size_t kMax = block_max_payload<int32_t>();
+  const size_t full = n / kBlockLen;
+  alignas(32) int32_t buf[kBlockLen];
+  size_t blk = 0;
+  for (; blk < full && cap - pos >= kMax; ++blk) {
+    const int32_t* b = q + blk * kBlockLen;
+    int w;
+    if (blk == 0) {
+      predict_range(q, 0, kBlockLen, kPred, 0, 0, buf);
+      w = enc_block_i32_avx2(buf, dst + pos);
+    } else {
+      w = enc_regs_avx2(delta_regs<Order>(b), delta_regs<Order>(b + 8), delta_regs<Order>(b + 16),
+                        delta_regs<Order>(b + 24), dst + pos);
+    }
+    pos += block_payload_bytes(w);
+    put_nibble(dst, blk, w, &esc);
+  }
+  const EncBlockAvx2<int32_t> enc;
+  for (; blk < nb; ++blk) {
+    const size_t i = blk * kBlockLen;
+    const int m = n - i < size_t(kBlockLen) ? int(n - i) : kBlockLen;
+    predict_range(q, i, size_t(m), kPred, 0, 0, buf);
+    int w = 0;
+    pos = put_block(buf, m, dst, pos, cap, &w, enc);
+    if (pos == kNoFit) return kNoFit;
+    put_nibble(dst, blk, w, &esc);
+  }
+  return put_escapes(dst, nib, pos, cap, esc);
+}
+
+// Running sums of 8 lanes (lane i: v[0] + ... + v[i]).
+NCCLZ_AVX2_INLINE __m256i scan8(__m256i v) {
+  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 4));
+  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 8));
+  const __m256i top = _mm256_shuffle_epi32(v, 0xFF);
+  return _mm256_add_epi32(v, _mm256_permute2x128_si256(top, top, 0x08));
+}
+
+// Codes from residuals, 8 at a time in order, for Order 0 (None), 1 or 2;
+// ce: Delta2's e[i-1] broadcast, cq: the last code broadcast (both 0 at the start).
+template <int Order>
+NCCLZ_AVX2_INLINE __m256i unpredict8(__m256i v, __m256i& ce, __m256i& cq) {
+  if constexpr (Order == 0) {
+    return v;
+  } else {
+    const __m256i last = _mm256_set1_epi32(7);
+    if constexpr (Order == 2) {
+      v = _mm256_add_epi32(scan8(v), ce);
+      ce = _mm256_permutevar8x32_epi32(v, last);
+    }
+    const __m256i s = _mm256_add_epi32(scan8(v), cq);
+    cq = _mm256_permutevar8x32_epi32(s, last);
+    return s;
+  }
+}
+
+// Delta2's first residuals: lane 1 of the slice's first register becomes r[1] - r[0].
+template <int Order>
+NCCLZ_AVX2_INLINE __m256i first_regs(__m256i v0) {
+  if constexpr (Order != 2) return v0;
+  const __m256i lane1 = _mm256_setr_epi32(0, -1, 0, 0, 0, 0, 0, 0);
+  return _mm256_sub_epi32(v0, _mm256_and_si256(_mm256_slli_si256(v0, 4), lane1));
+}
+
+template <int Order>
+NCCLZ_AVX2 Status decode_add_avx2(const uint8_t* src, size_t len, size_t n, const int32_t* local, int32_t* to) {
+  const size_t nb = block_count(n);
+  size_t base = 0;
+  if (!check_widths<int32_t>(src, len, nb, &base)) return Status::Corrupt;
+  WidthReader wr(src, nb);
+  const size_t full = n / kBlockLen;
+  const uint8_t* p = src + base;
+  __m256i ce = _mm256_setzero_si256(), cq = _mm256_setzero_si256();
+  __m256i v[4];
+  for (size_t blk = 0; blk < full; ++blk) {
+    const int w = wr.next(blk);
+    if (w == 0) {
+      v[0] = v[1] = v[2] = v[3] = _mm256_setzero_si256();
+    } else {
+      if (!dec_regs_avx2(p, w, v)) return Status::Corrupt;
+      if (w == 32 && !block_check_planes<int32_t>(p, w, kBlockLen)) return Status::Corrupt;
+      p += block_payload_bytes(w);
+    }
+    if (blk == 0) v[0] = first_regs<Order>(v[0]);
+    const size_t i = blk * kBlockLen;
+    for (int t = 0; t < 4; ++t)
+      st8(to + i + 8 * t, _mm256_add_epi32(unpredict8<Order>(v[t], ce, cq), ld8(local + i + 8 * t)));
+  }
+  if (full < nb) {
+    const size_t i = full * kBlockLen;
+    const int m = int(n - i);
+    alignas(32) int32_t buf[kBlockLen] = {};
+    if (!block_decode_one(p, wr.next(full), m, buf)) return Status::Corrupt;
+    for (int t = 0; t < 4; ++t) {
+      v[t] = ld8(buf + 8 * t);
+      if (t == 0 && full == 0) v[0] = first_regs<Order>(v[0]);
+      st8(buf + 8 * t, unpredict8<Order>(v[t], ce, cq));
+    }
+    for (int k = 0; k < m; ++k) to[i + k] = int32_t(uint32_t(local[i + k]) + uint32_t(buf[k]));
+  }
+  return Status::Ok;
+}
+
 #endif  // NCCLZ_BLOCK_X86
 
 }  // namespace
@@ -544,6 +688,42 @@ size_t block_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
 template <class Code>
 Status block_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
   return block_decode_with(block_best_impl(), src, len, n, out);
+}
+
+size_t block_encode_predicted(const int32_t* q, size_t n, Predictor p, uint8_t* dst, size_t cap) {
+  if (p == Predictor::None) return block_encode(q, n, dst, cap);
+  if (p != Predictor::Delta1 && p != Predictor::Delta2) return kNoFit;  // (not offered)
+#if NCCLZ_BLOCK_X86
+  if (cpu_has_avx2()) {
+    if (p == Predictor::Delta1) return encode_predicted_avx2<1>(q, n, dst, cap);
+    if (p == Predictor::Delta2) return encode_predicted_avx2<2>(q, n, dst, cap);
+  }
+#endif
+  thread_local std::vector<int32_t> r;
+  if (r.size() < n) r.resize(n);
+  predict(q, n, p, 0, 0, r.data());
+  return block_encode(r.data(), n, dst, cap);
+}
+
+Status block_decode_add(const uint8_t* src, size_t len, size_t n, Predictor p, const int32_t* local, int32_t* to) {
+  if (p != Predictor::None && p != Predictor::Delta1 && p != Predictor::Delta2) return Status::Unsupported;
+#if NCCLZ_BLOCK_X86
+  if (cpu_has_avx2()) {
+    switch (p) {
+      case Predictor::None: return decode_add_avx2<0>(src, len, n, local, to);
+      case Predictor::Delta1: return decode_add_avx2<1>(src, len, n, local, to);
+      case Predictor::Delta2: return decode_add_avx2<2>(src, len, n, local, to);
+      default: break;
+    }
+  }
+#endif
+  thread_local std::vector<int32_t> q;
+  if (q.size() < n) q.resize(n);
+  const Status s = block_decode(src, len, n, q.data());
+  if (s != Status::Ok) return s;
+  reconstruct(q.data(), n, p, 0, 0, q.data());
+  for (size_t i = 0; i < n; ++i) to[i] = int32_t(uint32_t(local[i]) + uint32_t(q[i]));
+  return Status::Ok;
 }
 
 #define NCCLZ_BLOCK_INSTANTIATE(Code)                                                        \

@@ -39,6 +39,21 @@ size_t block_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 template <class Code>
 Status block_decode(const uint8_t* src, size_t len, size_t n, Code* out);
 
+/// The payload block_encode writes for the residuals of predictor p (None,
+/// Delta1 or Delta2; predictor.hpp) of the int32 codes q[0..n), without the
+/// residuals in memory (the AVX2 path computes them block by block). Same
+/// bytes and kNoFit rule as predict() then block_encode(); kNoFit for any
+/// other predictor.
+size_t block_encode_predicted(const int32_t* q, size_t n, Predictor p, uint8_t* dst, size_t cap);
+
+/// Decodes a payload of n residuals of predictor p (None, Delta1 or Delta2),
+/// turns them into codes and adds those to local: to[i] = local[i] + q[i] in
+/// wrapping arithmetic (the reduction of integer codes; to may be local). The
+/// statuses of block_decode (Unsupported for any other predictor); on an
+/// error `to` may hold part of the result.
+/// One pass over the data (AVX2): no decoded values in memory.
+Status block_decode_add(const uint8_t* src, size_t len, size_t n, Predictor p, const int32_t* local, int32_t* to);
+
 // ---------------------------------------------------------------------------
 // Implementation choice (tests and benchmarks). block_encode / block_decode /
 // block_encoded_bytes use the best available one; all give identical bytes.

@@ -136,10 +136,18 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
   return Candidate{c.codec, c.predictor, c.est};
 }
 
+// The predictors that block_encode_predicted and block_decode_add fuse with the Block coder.
+bool fuses_predictor(Predictor p) { return p == Predictor::None || p == Predictor::Delta1 || p == Predictor::Delta2; }
+
 template <class Code>
 size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOptions& opt, uint8_t* dst, size_t cap) {
   uint32_t a0, a1;
   predictor_args(c.predictor, opt, &a0, &a1);
+  if constexpr (sizeof(Code) == 4) {
+    // The common lossy slice: its residuals never in memory.
+    if (c.codec == Codec::Block && fuses_predictor(c.predictor))
+      return block_encode_predicted(q, n, c.predictor, dst, cap);
+  }
   const Code* r = q;
   if (c.predictor != Predictor::None) {
     Code* tmp = reinterpret_cast<Code*>(scratch(n * sizeof(Code)));
@@ -293,11 +301,27 @@ void add_codes(Code* dst, const Code* v, size_t n) {
 }
 }  // namespace
 
+Status decode_slice_add_to(const uint8_t* src, size_t len, ElemType t, uint32_t count, const void* local, void* to,
+                           size_t* consumed) {
+  if (t != ElemType::I32) return Status::Unsupported;
+  SliceHeader h;
+  const Status s = read_slice_header(src, len, t, count, &h);
+  if (s != Status::Ok) return s;
+  if (h.codec != Codec::Block || !fuses_predictor(h.predictor)) return Status::Unsupported;
+  const Status d = block_decode_add(src + kHeaderBytes, h.payload_bytes, count, h.predictor,
+                                    static_cast<const int32_t*>(local), static_cast<int32_t*>(to));
+  if (d == Status::Ok && consumed) *consumed = kHeaderBytes + h.payload_bytes;
+  return d;
+}
+
 Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed) {
   if (!is_code_type(t)) return Status::Unsupported;
   SliceHeader h;
   Status s = read_slice_header(src, len, t, count, &h);
   if (s != Status::Ok) return s;
+  if (t == ElemType::I32 && h.codec == Codec::Block && fuses_predictor(h.predictor)) {
+    return decode_slice_add_to(src, len, t, count, dst, dst, consumed);
+  }
   if (h.codec == Codec::Sparse && h.predictor == Predictor::None) {
     const uint8_t* payload = src + kHeaderBytes;
     s = t == ElemType::I32 ? sparse_decode_add(payload, h.payload_bytes, count, static_cast<int32_t*>(dst))

@@ -137,12 +137,22 @@ Status SliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceVa
     s = codec::decode_slice_add(in, len, type_, uint32_t(n), to, &used);
     s = whole(s, used, len);
   } else {
-    // Decoded into the scratch: the slot goes back before the reduction pass.
-    s = codec::decode_slice(in, len, type_, uint32_t(n), scratch_, &used);
-    s = whole(s, used, len);
-    if (s == Status::Ok) {
-      done();
-      reduce_(to, scratch_, local.dense, n);
+    // The usual slice of a lossy sum (int32 codes, Block with None, Delta1 or
+    // Delta2) is decoded, reconstructed and added in one pass, no scratch;
+    // any other is decoded into the scratch and the slot goes back before
+    // the reduction pass.
+    s = int_sum_ ? codec::decode_slice_add_to(in, len, type_, uint32_t(n), local.dense, to, &used)
+                 : Status::Unsupported;
+    if (s != Status::Unsupported) {
+      s = whole(s, used, len);
+      if (s == Status::Ok) done();
+    } else {
+      s = codec::decode_slice(in, len, type_, uint32_t(n), scratch_, &used);
+      s = whole(s, used, len);
+      if (s == Status::Ok) {
+        done();
+        reduce_(to, scratch_, local.dense, n);
+      }
     }
   }
   *out = SliceValues::of_dense(to);
