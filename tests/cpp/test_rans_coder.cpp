@@ -442,3 +442,70 @@ TEST(RansCoder, Speed) {
   bench(smooth_residuals<int32_t>(n, 2), "smooth field");
   bench(gaussian<int32_t>(65536, 30.0, 1), "gaussian sd=30 64K");
 }
+
+// rans_decode_add (decode, the Delta predictors' inverse and the add in one
+// pass) against its passes one after the other: rans_decode, reconstruct, the
+// add. Residuals with and without extra bits (narrow and wide Gaussians, the
+// full range with INT_MIN), lengths around the 32-value blocks of the vector
+// path, into another buffer and in place.
+TEST(RansCoder, DecodeAddMatchesItsPasses) {
+  std::mt19937_64 rng(31);
+  const size_t lengths[] = {0, 1, 2, 7, 8, 31, 32, 33, 63, 64, 65, 100, 1000, 4133, 65537};
+  const Predictor preds[] = {Predictor::None, Predictor::Delta1, Predictor::Delta2};
+  for (const size_t n : lengths) {
+    for (int kind = 0; kind < 4; ++kind) {
+      const auto r = kind == 0   ? gaussian<int32_t>(n, 3.0, uint32_t(rng()))
+                     : kind == 1 ? gaussian<int32_t>(n, 300.0, uint32_t(rng()))
+                     : kind == 2 ? full_range<int32_t>(n, uint32_t(rng()))
+                                 : smooth_residuals<int32_t>(n, uint32_t(rng()));
+      std::vector<uint8_t> buf(worst_case(n, 4));
+      const size_t len = rans_encode(r.data(), n, buf.data(), buf.size());
+      ASSERT_NE(len, kNoFit);
+      for (const Predictor p : preds) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " kind=" << kind << " predictor=" << int(p));
+        std::vector<int32_t> q(n), local(n), to(n + 1, 0x5A), expect(n);
+        reconstruct(r.data(), n, p, 0, 0, q.data());
+        for (size_t i = 0; i < n; ++i) {
+          local[i] = int32_t(rng());
+          expect[i] = int32_t(uint32_t(local[i]) + uint32_t(q[i]));
+        }
+        ASSERT_EQ(rans_decode_add(buf.data(), len, n, p, local.data(), to.data()), Status::Ok);
+        EXPECT_EQ(to.back(), 0x5A);  // nothing past n
+        to.pop_back();
+        ASSERT_EQ(to, expect);
+        ASSERT_EQ(rans_decode_add(buf.data(), len, n, p, local.data(), local.data()), Status::Ok);
+        ASSERT_EQ(local, expect);
+      }
+    }
+  }
+  std::vector<int32_t> v(64, 1), out(64);
+  std::vector<uint8_t> b(worst_case(64, 4));
+  const size_t len = rans_encode(v.data(), v.size(), b.data(), b.size());
+  EXPECT_EQ(rans_decode_add(b.data(), len, v.size(), Predictor::Lorenzo2D, v.data(), out.data()), Status::Unsupported);
+}
+
+// rans_decode_add on damaged payloads: Corrupt exactly where rans_decode says
+// so, else the sum of what rans_decode gives.
+TEST(RansCoder, DecodeAddOfDamagedPayloads) {
+  std::mt19937_64 rng(37);
+  for (int it = 0; it < 2000; ++it) {
+    const size_t n = 1 + rng() % 300;
+    const auto r = gaussian<int32_t>(n, it % 2 ? 2.0 : 500.0, uint32_t(rng()));
+    const Predictor p = Predictor(rng() % 3);  // None, Delta1, Delta2
+    std::vector<uint8_t> buf(worst_case(n, 4));
+    size_t len = rans_encode(r.data(), n, buf.data(), buf.size());
+    ASSERT_NE(len, kNoFit);
+    switch (rng() % 3) {  // flip a bit, cut the end, or add a byte
+      case 0: buf[rng() % len] ^= uint8_t(1u << (rng() % 8)); break;
+      case 1: len -= 1 + rng() % len; break;
+      default: buf[len++] = uint8_t(rng()); break;
+    }
+    std::vector<int32_t> dec(n), local(n), to(n);
+    for (auto& x : local) x = int32_t(rng());
+    const Status want = rans_decode(buf.data(), len, n, dec.data());
+    ASSERT_EQ(rans_decode_add(buf.data(), len, n, p, local.data(), to.data()), want) << "it=" << it;
+    if (want != Status::Ok) continue;
+    reconstruct(dec.data(), n, p, 0, 0, dec.data());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(to[i], int32_t(uint32_t(local[i]) + uint32_t(dec[i]))) << i;
+  }
+}

@@ -107,10 +107,10 @@ void check_decode_add(const std::vector<Code>& v, ElemType t, uint32_t seed) {
       for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(acc[i], Code(U(U(base[i]) + U(v[i])))) << "element " << i;
       const bool sparse = si.codec == Codec::Sparse && si.predictor == Predictor::None;
       EXPECT_EQ(slice_adds_sparse(buf.data(), si.bytes), sparse);
-      // Into another buffer in one pass: exactly the int32 Block slices with
-      // None, Delta1 or Delta2; every other slice refused with nothing written.
+      // Into another buffer in one pass: exactly the int32 Block and Rans slices
+      // with None, Delta1 or Delta2; every other slice refused with nothing written.
       const bool fused =
-          t == ElemType::I32 && si.codec == Codec::Block &&
+          t == ElemType::I32 && (si.codec == Codec::Block || si.codec == Codec::Rans) &&
           (si.predictor == Predictor::None || si.predictor == Predictor::Delta1 || si.predictor == Predictor::Delta2);
       std::vector<Code> to(v.size() + 1, Code(0x33));
       used = 0;

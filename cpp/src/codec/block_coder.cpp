@@ -46,6 +46,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "codec/delta_avx2.hpp"
 #define NCCLZ_BLOCK_X86 1
 #else
 #define NCCLZ_BLOCK_X86 0
@@ -561,40 +563,6 @@ NCCLZ_AVX2 size_t encode_predicted_avx2(const int32_t* q, size_t n, uint8_t* dst
   return put_escapes(dst, nib, pos, cap, esc);
 }
 
-// Running sums of 8 lanes (lane i: v[0] + ... + v[i]).
-NCCLZ_AVX2_INLINE __m256i scan8(__m256i v) {
-  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 4));
-  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 8));
-  const __m256i top = _mm256_shuffle_epi32(v, 0xFF);
-  return _mm256_add_epi32(v, _mm256_permute2x128_si256(top, top, 0x08));
-}
-
-// Codes from residuals, 8 at a time in order, for Order 0 (None), 1 or 2;
-// ce: Delta2's e[i-1] broadcast, cq: the last code broadcast (both 0 at the start).
-template <int Order>
-NCCLZ_AVX2_INLINE __m256i unpredict8(__m256i v, __m256i& ce, __m256i& cq) {
-  if constexpr (Order == 0) {
-    return v;
-  } else {
-    const __m256i last = _mm256_set1_epi32(7);
-    if constexpr (Order == 2) {
-      v = _mm256_add_epi32(scan8(v), ce);
-      ce = _mm256_permutevar8x32_epi32(v, last);
-    }
-    const __m256i s = _mm256_add_epi32(scan8(v), cq);
-    cq = _mm256_permutevar8x32_epi32(s, last);
-    return s;
-  }
-}
-
-// Delta2's first residuals: lane 1 of the slice's first register becomes r[1] - r[0].
-template <int Order>
-NCCLZ_AVX2_INLINE __m256i first_regs(__m256i v0) {
-  if constexpr (Order != 2) return v0;
-  const __m256i lane1 = _mm256_setr_epi32(0, -1, 0, 0, 0, 0, 0, 0);
-  return _mm256_sub_epi32(v0, _mm256_and_si256(_mm256_slli_si256(v0, 4), lane1));
-}
-
 template <int Order>
 NCCLZ_AVX2 Status decode_add_avx2(const uint8_t* src, size_t len, size_t n, const int32_t* local, int32_t* to) {
   const size_t nb = block_count(n);
@@ -614,10 +582,10 @@ NCCLZ_AVX2 Status decode_add_avx2(const uint8_t* src, size_t len, size_t n, cons
       if (w == 32 && !block_check_planes<int32_t>(p, w, kBlockLen)) return Status::Corrupt;
       p += block_payload_bytes(w);
     }
-    if (blk == 0) v[0] = first_regs<Order>(v[0]);
+    if (blk == 0) v[0] = first_delta_regs<Order>(v[0]);
     const size_t i = blk * kBlockLen;
     for (int t = 0; t < 4; ++t)
-      st8(to + i + 8 * t, _mm256_add_epi32(unpredict8<Order>(v[t], ce, cq), ld8(local + i + 8 * t)));
+      st8(to + i + 8 * t, _mm256_add_epi32(delta_unpredict8<Order>(v[t], ce, cq), ld8(local + i + 8 * t)));
   }
   if (full < nb) {
     const size_t i = full * kBlockLen;
@@ -626,8 +594,8 @@ NCCLZ_AVX2 Status decode_add_avx2(const uint8_t* src, size_t len, size_t n, cons
     if (!block_decode_one(p, wr.next(full), m, buf)) return Status::Corrupt;
     for (int t = 0; t < 4; ++t) {
       v[t] = ld8(buf + 8 * t);
-      if (t == 0 && full == 0) v[0] = first_regs<Order>(v[0]);
-      st8(buf + 8 * t, unpredict8<Order>(v[t], ce, cq));
+      if (t == 0 && full == 0) v[0] = first_delta_regs<Order>(v[0]);
+      st8(buf + 8 * t, delta_unpredict8<Order>(v[t], ce, cq));
     }
     for (int k = 0; k < m; ++k) to[i + k] = int32_t(uint32_t(local[i + k]) + uint32_t(buf[k]));
   }

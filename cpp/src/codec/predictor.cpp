@@ -8,6 +8,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "codec/delta_avx2.hpp"
 #endif
 
 namespace ncclz::codec {
@@ -112,13 +114,8 @@ NCCLZ_PRED_MULTIVERSION void lorenzo3d_reconstruct(U* q, size_t n, size_t W, siz
 #define NCCLZ_PRED_AVX2 __attribute__((target("avx2")))
 #define NCCLZ_PRED_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
 
-// Inclusive running sum of the 8 lanes.
-NCCLZ_PRED_AVX2_INLINE __m256i scan8(__m256i v) {
-  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 4));
-  v = _mm256_add_epi32(v, _mm256_slli_si256(v, 8));                       // running sums within each 128-bit half
-  const __m256i top = _mm256_shuffle_epi32(v, 0xFF);                      // each half's last sum, broadcast in the half
-  return _mm256_add_epi32(v, _mm256_permute2x128_si256(top, top, 0x08));  // low half's last into the high half
-}
+// Inclusive running sum of the 8 lanes (delta_avx2.hpp).
+NCCLZ_PRED_AVX2_INLINE __m256i scan8(__m256i v) { return delta_scan8(v); }
 
 NCCLZ_PRED_AVX2_INLINE __m256i ld(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 

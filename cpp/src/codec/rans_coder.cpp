@@ -12,6 +12,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "codec/delta_avx2.hpp"
 #define NCCLZ_RANS_X86 1
 #else
 #define NCCLZ_RANS_X86 0
@@ -791,6 +793,49 @@ NCCLZ_RANS_AVX2_BMI2 size_t widen_avx2(const uint8_t* b, size_t n, Code* out, bo
   xr_io = xr;
   return i;
 }
+
+// rans_decode_add's pass 2 with AVX2, in blocks of 32 (widen_avx2's): each
+// block's residuals (extra bits patched in) become codes (delta_avx2.hpp) and
+// are added to local into to. Returns the elements done (a multiple of 32)
+// and, in *e and *q, Delta2's e and the code of the last of them.
+template <int Order>
+NCCLZ_RANS_AVX2_BMI2 size_t widen_add_avx2(const uint8_t* b, size_t n, bool any, ExtraReader& xr_io,
+                                           const int32_t* local, int32_t* to, uint32_t* e, uint32_t* q) {
+  const BucketTable<int32_t>& bt = bucket_table<int32_t>();
+  ExtraReader xr = xr_io;
+  const __m256i k64 = _mm256_set1_epi8(64);
+  __m256i ce = _mm256_setzero_si256(), cq = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + i));
+    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    __m256i r[4] = {_mm256_cvtepi8_epi32(lo), _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(lo, lo)),
+                    _mm256_cvtepi8_epi32(hi), _mm256_cvtepi8_epi32(_mm_unpackhi_epi64(hi, hi))};
+    if (any) {
+      uint32_t big = uint32_t(_mm256_movemask_epi8(_mm256_add_epi8(v, k64)));
+      if (big) {
+        alignas(32) int32_t blk[32];
+        for (int t = 0; t < 4; ++t) _mm256_store_si256(reinterpret_cast<__m256i*>(blk + 8 * t), r[t]);
+        do {
+          const int k = __builtin_ctz(big);
+          big &= big - 1;
+          blk[k] = bucket_value<int32_t>(b[i + size_t(k)], xr, bt);
+        } while (big);
+        for (int t = 0; t < 4; ++t) r[t] = _mm256_load_si256(reinterpret_cast<const __m256i*>(blk + 8 * t));
+      }
+    }
+    if (i == 0) r[0] = first_delta_regs<Order>(r[0]);
+    for (int t = 0; t < 4; ++t) {
+      const __m256i l = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(local + i + 8 * t));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + i + 8 * t),
+                          _mm256_add_epi32(delta_unpredict8<Order>(r[t], ce, cq), l));
+    }
+  }
+  *e = uint32_t(_mm256_cvtsi256_si32(ce));
+  *q = uint32_t(_mm256_cvtsi256_si32(cq));
+  xr_io = xr;
+  return i;
+}
 #endif
 
 }  // namespace
@@ -935,6 +980,56 @@ Status rans_decode_with(RansImpl impl, const uint8_t* src, size_t len, size_t n,
 #endif
   (void)impl;
   widen_portable(vb, i, n, out, any, xr);
+  if (any && !xr.finished()) return Status::Corrupt;
+  return Status::Ok;
+}
+
+Status rans_decode_add(const uint8_t* src, size_t len, size_t n, Predictor p, const int32_t* local, int32_t* to) {
+  if (p != Predictor::None && p != Predictor::Delta1 && p != Predictor::Delta2) return Status::Unsupported;
+  if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
+  if (!src || !local || !to) return Status::Corrupt;
+  // Pass 1 as rans_decode's, into a buffer of this thread's (to may be local,
+  // whose values the sums still need); pass 2 widens, turns residuals into
+  // codes and adds.
+  thread_local std::vector<uint8_t> values;
+  if (values.size() < n) values.resize(n);
+  uint8_t* const vb = values.data();
+  uint32_t freq[kRansAlphabet];
+  const uint8_t* xb = nullptr;
+  size_t xbytes = 0;
+  if (!decode_framed(src, len, n, rans_max_symbol(32), DecBytes::Values, vb, freq, &xb, &xbytes))
+    return Status::Corrupt;
+  bool any = false;
+  for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) any |= freq[s] != 0;
+  if (!any && xbytes != 0) return Status::Corrupt;
+  ExtraReader xr(xb, xbytes);
+  size_t i = 0;
+  uint32_t e = 0, a = 0;  // Delta2's e[i-1], the code q[i-1] (wrapping)
+#if NCCLZ_RANS_X86
+  if (rans_cpu_has_avx2()) {
+    switch (p) {
+      case Predictor::None: i = widen_add_avx2<0>(vb, n, any, xr, local, to, &e, &a); break;
+      case Predictor::Delta1: i = widen_add_avx2<1>(vb, n, any, xr, local, to, &e, &a); break;
+      default: i = widen_add_avx2<2>(vb, n, any, xr, local, to, &e, &a); break;
+    }
+  }
+#endif
+  const BucketTable<int32_t>& bt = bucket_table<int32_t>();
+  for (; i < n; ++i) {
+    const uint8_t c = vb[i];
+    const uint32_t r = uint32_t(any && value_needs_bits(c) ? bucket_value<int32_t>(c, xr, bt) : int32_t(int8_t(c)));
+    if (p == Predictor::None) {
+      a = r;
+    } else if (i == 0) {
+      a = r;  // q[0] = r[0]; e starts at 0, so that e[1] = r[1]
+    } else if (p == Predictor::Delta1) {
+      a += r;
+    } else {
+      e += r;
+      a += e;
+    }
+    to[i] = int32_t(uint32_t(local[i]) + a);
+  }
   if (any && !xr.finished()) return Status::Corrupt;
   return Status::Ok;
 }

@@ -127,6 +127,14 @@ size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 template <class Code>
 Status rans_decode(const uint8_t* src, size_t len, size_t n, Code* out);
 
+/// Decodes a payload of n int32 residuals of predictor p (None, Delta1 or
+/// Delta2; predictor.hpp), turns them into codes and adds those to local:
+/// to[i] = local[i] + q[i] in wrapping arithmetic (the reduction of integer
+/// codes; to may be local). The statuses of rans_decode (Unsupported for any
+/// other predictor); on an error `to` may hold part of the result. The
+/// residuals are never in memory (rans_decode's second pass does it all).
+Status rans_decode_add(const uint8_t* src, size_t len, size_t n, Predictor p, const int32_t* local, int32_t* to);
+
 /// hist[0..256) = how often each byte value occurs in s[0..n).
 void byte_histogram(const uint8_t* s, size_t n, uint32_t* hist);
 

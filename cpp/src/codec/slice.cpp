@@ -136,8 +136,14 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
   return Candidate{c.codec, c.predictor, c.est};
 }
 
-// The predictors that block_encode_predicted and block_decode_add fuse with the Block coder.
+// The predictors that block_encode_predicted, block_decode_add and
+// rans_decode_add fuse with their coder.
 bool fuses_predictor(Predictor p) { return p == Predictor::None || p == Predictor::Delta1 || p == Predictor::Delta2; }
+
+// The slices that decode_slice_add_to decodes and adds in one pass.
+bool decodes_added(ElemType t, const SliceHeader& h) {
+  return t == ElemType::I32 && (h.codec == Codec::Block || h.codec == Codec::Rans) && fuses_predictor(h.predictor);
+}
 
 template <class Code>
 size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOptions& opt, uint8_t* dst, size_t cap) {
@@ -307,9 +313,12 @@ Status decode_slice_add_to(const uint8_t* src, size_t len, ElemType t, uint32_t 
   SliceHeader h;
   const Status s = read_slice_header(src, len, t, count, &h);
   if (s != Status::Ok) return s;
-  if (h.codec != Codec::Block || !fuses_predictor(h.predictor)) return Status::Unsupported;
-  const Status d = block_decode_add(src + kHeaderBytes, h.payload_bytes, count, h.predictor,
-                                    static_cast<const int32_t*>(local), static_cast<int32_t*>(to));
+  if (!decodes_added(t, h)) return Status::Unsupported;
+  const auto* l = static_cast<const int32_t*>(local);
+  auto* o = static_cast<int32_t*>(to);
+  const uint8_t* payload = src + kHeaderBytes;
+  const Status d = h.codec == Codec::Block ? block_decode_add(payload, h.payload_bytes, count, h.predictor, l, o)
+                                           : rans_decode_add(payload, h.payload_bytes, count, h.predictor, l, o);
   if (d == Status::Ok && consumed) *consumed = kHeaderBytes + h.payload_bytes;
   return d;
 }
@@ -319,7 +328,7 @@ Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t cou
   SliceHeader h;
   Status s = read_slice_header(src, len, t, count, &h);
   if (s != Status::Ok) return s;
-  if (t == ElemType::I32 && h.codec == Codec::Block && fuses_predictor(h.predictor)) {
+  if (decodes_added(t, h)) {
     return decode_slice_add_to(src, len, t, count, dst, dst, consumed);
   }
   if (h.codec == Codec::Sparse && h.predictor == Predictor::None) {

@@ -87,9 +87,9 @@ Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t cou
 
 /// decode_slice and an add in one pass, into a buffer of its own: to[i] =
 /// local[i] + v[i] in wrapping arithmetic (to may be local), for the slices
-/// that have such a pass: I32 codes coded Block with predictor None, Delta1
-/// or Delta2 (the usual slice of a lossy sum: block_decode_add, no decoded
-/// values in memory). Any other slice: Status::Unsupported with nothing
+/// that have such a pass: I32 codes coded Block or Rans with predictor None,
+/// Delta1 or Delta2 (the usual slices of a lossy sum: block_decode_add,
+/// rans_decode_add; no decoded values in memory). Any other slice: Status::Unsupported with nothing
 /// written (decode it, then add). On an error `to` may hold part of the result.
 Status decode_slice_add_to(const uint8_t* src, size_t len, ElemType t, uint32_t count, const void* local, void* to,
                            size_t* consumed = nullptr);

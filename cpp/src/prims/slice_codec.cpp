@@ -137,8 +137,8 @@ Status SliceCodec::reduce(const uint8_t* in, size_t len, size_t n, const SliceVa
     s = codec::decode_slice_add(in, len, type_, uint32_t(n), to, &used);
     s = whole(s, used, len);
   } else {
-    // The usual slice of a lossy sum (int32 codes, Block with None, Delta1 or
-    // Delta2) is decoded, reconstructed and added in one pass, no scratch;
+    // The usual slices of a lossy sum (int32 codes, Block or Rans with None,
+    // Delta1 or Delta2) are decoded, reconstructed and added in one pass;
     // any other is decoded into the scratch and the slot goes back before
     // the reduction pass.
     s = int_sum_ ? codec::decode_slice_add_to(in, len, type_, uint32_t(n), local.dense, to, &used)
