@@ -426,8 +426,12 @@ NCCLZ_AVX2 size_t encoded_bytes_avx2(const Code* r, size_t n) {
   return halfbytes_to_bytes(half);
 }
 
-template <class Code>
-NCCLZ_AVX2 size_t encode_avx2(const Code* r, size_t n, uint8_t* dst, size_t cap) {
+// The encoder's loop over blocks. full(blk, out) -> w encodes full block blk
+// at out, where a worst-case block's room is left; part(blk, m, buf) -> the
+// m residuals of block blk (any block; buf: room for 32) for the checked path.
+template <class Code, class Full, class Part>
+NCCLZ_AVX2_INLINE size_t encode_blocks_avx2(size_t n, uint8_t* dst, size_t cap, const Full& full_block,
+                                            const Part& part_block) {
   const size_t nb = block_count(n);
   const size_t nib = block_nibble_bytes(nb);
   if (nib > cap) return kNoFit;
@@ -438,25 +442,41 @@ NCCLZ_AVX2 size_t encode_avx2(const Code* r, size_t n, uint8_t* dst, size_t cap)
   size_t blk = 0;
   // Fast loop: room for a worst-case block.
   for (; blk < full && cap - pos >= kMax; ++blk) {
-    int w;
-    if constexpr (sizeof(Code) == 4) {
-      w = enc_block_i32_avx2(r + blk * kBlockLen, dst + pos);
-    } else {
-      w = enc_block_i64_avx2(r + blk * kBlockLen, dst + pos);
-    }
+    const int w = full_block(blk, dst + pos);
     pos += block_payload_bytes(w);
     put_nibble(dst, blk, w, &esc);
   }
   const EncBlockAvx2<Code> enc;
+  alignas(32) Code buf[kBlockLen];
   for (; blk < nb; ++blk) {
     const size_t i = blk * kBlockLen;
     const int m = n - i < size_t(kBlockLen) ? int(n - i) : kBlockLen;
     int w = 0;
-    pos = put_block(r + i, m, dst, pos, cap, &w, enc);
+    pos = put_block(part_block(blk, m, buf), m, dst, pos, cap, &w, enc);
     if (pos == kNoFit) return kNoFit;
     put_nibble(dst, blk, w, &esc);
   }
   return put_escapes(dst, nib, pos, cap, esc);
+}
+
+// The residuals as they are.
+template <class Code>
+struct GivenBlocks {
+  const Code* r;
+  NCCLZ_AVX2_INLINE int operator()(size_t blk, uint8_t* out) const {
+    if constexpr (sizeof(Code) == 4) {
+      return enc_block_i32_avx2(r + blk * kBlockLen, out);
+    } else {
+      return enc_block_i64_avx2(r + blk * kBlockLen, out);
+    }
+  }
+  NCCLZ_AVX2_INLINE const Code* operator()(size_t blk, int, Code*) const { return r + blk * kBlockLen; }
+};
+
+template <class Code>
+NCCLZ_AVX2 size_t encode_avx2(const Code* r, size_t n, uint8_t* dst, size_t cap) {
+  const GivenBlocks<Code> g{r};
+  return encode_blocks_avx2<Code>(n, dst, cap, g, g);
 }
 
 template <class Code>
@@ -525,42 +545,32 @@ NCCLZ_AVX2_INLINE __m256i delta_regs(const int32_t* q) {
   }
 }
 
+// The Delta residuals of codes q, block by block: block 0 (its first
+// residuals have fewer neighbours) and the checked path through predict_range.
+template <int Order>
+struct DeltaBlocks {
+  static constexpr Predictor kPred = Order == 1 ? Predictor::Delta1 : Predictor::Delta2;
+  const int32_t* q;
+  NCCLZ_AVX2_INLINE int operator()(size_t blk, uint8_t* out) const {
+    if (blk == 0) {
+      alignas(32) int32_t buf[kBlockLen];
+      predict_range(q, 0, kBlockLen, kPred, 0, 0, buf);
+      return enc_block_i32_avx2(buf, out);
+    }
+    const int32_t* b = q + blk * kBlockLen;
+    return enc_regs_avx2(delta_regs<Order>(b), delta_regs<Order>(b + 8), delta_regs<Order>(b + 16),
+                         delta_regs<Order>(b + 24), out);
+  }
+  NCCLZ_AVX2_INLINE const int32_t* operator()(size_t blk, int m, int32_t* buf) const {
+    predict_range(q, blk * kBlockLen, size_t(m), kPred, 0, 0, buf);
+    return buf;
+  }
+};
+
 template <int Order>
 NCCLZ_AVX2 size_t encode_predicted_avx2(const int32_t* q, size_t n, uint8_t* dst, size_t cap) {
-  constexpr Predictor kPred = Order == 1 ? Predictor::Delta1 : Predictor::Delta2;
-  const size_t nb = block_count(n);
-  const size_t nib = block_nibble_bytes(nb);
-  if (nib > cap) return kNoFit;
-  std::vector<uint8_t> esc;
-  size_t pos = nib;
-  constexpr size_t kMax = block_max_payload<int32_t>();
-  const size_t full = n / kBlockLen;
-  alignas(32) int32_t buf[kBlockLen];
-  size_t blk = 0;
-  for (; blk < full && cap - pos >= kMax; ++blk) {
-    const int32_t* b = q + blk * kBlockLen;
-    int w;
-    if (blk == 0) {
-      predict_range(q, 0, kBlockLen, kPred, 0, 0, buf);
-      w = enc_block_i32_avx2(buf, dst + pos);
-    } else {
-      w = enc_regs_avx2(delta_regs<Order>(b), delta_regs<Order>(b + 8), delta_regs<Order>(b + 16),
-                        delta_regs<Order>(b + 24), dst + pos);
-    }
-    pos += block_payload_bytes(w);
-    put_nibble(dst, blk, w, &esc);
-  }
-  const EncBlockAvx2<int32_t> enc;
-  for (; blk < nb; ++blk) {
-    const size_t i = blk * kBlockLen;
-    const int m = n - i < size_t(kBlockLen) ? int(n - i) : kBlockLen;
-    predict_range(q, i, size_t(m), kPred, 0, 0, buf);
-    int w = 0;
-    pos = put_block(buf, m, dst, pos, cap, &w, enc);
-    if (pos == kNoFit) return kNoFit;
-    put_nibble(dst, blk, w, &esc);
-  }
-  return put_escapes(dst, nib, pos, cap, esc);
+  const DeltaBlocks<Order> d{q};
+  return encode_blocks_avx2<int32_t>(n, dst, cap, d, d);
 }
 
 template <int Order>

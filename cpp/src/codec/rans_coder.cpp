@@ -838,6 +838,21 @@ NCCLZ_RANS_AVX2_BMI2 size_t widen_add_avx2(const uint8_t* b, size_t n, bool any,
 }
 #endif
 
+// The decoders' first pass: the symbols' value bytes of n codes of `bits`
+// bits into vb (DecBytes::Values), whether any symbol has extra bits, and the
+// reader of those bits. False where the payload is corrupt.
+bool decode_values(const uint8_t* src, size_t len, size_t n, int bits, uint8_t* vb, bool* any, ExtraReader* xr) {
+  uint32_t freq[kRansAlphabet];
+  const uint8_t* xb = nullptr;
+  size_t xbytes = 0;
+  if (!decode_framed(src, len, n, rans_max_symbol(bits), DecBytes::Values, vb, freq, &xb, &xbytes)) return false;
+  *any = false;
+  for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) *any |= freq[s] != 0;
+  if (!*any && xbytes != 0) return false;
+  *xr = ExtraReader(xb, xbytes);
+  return true;
+}
+
 }  // namespace
 
 // ================================================================ public
@@ -965,15 +980,9 @@ Status rans_decode_with(RansImpl impl, const uint8_t* src, size_t len, size_t n,
   // Pass 1: the symbols' value bytes into the last n bytes of out; pass 2
   // widens them in place, front to back, with the extra bits.
   uint8_t* const vb = reinterpret_cast<uint8_t*>(out) + (sizeof(Code) - 1) * n;
-  uint32_t freq[kRansAlphabet];
-  const uint8_t* xb = nullptr;
-  size_t xbytes = 0;
-  if (!decode_framed(src, len, n, rans_max_symbol(int(code_bits<Code>())), DecBytes::Values, vb, freq, &xb, &xbytes))
-    return Status::Corrupt;
   bool any = false;
-  for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) any |= freq[s] != 0;
-  if (!any && xbytes != 0) return Status::Corrupt;
-  ExtraReader xr(xb, xbytes);
+  ExtraReader xr(nullptr, 0);
+  if (!decode_values(src, len, n, int(code_bits<Code>()), vb, &any, &xr)) return Status::Corrupt;
   size_t i = 0;
 #if NCCLZ_RANS_X86
   if (impl == RansImpl::Avx2 && rans_cpu_has_avx2()) i = widen_avx2(vb, n, out, any, xr);
@@ -994,15 +1003,9 @@ Status rans_decode_add(const uint8_t* src, size_t len, size_t n, Predictor p, co
   thread_local std::vector<uint8_t> values;
   if (values.size() < n) values.resize(n);
   uint8_t* const vb = values.data();
-  uint32_t freq[kRansAlphabet];
-  const uint8_t* xb = nullptr;
-  size_t xbytes = 0;
-  if (!decode_framed(src, len, n, rans_max_symbol(32), DecBytes::Values, vb, freq, &xb, &xbytes))
-    return Status::Corrupt;
   bool any = false;
-  for (uint32_t s = kRansDirect; s < uint32_t(kRansAlphabet); ++s) any |= freq[s] != 0;
-  if (!any && xbytes != 0) return Status::Corrupt;
-  ExtraReader xr(xb, xbytes);
+  ExtraReader xr(nullptr, 0);
+  if (!decode_values(src, len, n, 32, vb, &any, &xr)) return Status::Corrupt;
   size_t i = 0;
   uint32_t e = 0, a = 0;  // Delta2's e[i-1], the code q[i-1] (wrapping)
 #if NCCLZ_RANS_X86
