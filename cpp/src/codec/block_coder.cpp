@@ -669,8 +669,8 @@ Status block_decode(const uint8_t* src, size_t len, size_t n, Code* out) {
 }
 
 size_t block_encode_predicted(const int32_t* q, size_t n, Predictor p, uint8_t* dst, size_t cap) {
+  if (!is_delta_predictor(p)) return kNoFit;  // (not offered)
   if (p == Predictor::None) return block_encode(q, n, dst, cap);
-  if (p != Predictor::Delta1 && p != Predictor::Delta2) return kNoFit;  // (not offered)
 #if NCCLZ_BLOCK_X86
   if (cpu_has_avx2()) {
     if (p == Predictor::Delta1) return encode_predicted_avx2<1>(q, n, dst, cap);
@@ -684,7 +684,7 @@ size_t block_encode_predicted(const int32_t* q, size_t n, Predictor p, uint8_t* 
 }
 
 Status block_decode_add(const uint8_t* src, size_t len, size_t n, Predictor p, const int32_t* local, int32_t* to) {
-  if (p != Predictor::None && p != Predictor::Delta1 && p != Predictor::Delta2) return Status::Unsupported;
+  if (!is_delta_predictor(p)) return Status::Unsupported;
 #if NCCLZ_BLOCK_X86
   if (cpu_has_avx2()) {
     switch (p) {

@@ -66,6 +66,13 @@ NCCLZ_HD UCode<Code> predict_at(const Code* q, size_t i, Predictor p, uint32_t W
   return 0;
 }
 
+/// Whether p is one of the predictors the coders fuse with their own passes
+/// (block_encode_predicted, block_decode_add, rans_decode_add): None, Delta1
+/// and Delta2, whose residuals depend on the element before or two before.
+NCCLZ_HD constexpr bool is_delta_predictor(Predictor p) {
+  return p == Predictor::None || p == Predictor::Delta1 || p == Predictor::Delta2;
+}
+
 /// Residuals r[first..first+len) of codes q[0..n) (only earlier codes are read).
 template <class Code>
 NCCLZ_HD void predict_range(const Code* q, size_t first, size_t len, Predictor p, uint32_t W, uint32_t P, Code* r) {

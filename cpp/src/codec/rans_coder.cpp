@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codec/block_coder.hpp"
+#include "codec/predictor.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -994,7 +995,7 @@ Status rans_decode_with(RansImpl impl, const uint8_t* src, size_t len, size_t n,
 }
 
 Status rans_decode_add(const uint8_t* src, size_t len, size_t n, Predictor p, const int32_t* local, int32_t* to) {
-  if (p != Predictor::None && p != Predictor::Delta1 && p != Predictor::Delta2) return Status::Unsupported;
+  if (!is_delta_predictor(p)) return Status::Unsupported;
   if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
   if (!src || !local || !to) return Status::Corrupt;
   // Pass 1 as rans_decode's, into a buffer of this thread's (to may be local,

@@ -65,7 +65,7 @@ struct Candidate {
 template <class Code>
 void sample_residuals(const Code* q, size_t off, int m, Predictor p, uint32_t a0, uint32_t a1, Code* r) {
   using U = UCode<Code>;
-  if (off < 2 || (p != Predictor::None && p != Predictor::Delta1 && p != Predictor::Delta2)) {
+  if (off < 2 || !is_delta_predictor(p)) {
     predict_range(q, off, size_t(m), p, a0, a1, r);
     return;
   }
@@ -136,13 +136,9 @@ Candidate select_for_codes(const Code* q, size_t n, const EncodeOptions& opt) {
   return Candidate{c.codec, c.predictor, c.est};
 }
 
-// The predictors that block_encode_predicted, block_decode_add and
-// rans_decode_add fuse with their coder.
-bool fuses_predictor(Predictor p) { return p == Predictor::None || p == Predictor::Delta1 || p == Predictor::Delta2; }
-
 // The slices that decode_slice_add_to decodes and adds in one pass.
 bool decodes_added(ElemType t, const SliceHeader& h) {
-  return t == ElemType::I32 && (h.codec == Codec::Block || h.codec == Codec::Rans) && fuses_predictor(h.predictor);
+  return t == ElemType::I32 && (h.codec == Codec::Block || h.codec == Codec::Rans) && is_delta_predictor(h.predictor);
 }
 
 template <class Code>
@@ -151,7 +147,7 @@ size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOpt
   predictor_args(c.predictor, opt, &a0, &a1);
   if constexpr (sizeof(Code) == 4) {
     // The common lossy slice: its residuals never in memory.
-    if (c.codec == Codec::Block && fuses_predictor(c.predictor))
+    if (c.codec == Codec::Block && is_delta_predictor(c.predictor))
       return block_encode_predicted(q, n, c.predictor, dst, cap);
   }
   const Code* r = q;
@@ -307,13 +303,10 @@ void add_codes(Code* dst, const Code* v, size_t n) {
 }
 }  // namespace
 
-Status decode_slice_add_to(const uint8_t* src, size_t len, ElemType t, uint32_t count, const void* local, void* to,
-                           size_t* consumed) {
-  if (t != ElemType::I32) return Status::Unsupported;
-  SliceHeader h;
-  const Status s = read_slice_header(src, len, t, count, &h);
-  if (s != Status::Ok) return s;
-  if (!decodes_added(t, h)) return Status::Unsupported;
+namespace {
+// decode_slice_add_to's pass, once the header h (decodes_added) is read.
+Status decode_added(const SliceHeader& h, const uint8_t* src, uint32_t count, const void* local, void* to,
+                    size_t* consumed) {
   const auto* l = static_cast<const int32_t*>(local);
   auto* o = static_cast<int32_t*>(to);
   const uint8_t* payload = src + kHeaderBytes;
@@ -322,15 +315,24 @@ Status decode_slice_add_to(const uint8_t* src, size_t len, ElemType t, uint32_t 
   if (d == Status::Ok && consumed) *consumed = kHeaderBytes + h.payload_bytes;
   return d;
 }
+}  // namespace
+
+Status decode_slice_add_to(const uint8_t* src, size_t len, ElemType t, uint32_t count, const void* local, void* to,
+                           size_t* consumed) {
+  if (t != ElemType::I32) return Status::Unsupported;
+  SliceHeader h;
+  const Status s = read_slice_header(src, len, t, count, &h);
+  if (s != Status::Ok) return s;
+  if (!decodes_added(t, h)) return Status::Unsupported;
+  return decode_added(h, src, count, local, to, consumed);
+}
 
 Status decode_slice_add(const uint8_t* src, size_t len, ElemType t, uint32_t count, void* dst, size_t* consumed) {
   if (!is_code_type(t)) return Status::Unsupported;
   SliceHeader h;
   Status s = read_slice_header(src, len, t, count, &h);
   if (s != Status::Ok) return s;
-  if (decodes_added(t, h)) {
-    return decode_slice_add_to(src, len, t, count, dst, dst, consumed);
-  }
+  if (decodes_added(t, h)) return decode_added(h, src, count, dst, dst, consumed);
   if (h.codec == Codec::Sparse && h.predictor == Predictor::None) {
     const uint8_t* payload = src + kHeaderBytes;
     s = t == ElemType::I32 ? sparse_decode_add(payload, h.payload_bytes, count, static_cast<int32_t*>(dst))
