@@ -443,6 +443,19 @@ TEST(RansCoder, Speed) {
   bench(gaussian<int32_t>(65536, 30.0, 1), "gaussian sd=30 64K");
 }
 
+namespace {
+// The residual kinds of the fused paths' tests: without extra bits (narrow
+// Gaussian), with them (wide), the full range with INT_MIN, a smooth field's.
+std::vector<int32_t> residual_kind(int kind, size_t n, uint32_t seed) {
+  switch (kind) {
+    case 0: return gaussian<int32_t>(n, 3.0, seed);
+    case 1: return gaussian<int32_t>(n, 300.0, seed);
+    case 2: return full_range<int32_t>(n, seed);
+    default: return smooth_residuals<int32_t>(n, seed);
+  }
+}
+}  // namespace
+
 // rans_decode_add (decode, the Delta predictors' inverse and the add in one
 // pass) against its passes one after the other: rans_decode, reconstruct, the
 // add. Residuals with and without extra bits (narrow and wide Gaussians, the
@@ -454,10 +467,7 @@ TEST(RansCoder, DecodeAddMatchesItsPasses) {
   const Predictor preds[] = {Predictor::None, Predictor::Delta1, Predictor::Delta2};
   for (const size_t n : lengths) {
     for (int kind = 0; kind < 4; ++kind) {
-      const auto r = kind == 0   ? gaussian<int32_t>(n, 3.0, uint32_t(rng()))
-                     : kind == 1 ? gaussian<int32_t>(n, 300.0, uint32_t(rng()))
-                     : kind == 2 ? full_range<int32_t>(n, uint32_t(rng()))
-                                 : smooth_residuals<int32_t>(n, uint32_t(rng()));
+      const auto r = residual_kind(kind, n, uint32_t(rng()));
       std::vector<uint8_t> buf(worst_case(n, 4));
       const size_t len = rans_encode(r.data(), n, buf.data(), buf.size());
       ASSERT_NE(len, kNoFit);
@@ -482,6 +492,39 @@ TEST(RansCoder, DecodeAddMatchesItsPasses) {
   std::vector<uint8_t> b(worst_case(64, 4));
   const size_t len = rans_encode(v.data(), v.size(), b.data(), b.size());
   EXPECT_EQ(rans_decode_add(b.data(), len, v.size(), Predictor::Lorenzo2D, v.data(), out.data()), Status::Unsupported);
+}
+
+// rans_encode_predicted (the Delta residuals formed in the symbol pass)
+// against its passes one after the other: predict, then rans_encode. The
+// same residual kinds and lengths (around the 8-value groups and the first
+// group, whose residuals come from predict_range), the capacity rule.
+TEST(RansCoder, EncodePredictedMatchesItsPasses) {
+  std::mt19937_64 rng(41);
+  const size_t lengths[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 1000, 4133, 65537};
+  const Predictor preds[] = {Predictor::None, Predictor::Delta1, Predictor::Delta2};
+  for (const size_t n : lengths) {
+    for (int kind = 0; kind < 4; ++kind) {
+      const auto r = residual_kind(kind, n, uint32_t(rng()));
+      for (const Predictor p : preds) {
+        SCOPED_TRACE(testing::Message() << "n=" << n << " kind=" << kind << " predictor=" << int(p));
+        std::vector<int32_t> q(n), back(n);
+        reconstruct(r.data(), n, p, 0, 0, q.data());
+        predict(q.data(), n, p, 0, 0, back.data());
+        ASSERT_EQ(back, r);
+        std::vector<uint8_t> want(worst_case(n, 4)), got(want.size() + 1, 0x5A);
+        const size_t len = rans_encode(r.data(), n, want.data(), want.size());
+        ASSERT_NE(len, kNoFit);
+        ASSERT_EQ(rans_encode_predicted(q.data(), n, p, got.data(), want.size()), len);
+        ASSERT_TRUE(std::equal(want.begin(), want.begin() + long(len), got.begin()));
+        if (len > 0) {  // one byte short does not fit
+          ASSERT_EQ(rans_encode_predicted(q.data(), n, p, got.data(), len - 1), kNoFit);
+        }
+      }
+    }
+  }
+  std::vector<int32_t> v(64, 1);
+  std::vector<uint8_t> b(worst_case(64, 4));
+  EXPECT_EQ(rans_encode_predicted(v.data(), v.size(), Predictor::Lorenzo2D, b.data(), b.size()), kNoFit);
 }
 
 // rans_decode_add on damaged payloads: Corrupt exactly where rans_decode says

@@ -533,18 +533,6 @@ NCCLZ_AVX2 Status decode_avx2(const uint8_t* src, size_t len, size_t n, Code* ou
 NCCLZ_AVX2_INLINE __m256i ld8(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 NCCLZ_AVX2_INLINE void st8(int32_t* p, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v); }
 
-// Residuals of the 8 codes at q (Order 1: q[i] - q[i-1]; 2: q[i] - 2 q[i-1] + q[i-2]);
-// reads q[-Order..8).
-template <int Order>
-NCCLZ_AVX2_INLINE __m256i delta_regs(const int32_t* q) {
-  const __m256i a = ld8(q), b = ld8(q - 1);
-  if constexpr (Order == 1) {
-    return _mm256_sub_epi32(a, b);
-  } else {
-    return _mm256_sub_epi32(_mm256_sub_epi32(a, b), _mm256_sub_epi32(b, ld8(q - 2)));
-  }
-}
-
 // The Delta residuals of codes q, block by block: block 0 (its first
 // residuals have fewer neighbours) and the checked path through predict_range.
 template <int Order>

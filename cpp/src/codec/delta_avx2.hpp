@@ -1,7 +1,8 @@
-// The Delta predictors' inverse with AVX2, 8 int32 codes at a time, for the
-// coders that turn residuals into codes as they decode (block_decode_add,
-// rans_decode_add): running sums with a carry, wrapping as predictor.hpp's
-// arithmetic does. Delta1: q = running sum of r. Delta2: e = running sum of
+// The Delta predictors with AVX2, 8 int32 codes at a time, for the coders
+// that form residuals as they encode (block_encode_predicted,
+// rans_encode_predicted: delta_regs) and turn residuals into codes as they
+// decode (block_decode_add, rans_decode_add): running sums with a carry,
+// wrapping as predictor.hpp's arithmetic does. Delta1: q = running sum of r. Delta2: e = running sum of
 // r, q = running sum of e, where the slice's first register enters with lane
 // 1 replaced by r[1] - r[0] (first_delta_regs) so that e[1] = r[1], as
 // predictor.hpp's r[1] = q[1] - q[0] asks. Include only where <immintrin.h>
@@ -15,6 +16,20 @@
 namespace ncclz::codec {
 
 #define NCCLZ_DELTA_AVX2_INLINE __attribute__((target("avx2"), always_inline)) inline
+
+/// Residuals of the 8 codes at q (Order 1: q[i] - q[i-1]; 2: q[i] - 2 q[i-1] +
+/// q[i-2]), predictor.hpp's away from a slice's start; reads q[-Order..8).
+template <int Order>
+NCCLZ_DELTA_AVX2_INLINE __m256i delta_regs(const int32_t* q) {
+  const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q - 1));
+  if constexpr (Order == 1) {
+    return _mm256_sub_epi32(a, b);
+  } else {
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q - 2));
+    return _mm256_sub_epi32(_mm256_sub_epi32(a, b), _mm256_sub_epi32(b, c));
+  }
+}
 
 /// Running sums of 8 lanes (lane i: v[0] + ... + v[i]).
 NCCLZ_DELTA_AVX2_INLINE __m256i delta_scan8(__m256i v) {

@@ -660,10 +660,34 @@ inline void map_mixed_group(const U* z, uint8_t* s8, BitWriter& bw) {
 }
 
 #if NCCLZ_RANS_X86
-// The symbol pass for int32 in groups of 8: zigzag, a test for "all direct"
-// and the symbol bytes in a few vector instructions; returns the elements done
-// (a multiple of 8). Same symbols, histogram and extra bits as the scalar loop.
-NCCLZ_RANS_AVX2 size_t map_groups_avx2(const int32_t* r, size_t n, uint8_t* syms, BitWriter& bw,
+// Where map_groups_avx2 takes each group of 8 int32 residuals from: the given
+// residuals, or the Delta residuals of codes q formed in registers (the first
+// group, whose residuals have fewer neighbours, through predict_range).
+struct GivenGroups {
+  const int32_t* r;
+  NCCLZ_DELTA_AVX2_INLINE __m256i operator()(size_t i) const {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + i));
+  }
+};
+template <int Order>
+struct DeltaGroups {
+  const int32_t* q;
+  NCCLZ_DELTA_AVX2_INLINE __m256i operator()(size_t i) const {
+    if (i == 0) {
+      alignas(32) int32_t buf[8];
+      predict_range(q, 0, 8, Order == 1 ? Predictor::Delta1 : Predictor::Delta2, 0, 0, buf);
+      return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+    }
+    return delta_regs<Order>(q + i);
+  }
+};
+
+// The symbol pass for int32 in groups of 8 residuals (group(i): residuals
+// i..i+8): zigzag, a test for "all direct" and the symbol bytes in a few
+// vector instructions; returns the elements done (a multiple of 8). Same
+// symbols, histogram and extra bits as the scalar loop.
+template <class Groups>
+NCCLZ_RANS_AVX2 size_t map_groups_avx2(Groups group, size_t n, uint8_t* syms, BitWriter& bw,
                                        uint32_t (*h)[kRansAlphabet]) {
   const __m256i low_bytes = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
                                              0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -671,7 +695,7 @@ NCCLZ_RANS_AVX2 size_t map_groups_avx2(const int32_t* r, size_t n, uint8_t* syms
   const __m256i not_direct = _mm256_set1_epi32(~int32_t(kRansDirect - 1));
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + i));
+    const __m256i v = group(i);
     const __m256i z = _mm256_xor_si256(_mm256_slli_epi32(v, 1), _mm256_srai_epi32(v, 31));
     const __m256i b = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(z, low_bytes), gather);
     const uint64_t u = uint64_t(_mm_cvtsi128_si64(_mm256_castsi256_si128(b)));
@@ -911,62 +935,103 @@ size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
   return rans_encode_with(rans_best_impl(), r, n, dst, cap);
 }
 
+// The encoder's symbol pass and framing: symbols, histogram and the extra
+// bits (LSB first in element order) of residuals given in order, then
+// encode_framed. Elements from(i, r) one at a time or groups(i, r, end) from
+// an array; the AVX2 pass (map_groups_avx2) writes into syms, bw and h too.
 template <class Code>
-size_t rans_encode_with(RansImpl impl, const Code* r, size_t n, uint8_t* dst, size_t cap) {
-  if (n == 0) return 0;
+struct SymbolPass {
+  using U = std::make_unsigned_t<Code>;
   Scratch& sc = scratch();
-  uint8_t* syms = grow(sc.syms, n);
-  // One pass: symbols, histogram, and the extra bits (LSB first in element order).
-  uint8_t* xbuf = grow(sc.bits, sizeof(Code) * n + 16);
-  BitWriter bw{xbuf};
+  uint8_t* syms;
+  uint8_t* xbuf;
+  BitWriter bw;
   uint32_t h[kHistTables][kRansAlphabet] = {};
-  auto one = [&](size_t i, uint32_t* hk) {
-    const uint64_t z = uint64_t(rans_zigzag(r[i]));
+
+  explicit SymbolPass(size_t n) : syms(grow(sc.syms, n)), xbuf(grow(sc.bits, sizeof(Code) * n + 16)), bw{xbuf} {}
+
+  void one(size_t i, Code r) {
+    const uint64_t z = uint64_t(rans_zigzag(r));
     uint32_t s, nb;
     map_fast(z, &s, &nb);
     syms[i] = uint8_t(s);
-    ++hk[s];
+    ++h[0][s];
     const uint64_t v = z & ((uint64_t(1) << nb) - 1);
     if (code_bits<Code>() > 56 + 2)
       bw.put_any(v, nb);
     else
       bw.put(v, nb);
-  };
+  }
+
+  /// Residuals i..end, r[k] the residual of element k.
+  void groups(const Code* r, size_t i, size_t end) {
+    for (; i + kHistTables <= end; i += kHistTables) {
+      // Groups of 8: when all are direct (z < 128) there are no extra bits and
+      // the symbol is z itself (smooth fields: nearly every group).
+      U z[kHistTables];
+      U any = 0;
+      for (int k = 0; k < kHistTables; ++k) {
+        z[k] = rans_zigzag(r[i + k]);
+        any |= z[k];
+      }
+      if (any < kRansDirect) {
+        for (int k = 0; k < kHistTables; ++k) {
+          syms[i + k] = uint8_t(z[k]);
+          ++h[k][z[k]];
+        }
+      } else {
+        map_mixed_group(z, syms + i, bw);
+        for (int k = 0; k < kHistTables; ++k) ++h[k][syms[i + k]];
+      }
+    }
+    for (; i < end; ++i) one(i, r[i]);
+  }
+
+  size_t finish(RansImpl impl, size_t n, uint8_t* dst, size_t cap) {
+    const size_t xbytes = size_t(bw.finish() - xbuf);
+    uint32_t hist[kRansAlphabet];
+    for (int k = 0; k < kRansAlphabet; ++k) {
+      uint32_t t = 0;
+      for (int j = 0; j < kHistTables; ++j) t += h[j][k];
+      hist[k] = t;
+    }
+    const uint8_t* xb = xbytes ? xbuf : nullptr;
+    return encode_framed(impl, syms, n, hist, xb, xbytes, dst, cap);
+  }
+};
+
+template <class Code>
+size_t rans_encode_with(RansImpl impl, const Code* r, size_t n, uint8_t* dst, size_t cap) {
+  if (n == 0) return 0;
+  SymbolPass<Code> sp(n);
   size_t i = 0;
 #if NCCLZ_RANS_X86
   if constexpr (sizeof(Code) == 4)
-    if (impl == RansImpl::Avx2 && rans_cpu_has_avx2()) i = map_groups_avx2(r, n, syms, bw, h);
+    if (impl == RansImpl::Avx2 && rans_cpu_has_avx2()) i = map_groups_avx2(GivenGroups{r}, n, sp.syms, sp.bw, sp.h);
 #endif
-  for (; i + kHistTables <= n; i += kHistTables) {
-    // Groups of 8: when all are direct (z < 128) there are no extra bits and
-    // the symbol is z itself (smooth fields: nearly every group).
-    using U = std::make_unsigned_t<Code>;
-    U z[kHistTables];
-    U any = 0;
-    for (int k = 0; k < kHistTables; ++k) {
-      z[k] = rans_zigzag(r[i + k]);
-      any |= z[k];
-    }
-    if (any < kRansDirect) {
-      for (int k = 0; k < kHistTables; ++k) {
-        syms[i + k] = uint8_t(z[k]);
-        ++h[k][z[k]];
-      }
-    } else {
-      map_mixed_group(z, syms + i, bw);
-      for (int k = 0; k < kHistTables; ++k) ++h[k][syms[i + k]];
-    }
+  sp.groups(r, i, n);
+  return sp.finish(impl, n, dst, cap);
+}
+
+size_t rans_encode_predicted(const int32_t* q, size_t n, Predictor p, uint8_t* dst, size_t cap) {
+  if (!is_delta_predictor(p)) return kNoFit;  // (not offered)
+  if (p == Predictor::None) return rans_encode(q, n, dst, cap);
+  if (n == 0) return 0;
+#if NCCLZ_RANS_X86
+  if (rans_cpu_has_avx2()) {
+    SymbolPass<int32_t> sp(n);
+    const size_t i = p == Predictor::Delta1 ? map_groups_avx2(DeltaGroups<1>{q}, n, sp.syms, sp.bw, sp.h)
+                                            : map_groups_avx2(DeltaGroups<2>{q}, n, sp.syms, sp.bw, sp.h);
+    int32_t tail[8];  // the last n % 8 residuals
+    predict_range(q, i, n - i, p, 0, 0, tail);
+    for (size_t k = i; k < n; ++k) sp.one(k, tail[k - i]);
+    return sp.finish(RansImpl::Avx2, n, dst, cap);
   }
-  for (; i < n; ++i) one(i, h[0]);
-  const size_t xbytes = size_t(bw.finish() - xbuf);
-  uint32_t hist[kRansAlphabet];
-  for (int k = 0; k < kRansAlphabet; ++k) {
-    uint32_t t = 0;
-    for (int j = 0; j < kHistTables; ++j) t += h[j][k];
-    hist[k] = t;
-  }
-  const uint8_t* xb = xbytes ? xbuf : nullptr;
-  return encode_framed(impl, syms, n, hist, xb, xbytes, dst, cap);
+#endif
+  thread_local std::vector<int32_t> r;
+  if (r.size() < n) r.resize(n);
+  predict(q, n, p, 0, 0, r.data());
+  return rans_encode(r.data(), n, dst, cap);
 }
 
 template <class Code>

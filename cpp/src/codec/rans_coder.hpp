@@ -121,6 +121,13 @@ NCCLZ_HD size_t rans_estimate_bytes(const uint32_t* hist, uint64_t sampled_total
 template <class Code>
 size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap);
 
+/// The payload rans_encode writes for the residuals of predictor p (None,
+/// Delta1 or Delta2; predictor.hpp) of the int32 codes q[0..n), without the
+/// residuals in memory (the AVX2 symbol pass forms them 8 at a time). Same
+/// bytes and kNoFit rule as predict() then rans_encode(); kNoFit for any other
+/// predictor.
+size_t rans_encode_predicted(const int32_t* q, size_t n, Predictor p, uint8_t* dst, size_t cap);
+
 /// Decodes n residuals; never reads or writes out of bounds; Status::Corrupt on inconsistency
 /// (out's contents are then unspecified). out must not overlap src: the symbol pass already
 /// writes into out (its last n bytes) while it reads src.

@@ -146,9 +146,11 @@ size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOpt
   uint32_t a0, a1;
   predictor_args(c.predictor, opt, &a0, &a1);
   if constexpr (sizeof(Code) == 4) {
-    // The common lossy slice: its residuals never in memory.
+    // The common lossy slices: their residuals never in memory.
     if (c.codec == Codec::Block && is_delta_predictor(c.predictor))
       return block_encode_predicted(q, n, c.predictor, dst, cap);
+    if (c.codec == Codec::Rans && is_delta_predictor(c.predictor))
+      return rans_encode_predicted(q, n, c.predictor, dst, cap);
   }
   const Code* r = q;
   if (c.predictor != Predictor::None) {
