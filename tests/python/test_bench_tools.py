@@ -146,6 +146,34 @@ def test_format_row_has_all_columns():
 
 
 # ------------------------------------------------------------------ netlab (pure parts)
+def test_hier_timeline_summarizes_each_ranks_calls(tmp_path):
+    """bench/netlab/hier_timeline.py's summary of timeline files: the calls of the given size only,
+    the warm-up calls skipped, steps and channel events inside each call's span only, and the
+    slowest rank per call."""
+    HT = _load("hier_timeline_under_test", REPO / "bench" / "netlab" / "hier_timeline.py")
+    nbytes = 64 << 20
+
+    def x(name, ts, dur, tid=0, **args):
+        return {"name": name, "ph": "X", "pid": 0, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    for rank, extra in ((0, 0), (1, 5000)):
+        ev = [{"name": "thread_name", "ph": "M", "pid": 0, "tid": 1, "args": {"name": "channel 0"}}]
+        for k in range(3):  # call k at 100000 k: 50 ms on rank 0, 55 ms on rank 1
+            t = 100000 * k
+            ev += [x("all_reduce", t, 50000 + extra, bytes=nbytes), x("describe_stats", t, 2000),
+                   x("exchange", t + 2000, 1000), x("schedule", t + 4000, 46000 + extra),
+                   x("wait_in", t + 5000, 10000, tid=1), x("encode", t + 6000, 3000, tid=1),
+                   x("encode", t + 9000, 3000, tid=1)]
+        ev += [x("all_reduce", 400000, 30000, bytes=8), x("encode", 60000, 9999, tid=1)]  # other size; outside
+        (tmp_path / f"t.rank{rank}.json").write_text(json.dumps({"traceEvents": ev}))
+    rows = HT.summarize(str(tmp_path / "t"), nbytes, skip=1)
+    assert rows["call"] == [50.0, 50.0, 55.0, 55.0]
+    assert rows["slowest rank"] == [55.0, 55.0]
+    assert rows["pre"] == [4.0] * 4 and rows["describe_stats"] == [2.0] * 4 and rows["exchange"] == [1.0] * 4
+    assert rows["schedule"] == [46.0, 46.0, 51.0, 51.0] and rows["after"] == [0.0] * 4
+    assert rows["wait_in"] == [10.0] * 4 and rows["encode"] == [6.0] * 4 and rows["decode"] == [0.0] * 4
+
+
 def test_netlab_rates_and_tbf():
     assert NL.parse_rate("0.5") == 0.5 and NL.parse_rate("500mbit") == pytest.approx(0.5)
     assert NL.parse_rate("10gbit") == 10.0 and NL.parse_rate("none") is None
