@@ -254,8 +254,8 @@ def main() -> int:
                        "Here: ") + "; ".join(bound)
                   + (". The smooth field's call is CPU-bound (Rans is about half its CPU time); the gradients' "
                      "fills both the link and the CPUs, and its speedup is within a few points of 90% of its ratio "
-                     "(met in some runs, not in others: bench/results/hier_timeline.md has its timeline and three "
-                     "runs in a row). The scale model with the same measured costs but a core per rank of its own "
+                     "(met in some runs, not in others: bench/results/hier_timeline.md has its timeline and the "
+                     "runs of one build). The scale model with the same measured costs but a core per rank of its own "
                      "predicts: ") + "; ".join(rows)
                   + ". So the smooth field needs a several times faster coder (or the device codec) before its "
                     "speedup nears its ratio at 1 Gbit/s."]
