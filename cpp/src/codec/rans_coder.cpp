@@ -937,7 +937,7 @@ size_t rans_encode(const Code* r, size_t n, uint8_t* dst, size_t cap) {
 
 // The encoder's symbol pass and framing: symbols, histogram and the extra
 // bits (LSB first in element order) of residuals given in order, then
-// encode_framed. Elements from(i, r) one at a time or groups(i, r, end) from
+// encode_framed. Elements one(i, r) at a time or groups(r, i, end) from
 // an array; the AVX2 pass (map_groups_avx2) writes into syms, bw and h too.
 template <class Code>
 struct SymbolPass {
