@@ -30,11 +30,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "bench"))
 from netlab import Lab
+from scale_model import GOODPUT  # TCP goodput / tbf rate, measured in the lab
 
 STEPS = ("describe_stats", "exchange")
 CHANNEL = ("wait_in", "encode", "reduce", "post_out", "stage_prepare", "stage_finish", "decode")
-GOODPUT = 0.967  # TCP goodput / tbf rate, measured in the lab (bench/results/topology.md)
 
 
 def summarize(base: str, nbytes: int, skip: int = 2) -> dict:

@@ -244,7 +244,7 @@ def main() -> int:
                 r = find(pair, data=data, mode="rel=1e-3", algorithm="hierarchical")
                 if not r:
                     continue
-                link = r["wire_bytes"] * r["local_size"] * 8 / (r["link_gbps"] * 0.967e9)
+                link = r["wire_bytes"] * r["local_size"] * 8 / (r["link_gbps"] * 1e9 * scale_model.GOODPUT)
                 cpu = r["cpu_s"] / r["cpus"]
                 bound.append(f"{data} {ms(r['median_s'])} ms a call, its compressed bytes {ms(link)} ms on the link, "
                              f"the 4 ranks' CPU time {ms(cpu)} ms on the {r['cpus']} CPUs")

@@ -67,7 +67,8 @@ NCCLZ_HD UCode<Code> predict_at(const Code* q, size_t i, Predictor p, uint32_t W
 }
 
 /// Whether p is one of the predictors the coders fuse with their own passes
-/// (block_encode_predicted, block_decode_add, rans_decode_add): None, Delta1
+/// (block_encode_predicted, block_decode_add, rans_encode_predicted,
+/// rans_decode_add): None, Delta1
 /// and Delta2, whose residuals depend on the element before or two before.
 NCCLZ_HD constexpr bool is_delta_predictor(Predictor p) {
   return p == Predictor::None || p == Predictor::Delta1 || p == Predictor::Delta2;

@@ -147,10 +147,10 @@ size_t encode_codes(const Code* q, size_t n, const Candidate& c, const EncodeOpt
   predictor_args(c.predictor, opt, &a0, &a1);
   if constexpr (sizeof(Code) == 4) {
     // The common lossy slices: their residuals never in memory.
-    if (c.codec == Codec::Block && is_delta_predictor(c.predictor))
-      return block_encode_predicted(q, n, c.predictor, dst, cap);
-    if (c.codec == Codec::Rans && is_delta_predictor(c.predictor))
-      return rans_encode_predicted(q, n, c.predictor, dst, cap);
+    if (is_delta_predictor(c.predictor)) {
+      if (c.codec == Codec::Block) return block_encode_predicted(q, n, c.predictor, dst, cap);
+      if (c.codec == Codec::Rans) return rans_encode_predicted(q, n, c.predictor, dst, cap);
+    }
   }
   const Code* r = q;
   if (c.predictor != Predictor::None) {
