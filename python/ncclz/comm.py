@@ -26,7 +26,8 @@ and without calibrating the codec, since no codec outruns memory copies
 Elsewhere, with no evidence about the link (no NCCLZ_LINK_GBPS /
 NCCLZ_SOCKET_THROTTLE_GBPS, no uncompressed call of >= 1 MiB observed yet) the
 requested mode runs. ``policy="off"`` (or
-NCCLZ_POLICY=off) turns it off; ``policy="off"`` on one call forces the mode.
+NCCLZ_POLICY=off) turns it off; ``policy="off"`` on one call forces the mode,
+and ``policy="auto"`` on one call lets rank 0's policy decide that call.
 
 Arrays are CPU arrays of NumPy, PyTorch, JAX or any DLPack producer
 (see :mod:`ncclz._dlpack`). Every call blocks until this rank's part is done

@@ -164,6 +164,17 @@ def test_opt_out(tmp_path, how):
         assert calls[0][c]["compression"] == "lossy_rel(0.001)" and calls[0][c]["policy"] == "off"
 
 
+def test_a_calls_own_auto_decides_on_an_off_communicator(tmp_path):
+    # policy="auto" on one call overrides NCCLZ_POLICY=off as policy="off" overrides "auto": rank 0
+    # decides that call (none on a 10000 Gbit/s link) and every rank runs its decision
+    env = {"NCCLZ_LINK_GBPS": "10000", "NCCLZ_POLICY": "off"}
+    calls = _calls(_run(tmp_path, 3, ["count=393216", "comp=rel=1e-3", "percall=auto"], env=env))
+    for c in COLLS:
+        assert calls[0][c]["compression"] == "none", calls[0][c]
+        assert calls[0][c]["policy"].startswith("auto: none"), calls[0][c]["policy"]
+        assert calls[1][c]["policy"] == "auto: rank 0 chose none"
+
+
 def test_observed_uncompressed_call_gives_the_link_rate(tmp_path):
     ranks = _run(tmp_path, 2, ["count=262144", "comp=rel=1e-3", "colls=all_reduce", "observe"])
     calls = _calls(ranks)
@@ -326,6 +337,30 @@ def test_comm_policy_only_rank_0_decides_and_learns():
         fast.record(d, _Stats("lossy_rel", 0.2, 12 << 20))
     assert fast.model.measured("all_reduce", "float32", 64 << 20, ncclz.Lossy(rel=1e-3)) == pytest.approx(0.2)
     assert fast.model.link_gbps == 10000  # a configured rate: observations do not change it
+
+
+def test_comm_policy_of_an_off_communicator_learns_only_from_calls_that_ask_auto():
+    lead = CommPolicy(resolve_setting("off"), rank=0, world_size=4)
+    d = lead.choose(_call())
+    assert not d.learn and d.describe("lossy_rel", False) == "off"
+    lead.record(d, _Stats("lossy_rel", 0.2, 12 << 20))
+    lead.record(None, _Stats("none", 0.2, 64 << 20))  # a send: no link rate learned either
+    assert lead._model is None  # nothing built, nothing learned
+    lead.reset(_pinned(gbps=10000))
+    d = lead.choose(_call(), "auto")
+    assert d.learn and d.lighter == "none" and d.describe("none", True).startswith("auto: none (lossy not predicted")
+    for _ in range(2):
+        lead.record(d, _Stats("none", 0.3, 96 << 20, lightened=True))
+    assert lead.model.measured("all_reduce", "float32", 64 << 20, None) == pytest.approx(0.3)
+    d = lead.choose(_call(), "off")
+    assert not d.learn
+    for _ in range(2):
+        lead.record(d, _Stats("lossy_rel", 0.01, 12 << 20))
+    assert lead.model.measured("all_reduce", "float32", 64 << 20, ncclz.Lossy(rel=1e-3)) is None
+    # the other ranks follow rank 0 on such a call, and build no model
+    follower = CommPolicy(resolve_setting("off"), rank=1, world_size=4)
+    d = follower.choose(_call(), "auto")
+    assert not d.learn and d.describe("none", True) == "auto: rank 0 chose none" and follower._model is None
 
 
 def test_comm_policy_paths_that_do_not_consult_the_model():

@@ -17,7 +17,9 @@ hierarchical by the model and measurements), unless NCCLZ_ALGO / the call's ``al
 it. Rank 0
 records every call's time with the mode that ran (calls forced with ``policy="off"`` included) and
 learns the link rate from calls of >= 1 MiB on the wire (send / recv included). ``"off"`` runs the
-requested mode.
+requested mode. A call's own ``policy=`` overrides the communicator's setting both ways: ``"off"``
+forces one call's mode, and ``"auto"`` on a communicator set to ``"off"`` lets rank 0 decide that
+call (and learn from it, and from nothing else).
 """
 
 from __future__ import annotations
@@ -206,7 +208,8 @@ class CommPolicy:
         self.latency_bytes = max(0, int(latency_bytes or 0))
         self._model = None
         self._small = None  # small_bytes(), once known
-        self._decides = self.mode == "auto" and self.rank == 0
+        # rank 0 decides a call where the call's policy= or, without one, the setting is "auto"
+        self._decides = self.rank == 0
         if setting.model is not None:
             self._model = self._bind(setting.model)
 
@@ -248,8 +251,10 @@ class CommPolicy:
     # ---- ask ------------------------------------------------------------------------------
     def choose(self, call: Call, override: str | None = None) -> Decision:
         """The decision for `call`; `override`: the call's own ``policy=`` ("auto", "off", None)."""
-        learn = self._decides and self.world_size > 1
         mode = self.mode if override is None else policy_name(override, f"{call.collective}: policy")
+        # a call forced "off" on an "auto" communicator still teaches rank 0 (its time and mode); an
+        # "off" communicator's rank 0 learns only from the calls that ask for "auto" themselves
+        learn = self._decides and self.world_size > 1 and "auto" in (mode, self.mode)
         # the algorithm is the policy's to propose where the topology offers a choice and neither
         # NCCLZ_ALGO nor the call fixed it
         fixed = call.algorithm or self.algorithm
@@ -323,7 +328,7 @@ class CommPolicy:
         """Learns from a finished call: `stats` is the native call's statistics (``ran_mode``,
         ``lightened``, ``wire_bytes``, ``wall_s``); `decision` what choose() returned (None for
         send / recv, which only tell the link rate)."""
-        if not self._decides:
+        if not self._decides or (self.mode != "auto" and not (decision is not None and decision.learn)):
             return
         model = self.model
         algo = str(getattr(stats, "algorithm", "ring"))
