@@ -582,7 +582,7 @@ TEST(Hierarchical, InRoundsAsThePhases) {
     });
     for (const char* coll : {"all_reduce", "reduce_scatter", "all_gather"}) {
       const bool rs = coll[0] == 'r', ag = coll[4] == 'g';
-      for (const DataType t : {DataType::F32, DataType::F64, DataType::I32}) {
+      for (const DataType t : {DataType::F32, DataType::F64, DataType::BF16, DataType::I32}) {
         for (const Compression& c :
              {Compression::lossy_abs(lossy_bound(t)), Compression::lossless(), Compression::none()}) {
           const bool lossy = c.mode == Compression::Mode::LossyAbs;
