@@ -18,8 +18,11 @@ call; --no-check skips it), and the run's environment (world size, topology, lin
 Options: --size (bytes per rank of float32: the nccl-tests size; all_gather's is its output),
 --data (ncclz.tools.data sets), --colls, --modes (none, lossless, rel=R, abs=E; a lossy all_reduce's
 mode may name a codec effort, "rel=1e-3/dense", which the call takes as the policy would propose
-it), --algos (ring,
-hierarchical), --iters, --rounds, --warmup (untimed calls per configuration before round 1).
+it; "rel=1e-3/auto" runs with policy="auto" instead of "off": rank 0's policy chooses the mode and
+effort, as for a user's call, with a model of its own per configuration, so that configurations
+taking turns do not mix their measurements), --algos (ring,
+hierarchical), --iters, --rounds, --warmup (untimed calls per configuration before round 1; an
+"/auto" configuration takes --auto-warmup more, for its policy to measure what it probes first).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 
 import ncclz
 import numpy as np
+from ncclz.policy import Policy
 from ncclz.tools.data import rank_input
 
 
@@ -60,10 +64,21 @@ def spec_of(mode: str):
     return ncclz.Lossy(**{kind: float(v)})
 
 
+def is_auto(mode: str) -> bool:
+    """Whether a mode is run with policy="auto" ("rel=1e-3/auto")."""
+    return mode.endswith("/auto")
+
+
+def chosen(policy: str) -> str:
+    """What rank 0's policy ran a call with, from last_stats.policy ("auto: lossy/fast (...)" ->
+    "lossy/fast")."""
+    return policy[len("auto: "):].split(" ", 1)[0] if policy.startswith("auto: ") else policy
+
+
 def margin_of(mode: str) -> float | None:
     """The selector's rANS margin of a mode's codec effort ("rel=1e-3/dense": 0.0), as the policy
     proposes it (PolicyHints.rans_margin); None for none given."""
-    if "/" not in mode:
+    if "/" not in mode or is_auto(mode):
         return None
     from ncclz.policy import EFFORTS
 
@@ -97,6 +112,10 @@ class Config:
             # the policy's proposal, as comm.py passes it beside the Compression (the native call)
             self.native_spec = ncclz._core.comm.Compression(f"lossy_{self.spec.kind}", float(self.spec.bound), "auto", 0)
             self.hints = ncclz._core.comm.PolicyHints("", float(self.margin), algo)
+        # the model bound before each call (Communicator.reset_policy): an "/auto" configuration's own; the
+        # others share one beside any "/auto" configuration (main), which their forced calls teach instead
+        self.auto = is_auto(mode)
+        self.policy = Policy() if self.auto else None
         self.times, self.stats, self.err = [], [], None
         self.cpu = []  # CPU seconds of all ranks together per call (user + system, every thread)
 
@@ -114,6 +133,10 @@ class Config:
 
     def call(self):
         c, kw = self.comm, {"compression": self.spec, "algorithm": self.algo, "policy": "off"}
+        if self.policy is not None:
+            c.reset_policy(self.policy)
+        if self.auto:
+            kw["policy"] = "auto"
         if self.coll == "all_reduce":
             if self.margin is not None:
                 st = c._native.all_reduce(self.buf, self.out, "sum", self.native_spec, "", self.hints)
@@ -171,6 +194,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--auto-warmup", type=int, default=5)
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--label", default="")
@@ -179,8 +203,13 @@ def main() -> int:
     with ncclz.init() as comm:
         configs = [Config(comm, c, d, m, g, nbytes) for c in a.colls.split(",") for d in a.data.split(",")
                    for m in a.modes.split(",") for g in a.algos.split(",")]
+        if any(cf.auto for cf in configs):
+            shared = Policy()
+            for cf in configs:
+                if not cf.auto:
+                    cf.policy = shared
         for cf in configs:
-            for _ in range(a.warmup):
+            for _ in range(a.warmup + (a.auto_warmup if cf.auto else 0)):
                 cf.reset()
                 cf.call()
         t_run = time.time()
@@ -230,7 +259,9 @@ def main() -> int:
                              "local_bytes": med(lambda x: x.local_bytes), "encode_s": med(lambda x: x.encode_s),
                              "decode_s": med(lambda x: x.decode_s), "quantize_s": med(lambda x: x.quantize_s),
                              "wait_s": med(lambda x: x.wait_s), "fallback": bool(s[-1].exact_fallback),
-                             "err_over_bound": cf.err})
+                             "err_over_bound": cf.err,
+                             # an "/auto" configuration's timed calls: what rank 0's policy ran each with
+                             **({"chosen": [chosen(x.policy) for x in s]} if cf.auto else {})})
             for r in rows:
                 print(json.dumps(r), flush=True)
             if a.json:

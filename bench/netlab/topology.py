@@ -25,6 +25,10 @@ namespaces talk through their shaped NICs). Phases:
          (--phases spot; not in the default run): their run-to-run spread
   effort 2 hosts x 2 ranks: the pair phase's lossy calls with the default and the dense codec
          effort (--phases effort --rate R; not in the default run), raw file effort-<R>g.json
+  policy 2 hosts x 2 ranks: the pair phase's hierarchical all_reduce, uncompressed, at rel 1e-3 as
+         forced (policy "off") and as rank 0's policy runs it (policy "auto": the mode and codec
+         effort a user's call gets; --phases policy --rate R; not in the default run), raw file
+         policy-<R>g.json
   rounds, phased  2 hosts x 2 ranks: the hierarchical all_reduce, reduce_scatter and all_gather,
          64 MiB, uncompressed and at rel 1e-3, in rounds (the default where they apply) and with the phases
          one after the other (NCCLZ_HIER_ROUNDS=0), taking turns
@@ -105,6 +109,11 @@ PHASES = {
     # the lab's rate (effort-<rate>g.json), so runs at several rates stand side by side
     "effort": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--modes", "rel=1e-3,rel=1e-3/dense", "--algos",
                       "ring,hierarchical", "--iters", "3"], None),
+    # 2 hosts x 2 ranks, the pair phase's hierarchical all_reduce with the policy deciding the lossy call
+    # ("rel=1e-3/auto": bench/topo_bench.py) beside the forced one and the uncompressed one; not in the
+    # default phases; raw file policy-<rate>g.json
+    "policy": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--modes", "none,rel=1e-3,rel=1e-3/auto",
+                      "--algos", "hierarchical", "--iters", "3"], None),
     # 2 hosts x 2 ranks, the hierarchical all_reduce, reduce_scatter and all_gather (both modes) in
     # rounds (the intra-host phases overlapping the exchange between
     # hosts, the default) and with the phases one after the other (NCCLZ_HIER_ROUNDS=0), taking turns;
@@ -114,7 +123,7 @@ PHASES = {
     "phased": (2, 2, ["--size", "64M", "--data", "smooth,grad", "--colls", "all_reduce,reduce_scatter,all_gather",
                       "--modes", "none,rel=1e-3", "--algos", "hierarchical", "--iters", "3"], {"NCCLZ_HIER_ROUNDS": "0"}),
 }
-BY_RATE = ("effort", "rounds", "phased")  # phases whose raw files are named by the lab's rate
+BY_RATE = ("effort", "policy", "rounds", "phased")  # phases whose raw files are named by the lab's rate
 
 
 def merge(name: str, runs: list) -> None:
@@ -131,6 +140,8 @@ def merge(name: str, runs: list) -> None:
         m["min_s"] = min(m["times"])
         m["rounds"] = len(rr)
         m["round_medians"] = [r["median_s"] for r in rr]
+        if "chosen" in row:  # a "/auto" configuration: what the policy ran each timed call with
+            m["chosen"] = [c for r in rr for c in r["chosen"]]
         for k in ("ratio", "wire_bytes", "raw_bytes", "local_bytes", "encode_s", "decode_s", "quantize_s", "wait_s",
                   "cpu_s", "load"):
             m[k] = statistics.median(r[k] for r in rr)
@@ -185,7 +196,7 @@ def main() -> int:
     if not a.report_only:
         phases = a.phases.split(",")
         os.environ["NCCLZ_POLICY"] = "off"
-        timed = [p for p in ("one", "pair", "colls", "quad", "wide", "spot", "effort", "rounds", "phased")
+        timed = [p for p in ("one", "pair", "colls", "quad", "wide", "spot", "effort", "policy", "rounds", "phased")
                  if p in phases]
         runs: dict = {p: [] for p in timed}
         raw_name = {p: f"{p}-{a.rate:g}g" if p in BY_RATE else p for p in timed}

@@ -128,6 +128,45 @@ def effort_section() -> list:
     return L
 
 
+def policy_section() -> list:
+    """The policy phase's runs (policy-<rate>g.json): issue 19's target call, the hierarchical lossy
+    all_reduce of 2 x 2, forced to the requested mode (policy "off", as the pair phase runs it) and as
+    rank 0's policy runs it (policy "auto": the codec effort it measured fastest), against the
+    uncompressed call of the same run."""
+    from collections import Counter
+
+    runs = sorted(RAW.glob("policy-*g.json"), key=lambda p: float(p.stem[len("policy-"):-1]))
+    L = []
+    for path in runs:
+        rows = json.loads(path.read_text())
+        for data in ("smooth", "grad"):
+            u = find(rows, data=data, mode="none", algorithm="hierarchical")
+            f = find(rows, data=data, mode="rel=1e-3", algorithm="hierarchical")
+            a = find(rows, data=data, mode="rel=1e-3/auto", algorithm="hierarchical")
+            if not (u and f and a):
+                continue
+            ran = ", ".join(f"{k} x{v}" for k, v in Counter(a.get("chosen", [])).most_common())
+            cells = [f"{u['link_gbps']:g} Gbit/s", data, ms(u["median_s"])]
+            for r in (f, a):
+                sp = u["median_s"] / r["median_s"]
+                cells += [ms(r["median_s"]), f"{r['ratio']:.2f}", f"{sp:.2f}x = {sp / r['ratio']:.0%}"]
+            cells += [ran or "-", f"{a['load']:.1f}", when(a)]
+            L.append("| " + " | ".join(cells) + " |")
+    if not L:
+        return []
+    return ["## The target call as the policy runs it: 2 x 2, 64 MiB hierarchical all_reduce at rel 1e-3", "",
+            ("`sudo python bench/netlab/topology.py --phases policy --rate R`: the uncompressed call, the lossy "
+             "call forced to the default codec effort (`policy=\"off\"`, as the phases above run it) and the "
+             "same request with `policy=\"auto\"` (what a user's call gets: rank 0's policy measures the codec "
+             "efforts, `lossy`, `lossy/mid`, `lossy/fast`, and runs the fastest; a model of its own per data set, "
+             "after 5 untimed calls a round), taking turns. *Ran*: the policy's choice on the timed calls. Where "
+             "the codec, not the link, bounds the call (4 ranks on 2 cores), a lower effort finishes first at a "
+             "lower ratio, which also brings the speedup nearer the ratio."), "",
+            ("| link | data | uncompressed ms | forced ms | forced ratio | forced speedup = / ratio | policy ms | "
+             "policy ratio | policy speedup = / ratio | ran | load | run (UTC) |"),
+            "|---|---|---|---|---|---|---|---|---|---|---|---|", *L, ""]
+
+
 def rounds_section() -> list:
     """The rounds and phased phases' runs (rounds-<rate>g.json beside phased-<rate>g.json), one table:
     the hierarchical lossy all_reduce of two hosts in rounds (the default) against its phases one
@@ -308,6 +347,7 @@ def main() -> int:
                      f"{r['ratio']:.2f} |")
         L.append("")
     L += effort_section()
+    L += policy_section()
     L += rounds_section()
     if one:
         L += ["## One host x 2 ranks over shared memory, 16 MiB, uncompressed (the model's calibration)", "",

@@ -174,6 +174,60 @@ def test_hier_timeline_summarizes_each_ranks_calls(tmp_path):
     assert rows["wait_in"] == [10.0] * 4 and rows["encode"] == [6.0] * 4 and rows["decode"] == [0.0] * 4
 
 
+def test_topology_report_policy_section(tmp_path, monkeypatch):
+    """bench/netlab/topology_report.py's policy table: per rate and data set, the forced and the
+    policy's lossy call against the uncompressed one (speedup and its share of the ratio) and what the
+    policy ran; nothing without the phase's file."""
+    TR = _load("topology_report_under_test", REPO / "bench" / "netlab" / "topology_report.py")
+    monkeypatch.setattr(TR, "RAW", tmp_path)
+    assert TR.policy_section() == []
+
+    def row(data, mode, t, ratio, **kw):
+        return {"data": data, "mode": mode, "algorithm": "hierarchical", "median_s": t, "ratio": ratio,
+                "link_gbps": 1.0, "load": 2.5, "started": 0, **kw}
+
+    rows = [row("smooth", "none", 0.57, 1.0), row("smooth", "rel=1e-3", 0.114, 14.0),
+            row("smooth", "rel=1e-3/auto", 0.076, 10.0, chosen=["lossy/fast"] * 3 + ["lossy/mid"]),
+            row("grad", "none", 0.57, 1.0), row("grad", "rel=1e-3", 0.09, 7.0)]  # grad: no policy row
+    (tmp_path / "policy-1g.json").write_text(json.dumps(rows))
+    L = TR.policy_section()
+    body = [x for x in L if x.startswith("| 1 Gbit/s")]
+    assert len(body) == 1 and L[0].startswith("## The target call as the policy runs it")
+    cells = [c.strip() for c in body[0].strip("|").split("|")]
+    assert cells[:3] == ["1 Gbit/s", "smooth", "570"]
+    assert cells[3:6] == ["114", "14.00", "5.00x = 36%"]
+    assert cells[6:9] == ["76", "10.00", "7.50x = 75%"]
+    assert cells[9] == "lossy/fast x3, lossy/mid x1"
+
+
+@pytest.mark.skipif(not runtime_available(), reason="ncclz._core was built without the collective runtime")
+def test_topo_bench_auto_mode_runs_the_policy_per_configuration(tmp_path):
+    """bench/topo_bench.py's "/auto" modes (the lab's policy phase): policy="auto" on a communicator whose
+    setting is "off" (as the lab's), each auto configuration recording what rank 0's policy ran; the
+    forced configurations record nothing of the kind; every element within its bound."""
+    TB = _load("topo_bench_under_test", REPO / "bench" / "topo_bench.py")
+    assert TB.is_auto("rel=1e-3/auto") and not TB.is_auto("rel=1e-3/dense") and TB.margin_of("rel=1e-3/auto") is None
+    assert TB.chosen("auto: lossy/fast (lossy/fast predicted >= 20% faster than lossless)") == "lossy/fast"
+    assert TB.chosen("auto: none (message 10 B < 1024 B: latency-bound)") == "none"
+    out = tmp_path / "rows.json"
+    env = dict(os.environ, NCCLZ_TRANSPORT="socket", NCCLZ_SOCKET_THROTTLE_GBPS="0.5", NCCLZ_POLICY="off")
+    r = subprocess.run([sys.executable, "-m", "ncclz.run", "-n", "2", sys.executable, str(REPO / "bench" / "topo_bench.py"),
+                        "--size", "1M", "--data", "smooth,grad", "--modes", "none,rel=1e-3,rel=1e-3/auto",
+                        "--algos", "ring", "--iters", "2", "--rounds", "1", "--auto-warmup", "2", "--json", str(out)],
+                       check=False, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())
+    assert len(rows) == 6
+    from ncclz.policy import MODES
+
+    for row in rows:
+        assert row["err_over_bound"] <= 1.0, row
+        if row["mode"].endswith("/auto"):
+            assert len(row["chosen"]) == 2 and all(c in MODES for c in row["chosen"]), row["chosen"]
+        else:
+            assert "chosen" not in row
+
+
 def test_netlab_rates_and_tbf():
     assert NL.parse_rate("0.5") == 0.5 and NL.parse_rate("500mbit") == pytest.approx(0.5)
     assert NL.parse_rate("10gbit") == 10.0 and NL.parse_rate("none") is None
