@@ -769,6 +769,30 @@ def test_policy_considers_the_dense_effort_only_where_the_link_is_the_bottleneck
     assert fast.calibrator.cached("float32", spec, effort="dense") is not None
 
 
+def test_policy_considers_the_dense_effort_on_a_hierarchical_only_call():
+    # a call fixed to the hierarchical algorithm (algorithm="hierarchical", NCCLZ_ALGO) has no ring
+    # calibration: the hierarchical one tells whether the link is the bottleneck, each of a host's L ranks
+    # having 1/L of its link
+    x = np.zeros(16 << 20, np.float32)
+    spec = ncclz.Lossy(rel=1e-3)
+
+    def pinned(gbps):
+        pol = Policy(4, link_gbps=gbps, cores_per_rank=1, hosts=2)
+        pol.pin("lossless", ratio=1.2, enc_Bps=1e9, dec_Bps=2e9)
+        pol.pin("lossy", ratio=7.4, enc_Bps=0.8e9, dec_Bps=1.5e9)
+        pol.pin("lossy/mid", ratio=7.2, enc_Bps=0.9e9, dec_Bps=1.6e9)
+        pol.pin("lossy/fast", ratio=7.0, enc_Bps=1e9, dec_Bps=2e9)
+        pol.pin("lossy/dense", ratio=8.2, enc_Bps=0.5e9, dec_Bps=1e9)
+        return pol
+
+    for algo in ("hierarchical", None):
+        ch = pinned(0.05).choose("all_reduce", x, spec, algorithm=algo)  # 6 MB/s / 2 x 7.4 < 0.8 GB/s
+        assert "lossy/dense" in ch.predicted_s, (algo, str(ch))
+    # 0.2 GB/s for each of the 2 ranks x 7.4 > 0.8 GB/s: codec-bound on either algorithm
+    ch = pinned(3.2).choose("all_reduce", x, spec, algorithm="hierarchical")
+    assert "lossy/dense" not in ch.predicted_s, str(ch)
+
+
 def test_effort_names_and_bench_labels():
     # the margin a call ran with maps back to the effort's name (what record() files the time
     # under), and ncclz-bench labels an auto row with it

@@ -39,8 +39,9 @@ each) when the model puts it within ``probe_factor`` of the fastest measured mod
 runs (``Choice.rans_margin``; ``efforts=False`` keeps the default only). ``lossy/dense`` (rANS on any
 gain) is a candidate only where the link is the bottleneck: where the default effort's calibration
 codes the raw bytes (its encode speed times the rank's cores) faster than the link carries them
-divided by its ratio. Elsewhere fewer bytes cannot pay for a slower coder, and the call pays no
-calibration of it.
+divided by its ratio, on any algorithm the call may run (a hierarchical call's rank has 1/L of its
+host's link: L ranks' wires share it). Elsewhere fewer bytes cannot pay for a slower coder, and the
+call pays no calibration of it.
 
 Algorithm: where the topology allows hierarchical collectives (``hosts`` > 1 hosts with the same
 number > 1 of ranks each; the Communicator fills in its :attr:`~ncclz.Communicator.topology`), each
@@ -451,7 +452,9 @@ class Policy:
                 cands += [(f"lossy/{e}", requested, e) for e in EFFORTS if e]
         specs = {name: (spec, effort) for name, spec, effort in cands}
         sums = reduction_terms(coll, n, arr)
-        link_bound = False  # the default lossy effort's ring calibration says the link is slower than its codec
+        # the default lossy effort's calibration says the link is slower than its codec (on any algorithm
+        # the call may run: one fixed to "hierarchical" has no ring calibration)
+        link_bound = False
         for name, spec, effort in cands:
             if effort == "dense" and not link_bound:
                 continue  # fewer bytes cannot pay where the codec already takes longer than the link
@@ -464,8 +467,10 @@ class Policy:
                     if name == req and a == "ring":
                         return early(req, requested, f"{where}as requested: no calibration ({type(e).__name__}: {e})")
                     continue
-                if name == "lossy" and a == "ring":
-                    link_bound = cal.ratio * self.model.link_Bps(gbps) < cal.enc_Bps * self.cores
+                if name == "lossy" and not link_bound:
+                    # a hierarchical call's L ranks of a host share its link, each with its block's wire
+                    share = self._world() / self.hosts if a == "hierarchical" and self.hosts else 1
+                    link_bound = cal.ratio * self.model.link_Bps(gbps) / share < cal.enc_Bps * self.cores
                 times[a] = self.predict(coll, nbytes, cal, lossy=name.startswith("lossy"), mostly_zero=bool(sums),
                                         algorithm=a, device=device)
             if not times:
