@@ -729,23 +729,24 @@ def test_policy_picks_the_faster_codec_effort_by_measurement():
     assert not {"lossy/fast", "lossy/mid"} & set(plain.choose("all_reduce", x, spec).predicted_s)
 
 
+def _pinned_efforts(gbps, **kw):
+    """A 4-rank Policy at `gbps` whose modes and codec efforts have fixed figures (Policy.pin)."""
+    pol = Policy(4, link_gbps=gbps, cores_per_rank=1, **kw)
+    pol.pin("lossless", ratio=1.2, enc_Bps=1e9, dec_Bps=2e9)
+    pol.pin("lossy", ratio=7.4, enc_Bps=0.8e9, dec_Bps=1.5e9)
+    pol.pin("lossy/mid", ratio=7.2, enc_Bps=0.9e9, dec_Bps=1.6e9)
+    pol.pin("lossy/fast", ratio=7.0, enc_Bps=1e9, dec_Bps=2e9)
+    pol.pin("lossy/dense", ratio=8.2, enc_Bps=0.5e9, dec_Bps=1e9)
+    return pol
+
+
 def test_policy_considers_the_dense_effort_only_where_the_link_is_the_bottleneck():
     # lossy/dense (rANS on any gain: the fewest bytes, the slowest coder) is calibrated and may run
     # only where the default effort's coder outruns the link; on a fast link it is not even
     # calibrated (no cost on calls it cannot win)
     x = np.zeros(16 << 20, np.float32)
     spec = ncclz.Lossy(rel=1e-3)
-
-    def pinned(gbps):
-        pol = Policy(4, link_gbps=gbps, cores_per_rank=1)
-        pol.pin("lossless", ratio=1.2, enc_Bps=1e9, dec_Bps=2e9)
-        pol.pin("lossy", ratio=7.4, enc_Bps=0.8e9, dec_Bps=1.5e9)
-        pol.pin("lossy/mid", ratio=7.2, enc_Bps=0.9e9, dec_Bps=1.6e9)
-        pol.pin("lossy/fast", ratio=7.0, enc_Bps=1e9, dec_Bps=2e9)
-        pol.pin("lossy/dense", ratio=8.2, enc_Bps=0.5e9, dec_Bps=1e9)
-        return pol
-
-    slow = pinned(0.05)  # 6 MB/s x 7.4 < 0.8 GB/s: link-bound
+    slow = _pinned_efforts(0.05)  # 6 MB/s x 7.4 < 0.8 GB/s: link-bound
     ch = slow.choose("all_reduce", x, spec)
     assert ch.mode == "lossy" and ch.effort == "dense" and ch.rans_margin == DENSE_MARGIN, str(ch)
     assert ch.predicted_s["lossy/dense"] < ch.predicted_s["lossy"], str(ch)
@@ -775,21 +776,11 @@ def test_policy_considers_the_dense_effort_on_a_hierarchical_only_call():
     # having 1/L of its link
     x = np.zeros(16 << 20, np.float32)
     spec = ncclz.Lossy(rel=1e-3)
-
-    def pinned(gbps):
-        pol = Policy(4, link_gbps=gbps, cores_per_rank=1, hosts=2)
-        pol.pin("lossless", ratio=1.2, enc_Bps=1e9, dec_Bps=2e9)
-        pol.pin("lossy", ratio=7.4, enc_Bps=0.8e9, dec_Bps=1.5e9)
-        pol.pin("lossy/mid", ratio=7.2, enc_Bps=0.9e9, dec_Bps=1.6e9)
-        pol.pin("lossy/fast", ratio=7.0, enc_Bps=1e9, dec_Bps=2e9)
-        pol.pin("lossy/dense", ratio=8.2, enc_Bps=0.5e9, dec_Bps=1e9)
-        return pol
-
     for algo in ("hierarchical", None):
-        ch = pinned(0.05).choose("all_reduce", x, spec, algorithm=algo)  # 6 MB/s / 2 x 7.4 < 0.8 GB/s
+        ch = _pinned_efforts(0.05, hosts=2).choose("all_reduce", x, spec, algorithm=algo)  # 6 MB/s / 2 x 7.4 < 0.8 GB/s
         assert "lossy/dense" in ch.predicted_s, (algo, str(ch))
     # 0.2 GB/s for each of the 2 ranks x 7.4 > 0.8 GB/s: codec-bound on either algorithm
-    ch = pinned(3.2).choose("all_reduce", x, spec, algorithm="hierarchical")
+    ch = _pinned_efforts(3.2, hosts=2).choose("all_reduce", x, spec, algorithm="hierarchical")
     assert "lossy/dense" not in ch.predicted_s, str(ch)
 
 
