@@ -208,8 +208,6 @@ class CommPolicy:
         self.latency_bytes = max(0, int(latency_bytes or 0))
         self._model = None
         self._small = None  # small_bytes(), once known
-        # rank 0 decides a call where the call's policy= or, without one, the setting is "auto"
-        self._decides = self.rank == 0
         if setting.model is not None:
             self._model = self._bind(setting.model)
 
@@ -254,7 +252,7 @@ class CommPolicy:
         mode = self.mode if override is None else policy_name(override, f"{call.collective}: policy")
         # a call forced "off" on an "auto" communicator still teaches rank 0 (its time and mode); an
         # "off" communicator's rank 0 learns only from the calls that ask for "auto" themselves
-        learn = self._decides and self.world_size > 1 and "auto" in (mode, self.mode)
+        learn = self.rank == 0 and self.world_size > 1 and "auto" in (mode, self.mode)
         # the algorithm is the policy's to propose where the topology offers a choice and neither
         # NCCLZ_ALGO nor the call fixed it
         fixed = call.algorithm or self.algorithm
@@ -328,7 +326,7 @@ class CommPolicy:
         """Learns from a finished call: `stats` is the native call's statistics (``ran_mode``,
         ``lightened``, ``wire_bytes``, ``wall_s``); `decision` what choose() returned (None for
         send / recv, which only tell the link rate)."""
-        if not self._decides or (self.mode != "auto" and not (decision is not None and decision.learn)):
+        if self.rank != 0 or (self.mode != "auto" and not (decision is not None and decision.learn)):
             return
         model = self.model
         algo = str(getattr(stats, "algorithm", "ring"))
