@@ -66,14 +66,27 @@ Bytes input(DataType t, size_t n, int r, int seed = 0) {
   return b;
 }
 
+/// Float16's average divides every input by N before the sum (core/call.cpp:
+/// NCCL's premultiplied average); the other types' divides the sum once.
+bool premultiplied(DataType t, RedOp op) { return op == RedOp::Avg && t == DataType::F16; }
+
+/// x's n values as the sum reads them: divided by N first where premultiplied.
+Bytes summand(DataType t, RedOp op, const uint8_t* x, size_t n, int N) {
+  Bytes v(x, x + n * ncclz::core::dsize(t));
+  if (premultiplied(t, op)) ncclz::prims::divide_in_place(ncclz::core::elem_of(t), v.data(), n, N);
+  return v;
+}
+
 /// The documented result: acc = x_0, then acc = x_j op acc for j = 1..N-1, in
-/// the element type's own arithmetic (prims::ReduceFn); avg divides once.
+/// the element type's own arithmetic (prims::ReduceFn); avg divides once
+/// (float16: each x_j first).
 Bytes rank_order(DataType t, RedOp op, const std::vector<Bytes>& x, size_t n) {
-  Bytes acc = x[0];
+  const int N = int(x.size());
+  Bytes acc = summand(t, op, x[0].data(), n, N);
   const auto e = ncclz::core::elem_of(t);
   const auto fn = ncclz::prims::reduce_fn(e, op);
-  for (size_t j = 1; j < x.size(); ++j) fn(acc.data(), x[j].data(), acc.data(), n);
-  if (op == RedOp::Avg) ncclz::prims::divide_in_place(e, acc.data(), n, int(x.size()));
+  for (size_t j = 1; j < x.size(); ++j) fn(acc.data(), summand(t, op, x[j].data(), n, N).data(), acc.data(), n);
+  if (op == RedOp::Avg && !premultiplied(t, op)) ncclz::prims::divide_in_place(e, acc.data(), n, N);
   return acc;
 }
 
@@ -427,15 +440,15 @@ TEST(Latency, PiecedCallsBackToBack) {
 
 /// reduce_scatter's result as the ring computes it (algorithms/ring.cpp): for
 /// rank r's block, acc = x_{r+1}, then acc = reduce(acc, x_{r+i}) for
-/// i = 2..N; avg divides once.
+/// i = 2..N; avg divides once (float16: each block first).
 Bytes ring_order_block(const Call& k, const Outcome& o, int r, int N) {
   const size_t n = k.count, b = n * es(k.t);
-  auto block = [&](int j) { return o.in[size_t(j % N)].data() + size_t(r) * b; };
-  Bytes acc(block(r + 1), block(r + 1) + b);
+  auto block = [&](int j) { return summand(k.t, k.op, o.in[size_t(j % N)].data() + size_t(r) * b, n, N); };
+  Bytes acc = block(r + 1);
   const auto e = ncclz::core::elem_of(k.t);
   const auto fn = ncclz::prims::reduce_fn(e, k.op);
-  for (int i = 2; i <= N; ++i) fn(acc.data(), acc.data(), block(r + i), n);
-  if (k.op == RedOp::Avg) ncclz::prims::divide_in_place(e, acc.data(), n, N);
+  for (int i = 2; i <= N; ++i) fn(acc.data(), acc.data(), block(r + i).data(), n);
+  if (k.op == RedOp::Avg && !premultiplied(k.t, k.op)) ncclz::prims::divide_in_place(e, acc.data(), n, N);
   return acc;
 }
 

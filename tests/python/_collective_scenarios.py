@@ -239,6 +239,59 @@ def uneven_splits(W, seed):
     return m.astype(int)
 
 
+def scenario_float16_avg(ncclz, comm, args):
+    """float16 averages of values near the type's top (|x| up to 40000 of 65504), whose sums overflow:
+    every rank's input is divided by N before the sum (NCCL's premultiplied average), so the result is
+    finite and within the roundings of the divided inputs and of the partial sums; lossless gives the
+    bits of none. Sizes for the latency algorithm, the direct / two-hop ones and the rings; ``algorithm=``
+    each of args' ("ring", "hierarchical"; default: the call's own choice)."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    algorithms = [a.split("=")[1] for a in args if a.startswith("algorithm=")] or [None]
+    f16 = np.float16
+    for count in (300, 60000, 700001):
+        count -= count % W
+        xs = []
+        for q in range(W):
+            rng = np.random.default_rng(1000 + q)
+            xs.append((rng.uniform(20000, 40000, count) * np.where(np.arange(count) % 7 == 0, -1, 1)).astype(f16))
+        exact = np.mean([as_f64(x) for x in xs], axis=0)
+        big = np.max(np.abs(np.stack([as_f64(x) for x in xs])), axis=0)
+        # N roundings of x/N (half a float16 unit of |x|/N each) and N-1 of the partial sums (at most |x|):
+        # N units of the largest input in all; float16's unit at 2^15..2^16 is 32.
+        tol = W * 32.0 * np.maximum(big, 1) / 32768
+        for algorithm in algorithms:
+            kw = {} if algorithm is None else {"algorithm": algorithm}
+            for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+                name = f"avg16-{count}-{algorithm}-{mode}"
+                mine = xs[r].copy()  # the input as made: calls that only read xs[r] must leave it so
+                x = xs[r].copy()
+                comm.all_reduce(x, "avg", comp, policy="off", **kw)
+                ck.require(np.isfinite(as_f64(x)).all(), f"{name}: all_reduce overflowed")
+                ck.check_close(name + "-all_reduce", x, exact, tol, mode, "float16")
+                ck.record(name + "-all_reduce", x)
+                out = np.empty_like(xs[r])
+                comm.all_reduce(xs[r], "avg", comp, out=out, policy="off", **kw)  # the input untouched
+                ck.require(np.array_equal(bits(out), bits(x)), f"{name}: out= differs from in place")
+                ck.require(np.array_equal(bits(xs[r]), bits(mine)), f"{name}: all_reduce(out=) wrote its input")
+                y = comm.reduce_scatter(xs[r], "avg", comp, policy="off", **kw)
+                blk = count // W
+                ck.check_close("own-" + name + "-reduce_scatter", y, exact[r * blk:(r + 1) * blk], tol[r * blk:(r + 1) * blk],
+                               mode, "float16")
+                ck.record("own-" + name + "-reduce_scatter", y)
+                keep = xs[r].copy()
+                z = comm.reduce(keep if r == 1 % W else xs[r], root=1 % W, op="avg", compression=comp, policy="off")
+                if r == 1 % W:
+                    ck.check_close("own-" + name + "-reduce", z, exact, tol, mode, "float16")
+                    ck.record("own-" + name + "-reduce", z)
+                else:
+                    ck.require(z is None, f"{name}: reduce returned a result off the root")
+                ck.require(np.array_equal(bits(xs[r]), bits(mine)), f"{name}: reduce_scatter or reduce wrote its input")
+    ck.require(all(ck.hashes[k] == ck.hashes[k.replace("-lossless", "-none")] for k in ck.hashes if "-lossless" in k),
+               "lossless differs from none")
+    return {"hashes": ck.hashes, "checks": ck.checks}
+
+
 def scenario_pairwise_rooted(ncclz, comm, args):
     """all_to_all (equal blocks and uneven splits), reduce, gather, scatter: every mode, every dtype
     (lossy on the float ones), every root, NumPy inputs; every element against the fp64 reference

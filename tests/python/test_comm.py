@@ -146,6 +146,24 @@ def test_collectives_numpy(tmp_path, transport, n):
     assert_same_on_all_ranks(ranks.results)
 
 
+@pytest.mark.parametrize(
+    "transport,n,args,env",
+    [
+        ("shm", 3, (), {}),
+        ("socket", 2, (), {}),
+        ("shm", 4, ("algorithm=ring", "algorithm=hierarchical"), {"NCCLZ_TOPO_HOSTS": "2x2"}),
+    ],
+)
+def test_float16_avg_of_values_whose_sum_overflows(tmp_path, transport, n, args, env):
+    """float16 avg where the sum passes 65504 but the average does not: finite, within the roundings of
+    the inputs divided by N first (the latency, direct, ring and hierarchical schedules; all_reduce in
+    place and into out=, reduce_scatter, reduce), lossless the bits of none, the same on every rank."""
+    ranks = run_ranks(tmp_path, "float16_avg", n, transport, args=args, env=env, timeout=240)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] >= 12
+    assert_same_on_all_ranks(ranks.results, prefixes=("avg16",))
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_collectives_large_messages(tmp_path, transport):
     """Messages of many slices (1M elements): pipelining and channels."""

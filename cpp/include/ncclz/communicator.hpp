@@ -17,6 +17,10 @@
 //  - prod is not offered in lossy mode. Non-finite inputs come out as an
 //    uncompressed float reduction would give them. All ranks' outputs are
 //    bit-identical.
+//  - avg, exact (none, lossless): the sum divided by N once, in T; float16
+//    divides every input by N first instead (NCCL's premultiplied average:
+//    partial sums of float16 values overflow its 65504 where the average
+//    does not).
 #pragma once
 
 #include <cstddef>

@@ -173,6 +173,35 @@ Algorithm CallRoutine::decide_algorithm(const std::vector<CallDesc>& all, const 
   return Algorithm::Hierarchical;
 }
 
+bool CallRoutine::premultiplies(const Collective& cd, DataType t, Mode m, int nranks) {
+  return cd.op == RedOp::Avg && elem_of(t) == codec::ElemType::F16 && !is_lossy(m) && nranks > 1 && cd.in_count > 0;
+}
+
+void CallRoutine::premultiply(Collective& cd, DataType t, HostStaging& staging) {
+  trace::Scope event("premultiply");
+  const size_t n = cd.in_count, es = dsize(t);
+  if (cd.device >= 0 && !staging.active() && cd.recv != nullptr && cd.out_count == n) {
+    // Device buffers of all_reduce (or the root's reduce): divided on the
+    // device into the output, which the call then reduces in place.
+    DeviceWork& dw = device_work(rt_, cd.device);
+    if (cd.recv != cd.send) dw.copy(cd.recv, cd.send, n * es);
+    dw.divide(elem_of(t), cd.recv, n, rt_.nranks);
+    cd.send = cd.recv;
+    return;
+  }
+  staging.begin();  // other device buffers: on host copies (the input's own copy, or the output's)
+  void* to = nullptr;
+  if (cd.recv != nullptr && cd.out_count == n) {
+    to = cd.recv;  // all_reduce, the root's reduce: the call then runs in place
+  } else if (staging.active()) {
+    to = const_cast<void*>(cd.send);  // the input's host copy (reduce_scatter, reduce off the root)
+  } else {
+    to = rt_.staging[1].get(n * es + 8);  // the user's input is only read
+  }
+  prims::divide_into(elem_of(t), to, cd.send, n, rt_.nranks);
+  cd.send = to;
+}
+
 void CallRoutine::collective(const Collective& given, DataType t, const Compression& c, const PolicyHints* hints,
                              CallStats* stats) {
   // The timeline (base/trace.hpp): this thread is the calls' thread of the
@@ -219,6 +248,15 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   // message: the copies cost less than the ring's steps, and the call gets
   // the bits the same call of host buffers gets).
   HostStaging staging(rt_, cd, t);
+  // Float16's average, exact: every rank's input divided by N first (NCCL's
+  // premultiplied average). Summing first, as the other types do, overflows
+  // float16's range (65504) wherever the partial sums pass it, although the
+  // average does not: 4 ranks' values of 20000 summed to inf. The schedules
+  // then sum the divided values (from the output array, or from a scratch
+  // copy where the output is smaller or absent) and step 7 divides nothing.
+  // Every rank decides alike (the op, the type and the requested mode match).
+  const bool premultiplied = err.empty() && premultiplies(cd, t, m, rt_.nranks);
+  if (premultiplied) premultiply(cd, t, staging);
   const bool carry = err.empty() && (cd.device < 0 || !is_lossy(m)) && carries(cd, m, bytes, hints);
   algorithms::OneHopPart part;
   Carried carried;
@@ -339,7 +377,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
       std::memcpy(to, from, cd.self_count * es);  // equal: gather/scatter in place (NCCL's way)
     }
   }
-  if (!is_lossy(run) && cd.op == RedOp::Avg) {
+  if (!is_lossy(run) && cd.op == RedOp::Avg && !premultiplied) {
     trace::Scope avg_event("avg");
     if (cd.device >= 0 && !staging.active()) {
       device_work(rt_, cd.device).divide(elem_of(t), cd.recv, cd.out_count, rt_.nranks);

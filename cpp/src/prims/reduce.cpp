@@ -81,15 +81,24 @@ ReduceFn for_type(ElemType t) {
 }
 
 template <class T>
-void divide_loop(void* buf, size_t count, int n) {
-  T* p = static_cast<T*>(buf);
+void divide_loop(void* dst, const void* src, size_t count, int n) {
+  T* p = static_cast<T*>(dst);
+  const T* q = static_cast<const T*>(src);
   if constexpr (std::is_floating_point_v<T>) {
     const T d = T(n);
-    for (size_t i = 0; i < count; ++i) p[i] = p[i] / d;
+    for (size_t i = 0; i < count; ++i) p[i] = q[i] / d;
   } else {
     const T d = T(n);
-    for (size_t i = 0; i < count; ++i) p[i] = T(p[i] / d);
+    for (size_t i = 0; i < count; ++i) p[i] = T(q[i] / d);
   }
+}
+
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+void divide_loop16(void* dst, const void* src, size_t count, int n) {
+  uint16_t* p = static_cast<uint16_t*>(dst);
+  const uint16_t* q = static_cast<const uint16_t*>(src);
+  const float d = float(n);
+  for (size_t i = 0; i < count; ++i) p[i] = Narrow(Widen(q[i]) / d);
 }
 
 }  // namespace
@@ -105,23 +114,17 @@ ReduceFn reduce_fn(ElemType t, RedOp op) {
   return nullptr;
 }
 
-void divide_in_place(ElemType t, void* buf, size_t count, int n) {
+void divide_in_place(ElemType t, void* buf, size_t count, int n) { divide_into(t, buf, buf, count, n); }
+
+void divide_into(ElemType t, void* dst, const void* src, size_t count, int n) {
   switch (t) {
-    case ElemType::F32: return divide_loop<float>(buf, count, n);
-    case ElemType::F64: return divide_loop<double>(buf, count, n);
-    case ElemType::I32: return divide_loop<int32_t>(buf, count, n);
-    case ElemType::I64: return divide_loop<int64_t>(buf, count, n);
-    case ElemType::U8: return divide_loop<uint8_t>(buf, count, n);
-    case ElemType::F16: {
-      uint16_t* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] = codec::float_to_f16(codec::f16_to_float(p[i]) / float(n));
-      return;
-    }
-    case ElemType::BF16: {
-      uint16_t* p = static_cast<uint16_t*>(buf);
-      for (size_t i = 0; i < count; ++i) p[i] = codec::float_to_bf16(codec::bf16_to_float(p[i]) / float(n));
-      return;
-    }
+    case ElemType::F32: return divide_loop<float>(dst, src, count, n);
+    case ElemType::F64: return divide_loop<double>(dst, src, count, n);
+    case ElemType::I32: return divide_loop<int32_t>(dst, src, count, n);
+    case ElemType::I64: return divide_loop<int64_t>(dst, src, count, n);
+    case ElemType::U8: return divide_loop<uint8_t>(dst, src, count, n);
+    case ElemType::F16: return divide_loop16<codec::f16_to_float, codec::float_to_f16>(dst, src, count, n);
+    case ElemType::BF16: return divide_loop16<codec::bf16_to_float, codec::float_to_bf16>(dst, src, count, n);
   }
 }
 

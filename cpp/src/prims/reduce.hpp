@@ -32,5 +32,8 @@ ReduceFn reduce_fn(codec::ElemType t, RedOp op);
 /// buf[i] = buf[i] / n in type t (the Avg post-op: floats divide in their own
 /// arithmetic, 16-bit floats through float, integers truncate toward zero).
 void divide_in_place(codec::ElemType t, void* buf, size_t count, int n);
+/// dst[i] = src[i] / n, the same arithmetic (dst may be src): float16's
+/// average divides each input first (core/call.cpp, "premultiplied").
+void divide_into(codec::ElemType t, void* dst, const void* src, size_t count, int n);
 
 }  // namespace ncclz::prims
