@@ -150,11 +150,21 @@ def check(got, ref, s, bound, scale, w):
     dt, exact = s["dt"], s["mode"] in ("none", "lossless")
     scale = np.abs(ref) if scale is None or np.shape(scale) != ref.shape else np.asarray(scale).reshape(-1)
     with np.errstate(all="ignore"):
+        if dt in FLOATS and s["op"] == "avg" and dt == "float16" and exact:
+            scale = scale / w  # each input divided by N before the sum (NCCL's premultiplied average)
+        if dt not in FLOATS:
+            tol = np.full(ref.shape, 1.0 if s["op"] == "avg" else 0.0)  # avg truncates
+        elif exact:
+            tol = (np.abs(ref) + scale) * unit(dt) * 2 * (w + 1) + tiniest(dt) * w
+        else:
+            rounding = (np.abs(ref) + bound) * unit(dt) if dt != "float64" else 0.0
+            tol = bound * (1 + 1e-9) + rounding
+        tol = np.broadcast_to(tol, ref.shape)
         if dt in FLOATS:
+            # where the partial results, or the result within its tolerance, may pass the type's largest
+            # value, infinity is what the float arithmetic gives: any value goes
             top = largest(dt)
-            if dt == "float16" and s["op"] == "avg" and exact:
-                scale = scale / w  # each input divided by N before the sum (NCCL's premultiplied average)
-            free = scale > top  # partial results may pass the largest value: inf is what the float sum gives
+            free = (scale > top) | (np.abs(ref) + tol >= top)
             ref = np.where(np.abs(ref) > top, np.sign(ref) * np.inf, ref)
         else:
             free = np.zeros(ref.shape, bool)
@@ -164,14 +174,6 @@ def check(got, ref, s, bound, scale, w):
             j = int(np.flatnonzero(nonfinite & ~same)[0])
             return f"element {j}: {got[j]!r}, want {ref[j]!r}"
         fin = np.isfinite(ref) & ~free
-        if dt not in FLOATS:
-            tol = np.full(ref.shape, 1.0 if s["op"] == "avg" else 0.0)  # avg truncates
-        elif exact:
-            tol = (np.abs(ref) + scale) * unit(dt) * 2 * (w + 1) + tiniest(dt) * w
-        else:
-            rounding = (np.abs(ref) + bound) * unit(dt) if dt != "float64" else 0.0
-            tol = bound * (1 + 1e-9) + rounding
-        tol = np.broadcast_to(tol, ref.shape)
         bad = fin & ~(np.abs(got - ref) <= tol)
     if bad.any():
         j = int(np.flatnonzero(bad)[0])
