@@ -331,8 +331,11 @@ def summarize(per_rank):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(program=None, ap=None):
+    """The driver: starts the ranks of `program` (this file, or bench/fuzz_torch.py) under ncclz-run,
+    then summarizes their outcomes."""
+    program = program or os.path.abspath(__file__)
+    ap = ap or argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rank", nargs=3, metavar=("SEED", "CALLS", "OUTDIR"), help=argparse.SUPPRESS)
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
@@ -347,7 +350,7 @@ def main():
     env = dict(os.environ, NCCLZ_TIMEOUT=os.environ.get("NCCLZ_TIMEOUT", "30"))
     env.update(kv.split("=", 1) for kv in a.env)
     with tempfile.TemporaryDirectory(prefix="ncclz-fuzz-") as d:
-        cmd = [sys.executable, "-m", "ncclz.run", "-n", str(a.ranks), sys.executable, os.path.abspath(__file__),
+        cmd = [sys.executable, "-m", "ncclz.run", "-n", str(a.ranks), sys.executable, program,
                "--rank", str(a.seed), str(a.calls), d]
         try:
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)

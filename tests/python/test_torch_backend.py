@@ -213,6 +213,8 @@ def _ops(rank: int, world: int, out: dict) -> None:
         (torch.float64, "avg"),
         (torch.int64, "max"),
         (torch.bfloat16, "sum"),
+        (torch.complex64, "sum"),  # staged as (real, imaginary) pairs: the result written back as complex
+        (torch.int8, "sum"),  # staged in int32, cast back
     ):
         xs = _inputs(world, (world * 4, 3), dt, 11)
         ref = _reference(xs, name)

@@ -235,5 +235,5 @@ def write_back(dst: torch.Tensor, staged: torch.Tensor, cast: Any) -> None:
     ):
         return  # reduced in place (a view of the caller's memory)
     if dst.is_complex() and not staged.is_complex():
-        staged = torch.view_as_complex(staged)
+        staged = torch.view_as_complex(staged.reshape(-1, 2))  # (real, imaginary) pairs, flat or not
     dst.copy_(staged.reshape(dst.shape) if cast is None else staged.reshape(dst.shape).to(cast))
