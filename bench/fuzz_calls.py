@@ -148,7 +148,7 @@ def check(got, ref, s, bound, scale, w):
     if got.shape != ref.shape:
         return f"shape {got.shape}, want {ref.shape}"
     dt, exact = s["dt"], s["mode"] in ("none", "lossless")
-    scale = np.abs(ref) if scale is None or np.shape(scale) != ref.shape else np.asarray(scale).reshape(-1)
+    scale = np.abs(ref) if scale is None or np.size(scale) != ref.size else np.asarray(scale, np.float64).reshape(-1)
     with np.errstate(all="ignore"):
         if dt in FLOATS and s["op"] == "avg" and dt == "float16" and exact:
             scale = scale / w  # each input divided by N before the sum (NCCL's premultiplied average)

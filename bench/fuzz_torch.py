@@ -12,7 +12,8 @@ int8, int16, bool, complex64, which the backend stages), an op (SUM, AVG, MIN, M
 PREMUL_SUM with a factor; the ones torch defines for the dtype), a count, the data (fuzz_calls.py's
 kinds) and a non-contiguous input now and then. Every call is made with ``async_op=True`` and waited
 for; the bound of a lossy call is the largest ``error_bound`` of its ``work.stats`` (0: the call ran
-exact, checked as exact). Counted as in fuzz_calls.py (wrong, split, python), exit status 1 on any.
+exact, checked as exact). Counted as in fuzz_calls.py (wrong, split, python: every call drawn is one
+torch defines, so any exception but an ncclz error is a finding), exit status 1 on any.
 
 The rank program is this file with ``--rank SEED CALLS OUTDIR`` under ncclz-run.
 """
@@ -194,17 +195,11 @@ def run_call(torch, dist, groups, s, seed, i, rank, w):
         return None
     peer, buf = rank ^ 1, torch.empty(n, dtype=x.dtype)
     if rank % 2 == 0:
-        dist.send(x.contiguous(), peer, group=grp)
-        dist.recv(buf, peer, group=grp)
+        done(dist.isend(x.contiguous(), peer, group=grp))
+        bound = done(dist.irecv(buf, peer, group=grp))
     else:
-        dist.recv(buf, peer, group=grp)
-        dist.send(x.contiguous(), peer, group=grp)
-    bound = 0.05 if s["group"] == "abs" else 0.0  # send/recv carry no stats here: the spec's E, or exact
-    if s["group"] == "rel" and n >= 64 and s["dt"] in fc.FLOATS:
-        fin = vals[peer][np.isfinite(vals[peer])]
-        bound = 1e-3 * float(fin.max() - fin.min()) if fin.size else 0.0
-    if s["group"] == "abs" and not (n >= 64 and s["dt"] in fc.FLOATS):
-        bound = 0.0
+        bound = done(dist.irecv(buf, peer, group=grp))
+        done(dist.isend(x.contiguous(), peer, group=grp))
     return checked(torch, buf, vals[peer], dict(s, op="MAX"), bound, None, w)
 
 
@@ -232,9 +227,9 @@ def rank_main(seed, calls, outdir):
         outcome, wrong = "ok", None
         try:
             wrong = run_call(torch, dist, groups, s, seed, i, rank, w)
-        except (ncclz.Error, ValueError, RuntimeError, TypeError) as e:
+        except ncclz.Error as e:
             outcome = f"{type(e).__name__}: {e}"  # refused (the same on every rank, or a split)
-        except Exception as e:  # counted: any other exception is a finding
+        except Exception as e:  # counted: the calls drawn are valid, so any other exception is a finding
             outcome = f"python {type(e).__name__}: {e}\n{traceback.format_exc()[-800:]}"
         results.append({"i": i, "call": {k: v for k, v in s.items() if k != "splits"}, "outcome": outcome,
                         "wrong": wrong})

@@ -1,8 +1,8 @@
 """A subset of the differential fuzz of the API (bench/fuzz_calls.py: random collectives, dtypes, counts,
 modes, ops, algorithms, policies, containers and memory layouts, every result against the fp64
-reference): fixed seeds on a few layouts, none of its findings allowed (a wrong result, ranks that
-ended a call differently, a Python exception that is not an ncclz error). Longer runs: the tool
-itself (docs/BENCHMARKS.md)."""
+reference) and of the torch.distributed backend (bench/fuzz_torch.py): fixed seeds on a few layouts,
+none of their findings allowed (a wrong result, ranks that ended a call differently, a Python exception
+that is not an ncclz error). Longer runs: the tools themselves (tests/README.md, "Random calls")."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import ncclz
 import pytest
 
 TOOL = Path(__file__).resolve().parents[2] / "bench" / "fuzz_calls.py"
+TORCH_TOOL = TOOL.with_name("fuzz_torch.py")
 
 pytestmark = pytest.mark.skipif(
     not hasattr(ncclz._core, "comm"), reason="ncclz._core was built without the collective runtime bindings"
@@ -36,13 +37,30 @@ def test_the_seed_draws_a_float16_average_whose_sum_overflows():
     assert (s["coll"], s["dt"], s["op"], s["mode"], s["data"]) == ("reduce_scatter", "float16", "avg", "none", "huge")
 
 
+def test_the_torch_seed_draws_a_complex_reduce_scatter():
+    """Seed 1 on 2 ranks holds the torch backend's call the fuzz found (a complex reduce_scatter, which
+    raised while writing its result back)."""
+    spec = importlib.util.spec_from_file_location("fuzz_torch_under_test", TORCH_TOOL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    draws = [mod.draw(1, i, 2) for i in range(150)]
+    assert any(d["fn"].startswith("reduce_scatter") and d["dt"] == "complex64" for d in draws)
+
+
 @pytest.mark.parametrize(
-    "ranks,seed,calls,env",
-    [(3, 36, 250, []), (4, 22, 120, ["NCCLZ_TOPO_HOSTS=2x2", "NCCLZ_TRANSPORT=socket"])],
+    "tool,ranks,seed,calls,env",
+    [
+        ("api", 3, 36, 250, []),
+        ("api", 4, 22, 120, ["NCCLZ_TOPO_HOSTS=2x2", "NCCLZ_TRANSPORT=socket"]),
+        ("torch", 2, 1, 150, []),
+    ],
 )
-def test_random_calls_keep_their_guarantees(tmp_path, ranks, seed, calls, env):
+def test_random_calls_keep_their_guarantees(tmp_path, tool, ranks, seed, calls, env):
+    if tool == "torch":
+        pytest.importorskip("torch")
     out = tmp_path / "summary.json"
-    cmd = [sys.executable, str(TOOL), "--ranks", str(ranks), "--seed", str(seed), "--calls", str(calls),
+    program = TOOL if tool == "api" else TORCH_TOOL
+    cmd = [sys.executable, str(program), "--ranks", str(ranks), "--seed", str(seed), "--calls", str(calls),
            "--timeout", "400", "--out", str(out)]
     for kv in env:
         cmd += ["--env", kv]
