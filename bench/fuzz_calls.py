@@ -164,7 +164,7 @@ def check(got, ref, s, bound, scale, w):
             # where the partial results, or the result within its tolerance, may pass the type's largest
             # value, infinity is what the float arithmetic gives: any value goes
             top = largest(dt)
-            free = (scale > top) | (np.abs(ref) + tol >= top)
+            free = (scale * (1 + 2 * (w + 1) * unit(dt)) >= top) | (np.abs(ref) + tol >= top)
             ref = np.where(np.abs(ref) > top, np.sign(ref) * np.inf, ref)
         else:
             free = np.zeros(ref.shape, bool)
