@@ -406,6 +406,10 @@ class Communicator:
         "off" always runs the requested mode. A
         :class:`ncclz.policy.Policy` instance means "auto" with that
         model (its margin, link rate, ...). Only rank 0's policy decides.
+    topo_hosts: every rank's host, as NCCLZ_TOPO_HOSTS gives it ("0,0,1,1" or
+        "2x2"), for this communicator in place of that variable (which
+        describes the whole job: a communicator of some of its ranks needs
+        their part of it).
 
     Use it as a context manager, or call close(); abort() makes pending calls
     fail (from any thread), here and on every peer (AbortedError naming this
@@ -437,6 +441,7 @@ class Communicator:
         nchannels: int | None = None,
         unique_id: bytes | None = None,
         policy: Any = None,
+        topo_hosts: str | None = None,
     ):
         if rank is None:
             rank = _env_int(("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"), "rank")
@@ -473,6 +478,8 @@ class Communicator:
             nchannels = _env_int(("NCCLZ_NCHANNELS",), "channels")
         if nchannels is not None:
             cfg.nchannels = int(nchannels)
+        if topo_hosts is not None:  # this communicator's layout, in place of NCCLZ_TOPO_HOSTS
+            cfg.topo_hosts = str(topo_hosts)
         setting = resolve_setting(policy)  # bad settings fail here, before the rendezvous
 
         try:

@@ -1026,7 +1026,33 @@ def _exit_pending(rank: int, world: int, out: dict, tmp: str) -> None:
         time.sleep(0.01)
 
 
+def _job_topology(rank: int, world: int, out: dict) -> None:
+    """NCCLZ_TOPO_HOSTS=2x2 describes the job: groups of some ranks and point-to-point pairs get their
+    part of it (before, their communicators raised: "describes 2 x 2 ranks but the communicator has 2")."""
+    import torch.distributed as dist
+
+    pg = dist.distributed_c10d._get_default_group()  # the ProcessGroupNCCLZ itself (extended API)
+    out["world"] = list(pg._comm.topology.host_of)
+    for ranks in ([0, 2], [1, 0], [1, 2, 3]):
+        g = dist.new_group(ranks=ranks, backend="ncclz")
+        if rank in ranks:
+            x = torch.full((1000,), float(rank + 1))
+            dist.all_reduce(x, group=g)
+            assert torch.equal(x, torch.full((1000,), float(sum(r + 1 for r in ranks)))), ranks
+            out[f"group{ranks}"] = list(g._comm.topology.host_of)
+    for peer in (rank ^ 1, rank ^ 2):  # pairs on one host ((0, 1), (2, 3)), then across hosts ((0, 2), (1, 3))
+        x, y = torch.full((4097,), float(rank)), torch.empty(4097)
+        if rank < peer:
+            dist.send(x, peer)
+            dist.recv(y, peer)
+        else:
+            dist.recv(y, peer)
+            dist.send(x, peer)
+        assert torch.equal(y, torch.full((4097,), float(peer))), f"send/recv with {peer}"
+
+
 SCENARIOS = {
+    "job_topology": _job_topology,
     "ops": _ops,
     "lossy": _lossy,
     "rooted": _rooted,
@@ -1103,6 +1129,14 @@ def test_collectives_dtypes_ops_and_refusals(tmp_path):
     assert res[1]["late_peer"] and res[2]["late_peer"], "the late peers did not fail"
     shared = [{k: v for k, v in r.items() if k != "late_peer"} for r in res]
     assert len(shared[0]) > 40 and all(r == shared[0] for r in shared), "ranks disagree on some result"
+
+
+def test_groups_and_pairs_take_their_part_of_the_jobs_topology(tmp_path):
+    _run("job_topology", 4, tmp_path, env={"NCCLZ_TOPO_HOSTS": "2x2"})
+    res = _results(tmp_path, range(4))
+    assert all(r["world"] == [0, 0, 1, 1] for r in res)
+    assert res[0]["group[0, 2]"] == [0, 1] and res[1]["group[1, 0]"] == [0, 0]  # hosts numbered by lowest rank
+    assert res[3]["group[1, 2, 3]"] == [0, 1, 1]
 
 
 def test_reduce_gather_scatter_all_to_all(tmp_path):

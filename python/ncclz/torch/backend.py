@@ -124,8 +124,29 @@ def _seconds(timeout: Any) -> float:
     return s if s > 0 else 1800.0
 
 
-def _connect(store: Any, name: str, rank: int, size: int, timeout_s: float, options: Options) -> Communicator:
-    """A communicator over ``store`` (see the module doc for the keys)."""
+def _member_hosts(members: list | None) -> str | None:
+    """NCCLZ_TOPO_HOSTS (every rank's host, for the whole job's ranks) for a communicator of the given
+    global ranks: their hosts in member order (a group of some ranks, a point-to-point pair). None where
+    the variable is unset, describes another number of ranks than it lists (left to the runtime to refuse),
+    the members are unknown or they are the whole job in order (the variable applies as it is)."""
+    spec = os.environ.get("NCCLZ_TOPO_HOSTS", "").strip()
+    if not spec or not members:
+        return None
+    h, x, ll = spec.lower().partition("x")
+    if x and h.strip().isdigit() and ll.strip().isdigit():
+        L = int(ll)
+        hosts = [str(g // L) for g in range(int(h) * L)] if L > 0 else []
+    else:
+        hosts = [v.strip() for v in spec.split(",")]
+    if list(members) == list(range(len(hosts))) or not all(0 <= g < len(hosts) for g in members):
+        return None
+    return ",".join(hosts[g] for g in members)
+
+
+def _connect(store: Any, name: str, rank: int, size: int, timeout_s: float, options: Options,
+             members: list | None = None) -> Communicator:
+    """A communicator over ``store`` (see the module doc for the keys); ``members``: the global ranks of
+    its ranks, in order, where known (their hosts from NCCLZ_TOPO_HOSTS: _member_hosts)."""
     gen = int(store.add(f"ncclz/{name}/count/{rank}", 1))
     key = f"ncclz/{name}/{gen}"
     if rank == 0:
@@ -140,6 +161,7 @@ def _connect(store: Any, name: str, rank: int, size: int, timeout_s: float, opti
         timeout=timeout_s,
         transport=options.transport,
         policy=options.policy,
+        topo_hosts=_member_hosts(members),
     )
 
 
@@ -235,7 +257,8 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         self._ef = _ErrorFeedback() if self._options.error_feedback else None
         self.last_work_stats: list = []
         tag = f"ncclz-pg{self._group_id or ''}-r{rank}"
-        self._comm = _connect(store, "comm", self._rank_, self._size_, self._timeout_s, self._options)
+        self._comm = _connect(store, "comm", self._rank_, self._size_, self._timeout_s, self._options,
+                              self._global_ranks if len(self._global_ranks) == self._size_ else None)
         try:
             self._agree(options_error)
         except BaseException:
@@ -829,9 +852,14 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 2,
                 self._timeout_s,
                 self._options,
+                [self._global(src), self._global(dst)],
             )
             holder["comm"] = comm
         return comm
+
+    def _global(self, r: int) -> int:
+        """The job-wide rank of this group's rank r."""
+        return self._global_ranks[r] if len(self._global_ranks) == self._size_ else r
 
     def _check_peer(self, peer: int, what: str) -> int:
         peer = int(peer)
