@@ -126,6 +126,10 @@ class CallQueue:
                     self._busy = False
                     work._done.set()
                     self._cv.notify_all()
+            # Idle, the thread holds nothing of the call: its closure keeps the communicator and
+            # the arrays alive, and a daemon thread still holding them at exit (a communicator
+            # never closed) made nanobind report them as leaked.
+            work = fn = streams = None
 
     def synchronize(self) -> None:
         """Waits for every queued call; raises the first exception that no wait() raised."""
