@@ -40,7 +40,7 @@ from . import _device
 class Work:
     """A queued call: ``wait()`` for its result, ``is_completed()`` to poll."""
 
-    __slots__ = ("_done", "_error", "_name", "_result", "_seen")
+    __slots__ = ("_done", "_error", "_name", "_result", "_seen", "_stats")
 
     def __init__(self, name: str):
         self._name = name
@@ -48,6 +48,7 @@ class Work:
         self._result: Any = None
         self._error: BaseException | None = None
         self._seen = False  # its error was raised by wait() (synchronize() does not raise it again)
+        self._stats: Any = None
 
     def wait(self, timeout: float | None = None) -> Any:
         """Blocks until the call completed; returns what the synchronous call returns, or raises its
@@ -59,6 +60,16 @@ class Work:
             self._seen = True
             raise self._error
         return self._result
+
+    @property
+    def stats(self) -> Any:
+        """The call's :class:`ncclz.CallStats` once it completed successfully (what ``comm.last_stats``
+        said right after it, before any later call replaced it); None before, or after a failure."""
+        if not self._done.is_set() or self._stats is None:
+            return None
+        if callable(self._stats):  # built on first use, on the reader's thread
+            self._stats = self._stats()
+        return self._stats
 
     def is_completed(self) -> bool:
         """Whether the call has finished (successfully or not)."""
@@ -89,15 +100,17 @@ class CallQueue:
         with self._cv:
             return not self._jobs and not self._busy
 
-    def submit(self, name: str, fn: Callable[[], Any], args: tuple) -> Work:
-        """Queues ``fn()`` (run under the caller's current GPU streams of ``args``' arrays)."""
+    def submit(self, name: str, fn: Callable[[], Any], args: tuple, stats: Callable[[], Any] | None = None) -> Work:
+        """Queues ``fn()`` (run under the caller's current GPU streams of ``args``' arrays); ``stats()``,
+        called right after a successful ``fn()`` on the queue's thread, gives the Work's stats (or a
+        function that builds them: Work.stats calls it when first read)."""
         work = Work(name)
         streams = _device.caller_streams(args)
         with self._cv:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._jobs.append((work, fn, streams))
+            self._jobs.append((work, fn, streams, stats))
             # forget calls that completed and whose outcome someone has seen (or that succeeded)
             self._pending = [w for w in self._pending if not (w._done.is_set() and (w._error is None or w._seen))]
             self._pending.append(work)
@@ -109,7 +122,7 @@ class CallQueue:
             with self._cv:
                 while not self._jobs:
                     self._cv.wait()
-                work, fn, streams = self._jobs.popleft()
+                work, fn, streams, stats = self._jobs.popleft()
                 if work is None:  # stop()
                     self._cv.notify_all()
                     return
@@ -119,17 +132,20 @@ class CallQueue:
                     for s in streams:
                         stack.enter_context(s())
                     work._result = fn()
+                    work._stats = stats() if stats is not None else None
             except BaseException as e:  # noqa: BLE001 - delivered through the Work
                 work._error = e
             finally:
                 with self._cv:
                     self._busy = False
                     work._done.set()
+                    if work._error is None:  # synchronize() keeps only what it may still raise
+                        self._pending = [w for w in self._pending if w is not work]
                     self._cv.notify_all()
             # Idle, the thread holds nothing of the call: its closure keeps the communicator and
             # the arrays alive, and a daemon thread still holding them at exit (a communicator
             # never closed) made nanobind report them as leaked.
-            work = fn = streams = None
+            work = fn = streams = stats = None
 
     def synchronize(self) -> None:
         """Waits for every queued call; raises the first exception that no wait() raised."""
@@ -150,7 +166,7 @@ class CallQueue:
             t = self._thread
             if t is None:
                 return
-            self._jobs.append((None, None, ()))
+            self._jobs.append((None, None, (), None))
             self._cv.notify_all()
         t.join()
         with self._cv:

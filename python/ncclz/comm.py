@@ -325,7 +325,19 @@ def _queueable(method):
             raise InvalidArgumentError(f"rank {self._rank}: {name}: the communicator is closed")
         if q is None:
             q = self._queue = _async.CallQueue(f"ncclz-calls-rank{self._rank}")
-        work = q.submit(name, lambda: method(self, *args, **kwargs), (*args, *kwargs.values()))
+        seen: list = [None]  # what the call recorded (barrier records nothing), built when Work.stats is read
+
+        def call():
+            before = self._last_raw
+            out = method(self, *args, **kwargs)
+            seen[0] = self._last_raw if self._last_raw is not before else None
+            return out
+
+        def stats():
+            raw = seen[0]
+            return (lambda: self._build_stats(raw)) if raw is not None else None
+
+        work = q.submit(name, call, (*args, *kwargs.values()), stats=stats)
         return work if async_op else work.wait()
 
     sig = inspect.signature(method)
@@ -680,10 +692,12 @@ class Communicator:
         self._last_stats = None
         self._policy.record(d, st)
 
-    def _build_stats(self) -> CallStats | None:
-        if self._last_raw is None:
+    def _build_stats(self, raw: tuple | None = None) -> CallStats | None:
+        """CallStats of a recorded call (``raw``: what _record kept; default the last call's)."""
+        raw = raw if raw is not None else self._last_raw
+        if raw is None:
             return None
-        name, c, st, d = self._last_raw
+        name, c, st, d = raw
         requested = _describe_compression(c)
         ran = st.ran_mode
         return CallStats(

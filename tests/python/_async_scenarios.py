@@ -54,6 +54,15 @@ def scenario_async(ncclz, comm, args):
     want = np.array([100 * k + 3 * r + j for k in range(W) for j in range(3)], np.int64)
     ck.require(np.array_equal(np.asarray(got).reshape(-1), want), f"all_to_all: {got} != {want}")
     ck.require(w_bar.wait() is None, "barrier's Work returns None")
+    # each Work's own stats (last_stats now describes only the synchronous call behind them)
+    st = w_ar.stats
+    ck.require(st is not None and st.op == "all_reduce" and st.requested.startswith("lossy_rel"),
+               f"all_reduce's Work.stats: {st}")
+    ck.require(0 < st.error_bound <= E * (1 + 1e-9), f"all_reduce's Work.stats bound {st.error_bound} (E {E})")
+    ck.require(w_ag.stats.op == "all_gather" and w_ag.stats.requested == "lossless", f"{w_ag.stats}")
+    ck.require(w_a2a.stats.op == "all_to_all" and w_rs.stats.op == "reduce_scatter", "Work.stats of the others")
+    ck.require(w_bar.stats is None, "barrier's Work has no stats (it records none)")
+    ck.require(comm.last_stats.op == "all_reduce" and comm.last_stats.compression == "none", "last_stats")
     # the synchronous call got the same bits as the same call made with nothing queued
     s2 = inputs[r].copy()
     comm.all_reduce(s2)
@@ -75,8 +84,10 @@ def scenario_async(ncclz, comm, args):
     except ncclz.InvalidArgumentError as e:
         ck.require("bogus" in str(e), f"error names the op: {e}")
     ck.require(isinstance(w_bad.exception(), ncclz.InvalidArgumentError), "Work.exception()")
+    ck.require(w_bad.stats is None, "a failed call's Work.stats")
     comm.synchronize()  # w_bad's error was seen: nothing raised
     ck.require(np.all(w_ok.wait() == W), "the call after a failed one")
+    ck.require(w_ok.stats is not None and w_ok.stats.op == "all_reduce", "the call after a failed one: stats")
     comm.all_reduce(np.ones(8, np.float32), op="bogus", async_op=True)
     try:
         comm.synchronize()
