@@ -131,6 +131,37 @@ def scenario_gpu_rooted(ncclz, comm, args):
     return {"hashes": ck.hashes, "checks": ck.checks}
 
 
+def scenario_gpu_float16_avg(ncclz, comm, args):
+    """float16 averages of CUDA tensors near the type's top (each input divided by N on the device before
+    the sum, core/call.cpp): finite, the same bits as the same calls on host arrays (the host divides on
+    the host), all_reduce in place and into out=, reduce_scatter, none and lossless."""
+    import torch
+
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    for count in (300, 1 << 20):
+        count -= count % W
+        rng = np.random.default_rng(77 + r)
+        x = (rng.uniform(20000, 40000, count) * np.where(np.arange(count) % 5 == 0, -1, 1)).astype(np.float16)
+        for mode, comp in (("none", None), ("lossless", ncclz.Lossless())):
+            name = f"avg16-{count}-{mode}"
+            host = x.copy()
+            comm.all_reduce(host, "avg", comp, policy="off")
+            ck.require(np.isfinite(host.astype(np.float64)).all(), f"{name}: the host call overflowed")
+            dev = torch.from_numpy(x.copy()).cuda()
+            comm.all_reduce(dev, "avg", comp, policy="off")
+            ck.require(bits(_torch_out(ck, torch, dev)) == bits(host), f"{name}: all_reduce bits differ from the host's")
+            src, out = torch.from_numpy(x.copy()).cuda(), torch.empty(count, dtype=torch.float16, device="cuda")
+            comm.all_reduce(src, "avg", comp, out=out, policy="off")
+            ck.require(bits(_torch_out(ck, torch, out)) == bits(host), f"{name}: all_reduce(out=) bits")
+            ck.require(bits(_torch_out(ck, torch, src)) == bits(x), f"{name}: all_reduce(out=) wrote its input")
+            hrs = comm.reduce_scatter(x.copy(), "avg", comp, policy="off")
+            drs = comm.reduce_scatter(torch.from_numpy(x.copy()).cuda(), "avg", comp, policy="off")
+            ck.require(bits(_torch_out(ck, torch, drs)) == bits(hrs), f"{name}: reduce_scatter bits")
+            ck.checks += 1
+    return {"checks": ck.checks}
+
+
 def scenario_gpu_frameworks(ncclz, comm, args):
     """CuPy and JAX CUDA arrays (whichever args name), and the frameworks' current streams: work
     queued on a side stream before a call is in the call's input, and the result is there for work

@@ -89,6 +89,14 @@ def test_gpu_rooted_and_all_to_all(gpu, tmp_path, n):
     assert ranks.results[0]["checks"] > 0
 
 
+def test_gpu_float16_avg_near_the_top(gpu, tmp_path):
+    """float16 avg of CUDA tensors whose sums pass 65504: divided on the device first, finite, the host
+    call's bits."""
+    ranks = run_ranks(tmp_path, "gpu_float16_avg", 2, "shm", timeout=300, env=GPU_ENV)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] == 4
+
+
 def test_gpu_mixed_cpu_and_gpu_ranks(gpu, tmp_path):
     """Rank 0 passes CUDA tensors, rank 1 CPU tensors, rank 2 CUDA again: one communicator, the
     same bits everywhere."""
