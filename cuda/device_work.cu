@@ -364,8 +364,8 @@ class DeviceWorkImpl final : public DeviceWork {
   prims::HostPins pins_{env::get_bool("NCCLZ_DEVICE_PIN", true)};     ///< declared before ch_: outlives the codecs
   bool fused_step_ = env::get_bool("NCCLZ_DEVICE_FUSED_STEP", true);  ///< DeviceSliceCodec::set_fused_step
   cuda::DeviceCodec dc_;
-  void* buf_[2] = {nullptr, nullptr};
-  size_t cap_[2] = {0, 0};
+  void* buf_[3] = {nullptr, nullptr, nullptr};
+  size_t cap_[3] = {0, 0, 0};
   StatsRecord* d_stats_ = nullptr;
   StatsRecord* h_stats_ = nullptr;
   uint64_t* d_count_ = nullptr;

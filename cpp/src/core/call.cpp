@@ -177,27 +177,21 @@ bool CallRoutine::premultiplies(const Collective& cd, DataType t, Mode m, int nr
   return cd.op == RedOp::Avg && elem_of(t) == codec::ElemType::F16 && !is_lossy(m) && nranks > 1 && cd.in_count > 0;
 }
 
-void CallRoutine::premultiply(Collective& cd, DataType t, HostStaging& staging) {
+void CallRoutine::premultiply(Collective& cd, DataType t) {
   trace::Scope event("premultiply");
   const size_t n = cd.in_count, es = dsize(t);
-  if (cd.device >= 0 && !staging.active() && cd.recv != nullptr && cd.out_count == n) {
-    // Device buffers of all_reduce (or the root's reduce): divided on the
-    // device into the output, which the call then reduces in place.
+  // Into the output where the call then reduces in place (all_reduce, the
+  // root's reduce), else into a scratch copy (the user's input is only read).
+  const bool into_output = cd.recv != nullptr && cd.out_count == n;
+  if (cd.device >= 0) {  // device buffers: divided on the device (scratch: device buffer 2)
     DeviceWork& dw = device_work(rt_, cd.device);
-    if (cd.recv != cd.send) dw.copy(cd.recv, cd.send, n * es);
-    dw.divide(elem_of(t), cd.recv, n, rt_.nranks);
-    cd.send = cd.recv;
+    void* to = into_output ? cd.recv : dw.codes(2, n * es);
+    if (to != cd.send) dw.copy(to, cd.send, n * es);
+    dw.divide(elem_of(t), to, n, rt_.nranks);
+    cd.send = to;
     return;
   }
-  staging.begin();  // other device buffers: on host copies (the input's own copy, or the output's)
-  void* to = nullptr;
-  if (cd.recv != nullptr && cd.out_count == n) {
-    to = cd.recv;  // all_reduce, the root's reduce: the call then runs in place
-  } else if (staging.active()) {
-    to = const_cast<void*>(cd.send);  // the input's host copy (reduce_scatter, reduce off the root)
-  } else {
-    to = rt_.staging[1].get(n * es + 8);  // the user's input is only read
-  }
+  void* to = into_output ? cd.recv : rt_.staging[1].get(n * es + 8);  // staging[1]: unused by host calls
   prims::divide_into(elem_of(t), to, cd.send, n, rt_.nranks);
   cd.send = to;
 }
@@ -256,7 +250,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   // copy where the output is smaller or absent) and step 7 divides nothing.
   // Every rank decides alike (the op, the type and the requested mode match).
   const bool premultiplied = err.empty() && premultiplies(cd, t, m, rt_.nranks);
-  if (premultiplied) premultiply(cd, t, staging);
+  if (premultiplied) premultiply(cd, t);
   const bool carry = err.empty() && (cd.device < 0 || !is_lossy(m)) && carries(cd, m, bytes, hints);
   algorithms::OneHopPart part;
   Carried carried;

@@ -62,8 +62,6 @@
 
 namespace ncclz::core {
 
-class HostStaging;  // core/device_call.hpp
-
 class CallRoutine {
  public:
   explicit CallRoutine(Runtime& rt) : rt_(rt) {}
@@ -79,7 +77,7 @@ class CallRoutine {
   /// Float16's exact average: each rank's input divided by N before the sum
   /// (see collective()); premultiply points cd.send at the divided values.
   static bool premultiplies(const Collective& cd, DataType t, Mode m, int nranks);
-  void premultiply(Collective& cd, DataType t, HostStaging& staging);
+  void premultiply(Collective& cd, DataType t);
   /// A new call: Aborted if the communicator was aborted; the deadline.
   CallState begin(CallStats* stats) const;
   /// Step 4: the mode every rank runs the call with (see above); records the

@@ -96,7 +96,9 @@ class DeviceWork {
                              const void* d_x, size_t n, void* d_q, bool exact_check) = 0;
   virtual void dequantize_on(int c, codec::ElemType t, bool wide, const void* d_q, size_t n, double step,
                              void* d_out) = 0;
-  /// Device buffer i (0, 1) of at least `bytes` bytes (contents not kept when it grows).
+  /// Device buffer i (0, 1, 2) of at least `bytes` bytes (contents not kept when it grows): 0 and 1
+  /// for codes and the hierarchical calls' work, 2 for an exact float16 average's divided input
+  /// (core/call.cpp, premultiply).
   virtual void* codes(int i, size_t bytes) = 0;
   /// Copies between host and device memory.
   virtual void to_host(void* h, const void* d, size_t bytes) = 0;
