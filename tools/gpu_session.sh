@@ -24,7 +24,8 @@
 #                 tests (device ranks in the ring collectives,
 #                 tests/cpp/test_cuda_prims.cpp) with v3 (the fused
 #                 decode-and-add) and v2; then the CudaComm tests (device
-#                 buffers through the communicator) with v3 and v2; then the
+#                 buffers through the communicator; 400 random calls against the
+#                 host path too, CudaCommRandom) with v3 and v2; then the
 #                 CTA slice coder and the persistent ring kernels (CudaCta,
 #                 CudaPersistent) and the CudaCodec tests with the CTA coder
 #                 (NCCLZ_DEVICE_CODEC=cta)
@@ -255,7 +256,7 @@ phase_test() {
   step test-prims "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   step test-prims-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='*CudaPrims*' --gtest_color=no"
   # Device buffers through the communicator (core/device_work.hpp): the host calls' bits, within E.
-  step test-comm "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 '$TESTBIN' --gtest_filter='CudaComm.*:CudaPersistentComm.*' --gtest_color=no"
+  step test-comm "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_RANDOM_CALLS=400 '$TESTBIN' --gtest_filter='CudaComm.*:CudaCommRandom.*:CudaPersistentComm.*' --gtest_color=no"
   step test-comm-v2 "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_CODEC=v2 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"
   # Slots not registered with CUDA (the copies staged by the driver, two syncs per coded encode).
   step test-comm-nopin "$log" $L_PRIMS "NCCLZ_REQUIRE_GPU=1 NCCLZ_DEVICE_PIN=0 '$TESTBIN' --gtest_filter='CudaComm.*' --gtest_color=no"

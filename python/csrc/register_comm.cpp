@@ -37,6 +37,7 @@
 #include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/policy_hints.hpp"
+#include "ncclz/topology.hpp"
 #include "ncclz/unique_id.hpp"
 
 namespace nb = nanobind;
@@ -730,6 +731,10 @@ void register_comm(nb::module_& m) {
       .def_ro("source", &ncclz::Topology::source)
       .def_prop_ro("hierarchical", &ncclz::Topology::hierarchical)
       .def("__repr__", [](const ncclz::Topology& t) { return "<ncclz Topology: " + t.describe() + ">"; });
+
+  c.def("topology_hosts", &ncclz::topology_hosts, "spec"_a, "n"_a = -1,
+        "Every rank's host id from an NCCLZ_TOPO_HOSTS value ('0,0,1,1' or 'HxL') for n ranks (n < 0: as many as "
+        "it describes); InvalidArgumentError saying what is wrong");
 
   nb::class_<CallStats>(c, "CallStats", "Per-call statistics")
       .def(nb::init<>())

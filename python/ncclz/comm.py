@@ -41,6 +41,7 @@ not match across ranks.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import inspect
@@ -99,9 +100,11 @@ class CallStats:
         A hierarchical call's raw_bytes, wire_bytes and ratio count its
         inter-host links (the ones that compress); local_bytes the bytes it
         sent to ranks on its own host (uncompressed; 0 for ring calls).
-    on_device: the call's arrays were CUDA arrays that it quantized, coded and dequantized on the
-        GPU (a lossy all_reduce, reduce_scatter, all_gather or broadcast of PyTorch or CuPy
-        arrays on the compressed ring); False where it ran on host copies.
+    on_device: the call's arrays were CUDA arrays (PyTorch, CuPy, JAX) whose values stayed on the
+        GPU, on the flat or hierarchical schedules of several ranks: lossy (quantized, coded and
+        dequantized there), lossless float32 / bfloat16 / float16 (FloatHuff slices coded there) or
+        uncompressed (raw slices moved and reduced there); False where it ran on host copies
+        (lossless of other types, the exact fallback, the latency algorithm, one rank).
     persistent: the call ran on the persistent ring kernels (``NCCLZ_PERSISTENT=1``: an all_reduce
         sum of CUDA arrays on every rank, one kernel per rank; docs/GPU.md).
     persistent_device_fifos: ... with its FIFOs in device memory written by the kernels (ranks
@@ -221,7 +224,7 @@ _converted: dict = {}  # spec -> native Compression (specs are frozen and hashab
 def _compression(spec: Any) -> Any:
     """Converts None / ncclz.Lossless() / ncclz.Lossy(abs=|rel=) to the native Compression."""
     if spec is None:
-        return _NO_COMPRESSION
+        return _NO_COMPRESSION if _NO_COMPRESSION is not None else _native.Compression("none")
     if isinstance(spec, _native.Compression):
         return spec
     try:
@@ -235,6 +238,16 @@ def _compression(spec: Any) -> Any:
         except TypeError:  # an unhashable spec-like object
             pass
     return c
+
+
+@atexit.register
+def _release_native_specs() -> None:
+    """At exit, before the native module goes: the cached native Compression objects are dropped. nanobind
+    reports instances still alive when its module is torn down as leaks, and another library's closure can
+    keep this module's globals alive past that (seen with torch and pytest). A later call converts again."""
+    global _NO_COMPRESSION
+    _converted.clear()
+    _NO_COMPRESSION = None
 
 
 def _convert(spec: Any) -> Any:
@@ -763,7 +776,7 @@ class Communicator:
 
     def _ran_plain(self, coll: str, st: Any) -> None:
         """Records a short way's native stats as _record does an uncompressed call's."""
-        self._last_raw = (coll, _NO_COMPRESSION, st, None)
+        self._last_raw = (coll, _compression(None), st, None)
         self._last_stats = None
 
     def _small_plain_all_reduce(self, x: Any, op: Any = "sum", compression: Any = None, out: Any = None,
@@ -771,7 +784,7 @@ class Communicator:
         """The short way (_plain_small) of an in-place all_reduce. None: take the full path."""
         if out is not None or not self._plain_small(x, getattr(x, "nbytes", 0), op, compression, out, policy, True):
             return None
-        self._ran_plain("all_reduce", self._native.all_reduce(x, x, op, _NO_COMPRESSION, "", None))
+        self._ran_plain("all_reduce", self._native.all_reduce(x, x, op, _compression(None), "", None))
         return x
 
     def _small_plain_reduce_scatter(self, x: Any, op: Any = "sum", compression: Any = None, out: Any = None,
@@ -790,7 +803,7 @@ class Communicator:
         o = self._plain_out(x, out, shape)
         if o is None:
             return None
-        self._ran_plain("reduce_scatter", self._native.reduce_scatter(x, o, op, _NO_COMPRESSION, "", None))
+        self._ran_plain("reduce_scatter", self._native.reduce_scatter(x, o, op, _compression(None), "", None))
         return o
 
     def _small_plain_all_gather(self, x: Any, compression: Any = None, out: Any = None,
@@ -803,7 +816,7 @@ class Communicator:
         o = self._plain_out(x, out, (self._world_size, *x.shape))
         if o is None:
             return None
-        self._ran_plain("all_gather", self._native.all_gather(x, o, _NO_COMPRESSION, "", None))
+        self._ran_plain("all_gather", self._native.all_gather(x, o, _compression(None), "", None))
         return o
 
     def _small_plain_broadcast(self, x: Any, root: Any = 0, compression: Any = None,
@@ -812,7 +825,7 @@ class Communicator:
         if type(root) is not int or not self._plain_small(x, getattr(x, "nbytes", 0), None, compression, None,
                                                           policy, True):
             return None
-        self._ran_plain("broadcast", self._native.broadcast(x, root, _NO_COMPRESSION, "", None))
+        self._ran_plain("broadcast", self._native.broadcast(x, root, _compression(None), "", None))
         return x
 
     # ---- collectives ------------------------------------------------------
@@ -1073,7 +1086,7 @@ class Communicator:
 
         mine = np.asarray(send_counts, dtype=np.int64)
         theirs = np.empty_like(mine)
-        self._native.all_to_all(mine, theirs, _NO_COMPRESSION, "", None)
+        self._native.all_to_all(mine, theirs, _compression(None), "", None)
         return [int(v) for v in theirs]
 
     @_queueable

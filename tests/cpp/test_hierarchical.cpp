@@ -392,6 +392,12 @@ TEST(Topology, HostListsParse) {
   EXPECT_THROW(topology::parse_hosts("0,,1,1", 4), InvalidArgument);  // empty id
   EXPECT_THROW(topology::parse_hosts("2xx2", 4), InvalidArgument);    // not HxL
   EXPECT_THROW(topology::parse_hosts("0x4", 4), InvalidArgument);     // no hosts
+  // Any count (n < 0; the public ncclz::topology_hosts, which the torch backend's groups use).
+  EXPECT_EQ(ncclz::topology_hosts("2x2"), (std::vector<std::string>{"0", "0", "1", "1"}));
+  EXPECT_EQ(ncclz::topology_hosts("x, y"), (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(ncclz::topology_hosts("3x1", 3), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_THROW(ncclz::topology_hosts("0x4"), InvalidArgument);
+  EXPECT_THROW(ncclz::topology_hosts("a,"), InvalidArgument);
   try {
     topology::parse_hosts("0,0,1", 4);
   } catch (const InvalidArgument& e) {

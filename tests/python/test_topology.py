@@ -272,3 +272,20 @@ def test_policy_chooses_mode_and_algorithm_together():
     assert Policy(world_size=8, hosts=4, hierarchical=True).choose_algorithm("all_reduce", 1 << 20)[0] == ""
     # one rank per host: the ring only
     assert Policy(world_size=4, link_gbps=1, hosts=4, hierarchical=False).algorithms() == ("ring",)
+
+
+def test_topology_hosts_parses_the_override_as_the_runtime_does():
+    """ncclz's own NCCLZ_TOPO_HOSTS parser, which the torch backend uses for its groups' parts of the job's
+    layout: HxL and lists (ids trimmed), the count checked where given, a clear error for a bad value."""
+    hosts = ncclz._core.comm.topology_hosts
+    assert hosts("2x2") == ["0", "0", "1", "1"]
+    assert hosts(" 3X1 ") == ["0", "1", "2"]
+    assert hosts("a, b ,a", 3) == ["a", "b", "a"]
+    assert hosts("n0") == ["n0"]
+    for bad, what in [("2x", "is not HxL"), ("0x4", "describes 0 x 4"), ("a,,b", "empty host id"), ("", "empty")]:
+        with pytest.raises(ncclz.InvalidArgumentError, match=what):
+            hosts(bad)
+    with pytest.raises(ncclz.InvalidArgumentError, match="describes 2 x 2 ranks but the communicator has 3"):
+        hosts("2x2", 3)
+    with pytest.raises(ncclz.InvalidArgumentError, match="names 2 hosts but the communicator has 4"):
+        hosts("a,b", 4)

@@ -119,10 +119,12 @@ struct CallStats {
   /// (uncompressed, not in raw_bytes / wire_bytes); 0 for ring calls.
   uint64_t local_bytes = 0;
   /// The call's buffers were device memory and its values stayed there
-  /// (set_buffer_device): a lossy call quantized, coded and dequantized on
-  /// the device, an uncompressed one moved and reduced raw slices there;
-  /// false where it ran on host copies (lossless, the exact fallback,
-  /// hierarchical, one rank) or on host buffers.
+  /// (set_buffer_device), on the flat or hierarchical schedules of several
+  /// ranks: a lossy call quantized, coded and dequantized on the device, a
+  /// lossless float32 / bfloat16 / float16 one coded FloatHuff slices there,
+  /// an uncompressed one moved and reduced raw slices there; false where it
+  /// ran on host copies (lossless of other types, the exact fallback, the
+  /// latency algorithm, one rank) or on host buffers.
   bool on_device = false;
   /// The rings (point-to-point lanes, for all_to_all, gather and scatter)
   /// the call's data moved on; 1 for send/recv and the latency algorithm.

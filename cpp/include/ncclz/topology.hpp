@@ -58,4 +58,11 @@ struct Topology {
   std::string describe() const;
 };
 
+/// Every rank's host id as NCCLZ_TOPO_HOSTS ("0,0,1,1" or "HxL") gives them
+/// to a communicator of `n` ranks (n < 0: as many as it describes); throws
+/// InvalidArgument saying what is wrong. A framework that makes communicators
+/// of some of a job's ranks gives each its members' part of the job's list
+/// (CommConfig::topo_hosts; the torch backend's groups and pairs do).
+std::vector<std::string> topology_hosts(const std::string& spec, int n = -1);
+
 }  // namespace ncclz

@@ -73,10 +73,11 @@ std::vector<std::string> parse_hosts(const std::string& list, int n) {
       throw InvalidArgument("ncclz: " + what + " is not HxL (hosts x ranks per host, e.g. 2x4) or a list of " +
                             std::to_string(n) + " host ids");
     }
-    if (hosts < 1 || local < 1 || hosts * local != n) {
+    if (hosts < 1 || local < 1 || (n >= 0 && hosts * local != n)) {
       throw InvalidArgument("ncclz: " + what + " describes " + std::to_string(hosts) + " x " + std::to_string(local) +
                             " ranks but the communicator has " + std::to_string(n));
     }
+    if (n < 0) n = int(hosts * local);
     std::vector<std::string> ids(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) ids[size_t(r)] = std::to_string(r / local);
     return ids;
@@ -94,13 +95,19 @@ std::vector<std::string> parse_hosts(const std::string& list, int n) {
       cur += t[i];
     }
   }
-  if (int(ids.size()) != n) {
+  if (n >= 0 && int(ids.size()) != n) {
     throw InvalidArgument("ncclz: " + what + " names " + std::to_string(ids.size()) +
                           " hosts but the communicator has " + std::to_string(n) +
                           " ranks: give one host id per rank, in rank order, or HxL");
   }
   return ids;
 }
+
+}  // namespace topology
+
+std::vector<std::string> topology_hosts(const std::string& spec, int n) { return topology::parse_hosts(spec, n); }
+
+namespace topology {
 
 Topology from_ids(const std::vector<std::string>& ids, int rank, const std::string& source) {
   Topology t;

@@ -35,7 +35,8 @@ Topology find(Bootstrap& boot, const CommConfig& cfg);
 Topology from_ids(const std::vector<std::string>& ids, int rank, const std::string& source);
 
 /// Parses NCCLZ_TOPO_HOSTS for `n` ranks: "a,b,c,..." (n ids) or "HxL"
-/// (H*L == n). Returns the ids, or throws InvalidArgument saying what is wrong.
+/// (H*L == n; n < 0: any count). Returns the ids, or throws InvalidArgument
+/// saying what is wrong. (ncclz::topology_hosts, public, is this.)
 std::vector<std::string> parse_hosts(const std::string& list, int n);
 
 }  // namespace ncclz::topology

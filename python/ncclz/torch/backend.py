@@ -63,6 +63,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import _core
 from .. import store as _store
 from ..comm import Communicator, make_unique_id
 from ..errors import AbortedError, InvalidArgumentError, RemoteError
@@ -132,12 +133,10 @@ def _member_hosts(members: list | None) -> str | None:
     spec = os.environ.get("NCCLZ_TOPO_HOSTS", "").strip()
     if not spec or not members:
         return None
-    h, x, ll = spec.lower().partition("x")
-    if x and h.strip().isdigit() and ll.strip().isdigit():
-        L = int(ll)
-        hosts = [str(g // L) for g in range(int(h) * L)] if L > 0 else []
-    else:
-        hosts = [v.strip() for v in spec.split(",")]
+    try:
+        hosts = _core.comm.topology_hosts(spec)  # the runtime's own parser (ncclz/topology.hpp)
+    except InvalidArgumentError:
+        return None
     if list(members) == list(range(len(hosts))) or not all(0 <= g < len(hosts) for g in members):
         return None
     return ",".join(hosts[g] for g in members)
