@@ -231,14 +231,6 @@ inline void expect_within_bound(const Result& d, Op o, DataType t, RedOp op, siz
   EXPECT_LE(d.stats.error_bound, E * (1 + 1e-12));
 }
 
-#define SKIP_WITHOUT_DEVICE()                                                                                      \
-  do {                                                                                                             \
-    if (::ncclz::cuda::device_count() == 0) {                                                                      \
-      if (::ncclz_test::gpu_required()) FAIL() << "NCCLZ_REQUIRE_GPU=1, but " << ::ncclz_test::no_device_reason(); \
-      GTEST_SKIP() << "no CUDA device: device buffers not run (" << ::ncclz_test::no_device_reason() << ")";       \
-    }                                                                                                              \
-  } while (0)
-
 /// Slots of 4 KiB; larger slices of 16 KiB where `large` (which the device
 /// path then takes: NCCLZ_SPARSE_SLICE_BYTES), else none.
 /// `direct`: false turns the direct schedules off (CommConfig::direct_from_bytes

@@ -84,7 +84,7 @@ void expect_refused_on_rank0(Communicator& comm, int r, const void* s, void* d, 
 // device), the host call's bits, within E; with the ordinary slices and with
 // the larger ones (3 ranks).
 TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
   for (int N : {2, 3, 4, -3}) {
     Ranks R = make_ranks(N < 0 ? -N : N, N < 0);
@@ -134,7 +134,7 @@ TEST(CudaComm, LossyCollectivesOnDeviceMatchTheHostBits) {
 // buffers: every rank the all-host call's bits (CPU ranks code without rANS
 // where a rank codes on the device), on the device where the buffers are.
 TEST(CudaComm, DeviceAndHostRanksMix) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 4000 : 30000;
   const int N = 4;
   Ranks R = make_ranks(N, true);  // the larger slices: the host ranks take them too
@@ -164,7 +164,7 @@ TEST(CudaComm, DeviceAndHostRanksMix) {
 // are, the all-host call's bits, the same on every rank, within the bound
 // of the float64 reference on every element.
 TEST(CudaComm, LossyMaxMinOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
   for (int N : {2, 3, 4}) {
     Ranks R = make_ranks(N, N == 3);
@@ -220,7 +220,7 @@ TEST(CudaComm, LossyMaxMinOnDevice) {
 // of the device buffers as on the host: the all-host call's bits, the NaN
 // kept, each infinity where it wins.
 TEST(CudaComm, LossyMaxMinOfNonFiniteInputsOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = 2000;
   const int N = 3;
   Ranks R = make_ranks(N);
@@ -310,7 +310,7 @@ class ScopedEnv {
 // NCCLZ_PIPELINE_QUANTIZE=0 (CommConfig::pipeline_quantize = 0), every rank
 // holds the round in every call, device ranks and CPU ranks alike.
 TEST(CudaComm, LossyCallsOnDeviceHoldNoOutlierRound) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 3000 : 20000;
   const int N = 3;
   const std::vector<bool> all_dev(N, true), mixed{true, false, true};
@@ -380,7 +380,7 @@ TEST(CudaComm, LossyCallsOnDeviceHoldNoOutlierRound) {
 // abort fails the call on every other rank (Aborted, naming rank 1): no rank
 // returns a result. Rank 1 on the device and on the CPU (a mixed call).
 TEST(CudaComm, AnOutlierThePlanRuledOutFailsTheCallOnEveryRank) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = 3000;
   const int N = 3;
   const ScopedEnv hook("NCCLZ_TEST_OUTLIER", "1");
@@ -415,7 +415,7 @@ TEST(CudaComm, AnOutlierThePlanRuledOutFailsTheCallOnEveryRank) {
 // InvalidArgument on that rank and a RemoteError on the others, and the
 // communicator works on afterwards.
 TEST(CudaComm, RanksOnSeparateDevices) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const int D = cuda::device_count();
   if (D < 2) GTEST_SKIP() << "one CUDA device: ranks on separate devices not run (emulator: NCCLZ_EMU_DEVICES=4)";
   // Two channels (the second on a pool thread, not the caller's): 256 KiB
@@ -477,7 +477,7 @@ TEST(CudaComm, RanksOnSeparateDevices) {
 // 0's proposal does not touch. Every one the host call's bits, the output back on the device, on_device false.
 // (Uncompressed and lossless float32 calls of several ranks run on the device: *CollectivesOnDevice.)
 TEST(CudaComm, HostCopiesForTheOtherPaths) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = 2000;
   for (int N : {1, 3}) {
     Ranks R = make_ranks(N);
@@ -518,7 +518,7 @@ TEST(CudaComm, HostCopiesForTheOtherPaths) {
 // host and mixed communicators get the same bits (a float sum's order is the
 // algorithm's) and no ring steps.
 TEST(CudaComm, SmallExactCallsTakeTheLatencyAlgorithm) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   for (int N : {2, 3, 4}) {
     Ranks R(N, [](int, CommConfig& cfg) {
       cfg.slot_bytes = 65536;
@@ -637,7 +637,7 @@ void check_exact_on_device(const Compression& c, const std::vector<DataType>& ty
 // type), for float and integer types and every operator (avg divided on the
 // device).
 TEST(CudaComm, UncompressedCollectivesOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   check_exact_on_device(
       Compression::none(), {DataType::F32, DataType::F64, DataType::BF16, DataType::F16, DataType::I32},
       {RedOp::Sum, RedOp::Avg, RedOp::Max, RedOp::Prod}, 13, [](DataType) { return true; }, false,
@@ -649,7 +649,7 @@ TEST(CudaComm, UncompressedCollectivesOnDevice) {
 // codes without rANS since one is a device), float64 runs on host copies;
 // lossless bit-identical to none; the float slices compress.
 TEST(CudaComm, LosslessCollectivesOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   check_exact_on_device(
       Compression::lossless(), {DataType::F32, DataType::BF16, DataType::F16, DataType::F64},
       {RedOp::Sum, RedOp::Avg, RedOp::Max}, 17, [](DataType t) { return t != DataType::F64; }, true,
@@ -665,7 +665,7 @@ TEST(CudaComm, LosslessCollectivesOnDevice) {
 // call's bits (lossless and none alike), for the four hierarchical
 // collectives and sum / max.
 TEST(CudaComm, HierarchicalExactCallsOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 2400 : 12000;
   for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
     for (DataType t : {DataType::F32, DataType::BF16}) {
@@ -706,7 +706,7 @@ TEST(CudaComm, HierarchicalExactCallsOnDevice) {
 // exact max / min quantized between the phases, the codes' max / min taken
 // on the inter-host ring, on the device.
 TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 2400 : 12000;
   for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
     for (DataType t : {DataType::F32, DataType::BF16}) {
@@ -747,7 +747,7 @@ TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
 // codes; uncompressed: raw slices; lossless: FloatHuff slices, which a host
 // peer writes too); the host pair's bits.
 TEST(CudaComm, SendRecvWithDeviceBuffers) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 5000 : 40000;
   Ranks R = make_ranks(2);
   const std::vector<uint8_t> x = input(DataType::F32, count, 0, 21);
@@ -805,7 +805,7 @@ TEST(CudaComm, SendRecvWithDeviceBuffers) {
 // that passed them, RemoteError on the others; the communicator still works
 // afterwards.
 TEST(CudaComm, DeviceBuffersOnADeviceThatIsNotThere) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const int N = 2;
   const size_t count = 256;
   if (cuda::device_count() > 7) GTEST_SKIP() << "device 7 is there";
@@ -820,7 +820,7 @@ TEST(CudaComm, DeviceBuffersOnADeviceThatIsNotThere) {
 // a broadcast whose root's sendbuff is not its recvbuff, the same results as
 // with host buffers.
 TEST(CudaComm, CApiTakesDeviceBuffers) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const int N = 2;
   const size_t n = 3000;
   ncclzUniqueId id;

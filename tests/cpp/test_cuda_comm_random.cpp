@@ -247,7 +247,7 @@ size_t env_size(const char* name, size_t otherwise) {
 }  // namespace
 
 TEST(CudaCommRandom, CallsMatchTheHostPath) {
-  SKIP_WITHOUT_DEVICE();
+  SKIP_WITHOUT_GPU();
   const size_t first = env_size("NCCLZ_RANDOM_SEED", 1);
   const size_t ncases = env_size("NCCLZ_RANDOM_CALLS", ncclz_test::quick() ? 100 : 160);
   std::map<std::string, std::unique_ptr<Ranks>> worlds;
