@@ -26,6 +26,12 @@ that is not an ``ncclz.Error``. All three must be 0: the exit status is 1 otherw
 input) are counted by message. A call that fails on every rank with an error that aborts the
 communicator ends the rank's run (the rest would only repeat it).
 
+With ``--mismatch P`` a call is, with probability P, made differently by one rank (another count,
+dtype, op, root, mode or collective, as a caller's bug would): every rank must raise an ``ncclz.Error``
+(``RemoteError``, or ``InvalidArgumentError`` where the changed call is invalid on its rank), and the
+communicator must stay usable. Counted as **wrong**: a rank that returned from such a call, and a call
+after it that fails with an error that aborts the communicator.
+
 The rank program is this file with ``--rank SEED CALLS OUTDIR`` under ncclz-run.
 """
 
@@ -96,7 +102,42 @@ def draw(seed, i, w):
         "data": str(g.choice(DATA)),
         "2d": bool(g.random() < 0.3),
         "counts": g.integers(0, 5, size=(w, w)).tolist(),  # all_to_allv: rows rank i sends to rank j
+        "mismatch": None,
     }
+
+
+MISMATCH_KINDS = ("count", "dtype", "op", "root", "mode", "collective")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+
+
+def mismatched(s, seed, i, w, p):
+    """Call i as one rank makes it where it mismatches (probability p): s with "mismatch" set to
+    {"rank", "kind"} on every rank, and the changed call for that rank. Its own generator: the calls
+    drawn without --mismatch stay the same."""
+    h = np.random.default_rng([seed, i, 11])
+    if w < 2 or s["coll"] == "sendrecv" or h.random() >= p:
+        return s, s
+    # (all_to_allv: the receivers learn the counts from the senders, so a count is no mismatch there)
+    kinds = [k for k in MISMATCH_KINDS
+             if (k != "op" or s["coll"] in REDUCING) and (k != "root" or s["coll"] in ROOTED)
+             and (k != "count" or s["coll"] != "all_to_allv")]
+    kind = str(h.choice(kinds))
+    s = dict(s, mismatch={"rank": int(h.integers(0, w)), "kind": kind})
+    t = dict(s)
+    if kind == "count":
+        t["n"] = s["n"] + w
+    elif kind == "dtype":
+        t["dt"] = str(h.choice([d for d in DTYPES if d != s["dt"]]))
+    elif kind == "op":
+        t["op"] = str(h.choice([o for o in ("sum", "avg", "max", "min", "prod") if o != s["op"]]))
+    elif kind == "root":
+        t["root"] = (s["root"] + 1 + int(h.integers(0, w - 1))) % w
+    elif kind == "mode":
+        t["mode"] = str(h.choice([m for m in ("none", "lossless", "rel", "abs", "rel_small") if m != s["mode"]]))
+    else:
+        t["coll"] = str(h.choice([c for c in COLLECTIVES if c not in (s["coll"], "sendrecv")]))
+    return s, t
 
 
 def rank_data(s, seed, i, rank, n):
@@ -291,7 +332,7 @@ def run_call(ncclz, torch, comm, s, seed, i):
     return check(y, allx[peer], s, e, None, w)
 
 
-def rank_main(seed, calls, outdir):
+def rank_main(seed, calls, outdir, p_mismatch=0.0):
     import ncclz
 
     try:
@@ -319,7 +360,10 @@ def rank_main(seed, calls, outdir):
         s = draw(seed, i, comm.world_size)
         if s["torch"] and torch is None:
             s["torch"] = False
-        outcome, wrong = outcome_of(lambda s=s, i=i: run_call(ncclz, torch, comm, s, seed, i))
+        s, mine = mismatched(s, seed, i, comm.world_size, p_mismatch)
+        if s["mismatch"] and s["mismatch"]["rank"] != comm.rank:
+            mine = s
+        outcome, wrong = outcome_of(lambda s=mine, i=i: run_call(ncclz, torch, comm, s, seed, i))
         res = {"i": i, "call": {k: v for k, v in s.items() if k != "counts"}, "outcome": outcome, "wrong": wrong}
         results.append(res)
         if callable(wrong):
@@ -328,7 +372,7 @@ def rank_main(seed, calls, outdir):
         g = np.random.default_rng([seed, i, 3])
         if len(pending) >= 4 or g.random() < 0.5:
             finish_pending(g)
-        if outcome.startswith(("AbortedError", "TimeoutError", "RemoteError")):
+        if outcome.startswith(("AbortedError", "TimeoutError", "RemoteError")) and not s["mismatch"]:
             break
     finish_pending(np.random.default_rng([seed, calls, 3]))
     Path(outdir, f"rank{comm.rank}.json").write_text(json.dumps(results))
@@ -337,11 +381,23 @@ def rank_main(seed, calls, outdir):
 
 def summarize(per_rank):
     """The counts described in the module doc, from every rank's list of outcomes."""
-    out = {"calls": 0, "ok": 0, "wrong": [], "split": [], "python": [], "refused": collections.Counter()}
+    out = {"calls": 0, "ok": 0, "wrong": [], "split": [], "python": [], "refused": collections.Counter(),
+           "mismatched": 0}
+    after_mismatch = False
     for calls in zip(*per_rank):
         out["calls"] += 1
         first = calls[0]
         kinds = {c["outcome"].split(":")[0] for c in calls}
+        if first["call"].get("mismatch"):
+            out["mismatched"] += 1
+            after_mismatch = True
+            for r, c in enumerate(calls):
+                if c["outcome"] == "ok":
+                    out["wrong"].append({"rank": r, "call": first["call"], "wrong": "returned from a mismatched call"})
+            continue
+        if after_mismatch and kinds & {"AbortedError", "TimeoutError"}:
+            out["wrong"].append({"call": first["call"], "wrong": "the communicator failed after a mismatched call",
+                                 "outcomes": [c["outcome"][:300] for c in calls]})
         if len(kinds) > 1:
             out["split"].append({"call": first["call"], "outcomes": [c["outcome"][:300] for c in calls]})
         for r, c in enumerate(calls):
@@ -372,15 +428,18 @@ def main(program=None, ap=None):
     ap.add_argument("--env", action="append", default=[], help="K=V for the ranks (repeatable)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds for the whole run")
     ap.add_argument("--out", help="write the summary (JSON) here too")
+    ap.add_argument("--mismatch", type=float, default=0.0,
+                    help="probability that one rank makes a call differently (fuzz_calls only)")
     a = ap.parse_args()
     if a.rank:
-        rank_main(int(a.rank[0]), int(a.rank[1]), a.rank[2])
+        rank_main(int(a.rank[0]), int(a.rank[1]), a.rank[2], float(os.environ.get("NCCLZ_FUZZ_MISMATCH", "0")))
         return 0
     # the policy off unless asked for (--env NCCLZ_POLICY=auto; calls still draw policy="auto"): on one
     # host it runs every lossy call exact, and the lossy paths would go unchecked
     env = dict(os.environ, NCCLZ_TIMEOUT=os.environ.get("NCCLZ_TIMEOUT", "30"),
                NCCLZ_POLICY=os.environ.get("NCCLZ_POLICY", "off"))
     env.update(kv.split("=", 1) for kv in a.env)
+    env["NCCLZ_FUZZ_MISMATCH"] = str(a.mismatch)
     with tempfile.TemporaryDirectory(prefix="ncclz-fuzz-") as d:
         cmd = [sys.executable, "-m", "ncclz.run", "-n", str(a.ranks), sys.executable, program,
                "--rank", str(a.seed), str(a.calls), d]
@@ -394,7 +453,7 @@ def main(program=None, ap=None):
             print(f"fuzz: the ranks failed (exit status {rc})\n{log[-4000:]}", file=sys.stderr)
             return 1
         summary = summarize([json.loads(f.read_text()) for f in files])
-    summary.update(ranks=a.ranks, seed=a.seed, env=a.env)
+    summary.update(ranks=a.ranks, seed=a.seed, env=a.env, mismatch=a.mismatch)
     text = json.dumps(summary, indent=1, default=str)
     if a.out:
         Path(a.out).write_text(text + "\n")

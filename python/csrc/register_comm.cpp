@@ -9,8 +9,9 @@
 // an unsupported dtype, not C-contiguous) and strings to enums; every check
 // of the call itself (counts and types of the two arrays, overlap, root,
 // peer, op, compression) is the runtime's Communicator::check_call, raised
-// here on this rank alone before any communication, as
-// ncclz.InvalidArgumentError. The policy's hints are the exception: they are
+// here on this rank before any data moves, as ncclz.InvalidArgumentError
+// (python/ncclz/comm.py then takes part in the call as refused:
+// Communicator::refuse, bound as `refuse`). The policy's hints are the exception: they are
 // rank 0's proposal, so a bad one is left to the call, which fails it on every
 // rank. Only public headers (cpp/include/ncclz/).
 // The GIL is released for every call that may block (rendezvous and every
@@ -518,6 +519,21 @@ class CommHandle {
     blocking([&] { comm->barrier(); });
   }
 
+  /// Communicator::refuse for a call refused before it reached the runtime
+  /// (its kind by name: "all_reduce", ..., "send", "recv").
+  void refuse(const std::string& kind, int root, const std::string& why) {
+    CallArgs a;
+    bool known = false;
+    for (int k = 0; k <= int(CallKind::Scatter) && !known; ++k) {
+      if (kind == ncclz::call_name(CallKind(k))) a.kind = CallKind(k), known = true;
+    }
+    if (!known) throw ncclz::InvalidArgument("refuse: unknown call '" + kind + "'");
+    a.root = root;
+    auto comm = get();
+    blocking([&] { comm->refuse(a, why); });
+  }
+  uint64_t rounds() const { return get()->rounds(); }
+
  private:
   static CallArgs args(CallKind kind, const Buffer& in, const Buffer& out, RedOp op, int root, const Compression& c) {
     CallArgs a;
@@ -812,6 +828,11 @@ void register_comm(nb::module_& m) {
       .def("send", &CommHandle::send, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("recv", &CommHandle::recv, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("barrier", &CommHandle::barrier)
+      .def("refuse", &CommHandle::refuse, "kind"_a, "root"_a, "why"_a,
+           "Takes part in a call this rank refused before the runtime saw it (Communicator::refuse): the others' "
+           "call raises RemoteError, and the ranks' calls stay in step")
+      .def_prop_ro("rounds", &CommHandle::rounds,
+                   "Descriptor rounds this rank took part in (Communicator::rounds): whether a call that raised did")
       .def("abort", &CommHandle::abort, "reason"_a = "aborted by user", nb::call_guard<nb::gil_scoped_release>())
       .def("close", &CommHandle::close, nb::call_guard<nb::gil_scoped_release>());
 }

@@ -34,7 +34,9 @@ Arrays are CPU arrays of NumPy, PyTorch, JAX or any DLPack producer
 and releases the GIL while it communicates, unless made with ``async_op=True``:
 then it is queued and returns a :class:`ncclz.Work` (see :mod:`ncclz._async`;
 ``comm.synchronize()`` waits for every queued call). Errors raise ncclz exceptions:
-InvalidArgumentError for bad calls (raised before any communication),
+InvalidArgumentError for bad calls (raised before any data moves; the rank
+still takes part in the call as refused, so the others' same call raises
+RemoteError and every rank's next call meets the others' next one),
 RemoteError / TimeoutError / AbortedError when a peer fails or a call does
 not match across ranks.
 """
@@ -42,6 +44,7 @@ not match across ranks.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -52,7 +55,7 @@ import numpy as np
 
 from . import _async, _core, _dlpack
 from . import store as _store
-from .errors import InvalidArgumentError, RemoteError
+from .errors import Error, InvalidArgumentError, RemoteError
 from .policy import POLICIES, Call, CommPolicy, Decision, resolve_setting
 from .spec import Lossless, Lossy
 
@@ -280,12 +283,54 @@ def _name_rank(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
+        rounds = self._rounds()
         try:
             return method(self, *args, **kwargs)
-        except (RemoteError, InvalidArgumentError) as e:
+        except (InvalidArgumentError, TypeError) as e:
+            _join_refused(self, method, args, kwargs, rounds)
+            if isinstance(e, TypeError):
+                raise
+            raise _named(self, e) from None
+        except RemoteError as e:
             raise _named(self, e) from None
 
     return wrapper
+
+
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+
+
+def _join_refused(self: Any, method: Any, args: tuple, kwargs: dict, rounds: int | None) -> None:
+    """After this rank refused a call before it reached the runtime (an InvalidArgumentError or TypeError
+    from the checks of Python or of the bindings): the runtime takes part in it as refused
+    (Communicator::refuse), so that the other ranks' call raises RemoteError naming this rank and every
+    rank's next call meets the others' next call. Without it this rank's next call would meet the
+    others' refused one: an error at best, another call's data where the two look alike. Nothing where
+    the call took part already (the runtime's own refusals: its rounds went up by a whole call's) or the
+    communicator is closed; blocks until the others make the call (send / recv: until the peer does), as
+    any call does."""
+    name = method.__name__
+    if rounds is None or name == "barrier":
+        return
+    # The rounds a complete call takes: an uneven all_to_all without recv_counts exchanges its counts
+    # first (one refusal ends the others' call in whichever of the two rounds they are).
+    full = 2 if name == "all_to_all" and kwargs.get("send_counts") is not None and kwargs.get("recv_counts") is None else 1
+    now = self._rounds()
+    if now is None or now - rounds >= full:
+        return
+    root: Any = 0
+    if name in _ROOTED or name in ("send", "recv"):
+        try:
+            bound = inspect.signature(method).bind(self, *args, **kwargs)
+            root = bound.arguments.get("peer" if name in ("send", "recv") else "root", 0)
+        except TypeError:
+            root = None
+        if not isinstance(root, (int, np.integer)) or isinstance(root, bool):
+            if name in ("send", "recv"):
+                return  # no peer to tell
+            root = 0
+    with contextlib.suppress(Error):  # (a timeout or an abort: the refusal itself is what the caller sees)
+        self._native.refuse(name, int(root), "")
 
 
 def _named(self: Any, e: Exception) -> Exception:
@@ -323,9 +368,15 @@ def _queueable(method):
     @functools.wraps(method)
     def wrapper(self, *args, async_op: bool = False, **kwargs):
         if short is not None and not kwargs and async_op is False and (self._queue is None or self._queue.idle()):
+            rounds = self._rounds()
             try:
                 y = getattr(self, short)(*args)
-            except (RemoteError, InvalidArgumentError) as e:
+            except (InvalidArgumentError, TypeError) as e:
+                _join_refused(self, method, args, kwargs, rounds)
+                if isinstance(e, TypeError):
+                    raise
+                raise _named(self, e) from None
+            except RemoteError as e:
                 raise _named(self, e) from None
             if y is not None:
                 return y
@@ -611,6 +662,13 @@ class Communicator:
     @property
     def closed(self) -> bool:
         return self._native.closed
+
+    def _rounds(self) -> int | None:
+        """The runtime's descriptor rounds so far (None once closed): _join_refused's reference."""
+        try:
+            return None if self._native.closed else self._native.rounds
+        except Error:
+            return None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self._transport

@@ -1282,6 +1282,43 @@ TEST(CollectiveArguments, InvalidOnEveryRankOrRemoteOnTheOthers) {
   w.run([&](int, Communicator& comm) { comm.barrier(); });
 }
 
+// Communicator::refuse: rank 2 refuses a call the others make (as a caller
+// with checks of its own does): it returns normally, the others raise
+// RemoteError naming it, rounds() counts the round, and the next calls meet:
+// their sums are right (before, rank 2's next call met the others' refused
+// one). A send refused with a peer that is no peer returns at once.
+TEST(CollectiveArguments, ARefusedCallKeepsTheRanksInStep) {
+  World& w = world(3);
+  w.run([&](int r, Communicator& comm) {
+    const uint64_t before = comm.rounds();
+    std::vector<float> a(100, float(r + 1)), b(100);
+    if (r == 2) {
+      CallArgs args;
+      args.kind = CallKind::AllReduce;
+      comm.refuse(args, "the caller's own check");
+      CallArgs bad_peer;
+      bad_peer.kind = CallKind::Send;
+      bad_peer.root = 9;
+      comm.refuse(bad_peer, "no such peer");
+    } else {
+      try {
+        comm.all_reduce(a.data(), b.data(), 100, DataType::F32, RedOp::Sum, Compression::none());
+        ADD_FAILURE() << "rank " << r << ": the call returned";
+      } catch (const RemoteError& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("invalid arguments"), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_EQ(comm.rounds(), before + 1);
+    for (int k = 1; k <= 3; ++k) {
+      std::fill(a.begin(), a.end(), float(10 * k + r));
+      comm.all_reduce(a.data(), b.data(), 100, DataType::F32, RedOp::Sum, Compression::none());
+      EXPECT_EQ(b[0], float(30 * k + 3)) << "rank " << r << ", call " << k;
+    }
+    EXPECT_EQ(comm.rounds(), before + 4);
+  });
+}
+
 TEST(CollectiveAbort, WakesBlockedCallsAndSticks) {
   World w(3, 4096);
   std::vector<float> a(1000, 1.0f), b(1000);

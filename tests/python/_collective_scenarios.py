@@ -486,12 +486,16 @@ def scenario_pairwise_rooted_errors(ncclz, comm, args):
     expect("a2a_bad_out", lambda: comm.all_to_all(f, out=np.empty((W * 4, 2), np.float32)))
     expect("scatter_root_indivisible", lambda: comm.scatter(np.ones(W * 4 + 1, np.float32), root=r,
                                                              out=None))
-    # the root's output of the wrong shape: the root raises before communicating (the others do not call)
-    if r == 0:
-        expect("gather_bad_out", lambda: comm.gather(f, root=0, out=np.empty((W, 5), np.float32)))
-        expect("reduce_bad_out", lambda: comm.reduce(f, root=0, out=np.empty(5, np.float32)))
-    else:
-        expect("scatter_no_out", lambda: comm.scatter(None, root=0))
+    # root-only buffers, checked where they are used: the root's output of the wrong shape, a non-root's
+    # missing out=; that rank raises InvalidArgumentError and still takes part in the call as refused, so
+    # the others' same call raises RemoteError (and the ranks stay in step)
+    mine, theirs = ncclz.InvalidArgumentError, ncclz.RemoteError
+    expect("gather_bad_out", lambda: comm.gather(f, root=0, out=np.empty((W, 5), np.float32) if r == 0 else None),
+           mine if r == 0 else theirs)
+    expect("reduce_bad_out", lambda: comm.reduce(f, root=0, out=np.empty(5, np.float32) if r == 0 else None),
+           mine if r == 0 else theirs)
+    expect("scatter_no_out", lambda: comm.scatter(np.ones((W * 4, 3), np.float32) if r == 0 else None, root=0),
+           theirs if r == 0 else mine)
     # counts that do not match across ranks: rank 0 sends one more row to rank 1 than rank 1 expects
     sc = [2] * W
     rc = [2] * W

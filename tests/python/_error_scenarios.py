@@ -108,7 +108,11 @@ def scenario_badinput(ncclz, comm, args):
     expect("not_array", lambda: comm.all_reduce([1.0, 2.0]), TypeError)
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False
-    expect("recv_readonly", lambda: comm.recv(ro, 0))
+    # A refused recv still meets its send (the runtime takes part in it as refused): the sender raises.
+    if comm.rank == 0 and comm.world_size > 1:
+        expect("recv_readonly", lambda: comm.recv(ro, 1))
+    elif comm.rank == 1:
+        expect("send_to_refused_recv", lambda: comm.send(np.ones(4, np.float32), 0), ncclz.RemoteError)
     try:
         import torch
 
@@ -132,3 +136,56 @@ def scenario_badinput(ncclz, comm, args):
     comm.all_reduce(x)
     assert np.all(x == sum(range(1, comm.world_size + 1)))
     return {"errors": errs}
+
+
+def scenario_refused_on_one_rank(ncclz, comm, args):
+    """One rank refuses a call the others make (a lossy integer all_reduce, a non-contiguous input, an
+    out= of the wrong shape, a bad root, a read-only recv buffer): it raises InvalidArgumentError, the
+    others RemoteError naming it, and every rank's next calls meet the others' next calls: each later
+    all_reduce sums values that differ from call to call, so a rank a call behind would be seen."""
+    r, W = comm.rank, comm.world_size
+    bad = W - 1  # the refusing rank
+    x = np.ones(1000, np.float32)
+    cases = {
+        "lossy_int": lambda: comm.all_reduce(np.ones(1000, np.int32) if r == bad else x.copy(),
+                                             compression=ncclz.Lossy(rel=1e-3)),
+        "noncontig": lambda: comm.all_gather(np.ones((10, 20), np.float32)[:, ::2] if r == bad else x[:100].copy()),
+        "out_shape": lambda: comm.reduce_scatter(np.ones(W * 8, np.float32),
+                                                 out=np.empty(7 if r == bad else 8, np.float32)),
+        "root": lambda: comm.broadcast(x.copy(), root=W + 5 if r == bad else 0),
+        "short_way": lambda: comm.all_reduce(np.ones(7, np.float16 if r == bad else np.float32)[::1]
+                                             if r != bad else np.ones((4, 4), np.float32).T),
+        # uneven all_to_all: refused after its counts round (lossy integers) and before it (bad counts)
+        "uneven_after_counts": lambda: comm.all_to_all(np.ones(2 * W, np.int32 if r == bad else np.float32),
+                                                       ncclz.Lossy(rel=1e-3), send_counts=[2] * W),
+        "uneven_before_counts": lambda: comm.all_to_all(np.ones(2 * W, np.float32),
+                                                        send_counts=[3 if r == bad else 2] * W),
+    }
+    out, k = {}, 0
+    for name, fn in cases.items():
+        try:
+            fn()
+            out[name] = "returned"
+        except ncclz.Error as e:
+            out[name] = type(e).__name__ + ("" if r == bad or f"rank {bad}" in str(e) else " (another rank named)")
+        for _ in range(2):
+            k += 1
+            y = np.full(64, float(k * 10 + r), np.float32)
+            comm.all_reduce(y)
+            want = sum(k * 10 + q for q in range(W))
+            out[f"{name}/after{k}"] = bool(np.all(y == want))
+    if W > 1:  # a refused recv meets its send
+        ro = np.ones(4, np.float32)
+        ro.flags.writeable = False
+        try:
+            if r == 0:
+                comm.recv(ro, 1)
+            elif r == 1:
+                comm.send(np.ones(4, np.float32), 0)
+            out["recv"] = "returned" if r < 2 else "not in it"
+        except ncclz.Error as e:
+            out["recv"] = type(e).__name__
+        y = np.full(64, float(r), np.float32)
+        comm.all_reduce(y)
+        out["recv/after"] = bool(np.all(y == sum(range(W))))
+    return {"out": out, "bad": bad}

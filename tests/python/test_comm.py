@@ -358,6 +358,22 @@ def test_mismatched_calls_raise_everywhere(tmp_path, transport, what):
         assert res["error"] in ("RemoteError", "TimeoutError", "AbortedError", "InvalidArgumentError"), res
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_call_refused_on_one_rank_keeps_the_ranks_in_step(tmp_path, transport):
+    """A rank that refuses a call the others make (checked in Python, in the bindings) still takes part
+    in it as refused: it raises InvalidArgumentError, the others RemoteError naming it, and the next
+    calls of every rank meet (before, the refusing rank's next call met the others' refused one)."""
+    ranks = run_ranks(tmp_path, "refused_on_one_rank", 3, transport, nccl_timeout=20, timeout=120)
+    ranks.assert_ok()
+    for r, res in enumerate(ranks.results):
+        out, bad = res["out"], res["bad"]
+        for name in ("lossy_int", "noncontig", "out_shape", "root", "short_way", "uneven_after_counts",
+                     "uneven_before_counts"):
+            assert out[name] == ("InvalidArgumentError" if r == bad else "RemoteError"), (r, name, out)
+        assert all(v for k, v in out.items() if "/after" in k), (r, out)
+        assert out["recv"] == {0: "InvalidArgumentError", 1: "RemoteError"}.get(r, "not in it"), (r, out)
+
+
 def test_bad_inputs(tmp_path):
     ranks = run_ranks(tmp_path, "badinput", 2, "shm", timeout=90)
     ranks.assert_ok()

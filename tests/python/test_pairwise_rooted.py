@@ -54,11 +54,15 @@ def test_errors_raise_on_every_rank_and_leave_the_communicator_usable(tmp_path, 
         assert "recv_counts= needs send_counts= too" in e["a2a_recv_only"]
         assert "all_to_all out has 24 elements" in e["a2a_bad_out"]
         assert "divisible by the world size" in e["scatter_root_indivisible"]
+        # root-only buffers: the rank with the bad one raises, the others RemoteError naming it
         if rank == 0:
             assert "gather out has 15 elements (shape (3, 5)), expected shape (3, 12, 3)" in e["gather_bad_out"]
             assert "reduce out has 5 elements" in e["reduce_bad_out"]
+            assert e["scatter_no_out"].startswith("RemoteError") and "invalid arguments" in e["scatter_no_out"]
         else:
             assert "is not the root (0): pass out=" in e["scatter_no_out"]
+            for name in ("gather_bad_out", "reduce_bad_out"):
+                assert e[name].startswith("RemoteError") and "rank 0 called" in e[name], e[name]
         m = e["counts_mismatch"]
         assert m.startswith("RemoteError") and "mismatched counts in all_to_allv" in m, m
         assert "rank 0 sends 9 elements to rank 1 (its send_counts[1]) but rank 1 expects 6 from rank 0" in m, m

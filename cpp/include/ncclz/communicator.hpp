@@ -337,10 +337,27 @@ class Communicator {
   /// caller with both arrays can tell (same type, counts that fit the
   /// collective, no partial overlap: all_reduce may be exactly in place).
   /// Throws InvalidArgument "<call>: <what is wrong and what to do>". For
-  /// callers that must fail alone, before any rank communicates; the calls
-  /// below fail on every rank instead (a rank with invalid arguments raises
-  /// InvalidArgument, the others RemoteError).
+  /// callers that hold typed arrays (the bindings); such a caller then calls
+  /// refuse() below before raising, so the ranks stay in step. The calls
+  /// below fail on every rank by themselves (a rank with invalid arguments
+  /// raises InvalidArgument, the others RemoteError).
   virtual void check_call(const CallArgs& args, const PolicyHints* hints = nullptr) const = 0;
+  /// Takes part in the call `args` names (its kind, and its root, or its peer
+  /// for send / recv; buffers, counts and types unused) as this rank's refused
+  /// call: the descriptor exchange with the call marked invalid, so that the
+  /// other ranks' call raises RemoteError naming this rank and every rank's
+  /// next call meets the others' next call. For a caller that refuses
+  /// arguments itself (check_call above, or checks of its own) and whose
+  /// program goes on making calls: without it, this rank's next call would
+  /// meet the others' refused one. Returns once the others took part (blocks
+  /// until they make their call, or the timeout); a send / recv whose peer
+  /// is no peer returns at once (there is no link). Throws what the exchange
+  /// throws (a timeout, an abort), never InvalidArgument.
+  virtual void refuse(const CallArgs& args, const std::string& why) = 0;
+  /// The descriptor rounds this rank took part in so far (every collective
+  /// and send / recv that reached the exchange, refused ones too): a caller
+  /// tells from it whether a call that raised took part.
+  virtual uint64_t rounds() const = 0;
 
   // The collectives. `hints` is the compression policy's proposal for the call
   // (internal, see ncclz/policy_hints.hpp): only rank 0's counts.

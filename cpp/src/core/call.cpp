@@ -7,6 +7,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "base/log.hpp"
 #include "base/trace.hpp"
@@ -198,6 +199,7 @@ void CallRoutine::premultiply(Collective& cd, DataType t) {
 
 void CallRoutine::collective(const Collective& given, DataType t, const Compression& c, const PolicyHints* hints,
                              CallStats* stats) {
+  const std::string refused = std::exchange(refusal_, std::string());  // refuse_next
   // The timeline (base/trace.hpp): this thread is the calls' thread of the
   // communicator's trace, the call one event, its steps events inside it.
   trace::Bind traced(rt_.trace.get(), 0);
@@ -210,14 +212,15 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   size_t bytes = cd.message * dsize(t);
   Mode m = cd.per_peer() ? c.mode : effective_mode(c, bytes);
   int nch = rt_.channels.pick(bytes);
-  std::string err = check_args(cd, t, m, c, hints, rt_.nranks, rt_.cfg.p2p != 0);
+  std::string err = refused.empty() ? check_args(cd, t, m, c, hints, rt_.nranks, rt_.cfg.p2p != 0) : refused;
   // Device buffers (core/device_call.hpp): checked here, so that a missing
   // device fails the call on every rank.
-  cd.device = buffer_device();
+  cd.device = refused.empty() ? buffer_device() : -1;
   if (err.empty()) err = check_device_call(rt_, cd);
   // 2. describe
   CallDesc d = make_desc(cd, t, m, c, hints);
   d.seq = rt_.seq++;
+  ++rt_.rounds;
   if (!err.empty()) d.flags |= kInvalid;
   if (cd.device >= 0 && err.empty()) d.device = 1;
   if (!rt_.cfg.pipeline_quantize) d.flags |= kEagerQuantize;
@@ -394,6 +397,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
 }
 
 void CallRoutine::point_to_point(const Collective& given, DataType t, const Compression& c, CallStats* stats) {
+  const std::string refused = std::exchange(refusal_, std::string());  // refuse_next
   trace::Bind traced(rt_.trace.get(), 0);
   trace::Scope call_event(coll_name(given.coll));
   CallState call = begin(stats);
@@ -411,12 +415,13 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   const Mode m = effective_mode(c, bytes);
   const int nch = rt_.channels.pick(bytes);
   call.ran = m;
-  std::string err = check_args(cd, t, m, c, nullptr, rt_.nranks);
-  cd.device = buffer_device();
+  std::string err = refused.empty() ? check_args(cd, t, m, c, nullptr, rt_.nranks) : refused;
+  cd.device = refused.empty() ? buffer_device() : -1;
   if (err.empty()) err = check_device_call(rt_, cd);
   // 2. describe; 4.-5. the sender decides and prepares alone
   CallDesc d = make_desc(cd, t, m, c, nullptr);
   d.seq = (sending ? rt_.send_seq : rt_.recv_seq)[size_t(peer)]++;
+  ++rt_.rounds;
   if (!err.empty()) d.flags |= kInvalid;
   if (cd.device >= 0 && err.empty()) d.device = 1;
   LossyCall lossy(rt_, cd, t, c, nch, call);

@@ -71,6 +71,11 @@ class CallRoutine {
   void collective(const Collective& cd, DataType t, const Compression& c, const PolicyHints* hints, CallStats* stats);
   /// send, recv.
   void point_to_point(const Collective& cd, DataType t, const Compression& c, CallStats* stats);
+  /// The next collective or point_to_point call is refused with `why` (its
+  /// arguments unchecked, its buffers untouched): it takes part in the
+  /// descriptor exchange marked invalid and throws InvalidArgument(why), the
+  /// other ranks RemoteError (Communicator::refuse).
+  void refuse_next(std::string why) { refusal_ = std::move(why); }
   void barrier();
 
  private:
@@ -117,6 +122,7 @@ class CallRoutine {
   uint8_t configured_algorithm() const;
 
   Runtime& rt_;
+  std::string refusal_;  ///< refuse_next's reason, taken by the next call
 };
 
 }  // namespace ncclz::core

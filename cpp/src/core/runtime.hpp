@@ -59,6 +59,9 @@ struct Runtime {
   std::unique_ptr<DeviceWork> device_work;  ///< device calls' work (core/device_work.hpp), made by the first
   NonzeroIndex nonzeros;                    ///< the lossy sums' list of input nonzeros (LossyStage)
   uint64_t seq = 0;                         ///< collective calls so far (CallDesc::seq)
+  /// Descriptor rounds this rank took part in (collectives and send/recv
+  /// handshakes, refused ones too): Communicator::rounds.
+  uint64_t rounds = 0;
   std::vector<uint64_t> send_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< sends so far, by peer
   std::vector<uint64_t> recv_seq = std::vector<uint64_t>(size_t(nranks), 0);  ///< receives so far, by peer
   /// The timeline trace (CommConfig::trace_file; base/trace.hpp); null when off.
