@@ -283,18 +283,24 @@ def _name_rank(method):
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        rounds = self._rounds()
-        try:
-            return method(self, *args, **kwargs)
-        except (InvalidArgumentError, TypeError) as e:
-            _join_refused(self, method, args, kwargs, rounds)
-            if isinstance(e, TypeError):
-                raise
-            raise _named(self, e) from None
-        except RemoteError as e:
-            raise _named(self, e) from None
+        return _refusable(self, method, lambda: method(self, *args, **kwargs), args, kwargs)
 
     return wrapper
+
+
+def _refusable(self: Any, method: Any, run: Any, args: tuple, kwargs: dict) -> Any:
+    """run() (a call of `method` with args, kwargs): an error of this rank's arguments takes part in the
+    call as refused (_join_refused) and is raised named; a RemoteError is noted (_named)."""
+    rounds = self._rounds()
+    try:
+        return run()
+    except (InvalidArgumentError, TypeError) as e:
+        _join_refused(self, method, args, kwargs, rounds)
+        if isinstance(e, TypeError):
+            raise
+        raise _named(self, e) from None
+    except RemoteError as e:
+        raise _named(self, e) from None
 
 
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
@@ -368,16 +374,7 @@ def _queueable(method):
     @functools.wraps(method)
     def wrapper(self, *args, async_op: bool = False, **kwargs):
         if short is not None and not kwargs and async_op is False and (self._queue is None or self._queue.idle()):
-            rounds = self._rounds()
-            try:
-                y = getattr(self, short)(*args)
-            except (InvalidArgumentError, TypeError) as e:
-                _join_refused(self, method, args, kwargs, rounds)
-                if isinstance(e, TypeError):
-                    raise
-                raise _named(self, e) from None
-            except RemoteError as e:
-                raise _named(self, e) from None
+            y = _refusable(self, method, lambda: getattr(self, short)(*args), args, kwargs)
             if y is not None:
                 return y
         if not isinstance(async_op, bool):
