@@ -1307,6 +1307,8 @@ TEST(CollectiveArguments, ARefusedCallKeepsTheRanksInStep) {
       } catch (const RemoteError& e) {
         EXPECT_NE(std::string(e.what()).find("rank 2"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("invalid arguments"), std::string::npos) << e.what();
+        // the refusal's count and type are unknown: the message says so instead of "count=0, float32"
+        EXPECT_NE(std::string(e.what()).find("all_reduce(refused before the call"), std::string::npos) << e.what();
       }
     }
     EXPECT_EQ(comm.rounds(), before + 1);
@@ -1316,6 +1318,32 @@ TEST(CollectiveArguments, ARefusedCallKeepsTheRanksInStep) {
       EXPECT_EQ(b[0], float(30 * k + 3)) << "rank " << r << ", call " << k;
     }
     EXPECT_EQ(comm.rounds(), before + 4);
+    // A refused all_to_allv names no count arrays (they are not read), and a
+    // refused broadcast its root in the others' message.
+    std::vector<float> c(3 * 100), d(3 * 100);
+    if (r == 0) {
+      CallArgs v;
+      v.kind = CallKind::AllToAllv;
+      v.send_counts = reinterpret_cast<const size_t*>(uintptr_t(8));  // never read
+      comm.refuse(v, "split sizes");
+    } else {
+      EXPECT_THROW(comm.all_to_all(c.data(), d.data(), 100, DataType::F32, Compression::none()), RemoteError);
+    }
+    if (r == 1) {
+      CallArgs b;
+      b.kind = CallKind::Broadcast;
+      b.root = 2;
+      comm.refuse(b, "");
+    } else {
+      try {
+        comm.broadcast(a.data(), 100, DataType::F32, 2, Compression::none());
+        ADD_FAILURE() << "rank " << r << ": the broadcast returned";
+      } catch (const RemoteError& e) {
+        EXPECT_NE(std::string(e.what()).find("broadcast(root=2, refused before the call"), std::string::npos)
+            << e.what();
+      }
+    }
+    EXPECT_EQ(comm.rounds(), before + 6);
   });
 }
 

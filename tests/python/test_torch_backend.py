@@ -735,6 +735,77 @@ def _rooted(rank: int, world: int, out: dict) -> None:
     dist.barrier()
 
 
+def _local_refusals(rank: int, world: int, out: dict) -> None:
+    """An op that only rank 1 refuses before it is queued (a dtype the op does not reduce, an output of
+    the wrong size, a tensor list of the wrong length) takes part in the others' call as refused: they
+    raise RemoteError naming rank 1 at once. Before, their call met rank 1's next call (here one alike:
+    another call's data, silently) and every later call stayed out of step."""
+    import ncclz.torch as nt
+    import torch.distributed as dist
+    from torch.distributed import ReduceOp
+
+    n = 1002  # divisible by 3
+
+    def val(k: int) -> torch.Tensor:  # call k's input on this rank: the results differ call by call
+        return torch.full((n,), float(100 * k + rank + 1))
+
+    def odd(k: int) -> bool:  # rank 1's first call is refused there
+        return k == 0 and rank == 1
+
+    def bad(t: torch.Tensor, k: int) -> torch.Tensor:  # an integer tensor: no AVG for it
+        return t.to(torch.int32) if odd(k) else t
+
+    root2 = dist.BroadcastOptions()
+    root2.rootRank = 2
+    cases = {  # call(g, k): this rank's call k of the case
+        "all_reduce": lambda g, k: dist.all_reduce(bad(val(k), k), op=ReduceOp.AVG, group=g),
+        "reduce": lambda g, k: dist.reduce(bad(val(k), k), dst=2, op=ReduceOp.AVG, group=g),
+        "all_gather_into_tensor": lambda g, k: dist.all_gather_into_tensor(
+            torch.empty(world * n + odd(k)), val(k), group=g
+        ),
+        "reduce_scatter_tensor": lambda g, k: dist.reduce_scatter_tensor(
+            torch.empty(n // world + odd(k)), val(k), group=g
+        ),
+        "broadcast": lambda g, k: g.broadcast([val(k)] * (1 + odd(k)), root2).wait(),
+        "send_recv": lambda g, k: (
+            g.send([val(k)] * (1 + odd(k)), 0, 0).wait()
+            if rank == 1
+            else g.recv([torch.empty(n)], 1, 0).wait()
+            if rank == 0
+            else None
+        ),
+    }
+    for what, call in cases.items():
+        g = dist.new_group(
+            backend="ncclz", pg_options=nt.Options(compression=None), timeout=datetime.timedelta(seconds=20)
+        )
+        told = what != "send_recv" or rank == 0  # the ranks whose call meets rank 1's
+        t0 = time.monotonic()
+        try:
+            call(g, 0)
+        except ncclz.InvalidArgumentError as e:
+            msg = f"InvalidArgumentError: {e}"
+        except ncclz.RemoteError as e:
+            msg = f"RemoteError: {e}"
+        else:
+            msg = None
+        took = time.monotonic() - t0
+        assert took < 15, f"{what}: {took:.1f} s on rank {rank}"
+        if rank == 1:
+            assert msg is not None and msg.startswith("InvalidArgumentError"), (what, msg)
+        elif told:
+            assert msg is not None and msg.startswith("RemoteError") and "rank 1" in msg, (what, rank, msg)
+        out[f"local/{what}/{rank}"] = (msg or "")[:160]
+        # the next call: the group failed on the others, so no rank's call completes (before, the
+        # others' next call waited for a call rank 1 had already made)
+        try:
+            call(g, 1)
+        except ncclz.Error:
+            continue
+        assert not told and rank != 1, f"{what}: rank {rank}'s next call completed after the refused one"
+    dist.barrier()
+
+
 def _anysource_timeouts(rank: int, world: int, out: dict) -> None:
     """recv without src (Options(any_source=True)), its refusal without the option, and c10d's
     per-call timeout (opts.timeout)."""
@@ -1057,6 +1128,7 @@ SCENARIOS = {
     "lossy": _lossy,
     "rooted": _rooted,
     "anysource_timeouts": _anysource_timeouts,
+    "local_refusals": _local_refusals,
     "train": _train,
     "bad_options": _bad_options,
     "dead_peer": _dead_peer,
@@ -1150,6 +1222,12 @@ def test_reduce_gather_scatter_all_to_all(tmp_path):
     # the uneven lossy all-to-all: rank totals differ around min_elements, the mode is the same
     sends = [sum(8 * _send_rows(i, j) * 64 for j in range(3)) for i in range(3)]
     assert min(sends) < 1500 <= sum(sends) // 3, sends
+
+
+def test_a_call_only_one_rank_refuses_fails_the_others_at_once(tmp_path):
+    _run("local_refusals", 3, tmp_path)
+    res = _results(tmp_path, range(3))
+    assert all(len(r) == 6 for r in res), res
 
 
 def test_recv_from_any_source_and_per_call_timeouts(tmp_path):

@@ -222,6 +222,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   d.seq = rt_.seq++;
   ++rt_.rounds;
   if (!err.empty()) d.flags |= kInvalid;
+  if (!refused.empty()) d.mode = kRefusedMode;
   if (cd.device >= 0 && err.empty()) d.device = 1;
   if (!rt_.cfg.pipeline_quantize) d.flags |= kEagerQuantize;
   if (!d.algorithm) d.algorithm = configured_algorithm();
@@ -423,6 +424,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   d.seq = (sending ? rt_.send_seq : rt_.recv_seq)[size_t(peer)]++;
   ++rt_.rounds;
   if (!err.empty()) d.flags |= kInvalid;
+  if (!refused.empty()) d.mode = kRefusedMode;
   if (cd.device >= 0 && err.empty()) d.device = 1;
   LossyCall lossy(rt_, cd, t, c, nch, call);
   // Device buffers: a lossy send codes on the device (plan_send), a lossy

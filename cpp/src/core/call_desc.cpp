@@ -45,6 +45,15 @@ std::string describe(const CallDesc& d) {
   const Coll c = Coll(d.coll);
   s << coll_name(c) << "(";
   if (c == Coll::Barrier) return s.str() + ")";
+  if (d.mode == kRefusedMode) {
+    // Communicator::refuse: only the kind and the root or peer are known.
+    if (c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter) {
+      s << "root=" << d.root << ", ";
+    }
+    if (c == Coll::Send) s << "peer=" << d.peer << ", ";
+    if (c == Coll::Recv) s << "peer=" << d.root << ", ";
+    return s.str() + "refused before the call: its arguments failed that rank's own checks)";
+  }
   s << (c == Coll::ReduceScatter || c == Coll::Scatter ? "recv_count="
         : c == Coll::AllGather || c == Coll::Gather    ? "send_count="
         : c == Coll::AllToAllv                         ? "send_total="

@@ -103,6 +103,10 @@ struct CallDesc {
   /// (CommConfig::hier_rounds 0); any rank's counts for every rank.
   uint8_t algorithm = 0;
 };
+/// CallDesc::mode of a call refused before it reached the runtime
+/// (Communicator::refuse, always with kInvalid): its count, type and
+/// compression are unknown, and describe() says so instead of printing zeros.
+constexpr uint8_t kRefusedMode = 0xff;
 constexpr uint8_t kAlgorithmBits = 0x7f;
 constexpr uint8_t kHierPhases = 0x80;
 static_assert(sizeof(CallDesc) == 96, "CallDesc has no padding holes");

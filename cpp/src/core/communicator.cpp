@@ -485,28 +485,17 @@ std::string call_words(const char* what, size_t count, DataType t, std::thread::
 
 void CommunicatorImpl::refuse(const CallArgs& a, const std::string& why) {
   CallGuard g(this, call_name(a.kind), 0, a.send_type);
-  // The call's descriptor without its buffers: no elements, so that nothing
-  // reads counts or buffers the refusal does not trust (all_to_allv: the
-  // descriptor of all_to_all; the kind only names the call in the others' error).
-  const int root = a.root;
-  core::Collective cd;
-  bool p2p = false;
-  switch (a.kind) {
-    case CallKind::AllReduce: cd = core::all_reduce_desc(nullptr, nullptr, 0, a.op); break;
-    case CallKind::ReduceScatter: cd = core::reduce_scatter_desc(nullptr, nullptr, 0, a.op, size_); break;
-    case CallKind::AllGather: cd = core::all_gather_desc(nullptr, nullptr, 0, size_); break;
-    case CallKind::Broadcast: cd = core::broadcast_desc(nullptr, 0, root, rank_); break;
-    case CallKind::Reduce: cd = core::reduce_desc(nullptr, nullptr, 0, a.op, root, rank_); break;
-    case CallKind::Gather: cd = core::gather_desc(nullptr, nullptr, 0, root, rank_, size_); break;
-    case CallKind::Scatter: cd = core::scatter_desc(nullptr, nullptr, 0, root, rank_, size_); break;
-    case CallKind::AllToAll:
-    case CallKind::AllToAllv: cd = core::all_to_all_desc(nullptr, nullptr, 0, rank_, size_); break;
-    case CallKind::Send: cd = core::send_desc(nullptr, 0, rank_, root), p2p = true; break;
-    case CallKind::Recv: cd = core::recv_desc(nullptr, 0, rank_, root), p2p = true; break;
-  }
+  // The call's descriptor without its buffers or counts, which the refusal
+  // does not trust (all_to_allv: all_to_all's, which reads no count arrays;
+  // the kind only names the call in the others' error).
+  CallArgs named;
+  named.kind = a.kind == CallKind::AllToAllv ? CallKind::AllToAll : a.kind;
+  named.op = a.op;
+  named.root = a.root;
+  const core::Collective cd = core::desc_of(named, rank_, size_);
   routine_->refuse_next(why.empty() ? std::string("refused by the caller") : why);
   try {
-    if (p2p) {
+    if (cd.p2p()) {
       routine_->point_to_point(cd, a.send_type, Compression::none(), nullptr);
     } else {
       routine_->collective(cd, a.send_type, Compression::none(), nullptr, nullptr);
@@ -514,7 +503,6 @@ void CommunicatorImpl::refuse(const CallArgs& a, const std::string& why) {
   } catch (const InvalidArgument&) {
     // The refusal itself (or, send / recv, a peer that is no peer).
   }
-  routine_->refuse_next(std::string());
 }
 
 CommunicatorImpl::CallGuard::CallGuard(CommunicatorImpl* c, const char* what, size_t count, DataType t) : c_(c) {

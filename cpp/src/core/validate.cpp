@@ -193,13 +193,9 @@ std::string check_arrays(const CallArgs& a, int rank, int nranks) {
   return "";
 }
 
-void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nranks, bool p2p_links) {
-  auto raise = [&](const std::string& err) {
-    if (!err.empty()) throw InvalidArgument(std::string(call_name(a.kind)) + ": " + err);
-  };
-  raise(check_arrays(a, rank, nranks));
-  Collective cd;
+Collective desc_of(const CallArgs& a, int rank, int nranks, DataType* type) {
   DataType t = a.send_type;
+  Collective cd;
   switch (a.kind) {
     case CallKind::AllReduce: cd = all_reduce_desc(a.send, const_cast<void*>(a.recv), a.send_count, a.op); break;
     case CallKind::ReduceScatter:
@@ -210,13 +206,9 @@ void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nrank
       t = a.recv_type;
       cd = broadcast_desc(const_cast<void*>(a.recv), a.recv_count, a.root, rank);
       break;
-    case CallKind::Send:
-      raise(check_peer(a.root, rank, nranks, p2p_links));
-      cd = send_desc(a.send, a.send_count, rank, a.root);
-      break;
+    case CallKind::Send: cd = send_desc(a.send, a.send_count, rank, a.root); break;
     case CallKind::Recv:
       t = a.recv_type;
-      raise(check_peer(a.root, rank, nranks, p2p_links));
       cd = recv_desc(const_cast<void*>(a.recv), a.recv_count, rank, a.root);
       break;
     case CallKind::AllToAll:
@@ -233,8 +225,20 @@ void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nrank
       t = a.recv_type;
       cd = scatter_desc(a.send, const_cast<void*>(a.recv), a.recv_count, a.root, rank, nranks);
       break;
-    default: raise("unknown call kind " + std::to_string(int(a.kind)));
+    default: throw InvalidArgument(std::string("unknown call kind ") + std::to_string(int(a.kind)));
   }
+  if (type) *type = t;
+  return cd;
+}
+
+void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nranks, bool p2p_links) {
+  auto raise = [&](const std::string& err) {
+    if (!err.empty()) throw InvalidArgument(std::string(call_name(a.kind)) + ": " + err);
+  };
+  raise(check_arrays(a, rank, nranks));
+  if (a.kind == CallKind::Send || a.kind == CallKind::Recv) raise(check_peer(a.root, rank, nranks, p2p_links));
+  DataType t = a.send_type;
+  const Collective cd = desc_of(a, rank, nranks, &t);
   // all_to_allv's message size is known after the counts round: its requested mode is checked.
   const Mode m = cd.per_peer() ? a.compression.mode : effective_mode(a.compression, cd.message * dsize(t));
   raise(check_args(cd, t, m, a.compression, cd.p2p() ? nullptr : hints, nranks, p2p_links));

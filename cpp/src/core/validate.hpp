@@ -42,6 +42,12 @@ std::string check_peer(int peer, int rank, int nranks, bool p2p_links);
 /// collective, no partial overlap (root-only buffers: on the root only).
 std::string check_arrays(const CallArgs& a, int rank, int nranks);
 
+/// The collective a call's arguments describe, and (type) the type of the
+/// buffer it moves: the builders of core/collective.hpp by kind, nothing
+/// checked (send / recv: check_peer first). Throws InvalidArgument for an
+/// unknown kind.
+Collective desc_of(const CallArgs& a, int rank, int nranks, DataType* type = nullptr);
+
 /// Communicator::check_call: every check above, raised as InvalidArgument
 /// "<call>: <what>" without communicating.
 void check_call(const CallArgs& a, const PolicyHints* hints, int rank, int nranks, bool p2p_links);

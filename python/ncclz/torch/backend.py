@@ -40,12 +40,13 @@ How a group works:
 - ``destroy_process_group`` (``shutdown``) waits for queued work, then closes
   the communicators; ``abort`` and interpreter exit abort them first, so no
   call outlives the process and no thread is left blocked.
-- An argument error that only one rank can see (the root's gather / scatter
-  list, this rank's all-to-all split sizes) raises ``InvalidArgumentError``
-  there after that rank issued a call that differs from the others' (a
-  one-byte broadcast): the runtime's call check fails the others' call at once
-  with ``RemoteError`` naming that rank, instead of leaving them waiting for
-  the group's timeout (:meth:`ProcessGroupNCCLZ._refuse`).
+- An op that raises before it queued its call (an argument error: the
+  root's gather / scatter list, this rank's all-to-all split sizes, a tensor
+  of the wrong size or kind) queues a refusal in the call's place
+  (:mod:`._refusal`): where only this rank refused, the others' call fails at
+  once with ``RemoteError`` naming it (instead of meeting this rank's next
+  call, or waiting for the group's timeout); where every rank refused alike,
+  each raises its own error and the group goes on.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from ..errors import AbortedError, InvalidArgumentError, RemoteError
 from ..errors import TimeoutError as NcclzTimeoutError
 from ..spec import Lossy
 from . import _tensors as T
+from ._refusal import count_queued, joins
 from ._work import Work, Worker, caller_stream, timeout_seconds
 from .options import Options
 
@@ -410,7 +412,9 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 if timer is not None:
                     timer.cancel()
 
-        return (worker or self._worker).submit(run, work)
+        queued = (worker or self._worker).submit(run, work)
+        count_queued()
+        return queued
 
     def _work(self, op: str, outputs: Any, inputs: Any = None) -> Work:
         """A Work for ``outputs``; CUDA calls remember the caller's current stream (the job runs with it,
@@ -510,6 +514,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 eb = st.error_bound / (self._size_ if op.name == "sum" else 1)
                 ef.keep(key, _residual(before, 2.0 * eb))
 
+    @joins("all_reduce")
     def allreduce(self, tensors: list, opts: Any = None) -> Work:
         t = T.check_one(tensors, "all_reduce")
         op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -523,6 +528,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return self._submit("all_reduce", tensors, job, opts=opts)
 
+    @joins("all_reduce")
     def allreduce_coalesced(self, tensors: list, opts: Any = None) -> Work:
         ts = [T.check_tensor(t, "all_reduce_coalesced") for t in tensors]
         op = T.reduce_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -592,6 +598,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return job
 
+    @joins("reduce_scatter")
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         out = T.check_tensor(output, "reduce_scatter_single output")
         inp = T.check_tensor(input, "reduce_scatter_single input")
@@ -605,6 +612,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @joins("reduce_scatter")
     def reduce_scatter_single_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Work:
         if len(outputs) != len(inputs):
             raise InvalidArgumentError(
@@ -629,6 +637,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
+    @joins("reduce_scatter")
     def reduce_scatter(self, output_tensors: list, input_lists: list, opts: Any = None) -> Work:
         out = T.check_one(output_tensors, "reduce_scatter output")
         if not isinstance(input_lists, (list, tuple)) or len(input_lists) != 1:
@@ -697,6 +706,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return job
 
+    @joins("all_gather")
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Work:
         out = T.check_tensor(output, "all_gather_single output")
         inp = T.check_tensor(input, "all_gather_single input")
@@ -706,6 +716,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
     _allgather_base = all_gather_single
 
+    @joins("all_gather")
     def all_gather_single_coalesced(self, outputs: list, inputs: list, opts: Any = None) -> Work:
         if len(outputs) != len(inputs):
             raise InvalidArgumentError(
@@ -768,6 +779,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return job
 
+    @joins("all_gather")
     def allgather(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
         inp = T.check_one(input_tensors, "all_gather input")
         if not isinstance(output_lists, (list, tuple)) or len(output_lists) != 1:
@@ -779,6 +791,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             opts=opts,
         )
 
+    @joins("all_gather")
     def allgather_coalesced(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
         # output_lists[r][i] receives rank r's input i
         w = self._size_
@@ -804,6 +817,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return self._submit("all_gather_coalesced", output_lists, job, opts=opts)
 
+    @joins("broadcast", "rooted")
     def broadcast(self, tensors: list, opts: Any = None) -> Work:
         t = T.check_one(tensors, "broadcast")
         root = int(opts.rootRank) if opts is not None else 0
@@ -868,6 +882,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             )
         return peer
 
+    @joins("send", "p2p")
     def send(self, tensors: list, dst: int, tag: int = 0) -> Work:
         t = T.check_one(tensors, "send")
         dst = self._check_peer(dst, "send")
@@ -886,6 +901,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return self._submit("send", tensors, job, worker)
 
+    @joins("recv", "p2p")
     def recv(self, tensors: list, src: int, tag: int = 0) -> Work:
         t = T.check_one(tensors, "recv")
         src = self._check_peer(src, "recv")
@@ -980,23 +996,39 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
     def _refuse(self, op: str, error: InvalidArgumentError) -> None:
         """Raises ``error``, an argument error of ``op`` that only this rank can see (a root-only list,
-        this rank's split sizes). The other ranks are making ``op``: so that they do not wait for the
-        group's timeout, this rank first issues a call that certainly differs from theirs (a one-byte
-        broadcast), which the runtime's call check turns into RemoteError on every rank at once (it
-        names this rank and its call). Where every rank refuses alike the broadcast just completes."""
-        poison = torch.zeros(1, dtype=torch.uint8)
-
-        def job(work: Work) -> None:
-            self._comm.broadcast(poison, root=0)
-
-        try:
-            self._submit(f"{op} (refused on rank {self._rank_})", [], job)
-        except Exception:  # noqa: BLE001, S110 - a group already shut down or failed: nobody waits
-            pass
+        this rank's split sizes), named; the op's :func:`._refusal.joins` then takes part in the others'
+        call as refused, which fails it there at once with RemoteError naming this rank."""
         raise InvalidArgumentError(
             f"rank {self._rank_}: {error}. The call was cancelled on every rank (the others' {op} fails with "
             "RemoteError naming this rank)"
         ) from None
+
+    def _join_refused(self, kind: str, target: int, error: BaseException) -> None:
+        """Queues this rank's part in a call it refused before queueing it (see :mod:`._refusal`): the
+        runtime's refusal of ``kind`` (``target``: its root, or for send / recv the peer), in order on the
+        worker the call would have run on. Nothing where the group is shut down or failed."""
+        why = f"{type(error).__name__}: {error}"
+        if kind in ("send", "recv"):
+            src, dst = (self._rank_, target) if kind == "send" else (target, self._rank_)
+            worker, holder = self._p2p_channel(src, dst)
+            announce = kind == "send" and self._options.any_source
+
+            def job(work: Work) -> None:
+                if announce:  # a recv from any source on dst picks this refusal like a send
+                    self._store.add(_sent_key(src, dst), 1)
+                comm = self._p2p_comm(holder, src, dst)
+                comm._native.refuse(kind, 1 if kind == "send" else 0, why)
+
+        else:
+            worker = self._worker
+
+            def job(work: Work) -> None:
+                self._comm._native.refuse(kind, target, why)
+
+        try:
+            self._submit(f"{kind} (refused on rank {self._rank_})", [], job, worker)
+        except Exception:  # noqa: BLE001, S110 - a group already shut down or failed: nobody waits
+            pass
 
     def _root_list(self, lists: Any, like: torch.Tensor, what: str, name: str) -> list:
         """The root's list of world-size tensors (``gather_list`` / ``scatter_list``), each like ``like``."""
@@ -1025,6 +1057,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
                 )
         return ts
 
+    @joins("reduce", "rooted")
     def reduce(self, tensors: list, opts: Any = None) -> Work:
         t = T.check_one(tensors, "reduce")
         root = self._root(opts, "reduce")
@@ -1041,6 +1074,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return self._submit("reduce", tensors, job, opts=opts)
 
+    @joins("gather", "rooted")
     def gather(self, output_lists: list, input_tensors: list, opts: Any = None) -> Work:
         inp = T.check_one(input_tensors, "gather input")
         root = self._root(opts, "gather")
@@ -1062,6 +1096,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return self._submit("gather", output_lists if outs is not None else [], job, opts=opts, inputs=[inp])
 
+    @joins("scatter", "rooted")
     def scatter(self, output_tensors: list, input_lists: list, opts: Any = None) -> Work:
         out = T.check_one(output_tensors, "scatter output")
         root = self._root(opts, "scatter")
@@ -1140,6 +1175,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
         return job
 
+    @joins("all_to_all")
     def all_to_all_single(
         self,
         output: torch.Tensor,
@@ -1160,6 +1196,7 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
 
     alltoall_base = all_to_all_single
 
+    @joins("all_to_all")
     def alltoall(self, output_tensors: list, input_tensors: list, opts: Any = None) -> Work:
         w = self._size_
         try:
