@@ -1225,9 +1225,44 @@ def test_reduce_gather_scatter_all_to_all(tmp_path):
 
 
 def test_a_call_only_one_rank_refuses_fails_the_others_at_once(tmp_path):
-    _run("local_refusals", 3, tmp_path)
+    outs = _run("local_refusals", 3, tmp_path)
     res = _results(tmp_path, range(3))
     assert all(len(r) == 6 for r in res), res
+    # failed groups leave nothing alive at exit (before: "nanobind: leaked instance ... Communicator")
+    assert not any("leaked" in o for o in outs), [o[-2000:] for o in outs if "leaked" in o]
+
+
+def test_a_failed_work_frees_what_its_job_held():
+    """A Work whose job raised gives its Future the error without the job's traceback: the Future
+    holds it in C++, where Python's collector cannot see it, so a traceback there kept the job's
+    frames (its group, communicators) alive until exit. Same type, message and attributes."""
+    import gc
+    import weakref
+
+    from ncclz.torch._work import Work, Worker
+
+    class Held:
+        pass
+
+    held = Held()
+    ref = weakref.ref(held)
+
+    def job(w, h=held):  # h: what the job's frame holds
+        err = ncclz.RemoteError("rank 2 failed")
+        err.rank = 2
+        raise err
+
+    worker = Worker("test-worker")
+    w = worker.submit(job, Work("all_reduce", []))
+    with pytest.raises(ncclz.RemoteError, match="rank 2 failed"):
+        w.wait()
+    with pytest.raises(ncclz.RemoteError, match="rank 2 failed") as got:
+        w.get_future().wait()
+    assert got.value.rank == 2 and type(got.value) is ncclz.RemoteError
+    worker.close("test over")
+    del held, job, w, got
+    gc.collect()
+    assert ref() is None, "the failed job's frame is still alive"
 
 
 def test_recv_from_any_source_and_per_call_timeouts(tmp_path):

@@ -108,7 +108,7 @@ class Work(dist.Work):
             return
         self._error = error
         try:
-            self._future.set_exception(error)
+            self._future.set_exception(_detached(error))
         finally:
             self._done.set()
 
@@ -182,6 +182,20 @@ def caller_stream(tensors: Any) -> Any:
 def on_stream(stream: Any) -> Any:
     """``torch.cuda.stream(stream)`` for a CUDA stream, a no-op context for None."""
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _detached(error: BaseException) -> BaseException:
+    """``error`` for the torch Future: the same type, message and attributes, without its traceback,
+    cause or context. The Future holds it in C++, a reference Python's garbage collector cannot see:
+    a traceback there kept its frames (the job's closure: the group and its communicators) and the
+    Work alive until exit, where nanobind reported the communicators' native objects as leaked."""
+    try:
+        copy = type(error).__new__(type(error), *error.args)
+        copy.__dict__.update(getattr(error, "__dict__", {}))
+    except Exception:  # noqa: BLE001 - an exception type that cannot be made again: its text
+        copy = RuntimeError(f"{type(error).__name__}: {error}")
+    BaseException.__init__(copy, *error.args)
+    return copy
 
 
 class Worker:
