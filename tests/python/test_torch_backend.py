@@ -795,6 +795,8 @@ def _local_refusals(rank: int, world: int, out: dict) -> None:
             assert msg is not None and msg.startswith("InvalidArgumentError"), (what, msg)
         elif told:
             assert msg is not None and msg.startswith("RemoteError") and "rank 1" in msg, (what, rank, msg)
+        if what == "send_recv" and rank == 0:  # who is who in the group, before the pair link's numbers
+            assert "rank 0 receiving from rank 1" in msg, msg
         out[f"local/{what}/{rank}"] = (msg or "")[:160]
         # the next call: the group failed on the others, so no rank's call completes (before, the
         # others' next call waited for a call rank 1 had already made)

@@ -53,11 +53,13 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import datetime
 import os
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -67,7 +69,7 @@ import torch.distributed as dist
 from .. import _core
 from .. import store as _store
 from ..comm import Communicator, make_unique_id
-from ..errors import AbortedError, InvalidArgumentError, RemoteError
+from ..errors import AbortedError, Error, InvalidArgumentError, RemoteError
 from ..errors import TimeoutError as NcclzTimeoutError
 from ..spec import Lossy
 from . import _tensors as T
@@ -870,6 +872,25 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             holder["comm"] = comm
         return comm
 
+    @contextlib.contextmanager
+    def _pair_errors(self, src: int, dst: int) -> Iterator[None]:
+        """Errors of the (src -> dst) pair's communicator, led by who this rank is in the group: that
+        communicator numbers the sender 0 and the receiver 1, which its own messages use."""
+        try:
+            yield
+        except Error as e:
+            me, other = ("sending to", dst) if src == self._rank_ else ("receiving from", src)
+            lead = (
+                f"ncclz process group {self._group_id!r}: rank {self._rank_} {me} rank {other} "
+                f"(below, as their pair's link numbers them: sender rank {src} = 0, receiver rank {dst} = 1): "
+            )
+            try:
+                named = type(e)(lead + str(e))
+            except Exception:  # noqa: BLE001 - an error type that takes other arguments: as it was
+                raise e from None
+            named.__dict__.update(getattr(e, "__dict__", {}))
+            raise named from None
+
     def _global(self, r: int) -> int:
         """The job-wide rank of this group's rank r."""
         return self._global_ranks[r] if len(self._global_ranks) == self._size_ else r
@@ -895,8 +916,9 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         def job(work: Work) -> None:
             if announce:  # a recv without src on dst counts the sends to it (before the pair's link exists)
                 self._store.add(_sent_key(self._rank_, dst), 1)
-            comm = self._p2p_comm(holder, self._rank_, dst)
-            comm.send(x, 1, compression=spec)
+            with self._pair_errors(self._rank_, dst):
+                comm = self._p2p_comm(holder, self._rank_, dst)
+                comm.send(x, 1, compression=spec)
             self._note(work, comm)
 
         return self._submit("send", tensors, job, worker)
@@ -915,8 +937,9 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
         worker, holder = self._p2p_channel(src, self._rank_)
 
         def job(w: Work) -> None:
-            comm = self._p2p_comm(holder, src, self._rank_)
-            comm.recv(x, 0, compression=spec)
+            with self._pair_errors(src, self._rank_):
+                comm = self._p2p_comm(holder, src, self._rank_)
+                comm.recv(x, 0, compression=spec)
             self._note(w, comm)
             if staged:
                 _copy_bytes_into(t, x)
@@ -1016,8 +1039,9 @@ class ProcessGroupNCCLZ(dist.ProcessGroup):
             def job(work: Work) -> None:
                 if announce:  # a recv from any source on dst picks this refusal like a send
                     self._store.add(_sent_key(src, dst), 1)
-                comm = self._p2p_comm(holder, src, dst)
-                comm._native.refuse(kind, 1 if kind == "send" else 0, why)
+                with self._pair_errors(src, dst):
+                    comm = self._p2p_comm(holder, src, dst)
+                    comm._native.refuse(kind, 1 if kind == "send" else 0, why)
 
         else:
             worker = self._worker
