@@ -757,6 +757,8 @@ def _local_refusals(rank: int, world: int, out: dict) -> None:
 
     root2 = dist.BroadcastOptions()
     root2.rootRank = 2
+    avg = dist.AllreduceCoalescedOptions()
+    avg.reduceOp = ReduceOp.AVG
     cases = {  # call(g, k): this rank's call k of the case
         "all_reduce": lambda g, k: dist.all_reduce(bad(val(k), k), op=ReduceOp.AVG, group=g),
         "reduce": lambda g, k: dist.reduce(bad(val(k), k), dst=2, op=ReduceOp.AVG, group=g),
@@ -767,6 +769,19 @@ def _local_refusals(rank: int, world: int, out: dict) -> None:
             torch.empty(n // world + odd(k)), val(k), group=g
         ),
         "broadcast": lambda g, k: g.broadcast([val(k)] * (1 + odd(k)), root2).wait(),
+        "all_reduce_coalesced": lambda g, k: g.allreduce_coalesced([val(k), bad(val(k), k)], avg).wait(),
+        "all_gather_list": lambda g, k: dist.all_gather(
+            [torch.empty(n) for _ in range(world + odd(k))], val(k), group=g
+        ),
+        "reduce_scatter_list": lambda g, k: dist.reduce_scatter(
+            torch.empty(n), [val(k) for _ in range(world - odd(k))], group=g
+        ),
+        "all_to_all_list": lambda g, k: dist.all_to_all(
+            [torch.empty(n) for _ in range(world + odd(k))], [val(k)] * world, group=g
+        ),
+        "gather_list_on_root": lambda g, k: dist.gather(
+            val(k), [torch.empty(n) for _ in range(world + odd(k))] if rank == 1 else None, dst=1, group=g
+        ),
         "send_recv": lambda g, k: (
             g.send([val(k)] * (1 + odd(k)), 0, 0).wait()
             if rank == 1
@@ -1229,7 +1244,7 @@ def test_reduce_gather_scatter_all_to_all(tmp_path):
 def test_a_call_only_one_rank_refuses_fails_the_others_at_once(tmp_path):
     outs = _run("local_refusals", 3, tmp_path)
     res = _results(tmp_path, range(3))
-    assert all(len(r) == 6 for r in res), res
+    assert all(len(r) == 11 for r in res), res
     # failed groups leave nothing alive at exit (before: "nanobind: leaked instance ... Communicator")
     assert not any("leaked" in o for o in outs), [o[-2000:] for o in outs if "leaked" in o]
 
