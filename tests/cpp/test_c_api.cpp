@@ -137,6 +137,52 @@ TEST(CApi, ErrorsAreResultCodes) {
   EXPECT_STRNE(ncclzGetErrorString(ncclzAborted), "");
 }
 
+// A call whose arguments the C API cannot convert (an unknown type, op or
+// compression mode) on one rank only: that rank returns InvalidArgument, the
+// others RemoteError naming it, and the next calls meet (before, that rank
+// took no part: its next call met the others' refused one, and their sums
+// came out of two different calls).
+TEST(CApi, ACallOneRankCannotConvertKeepsTheRanksInStep) {
+  CWorld w(3);
+  w.run([&](int r, ncclzComm_t comm) {
+    std::vector<float> a(100), b(100);
+    auto fill = [&](int k) { std::fill(a.begin(), a.end(), float(10 * k + r)); };
+    for (int bad = 0; bad < 3; ++bad) {  // three kinds of argument, each refused on another rank
+      fill(0);
+      ncclzDataType_t t = ncclzFloat32;
+      ncclzRedOp_t op = ncclzSum;
+      ncclzCompression_t z = ncclzCompressionNone();
+      if (r == bad && bad == 0) t = ncclzDataType_t(99);
+      if (r == bad && bad == 1) op = ncclzRedOp_t(42);
+      if (r == bad && bad == 2) z.mode = ncclzCompressionMode_t(9);
+      const ncclzResult_t res = ncclzAllReduce(a.data(), b.data(), 100, t, op, z, comm);
+      if (r == bad) {
+        EXPECT_EQ(res, ncclzInvalidArgument) << ncclzGetLastError(comm);
+      } else {
+        EXPECT_EQ(res, ncclzRemoteError) << ncclzGetLastError(comm);
+        EXPECT_NE(std::string(ncclzGetLastError(comm)).find("rank " + std::to_string(bad)), std::string::npos)
+            << ncclzGetLastError(comm);
+      }
+      fill(1);
+      ASSERT_EQ(ncclzAllReduce(a.data(), b.data(), 100, ncclzFloat32, ncclzSum, ncclzCompressionNone(), comm),
+                ncclzSuccess)
+          << ncclzGetLastError(comm);
+      EXPECT_EQ(b[0], 33.0f) << "rank " << r << " after a refusal on rank " << bad;
+    }
+    // A send of an unknown type: the receiver's recv fails, the next send meets the next recv.
+    fill(2);
+    if (r == 0) {
+      EXPECT_EQ(ncclzSend(a.data(), 100, ncclzDataType_t(77), 1, ncclzCompressionNone(), comm), ncclzInvalidArgument);
+      EXPECT_EQ(ncclzSend(a.data(), 100, ncclzFloat32, 1, ncclzCompressionNone(), comm), ncclzSuccess);
+    } else if (r == 1) {
+      EXPECT_EQ(ncclzRecv(b.data(), 100, ncclzFloat32, 0, ncclzCompressionNone(), comm), ncclzRemoteError);
+      EXPECT_EQ(ncclzRecv(b.data(), 100, ncclzFloat32, 0, ncclzCompressionNone(), comm), ncclzSuccess)
+          << ncclzGetLastError(comm);
+      EXPECT_EQ(b[0], 20.0f);
+    }
+  });
+}
+
 TEST(CApi, RootedAndAllToAllCollectives) {
   CWorld w(3);
   w.run([&](int r, ncclzComm_t comm) {

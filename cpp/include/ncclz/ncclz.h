@@ -13,6 +13,12 @@
  *   ncclzCompression_t c = ncclzCompressionLossyAbs(1e-3);
  *   ncclzAllReduce(send, recv, n, ncclzFloat32, ncclzSum, c, comm);
  *
+ * A data call with an argument this API cannot take (an unknown type, op or
+ * compression mode) returns ncclzInvalidArgument on its rank after taking part
+ * in the call as refused, as the runtime's own checks do: the other ranks'
+ * call returns ncclzRemoteError naming that rank, and every rank's next call
+ * meets the others' next call.
+ *
  * Error-bound contract (docs/ALGORITHMS.md, ARCHITECTURE.md): lossy results
  * are within the bound E of the exact fp64 result for every finite element;
  * lossless results are bit-identical to ncclzCompressionNone(); outputs are

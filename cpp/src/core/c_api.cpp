@@ -110,6 +110,48 @@ ncclz::Communicator& comm_or_throw(ncclzComm_t comm) {
   return *comm->impl;
 }
 
+// Runs what a data call does before it reaches the communicator (converting
+// its type, op and compression; broadcast's copy on the root). Where that
+// fails, this rank still takes part in the call as refused
+// (Communicator::refuse: `kind` and `root`, or the peer), as a call the
+// runtime refuses does: the other ranks' call then fails naming this rank
+// instead of meeting this rank's next call (another call's data, where the
+// two look alike). The error returned is this rank's own.
+template <class Prepare>
+void preparing(ncclz::Communicator& c, ncclz::CallKind kind, int root, Prepare&& prepare) {
+  try {
+    prepare();
+  } catch (const std::exception& e) {
+    ncclz::CallArgs a;
+    a.kind = kind;
+    a.root = root;
+    try {
+      c.refuse(a, e.what());
+    } catch (const std::exception&) {
+      // The refusal's own failure (a timeout, an abort) shows on the next call.
+    }
+    throw;
+  }
+}
+
+// A data call's type, op and compression, converted (see preparing()).
+struct Converted {
+  ncclz::DataType type = ncclz::DataType::F32;
+  ncclz::RedOp op = ncclz::RedOp::Sum;
+  ncclz::Compression compression;
+};
+
+Converted convert(ncclz::Communicator& c, ncclz::CallKind kind, int root, ncclzDataType_t t, ncclzCompression_t z,
+                  const ncclzRedOp_t* op = nullptr) {
+  Converted v;
+  preparing(c, kind, root, [&] {
+    v.type = dtype_or_throw(t);
+    if (op) v.op = op_or_throw(*op);
+    v.compression = to_compression(z);
+  });
+  return v;
+}
+
 }  // namespace
 
 extern "C" {
@@ -184,24 +226,27 @@ ncclzResult_t ncclzCommUserRank(const ncclzComm_t comm, int* rank) {
 ncclzResult_t ncclzAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
                              ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).all_reduce(sendbuff, recvbuff, count, dtype_or_throw(datatype), op_or_throw(op),
-                                   to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::AllReduce, 0, datatype, compression, &op);
+    c.all_reduce(sendbuff, recvbuff, count, v.type, v.op, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype,
                                  ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_or_throw(datatype), op_or_throw(op),
-                                       to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::ReduceScatter, 0, datatype, compression, &op);
+    c.reduce_scatter(sendbuff, recvbuff, recvcount, v.type, v.op, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype,
                              ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype), to_compression(compression),
-                                   &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::AllGather, 0, datatype, compression);
+    c.all_gather(sendbuff, recvbuff, sendcount, v.type, v.compression, &comm->last);
   });
 }
 
@@ -209,75 +254,86 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                              ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
     ncclz::Communicator& c = comm_or_throw(comm);
-    const ncclz::DataType t = dtype_or_throw(datatype);
+    const Converted v = convert(c, ncclz::CallKind::Broadcast, root, datatype, compression);
     if (c.rank() == root && sendbuff && recvbuff && sendbuff != recvbuff && count) {
-      const size_t bytes = count * ncclz::dtype_size(t);
-      if (ncclz::buffer_device() >= 0) {  // device buffers (ncclzSetBufferDevice)
-        if (const int e = ncclz::cuda::copy_device(recvbuff, sendbuff, bytes)) {
-          throw ncclz::Error(
-              "ncclzBroadcast: copying the root's sendbuff to its recvbuff on the device failed (CUDA "
-              "error " +
-              std::to_string(e) + ")");
+      preparing(c, ncclz::CallKind::Broadcast, root, [&] {
+        const size_t bytes = count * ncclz::dtype_size(v.type);
+        if (ncclz::buffer_device() >= 0) {  // device buffers (ncclzSetBufferDevice)
+          if (const int e = ncclz::cuda::copy_device(recvbuff, sendbuff, bytes)) {
+            throw ncclz::Error(
+                "ncclzBroadcast: copying the root's sendbuff to its recvbuff on the device failed (CUDA "
+                "error " +
+                std::to_string(e) + ")");
+          }
+        } else {
+          std::memmove(recvbuff, sendbuff, bytes);
         }
-      } else {
-        std::memmove(recvbuff, sendbuff, bytes);
-      }
+      });
     }
-    c.broadcast(recvbuff, count, t, root, to_compression(compression), &comm->last);
+    c.broadcast(recvbuff, count, v.type, root, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, ncclzRedOp_t op,
                           int root, ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).reduce(sendbuff, recvbuff, count, dtype_or_throw(datatype), op_or_throw(op), root,
-                               to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::Reduce, root, datatype, compression, &op);
+    c.reduce(sendbuff, recvbuff, count, v.type, v.op, root, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype, int root,
                           ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).gather(sendbuff, recvbuff, sendcount, dtype_or_throw(datatype), root,
-                               to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::Gather, root, datatype, compression);
+    c.gather(sendbuff, recvbuff, sendcount, v.type, root, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype, int root,
                            ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).scatter(sendbuff, recvbuff, recvcount, dtype_or_throw(datatype), root,
-                                to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::Scatter, root, datatype, compression);
+    c.scatter(sendbuff, recvbuff, recvcount, v.type, root, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
                             ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).all_to_all(sendbuff, recvbuff, count, dtype_or_throw(datatype), to_compression(compression),
-                                   &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::AllToAll, 0, datatype, compression);
+    c.all_to_all(sendbuff, recvbuff, count, v.type, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzAllToAllv(const void* sendbuff, const size_t* sendcounts, void* recvbuff, const size_t* recvcounts,
                              ncclzDataType_t datatype, ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).all_to_allv(sendbuff, sendcounts, recvbuff, recvcounts, dtype_or_throw(datatype),
-                                    to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::AllToAllv, 0, datatype, compression);
+    c.all_to_allv(sendbuff, sendcounts, recvbuff, recvcounts, v.type, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).send(sendbuff, count, dtype_or_throw(datatype), peer, to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::Send, peer, datatype, compression);
+    c.send(sendbuff, count, v.type, peer, v.compression, &comm->last);
   });
 }
 
 ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
-    comm_or_throw(comm).recv(recvbuff, count, dtype_or_throw(datatype), peer, to_compression(compression), &comm->last);
+    ncclz::Communicator& c = comm_or_throw(comm);
+    const Converted v = convert(c, ncclz::CallKind::Recv, peer, datatype, compression);
+    c.recv(recvbuff, count, v.type, peer, v.compression, &comm->last);
   });
 }
 
