@@ -759,6 +759,8 @@ class Communicator:
         self._last_raw = (name, c, st, d)
         self._last_stats = None
         self._policy.record(d, st)
+        if d is not None and d.call is not None:
+            d.call.release()  # the call was made: its input is the caller's again
 
     def _build_stats(self, raw: tuple | None = None) -> CallStats | None:
         """CallStats of a recorded call (``raw``: what _record kept; default the last call's)."""

@@ -193,3 +193,53 @@ def scenario_exact_shape(ncclz, comm, args):
     comm.all_reduce(rng.standard_normal(1 << 20).astype(np.float32), compression=ncclz.Lossy(rel=1e-3), policy="off")
     out["lossy"] = [comm.last_stats.channels, comm.last_stats.slice_bytes]
     return out
+
+
+def scenario_inputs_not_kept(ncclz, comm, args):
+    """Every collective with the policy deciding (compressed requests, policy auto) and without it: is
+    a call's input still alive once the call returned and the caller dropped it? (It was, on rank 0:
+    the policy's view of the call kept a function returning the input, and last_stats kept that view;
+    the function also held the communicator, a cycle only the cyclic collector freed.) The cyclic
+    collector is off while the calls run, so a cycle counts as kept."""
+    import gc
+    import weakref
+
+    w, r = comm.world_size, comm.rank
+    n = w << 14  # blocks of 16 Ki elements
+    lossy = ncclz.Lossy(rel=1e-3)
+    calls = {
+        "all_reduce": lambda x, c: comm.all_reduce(x, compression=c),
+        "reduce_scatter": lambda x, c: comm.reduce_scatter(x, compression=c),
+        "all_gather": lambda x, c: comm.all_gather(x, compression=c),
+        "broadcast": lambda x, c: comm.broadcast(x, root=w - 1, compression=c),
+        "reduce": lambda x, c: comm.reduce(x, root=0, compression=c),
+        "gather": lambda x, c: comm.gather(x, root=0, compression=c),
+        "scatter": lambda x, c: comm.scatter(x if r == 0 else None, root=0, compression=c,
+                                             out=np.empty(n // w, np.float32)),
+        "all_to_all": lambda x, c: comm.all_to_all(x, compression=c),
+    }
+    kept = []
+    gc.collect()
+    gc.disable()
+    try:
+        for name, call in calls.items():
+            for mode, c in (("none", None), ("lossy", lossy), ("lossless", ncclz.Lossless())):
+                x = np.random.default_rng(r).standard_normal(n).astype(np.float32)
+                ref = weakref.ref(x)
+                result = call(x, c)
+                _ = comm.last_stats  # what a caller reads after the call: kept raw until asked
+                del x, result
+                if ref() is not None:
+                    kept.append(f"{name}/{mode}")
+        for mode, c in (("none", None), ("lossy", lossy)):  # queued calls: once waited for and dropped
+            x = np.random.default_rng(r).standard_normal(n).astype(np.float32)
+            ref = weakref.ref(x)
+            work = comm.all_reduce(x, compression=c, async_op=True)
+            work.wait()
+            comm.synchronize()
+            del x, work
+            if ref() is not None:
+                kept.append(f"all_reduce async/{mode}")
+    finally:
+        gc.enable()
+    return {"kept": kept, "policy": comm.policy_mode}

@@ -816,3 +816,15 @@ def test_policy_cli_prints_a_decision_per_rate(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "0.01 Gbit/s" in lines[0] and "predicted" in lines[0]
     assert lines[1].split(": ", 1)[1].startswith("none"), lines[1]  # 10 Tbit/s: compression never pays
+
+
+@pytest.mark.parametrize("transport", ["shm", "socket"])
+def test_a_calls_input_is_not_kept_after_the_call(tmp_path, transport):
+    """Once a call returned and the caller dropped its input, nothing of the communicator keeps the
+    input alive (before: rank 0's last_stats kept the policy's view of the call, whose function
+    returning the input also held the communicator), on every collective and mode, policy "auto"."""
+    ranks = _run(tmp_path, 3, [], transport=transport, name="inputs_not_kept")
+    ranks.assert_ok()
+    for r, res in enumerate(ranks.results):
+        assert res["policy"] == "auto", res
+        assert res["kept"] == [], f"rank {r} kept the inputs of {res['kept']}"

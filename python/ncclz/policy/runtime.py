@@ -121,8 +121,14 @@ class Call:
                 self._spec = Lossy(abs=self.bound) if self.mode == "lossy_abs" else Lossy(rel=self.bound)
         return self._spec
 
+    def release(self) -> None:
+        """Drops the input (or the function that returns it) once the call was made: a Decision kept
+        for ``last_stats`` must not keep the caller's array alive, nor, through that function, the
+        communicator (a reference cycle that only the cyclic collector frees)."""
+        self._data = None
+
     def array(self):
-        """The input as a NumPy array, or None where there is no NumPy view of it."""
+        """The input as a NumPy array, or None where there is no NumPy view of it (or no longer: release)."""
         d = self._data
         if callable(d):
             try:
