@@ -1287,19 +1287,23 @@ TEST(CollectiveArguments, InvalidOnEveryRankOrRemoteOnTheOthers) {
 // RemoteError naming it, rounds() counts the round, and the next calls meet:
 // their sums are right (before, rank 2's next call met the others' refused
 // one). A send refused with a peer that is no peer returns at once.
+static void refuse_call(Communicator& comm, CallKind kind, int root, const std::string& why,
+                        const size_t* send_counts = nullptr) {
+  CallArgs args;
+  args.kind = kind;
+  args.root = root;
+  args.send_counts = send_counts;
+  comm.refuse(args, why);
+}
+
 TEST(CollectiveArguments, ARefusedCallKeepsTheRanksInStep) {
   World& w = world(3);
   w.run([&](int r, Communicator& comm) {
     const uint64_t before = comm.rounds();
     std::vector<float> a(100, float(r + 1)), b(100);
     if (r == 2) {
-      CallArgs args;
-      args.kind = CallKind::AllReduce;
-      comm.refuse(args, "the caller's own check");
-      CallArgs bad_peer;
-      bad_peer.kind = CallKind::Send;
-      bad_peer.root = 9;
-      comm.refuse(bad_peer, "no such peer");
+      refuse_call(comm, CallKind::AllReduce, 0, "the caller's own check");
+      refuse_call(comm, CallKind::Send, 9, "no such peer");
     } else {
       try {
         comm.all_reduce(a.data(), b.data(), 100, DataType::F32, RedOp::Sum, Compression::none());
@@ -1318,22 +1322,16 @@ TEST(CollectiveArguments, ARefusedCallKeepsTheRanksInStep) {
       EXPECT_EQ(b[0], float(30 * k + 3)) << "rank " << r << ", call " << k;
     }
     EXPECT_EQ(comm.rounds(), before + 4);
-    // A refused all_to_allv names no count arrays (they are not read), and a
-    // refused broadcast its root in the others' message.
+    // A refused all_to_allv's count arrays are not read (a bad pointer here),
+    // and a refused broadcast names its root in the others' message.
     std::vector<float> c(3 * 100), d(3 * 100);
     if (r == 0) {
-      CallArgs v;
-      v.kind = CallKind::AllToAllv;
-      v.send_counts = reinterpret_cast<const size_t*>(uintptr_t(8));  // never read
-      comm.refuse(v, "split sizes");
+      refuse_call(comm, CallKind::AllToAllv, 0, "split sizes", reinterpret_cast<const size_t*>(uintptr_t(8)));
     } else {
       EXPECT_THROW(comm.all_to_all(c.data(), d.data(), 100, DataType::F32, Compression::none()), RemoteError);
     }
     if (r == 1) {
-      CallArgs b;
-      b.kind = CallKind::Broadcast;
-      b.root = 2;
-      comm.refuse(b, "");
+      refuse_call(comm, CallKind::Broadcast, 2, "");
     } else {
       try {
         comm.broadcast(a.data(), 100, DataType::F32, 2, Compression::none());
