@@ -823,6 +823,52 @@ def _local_refusals(rank: int, world: int, out: dict) -> None:
     dist.barrier()
 
 
+def _callbacks(rank: int, world: int, out: dict) -> None:
+    """Calls made inside ``then`` callbacks, which torch runs on the thread that completed the Work
+    (the group's worker): a synchronous call there, a chain of them, and DDP with PowerSGD's hook (its
+    callbacks wait for the all_reduces they start) against the same training on gloo. Before, a
+    callback's call was queued behind the job that ran the callback: a hang."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+
+    x, y, z = torch.ones(4), torch.ones(4) * (rank + 1), torch.ones(4)
+
+    def sync_inside(f):
+        dist.all_reduce(y)  # waits for its Work inside the callback
+        return y
+
+    def chained(f):
+        return dist.all_reduce(z, async_op=True).get_future().wait()[0]
+
+    later = torch.full((4,), 10.0)
+    fut = dist.all_reduce(x, async_op=True).get_future().then(sync_inside).then(chained)
+    dist.all_reduce(later)  # issued after the first: runs after the callbacks' calls on every rank
+    assert fut.wait().tolist() == [float(world)] * 4
+    assert y.tolist() == [float(sum(range(1, world + 1)))] * 4 and later.tolist() == [10.0 * world] * 4
+    out["callbacks"] = "ok"
+
+    gloo = dist.new_group(backend="gloo")
+    params = {}
+    for name, group in (("gloo", gloo), ("ncclz", None)):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+        state = psgd.PowerSGDState(process_group=group, matrix_approximation_rank=2, start_powerSGD_iter=2,
+                                   use_error_feedback=True, warm_start=True, random_seed=1)
+        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(100 + rank)
+        for _ in range(5):  # 2 plain all_reduce steps, then PowerSGD's
+            opt.zero_grad()
+            loss = ddp(torch.randn(16, 32, generator=g)).pow(2).mean()
+            loss.backward()
+            opt.step()
+        params[name] = [p.detach().clone() for p in model.parameters()]
+    for a, b in zip(params["gloo"], params["ncclz"]):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6), (a - b).abs().max()
+    out["powersgd"] = _digest(torch.cat([p.reshape(-1) for p in params["ncclz"]]))
+
+
 def _anysource_timeouts(rank: int, world: int, out: dict) -> None:
     """recv without src (Options(any_source=True)), its refusal without the option, and c10d's
     per-call timeout (opts.timeout)."""
@@ -1146,6 +1192,7 @@ SCENARIOS = {
     "rooted": _rooted,
     "anysource_timeouts": _anysource_timeouts,
     "local_refusals": _local_refusals,
+    "callbacks": _callbacks,
     "train": _train,
     "bad_options": _bad_options,
     "dead_peer": _dead_peer,
@@ -1280,6 +1327,13 @@ def test_a_failed_work_frees_what_its_job_held():
     del held, job, w, got
     gc.collect()
     assert ref() is None, "the failed job's frame is still alive"
+
+
+def test_calls_inside_future_callbacks_and_powersgd(tmp_path):
+    _run("callbacks", 3, tmp_path)
+    res = _results(tmp_path, range(3))
+    assert all(r["callbacks"] == "ok" for r in res)
+    assert len({r["powersgd"] for r in res}) == 1, "ranks ended with different parameters"
 
 
 def test_recv_from_any_source_and_per_call_timeouts(tmp_path):

@@ -198,6 +198,23 @@ def _detached(error: BaseException) -> BaseException:
     return copy
 
 
+def _execute(job: Callable[[Work], None], work: Work) -> None:
+    """Runs ``job(work)`` with the Work's stream current, then completes ``work`` with its outputs or
+    the error (nothing raises out of here)."""
+    with on_stream(work.stream):
+        try:
+            job(work)
+        except BaseException as e:  # noqa: BLE001 - delivered through the Work and its Future
+            work._fail(e)
+        else:
+            try:
+                work._finish()
+            except BaseException as e:  # noqa: BLE001 - a Future callback raised: the Work fails
+                if not work._done.is_set():
+                    work._error = e
+                    work._done.set()
+
+
 class Worker:
     """A FIFO of jobs and the thread that runs them (started on the first job)."""
 
@@ -210,18 +227,28 @@ class Worker:
         self._idle = True
 
     def submit(self, job: Callable[[Work], None], work: Work) -> Work:
-        """Runs ``job(work)`` after every job submitted before; then completes ``work``."""
+        """Runs ``job(work)`` after every job submitted before; then completes ``work``.
+
+        Submitted from this worker's own thread (a ``then`` callback of one of its Works, which torch
+        runs where the Work completes: here), the job runs at once, before the jobs still queued:
+        queued, a synchronous call in such a callback would wait for a job that waits for it. So the
+        callback's call comes right after the call that completed, on every rank alike, whatever the
+        caller's thread queued meanwhile."""
         with self._cv:
             if self._closed:
                 raise InvalidArgumentError(
                     f"{self._name}: the process group was shut down (destroy_process_group); "
                     "create a new group to communicate"
                 )
-            self._jobs.append((job, work))
+            inline = self._thread is threading.current_thread()
+            if not inline:
+                self._jobs.append((job, work))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
             self._cv.notify()
+        if inline:
+            _execute(job, work)
         return work
 
     def _run(self) -> None:
@@ -236,18 +263,7 @@ class Worker:
                     return
                 job, work = self._jobs.popleft()
                 self._idle = False
-            with on_stream(work.stream):
-                try:
-                    job(work)
-                except BaseException as e:  # noqa: BLE001 - delivered through the Work and its Future
-                    work._fail(e)
-                else:
-                    try:
-                        work._finish()
-                    except BaseException as e:  # noqa: BLE001 - a Future callback raised: the Work fails
-                        if not work._done.is_set():
-                            work._error = e
-                            work._done.set()
+            _execute(job, work)
             job = work = None  # the job's closure holds its group: keep nothing while idle
 
     def pending(self) -> int:
