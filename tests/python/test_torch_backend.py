@@ -845,6 +845,13 @@ def _callbacks(rank: int, world: int, out: dict) -> None:
     dist.all_reduce(later)  # issued after the first: runs after the callbacks' calls on every rank
     assert fut.wait().tolist() == [float(world)] * 4
     assert y.tolist() == [float(sum(range(1, world + 1)))] * 4 and later.tolist() == [10.0 * world] * 4
+    # a callback that waits for a call issued after the one it follows (queued behind it): the
+    # queued calls run in order, up to that one
+    a, c = torch.ones(3), torch.ones(3) * 2
+    wa = dist.all_reduce(a, async_op=True)
+    wc = dist.all_reduce(c, async_op=True)
+    both = wa.get_future().then(lambda f: (wc.wait(), f.value()[0] + c)[1])
+    assert both.wait().tolist() == [3.0 * world] * 3
     out["callbacks"] = "ok"
 
     gloo = dist.new_group(backend="gloo")

@@ -84,6 +84,7 @@ class Work(dist.Work):
         self.stats: list = []
         #: The sender's group rank of a recv from any source, once it is chosen (torch reads _source_rank()).
         self.source: int = -1
+        self._worker: Worker | None = None  # the worker it is queued on (wait() from that worker's thread)
 
     # ---- completion (worker thread) -----------------------------------------------
     # The Future completes first (its callbacks run here, on the worker thread), then wait() returns:
@@ -115,6 +116,9 @@ class Work(dist.Work):
     # ---- the c10d Work interface ---------------------------------------------------
     def wait(self, timeout: Any = None) -> bool:
         seconds = timeout_seconds(timeout)
+        worker = self._worker
+        if worker is not None and not self._done.is_set():
+            worker.run_until(self)  # a callback on its own worker waiting for it (Worker.run_until)
         if not self._done.wait(seconds):
             msg = (
                 f"ncclz process group: {self._op} did not complete within {seconds:g} s "
@@ -243,6 +247,7 @@ class Worker:
             inline = self._thread is threading.current_thread()
             if not inline:
                 self._jobs.append((job, work))
+                work._worker = self
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
@@ -265,6 +270,19 @@ class Worker:
                 self._idle = False
             _execute(job, work)
             job = work = None  # the job's closure holds its group: keep nothing while idle
+
+    def run_until(self, work: Work) -> None:
+        """Called on this worker's own thread (a ``then`` callback of one of its Works) by ``wait()`` of
+        ``work``, queued here behind the job running the callback: runs the queued jobs in order, up to
+        and including ``work``'s, instead of waiting for itself. Elsewhere: nothing."""
+        if self._thread is not threading.current_thread():
+            return
+        while not work._done.is_set():
+            with self._cv:
+                if not self._jobs:
+                    return
+                job, queued = self._jobs.popleft()
+            _execute(job, queued)
 
     def pending(self) -> int:
         with self._cv:
