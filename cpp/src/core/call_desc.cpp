@@ -40,18 +40,29 @@ std::string mode_string(uint8_t mode, double bound, const char* codec) {
   return s.str();
 }
 
+namespace {
+
+// "root=R" of a rooted collective, "peer=P" of a send or recv, else "".
+std::string target_of(const CallDesc& d, Coll c) {
+  if (c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter) {
+    return "root=" + std::to_string(d.root);
+  }
+  if (c == Coll::Send) return "peer=" + std::to_string(d.peer);
+  if (c == Coll::Recv) return "peer=" + std::to_string(d.root);
+  return "";
+}
+
+}  // namespace
+
 std::string describe(const CallDesc& d) {
   std::ostringstream s;
   const Coll c = Coll(d.coll);
   s << coll_name(c) << "(";
   if (c == Coll::Barrier) return s.str() + ")";
+  const std::string target = target_of(d, c);
   if (d.mode == kRefusedMode) {
     // Communicator::refuse: only the kind and the root or peer are known.
-    if (c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter) {
-      s << "root=" << d.root << ", ";
-    }
-    if (c == Coll::Send) s << "peer=" << d.peer << ", ";
-    if (c == Coll::Recv) s << "peer=" << d.root << ", ";
+    if (!target.empty()) s << target << ", ";
     return s.str() + "refused before the call: its arguments failed that rank's own checks)";
   }
   s << (c == Coll::ReduceScatter || c == Coll::Scatter ? "recv_count="
@@ -60,11 +71,7 @@ std::string describe(const CallDesc& d) {
                                                        : "count=")
     << d.count << ", " << dtype_name(DataType(d.dtype));
   if (c == Coll::AllReduce || c == Coll::ReduceScatter || c == Coll::Reduce) s << ", " << op_name(RedOp(d.op));
-  if (c == Coll::Broadcast || c == Coll::Reduce || c == Coll::Gather || c == Coll::Scatter) {
-    s << ", root=" << d.root;
-  }
-  if (c == Coll::Send) s << ", peer=" << d.peer;
-  if (c == Coll::Recv) s << ", peer=" << d.root;
+  if (!target.empty()) s << ", " << target;
   s << ", " << mode_string(d.mode, d.bound, d.codec) << ")";
   return s.str();
 }
