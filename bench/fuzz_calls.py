@@ -5,7 +5,8 @@
 Where bench/chaos.py injects faults into a few kinds of calls, this drives the API's breadth with no
 faults: each call picks a collective (all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather,
 scatter, all_to_all with equal and uneven blocks, a send/recv pair exchange), a dtype (float32, float64,
-float16, bfloat16, int32, int64, uint8), a count (0, 1, odd, prime, around the latency, direct and
+float16, bfloat16, int32, int64, uint8, and in half of the integer calls NCCL's uint32, uint64 or int8
+in their place), a count (0, 1, odd, prime, around the latency, direct and
 ring thresholds, up to 1.5 M), a mode (none, lossless, Lossy(rel=1e-3), Lossy(abs=0.05),
 Lossy(rel=1e-6)), an op, ``algorithm=`` and ``policy=`` (unset or each value), the data (smooth, noise,
 small integers, zeros, constant, NaN and infinities, magnitudes over 1e±8, values near the type's
@@ -51,6 +52,9 @@ import numpy as np
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
 DTYPES = (*FLOATS, "int32", "int64", "uint8")
+#: NCCL's other integer types, each drawn in half of the calls of its sibling from a generator of its own
+#: (the draws of a seed from before they were added stay as they were).
+SIBLINGS = {"int32": "uint32", "int64": "uint64", "uint8": "int8"}
 COUNTS = (0, 1, 2, 3, 5, 7, 8, 31, 64, 100, 255, 1000, 4097, 16385, 65536, 100003, 262147, 1 << 20, 1500007)
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter",
                "all_to_all", "all_to_allv", "sendrecv")
@@ -83,6 +87,8 @@ def draw(seed, i, w):
     """Call i's parameters, the same on every rank."""
     g = np.random.default_rng([seed, i])
     dt = str(g.choice(DTYPES))
+    if dt in SIBLINGS and np.random.default_rng([seed, i, 11]).random() < 0.5:
+        dt = SIBLINGS[dt]
     n = int(g.choice(COUNTS))
     if n > 100000 and g.random() < 0.5:
         n = int(g.integers(1, 300000))
@@ -148,8 +154,14 @@ def rank_data(s, seed, i, rank, n):
     elif kind == "const":
         v = np.full(n, 3.0)
     elif dt not in FLOATS or kind == "ints" or s["op"] == "prod":
-        hi = 3 if s["op"] == "prod" else 20 if dt in ("uint8", "float16", "bfloat16") else 1000
-        v = g.integers(0 if dt == "uint8" else -hi, hi, n).astype(np.float64)
+        hi = 3 if s["op"] == "prod" else 15 if dt == "int8" else 20 if dt in ("uint8", "float16", "bfloat16") else 1000
+        # uint32's negative values wrap to the type's top (where a signed order would disagree); not for avg,
+        # whose reference is the exact mean (the wrapped sum's division is tested in test_comm), nor for
+        # uint64, whose top values float64 cannot hold
+        signed = dt not in ("uint8", "uint64") and not (dt == "uint32" and s["op"] == "avg")
+        if dt not in FLOATS:
+            return g.integers(-hi if signed else 0, hi, n).astype(np_dtype(dt))  # (an integer cast wraps)
+        v = g.integers(-hi, hi, n).astype(np.float64)
     elif kind == "smooth":
         v = 10 * np.sin(np.linspace(0, 6, n) + rank) + rank
     elif kind == "wide":

@@ -133,19 +133,28 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
           b.type = DataType::I32;
         else if (d.bits == 64)
           b.type = DataType::I64;
+        else if (d.bits == 8)
+          b.type = DataType::I8;
         else
           ok = false;
         break;
       case nb::dlpack::dtype_code::UInt:
-        ok = d.bits == 8;
-        b.type = DataType::U8;
+        if (d.bits == 8)
+          b.type = DataType::U8;
+        else if (d.bits == 32)
+          b.type = DataType::U32;
+        else if (d.bits == 64)
+          b.type = DataType::U64;
+        else
+          ok = false;
         break;
       default: ok = false;
     }
   }
   if (!ok)
-    throw ncclz::InvalidArgument(std::string(what) + " has dtype " + describe_dlpack_dtype(d) +
-                                 "; supported: float32, float64, float16, bfloat16, int32, int64, uint8");
+    throw ncclz::InvalidArgument(
+        std::string(what) + " has dtype " + describe_dlpack_dtype(d) +
+        "; supported: float32, float64, float16, bfloat16, int32, int64, uint8, int8, uint32, uint64");
   // C-contiguity (strides count elements; dimensions of extent 1 may have any stride).
   size_t count = 1;
   for (size_t i = 0; i < a.ndim(); ++i) count *= a.shape(i);

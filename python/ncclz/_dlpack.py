@@ -26,9 +26,14 @@ from ._device import DeviceArray, stage_of
 from .errors import InvalidArgumentError
 
 #: Canonical dtype names, in the order the docs list them.
-SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
+SUPPORTED_DTYPES = (
+    "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "uint32", "uint64",
+)
 FLOAT_DTYPES = frozenset({"float32", "float64", "float16", "bfloat16"})
-ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1}
+ITEMSIZE = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1, "int8": 1,
+    "uint32": 4, "uint64": 8,
+}
 
 # DLPack device types that are ordinary host memory.
 _DL_CPU = 1

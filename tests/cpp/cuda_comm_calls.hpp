@@ -49,14 +49,7 @@ inline bool reduces(Op o) { return o == Op::AllReduce || o == Op::ReduceScatter 
 /// Whether rank r has an output (reduce and gather: the root only).
 inline bool has_output(Op o, int r) { return (o != Op::Reduce && o != Op::Gather) || r == kRoot; }
 
-inline size_t esize(DataType t) {
-  switch (t) {
-    case DataType::F64: return 8;
-    case DataType::F16:
-    case DataType::BF16: return 2;
-    default: return 4;
-  }
-}
+inline size_t esize(DataType t) { return dtype_size(t); }
 
 /// Element i of a buffer of type t as a double.
 inline double value_at(DataType t, const std::vector<uint8_t>& b, size_t i) {
@@ -81,6 +74,17 @@ inline double value_at(DataType t, const std::vector<uint8_t>& b, size_t i) {
       std::memcpy(&v, b.data() + 4 * i, 4);
       return double(v);
     }
+    case DataType::U32: {
+      uint32_t v;
+      std::memcpy(&v, b.data() + 4 * i, 4);
+      return double(v);
+    }
+    case DataType::U64: {
+      uint64_t v;
+      std::memcpy(&v, b.data() + 8 * i, 8);
+      return double(v);
+    }
+    case DataType::I8: return double(int8_t(b[i]));
     default: {
       float v;
       std::memcpy(&v, b.data() + 4 * i, 4);
@@ -107,6 +111,19 @@ inline void put_value(DataType t, std::vector<uint8_t>& b, size_t i, double x) {
       std::memcpy(b.data() + 4 * i, &v, 4);
       break;
     }
+    // Integers of both signs as the type's bits: the unsigned types' negative
+    // ones are near their top, where a signed order disagrees.
+    case DataType::U32: {
+      const uint32_t v = uint32_t(int32_t(std::lround(x * 1000)));
+      std::memcpy(b.data() + 4 * i, &v, 4);
+      break;
+    }
+    case DataType::U64: {
+      const uint64_t v = uint64_t(int64_t(std::llround(x * 1000)));
+      std::memcpy(b.data() + 8 * i, &v, 8);
+      break;
+    }
+    case DataType::I8: b[i] = uint8_t(int64_t(std::llround(x * 20))); break;
     default: {
       const float v = float(x);
       std::memcpy(b.data() + 4 * i, &v, 4);

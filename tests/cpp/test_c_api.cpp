@@ -110,6 +110,38 @@ TEST(CApi, CollectivesAndStats) {
   });
 }
 
+// NCCL's int8, uint32 and uint64: reduced in their own order (a uint32 of
+// 2^31 is the larger, an int8 of -100 the smaller), exact in both modes.
+TEST(CApi, Int8Uint32AndUint64) {
+  CWorld w(2);
+  w.run([&](int r, ncclzComm_t comm) {
+    for (ncclzCompression_t c : {ncclzCompressionNone(), ncclzCompressionLossless()}) {
+      const uint32_t u[3] = {r ? 1u : 0x80000000u, 7u, r ? 0xffffffffu : 2u};
+      uint32_t um[3];
+      ASSERT_EQ(ncclzAllReduce(u, um, 3, ncclzUint32, ncclzMax, c, comm), ncclzSuccess) << ncclzGetLastError(comm);
+      EXPECT_EQ(um[0], 0x80000000u);
+      EXPECT_EQ(um[2], 0xffffffffu);
+      ASSERT_EQ(ncclzAllReduce(u, um, 3, ncclzUint32, ncclzSum, c, comm), ncclzSuccess);
+      EXPECT_EQ(um[2], 1u);  // wraps
+      const int8_t s[2] = {int8_t(r ? -100 : 20), int8_t(r ? 100 : 50)};
+      int8_t sm[2];
+      ASSERT_EQ(ncclzAllReduce(s, sm, 2, ncclzInt8, ncclzMin, c, comm), ncclzSuccess);
+      EXPECT_EQ(sm[0], int8_t(-100));
+      ASSERT_EQ(ncclzAllReduce(s, sm, 2, ncclzInt8, ncclzAvg, c, comm), ncclzSuccess);
+      EXPECT_EQ(sm[0], int8_t(-40));
+      EXPECT_EQ(sm[1], int8_t(-53));  // the sum wraps (150 is -106), then divides
+      const uint64_t v[1] = {r ? 3u : ~uint64_t(0)};
+      uint64_t vm[1];
+      ASSERT_EQ(ncclzAllReduce(v, vm, 1, ncclzUint64, ncclzAvg, c, comm), ncclzSuccess);
+      EXPECT_EQ(vm[0], uint64_t(1));  // (2^64 - 1 + 3) mod 2^64 = 2, halved
+    }
+    uint32_t x = 1, y = 0;
+    EXPECT_EQ(ncclzAllReduce(&x, &y, 1, ncclzUint32, ncclzSum, ncclzCompressionLossyAbs(0.5), comm),
+              ncclzInvalidArgument);
+    EXPECT_NE(std::string(ncclzGetLastError(comm)).find("uint32"), std::string::npos) << ncclzGetLastError(comm);
+  });
+}
+
 TEST(CApi, ErrorsAreResultCodes) {
   CWorld w(2);
   w.run([&](int r, ncclzComm_t comm) {

@@ -114,21 +114,12 @@ Compression lossless() { return with_test_codec(Compression::lossless()); }
 
 // ---- typed values -------------------------------------------------------------------
 
-size_t dsize(DataType t) {
-  switch (t) {
-    case DataType::F64:
-    case DataType::I64: return 8;
-    case DataType::F32:
-    case DataType::I32: return 4;
-    case DataType::F16:
-    case DataType::BF16: return 2;
-    case DataType::U8: return 1;
-  }
-  return 0;
+size_t dsize(DataType t) { return ncclz::dtype_size(t); }
+bool is_float(DataType t) {
+  return t == DataType::F32 || t == DataType::F64 || t == DataType::F16 || t == DataType::BF16;
 }
-bool is_float(DataType t) { return dsize(t) && t != DataType::I32 && t != DataType::I64 && t != DataType::U8; }
 const char* name(DataType t) {
-  static const char* n[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+  static const char* n[] = {"f32", "f64", "f16", "bf16", "i32", "i64", "u8", "i8", "u32", "u64"};
   return n[int(t)];
 }
 const char* name(RedOp o) {

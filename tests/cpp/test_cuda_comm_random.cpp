@@ -114,15 +114,15 @@ Case draw(unsigned seed) {
   x.persistent = chance(0.15);
   x.latency = chance(0.8);
   x.o = kAllOps[pick(8)];
-  static const DataType types[] = {DataType::F32,  DataType::F32, DataType::F64,
-                                   DataType::BF16, DataType::F16, DataType::I32};
-  x.t = types[pick(6)];
+  static const DataType types[] = {DataType::F32, DataType::F32, DataType::F64, DataType::BF16, DataType::F16,
+                                   DataType::I32, DataType::I8,  DataType::U32, DataType::U64};
+  x.t = types[pick(chance(0.8) ? 6 : 9)];
   x.shape = Shape(pick(7));
   // The mode: a lossy bound from a tenth to a ten-thousandth of the data's
   // scale (or of its range), sometimes a combination the call refuses
   // (lossy integers, a lossy product).
   const int m = pick(10);
-  const bool is_float = x.t != DataType::I32;
+  const bool is_float = x.t == DataType::F32 || x.t == DataType::F64 || x.t == DataType::BF16 || x.t == DataType::F16;
   if (m < 2) {
     x.c = Compression::none();
   } else if (m < 4) {
@@ -136,7 +136,7 @@ Case draw(unsigned seed) {
   do {
     x.op = ops[pick(6)];
   } while ((x.op == RedOp::Prod && x.lossy() && chance(0.9)) ||
-           (x.op == RedOp::Prod && x.t == DataType::I32));  // (products of integers overflow)
+           (x.op == RedOp::Prod && !is_float));  // (products of integers overflow)
   if (!reduces(x.o)) x.op = RedOp::Sum;
   // The count: none, a few, one slot's or slice's worth and its neighbours, or anything up to 6000.
   const size_t es = esize(x.t);

@@ -46,6 +46,17 @@ inline double value_at(ncclz::DataType t, const uint8_t* base, size_t i) {
       return double(v);
     }
     case DataType::U8: return p[0];
+    case DataType::I8: return double(int8_t(p[0]));
+    case DataType::U32: {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::U64: {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return double(v);
+    }
   }
   return 0;
 }
@@ -83,6 +94,17 @@ inline void store_value(ncclz::DataType t, uint8_t* base, size_t i, double v) {
       return;
     }
     case DataType::U8: p[0] = uint8_t(int(v)); return;
+    case DataType::I8: p[0] = uint8_t(int8_t(int(v))); return;
+    case DataType::U32: {
+      const uint32_t x = uint32_t(int64_t(v));
+      std::memcpy(p, &x, 4);
+      return;
+    }
+    case DataType::U64: {
+      const uint64_t x = uint64_t(int64_t(v));
+      std::memcpy(p, &x, 8);
+      return;
+    }
   }
 }
 

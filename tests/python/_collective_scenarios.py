@@ -292,6 +292,102 @@ def scenario_float16_avg(ncclz, comm, args):
     return {"hashes": ck.hashes, "checks": ck.checks}
 
 
+def int_reference(inputs, op):
+    """NCCL's reduction of int8 / uint32 / uint64 in the type itself: the sum and the product wrap, max
+    and min in the type's order, avg the wrapped sum divided by N toward zero."""
+    x = np.stack(inputs)
+    dt = x.dtype
+    with np.errstate(over="ignore"):
+        if op in ("sum", "avg"):
+            s = np.add.reduce(x, axis=0, dtype=dt)
+            if op == "sum":
+                return s
+            n = len(inputs)
+            if dt.kind == "u":
+                return s // dt.type(n)
+            return (np.sign(s) * (np.abs(s.astype(np.int64)) // n)).astype(dt)
+        if op == "prod":
+            return np.multiply.reduce(x, axis=0, dtype=dt)
+    return x.max(0) if op == "max" else x.min(0)
+
+
+def int_input(rank, count, dtype, seed):
+    """Full-range values: a third near the type's top (where a signed and an unsigned order disagree),
+    a third anywhere, a third small."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7000 * seed + rank)
+    kind = rng.integers(0, 3, count)
+    anywhere = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+    top = dtype.type(info.max) - rng.integers(0, 7, count).astype(dtype)
+    small = rng.integers(0, 9, count).astype(dtype)
+    return np.where(kind == 0, top, np.where(kind == 1, anywhere, small)).astype(dtype)
+
+
+def scenario_int_types(ncclz, comm, args):
+    """int8, uint32 and uint64 (NumPy; torch tensors with "torch"): every reducing collective and op in
+    both exact modes against the reduction in the type itself, the moving collectives' bits, lossy modes
+    refused; ``algorithm=`` each of args' (default: the call's own choice, by size)."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    use_torch = "torch" in args
+    if use_torch:
+        import torch
+    algorithms = [a.split("=")[1] for a in args if a.startswith("algorithm=")] or [None]
+
+    def wrap(a):
+        return torch.from_numpy(a.copy()) if use_torch else a.copy()
+
+    def unwrap(t):
+        return t.numpy() if use_torch else t
+
+    seed = 0
+    for dtype in ("int8", "uint32", "uint64"):
+        for count in (5, 3001):  # the latency algorithm's size, and the rings' (or the direct hops')
+            for algorithm in algorithms:
+                kw = {"policy": "off"} if algorithm is None else {"policy": "off", "algorithm": algorithm}
+                for op in ("sum", "avg", "max", "min", "prod"):
+                    seed += 1
+                    xs = [int_input(q, count * W, np.dtype(dtype), seed) for q in range(W)]
+                    want = int_reference(xs, op)
+                    blk = slice(r * count, (r + 1) * count)
+                    for mname, comp in (("none", None), ("lossless", ncclz.Lossless())):
+                        name = f"int-{dtype}-{count}-{algorithm}-{op}-{mname}"
+                        got = unwrap(comm.all_reduce(wrap(xs[r]), op, comp, **kw))
+                        ck.require(got.dtype == np.dtype(dtype), f"{name}: all_reduce gave {got.dtype}")
+                        ck.require(np.array_equal(got, want), f"{name}: all_reduce differs from the reduction in {dtype}")
+                        ck.record(name + "-all_reduce", got)
+                        got = unwrap(comm.reduce_scatter(wrap(xs[r]), op, comp, **kw))
+                        ck.require(np.array_equal(got, want[blk]), f"{name}: reduce_scatter differs")
+                        root = seed % W
+                        got = comm.reduce(wrap(xs[r]), root=root, op=op, compression=comp, policy="off")
+                        if r == root:
+                            ck.require(np.array_equal(unwrap(got), want), f"{name}: reduce differs on the root")
+                        ck.checks += 3
+        # the moving collectives carry the bits (their wire type's path)
+        xs = [int_input(q, 1001 * W, np.dtype(dtype), 99) for q in range(W)]
+        for mname, comp in (("none", None), ("lossless", ncclz.Lossless())):
+            name = f"int-{dtype}-{mname}"
+            got = unwrap(comm.all_gather(wrap(xs[r]), comp))
+            ck.require(np.array_equal(np.asarray(got).reshape(-1), np.concatenate(xs)), f"{name}: all_gather")
+            got = unwrap(comm.broadcast(wrap(xs[r]), root=W - 1, compression=comp))
+            ck.require(np.array_equal(got, xs[W - 1]), f"{name}: broadcast")
+            got = unwrap(comm.all_to_all(wrap(xs[r]), compression=comp))
+            ck.require(np.array_equal(got, np.concatenate([x[r * 1001:(r + 1) * 1001] for x in xs])), f"{name}: all_to_all")
+            if W >= 2 and r < 2:
+                if r == 0:
+                    comm.send(wrap(xs[0]), 1, compression=comp)
+                else:
+                    got = unwrap(comm.recv(wrap(np.zeros_like(xs[0])), 0, compression=comp))
+                    ck.require(np.array_equal(got, xs[0]), f"{name}: send/recv")
+            ck.checks += 4
+        try:
+            comm.all_reduce(wrap(xs[r]), compression=ncclz.Lossy(rel=1e-3))
+            ck.fail(f"a lossy all_reduce of {dtype} did not raise")
+        except ncclz.InvalidArgumentError as e:
+            ck.require(f"floating-point type, got {dtype}" in str(e), f"lossy {dtype}: {e}")
+    return {"hashes": ck.hashes, "checks": ck.checks}
+
+
 def scenario_pairwise_rooted(ncclz, comm, args):
     """all_to_all (equal blocks and uneven splits), reduce, gather, scatter: every mode, every dtype
     (lossy on the float ones), every root, NumPy inputs; every element against the fp64 reference

@@ -164,6 +164,27 @@ def test_float16_avg_of_values_whose_sum_overflows(tmp_path, transport, n, args,
     assert_same_on_all_ranks(ranks.results, prefixes=("avg16",))
 
 
+@pytest.mark.parametrize(
+    "transport,n,args,env",
+    [
+        ("shm", 3, (), {}),
+        ("socket", 2, ("torch",), {}),
+        ("shm", 4, ("algorithm=ring", "algorithm=hierarchical"), {"NCCLZ_TOPO_HOSTS": "2x2"}),
+    ],
+)
+def test_int8_uint32_uint64_reduce_in_their_own_order(tmp_path, transport, n, args, env):
+    """NCCL's int8, uint32 and uint64 (NumPy, torch): every reducing collective and op in none and lossless
+    against the reduction in the type itself (values near the top, where the signed and unsigned orders
+    disagree; sums and products wrap; avg divides the wrapped sum), on the latency, direct, ring and
+    hierarchical schedules; the moving collectives' bits; lossy refused."""
+    if "torch" in args:
+        pytest.importorskip("torch")
+    ranks = run_ranks(tmp_path, "int_types", n, transport, args=args, env=env, timeout=240)
+    ranks.assert_ok()
+    assert ranks.results[0]["checks"] >= 200
+    assert_same_on_all_ranks(ranks.results, prefixes=("int-",))
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_collectives_large_messages(tmp_path, transport):
     """Messages of many slices (1M elements): pipelining and channels."""

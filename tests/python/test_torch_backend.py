@@ -58,8 +58,8 @@ def _inputs(world: int, shape, dtype, seed: int):
         elif dtype.is_floating_point:
             v = torch.randn(shape, generator=g, dtype=torch.float64) * 3 + r
             out.append(v.to(dtype))
-        elif dtype == torch.uint8:
-            out.append(torch.randint(0, 40, shape, generator=g, dtype=dtype))
+        elif dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
+            out.append(torch.randint(0, 40, shape, generator=g).to(dtype))
         else:
             out.append(torch.randint(-50, 50, shape, generator=g).to(dtype))
     return out
@@ -123,6 +123,9 @@ def _ops(rank: int, world: int, out: dict) -> None:
         torch.uint8,
         torch.int8,
         torch.int16,
+        torch.uint16,
+        torch.uint32,
+        torch.uint64,
         torch.bool,
         torch.complex64,
     ]
@@ -135,12 +138,13 @@ def _ops(rank: int, world: int, out: dict) -> None:
                 continue
             if dt.is_complex and name in ("max", "min", "prod"):
                 continue
-            if name == "prod" and dt in (torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16):
+            if name == "prod" and dt in (torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
+                                         torch.uint16):
                 continue  # overflows the small types; covered by the wider ones
             seed += 1
             xs = _inputs(world, (7, 33), dt, seed)
             if name == "prod" and not dt.is_floating_point:
-                xs = [(t % 3 + 1).to(dt) for t in xs]
+                xs = [(t.to(torch.int64) % 3 + 1).to(dt) for t in xs]
             x = xs[rank].clone()
             dist.all_reduce(x, op=op)
             _close_to(
@@ -151,6 +155,19 @@ def _ops(rank: int, world: int, out: dict) -> None:
                 inputs=xs if name in ("sum", "avg") else None,
             )
             out[f"ar/{dt}/{name}"] = _digest(x)
+
+    # unsigned tensors near the top: MAX and MIN in their own order (a signed compare would pick 1)
+    signed = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+    for dt, sdt in signed.items():
+        t = torch.full((3,), -(2 ** (torch.iinfo(sdt).bits - 1)), dtype=sdt).view(dt)  # the top bit only
+        mine = t if rank == 0 else torch.ones(3, dtype=dt)
+        for op, want in ((ReduceOp.MAX, t), (ReduceOp.MIN, torch.ones(3, dtype=dt))):
+            x = mine.clone()
+            dist.all_reduce(x, op=op)
+            assert torch.equal(x, want), f"all_reduce {op} {dt} near the top: {x}"
+        x = mine.clone()
+        dist.all_reduce(x)
+        assert torch.equal(x.view(sdt), t.view(sdt) + (world - 1)), f"all_reduce sum {dt} near the top: {x}"
 
     # PREMUL_SUM (its factor, a number or a tensor) and non-contiguous tensors
     xs = _inputs(world, (64, 40), torch.float32, 99)
@@ -456,7 +473,7 @@ def _rooted(rank: int, world: int, out: dict) -> None:
                 seed += 1
                 xs = _inputs(world, (9, 17), dt, seed)
                 if name == "prod":
-                    xs = [(t % 3 + 1).to(dt) for t in xs]
+                    xs = [(t.to(torch.int64) % 3 + 1).to(dt) for t in xs]
                 x, before = xs[rank].clone(), xs[rank].clone()
                 w = dist.reduce(x, dst=root, op=ops[name], group=g, async_op=True)
                 w.wait()
@@ -1394,7 +1411,8 @@ def test_options_validation():
     with pytest.raises(ncclz.InvalidArgumentError, match="unknown collective"):
         nt.Options(lossy_collectives=("all_reduce", "alltoall"))
     with pytest.raises(ncclz.InvalidArgumentError, match="cannot compress"):
-        nt.Options(dtypes=(torch.int8,))
+        nt.Options(dtypes=(torch.int16,))  # reduced in int32, not compressed
+    assert nt.Options(dtypes=(torch.int8, torch.uint32)).dtypes == (torch.int8, torch.uint32)
     with pytest.raises(ncclz.InvalidArgumentError, match="strings"):
         nt.Options(compression="lossless")
     with pytest.raises(ncclz.InvalidArgumentError, match="unknown option"):

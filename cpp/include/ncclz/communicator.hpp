@@ -36,10 +36,14 @@ namespace ncclz {
 
 struct PolicyHints;  // ncclz/policy_hints.hpp (internal: the compression policy's proposal)
 
-enum class DataType : uint8_t { F32, F64, F16, BF16, I32, I64, U8 };
+/// I8, U32 and U64 travel and are coded as their same-width types (U8, I32,
+/// I64: the same bits); only their max, min and avg differ, which the
+/// reductions apply in the type itself (prims/reduce.hpp).
+enum class DataType : uint8_t { F32, F64, F16, BF16, I32, I64, U8, I8, U32, U64 };
 enum class RedOp : uint8_t { Sum, Avg, Max, Min, Prod };
 
-/// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8" ("?" outside the enum).
+/// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "uint32", "uint64" ("?"
+/// outside the enum).
 const char* dtype_name(DataType t);
 /// Bytes per element (0 outside the enum).
 size_t dtype_size(DataType t);

@@ -53,7 +53,13 @@ typedef enum {
   ncclzInt32 = 4,
   ncclzInt64 = 5,
   ncclzUint8 = 6,
-  ncclzNumTypes = 7
+  /* Reduced in their own order and division (max, min, avg); they travel as
+   * uint8, int32 and int64 of the same bits. Exact modes only, as the other
+   * integers. */
+  ncclzInt8 = 7,
+  ncclzUint32 = 8,
+  ncclzUint64 = 9,
+  ncclzNumTypes = 10
 } ncclzDataType_t;
 
 /* Same values as nccl.h's ncclRedOp_t. */

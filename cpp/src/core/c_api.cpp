@@ -63,6 +63,9 @@ bool to_dtype(ncclzDataType_t t, ncclz::DataType* out) {
     case ncclzInt32: *out = ncclz::DataType::I32; return true;
     case ncclzInt64: *out = ncclz::DataType::I64; return true;
     case ncclzUint8: *out = ncclz::DataType::U8; return true;
+    case ncclzInt8: *out = ncclz::DataType::I8; return true;
+    case ncclzUint32: *out = ncclz::DataType::U32; return true;
+    case ncclzUint64: *out = ncclz::DataType::U64; return true;
     default: return false;
   }
 }

@@ -113,7 +113,7 @@ algorithms::OneHopPart CallRoutine::one_hop_part(const Collective& cd, DataType 
   p.count = cd.split;
   p.esize = dsize(t);
   p.root = cd.root;
-  if (cd.reduces) p.reduce = prims::reduce_fn(elem_of(t), cd.op);
+  if (cd.reduces) p.reduce = prims::reduce_fn(t, cd.op);
   p.scratch = rt_.channels.scratch(0);
   // Two hops: pieces as large as a slot allows beside the descriptor that
   // rides with the first (fewer pieces, fewer wake-ups: 128 KiB pieces were
@@ -325,7 +325,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
   } else if (is_lossy(run)) {
     rt_.protocol.release_carried();  // a lossy request that runs as asked: carried data not used
     lossy.run(all, staging);         // 5.-6.
-  } else if (run == Mode::None && persistent_eligible(rt_, cd, all, elem_of(t), false)) {
+  } else if (run == Mode::None && reduces_as_wire(t, cd.op) && persistent_eligible(rt_, cd, all, elem_of(t), false)) {
     // 6. device buffers on every rank: the persistent ring kernels (core/persistent_call.hpp)
     rt_.protocol.release_carried();
     run_persistent(rt_, cd, elem_of(t), false, cd.send, cd.recv, cd.message, rt_.channels.pick_exact(bytes), dsize(t),
@@ -380,7 +380,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     if (cd.device >= 0 && !staging.active()) {
       device_work(rt_, cd.device).divide(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
     } else {
-      prims::divide_in_place(elem_of(t), cd.recv, cd.out_count, rt_.nranks);
+      prims::divide_in_place(t, cd.recv, cd.out_count, rt_.nranks);
     }
   }
   staging.end();  // host copies: the output back to the device

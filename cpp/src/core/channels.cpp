@@ -32,7 +32,7 @@ prims::PrimsArgs args_of(const Wire& w, const CallState& call, int rank, int cha
   prims::PrimsArgs a;
   a.type = w.type;
   a.mode = w.mode;
-  a.reduce = prims::reduce_fn(w.type, w.op);
+  a.reduce = w.reduce ? w.reduce : prims::reduce_fn(w.type, w.op);
   a.op = w.op;
   a.int_sum = (w.type == ElemType::I32 || w.type == ElemType::I64) && (w.op == RedOp::Sum || w.op == RedOp::Avg);
   a.enc = w.enc;
@@ -86,7 +86,10 @@ bool is_aborted_error(const std::exception_ptr& e) {
 }  // namespace
 
 Wire native_wire(DataType t, Mode m, RedOp op, const Compression& c) {
-  return wire_of(elem_of(t), m == Mode::None ? prims::WireMode::Raw : prims::WireMode::Coded, op, t, c);
+  Wire w = wire_of(elem_of(t), m == Mode::None ? prims::WireMode::Raw : prims::WireMode::Coded, op, t, c);
+  w.as_wire = reduces_as_wire(t, op);
+  w.reduce = prims::reduce_fn(t, op);
+  return w;
 }
 
 Wire code_wire(DataType t, bool wide, RedOp op, const Compression& c) {

@@ -47,6 +47,13 @@ struct Wire {
   ElemType type = ElemType::U8;
   prims::WireMode mode = prims::WireMode::Raw;
   RedOp op = RedOp::Sum;
+  /// The reduction on the host: null for the wire type's (reduce_fn(type,
+  /// op)); native_wire sets the user type's own (prims::reduce_fn(DataType,
+  /// op)), which differs where reduces_as_wire does not hold.
+  prims::ReduceFn reduce = nullptr;
+  /// Whether op reduces the user's values as the wire type's op does; where
+  /// not, the values are reduced on the host only (device_codes_exact).
+  bool as_wire = true;
   size_t raw_esize = 1;  ///< the user's element size (CallStats::raw_bytes)
   codec::EncodeOptions enc;
   prims::Stage* stage = nullptr;  ///< slice-by-slice quantize/dequantize (core::LossyStage)

@@ -42,6 +42,7 @@ bool any_device(const std::vector<CallDesc>& all) {
 }
 
 bool device_codes_exact(const Wire& w) {
+  if (!w.as_wire) return false;  // the device reduces the wire types only
   if (w.mode == prims::WireMode::Raw) return true;
   using Choice = codec::EncodeOptions::Choice;
   const Choice c = w.enc.choice;

@@ -297,7 +297,7 @@ void LossyCall::run_exact(const LossyPlan& plan, const std::vector<CallDesc>& al
   // avg: the schedule sums; the sum divided once, as the uncompressed call
   // does (CallRoutine divides only after calls that did not run lossy).
   if (cd_.how == Combine::Mean && cd_.recv != nullptr) {
-    prims::divide_in_place(elem_of(t_), cd_.recv, cd_.out_count, rt_.nranks);
+    prims::divide_in_place(t_, cd_.recv, cd_.out_count, rt_.nranks);
   }
 }
 

@@ -4,7 +4,8 @@
 namespace ncclz {
 
 const char* dtype_name(DataType t) {
-  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8"};
+  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int32",
+                                "int64",   "uint8",   "int8",    "uint32",   "uint64"};
   return core::valid_dtype(uint8_t(t)) ? names[uint8_t(t)] : "?";
 }
 

@@ -88,8 +88,11 @@ void divide_loop(void* dst, const void* src, size_t count, int n) {
     const T d = T(n);
     for (size_t i = 0; i < count; ++i) p[i] = q[i] / d;
   } else {
-    const T d = T(n);
-    for (size_t i = 0; i < count; ++i) p[i] = T(q[i] / d);
+    // In the widest type of T's signedness: T(n) would wrap for 8-bit types
+    // from 128 or 256 ranks.
+    using W = std::conditional_t<std::is_signed_v<T>, int64_t, uint64_t>;
+    const W d = W(n);
+    for (size_t i = 0; i < count; ++i) p[i] = T(W(q[i]) / d);
   }
 }
 
@@ -115,6 +118,58 @@ ReduceFn reduce_fn(ElemType t, RedOp op) {
 }
 
 void divide_in_place(ElemType t, void* buf, size_t count, int n) { divide_into(t, buf, buf, count, n); }
+
+namespace {
+
+// The types that travel as another of their width (core::elem_of): their own
+// order for max and min.
+template <class T>
+ReduceFn own_order(RedOp op) {
+  switch (op) {
+    case RedOp::Max: return &reduce_loop<T, OpMax>;
+    case RedOp::Min: return &reduce_loop<T, OpMin>;
+    case RedOp::Sum:
+    case RedOp::Avg: return &reduce_loop<T, OpSum>;
+    case RedOp::Prod: return &reduce_loop<T, OpProd>;
+  }
+  return nullptr;
+}
+
+ElemType same_width(DataType t) {
+  switch (t) {
+    case DataType::F32: return ElemType::F32;
+    case DataType::F64: return ElemType::F64;
+    case DataType::F16: return ElemType::F16;
+    case DataType::BF16: return ElemType::BF16;
+    case DataType::I32: return ElemType::I32;
+    case DataType::I64: return ElemType::I64;
+    case DataType::U8:
+    case DataType::I8: break;
+    case DataType::U32: return ElemType::I32;
+    case DataType::U64: return ElemType::I64;
+  }
+  return ElemType::U8;
+}
+
+}  // namespace
+
+ReduceFn reduce_fn(DataType t, RedOp op) {
+  switch (t) {
+    case DataType::I8: return own_order<int8_t>(op);
+    case DataType::U32: return own_order<uint32_t>(op);
+    case DataType::U64: return own_order<uint64_t>(op);
+    default: return reduce_fn(same_width(t), op);
+  }
+}
+
+void divide_in_place(DataType t, void* buf, size_t count, int n) {
+  switch (t) {
+    case DataType::I8: return divide_loop<int8_t>(buf, buf, count, n);
+    case DataType::U32: return divide_loop<uint32_t>(buf, buf, count, n);
+    case DataType::U64: return divide_loop<uint64_t>(buf, buf, count, n);
+    default: return divide_in_place(same_width(t), buf, count, n);
+  }
+}
 
 void divide_into(ElemType t, void* dst, const void* src, size_t count, int n) {
   switch (t) {

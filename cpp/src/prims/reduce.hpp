@@ -29,11 +29,20 @@ using ReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
 /// combinations that do not exist (none do today: all are defined).
 ReduceFn reduce_fn(codec::ElemType t, RedOp op);
 
+/// The reduction of a user's values of type t (the latency and direct
+/// schedules, raw and lossless slices): reduce_fn(core's wire type of t, op)
+/// except for the max and min of int8, uint32 and uint64, compared in their
+/// own order (sum and prod wrap to the same bits as their wire type's).
+ReduceFn reduce_fn(DataType t, RedOp op);
+
 /// buf[i] = buf[i] / n in type t (the Avg post-op: floats divide in their own
 /// arithmetic, 16-bit floats through float, integers truncate toward zero).
 void divide_in_place(codec::ElemType t, void* buf, size_t count, int n);
 /// dst[i] = src[i] / n, the same arithmetic (dst may be src): float16's
 /// average divides each input first (core/call.cpp, "premultiplied").
 void divide_into(codec::ElemType t, void* dst, const void* src, size_t count, int n);
+/// The Avg post-op on a user's values of type t (int8, uint32 and uint64
+/// divide in their own type: truncation toward zero, unsigned or signed).
+void divide_in_place(DataType t, void* buf, size_t count, int n);
 
 }  // namespace ncclz::prims

@@ -1,14 +1,15 @@
 """Torch tensors as the ncclz runtime takes them, and c10d reduce ops as ncclz ops.
 
 The runtime moves contiguous arrays of float32, float64, float16, bfloat16,
-int32, int64 and uint8, on the CPU or on a CUDA device (``ncclz.Communicator``'s
+int8, int32, int64, uint8, uint32 and uint64, on the CPU or on a CUDA device (``ncclz.Communicator``'s
 device path, or staged through host memory; results come back onto the input's device). Everything else is *staged* into such a tensor and
 copied back after the call:
 
 - data movement (all-gather, broadcast, send/recv) of any other dtype travels
   as its bytes (``uint8``), uncompressed;
 - reductions of bool use uint8 MAX (SUM, MAX, BOR) or MIN (PRODUCT, MIN, BAND),
-  as ProcessGroupNCCL does; int8 and int16 are reduced in int32 and cast back;
+  as ProcessGroupNCCL does; int16 and uint16 are reduced in int32 and cast back
+  (the same bits: sums and products wrap in the narrow type either way);
   complex tensors travel as (real, imaginary) float pairs, for SUM, AVG and
   PREMUL_SUM only;
 - non-contiguous tensors are reduced in a contiguous copy.
@@ -27,7 +28,11 @@ import torch.distributed as dist
 from ..errors import InvalidArgumentError
 
 #: Dtypes the runtime takes as they are.
-NATIVE = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.uint8)
+NATIVE = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int32, torch.int64,
+          torch.uint8) + tuple(getattr(torch, n) for n in ("uint32", "uint64") if hasattr(torch, n))
+
+#: Reduced in int32 and cast back (every value fits; the cast wraps as the narrow type's own sum would).
+_WIDENED = tuple(getattr(torch, n) for n in ("int16", "uint16") if hasattr(torch, n))
 
 _RED = dist.ReduceOp.RedOpType
 
@@ -198,12 +203,12 @@ def reducible(t: torch.Tensor, op: ReduceOp, what: str) -> tuple:
                 f"{what}: ReduceOp.{op} is not defined for complex tensors (SUM, AVG and PREMUL_SUM are)"
             )
         return torch.view_as_real(t.contiguous()), name, None
-    if dt in (torch.int8, torch.int16):
+    if dt in _WIDENED:
         return t.to(torch.int32), name, dt
     if dt not in NATIVE:
         raise InvalidArgumentError(
             f"{what}: the ncclz backend cannot reduce {dt} tensors; it reduces float32, float64, float16, "
-            "bfloat16, int8, int16, int32, int64, uint8, bool and complex"
+            "bfloat16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool and complex"
         )
     if not t.is_contiguous():
         return t.contiguous(), name, None

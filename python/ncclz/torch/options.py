@@ -60,7 +60,9 @@ DEFAULT_MIN_ELEMENTS = 16384
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 #: Dtypes the runtime can carry compressed at all (lossless); lossy needs FLOAT_DTYPES.
-_CODEC_DTYPES = FLOAT_DTYPES + (torch.int32, torch.int64, torch.uint8)
+_CODEC_DTYPES = FLOAT_DTYPES + tuple(
+    getattr(torch, n) for n in ("int8", "int32", "int64", "uint8", "uint32", "uint64") if hasattr(torch, n)
+)
 
 #: Collective names accepted in ``lossy_collectives``.
 COLLECTIVES = (
@@ -124,7 +126,7 @@ class Options:
         result; rel: E = r * (max - min) of the call's inputs over all ranks).
     min_elements: tensors with fewer elements go exact (default 16384).
     dtypes: dtypes that may be compressed (default the floating types; lossless
-        also takes int32, int64, uint8).
+        also takes int8, int32, int64, uint8, uint32, uint64).
     lossy_collectives: where a lossy spec applies (default all_reduce,
         reduce_scatter and reduce, the gradient reductions); add "all_gather",
         "broadcast", "send", "gather", "scatter" or "all_to_all" to make that
