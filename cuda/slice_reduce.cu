@@ -78,8 +78,11 @@ template <class T, Kind K>
 __global__ void __launch_bounds__(kThreads) divide_kernel(T* d, size_t count, int n) {
   const size_t stride = size_t(gridDim.x) * kThreads;
   for (size_t i = size_t(blockIdx.x) * kThreads + threadIdx.x; i < count; i += stride) {
-    if constexpr (K == Kind::Float || K == Kind::Int) {
+    if constexpr (K == Kind::Float) {
       d[i] = T(d[i] / T(n));
+    } else if constexpr (K == Kind::Int) {  // in a wide type, as prims::divide_in_place (T(n) wraps for uint8)
+      using W = std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>;
+      d[i] = T(W(d[i]) / W(n));
     } else if constexpr (K == Kind::F16) {
       d[i] = codec::float_to_f16(codec::f16_to_float(d[i]) / float(n));
     } else {
