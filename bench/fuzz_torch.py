@@ -7,8 +7,9 @@ process group (``Options(compression=None)``, ``Lossless()``, ``Lossy(rel=1e-3)`
 ``Lossy(abs=0.05)``, the lossy ones with ``min_elements=64`` and every collective in
 ``lossy_collectives``), a dist function (all_reduce, reduce_scatter_tensor, reduce_scatter of a list,
 all_gather_into_tensor, all_gather of a list, broadcast, reduce, gather, scatter, all_to_all_single
-with equal and uneven splits, all_to_all of lists, send/recv pairs), a dtype (the runtime's seven, and
-int8, int16, bool, complex64, which the backend stages), an op (SUM, AVG, MIN, MAX, PRODUCT,
+with equal and uneven splits, all_to_all of lists, send/recv pairs), a dtype (fuzz_calls.py's seven, and
+int8, int16, bool, complex64, which the backend stages, and in half of the int16 / int32 / int64 calls
+uint16 / uint32 / uint64 in their place), an op (SUM, AVG, MIN, MAX, PRODUCT,
 PREMUL_SUM with a factor; the ones torch defines for the dtype), a count, the data (fuzz_calls.py's
 kinds) and a non-contiguous input now and then. Every call is made with ``async_op=True`` and waited
 for; the bound of a lossy call is the largest ``error_bound`` of its ``work.stats`` (0: the call ran
@@ -36,6 +37,9 @@ FUNCS = ("all_reduce", "reduce_scatter_tensor", "reduce_scatter", "all_gather_in
          "broadcast", "reduce", "gather", "scatter", "all_to_all_single", "all_to_all_single_uneven",
          "all_to_all", "sendrecv")
 DTYPES = (*fc.DTYPES, "int8", "int16", "bool", "complex64")
+#: Unsigned tensors, each drawn in half of the calls of its signed sibling from a generator of its own (a
+#: seed's other draws stay as they were): uint32 and uint64 reduced as they are, uint16 staged in int32.
+UNSIGNED = {"int16": "uint16", "int32": "uint32", "int64": "uint64"}
 GROUPS = ("exact", "lossless", "rel", "abs")
 COUNTS = (1, 3, 8, 63, 64, 100, 1000, 4097, 65536, 100003, 262147)
 REDUCING = ("all_reduce", "reduce_scatter_tensor", "reduce_scatter", "reduce")
@@ -44,6 +48,8 @@ REDUCING = ("all_reduce", "reduce_scatter_tensor", "reduce_scatter", "reduce")
 def draw(seed, i, w):
     g = np.random.default_rng([seed, i, 99])
     dt = str(g.choice(DTYPES))
+    if dt in UNSIGNED and np.random.default_rng([seed, i, 98]).random() < 0.5:
+        dt = UNSIGNED[dt]
     fn = str(g.choice(FUNCS))
     if dt in fc.FLOATS:
         ops = ["SUM", "SUM", "AVG", "MIN", "MAX", "PRODUCT", "PREMUL_SUM"]
@@ -60,11 +66,13 @@ def draw(seed, i, w):
 def make(torch, s, seed, i, rank, n):
     """Rank `rank`'s input of n elements as a torch tensor of s's dtype."""
     dt = s["dt"]
-    if dt in ("int8", "int16", "bool"):
+    if dt in ("int8", "int16", "bool", "uint16", "uint32", "uint64"):
         g = np.random.default_rng([seed, i, rank, 5])
         hi = 2 if dt == "bool" or s["op"] == "PRODUCT" else 40
-        v = g.integers(0 if dt == "bool" else -hi, hi, n)
-        return torch.from_numpy(v.astype({"int8": np.int8, "int16": np.int16, "bool": np.bool_}[dt]))
+        # (negative values of uint16 and uint32 wrap to the type's top, where a signed order disagrees;
+        # float64, the reference's type, cannot hold uint64's)
+        v = g.integers(0 if dt in ("bool", "uint64") else -hi, hi, n)
+        return torch.from_numpy(v.astype(np.bool_ if dt == "bool" else np.dtype(dt)))
     if dt == "complex64":
         sub = dict(s, dt="float32")
         re, im = fc.rank_data(sub, seed, i, rank, n), fc.rank_data(sub, seed + 1, i, rank, n)
