@@ -528,6 +528,14 @@ class CommHandle {
     blocking([&] { comm->barrier(); });
   }
 
+  /// Communicator::split: the new communicator (None for kSplitNoColor).
+  std::shared_ptr<CommHandle> split(int color, int key) {
+    auto comm = get();
+    std::unique_ptr<Communicator> made;
+    blocking([&] { made = comm->split(color, key); });
+    return made ? std::make_shared<CommHandle>(std::move(made)) : nullptr;
+  }
+
   /// Communicator::refuse for a call refused before it reached the runtime
   /// (its kind by name: "all_reduce", ..., "send", "recv").
   void refuse(const std::string& kind, int root, const std::string& why) {
@@ -837,6 +845,8 @@ void register_comm(nb::module_& m) {
       .def("send", &CommHandle::send, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("recv", &CommHandle::recv, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("barrier", &CommHandle::barrier)
+      .def("split", &CommHandle::split, "color"_a, "key"_a,
+           "Communicator::split: a new communicator of the ranks of this color (None for color -1)")
       .def("refuse", &CommHandle::refuse, "kind"_a, "root"_a, "why"_a,
            "Takes part in a call this rank refused before the runtime saw it (Communicator::refuse): the others' "
            "call raises RemoteError, and the ranks' calls stay in step")

@@ -560,8 +560,13 @@ class Communicator:
         except RemoteError:
             _mark_peer_error()
             raise
+        self._setup(rank, world_size, transport or "auto", setting, cfg)
+
+    def _setup(self, rank: int, world_size: int, transport: str, setting: Any, cfg: Any) -> None:
+        """Everything but the rendezvous (self._native is connected): __init__'s and split()'s."""
         self._rank, self._world_size = rank, world_size
-        self._transport = transport or "auto"
+        self._transport = transport
+        self._setting = setting  # the policy setting, which split() passes on
         self._last_stats: CallStats | None = None
         self._last_raw: tuple | None = None
         self._device: Any = None  # the CUDA device of the first GPU array this rank passed (a DeviceArray)
@@ -1182,6 +1187,39 @@ class Communicator:
     def barrier(self) -> None:
         """Returns when every rank has called barrier()."""
         self._native.barrier()
+
+    @_queueable
+    @_name_rank
+    def split(self, color: int | None, key: int = 0) -> Communicator | None:
+        """A new communicator of the ranks that pass the same ``color`` (NCCL's ncclCommSplit,
+        MPI's Comm_Split): every rank of this communicator calls it, in order with its other calls.
+        The new ranks go by ``key``, then by their rank here; ``color=None`` joins none (returns None).
+        The new communicator has this one's settings and policy (a NCCLZ_TOPO_HOSTS layout cut to its
+        members' part) and is independent of it: close each one. Colors are ints >= 0, keys ints
+        (32 bits). A color or key that is not one, on any rank, fails the call on every rank
+        (InvalidArgumentError here, RemoteError naming this rank elsewhere)."""
+        def small(v: Any, lo: int) -> bool:
+            return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= int(v) < 2**31
+
+        bad = None
+        if color is not None and not small(color, 0):
+            bad = f"split: color must be an int >= 0 (32 bits) or None, got {color!r}"
+        elif not small(key, -(2**31)):
+            bad = f"split: key must be a 32-bit int, got {key!r}"
+        c = -1 if color is None or bad else int(color)
+        # (a bad argument travels as a color that is none: every rank's split fails, none waits)
+        try:
+            native = self._native.split(-2 if bad else c, 0 if bad else int(key))
+        except InvalidArgumentError:
+            if bad:
+                raise InvalidArgumentError(bad) from None
+            raise
+        if native is None:
+            return None
+        made = Communicator.__new__(Communicator)
+        made._native = native
+        made._setup(int(native.rank), int(native.size), self._transport, self._setting, native.config)
+        return made
 
     # ---- lifetime -----------------------------------------------------------
     def abort(self, reason: str = "aborted by user") -> None:

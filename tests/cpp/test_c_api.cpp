@@ -142,6 +142,50 @@ TEST(CApi, Int8Uint32AndUint64) {
   });
 }
 
+// ncclzCommSplit: odd and even ranks, one rank in none; a null newcomm is an
+// error on its rank only (which joins none).
+TEST(CApi, CommSplit) {
+  CWorld w(4);
+  std::vector<ncclzComm_t> made(4, nullptr);
+  std::vector<ncclzResult_t> res(4);
+  w.run([&](int r, ncclzComm_t comm) {
+    res[size_t(r)] = ncclzCommSplit(comm, r == 3 ? NCCLZ_SPLIT_NOCOLOR : r % 2, -r, &made[size_t(r)]);
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(res[size_t(r)], ncclzSuccess) << ncclzGetLastError(nullptr);
+  EXPECT_EQ(made[3], nullptr);
+  int n = 0, rank = -1;
+  ASSERT_EQ(ncclzCommCount(made[0], &n), ncclzSuccess);
+  EXPECT_EQ(n, 2);  // ranks 0 and 2
+  ASSERT_EQ(ncclzCommUserRank(made[0], &rank), ncclzSuccess);
+  EXPECT_EQ(rank, 1);  // key -r: rank 2 first
+  std::vector<std::thread> th;
+  std::vector<float> sums(3);
+  for (int r = 0; r < 3; ++r) {
+    th.emplace_back([&, r] {
+      float x = float(r + 1);
+      EXPECT_EQ(
+          ncclzAllReduce(&x, &sums[size_t(r)], 1, ncclzFloat32, ncclzSum, ncclzCompressionNone(), made[size_t(r)]),
+          ncclzSuccess);
+    });
+  }
+  for (auto& t : th) t.join();
+  EXPECT_EQ(sums[0], 1.0f + 3.0f);
+  EXPECT_EQ(sums[1], 2.0f);  // rank 1 alone
+  for (ncclzComm_t c : made) ncclzCommDestroy(c);
+  w.run([&](int r, ncclzComm_t comm) {
+    ncclzComm_t mine = nullptr;
+    res[size_t(r)] = ncclzCommSplit(comm, 0, 0, r == 0 ? nullptr : &mine);
+    made[size_t(r)] = mine;
+  });
+  EXPECT_EQ(res[0], ncclzInvalidArgument);
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_EQ(res[size_t(r)], ncclzSuccess);
+    ASSERT_EQ(ncclzCommCount(made[size_t(r)], &n), ncclzSuccess);
+    EXPECT_EQ(n, 3);
+    ncclzCommDestroy(made[size_t(r)]);
+  }
+}
+
 TEST(CApi, ErrorsAreResultCodes) {
   CWorld w(2);
   w.run([&](int r, ncclzComm_t comm) {

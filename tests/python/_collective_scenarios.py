@@ -388,6 +388,59 @@ def scenario_int_types(ncclz, comm, args):
     return {"hashes": ck.hashes, "checks": ck.checks}
 
 
+def scenario_split(ncclz, comm, args):
+    """Communicator.split: parity groups ranked backwards by key, their calls independent (exact and
+    lossy, at once), color None, a split queued behind asynchronous calls, splits of splits, a bad color
+    on one rank failing every rank with the parent still in step, and under NCCLZ_TOPO_HOSTS the
+    members' part of the layout."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    g = comm.split(r % 2, key=-r)
+    members = [q for q in range(W) if q % 2 == r % 2][::-1]  # by key -q
+    ck.require(g.world_size == len(members) and g.rank == members.index(r), f"split: rank {g.rank} of {g.world_size}")
+    x = np.full(1000, r + 1.0)
+    ck.require(np.array_equal(g.all_reduce(x.copy()), np.full(1000, float(sum(q + 1 for q in members)))), "group sum")
+    inputs = [rank_input(members[k], 5000, "float32", 3) for k in range(len(members))]
+    y = g.all_reduce(rank_input(r, 5000, "float32", 3), compression=ncclz.Lossy(abs=1e-2))
+    ck.check_close("split-lossy", y, reference(inputs, "sum"), 1e-2, "abs", "float32")
+    ck.record("split-group", y)
+    # color None, and a split queued behind asynchronous calls
+    w = comm.all_reduce(np.ones(10), async_op=True)
+    n = comm.split(None if r == 0 else 5)
+    ck.require(np.array_equal(w.wait(), np.full(10, float(W))), "the queued call before the split")
+    ck.require((n is None) == (r == 0) and (n is None or n.world_size == W - 1), "split(None)")
+    # a split of a split: the group's first rank alone
+    if g.world_size > 1:
+        h = g.split(0 if g.rank == 0 else 1)
+        ck.require(h.world_size == (1 if g.rank == 0 else g.world_size - 1), "split of a split")
+        h.close()
+    # a bad color on rank 1: every rank fails, naming it; the parent goes on
+    try:
+        comm.split(-7 if r == 1 % W else 0)
+        ck.fail("a bad color did not fail")
+    except ncclz.InvalidArgumentError as e:
+        ck.require(r == 1 % W and "color must be an int >= 0" in str(e), f"bad color here: {e}")
+    except ncclz.RemoteError as e:
+        ck.require(r != 1 % W and f"rank {1 % W} passed color" in str(e), f"bad color elsewhere: {e}")
+    ck.require(np.array_equal(comm.all_reduce(np.ones(3)), np.full(3, float(W))), "the parent after a failed split")
+    hosts = os.environ.get("NCCLZ_TOPO_HOSTS")
+    if hosts:
+        t = comm.topology
+        mine = [q for q in range(W) if t.host_of[q] == t.host_of[r]]
+        local = comm.split(t.host_of[r])
+        ck.require(local.world_size == len(mine) and local.topology.hosts == 1, f"host split: {local.topology}")
+        across = comm.split(t.local_rank_of[r])
+        ck.require(across.topology.hosts == t.hosts and across.topology.local_size == 1,
+                   f"cross-host split: {across.topology}")
+        local.close()
+        across.close()
+    for c in (g, n):
+        if c is not None:
+            c.close()
+    ck.checks += 8
+    return {"hashes": ck.hashes, "checks": ck.checks}
+
+
 def scenario_pairwise_rooted(ncclz, comm, args):
     """all_to_all (equal blocks and uneven splits), reduce, gather, scatter: every mode, every dtype
     (lossy on the float ones), every root, NumPy inputs; every element against the fp64 reference

@@ -185,6 +185,18 @@ def test_int8_uint32_uint64_reduce_in_their_own_order(tmp_path, transport, n, ar
     assert_same_on_all_ranks(ranks.results, prefixes=("int-",))
 
 
+@pytest.mark.parametrize(
+    "transport,n,env", [("shm", 5, {}), ("socket", 3, {}), ("shm", 4, {"NCCLZ_TOPO_HOSTS": "2x2"})]
+)
+def test_split(tmp_path, transport, n, env):
+    """Communicator.split: groups by color ranked by key, independent calls in them, color None, behind
+    queued calls, splits of splits, a bad color failing every rank, the host layout cut to the members."""
+    ranks = run_ranks(tmp_path, "split", n, transport, env=env, timeout=120)
+    ranks.assert_ok()
+    for r, res in enumerate(ranks.results):  # the same result in each group (rank 0's, rank 1's)
+        assert res["hashes"]["split-group"] == ranks.results[r % 2]["hashes"]["split-group"], f"rank {r}"
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_collectives_large_messages(tmp_path, transport):
     """Messages of many slices (1M elements): pipelining and channels."""

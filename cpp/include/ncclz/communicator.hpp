@@ -418,7 +418,20 @@ class Communicator {
   /// Makes every pending and future call on this communicator (and, where the
   /// transport can reach them, on its peers) fail with Aborted. Thread-safe.
   virtual void abort(const std::string& reason = "aborted by user") = 0;
+  /// A new communicator of the ranks that pass the same color (NCCL's
+  /// ncclCommSplit, MPI_Comm_split): a collective call of every rank of this
+  /// one, ordered with its other calls. The new ranks go by key, then by rank
+  /// here. kSplitNoColor: this rank joins none (returns nullptr). `config`:
+  /// the new communicator's settings (null: the ones this communicator was
+  /// created with; a NCCLZ_TOPO_HOSTS layout is cut to its members' part).
+  /// A color below kSplitNoColor on any rank fails the call on every rank
+  /// (InvalidArgument there, RemoteError naming it elsewhere). The new
+  /// communicators' creation waits for all their members, as creation does.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const CommConfig* config = nullptr) = 0;
 };
+
+/// Communicator::split's color for "no new communicator" (NCCL_SPLIT_NOCOLOR).
+constexpr int kSplitNoColor = -1;
 
 /// Where the buffers of the calls this thread makes live from now on: -1,
 /// host memory (the default), or the ordinal of a CUDA device whose memory

@@ -122,6 +122,14 @@ ncclzResult_t ncclzCommInitRank(ncclzComm_t* comm, int nranks, ncclzUniqueId com
 /* RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and NCCLZ_* from the environment. */
 ncclzResult_t ncclzCommInitFromEnv(ncclzComm_t* comm);
 ncclzResult_t ncclzCommDestroy(ncclzComm_t comm);
+/* A new communicator of the ranks that pass the same color, ranked by key,
+ * then by their rank in comm (NCCL's ncclCommSplit): called by every rank of
+ * comm, in order with its other calls; NCCLZ_SPLIT_NOCOLOR sets *newcomm to
+ * NULL. The new communicator takes comm's settings (a NCCLZ_TOPO_HOSTS layout
+ * cut to its members). A color below NCCLZ_SPLIT_NOCOLOR on any rank fails the
+ * call on every rank. */
+#define NCCLZ_SPLIT_NOCOLOR (-1)
+ncclzResult_t ncclzCommSplit(ncclzComm_t comm, int color, int key, ncclzComm_t* newcomm);
 /* Makes pending and future calls on comm fail with ncclzAborted, here and on
  * every peer (their calls fail at once, naming this rank), then frees it. A
  * communicator runs one call at a time: a call made while another thread's

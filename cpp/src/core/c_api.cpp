@@ -201,6 +201,24 @@ ncclzResult_t ncclzCommInitFromEnv(ncclzComm_t* comm) {
   });
 }
 
+ncclzResult_t ncclzCommSplit(ncclzComm_t comm, int color, int key, ncclzComm_t* newcomm) {
+  return guarded([&] {
+    // A rank with nowhere to put the new communicator still takes part (the
+    // others' split must complete), in none of the new ones.
+    if (!newcomm) {
+      comm_or_throw(comm).split(ncclz::kSplitNoColor, key);
+      throw ncclz::InvalidArgument("ncclzCommSplit: null newcomm (this rank joined no new communicator)");
+    }
+    *newcomm = nullptr;
+    auto made = comm_or_throw(comm).split(color, key);
+    if (made) {
+      auto c = std::make_unique<ncclzComm>();
+      c->impl = std::move(made);
+      *newcomm = c.release();
+    }
+  });
+}
+
 ncclzResult_t ncclzCommDestroy(ncclzComm_t comm) {
   return guarded([&] { delete comm; });
 }

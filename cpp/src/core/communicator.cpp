@@ -55,6 +55,7 @@
 #include "core/call.hpp"
 #include "core/config.hpp"
 #include "core/runtime.hpp"
+#include "core/split.hpp"
 #include "core/validate.hpp"
 #include "ncclz/error.hpp"
 #include "ncclz/policy_hints.hpp"
@@ -141,6 +142,9 @@ class CommunicatorImpl final : public Communicator {
     routine_->barrier();
   }
   void abort(const std::string& reason) override { fail(reason); }
+  std::unique_ptr<Communicator> split(int color, int key, const CommConfig* config) override {
+    return core::split(*this, color, key, config ? *config : requested_, rt_->topo, boot_->advertised_address());
+  }
 
  private:
   /// One call at a time (see "Threads" above): holds call_mu_ for the call,
@@ -163,6 +167,7 @@ class CommunicatorImpl final : public Communicator {
   void connect_hierarchical(const transport::TransportConfig& tc, Clock::time_point deadline);
 
   int rank_ = 0, size_ = 1;
+  CommConfig requested_;  // the settings as given (split's default for new communicators)
   std::unique_ptr<Bootstrap> boot_;
   std::shared_ptr<transport::AbortFlag> abort_;
   std::unique_ptr<transport::Transport> transport_;
@@ -188,7 +193,8 @@ class CommunicatorImpl final : public Communicator {
   std::mutex abort_mu_;  // abort()/fail() against each other
 };
 
-CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommConfig& given) : boot_(std::move(boot)) {
+CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommConfig& given)
+    : requested_(given), boot_(std::move(boot)) {
   rank_ = boot_->rank();
   size_ = boot_->size();
   CommConfig cfg = given.resolved();
