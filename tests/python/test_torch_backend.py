@@ -869,6 +869,12 @@ def _callbacks(rank: int, world: int, out: dict) -> None:
     wc = dist.all_reduce(c, async_op=True)
     both = wa.get_future().then(lambda f: (wc.wait(), f.value()[0] + c)[1])
     assert both.wait().tolist() == [3.0 * world] * 3
+    # ... and for its Future (the same, through the Future the Work gives)
+    d, e = torch.ones(3), torch.ones(3) * 3
+    wd = dist.all_reduce(d, async_op=True)
+    we = dist.all_reduce(e, async_op=True)
+    both = wd.get_future().then(lambda f: f.value()[0] + we.get_future().wait()[0])
+    assert both.wait().tolist() == [4.0 * world] * 3
     out["callbacks"] = "ok"
 
     gloo = dist.new_group(backend="gloo")

@@ -76,8 +76,9 @@ class Work(dist.Work):
         # with CUDA outputs the Future records their streams when it completes, and whoever uses its
         # value waits for them (a Future without devices refuses CUDA tensors)
         self._future: torch.futures.Future = (
-            torch.futures.Future(devices=list(devices)) if devices else torch.futures.Future()
+            _WorkFuture(devices=list(devices)) if devices else _WorkFuture()
         )
+        self._future._work = weakref.ref(self)
         # weak: torch may keep a Work (and so what it references) alive in C++ until exit
         self._on_timeout = weakref.WeakMethod(on_timeout) if on_timeout is not None else None
         #: ncclz.CallStats of the native calls this work made (filled on the worker thread).
@@ -186,6 +187,29 @@ def caller_stream(tensors: Any) -> Any:
 def on_stream(stream: Any) -> Any:
     """``torch.cuda.stream(stream)`` for a CUDA stream, a no-op context for None."""
     return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+class _WorkFuture(torch.futures.Future):
+    """A Work's Future: ``wait()`` / ``value()`` called on the Work's own worker thread (a ``then``
+    callback waiting for a call queued behind the one it follows) runs the queued calls up to the
+    Work's (``Worker.run_until``, as ``Work.wait`` does) instead of waiting for itself. The Futures
+    ``then`` returns are torch's own: waiting for one of those there still waits for itself."""
+
+    _work: Any = None  # weakref to the Work (the Work holds its Future)
+
+    def _pump(self) -> None:
+        work = self._work() if self._work is not None else None
+        worker = work._worker if work is not None else None
+        if worker is not None and not self.done():
+            worker.run_until(work)
+
+    def wait(self) -> Any:
+        self._pump()
+        return super().wait()
+
+    def value(self) -> Any:
+        self._pump()
+        return super().value()
 
 
 def _detached(error: BaseException) -> BaseException:
