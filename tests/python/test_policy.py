@@ -828,3 +828,29 @@ def test_a_calls_input_is_not_kept_after_the_call(tmp_path, transport):
     for r, res in enumerate(ranks.results):
         assert res["policy"] == "auto", res
         assert res["kept"] == [], f"rank {r} kept the inputs of {res['kept']}"
+
+
+def test_a_bound_that_changes_every_call_keeps_the_policy_small():
+    # a job whose bound follows a schedule (or the gradients' norm): bounds within a few percent share
+    # a label, so their calibration and measurements, and the tables keyed by labels stay bounded
+    from ncclz.policy import modes
+
+    assert modes.label(ncclz.Lossy(abs=1.234e-3)) == modes.label(ncclz.Lossy(abs=1.2e-3)) == "lossy:abs=0.0012"
+    assert modes.label(ncclz.Lossy(rel=1e-3), "fast") == "lossy:rel=0.001/fast"
+    assert modes.label(ncclz.Lossy(rel=1e-3)) != modes.label(ncclz.Lossy(rel=1.1e-3))
+    x = np.random.default_rng(0).normal(size=1 << 14).astype(np.float32)
+    pol = Policy(4, link_gbps=1.0, cores_per_rank=1, sample_bytes=x.nbytes)
+    for i in range(40):  # a bound decaying by 0.1% a call: 40 bounds, 4-5 labels
+        spec = ncclz.Lossy(abs=1e-2 * 0.999**i)
+        pol.choose("all_reduce", x, spec)
+        pol.record("all_reduce", "float32", x.nbytes, spec, 0.01)
+    assert len(pol.calibrations()) <= 5, [c.mode for c in pol.calibrations()]
+    for i in range(3 * modes.MAX_ENTRIES):  # ever new bounds and sizes: the tables stay within the bound
+        pol.record("all_reduce", "float32", 4096 << (i % 20), ncclz.Lossy(abs=1.0 + i), 0.01)
+    assert len(pol.measurements()) <= modes.MAX_ENTRIES
+    steady = ncclz.Lossy(rel=1e-3)  # recorded last: kept
+    pol.record("all_reduce", "float32", 1 << 20, steady, 0.02)
+    pol.record("all_reduce", "float32", 1 << 20, steady, 0.01)
+    assert pol.measured("all_reduce", "float32", 1 << 20, steady) == pytest.approx(0.01)
+    table = {k: k for k in range(10)}
+    assert modes.bounded(table, 4) == [0, 1, 2, 3, 4, 5] and list(table) == [6, 7, 8, 9]

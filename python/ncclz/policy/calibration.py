@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import codec
 from ..spec import Lossy
-from .modes import EFFORTS, MODES, check_effort, label, mode_name
+from .modes import EFFORTS, MODES, bounded, check_effort, label, mode_name
 
 
 @dataclasses.dataclass
@@ -99,7 +99,7 @@ class Calibrator:
         return c if isinstance(c, Calibration) else None
 
     def entries(self) -> list:
-        """Every calibration taken (failed ones left out), oldest first."""
+        """Every calibration kept (failed ones left out), the least recently used first."""
         return [c for c in self._cache.values() if isinstance(c, Calibration)]
 
     def calibrate(self, x, spec, effort: str = "", sums: int = 0) -> Calibration:
@@ -109,8 +109,9 @@ class Calibrator:
         check_effort(effort)
         arr = np.ascontiguousarray(np.asarray(x)).reshape(-1)
         key = _key(str(arr.dtype), spec, effort, sums)
-        hit = self._cache.get(key)
+        hit = self._cache.pop(key, None)
         if hit is not None:
+            self._cache[key] = hit  # the most recently used last (bounded drops the others first)
             if isinstance(hit, Exception):
                 raise hit
             return hit
@@ -124,10 +125,12 @@ class Calibrator:
             c = self._measure(arr, spec, effort, key)
         except Exception as e:
             self._cache[key] = e
+            bounded(self._cache)
             raise
         if pins:
             c = dataclasses.replace(c, pinned=tuple(k for k in _PIN_FIELDS if k in pins), **pins)
         self._cache[key] = c
+        bounded(self._cache)
         return c
 
     def _measure(self, arr, spec, effort: str, key: tuple) -> Calibration:

@@ -83,7 +83,7 @@ from .calibration import Calibration, Calibrator, reduction_terms
 from .history import DEVICE_SUFFIX, History, device_dtype, size_class
 from .memory_link import DEVICE_MEMORY_GBPS, MEMORY_LINKS, memory_link_gbps
 from .model import INTRA_FACTOR, CostModel
-from .modes import EFFORTS, label, mode_class
+from .modes import EFFORTS, bounded, label, mode_class
 
 
 @dataclasses.dataclass
@@ -542,8 +542,9 @@ class Policy:
         # a lighter mode: now and then run the requested one again when its time is a measurement,
         # so a stale measurement (the data changed) cannot keep compression off for good
         k = size_class(coll, dt, nbytes) + (label(requested),)
-        runs = self._lighter_run.get(k, 0) + 1
+        runs = self._lighter_run.pop(k, 0) + 1  # (the most recent last: bounded drops the others first)
         self._lighter_run[k] = runs
+        bounded(self._lighter_run)
         if chosen in measured and self.probe_every and runs % self.probe_every == 0:
             return pick(chosen, f"re-measuring {chosen} (every {self.probe_every}th call it is not predicted faster)")
         return pick(best, f"{req} not predicted >= {margin:.0%} faster than {best}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .modes import EFFORTS, check_effort, label
+from .modes import EFFORTS, bounded, check_effort, label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,13 @@ class History:
             return
         cls, key = size_class(coll, dtype, nbytes), _key(spec, effort, algorithm)
         t = wall_s * _class_bytes(nbytes) / nbytes
-        self._calls[(cls, key)] = self._calls.get((cls, key), 0) + 1
+        self._calls[(cls, key)] = self._calls.pop((cls, key), 0) + 1  # (the most recent last)
+        for c, k in bounded(self._calls):  # the least recently recorded beyond the bound, everywhere
+            self._times.pop((c, k), None)
+            best = self._best.get(c, {})
+            best.pop(k, None)
+            if not best:
+                self._best.pop(c, None)
         lst = self._times.setdefault((cls, key), [])
         lst.append(t)
         if len(lst) == 1:
@@ -95,7 +101,7 @@ class History:
         return d[key] * nbytes / _class_bytes(nbytes)
 
     def entries(self) -> list:
-        """Every (size class, mode label) recorded, as Measurements, in recording order."""
+        """Every (size class, mode label) recorded, as Measurements, the least recently recorded first."""
         out = []
         for (cls, key), calls in self._calls.items():
             coll, dtype, bits = cls

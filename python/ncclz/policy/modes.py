@@ -11,7 +11,10 @@ four codec efforts (same bound, same result bits; only the wire coder's selector
 
 These names key :attr:`Choice.predicted_s <ncclz.policy.Choice>`, :meth:`Policy.pin
 <ncclz.policy.Policy.pin>` and the measurements. A *label* names a mode with its bound
-(``"lossy:rel=0.001/fast"``), so measurements of different bounds stay apart.
+(``"lossy:rel=0.001/fast"``), so measurements of different bounds stay apart; the bound to two
+significant digits, so that a job whose bound changes from call to call (a schedule, a bound from
+the gradients' norm) reuses them instead of calibrating and filing every call anew (bounds within a
+few percent code alike). The tables the labels key are bounded too (:data:`MAX_ENTRIES`).
 """
 
 from __future__ import annotations
@@ -75,7 +78,23 @@ def label(spec, effort: str = "") -> str:
     cls = mode_class(spec)
     if cls != "lossy":
         return cls
-    return f"lossy:{spec.kind}={spec.bound:g}" + (f"/{effort}" if effort else "")
+    return f"lossy:{spec.kind}={float(f'{spec.bound:.2g}'):g}" + (f"/{effort}" if effort else "")
+
+
+#: The most entries a table keyed by labels keeps (calibrations, measurements, probe counters): the
+#: least recently used go first (a long job of ever new bounds or sizes stays within it).
+MAX_ENTRIES = 512
+
+
+def bounded(table: dict, limit: int = MAX_ENTRIES) -> list:
+    """Drops `table`'s first entries (insertion order: its users put the most recently used last)
+    beyond `limit`; returns the keys dropped."""
+    dropped = []
+    while len(table) > limit:
+        k = next(iter(table))
+        del table[k]
+        dropped.append(k)
+    return dropped
 
 
 def mode_name(spec, effort: str = "") -> str:
