@@ -135,30 +135,30 @@ ReduceFn own_order(RedOp op) {
   return nullptr;
 }
 
-ElemType same_width(DataType t) {
+}  // namespace
+
+ElemType wire_type(DataType t) {
   switch (t) {
     case DataType::F32: return ElemType::F32;
     case DataType::F64: return ElemType::F64;
     case DataType::F16: return ElemType::F16;
     case DataType::BF16: return ElemType::BF16;
-    case DataType::I32: return ElemType::I32;
-    case DataType::I64: return ElemType::I64;
+    case DataType::I32:
+    case DataType::U32: return ElemType::I32;
+    case DataType::I64:
+    case DataType::U64: return ElemType::I64;
     case DataType::U8:
     case DataType::I8: break;
-    case DataType::U32: return ElemType::I32;
-    case DataType::U64: return ElemType::I64;
   }
   return ElemType::U8;
 }
-
-}  // namespace
 
 ReduceFn reduce_fn(DataType t, RedOp op) {
   switch (t) {
     case DataType::I8: return own_order<int8_t>(op);
     case DataType::U32: return own_order<uint32_t>(op);
     case DataType::U64: return own_order<uint64_t>(op);
-    default: return reduce_fn(same_width(t), op);
+    default: return reduce_fn(wire_type(t), op);
   }
 }
 
@@ -167,7 +167,7 @@ void divide_in_place(DataType t, void* buf, size_t count, int n) {
     case DataType::I8: return divide_loop<int8_t>(buf, buf, count, n);
     case DataType::U32: return divide_loop<uint32_t>(buf, buf, count, n);
     case DataType::U64: return divide_loop<uint64_t>(buf, buf, count, n);
-    default: return divide_in_place(same_width(t), buf, count, n);
+    default: return divide_in_place(wire_type(t), buf, count, n);
   }
 }
 

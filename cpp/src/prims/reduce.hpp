@@ -29,6 +29,11 @@ using ReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
 /// combinations that do not exist (none do today: all are defined).
 ReduceFn reduce_fn(codec::ElemType t, RedOp op);
 
+/// The element type a value of t travels and is coded as (core::elem_of):
+/// t's own, or for I8, U32 and U64 the one of their width the wire has (U8,
+/// I32, I64: the same bits). U8 outside the enum.
+codec::ElemType wire_type(DataType t);
+
 /// The reduction of a user's values of type t (the latency and direct
 /// schedules, raw and lossless slices): reduce_fn(core's wire type of t, op)
 /// except for the max and min of int8, uint32 and uint64, compared in their
