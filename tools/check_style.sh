@@ -13,7 +13,7 @@ else
   files=$(git ls-files)
 fi
 py=$(printf '%s\n' $files | grep -E '\.py$' || true)
-cxx=$(printf '%s\n' $files | grep -E '\.(cpp|hpp|h|cu|cuh)$' | grep -v '^third_party/' || true)
+cxx=$(printf '%s\n' $files | grep -E '\.(c|cpp|hpp|h|cu|cuh)$' | grep -v '^third_party/' || true)
 status=0
 if [ -n "$py" ]; then
   echo "== ruff check ($(echo "$py" | wc -l) files)"

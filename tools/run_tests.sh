@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of ncclz: the GoogleTest suite (plain and under
-# AddressSanitizer) through ctest, a build of the codec's micro-benchmarks,
+# AddressSanitizer) through ctest, the C library installed and a C program
+# (examples/c) built against it and run on 3 ranks, a build of the codec's
+# micro-benchmarks,
 # the device kernels' tests in the CPU emulator (tools/cuda_emu: no GPU
 # needed), then the pytest suite against the installed package, after the
 # style checks (tools/check_style.sh, when ruff and clang-format are
@@ -29,6 +31,20 @@ else
 fi
 echo "== GoogleTest (release, CUDA code built when nvcc is present) =="
 run_ctest build/tests
+echo "== The C library: installed, examples/c built against it with find_package(ncclz), 3 ranks =="
+rm -rf build/install build/example-c
+cmake --install build/tests --prefix build/install >/dev/null
+cmake -S examples/c -B build/example-c "${gen[@]}" -DCMAKE_PREFIX_PATH="$PWD/build/install" \
+  -DCMAKE_C_FLAGS="-std=c99 -Wall -Wextra -pedantic -Werror" >build/example-c.configure.log 2>&1 ||
+  { cat build/example-c.configure.log; exit 1; }
+cmake --build build/example-c
+port=$(python3 -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+pids=()
+for r in 0 1 2; do
+  RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCLZ_TIMEOUT=60 timeout 120 build/example-c/allreduce &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
 echo "== Codec micro-benchmarks build (bench/cpp; run by hand, bench/README.md) =="
 # Built, not run: they read their data from bench/data and time on one core. Building them here keeps
 # their own source lists (bench/cpp/CMakeLists.txt) in step with the codec's files.

@@ -186,6 +186,13 @@ TEST(CApi, CommSplit) {
   }
 }
 
+TEST(CApi, Version) {
+  int v = -1;
+  ASSERT_EQ(ncclzGetVersion(&v), ncclzSuccess);
+  EXPECT_EQ(v, NCCLZ_VERSION_CODE);
+  EXPECT_EQ(ncclzGetVersion(nullptr), ncclzInvalidArgument);
+}
+
 TEST(CApi, ErrorsAreResultCodes) {
   CWorld w(2);
   w.run([&](int r, ncclzComm_t comm) {

@@ -29,6 +29,12 @@
 
 #include <stddef.h>
 
+/* The library's version (pyproject.toml and CMakeLists.txt say the same; a test checks). */
+#define NCCLZ_MAJOR 0
+#define NCCLZ_MINOR 1
+#define NCCLZ_PATCH 0
+#define NCCLZ_VERSION_CODE (NCCLZ_MAJOR * 10000 + NCCLZ_MINOR * 100 + NCCLZ_PATCH)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -117,6 +123,9 @@ typedef struct {
 } ncclzCallStats_t;
 
 /* Made by one process (the future rank 0's), shared with the others out of band. */
+/* The version of the library linked (NCCLZ_VERSION_CODE of the headers it was built with). */
+ncclzResult_t ncclzGetVersion(int* version);
+
 ncclzResult_t ncclzGetUniqueId(ncclzUniqueId* uniqueId);
 ncclzResult_t ncclzCommInitRank(ncclzComm_t* comm, int nranks, ncclzUniqueId commId, int rank);
 /* RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and NCCLZ_* from the environment. */

@@ -168,6 +168,13 @@ ncclzResult_t ncclzGetUniqueId(ncclzUniqueId* uniqueId) {
   });
 }
 
+ncclzResult_t ncclzGetVersion(int* version) {
+  return guarded([&] {
+    if (!version) throw ncclz::InvalidArgument("ncclzGetVersion: null version");
+    *version = NCCLZ_VERSION_CODE;
+  });
+}
+
 ncclzResult_t ncclzCommInitRank(ncclzComm_t* comm, int nranks, ncclzUniqueId commId, int rank) {
   return guarded([&] {
     if (!comm) throw ncclz::InvalidArgument("ncclzCommInitRank: null comm");
