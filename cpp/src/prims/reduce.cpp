@@ -121,18 +121,11 @@ void divide_in_place(ElemType t, void* buf, size_t count, int n) { divide_into(t
 
 namespace {
 
-// The types that travel as another of their width (core::elem_of): their own
-// order for max and min.
+// The types that travel as another of their width (core::elem_of): max and
+// min in their own order (their sum and product wrap to the wire type's bits).
 template <class T>
-ReduceFn own_order(RedOp op) {
-  switch (op) {
-    case RedOp::Max: return &reduce_loop<T, OpMax>;
-    case RedOp::Min: return &reduce_loop<T, OpMin>;
-    case RedOp::Sum:
-    case RedOp::Avg: return &reduce_loop<T, OpSum>;
-    case RedOp::Prod: return &reduce_loop<T, OpProd>;
-  }
-  return nullptr;
+ReduceFn own_order(bool max) {
+  return max ? &reduce_loop<T, OpMax> : &reduce_loop<T, OpMin>;
 }
 
 }  // namespace
@@ -154,12 +147,13 @@ ElemType wire_type(DataType t) {
 }
 
 ReduceFn reduce_fn(DataType t, RedOp op) {
-  switch (t) {
-    case DataType::I8: return own_order<int8_t>(op);
-    case DataType::U32: return own_order<uint32_t>(op);
-    case DataType::U64: return own_order<uint64_t>(op);
-    default: return reduce_fn(wire_type(t), op);
+  if (op == RedOp::Max || op == RedOp::Min) {
+    const bool max = op == RedOp::Max;
+    if (t == DataType::I8) return own_order<int8_t>(max);
+    if (t == DataType::U32) return own_order<uint32_t>(max);
+    if (t == DataType::U64) return own_order<uint64_t>(max);
   }
+  return reduce_fn(wire_type(t), op);
 }
 
 void divide_in_place(DataType t, void* buf, size_t count, int n) {
