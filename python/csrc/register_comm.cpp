@@ -23,6 +23,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
@@ -32,7 +33,9 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "ncclz/communicator.hpp"
 #include "ncclz/cuda_support.hpp"
@@ -432,6 +435,35 @@ class CommHandle {
       BufferDevice d(b.device);
       comm->recv(b.data, b.count, b.type, peer, c, &st);
     });
+    return st;
+  }
+
+  /// Communicator::group: sends (buffer, peer, compression, as_dtype) and
+  /// recvs alike; only the order among the sends and among the recvs counts.
+  using GroupSend = std::tuple<InArray, int, Compression, std::string>;
+  using GroupRecv = std::tuple<OutArray, int, Compression, std::string>;
+  CallStats group(const std::vector<GroupSend>& sends, const std::vector<GroupRecv>& recvs) {
+    auto comm = get();
+    std::vector<ncclz::PeerCall> calls;
+    auto add = [&](const auto& a, bool sending) {
+      const char* what = sending ? "send buffer" : "recv buffer";
+      Buffer b = check_buffer(std::get<0>(a), what, std::get<3>(a), false);
+      const int peer = std::get<1>(a);
+      comm->check_call(sending ? args(CallKind::Send, b, Buffer{}, RedOp::Sum, peer, std::get<2>(a))
+                               : args(CallKind::Recv, Buffer{}, b, RedOp::Sum, peer, std::get<2>(a)));
+      ncclz::PeerCall pc;
+      pc.send = sending;
+      pc.buf = b.data;
+      pc.count = b.count;
+      pc.type = b.type;
+      pc.peer = peer;
+      pc.compression = sending ? with_layout(std::get<2>(a), b) : std::get<2>(a);
+      calls.push_back(pc);
+    };
+    for (const GroupSend& a : sends) add(a, true);
+    for (const GroupRecv& a : recvs) add(a, false);
+    CallStats st;
+    blocking([&] { comm->group(calls, &st); });
     return st;
   }
 
@@ -844,6 +876,8 @@ void register_comm(nb::module_& m) {
            "send_counts / recv_counts: elements to / from each rank")
       .def("send", &CommHandle::send, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
       .def("recv", &CommHandle::recv, "buf"_a.noconvert(), "peer"_a, "compression"_a, "as_dtype"_a = "")
+      .def("group", &CommHandle::group, "sends"_a, "recvs"_a,
+           "Communicator::group: (buffer, peer, compression, as_dtype) sends and recvs run together")
       .def("barrier", &CommHandle::barrier)
       .def("split", &CommHandle::split, "color"_a, "key"_a,
            "Communicator::split: a new communicator of the ranks of this color (None for color -1)")

@@ -1172,6 +1172,52 @@ class Communicator:
         self._record("recv", c, st)
         return _result(o, x if o is b else None)
 
+    @_queueable
+    def group(self, sends: Any = (), recvs: Any = (), compression: Any = None) -> list:
+        """Sends and recvs that run together (NCCL's ncclGroupStart / ncclGroupEnd around them): a
+        ring shift, a halo exchange or both directions of one pair complete, where single calls
+        would wait for each other. ``sends``: ``(array, peer)`` or ``(array, peer, compression)``
+        items; ``recvs`` alike, into writable arrays (``compression`` is the default of items
+        without one). Each item matches the peer's next send or recv with this rank as a single
+        call would (count, dtype, compression); only the order among the sends and among the
+        recvs counts. Between two ranks with several items with each other (or items both ways),
+        both group them. At most NCCLZ_NSLOTS (default 4) sends to and recvs from one peer per
+        group. GPU arrays run on host copies. Returns the recv arrays; raises the first item's
+        error after the others ran (InvalidArgumentError for this rank's arguments, RemoteError
+        for the peer's); items that do not match abort the communicator."""
+
+        def items(given: Any, what: str) -> list:
+            if isinstance(given, tuple) and len(given) in (2, 3) and isinstance(given[1], (int, np.integer)):
+                given = [given]  # one item passed alone
+            out = []
+            for i, item in enumerate(given):
+                if not isinstance(item, (tuple, list)) or len(item) not in (2, 3):
+                    raise InvalidArgumentError(
+                        f"rank {self._rank}: group: {what}[{i}] must be (array, peer) or (array, peer, "
+                        f"compression), got {type(item).__name__}"
+                    )
+                peer = self._check_rank(item[1], f"group {what}[{i}] peer")
+                comp = item[2] if len(item) == 3 else compression
+                b, c, _ = self._prepare(
+                    item[0], f"group {what}[{i}] buffer", None, comp, load=what == "sends"
+                )
+                out.append((item[0], b, peer, c))
+            return out
+
+        s_items, r_items = items(sends, "sends"), items(recvs, "recvs")
+        written = []
+        for x, b, _, _ in r_items:
+            o = self._written(b, "group recv buffer")
+            written.append((x, b, o))
+        st = self._native.group(
+            [(b.native, peer, c, b.as_dtype) for _, b, peer, c in s_items],
+            [(o.native, peer, c, o.as_dtype) for (_, _, peer, c), (_, _, o) in zip(r_items, written)],
+        )
+        self._record(
+            "group", r_items[0][3] if r_items else (s_items[0][3] if s_items else _compression(None)), st
+        )
+        return [_result(o, x if o is b else None) for x, b, o in written]
+
     @staticmethod
     def _written(b: Any, what: str) -> Any:
         """The buffer a call writes for the caller's array b (recv's, a non-root scatter's out=): b

@@ -414,3 +414,56 @@ TEST(CApi, SetBufferDevice) {
 }
 
 }  // namespace
+
+// ncclzGroupStart / ncclzGroupEnd: a ring shift that single calls could not
+// complete, with a collective after it in the same group (in order).
+TEST(CApi, GroupRingShiftAndACollective) {
+  CWorld w(3);
+  const size_t n = 20000;
+  const double E = 1e-3;
+  std::vector<ncclzResult_t> res(3, ncclzInternalError);
+  w.run([&](int r, ncclzComm_t comm) {
+    std::vector<float> x(n), y(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) x[i] = float(std::sin(0.001 * double(i)) + r);
+    float one = 1.0f, total = 0.0f;
+    const ncclzCompression_t c = ncclzCompressionLossyAbs(E);
+    EXPECT_EQ(ncclzGroupStart(), ncclzSuccess);
+    EXPECT_EQ(ncclzSend(x.data(), n, ncclzFloat32, (r + 1) % 3, c, comm), ncclzSuccess);
+    EXPECT_EQ(ncclzRecv(y.data(), n, ncclzFloat32, (r + 2) % 3, c, comm), ncclzSuccess);
+    EXPECT_EQ(ncclzAllReduce(&one, &total, 1, ncclzFloat32, ncclzSum, ncclzCompressionNone(), comm), ncclzSuccess);
+    EXPECT_EQ(total, 0.0f) << "queued until ncclzGroupEnd";
+    res[size_t(r)] = ncclzGroupEnd();
+    EXPECT_EQ(total, 3.0f);
+    const int from = (r + 2) % 3;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_LE(std::fabs(double(y[i]) - (std::sin(0.001 * double(i)) + from)), E + 1e-6) << i;
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(res[size_t(r)], ncclzSuccess) << ncclzGetLastError(nullptr);
+  EXPECT_EQ(ncclzGroupEnd(), ncclzInvalidArgument);
+  EXPECT_NE(std::string(ncclzGetLastError(nullptr)).find("no group is open"), std::string::npos);
+}
+
+// One thread drives every rank's communicator (NCCL's single-process,
+// several-devices pattern): the group runs them at once.
+TEST(CApi, GroupDrivesSeveralCommunicatorsFromOneThread) {
+  CWorld w(3);
+  float x[3] = {1.0f, 2.0f, 4.0f}, y[3] = {};
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ncclzAllReduce(&x[r], &y[r], 1, ncclzFloat32, ncclzSum, ncclzCompressionNone(), w.comms[size_t(r)]),
+              ncclzSuccess);
+  }
+  ASSERT_EQ(ncclzGroupEnd(), ncclzSuccess) << ncclzGetLastError(nullptr);
+  for (float v : y) EXPECT_EQ(v, 7.0f);
+  // A grouped send with a type this API cannot take fails at once, and its
+  // peer's recv fails at ncclzGroupEnd naming it.
+  std::vector<ncclzResult_t> at_call(2), at_end(2);
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  at_call[0] = ncclzSend(x, 1, ncclzDataType_t(99), 1, ncclzCompressionNone(), w.comms[0]);
+  at_call[1] = ncclzRecv(y, 1, ncclzFloat32, 0, ncclzCompressionNone(), w.comms[1]);
+  at_end[0] = ncclzGroupEnd();
+  EXPECT_EQ(at_call[0], ncclzInvalidArgument);
+  EXPECT_EQ(at_call[1], ncclzSuccess);
+  EXPECT_EQ(at_end[0], ncclzInvalidArgument);
+}

@@ -441,6 +441,76 @@ def scenario_split(ncclz, comm, args):
     return {"hashes": ck.hashes, "checks": ck.checks}
 
 
+def scenario_group(ncclz, comm, args):
+    """Communicator.group: a ring shift in every mode and float dtype (single calls would wait for
+    each other), a halo exchange with a compression per item, a torch tensor among NumPy arrays, the
+    recv arrays returned, a group queued behind an asynchronous call, and a bad item refused before
+    any message with the communicator still in step."""
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    right, left = (r + 1) % W, (r - 1) % W
+    count = 30001
+    for dtype in FLOAT_DTYPES:
+        for name, c in modes(ncclz, dtype):
+            x = rank_input(r, count, dtype, 11)
+            y = np.zeros(count, dtype=np_dtype(dtype))
+            (got,) = comm.group(sends=[(x, right)], recvs=[(y, left)], compression=c)
+            ck.require(got is y, "group returns the recv arrays themselves")
+            theirs = rank_input(left, count, dtype, 11)
+            E = bound_of(c, [theirs])
+            if E is not None:
+                ck.check_close(f"group-{dtype}-{name}", y, as_f64(theirs), E, c, dtype)
+            else:
+                ck.require(np.array_equal(bits(y), bits(theirs)), f"exact {dtype} {name}")
+    # a halo exchange: edges of different sizes both ways, lossy to the right, lossless to the left
+    L, R = rank_input(r, 4000, "float32", 12), rank_input(r, 7000, "float32", 13)
+    from_left, from_right = np.zeros(7000, np.float32), np.zeros(4000, np.float32)
+    recvs = [(from_left, left, ncclz.Lossy(abs=1e-3)), (from_right, right, ncclz.Lossless())]
+    if left == right:  # two ranks: both edges go to the one peer, matched in order (its L first, then its R)
+        recvs.reverse()
+    comm.group(sends=[(L, left, ncclz.Lossless()), (R, right, ncclz.Lossy(abs=1e-3))], recvs=recvs)
+    ck.check_close(
+        "halo-left",
+        from_left,
+        as_f64(rank_input(left, 7000, "float32", 13)),
+        1e-3,
+        ncclz.Lossy(abs=1e-3),
+        "float32",
+    )
+    ck.require(np.array_equal(from_right, rank_input(right, 4000, "float32", 12)), "halo lossless edge")
+    try:
+        import torch
+
+        t = torch.zeros(5000, dtype=torch.float64)
+        out = comm.group(sends=(np.full(5000, float(r)), right), recvs=[(t, left)])
+        ck.require(out[0] is t and bool((t == float(left)).all()), "torch recv in a group")
+    except ImportError:
+        pass
+    # behind a queued call
+    w = comm.all_reduce(np.ones(10), async_op=True)
+    z = np.zeros(100)
+    comm.group(sends=[(np.full(100, r + 0.5), right)], recvs=[(z, left)])
+    ck.require(
+        np.array_equal(w.wait(), np.full(10, float(W))) and np.all(z == left + 0.5),
+        "group behind a queued call",
+    )
+    # a bad item: refused here before any message (every rank makes the same mistake)
+    try:
+        comm.group(sends=[(np.ones(3), r)])
+        ck.fail("a send to itself in a group was taken")
+    except ncclz.InvalidArgumentError as e:
+        ck.require("must be another rank" in str(e), f"bad peer: {e}")
+    try:
+        comm.group(sends=[np.ones(3)])
+        ck.fail("a bare array was taken as an item")
+    except ncclz.InvalidArgumentError as e:
+        ck.require("must be (array, peer)" in str(e), f"bad item: {e}")
+    ck.require(np.array_equal(comm.all_reduce(np.ones(3)), np.full(3, float(W))), "in step after refusals")
+    ck.record("group-last", z)
+    ck.checks += 6
+    return {"hashes": ck.hashes, "checks": ck.checks}
+
+
 def scenario_pairwise_rooted(ncclz, comm, args):
     """all_to_all (equal blocks and uneven splits), reduce, gather, scatter: every mode, every dtype
     (lossy on the float ones), every root, NumPy inputs; every element against the fp64 reference

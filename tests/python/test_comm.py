@@ -197,6 +197,14 @@ def test_split(tmp_path, transport, n, env):
         assert res["hashes"]["split-group"] == ranks.results[r % 2]["hashes"]["split-group"], f"rank {r}"
 
 
+@pytest.mark.parametrize("transport,n", [("shm", 2), ("shm", 4), ("socket", 3)])
+def test_group(tmp_path, transport, n):
+    """Communicator.group: ring shifts in every mode and dtype, a halo exchange, torch arrays, a group
+    behind a queued call, bad items refused with the ranks still in step."""
+    ranks = run_ranks(tmp_path, "group", n, transport, timeout=180)
+    ranks.assert_ok()
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_collectives_large_messages(tmp_path, transport):
     """Messages of many slices (1M elements): pipelining and channels."""

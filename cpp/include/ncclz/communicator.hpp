@@ -317,6 +317,20 @@ struct CallArgs {
   const size_t* recv_counts = nullptr;
 };
 
+/// One send or recv of a group (Communicator::group).
+struct PeerCall {
+  bool send = true;     ///< a send of buf's elements to peer, else a recv from peer into buf
+  void* buf = nullptr;  ///< send: read, never written; recv: written
+  size_t count = 0;
+  DataType type = DataType::F32;
+  int peer = 0;
+  Compression compression;
+  /// Non-empty: this call takes part refused, with this reason, as
+  /// Communicator::refuse does for a single call (for bindings that refuse
+  /// arguments themselves): InvalidArgument here, RemoteError at the peer.
+  std::string refused;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -414,6 +428,22 @@ class Communicator {
                     CallStats* stats = nullptr) = 0;
   virtual void recv(void* buf, size_t count, DataType t, int peer, const Compression& c,
                     CallStats* stats = nullptr) = 0;
+  /// Grouped point-to-point calls (NCCL's ncclGroupStart / ncclGroupEnd
+  /// around sends and recvs): the sends and recvs of `calls` run together, so
+  /// that exchanges which would wait for each other as single calls (a ring
+  /// shift, a halo exchange, both directions of one pair) complete. Each call
+  /// matches the peer's next send or recv with this rank as it would alone
+  /// (same count, type and compression; lossy sends plan alone). Between two
+  /// ranks, where either has several calls with the other in its group (or
+  /// calls both ways), the other must make the same calls with it in a group
+  /// too (the order of sends and of recvs kept); a single call with a peer
+  /// meets a plain send or recv there. At most CommConfig::nslots sends to
+  /// and nslots recvs from one peer per group. Host buffers only (device
+  /// buffers: InvalidArgument). Returns when every call is complete; throws
+  /// the first call's error after the others ran (an argument error
+  /// InvalidArgument, the peer's RemoteError), and calls that do not match
+  /// abort the communicator. stats: the group's bytes together.
+  virtual void group(const std::vector<PeerCall>& calls, CallStats* stats = nullptr) = 0;
   virtual void barrier() = 0;
   /// Makes every pending and future call on this communicator (and, where the
   /// transport can reach them, on its peers) fail with Aborted. Thread-safe.

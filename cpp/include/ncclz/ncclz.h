@@ -182,6 +182,19 @@ ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t data
                         ncclzCompression_t compression, ncclzComm_t comm);
 ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, int peer,
                         ncclzCompression_t compression, ncclzComm_t comm);
+/* Groups (NCCL's ncclGroupStart / ncclGroupEnd): the data calls, sends, recvs and barriers a thread
+ * makes between them return at once (a send or recv whose type or compression this API cannot take
+ * returns its error then) and run at the outermost ncclzGroupEnd, which returns when all are complete:
+ * each communicator's calls in order, its runs of sends and recvs together (a ring shift, a halo
+ * exchange, both directions of one pair: Communicator::group in communicator.hpp), and several
+ * communicators' calls at once, each on a thread of its own (one thread may drive several ranks).
+ * Buffers, counts arrays and codec names must stay valid until ncclzGroupEnd; host buffers only for
+ * grouped sends and recvs. Between two ranks with several sends/recvs to each other in a group (or
+ * both ways), both group them; at most NCCLZ_NSLOTS (default 4) sends to and recvs from one peer per
+ * group. ncclzGroupEnd returns the first failed call's result (its message: ncclzGetLastError);
+ * grouped sends and recvs that do not match abort the communicator. */
+ncclzResult_t ncclzGroupStart(void);
+ncclzResult_t ncclzGroupEnd(void);
 ncclzResult_t ncclzBarrier(ncclzComm_t comm);
 /* Where the buffers of the calls this thread makes from now on live: -1, host memory (the default), or memory of
  * CUDA device `device` (one device per communicator). Every call takes device buffers: lossy calls quantize, code

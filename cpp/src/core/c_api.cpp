@@ -1,10 +1,14 @@
 // The C API (ncclz.h) over the C++ Communicator: argument translation and
 // exception-to-result-code mapping. Nothing here throws.
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "base/env.hpp"
 #include "ncclz/communicator.hpp"
@@ -155,6 +159,87 @@ Converted convert(ncclz::Communicator& c, ncclz::CallKind kind, int root, ncclzD
   return v;
 }
 
+// ---- groups (ncclzGroupStart / ncclzGroupEnd) ----
+// The calls a thread makes between them are queued (sends and recvs with
+// their arguments converted, a refused one marked so) and run at the
+// outermost ncclzGroupEnd: each communicator's calls in order, a run of sends
+// and recvs as one Communicator::group, several communicators each on a
+// thread of its own (one thread driving several ranks, as NCCL allows).
+
+struct Queued {
+  ncclzComm_t comm = nullptr;
+  bool p2p = false;
+  ncclz::PeerCall call;       // p2p
+  std::function<void()> run;  // a collective or barrier
+};
+
+thread_local int g_group_depth = 0;
+thread_local std::vector<Queued> g_queued;
+
+template <class Fn>
+ncclzResult_t call_or_queue(ncclzComm_t comm, Fn fn) {
+  if (g_group_depth == 0) return guarded(fn);
+  return guarded([&] {
+    comm_or_throw(comm);
+    Queued q;
+    q.comm = comm;
+    q.run = std::move(fn);
+    g_queued.push_back(std::move(q));
+  });
+}
+
+// Inside guarded(): a send or recv of a group, queued. An argument this API
+// cannot take is this call's error now, and the call is queued refused so
+// that the group still meets the peer's.
+void queue_p2p(ncclzComm_t comm, bool send, void* buf, size_t count, ncclzDataType_t t, int peer,
+               ncclzCompression_t z) {
+  Queued q;
+  q.comm = comm;
+  q.p2p = true;
+  q.call.send = send;
+  q.call.buf = buf;
+  q.call.count = count;
+  q.call.peer = peer;
+  std::string refused;
+  try {
+    q.call.type = dtype_or_throw(t);
+    q.call.compression = to_compression(z);
+  } catch (const std::exception& e) {
+    refused = e.what();
+    q.call.refused = refused;
+  }
+  g_queued.push_back(std::move(q));
+  if (!refused.empty()) throw ncclz::InvalidArgument(refused);
+}
+
+// One communicator's queued calls, in order; the first error's code, its
+// message in *msg.
+ncclzResult_t run_queued(ncclzComm_t comm, const std::vector<Queued>& all, std::string* msg) {
+  ncclzResult_t first = ncclzSuccess;
+  auto note = [&](ncclzResult_t r) {
+    if (r != ncclzSuccess && first == ncclzSuccess) {
+      first = r;
+      *msg = g_last_error;
+    }
+  };
+  std::vector<ncclz::PeerCall> batch;
+  auto flush = [&] {
+    if (batch.empty()) return;
+    note(guarded([&] { comm_or_throw(comm).group(batch, &comm->last); }));
+    batch.clear();
+  };
+  for (const Queued& q : all) {
+    if (q.comm != comm) continue;
+    if (q.p2p) {
+      batch.push_back(q.call);
+      continue;
+    }
+    flush();
+    note(guarded(q.run));
+  }
+  flush();
+  return first;
+}
 }  // namespace
 
 extern "C" {
@@ -253,7 +338,7 @@ ncclzResult_t ncclzCommUserRank(const ncclzComm_t comm, int* rank) {
 
 ncclzResult_t ncclzAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
                              ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::AllReduce, 0, datatype, compression, &op);
     c.all_reduce(sendbuff, recvbuff, count, v.type, v.op, v.compression, &comm->last);
@@ -262,7 +347,7 @@ ncclzResult_t ncclzAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclzResult_t ncclzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype,
                                  ncclzRedOp_t op, ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::ReduceScatter, 0, datatype, compression, &op);
     c.reduce_scatter(sendbuff, recvbuff, recvcount, v.type, v.op, v.compression, &comm->last);
@@ -271,7 +356,7 @@ ncclzResult_t ncclzReduceScatter(const void* sendbuff, void* recvbuff, size_t re
 
 ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype,
                              ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::AllGather, 0, datatype, compression);
     c.all_gather(sendbuff, recvbuff, sendcount, v.type, v.compression, &comm->last);
@@ -280,7 +365,7 @@ ncclzResult_t ncclzAllGather(const void* sendbuff, void* recvbuff, size_t sendco
 
 ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, int root,
                              ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::Broadcast, root, datatype, compression);
     if (c.rank() == root && sendbuff && recvbuff && sendbuff != recvbuff && count) {
@@ -304,7 +389,7 @@ ncclzResult_t ncclzBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclzResult_t ncclzReduce(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype, ncclzRedOp_t op,
                           int root, ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::Reduce, root, datatype, compression, &op);
     c.reduce(sendbuff, recvbuff, count, v.type, v.op, root, v.compression, &comm->last);
@@ -313,7 +398,7 @@ ncclzResult_t ncclzReduce(const void* sendbuff, void* recvbuff, size_t count, nc
 
 ncclzResult_t ncclzGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclzDataType_t datatype, int root,
                           ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::Gather, root, datatype, compression);
     c.gather(sendbuff, recvbuff, sendcount, v.type, root, v.compression, &comm->last);
@@ -322,7 +407,7 @@ ncclzResult_t ncclzGather(const void* sendbuff, void* recvbuff, size_t sendcount
 
 ncclzResult_t ncclzScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclzDataType_t datatype, int root,
                            ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::Scatter, root, datatype, compression);
     c.scatter(sendbuff, recvbuff, recvcount, v.type, root, v.compression, &comm->last);
@@ -331,7 +416,7 @@ ncclzResult_t ncclzScatter(const void* sendbuff, void* recvbuff, size_t recvcoun
 
 ncclzResult_t ncclzAllToAll(const void* sendbuff, void* recvbuff, size_t count, ncclzDataType_t datatype,
                             ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::AllToAll, 0, datatype, compression);
     c.all_to_all(sendbuff, recvbuff, count, v.type, v.compression, &comm->last);
@@ -340,7 +425,7 @@ ncclzResult_t ncclzAllToAll(const void* sendbuff, void* recvbuff, size_t count, 
 
 ncclzResult_t ncclzAllToAllv(const void* sendbuff, const size_t* sendcounts, void* recvbuff, const size_t* recvcounts,
                              ncclzDataType_t datatype, ncclzCompression_t compression, ncclzComm_t comm) {
-  return guarded([&] {
+  return call_or_queue(comm, [=] {
     ncclz::Communicator& c = comm_or_throw(comm);
     const Converted v = convert(c, ncclz::CallKind::AllToAllv, 0, datatype, compression);
     c.all_to_allv(sendbuff, sendcounts, recvbuff, recvcounts, v.type, v.compression, &comm->last);
@@ -351,6 +436,8 @@ ncclzResult_t ncclzSend(const void* sendbuff, size_t count, ncclzDataType_t data
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
     ncclz::Communicator& c = comm_or_throw(comm);
+    if (g_group_depth > 0)
+      return queue_p2p(comm, true, const_cast<void*>(sendbuff), count, datatype, peer, compression);
     const Converted v = convert(c, ncclz::CallKind::Send, peer, datatype, compression);
     c.send(sendbuff, count, v.type, peer, v.compression, &comm->last);
   });
@@ -360,9 +447,41 @@ ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, 
                         ncclzCompression_t compression, ncclzComm_t comm) {
   return guarded([&] {
     ncclz::Communicator& c = comm_or_throw(comm);
+    if (g_group_depth > 0) return queue_p2p(comm, false, recvbuff, count, datatype, peer, compression);
     const Converted v = convert(c, ncclz::CallKind::Recv, peer, datatype, compression);
     c.recv(recvbuff, count, v.type, peer, v.compression, &comm->last);
   });
+}
+
+ncclzResult_t ncclzGroupStart(void) {
+  ++g_group_depth;
+  return ncclzSuccess;
+}
+
+ncclzResult_t ncclzGroupEnd(void) {
+  if (g_group_depth == 0) return fail(ncclzInvalidArgument, "ncclzGroupEnd: no group is open (ncclzGroupStart)");
+  if (--g_group_depth > 0) return ncclzSuccess;
+  const std::vector<Queued> queued = std::move(g_queued);
+  g_queued.clear();
+  std::vector<ncclzComm_t> comms;
+  for (const Queued& q : queued) {
+    if (std::find(comms.begin(), comms.end(), q.comm) == comms.end()) comms.push_back(q.comm);
+  }
+  std::vector<ncclzResult_t> results(comms.size(), ncclzSuccess);
+  std::vector<std::string> messages(comms.size());
+  if (comms.size() == 1) {
+    results[0] = run_queued(comms[0], queued, &messages[0]);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < comms.size(); ++i) {
+      threads.emplace_back([&, i] { results[i] = run_queued(comms[i], queued, &messages[i]); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (results[i] != ncclzSuccess) return fail(results[i], messages[i].c_str());
+  }
+  return ncclzSuccess;
 }
 
 ncclzResult_t ncclzSetBufferDevice(int device) {
@@ -376,7 +495,7 @@ ncclzResult_t ncclzSetBufferDevice(int device) {
 }
 
 ncclzResult_t ncclzBarrier(ncclzComm_t comm) {
-  return guarded([&] { comm_or_throw(comm).barrier(); });
+  return call_or_queue(comm, [=] { comm_or_throw(comm).barrier(); });
 }
 
 ncclzResult_t ncclzCommGetLastStats(const ncclzComm_t comm, ncclzCallStats_t* stats) {

@@ -71,6 +71,8 @@ class CallRoutine {
   void collective(const Collective& cd, DataType t, const Compression& c, const PolicyHints* hints, CallStats* stats);
   /// send, recv.
   void point_to_point(const Collective& cd, DataType t, const Compression& c, CallStats* stats);
+  /// Grouped sends and recvs (Communicator::group; core/p2p_group.cpp).
+  void group(const std::vector<PeerCall>& calls, CallStats* stats);
   /// The next collective or point_to_point call is refused with `why` (its
   /// arguments unchecked, its buffers untouched): it takes part in the
   /// descriptor exchange marked invalid and throws InvalidArgument(why), the

@@ -369,21 +369,8 @@ uint64_t CallProtocol::exchange_counts(const CallDesc& mine, const size_t* send_
   return total;
 }
 
-CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err,
-                                 CallState& call) {
-  const transport::ShortWaits short_waits;
-  CallDesc theirs;
-  try {
-    if (sending) post_desc(peer, mine, {}, call);
-    wait_desc(peer, &theirs, call);  // (a collective's carried data, if any, is not looked at)
-    peers_.link(peer)->recv->release();
-    if (!sending) post_desc(peer, mine, {}, call);
-  } catch (const Aborted&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail_(std::string(sending ? "send" : "recv") + " handshake failed: " + e.what());
-    throw;
-  }
+void CallProtocol::check_p2p(int peer, bool sending, const CallDesc& mine, const std::string& my_err,
+                             const CallDesc& theirs) const {
   const std::string p = std::to_string(peer), r = std::to_string(rank_);
   if (theirs.coll != uint8_t(Coll::Send) && theirs.coll != uint8_t(Coll::Recv)) {
     // A collective's descriptor (and maybe its data) where this rank's
@@ -414,6 +401,49 @@ CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, c
                       " but rank " + (sending ? p : r) + " called " + describe(rv) + " (" + why +
                       "); the transfer was cancelled on both ranks");
   }
+}
+
+void CallProtocol::p2p_post(int peer, const CallDesc& mine, CallState& call) {
+  try {
+    post_desc(peer, mine, {}, call);
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string("grouped send/recv: descriptor to rank ") + std::to_string(peer) + " failed: " + e.what());
+    throw;
+  }
+}
+
+CallDesc CallProtocol::p2p_wait(int peer, CallState& call) {
+  CallDesc theirs;
+  try {
+    wait_desc(peer, &theirs, call);
+    peers_.link(peer)->recv->release();
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string("grouped send/recv: descriptor from rank ") + std::to_string(peer) + " failed: " + e.what());
+    throw;
+  }
+  return theirs;
+}
+
+CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err,
+                                 CallState& call) {
+  const transport::ShortWaits short_waits;
+  CallDesc theirs;
+  try {
+    if (sending) post_desc(peer, mine, {}, call);
+    wait_desc(peer, &theirs, call);  // (a collective's carried data, if any, is not looked at)
+    peers_.link(peer)->recv->release();
+    if (!sending) post_desc(peer, mine, {}, call);
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail_(std::string(sending ? "send" : "recv") + " handshake failed: " + e.what());
+    throw;
+  }
+  check_p2p(peer, sending, mine, my_err, theirs);
   return theirs;
 }
 

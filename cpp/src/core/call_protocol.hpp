@@ -127,6 +127,14 @@ class CallProtocol {
   /// for this rank's own argument error (my_err), RemoteError for the peer's
   /// or a mismatch.
   CallDesc handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err, CallState& call);
+  /// The checks of handshake() on a pair's descriptors, for a group's
+  /// phases (core/p2p_group.cpp): throws as handshake does; a collective's
+  /// descriptor where a send or recv's was due aborts the communicator.
+  void check_p2p(int peer, bool sending, const CallDesc& mine, const std::string& my_err, const CallDesc& theirs) const;
+  /// A group's phases: post this rank's descriptor to `peer` / take the next
+  /// one from it (its slot released). Failures abort the communicator.
+  void p2p_post(int peer, const CallDesc& mine, CallState& call);
+  CallDesc p2p_wait(int peer, CallState& call);
 
  private:
   std::string me() const;

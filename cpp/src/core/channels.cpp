@@ -307,7 +307,9 @@ PeerLinks::PeerLinks(int rank, int nranks, size_t slot_bytes)
   scratch_.get(slot_of(slot_bytes_) + 64);
 }
 
-prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::ChannelStats* st) {
+size_t PeerLinks::scratch_bytes() const { return slot_of(slot_bytes_) + 64; }
+
+prims::PrimsArgs PeerLinks::args(const Wire& w, CallState& call) const {
   prims::PrimsArgs a;
   a.type = w.type;
   a.mode = w.mode;
@@ -317,6 +319,17 @@ prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::C
   a.rank = rank_;
   a.channel = -1;
   a.slice_bytes = slot_of(slot_bytes_);
+  return a;
+}
+
+prims::Prims PeerLinks::prims(int peer, bool sending, const Wire& w, CallState& call, prims::ChannelStats* st,
+                              void* scratch) {
+  transport::PeerLink& l = *links_[size_t(peer)];
+  return prims::Prims(sending ? l.send.get() : nullptr, sending ? nullptr : l.recv.get(), args(w, call), st, scratch);
+}
+
+prims::Prims PeerLinks::prims(int peer, const Wire& w, CallState& call, prims::ChannelStats* st) {
+  const prims::PrimsArgs a = args(w, call);
   transport::PeerLink& l = *links_[size_t(peer)];
   // A device rank: the pair's slice codec and scratch slice on the device
   // (the point-to-point calls' own entry of the DeviceWork).

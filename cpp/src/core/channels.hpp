@@ -155,8 +155,14 @@ class PeerLinks {
   transport::PeerLink* link(int peer) const { return links_[size_t(peer)]; }
   /// Prims on the link to `peer`; w = Wire{} moves raw bytes (the handshake).
   prims::Prims prims(int peer, const Wire& w, CallState& call, prims::ChannelStats* st);
+  /// Host prims on one direction of the link to `peer` (its send side, or its
+  /// recv side) with a scratch of their own, of at least scratch_bytes():
+  /// a group's transfers (core/p2p_group.cpp), several at once.
+  prims::Prims prims(int peer, bool sending, const Wire& w, CallState& call, prims::ChannelStats* st, void* scratch);
+  size_t scratch_bytes() const;
 
  private:
+  prims::PrimsArgs args(const Wire& w, CallState& call) const;
   int rank_;
   size_t slot_bytes_;
   std::vector<transport::PeerLink*> links_;  // by peer rank

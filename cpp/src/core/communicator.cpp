@@ -137,6 +137,10 @@ class CommunicatorImpl final : public Communicator {
     CallGuard g(this, "recv", count, t);
     routine_->point_to_point(core::recv_desc(buf, count, rank_, peer), t, c, stats);
   }
+  void group(const std::vector<PeerCall>& calls, CallStats* stats) override {
+    CallGuard g(this, "group", calls.size(), DataType::U8);
+    routine_->group(calls, stats);
+  }
   void barrier() override {
     CallGuard g(this, "barrier", 0, DataType::U8);
     routine_->barrier();

@@ -349,7 +349,7 @@ void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
                                     cd_.in_count, codes_, plan_.exact_check);
     if (bad > 0) plan_.compress = false;
   } else if (plan_.compress) {
-    codes_ = rt_.work[0].get(cd_.in_count * (plan_.wide ? 8 : 4));
+    codes_ = codes_buf_->get(cd_.in_count * (plan_.wide ? 8 : 4));
     if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) plan_.compress = false;
   }
   if (dw && !plan_.compress) staging.begin();  // the values themselves go, from a host copy
@@ -407,7 +407,7 @@ void* LossyCall::recv_target(const CallDesc& sender, Mode m, HostStaging& stagin
   if (device) {
     codes_ = device_work(rt_, cd_.device).codes(0, cd_.out_count * (wide ? 8 : 4));
   } else {
-    codes_ = compressed ? rt_.work[0].get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
+    codes_ = compressed ? codes_buf_->get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
   }
   call_.on_device = device || exact;
   return codes_;

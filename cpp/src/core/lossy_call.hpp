@@ -103,6 +103,9 @@ class LossyCall {
   void* recv_target(const CallDesc& sender, Mode m, HostStaging& staging);
   Wire recv_wire(const CallDesc& sender, Mode m) const;
   void finish_recv(const CallDesc& sender);
+  /// Send/recv on host buffers: the codes go to `b` instead of the runtime's
+  /// work[0] (a group's calls each have their own, core/p2p_group.cpp).
+  void use_codes(Buffer* b) { codes_buf_ = b; }
 
  private:
   /// Whether every rank's input is mostly zero (CallDesc::density): together
@@ -156,9 +159,10 @@ class LossyCall {
   const Compression& c_;
   int nch_;
   CallState& call_;
-  NonzeroIndex* index_ = nullptr;  ///< the list of this rank's nonzeros, when the scan made one
-  LossyPlan plan_;                 ///< send/recv: the sender's plan
-  void* codes_ = nullptr;          ///< send: the quantized input; recv: where the data arrives
+  NonzeroIndex* index_ = nullptr;     ///< the list of this rank's nonzeros, when the scan made one
+  LossyPlan plan_;                    ///< send/recv: the sender's plan
+  void* codes_ = nullptr;             ///< send: the quantized input; recv: where the data arrives
+  Buffer* codes_buf_ = &rt_.work[0];  ///< send/recv on the host: where the codes go
 };
 
 }  // namespace ncclz::core

@@ -1,0 +1,292 @@
+// Grouped sends and recvs (Communicator::group): the call routine's
+// point_to_point steps for several calls at once.
+//
+// A single send or recv handshakes on its pair's link (CallProtocol::
+// handshake: the sender posts its descriptor, the receiver answers with its
+// own), then moves its data. Run one after another, calls that depend on each
+// other wait forever: in a ring shift every rank's send waits for its
+// neighbour's recv, which comes after the neighbour's own send. A group runs
+// its calls in phases, every rank the same phases:
+//
+//   0. prepare  each call alone: its checks, its descriptor (its own sequence
+//               number on its pair, as a single call's), a lossy send's plan
+//               and codes (into a buffer of its own)
+//   1. post     the descriptor of every send, in call order
+//   2. answer   for every recv in call order: wait for the sender's
+//               descriptor, post this rank's own (the receiver's answer)
+//   3. hear     for every send in call order: wait for the receiver's answer
+//   4. move     the data of every call that matched, all at once on this
+//               thread: per round, one slice on each pair's outgoing stream,
+//               then one slice from each incoming stream (the calls of one
+//               pair and direction one after the other, in call order)
+//   5. finish   dequantize what arrived as codes; the stats; the first error
+//
+// Phase 1 never waits (a group posts at most nslots descriptors to a peer:
+// its link's slots, which earlier calls have freed or will free without this
+// group), phase 2 waits only for phase-1 posts, and phase 3 only for phase-2
+// posts, so every rank's handshakes complete once its peers entered their
+// group (a single call is a group of one: a plain send is phases 1 and 3, a
+// plain recv phase 2). Each direction of a pair carries the sends'
+// descriptors, then the answers, then the data, in the same order on both
+// ends: where two ranks have several calls with each other, or calls both
+// ways, both must group them (a plain send followed by a plain recv would
+// expect the answer where the group's send descriptor comes).
+//
+// Phase 4 cannot deadlock: take the lowest round any rank is in; a rank in
+// that round never waits to send (its receivers are in that round or later,
+// so they hold at most one of its slices: K >= 2 slots), so it posts the
+// round's slices before it waits to receive, and what it waits for comes
+// from ranks in that round or later, which posted it. (The slice of a round
+// is one slot: both ends cut the same slices from the same counts.)
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/trace.hpp"
+#include "core/call.hpp"
+#include "core/device_call.hpp"
+#include "core/device_work.hpp"
+#include "core/lossy_call.hpp"
+#include "core/validate.hpp"
+#include "ncclz/error.hpp"
+
+namespace ncclz::core {
+namespace {
+
+// One call of the group and everything it runs on.
+struct GroupCall {
+  GroupCall(Runtime& rt, const PeerCall& pc, int nch)
+      : cd(pc.send ? send_desc(pc.buf, pc.count, rt.rank, pc.peer) : recv_desc(pc.buf, pc.count, rt.rank, pc.peer)),
+        t(pc.type),
+        c(pc.compression),
+        state(),
+        lossy(rt, cd, t, c, nch, state),
+        staging(rt, cd, t) {}
+  Collective cd;
+  DataType t;
+  Compression c;
+  CallState state;  // what LossyCall records (fallback, bound, quantize time)
+  LossyCall lossy;
+  HostStaging staging;
+  Buffer codes, scratch;
+  Mode m = Mode::None;
+  CallDesc mine, theirs;
+  std::string err;            // this rank's argument error (it travels in `mine`)
+  std::exception_ptr failed;  // this call's outcome, where it is an error
+  bool matched = false;       // the pair agreed: its data moves
+  bool mismatched = false;    // the pair's descriptors do not match: the links are out of step
+  bool sending() const { return cd.coll == Coll::Send; }
+  int peer() const { return sending() ? cd.peer : cd.root; }
+};
+
+// A pair's direction in phase 4: its calls' data, one after the other.
+struct Stream {
+  std::vector<GroupCall*> calls;
+  std::vector<prims::Prims> prims;  // per call
+  std::vector<void*> data;          // per call: what goes out / where it arrives
+  size_t at = 0, done = 0;          // the call in progress, and its elements moved
+  bool finished() const { return at == calls.size(); }
+};
+
+}  // namespace
+
+void CallRoutine::group(const std::vector<PeerCall>& calls, CallStats* stats) {
+  if (calls.size() == 1) {
+    // A group of one is a plain send or recv (the same messages).
+    const PeerCall& pc = calls[0];
+    if (!pc.refused.empty()) refuse_next(pc.refused);
+    point_to_point(
+        pc.send ? send_desc(pc.buf, pc.count, rt_.rank, pc.peer) : recv_desc(pc.buf, pc.count, rt_.rank, pc.peer),
+        pc.type, pc.compression, stats);
+    return;
+  }
+  const std::string refused = std::exchange(refusal_, std::string());
+  trace::Bind traced(rt_.trace.get(), 0);
+  trace::Scope call_event("group");
+  CallState call = begin(stats);
+  const std::string me = "ncclz rank " + std::to_string(rt_.rank) + ": ";
+  if (calls.empty()) {
+    call.finish();
+    return;
+  }
+  // Checks that keep the group from starting (the peers' groups then wait
+  // for this rank's until their timeout: both ends of a mirrored group fail
+  // the same way).
+  std::vector<int> sends(size_t(rt_.nranks), 0), recvs(size_t(rt_.nranks), 0);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const PeerCall& pc = calls[i];
+    const std::string bad = check_peer(pc.peer, rt_.rank, rt_.nranks, rt_.cfg.p2p != 0);
+    if (!bad.empty()) {
+      throw InvalidArgument(me + "group: call " + std::to_string(i) + " (" + (pc.send ? "send" : "recv") + "): " + bad +
+                            "; no call of the group ran");
+    }
+    int& n = (pc.send ? sends : recvs)[size_t(pc.peer)];
+    if (++n > rt_.cfg.nslots) {
+      throw InvalidArgument(me + "group: more than " + std::to_string(rt_.cfg.nslots) + " " +
+                            (pc.send ? "sends to" : "recvs from") + " rank " + std::to_string(pc.peer) +
+                            " in one group (the point-to-point links' slots, NCCLZ_NSLOTS); split the group. No "
+                            "call of the group ran");
+    }
+  }
+  if (buffer_device() >= 0) {
+    throw InvalidArgument(me + "group: grouped sends and recvs take host buffers (this thread's buffer device is " +
+                          std::to_string(buffer_device()) +
+                          "); make device calls one at a time, or exchange with all_to_allv. No call of the group ran");
+  }
+
+  // 0. prepare
+  std::vector<std::unique_ptr<GroupCall>> group;
+  group.reserve(calls.size());
+  size_t total_bytes = 0;
+  for (const PeerCall& pc : calls) total_bytes += pc.count * dsize(pc.type);
+  const int nch = rt_.channels.pick(total_bytes);
+  for (const PeerCall& pc : calls) {
+    auto g = std::make_unique<GroupCall>(rt_, pc, nch);
+    g->state.timeout = call.timeout;
+    g->lossy.use_codes(&g->codes);
+    const size_t bytes = pc.count * dsize(pc.type);
+    g->m = effective_mode(pc.compression, bytes);
+    const std::string& why = refused.empty() ? pc.refused : refused;
+    g->err = why.empty() ? check_args(g->cd, g->t, g->m, g->c, nullptr, rt_.nranks) : why;
+    g->mine = make_desc(g->cd, g->t, g->m, g->c, nullptr);
+    g->mine.seq = (g->sending() ? rt_.send_seq : rt_.recv_seq)[size_t(g->peer())]++;
+    if (!g->err.empty()) g->mine.flags |= kInvalid;
+    if (!why.empty()) g->mine.mode = kRefusedMode;
+    if (g->sending() && is_lossy(g->m) && g->err.empty() && why.empty()) g->lossy.plan_send(g->mine, g->staging);
+    group.push_back(std::move(g));
+  }
+  ++rt_.rounds;
+
+  // 1.-3. the handshakes
+  auto check = [&](GroupCall& g) {
+    try {
+      rt_.protocol.check_p2p(g.peer(), g.sending(), g.mine, g.err, g.theirs);
+      g.matched = true;
+    } catch (const InvalidArgument&) {
+      g.failed = std::current_exception();
+    } catch (const RemoteError&) {
+      g.failed = std::current_exception();
+      // The peer's invalid arguments keep the pair in step; anything else does not.
+      g.mismatched = !(g.theirs.flags & kInvalid);
+    }
+  };
+  {
+    const transport::ShortWaits short_waits;
+    trace::Scope handshake_event("handshake");
+    for (auto& g : group) {
+      if (g->sending()) rt_.protocol.p2p_post(g->peer(), g->mine, call);
+    }
+    for (auto& g : group) {
+      if (g->sending()) continue;
+      g->theirs = rt_.protocol.p2p_wait(g->peer(), call);
+      rt_.protocol.p2p_post(g->peer(), g->mine, call);
+      check(*g);
+    }
+    for (auto& g : group) {
+      if (!g->sending()) continue;
+      g->theirs = rt_.protocol.p2p_wait(g->peer(), call);
+      check(*g);
+    }
+  }
+  for (auto& g : group) {
+    if (!g->mismatched) continue;
+    std::string why;
+    try {
+      std::rethrow_exception(g->failed);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    rt_.fail("grouped send/recv did not match: " + why);
+    throw RemoteError(why +
+                      ". In a group, the point-to-point links are then out of step: the communicator was "
+                      "aborted");
+  }
+
+  // 4. move
+  std::vector<Stream> out(size_t(rt_.nranks)), in(size_t(rt_.nranks));
+  size_t nstreams = 0;
+  for (auto& g : group) {
+    if (!g->matched) continue;
+    Stream& s = (g->sending() ? out : in)[size_t(g->peer())];
+    if (s.calls.empty()) ++nstreams;
+    s.calls.push_back(g.get());
+  }
+  call.ch.assign(std::max<size_t>(nstreams, 1), prims::ChannelStats{});
+  call.slice_bytes = rt_.cfg.slot_bytes;
+  size_t k = 0;
+  for (auto* dir : {&out, &in}) {
+    for (int q = 0; q < rt_.nranks; ++q) {
+      Stream& s = (*dir)[size_t(q)];
+      if (s.calls.empty()) continue;
+      prims::ChannelStats* st = &call.ch[k++];
+      for (GroupCall* g : s.calls) {
+        const bool sending = g->sending();
+        const Wire w = sending ? g->lossy.send_wire(g->m, g->theirs) : g->lossy.recv_wire(g->theirs, g->m);
+        void* data =
+            sending ? const_cast<void*>(g->lossy.send_data()) : g->lossy.recv_target(g->theirs, g->m, g->staging);
+        s.prims.push_back(rt_.peers.prims(q, sending, w, g->state, st, g->scratch.get(rt_.peers.scratch_bytes())));
+        s.data.push_back(data);
+      }
+    }
+  }
+  // One slice of stream s (false once it has nothing left).
+  auto step = [](Stream& s, bool sending) {
+    while (!s.finished() && s.done == s.calls[s.at]->cd.message) {
+      s.prims[s.at].settle();
+      ++s.at;
+      s.done = 0;
+    }
+    if (s.finished()) return false;
+    prims::Prims& p = s.prims[s.at];
+    const size_t n = std::min(p.slice_elems(), s.calls[s.at]->cd.message - s.done);
+    uint8_t* at = static_cast<uint8_t*>(s.data[s.at]) + s.done * p.esize();
+    if (sending) {
+      p.send(at, n);
+    } else {
+      p.recv(at, n);
+    }
+    s.done += n;
+    return true;
+  };
+  const auto t_move = Clock::now();
+  try {
+    trace::Scope move_event("move");
+    for (bool busy = true; busy;) {
+      busy = false;
+      for (Stream& s : out) busy = step(s, true) || busy;
+      for (Stream& s : in) busy = step(s, false) || busy;
+    }
+    for (int q = 0; q < rt_.nranks; ++q) {
+      if (!out[size_t(q)].calls.empty()) rt_.peers.link(q)->send->flush(call.deadline());
+    }
+  } catch (const Aborted&) {
+    throw;
+  } catch (const std::exception& e) {
+    rt_.fail(std::string("grouped send/recv failed: ") + e.what());
+    throw;
+  }
+  call.schedule_s = seconds(t_move, Clock::now());
+
+  // 5. finish
+  std::exception_ptr first;
+  for (auto& g : group) {
+    if (g->matched && !g->sending()) g->lossy.finish_recv(g->theirs);
+    g->staging.end();
+    call.quantize_s += g->state.quantize_s;
+    call.fallback = call.fallback || g->state.fallback;
+    call.bound = std::max(call.bound, g->state.bound);
+    call.requested = std::max(call.requested, g->state.requested);
+    if (g->m != Mode::None) call.ran = g->m;
+    if (!first && g->failed) first = g->failed;
+  }
+  call.finish();
+  if (call_event.active()) {
+    call_event.arg("calls", double(calls.size())).arg("bytes", double(total_bytes));
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace ncclz::core

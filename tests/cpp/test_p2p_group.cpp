@@ -1,0 +1,264 @@
+// Communicator::group (core/p2p_group.cpp): sends and recvs that wait for
+// each other as single calls (ring shifts, halo exchanges, both directions of
+// one pair, several calls to one peer) complete in a group, in every mode,
+// with messages of many slices (1 KiB slots); a group's single call meets a
+// plain send or recv; argument errors and mismatches fail every rank they
+// concern without a hang. Ranks as threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ncclz/communicator.hpp"
+#include "ncclz/error.hpp"
+#include "test_ranks.hpp"
+
+using namespace ncclz;
+
+namespace {
+
+PeerCall send_of(const void* buf, size_t n, DataType t, int peer, const Compression& c = Compression::none()) {
+  PeerCall p;
+  p.send = true;
+  p.buf = const_cast<void*>(buf);
+  p.count = n;
+  p.type = t;
+  p.peer = peer;
+  p.compression = c;
+  return p;
+}
+
+PeerCall recv_of(void* buf, size_t n, DataType t, int peer, const Compression& c = Compression::none()) {
+  PeerCall p = send_of(buf, n, t, peer, c);
+  p.send = false;
+  return p;
+}
+
+// Rank r's values: smooth, distinct per rank and per message.
+std::vector<float> values(int r, int which, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(std::sin(0.001 * double(i) + r) * 10 + which + 0.25 * r);
+  return v;
+}
+
+void expect_within(const std::vector<float>& got, const std::vector<float>& want, double E, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool ok = E == 0 ? got[i] == want[i] : std::fabs(double(got[i]) - double(want[i])) <= E;
+    if (!ok && bad++ < 3) ADD_FAILURE() << what << ": element " << i << ": " << got[i] << " vs " << want[i];
+  }
+  EXPECT_EQ(bad, 0u) << what;
+}
+
+}  // namespace
+
+// Every rank sends to r+1 and receives from r-1 at once: as single calls,
+// every send would wait for a recv that comes after the neighbour's send.
+TEST(P2pGroup, RingShiftInEveryMode) {
+  for (int n : {2, 3, 4}) {
+    ncclz_test::Ranks w(n);
+    const size_t count = 20000;  // 80 KB: many 1 KiB slots
+    for (const Compression& c : {Compression::none(), Compression::lossless(), Compression::lossy_abs(1e-3)}) {
+      const double E = c.mode == Compression::Mode::LossyAbs ? 1e-3 : 0;
+      for (bool recv_first : {false, true}) {
+        w.run([&](int r, Communicator& comm) {
+          const std::vector<float> x = values(r, 0, count);
+          std::vector<float> y(count, -1.0f);
+          std::vector<PeerCall> calls = {send_of(x.data(), count, DataType::F32, (r + 1) % n, c),
+                                         recv_of(y.data(), count, DataType::F32, (r + n - 1) % n, c)};
+          if (recv_first) std::swap(calls[0], calls[1]);
+          CallStats st;
+          comm.group(calls, &st);
+          expect_within(y, values((r + n - 1) % n, 0, count), E,
+                        "n=" + std::to_string(n) + " rank " + std::to_string(r) + " " + std::to_string(int(c.mode)));
+          EXPECT_GT(st.raw_bytes, 0u);
+          if (E > 0) {
+            EXPECT_GT(st.ratio, 2.0) << "a smooth field codes";
+            EXPECT_EQ(st.error_bound, 1e-3);
+          }
+        });
+      }
+    }
+  }
+}
+
+// Both directions of one pair, several calls each way, of several types and
+// sizes (an empty one among them), in different orders on the two ranks
+// (only the order of the sends and of the recvs between a pair counts).
+TEST(P2pGroup, SeveralCallsBothWaysOnOnePair) {
+  ncclz_test::Ranks w(2);
+  const size_t big = 30000, small = 7;
+  w.run([&](int r, Communicator& comm) {
+    const int peer = 1 - r;
+    const std::vector<float> a = values(r, 1, big);
+    std::vector<double> b(small);
+    for (size_t i = 0; i < small; ++i) b[i] = double(i) * 1.5 + r;
+    std::vector<int8_t> e(0);
+    std::vector<float> ra(big, 0.0f);
+    std::vector<double> rb(small, 0.0);
+    std::vector<int8_t> re(0);
+    std::vector<PeerCall> calls;
+    if (r == 0) {
+      calls = {send_of(a.data(), big, DataType::F32, peer, Compression::lossless()),
+               recv_of(ra.data(), big, DataType::F32, peer, Compression::lossless()),
+               send_of(b.data(), small, DataType::F64, peer),
+               send_of(e.data(), 0, DataType::I8, peer),
+               recv_of(rb.data(), small, DataType::F64, peer),
+               recv_of(re.data(), 0, DataType::I8, peer)};
+    } else {
+      calls = {recv_of(ra.data(), big, DataType::F32, peer, Compression::lossless()),
+               recv_of(rb.data(), small, DataType::F64, peer),
+               recv_of(re.data(), 0, DataType::I8, peer),
+               send_of(a.data(), big, DataType::F32, peer, Compression::lossless()),
+               send_of(b.data(), small, DataType::F64, peer),
+               send_of(e.data(), 0, DataType::I8, peer)};
+    }
+    comm.group(calls);
+    expect_within(ra, values(peer, 1, big), 0, "float32 lossless, rank " + std::to_string(r));
+    for (size_t i = 0; i < small; ++i) EXPECT_EQ(rb[i], double(i) * 1.5 + peer);
+  });
+  // The pair's sequence numbers stay in step with plain calls afterwards.
+  w.run([&](int r, Communicator& comm) {
+    int32_t v = 40 + r, got = 0;
+    if (r == 0) {
+      comm.send(&v, 1, DataType::I32, 1, Compression::none());
+      comm.recv(&got, 1, DataType::I32, 1, Compression::none());
+    } else {
+      comm.recv(&got, 1, DataType::I32, 0, Compression::none());
+      comm.send(&v, 1, DataType::I32, 0, Compression::none());
+    }
+    EXPECT_EQ(got, 40 + (1 - r));
+  });
+}
+
+// A halo exchange on a ring of 4: each rank sends its left edge to r-1 and
+// its right edge to r+1 (edges of different sizes) and receives both
+// neighbours' edges; lossy, every element within the bound.
+TEST(P2pGroup, HaloExchange) {
+  const int n = 4;
+  ncclz_test::Ranks w(n);
+  const size_t nl = 5000, nr = 9000;
+  const double E = 1e-2;
+  w.run([&](int r, Communicator& comm) {
+    const int left = (r + n - 1) % n, right = (r + 1) % n;
+    const std::vector<float> L = values(r, 2, nl), R = values(r, 3, nr);
+    std::vector<float> from_left(nr), from_right(nl);
+    const Compression c = Compression::lossy_abs(E);
+    comm.group({recv_of(from_left.data(), nr, DataType::F32, left, c), send_of(L.data(), nl, DataType::F32, left, c),
+                send_of(R.data(), nr, DataType::F32, right, c),
+                recv_of(from_right.data(), nl, DataType::F32, right, c)});
+    expect_within(from_left, values(left, 3, nr), E, "from the left");
+    expect_within(from_right, values(right, 2, nl), E, "from the right");
+  });
+}
+
+// A group's single call with a peer meets a plain send or recv there; an
+// empty group and a group of one are calls too.
+TEST(P2pGroup, SingleCallsMeetPlainCalls) {
+  ncclz_test::Ranks w(3);
+  const size_t count = 5000;
+  w.run([&](int r, Communicator& comm) {
+    std::vector<float> x = values(r, 4, count), y(count);
+    if (r == 0) {
+      comm.group({send_of(x.data(), count, DataType::F32, 1), recv_of(y.data(), count, DataType::F32, 2)});
+      expect_within(y, values(2, 4, count), 0, "rank 0 from rank 2");
+    } else if (r == 1) {
+      comm.recv(y.data(), count, DataType::F32, 0, Compression::none());
+      expect_within(y, values(0, 4, count), 0, "rank 1 from rank 0");
+    } else {
+      comm.send(x.data(), count, DataType::F32, 0, Compression::none());
+    }
+    comm.group({});
+    if (r < 2) {
+      comm.group({r == 0 ? send_of(x.data(), count, DataType::F32, 1) : recv_of(y.data(), count, DataType::F32, 0)});
+      if (r == 1) expect_within(y, values(0, 4, count), 0, "a group of one");
+    }
+  });
+}
+
+// One call's invalid arguments: that call fails on both ends (InvalidArgument
+// on its rank, RemoteError at the peer), the group's other calls complete and
+// the communicator goes on.
+TEST(P2pGroup, AnInvalidCallFailsAloneAndTheRestCompletes) {
+  ncclz_test::Ranks w(2);
+  const size_t count = 4000;
+  std::vector<std::string> errs(2);
+  w.run([&](int r, Communicator& comm) {
+    const int peer = 1 - r;
+    std::vector<float> x = values(r, 5, count), y(count, 0.0f), z(count, 0.0f);
+    std::vector<PeerCall> calls = {send_of(x.data(), count, DataType::F32, peer),
+                                   recv_of(y.data(), count, DataType::F32, peer),
+                                   // rank 0's second send: a relative bound on int32 is refused
+                                   send_of(x.data(), count, r == 0 ? DataType::I32 : DataType::F32, peer,
+                                           r == 0 ? Compression::lossy_rel(1e-3) : Compression::none()),
+                                   recv_of(z.data(), count, DataType::F32, peer)};
+    try {
+      comm.group(calls);
+    } catch (const Error& e) {
+      errs[size_t(r)] = std::string(r == 0 ? "I:" : "R:") + e.what();
+      if (r == 0) {
+        EXPECT_NE(dynamic_cast<const InvalidArgument*>(&e), nullptr) << e.what();
+      } else {
+        EXPECT_NE(dynamic_cast<const RemoteError*>(&e), nullptr) << e.what();
+      }
+    }
+    expect_within(y, values(peer, 5, count), 0, "the first pair of calls");
+    if (r == 1) {
+      for (float v : z) ASSERT_EQ(v, 0.0f) << "the refused send's recv wrote nothing";
+    } else {
+      expect_within(z, values(peer, 5, count), 0, "rank 1's second send");
+    }
+  });
+  EXPECT_NE(errs[0].find("lossy"), std::string::npos) << errs[0];
+  EXPECT_NE(errs[1].find("invalid arguments"), std::string::npos) << errs[1];
+  // Still in step.
+  w.run([&](int r, Communicator& comm) {
+    float v = float(r + 1), s = 0;
+    comm.all_reduce(&v, &s, 1, DataType::F32, RedOp::Sum, Compression::none());
+    EXPECT_EQ(s, 3.0f);
+  });
+}
+
+// Calls that do not match (counts) abort the communicator on both ranks.
+TEST(P2pGroup, MismatchedCallsAbortBothRanks) {
+  ncclz_test::Ranks w(2);
+  std::vector<std::string> errs(2);
+  w.run([&](int r, Communicator& comm) {
+    const int peer = 1 - r;
+    std::vector<float> x(100, 1.0f), y(100);
+    try {
+      comm.group(
+          {send_of(x.data(), r == 0 ? 100 : 99, DataType::F32, peer), recv_of(y.data(), 100, DataType::F32, peer)});
+    } catch (const RemoteError& e) {
+      errs[size_t(r)] = e.what();
+    }
+    EXPECT_THROW(comm.barrier(), Aborted);
+  });
+  for (const std::string& e : errs) EXPECT_NE(e.find("the counts differ"), std::string::npos) << e;
+}
+
+// Checks before any message: a bad peer, too many calls with one peer.
+TEST(P2pGroup, RefusedBeforeAnyMessage) {
+  ncclz_test::Ranks w(2, [](int, CommConfig& cfg) { cfg.nslots = 2; });
+  w.run([&](int r, Communicator& comm) {
+    float x[4] = {}, y[4] = {};
+    try {
+      comm.group({send_of(x, 4, DataType::F32, 1 - r), send_of(x, 4, DataType::F32, r)});
+      ADD_FAILURE() << "a send to itself was taken";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("call 1 (send)"), std::string::npos) << e.what();
+    }
+    try {
+      comm.group({recv_of(y, 1, DataType::F32, 1 - r), recv_of(y + 1, 1, DataType::F32, 1 - r),
+                  recv_of(y + 2, 1, DataType::F32, 1 - r)});
+      ADD_FAILURE() << "3 recvs from one peer with 2 slots were taken";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("more than 2 recvs from rank"), std::string::npos) << e.what();
+    }
+    // Nothing was sent: the pair is in step.
+    comm.group({send_of(x, 4, DataType::F32, 1 - r), recv_of(y, 4, DataType::F32, 1 - r)});
+  });
+}
