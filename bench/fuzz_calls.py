@@ -4,7 +4,8 @@
 
 Where bench/chaos.py injects faults into a few kinds of calls, this drives the API's breadth with no
 faults: each call picks a collective (all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather,
-scatter, all_to_all with equal and uneven blocks, a send/recv pair exchange), a dtype (float32, float64,
+scatter, all_to_all with equal and uneven blocks, a send/recv pair exchange, in half of those draws
+a ring shift through ``comm.group``), a dtype (float32, float64,
 float16, bfloat16, int32, int64, uint8, and in half of the integer calls NCCL's uint32, uint64 or int8
 in their place), a count (0, 1, odd, prime, around the latency, direct and
 ring thresholds, up to 1.5 M), a mode (none, lossless, Lossy(rel=1e-3), Lossy(abs=0.05),
@@ -92,8 +93,11 @@ def draw(seed, i, w):
     n = int(g.choice(COUNTS))
     if n > 100000 and g.random() < 0.5:
         n = int(g.integers(1, 300000))
+    coll = str(g.choice(COLLECTIVES))
+    if coll == "sendrecv" and np.random.default_rng([seed, i, 13]).random() < 0.5:
+        coll = "group"  # (a generator of its own: the other draws of a seed stay as they were)
     return {
-        "coll": str(g.choice(COLLECTIVES)),
+        "coll": coll,
         "dt": dt,
         "n": n,
         "mode": str(g.choice(["none", "lossless"] + (["rel", "abs", "rel_small"] if dt in FLOATS else []))),
@@ -122,7 +126,7 @@ def mismatched(s, seed, i, w, p):
     {"rank", "kind"} on every rank, and the changed call for that rank. Its own generator: the calls
     drawn without --mismatch stay the same."""
     h = np.random.default_rng([seed, i, 11])
-    if w < 2 or s["coll"] == "sendrecv" or h.random() >= p:
+    if w < 2 or s["coll"] in ("sendrecv", "group") or h.random() >= p:
         return s, s
     # (all_to_allv: the receivers learn the counts from the senders, so a count is no mismatch there)
     kinds = [k for k in MISMATCH_KINDS
@@ -142,7 +146,7 @@ def mismatched(s, seed, i, w, p):
     elif kind == "mode":
         t["mode"] = str(h.choice([m for m in ("none", "lossless", "rel", "abs", "rel_small") if m != s["mode"]]))
     else:
-        t["coll"] = str(h.choice([c for c in COLLECTIVES if c not in (s["coll"], "sendrecv")]))
+        t["coll"] = str(h.choice([c for c in COLLECTIVES if c not in (s["coll"], "sendrecv", "group")]))
     return s, t
 
 
@@ -248,7 +252,7 @@ def run_call(ncclz, torch, comm, s, seed, i):
     x = allx[r].copy()
     if s["2d"] and n % 2 == 0 and n > 0 and coll not in ("reduce_scatter", "scatter", "all_to_all", "all_to_allv"):
         x = x.reshape(2, n // 2)
-    if s["memory"] == "strided" and x.ndim == 1 and coll not in ("scatter", "sendrecv"):
+    if s["memory"] == "strided" and x.ndim == 1 and coll not in ("scatter", "sendrecv", "group"):
         big = np.empty(2 * n, x.dtype)
         big[::2] = x
         x = big[::2]
@@ -329,6 +333,10 @@ def run_call(ncclz, torch, comm, s, seed, i):
         y = N(comm.all_to_all(T(rows[r]), comp, send_counts=cnt[r], **kw))
         want = np.concatenate([rows[q][sum(cnt[q][:r]):sum(cnt[q][:r + 1])].astype(np.float64) for q in range(w)])
         return check(y, want, s, bound(), None, w)
+    if coll == "group":  # a ring shift: each rank sends to r+1 and receives from r-1 at once
+        right, left = (r + 1) % w, (r - 1) % w
+        (y,) = comm.group(sends=[(T(x), right)], recvs=[(T(np.empty_like(allx[r])), left)], compression=comp)
+        return check(N(y), allx[left], s, bound(), None, w)  # the bound: the larger of the two ends' E
     if w % 2:  # sendrecv: pairs (0, 1), (2, 3), ...
         return None
     peer = r ^ 1

@@ -111,10 +111,13 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
   Buffer b;
   bool ok = d.lanes == 1;
   if (ok && !as_dtype.empty()) {
-    if (as_dtype != "bfloat16" || d.code != uint8_t(nb::dlpack::dtype_code::UInt) || d.bits != 16)
+    // bfloat16 as a uint16 view (NumPy), the 8-bit floats as uint8 views (every framework)
+    const bool f8 = as_dtype == "float8_e4m3fn" || as_dtype == "float8_e5m2";
+    if ((as_dtype != "bfloat16" && !f8) || d.code != uint8_t(nb::dlpack::dtype_code::UInt) || d.bits != (f8 ? 8 : 16))
       throw ncclz::InvalidArgument(std::string(what) + ": dtype override '" + as_dtype +
-                                   "' needs a uint16 view of bfloat16 data, got " + describe_dlpack_dtype(d));
-    b.type = DataType::BF16;
+                                   "' needs a uint16 view of bfloat16 data or a uint8 view of float8 data, got " +
+                                   describe_dlpack_dtype(d));
+    b.type = !f8 ? DataType::BF16 : as_dtype == "float8_e4m3fn" ? DataType::F8E4M3 : DataType::F8E5M2;
   } else if (ok) {
     switch (static_cast<nb::dlpack::dtype_code>(d.code)) {
       case nb::dlpack::dtype_code::Float:
@@ -157,7 +160,8 @@ Buffer check_buffer(const Array& a, const char* what, const std::string& as_dtyp
   if (!ok)
     throw ncclz::InvalidArgument(
         std::string(what) + " has dtype " + describe_dlpack_dtype(d) +
-        "; supported: float32, float64, float16, bfloat16, int32, int64, uint8, int8, uint32, uint64");
+        "; supported: float32, float64, float16, bfloat16, int32, int64, uint8, int8, uint32, uint64 (and "
+        "float8_e4m3fn, float8_e5m2 as uint8 views with as_dtype)");
   // C-contiguity (strides count elements; dimensions of extent 1 may have any stride).
   size_t count = 1;
   for (size_t i = 0; i < a.ndim(); ++i) count *= a.shape(i);

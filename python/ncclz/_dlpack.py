@@ -28,11 +28,14 @@ from .errors import InvalidArgumentError
 #: Canonical dtype names, in the order the docs list them.
 SUPPORTED_DTYPES = (
     "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "uint32", "uint64",
+    "float8_e4m3fn", "float8_e5m2",
 )
 FLOAT_DTYPES = frozenset({"float32", "float64", "float16", "bfloat16"})
+#: The 8-bit floats (exact modes only): they reach the native layer as uint8 views (``as_dtype``).
+FLOAT8_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
 ITEMSIZE = {
     "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1, "int8": 1,
-    "uint32": 4, "uint64": 8,
+    "uint32": 4, "uint64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }
 
 # DLPack device types that are ordinary host memory.
@@ -108,6 +111,8 @@ class Buffer:
     def as_dtype(self) -> str:
         """The native call's dtype override: "bfloat16" where ``native`` holds bfloat16 as a uint16
         view (NumPy); "" where its DLPack dtype says what it is (torch, JAX arrays on the device path)."""
+        if self.dtype in FLOAT8_DTYPES:
+            return self.dtype  # a uint8 view, in every framework
         if self.dtype != "bfloat16" or self.framework == "torch":
             return ""
         return "" if self.device is not None and self.framework == "jax" else "bfloat16"
@@ -144,11 +149,13 @@ def _framework_of(x: Any) -> str:
 
 
 def _numpy_dtypes() -> dict:
-    table = {np.dtype(n): n for n in SUPPORTED_DTYPES if n != "bfloat16"}
+    table = {np.dtype(n): n for n in SUPPORTED_DTYPES if n != "bfloat16" and n not in FLOAT8_DTYPES}
     try:
         import ml_dtypes
 
         table[np.dtype(ml_dtypes.bfloat16)] = "bfloat16"
+        for n in FLOAT8_DTYPES:
+            table[np.dtype(getattr(ml_dtypes, n))] = n
     except ImportError:
         pass
     return table
@@ -165,7 +172,7 @@ def plain_numpy_dtype(dt: np.dtype) -> str | None:
     """The canonical name of a native-endian NumPy dtype that the native layer takes as it is (not
     bfloat16, which travels as a uint16 view); None otherwise."""
     name = _NUMPY_DTYPES.get(dt)
-    return None if name == "bfloat16" else name
+    return None if name == "bfloat16" or name in FLOAT8_DTYPES else name
 
 
 _TORCH_DTYPES: dict = {}
@@ -204,7 +211,7 @@ def _numpy_buffer(arr: np.ndarray, user: Any, what: str, framework: str) -> Buff
         )
     if not arr.flags.c_contiguous:
         raise _not_contiguous(what, "numpy.ascontiguousarray(x)")
-    native = arr.view(np.uint16) if name == "bfloat16" else arr
+    native = arr.view(np.uint16) if name == "bfloat16" else arr.view(np.uint8) if name in FLOAT8_DTYPES else arr
     return Buffer(
         native=native,
         user=user,
@@ -251,7 +258,7 @@ def as_buffer(x: Any, what: str = "input", load: bool = True, direct: bool = Fal
         if not t.is_contiguous():
             raise _not_contiguous(what, "tensor.contiguous()")
         return Buffer(
-            native=t,
+            native=t.view(_torch().uint8) if name in FLOAT8_DTYPES else t,
             user=x,
             dtype=name,
             shape=tuple(t.shape),
@@ -309,7 +316,7 @@ def direct_buffer(x: Any, stage: DeviceArray, what: str) -> Buffer:
         if name is None:
             raise _unsupported_dtype(what, t.dtype)
         _torch().cuda.current_stream(stage.index).synchronize()
-        return Buffer(native=t, user=x, dtype=name, shape=tuple(t.shape), size=int(t.numel()), framework="torch",
+        return Buffer(native=t.view(_torch().uint8) if name in FLOAT8_DTYPES else t, user=x, dtype=name, shape=tuple(t.shape), size=int(t.numel()), framework="torch",
                       writable=True, device=stage)
     import cupy
 
@@ -342,9 +349,10 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
         return empty(host, shape).replace(stage=like.stage.for_output())
     if like.framework == "torch":
         torch = _torch()
-        t = torch.empty(shape, dtype=like.native.dtype, device="cpu")
+        t = torch.empty(shape, dtype=getattr(torch, like.dtype) if like.dtype in FLOAT8_DTYPES else like.native.dtype,
+                        device="cpu")
         return Buffer(
-            native=t,
+            native=t.view(torch.uint8) if like.dtype in FLOAT8_DTYPES else t,
             user=t,
             dtype=like.dtype,
             shape=shape,
@@ -352,10 +360,10 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
             framework="torch",
             writable=True,
         )
-    if like.dtype == "bfloat16":
+    if like.dtype == "bfloat16" or like.dtype in FLOAT8_DTYPES:
         import ml_dtypes
 
-        arr = np.empty(shape, dtype=ml_dtypes.bfloat16)
+        arr = np.empty(shape, dtype=getattr(ml_dtypes, like.dtype))
     else:
         arr = np.empty(shape, dtype=like.dtype)
     b = _numpy_buffer(arr, arr, "output", "numpy")
@@ -464,10 +472,10 @@ def to_numpy(b: Buffer, max_bytes: int | None = None) -> np.ndarray:
             x = x.reshape(-1)[: max(1, max_bytes // ITEMSIZE[b.dtype])]  # a view, contiguous
         return to_numpy(as_buffer(DeviceArray(x, b.framework, b.device.index, False).to_host(), "array"))
     arr = _as_numpy(b)
-    if b.dtype == "bfloat16":
+    if b.dtype == "bfloat16" or b.dtype in FLOAT8_DTYPES:
         import ml_dtypes
 
-        arr = arr.view(ml_dtypes.bfloat16)
+        arr = arr.view(getattr(ml_dtypes, b.dtype))
     return arr.reshape(b.shape)
 
 

@@ -142,6 +142,27 @@ TEST(CApi, Int8Uint32AndUint64) {
   });
 }
 
+// The 8-bit floats: codes as bytes (e4m3fn: 1.0 is 0x38, 1.5 0x3C, 3.0 0x44, 448 0x7E; e5m2: 1.0 is
+// 0x3C), reduced in their own arithmetic; overflow gives NaN (e4m3fn); lossy refused.
+TEST(CApi, Float8) {
+  CWorld w(2);
+  w.run([&](int r, ncclzComm_t comm) {
+    const uint8_t a[3] = {0x38, uint8_t(r ? 0x3C : 0x38), 0x7E}, b[1] = {0x3C};  // 1, 1 or 1.5, 448; e5m2 1
+    uint8_t s[3], m[3], e[1];
+    ASSERT_EQ(ncclzAllReduce(a, s, 3, ncclzFloat8e4m3, ncclzSum, ncclzCompressionLossless(), comm), ncclzSuccess)
+        << ncclzGetLastError(comm);
+    EXPECT_EQ(s[0], 0x40);  // 2.0
+    EXPECT_EQ(s[1], 0x42);  // 2.5
+    EXPECT_EQ(s[2], 0x7F);  // 896: NaN, not 448
+    ASSERT_EQ(ncclzAllReduce(a, m, 3, ncclzFloat8e4m3, ncclzMax, ncclzCompressionNone(), comm), ncclzSuccess);
+    EXPECT_EQ(m[1], 0x3C);
+    ASSERT_EQ(ncclzAllReduce(b, e, 1, ncclzFloat8e5m2, ncclzAvg, ncclzCompressionNone(), comm), ncclzSuccess);
+    EXPECT_EQ(e[0], 0x3C);  // (1 + 1) / 2
+    EXPECT_EQ(ncclzAllReduce(a, s, 3, ncclzFloat8e4m3, ncclzSum, ncclzCompressionLossyAbs(0.5), comm),
+              ncclzInvalidArgument);
+  });
+}
+
 // ncclzCommSplit: odd and even ranks, one rank in none; a null newcomm is an
 // error on its rank only (which joins none).
 TEST(CApi, CommSplit) {

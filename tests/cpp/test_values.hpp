@@ -8,6 +8,7 @@
 
 #include "codec/quantizer.hpp"
 #include "ncclz/communicator.hpp"
+#include "prims/float8.hpp"
 
 namespace ncclz_test {
 
@@ -57,6 +58,8 @@ inline double value_at(ncclz::DataType t, const uint8_t* base, size_t i) {
       std::memcpy(&v, p, 8);
       return double(v);
     }
+    case DataType::F8E4M3: return ncclz::prims::F8E4M3::widen(p[0]);
+    case DataType::F8E5M2: return ncclz::prims::F8E5M2::widen(p[0]);
   }
   return 0;
 }
@@ -95,6 +98,8 @@ inline void store_value(ncclz::DataType t, uint8_t* base, size_t i, double v) {
     }
     case DataType::U8: p[0] = uint8_t(int(v)); return;
     case DataType::I8: p[0] = uint8_t(int8_t(int(v))); return;
+    case DataType::F8E4M3: p[0] = ncclz::prims::F8E4M3::narrow(float(v)); return;
+    case DataType::F8E5M2: p[0] = ncclz::prims::F8E5M2::narrow(float(v)); return;
     case DataType::U32: {
       const uint32_t x = uint32_t(int64_t(v));
       std::memcpy(p, &x, 4);

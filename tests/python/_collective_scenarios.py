@@ -441,6 +441,71 @@ def scenario_split(ncclz, comm, args):
     return {"hashes": ck.hashes, "checks": ck.checks}
 
 
+def scenario_float8(ncclz, comm, args):
+    """NCCL's 8-bit floats (ml_dtypes' and torch's float8_e4m3fn and float8_e5m2): every reduction in
+    none and lossless mode on values whose partial sums are exact (any order gives the reference:
+    ml_dtypes' own arithmetic, rounded once), overflow to NaN / inf, data movement of every byte, and
+    lossy modes refused on every rank."""
+    import ml_dtypes
+
+    W, r = comm.world_size, comm.rank
+    ck = Checker(comm)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    n = 3000 * W
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        f8 = np.dtype(getattr(ml_dtypes, name))
+        for container in ("numpy", "torch") if torch is not None else ("numpy",):
+            def T(a, f8=f8, name=name, container=container):
+                if container == "numpy":
+                    return a.copy()
+                return torch.from_numpy(a.view(np.uint8).copy()).view(getattr(torch, name))
+
+            def N(y, f8=f8):
+                return y if isinstance(y, np.ndarray) else y.view(torch.uint8).numpy().view(f8)
+
+            for op in ("sum", "avg", "max", "min", "prod"):
+                rng = [np.random.default_rng([q, 77, len(op)]) for q in range(W)]
+                if op == "prod":
+                    xs = [g.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0], n) for g in rng]
+                elif op in ("max", "min"):
+                    xs = [g.normal(0, 30, n) for g in rng]
+                else:
+                    xs = [g.integers(-2, 3, n).astype(np.float64) for g in rng]
+                xs = [x.astype(np.float32).astype(f8) for x in xs]  # the inputs, rounded to the type once
+                wide = np.stack([x.astype(np.float64) for x in xs])
+                want = {"sum": wide.sum(0), "avg": wide.sum(0), "prod": wide.prod(0), "max": wide.max(0),
+                        "min": wide.min(0)}[op]
+                want = want.astype(np.float32).astype(f8)
+                if op == "avg":
+                    want = (want.astype(np.float32) / np.float32(W)).astype(f8)
+                for c in (None, ncclz.Lossless()):
+                    y = N(comm.all_reduce(T(xs[r]), op, c))
+                    ck.require(y.dtype == f8, f"{name} {container}: the result's dtype {y.dtype}")
+                    ck.require(np.array_equal(y.view(np.uint8), want.view(np.uint8)),
+                               f"{name} {container} {op} {c}: differs from the reference")
+            # data movement: every code, NaNs included, keeps its bits
+            codes = ((np.arange(256) + r) % 256).astype(np.uint8).view(f8)
+            g = N(comm.all_gather(T(codes), ncclz.Lossless()))
+            ck.require(np.array_equal(g.view(np.uint8).reshape(W, 256),
+                                      np.stack([(np.arange(256) + q) % 256 for q in range(W)]).astype(np.uint8)),
+                       f"{name} {container}: all_gather bits")
+            # overflow: NaN for e4m3fn, inf for e5m2 (never the largest finite value)
+            big = np.full(4, 448.0 if name == "float8_e4m3fn" else 57344.0, np.float32).astype(f8)
+            o = N(comm.all_reduce(T(big))).astype(np.float32)
+            ck.require(bool(np.all(np.isnan(o) if name == "float8_e4m3fn" else np.isinf(o))) or W == 1,
+                       f"{name} {container}: overflow gave {o}")
+            try:
+                comm.all_reduce(T(big), compression=ncclz.Lossy(abs=0.5))
+                ck.fail(f"{name}: a lossy all_reduce was taken")
+            except ncclz.InvalidArgumentError as e:
+                ck.require("lossy compression takes float32" in str(e), f"lossy refusal: {e}")
+    ck.checks += 4
+    return {"hashes": ck.hashes, "checks": ck.checks}
+
+
 def scenario_group(ncclz, comm, args):
     """Communicator.group: a ring shift in every mode and float dtype (single calls would wait for
     each other), a halo exchange with a compression per item, a torch tensor among NumPy arrays, the

@@ -36,7 +36,8 @@ def _bf16():
 
 def scenario_gpu_rooted(ncclz, comm, args):
     """reduce, gather, scatter and all_to_all (equal and uneven blocks) of CUDA torch tensors in
-    every mode: on the device, within the bound, and bit-identical to the same call on host arrays."""
+    every mode: on the device, within the bound, and bit-identical to the same call on host arrays;
+    and a grouped ring shift into a CUDA tensor (on host copies)."""
     import torch
 
     W, r = comm.world_size, comm.rank
@@ -127,6 +128,18 @@ def scenario_gpu_rooted(ncclz, comm, args):
             host = comm.all_to_all(xs.copy(), compression=comp, send_counts=sc, recv_counts=rc, policy="off")
             got = _torch_out(ck, torch, y)
             ck.require(bits(got) == bits(host), f"{name}/uneven: differs from the host call")
+
+            # a grouped ring shift into a CUDA tensor (grouped calls run on host copies)
+            right, left = (r + 1) % W, (r - 1) % W
+            out = _torch_in(torch, np.zeros_like(inputs[r]))
+            (y,) = comm.group(sends=[(_torch_in(torch, inputs[r]), right)], recvs=[(out, left)], compression=comp)
+            name = f"gpu/group/{dtype}/{mname}"
+            ck.require(y is out, f"{name}: group must return the recv tensor")
+            got = _torch_out(ck, torch, y)
+            if E is None:
+                ck.require(bits(got) == bits(inputs[left]), f"{name}: not exact")
+            else:
+                ck.check_close(name, got, as_f64(inputs[left]), bound_of(comp, [inputs[left]]), mname, dtype)
     comm.barrier()
     return {"hashes": ck.hashes, "checks": ck.checks}
 

@@ -197,6 +197,14 @@ def test_split(tmp_path, transport, n, env):
         assert res["hashes"]["split-group"] == ranks.results[r % 2]["hashes"]["split-group"], f"rank {r}"
 
 
+@pytest.mark.parametrize("transport,n", [("shm", 3), ("socket", 2)])
+def test_float8(tmp_path, transport, n):
+    """float8_e4m3fn and float8_e5m2 (NumPy through ml_dtypes, torch): every reduction exact in the type's
+    own arithmetic, overflow to NaN / inf, data movement of every byte, lossy refused."""
+    ranks = run_ranks(tmp_path, "float8", n, transport, timeout=180)
+    ranks.assert_ok()
+
+
 @pytest.mark.parametrize("transport,n", [("shm", 2), ("shm", 4), ("socket", 3)])
 def test_group(tmp_path, transport, n):
     """Communicator.group: ring shifts in every mode and dtype, a halo exchange, torch arrays, a group

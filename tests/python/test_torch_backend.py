@@ -169,6 +169,22 @@ def _ops(rank: int, world: int, out: dict) -> None:
         dist.all_reduce(x)
         assert torch.equal(x.view(sdt), t.view(sdt) + (world - 1)), f"all_reduce sum {dt} near the top: {x}"
 
+    # the 8-bit floats, reduced in their own arithmetic: small integers (exact partial sums), overflow
+    for dt, top in ((torch.float8_e4m3fn, 448.0), (torch.float8_e5m2, 57344.0)):
+        xs = [torch.arange(-2, 3, dtype=torch.float32).repeat(7).roll(q).to(dt) for q in range(world)]
+        for name in ("sum", "max", "min"):
+            x = xs[rank].clone()
+            dist.all_reduce(x, op=ops[name])
+            want = _reference(xs, name).to(dt)
+            assert x.dtype == dt and torch.equal(x.view(torch.uint8), want.view(torch.uint8)), f"{name} {dt}: {x}"
+        x = torch.full((4,), top).to(dt)
+        dist.all_reduce(x)
+        o = x.float()
+        assert bool((o.isnan() if dt == torch.float8_e4m3fn else o.isinf()).all()), f"overflow {dt}: {o}"
+        outs = [torch.empty_like(xs[0]) for _ in range(world)]
+        dist.all_gather(outs, xs[rank])
+        assert all(torch.equal(o.view(torch.uint8), e.view(torch.uint8)) for o, e in zip(outs, xs)), f"gather {dt}"
+
     # PREMUL_SUM (its factor, a number or a tensor) and non-contiguous tensors
     xs = _inputs(world, (64, 40), torch.float32, 99)
     for factor in (0.25, torch.tensor(1.5)):

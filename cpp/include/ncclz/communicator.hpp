@@ -38,12 +38,16 @@ struct PolicyHints;  // ncclz/policy_hints.hpp (internal: the compression policy
 
 /// I8, U32 and U64 travel and are coded as their same-width types (U8, I32,
 /// I64: the same bits); only their max, min and avg differ, which the
-/// reductions apply in the type itself (prims/reduce.hpp).
-enum class DataType : uint8_t { F32, F64, F16, BF16, I32, I64, U8, I8, U32, U64 };
+/// reductions apply in the type itself (prims/reduce.hpp). F8E4M3 and F8E5M2
+/// (the OCP 8-bit floats e4m3fn and e5m2, NCCL's ncclFloat8e4m3 / e5m2)
+/// travel as bytes and reduce in their own arithmetic (prims/float8.hpp:
+/// widened to float, rounded to nearest even, overflow to NaN / inf); exact
+/// modes only.
+enum class DataType : uint8_t { F32, F64, F16, BF16, I32, I64, U8, I8, U32, U64, F8E4M3, F8E5M2 };
 enum class RedOp : uint8_t { Sum, Avg, Max, Min, Prod };
 
-/// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "uint32", "uint64" ("?"
-/// outside the enum).
+/// "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "uint32", "uint64",
+/// "float8_e4m3fn", "float8_e5m2" ("?" outside the enum).
 const char* dtype_name(DataType t);
 /// Bytes per element (0 outside the enum).
 size_t dtype_size(DataType t);

@@ -65,7 +65,13 @@ typedef enum {
   ncclzInt8 = 7,
   ncclzUint32 = 8,
   ncclzUint64 = 9,
-  ncclzNumTypes = 10
+  /* The OCP 8-bit floats (NCCL's ncclFloat8e4m3 / ncclFloat8e5m2): e4m3fn
+   * (no infinities, largest 448) and e5m2. Exact modes only; reductions in
+   * their own arithmetic, rounded to nearest even, an overflow giving NaN
+   * (e4m3fn) or inf (e5m2), never a clipped value (NCCL saturates). */
+  ncclzFloat8e4m3 = 10,
+  ncclzFloat8e5m2 = 11,
+  ncclzNumTypes = 12
 } ncclzDataType_t;
 
 /* Same values as nccl.h's ncclRedOp_t. */

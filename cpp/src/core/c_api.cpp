@@ -70,6 +70,8 @@ bool to_dtype(ncclzDataType_t t, ncclz::DataType* out) {
     case ncclzInt8: *out = ncclz::DataType::I8; return true;
     case ncclzUint32: *out = ncclz::DataType::U32; return true;
     case ncclzUint64: *out = ncclz::DataType::U64; return true;
+    case ncclzFloat8e4m3: *out = ncclz::DataType::F8E4M3; return true;
+    case ncclzFloat8e5m2: *out = ncclz::DataType::F8E5M2; return true;
     default: return false;
   }
 }

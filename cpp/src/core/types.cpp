@@ -4,8 +4,8 @@
 namespace ncclz {
 
 const char* dtype_name(DataType t) {
-  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int32",
-                                "int64",   "uint8",   "int8",    "uint32",   "uint64"};
+  static const char* names[] = {"float32", "float64", "float16", "bfloat16", "int32",         "int64",
+                                "uint8",   "int8",    "uint32",  "uint64",   "float8_e4m3fn", "float8_e5m2"};
   return core::valid_dtype(uint8_t(t)) ? names[uint8_t(t)] : "?";
 }
 

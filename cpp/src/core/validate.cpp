@@ -20,6 +20,10 @@ std::string check_compression(DataType t, Mode m, const Compression& c, const Po
   if (!valid_dtype(uint8_t(t))) return "unknown data type " + std::to_string(int(t));
   if (uint8_t(m) > uint8_t(Mode::LossyRel)) return "unknown compression mode " + std::to_string(int(m));
   if (is_lossy(m)) {
+    if (is_float8(t)) {
+      return std::string("lossy compression takes float32, float64, float16 and bfloat16, not ") + dtype_name(t) +
+             " (its own rounding is coarser than most bounds: use lossless compression or none)";
+    }
     if (!is_float(t)) {
       return std::string("lossy compression needs a floating-point type, got ") + dtype_name(t) +
              " (use lossless compression or none for integers)";

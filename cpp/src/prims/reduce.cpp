@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "codec/quantizer.hpp"
+#include "prims/float8.hpp"
 
 namespace ncclz::prims {
 namespace {
@@ -64,6 +65,35 @@ void reduce_loop16(void* out, const void* a, const void* b, size_t n) {
       o[i] = codec::float_to_bf16(apply_float<float, Op>(codec::bf16_to_float(x[i]), codec::bf16_to_float(y[i])));
     }
   }
+}
+
+// 8-bit floats: widen exactly, combine in float (exact for sum, product, max
+// and min of two of them), round once (prims/float8.hpp).
+template <class F, class Op>
+void reduce_loop8(void* out, const void* a, const void* b, size_t n) {
+  uint8_t* o = static_cast<uint8_t*>(out);
+  const uint8_t* x = static_cast<const uint8_t*>(a);
+  const uint8_t* y = static_cast<const uint8_t*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = F::narrow(apply_float<float, Op>(F::widen(x[i]), F::widen(y[i])));
+}
+
+template <class F>
+ReduceFn float8_fn(RedOp op) {
+  switch (op) {
+    case RedOp::Sum:
+    case RedOp::Avg: return &reduce_loop8<F, OpSum>;
+    case RedOp::Prod: return &reduce_loop8<F, OpProd>;
+    case RedOp::Max: return &reduce_loop8<F, OpMax>;
+    case RedOp::Min: return &reduce_loop8<F, OpMin>;
+  }
+  return nullptr;
+}
+
+template <class F>
+void divide_loop8(void* buf, size_t count, int n) {
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  const float d = float(n);
+  for (size_t i = 0; i < count; ++i) p[i] = F::narrow(F::widen(p[i]) / d);
 }
 
 template <class Op>
@@ -141,12 +171,16 @@ ElemType wire_type(DataType t) {
     case DataType::I64:
     case DataType::U64: return ElemType::I64;
     case DataType::U8:
-    case DataType::I8: break;
+    case DataType::I8:
+    case DataType::F8E4M3:
+    case DataType::F8E5M2: break;
   }
   return ElemType::U8;
 }
 
 ReduceFn reduce_fn(DataType t, RedOp op) {
+  if (t == DataType::F8E4M3) return float8_fn<F8E4M3>(op);
+  if (t == DataType::F8E5M2) return float8_fn<F8E5M2>(op);
   if (op == RedOp::Max || op == RedOp::Min) {
     const bool max = op == RedOp::Max;
     if (t == DataType::I8) return own_order<int8_t>(max);
@@ -161,6 +195,8 @@ void divide_in_place(DataType t, void* buf, size_t count, int n) {
     case DataType::I8: return divide_loop<int8_t>(buf, buf, count, n);
     case DataType::U32: return divide_loop<uint32_t>(buf, buf, count, n);
     case DataType::U64: return divide_loop<uint64_t>(buf, buf, count, n);
+    case DataType::F8E4M3: return divide_loop8<F8E4M3>(buf, count, n);
+    case DataType::F8E5M2: return divide_loop8<F8E5M2>(buf, count, n);
     default: return divide_in_place(wire_type(t), buf, count, n);
   }
 }

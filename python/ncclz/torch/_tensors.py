@@ -1,7 +1,8 @@
 """Torch tensors as the ncclz runtime takes them, and c10d reduce ops as ncclz ops.
 
 The runtime moves contiguous arrays of float32, float64, float16, bfloat16,
-int8, int32, int64, uint8, uint32 and uint64, on the CPU or on a CUDA device (``ncclz.Communicator``'s
+int8, int32, int64, uint8, uint32, uint64, float8_e4m3fn and float8_e5m2 (reduced in
+their own arithmetic, uncompressed or lossless), on the CPU or on a CUDA device (``ncclz.Communicator``'s
 device path, or staged through host memory; results come back onto the input's device). Everything else is *staged* into such a tensor and
 copied back after the call:
 
@@ -29,7 +30,9 @@ from ..errors import InvalidArgumentError
 
 #: Dtypes the runtime takes as they are.
 NATIVE = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int32, torch.int64,
-          torch.uint8) + tuple(getattr(torch, n) for n in ("uint32", "uint64") if hasattr(torch, n))
+          torch.uint8) + tuple(
+    getattr(torch, n) for n in ("uint32", "uint64", "float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)
+)
 
 #: Reduced in int32 and cast back (every value fits; the cast wraps as the narrow type's own sum would).
 _WIDENED = tuple(getattr(torch, n) for n in ("int16", "uint16") if hasattr(torch, n))
@@ -208,7 +211,8 @@ def reducible(t: torch.Tensor, op: ReduceOp, what: str) -> tuple:
     if dt not in NATIVE:
         raise InvalidArgumentError(
             f"{what}: the ncclz backend cannot reduce {dt} tensors; it reduces float32, float64, float16, "
-            "bfloat16, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool and complex"
+            "bfloat16, float8_e4m3fn, float8_e5m2, int8, int16, int32, int64, uint8, uint16, uint32, uint64, bool "
+            "and complex"
         )
     if not t.is_contiguous():
         return t.contiguous(), name, None
