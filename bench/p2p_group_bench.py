@@ -36,7 +36,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from all_to_all_bench import free_port, parse_size
+from all_to_all_bench import parse_size
 
 METHODS = ("group", "all_to_allv", "paired")
 MODES = ("none", "lossy rel=1e-3")
@@ -78,11 +78,11 @@ def worker(args) -> None:
                             comm.recv(y, left, spec)
                             comm.send(x, right, spec)
                         w = np.array([time.perf_counter() - t0])
+                        bound = comm.last_stats.error_bound  # (paired: the last call's, a recv's or a send's)
                         comm.all_reduce(w, op="max")
                         if i >= args.warmup:
                             walls.append(float(w[0]))
-                    e = np.array([0.0 if want is None else float(np.max(np.abs(y - want))),
-                                  comm.last_stats.error_bound])
+                    e = np.array([0.0 if want is None else float(np.max(np.abs(y - want))), bound])
                     comm.all_reduce(e, op="max")
                     rows.append({"round": rnd, "bytes": nbytes, "mode": mode, "method": method,
                                  "time_s": float(np.median(walls)), "max_err": float(e[0]), "bound": float(e[1]),
@@ -94,22 +94,16 @@ def worker(args) -> None:
 
 
 def run(args) -> list:
-    port = free_port()
+    """The ranks under ncclz's launcher (ncclz-run), on this host."""
     with tempfile.TemporaryDirectory() as d:
         js = os.path.join(d, "rows.json")
-        procs = []
-        for r in range(args.n):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), NCCLZ_TRANSPORT="socket", NCCLZ_TIMEOUT="600",
-                       NCCLZ_SOCKET_THROTTLE_GBPS=str(args.gbps))
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--json", js, "--sizes",
-                   ",".join(str(s) for s in args.sizes), "--modes", ",".join(args.modes), "--methods",
-                   ",".join(args.methods), "--rounds", str(args.rounds), "--iters", str(args.iters),
-                   "--warmup", str(args.warmup)]
-            procs.append(subprocess.Popen(cmd, env=env))
-        codes = [p.wait() for p in procs]
-        if any(codes):
-            raise SystemExit(f"a rank failed: exit codes {codes}")
+        env = dict(os.environ, NCCLZ_TRANSPORT="socket", NCCLZ_TIMEOUT="600", NCCLZ_SOCKET_THROTTLE_GBPS=str(args.gbps))
+        cmd = [sys.executable, "-m", "ncclz.run", "-n", str(args.n), sys.executable, os.path.abspath(__file__),
+               "--worker", "--json", js, "--sizes", ",".join(str(s) for s in args.sizes), "--modes",
+               ",".join(args.modes), "--methods", ",".join(args.methods), "--rounds", str(args.rounds), "--iters",
+               str(args.iters), "--warmup", str(args.warmup)]
+        if subprocess.run(cmd, env=env).returncode:
+            raise SystemExit("a rank failed (its output is above)")
         with open(js) as f:
             return json.load(f)
 

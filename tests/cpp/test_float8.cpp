@@ -16,6 +16,7 @@
 #include "ncclz/error.hpp"
 #include "prims/float8.hpp"
 #include "test_ranks.hpp"
+#include "test_schedules.hpp"
 
 using namespace ncclz;
 using prims::F8E4M3;
@@ -135,35 +136,8 @@ float reference(const std::vector<std::vector<uint8_t>>& in, size_t i, RedOp op)
   return F::widen(F::narrow(acc));
 }
 
-struct Shape {
-  const char* name;
-  int nranks;
-  void (*tweak)(int, CommConfig&);
-};
-
-const Shape kShapes[] = {
-    {"ring", 3,
-     [](int, CommConfig& c) {
-       c.algorithm = "ring";
-       c.latency_bytes = 0;
-       c.direct_from_bytes = 0;
-     }},
-    {"latency", 3, [](int, CommConfig& c) { c.direct_from_bytes = 0; }},
-    {"direct", 4,
-     [](int, CommConfig& c) {
-       c.latency_bytes = 128;
-       c.direct_from_bytes = 1;
-     }},
-    {"hierarchical", 4,
-     [](int, CommConfig& c) {
-       c.topo_hosts = "2x2";
-       c.latency_bytes = 0;
-       c.direct_from_bytes = 0;
-     }},
-};
-
 template <class F>
-void check_reductions(DataType t, const Shape& shape, size_t count) {
+void check_reductions(DataType t, const ncclz_test::Schedule& shape, size_t count) {
   ncclz_test::Ranks w(shape.nranks, shape.tweak);
   const size_t N = size_t(w.size());
   const std::string where = std::string(shape.name) + " " + dtype_name(t) + " count " + std::to_string(count);
@@ -203,7 +177,7 @@ void check_reductions(DataType t, const Shape& shape, size_t count) {
 }  // namespace
 
 TEST(Float8, EveryReductionOnEverySchedule) {
-  for (const Shape& s : kShapes) {
+  for (const ncclz_test::Schedule& s : ncclz_test::kSchedules) {
     for (size_t count : {size_t(5), size_t(3001)}) {
       check_reductions<F8E4M3>(DataType::F8E4M3, s, count);
       check_reductions<F8E5M2>(DataType::F8E5M2, s, count);

@@ -16,6 +16,7 @@
 #include "ncclz/communicator.hpp"
 #include "ncclz/error.hpp"
 #include "test_ranks.hpp"
+#include "test_schedules.hpp"
 
 using namespace ncclz;
 
@@ -65,41 +66,8 @@ constexpr DataType type_of() {
   return DataType::U64;
 }
 
-/// The schedules a call of these types can take, by configuration, and the
-/// algorithm its all_reduce runs at 5 and at 700 elements per rank and block.
-struct Shape {
-  const char* name;
-  int nranks;
-  void (*tweak)(int, CommConfig&);
-  Algorithm small, large;
-};
-
-const Shape kShapes[] = {
-    {"ring", 3,
-     [](int, CommConfig& c) {
-       c.algorithm = "ring";
-       c.latency_bytes = 0;
-       c.direct_from_bytes = 0;
-     },
-     Algorithm::Ring, Algorithm::Ring},
-    {"latency", 3, [](int, CommConfig& c) { c.direct_from_bytes = 0; }, Algorithm::Latency, Algorithm::Ring},
-    {"direct", 4,
-     [](int, CommConfig& c) {
-       c.latency_bytes = 128;
-       c.direct_from_bytes = 1;  // two hops direct (the latency algorithm's)
-     },
-     Algorithm::Latency, Algorithm::Latency},
-    {"hierarchical", 4,
-     [](int, CommConfig& c) {
-       c.topo_hosts = "2x2";
-       c.latency_bytes = 0;
-       c.direct_from_bytes = 0;
-     },
-     Algorithm::Hierarchical, Algorithm::Hierarchical},
-};
-
 template <class T>
-void check_reductions(const Shape& shape, size_t count) {
+void check_reductions(const ncclz_test::Schedule& shape, size_t count) {
   const DataType t = type_of<T>();
   ncclz_test::Ranks w(shape.nranks, shape.tweak);
   const int n = w.size();
@@ -141,7 +109,7 @@ void check_reductions(const Shape& shape, size_t count) {
 
 template <class T>
 void check_all_shapes() {
-  for (const Shape& s : kShapes) {
+  for (const ncclz_test::Schedule& s : ncclz_test::kSchedules) {
     check_reductions<T>(s, 5);    // the latency algorithm's size where it is on
     check_reductions<T>(s, 700);  // many slices (1 KiB slots)
   }
@@ -209,7 +177,11 @@ TEST(IntTypes, NamesAndSizes) {
   EXPECT_EQ(dtype_size(DataType::I8), 1u);
   EXPECT_EQ(dtype_size(DataType::U32), 4u);
   EXPECT_EQ(dtype_size(DataType::U64), 8u);
-  EXPECT_STREQ(dtype_name(DataType(10)), "?");
+  EXPECT_STREQ(dtype_name(DataType::F8E4M3), "float8_e4m3fn");
+  EXPECT_STREQ(dtype_name(DataType::F8E5M2), "float8_e5m2");
+  EXPECT_EQ(dtype_size(DataType::F8E5M2), 1u);
+  EXPECT_STREQ(dtype_name(DataType(12)), "?");
+  EXPECT_EQ(dtype_size(DataType(12)), 0u);
 }
 
 }  // namespace
