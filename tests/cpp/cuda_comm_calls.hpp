@@ -22,6 +22,7 @@
 #include "ncclz/communicator.hpp"
 #include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
+#include "prims/float8.hpp"
 #include "test_ranks.hpp"
 
 namespace ncclz_test::comm_calls {
@@ -85,6 +86,8 @@ inline double value_at(DataType t, const std::vector<uint8_t>& b, size_t i) {
       return double(v);
     }
     case DataType::I8: return double(int8_t(b[i]));
+    case DataType::F8E4M3: return prims::F8E4M3::widen(b[i]);
+    case DataType::F8E5M2: return prims::F8E5M2::widen(b[i]);
     default: {
       float v;
       std::memcpy(&v, b.data() + 4 * i, 4);
@@ -124,6 +127,8 @@ inline void put_value(DataType t, std::vector<uint8_t>& b, size_t i, double x) {
       break;
     }
     case DataType::I8: b[i] = uint8_t(int64_t(std::llround(x * 20))); break;
+    case DataType::F8E4M3: b[i] = prims::F8E4M3::narrow(float(x)); break;
+    case DataType::F8E5M2: b[i] = prims::F8E5M2::narrow(float(x)); break;
     default: {
       const float v = float(x);
       std::memcpy(b.data() + 4 * i, &v, 4);

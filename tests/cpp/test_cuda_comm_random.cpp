@@ -117,6 +117,10 @@ Case draw(unsigned seed) {
   static const DataType types[] = {DataType::F32, DataType::F32, DataType::F64, DataType::BF16, DataType::F16,
                                    DataType::I32, DataType::I8,  DataType::U32, DataType::U64};
   x.t = types[pick(chance(0.8) ? 6 : 9)];
+  if (x.t == DataType::I8) {  // half of int8's draws take a float8 type (their own generator: other draws unchanged)
+    const unsigned f8 = std::mt19937(seed * 3u + 1u)() % 4;
+    if (f8 < 2) x.t = f8 ? DataType::F8E5M2 : DataType::F8E4M3;
+  }
   x.shape = Shape(pick(7));
   // The mode: a lossy bound from a tenth to a ten-thousandth of the data's
   // scale (or of its range), sometimes a combination the call refuses

@@ -212,7 +212,7 @@ def test_topo_bench_auto_mode_runs_the_policy_per_configuration(tmp_path):
     out = tmp_path / "rows.json"
     env = dict(os.environ, NCCLZ_TRANSPORT="socket", NCCLZ_SOCKET_THROTTLE_GBPS="0.5", NCCLZ_POLICY="off")
     r = subprocess.run([sys.executable, "-m", "ncclz.run", "-n", "2", sys.executable, str(REPO / "bench" / "topo_bench.py"),
-                        "--size", "1M", "--data", "smooth,grad", "--modes", "none,rel=1e-3,rel=1e-3/auto",
+                        "--size", "1M", "--data", "smooth,gaussian", "--modes", "none,rel=1e-3,rel=1e-3/auto",
                         "--algos", "ring", "--iters", "2", "--rounds", "1", "--auto-warmup", "2", "--json", str(out)],
                        check=False, capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -307,8 +307,8 @@ def test_overlap_with_cores_of_its_own_is_the_policys():
 
 
 def test_validation_reproduces_the_recorded_one(tmp_path):
-    """Fitted on the declared phases, the model predicts every lab point (fitted and predicted) exactly as
-    recorded in bench/results/scale_validation.json, which scale.md's table and its worst error (the
+    """Fitted on the declared phases, the model predicts every lab point (fitted and predicted) as
+    recorded in bench/results/scale_validation.json (to the BLAS's last digits), which scale.md's table and its worst error (the
     target: 20% at every point, `validate`'s exit status) come from: a change to the model must come with
     a rerun of `validate` and `project`."""
     if not _lab_rows("colls", "quad", "pair") or not sm.CALIB.exists():
@@ -322,9 +322,11 @@ def test_validation_reproduces_the_recorded_one(tmp_path):
     for got, want in zip(v["rows"], recorded["rows"]):
         key = (got["phase"], got["coll"], got["data"], got["mode"], got["algorithm"])
         assert key == (want["phase"], want["coll"], want["data"], want["mode"], want["algorithm"])
-        assert got["predicted_s"] == pytest.approx(want["predicted_s"], rel=1e-9), key
+        # (the fit's least squares run on the machine's BLAS, whose kernels differ per CPU in the last
+        # digits: 3e-9 between this project's Intel and AMD VMs; scale.md shows 3 digits)
+        assert got["predicted_s"] == pytest.approx(want["predicted_s"], rel=1e-6), key
         assert got["measured_s"] == pytest.approx(want["measured_s"], rel=1e-12), key
-    assert v["worst_all"] == pytest.approx(recorded["worst_all"], rel=1e-9)
+    assert v["worst_all"] == pytest.approx(recorded["worst_all"], rel=1e-6)
     # issue 19's target, and a calibration that describes the calls: the stages timed on one core
     # account for the lab's codec CPU seconds within a quarter (k_codec was 0.59 while the quantize
     # was timed through ncclz.codec's containers, and the gradients' calls over-predicted by 23%)
