@@ -255,7 +255,7 @@ TEST(CudaCommRandom, CallsMatchTheHostPath) {
   const size_t first = env_size("NCCLZ_RANDOM_SEED", 1);
   const size_t ncases = env_size("NCCLZ_RANDOM_CALLS", ncclz_test::quick() ? 100 : 160);
   std::map<std::string, std::unique_ptr<Ranks>> worlds;
-  size_t ran = 0, on_device = 0, refused = 0, fallback = 0;
+  size_t ran = 0, on_device = 0, refused = 0, fallback = 0, float8 = 0;
   for (size_t k = 0; k < ncases && !HasFailure(); ++k) {  // (the first failing case ends the run)
     const Case x = draw(unsigned(first + k));
     SCOPED_TRACE(x.describe());
@@ -269,9 +269,12 @@ TEST(CudaCommRandom, CallsMatchTheHostPath) {
     refused += !host[0].error.empty();
     on_device += std::any_of(dev.begin(), dev.end(), [](const Result& d) { return d.stats.on_device; });
     fallback += host[0].error.empty() && x.lossy() && host[0].stats.exact_fallback;
+    float8 += x.t == DataType::F8E4M3 || x.t == DataType::F8E5M2;
   }
-  std::printf("%zu random calls from seed %zu: %zu on the device on some rank, %zu refused, %zu lossy ones exact\n",
-              ran, first, on_device, refused, fallback);
+  std::printf(
+      "%zu random calls from seed %zu: %zu on the device on some rank, %zu refused, %zu lossy ones exact, %zu of "
+      "float8\n",
+      ran, first, on_device, refused, fallback, float8);
 }
 
 #endif  // NCCLZ_WITH_CUDA
