@@ -71,9 +71,9 @@ struct GroupCall {
   CallState state;  // what LossyCall records (fallback, bound, quantize time)
   LossyCall lossy;
   HostStaging staging;
-  Buffer codes, scratch;
   Mode m = Mode::None;
   CallDesc mine, theirs;
+  Buffer* scratch = nullptr;  // the call's slot scratch (Runtime::group_scratch)
   std::string err;            // this rank's argument error (it travels in `mine`)
   std::exception_ptr failed;  // this call's outcome, where it is an error
   bool matched = false;       // the pair agreed: its data moves
@@ -143,10 +143,16 @@ void CallRoutine::group(const std::vector<PeerCall>& calls, CallStats* stats) {
   size_t total_bytes = 0;
   for (const PeerCall& pc : calls) total_bytes += pc.count * dsize(pc.type);
   const int nch = rt_.channels.pick(total_bytes);
-  for (const PeerCall& pc : calls) {
+  if (rt_.group_codes.size() < calls.size()) {
+    rt_.group_codes.resize(calls.size());
+    rt_.group_scratch.resize(calls.size());
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const PeerCall& pc = calls[i];
     auto g = std::make_unique<GroupCall>(rt_, pc, nch);
     g->state.timeout = call.timeout;
-    g->lossy.use_codes(&g->codes);
+    g->scratch = &rt_.group_scratch[i];
+    g->lossy.use_codes(&rt_.group_codes[i]);
     const size_t bytes = pc.count * dsize(pc.type);
     g->m = effective_mode(pc.compression, bytes);
     const std::string& why = refused.empty() ? pc.refused : refused;
@@ -227,7 +233,7 @@ void CallRoutine::group(const std::vector<PeerCall>& calls, CallStats* stats) {
         const Wire w = sending ? g->lossy.send_wire(g->m, g->theirs) : g->lossy.recv_wire(g->theirs, g->m);
         void* data =
             sending ? const_cast<void*>(g->lossy.send_data()) : g->lossy.recv_target(g->theirs, g->m, g->staging);
-        s.prims.push_back(rt_.peers.prims(q, sending, w, g->state, st, g->scratch.get(rt_.peers.scratch_bytes())));
+        s.prims.push_back(rt_.peers.prims(q, sending, w, g->state, st, g->scratch->get(rt_.peers.scratch_bytes())));
         s.data.push_back(data);
       }
     }

@@ -54,8 +54,12 @@ struct Runtime {
   /// NCCLZ_DIRECT_FROM_BYTES was unset (on every rank): the collectives
   /// other than all_reduce run direct from their own sizes (core::direct_from).
   bool direct_defaulted = false;
-  Buffer work[2];                           ///< the lossy paths' code and float64 buffers
-  Buffer staging[2];                        ///< host copies of a device call's buffers (core/device_call.hpp)
+  Buffer work[2];     ///< the lossy paths' code and float64 buffers
+  Buffer staging[2];  ///< host copies of a device call's buffers (core/device_call.hpp)
+  /// A group's calls' codes and slot scratch, by the call's position in its
+  /// group (core/p2p_group.cpp): kept from group to group, as work[] is, so
+  /// that a call does not touch fresh pages each time.
+  std::vector<Buffer> group_codes, group_scratch;
   std::unique_ptr<DeviceWork> device_work;  ///< device calls' work (core/device_work.hpp), made by the first
   NonzeroIndex nonzeros;                    ///< the lossy sums' list of input nonzeros (LossyStage)
   uint64_t seq = 0;                         ///< collective calls so far (CallDesc::seq)
