@@ -7,7 +7,8 @@ faults: each call picks a collective (all_reduce, reduce_scatter, all_gather, br
 scatter, all_to_all with equal and uneven blocks, a send/recv pair exchange, in half of those draws
 a ring shift through ``comm.group``), a dtype (float32, float64,
 float16, bfloat16, int32, int64, uint8, and in half of the integer calls NCCL's uint32, uint64 or int8
-in their place), a count (0, 1, odd, prime, around the latency, direct and
+in their place, in half of the float16 calls one of the 8-bit floats, float8_e4m3fn or float8_e5m2,
+exact modes only), a count (0, 1, odd, prime, around the latency, direct and
 ring thresholds, up to 1.5 M), a mode (none, lossless, Lossy(rel=1e-3), Lossy(abs=0.05),
 Lossy(rel=1e-6)), an op, ``algorithm=`` and ``policy=`` (unset or each value), the data (smooth, noise,
 small integers, zeros, constant, NaN and infinities, magnitudes over 1e±8, values near the type's
@@ -56,6 +57,9 @@ DTYPES = (*FLOATS, "int32", "int64", "uint8")
 #: NCCL's other integer types, each drawn in half of the calls of its sibling from a generator of its own
 #: (the draws of a seed from before they were added stay as they were).
 SIBLINGS = {"int32": "uint32", "int64": "uint64", "uint8": "int8"}
+#: The 8-bit floats (exact modes only: each op rounds to nearest even in their own arithmetic), drawn in half
+#: of the float16 calls, from a generator of their own as the siblings.
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")
 COUNTS = (0, 1, 2, 3, 5, 7, 8, 31, 64, 100, 255, 1000, 4097, 16385, 65536, 100003, 262147, 1 << 20, 1500007)
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather", "scatter",
                "all_to_all", "all_to_allv", "sendrecv")
@@ -63,25 +67,33 @@ DATA = ("smooth", "noise", "ints", "zeros", "const", "special", "wide", "huge", 
 
 
 def np_dtype(name):
-    if name == "bfloat16":
+    if name == "bfloat16" or name in FLOAT8:
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 
+def is_float(dt):
+    """Whether dt is a floating type (the 8-bit floats too, which take no lossy mode)."""
+    return dt in FLOATS or dt in FLOAT8
+
+
 def largest(dt):
-    return 3.3895313892515355e38 if dt == "bfloat16" else float(np.finfo(np_dtype(dt)).max)
+    return {"bfloat16": 3.3895313892515355e38, "float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}.get(dt) or float(
+        np.finfo(np_dtype(dt)).max)
 
 
 def unit(dt):
     """The type's relative rounding unit (half an ulp at 1, as a fraction)."""
-    return {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}[dt]
+    return {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53,
+            "float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3}[dt]
 
 
 def tiniest(dt):
     """The type's smallest subnormal: what a rounding near zero may lose."""
-    return {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149, "float64": 2.0**-1074}[dt]
+    return {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149, "float64": 2.0**-1074,
+            "float8_e4m3fn": 2.0**-9, "float8_e5m2": 2.0**-16}[dt]
 
 
 def draw(seed, i, w):
@@ -90,6 +102,9 @@ def draw(seed, i, w):
     dt = str(g.choice(DTYPES))
     if dt in SIBLINGS and np.random.default_rng([seed, i, 11]).random() < 0.5:
         dt = SIBLINGS[dt]
+    f8 = np.random.default_rng([seed, i, 21])  # (keeps the float16 call test_fuzz names)
+    if dt == "float16" and f8.random() < 0.5:
+        dt = str(f8.choice(FLOAT8))
     n = int(g.choice(COUNTS))
     if n > 100000 and g.random() < 0.5:
         n = int(g.integers(1, 300000))
@@ -157,13 +172,13 @@ def rank_data(s, seed, i, rank, n):
         v = np.zeros(n)
     elif kind == "const":
         v = np.full(n, 3.0)
-    elif dt not in FLOATS or kind == "ints" or s["op"] == "prod":
+    elif not is_float(dt) or kind == "ints" or s["op"] == "prod":
         hi = 3 if s["op"] == "prod" else 15 if dt == "int8" else 20 if dt in ("uint8", "float16", "bfloat16") else 1000
         # uint32's negative values wrap to the type's top (where a signed order would disagree); not for avg,
         # whose reference is the exact mean (the wrapped sum's division is tested in test_comm), nor for
         # uint64, whose top values float64 cannot hold
         signed = dt not in ("uint8", "uint64") and not (dt == "uint32" and s["op"] == "avg")
-        if dt not in FLOATS:
+        if not is_float(dt):
             return g.integers(-hi if signed else 0, hi, n).astype(np_dtype(dt))  # (an integer cast wraps)
         v = g.integers(-hi, hi, n).astype(np.float64)
     elif kind == "smooth":
@@ -185,7 +200,7 @@ def rank_data(s, seed, i, rank, n):
 def reduce_ref(xs, op, dt):
     x = np.stack([np.asarray(a, np.float64) for a in xs])
     with np.errstate(all="ignore"):
-        if dt not in FLOATS and op in ("sum", "prod"):
+        if not is_float(dt) and op in ("sum", "prod"):
             r = x.astype(np.int64).sum(0) if op == "sum" else x.astype(np.int64).prod(0)
             return r.astype(np_dtype(dt)).astype(np.float64)  # wraps as the type does
         return {"sum": x.sum(0), "avg": x.sum(0) / len(xs), "max": x.max(0), "min": x.min(0),
@@ -210,7 +225,7 @@ def check(got, ref, s, bound, scale, w):
     with np.errstate(all="ignore"):
         if dt in FLOATS and s["op"] == "avg" and dt == "float16" and exact:
             scale = scale / w  # each input divided by N before the sum (NCCL's premultiplied average)
-        if dt not in FLOATS:
+        if not is_float(dt):
             tol = np.full(ref.shape, 1.0 if s["op"] == "avg" else 0.0)  # avg truncates
         elif exact:
             tol = (np.abs(ref) + scale) * unit(dt) * 2 * (w + 1) + tiniest(dt) * w
@@ -218,7 +233,7 @@ def check(got, ref, s, bound, scale, w):
             rounding = (np.abs(ref) + bound) * unit(dt) if dt != "float64" else 0.0
             tol = bound * (1 + 1e-9) + rounding
         tol = np.broadcast_to(tol, ref.shape)
-        if dt in FLOATS:
+        if is_float(dt):
             # where the partial results, or the result within its tolerance, may pass the type's largest
             # value, infinity is what the float arithmetic gives: any value goes
             top = largest(dt)
@@ -268,12 +283,16 @@ def run_call(ncclz, torch, comm, s, seed, i):
             return a
         if a.dtype == np_dtype("bfloat16"):
             return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        if dt in FLOAT8:
+            return torch.from_numpy(a.view(np.uint8)).view(getattr(torch, dt))
         return torch.from_numpy(a)
 
     def N(y):
         y = y.wait() if s["async"] and hasattr(y, "wait") else y
         if torch is not None and isinstance(y, torch.Tensor):
-            return y.view(torch.int16).numpy().view(np_dtype("bfloat16")) if y.dtype == torch.bfloat16 else y.numpy()
+            if y.dtype == torch.bfloat16:
+                return y.view(torch.int16).numpy().view(np_dtype("bfloat16"))
+            return y.view(torch.uint8).numpy().view(np_dtype(dt)) if dt in FLOAT8 else y.numpy()
         return y
 
     def bound():
