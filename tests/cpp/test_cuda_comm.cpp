@@ -866,4 +866,144 @@ TEST(CudaComm, CApiTakesDeviceBuffers) {
   for (ncclzComm_t c : comms) ncclzCommDestroy(c);
 }
 
+// Grouped sends and recvs on device buffers (Communicator::group, core/
+// p2p_group.cpp: on host copies): 3 ranks each send to both neighbours and
+// receive from both at once, each call's buffer on the device or the host
+// (PeerCall::device, or the thread's buffer device with host calls marked
+// -1), in every mode: the all-host group's bits on every rank, lossy within
+// E of the sender's values, exact otherwise.
+TEST(CudaComm, GroupsOfDeviceBuffers) {
+  SKIP_WITHOUT_GPU();
+  const int N = 3;
+  const size_t count = ncclz_test::quick() ? 4000 : 30000;
+  Ranks R = make_ranks(N);
+  for (const Compression& c : {Compression::lossy_abs(1e-3), Compression::none(), Compression::lossless()}) {
+    std::vector<std::vector<uint8_t>> want(2 * N);  // the all-host group's results: (rank, from left / right)
+    for (int k = 0; k < 16; k += 5) {               // which of the four calls are on the device: none, 0101, 1010, 1111
+      SCOPED_TRACE(std::string(c.mode == Compression::Mode::None       ? "none"
+                               : c.mode == Compression::Mode::Lossless ? "lossless"
+                                                                       : "lossy") +
+                   " placement " + std::to_string(k));
+      std::vector<std::vector<uint8_t>> got(2 * N);
+      R.run([&](int r, Communicator& comm) {
+        const int right = (r + 1) % N, left = (r + N - 1) % N;
+        std::vector<std::vector<uint8_t>> h = {
+            input(DataType::F32, count, r, 41), {}, input(DataType::F32, count, r, 43), {}};
+        h[1].assign(h[0].size(), 0);
+        h[3].assign(h[0].size(), 0);
+        const bool thread_device = r % 2 == 1;  // the thread's buffer device, host calls marked -1
+        if (thread_device) set_buffer_device(0);
+        std::vector<std::unique_ptr<DevBuf>> d(4);
+        std::vector<PeerCall> calls(4);
+        for (int i = 0; i < 4; ++i) {
+          PeerCall& pc = calls[size_t(i)];
+          pc.send = i % 2 == 0;
+          pc.peer = i == 0 || i == 3 ? right : left;
+          pc.count = count;
+          pc.type = DataType::F32;
+          pc.compression = c;
+          pc.buf = h[size_t(i)].data();
+          const bool dev = (k >> i) & 1;
+          if (dev) {
+            d[size_t(i)] = std::make_unique<DevBuf>(h[size_t(i)].size());
+            ncclz_test::to_device(d[size_t(i)]->get(), h[size_t(i)]);
+            pc.buf = d[size_t(i)]->get();
+          }
+          pc.device = thread_device ? (dev ? PeerCall::kThreadBufferDevice : -1) : (dev ? 0 : -1);
+        }
+        CallStats st;
+        comm.group(calls, &st);
+        set_buffer_device(-1);
+        EXPECT_FALSE(st.on_device) << "rank " << r;
+        for (int i : {1, 3}) {
+          got[size_t(2 * r + i / 2)] =
+              d[size_t(i)] ? from_device(d[size_t(i)]->get(), h[size_t(i)].size()) : h[size_t(i)];
+        }
+        // sends' buffers unchanged
+        for (int i : {0, 2}) {
+          if (d[size_t(i)]) {
+            EXPECT_EQ(from_device(d[size_t(i)]->get(), h[size_t(i)].size()), h[size_t(i)]);
+          }
+        }
+      });
+      if (k == 0) want = got;
+      for (int r = 0; r < N; ++r) {
+        const int right = (r + 1) % N, left = (r + N - 1) % N;
+        for (int j = 0; j < 2; ++j) {
+          SCOPED_TRACE("rank " + std::to_string(r) + (j == 0 ? ", from the left" : ", from the right"));
+          const std::vector<uint8_t>& g = got[size_t(2 * r + j)];
+          EXPECT_EQ(g, want[size_t(2 * r + j)]) << "differs from the all-host group";
+          const std::vector<uint8_t> sent = input(DataType::F32, count, j == 0 ? left : right, j == 0 ? 41 : 43);
+          if (c.mode == Compression::Mode::None || c.mode == Compression::Mode::Lossless) {
+            EXPECT_EQ(g, sent);
+            continue;
+          }
+          double worst = 0;
+          for (size_t i = 0; i < count; ++i)
+            worst = std::max(worst, std::fabs(value_at(DataType::F32, g, i) - value_at(DataType::F32, sent, i)));
+          EXPECT_LE(worst, 1e-3);
+        }
+      }
+    }
+  }
+}
+
+// ncclzGroupStart / ncclzGroupEnd with one thread driving both ranks, each
+// call made with the buffer device set just before it (NCCL's one thread
+// and several devices): rank 0's allreduce and send/recv on device buffers,
+// rank 1's on host buffers, each communicator's calls run on a thread of
+// its own at ncclzGroupEnd, each with its own call's device (a queued call
+// once ran with that thread's device, -1: device pointers read as host
+// memory). The results as the same calls made outside a group.
+TEST(CudaComm, CApiGroupKeepsEachCallsBufferDevice) {
+  SKIP_WITHOUT_GPU();
+  const int N = 2;
+  const size_t n = 3000;
+  ncclzUniqueId id;
+  ASSERT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
+  std::vector<ncclzComm_t> comms(N, nullptr);
+  ncclz_test::run_threads(N, [&](int r) { EXPECT_EQ(ncclzCommInitRank(&comms[size_t(r)], N, id, r), ncclzSuccess); });
+  std::vector<std::vector<uint8_t>> x(N), want(N), sum(N), got(N);
+  for (int r = 0; r < N; ++r) x[size_t(r)] = input(DataType::F32, n, r, 51);
+  // The reference: every rank on host buffers, no group.
+  ncclz_test::run_threads(N, [&](int r) {
+    std::vector<uint8_t> y(x[0].size());
+    ASSERT_EQ(ncclzAllReduce(x[size_t(r)].data(), y.data(), n, ncclzFloat32, ncclzSum, ncclzCompressionLossyAbs(1e-3),
+                             comms[size_t(r)]),
+              ncclzSuccess);
+    want[size_t(r)] = y;
+  });
+  std::vector<std::unique_ptr<DevBuf>> ds, dy, dr;
+  for (int r = 0; r < N; ++r) {
+    ds.push_back(std::make_unique<DevBuf>(x[0].size()));
+    dy.push_back(std::make_unique<DevBuf>(x[0].size()));
+    dr.push_back(std::make_unique<DevBuf>(x[0].size()));
+    ncclz_test::to_device(ds.back()->get(), x[size_t(r)]);
+  }
+  std::vector<std::vector<uint8_t>> hy(N, std::vector<uint8_t>(x[0].size())), hr = hy;
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  for (int r = 0; r < N; ++r) {
+    const bool dev = r == 0;
+    ASSERT_EQ(ncclzSetBufferDevice(dev ? 0 : -1), ncclzSuccess);
+    void* s = dev ? ds[size_t(r)]->get() : x[size_t(r)].data();
+    void* y = dev ? dy[size_t(r)]->get() : hy[size_t(r)].data();
+    void* rv = dev ? dr[size_t(r)]->get() : hr[size_t(r)].data();
+    ncclzComm_t c = comms[size_t(r)];
+    ASSERT_EQ(ncclzAllReduce(s, y, n, ncclzFloat32, ncclzSum, ncclzCompressionLossyAbs(1e-3), c), ncclzSuccess);
+    ASSERT_EQ(ncclzSend(s, n, ncclzFloat32, 1 - r, ncclzCompressionNone(), c), ncclzSuccess);
+    ASSERT_EQ(ncclzRecv(rv, n, ncclzFloat32, 1 - r, ncclzCompressionNone(), c), ncclzSuccess);
+  }
+  ASSERT_EQ(ncclzSetBufferDevice(-1), ncclzSuccess);
+  ASSERT_EQ(ncclzGroupEnd(), ncclzSuccess) << ncclzGetLastError(comms[0]) << " / " << ncclzGetLastError(comms[1]);
+  for (int r = 0; r < N; ++r) {
+    const bool dev = r == 0;
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(dev ? from_device(dy[size_t(r)]->get(), x[0].size()) : hy[size_t(r)], want[size_t(r)]);
+    EXPECT_EQ(dev ? from_device(dr[size_t(r)]->get(), x[0].size()) : hr[size_t(r)], x[size_t(1 - r)]);
+  }
+  ncclzCallStats_t st;
+  ASSERT_EQ(ncclzCommGetLastStats(comms[0], &st), ncclzSuccess);
+  for (ncclzComm_t c : comms) ncclzCommDestroy(c);
+}
+
 #endif  // NCCLZ_WITH_CUDA

@@ -3,15 +3,18 @@
 // one pair, several calls to one peer) complete in a group, in every mode,
 // with messages of many slices (1 KiB slots); a group's single call meets a
 // plain send or recv; argument errors and mismatches fail every rank they
-// concern without a hang. Ranks as threads.
+// concern without a hang; device buffers where no device is usable are
+// refused call by call. Ranks as threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ncclz/communicator.hpp"
+#include "ncclz/cuda_support.hpp"
 #include "ncclz/error.hpp"
 #include "test_ranks.hpp"
 
@@ -261,4 +264,55 @@ TEST(P2pGroup, RefusedBeforeAnyMessage) {
     // Nothing was sent: the pair is in step.
     comm.group({send_of(x, 4, DataType::F32, 1 - r), recv_of(y, 4, DataType::F32, 1 - r)});
   });
+}
+
+// A call on device buffers where this process has no usable device (a build
+// without CUDA, or no GPU): that call is refused (InvalidArgument naming it
+// here, RemoteError at its peer), the group's other calls complete, and the
+// pair stays in step; likewise every call of a group made with the thread's
+// buffer device set. (test_cuda_comm.cpp: groups on device buffers that run.)
+TEST(P2pGroup, DeviceBuffersWithoutADeviceAreRefusedCallByCall) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a device is there (test_cuda_comm.cpp runs groups on it)";
+  ncclz_test::Ranks w(2);
+  const size_t count = 3000;
+  std::vector<std::string> errs(2);
+  w.run([&](int r, Communicator& comm) {
+    const int peer = 1 - r;
+    std::vector<float> x = values(r, 2, count), y(count, 0.0f), z(count, 0.0f);
+    PeerCall claimed = send_of(x.data(), count, DataType::F32, peer);
+    if (r == 0) claimed.device = 0;  // (host memory: a device call must not touch it)
+    try {
+      comm.group({send_of(x.data(), count, DataType::F32, peer), recv_of(y.data(), count, DataType::F32, peer), claimed,
+                  recv_of(z.data(), count, DataType::F32, peer)});
+    } catch (const Error& e) {
+      errs[size_t(r)] = e.what();
+      if (r == 0) {
+        EXPECT_NE(dynamic_cast<const InvalidArgument*>(&e), nullptr) << e.what();
+      } else {
+        EXPECT_NE(dynamic_cast<const RemoteError*>(&e), nullptr) << e.what();
+      }
+    }
+    expect_within(y, values(peer, 2, count), 0, "the host calls");
+    if (r == 1) {
+      for (float v : z) ASSERT_EQ(v, 0.0f) << "the refused send's recv wrote nothing";
+    } else {
+      expect_within(z, values(peer, 2, count), 0, "rank 1's second send");
+    }
+    // The thread's buffer device: every call of rank 1's group is on device 0.
+    std::fill(y.begin(), y.end(), 0.0f);
+    set_buffer_device(r == 1 ? 0 : -1);
+    try {
+      comm.group({send_of(x.data(), count, DataType::F32, peer), recv_of(y.data(), count, DataType::F32, peer)});
+      ADD_FAILURE() << "rank " << r << ": a group with a refused call returned";
+    } catch (const Error& e) {
+      EXPECT_NE(dynamic_cast<const InvalidArgument*>(&e) != nullptr, r == 0) << e.what();
+    }
+    set_buffer_device(-1);
+    for (float v : y) ASSERT_EQ(v, 0.0f) << "rank " << r << ": a refused pair's recv wrote";
+    float v = float(r + 1), s = 0;
+    comm.all_reduce(&v, &s, 1, DataType::F32, RedOp::Sum, Compression::none());
+    EXPECT_EQ(s, 3.0f);
+  });
+  EXPECT_NE(errs[0].find("group call 2 (send)"), std::string::npos) << errs[0];
+  EXPECT_NE(errs[1].find("invalid arguments"), std::string::npos) << errs[1];
 }

@@ -329,6 +329,11 @@ struct PeerCall {
   DataType type = DataType::F32;
   int peer = 0;
   Compression compression;
+  /// Where buf is: a CUDA device (its buffer device, as set_buffer_device
+  /// says for single calls), -1 host memory, or kThreadBufferDevice (the
+  /// default): the calling thread's buffer device.
+  static constexpr int kThreadBufferDevice = -2;
+  int device = kThreadBufferDevice;
   /// Non-empty: this call takes part refused, with this reason, as
   /// Communicator::refuse does for a single call (for bindings that refuse
   /// arguments themselves): InvalidArgument here, RemoteError at the peer.
@@ -442,8 +447,10 @@ class Communicator {
   /// calls both ways), the other must make the same calls with it in a group
   /// too (the order of sends and of recvs kept); a single call with a peer
   /// meets a plain send or recv there. At most CommConfig::nslots sends to
-  /// and nslots recvs from one peer per group. Host buffers only (device
-  /// buffers: InvalidArgument). Returns when every call is complete; throws
+  /// and nslots recvs from one peer per group. Calls on device buffers
+  /// (PeerCall::device) run on host copies: a send's buffer is copied to the
+  /// host before the group starts, a recv's result to its device after the
+  /// group's data moved. Returns when every call is complete; throws
   /// the first call's error after the others ran (an argument error
   /// InvalidArgument, the peer's RemoteError), and calls that do not match
   /// abort the communicator. stats: the group's bytes together.

@@ -173,6 +173,7 @@ struct Queued {
   bool p2p = false;
   ncclz::PeerCall call;       // p2p
   std::function<void()> run;  // a collective or barrier
+  int device = -1;            // the thread's buffer device when the call was made (ncclzSetBufferDevice)
 };
 
 thread_local int g_group_depth = 0;
@@ -186,6 +187,7 @@ ncclzResult_t call_or_queue(ncclzComm_t comm, Fn fn) {
     Queued q;
     q.comm = comm;
     q.run = std::move(fn);
+    q.device = ncclz::buffer_device();
     g_queued.push_back(std::move(q));
   });
 }
@@ -202,6 +204,7 @@ void queue_p2p(ncclzComm_t comm, bool send, void* buf, size_t count, ncclzDataTy
   q.call.buf = buf;
   q.call.count = count;
   q.call.peer = peer;
+  q.call.device = q.device = ncclz::buffer_device();
   std::string refused;
   try {
     q.call.type = dtype_or_throw(t);
@@ -230,14 +233,20 @@ ncclzResult_t run_queued(ncclzComm_t comm, const std::vector<Queued>& all, std::
     note(guarded([&] { comm_or_throw(comm).group(batch, &comm->last); }));
     batch.clear();
   };
+  // Each call runs with the buffer device it was made with (a thread of its
+  // own, or the caller's restored after): NCCL's one thread driving several
+  // devices sets the device before each call of the group.
+  const int caller_device = ncclz::buffer_device();
   for (const Queued& q : all) {
     if (q.comm != comm) continue;
     if (q.p2p) {
-      batch.push_back(q.call);
+      batch.push_back(q.call);  // (PeerCall::device: each call's own)
       continue;
     }
     flush();
+    ncclz::set_buffer_device(q.device);
     note(guarded(q.run));
+    ncclz::set_buffer_device(caller_device);
   }
   flush();
   return first;

@@ -21,6 +21,12 @@
 //               pair and direction one after the other, in call order)
 //   5. finish   dequantize what arrived as codes; the stats; the first error
 //
+// Calls on device buffers (PeerCall::device) run on host copies
+// (Runtime::group_host, by position): before phase 0 a send's buffer is
+// copied to the host, and after phase 5 a recv's result to its device; a
+// device this communicator cannot use refuses the call (InvalidArgument
+// here, RemoteError at its peer), as any argument error does.
+//
 // Phase 1 never waits (a group posts at most nslots descriptors to a peer:
 // its link's slots, which earlier calls have freed or will free without this
 // group), phase 2 waits only for phase-1 posts, and phase 3 only for phase-2
@@ -91,18 +97,78 @@ struct Stream {
   bool finished() const { return at == calls.size(); }
 };
 
+// The calling thread's buffer device set to `device` while it lives
+// (PeerCall::kThreadBufferDevice: left as it is).
+class BufferDeviceScope {
+ public:
+  explicit BufferDeviceScope(int device) : saved_(buffer_device()) {
+    if (device != PeerCall::kThreadBufferDevice) set_buffer_device(device);
+  }
+  ~BufferDeviceScope() { set_buffer_device(saved_); }
+  BufferDeviceScope(const BufferDeviceScope&) = delete;
+  BufferDeviceScope& operator=(const BufferDeviceScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// A group call's device buffer while the call runs on its host copy.
+struct DeviceCopy {
+  int device = -1;  // -1: the call is on host memory
+  void* buf = nullptr;
+  size_t bytes = 0;
+};
+
+int device_of(const PeerCall& pc) {
+  return pc.device == PeerCall::kThreadBufferDevice ? buffer_device() : std::max(pc.device, -1);
+}
+
 }  // namespace
 
-void CallRoutine::group(const std::vector<PeerCall>& calls, CallStats* stats) {
-  if (calls.size() == 1) {
+void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
+  if (given.size() == 1) {
     // A group of one is a plain send or recv (the same messages).
-    const PeerCall& pc = calls[0];
+    const PeerCall& pc = given[0];
+    const BufferDeviceScope device(pc.device);
     if (!pc.refused.empty()) refuse_next(pc.refused);
     point_to_point(
         pc.send ? send_desc(pc.buf, pc.count, rt_.rank, pc.peer) : recv_desc(pc.buf, pc.count, rt_.rank, pc.peer),
         pc.type, pc.compression, stats);
     return;
   }
+  // Device buffers: the calls on host copies (`copies` says where each came from).
+  std::vector<PeerCall> staged;
+  std::vector<DeviceCopy> copies;
+  for (size_t i = 0; i < given.size(); ++i) {
+    const PeerCall& pc = given[i];
+    const int dev = device_of(pc);
+    if (dev < 0 || !pc.refused.empty()) continue;
+    if (staged.empty()) {
+      staged = given;
+      copies.resize(given.size());
+      if (rt_.group_host.size() < given.size()) rt_.group_host.resize(given.size());
+    }
+    PeerCall& h = staged[i];
+    Collective probe;
+    probe.device = dev;
+    h.refused = check_device_call(rt_, probe);
+    if (!h.refused.empty()) {
+      h.refused = "group call " + std::to_string(i) + " (" + (pc.send ? "send" : "recv") + "): " + h.refused;
+      continue;
+    }
+    const size_t bytes = pc.count * dsize(pc.type);
+    h.buf = rt_.group_host[i].get(bytes + 8);
+    h.device = -1;
+    try {
+      if (pc.send && bytes) device_work(rt_, dev).to_host(h.buf, pc.buf, bytes);
+    } catch (const std::exception& e) {
+      h.refused = std::string("group call ") + std::to_string(i) + " (send): copying its buffer from device " +
+                  std::to_string(dev) + " failed: " + e.what();
+      continue;
+    }
+    if (!pc.send) copies[i] = DeviceCopy{dev, pc.buf, bytes};
+  }
+  const std::vector<PeerCall>& calls = staged.empty() ? given : staged;
   const std::string refused = std::exchange(refusal_, std::string());
   trace::Bind traced(rt_.trace.get(), 0);
   trace::Scope call_event("group");
@@ -130,11 +196,6 @@ void CallRoutine::group(const std::vector<PeerCall>& calls, CallStats* stats) {
                             " in one group (the point-to-point links' slots, NCCLZ_NSLOTS); split the group. No "
                             "call of the group ran");
     }
-  }
-  if (buffer_device() >= 0) {
-    throw InvalidArgument(me + "group: grouped sends and recvs take host buffers (this thread's buffer device is " +
-                          std::to_string(buffer_device()) +
-                          "); make device calls one at a time, or exchange with all_to_allv. No call of the group ran");
   }
 
   // 0. prepare
@@ -278,9 +339,17 @@ void CallRoutine::group(const std::vector<PeerCall>& calls, CallStats* stats) {
 
   // 5. finish
   std::exception_ptr first;
-  for (auto& g : group) {
+  for (size_t i = 0; i < group.size(); ++i) {
+    GroupCall* g = group[i].get();
     if (g->matched && !g->sending()) g->lossy.finish_recv(g->theirs);
     g->staging.end();
+    if (!copies.empty() && copies[i].device >= 0 && g->matched && !g->failed && copies[i].bytes) {
+      try {
+        device_work(rt_, copies[i].device).to_device(copies[i].buf, calls[i].buf, copies[i].bytes);
+      } catch (const std::exception&) {
+        g->failed = std::current_exception();
+      }
+    }
     call.quantize_s += g->state.quantize_s;
     call.fallback = call.fallback || g->state.fallback;
     call.bound = std::max(call.bound, g->state.bound);

@@ -60,6 +60,8 @@ struct Runtime {
   /// group (core/p2p_group.cpp): kept from group to group, as work[] is, so
   /// that a call does not touch fresh pages each time.
   std::vector<Buffer> group_codes, group_scratch;
+  /// The host copies of a group's calls on device buffers, by position.
+  std::vector<Buffer> group_host;
   std::unique_ptr<DeviceWork> device_work;  ///< device calls' work (core/device_work.hpp), made by the first
   NonzeroIndex nonzeros;                    ///< the lossy sums' list of input nonzeros (LossyStage)
   uint64_t seq = 0;                         ///< collective calls so far (CallDesc::seq)
