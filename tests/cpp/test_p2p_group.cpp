@@ -88,6 +88,54 @@ TEST(P2pGroup, RingShiftInEveryMode) {
   }
 }
 
+// Groups whose bytes take several channels move their streams on lanes (the
+// channels' threads, core/p2p_group.cpp): 3 ranks, both neighbours each way
+// at once, 4 streams of 2-3 calls per rank in every mode; the same bits as
+// the same group on a communicator of one channel (one loop), lossy within
+// E, and the ranks in step after (shm and socket: tests/python/test_group.py).
+TEST(P2pGroup, LanesMoveLargeGroupsAsOneLoopDoes) {
+  const int n = 3;
+  const size_t count = 150000;                          // 600 KB a call, 4 or more calls: 4 lanes of 4 channels
+  std::vector<std::vector<std::vector<float>>> got(2);  // [1 channel, 4 channels][rank * 5 + call]
+  const Compression modes[] = {Compression::none(), Compression::lossless(), Compression::lossy_abs(1e-3)};
+  for (int nch : {1, 4}) {
+    ncclz_test::Ranks w(n, nullptr, nch);
+    got[nch == 4].assign(size_t(5 * n), {});
+    w.run([&](int r, Communicator& comm) {
+      const int right = (r + 1) % n, left = (r + n - 1) % n;
+      std::vector<std::vector<float>> x = {values(r, 0, count), values(r, 1, count), values(r, 2, count / 3)};
+      std::vector<std::vector<float>> y(5, std::vector<float>(count, -1.0f));
+      y[4].resize(count / 3);
+      std::vector<PeerCall> calls = {
+          send_of(x[0].data(), count, DataType::F32, right, modes[0]),
+          recv_of(y[0].data(), count, DataType::F32, left, modes[0]),
+          send_of(x[1].data(), count, DataType::F32, left, modes[2]),
+          recv_of(y[1].data(), count, DataType::F32, right, modes[2]),
+          send_of(x[0].data(), count, DataType::F32, right, modes[1]),
+          recv_of(y[2].data(), count, DataType::F32, left, modes[1]),
+          send_of(x[1].data(), count, DataType::F32, left, modes[0]),
+          recv_of(y[3].data(), count, DataType::F32, right, modes[0]),
+          send_of(x[2].data(), count / 3, DataType::F32, right, modes[2]),
+          recv_of(y[4].data(), count / 3, DataType::F32, left, modes[2]),
+      };
+      CallStats st;
+      comm.group(calls, &st);
+      EXPECT_EQ(st.channels, 4) << "one count per stream";
+      const std::string at = "channels " + std::to_string(nch) + " rank " + std::to_string(r);
+      expect_within(y[0], values(left, 0, count), 0, at + ": call 1");
+      expect_within(y[1], values(right, 1, count), 1e-3, at + ": call 3");
+      expect_within(y[2], values(left, 0, count), 0, at + ": call 5");
+      expect_within(y[3], values(right, 1, count), 0, at + ": call 7");
+      expect_within(y[4], values(left, 2, count / 3), 1e-3, at + ": call 9");
+      for (size_t i = 0; i < 5; ++i) got[nch == 4][size_t(r * 5) + i] = y[i];
+      float v = float(r + 1), sum = 0;
+      comm.all_reduce(&v, &sum, 1, DataType::F32, RedOp::Sum, Compression::none());
+      EXPECT_EQ(sum, 6.0f);
+    });
+  }
+  for (size_t i = 0; i < got[0].size(); ++i) EXPECT_EQ(got[0][i], got[1][i]) << "result " << i << ": lanes differ";
+}
+
 // Both directions of one pair, several calls each way, of several types and
 // sizes (an empty one among them), in different orders on the two ranks
 // (only the order of the sends and of the recvs between a pair counts).

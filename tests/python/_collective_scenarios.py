@@ -543,6 +543,15 @@ def scenario_group(ncclz, comm, args):
         "float32",
     )
     ck.require(np.array_equal(from_right, rank_input(right, 4000, "float32", 12)), "halo lossless edge")
+    # large messages to both neighbours at once: the group's streams move on lanes (several channels)
+    big = 400001
+    A, B = rank_input(r, big, "float32", 14), rank_input(r, big, "float32", 15)
+    ga, gb = np.zeros(big, np.float32), np.zeros(big, np.float32)
+    comm.group(sends=[(A, right, ncclz.Lossy(abs=1e-3)), (B, left, ncclz.Lossless())],
+               recvs=[(ga, left, ncclz.Lossy(abs=1e-3)), (gb, right, ncclz.Lossless())])
+    ck.check_close("lanes-lossy", ga, as_f64(rank_input(left, big, "float32", 14)), 1e-3, ncclz.Lossy(abs=1e-3),
+                   "float32")
+    ck.require(np.array_equal(bits(gb), bits(rank_input(right, big, "float32", 15))), "lanes lossless")
     try:
         import torch
 

@@ -15,10 +15,14 @@
 //   2. answer   for every recv in call order: wait for the sender's
 //               descriptor, post this rank's own (the receiver's answer)
 //   3. hear     for every send in call order: wait for the receiver's answer
-//   4. move     the data of every call that matched, all at once on this
-//               thread: per round, one slice on each pair's outgoing stream,
-//               then one slice from each incoming stream (the calls of one
-//               pair and direction one after the other, in call order)
+//   4. move     the data of every call that matched, all at once: per
+//               round, one slice on each pair's outgoing stream, then one
+//               slice from each incoming stream (the calls of one pair and
+//               direction one after the other, in call order); on this
+//               thread, or where the group's bytes take several channels
+//               (RingChannels::pick) and it has several streams, on lanes:
+//               min(channels, streams) of the channels' threads, stream k
+//               on lane k % lanes, each lane in rounds over its own streams
 //   5. finish   dequantize what arrived as codes; the stats; the first error
 //
 // Calls on device buffers (PeerCall::device) run on host copies
@@ -38,12 +42,14 @@
 // ways, both must group them (a plain send followed by a plain recv would
 // expect the answer where the group's send descriptor comes).
 //
-// Phase 4 cannot deadlock: take the lowest round any rank is in; a rank in
-// that round never waits to send (its receivers are in that round or later,
-// so they hold at most one of its slices: K >= 2 slots), so it posts the
-// round's slices before it waits to receive, and what it waits for comes
-// from ranks in that round or later, which posted it. (The slice of a round
-// is one slot: both ends cut the same slices from the same counts.)
+// Phase 4 cannot deadlock: take the lowest round any loop (a rank's thread,
+// or one of its lanes) is in; a loop in that round never waits to send (the
+// loops that receive its streams are in that round or later, so they hold
+// at most one of its slices: K >= 2 slots), so it posts the round's slices
+// before it waits to receive, and what it waits for comes from loops in that
+// round or later, which posted it. Nothing in this needs two ranks to split
+// their streams into lanes alike. (The slice of a round is one slot: both
+// ends cut the same slices from the same counts.)
 #include <algorithm>
 #include <exception>
 #include <memory>
@@ -281,14 +287,16 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     if (s.calls.empty()) ++nstreams;
     s.calls.push_back(g.get());
   }
-  call.ch.assign(std::max<size_t>(nstreams, 1), prims::ChannelStats{});
-  call.slice_bytes = rt_.cfg.slot_bytes;
-  size_t k = 0;
+  // Each stream's counts (RingChannels::run sets call.ch to the lanes'; the
+  // streams' go there after the data moved).
+  std::vector<prims::ChannelStats> stream_stats(std::max<size_t>(nstreams, 1));
+  std::vector<std::pair<Stream*, bool>> streams;  // (stream, sending), in lane order
   for (auto* dir : {&out, &in}) {
     for (int q = 0; q < rt_.nranks; ++q) {
       Stream& s = (*dir)[size_t(q)];
       if (s.calls.empty()) continue;
-      prims::ChannelStats* st = &call.ch[k++];
+      prims::ChannelStats* st = &stream_stats[streams.size()];
+      streams.emplace_back(&s, dir == &out);
       for (GroupCall* g : s.calls) {
         const bool sending = g->sending();
         const Wire w = sending ? g->lossy.send_wire(g->m, g->theirs) : g->lossy.recv_wire(g->theirs, g->m);
@@ -318,13 +326,23 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     s.done += n;
     return true;
   };
+  // The rounds of one loop over the streams k = lane, lane + lanes, ...
+  // (sends before recvs: `streams` lists the outgoing ones first).
+  auto rounds = [&](size_t lane, size_t lanes) {
+    for (bool busy = true; busy;) {
+      busy = false;
+      for (size_t k = lane; k < streams.size(); k += lanes) busy = step(*streams[k].first, streams[k].second) || busy;
+    }
+  };
+  const size_t lanes = std::min(streams.size(), size_t(nch));
   const auto t_move = Clock::now();
   try {
     trace::Scope move_event("move");
-    for (bool busy = true; busy;) {
-      busy = false;
-      for (Stream& s : out) busy = step(s, true) || busy;
-      for (Stream& s : in) busy = step(s, false) || busy;
+    if (lanes > 1) {
+      move_event.arg("lanes", double(lanes));
+      rt_.channels.run(int(lanes), call, [&](int c) { rounds(size_t(c), lanes); });
+    } else {
+      rounds(0, 1);
     }
     for (int q = 0; q < rt_.nranks; ++q) {
       if (!out[size_t(q)].calls.empty()) rt_.peers.link(q)->send->flush(call.deadline());
@@ -335,6 +353,8 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     rt_.fail(std::string("grouped send/recv failed: ") + e.what());
     throw;
   }
+  call.ch = std::move(stream_stats);
+  call.slice_bytes = rt_.cfg.slot_bytes;
   call.schedule_s = seconds(t_move, Clock::now());
 
   // 5. finish
