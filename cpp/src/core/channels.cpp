@@ -315,6 +315,7 @@ prims::PrimsArgs PeerLinks::args(const Wire& w, CallState& call) const {
   a.mode = w.mode;
   a.enc = w.enc;
   a.raw_esize = w.raw_esize;
+  a.stage = w.stage;  // a group's lossy send or recv: each slice quantized / dequantized in the loop
   a.timeout = call.timeout;
   a.rank = rank_;
   a.channel = -1;

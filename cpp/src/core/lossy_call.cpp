@@ -348,6 +348,11 @@ void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
     const size_t bad = dw->quantize(elem_of(t_), plan_.eb, plan_.check_eb, plan_.limit, plan_.wide, cd_.send,
                                     cd_.in_count, codes_, plan_.exact_check);
     if (bad > 0) plan_.compress = false;
+  } else if (plan_.compress && stage_p2p_) {
+    // The codes' address range only: the stage quantizes each slice as it is sent. The plan rules
+    // out outliers (every input finite, within the scanned max |x|), as for the staged collectives.
+    codes_ = codes_buf_->get(cd_.in_count * (plan_.wide ? 8 : 4));
+    stage_.emplace(t_, plan_, cd_.send, codes_, nullptr, nullptr, 0.0);
   } else if (plan_.compress) {
     codes_ = codes_buf_->get(cd_.in_count * (plan_.wide ? 8 : 4));
     if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) plan_.compress = false;
@@ -387,6 +392,7 @@ Wire LossyCall::send_wire(Mode m, const CallDesc& receiver) const {
   Wire w = code_wire(t_, plan_.wide, RedOp::Sum, c_);
   if (cd_.device >= 0 || receiver.device) w.enc.allow_rans = false;  // what a device rank decodes
   if (cd_.device >= 0) w.device = rt_.device_work.get();
+  if (stage_) w.stage = &*stage_;
   return w;
 }
 
@@ -409,6 +415,12 @@ void* LossyCall::recv_target(const CallDesc& sender, Mode m, HostStaging& stagin
   } else {
     codes_ = compressed ? codes_buf_->get(cd_.out_count * (wide ? 8 : 4)) : cd_.recv;
   }
+  if (compressed && is_lossy(m) && !device && stage_p2p_) {
+    // The codes' address range only: the stage dequantizes each slice into the output as it arrives.
+    LossyPlan p;
+    p.wide = wide;
+    stage_.emplace(t_, p, nullptr, nullptr, cd_.recv, codes_, 2 * sender.eb);
+  }
   call_.on_device = device || exact;
   return codes_;
 }
@@ -422,11 +434,12 @@ Wire LossyCall::recv_wire(const CallDesc& sender, Mode m) const {
   if (!(sender.flags & kCompress)) return native_wire(t_, Mode::None, RedOp::Sum, c_);
   Wire w = code_wire(t_, (sender.flags & kWide) != 0, RedOp::Sum, c_);
   if (call_.on_device) w.device = rt_.device_work.get();
+  if (stage_) w.stage = &*stage_;
   return w;
 }
 
 void LossyCall::finish_recv(const CallDesc& sender) {
-  if (!(sender.flags & kCompress)) return;
+  if (!(sender.flags & kCompress) || stage_) return;  // (a stage dequantized each slice as it came)
   trace::Scope ev("dequantize");
   ev.arg("count", double(cd_.out_count));
   const auto t2 = Clock::now();

@@ -51,12 +51,14 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "core/call_desc.hpp"
 #include "core/call_state.hpp"
 #include "core/collective.hpp"
 #include "core/device_call.hpp"
+#include "core/lossy_ops.hpp"
 #include "core/lossy_plan.hpp"
 #include "core/runtime.hpp"
 
@@ -106,6 +108,12 @@ class LossyCall {
   /// Send/recv on host buffers: the codes go to `b` instead of the runtime's
   /// work[0] (a group's calls each have their own, core/p2p_group.cpp).
   void use_codes(Buffer* b) { codes_buf_ = b; }
+  /// Send/recv on host buffers: quantize each slice as the link's loop sends
+  /// it, and dequantize each as it arrives (a LossyStage on the wire), not
+  /// the whole buffer before and after the transfer. The same codes and
+  /// bits; the element-wise work overlaps the transfer and runs on the
+  /// thread that moves the call's data (a group's lanes).
+  void stage_p2p() { stage_p2p_ = true; }
 
  private:
   /// Whether every rank's input is mostly zero (CallDesc::density): together
@@ -159,10 +167,12 @@ class LossyCall {
   const Compression& c_;
   int nch_;
   CallState& call_;
-  NonzeroIndex* index_ = nullptr;     ///< the list of this rank's nonzeros, when the scan made one
-  LossyPlan plan_;                    ///< send/recv: the sender's plan
-  void* codes_ = nullptr;             ///< send: the quantized input; recv: where the data arrives
-  Buffer* codes_buf_ = &rt_.work[0];  ///< send/recv on the host: where the codes go
+  NonzeroIndex* index_ = nullptr;            ///< the list of this rank's nonzeros, when the scan made one
+  LossyPlan plan_;                           ///< send/recv: the sender's plan
+  void* codes_ = nullptr;                    ///< send: the quantized input; recv: where the data arrives
+  Buffer* codes_buf_ = &rt_.work[0];         ///< send/recv on the host: where the codes go
+  bool stage_p2p_ = false;                   ///< see stage_p2p()
+  mutable std::optional<LossyStage> stage_;  ///< send/recv: the slices' quantize / dequantize (stage_p2p)
 };
 
 }  // namespace ncclz::core

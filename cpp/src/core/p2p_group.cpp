@@ -220,6 +220,7 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     g->state.timeout = call.timeout;
     g->scratch = &rt_.group_scratch[i];
     g->lossy.use_codes(&rt_.group_codes[i]);
+    g->lossy.stage_p2p();
     const size_t bytes = pc.count * dsize(pc.type);
     g->m = effective_mode(pc.compression, bytes);
     const std::string& why = refused.empty() ? pc.refused : refused;
@@ -299,9 +300,10 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
       streams.emplace_back(&s, dir == &out);
       for (GroupCall* g : s.calls) {
         const bool sending = g->sending();
-        const Wire w = sending ? g->lossy.send_wire(g->m, g->theirs) : g->lossy.recv_wire(g->theirs, g->m);
+        // (recv_target first: it makes the recv's stage, which recv_wire puts on the wire)
         void* data =
             sending ? const_cast<void*>(g->lossy.send_data()) : g->lossy.recv_target(g->theirs, g->m, g->staging);
+        const Wire w = sending ? g->lossy.send_wire(g->m, g->theirs) : g->lossy.recv_wire(g->theirs, g->m);
         s.prims.push_back(rt_.peers.prims(q, sending, w, g->state, st, g->scratch->get(rt_.peers.scratch_bytes())));
         s.data.push_back(data);
       }
