@@ -33,6 +33,11 @@ SUPPORTED_DTYPES = (
 FLOAT_DTYPES = frozenset({"float32", "float64", "float16", "bfloat16"})
 #: The 8-bit floats (exact modes only): they reach the native layer as uint8 views (``as_dtype``).
 FLOAT8_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
+#: The dtypes NumPy knows only through ml_dtypes, and the plain NumPy type the native layer receives
+#: views of them as (with ``Buffer.as_dtype`` naming them); torch hands bfloat16 over by DLPack as it
+#: is, and views only the 8-bit floats (``_TORCH_VIEWS``).
+_NUMPY_VIEWS = {"bfloat16": np.dtype(np.uint16), "float8_e4m3fn": np.dtype(np.uint8), "float8_e5m2": np.dtype(np.uint8)}
+_TORCH_VIEWS = FLOAT8_DTYPES
 ITEMSIZE = {
     "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "uint8": 1, "int8": 1,
     "uint32": 4, "uint64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1,
@@ -111,11 +116,11 @@ class Buffer:
     def as_dtype(self) -> str:
         """The native call's dtype override: "bfloat16" where ``native`` holds bfloat16 as a uint16
         view (NumPy); "" where its DLPack dtype says what it is (torch, JAX arrays on the device path)."""
-        if self.dtype in FLOAT8_DTYPES:
+        if self.dtype in _TORCH_VIEWS:
             return self.dtype  # a uint8 view, in every framework
-        if self.dtype != "bfloat16" or self.framework == "torch":
+        if self.dtype not in _NUMPY_VIEWS or self.framework == "torch":
             return ""
-        return "" if self.device is not None and self.framework == "jax" else "bfloat16"
+        return "" if self.device is not None and self.framework == "jax" else self.dtype
 
     @property
     def nbytes(self) -> int:
@@ -148,14 +153,19 @@ def _framework_of(x: Any) -> str:
     return "other"
 
 
-def _numpy_dtypes() -> dict:
-    table = {np.dtype(n): n for n in SUPPORTED_DTYPES if n != "bfloat16" and n not in FLOAT8_DTYPES}
-    try:
+def _ml_dtype(name: str) -> np.dtype:
+    """The NumPy dtype of a canonical name (ml_dtypes' for the ones plain NumPy lacks)."""
+    if name in _NUMPY_VIEWS:
         import ml_dtypes
 
-        table[np.dtype(ml_dtypes.bfloat16)] = "bfloat16"
-        for n in FLOAT8_DTYPES:
-            table[np.dtype(getattr(ml_dtypes, n))] = n
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def _numpy_dtypes() -> dict:
+    table = {np.dtype(n): n for n in SUPPORTED_DTYPES if n not in _NUMPY_VIEWS}
+    try:
+        table.update({_ml_dtype(n): n for n in _NUMPY_VIEWS})
     except ImportError:
         pass
     return table
@@ -172,7 +182,7 @@ def plain_numpy_dtype(dt: np.dtype) -> str | None:
     """The canonical name of a native-endian NumPy dtype that the native layer takes as it is (not
     bfloat16, which travels as a uint16 view); None otherwise."""
     name = _NUMPY_DTYPES.get(dt)
-    return None if name == "bfloat16" or name in FLOAT8_DTYPES else name
+    return None if name in _NUMPY_VIEWS else name
 
 
 _TORCH_DTYPES: dict = {}
@@ -201,6 +211,17 @@ def _not_contiguous(what: str, how: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"{what} is not contiguous; make it contiguous first ({how})")
 
 
+def _numpy_native(arr: np.ndarray, name: str) -> np.ndarray:
+    """What the native layer receives for a NumPy array of dtype `name`: it, or its plain view."""
+    view = _NUMPY_VIEWS.get(name)
+    return arr if view is None else arr.view(view)
+
+
+def _torch_native(t: Any, name: str) -> Any:
+    """What the native layer receives for a torch tensor of dtype `name`: it, or its uint8 view."""
+    return t.view(_torch().uint8) if name in _TORCH_VIEWS else t
+
+
 def _numpy_buffer(arr: np.ndarray, user: Any, what: str, framework: str) -> Buffer:
     name = _numpy_dtype_name(arr.dtype)
     if name is None:
@@ -211,9 +232,8 @@ def _numpy_buffer(arr: np.ndarray, user: Any, what: str, framework: str) -> Buff
         )
     if not arr.flags.c_contiguous:
         raise _not_contiguous(what, "numpy.ascontiguousarray(x)")
-    native = arr.view(np.uint16) if name == "bfloat16" else arr.view(np.uint8) if name in FLOAT8_DTYPES else arr
     return Buffer(
-        native=native,
+        native=_numpy_native(arr, name),
         user=user,
         dtype=name,
         shape=tuple(arr.shape),
@@ -258,7 +278,7 @@ def as_buffer(x: Any, what: str = "input", load: bool = True, direct: bool = Fal
         if not t.is_contiguous():
             raise _not_contiguous(what, "tensor.contiguous()")
         return Buffer(
-            native=t.view(_torch().uint8) if name in FLOAT8_DTYPES else t,
+            native=_torch_native(t, name),
             user=x,
             dtype=name,
             shape=tuple(t.shape),
@@ -316,8 +336,8 @@ def direct_buffer(x: Any, stage: DeviceArray, what: str) -> Buffer:
         if name is None:
             raise _unsupported_dtype(what, t.dtype)
         _torch().cuda.current_stream(stage.index).synchronize()
-        return Buffer(native=t.view(_torch().uint8) if name in FLOAT8_DTYPES else t, user=x, dtype=name, shape=tuple(t.shape), size=int(t.numel()), framework="torch",
-                      writable=True, device=stage)
+        return Buffer(native=_torch_native(t, name), user=x, dtype=name, shape=tuple(t.shape), size=int(t.numel()),
+                      framework="torch", writable=True, device=stage)
     import cupy
 
     name = _numpy_dtype_name(np.dtype(x.dtype))
@@ -349,10 +369,9 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
         return empty(host, shape).replace(stage=like.stage.for_output())
     if like.framework == "torch":
         torch = _torch()
-        t = torch.empty(shape, dtype=getattr(torch, like.dtype) if like.dtype in FLOAT8_DTYPES else like.native.dtype,
-                        device="cpu")
+        t = torch.empty(shape, dtype=getattr(torch, like.dtype), device="cpu")
         return Buffer(
-            native=t.view(torch.uint8) if like.dtype in FLOAT8_DTYPES else t,
+            native=_torch_native(t, like.dtype),
             user=t,
             dtype=like.dtype,
             shape=shape,
@@ -360,12 +379,7 @@ def empty(like: Buffer, shape: Sequence[int]) -> Buffer:
             framework="torch",
             writable=True,
         )
-    if like.dtype == "bfloat16" or like.dtype in FLOAT8_DTYPES:
-        import ml_dtypes
-
-        arr = np.empty(shape, dtype=getattr(ml_dtypes, like.dtype))
-    else:
-        arr = np.empty(shape, dtype=like.dtype)
+    arr = np.empty(shape, dtype=_ml_dtype(like.dtype))
     b = _numpy_buffer(arr, arr, "output", "numpy")
     return b.replace(framework=like.framework if like.framework in ("jax",) else "numpy")
 
@@ -472,10 +486,8 @@ def to_numpy(b: Buffer, max_bytes: int | None = None) -> np.ndarray:
             x = x.reshape(-1)[: max(1, max_bytes // ITEMSIZE[b.dtype])]  # a view, contiguous
         return to_numpy(as_buffer(DeviceArray(x, b.framework, b.device.index, False).to_host(), "array"))
     arr = _as_numpy(b)
-    if b.dtype == "bfloat16" or b.dtype in FLOAT8_DTYPES:
-        import ml_dtypes
-
-        arr = arr.view(getattr(ml_dtypes, b.dtype))
+    if b.dtype in _NUMPY_VIEWS:
+        arr = arr.view(_ml_dtype(b.dtype))
     return arr.reshape(b.shape)
 
 
