@@ -488,3 +488,92 @@ TEST(CApi, GroupDrivesSeveralCommunicatorsFromOneThread) {
   EXPECT_EQ(at_call[1], ncclzSuccess);
   EXPECT_EQ(at_end[0], ncclzInvalidArgument);
 }
+
+// NCCL's single-thread creation: ncclzCommInitRank of every rank inside a
+// group returns handles at once and creates the communicators at
+// ncclzGroupEnd, concurrently (outside a group the first would wait for the
+// others until its timeout); a call queued for them in the same group runs
+// after; ncclzCommSplit of every rank from one thread in a group; destroy is
+// refused while the thread's open group holds calls of the communicator, and
+// abort cancels them.
+TEST(CApi, GroupCreatesAndSplitsSeveralRanksFromOneThread) {
+  const int n = 3;
+  ncclzUniqueId id;
+  ASSERT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
+  std::vector<ncclzComm_t> comms(n, nullptr);
+  float x[n] = {1.0f, 2.0f, 4.0f}, y[n] = {};
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(ncclzCommInitRank(&comms[size_t(r)], n, id, r), ncclzSuccess);
+    ASSERT_NE(comms[size_t(r)], nullptr);
+    int size = 0;
+    EXPECT_EQ(ncclzCommCount(comms[size_t(r)], &size), ncclzInvalidArgument) << "made before the group's end";
+    ASSERT_EQ(ncclzAllReduce(&x[r], &y[r], 1, ncclzFloat32, ncclzSum, ncclzCompressionNone(), comms[size_t(r)]),
+              ncclzSuccess);
+  }
+  ASSERT_EQ(ncclzGroupEnd(), ncclzSuccess) << ncclzGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    int size = 0, rank = -1;
+    ASSERT_EQ(ncclzCommCount(comms[size_t(r)], &size), ncclzSuccess);
+    ASSERT_EQ(ncclzCommUserRank(comms[size_t(r)], &rank), ncclzSuccess);
+    EXPECT_EQ(size, n);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(y[r], 7.0f) << "rank " << r;
+  }
+  // Split every rank from this thread: ranks 0 and 2 (color 0), rank 1 alone (color 1).
+  std::vector<ncclzComm_t> sub(n, nullptr);
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(ncclzCommSplit(comms[size_t(r)], r % 2, r, &sub[size_t(r)]), ncclzSuccess);
+  ASSERT_EQ(ncclzGroupEnd(), ncclzSuccess) << ncclzGetLastError(nullptr);
+  for (int r = 0; r < n; ++r) {
+    int size = 0;
+    ASSERT_NE(sub[size_t(r)], nullptr) << "rank " << r;
+    ASSERT_EQ(ncclzCommCount(sub[size_t(r)], &size), ncclzSuccess);
+    EXPECT_EQ(size, r % 2 ? 1 : 2);
+  }
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  for (int r = 0; r < n; ++r) {
+    y[r] = 0;
+    ASSERT_EQ(ncclzAllReduce(&x[r], &y[r], 1, ncclzFloat32, ncclzSum, ncclzCompressionNone(), sub[size_t(r)]),
+              ncclzSuccess);
+  }
+  // Destroying a communicator with a call queued here is refused; the group still runs it.
+  EXPECT_EQ(ncclzCommDestroy(sub[0]), ncclzInvalidArgument);
+  EXPECT_NE(std::string(ncclzGetLastError(nullptr)).find("end the group first"), std::string::npos);
+  ASSERT_EQ(ncclzGroupEnd(), ncclzSuccess) << ncclzGetLastError(nullptr);
+  EXPECT_EQ(y[0], 5.0f);
+  EXPECT_EQ(y[2], 5.0f);
+  EXPECT_EQ(y[1], 2.0f);
+  // Abort cancels the calls queued for it (rank 1's communicator of one rank).
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  ASSERT_EQ(ncclzAllReduce(&x[1], &y[1], 1, ncclzFloat32, ncclzSum, ncclzCompressionNone(), sub[1]), ncclzSuccess);
+  ASSERT_EQ(ncclzCommAbort(sub[1]), ncclzSuccess);
+  ASSERT_EQ(ncclzGroupEnd(), ncclzSuccess);
+  for (int r : {0, 2}) EXPECT_EQ(ncclzCommDestroy(sub[size_t(r)]), ncclzSuccess);
+  for (ncclzComm_t c : comms) EXPECT_EQ(ncclzCommDestroy(c), ncclzSuccess);
+}
+
+// A creation that fails at ncclzGroupEnd (a rank of 2 whose peer never
+// comes: the timeout) is the group's error, and the handle says why.
+TEST(CApi, GroupCreationThatFailsIsTheGroupsError) {
+  ncclzUniqueId id;
+  ASSERT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
+  const char* old = std::getenv("NCCLZ_TIMEOUT");
+  const std::string saved = old ? old : "";
+  setenv("NCCLZ_TIMEOUT", "1", 1);
+  ncclzComm_t c = nullptr;
+  ASSERT_EQ(ncclzGroupStart(), ncclzSuccess);
+  const ncclzResult_t made = ncclzCommInitRank(&c, 2, id, 1);
+  if (old) {
+    setenv("NCCLZ_TIMEOUT", saved.c_str(), 1);
+  } else {
+    unsetenv("NCCLZ_TIMEOUT");
+  }
+  ASSERT_EQ(made, ncclzSuccess);
+  const ncclzResult_t end = ncclzGroupEnd();
+  EXPECT_NE(end, ncclzSuccess);
+  int size = 0;
+  EXPECT_EQ(ncclzCommCount(c, &size), ncclzInvalidArgument);
+  EXPECT_NE(std::string(ncclzGetLastError(c)).find("was not created"), std::string::npos) << ncclzGetLastError(c);
+  EXPECT_EQ(ncclzCommDestroy(c), ncclzSuccess);
+}

@@ -193,9 +193,16 @@ ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, 
  * returns its error then) and run at the outermost ncclzGroupEnd, which returns when all are complete:
  * each communicator's calls in order, its runs of sends and recvs together (a ring shift, a halo
  * exchange, both directions of one pair: Communicator::group in communicator.hpp), and several
- * communicators' calls at once, each on a thread of its own (one thread may drive several ranks).
- * Buffers, counts arrays and codec names must stay valid until ncclzGroupEnd; host buffers only for
- * grouped sends and recvs. Between two ranks with several sends/recvs to each other in a group (or
+ * communicators' calls at once, each on a thread of its own (one thread may drive several ranks),
+ * each call with the buffer device (ncclzSetBufferDevice) it was made with. ncclzCommInitRank and
+ * ncclzCommInitFromEnv in a group return a handle at once and create the communicator at
+ * ncclzGroupEnd, each on its communicator's thread (one thread creates several ranks: NCCL's
+ * pattern); calls queued for it in the group run after; a failed creation is ncclzGroupEnd's error
+ * and the handle's calls fail saying why (destroy it). ncclzCommSplit in a group runs at
+ * ncclzGroupEnd in order with its parent's queued calls and writes *newcomm then (the pointer must
+ * stay valid). ncclzCommDestroy of a communicator with calls queued in the thread's open group is
+ * refused; ncclzCommAbort cancels them. Buffers, counts arrays and codec names must stay valid until
+ * ncclzGroupEnd; grouped sends and recvs on device buffers run on host copies. Between two ranks with several sends/recvs to each other in a group (or
  * both ways), both group them; at most NCCLZ_NSLOTS (default 4) sends to and recvs from one peer per
  * group. ncclzGroupEnd returns the first failed call's result (its message: ncclzGetLastError);
  * grouped sends and recvs that do not match abort the communicator. */

@@ -20,6 +20,10 @@
 struct ncclzComm {
   std::unique_ptr<ncclz::Communicator> impl;
   ncclz::CallStats last;
+  /// Made by ncclzCommInitRank / ncclzCommInitFromEnv inside a group: created
+  /// at the group's end (its calls queued in the group run after that).
+  bool pending = false;
+  std::string creation_failed;  ///< why that creation failed
 };
 
 namespace {
@@ -115,6 +119,13 @@ ncclz::RedOp op_or_throw(ncclzRedOp_t o) {
 }
 
 ncclz::Communicator& comm_or_throw(ncclzComm_t comm) {
+  if (comm && !comm->impl && !comm->creation_failed.empty()) {
+    throw ncclz::InvalidArgument("ncclz: this communicator was not created (at ncclzGroupEnd): " +
+                                 comm->creation_failed);
+  }
+  if (comm && comm->pending) {
+    throw ncclz::InvalidArgument("ncclz: this communicator is created at the end of the open group (ncclzGroupEnd)");
+  }
   if (!comm || !comm->impl) throw ncclz::InvalidArgument("ncclz: null or destroyed communicator");
   return *comm->impl;
 }
@@ -170,6 +181,7 @@ Converted convert(ncclz::Communicator& c, ncclz::CallKind kind, int root, ncclzD
 
 struct Queued {
   ncclzComm_t comm = nullptr;
+  bool creates = false;  // the communicator's creation (ncclzCommInitRank / InitFromEnv in the group)
   bool p2p = false;
   ncclz::PeerCall call;       // p2p
   std::function<void()> run;  // a collective or barrier
@@ -179,11 +191,21 @@ struct Queued {
 thread_local int g_group_depth = 0;
 thread_local std::vector<Queued> g_queued;
 
+// A communicator a call may be queued for: made, or made at the group's end.
+void queueable_or_throw(ncclzComm_t comm) {
+  if (!comm || !comm->pending) comm_or_throw(comm);
+}
+
+// Whether this thread's open group holds calls of `comm`.
+bool queued_for(ncclzComm_t comm) {
+  return std::any_of(g_queued.begin(), g_queued.end(), [&](const Queued& q) { return q.comm == comm; });
+}
+
 template <class Fn>
 ncclzResult_t call_or_queue(ncclzComm_t comm, Fn fn) {
   if (g_group_depth == 0) return guarded(fn);
   return guarded([&] {
-    comm_or_throw(comm);
+    queueable_or_throw(comm);
     Queued q;
     q.comm = comm;
     q.run = std::move(fn);
@@ -197,6 +219,7 @@ ncclzResult_t call_or_queue(ncclzComm_t comm, Fn fn) {
 // that the group still meets the peer's.
 void queue_p2p(ncclzComm_t comm, bool send, void* buf, size_t count, ncclzDataType_t t, int peer,
                ncclzCompression_t z) {
+  queueable_or_throw(comm);
   Queued q;
   q.comm = comm;
   q.p2p = true;
@@ -215,6 +238,27 @@ void queue_p2p(ncclzComm_t comm, bool send, void* buf, size_t count, ncclzDataTy
   }
   g_queued.push_back(std::move(q));
   if (!refused.empty()) throw ncclz::InvalidArgument(refused);
+}
+
+// A new communicator (ncclzCommInitRank, ncclzCommInitFromEnv): made now, or
+// inside a group a handle whose creation runs at the group's end, each
+// communicator's on a thread of its own, so one thread can create several
+// ranks of one communicator (NCCL's ncclGroupStart / ncclCommInitRank for
+// each device / ncclGroupEnd). Calls queued for it in the group run after.
+ncclzComm_t create_or_queue(std::function<std::unique_ptr<ncclz::Communicator>()> make) {
+  auto c = std::make_unique<ncclzComm>();
+  if (g_group_depth == 0) {
+    c->impl = make();
+    return c.release();
+  }
+  c->pending = true;
+  Queued q;
+  q.comm = c.get();
+  q.creates = true;
+  q.device = ncclz::buffer_device();
+  q.run = [comm = c.get(), make = std::move(make)] { comm->impl = make(); };
+  g_queued.push_back(std::move(q));
+  return c.release();
 }
 
 // One communicator's queued calls, in order; the first error's code, its
@@ -239,6 +283,13 @@ ncclzResult_t run_queued(ncclzComm_t comm, const std::vector<Queued>& all, std::
   const int caller_device = ncclz::buffer_device();
   for (const Queued& q : all) {
     if (q.comm != comm) continue;
+    if (q.creates) {
+      const ncclzResult_t r = guarded(q.run);
+      if (r != ncclzSuccess) comm->creation_failed = g_last_error;
+      comm->pending = false;
+      note(r);
+      continue;
+    }
     if (q.p2p) {
       batch.push_back(q.call);  // (PeerCall::device: each call's own)
       continue;
@@ -281,9 +332,8 @@ ncclzResult_t ncclzCommInitRank(ncclzComm_t* comm, int nranks, ncclzUniqueId com
     }
     ncclz::UniqueId id;
     std::memcpy(id.bytes, commId.internal, sizeof id.bytes);
-    auto c = std::make_unique<ncclzComm>();
-    c->impl = ncclz::Communicator::create(id, rank, nranks, ncclz::CommConfig::from_env());
-    *comm = c.release();
+    const ncclz::CommConfig cfg = ncclz::CommConfig::from_env();
+    *comm = create_or_queue([=] { return ncclz::Communicator::create(id, rank, nranks, cfg); });
   });
 }
 
@@ -298,13 +348,37 @@ ncclzResult_t ncclzCommInitFromEnv(ncclzComm_t* comm) {
           "ncclzCommInitFromEnv: RANK and WORLD_SIZE must be set (ncclz-run, torchrun and mpirun wrappers set "
           "them); or use ncclzCommInitRank");
     }
-    auto c = std::make_unique<ncclzComm>();
-    c->impl = ncclz::Communicator::create(ncclz::CommConfig::from_env());
-    *comm = c.release();
+    const ncclz::CommConfig cfg = ncclz::CommConfig::from_env();
+    *comm = create_or_queue([=] { return ncclz::Communicator::create(cfg); });
   });
 }
 
 ncclzResult_t ncclzCommSplit(ncclzComm_t comm, int color, int key, ncclzComm_t* newcomm) {
+  if (g_group_depth > 0) {
+    // In a group: at its end, in order with the parent's other queued calls
+    // (several parents' splits at once: one thread driving several ranks);
+    // *newcomm is written then (NULL for no color, as outside a group).
+    return guarded([&] {
+      queueable_or_throw(comm);
+      if (newcomm) *newcomm = nullptr;
+      Queued q;
+      q.comm = comm;
+      q.device = ncclz::buffer_device();
+      q.run = [comm, color, key, newcomm] {
+        if (!newcomm) {
+          comm_or_throw(comm).split(ncclz::kSplitNoColor, key);
+          throw ncclz::InvalidArgument("ncclzCommSplit: null newcomm (this rank joined no new communicator)");
+        }
+        auto made = comm_or_throw(comm).split(color, key);
+        if (made) {
+          auto c = std::make_unique<ncclzComm>();
+          c->impl = std::move(made);
+          *newcomm = c.release();
+        }
+      };
+      g_queued.push_back(std::move(q));
+    });
+  }
   return guarded([&] {
     // A rank with nowhere to put the new communicator still takes part (the
     // others' split must complete), in none of the new ones.
@@ -323,11 +397,21 @@ ncclzResult_t ncclzCommSplit(ncclzComm_t comm, int color, int key, ncclzComm_t* 
 }
 
 ncclzResult_t ncclzCommDestroy(ncclzComm_t comm) {
-  return guarded([&] { delete comm; });
+  return guarded([&] {
+    if (comm && queued_for(comm)) {
+      throw ncclz::InvalidArgument(
+          "ncclzCommDestroy: this thread's open group (ncclzGroupStart) holds calls of the communicator; end the "
+          "group first (or ncclzCommAbort, which cancels them)");
+    }
+    delete comm;
+  });
 }
 
 ncclzResult_t ncclzCommAbort(ncclzComm_t comm) {
   return guarded([&] {
+    // The calls this thread queued for it in an open group are cancelled (they would name a freed handle).
+    g_queued.erase(std::remove_if(g_queued.begin(), g_queued.end(), [&](const Queued& q) { return q.comm == comm; }),
+                   g_queued.end());
     if (comm && comm->impl) comm->impl->abort("aborted by ncclzCommAbort");
     delete comm;
   });
