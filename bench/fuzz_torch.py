@@ -7,9 +7,11 @@ process group (``Options(compression=None)``, ``Lossless()``, ``Lossy(rel=1e-3)`
 ``Lossy(abs=0.05)``, the lossy ones with ``min_elements=64`` and every collective in
 ``lossy_collectives``), a dist function (all_reduce, reduce_scatter_tensor, reduce_scatter of a list,
 all_gather_into_tensor, all_gather of a list, broadcast, reduce, gather, scatter, all_to_all_single
-with equal and uneven splits, all_to_all of lists, send/recv pairs), a dtype (fuzz_calls.py's seven, and
+with equal and uneven splits, all_to_all of lists, send/recv pairs, and in half of those draws a ring
+shift through ``dist.batch_isend_irecv``: every rank sending to r+1 and receiving from r-1), a dtype (fuzz_calls.py's seven, and
 int8, int16, bool, complex64, which the backend stages, and in half of the int16 / int32 / int64 calls
-uint16 / uint32 / uint64 in their place), an op (SUM, AVG, MIN, MAX, PRODUCT,
+uint16 / uint32 / uint64 in their place, in half of the float16 calls float8_e4m3fn or float8_e5m2 with
+SUM, MIN or MAX), an op (SUM, AVG, MIN, MAX, PRODUCT,
 PREMUL_SUM with a factor; the ones torch defines for the dtype), a count, the data (fuzz_calls.py's
 kinds) and a non-contiguous input now and then. Every call is made with ``async_op=True`` and waited
 for; the bound of a lossy call is the largest ``error_bound`` of its ``work.stats`` (0: the call ran
@@ -50,8 +52,15 @@ def draw(seed, i, w):
     dt = str(g.choice(DTYPES))
     if dt in UNSIGNED and np.random.default_rng([seed, i, 98]).random() < 0.5:
         dt = UNSIGNED[dt]
+    f8 = np.random.default_rng([seed, i, 96])
+    if dt == "float16" and f8.random() < 0.5:
+        dt = str(f8.choice(fc.FLOAT8))
     fn = str(g.choice(FUNCS))
-    if dt in fc.FLOATS:
+    if fn == "sendrecv" and np.random.default_rng([seed, i, 97]).random() < 0.5:
+        fn = "batch_ring"  # (a generator of its own: a seed's other draws stay as they were)
+    if dt in fc.FLOAT8:
+        ops = ["SUM", "MIN", "MAX"]
+    elif dt in fc.FLOATS:
         ops = ["SUM", "SUM", "AVG", "MIN", "MAX", "PRODUCT", "PREMUL_SUM"]
     elif dt == "complex64":
         ops = ["SUM", "AVG", "PREMUL_SUM"]
@@ -81,6 +90,8 @@ def make(torch, s, seed, i, rank, n):
     a = fc.rank_data(sub, seed, i, rank, n)
     if dt == "bfloat16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if dt in fc.FLOAT8:
+        return torch.from_numpy(a.view(np.uint8)).view(getattr(torch, dt))
     return torch.from_numpy(a)
 
 
@@ -101,7 +112,7 @@ def reference(xs, s, w):
             return (x.max(0) if op in ("SUM", "MAX") else x.min(0)).astype(np.float64)
         if op == "PREMUL_SUM":
             return (x * s["factor"]).sum(0)
-        if dt not in fc.FLOATS and dt != "complex64" and op in ("SUM", "PRODUCT"):
+        if not fc.is_float(dt) and dt != "complex64" and op in ("SUM", "PRODUCT"):
             r = x.astype(np.int64).sum(0) if op == "SUM" else x.astype(np.int64).prod(0)
             return r.astype(np.dtype(dt)).astype(np.float64)  # wraps as the type does (int8, int16: cast back)
         return {"SUM": x.sum(0), "AVG": x.sum(0) / w, "MIN": x.min(0), "MAX": x.max(0), "PRODUCT": x.prod(0)}[op]
@@ -109,7 +120,7 @@ def reference(xs, s, w):
 
 def checked(torch, got, ref, s, bound, scale, w):
     """fuzz_calls.check for the backend's dtypes: complex as float32 pairs, the staged integers exact."""
-    dt = "float32" if s["dt"] == "complex64" else s["dt"] if s["dt"] in fc.DTYPES else "int64"
+    dt = "float32" if s["dt"] == "complex64" else s["dt"] if s["dt"] in (*fc.DTYPES, *fc.FLOAT8) else "int64"
     op = {"SUM": "sum", "PREMUL_SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max", "PRODUCT": "prod"}[s["op"]]
     mode = "none" if bound == 0 else "rel"
     return fc.check(as_f64(torch, got), ref, {"dt": dt, "mode": mode, "op": op}, bound, scale, w)
@@ -199,6 +210,13 @@ def run_call(torch, dist, groups, s, seed, i, rank, w):
         e = done(dist.all_to_all(outs, ins, group=grp, async_op=True))
         want = [as_f64(torch, make(torch, s, seed + rank, i, q, n)) for q in range(w)]
         return checked(torch, torch.cat(outs), np.concatenate(want), dict(s, op="MAX"), e, None, w)
+    if fn == "batch_ring":  # every rank sends to r+1 and receives from r-1, as one batch
+        right, left = (rank + 1) % w, (rank - 1) % w
+        buf = torch.empty(n, dtype=x.dtype)
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x.contiguous(), right, group=grp),
+                                       dist.P2POp(dist.irecv, buf, left, group=grp)])
+        bound = max([done(r) for r in reqs], default=0.0)
+        return checked(torch, buf, vals[left], dict(s, op="MAX"), bound, None, w)
     if w % 2:  # sendrecv: pairs (0, 1), (2, 3), ...
         return None
     peer, buf = rank ^ 1, torch.empty(n, dtype=x.dtype)
