@@ -97,6 +97,24 @@ def scenario_kill(comm, outdir):
     return res
 
 
+def scenario_kill_group(comm, outdir):
+    """Every rank sends 4 MiB of noise to each neighbour and receives 4 MiB from each in one group (its
+    data on lanes, lossy: quantized slice by slice) over a throttled link; the test kills the last
+    rank once it is inside the group, while the data moves."""
+    import ncclz
+
+    comm.barrier()
+    W, r = comm.world_size, comm.rank
+    x = np.random.default_rng(r).normal(size=1 << 20).astype(np.float32)
+    y = np.zeros_like(x)
+    if r == W - 1:
+        Path(outdir, "blocked").write_text(str(os.getpid()))
+    res = {"call": outcome(lambda: comm.group(sends=[(x, (r + 1) % W), (x, (r - 1) % W)],
+                                              recvs=[(y, (r - 1) % W), (y.copy(), (r + 1) % W)],
+                                              compression=ncclz.Lossy(abs=1e-3)) and None)}
+    return res
+
+
 def scenario_slow(comm, outdir):
     """One all_reduce over a throttled socket that takes several times NCCLZ_TIMEOUT."""
     comm.barrier()

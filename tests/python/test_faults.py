@@ -5,8 +5,8 @@ bound, far below the timeout where the timeout is not the point.
 - abort() on one rank reaches the peers blocked in a call (AbortedError naming the rank and why);
 - SIGINT to a rank blocked in a call raises KeyboardInterrupt there within 2 s, leaves its
   communicator aborted, and its peer's next call fails with AbortedError naming it;
-- a rank killed (SIGKILL) mid-call is an error on the others within seconds; a stopped one
-  (SIGSTOP) a TimeoutError after NCCLZ_TIMEOUT naming it;
+- a rank killed (SIGKILL) mid-call is an error on the others within seconds (also inside a group
+  whose data moves on lanes); a stopped one (SIGSTOP) a TimeoutError after NCCLZ_TIMEOUT naming it;
 - a call over a slow link that takes several times NCCLZ_TIMEOUT succeeds (the timeout bounds
   each wait without progress, not the call);
 - two threads calling one communicator at once never return a wrong result: the misuse is an
@@ -154,6 +154,22 @@ def test_killed_rank_is_an_error_on_the_others_within_seconds(tmp_path, transpor
         assert call["at"] - t_kill < 10.0, f"rank {r}: {call['at'] - t_kill:.2f} s"  # the timeout is 120 s
     # the rank that waited on the dead one names it; the other hears from that rank
     assert any("rank 2" in res[r]["call"]["message"] for r in (0, 1)), res
+
+
+def test_rank_killed_inside_a_group_is_an_error_on_the_others_within_seconds(tmp_path):
+    """A group whose data moves on lanes (both neighbours, 4 MiB of noise each way, lossy, over sockets
+    paced to 0.02 Gbit/s: about 1.3 s of data a rank): the rank killed while the data moves is an error
+    on the others within seconds, never a hang."""
+    job = Job(tmp_path, "kill_group", "socket", n=3, NCCLZ_SOCKET_THROTTLE_GBPS="0.02")
+    job.wait_file("blocked")
+    t_kill = time.monotonic()
+    job.procs[2].send_signal(signal.SIGKILL)
+    res = job.finish()
+    assert sorted(res) == [0, 1], job.logs()
+    for r in (0, 1):
+        call = res[r]["call"]
+        assert call["kind"] in ("RemoteError", "AbortedError"), f"rank {r}: {call}\n{job.logs()}"
+        assert call["at"] - t_kill < 10.0, f"rank {r}: {call['at'] - t_kill:.2f} s"  # the timeout is 120 s
 
 
 def test_stopped_rank_is_a_timeout_naming_it(tmp_path):
