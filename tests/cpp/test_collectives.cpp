@@ -1151,6 +1151,41 @@ TEST(CollectiveSendRecv, AllPairsAndModes) {
   }
 }
 
+// A lossy send or recv quantizes its whole buffer before the transfer where
+// the rank has cores to spare (on the pool), and slice by slice in the
+// link's loop where it has fewer than two (Runtime::short_of_cores,
+// NCCLZ_CORES_PER_RANK here): the same codes, so the same bits, both ways.
+TEST(CollectiveSendRecv, LossyBitsAlikeWhetherQuantizedBeforeOrInTheLoop) {
+  const size_t count = 20011;  // many 1 KiB slots
+  const auto x = make_input(DataType::F32, count, 7), z = make_input(DataType::F32, count, 8);
+  std::vector<std::vector<uint8_t>> got;  // per cores setting: what rank 1, then rank 0, received
+  for (const char* cores : {"8", "0.5"}) {
+    setenv("NCCLZ_CORES_PER_RANK", cores, 1);
+    ncclz_test::Ranks w(2);
+    unsetenv("NCCLZ_CORES_PER_RANK");
+    std::vector<std::vector<uint8_t>> at(4, std::vector<uint8_t>(count * 4));  // [mode * 2 + receiver]
+    w.run([&](int r, Communicator& comm) {
+      int k = 0;
+      for (const Compression& c : {lossy_abs(1e-3), Compression::lossy_rel(1e-4)}) {
+        if (r == 0) {
+          comm.send(x.data(), count, DataType::F32, 1, c);
+          comm.recv(at[size_t(k)].data(), count, DataType::F32, 1, c);
+        } else {
+          comm.recv(at[size_t(k + 1)].data(), count, DataType::F32, 0, c);
+          comm.send(z.data(), count, DataType::F32, 0, c);
+        }
+        k += 2;
+      }
+    });
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_LE(std::fabs(get(DataType::F32, at[1], i) - get(DataType::F32, x, i)), 1e-3 * 1.000001) << cores;
+      ASSERT_LE(std::fabs(get(DataType::F32, at[0], i) - get(DataType::F32, z, i)), 1e-3 * 1.000001) << cores;
+    }
+    got.insert(got.end(), at.begin(), at.end());
+  }
+  for (size_t k = 4; k < got.size(); ++k) EXPECT_EQ(got[k], got[k % 4]) << "setting " << k / 4 << ", buffer " << k % 4;
+}
+
 TEST(CollectiveSendRecv, BadPeerIsInvalidArgument) {
   World& w = world(2);
   float x = 1;

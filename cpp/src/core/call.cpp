@@ -427,6 +427,7 @@ void CallRoutine::point_to_point(const Collective& given, DataType t, const Comp
   if (!refused.empty()) d.mode = kRefusedMode;
   if (cd.device >= 0 && err.empty()) d.device = 1;
   LossyCall lossy(rt_, cd, t, c, nch, call);
+  if (rt_.short_of_cores) lossy.stage_p2p();  // (host buffers only; the same codes)
   // Device buffers: a lossy send codes on the device (plan_send), a lossy
   // recv decides after the handshake (recv_target); an exact call runs on
   // the device where it codes there (LossyCall::exact_on_device: raw, or

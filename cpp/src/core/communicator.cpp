@@ -325,6 +325,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   rt_ = std::make_unique<core::Runtime>(rank_, size_, cfg, slot_capacity, abort_,
                                         [this](const std::string& reason) { fail(reason); });
   rt_->topo = std::move(topo);
+  rt_->short_of_cores = core::rings_share_cores(rt_->topo.local_size);
   rt_->one_host = one_host;
   if (peer_mem && peer_mem->usable()) rt_->peer_mem = std::move(peer_mem);
   rt_->direct_defaulted = direct_defaulted;

@@ -47,7 +47,12 @@ struct Runtime {
   RingChannels channels;
   PeerLinks peers;
   CallProtocol protocol;
-  Topology topo;                       ///< which ranks share a host (core/communicator.cpp finds it)
+  Topology topo;  ///< which ranks share a host (core/communicator.cpp finds it)
+  /// This rank has fewer than two cores of its own (core::rings_share_cores):
+  /// its single lossy sends and recvs quantize slice by slice in the link's
+  /// loop (LossyCall::stage_p2p), where a whole-buffer pass on the pool could
+  /// not run in parallel anyway.
+  bool short_of_cores = false;
   std::unique_ptr<HierChannels> hier;  ///< the hierarchical links, where topo.hierarchical()
   /// Peers' memory, where every rank can read every other's (CommConfig::direct_from_bytes > 0)
   std::unique_ptr<transport::PeerMemory> peer_mem;
