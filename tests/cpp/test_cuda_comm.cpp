@@ -76,6 +76,16 @@ void expect_refused_on_rank0(Communicator& comm, int r, const void* s, void* d, 
   for (float v : hd) ASSERT_EQ(v, float(N * (N + 1) / 2));
 }
 
+/// n ranks of a communicator of the C API, each created on a thread of its own.
+std::vector<ncclzComm_t> c_comms(int n) {
+  ncclzUniqueId id;
+  EXPECT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
+  std::vector<ncclzComm_t> comms(size_t(n), nullptr);
+  ncclz_test::run_threads(n, [&](int r) { EXPECT_EQ(ncclzCommInitRank(&comms[size_t(r)], n, id, r), ncclzSuccess); });
+  for (ncclzComm_t c : comms) EXPECT_NE(c, nullptr);
+  return comms;
+}
+
 }  // namespace
 
 // Every collective, lossy, on 2-4 ranks with all buffers on the device (the
@@ -823,10 +833,7 @@ TEST(CudaComm, CApiTakesDeviceBuffers) {
   SKIP_WITHOUT_GPU();
   const int N = 2;
   const size_t n = 3000;
-  ncclzUniqueId id;
-  ASSERT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
-  std::vector<ncclzComm_t> comms(N, nullptr);
-  ncclz_test::run_threads(N, [&](int r) { EXPECT_EQ(ncclzCommInitRank(&comms[size_t(r)], N, id, r), ncclzSuccess); });
+  const std::vector<ncclzComm_t> comms = c_comms(N);
   std::vector<std::vector<uint8_t>> host(N), dev(N), bhost(N), bdev(N);
   for (bool on_device : {false, true}) {
     ncclz_test::run_threads(N, [&](int r) {
@@ -959,11 +966,8 @@ TEST(CudaComm, CApiGroupKeepsEachCallsBufferDevice) {
   SKIP_WITHOUT_GPU();
   const int N = 2;
   const size_t n = 3000;
-  ncclzUniqueId id;
-  ASSERT_EQ(ncclzGetUniqueId(&id), ncclzSuccess);
-  std::vector<ncclzComm_t> comms(N, nullptr);
-  ncclz_test::run_threads(N, [&](int r) { EXPECT_EQ(ncclzCommInitRank(&comms[size_t(r)], N, id, r), ncclzSuccess); });
-  std::vector<std::vector<uint8_t>> x(N), want(N), sum(N), got(N);
+  const std::vector<ncclzComm_t> comms = c_comms(N);
+  std::vector<std::vector<uint8_t>> x(N), want(N);
   for (int r = 0; r < N; ++r) x[size_t(r)] = input(DataType::F32, n, r, 51);
   // The reference: every rank on host buffers, no group.
   ncclz_test::run_threads(N, [&](int r) {

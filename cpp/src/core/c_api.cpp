@@ -261,6 +261,22 @@ ncclzComm_t create_or_queue(std::function<std::unique_ptr<ncclz::Communicator>()
   return c.release();
 }
 
+// ncclzCommSplit's work: *newcomm the new communicator, or left NULL where
+// this rank has no color. A rank with nowhere to put the new communicator
+// still takes part (the others' split must complete), in none of the new ones.
+void split_into(ncclzComm_t comm, int color, int key, ncclzComm_t* newcomm) {
+  if (!newcomm) {
+    comm_or_throw(comm).split(ncclz::kSplitNoColor, key);
+    throw ncclz::InvalidArgument("ncclzCommSplit: null newcomm (this rank joined no new communicator)");
+  }
+  auto made = comm_or_throw(comm).split(color, key);
+  if (made) {
+    auto c = std::make_unique<ncclzComm>();
+    c->impl = std::move(made);
+    *newcomm = c.release();
+  }
+}
+
 // One communicator's queued calls, in order; the first error's code, its
 // message in *msg.
 ncclzResult_t run_queued(ncclzComm_t comm, const std::vector<Queued>& all, std::string* msg) {
@@ -364,35 +380,13 @@ ncclzResult_t ncclzCommSplit(ncclzComm_t comm, int color, int key, ncclzComm_t* 
       Queued q;
       q.comm = comm;
       q.device = ncclz::buffer_device();
-      q.run = [comm, color, key, newcomm] {
-        if (!newcomm) {
-          comm_or_throw(comm).split(ncclz::kSplitNoColor, key);
-          throw ncclz::InvalidArgument("ncclzCommSplit: null newcomm (this rank joined no new communicator)");
-        }
-        auto made = comm_or_throw(comm).split(color, key);
-        if (made) {
-          auto c = std::make_unique<ncclzComm>();
-          c->impl = std::move(made);
-          *newcomm = c.release();
-        }
-      };
+      q.run = [comm, color, key, newcomm] { split_into(comm, color, key, newcomm); };
       g_queued.push_back(std::move(q));
     });
   }
   return guarded([&] {
-    // A rank with nowhere to put the new communicator still takes part (the
-    // others' split must complete), in none of the new ones.
-    if (!newcomm) {
-      comm_or_throw(comm).split(ncclz::kSplitNoColor, key);
-      throw ncclz::InvalidArgument("ncclzCommSplit: null newcomm (this rank joined no new communicator)");
-    }
-    *newcomm = nullptr;
-    auto made = comm_or_throw(comm).split(color, key);
-    if (made) {
-      auto c = std::make_unique<ncclzComm>();
-      c->impl = std::move(made);
-      *newcomm = c.release();
-    }
+    if (newcomm) *newcomm = nullptr;
+    split_into(comm, color, key, newcomm);
   });
 }
 
