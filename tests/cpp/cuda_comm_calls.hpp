@@ -29,7 +29,8 @@ namespace ncclz_test::comm_calls {
 
 using namespace ncclz;
 
-enum class Op { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, Gather, Scatter, AllToAll };
+/// RingShift (not in kAllOps): a group of a send to r+1 and a recv from r-1 (Communicator::group).
+enum class Op { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, Gather, Scatter, AllToAll, RingShift };
 inline constexpr Op kAllOps[] = {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast,
                                  Op::Reduce,    Op::Gather,        Op::Scatter,   Op::AllToAll};
 inline constexpr int kRoot = 1;
@@ -43,6 +44,7 @@ inline const char* name(Op o) {
     case Op::Reduce: return "reduce";
     case Op::Gather: return "gather";
     case Op::Scatter: return "scatter";
+    case Op::RingShift: return "group ring shift";
     default: return "all_to_all";
   }
 }
@@ -192,6 +194,21 @@ inline std::vector<Result> run(Ranks& R, Op o, DataType t, RedOp op, const Compr
         case Op::Gather: comm.gather(send, recv, count, t, kRoot, c, &x.stats); break;
         case Op::Scatter: comm.scatter(send, recv, count, t, kRoot, c, &x.stats); break;
         case Op::AllToAll: comm.all_to_all(send, recv, count, t, c, &x.stats); break;
+        case Op::RingShift: {
+          PeerCall out, in;  // (their buffers: the thread's buffer device)
+          out.buf = const_cast<void*>(send);
+          out.peer = (r + 1) % N;
+          in.send = false;
+          in.buf = recv;
+          in.peer = (r + N - 1) % N;
+          for (PeerCall* pc : {&out, &in}) {
+            pc->count = count;
+            pc->type = t;
+            pc->compression = c;
+          }
+          comm.group({out, in}, &x.stats);
+          break;
+        }
       }
     } catch (const std::exception& e) {
       x.error = e.what();
@@ -229,6 +246,8 @@ inline std::vector<double> reference(Op o, DataType t, RedOp op, size_t count, i
       ref[i] = value_at(t, in[kRoot], size_t(r) * count + i);
     } else if (o == Op::AllToAll) {
       ref[i] = value_at(t, in[i / count], size_t(r) * count + i % count);
+    } else if (o == Op::RingShift) {
+      ref[i] = value_at(t, in[size_t((r + N - 1) % N)], i);
     } else {
       const size_t j = o == Op::ReduceScatter ? size_t(r) * count + i : i;
       ref[i] = value_at(t, in[0], j);
