@@ -255,9 +255,9 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   // once the transport is known, below).
   const bool auto_channels = cfg.nchannels == 0;
   bool short_of_cores = false;
+  const bool short_here = core::rings_share_cores(topo.local_size);  // (this rank's own: Runtime::short_of_cores)
   {
-    const int64_t mine_p[2] = {core::proposed_channels(topo.local_size),
-                               core::rings_share_cores(topo.local_size) ? 1 : 0};
+    const int64_t mine_p[2] = {core::proposed_channels(topo.local_size), short_here ? 1 : 0};
     std::vector<int64_t> proposals(static_cast<size_t>(size_) * 2, 0);
     boot_->allgather(mine_p, sizeof mine_p, proposals.data());
     int64_t fewest = mine_p[0];
@@ -325,7 +325,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<Bootstrap> boot, const CommCo
   rt_ = std::make_unique<core::Runtime>(rank_, size_, cfg, slot_capacity, abort_,
                                         [this](const std::string& reason) { fail(reason); });
   rt_->topo = std::move(topo);
-  rt_->short_of_cores = core::rings_share_cores(rt_->topo.local_size);
+  rt_->short_of_cores = short_here;
   rt_->one_host = one_host;
   if (peer_mem && peer_mem->usable()) rt_->peer_mem = std::move(peer_mem);
   rt_->direct_defaulted = direct_defaulted;

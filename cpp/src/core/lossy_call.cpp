@@ -348,14 +348,15 @@ void LossyCall::plan_send(CallDesc& d, HostStaging& staging) {
     const size_t bad = dw->quantize(elem_of(t_), plan_.eb, plan_.check_eb, plan_.limit, plan_.wide, cd_.send,
                                     cd_.in_count, codes_, plan_.exact_check);
     if (bad > 0) plan_.compress = false;
-  } else if (plan_.compress && stage_p2p_) {
-    // The codes' address range only: the stage quantizes each slice as it is sent. The plan rules
-    // out outliers (every input finite, within the scanned max |x|), as for the staged collectives.
-    codes_ = codes_buf_->get(cd_.in_count * (plan_.wide ? 8 : 4));
-    stage_.emplace(t_, plan_, cd_.send, codes_, nullptr, nullptr, 0.0);
   } else if (plan_.compress) {
     codes_ = codes_buf_->get(cd_.in_count * (plan_.wide ? 8 : 4));
-    if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) plan_.compress = false;
+    if (stage_p2p_) {
+      // The codes' address range only: the stage quantizes each slice as it is sent. The plan rules
+      // out outliers (every input finite, within the scanned max |x|), as for the staged collectives.
+      stage_.emplace(t_, plan_, cd_.send, codes_, nullptr, nullptr, 0.0);
+    } else if (quantize_buf(t_, plan_, cd_.send, cd_.in_count, codes_, rt_.pool.get(), nch_) > 0) {
+      plan_.compress = false;
+    }
   }
   if (dw && !plan_.compress) staging.begin();  // the values themselves go, from a host copy
   call_.on_device = dw != nullptr && plan_.compress;
