@@ -5,7 +5,8 @@
 Where bench/chaos.py injects faults into a few kinds of calls, this drives the API's breadth with no
 faults: each call picks a collective (all_reduce, reduce_scatter, all_gather, broadcast, reduce, gather,
 scatter, all_to_all with equal and uneven blocks, a send/recv pair exchange, in half of those draws
-a ring shift through ``comm.group``), a dtype (float32, float64,
+a ring shift through ``comm.group``, in half of the ring shifts with the odd ranks making plain send
+and recv calls one after another, in either order, against their neighbours' groups), a dtype (float32, float64,
 float16, bfloat16, int32, int64, uint8, and in half of the integer calls NCCL's uint32, uint64 or int8
 in their place, in half of the float16 calls one of the 8-bit floats, float8_e4m3fn or float8_e5m2,
 exact modes only), a count (0, 1, odd, prime, around the latency, direct and
@@ -128,6 +129,8 @@ def draw(seed, i, w):
         "2d": bool(g.random() < 0.3),
         "counts": g.integers(0, 5, size=(w, w)).tolist(),  # all_to_allv: rows rank i sends to rank j
         "mismatch": None,
+        # a ring shift's odd ranks: 0 grouped, 1 plain send then recv, 2 plain recv then send
+        "plain": int(np.random.default_rng([seed, i, 31]).choice([0, 0, 1, 2])) if coll == "group" else 0,
     }
 
 
@@ -354,8 +357,19 @@ def run_call(ncclz, torch, comm, s, seed, i):
         return check(y, want, s, bound(), None, w)
     if coll == "group":  # a ring shift: each rank sends to r+1 and receives from r-1 at once
         right, left = (r + 1) % w, (r - 1) % w
-        (y,) = comm.group(sends=[(T(x), right)], recvs=[(T(np.empty_like(allx[r])), left)], compression=comp)
-        return check(N(y), allx[left], s, bound(), None, w)  # the bound: the larger of the two ends' E
+        y = T(np.empty_like(allx[r]))
+        if r % 2 == 0 or not s["plain"]:
+            (y,) = comm.group(sends=[(T(x), right)], recvs=[(y, left)], compression=comp)
+            e = bound()  # the larger of the two ends' E
+        elif s["plain"] == 1:  # (both neighbours of an odd rank are even: they group)
+            comm.send(T(x), right, comp)
+            y = comm.recv(y, left, comp)
+            e = bound()
+        else:
+            y = comm.recv(y, left, comp)
+            e = bound()  # the sender's E, before the send's stats replace it
+            comm.send(T(x), right, comp)
+        return check(N(y), allx[left], s, e, None, w)
     if w % 2:  # sendrecv: pairs (0, 1), (2, 3), ...
         return None
     peer = r ^ 1

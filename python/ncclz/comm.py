@@ -1180,8 +1180,8 @@ class Communicator:
         items; ``recvs`` alike, into writable arrays (``compression`` is the default of items
         without one). Each item matches the peer's next send or recv with this rank as a single
         call would (count, dtype, compression); only the order among the sends and among the
-        recvs counts. Between two ranks with several items with each other (or items both ways),
-        both group them. At most NCCLZ_NSLOTS (default 4) sends to and recvs from one peer per
+        recvs counts. The peer may group its calls too or make them one by one, in any order
+        that keeps its sends and its recvs with this rank in theirs. At most NCCLZ_NSLOTS (default 4) sends to and recvs from one peer per
         group. GPU arrays run on host copies. Returns the recv arrays; raises the first item's
         error after the others ran (InvalidArgumentError for this rank's arguments, RemoteError
         for the peer's); items that do not match abort the communicator."""

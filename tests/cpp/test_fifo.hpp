@@ -67,6 +67,10 @@ class FakeRecv : public ncclz::transport::RecvConn {
     const size_t s = f_->head % uint64_t(f_->nslots);
     return {f_->slots[s].data(), f_->sizes[s]};
   }
+  bool ready() const override {
+    std::lock_guard<std::mutex> lk(f_->mu);
+    return f_->tail > f_->head;
+  }
   void release() override {
     std::lock_guard<std::mutex> lk(f_->mu);
     ++f_->head;

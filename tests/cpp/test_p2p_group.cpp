@@ -2,12 +2,13 @@
 // each other as single calls (ring shifts, halo exchanges, both directions of
 // one pair, several calls to one peer) complete in a group, in every mode,
 // with messages of many slices (1 KiB slots); a group's single call meets a
-// plain send or recv; argument errors and mismatches fail every rank they
-// concern without a hang; device buffers where no device is usable are
-// refused call by call. Ranks as threads.
+// plain send or recv, and a group meets plain calls made one after another;
+// argument errors and mismatches fail every rank they concern without a hang; device buffers where no device is usable
+// are refused call by call. Ranks as threads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -228,6 +229,178 @@ TEST(P2pGroup, SingleCallsMeetPlainCalls) {
       if (r == 1) expect_within(y, values(0, 4, count), 0, "a group of one");
     }
   });
+}
+
+// A group meets plain sends and recvs made one after another (NCCL's
+// grouped and ungrouped calls on the two ends of a pair): rank 0 groups a
+// send and a recv with rank 1, which sends then receives, or receives then
+// sends, with plain calls; in every mode, the bits of the same calls grouped
+// on both ranks; the pair in step after.
+TEST(P2pGroup, AGroupMeetsPlainCallsInEitherOrder) {
+  ncclz_test::Ranks w(2);
+  const size_t count = 20000;  // 80 KB: many 1 KiB slots
+  for (const Compression& c : {Compression::none(), Compression::lossless(), Compression::lossy_abs(1e-3)}) {
+    std::vector<std::vector<float>> both_grouped(2);
+    for (int plain : {-1, 0, 1}) {  // rank 1 grouped too, plain send first, plain recv first
+      const std::string what = "mode " + std::to_string(int(c.mode)) + ", plain " + std::to_string(plain);
+      w.run([&](int r, Communicator& comm) {
+        const int peer = 1 - r;
+        const std::vector<float> x = values(r, 6, count);
+        std::vector<float> y(count, -1.0f);
+        if (r == 0 || plain < 0) {
+          std::vector<PeerCall> calls = {send_of(x.data(), count, DataType::F32, peer, c),
+                                         recv_of(y.data(), count, DataType::F32, peer, c)};
+          if (plain == 1) std::swap(calls[0], calls[1]);
+          comm.group(calls);
+        } else if (plain == 0) {
+          comm.send(x.data(), count, DataType::F32, peer, c);
+          comm.recv(y.data(), count, DataType::F32, peer, c);
+        } else {
+          comm.recv(y.data(), count, DataType::F32, peer, c);
+          comm.send(x.data(), count, DataType::F32, peer, c);
+        }
+        expect_within(y, values(peer, 6, count), c.mode == Compression::Mode::None ? 0 : c.bound,
+                      what + ", rank " + std::to_string(r));
+        if (plain < 0) {
+          both_grouped[size_t(r)] = y;
+        } else {
+          EXPECT_TRUE(y == both_grouped[size_t(r)]) << what << ", rank " << r << ": the bits of a group on both ends";
+        }
+        int32_t v = 7 + r, got = 0;  // in step
+        comm.group({send_of(&v, 1, DataType::I32, peer), recv_of(&got, 1, DataType::I32, peer)});
+        EXPECT_EQ(got, 7 + peer) << what;
+      });
+    }
+  }
+}
+
+// Several calls each way in one group against plain calls interleaved in
+// another order (the sends among themselves and the recvs among themselves
+// in the same order on both ranks): the plain recv reads the group's later
+// send descriptors ahead of the data of its first. Then a ring shift of 3
+// ranks in which only rank 0 groups: the others' plain send-then-recv chains
+// end at rank 0's group, which answers and moves each plain call's data at
+// once.
+TEST(P2pGroup, PlainCallsReadAheadOfAGroupsSends) {
+  {
+    ncclz_test::Ranks w(2);
+    const size_t n1 = 9000, n2 = 33;
+    w.run([&](int r, Communicator& comm) {
+      const int peer = 1 - r;
+      const std::vector<float> a = values(r, 7, n1), b = values(r, 8, n2);
+      std::vector<float> ra(n1), rb(n2);
+      const Compression lossy = Compression::lossy_abs(1e-2);
+      if (r == 0) {
+        comm.group({send_of(a.data(), n1, DataType::F32, peer, lossy), send_of(b.data(), n2, DataType::F32, peer),
+                    recv_of(ra.data(), n1, DataType::F32, peer, lossy), recv_of(rb.data(), n2, DataType::F32, peer)});
+      } else {
+        comm.recv(ra.data(), n1, DataType::F32, peer, lossy);
+        comm.send(a.data(), n1, DataType::F32, peer, lossy);
+        comm.recv(rb.data(), n2, DataType::F32, peer, Compression::none());
+        comm.send(b.data(), n2, DataType::F32, peer, Compression::none());
+      }
+      expect_within(ra, values(peer, 7, n1), 1e-2, "the lossy message, rank " + std::to_string(r));
+      expect_within(rb, values(peer, 8, n2), 0, "the exact one, rank " + std::to_string(r));
+      float v = float(r + 1), s = 0;
+      comm.all_reduce(&v, &s, 1, DataType::F32, RedOp::Sum, Compression::none());
+      EXPECT_EQ(s, 3.0f);
+    });
+  }
+  const int n = 3;
+  ncclz_test::Ranks w(n);
+  const size_t count = 12000;
+  w.run([&](int r, Communicator& comm) {
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    const std::vector<float> x = values(r, 9, count);
+    std::vector<float> y(count);
+    if (r == 0) {
+      comm.group({send_of(x.data(), count, DataType::F32, right), recv_of(y.data(), count, DataType::F32, left)});
+    } else {
+      comm.send(x.data(), count, DataType::F32, right, Compression::none());
+      comm.recv(y.data(), count, DataType::F32, left, Compression::none());
+    }
+    expect_within(y, values(left, 9, count), 0, "ring shift, rank " + std::to_string(r));
+  });
+}
+
+// A group serves its peers in the order they need it, not in its calls'
+// order: on a ring of 4 whose odd ranks receive, then send, with plain
+// calls, each even rank's group must move its send to the right (whose
+// plain recv waits for it) while its left neighbour, before it sends, waits
+// for its own left group; and a group of 3 ranks whose recv comes from a
+// plain peer that can only send once the group's send to the third rank has
+// reached it through a plain call there.
+TEST(P2pGroup, AGroupServesWhicheverPlainPeerIsReady) {
+  for (int n : {4, 6}) {
+    ncclz_test::Ranks w(n);
+    const size_t count = 15000;
+    w.run([&](int r, Communicator& comm) {
+      const int right = (r + 1) % n, left = (r + n - 1) % n;
+      const std::vector<float> x = values(r, 10, count);
+      std::vector<float> y(count);
+      if (r % 2 == 0) {
+        comm.group({send_of(x.data(), count, DataType::F32, right), recv_of(y.data(), count, DataType::F32, left)});
+      } else {
+        comm.recv(y.data(), count, DataType::F32, left, Compression::none());
+        comm.send(x.data(), count, DataType::F32, right, Compression::none());
+      }
+      expect_within(y, values(left, 10, count), 0, "n=" + std::to_string(n) + ", rank " + std::to_string(r));
+    });
+  }
+  ncclz_test::Ranks w(3);
+  const size_t count = 15000;
+  w.run([&](int r, Communicator& comm) {
+    const std::vector<float> x = values(r, 11, count);
+    std::vector<float> y(count);
+    if (r == 0) {  // its recv from 1 first: rank 1 sends only once rank 2 got rank 0's data
+      comm.group({recv_of(y.data(), count, DataType::F32, 1), send_of(x.data(), count, DataType::F32, 2)});
+      expect_within(y, values(1, 11, count), 0, "rank 0 from rank 1");
+    } else if (r == 2) {
+      comm.recv(y.data(), count, DataType::F32, 0, Compression::none());
+      comm.send(x.data(), count, DataType::F32, 1, Compression::none());
+      expect_within(y, values(0, 11, count), 0, "rank 2 from rank 0");
+    } else {
+      comm.recv(y.data(), count, DataType::F32, 2, Compression::none());
+      comm.send(x.data(), count, DataType::F32, 0, Compression::none());
+      expect_within(y, values(2, 11, count), 0, "rank 1 from rank 2");
+    }
+  });
+}
+
+// Plain calls that do not meet a group's fail on both ranks at once, not at
+// the timeout: two plain sends against a group's send and recv (the second
+// send's descriptor where the group's send expects its answer), and a
+// collective while a group's send waits for its recv.
+TEST(P2pGroup, PlainCallsThatMissAGroupFailBothRanksAtOnce) {
+  for (int variant : {0, 1}) {
+    ncclz_test::Ranks w(2, [](int, CommConfig& cfg) { cfg.timeout_s = 30; });
+    std::vector<std::string> errs(2);
+    const auto t0 = std::chrono::steady_clock::now();
+    w.run([&](int r, Communicator& comm) {
+      const int peer = 1 - r;
+      std::vector<float> x(500, 1.0f), y(500);
+      try {
+        if (r == 0) {
+          comm.group({send_of(x.data(), 500, DataType::F32, peer), recv_of(y.data(), 500, DataType::F32, peer)});
+        } else {
+          comm.send(x.data(), 500, DataType::F32, peer, Compression::none());
+          if (variant == 0) {
+            comm.send(x.data(), 500, DataType::F32, peer, Compression::none());
+          } else {
+            comm.all_reduce(x.data(), y.data(), 500, DataType::F32, RedOp::Sum, Compression::none());
+          }
+        }
+      } catch (const Error& e) {
+        errs[size_t(r)] = e.what();
+      }
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 10.0) << "variant " << variant << ": the ranks waited for their timeout";
+    for (int r : {0, 1}) EXPECT_FALSE(errs[size_t(r)].empty()) << "variant " << variant << ", rank " << r;
+    const char* says = variant == 0 ? "not a matching recv" : "in a group, which waits for its recv";
+    EXPECT_TRUE(errs[0].find(says) != std::string::npos || errs[1].find(says) != std::string::npos) << errs[0] << "\n"
+                                                                                                    << errs[1];
+  }
 }
 
 // One call's invalid arguments: that call fails on both ends (InvalidArgument

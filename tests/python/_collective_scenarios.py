@@ -509,8 +509,8 @@ def scenario_float8(ncclz, comm, args):
 def scenario_group(ncclz, comm, args):
     """Communicator.group: a ring shift in every mode and float dtype (single calls would wait for
     each other), a halo exchange with a compression per item, a torch tensor among NumPy arrays, the
-    recv arrays returned, a group queued behind an asynchronous call, and a bad item refused before
-    any message with the communicator still in step."""
+    recv arrays returned, plain calls meeting groups, a group queued behind an asynchronous call, and
+    a bad item refused before any message with the communicator still in step."""
     W, r = comm.world_size, comm.rank
     ck = Checker(comm)
     right, left = (r + 1) % W, (r - 1) % W
@@ -552,6 +552,21 @@ def scenario_group(ncclz, comm, args):
     ck.check_close("lanes-lossy", ga, as_f64(rank_input(left, big, "float32", 14)), 1e-3, ncclz.Lossy(abs=1e-3),
                    "float32")
     ck.require(np.array_equal(bits(gb), bits(rank_input(right, big, "float32", 15))), "lanes lossless")
+    # a ring shift in which the odd ranks make plain calls one by one (send then recv, or recv then
+    # send) and the even ranks group theirs: NCCL's ungrouped calls meeting a peer's group
+    for name, c in (("lossless", ncclz.Lossless()), ("lossy", ncclz.Lossy(abs=1e-3))):
+        x = rank_input(r, 90001, "float32", 16)
+        y = np.zeros(90001, np.float32)
+        if r % 2 == 0:
+            comm.group(sends=[(x, right)], recvs=[(y, left)], compression=c)
+        elif r % 4 == 1:
+            comm.send(x, right, compression=c)
+            comm.recv(y, left, compression=c)
+        else:
+            comm.recv(y, left, compression=c)
+            comm.send(x, right, compression=c)
+        ck.check_close(f"plain-meets-group-{name}", y, as_f64(rank_input(left, 90001, "float32", 16)),
+                       1e-3 if name == "lossy" else 0.0, c, "float32")
     try:
         import torch
 

@@ -46,6 +46,16 @@ def test_the_mismatch_seed_draws_a_call_one_rank_refuses_alone():
     assert mine["dt"] not in t.FLOATS
 
 
+def test_the_seeds_draw_ring_shifts_whose_odd_ranks_make_plain_calls():
+    """The subsets below draw ring shifts in which the odd ranks send then receive, or receive then
+    send, with plain calls against their neighbours' groups (seed 36 on 3 ranks: calls 176 and 190)."""
+    t = _tool()
+    for seed, w, calls in ((36, 3, 250), (22, 4, 120)):
+        plain = {t.draw(seed, i, w)["plain"] for i in range(calls) if t.draw(seed, i, w)["coll"] == "group"}
+        assert plain == {0, 1, 2}, (seed, plain)
+    assert (t.draw(36, 176, 3)["plain"], t.draw(36, 190, 3)["plain"]) == (1, 2)
+
+
 def test_the_torch_seed_draws_a_complex_reduce_scatter():
     """Seed 1 on 2 ranks holds the torch backend's call the fuzz found (a complex reduce_scatter, which
     raised while writing its result back)."""

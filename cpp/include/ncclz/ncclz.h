@@ -202,8 +202,9 @@ ncclzResult_t ncclzRecv(void* recvbuff, size_t count, ncclzDataType_t datatype, 
  * ncclzGroupEnd in order with its parent's queued calls and writes *newcomm then (the pointer must
  * stay valid). ncclzCommDestroy of a communicator with calls queued in the thread's open group is
  * refused; ncclzCommAbort cancels them. Buffers, counts arrays and codec names must stay valid until
- * ncclzGroupEnd; grouped sends and recvs on device buffers run on host copies. Between two ranks
- * with several sends/recvs to each other in a group (or both ways), both group them; at most
+ * ncclzGroupEnd; grouped sends and recvs on device buffers run on host copies. A group's peer may
+ * group its calls too or make them one by one (ncclzSend then ncclzRecv, or the other way round),
+ * keeping the order of its sends and of its recvs with this rank; at most
  * NCCLZ_NSLOTS (default 4) sends to and recvs from one peer per group. ncclzGroupEnd returns the
  * first failed call's result (its message: ncclzGetLastError); grouped sends and recvs that do not
  * match abort the communicator. */

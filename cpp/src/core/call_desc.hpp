@@ -60,6 +60,16 @@ enum DescFlags : uint8_t {
   /// exact, has a one-hop schedule and at most CommConfig::latency_bytes.
   /// Matching calls set it on every rank alike; not part of the match.
   kCarried = 128,
+  /// Send/recv descriptors (the two bits above, which only collectives use):
+  /// kGrouped, posted by a group of two or more calls (core/p2p_group.cpp:
+  /// it posts all its sends' descriptors before it waits for anything,
+  /// answers its peers' sends as they come, and moves the data of a single
+  /// call's counterpart at once); kMoreSends, a group's send descriptor that
+  /// another of the same group's sends to the same peer follows on the link
+  /// before anything else. A single send or recv meeting a group reads ahead
+  /// over them (CallProtocol::handshake).
+  kGrouped = 64,
+  kMoreSends = 128,
 };
 
 struct CallDesc {

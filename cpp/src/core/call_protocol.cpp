@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -38,6 +39,8 @@ CallDesc make_desc(const Collective& cd, DataType t, Mode m, const Compression& 
 CallProtocol::CallProtocol(int rank, int nranks, RingChannels& channels, PeerLinks& peers, FailFn fail)
     : rank_(rank),
       nranks_(nranks),
+      ahead_(size_t(nranks)),
+      queued_(size_t(nranks)),
       held_(size_t(nranks), 0),
       channels_(channels),
       peers_(peers),
@@ -54,6 +57,7 @@ bool CallProtocol::one_hop() const { return nranks_ > 1 && peers_.link((rank_ + 
 // call returns), and K >= 2.
 std::vector<CallDesc> CallProtocol::exchange(const CallDesc& mine, CallState& call, Carried* carry) {
   const transport::ShortWaits short_waits;
+  check_nothing_ahead(mine);
   if (!one_hop()) return ring_exchange(mine, call);
   const size_t N = size_t(nranks_);
   std::vector<CallDesc> all(N);
@@ -415,28 +419,167 @@ void CallProtocol::p2p_post(int peer, const CallDesc& mine, CallState& call) {
 }
 
 CallDesc CallProtocol::p2p_wait(int peer, CallState& call) {
-  CallDesc theirs;
+  std::deque<CallDesc>& ahead = ahead_[size_t(peer)];
+  if (!ahead.empty()) {
+    const CallDesc d = ahead.front();
+    ahead.pop_front();
+    return d;
+  }
   try {
-    wait_desc(peer, &theirs, call);
-    peers_.link(peer)->recv->release();
+    return next_desc(peer, call);
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {
     fail_(std::string("grouped send/recv: descriptor from rank ") + std::to_string(peer) + " failed: " + e.what());
     throw;
   }
-  return theirs;
 }
 
+void CallProtocol::p2p_answer(int peer, const CallDesc& mine, CallState& call) {
+  std::deque<CallDesc>& q = queued_[size_t(peer)];
+  if (q.empty() && peers_.link(peer)->send->writable()) {
+    p2p_post(peer, mine, call);
+    return;
+  }
+  q.push_back(mine);
+  ++nqueued_;
+}
+
+void CallProtocol::p2p_flush(int peer, CallState& call) {
+  std::deque<CallDesc>& q = queued_[size_t(peer)];
+  while (!q.empty()) {
+    p2p_post(peer, q.front(), call);
+    q.pop_front();
+    --nqueued_;
+  }
+}
+
+bool CallProtocol::post_queued(CallState& call) {
+  bool any = false;
+  for (int p = 0; p < nranks_ && nqueued_ > 0; ++p) {
+    std::deque<CallDesc>& q = queued_[size_t(p)];
+    while (!q.empty() && peers_.link(p)->send->writable()) {
+      p2p_post(p, q.front(), call);
+      q.pop_front();
+      --nqueued_;
+      any = true;
+    }
+  }
+  return any;
+}
+
+int CallProtocol::p2p_wait_any(const std::vector<int>& peers, int first, CallState& call, CallDesc* d) {
+  for (int q : peers) {
+    if ((peers.size() == 1 && nqueued_ == 0) || !ahead_[size_t(q)].empty()) {
+      *d = p2p_wait(q, call);
+      return q;
+    }
+  }
+  auto start = Clock::now();
+  size_t at = size_t(std::find(peers.begin(), peers.end(), first) - peers.begin()) % peers.size();
+  bool long_slice = true;  // the first wait, on `first`: what a group of groups waits for next
+  for (;;) {
+    if (nqueued_ > 0 && post_queued(call)) start = Clock::now();  // (progress)
+    for (int q : peers) {
+      if (peers_.link(q)->recv->ready()) {
+        *d = p2p_wait(q, call);
+        return q;
+      }
+    }
+    const int q = peers[at];
+    const auto now = Clock::now();
+    if (now - start >= call.timeout) {
+      std::string who;
+      for (int p : peers) who += (who.empty() ? "" : ", ") + std::to_string(p);
+      auto secs = [](Clock::duration t) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.3g", std::chrono::duration<double>(t).count());
+        return std::string(b);
+      };
+      const std::string why = "timed out: no progress for " + secs(now - start) + " s (the limit is " +
+                              secs(call.timeout) +
+                              " s: NCCLZ_TIMEOUT or the call's timeout) while this rank's group waited for a "
+                              "send/recv descriptor from any of ranks " +
+                              who + "; they are stuck, not making matching calls, or their links stalled";
+      fail_("grouped send/recv: " + why);
+      throw Timeout(me() + "grouped send/recv: " + why);
+    }
+    try {
+      const auto slice = long_slice && nqueued_ == 0 ? kFirstSlice : kAnySlice;
+      peers_.link(q)->recv->wait(std::min(now + slice, start + call.timeout));
+    } catch (const Timeout&) {
+      at = (at + 1) % peers.size();  // nothing from q within the slice: wait on the next one
+      long_slice = false;
+      continue;
+    } catch (const Aborted&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail_(std::string("grouped send/recv: descriptor from rank ") + std::to_string(q) + " failed: " + e.what());
+      throw;
+    }
+    *d = p2p_wait(q, call);  // (the slot the wait returned)
+    return q;
+  }
+}
+
+CallDesc CallProtocol::next_desc(int q, CallState& call) {
+  CallDesc d;
+  wait_desc(q, &d, call);  // (a collective's carried data, if any, is not looked at)
+  peers_.link(q)->recv->release();
+  return d;
+}
+
+void CallProtocol::check_nothing_ahead(const CallDesc& mine) {
+  for (int q = 0; q < nranks_; ++q) {
+    if (ahead_[size_t(q)].empty()) continue;
+    const std::string why = "rank " + std::to_string(q) + " called " + describe(ahead_[size_t(q)].front()) +
+                            " in a group, which waits for its recv, where this rank called " + describe(mine);
+    fail_("mismatched calls: " + why);
+    throw RemoteError(me() + "mismatched calls: " + why +
+                      ". Each send must meet its recv before the ranks' next collective; the point-to-point links "
+                      "are out of step, so the communicator was aborted");
+  }
+}
+
+// A group's send descriptors come before anything else of it on the link:
+// kMoreSends says another follows. A single send waiting for its answer
+// reads past them (the group answers while it waits for its own sends'
+// answers); a single recv reads the rest of them before the data of the
+// first. Both keep them for the recvs that follow (p2p_wait). A plain send's
+// descriptor where a send's answer was due is a mismatch, as before: two
+// plain sends to each other.
 CallDesc CallProtocol::handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err,
                                  CallState& call) {
   const transport::ShortWaits short_waits;
+  std::deque<CallDesc>& ahead = ahead_[size_t(peer)];
+  auto grouped_send = [](const CallDesc& d) { return d.coll == uint8_t(Coll::Send) && (d.flags & kGrouped) != 0; };
+  auto out_of_step = [&] {
+    return RemoteError(me() + "rank " + std::to_string(peer) + " posted more than " + std::to_string(kMaxAhead) +
+                       " grouped send descriptors ahead of their recvs: the point-to-point links are out of step");
+  };
   CallDesc theirs;
   try {
-    if (sending) post_desc(peer, mine, {}, call);
-    wait_desc(peer, &theirs, call);  // (a collective's carried data, if any, is not looked at)
-    peers_.link(peer)->recv->release();
-    if (!sending) post_desc(peer, mine, {}, call);
+    if (sending) {
+      post_desc(peer, mine, {}, call);
+      for (theirs = next_desc(peer, call); grouped_send(theirs); theirs = next_desc(peer, call)) {
+        if (ahead.size() >= kMaxAhead) throw out_of_step();
+        ahead.push_back(theirs);
+      }
+    } else {
+      if (ahead.empty()) {
+        theirs = next_desc(peer, call);
+      } else {
+        theirs = ahead.front();
+        ahead.pop_front();
+      }
+      const CallDesc* last = ahead.empty() ? &theirs : &ahead.back();
+      while (grouped_send(*last) && (last->flags & kMoreSends)) {
+        if (ahead.size() >= kMaxAhead) throw out_of_step();
+        ahead.push_back(next_desc(peer, call));
+        last = &ahead.back();
+      }
+      post_desc(peer, mine, {}, call);
+    }
   } catch (const Aborted&) {
     throw;
   } catch (const std::exception& e) {

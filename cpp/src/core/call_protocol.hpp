@@ -24,7 +24,9 @@
 // FIFOs are out of step); argument errors and mismatches do not.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,9 @@ struct DirectAddresses {
 
 class CallProtocol {
  public:
+  /// The most send descriptors of a peer's groups read ahead (a group posts
+  /// at most nslots to one peer; more means the links are out of step).
+  static constexpr size_t kMaxAhead = 1024;
   CallProtocol(int rank, int nranks, RingChannels& channels, PeerLinks& peers, FailFn fail);
 
   /// Whether descriptors go one hop over the point-to-point links (and can
@@ -125,16 +130,43 @@ class CallProtocol {
   /// Send/recv: exchanges descriptors with `peer` on its link (the sender's
   /// first) and checks the pair; returns the peer's. Throws InvalidArgument
   /// for this rank's own argument error (my_err), RemoteError for the peer's
-  /// or a mismatch.
+  /// or a mismatch. Where the peer is a group (kGrouped), its sends'
+  /// descriptors may come before what this call waits for, and always before
+  /// its data: a send waiting for its answer, or a recv whose sender's
+  /// descriptor says kMoreSends, reads them ahead, and later recvs (single or
+  /// grouped: p2p_wait) take them from there.
   CallDesc handshake(int peer, bool sending, const CallDesc& mine, const std::string& my_err, CallState& call);
   /// The checks of handshake() on a pair's descriptors, for a group's
   /// phases (core/p2p_group.cpp): throws as handshake does; a collective's
   /// descriptor where a send or recv's was due aborts the communicator.
   void check_p2p(int peer, bool sending, const CallDesc& mine, const std::string& my_err, const CallDesc& theirs) const;
   /// A group's phases: post this rank's descriptor to `peer` / take the next
-  /// one from it (its slot released). Failures abort the communicator.
+  /// one from it (one read ahead first, else from the link, its slot
+  /// released). Failures abort the communicator.
   void p2p_post(int peer, const CallDesc& mine, CallState& call);
   CallDesc p2p_wait(int peer, CallState& call);
+  /// A group's answer to `peer`: posted now where its link has a free slot
+  /// and nothing queued, else queued (a link carries the group's send
+  /// descriptors and its answers, which may outnumber its slots: a group
+  /// that waited for a slot could wait for a peer waiting for it). The
+  /// queue goes out as slots free (p2p_wait_any) or with p2p_flush.
+  void p2p_answer(int peer, const CallDesc& mine, CallState& call);
+  /// Posts what is queued for `peer`, waiting for slots.
+  void p2p_flush(int peer, CallState& call);
+  /// The next descriptor from whichever of `peers` has one first (returns
+  /// that peer): one read ahead, else one posted, else a wait on `first` for
+  /// kFirstSlice, then on each in turn for kAnySlice at a time, so that no
+  /// peer's message waits long while this rank waits for another's; queued
+  /// answers go out meanwhile (every kAnySlice). No message from any of
+  /// them for the call's timeout: Timeout. Failures abort the communicator.
+  /// (Where every peer is a group, `first` in the calls' order is what the
+  /// group waits for next and rarely takes longer than kFirstSlice; a wait
+  /// that ends in a slice's timeout costs an exception and may wait on the
+  /// wrong peer, which cost small groups of 4 ranks on 2 cores 10-40% with
+  /// kAnySlice alone.)
+  int p2p_wait_any(const std::vector<int>& peers, int first, CallState& call, CallDesc* d);
+  static constexpr std::chrono::milliseconds kFirstSlice{25};
+  static constexpr std::chrono::milliseconds kAnySlice{2};
 
  private:
   std::string me() const;
@@ -149,7 +181,20 @@ class CallProtocol {
   /// The next message from rank q: its descriptor into *d, and the bytes
   /// after it (in the slot, which stays held: the caller releases it).
   algorithms::Bytes wait_desc(int q, CallDesc* d, CallState& call);
+  /// The next message from rank q as a descriptor, its slot released.
+  CallDesc next_desc(int q, CallState& call);
+  /// Throws RemoteError (and aborts) where a peer group's send descriptor
+  /// read ahead waits for a recv and this rank called the collective `mine`.
+  void check_nothing_ahead(const CallDesc& mine);
   int rank_, nranks_;
+  /// By peer: send descriptors of its groups read off its link ahead of their
+  /// recvs (handshake), oldest first; at most nslots.
+  std::vector<std::deque<CallDesc>> ahead_;
+  /// By peer: a group's answers that found no free slot (p2p_answer).
+  std::vector<std::deque<CallDesc>> queued_;
+  size_t nqueued_ = 0;
+  /// Posts queued answers while their links have free slots; true if any went.
+  bool post_queued(CallState& call);
   Buffer direct_in_;           ///< direct(): the schedules' scratch (the peers' pieces)
   std::vector<uint8_t> held_;  ///< by peer: a slot with carried data is held
   RingChannels& channels_;

@@ -12,10 +12,12 @@
 //               number on its pair, as a single call's), a lossy send's plan
 //               and codes (into a buffer of its own)
 //   1. post     the descriptor of every send, in call order
-//   2. answer   for every recv in call order: wait for the sender's
-//               descriptor, post this rank's own (the receiver's answer)
-//   3. hear     for every send in call order: wait for the receiver's answer
-//   4. move     the data of every call that matched, all at once: per
+//   2. handshake until every call has the peer's descriptor: take the next
+//               message from whichever peer with something awaited posted
+//               first (CallProtocol::p2p_wait_any); a send descriptor goes
+//               to the next recv from that peer, which answers it with this
+//               rank's descriptor, an answer to the next send to it
+//   3. move     the data of every call that matched, all at once: per
 //               round, one slice on each pair's outgoing stream, then one
 //               slice from each incoming stream (the calls of one pair and
 //               direction one after the other, in call order); on this
@@ -23,26 +25,50 @@
 //               (RingChannels::pick) and it has several streams, on lanes:
 //               min(channels, streams) of the channels' threads, stream k
 //               on lane k % lanes, each lane in rounds over its own streams
-//   5. finish   dequantize what arrived as codes; the stats; the first error
+//   4. finish   dequantize what arrived as codes; the stats; the first error
 //
 // Calls on device buffers (PeerCall::device) run on host copies
 // (Runtime::group_host, by position): before phase 0 a send's buffer is
-// copied to the host, and after phase 5 a recv's result to its device; a
+// copied to the host, and after phase 4 a recv's result to its device; a
 // device this communicator cannot use refuses the call (InvalidArgument
 // here, RemoteError at its peer), as any argument error does.
 //
-// Phase 1 never waits (a group posts at most nslots descriptors to a peer:
-// its link's slots, which earlier calls have freed or will free without this
-// group), phase 2 waits only for phase-1 posts, and phase 3 only for phase-2
-// posts, so every rank's handshakes complete once its peers entered their
-// group (a single call is a group of one: a plain send is phases 1 and 3, a
-// plain recv phase 2). Each direction of a pair carries the sends'
-// descriptors, then the answers, then the data, in the same order on both
-// ends: where two ranks have several calls with each other, or calls both
-// ways, both must group them (a plain send followed by a plain recv would
-// expect the answer where the group's send descriptor comes).
+// The handshakes complete once the peers entered their groups: phase 1
+// never waits (a group posts at most nslots send descriptors to a peer: its
+// link's slots, which earlier calls have freed or will free without this
+// group); in phase 2 no rank waits for anything but its peers' posts, and
+// it posts (answers) as soon as it reads what it answers, so every message
+// a rank waits for is posted. Answers never wait for a slot either: a link
+// carries the group's send descriptors and then its answers, more than its
+// slots where a pair has several calls both ways, so an answer that finds
+// the link full is queued (CallProtocol::p2p_answer) and goes out as the
+// peer, which is reading, frees slots. Each direction of a pair carries a
+// group's sends' descriptors, then its answers, then its data. (Phase 2
+// waits first on the peer of the first call still waiting, in call order:
+// where every peer is a group, that is what it needs next. While this loop
+// was written, answers that waited for a slot deadlocked a 3-rank group of
+// 10 calls in about one run of two: two ranks each blocked posting an
+// answer into the other's full link.)
 //
-// Phase 4 cannot deadlock: take the lowest round any loop (a rank's thread,
+// Plain calls made one after another meet a group too (NCCL's ungrouped
+// calls against a peer's group). A group's descriptors say kGrouped (and a
+// send's kMoreSends where another of its sends to that peer follows it), a
+// plain call's do not. A plain send waiting for its answer reads past the
+// group's send descriptors and keeps them for its rank's later recvs, and a
+// plain recv reads the rest of them before the first one's data
+// (CallProtocol::handshake). In phase 2 the group moves a plain call's data
+// at once, on this thread: a plain sender's right after answering its
+// descriptor (the sender sends nothing else before it), to a plain receiver
+// right after its answer (it waits for nothing else); a plain recv's answer
+// from a peer whose send descriptor a recv of the group still waits for is
+// the answer to the group's next send there (the peer receives first, then
+// sends). A plain call's turn may depend on the group's call with another
+// peer (a ring whose odd ranks receive, then send, with plain calls, its
+// even ranks grouping a send and a recv): the group waits on any peer,
+// switching between them every kAnySlice once a wait on the first took
+// kFirstSlice, so it serves whichever posts first.
+//
+// Phase 3 cannot deadlock: take the lowest round any loop (a rank's thread,
 // or one of its lanes) is in; a loop in that round never waits to send (the
 // loops that receive its streams are in that round or later, so they hold
 // at most one of its slices: K >= 2 slots), so it posts the round's slices
@@ -51,6 +77,7 @@
 // their streams into lanes alike. (The slice of a round is one slot: both
 // ends cut the same slices from the same counts.)
 #include <algorithm>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <string>
@@ -90,11 +117,12 @@ struct GroupCall {
   std::exception_ptr failed;  // this call's outcome, where it is an error
   bool matched = false;       // the pair agreed: its data moves
   bool mismatched = false;    // the pair's descriptors do not match: the links are out of step
+  bool moved = false;         // its data moved during the handshakes (a single call's counterpart)
   bool sending() const { return cd.coll == Coll::Send; }
   int peer() const { return sending() ? cd.peer : cd.root; }
 };
 
-// A pair's direction in phase 4: its calls' data, one after the other.
+// A pair's direction in phase 3: its calls' data, one after the other.
 struct Stream {
   std::vector<GroupCall*> calls;
   std::vector<prims::Prims> prims;  // per call
@@ -234,81 +262,16 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
   }
   ++rt_.rounds;
 
-  // 1.-3. the handshakes
-  auto check = [&](GroupCall& g) {
-    try {
-      rt_.protocol.check_p2p(g.peer(), g.sending(), g.mine, g.err, g.theirs);
-      g.matched = true;
-    } catch (const InvalidArgument&) {
-      g.failed = std::current_exception();
-    } catch (const RemoteError&) {
-      g.failed = std::current_exception();
-      // The peer's invalid arguments keep the pair in step; anything else does not.
-      g.mismatched = !(g.theirs.flags & kInvalid);
-    }
+  // Adds call g to stream s (its prims and data; its stats into st).
+  auto open = [&](Stream& s, GroupCall& g, prims::ChannelStats* st) {
+    const bool sending = g.sending();
+    // (recv_target first: it makes the recv's stage, which recv_wire puts on the wire)
+    void* data = sending ? const_cast<void*>(g.lossy.send_data()) : g.lossy.recv_target(g.theirs, g.m, g.staging);
+    const Wire w = sending ? g.lossy.send_wire(g.m, g.theirs) : g.lossy.recv_wire(g.theirs, g.m);
+    s.calls.push_back(&g);
+    s.prims.push_back(rt_.peers.prims(g.peer(), sending, w, g.state, st, g.scratch->get(rt_.peers.scratch_bytes())));
+    s.data.push_back(data);
   };
-  {
-    const transport::ShortWaits short_waits;
-    trace::Scope handshake_event("handshake");
-    for (auto& g : group) {
-      if (g->sending()) rt_.protocol.p2p_post(g->peer(), g->mine, call);
-    }
-    for (auto& g : group) {
-      if (g->sending()) continue;
-      g->theirs = rt_.protocol.p2p_wait(g->peer(), call);
-      rt_.protocol.p2p_post(g->peer(), g->mine, call);
-      check(*g);
-    }
-    for (auto& g : group) {
-      if (!g->sending()) continue;
-      g->theirs = rt_.protocol.p2p_wait(g->peer(), call);
-      check(*g);
-    }
-  }
-  for (auto& g : group) {
-    if (!g->mismatched) continue;
-    std::string why;
-    try {
-      std::rethrow_exception(g->failed);
-    } catch (const std::exception& e) {
-      why = e.what();
-    }
-    rt_.fail("grouped send/recv did not match: " + why);
-    throw RemoteError(why +
-                      ". In a group, the point-to-point links are then out of step: the communicator was "
-                      "aborted");
-  }
-
-  // 4. move
-  std::vector<Stream> out(size_t(rt_.nranks)), in(size_t(rt_.nranks));
-  size_t nstreams = 0;
-  for (auto& g : group) {
-    if (!g->matched) continue;
-    Stream& s = (g->sending() ? out : in)[size_t(g->peer())];
-    if (s.calls.empty()) ++nstreams;
-    s.calls.push_back(g.get());
-  }
-  // Each stream's counts (RingChannels::run sets call.ch to the lanes'; the
-  // streams' go there after the data moved).
-  std::vector<prims::ChannelStats> stream_stats(std::max<size_t>(nstreams, 1));
-  std::vector<std::pair<Stream*, bool>> streams;  // (stream, sending), in lane order
-  for (auto* dir : {&out, &in}) {
-    for (int q = 0; q < rt_.nranks; ++q) {
-      Stream& s = (*dir)[size_t(q)];
-      if (s.calls.empty()) continue;
-      prims::ChannelStats* st = &stream_stats[streams.size()];
-      streams.emplace_back(&s, dir == &out);
-      for (GroupCall* g : s.calls) {
-        const bool sending = g->sending();
-        // (recv_target first: it makes the recv's stage, which recv_wire puts on the wire)
-        void* data =
-            sending ? const_cast<void*>(g->lossy.send_data()) : g->lossy.recv_target(g->theirs, g->m, g->staging);
-        const Wire w = sending ? g->lossy.send_wire(g->m, g->theirs) : g->lossy.recv_wire(g->theirs, g->m);
-        s.prims.push_back(rt_.peers.prims(q, sending, w, g->state, st, g->scratch->get(rt_.peers.scratch_bytes())));
-        s.data.push_back(data);
-      }
-    }
-  }
   // One slice of stream s (false once it has nothing left).
   auto step = [](Stream& s, bool sending) {
     while (!s.finished() && s.done == s.calls[s.at]->cd.message) {
@@ -328,6 +291,147 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     s.done += n;
     return true;
   };
+
+  // 1.-2. the handshakes
+  auto check = [&](GroupCall& g) {
+    try {
+      rt_.protocol.check_p2p(g.peer(), g.sending(), g.mine, g.err, g.theirs);
+      g.matched = true;
+    } catch (const InvalidArgument&) {
+      g.failed = std::current_exception();
+    } catch (const RemoteError&) {
+      g.failed = std::current_exception();
+      // The peer's invalid arguments keep the pair in step; anything else does not.
+      g.mismatched = !(g.theirs.flags & kInvalid);
+    }
+  };
+  // A single call's counterpart (its descriptor without kGrouped): its data
+  // moves at once, on this thread (a plain sender sends right after its
+  // answer, a plain receiver waits for the data before anything else).
+  prims::ChannelStats at_once_stats;
+  bool any_at_once = false;
+  auto move_at_once = [&](GroupCall& g) {
+    if (!g.matched || (g.theirs.flags & kGrouped)) return;
+    rt_.protocol.p2p_flush(g.peer(), call);  // (its answer first, where it waits in the queue)
+    try {
+      Stream s;
+      open(s, g, &at_once_stats);
+      while (step(s, g.sending())) {
+      }
+      if (g.sending()) rt_.peers.link(g.peer())->send->flush(call.deadline());
+    } catch (const Aborted&) {
+      throw;
+    } catch (const std::exception& e) {
+      rt_.fail(std::string("grouped send/recv failed: ") + e.what());
+      throw;
+    }
+    g.moved = true;
+    any_at_once = true;
+  };
+  // What the handshakes wait for, per peer in call order: the recvs' send
+  // descriptors and the sends' answers.
+  struct Awaited {
+    std::deque<GroupCall*> recvs, sends;
+  };
+  std::vector<Awaited> awaited(size_t(rt_.nranks));
+  size_t left = 0;
+  for (auto& g : group) {
+    Awaited& a = awaited[size_t(g->peer())];
+    (g->sending() ? a.sends : a.recvs).push_back(g.get());
+    ++left;
+  }
+  // The next message from q: a plain recv's answer goes to the group's next
+  // send to q (the peer receives first, then sends); anything else goes to
+  // the next recv from q while one waits (a send descriptor, or a mismatch),
+  // then to the next send.
+  auto take = [&](int q, const CallDesc& d) {
+    Awaited& a = awaited[size_t(q)];
+    const bool plain_answer = d.coll == uint8_t(Coll::Recv) && !(d.flags & kGrouped);
+    GroupCall* g = nullptr;
+    if (!a.recvs.empty() && !(plain_answer && !a.sends.empty())) {
+      g = a.recvs.front();
+      a.recvs.pop_front();
+      g->theirs = d;
+      rt_.protocol.p2p_answer(q, g->mine, call);
+    } else {
+      g = a.sends.front();
+      a.sends.pop_front();
+      g->theirs = d;
+    }
+    --left;
+    check(*g);
+    move_at_once(*g);
+  };
+  {
+    const transport::ShortWaits short_waits;
+    trace::Scope handshake_event("handshake");
+    for (size_t i = 0; i < group.size(); ++i) {
+      GroupCall& g = *group[i];
+      g.mine.flags |= kGrouped;
+      if (!g.sending()) continue;
+      for (size_t j = i + 1; j < group.size(); ++j) {
+        if (group[j]->sending() && group[j]->peer() == g.peer()) g.mine.flags |= kMoreSends;
+      }
+      rt_.protocol.p2p_post(g.peer(), g.mine, call);
+    }
+    std::vector<int> peers;
+    while (left > 0) {
+      // Wait on every peer with something awaited, first on the peer of the
+      // first recv still waiting (else of the first send), in call order.
+      peers.clear();
+      int first = -1;
+      for (bool recvs : {true, false}) {
+        for (auto& g : group) {
+          const Awaited& a = awaited[size_t(g->peer())];
+          if (g->sending() == recvs || (recvs ? a.recvs : a.sends).empty()) continue;
+          if (first < 0) first = g->peer();
+          if (std::find(peers.begin(), peers.end(), g->peer()) == peers.end()) peers.push_back(g->peer());
+        }
+      }
+      CallDesc d;
+      const int q = rt_.protocol.p2p_wait_any(peers, first, call, &d);
+      take(q, d);
+    }
+    // The answers still queued (their peers, which wait for them, free the slots).
+    for (int q = 0; q < rt_.nranks; ++q) rt_.protocol.p2p_flush(q, call);
+  }
+  for (auto& g : group) {
+    if (!g->mismatched) continue;
+    std::string why;
+    try {
+      std::rethrow_exception(g->failed);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    rt_.fail("grouped send/recv did not match: " + why);
+    throw RemoteError(why +
+                      ". In a group, the point-to-point links are then out of step: the communicator was "
+                      "aborted");
+  }
+
+  // 3. move
+  std::vector<Stream> out(size_t(rt_.nranks)), in(size_t(rt_.nranks));
+  size_t nstreams = 0;
+  for (auto& g : group) {
+    if (!g->matched || g->moved) continue;
+    Stream& s = (g->sending() ? out : in)[size_t(g->peer())];
+    if (s.calls.empty()) ++nstreams;
+    s.calls.push_back(g.get());
+  }
+  // Each stream's counts (RingChannels::run sets call.ch to the lanes'; the
+  // streams' go there after the data moved).
+  std::vector<prims::ChannelStats> stream_stats(std::max<size_t>(nstreams, 1));
+  std::vector<std::pair<Stream*, bool>> streams;  // (stream, sending), in lane order
+  for (auto* dir : {&out, &in}) {
+    for (int q = 0; q < rt_.nranks; ++q) {
+      Stream& s = (*dir)[size_t(q)];
+      if (s.calls.empty()) continue;
+      prims::ChannelStats* st = &stream_stats[streams.size()];
+      streams.emplace_back(&s, dir == &out);
+      const std::vector<GroupCall*> calls_of = std::exchange(s.calls, {});
+      for (GroupCall* g : calls_of) open(s, *g, st);
+    }
+  }
   // The rounds of one loop over the streams k = lane, lane + lanes, ...
   // (sends before recvs: `streams` lists the outgoing ones first).
   auto rounds = [&](size_t lane, size_t lanes) {
@@ -355,11 +459,12 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     rt_.fail(std::string("grouped send/recv failed: ") + e.what());
     throw;
   }
+  if (any_at_once) stream_stats.push_back(at_once_stats);
   call.ch = std::move(stream_stats);
   call.slice_bytes = rt_.cfg.slot_bytes;
   call.schedule_s = seconds(t_move, Clock::now());
 
-  // 5. finish
+  // 4. finish
   std::exception_ptr first;
   for (size_t i = 0; i < group.size(); ++i) {
     GroupCall* g = group[i].get();

@@ -298,6 +298,9 @@ class RingSendConn final : public SendConn, public RingEnd {
   void close(CloseWhy why, const std::string& note) override;
   CloseWhy other_side(std::string* note) const override;
   uint8_t* acquire(Clock::time_point deadline) override;
+  bool writable() const override {
+    return acquired_ || tail_ - ring_.hdr->head.load(std::memory_order_acquire) < ring_.nslots;
+  }
   void post(size_t bytes) override;
   void flush(Clock::time_point deadline) override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }
@@ -330,6 +333,7 @@ class RingRecvConn final : public RecvConn, public RingEnd {
   void close(CloseWhy why, const std::string& note) override;
   CloseWhy other_side(std::string* note) const override;
   SlotView wait(Clock::time_point deadline) override;
+  bool ready() const override { return waited_ || ring_.hdr->tail.load(std::memory_order_acquire) != head_; }
   void release() override;
   size_t slot_bytes() const override { return ring_.slot_bytes; }
   int peer() const override { return label_.peer; }

@@ -101,6 +101,10 @@ class SendConn {
   /// (slot_bytes() bytes). Throws Timeout / RemoteError / Aborted. Calling it
   /// again before post() returns the same slot.
   virtual uint8_t* acquire(Clock::time_point deadline) = 0;
+  /// Whether acquire() would return a slot at once. Never waits or throws (a
+  /// closed connection: acquire() reports it). Connections that cannot fill
+  /// up keep the default.
+  virtual bool writable() const { return true; }
   /// Publishes the slot acquired last, holding `bytes` (<= slot_bytes()) bytes.
   virtual void post(size_t bytes) = 0;
   /// Waits until every posted slot has been handed to the peer (the socket
@@ -126,6 +130,10 @@ class RecvConn {
   /// RemoteError / Aborted. Calling it again before release() returns the
   /// same slot. Slots posted before the peer closed are still delivered.
   virtual SlotView wait(Clock::time_point deadline) = 0;
+  /// Whether wait() would return a slot at once (one is posted and not yet
+  /// released). Never waits or throws: a closed or failed connection is
+  /// false here, and wait() reports it.
+  virtual bool ready() const = 0;
   /// Frees the slot returned by the last wait() for the sender to reuse.
   virtual void release() = 0;
   virtual size_t slot_bytes() const = 0;
