@@ -86,7 +86,8 @@ def main() -> None:
         for name, path in builds:
             runs[name].append(run_once(a.ranks, path or None))
     groups = list(runs[builds[0][0]][0])
-    print(f"| build | {' | '.join(groups)} (us: median of runs; the runs) |")
+    print(f"{a.ranks} ranks, us per group: the median of the runs (each run's value)\n")
+    print(f"| build | {' | '.join(groups)} |")
     print("|---|" + "---|" * len(groups))
     for name, got in runs.items():
         cells = []
