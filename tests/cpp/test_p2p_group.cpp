@@ -57,6 +57,31 @@ void expect_within(const std::vector<float>& got, const std::vector<float>& want
   EXPECT_EQ(bad, 0u) << what;
 }
 
+// A ring shift of n ranks (15000 values(r, which) each) in which the ranks
+// that `grouped` names group their send and recv and the others make plain
+// calls, the recv first where `recv_first`: every element exact.
+void ring_shift_with_plain_calls(int n, int which, bool (*grouped)(int), bool recv_first) {
+  ncclz_test::Ranks w(n);
+  const size_t count = 15000;
+  w.run([&](int r, Communicator& comm) {
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    const std::vector<float> x = values(r, which, count);
+    std::vector<float> y(count);
+    auto send = [&] { comm.send(x.data(), count, DataType::F32, right, Compression::none()); };
+    auto recv = [&] { comm.recv(y.data(), count, DataType::F32, left, Compression::none()); };
+    if (grouped(r)) {
+      comm.group({send_of(x.data(), count, DataType::F32, right), recv_of(y.data(), count, DataType::F32, left)});
+    } else if (recv_first) {
+      recv();
+      send();
+    } else {
+      send();
+      recv();
+    }
+    expect_within(y, values(left, which, count), 0, "n=" + std::to_string(n) + ", rank " + std::to_string(r));
+  });
+}
+
 }  // namespace
 
 // Every rank sends to r+1 and receives from r-1 at once: as single calls,
@@ -306,21 +331,7 @@ TEST(P2pGroup, PlainCallsReadAheadOfAGroupsSends) {
       EXPECT_EQ(s, 3.0f);
     });
   }
-  const int n = 3;
-  ncclz_test::Ranks w(n);
-  const size_t count = 12000;
-  w.run([&](int r, Communicator& comm) {
-    const int right = (r + 1) % n, left = (r + n - 1) % n;
-    const std::vector<float> x = values(r, 9, count);
-    std::vector<float> y(count);
-    if (r == 0) {
-      comm.group({send_of(x.data(), count, DataType::F32, right), recv_of(y.data(), count, DataType::F32, left)});
-    } else {
-      comm.send(x.data(), count, DataType::F32, right, Compression::none());
-      comm.recv(y.data(), count, DataType::F32, left, Compression::none());
-    }
-    expect_within(y, values(left, 9, count), 0, "ring shift, rank " + std::to_string(r));
-  });
+  ring_shift_with_plain_calls(3, 9, [](int r) { return r == 0; }, false);
 }
 
 // A group serves its peers in the order they need it, not in its calls'
@@ -331,22 +342,7 @@ TEST(P2pGroup, PlainCallsReadAheadOfAGroupsSends) {
 // plain peer that can only send once the group's send to the third rank has
 // reached it through a plain call there.
 TEST(P2pGroup, AGroupServesWhicheverPlainPeerIsReady) {
-  for (int n : {4, 6}) {
-    ncclz_test::Ranks w(n);
-    const size_t count = 15000;
-    w.run([&](int r, Communicator& comm) {
-      const int right = (r + 1) % n, left = (r + n - 1) % n;
-      const std::vector<float> x = values(r, 10, count);
-      std::vector<float> y(count);
-      if (r % 2 == 0) {
-        comm.group({send_of(x.data(), count, DataType::F32, right), recv_of(y.data(), count, DataType::F32, left)});
-      } else {
-        comm.recv(y.data(), count, DataType::F32, left, Compression::none());
-        comm.send(x.data(), count, DataType::F32, right, Compression::none());
-      }
-      expect_within(y, values(left, 10, count), 0, "n=" + std::to_string(n) + ", rank " + std::to_string(r));
-    });
-  }
+  for (int n : {4, 6}) ring_shift_with_plain_calls(n, 10, [](int r) { return r % 2 == 0; }, true);
   ncclz_test::Ranks w(3);
   const size_t count = 15000;
   w.run([&](int r, Communicator& comm) {
