@@ -31,7 +31,9 @@ namespace {
 
 using Bytes = nb::ndarray<nb::numpy, uint8_t, nb::ndim<1>>;
 
-const char* kSupported = "float32, float64, float16, bfloat16, int32, int64, uint8";
+const char* kSupported =
+    "float32, float64, float16, bfloat16, int32, int64, uint8, and lossless int8, uint32, uint64, float8_e4m3fn, "
+    "float8_e5m2";
 
 std::string dtype_name(const nb::dlpack::dtype& dt) {
   std::string base;
@@ -49,13 +51,11 @@ std::string dtype_name(const nb::dlpack::dtype& dt) {
   return s;
 }
 
-cz::ElemType elem_type_of(const nb::dlpack::dtype& dt, bool as_bfloat16) {
+cz::ElemType elem_type_of(const nb::dlpack::dtype& dt) {
   using C = nb::dlpack::dtype_code;
   const C code = C(dt.code);
   if (dt.lanes == 1) {
-    if (as_bfloat16) {
-      if (code == C::UInt && dt.bits == 16) return cz::ElemType::BF16;
-    } else if (code == C::Float && dt.bits == 32) {
+    if (code == C::Float && dt.bits == 32) {
       return cz::ElemType::F32;
     } else if (code == C::Float && dt.bits == 64) {
       return cz::ElemType::F64;
@@ -69,6 +69,32 @@ cz::ElemType elem_type_of(const nb::dlpack::dtype& dt, bool as_bfloat16) {
       return cz::ElemType::I64;
     } else if (code == C::UInt && dt.bits == 8) {
       return cz::ElemType::U8;
+    }
+  }
+  throw ncclz::InvalidArgument("ncclz.codec: unsupported dtype " + dtype_name(dt) + "; supported: " + kSupported);
+}
+
+/// The array type of `dt`, or `as_type` (an ArrayType value, 0: none) of
+/// an unsigned integer view of the same element size (the Python layer's
+/// view of bfloat16 and float8 arrays, whose dtypes DLPack may not carry).
+cz::ArrayType array_type_of(const nb::dlpack::dtype& dt, int as_type) {
+  using C = nb::dlpack::dtype_code;
+  using A = cz::ArrayType;
+  const C code = C(dt.code);
+  if (dt.lanes == 1) {
+    if (as_type != 0) {
+      if (cz::is_array_type(uint8_t(as_type)) && code == C::UInt &&
+          size_t(dt.bits) == 8 * cz::elem_size(cz::carrier_of(A(as_type)))) {
+        return A(as_type);
+      }
+    } else if (code == C::Int && dt.bits == 8) {
+      return A::I8;
+    } else if (code == C::UInt && dt.bits == 32) {
+      return A::U32;
+    } else if (code == C::UInt && dt.bits == 64) {
+      return A::U64;
+    } else {
+      return cz::ArrayType(elem_type_of(dt));
     }
   }
   throw ncclz::InvalidArgument("ncclz.codec: unsupported dtype " + dtype_name(dt) + "; supported: " + kSupported);
@@ -245,7 +271,7 @@ nb::dict info_to_dict(const cz::BlobInfo& info) {
   d["version"] = int(info.version);
   d["checksum"] = info.version >= 2 ? nb::object(nb::str("crc32c")) : nb::none();
   d["mode"] = info.mode == cz::Spec::Lossy ? "lossy" : "lossless";
-  d["dtype"] = cz::elem_type_name(info.dtype);
+  d["dtype"] = cz::array_type_name(info.array_type);
   d["code_dtype"] = cz::elem_type_name(info.code_type);
   nb::list shape;
   for (int64_t s : info.shape) shape.append(s);
@@ -289,8 +315,8 @@ void register_codec(nb::module_& m) {
   m.def(
       "codec_compress",
       [](const nb::ndarray<nb::ro>& x, bool lossy, double abs_bound, double rel_bound, int codec, int predictor,
-         bool as_bfloat16, int interp, double rans_margin) {
-        const cz::ElemType t = elem_type_of(x.dtype(), as_bfloat16);
+         int as_type, int interp, double rans_margin) {
+        const cz::ArrayType t = array_type_of(x.dtype(), as_type);
         const std::vector<int64_t> shape = checked_shape(x);
         cz::Spec spec = lossy ? cz::Spec{cz::Spec::Lossy, abs_bound, rel_bound} : cz::Spec::lossless();
         cz::EncodeOptions opt;
@@ -305,7 +331,7 @@ void register_codec(nb::module_& m) {
         }
         return to_numpy(std::move(blob));
       },
-      "x"_a.noconvert(), "lossy"_a, "abs_bound"_a, "rel_bound"_a, "codec"_a, "predictor"_a, "as_bfloat16"_a,
+      "x"_a.noconvert(), "lossy"_a, "abs_bound"_a, "rel_bound"_a, "codec"_a, "predictor"_a, "as_type"_a,
       "interp"_a = -1, "rans_margin"_a = -1.0,
       "Compresses a CPU, C-contiguous array into a blob (NumPy uint8). Use ncclz.codec.compress.");
 
@@ -328,7 +354,7 @@ void register_codec(nb::module_& m) {
         }
         nb::list shape;
         for (int64_t s : a.shape) shape.append(s);
-        return nb::make_tuple(pooled_array(b, a.bytes), cz::elem_type_name(a.dtype), nb::tuple(shape));
+        return nb::make_tuple(pooled_array(b, a.bytes), cz::array_type_name(a.array_type), nb::tuple(shape));
       },
       "blob"_a.noconvert(),
       "Decompresses a blob into a new array: (uint8 bytes, dtype name, shape). Use ncclz.codec.decompress.");
@@ -339,7 +365,7 @@ void register_codec(nb::module_& m) {
         const cz::ArrayDesc a = cz::describe_array(blob_data(blob), blob.size());
         nb::list shape;
         for (int64_t s : a.shape) shape.append(s);
-        return nb::make_tuple(cz::elem_type_name(a.dtype), nb::tuple(shape));
+        return nb::make_tuple(cz::array_type_name(a.array_type), nb::tuple(shape));
       },
       "blob"_a.noconvert(),
       "(dtype name, shape) of a blob's array, from its fixed header. Use ncclz.codec.decompress(out=).");

@@ -15,10 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from . import _core
+from ._dlpack import (
+    FLOAT8_DTYPES,
+    _ml_dtype,
+    _numpy_dtype_name,
+    _numpy_native,
+    _torch_dtype_name,
+    _torch_native,
+)
 from .errors import InvalidArgumentError
 from .spec import Lossless, Lossy
 
@@ -30,19 +37,19 @@ CODECS = {"auto": 0, "raw": 1, "block": 2, "rans": 3, "floatexp": 4, "sparse": 5
 PREDICTORS = {"auto": -1, "none": 0, "delta1": 1, "delta2": 2, "lorenzo2d": 3, "lorenzo3d": 4}
 #: Layouts accepted by ``compress(layout=...)`` (None or "auto": classic, interp tried on smooth data).
 LAYOUTS = {"auto": -1, "classic": 0, "interp": 1}
-#: Element types the codec carries (lossy mode: the float ones).
-SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8")
-
-_BF16 = np.dtype(ml_dtypes.bfloat16)
-_NUMPY_DTYPES = {
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-    "float16": np.dtype(np.float16),
-    "bfloat16": _BF16,
-    "int32": np.dtype(np.int32),
-    "int64": np.dtype(np.int64),
-    "uint8": np.dtype(np.uint8),
+#: Element types the codec carries (lossy mode: the first four; int8, uint32, uint64 and the 8-bit
+#: floats as the bit patterns of a type of their size, lossless only).
+SUPPORTED_DTYPES = (
+    "float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "int8", "uint32", "uint64",
+    "float8_e4m3fn", "float8_e5m2",
+)
+#: The blob's dtype byte of each (docs/FORMAT.md, "Container (blob)"): what the binding is told an
+#: unsigned view of an array holds.
+_ARRAY_TYPES = {
+    "int32": 1, "int64": 2, "float32": 3, "float64": 4, "float16": 5, "bfloat16": 6, "uint8": 7, "int8": 8,
+    "uint32": 9, "uint64": 10, "float8_e4m3fn": 11, "float8_e5m2": 12,
 }
+_NUMPY_DTYPES = {name: _ml_dtype(name) for name in SUPPORTED_DTYPES}
 _KDLCPU = 1
 
 
@@ -56,7 +63,7 @@ def _lookup(table: dict[str, int], value: str | None, what: str) -> int:
 
 
 def _host_array(x: Any):
-    """Returns (array for the binding, is_bfloat16_viewed_as_uint16)."""
+    """Returns (array for the binding, the blob dtype of the unsigned view it is, or 0: its own)."""
     if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
         x = x.detach()  # torch refuses to export tensors that require grad
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
@@ -68,17 +75,18 @@ def _host_array(x: Any):
             )
         if getattr(x, "is_conj", None) is not None and x.is_conj():
             x = x.resolve_conj()
-        return x, False
+        name = _torch_dtype_name(x.dtype) if type(x).__module__.startswith("torch") else None
+        if name in FLOAT8_DTYPES:  # (DLPack does not carry torch's 8-bit floats)
+            return _torch_native(x, name), _ARRAY_TYPES[name]
+        return x, 0
     arr = x if isinstance(x, np.ndarray) else np.asarray(x)
-    dt = arr.dtype
-    if dt == _BF16:
-        return arr.view(np.uint16), True
-    if not dt.isnative:
-        arr = arr.astype(dt.newbyteorder("="))
-        dt = arr.dtype
-    if dt not in _NUMPY_DTYPES.values():
-        raise InvalidArgumentError(f"unsupported dtype {dt}; supported: {', '.join(SUPPORTED_DTYPES)}")
-    return arr, False
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    name = _numpy_dtype_name(arr.dtype)
+    if name is None:
+        raise InvalidArgumentError(f"unsupported dtype {arr.dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
+    view = _numpy_native(arr, name)
+    return view, (_ARRAY_TYPES[name] if view is not arr else 0)
 
 
 def compress(
@@ -90,7 +98,9 @@ def compress(
     Args:
         x: a C-contiguous CPU array: NumPy, PyTorch, JAX, anything with ``__dlpack__``, or
             anything ``np.asarray`` accepts. dtype float32, float64, float16, bfloat16
-            (``ml_dtypes.bfloat16`` or ``torch.bfloat16``), int32, int64 or uint8 (lossless only).
+            (``ml_dtypes.bfloat16`` or ``torch.bfloat16``), or, lossless only, int32, int64,
+            uint8, int8, uint32, uint64, float8_e4m3fn or float8_e5m2 (``ml_dtypes`` or torch's;
+            the last five travel as the bit patterns of a type of their size).
         spec: ``ncclz.Lossy(abs=E)``, ``ncclz.Lossy(rel=r)`` or ``ncclz.Lossless()``.
         codec: None or ``"auto"`` (the selector picks per slice), or force one of ``"raw"``,
             ``"block"``, ``"rans"`` (integer codes or data), ``"sparse"`` (integer codes or
@@ -134,9 +144,9 @@ def compress(
             margin = float("nan")
         if not 0.0 <= margin <= 1.0:
             raise InvalidArgumentError(f"rans_margin must be None or a number in [0, 1], got {rans_margin!r}")
-    arr, as_bf16 = _host_array(x)
+    arr, as_type = _host_array(x)
     try:
-        return _core.codec_compress(arr, lossy, abs_bound, rel_bound, codec_id, predictor_id, as_bf16, interp, margin)
+        return _core.codec_compress(arr, lossy, abs_bound, rel_bound, codec_id, predictor_id, as_type, interp, margin)
     except TypeError as e:  # nanobind could not import the array at all
         raise InvalidArgumentError(
             f"cannot read the input as a CPU array ({type(x).__name__}): {e}; "

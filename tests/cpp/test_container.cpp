@@ -2,6 +2,8 @@
 //   - round trips: lossless bit-exact (NaN payloads, -0.0), lossy within the
 //     bound on every finite element, non-finite bit-exact; every dtype, shapes
 //     from 0-d to 3-D, several slices, forced codecs and predictors,
+//   - NCCL's other types (int8, uint32, uint64, float8) lossless as the bit
+//     patterns of a carrier type,
 //   - inspect() reports what is in the blob (E next to the grid's half step),
 //   - every single-bit flip of a blob of every codec, layout, mode and dtype
 //     is CorruptData (the CRC-32C trailer), never other values,
@@ -17,6 +19,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "codec/quantizer.hpp"
@@ -171,6 +174,74 @@ TEST(Container, LosslessRoundTripEveryTypeAndShape) {
       EXPECT_EQ(info.outliers, 0u);
     }
   }
+}
+
+// NCCL's other types (int8, uint32, uint64, the two float8s) travel
+// lossless as the bit patterns of a carrier type of their size; the blob's
+// dtype byte names them, and decompress, describe_array and inspect report
+// both. Lossy is refused for them, and a header whose dtype does not fit
+// its carrier is corrupt.
+TEST(Container, NcclsOtherTypesTravelAsTheirBitPatterns) {
+  const ArrayType extra[] = {ArrayType::I8, ArrayType::U32, ArrayType::U64, ArrayType::F8E4M3, ArrayType::F8E5M2};
+  std::mt19937 rng(7);
+  for (ArrayType at : extra) {
+    const ElemType carrier = carrier_of(at);
+    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{}, {0}, {5}, {300001}, {64, 33}}) {
+      const size_t n = numel(shape), esize = elem_size(carrier);
+      ByteBuffer x(n * esize);
+      for (size_t i = 0; i < n; ++i) {  // small values, every 7th element all noise
+        for (size_t b = 0; b < esize; ++b) x[i * esize + b] = uint8_t(i % 7 == 0 ? rng() : b == 0 ? i % 5 : 0);
+      }
+      const std::string what = std::string(array_type_name(at)) + " ndim " + std::to_string(shape.size());
+      const ByteBuffer blob = compress(x.data(), at, shape, Spec::lossless(), EncodeOptions{});
+      EXPECT_EQ(blob[6], uint8_t(at)) << what;
+      const Decoded d = decompress(blob.data(), blob.size());
+      EXPECT_EQ(d.array_type, at) << what;
+      EXPECT_EQ(d.type, carrier) << what;
+      EXPECT_EQ(d.shape, shape) << what;
+      ASSERT_EQ(d.bytes, x) << what;
+      const ArrayDesc a = describe_array(blob.data(), blob.size());
+      EXPECT_EQ(a.array_type, at) << what;
+      EXPECT_EQ(a.bytes, x.size()) << what;
+      const BlobInfo info = inspect(blob.data(), blob.size());
+      EXPECT_EQ(info.array_type, at) << what;
+      EXPECT_EQ(info.code_type, carrier) << what;
+      if (n > 1000 && esize > 1) {  // (byte types take Raw: the integer coders take 32- and 64-bit values)
+        EXPECT_LT(blob.size(), x.size() * 3 / 4) << what << ": small values compress";
+      }
+    }
+    uint8_t one[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    try {
+      compress(one, at, {1}, Spec::lossy_abs(0.5), EncodeOptions{});
+      ADD_FAILURE() << array_type_name(at) << ": lossy taken";
+    } catch (const ncclz::InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(array_type_name(at)), std::string::npos) << e.what();
+    }
+    EncodeOptions floatexp;
+    floatexp.choice = EncodeOptions::Choice::FloatExp;
+    EXPECT_THROW(compress(one, at, {1}, Spec::lossless(), floatexp), ncclz::InvalidArgument) << array_type_name(at);
+  }
+  EXPECT_STREQ(array_type_name(ArrayType::F32), "float32");
+  EXPECT_EQ(carrier_of(ArrayType::BF16), ElemType::BF16);
+  // A dtype byte that does not fit the blob is corrupt.
+  std::vector<uint32_t> u(1000, 7);
+  const ByteBuffer ublob = compress(u.data(), ArrayType::U32, {1000}, Spec::lossless(), EncodeOptions{});
+  std::vector<float> f(1000, 1.5f);
+  const ByteBuffer fblob = compress(f.data(), ElemType::F32, {1000}, Spec::lossy_abs(0.01));
+  for (auto [b, dtype, what] :
+       {std::tuple{ublob, uint8_t(ArrayType::F32), "uint32 blob as float32"},
+        std::tuple{ublob, uint8_t(ArrayType::U64), "uint32 blob as uint64"}, std::tuple{ublob, uint8_t(13), "dtype 13"},
+        std::tuple{fblob, uint8_t(ArrayType::U32), "lossy float32 blob as uint32"}}) {
+    ByteBuffer m = b;
+    m[6] = dtype;
+    m = resealed(m);
+    EXPECT_THROW(decompress(m.data(), m.size()), ncclz::CorruptData) << what;
+    EXPECT_THROW(inspect(m.data(), m.size()), ncclz::CorruptData) << what;
+  }
+  ByteBuffer as_int32 = ublob;  // the same bits read as int32: not corrupt, another type
+  as_int32[6] = uint8_t(ArrayType::I32);
+  as_int32 = resealed(as_int32);
+  EXPECT_EQ(decompress(as_int32.data(), as_int32.size()).array_type, ArrayType::I32);
 }
 
 TEST(Container, LossyAbsBoundEveryFloatType) {

@@ -28,6 +28,10 @@ needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT_DTYPES = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16]
 INT_DTYPES = [np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.uint8)]
+F8 = [np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)]
+#: NCCL's other types: lossless only, as the bit patterns of a type of their size (the blob names them)
+OTHER_DTYPES = [np.dtype(np.int8), np.dtype(np.uint32), np.dtype(np.uint64), *F8]
+CARRIER = {"int8": "uint8", "uint32": "int32", "uint64": "int64", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 SHAPES = [(), (0,), (1,), (7,), (1001,), (3, 5, 7), (0, 4), (33, 65), (9, 10, 11, 3), (300_001,)]
 
 
@@ -40,6 +44,12 @@ def make(dtype, shape, rng, specials=True):
     n = int(np.prod(shape, dtype=np.int64))
     i = np.arange(n, dtype=np.float64)
     v = 10 * np.sin(i * 0.003) + np.cos(i * 0.05) + rng.normal(0, 0.01, n)
+    if dtype in F8:
+        x = v.astype(dtype)
+        if specials and n > 8:
+            bits(x)[1] = 0x7F  # NaN (both types)
+            x[5] = -0.0
+        return x.reshape(shape)
     if dtype.kind == "f" or dtype == BF16:
         x = v.astype(dtype)
         if specials and n > 8:
@@ -101,7 +111,7 @@ def test_specs_validate_and_repr():
 # ---- round trips ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES + INT_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES + INT_DTYPES + OTHER_DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_lossless_bit_exact(dtype, shape, rng):
     x = make(dtype, shape, rng)
@@ -114,6 +124,7 @@ def test_lossless_bit_exact(dtype, shape, rng):
     assert info["mode"] == "lossless" and info["version"] == 2 and info["checksum"] == "crc32c"
     assert info["bound"] == info["error_bound"] == info["grid_half_step"] == 0 and info["bound_kind"] is None
     assert info["dtype"] == ("bfloat16" if dtype == BF16 else str(dtype))
+    assert info["code_dtype"] == CARRIER.get(info["dtype"], info["dtype"])
     assert info["shape"] == shape
     assert info["compressed_bytes"] == blob.size
     assert info["raw_bytes"] == x.nbytes
@@ -423,6 +434,28 @@ def test_numpy_like_inputs():
     assert np.array_equal(codec.decompress(bytes(blob)), ro)  # blobs as bytes
 
 
+@pytest.mark.parametrize("dtype", OTHER_DTYPES, ids=str)
+def test_nccls_other_types_lossless_only(dtype, rng):
+    """int8, uint32, uint64 and the 8-bit floats: lossless, as the bit patterns of a type of their size
+    (NumPy, and torch's own tensors, whose 8-bit floats DLPack does not carry), into out= too; lossy
+    refused, naming the type."""
+    x = make(dtype, (40, 50), rng)
+    blob = codec.compress(x, ncclz.Lossless())
+    assert codec.decompress(blob).dtype == dtype
+    out = np.empty_like(x)
+    assert codec.decompress(blob, out=out) is out and np.array_equal(bits(out), bits(x))
+    with pytest.raises(ncclz.InvalidArgumentError, match=f"not {dtype}; use Lossless"):
+        codec.compress(x, ncclz.Lossy(abs=1.0))
+    with pytest.raises(ncclz.InvalidArgumentError, match="float32, float16 and bfloat16"):
+        codec.compress(x, ncclz.Lossless(), codec="floatexp")
+    if dtype.itemsize > 1:  # (small integers: the integer coders take 32- and 64-bit values)
+        assert codec.inspect(blob)["ratio"] > 2
+    if torch is not None:
+        t = torch.from_numpy(x.view(np.uint8)).view(getattr(torch, str(dtype)))
+        y = codec.decompress(codec.compress(t, ncclz.Lossless()))
+        assert y.dtype == dtype and np.array_equal(bits(y), bits(x)), "torch"
+
+
 # ---- bad input ---------------------------------------------------------------------------
 
 
@@ -496,7 +529,7 @@ def small_blobs():
         (ncclz.Lossy(abs=1e-1), {"codec": "raw"}),
     ]
     blobs = []
-    for dtype in FLOAT_DTYPES + INT_DTYPES:
+    for dtype in FLOAT_DTYPES + INT_DTYPES + OTHER_DTYPES:
         x = make(dtype, (6, 20), rng)
         for spec, kw in options:
             try:

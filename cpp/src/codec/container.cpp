@@ -4,7 +4,8 @@
 //   0       4         magic 'N' 'C' 'Z' 'B'
 //   4       1         version (2; 1 is read too: no field E, shape at 40, no CRC)
 //   5       1         mode: 0 lossless, 1 lossy
-//   6       1         dtype (ElemType of the original array)
+//   6       1         dtype (ArrayType of the original array: an ElemType, or
+//                     8..12, held as the bit patterns of a carrier ElemType)
 //   7       1         code type (ElemType the slices carry: dtype, or I32/I64)
 //   8       1         ndim (0..32)
 //   9       1         bound kind: 0 none (lossless), 1 abs, 2 rel
@@ -152,7 +153,8 @@ struct Parsed {
   size_t body_len = 0;  // bytes before the checksum trailer (the whole blob in version 1)
   uint32_t crc = 0;     // the trailer (version 2)
   Spec::Mode mode = Spec::Lossless;
-  ElemType dtype = ElemType::F32, code_type = ElemType::F32;
+  ElemType dtype = ElemType::F32, code_type = ElemType::F32;  // dtype: the array's carrier
+  ArrayType array_type = ArrayType::F32;
   uint8_t bound_kind = 0;
   uint8_t layout = 0, log2k = 0;  // 1: interp layout with grid factor 2^log2k
   double bound = 0, eb = 0;
@@ -268,8 +270,10 @@ void parse_fields(const uint8_t* blob, size_t len, bool keep_offsets, Parsed& p)
   const size_t fixed = p.version == 1 ? kFixedHeaderV1 : kFixedHeader;
   if (blob[5] > 1) corrupt("bad mode byte");
   p.mode = Spec::Mode(blob[5]);
-  if (!is_valid_elem_type(blob[6]) || !is_valid_elem_type(blob[7])) corrupt("bad element type");
-  p.dtype = ElemType(blob[6]);
+  if (!is_array_type(blob[6]) || !is_valid_elem_type(blob[7])) corrupt("bad element type");
+  if (p.version == 1 && !is_valid_elem_type(blob[6])) corrupt("bad element type for version 1");
+  p.array_type = ArrayType(blob[6]);
+  p.dtype = carrier_of(p.array_type);
   p.code_type = ElemType(blob[7]);
   const unsigned ndim = blob[8];
   if (ndim > kMaxDims) corrupt("too many dimensions");
@@ -510,7 +514,7 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
 
 /// Writes the fixed header and shape. `eb`: the grid's half step; `e`: the
 /// bound every element is within (both 0 lossless).
-void put_header(ByteBuffer& out, const Spec& spec, ElemType dtype, ElemType code_type,
+void put_header(ByteBuffer& out, const Spec& spec, ArrayType dtype, ElemType code_type,
                 const std::vector<int64_t>& shape, uint32_t slice_elems, double eb, double e, uint64_t slices,
                 int interp_log2k = 0) {
   out.resize(kFixedHeader + 8 * shape.size());
@@ -608,7 +612,7 @@ ByteBuffer interp_blob_codes(const T* x, uint64_t n, const std::vector<int64_t>&
   std::vector<uint32_t> counts;
   const uint64_t slices = interp_slices(std::vector<uint64_t>(shape.begin(), shape.end()), L, ~uint64_t(0), &counts);
   ByteBuffer out;
-  put_header(out, spec, elem_type_of<T>(), elem_type_of<C>(), shape, L, grid_eb, g.eb, slices, log2k);
+  put_header(out, spec, ArrayType(elem_type_of<T>()), elem_type_of<C>(), shape, L, grid_eb, g.eb, slices, log2k);
   size_t first = 0;
   for (uint32_t count : counts) {
     put_slice(out, resid.data() + first, elem_type_of<C>(), count, opt);
@@ -642,6 +646,28 @@ const char* elem_type_name(ElemType t) {
   return "unknown";
 }
 
+ElemType carrier_of(ArrayType t) {
+  switch (t) {
+    case ArrayType::I8:
+    case ArrayType::F8E4M3:
+    case ArrayType::F8E5M2: return ElemType::U8;
+    case ArrayType::U32: return ElemType::I32;
+    case ArrayType::U64: return ElemType::I64;
+    default: return ElemType(t);
+  }
+}
+
+const char* array_type_name(ArrayType t) {
+  switch (t) {
+    case ArrayType::I8: return "int8";
+    case ArrayType::U32: return "uint32";
+    case ArrayType::U64: return "uint64";
+    case ArrayType::F8E4M3: return "float8_e4m3fn";
+    case ArrayType::F8E5M2: return "float8_e5m2";
+    default: return elem_type_name(ElemType(t));
+  }
+}
+
 const char* codec_name(Codec c) {
   switch (c) {
     case Codec::Raw: return "raw";
@@ -672,6 +698,17 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec,
                     const EncodeOptions& options) {
   if (!is_valid_elem_type(uint8_t(t))) invalid("unknown element type");
+  return compress(x, ArrayType(t), shape, spec, options);
+}
+
+ByteBuffer compress(const void* x, ArrayType as, const std::vector<int64_t>& shape, const Spec& spec,
+                    const EncodeOptions& options) {
+  if (!is_array_type(uint8_t(as))) invalid("unknown element type");
+  const ElemType t = carrier_of(as);
+  if (spec.mode == Spec::Lossy && uint8_t(as) != uint8_t(t)) {
+    invalid(std::string("lossy mode needs float32, float64, float16 or bfloat16 data, not ") + array_type_name(as) +
+            "; use Lossless() (" + array_type_name(as) + " travels as its bit patterns)");
+  }
   if (shape.size() > size_t(kMaxDims)) invalid("at most " + std::to_string(kMaxDims) + " dimensions");
   const uint64_t n = element_count(shape);
   if (n > kMaxElements / 8) invalid("array too large");
@@ -704,7 +741,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
 
   if (spec.mode == Spec::Lossless) {
     checked_choice(opt, t, spec, shape, l);
-    put_header(out, spec, t, t, shape, l.slice_elems, 0.0, 0.0, slices);
+    put_header(out, spec, as, t, shape, l.slice_elems, 0.0, 0.0, slices);
     out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(t) + 16);
     const uint8_t* src = static_cast<const uint8_t*>(x);
     for (uint64_t first = 0; first < n; first += l.slice_elems) {
@@ -740,7 +777,7 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
     const bool narrow = max_abs * g.inv_step < double(kI32Limit);
     const ElemType code_type = narrow ? ElemType::I32 : ElemType::I64;
     checked_choice(opt, code_type, spec, shape, l);
-    put_header(out, spec, t, code_type, shape, l.slice_elems, grid_eb, eb, slices);
+    put_header(out, spec, as, code_type, shape, l.slice_elems, grid_eb, eb, slices);
     out.reserve(out.size() + size_t(slices) * kHeaderBytes + size_t(n) * elem_size(code_type) + 16);
     std::vector<uint64_t> outliers;
     const size_t header_bytes = out.size();
@@ -804,6 +841,7 @@ Decoded decompress(const uint8_t* blob, size_t len) {
   validate_outliers(blob, p);
   Decoded d;
   d.type = p.dtype;
+  d.array_type = p.array_type;
   d.shape = p.shape;
   d.bytes.resize(size_t(p.n) * elem_size(p.dtype));
   decode_into(blob, p, d.bytes.data());
@@ -815,6 +853,7 @@ ArrayDesc decompress_with(const uint8_t* blob, size_t len, const std::function<v
   validate_outliers(blob, p);
   ArrayDesc a;
   a.dtype = p.dtype;
+  a.array_type = p.array_type;
   a.shape = p.shape;
   a.bytes = size_t(p.n) * elem_size(p.dtype);
   void* out;
@@ -849,10 +888,11 @@ ArrayDesc describe_array(const uint8_t* blob, size_t len) {
   if (blob[4] != 1 && blob[4] != 2) corrupt("unsupported version " + std::to_string(blob[4]));
   size_t off = blob[4] == 1 ? kFixedHeaderV1 : kFixedHeader;
   if (len < off) corrupt("truncated header (" + std::to_string(len) + " bytes)");
-  if (!is_valid_elem_type(blob[6])) corrupt("bad element type");
+  if (!is_array_type(blob[6]) || (blob[4] == 1 && !is_valid_elem_type(blob[6]))) corrupt("bad element type");
   if (blob[8] > kMaxDims) corrupt("too many dimensions");
   ArrayDesc a;
-  a.dtype = ElemType(blob[6]);
+  a.array_type = ArrayType(blob[6]);
+  a.dtype = carrier_of(a.array_type);
   a.bytes = read_shape(blob, len, blob[8], &off, &a.shape) * elem_size(a.dtype);
   return a;
 }
@@ -864,6 +904,7 @@ BlobInfo inspect(const uint8_t* blob, size_t len) {
   info.version = p.version;
   info.mode = p.mode;
   info.dtype = p.dtype;
+  info.array_type = p.array_type;
   info.code_type = p.code_type;
   info.shape = p.shape;
   info.bound_kind = p.bound_kind;

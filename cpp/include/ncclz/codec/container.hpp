@@ -84,9 +84,36 @@ constexpr uint32_t kTargetSliceElems = uint32_t(1) << 18;
 constexpr uint32_t kMaxAlignedSlice = uint32_t(1) << 24;
 constexpr int kMaxDims = 32;
 
+/// The element type of the array a blob holds: one of ElemType's seven
+/// (the same values), or one of NCCL's other types, which a blob holds
+/// losslessly as the bit patterns of a carrier ElemType of the same size
+/// (carrier_of; docs/FORMAT.md, "Container (blob)").
+enum class ArrayType : uint8_t {
+  I32 = 1,
+  I64 = 2,
+  F32 = 3,
+  F64 = 4,
+  F16 = 5,
+  BF16 = 6,
+  U8 = 7,
+  I8 = 8,       ///< as U8
+  U32 = 9,      ///< as I32
+  U64 = 10,     ///< as I64
+  F8E4M3 = 11,  ///< float8_e4m3fn, as U8
+  F8E5M2 = 12,  ///< float8_e5m2, as U8
+};
+constexpr bool is_array_type(uint8_t t) { return t >= 1 && t <= 12; }
+/// The ElemType an array type's elements are coded as (the type itself
+/// where it is an ElemType).
+ElemType carrier_of(ArrayType t);
+/// "int8", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2", or
+/// elem_type_name's.
+const char* array_type_name(ArrayType t);
+
 /// A decompressed array.
 struct Decoded {
-  ElemType type = ElemType::F32;
+  ElemType type = ElemType::F32;  ///< the elements' carrier type (array_type's, or array_type itself)
+  ArrayType array_type = ArrayType::F32;
   std::vector<int64_t> shape;
   ByteBuffer bytes;  ///< C-contiguous elements
 };
@@ -96,8 +123,9 @@ struct Decoded {
 struct BlobInfo {
   uint8_t version = 2;  ///< format version (1: no checksum, no stored error bound)
   Spec::Mode mode = Spec::Lossless;
-  ElemType dtype = ElemType::F32;      ///< type of the original array
-  ElemType code_type = ElemType::F32;  ///< type the slices carry (dtype, or I32/I64 codes)
+  ElemType dtype = ElemType::F32;         ///< the original array's type, or its carrier (array_type)
+  ArrayType array_type = ArrayType::F32;  ///< type of the original array
+  ElemType code_type = ElemType::F32;     ///< type the slices carry (dtype, or I32/I64 codes)
   std::vector<int64_t> shape;
   uint8_t bound_kind = 0;  ///< 0 none (lossless), 1 abs, 2 rel
   double bound = 0;        ///< the bound as requested: E for abs, r for rel (0 lossless)
@@ -134,12 +162,17 @@ ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape
                     const EncodeOptions& opt);
 /// The same with the selector choosing everything.
 ByteBuffer compress(const void* x, ElemType t, const std::vector<int64_t>& shape, const Spec& spec);
+/// An array of any ArrayType: the types beyond ElemType's take Lossless
+/// only (their bit patterns, as their carrier's); the others as above.
+ByteBuffer compress(const void* x, ArrayType t, const std::vector<int64_t>& shape, const Spec& spec,
+                    const EncodeOptions& opt);
 
 /// The array a blob holds, from its fixed header only (magic, version, dtype
 /// and shape are checked; the checksum and everything else are checked by
 /// decompress and decompress_into): what to allocate before decompress_into().
 struct ArrayDesc {
-  ElemType dtype = ElemType::F32;
+  ElemType dtype = ElemType::F32;  ///< the elements' carrier type
+  ArrayType array_type = ArrayType::F32;
   std::vector<int64_t> shape;
   size_t bytes = 0;  ///< elements * element size
 };
