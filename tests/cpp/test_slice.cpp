@@ -1,6 +1,7 @@
 // Slice encoder/decoder and selector (cpp/src/codec/slice.cpp, docs/FORMAT.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -202,6 +203,58 @@ TEST(Slice, IncompressibleFallsBackToRaw) {
     round_trip(v, ElemType::I32, opt, &info);
     EXPECT_LE(info.bytes, max_slice_bytes(ElemType::I32, v.size()));
   }
+}
+
+// Byte slices (uint8, and int8 and the 8-bit floats, which travel as their
+// bytes) take Rans over the bytes where their entropy is low enough, Raw
+// where it is not or without rANS (what a device rank decodes); forced Rans
+// round trips whatever the bytes; a damaged payload is an error.
+TEST(Slice, BytesTakeRansWhereItPays) {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> g(0, 1);
+  std::vector<uint8_t> skewed(100000), uniform(100000);
+  for (auto& b : skewed) b = uint8_t(std::clamp(std::lround(g(rng) * 6), -120L, 120L) & 0xff);  // ~4.6 bits
+  for (auto& b : uniform) b = uint8_t(rng());
+  SliceInfo info;
+  round_trip(skewed, ElemType::U8, EncodeOptions{}, &info);
+  EXPECT_EQ(info.codec, Codec::Rans);
+  EXPECT_LT(info.bytes, skewed.size() * 5 / 8) << "about 4.6 bits a byte";
+  round_trip(uniform, ElemType::U8, EncodeOptions{}, &info);
+  EXPECT_EQ(info.codec, Codec::Raw);
+  EncodeOptions no_rans;
+  no_rans.allow_rans = false;
+  round_trip(skewed, ElemType::U8, no_rans, &info);
+  EXPECT_EQ(info.codec, Codec::Raw);
+  EncodeOptions rans;
+  rans.choice = Choice::Rans;
+  for (const auto* v : {&skewed, &uniform}) {
+    round_trip(*v, ElemType::U8, rans, &info);
+    EXPECT_LE(info.bytes, max_slice_bytes(ElemType::U8, v->size()));
+  }
+  const std::vector<uint8_t> few(7, 9);  // below one sampled block: Raw
+  round_trip(few, ElemType::U8, EncodeOptions{}, &info);
+  EXPECT_EQ(info.codec, Codec::Raw);
+  for (Choice c : {Choice::Block, Choice::Sparse, Choice::FloatExp}) {
+    EncodeOptions o;
+    o.choice = c;
+    std::vector<uint8_t> buf(max_slice_bytes(ElemType::U8, skewed.size()));
+    EXPECT_EQ(encode_slice(skewed.data(), ElemType::U8, uint32_t(skewed.size()), buf.data(), buf.size(), o, nullptr),
+              Status::Unsupported);
+  }
+  std::vector<uint8_t> buf(max_slice_bytes(ElemType::U8, skewed.size()));
+  ASSERT_EQ(encode_slice(skewed.data(), ElemType::U8, uint32_t(skewed.size()), buf.data(), buf.size(), EncodeOptions{},
+                         &info),
+            Status::Ok);
+  std::vector<uint8_t> out(skewed.size());
+  size_t bad = 0;
+  for (size_t at : {size_t(kHeaderBytes) + 3, info.bytes / 2, info.bytes - 2}) {
+    std::vector<uint8_t> b(buf.begin(), buf.begin() + long(info.bytes));
+    b[at] ^= 0x5a;
+    size_t used = 0;
+    const Status s = decode_slice(b.data(), b.size(), ElemType::U8, uint32_t(skewed.size()), out.data(), &used);
+    bad += s != Status::Ok || out != skewed;
+  }
+  EXPECT_EQ(bad, 3u) << "a damaged payload decodes, without a crash, to an error or other bytes";
 }
 
 TEST(Slice, FloatsLosslessBitExact) {

@@ -448,8 +448,15 @@ def test_nccls_other_types_lossless_only(dtype, rng):
         codec.compress(x, ncclz.Lossy(abs=1.0))
     with pytest.raises(ncclz.InvalidArgumentError, match="float32, float16 and bfloat16"):
         codec.compress(x, ncclz.Lossless(), codec="floatexp")
-    if dtype.itemsize > 1:  # (small integers: the integer coders take 32- and 64-bit values)
-        assert codec.inspect(blob)["ratio"] > 2
+    if dtype.itemsize > 1:
+        assert codec.inspect(blob)["ratio"] > 2  # the integer coders
+    else:  # Rans over the bytes: skewed bytes compress (8-bit floats of Gaussian values: few exponents)
+        g = rng.normal(0, 1, 100_000)
+        skewed = g.astype(dtype) if dtype in F8 else np.round(g * 6).astype(dtype)
+        info = codec.inspect(codec.compress(skewed, ncclz.Lossless()))
+        assert info["ratio"] > 1.2 and "rans" in info["codecs"], info
+        noise = rng.integers(0, 256, 100_000).astype(np.uint8).view(dtype)
+        assert codec.inspect(codec.compress(noise, ncclz.Lossless()))["ratio"] < 1
     if torch is not None:
         t = torch.from_numpy(x.view(np.uint8)).view(getattr(torch, str(dtype)))
         y = codec.decompress(codec.compress(t, ncclz.Lossless()))

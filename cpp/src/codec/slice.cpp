@@ -196,6 +196,26 @@ Candidate select_for_floats(const void* src, ElemType t, size_t n, const EncodeO
   return c;
 }
 
+// Codec for a byte slice (uint8 data, and the types that travel as their
+// bytes: int8, the 8-bit floats): Rans over the bytes themselves where its
+// estimate from a sample of kBlockLen-byte blocks beats Raw by rans_margin,
+// as for codes, else Raw. No predictor (byte data rarely has one).
+Candidate select_for_bytes(const uint8_t* s, size_t n, const EncodeOptions& opt) {
+  const Candidate raw{Codec::Raw, Predictor::None, n};
+  if (opt.choice == Choice::Rans) return Candidate{Codec::Rans, Predictor::None, 0};
+  if (opt.choice != Choice::Auto || !opt.allow_rans || n < kBlockLen) return raw;
+  uint32_t hist[kRansAlphabet] = {};
+  uint64_t sampled = 0;
+  const size_t every = sample_stride(n, opt), nblocks = (n + kBlockLen - 1) / kBlockLen;
+  for (size_t b = 0; b < nblocks; b += every) {
+    const size_t off = b * kBlockLen, m = std::min<size_t>(kBlockLen, n - off);
+    for (size_t k = 0; k < m; ++k) ++hist[s[off + k]];
+    sampled += m;
+  }
+  const size_t est = rans_estimate_bytes(hist, sampled, 0, n);
+  return double(est) < (1.0 - opt.rans_margin) * double(n) ? Candidate{Codec::Rans, Predictor::None, est} : raw;
+}
+
 template <class Code>
 Status decode_codes(const SliceHeader& h, const uint8_t* payload, size_t plen, uint32_t count, Code* q) {
   Status s;
@@ -225,7 +245,8 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
     return fail(Status::Unsupported, info);
   if (opt.choice == Choice::FloatHuff && !codec_accepts(Codec::FloatHuff, t, Predictor::None))
     return fail(Status::Unsupported, info);
-  if ((opt.choice == Choice::Block || opt.choice == Choice::Rans) && !is_code_type(t))
+  if (opt.choice == Choice::Block && !is_code_type(t)) return fail(Status::Unsupported, info);
+  if (opt.choice == Choice::Rans && !codec_accepts(Codec::Rans, t, Predictor::None))
     return fail(Status::Unsupported, info);
   if (opt.choice == Choice::Sparse && !codec_accepts(Codec::Sparse, t, Predictor::None))
     return fail(Status::Unsupported, info);
@@ -236,6 +257,8 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
       c = select_for_codes(static_cast<const int64_t*>(src), count, opt);
     } else if (float_sparse_type(t)) {
       c = select_for_floats(src, t, count, opt);
+    } else if (t == ElemType::U8) {
+      c = select_for_bytes(static_cast<const uint8_t*>(src), count, opt);
     }
   }
 
@@ -247,6 +270,8 @@ Status encode_slice(const void* src, ElemType t, uint32_t count, uint8_t* dst, s
       bytes = floatexp_encode(src, t, count, payload, coder_cap);
     } else if (c.codec == Codec::FloatHuff) {
       bytes = floathuff_encode(src, t, count, payload, coder_cap);
+    } else if (t == ElemType::U8) {
+      bytes = rans_encode_bytes(static_cast<const uint8_t*>(src), count, payload, coder_cap);
     } else if (!is_code_type(t)) {
       bytes = float_sparse_encode(src, t, count, c.form, payload, coder_cap);
     } else if (t == ElemType::I32) {
@@ -282,7 +307,9 @@ Status decode_slice(const uint8_t* src, size_t len, ElemType t, uint32_t count, 
     case Codec::Block:
     case Codec::Rans:
     case Codec::Sparse:
-      if (!is_code_type(t)) {
+      if (t == ElemType::U8) {
+        s = rans_decode_bytes(payload, plen, count, static_cast<uint8_t*>(dst));
+      } else if (!is_code_type(t)) {
         s = float_sparse_decode(payload, plen, t, count, dst);
       } else if (t == ElemType::I32) {
         s = decode_codes(h, payload, plen, count, static_cast<int32_t*>(dst));

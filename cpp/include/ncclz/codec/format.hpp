@@ -164,8 +164,10 @@ NCCLZ_HD void write_header(uint8_t* dst, const SliceHeader& h) {
 NCCLZ_HD constexpr bool codec_accepts(Codec c, ElemType t, Predictor p) {
   switch (c) {
     case Codec::Raw: return p == Predictor::None;
-    case Codec::Block:
-    case Codec::Rans: return is_code_type(t);
+    case Codec::Block: return is_code_type(t);
+    case Codec::Rans:
+      // U8: the bytes themselves as symbols (no predictor).
+      return is_code_type(t) || (t == ElemType::U8 && p == Predictor::None);
     case Codec::Sparse:
       // Float types: their bit patterns, lossless (no predictor).
       return is_code_type(t) || (p == Predictor::None && (t == ElemType::F32 || t == ElemType::F64 ||
