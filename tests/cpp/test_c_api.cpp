@@ -465,6 +465,35 @@ TEST(CApi, GroupRingShiftAndACollective) {
   EXPECT_NE(std::string(ncclzGetLastError(nullptr)).find("no group is open"), std::string::npos);
 }
 
+// NCCL's grouped and ungrouped calls on the two ends of a pair: rank 0
+// groups a send and a recv, rank 1 calls ncclzSend then ncclzRecv (and then
+// the other way round); lossless, every byte.
+TEST(CApi, AGroupMeetsUngroupedCalls) {
+  CWorld w(2);
+  const size_t n = 30000;
+  for (bool recv_first : {false, true}) {
+    w.run([&](int r, ncclzComm_t comm) {
+      const int peer = 1 - r;
+      std::vector<int32_t> x(n), y(n, -1);
+      for (size_t i = 0; i < n; ++i) x[i] = int32_t(i % 1000) * (r + 1);
+      const ncclzCompression_t c = ncclzCompressionLossless();
+      if (r == 0) {
+        EXPECT_EQ(ncclzGroupStart(), ncclzSuccess);
+        EXPECT_EQ(ncclzSend(x.data(), n, ncclzInt32, peer, c, comm), ncclzSuccess);
+        EXPECT_EQ(ncclzRecv(y.data(), n, ncclzInt32, peer, c, comm), ncclzSuccess);
+        EXPECT_EQ(ncclzGroupEnd(), ncclzSuccess) << ncclzGetLastError(nullptr);
+      } else if (recv_first) {
+        EXPECT_EQ(ncclzRecv(y.data(), n, ncclzInt32, peer, c, comm), ncclzSuccess) << ncclzGetLastError(nullptr);
+        EXPECT_EQ(ncclzSend(x.data(), n, ncclzInt32, peer, c, comm), ncclzSuccess) << ncclzGetLastError(nullptr);
+      } else {
+        EXPECT_EQ(ncclzSend(x.data(), n, ncclzInt32, peer, c, comm), ncclzSuccess) << ncclzGetLastError(nullptr);
+        EXPECT_EQ(ncclzRecv(y.data(), n, ncclzInt32, peer, c, comm), ncclzSuccess) << ncclzGetLastError(nullptr);
+      }
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(y[i], int32_t(i % 1000) * (peer + 1)) << "rank " << r << ", " << i;
+    });
+  }
+}
+
 // One thread drives every rank's communicator (NCCL's single-process,
 // several-devices pattern): the group runs them at once.
 TEST(CApi, GroupDrivesSeveralCommunicatorsFromOneThread) {
