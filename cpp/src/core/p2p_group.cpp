@@ -80,6 +80,7 @@
 #include <deque>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -310,9 +311,11 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
   // answer, a plain receiver waits for the data before anything else).
   prims::ChannelStats at_once_stats;
   bool any_at_once = false;
+  std::optional<transport::ShortWaits> short_waits;  // the handshakes' waits (not the data's)
   auto move_at_once = [&](GroupCall& g) {
     if (!g.matched || (g.theirs.flags & kGrouped)) return;
     rt_.protocol.p2p_flush(g.peer(), call);  // (its answer first, where it waits in the queue)
+    short_waits.reset();
     try {
       Stream s;
       open(s, g, &at_once_stats);
@@ -325,6 +328,7 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
       rt_.fail(std::string("grouped send/recv failed: ") + e.what());
       throw;
     }
+    short_waits.emplace();
     g.moved = true;
     any_at_once = true;
   };
@@ -363,7 +367,7 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     move_at_once(*g);
   };
   {
-    const transport::ShortWaits short_waits;
+    short_waits.emplace();
     trace::Scope handshake_event("handshake");
     for (size_t i = 0; i < group.size(); ++i) {
       GroupCall& g = *group[i];
@@ -394,6 +398,7 @@ void CallRoutine::group(const std::vector<PeerCall>& given, CallStats* stats) {
     }
     // The answers still queued (their peers, which wait for them, free the slots).
     for (int q = 0; q < rt_.nranks; ++q) rt_.protocol.p2p_flush(q, call);
+    short_waits.reset();
   }
   for (auto& g : group) {
     if (!g->mismatched) continue;
