@@ -334,6 +334,48 @@ TEST(P2pGroup, PlainCallsReadAheadOfAGroupsSends) {
   ring_shift_with_plain_calls(3, 9, [](int r) { return r == 0; }, false);
 }
 
+// Two sends in a row, and two recvs in a row, against a group: rank 0's
+// group sends twice and receives twice; rank 1 receives twice then sends
+// twice with plain calls (its first recv reads the group's second send
+// descriptor ahead of the first one's data), or sends twice then receives
+// twice; messages of different sizes and modes, each where it belongs.
+TEST(P2pGroup, RunsOfPlainCallsAgainstAGroup) {
+  ncclz_test::Ranks w(2);
+  const size_t n1 = 7000, n2 = 1500;
+  const Compression lossy = Compression::lossy_abs(1e-2);
+  for (bool sends_first : {false, true}) {
+    w.run([&](int r, Communicator& comm) {
+      const int peer = 1 - r;
+      const std::vector<float> a = values(r, 12, n1), b = values(r, 13, n2);
+      std::vector<float> ra(n1), rb(n2);
+      if (r == 0) {
+        comm.group({recv_of(ra.data(), n1, DataType::F32, peer, lossy),
+                    send_of(a.data(), n1, DataType::F32, peer, lossy), send_of(b.data(), n2, DataType::F32, peer),
+                    recv_of(rb.data(), n2, DataType::F32, peer)});
+      } else {
+        auto sends = [&] {
+          comm.send(a.data(), n1, DataType::F32, peer, lossy);
+          comm.send(b.data(), n2, DataType::F32, peer, Compression::none());
+        };
+        auto recvs = [&] {
+          comm.recv(ra.data(), n1, DataType::F32, peer, lossy);
+          comm.recv(rb.data(), n2, DataType::F32, peer, Compression::none());
+        };
+        if (sends_first) {
+          sends();
+          recvs();
+        } else {
+          recvs();
+          sends();
+        }
+      }
+      const std::string at = std::string(sends_first ? "sends first" : "recvs first") + ", rank " + std::to_string(r);
+      expect_within(ra, values(peer, 12, n1), 1e-2, at + ": the lossy message");
+      expect_within(rb, values(peer, 13, n2), 0, at + ": the exact one");
+    });
+  }
+}
+
 // A group serves its peers in the order they need it, not in its calls'
 // order: on a ring of 4 whose odd ranks receive, then send, with plain
 // calls, each even rank's group must move its send to the right (whose
