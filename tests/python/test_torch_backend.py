@@ -1070,6 +1070,21 @@ def _lossy(rank: int, world: int, out: dict) -> None:
     w.wait()
     assert torch.equal(a, b) and w.stats[0].compression == "lossless", w.stats
 
+    # the 8-bit floats in a lossless group's dtypes: every bit as uncompressed (on one host this size
+    # moves raw on the latency or direct path; over a link its bytes take Rans: bench/results/byte_types.md)
+    g8 = dist.new_group(
+        backend="ncclz",
+        pg_options=nt.Options(
+            compression=ncclz.Lossless(), dtypes=(torch.float8_e5m2,), min_elements=1024, policy="off"
+        ),
+    )
+    xs = [t.to(torch.float8_e5m2) for t in _inputs(world, (64, 1024), torch.float32, 44)]
+    outs = [torch.empty_like(xs[0]) for _ in range(world)]
+    w = dist.all_gather(outs, xs[rank], group=g8, async_op=True)
+    w.wait()
+    assert all(torch.equal(o.view(torch.uint8), x.view(torch.uint8)) for o, x in zip(outs, xs))
+    assert all(s.compression == "lossless" for s in w.stats), w.stats
+
     # error feedback: the residual of step t is added to the same call of step t+1
     ge = dist.new_group(
         backend="ncclz",
@@ -1435,6 +1450,10 @@ def test_options_validation():
     with pytest.raises(ncclz.InvalidArgumentError, match="cannot compress"):
         nt.Options(dtypes=(torch.int16,))  # reduced in int32, not compressed
     assert nt.Options(dtypes=(torch.int8, torch.uint32)).dtypes == (torch.int8, torch.uint32)
+    f8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+    assert nt.Options(dtypes=f8).dtypes == f8  # lossless: their bytes compress
+    with pytest.raises(ncclz.InvalidArgumentError, match="torch.float8_e5m2.*lossy needs"):
+        nt.Options(compression=ncclz.Lossy(rel=1e-3), dtypes=(torch.float32, torch.float8_e5m2))
     with pytest.raises(ncclz.InvalidArgumentError, match="strings"):
         nt.Options(compression="lossless")
     with pytest.raises(ncclz.InvalidArgumentError, match="unknown option"):

@@ -59,9 +59,12 @@ DEFAULT_MIN_ELEMENTS = 16384
 #: The floating types the runtime compresses (the default ``dtypes``).
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
-#: Dtypes the runtime can carry compressed at all (lossless); lossy needs FLOAT_DTYPES.
+#: Dtypes the runtime can carry compressed at all (lossless; the 8-bit ones as their bytes); lossy needs
+#: FLOAT_DTYPES.
 _CODEC_DTYPES = FLOAT_DTYPES + tuple(
-    getattr(torch, n) for n in ("int8", "int32", "int64", "uint8", "uint32", "uint64") if hasattr(torch, n)
+    getattr(torch, n)
+    for n in ("int8", "int32", "int64", "uint8", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+    if hasattr(torch, n)
 )
 
 #: Collective names accepted in ``lossy_collectives``.
@@ -126,7 +129,8 @@ class Options:
         result; rel: E = r * (max - min) of the call's inputs over all ranks).
     min_elements: tensors with fewer elements go exact (default 16384).
     dtypes: dtypes that may be compressed (default the floating types; lossless
-        also takes int8, int32, int64, uint8, uint32, uint64).
+        also takes int8, int32, int64, uint8, uint32, uint64, float8_e4m3fn and
+        float8_e5m2).
     lossy_collectives: where a lossy spec applies (default all_reduce,
         reduce_scatter and reduce, the gradient reductions); add "all_gather",
         "broadcast", "send", "gather", "scatter" or "all_to_all" to make that
@@ -193,7 +197,12 @@ class Options:
         if lossy:
             ints = [str(d) for d in dtypes if d not in FLOAT_DTYPES]
             if not dtypes or ints:
-                what = "an integer-only group" if not any(d in FLOAT_DTYPES for d in dtypes) else "integers"
+                if any(d in FLOAT_DTYPES for d in dtypes):
+                    what = ", ".join(ints)
+                elif all(not d.is_floating_point for d in dtypes):
+                    what = "an integer-only group"
+                else:
+                    what = "a group without float32, float64, float16 or bfloat16"
                 raise InvalidArgumentError(
                     f"Options: lossy compression {self.compression!r} on {what} (dtypes "
                     f"{', '.join(str(d) for d in dtypes) or 'none'}): lossy needs floating-point tensors; "
