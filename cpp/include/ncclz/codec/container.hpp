@@ -89,13 +89,13 @@ constexpr int kMaxDims = 32;
 /// losslessly as the bit patterns of a carrier ElemType of the same size
 /// (carrier_of; docs/FORMAT.md, "Container (blob)").
 enum class ArrayType : uint8_t {
-  I32 = 1,
-  I64 = 2,
-  F32 = 3,
-  F64 = 4,
-  F16 = 5,
-  BF16 = 6,
-  U8 = 7,
+  I32 = uint8_t(ElemType::I32),
+  I64 = uint8_t(ElemType::I64),
+  F32 = uint8_t(ElemType::F32),
+  F64 = uint8_t(ElemType::F64),
+  F16 = uint8_t(ElemType::F16),
+  BF16 = uint8_t(ElemType::BF16),
+  U8 = uint8_t(ElemType::U8),
   I8 = 8,       ///< as U8
   U32 = 9,      ///< as I32
   U64 = 10,     ///< as I64
