@@ -362,7 +362,11 @@ def test_codec_that_cannot_carry_the_data():
     with pytest.raises(ncclz.InvalidArgumentError, match="block"):
         codec.compress(x, ncclz.Lossless(), codec="block")
     with pytest.raises(ncclz.InvalidArgumentError, match="rans"):
-        codec.compress(x.astype(np.uint8), ncclz.Lossless(), codec="rans")
+        codec.compress(x, ncclz.Lossless(), codec="rans")
+    with pytest.raises(ncclz.InvalidArgumentError, match="block"):
+        codec.compress(x.astype(np.uint8), ncclz.Lossless(), codec="block")
+    b = x.astype(np.uint8)  # bytes: rans over the bytes themselves
+    assert np.array_equal(codec.decompress(codec.compress(b, ncclz.Lossless(), codec="rans")), b)
     with pytest.raises(ncclz.InvalidArgumentError, match="sparse"):
         codec.compress(x.astype(np.uint8), ncclz.Lossless(), codec="sparse")
     with pytest.raises(ncclz.InvalidArgumentError, match="lorenzo2d"):

@@ -474,10 +474,13 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
     case Choice::Auto:
     case Choice::Raw: break;
     case Choice::Block:
-    case Choice::Rans:
       if (!is_code_type(code_type))
-        invalid(std::string("codec '") + (opt.choice == Choice::Block ? "block" : "rans") +
-                "' codes integers only, and " + what + " " + tname +
+        invalid(std::string("codec 'block' codes 32- and 64-bit integers only, and ") + what + " " + tname +
+                "; use 'raw', 'rans' (bytes too), 'sparse', 'floatexp' (float32/float16/bfloat16) or codec=None");
+      break;
+    case Choice::Rans:
+      if (!codec_accepts(Codec::Rans, code_type, Predictor::None))
+        invalid(std::string("codec 'rans' codes integers and bytes only, and ") + what + " " + tname +
                 "; use 'raw', 'sparse', 'floatexp' (float32/float16/bfloat16) or codec=None");
       break;
     case Choice::Sparse:
