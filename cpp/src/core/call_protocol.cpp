@@ -445,25 +445,21 @@ void CallProtocol::p2p_answer(int peer, const CallDesc& mine, CallState& call) {
   ++nqueued_;
 }
 
-void CallProtocol::p2p_flush(int peer, CallState& call) {
+void CallProtocol::post_first_queued(int peer, CallState& call) {
   std::deque<CallDesc>& q = queued_[size_t(peer)];
-  while (!q.empty()) {
-    p2p_post(peer, q.front(), call);
-    q.pop_front();
-    --nqueued_;
-  }
+  p2p_post(peer, q.front(), call);
+  q.pop_front();
+  --nqueued_;
+}
+
+void CallProtocol::p2p_flush(int peer, CallState& call) {
+  while (!queued_[size_t(peer)].empty()) post_first_queued(peer, call);
 }
 
 bool CallProtocol::post_queued(CallState& call) {
   bool any = false;
   for (int p = 0; p < nranks_ && nqueued_ > 0; ++p) {
-    std::deque<CallDesc>& q = queued_[size_t(p)];
-    while (!q.empty() && peers_.link(p)->send->writable()) {
-      p2p_post(p, q.front(), call);
-      q.pop_front();
-      --nqueued_;
-      any = true;
-    }
+    for (; !queued_[size_t(p)].empty() && peers_.link(p)->send->writable(); any = true) post_first_queued(p, call);
   }
   return any;
 }

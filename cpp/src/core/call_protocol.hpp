@@ -195,6 +195,8 @@ class CallProtocol {
   size_t nqueued_ = 0;
   /// Posts queued answers while their links have free slots; true if any went.
   bool post_queued(CallState& call);
+  /// Posts the oldest answer queued for `peer` (waiting for a slot).
+  void post_first_queued(int peer, CallState& call);
   Buffer direct_in_;           ///< direct(): the schedules' scratch (the peers' pieces)
   std::vector<uint8_t> held_;  ///< by peer: a slot with carried data is held
   RingChannels& channels_;
