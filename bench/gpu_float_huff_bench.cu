@@ -1,6 +1,7 @@
 // Throughput of the device FloatHuff coder (ncclz/cuda_float_huff.hpp) on one
 // GPU: lossless encode and decode of Gaussian bf16 and float32 (N(0,1),
-// generated on the device), next to a cudaMemcpy device-to-device of the same
+// generated on the device) and of int8 bytes (round(6 N(0,1)), the byte
+// variant: each byte its own symbol), next to a cudaMemcpy device-to-device of the same
 // bytes, in one run; a row per kernel set (FloatHuffCoder::set_kernels: v1,
 // v2, v3; v3 encodes with v2's kernels, so its encode row re-times them), each
 // checked as below. The issue's target: bf16 Gaussian ratio >= 1.4 at
@@ -37,15 +38,18 @@ using ncclz::codec::ElemType;
 
 namespace {
 
-// N(0,1) by Box-Muller over hashed uniforms; bf16: rounded to nearest even.
-__global__ void gauss_kernel(void* x, size_t n, int bf16) {
+// N(0,1) by Box-Muller over hashed uniforms; bf16: rounded to nearest even;
+// U8: round(6 g) clipped to int8's range, as its byte (about 4.6 bits each).
+__global__ void gauss_kernel(void* x, size_t n, ElemType t) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     const float u1 = (float(bench_hash32(2 * i) >> 8) + 1.0f) * (1.0f / 16777216.0f);
     const float u2 = float(bench_hash32(2 * i + 1) >> 8) * (1.0f / 16777216.0f);
     const float g = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
     const uint32_t b = __float_as_uint(g);
-    if (bf16)
+    if (t == ElemType::BF16)
       static_cast<uint16_t*>(x)[i] = uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+    else if (t == ElemType::U8)
+      static_cast<uint8_t*>(x)[i] = uint8_t(int(fminf(127.0f, fmaxf(-128.0f, rintf(6.0f * g)))));
     else
       static_cast<uint32_t*>(x)[i] = b;
   }
@@ -119,8 +123,8 @@ int main(int argc, char** argv) {
       "|---|---|---|---|---|---|---|---|\n";
   std::printf("device: %s; %zu MiB per dataset, median of %d after %d warm-up\n", prop.name, mib, reps, warm);
   int failed = 0;
-  for (const ElemType t : {ElemType::BF16, ElemType::F32}) {
-    const bool bf16 = t == ElemType::BF16;
+  for (const ElemType t : {ElemType::BF16, ElemType::F32, ElemType::U8}) {
+    const char* tname = t == ElemType::BF16 ? "bf16" : t == ElemType::U8 ? "int8" : "f32";
     const size_t n = bytes / ncclz::codec::elem_size(t);
     const size_t cap = bytes + 4096;
     void *x = nullptr, *y = nullptr, *c = nullptr;
@@ -133,7 +137,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&p, cap));
     CK(cudaMalloc(&d_bytes, 8));
     CK(cudaMalloc(&d_status, 4));
-    gauss_kernel<<<1024, 256>>>(x, n, bf16 ? 1 : 0);
+    gauss_kernel<<<1024, 256>>>(x, n, t);
     CK(cudaGetLastError());
     ncclz::cuda::FloatHuffCoder coder(nullptr);
     CL(coder.reserve(n));
@@ -149,7 +153,7 @@ int main(int argc, char** argv) {
       unsigned long long pb = 0;
       CK(cudaMemcpy(&pb, d_bytes, 8, cudaMemcpyDeviceToHost));
       if (pb == ~0ull) {
-        std::printf("%s v%d: payload does not fit %zu bytes\n", bf16 ? "bf16" : "f32", ver, cap);
+        std::printf("%s v%d: payload does not fit %zu bytes\n", tname, ver, cap);
         return 1;
       }
       CL(coder.decode(p, size_t(pb), t, n, y, d_status));
@@ -162,7 +166,7 @@ int main(int argc, char** argv) {
       const bool same = cb == size_t(pb) && std::memcmp(cpu.data(), hp.data(), cb) == 0;
       const bool exact = st == 0 && hx == hy;
       if (!same || !exact) {
-        std::printf("%s v%d: FAILED: decode status %d, round trip %s, CPU bytes %s\n", bf16 ? "bf16" : "f32", ver, st,
+        std::printf("%s v%d: FAILED: decode status %d, round trip %s, CPU bytes %s\n", tname, ver, st,
                     exact ? "exact" : "DIFFERS", same ? "same" : "DIFFER");
         failed = 1;
       }
@@ -170,9 +174,9 @@ int main(int argc, char** argv) {
       const double dec = time_ms(warm, reps, [&] { CL(coder.decode(p, size_t(pb), t, n, y, d_status)); });
       const double ratio = double(bytes) / double(pb + ncclz::codec::kHeaderBytes);
       char row[256];
-      std::snprintf(row, sizeof row, "| Gaussian %s | v%d | %zu | %.4f | %.1f | %.1f | %.1f | %s |\n",
-                    bf16 ? "bf16" : "f32", ver, n, ratio, double(bytes) / enc / 1e6, double(bytes) / dec / 1e6,
-                    double(bytes) / cpy / 1e6, same && exact ? "yes (round trip exact)" : "NO");
+      std::snprintf(row, sizeof row, "| Gaussian %s | v%d | %zu | %.4f | %.1f | %.1f | %.1f | %s |\n", tname, ver, n,
+                    ratio, double(bytes) / enc / 1e6, double(bytes) / dec / 1e6, double(bytes) / cpy / 1e6,
+                    same && exact ? "yes (round trip exact)" : "NO");
       md += row;
     }
     CK(cudaFree(x));

@@ -27,8 +27,9 @@
 //   copy    D2D copy                                                 ; (ordered, no sync)
 //   synchronize                                                      ; sync
 //
-// Coded floats (lossless F32 / BF16 / F16: FloatHuff slices, Raw where that
-// is not smaller, as the CPU's encode_slice with allow_rans = false): the
+// Coded floats (lossless F32 / BF16 / F16, and U8's bytes: FloatHuff slices,
+// Raw where that is not smaller, as the CPU's encode_slice with allow_rans =
+// false): the
 // received header is read on the host; a Raw slice's values go straight to
 // their place (H2D), a FloatHuff slice is staged and decoded
 // (FloatHuffCoder); a reduction decodes into the codec's values and
@@ -115,13 +116,13 @@ DeviceSliceCodec::DeviceSliceCodec(ElemType type, WireMode mode, const codec::En
   if (floats_) {
     if (!codec::codec_accepts(codec::Codec::FloatHuff, type, codec::Predictor::None)) {
       throw InvalidArgument(
-          "ncclz device slice codec: Coded mode codes integer codes (int32, int64) and, lossless, float32, bfloat16 "
-          "and float16 (FloatHuff); not this element type");
+          "ncclz device slice codec: Coded mode codes integer codes (int32, int64) and, lossless, float32, bfloat16, "
+          "float16 and bytes (FloatHuff); not this element type");
     }
     if (enc.choice != Choice::Auto && enc.choice != Choice::FloatHuff && enc.choice != Choice::Raw) {
       throw InvalidArgument(
-          "ncclz device slice codec: lossless floats are coded with FloatHuff (EncodeOptions::choice Auto, FloatHuff "
-          "or Raw); not with FloatExp, Sparse or rANS");
+          "ncclz device slice codec: lossless floats and bytes are coded with FloatHuff (EncodeOptions::choice Auto, "
+          "FloatHuff or Raw); not with FloatExp, Sparse or rANS");
     }
     raw_only_ = enc.choice == Choice::Raw;
   } else if (mode == WireMode::Coded) {

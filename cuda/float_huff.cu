@@ -1,6 +1,8 @@
 // FloatHuff on the device (ncclz/cuda_float_huff.hpp; format: docs/FORMAT.md
 // "FloatHuff"; the table rule and layout arithmetic: codec/float_huff.hpp,
-// shared with the CPU coder). Byte-identical to the CPU encoder.
+// shared with the CPU coder). Byte-identical to the CPU encoder. U8 goes
+// through the same kernels with each byte its own "exponent" and no plane
+// (the plane helpers do nothing for it).
 //
 // v1 (FloatHuffCoder::set_kernels(1)): a CTA covers kCtaSubs sub-streams
 // (kCtaValues values): it loads its values with coalesced loads, keeps their
@@ -63,10 +65,16 @@ struct EncState {
 };
 
 __device__ __forceinline__ uint32_t bits_of(const void* x, ElemType t, size_t i) {
-  return t == ElemType::F32 ? static_cast<const uint32_t*>(x)[i] : uint32_t(static_cast<const uint16_t*>(x)[i]);
+  return t == ElemType::F32  ? static_cast<const uint32_t*>(x)[i]
+         : t == ElemType::U8 ? uint32_t(static_cast<const uint8_t*>(x)[i])
+                             : uint32_t(static_cast<const uint16_t*>(x)[i]);
 }
+// The symbol of a value's bits: its exponent field; U8: the byte.
 __device__ __forceinline__ uint32_t exponent_of(uint32_t b, ElemType t) {
-  return t == ElemType::F32 ? (b >> 23) & 0xFFu : t == ElemType::BF16 ? (b >> 7) & 0xFFu : (b >> 10) & 0x1Fu;
+  return t == ElemType::F32    ? (b >> 23) & 0xFFu
+         : t == ElemType::BF16 ? (b >> 7) & 0xFFu
+         : t == ElemType::U8   ? b & 0xFFu
+                               : (b >> 10) & 0x1Fu;
 }
 // Shared-memory slot of value j of a CTA.
 __device__ __forceinline__ uint32_t slot(uint32_t j) {
@@ -367,9 +375,9 @@ __global__ void fh_write_kernel(const void* x, ElemType t, size_t n, const EncSt
         plane[3 * i] = uint8_t(sm);
         plane[3 * i + 1] = uint8_t(sm >> 8);
         plane[3 * i + 2] = uint8_t(sm >> 16);
-      } else {
+      } else if (t == ElemType::BF16) {
         plane[i] = uint8_t(((b >> 8) & 0x80u) | (b & 0x7Fu));
-      }
+      }  // U8: no plane
     }
   }
   __syncthreads();
@@ -418,10 +426,12 @@ __device__ __forceinline__ uint16_t f16_value(uint32_t v, uint32_t ex) {
   return uint16_t(((v & 0x400u) << 5) | (ex << 10) | (v & 0x3FFu));
 }
 
-// The value of plane entry sm (sign and mantissa) with exponent ex.
+// The value of plane entry sm (sign and mantissa) with exponent ex (U8: the
+// byte ex).
 __device__ __forceinline__ uint32_t value_of(uint32_t sm, uint32_t ex, ElemType t) {
   return t == ElemType::F32    ? ((sm & 0x800000u) << 8) | (ex << 23) | (sm & 0x7FFFFFu)
          : t == ElemType::BF16 ? ((sm & 0x80u) << 8) | (ex << 7) | (sm & 0x7Fu)
+         : t == ElemType::U8   ? ex
                                : f16_value(sm, ex);
 }
 
@@ -632,6 +642,8 @@ __global__ void fh_decode_kernel(const uint8_t* in, ElemType t, size_t n, unsign
         const uint32_t sm =
             uint32_t(plane[3 * i]) | (uint32_t(plane[3 * i + 1]) << 8) | (uint32_t(plane[3 * i + 2]) << 16);
         static_cast<uint32_t*>(outv)[i] = value_of(sm, ex, t);
+      } else if (t == ElemType::U8) {
+        static_cast<uint8_t*>(outv)[i] = uint8_t(ex);
       } else {
         static_cast<uint16_t*>(outv)[i] = uint16_t(value_of(plane[i], ex, t));
       }
@@ -647,17 +659,28 @@ constexpr uint32_t kValueBatch = 4;  // groups of 8 values whose plane bytes a v
 static_assert(kCtaValues / 8 % (kValueBatch * kCtaSubs) == 0, "the value loop has no tail");
 
 template <ElemType T>
-using Bits = std::conditional_t<T == ElemType::F32, uint32_t, uint16_t>;
+using Bits = std::conditional_t<T == ElemType::F32, uint32_t, std::conditional_t<T == ElemType::U8, uint8_t, uint16_t>>;
 constexpr uint32_t kLaneValues = codec::kFhSubValues / 32;  // a warp per sub-stream: 8 values a lane
 static_assert(kLaneValues == 8, "load8 gives a lane 8 values");
 
 // The bits of values i0 .. i0 + 7 into b (those at n or past it: 0); returns
-// how many are below n. One 16-byte load (two for F32) where x is 16-byte
-// aligned and all 8 are below n (i0 is a multiple of 8); else value by value.
+// how many are below n. One 16-byte load (two for F32; one 8-byte load for
+// U8) where x is so aligned and all 8 are below n (i0 is a multiple of 8);
+// else value by value.
 template <ElemType T>
 __device__ __forceinline__ uint32_t load8(const void* xv, size_t n, size_t i0, uint32_t (&b)[8]) {
   const Bits<T>* x = static_cast<const Bits<T>*>(xv);
-  if (i0 + 8 <= n && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+  if constexpr (T == ElemType::U8) {
+    if (i0 + 8 <= n && (reinterpret_cast<uintptr_t>(x) & 7) == 0) {
+      const uint2 a = *reinterpret_cast<const uint2*>(x + i0);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        b[k] = (a.x >> (8 * k)) & 0xFFu;
+        b[4 + k] = (a.y >> (8 * k)) & 0xFFu;
+      }
+      return 8;
+    }
+  } else if (i0 + 8 <= n && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
     const uint4* q = reinterpret_cast<const uint4*>(x + i0);
     if constexpr (T == ElemType::F32) {
       const uint4 a = q[0], c = q[1];
@@ -682,11 +705,17 @@ __device__ __forceinline__ uint32_t load8(const void* xv, size_t n, size_t i0, u
 }
 
 // The eight values v (m of them valid) to out[i0 ..]: one or two 16-byte
-// stores where aligned and m = 8, else value by value.
+// stores (U8: one 8-byte store) where aligned and m = 8, else value by value.
 template <ElemType T>
 __device__ __forceinline__ void store8(void* outv, size_t i0, const uint32_t (&v)[8], uint32_t m) {
   Bits<T>* out = static_cast<Bits<T>*>(outv);
-  if (m == 8 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+  if constexpr (T == ElemType::U8) {
+    if (m == 8 && (reinterpret_cast<uintptr_t>(out) & 7) == 0) {
+      *reinterpret_cast<uint2*>(out + i0) =
+          uint2{v[0] | v[1] << 8 | v[2] << 16 | v[3] << 24, v[4] | v[5] << 8 | v[6] << 16 | v[7] << 24};
+      return;
+    }
+  } else if (m == 8 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
     uint4* q = reinterpret_cast<uint4*>(out + i0);
     if constexpr (T == ElemType::F32) {
       q[0] = uint4{v[0], v[1], v[2], v[3]};
@@ -711,7 +740,9 @@ __device__ __forceinline__ uint32_t plane_entry(uint32_t b) {
 // multiple of 8; the plane 4-byte aligned): 4-byte stores where m = 8.
 template <ElemType T>
 __device__ __forceinline__ void store_plane8(uint8_t* plane, size_t i0, const uint32_t (&b)[8], uint32_t m) {
-  if constexpr (T == ElemType::F16) {
+  if constexpr (T == ElemType::U8) {
+    (void)plane, (void)i0, (void)b, (void)m;  // no plane
+  } else if constexpr (T == ElemType::F16) {
     if (m) store_f16_plane8(plane + i0 / 8 * 11, b, m);
   } else {
     constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;  // bytes per entry
@@ -741,11 +772,16 @@ __device__ __forceinline__ void store_plane8(uint8_t* plane, size_t i0, const ui
 template <ElemType T>
 constexpr uint32_t kRawWords = T == ElemType::F16   ? 8
                                : T == ElemType::F32 ? 6
+                               : T == ElemType::U8  ? 1
                                                     : 2;
 template <ElemType T>
 __device__ __forceinline__ bool load_plane_raw(const uint8_t* plane, size_t i0, uint32_t m,
                                                uint32_t (&p)[kRawWords<T>]) {
-  if constexpr (T == ElemType::F16) {
+  if constexpr (T == ElemType::U8) {
+    (void)plane, (void)i0, (void)m;
+    p[0] = 0;  // no plane
+    return true;
+  } else if constexpr (T == ElemType::F16) {
     return load_f16_plane8(plane + i0 / 8 * 11, m, p);
   } else {
     constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;
@@ -765,7 +801,10 @@ __device__ __forceinline__ bool load_plane_raw(const uint8_t* plane, size_t i0, 
 }
 template <ElemType T>
 __device__ __forceinline__ uint32_t raw_entry(const uint32_t (&p)[kRawWords<T>], uint32_t k) {
-  if constexpr (T == ElemType::F16) {
+  if constexpr (T == ElemType::U8) {
+    (void)p, (void)k;
+    return 0;
+  } else if constexpr (T == ElemType::F16) {
     return p[k];
   } else {
     constexpr uint32_t E = T == ElemType::F32 ? 3 : 1;
@@ -1384,12 +1423,13 @@ int kernels_from_env() {
   return v != nullptr && std::strcmp(v, "v3") == 0 ? 3 : 2;
 }
 
-// Calls f(std::integral_constant<ElemType, t>) for t in F32, BF16, F16.
+// Calls f(std::integral_constant<ElemType, t>) for t in F32, BF16, F16, U8.
 template <class F>
 void with_fh_type(ElemType t, F&& f) {
   if (t == ElemType::F32) f(std::integral_constant<ElemType, ElemType::F32>{});
   if (t == ElemType::BF16) f(std::integral_constant<ElemType, ElemType::BF16>{});
   if (t == ElemType::F16) f(std::integral_constant<ElemType, ElemType::F16>{});
+  if (t == ElemType::U8) f(std::integral_constant<ElemType, ElemType::U8>{});
 }
 
 // A grid of `want` CTAs of `threads`, at most as many as are resident at once

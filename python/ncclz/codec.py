@@ -105,8 +105,9 @@ def compress(
         codec: None or ``"auto"`` (the selector picks per slice), or force one of ``"raw"``,
             ``"block"``, ``"rans"`` (integer codes or data), ``"sparse"`` (integer codes or
             data, or the bit patterns of lossless floats: mostly-zero data), ``"floatexp"``
-            (lossless float32/float16/bfloat16 only), ``"floathuff"`` (the same, coded as
-            the device codec codes it: parallel Huffman sub-streams, docs/FORMAT.md).
+            (lossless float32/float16/bfloat16 only), ``"floathuff"`` (the same and the
+            8-bit types' bytes, coded as the device codec codes them: parallel Huffman
+            sub-streams, docs/FORMAT.md).
         predictor: None/``"auto"``, or force ``"none"``, ``"delta1"``, ``"delta2"``,
             ``"lorenzo2d"`` (>= 2-D) or ``"lorenzo3d"`` (>= 3-D) for the integer coders.
         layout: lossy mode only. None/``"auto"``: the classic layout (slices of codes on the

@@ -596,7 +596,7 @@ void for_each_layout(const std::function<void(const char*, int, Ranks&, const st
 void check_exact_on_device(const Compression& c, const std::vector<DataType>& types, const std::vector<RedOp>& ops,
                            unsigned seed, const std::function<bool(DataType)>& coded, bool compresses,
                            const std::function<bool(int, DataType, RedOp)>& skip) {
-  const size_t count = ncclz_test::quick() ? 3000 : 20000;
+  const size_t base_count = ncclz_test::quick() ? 3000 : 20000;
   const bool none_mode = c.mode == Compression::Mode::None;
   for (int N : {2, 3, 4}) {
     // Direct off: above latency_bytes host buffers of ranks that reach each
@@ -609,6 +609,8 @@ void check_exact_on_device(const Compression& c, const std::vector<DataType>& ty
     std::vector<bool> mixed(size_t(N), false);
     for (int r = 0; r < N; r += 2) mixed[size_t(r)] = true;
     for (DataType t : types) {
+      // (bytes: as many of them as float32 has bytes, above the latency algorithm's sizes)
+      const size_t count = base_count * (esize(t) == 1 ? 4 : 1);
       for (Op o : kAllOps) {
         for (RedOp op : ops) {
           if ((op != RedOp::Sum && !reduces(o)) || skip(N, t, op)) continue;
@@ -631,7 +633,7 @@ void check_exact_on_device(const Compression& c, const std::vector<DataType>& ty
                 EXPECT_EQ(dev[size_t(r)].out, none[size_t(r)].out) << "device and host results differ";
               }
               const bool ring = o == Op::AllReduce || o == Op::ReduceScatter || o == Op::AllGather;
-              if (compresses && coded(t) && pattern[size_t(r)] && ring && t == DataType::F32) {
+              if (compresses && coded(t) && pattern[size_t(r)] && ring && (t == DataType::F32 || t == DataType::U8)) {
                 EXPECT_LT(dev[size_t(r)].stats.wire_bytes, dev[size_t(r)].stats.raw_bytes) << "nothing compressed";
               }
             }
@@ -656,15 +658,20 @@ TEST(CudaComm, UncompressedCollectivesOnDevice) {
 
 // Lossless collectives of device buffers: float32, bfloat16 and float16 are
 // coded on the device (FloatHuff slices, Raw where not smaller; every rank
-// codes without rANS since one is a device), float64 runs on host copies;
-// lossless bit-identical to none; the float slices compress.
+// codes without rANS since one is a device), and so are uint8 and int8 (sum,
+// as their bytes: FloatHuff over the bytes); float64 runs on host copies;
+// lossless bit-identical to none; the float32 and uint8 slices compress.
 TEST(CudaComm, LosslessCollectivesOnDevice) {
   SKIP_WITHOUT_GPU();
   check_exact_on_device(
-      Compression::lossless(), {DataType::F32, DataType::BF16, DataType::F16, DataType::F64},
+      Compression::lossless(),
+      {DataType::F32, DataType::BF16, DataType::F16, DataType::F64, DataType::U8, DataType::I8},
       {RedOp::Sum, RedOp::Avg, RedOp::Max}, 17, [](DataType t) { return t != DataType::F64; }, true,
-      // fewer cases: every operator ran uncompressed
-      [](int N, DataType t, RedOp op) { return op == RedOp::Max && (N == 3 || t == DataType::F16); });
+      // fewer cases: every operator ran uncompressed; int8's max and avg run
+      // on host copies (core::reduces_as_wire)
+      [](int N, DataType t, RedOp op) {
+        return (op == RedOp::Max && (N == 3 || t == DataType::F16)) || (t == DataType::I8 && op != RedOp::Sum);
+      });
 }
 
 // The hierarchical schedules with device buffers (hosts from the topology

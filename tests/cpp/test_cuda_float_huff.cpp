@@ -30,6 +30,10 @@ std::vector<uint8_t> values(ElemType t, size_t n, int kind, uint32_t seed) {
   std::mt19937_64 g(seed);
   std::normal_distribution<float> d(0.0f, 1e-2f);
   std::vector<uint8_t> v(n * elem_size(t));
+  if (t == ElemType::U8) {  // bytes: a Gaussian of about 6 (int8, ~4.6 bits), zeros, random
+    for (auto& b : v) b = kind == 0 ? uint8_t(std::lround(d(g) * 600.0f) & 0xFF) : kind == 1 ? 0 : uint8_t(g());
+    return v;
+  }
   for (size_t i = 0; i < n; ++i) {
     float f = kind == 0 ? d(g) : kind == 1 ? 0.0f : 0.0f;
     uint32_t b;
@@ -60,7 +64,7 @@ std::vector<uint8_t> cpu_encode(const std::vector<uint8_t>& v, ElemType t) {
   return p;
 }
 
-const ElemType kTypes[] = {ElemType::F32, ElemType::BF16, ElemType::F16};
+const ElemType kTypes[] = {ElemType::F32, ElemType::BF16, ElemType::F16, ElemType::U8};
 const int kVersions[] = {1, 2, 3};
 
 // Sizes: below, at and past one sub-stream (256) and one CTA's 128
@@ -222,7 +226,8 @@ TEST(CudaFloatHuff, SlicesMatchEncodeSlice) {
               want.resize(info.bytes);
               const auto got = ncclz_test::from_device(out.get(), b);
               EXPECT_EQ(got, want) << "the device's slice differs from encode_slice's";
-              if (form == 0 && kind == 0 && n >= 300) {
+              // (bytes: 300 of them code to more than 300 with the 136-byte index)
+              if (form == 0 && kind == 0 && n >= (t == ElemType::U8 ? 8193u : 300u)) {
                 EXPECT_EQ(info.codec, Codec::FloatHuff);
               }
               if (kind == 2 && n >= 300) {
@@ -258,7 +263,9 @@ std::vector<uint8_t> with_histogram(ElemType t, const std::vector<uint32_t>& his
   std::vector<uint8_t> v(e.size() * es);
   for (size_t i = 0; i < e.size(); ++i) {
     const uint32_t r = uint32_t(g());
-    if (t == ElemType::F32) {
+    if (t == ElemType::U8) {
+      v[i] = uint8_t(e[i]);
+    } else if (t == ElemType::F32) {
       const uint32_t b = (r & 0x807FFFFFu) | e[i] << 23;
       std::memcpy(&v[4 * i], &b, 4);
     } else {
@@ -342,9 +349,16 @@ std::vector<TableCase> table_cases() {
     c.push_back({"f16 fibonacci 20", ElemType::F16, h, true});
   }
   c.push_back({"f16 32 equal", ElemType::F16, std::vector<uint32_t>(32, 9), false});
+  {
+    std::vector<uint32_t> h(256, 0);  // bytes
+    const auto f = fib(22);
+    for (uint32_t i = 0; i < 22; ++i) h[(i * 37 + 5) % 256] = f[i];
+    c.push_back({"u8 fibonacci 22", ElemType::U8, h, true});
+  }
+  c.push_back({"u8 256 equal", ElemType::U8, std::vector<uint32_t>(256, 11), false});
   const int randoms = ncclz_test::quick() ? 12 : 60;
   for (int r = 0; r < randoms; ++r) {
-    const ElemType t = r % 5 == 4 ? ElemType::F16 : r % 2 ? ElemType::BF16 : ElemType::F32;
+    const ElemType t = r % 5 == 4 ? ElemType::F16 : r % 6 == 3 ? ElemType::U8 : r % 2 ? ElemType::BF16 : ElemType::F32;
     const uint32_t A = fh_alphabet(t);
     std::vector<uint32_t> h(A, 0);
     const uint32_t used = 1 + g() % A;

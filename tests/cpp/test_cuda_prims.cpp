@@ -163,6 +163,8 @@ std::vector<uint8_t> make_floats(ElemType t, size_t n, uint64_t seed) {
     if (i % 67 == 0) f *= 1e-5f;
     if (t == ElemType::F32) {
       std::memcpy(&b[i * 4], &f, 4);
+    } else if (t == ElemType::U8) {
+      b[i] = uint8_t(std::lround(f * 600.0f) & 0xFF);  // bytes (int8): about 4.6 bits each
     } else {
       const uint16_t h = t == ElemType::BF16 ? codec::float_to_bf16(f) : codec::float_to_f16(f);
       std::memcpy(&b[i * 2], &h, 2);
@@ -468,14 +470,14 @@ TEST(CudaPrims, RawValueReductionsMatchCpuRanks) {
 }
 
 // Lossless floats on device ranks (Coded floats: FloatHuff slices, reduced
-// in their type after the decode): sums and maxima through every ring
-// collective, device and CPU ranks mixed: the all-CPU run's output bits and
-// every slot's bytes (the CPU ranks code without rANS, as a device rank's
-// peers do).
+// in their type after the decode), and bytes the same way: sums and maxima
+// through every ring collective, device and CPU ranks mixed: the all-CPU
+// run's output bits and every slot's bytes (the CPU ranks code without rANS,
+// as a device rank's peers do).
 TEST(CudaPrims, LosslessFloatsMatchCpuRanks) {
   SKIP_WITHOUT_GPU();
   const int N = 3;
-  for (ElemType t : {ElemType::F32, ElemType::BF16, ElemType::F16}) {
+  for (ElemType t : {ElemType::F32, ElemType::BF16, ElemType::F16, ElemType::U8}) {
     for (RedOp op : {RedOp::Sum, RedOp::Max}) {
       for (Coll c : {Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast}) {
         if (op != RedOp::Sum && (c == Coll::AllGather || c == Coll::Broadcast)) continue;
@@ -754,15 +756,16 @@ TEST(CudaPrims, CodedMaxMinSliceCallsMatchCpu) {
   }
 }
 
-// Coded floats' three calls directly (lossless F32 / BF16 / F16), against
-// SliceCodec with the same options (allow_rans = false): the same slices
-// (FloatHuff, Raw for noise), CPU slices decoded on the device, reductions
-// with the CPU's bits, and the decoder's errors: damaged payloads as the CPU
-// decoder, bytes after the slice, a wrong count, a FloatExp slice (what a
-// peer coding with rANS would send: the device cannot decode it).
+// Coded floats' three calls directly (lossless F32 / BF16 / F16, and U8's
+// bytes), against SliceCodec with the same options (allow_rans = false): the
+// same slices (FloatHuff, Raw for noise), CPU slices decoded on the device,
+// reductions with the CPU's bits, and the decoder's errors: damaged payloads
+// as the CPU decoder, bytes after the slice, a wrong count, a FloatExp slice
+// (bytes: a Rans one; what a peer coding with rANS would send: the device
+// cannot decode it).
 TEST(CudaPrims, FloatSliceCallsMatchCpu) {
   SKIP_WITHOUT_GPU();
-  for (ElemType t : {ElemType::F32, ElemType::BF16, ElemType::F16}) {
+  for (ElemType t : {ElemType::F32, ElemType::BF16, ElemType::F16, ElemType::U8}) {
     for (RedOp op : {RedOp::Sum, RedOp::Max}) {
       SCOPED_TRACE(testing::Message() << "type " << int(t) << " op " << int(op));
       const size_t es = codec::elem_size(t);
@@ -785,7 +788,8 @@ TEST(CudaPrims, FloatSliceCallsMatchCpu) {
           const size_t cb = d.cb;
           codec::SliceHeader h;
           ASSERT_EQ(codec::read_header(cs.data(), cb, &h), codec::Status::Ok);
-          if (n == 1 || (kind == 0 && n >= 300)) {
+          // (300 bytes code to more than 300 with FloatHuff's 136-byte index)
+          if (n == 1 || (kind == 0 && n >= (t == ElemType::U8 ? 1000u : 300u))) {
             EXPECT_EQ(h.codec, n == 1 ? codec::Codec::Raw : codec::Codec::FloatHuff);
           }
           prims::SliceValues v;
@@ -823,11 +827,11 @@ TEST(CudaPrims, FloatSliceCallsMatchCpu) {
           // A FloatExp slice: not what a device decodes.
           if (kind == 0 && n >= 300) {
             codec::EncodeOptions fe;
-            fe.choice = codec::EncodeOptions::Choice::FloatExp;
+            fe.choice = t == ElemType::U8 ? codec::EncodeOptions::Choice::Rans : codec::EncodeOptions::Choice::FloatExp;
             codec::SliceInfo info;
             std::vector<uint8_t> fs(slot);
             ASSERT_EQ(codec::encode_slice(x.data(), t, uint32_t(n), fs.data(), slot, fe, &info), codec::Status::Ok);
-            ASSERT_EQ(info.codec, codec::Codec::FloatExp);
+            ASSERT_EQ(info.codec, t == ElemType::U8 ? codec::Codec::Rans : codec::Codec::FloatExp);
             EXPECT_EQ(dev.decode(fs.data(), info.bytes, n, dto.get(), &v), codec::Status::Unsupported);
             EXPECT_EQ(dev.reduce(fs.data(), info.bytes, n, prims::SliceValues::of_dense(dy.get()), dto.get(), &v),
                       codec::Status::Unsupported);

@@ -75,8 +75,8 @@ size_t round_trip(const std::vector<uint8_t>& v, ElemType t) {
   if (n == 0) {
     EXPECT_EQ(p.size(), 0u);
   } else {
-    EXPECT_GE(p.size(), fh_index_bytes(t, n) + floatexp_plane_bytes(t, n));
-    EXPECT_EQ((p.size() - fh_index_bytes(t, n) - floatexp_plane_bytes(t, n)) % 4, 0u);
+    EXPECT_GE(p.size(), fh_index_bytes(t, n) + fh_plane_bytes(t, n));
+    EXPECT_EQ((p.size() - fh_index_bytes(t, n) - fh_plane_bytes(t, n)) % 4, 0u);
   }
   std::vector<uint8_t> out(v.size() + 8, 0xA5);
   EXPECT_EQ(floathuff_decode(p.data(), p.size(), t, n, out.data()), Status::Ok) << "n=" << n;
@@ -445,4 +445,109 @@ TEST(FloatHuff, SelectorWithoutRansPicksIt) {
   SliceInfo info;
   ASSERT_EQ(encode_slice(d.data(), ElemType::F64, 1000, slice.data(), slice.size(), no_rans, &info), Status::Ok);
   EXPECT_NE(info.codec, Codec::FloatHuff);
+}
+
+namespace {
+// Bytes of a Gaussian of standard deviation sd (rounded, as int8 two's complement).
+std::vector<uint8_t> gaussian_bytes(size_t n, double sd, uint32_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> d(0.0, sd);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = uint8_t(std::lround(std::fmin(127.0, std::fmax(-128.0, d(g)))) & 0xFF);
+  return v;
+}
+double entropy_bits(const std::vector<uint8_t>& v) {
+  double h[256] = {}, e = 0;
+  for (uint8_t b : v) h[b] += 1;
+  for (double c : h)
+    if (c > 0) e -= c * std::log2(c / double(v.size()));
+  return e;
+}
+}  // namespace
+
+// U8 (uint8, and int8 / float8 as their bytes): each byte is a symbol, there
+// is no plane. Round trips over the sizes; the code words take between the
+// bytes' entropy and one bit a byte more (Huffman's bounds, plus each
+// sub-stream's padding); one symbol costs the index alone; a damaged payload
+// decodes to an error or other bytes, never out of bounds.
+TEST(FloatHuff, BytesAreTheirOwnSymbols) {
+  const ElemType t = ElemType::U8;
+  EXPECT_EQ(fh_plane_bytes(t, 1000), 0u);
+  EXPECT_EQ(fh_alphabet(t), 256u);
+  for (size_t n : kSizes) {
+    round_trip(gaussian_bytes(n, 6.0, uint32_t(n) + 3), t);
+    round_trip(random_bytes(t, n, uint32_t(n) + 5), t);
+    std::vector<uint8_t> cycle(n);
+    for (size_t i = 0; i < n; ++i) cycle[i] = uint8_t(i * 7);
+    round_trip(cycle, t);
+  }
+  for (double sd : {0.7, 6.0, 40.0}) {
+    const size_t n = (size_t(1) << 20) + 5;
+    const auto v = gaussian_bytes(n, sd, 77);
+    const size_t bytes = round_trip(v, t);
+    const double code_bits = 8.0 * double(bytes - fh_index_bytes(t, n));
+    const double h = entropy_bits(v), pad = 32.0 * double(fh_substreams(n));
+    EXPECT_GE(code_bits, h) << "sd " << sd;
+    EXPECT_LE(code_bits, h + double(n) + pad) << "sd " << sd;
+    const size_t est = floathuff_estimate_bytes(v.data(), t, n, 8);
+    EXPECT_NEAR(double(est), double(bytes), 0.02 * double(bytes)) << "sd " << sd;
+    std::printf("bytes sd %g: entropy %.3f bits, FloatHuff %.3f bits a byte\n", sd, h / double(n),
+                code_bits / double(n));
+  }
+  for (size_t n : {size_t(1), size_t(256), size_t(70000)}) {
+    const std::vector<uint8_t> same(n, 0xC3);
+    EXPECT_EQ(round_trip(same, t), fh_index_bytes(t, n)) << n;
+  }
+  const size_t n = 700;
+  const auto v = gaussian_bytes(n, 6.0, 21);
+  const std::vector<uint8_t> p = encode(v, t);
+  for (size_t len = 0; len < p.size(); ++len) EXPECT_EQ(decode_copy(p, len, t, n), Status::Corrupt) << len;
+  std::mt19937 g(9);
+  int corrupt = 0;
+  for (int rep = 0; rep < 3000; ++rep) {
+    std::vector<uint8_t> d = p;
+    const size_t at = g() % d.size();
+    d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
+    const Status s = decode_copy(d, d.size(), t, n);
+    EXPECT_TRUE(s == Status::Ok || s == Status::Corrupt);
+    corrupt += s == Status::Corrupt;
+  }
+  EXPECT_GT(corrupt, 0);
+}
+
+// Byte slices: the selector takes Rans with rANS allowed, FloatHuff (the
+// forced codec's bytes) without it, Raw where FloatHuff is not smaller.
+TEST(FloatHuff, ByteSlicesWithoutRans) {
+  EncodeOptions no_rans;
+  no_rans.allow_rans = false;
+  EncodeOptions forced;
+  forced.choice = EncodeOptions::Choice::FloatHuff;
+  const ElemType t = ElemType::U8;
+  for (uint32_t n : {1u, 40u, 300u, 5000u, 70001u}) {
+    for (int kind = 0; kind < 3; ++kind) {  // Gaussian bytes, zeros, random bytes
+      const auto v = kind == 0   ? gaussian_bytes(n, 6.0, n)
+                     : kind == 1 ? std::vector<uint8_t>(n, 0)
+                                 : random_bytes(t, n, n + 1);
+      std::vector<uint8_t> a(max_slice_bytes(t, n)), b(a.size()), out(n);
+      SliceInfo ia, ib;
+      ASSERT_EQ(encode_slice(v.data(), t, n, a.data(), a.size(), no_rans, &ia), Status::Ok);
+      ASSERT_EQ(encode_slice(v.data(), t, n, b.data(), b.size(), forced, &ib), Status::Ok);
+      ASSERT_EQ(ia.bytes, ib.bytes);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), ia.bytes), 0);
+      if (kind == 2 || n < 300) {  // random bytes; or the 136-byte index at least as big as the bytes
+        EXPECT_EQ(ia.codec, Codec::Raw) << n << " " << kind;
+      } else if (n >= 5000 || kind == 1) {
+        EXPECT_EQ(ia.codec, Codec::FloatHuff) << n << " " << kind;
+      }
+      size_t used = 0;
+      ASSERT_EQ(decode_slice(a.data(), ia.bytes, t, n, out.data(), &used), Status::Ok);
+      EXPECT_EQ(used, ia.bytes);
+      EXPECT_EQ(out, v);
+      if (kind == 0 && n >= 5000) {
+        SliceInfo with_rans;
+        ASSERT_EQ(encode_slice(v.data(), t, n, a.data(), a.size(), EncodeOptions{}, &with_rans), Status::Ok);
+        EXPECT_EQ(with_rans.codec, Codec::Rans);
+      }
+    }
+  }
 }

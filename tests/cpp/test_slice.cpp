@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "codec/float_huff.hpp"
 #include "codec/slice.hpp"
 #include "codec/sparse_coder.hpp"
 
@@ -207,8 +208,9 @@ TEST(Slice, IncompressibleFallsBackToRaw) {
 
 // Byte slices (uint8, and int8 and the 8-bit floats, which travel as their
 // bytes) take Rans over the bytes where their entropy is low enough, Raw
-// where it is not or without rANS (what a device rank decodes); forced Rans
-// round trips whatever the bytes; a damaged payload is an error.
+// where it is not; without rANS (what a device rank codes) FloatHuff over
+// the bytes, Raw where that is not smaller; forced Rans round trips whatever
+// the bytes; a damaged payload is an error.
 TEST(Slice, BytesTakeRansWhereItPays) {
   std::mt19937 rng(3);
   std::normal_distribution<double> g(0, 1);
@@ -224,7 +226,17 @@ TEST(Slice, BytesTakeRansWhereItPays) {
   EncodeOptions no_rans;
   no_rans.allow_rans = false;
   round_trip(skewed, ElemType::U8, no_rans, &info);
+  EXPECT_EQ(info.codec, Codec::FloatHuff);
+  EXPECT_LT(info.bytes, skewed.size() * 5 / 8) << "Huffman codes of about 4.7 bits a byte";
+  round_trip(uniform, ElemType::U8, no_rans, &info);
+  EXPECT_EQ(info.codec, Codec::Raw) << "FloatHuff not smaller: Raw";
+  const std::vector<uint8_t> seven(7, 9);  // one symbol: no code words, an index of 136 bytes > 7
+  round_trip(seven, ElemType::U8, no_rans, &info);
   EXPECT_EQ(info.codec, Codec::Raw);
+  const std::vector<uint8_t> same(5000, 9);
+  round_trip(same, ElemType::U8, no_rans, &info);
+  EXPECT_EQ(info.codec, Codec::FloatHuff);
+  EXPECT_EQ(info.bytes, kHeaderBytes + fh_index_bytes(ElemType::U8, same.size())) << "one symbol: the index alone";
   EncodeOptions rans;
   rans.choice = Choice::Rans;
   for (const auto* v : {&skewed, &uniform}) {

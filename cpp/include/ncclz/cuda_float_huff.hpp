@@ -1,6 +1,7 @@
 // Device coder for FloatHuff (codec 5, docs/FORMAT.md "FloatHuff"): lossless
 // F32 / BF16 / F16 with the exponents in canonical Huffman sub-streams of 256
-// values, one GPU thread per sub-stream. Writes the same payload bytes as the
+// values, one GPU thread per sub-stream; U8 (uint8, int8, the 8-bit floats)
+// with each byte as the symbol. Writes the same payload bytes as the
 // CPU coder (cpp/src/codec/float_huff.cpp) and decodes its payloads. Built
 // only with CUDA (cuda/float_huff.cu); declared here without CUDA headers.
 //
@@ -64,7 +65,7 @@ class FloatHuffCoder {
   /// Grows the scratch for encodes of up to n values (decodes need none).
   int reserve(size_t n);
 
-  /// Encodes n values of type t (F32, BF16, F16) at d_x into the FloatHuff
+  /// Encodes n values of type t (F32, BF16, F16, U8) at d_x into the FloatHuff
   /// payload at d_out (4-byte aligned, `cap` bytes); writes the payload size
   /// to *d_bytes, or ~0 (the CPU's kNoFit) where it would exceed cap (d_out's
   /// first bytes are then scratch). n = 0: size 0. -Unsupported for other

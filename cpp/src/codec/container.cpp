@@ -476,7 +476,8 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
     case Choice::Block:
       if (!is_code_type(code_type))
         invalid(std::string("codec 'block' codes 32- and 64-bit integers only, and ") + what + " " + tname +
-                "; use 'raw', 'rans' (bytes too), 'sparse', 'floatexp' (float32/float16/bfloat16) or codec=None");
+                "; use 'raw', 'rans' (bytes too), 'sparse', 'floatexp' (float32/float16/bfloat16), 'floathuff' "
+                "(those and bytes) or codec=None");
       break;
     case Choice::Rans:
       if (!codec_accepts(Codec::Rans, code_type, Predictor::None))
@@ -489,10 +490,17 @@ EncodeOptions::Choice checked_choice(const EncodeOptions& opt, ElemType code_typ
                 "; use 'raw' or codec=None");
       break;
     case Choice::FloatExp:
-    case Choice::FloatHuff:
       if (!codec_accepts(Codec::FloatExp, code_type, Predictor::None))
-        invalid(std::string("codec '") + (opt.choice == Choice::FloatExp ? "floatexp" : "floathuff") +
-                "' codes float32, float16 and bfloat16 losslessly, and " + what + " " + tname +
+        invalid(std::string("codec 'floatexp' codes float32, float16 and bfloat16 losslessly, and ") + what + " " +
+                tname +
+                (spec.mode == Spec::Lossy    ? "; use 'block', 'rans', 'sparse', 'raw' or codec=None"
+                 : code_type == ElemType::U8 ? "; use 'rans', 'floathuff', 'raw' or codec=None"
+                                             : "; use 'raw' or codec=None"));
+      break;
+    case Choice::FloatHuff:
+      if (!codec_accepts(Codec::FloatHuff, code_type, Predictor::None))
+        invalid(std::string("codec 'floathuff' codes float32, float16, bfloat16 and bytes losslessly, and ") + what +
+                " " + tname +
                 (spec.mode == Spec::Lossy ? "; use 'block', 'rans', 'sparse', 'raw' or codec=None"
                                           : "; use 'raw' or codec=None"));
       break;

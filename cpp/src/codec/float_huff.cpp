@@ -27,6 +27,7 @@ inline uint32_t ld32(const void* p) {
 inline void st32(void* p, uint32_t v) { std::memcpy(p, &v, 4); }
 
 inline uint32_t exponent_at(const uint8_t* x, ElemType t, size_t i) {
+  if (t == ElemType::U8) return x[i];
   uint32_t b;
   if (t == ElemType::F32) {
     std::memcpy(&b, x + 4 * i, 4);
@@ -151,21 +152,26 @@ size_t floathuff_estimate_bytes(const void* x, ElemType t, size_t n, uint32_t sa
   // Scaled to n values, plus half a word of padding per sub-stream.
   const uint64_t code_bits = uint64_t(double(bits) * double(n) / double(total)) + 16 * fh_substreams(n);
   const uint64_t words = (code_bits + 31) / 32;
-  return size_t(fh_payload_bytes(t, n, words, floatexp_plane_bytes(t, n)));
+  return size_t(fh_payload_bytes(t, n, words, fh_plane_bytes(t, n)));
 }
 
 size_t floathuff_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_t cap) {
   if (!fh_type(t)) return kNoFit;
   if (n == 0) return 0;
-  const size_t plane = floatexp_plane_bytes(t, n);
+  const size_t plane = size_t(fh_plane_bytes(t, n));
   const size_t index = size_t(fh_index_bytes(t, n));
   if (cap < index + plane) return kNoFit;
   const uint32_t A = fh_alphabet(t);
-  uint8_t* e = exp_scratch(n);
-  // The plane goes at the end of the capacity first, behind the words once
-  // their length is known.
+  // The symbols: the exponents (split from their planes), or U8's bytes as
+  // they are. The plane goes at the end of the capacity first, behind the
+  // words once their length is known.
   uint8_t* tmp_plane = dst + cap - plane;
-  floatexp_split(x, t, n, e, tmp_plane);
+  const uint8_t* e = static_cast<const uint8_t*>(x);
+  if (t != ElemType::U8) {
+    uint8_t* split = exp_scratch(n);
+    floatexp_split(x, t, n, split, tmp_plane);
+    e = split;
+  }
   uint32_t hist[256];
   byte_histogram(e, n, hist);
   uint8_t len[256];
@@ -209,7 +215,7 @@ size_t floathuff_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_
       w.flush();
     }
   }
-  std::memmove(dst + index + 4 * words, tmp_plane, plane);
+  if (plane) std::memmove(dst + index + 4 * words, tmp_plane, plane);
   return size_t(index + 4 * words + plane);
 }
 
@@ -217,7 +223,7 @@ Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, vo
   if (!fh_type(t)) return Status::Unsupported;
   if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
   if (!src || !out) return Status::Corrupt;
-  const size_t plane = floatexp_plane_bytes(t, n);
+  const size_t plane = size_t(fh_plane_bytes(t, n));
   const uint64_t index = fh_index_bytes(t, n);
   if (uint64_t(len) < index + plane || (len - index - plane) % 4 != 0) return Status::Corrupt;
   const uint64_t words = (len - index - plane) / 4;
@@ -246,7 +252,8 @@ Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, vo
   for (const uint8_t* z = counts + S; z < src + index; ++z)
     if (*z) return Status::Corrupt;
 
-  uint8_t* e = exp_scratch(n);
+  // U8's symbols are its values: decoded in place.
+  uint8_t* e = t == ElemType::U8 ? static_cast<uint8_t*>(out) : exp_scratch(n);
   const uint8_t* wbase = src + index;
   if (m == 1) {
     if (words != 0) return Status::Corrupt;
@@ -289,6 +296,7 @@ Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, vo
       off += counts[k];
     }
   }
+  if (t == ElemType::U8) return Status::Ok;
   return floatexp_join(e, wbase + 4 * words, t, n, out) ? Status::Ok : Status::Corrupt;
 }
 

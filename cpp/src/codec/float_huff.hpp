@@ -2,7 +2,9 @@
 // split of FloatExp (float_coder.hpp: exponents, sign+mantissa plane), the
 // exponents coded with one canonical Huffman table of codes of at most 12 bits
 // in independent sub-streams of kFhSubValues values, each padded to 32-bit
-// words, so that one GPU thread encodes or decodes each sub-stream.
+// words, so that one GPU thread encodes or decodes each sub-stream. U8 slices
+// (uint8, and int8 / float8 as their bytes) are coded the same way with each
+// byte as the symbol and no plane: the device's byte coder.
 // Payload layout and checks: docs/FORMAT.md, section "FloatHuff".
 //
 // The table rule and the layout arithmetic are NCCLZ_HD: the CPU coder
@@ -24,8 +26,10 @@ constexpr uint32_t kFhLutSize = 1u << kFhMaxLen;
 /// Most words one sub-stream can take (256 codes of 12 bits): its u8 word count never overflows.
 constexpr uint32_t kFhMaxSubWords = kFhSubValues * kFhMaxLen / 32;
 
-NCCLZ_HD constexpr bool fh_type(ElemType t) { return t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16; }
-/// Exponent symbols: 256 (F32, BF16: 8-bit exponents) or 32 (F16: 5 bits).
+NCCLZ_HD constexpr bool fh_type(ElemType t) {
+  return t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16 || t == ElemType::U8;
+}
+/// Symbols: 256 (F32, BF16: 8-bit exponents; U8: the bytes) or 32 (F16: 5 bits).
 NCCLZ_HD constexpr uint32_t fh_alphabet(ElemType t) { return t == ElemType::F16 ? 32u : 256u; }
 NCCLZ_HD constexpr uint64_t fh_substreams(uint64_t n) { return (n + kFhSubValues - 1) / kFhSubValues; }
 NCCLZ_HD constexpr uint64_t fh_groups(uint64_t n) { return (fh_substreams(n) + kFhGroup - 1) / kFhGroup; }
@@ -156,9 +160,10 @@ NCCLZ_HD bool fh_lengths_valid(const uint8_t* len, uint32_t A) {
   return m == 1 ? one == 1 : (m >= 2 && kraft == kFhLutSize);
 }
 
-/// Bytes of the sign+mantissa plane (floatexp_plane_bytes: FloatExp's layout).
+/// Bytes of the sign+mantissa plane (floatexp_plane_bytes: FloatExp's
+/// layout); U8 has none (the byte is the symbol).
 NCCLZ_HD constexpr uint64_t fh_plane_bytes(ElemType t, uint64_t n) {
-  return t == ElemType::F32 ? 3 * n : t == ElemType::BF16 ? n : (11 * n + 7) / 8;
+  return t == ElemType::F32 ? 3 * n : t == ElemType::BF16 ? n : t == ElemType::U8 ? 0 : (11 * n + 7) / 8;
 }
 
 /// Sizes of a payload of n values with word total `words` and plane bytes `plane`.
@@ -167,15 +172,15 @@ NCCLZ_HD constexpr uint64_t fh_payload_bytes(ElemType t, uint64_t n, uint64_t wo
 }
 
 /// Estimated payload bytes (from every sample_every-th value). kNoFit
-/// (block_coder.hpp) if t is not F32, F16 or BF16.
+/// (block_coder.hpp) if t is not F32, F16, BF16 or U8.
 size_t floathuff_estimate_bytes(const void* x, ElemType t, size_t n, uint32_t sample_every);
 
-/// Encodes n floats of type t; returns payload bytes, or kNoFit if more than
-/// cap (or if t is not F32, F16 or BF16).
+/// Encodes n values of type t; returns payload bytes, or kNoFit if more than
+/// cap (or if t is not F32, F16, BF16 or U8).
 size_t floathuff_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_t cap);
 
-/// Decodes n floats of type t, bit-exact; Status::Corrupt on any inconsistency
-/// (Status::Unsupported if t is not F32, F16 or BF16).
+/// Decodes n values of type t, bit-exact; Status::Corrupt on any inconsistency
+/// (Status::Unsupported if t is not F32, F16, BF16 or U8).
 Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, void* out);
 
 }  // namespace ncclz::codec

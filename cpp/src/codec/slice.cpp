@@ -17,7 +17,8 @@
 // false there: no Rans); this file gathers the sample's statistics.
 // Floats in lossless mode choose between FloatExp and Raw the same way
 // (FloatHuff, the device's lossless float coder, when forced, and with
-// allow_rans = false: what a device rank writes and reads). The
+// allow_rans = false: what a device rank writes and reads); bytes between
+// Rans and Raw (FloatHuff over the bytes with allow_rans = false). The
 // encoder falls back to Raw whenever the chosen coder's output would be larger
 // than Raw, so a slice never exceeds max_slice_bytes().
 #include "codec/slice.hpp"
@@ -199,11 +200,17 @@ Candidate select_for_floats(const void* src, ElemType t, size_t n, const EncodeO
 // Codec for a byte slice (uint8 data, and the types that travel as their
 // bytes: int8, the 8-bit floats): Rans over the bytes themselves where its
 // estimate from a sample of kBlockLen-byte blocks beats Raw by rans_margin,
-// as for codes, else Raw. No predictor (byte data rarely has one).
+// as for codes, else Raw. No predictor (byte data rarely has one). Where
+// Rans is ruled out (allow_rans = false: a device rank codes), FloatHuff
+// over the bytes, as for floats: the device's rule, no sample (frame_slice
+// falls back to Raw where it is not smaller).
 Candidate select_for_bytes(const uint8_t* s, size_t n, const EncodeOptions& opt) {
   const Candidate raw{Codec::Raw, Predictor::None, n};
   if (opt.choice == Choice::Rans) return Candidate{Codec::Rans, Predictor::None, 0};
-  if (opt.choice != Choice::Auto || !opt.allow_rans || n < kBlockLen) return raw;
+  if (opt.choice == Choice::FloatHuff || (opt.choice == Choice::Auto && !opt.allow_rans)) {
+    return Candidate{Codec::FloatHuff, Predictor::None, 0};
+  }
+  if (opt.choice != Choice::Auto || n < kBlockLen) return raw;
   uint32_t hist[kRansAlphabet] = {};
   uint64_t sampled = 0;
   const size_t every = sample_stride(n, opt), nblocks = (n + kBlockLen - 1) / kBlockLen;

@@ -12,8 +12,9 @@ namespace ncclz::codec {
 /// What the encoder may do with a slice.
 struct EncodeOptions {
   /// Force a codec (tests, benchmarks); Auto lets the selector choose.
-  /// FloatHuff: chosen only with allow_rans = false (FloatExp is smaller on
-  /// the CPU); forced, it codes lossless F32/F16/BF16 as the device coder does.
+  /// FloatHuff: chosen only with allow_rans = false (FloatExp, or Rans for
+  /// bytes, is smaller on the CPU); forced, it codes lossless F32/F16/BF16
+  /// and U8 as the device coder does.
   enum class Choice : uint8_t { Auto, Raw, Block, Rans, FloatExp, Sparse, FloatHuff } choice = Choice::Auto;
   /// Force a predictor for Block/Rans (-1: the selector chooses).
   int predictor = -1;
@@ -54,7 +55,8 @@ struct EncodeOptions {
   /// (codec/select_rule.hpp, docs/GPU.md "Device selector"). Lossless F32,
   /// F16 and BF16 slices (choice Auto) are then FloatHuff (Raw where that is
   /// not smaller), the device's lossless float coder, instead of FloatExp or
-  /// Sparse (both code with rANS): sample-free, as the device writes them.
+  /// Sparse (both code with rANS): sample-free, as the device writes them;
+  /// U8 slices FloatHuff over their bytes instead of Rans, the same way.
   bool allow_rans = true;
 };
 

@@ -89,7 +89,7 @@ class DeviceSlices {
 ///
 /// Wire modes: Raw (a slot is the elements' bytes: any element type to move,
 /// reductions for I32/I64 sums), Coded for lossless F32/BF16/F16 values
-/// (FloatHuff slices, Raw where not smaller: codec::encode_slice with
+/// and U8 bytes (FloatHuff slices, Raw where not smaller: codec::encode_slice with
 /// allow_rans = false and choice Auto; enc.choice FloatHuff the same, Raw
 /// only Raw slices; reductions with set_value_reduction), and Coded for
 /// integer codes (I32/I64, the lossy path's wire type), either with the device selector (enc.choice
@@ -215,7 +215,7 @@ class DeviceSliceCodec final : public DeviceSlices {
   bool fused_ = false;
   bool fused_step_ = true;
   bool selects_ = false;   ///< encode() runs the device selector (enc.choice Auto, Raw or Sparse)
-  bool floats_ = false;    ///< Coded floats: FloatHuff slices (lossless F32, BF16, F16)
+  bool floats_ = false;    ///< Coded floats (and bytes): FloatHuff slices (lossless F32, BF16, F16, U8)
   bool raw_only_ = false;  ///< Coded floats with enc.choice Raw: Raw slices only
   const HostPins* pins_ = nullptr;
 };

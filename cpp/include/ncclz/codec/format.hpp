@@ -66,7 +66,8 @@ enum class Codec : uint8_t {
   FloatExp = 3,  ///< lossless float: exponents rANS-coded, sign+mantissa raw (F32, F16, BF16)
   Sparse = 4,  ///< mostly-zero integer residuals (I32, I64) or float bit patterns (F32, F64, F16, BF16; no predictor):
                ///< nonzero count, gaps and values
-  FloatHuff = 5,  ///< lossless float: exponents in parallel Huffman sub-streams, sign+mantissa raw (F32, F16, BF16)
+  FloatHuff = 5,  ///< lossless float: exponents in parallel Huffman sub-streams, sign+mantissa raw (F32, F16, BF16; U8:
+                  ///< the bytes)
 };
 constexpr int kNumCodecs = 6;
 
@@ -173,8 +174,11 @@ NCCLZ_HD constexpr bool codec_accepts(Codec c, ElemType t, Predictor p) {
       return is_code_type(t) || (p == Predictor::None && (t == ElemType::F32 || t == ElemType::F64 ||
                                                           t == ElemType::F16 || t == ElemType::BF16));
     case Codec::FloatExp:
-    case Codec::FloatHuff:
       return p == Predictor::None && (t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16);
+    case Codec::FloatHuff:
+      // U8: the bytes themselves as symbols (the device's byte coder).
+      return p == Predictor::None &&
+             (t == ElemType::F32 || t == ElemType::F16 || t == ElemType::BF16 || t == ElemType::U8);
   }
   return false;
 }
