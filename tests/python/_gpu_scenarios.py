@@ -524,6 +524,23 @@ def scenario_gpu_device_path(ncclz, comm, args):
                     ck.check_close("send/recv", got, as_f64(x), 1e-3, "abs1e-3", "float32")
                 if frameworks[0] == "jax":
                     ck.require(dev is not template and not np.asarray(template).any(), "recv: the JAX template changed")
+    # Lossless bytes on the device (FloatHuff over the bytes: no rank codes with rANS where one is a
+    # device): uint8 all_gather and sum, int8 sum (its wire type's), the host call's bits; on the
+    # ring (2 ranks: 1 MiB a rank is above the latency algorithm's sizes), on the device, and the
+    # skewed bytes (about 4.6 bits each) compress.
+    if frameworks[0] == "torch" and not rehearse and W >= 2:
+        g = np.random.default_rng(1000 + r).normal(0, 6, 1 << 20)
+        for dtype in ("uint8", "int8"):
+            x = np.clip(np.round(g), -128, 127).astype(np.int8).view(dtype)
+            for coll in ("all_gather", "all_reduce"):
+                name = f"{coll}/device/torch/bytes/{dtype}"
+                host = run(coll, x.copy(), ncclz.Lossless(), "sum")
+                dev = to_host(run(coll, to_gpu(x), ncclz.Lossless(), "sum"))
+                st = comm.last_stats
+                ck.require(bits(dev) == bits(host), f"{name}: differs from the host call")
+                if W == 2 or st.algorithm != "latency":
+                    ck.require(st.on_device, f"{name}: did not run on the device ({st})")
+                    ck.require(st.ratio > 1.2, f"{name}: ratio {st.ratio}, the bytes did not compress")
     # A small uncompressed call (rank 0's policy runs it exact by size): the staged path, same bits.
     small = comm._policy.small_bytes() // 4
     ck.require(small > 0, "no call is small for the policy")
