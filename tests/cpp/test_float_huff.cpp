@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "codec/block_coder.hpp"
@@ -237,24 +238,31 @@ Status decode_copy(const std::vector<uint8_t>& p, size_t len, ElemType t, size_t
   std::vector<uint8_t> out(n * elem_size(t));
   return floathuff_decode(in.data(), in.size(), t, n, out.data());
 }
+
+// Every truncation of payload p (of n values of type t) is Corrupt; of 3000
+// random byte flips, returns how many decode Ok and how many are Corrupt
+// (nothing else).
+std::pair<int, int> flips_ok_corrupt(const std::vector<uint8_t>& p, ElemType t, size_t n) {
+  for (size_t len = 0; len < p.size(); ++len) EXPECT_EQ(decode_copy(p, len, t, n), Status::Corrupt) << len;
+  std::mt19937 g(9);
+  int corrupt = 0, ok = 0;
+  for (int rep = 0; rep < 3000; ++rep) {
+    std::vector<uint8_t> d = p;
+    const size_t at = g() % d.size();
+    d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
+    const Status s = decode_copy(d, d.size(), t, n);
+    EXPECT_TRUE(s == Status::Ok || s == Status::Corrupt);
+    (s == Status::Ok ? ok : corrupt) += 1;
+  }
+  return {ok, corrupt};
+}
 }  // namespace
 
 TEST(FloatHuff, TruncationAndFlips) {
   for (ElemType t : kTypes) {
     const size_t n = 700;
     const auto v = gaussian(t, n, 1e-2f, 21);
-    const std::vector<uint8_t> p = encode(v, t);
-    for (size_t len = 0; len < p.size(); ++len) EXPECT_EQ(decode_copy(p, len, t, n), Status::Corrupt) << len;
-    std::mt19937 g(9);
-    int corrupt = 0, ok = 0;
-    for (int rep = 0; rep < 3000; ++rep) {
-      std::vector<uint8_t> d = p;
-      const size_t at = g() % d.size();
-      d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
-      const Status s = decode_copy(d, d.size(), t, n);
-      EXPECT_TRUE(s == Status::Ok || s == Status::Corrupt);
-      (s == Status::Ok ? ok : corrupt) += 1;
-    }
+    const auto [ok, corrupt] = flips_ok_corrupt(encode(v, t), t, n);
     EXPECT_GT(corrupt, 0);
     EXPECT_GT(ok, 0);  // the plane's bytes are raw: flips there decode to other values
   }
@@ -500,19 +508,7 @@ TEST(FloatHuff, BytesAreTheirOwnSymbols) {
   }
   const size_t n = 700;
   const auto v = gaussian_bytes(n, 6.0, 21);
-  const std::vector<uint8_t> p = encode(v, t);
-  for (size_t len = 0; len < p.size(); ++len) EXPECT_EQ(decode_copy(p, len, t, n), Status::Corrupt) << len;
-  std::mt19937 g(9);
-  int corrupt = 0;
-  for (int rep = 0; rep < 3000; ++rep) {
-    std::vector<uint8_t> d = p;
-    const size_t at = g() % d.size();
-    d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
-    const Status s = decode_copy(d, d.size(), t, n);
-    EXPECT_TRUE(s == Status::Ok || s == Status::Corrupt);
-    corrupt += s == Status::Corrupt;
-  }
-  EXPECT_GT(corrupt, 0);
+  EXPECT_GT(flips_ok_corrupt(encode(v, t), t, n).second, 0);
 }
 
 // Byte slices: the selector takes Rans with rANS allowed, FloatHuff (the
