@@ -32,7 +32,7 @@
 #       pytest    tests/python/test_gpu.py with NCCLZ_REQUIRE_GPU=1, and a CPU
 #                 sanity subset of tests/python/test_comm.py
 #       bench     bench/gpu_codec_bench.cu: 256 MiB float32 vs cudaMemcpy D2D (and the selecting encodes);
-#                 bench/gpu_float_huff_bench.cu: FloatHuff on 256 MiB bf16 and f32 vs the D2D copy;
+#                 bench/gpu_float_huff_bench.cu: FloatHuff on 256 MiB bf16, f32 and int8 bytes vs the D2D copy;
 #                 bench/gpu_persistent_bench.cu: the persistent ring all_reduce of 4 ranks as
 #                 threads, 64 MiB int32 codes (coded, raw) and float32 (raw) vs the D2D copy
 #       ranks     bench/gpu_ranks.py: 2 and 4 ranks sharing the GPU, socket
