@@ -762,7 +762,7 @@ TEST(CudaComm, HierarchicalLossyCallsOnDevice) {
 // send / recv with device buffers on either side or both: each side codes on
 // the device where its buffers are (lossy: the receiver decodes into device
 // codes; uncompressed: raw slices; lossless: FloatHuff slices, which a host
-// peer writes too); the host pair's bits.
+// peer writes too, for float32 and for bytes); the host pair's bits.
 TEST(CudaComm, SendRecvWithDeviceBuffers) {
   SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 5000 : 40000;
@@ -815,6 +815,40 @@ TEST(CudaComm, SendRecvWithDeviceBuffers) {
         EXPECT_EQ(got, x);
       }
     }
+  }
+  // Lossless bytes: FloatHuff over them on whichever side is a device (the
+  // host side's CPU coder writes the same), exact, compressed.
+  const size_t nb = 4 * count;
+  const std::vector<uint8_t> b = input(DataType::U8, nb, 0, 22);
+  for (int k = 0; k < 4; ++k) {
+    const bool send_dev = k & 1, recv_dev = k & 2;
+    SCOPED_TRACE(std::string("uint8 lossless, send on ") + (send_dev ? "device" : "host") + ", recv on " +
+                 (recv_dev ? "device" : "host"));
+    std::vector<uint8_t> got;
+    CallStats sent, recvd;
+    R.run([&](int r, Communicator& comm) {
+      const bool dev = r == 0 ? send_dev : recv_dev;
+      std::vector<uint8_t> h = r == 0 ? b : std::vector<uint8_t>(nb, 0);
+      std::unique_ptr<DevBuf> d;
+      void* buf = h.data();
+      if (dev) {
+        d = std::make_unique<DevBuf>(nb);
+        ncclz_test::to_device(d->get(), h);
+        buf = d->get();
+        set_buffer_device(0);
+      }
+      if (r == 0) {
+        comm.send(buf, nb, DataType::U8, 1, Compression::lossless(), &sent);
+      } else {
+        comm.recv(buf, nb, DataType::U8, 0, Compression::lossless(), &recvd);
+        got = dev ? from_device(buf, nb) : h;
+      }
+      set_buffer_device(-1);
+    });
+    EXPECT_EQ(got, b);
+    EXPECT_EQ(sent.on_device, send_dev);
+    EXPECT_EQ(recvd.on_device, recv_dev);
+    EXPECT_LT(sent.wire_bytes, sent.raw_bytes) << "nothing compressed";
   }
 }
 
