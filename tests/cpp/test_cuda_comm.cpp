@@ -680,12 +680,13 @@ TEST(CudaComm, LosslessCollectivesOnDevice) {
 // (CallStats::on_device, algorithm Hierarchical), all ranks on the device
 // and device and host ranks mixed; every output the all-host uncompressed
 // call's bits (lossless and none alike), for the four hierarchical
-// collectives and sum / max.
+// collectives and sum / max, of float32, bfloat16 and uint8 (FloatHuff over
+// the bytes between hosts).
 TEST(CudaComm, HierarchicalExactCallsOnDevice) {
   SKIP_WITHOUT_GPU();
   const size_t count = ncclz_test::quick() ? 2400 : 12000;
   for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
-    for (DataType t : {DataType::F32, DataType::BF16}) {
+    for (DataType t : {DataType::F32, DataType::BF16, DataType::U8}) {
       for (Op o : {Op::AllReduce, Op::ReduceScatter, Op::AllGather, Op::Broadcast}) {
         for (RedOp op : {RedOp::Sum, RedOp::Max}) {
           if (op != RedOp::Sum && !reduces(o)) continue;
