@@ -674,6 +674,44 @@ TEST(CudaComm, LosslessCollectivesOnDevice) {
       });
 }
 
+// float8 device buffers (e4m3fn, e5m2): the collectives that only move
+// them (all_gather, broadcast, gather, scatter, all_to_all) run on the
+// device as bytes, uncompressed (raw slices) and lossless (FloatHuff over the
+// bytes); those that reduce them (all_reduce, reduce_scatter, reduce: float8
+// arithmetic) on host copies; every output the all-host call's bits, device
+// and host ranks mixed too.
+TEST(CudaComm, Float8MovesOnTheDevice) {
+  SKIP_WITHOUT_GPU();
+  const size_t count = ncclz_test::quick() ? 12000 : 40000;  // bytes: above the latency algorithm's sizes
+  for (int N : {2, 3}) {
+    Ranks R = make_ranks(N, false, false);
+    std::vector<bool> mixed(size_t(N), false);
+    mixed[0] = true;
+    for (DataType t : {DataType::F8E4M3, DataType::F8E5M2}) {
+      for (Op o : kAllOps) {
+        std::vector<std::vector<uint8_t>> in;
+        for (int r = 0; r < N; ++r) in.push_back(input(t, in_count(o, count, N), r, 31));
+        for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+          const auto host = run(R, o, t, RedOp::Sum, c, count, in, std::vector<bool>(size_t(N), false));
+          for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+            const auto dev = run(R, o, t, RedOp::Sum, c, count, in, pattern);
+            for (int r = 0; r < N; ++r) {
+              SCOPED_TRACE(std::string(name(o)) + " N=" + std::to_string(N) + " type " + std::to_string(int(t)) +
+                           (c.mode == Compression::Mode::None ? " none" : " lossless") + " rank " + std::to_string(r) +
+                           (pattern == mixed ? " (mixed)" : ""));
+              ASSERT_EQ(dev[size_t(r)].error, "");
+              EXPECT_EQ(dev[size_t(r)].stats.on_device, pattern[size_t(r)] && !reduces(o));
+              if (has_output(o, r)) {
+                EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out) << "device and host results differ";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The hierarchical schedules with device buffers (hosts from the topology
 // override: 2x2 and 2x3), uncompressed and lossless: both rings (raw slices
 // inside a host, raw or FloatHuff slices between hosts) on the device
@@ -817,39 +855,42 @@ TEST(CudaComm, SendRecvWithDeviceBuffers) {
       }
     }
   }
-  // Lossless bytes: FloatHuff over them on whichever side is a device (the
-  // host side's CPU coder writes the same), exact, compressed.
+  // Lossless bytes (uint8, and float8 as its bytes): FloatHuff over them on
+  // whichever side is a device (the host side's CPU coder writes the same),
+  // exact, compressed.
   const size_t nb = 4 * count;
-  const std::vector<uint8_t> b = input(DataType::U8, nb, 0, 22);
-  for (int k = 0; k < 4; ++k) {
-    const bool send_dev = k & 1, recv_dev = k & 2;
-    SCOPED_TRACE(std::string("uint8 lossless, send on ") + (send_dev ? "device" : "host") + ", recv on " +
-                 (recv_dev ? "device" : "host"));
-    std::vector<uint8_t> got;
-    CallStats sent, recvd;
-    R.run([&](int r, Communicator& comm) {
-      const bool dev = r == 0 ? send_dev : recv_dev;
-      std::vector<uint8_t> h = r == 0 ? b : std::vector<uint8_t>(nb, 0);
-      std::unique_ptr<DevBuf> d;
-      void* buf = h.data();
-      if (dev) {
-        d = std::make_unique<DevBuf>(nb);
-        ncclz_test::to_device(d->get(), h);
-        buf = d->get();
-        set_buffer_device(0);
-      }
-      if (r == 0) {
-        comm.send(buf, nb, DataType::U8, 1, Compression::lossless(), &sent);
-      } else {
-        comm.recv(buf, nb, DataType::U8, 0, Compression::lossless(), &recvd);
-        got = dev ? from_device(buf, nb) : h;
-      }
-      set_buffer_device(-1);
-    });
-    EXPECT_EQ(got, b);
-    EXPECT_EQ(sent.on_device, send_dev);
-    EXPECT_EQ(recvd.on_device, recv_dev);
-    EXPECT_LT(sent.wire_bytes, sent.raw_bytes) << "nothing compressed";
+  for (DataType t : {DataType::U8, DataType::F8E5M2}) {
+    const std::vector<uint8_t> b = input(t, nb, 0, 22);
+    for (int k = 0; k < 4; ++k) {
+      const bool send_dev = k & 1, recv_dev = k & 2;
+      SCOPED_TRACE(std::string(dtype_name(t)) + " lossless, send on " + (send_dev ? "device" : "host") + ", recv on " +
+                   (recv_dev ? "device" : "host"));
+      std::vector<uint8_t> got;
+      CallStats sent, recvd;
+      R.run([&](int r, Communicator& comm) {
+        const bool dev = r == 0 ? send_dev : recv_dev;
+        std::vector<uint8_t> h = r == 0 ? b : std::vector<uint8_t>(nb, 0);
+        std::unique_ptr<DevBuf> d;
+        void* buf = h.data();
+        if (dev) {
+          d = std::make_unique<DevBuf>(nb);
+          ncclz_test::to_device(d->get(), h);
+          buf = d->get();
+          set_buffer_device(0);
+        }
+        if (r == 0) {
+          comm.send(buf, nb, t, 1, Compression::lossless(), &sent);
+        } else {
+          comm.recv(buf, nb, t, 0, Compression::lossless(), &recvd);
+          got = dev ? from_device(buf, nb) : h;
+        }
+        set_buffer_device(-1);
+      });
+      EXPECT_EQ(got, b);
+      EXPECT_EQ(sent.on_device, send_dev);
+      EXPECT_EQ(recvd.on_device, recv_dev);
+      EXPECT_LT(sent.wire_bytes, sent.raw_bytes) << "nothing compressed";
+    }
   }
 }
 

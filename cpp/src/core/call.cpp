@@ -338,6 +338,7 @@ void CallRoutine::collective(const Collective& given, DataType t, const Compress
     // the device codes (allow_rans = false: FloatHuff for floats).
     const Compression& wire_c = run == m ? c : Compression{};
     Wire w = native_wire(t, run, cd.op, wire_c);
+    if (!cd.reduces) w.as_wire = true;  // moved, never reduced: any type as its wire type's bits (float8 too)
     if (run == Mode::Lossless && any_device(all)) w.enc.allow_rans = false;
     // Device buffers: the values stay on the device, uncompressed (raw slices
     // copied to and from the slots) or lossless (device_codes_exact: FloatHuff

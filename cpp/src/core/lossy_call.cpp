@@ -375,6 +375,7 @@ const void* LossyCall::send_data() const { return plan_.compress ? codes_ : cd_.
 
 Wire LossyCall::exact_wire(Mode m, bool device_peer) const {
   Wire w = native_wire(t_, m, RedOp::Sum, c_);
+  w.as_wire = true;  // moved, never reduced: any type as its wire type's bits (float8 too)
   if (m == Mode::Lossless && (cd_.device >= 0 || device_peer)) w.enc.allow_rans = false;  // what a device decodes
   return w;
 }
