@@ -117,6 +117,16 @@ struct Writer {
       p += 4;
     }
   }
+  // Two codes at once (at most 24 bits: 55 pending at most, one word out).
+  inline void put2(uint32_t c1, uint32_t l1, uint32_t c2, uint32_t l2) {
+    acc = (acc << (l1 + l2)) | (uint64_t(c1) << l2) | c2;
+    nb += int(l1 + l2);
+    if (nb >= 32) {
+      nb -= 32;
+      st32(p, uint32_t(acc >> nb));
+      p += 4;
+    }
+  }
   inline void flush() {
     if (nb > 0) {
       st32(p, uint32_t(acc << (32 - nb)));
@@ -188,33 +198,49 @@ size_t floathuff_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_
   uint8_t* bases = dst + fh_table_bytes(t);
   uint8_t* counts = bases + 4 * G;
   for (uint32_t s = 0; s < A; s += 2) tab[s / 2] = uint8_t(len[s] | (len[s + 1] << 4));
-  uint64_t words = 0;
-  for (uint64_t k = 0; k < S; ++k) {
-    uint32_t bits = 0;
-    if (coded) {
+  // The code words and their counts, in one pass where the histogram's total
+  // code bits show that they fit (a sub-stream pads at most 31 bits); else
+  // the exact size is counted first (it decides whether the payload fits).
+  uint64_t total_bits = 0;
+  if (coded)
+    for (uint32_t s = 0; s < A; ++s) total_bits += uint64_t(hist[s]) * len[s];
+  const uint64_t room = uint64_t(cap) - index - plane;
+  if (coded && 4 * ((total_bits + 31 * S) / 32) > room) {
+    uint64_t need = 0;
+    for (uint64_t k = 0; k < S; ++k) {
       const uint8_t* ek = e + k * kFhSubValues;
       const uint32_t c = fh_sub_count(n, k);
+      uint32_t bits = 0;
       for (uint32_t i = 0; i < c; ++i) bits += len[ek[i]];
+      need += (bits + 31) / 32;
     }
+    if (4 * need > room) return kNoFit;
+  }
+  uint32_t cl[256];  // code << 4 | length
+  for (uint32_t s = 0; s < 256; ++s) cl[s] = s < A ? uint32_t(code[s]) << 4 | len[s] : 0;
+  uint64_t words = 0;
+  Writer w{dst + index};
+  for (uint64_t k = 0; k < S; ++k) {
     if (k % kFhGroup == 0) {
       if (words > 0xFFFFFFFFu) return kNoFit;
       store_u32(bases + 4 * (k / kFhGroup), uint32_t(words));
     }
-    counts[k] = uint8_t((bits + 31) / 32);
+    const uint8_t* first = w.p;
+    if (coded) {
+      const uint8_t* ek = e + k * kFhSubValues;
+      const uint32_t c = fh_sub_count(n, k);
+      uint32_t i = 0;
+      for (; i + 1 < c; i += 2) {
+        const uint32_t a = cl[ek[i]], b = cl[ek[i + 1]];
+        w.put2(a >> 4, a & 15, b >> 4, b & 15);
+      }
+      if (i < c) w.put(cl[ek[i]] >> 4, cl[ek[i]] & 15);
+      w.flush();
+    }
+    counts[k] = uint8_t((w.p - first) / 4);
     words += counts[k];
   }
   for (uint8_t* z = counts + S; z < dst + index; ++z) *z = 0;
-  if (uint64_t(cap) - index - plane < 4 * words) return kNoFit;
-
-  if (coded) {
-    Writer w{dst + index};
-    for (uint64_t k = 0; k < S; ++k) {
-      const uint8_t* ek = e + k * kFhSubValues;
-      const uint32_t c = fh_sub_count(n, k);
-      for (uint32_t i = 0; i < c; ++i) w.put(code[ek[i]], len[ek[i]]);
-      w.flush();
-    }
-  }
   if (plane) std::memmove(dst + index + 4 * words, tmp_plane, plane);
   return size_t(index + 4 * words + plane);
 }
