@@ -547,3 +547,42 @@ TEST(FloatHuff, ByteSlicesWithoutRans) {
     }
   }
 }
+
+// The decoder's two ways (FhDecodeImpl: up to three codes a lookup in large
+// slices of short codes, or one): the same values and the same status on
+// intact payloads and on damaged ones (truncated, bytes flipped anywhere:
+// the index, the words, the plane), for floats and bytes, sizes around the
+// multi-symbol threshold and with a short last sub-stream.
+TEST(FloatHuff, MultiSymbolDecodeAsSingle) {
+  std::mt19937 g(31);
+  int multi_ok = 0, damaged_ok = 0, damaged_corrupt = 0;
+  for (size_t n : {size_t(65535), size_t(65536), size_t(100003), size_t(1) << 20}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      const ElemType t = kind == 0 ? ElemType::BF16 : kind == 1 ? ElemType::F32 : ElemType::U8;
+      const auto v = kind == 2 ? gaussian_bytes(n, 6.0, uint32_t(n)) : gaussian(t, n, 1e-2f, uint32_t(n) + 5);
+      const std::vector<uint8_t> p = encode(v, t);
+      auto both = [&](const std::vector<uint8_t>& d, size_t len) {
+        std::vector<uint8_t> a(n * elem_size(t), 0x11), b(n * elem_size(t), 0x22);
+        const Status sa = floathuff_decode_with(FhDecodeImpl::Auto, d.data(), len, t, n, a.data());
+        const Status sb = floathuff_decode_with(FhDecodeImpl::Single, d.data(), len, t, n, b.data());
+        EXPECT_EQ(sa, sb) << "n " << n << " type " << int(t) << " len " << len;
+        if (sa == Status::Ok && sb == Status::Ok) {
+          EXPECT_EQ(a, b) << "n " << n << " type " << int(t);
+        }
+        return sa;
+      };
+      ASSERT_EQ(both(p, p.size()), Status::Ok);
+      multi_ok += 32 * (p.size() - fh_index_bytes(t, n) - fh_plane_bytes(t, n)) / 4 <= 6 * n;
+      for (size_t len : {p.size() - 1, p.size() - 4, p.size() / 2}) both(p, len);
+      for (int rep = 0; rep < 60; ++rep) {
+        std::vector<uint8_t> d = p;
+        const size_t at = g() % d.size();
+        d[at] = uint8_t(d[at] ^ (1u + g() % 255u));
+        (both(d, d.size()) == Status::Ok ? damaged_ok : damaged_corrupt) += 1;
+      }
+    }
+  }
+  EXPECT_GE(multi_ok, 6) << "the sizes above the threshold take the multi-symbol way";
+  EXPECT_GT(damaged_ok, 0);
+  EXPECT_GT(damaged_corrupt, 0);
+}

@@ -3,6 +3,7 @@
 #include "codec/float_huff.hpp"
 
 #include <cstring>
+#include <vector>
 
 #include "codec/block_coder.hpp"
 #include "codec/float_coder.hpp"
@@ -18,6 +19,11 @@ namespace {
 
 struct ExpTag {};
 uint8_t* exp_scratch(size_t n) { return thread_buffer<uint8_t, ExpTag>(n); }
+// The multi-symbol table (build_lut3): 16 KiB a thread, kept.
+std::vector<uint32_t>& lut3_scratch() {
+  thread_local std::vector<uint32_t> t(kFhLutSize);
+  return t;
+}
 
 inline uint32_t ld32(const void* p) {
   uint32_t v;
@@ -87,13 +93,35 @@ struct Reader {
   }
   inline uint32_t take(const uint16_t* lut) {
     const uint32_t e = lut[buf >> (64 - kFhMaxLen)];
-    const uint32_t l = e & 15;
+    skip(e & 15);
+    return e >> 4;
+  }
+  // Drops the window's first l bits (l <= 12, after refill()).
+  inline void skip(uint32_t l) {
     buf <<= l;
     nb -= int(l);
     used += l;
-    return e >> 4;
   }
 };
+
+// The multi-symbol table (large slices): for every 12-bit window, the up to
+// three whole codes it begins with: their symbols in bytes 0..2, their total
+// bits in bits 24..27, how many in bits 28..29 (at least one: a code has at
+// most 12 bits). From the single-symbol table (build_lut).
+constexpr size_t kMultiMin = 65536;  // values from which a slice's decode builds it
+constexpr uint64_t kMultiBits = 6;   // and codes of at most this many bits on average (longer: a code a lookup)
+void build_lut3(const uint16_t* lut, uint32_t* lut3) {
+  for (uint32_t w = 0; w < kFhLutSize; ++w) {
+    uint32_t used = 0, syms = 0, k = 0;
+    for (; k < 3; ++k) {
+      const uint32_t e = lut[(w << used) & (kFhLutSize - 1)];
+      if (used + (e & 15) > uint32_t(kFhMaxLen)) break;  // runs past the window
+      syms |= (e >> 4) << (8 * k);
+      used += e & 15;
+    }
+    lut3[w] = syms | used << 24 | k << 28;
+  }
+}
 
 // A sub-stream decoded with `used` bits from `words` words at w: the codes
 // end in the last word, and that word's bits after them are zero.
@@ -246,6 +274,10 @@ size_t floathuff_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_
 }
 
 Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, void* out) {
+  return floathuff_decode_with(FhDecodeImpl::Auto, src, len, t, n, out);
+}
+
+Status floathuff_decode_with(FhDecodeImpl impl, const uint8_t* src, size_t len, ElemType t, size_t n, void* out) {
   if (!fh_type(t)) return Status::Unsupported;
   if (n == 0) return len == 0 ? Status::Ok : Status::Corrupt;
   if (!src || !out) return Status::Corrupt;
@@ -291,9 +323,16 @@ Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, vo
     uint16_t lut[kFhLutSize];
     fh_canonical_codes(ln, A, code);
     build_lut(ln, code, A, lut);
-    // kLanes sub-streams at a time (independent dependency chains), two codes
-    // per refill, then the rest one by one.
+    // kLanes sub-streams at a time (independent dependency chains), two
+    // lookups per refill, then the rest one by one. Large slices of short
+    // codes look up to three codes at a time (build_lut3) while every lane
+    // has room for two such lookups' 4-byte stores, then finish each lane one
+    // code at a time.
     const uint64_t full = n / kFhSubValues;
+    const bool multi =
+        impl == FhDecodeImpl::Auto && n >= kMultiMin && 32 * words <= kMultiBits * n;  // short codes: several a lookup
+    std::vector<uint32_t>& lut3 = lut3_scratch();
+    if (multi) build_lut3(lut, lut3.data());
     uint64_t k = 0, off = 0;
     Reader r[kLanes];
     for (; k + kLanes <= full; k += kLanes) {
@@ -303,10 +342,32 @@ Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, vo
         o += counts[k + j];
       }
       uint8_t* ek = e + k * kFhSubValues;
-      for (uint32_t i = 0; i < kFhSubValues; i += 2) {
-        for (int j = 0; j < kLanes; ++j) r[j].refill();
-        for (int j = 0; j < kLanes; ++j) ek[j * kFhSubValues + i] = uint8_t(r[j].take(lut));
-        for (int j = 0; j < kLanes; ++j) ek[j * kFhSubValues + i + 1] = uint8_t(r[j].take(lut));
+      if (multi) {
+        uint32_t done[kLanes] = {};
+        auto room = [&] {
+          bool all = true;
+          for (int j = 0; j < kLanes; ++j) all &= done[j] + 8 <= kFhSubValues;
+          return all;
+        };
+        while (room()) {
+          for (int j = 0; j < kLanes; ++j) r[j].refill();
+          for (int step = 0; step < 2; ++step) {
+            for (int j = 0; j < kLanes; ++j) {
+              const uint32_t x = lut3[r[j].buf >> (64 - kFhMaxLen)];
+              std::memcpy(ek + j * kFhSubValues + done[j], &x, 4);  // bytes 0..2, and one that later codes overwrite
+              r[j].skip((x >> 24) & 15);
+              done[j] += x >> 28;
+            }
+          }
+        }
+        for (int j = 0; j < kLanes; ++j)
+          for (uint32_t i = done[j]; i < kFhSubValues; ++i) ek[j * kFhSubValues + i] = uint8_t(r[j].next(lut));
+      } else {
+        for (uint32_t i = 0; i < kFhSubValues; i += 2) {
+          for (int j = 0; j < kLanes; ++j) r[j].refill();
+          for (int j = 0; j < kLanes; ++j) ek[j * kFhSubValues + i] = uint8_t(r[j].take(lut));
+          for (int j = 0; j < kLanes; ++j) ek[j * kFhSubValues + i + 1] = uint8_t(r[j].take(lut));
+        }
       }
       for (int j = 0; j < kLanes; ++j) {
         if (!sub_end_ok(wbase + 4 * off, counts[k + j], r[j].used)) return Status::Corrupt;

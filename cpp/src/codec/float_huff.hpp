@@ -183,4 +183,10 @@ size_t floathuff_encode(const void* x, ElemType t, size_t n, uint8_t* dst, size_
 /// (Status::Unsupported if t is not F32, F16, BF16 or U8).
 Status floathuff_decode(const uint8_t* src, size_t len, ElemType t, size_t n, void* out);
 
+/// The decoder's ways (tests and benchmarks): Auto, floathuff_decode's (up to
+/// three codes a table lookup in large slices of short codes), or Single (one
+/// code a lookup everywhere). Same values and statuses.
+enum class FhDecodeImpl : uint8_t { Auto, Single };
+Status floathuff_decode_with(FhDecodeImpl impl, const uint8_t* src, size_t len, ElemType t, size_t n, void* out);
+
 }  // namespace ncclz::codec
