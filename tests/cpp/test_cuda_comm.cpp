@@ -710,6 +710,28 @@ TEST(CudaComm, Float8MovesOnTheDevice) {
       }
     }
   }
+  // The hierarchical schedules too (all_gather and broadcast: moved on both rings).
+  for_each_layout([&](const char* layout, int N, Ranks& R, const std::vector<bool>& mixed) {
+    for (Op o : {Op::AllGather, Op::Broadcast}) {
+      std::vector<std::vector<uint8_t>> in;
+      for (int r = 0; r < N; ++r) in.push_back(input(DataType::F8E4M3, in_count(o, count, N), r, 37));
+      for (const Compression& c : {Compression::none(), Compression::lossless()}) {
+        const auto host = run(R, o, DataType::F8E4M3, RedOp::Sum, c, count, in, std::vector<bool>(size_t(N), false));
+        for (const auto& pattern : {std::vector<bool>(size_t(N), true), mixed}) {
+          const auto dev = run(R, o, DataType::F8E4M3, RedOp::Sum, c, count, in, pattern);
+          for (int r = 0; r < N; ++r) {
+            SCOPED_TRACE(std::string(layout) + " " + name(o) +
+                         (c.mode == Compression::Mode::None ? " none" : " lossless") + " rank " + std::to_string(r) +
+                         (pattern == mixed ? " (mixed)" : ""));
+            ASSERT_EQ(dev[size_t(r)].error, "");
+            EXPECT_EQ(dev[size_t(r)].stats.algorithm, Algorithm::Hierarchical);
+            EXPECT_EQ(dev[size_t(r)].stats.on_device, bool(pattern[size_t(r)]));
+            EXPECT_EQ(dev[size_t(r)].out, host[size_t(r)].out) << "device and host results differ";
+          }
+        }
+      }
+    }
+  });
 }
 
 // The hierarchical schedules with device buffers (hosts from the topology
