@@ -118,9 +118,10 @@ Case draw(unsigned seed) {
   static const DataType types[] = {DataType::F32, DataType::F32, DataType::F64, DataType::BF16, DataType::F16,
                                    DataType::I32, DataType::I8,  DataType::U32, DataType::U64};
   x.t = types[pick(chance(0.8) ? 6 : 9)];
-  if (x.t == DataType::I8) {  // half of int8's draws take a float8 type (their own generator: other draws unchanged)
+  if (x.t == DataType::I8) {  // half of int8's draws take a float8 type, a quarter uint8 (their own generator)
     const unsigned f8 = std::mt19937(seed * 3u + 1u)() % 4;
     if (f8 < 2) x.t = f8 ? DataType::F8E5M2 : DataType::F8E4M3;
+    if (f8 == 2) x.t = DataType::U8;
   }
   x.shape = Shape(pick(7));
   // The mode: a lossy bound from a tenth to a ten-thousandth of the data's
@@ -256,7 +257,7 @@ TEST(CudaCommRandom, CallsMatchTheHostPath) {
   const size_t first = env_size("NCCLZ_RANDOM_SEED", 1);
   const size_t ncases = env_size("NCCLZ_RANDOM_CALLS", ncclz_test::quick() ? 100 : 160);
   std::map<std::string, std::unique_ptr<Ranks>> worlds;
-  size_t ran = 0, on_device = 0, refused = 0, fallback = 0, float8 = 0, groups = 0;
+  size_t ran = 0, on_device = 0, refused = 0, fallback = 0, float8 = 0, uint8 = 0, groups = 0;
   for (size_t k = 0; k < ncases && !HasFailure(); ++k) {  // (the first failing case ends the run)
     const Case x = draw(unsigned(first + k));
     SCOPED_TRACE(x.describe());
@@ -271,12 +272,13 @@ TEST(CudaCommRandom, CallsMatchTheHostPath) {
     on_device += std::any_of(dev.begin(), dev.end(), [](const Result& d) { return d.stats.on_device; });
     fallback += host[0].error.empty() && x.lossy() && host[0].stats.exact_fallback;
     float8 += x.t == DataType::F8E4M3 || x.t == DataType::F8E5M2;
+    uint8 += x.t == DataType::U8;
     groups += x.o == Op::RingShift;
   }
   std::printf(
       "%zu random calls from seed %zu: %zu on the device on some rank, %zu refused, %zu lossy ones exact, %zu of "
-      "float8, %zu grouped ring shifts\n",
-      ran, first, on_device, refused, fallback, float8, groups);
+      "float8, %zu of uint8, %zu grouped ring shifts\n",
+      ran, first, on_device, refused, fallback, float8, uint8, groups);
 }
 
 #endif  // NCCLZ_WITH_CUDA
