@@ -126,11 +126,15 @@ def scenario_slow(comm, outdir):
 
 def scenario_threads(comm, outdir):
     """Two threads per rank call all_reduce on one communicator at once, with different counts, so
-    a mix-up is a mismatch or a wrong value, never silent."""
+    a mix-up is a mismatch or a wrong value, never silent. The threads start their calls together
+    (a barrier): started one after the other on a loaded machine, the first could finish all 40
+    small calls before the second began, and every call would pair up."""
     comm.barrier()
     results = {0: [], 1: []}
+    together = threading.Barrier(2)
 
     def run(t):
+        together.wait(timeout=30)
         for k in range(40):
             r = outcome(lambda k=k: exact_all_reduce(comm, 1000 + t, 100 * t + k))
             results[t].append(r)
